@@ -1,0 +1,80 @@
+//===- ModelInterfaces.td - Op interfaces of the model dialect -*- tablegen -*-===//
+//
+// The questions that later passes ask of every model op: what it costs, what it
+// keeps alive for backward, and how to differentiate it. Passes query these
+// interfaces instead of switching on op names.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZEROC_MODEL_INTERFACES
+#define ZEROC_MODEL_INTERFACES
+
+include "mlir/IR/OpBase.td"
+
+def Model_CostOpInterface : OpInterface<"CostOpInterface"> {
+  let cppNamespace = "::zeroc::model";
+  let description = [{
+    The forward cost of an op, used by `zeroc stats`, the cost model and the
+    simulator. FLOPs count a multiply and an add as two operations. Matrix
+    products are counted exactly; elementwise and normalization ops use the
+    fixed per-element costs documented in docs/model-dialect.md (they are a
+    few percent of a transformer's FLOPs). The backward pass of every op is
+    costed as twice its forward FLOPs, the usual convention behind "6N".
+  }];
+  let methods = [
+    InterfaceMethod<
+      "Floating-point operations of the forward computation.",
+      "int64_t", "getForwardFlops">,
+    InterfaceMethod<[{
+        Bytes the forward computation reads and writes in device memory,
+        counting each operand read once and each result written once.
+      }],
+      "int64_t", "getForwardBytes", (ins), [{}], [{
+        return ::zeroc::model::detail::operandAndResultBytes($_op);
+      }]>,
+  ];
+}
+
+def Model_SavesForBackwardOpInterface : OpInterface<"SavesForBackwardOpInterface"> {
+  let cppNamespace = "::zeroc::model";
+  let description = [{
+    What an op keeps alive from its forward to its backward computation: some
+    of its operands and results (counted once per value, however many ops save
+    it), plus internal state that is not an SSA value (normalization
+    statistics, attention probabilities). Parameters are never activations:
+    values produced by `model.param_ref` do not count.
+  }];
+  let methods = [
+    InterfaceMethod<
+      "Appends the operands and results this op's backward reads.",
+      "void", "getSavedValues",
+      (ins "::llvm::SmallVectorImpl<::mlir::Value> &":$saved)>,
+    InterfaceMethod<
+      "Bytes of internal state kept for backward that is not an SSA value.",
+      "int64_t", "getSavedInternalBytes", (ins), [{}], [{ return 0; }]>,
+  ];
+}
+
+def Model_DifferentiableOpInterface : OpInterface<"DifferentiableOpInterface"> {
+  let cppNamespace = "::zeroc::model";
+  let description = [{
+    How to build an op's backward computation. The training-step expansion
+    (zero pipeline) walks the forward function in reverse and asks every op to
+    emit, at the builder's insertion point, the ops computing the gradients of
+    its operands from the gradients of its results. Gradients of operands that
+    need none (token ids) are left null.
+  }];
+  let methods = [
+    InterfaceMethod<[{
+        Emits the backward ops. `resultGrads` has one entry per result (null
+        where the result received no gradient); `operandGrads` gets one entry
+        per operand (null where the operand needs no gradient).
+      }],
+      "::mlir::LogicalResult", "buildBackward",
+      (ins "::mlir::OpBuilder &":$builder,
+           "::mlir::ValueRange":$resultGrads,
+           "::llvm::SmallVectorImpl<::mlir::Value> &":$operandGrads)>,
+  ];
+}
+
+#endif // ZEROC_MODEL_INTERFACES

@@ -1,0 +1,57 @@
+//===- Json.h - JSON documents that remember where things are ---*- C++ -*-===//
+//
+// nlohmann::json values keep no source positions, yet a user who mistyped a
+// key wants "ds_config.json:14:5". A JsonDocument keeps the text beside the
+// parsed value and finds the line and column of any JSON pointer on demand.
+// MLIR-free; used by the config readers and the runtime's plan reader.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZEROC_SUPPORT_JSON_H
+#define ZEROC_SUPPORT_JSON_H
+
+#include "zeroc/Support/Diagnostic.h"
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+
+namespace zeroc {
+
+class JsonDocument {
+public:
+  /// Reads and parses a file. A syntax error reports file:line:col.
+  static Expected<JsonDocument> load(const std::string &path);
+  /// Parses text; `name` stands for the file in diagnostics.
+  static Expected<JsonDocument> parse(std::string text, std::string name);
+
+  const nlohmann::json &root() const { return value; }
+  const std::string &name() const { return file; }
+
+  /// A diagnostic at the value named by `pointer` (RFC 6901, e.g.
+  /// "/zero_optimization/stage"). When the pointer names a member that does
+  /// not exist, the closest enclosing value that does exists is used.
+  Diagnostic error(const std::string &pointer, std::string message) const;
+
+  /// 1-based line and column of the value at `pointer`, if it is in the text.
+  std::optional<std::pair<int, int>> locate(const std::string &pointer) const;
+
+private:
+  std::string file;
+  std::string text;
+  nlohmann::json value;
+};
+
+/// The JSON type name of a value as a user would say it: "an integer",
+/// "a string", "null", ...
+std::string describeJsonType(const nlohmann::json &value);
+
+/// The candidate closest to `word` by edit distance, if any is close enough
+/// to be a plausible typo ("did you mean ...?").
+std::optional<std::string> closestMatch(const std::string &word,
+                                        const std::vector<std::string> &candidates);
+
+} // namespace zeroc
+
+#endif // ZEROC_SUPPORT_JSON_H

@@ -1,0 +1,321 @@
+//===- Json.cpp - JSON documents that remember where things are -----------===//
+
+#include "zeroc/Support/Json.h"
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <sstream>
+
+using nlohmann::json;
+
+namespace zeroc {
+
+std::string Diagnostic::str() const {
+  std::string s;
+  if (!file.empty()) {
+    s += file;
+    if (line > 0) {
+      s += ":" + std::to_string(line);
+      if (column > 0)
+        s += ":" + std::to_string(column);
+    }
+    s += ": ";
+  }
+  return s + "error: " + message;
+}
+
+namespace {
+
+/// 1-based line and column of a byte offset.
+std::pair<int, int> lineColumn(const std::string &text, size_t offset) {
+  offset = std::min(offset, text.size());
+  int line = 1;
+  size_t lineStart = 0;
+  for (size_t i = 0; i < offset; ++i)
+    if (text[i] == '\n') {
+      ++line;
+      lineStart = i + 1;
+    }
+  return {line, static_cast<int>(offset - lineStart) + 1};
+}
+
+/// Walks well-formed JSON text (the parser has accepted it already) to find
+/// where a value starts. Positions only; values are never built.
+class Scanner {
+public:
+  explicit Scanner(const std::string &text) : text(text) {}
+
+  void skipSpace() {
+    while (pos < text.size() && std::isspace(static_cast<unsigned char>(text[pos])))
+      ++pos;
+  }
+
+  /// Reads a string token at `pos` and returns its unescaped content.
+  std::string readString() {
+    std::string out;
+    ++pos; // opening quote
+    while (pos < text.size() && text[pos] != '"') {
+      if (text[pos] == '\\' && pos + 1 < text.size()) {
+        char c = text[pos + 1];
+        switch (c) {
+        case 'n': out += '\n'; break;
+        case 't': out += '\t'; break;
+        case 'r': out += '\r'; break;
+        case 'b': out += '\b'; break;
+        case 'f': out += '\f'; break;
+        case 'u': out += '?'; pos += 4; break; // keys with \u are rare
+        default: out += c;
+        }
+        pos += 2;
+        continue;
+      }
+      out += text[pos++];
+    }
+    ++pos; // closing quote
+    return out;
+  }
+
+  /// Skips the value starting at `pos`.
+  void skipValue() {
+    skipSpace();
+    if (pos >= text.size())
+      return;
+    char c = text[pos];
+    if (c == '"') {
+      readString();
+      return;
+    }
+    if (c == '{' || c == '[') {
+      int depth = 0;
+      while (pos < text.size()) {
+        char d = text[pos];
+        if (d == '"') {
+          readString();
+          continue;
+        }
+        if (d == '{' || d == '[')
+          ++depth;
+        else if (d == '}' || d == ']') {
+          if (--depth == 0) {
+            ++pos;
+            return;
+          }
+        }
+        ++pos;
+      }
+      return;
+    }
+    while (pos < text.size() && text[pos] != ',' && text[pos] != '}' &&
+           text[pos] != ']' && !std::isspace(static_cast<unsigned char>(text[pos])))
+      ++pos;
+  }
+
+  /// Moves to member `key` of the object at `pos`. On success `pos` is at
+  /// the member's value and `keyPos` at its key.
+  bool enterMember(const std::string &key, size_t &keyPos) {
+    skipSpace();
+    if (pos >= text.size() || text[pos] != '{')
+      return false;
+    ++pos;
+    while (true) {
+      skipSpace();
+      if (pos >= text.size() || text[pos] != '"')
+        return false;
+      size_t start = pos;
+      std::string name = readString();
+      skipSpace();
+      ++pos; // ':'
+      skipSpace();
+      if (name == key) {
+        keyPos = start;
+        return true;
+      }
+      skipValue();
+      skipSpace();
+      if (pos >= text.size() || text[pos] != ',')
+        return false;
+      ++pos;
+    }
+  }
+
+  /// Moves to element `index` of the array at `pos`.
+  bool enterElement(size_t index) {
+    skipSpace();
+    if (pos >= text.size() || text[pos] != '[')
+      return false;
+    ++pos;
+    for (size_t i = 0; i < index; ++i) {
+      skipValue();
+      skipSpace();
+      if (pos >= text.size() || text[pos] != ',')
+        return false;
+      ++pos;
+    }
+    skipSpace();
+    return pos < text.size() && text[pos] != ']';
+  }
+
+  size_t pos = 0;
+
+private:
+  const std::string &text;
+};
+
+/// Splits an RFC 6901 pointer into unescaped tokens.
+std::vector<std::string> pointerTokens(const std::string &pointer) {
+  std::vector<std::string> tokens;
+  size_t i = 0;
+  while (i < pointer.size()) {
+    if (pointer[i] != '/')
+      break;
+    size_t next = pointer.find('/', i + 1);
+    std::string token = pointer.substr(i + 1, next == std::string::npos
+                                                  ? std::string::npos
+                                                  : next - i - 1);
+    std::string unescaped;
+    for (size_t j = 0; j < token.size(); ++j) {
+      if (token[j] == '~' && j + 1 < token.size()) {
+        unescaped += token[j + 1] == '1' ? '/' : '~';
+        ++j;
+      } else {
+        unescaped += token[j];
+      }
+    }
+    tokens.push_back(unescaped);
+    if (next == std::string::npos)
+      break;
+    i = next;
+  }
+  return tokens;
+}
+
+} // namespace
+
+Expected<JsonDocument> JsonDocument::load(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    return Diagnostic{path, 0, 0, "cannot open file"};
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  return parse(buffer.str(), path);
+}
+
+Expected<JsonDocument> JsonDocument::parse(std::string text, std::string name) {
+  JsonDocument doc;
+  doc.file = std::move(name);
+  doc.text = std::move(text);
+  try {
+    doc.value = json::parse(doc.text);
+  } catch (const json::parse_error &e) {
+    // nlohmann reports the byte just past the offending token.
+    size_t offset = e.byte > 0 ? e.byte - 1 : 0;
+    auto [line, column] = lineColumn(doc.text, offset);
+    std::string what = e.what();
+    // Drop nlohmann's "[json.exception.parse_error.101] parse error at line
+    // 3, column 5: " prefix; the position is already in the diagnostic.
+    size_t colon = what.find(": ");
+    std::string detail = colon == std::string::npos ? what : what.substr(colon + 2);
+    return Diagnostic{doc.file, line, column, "invalid JSON: " + detail};
+  }
+  return doc;
+}
+
+std::optional<std::pair<int, int>>
+JsonDocument::locate(const std::string &pointer) const {
+  Scanner scanner(text);
+  scanner.skipSpace();
+  size_t best = scanner.pos;
+  const json *node = &value;
+  for (const std::string &token : pointerTokens(pointer)) {
+    if (node->is_object()) {
+      auto it = node->find(token);
+      size_t keyPos = 0;
+      if (it == node->end() || !scanner.enterMember(token, keyPos))
+        break;
+      node = &*it;
+      best = keyPos;
+    } else if (node->is_array()) {
+      char *end = nullptr;
+      unsigned long index = std::strtoul(token.c_str(), &end, 10);
+      if (token.empty() || *end != '\0' || index >= node->size() ||
+          !scanner.enterElement(index))
+        break;
+      node = &(*node)[index];
+      best = scanner.pos;
+    } else {
+      break;
+    }
+  }
+  if (text.empty())
+    return std::nullopt;
+  return lineColumn(text, best);
+}
+
+Diagnostic JsonDocument::error(const std::string &pointer,
+                               std::string message) const {
+  Diagnostic diag{file, 0, 0, std::move(message)};
+  if (auto where = locate(pointer)) {
+    diag.line = where->first;
+    diag.column = where->second;
+  }
+  return diag;
+}
+
+std::string describeJsonType(const json &v) {
+  switch (v.type()) {
+  case json::value_t::null:
+    return "null";
+  case json::value_t::boolean:
+    return "a boolean";
+  case json::value_t::number_integer:
+  case json::value_t::number_unsigned:
+    return "an integer";
+  case json::value_t::number_float:
+    return "a number with a fraction";
+  case json::value_t::string:
+    return "a string";
+  case json::value_t::array:
+    return "an array";
+  case json::value_t::object:
+    return "an object";
+  default:
+    return "an unsupported value";
+  }
+}
+
+static size_t editDistance(const std::string &a, const std::string &b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j)
+    row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      size_t cost = std::tolower(a[i - 1]) == std::tolower(b[j - 1]) ? 0 : 1;
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + cost});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::optional<std::string>
+closestMatch(const std::string &word, const std::vector<std::string> &candidates) {
+  std::optional<std::string> best;
+  size_t bestDistance = std::max<size_t>(2, word.size() / 3) + 1;
+  for (const std::string &c : candidates) {
+    size_t d = editDistance(word, c);
+    // A key that differs only by a prefix such as "stage3_" is close too.
+    if (c.size() > word.size() && c.compare(c.size() - word.size(), word.size(), word) == 0)
+      d = std::min(d, size_t(1));
+    if (d < bestDistance) {
+      bestDistance = d;
+      best = c;
+    }
+  }
+  return best;
+}
+
+} // namespace zeroc

@@ -1,0 +1,67 @@
+//===- JsonTest.cpp - JsonDocument positions and helpers ------------------===//
+
+#include "zeroc/Support/Json.h"
+
+#include <gtest/gtest.h>
+
+using namespace zeroc;
+
+TEST(JsonDocument, SyntaxErrorReportsLineAndColumn) {
+  auto doc = JsonDocument::parse("{\n  \"a\": 1,\n  \"b\": ]\n}\n", "cfg.json");
+  ASSERT_FALSE(doc);
+  EXPECT_EQ(doc.error().file, "cfg.json");
+  EXPECT_EQ(doc.error().line, 3);
+  EXPECT_EQ(doc.error().column, 8);
+  EXPECT_NE(doc.error().message.find("invalid JSON"), std::string::npos);
+  EXPECT_EQ(doc.error().str().rfind("cfg.json:3:8: error: invalid JSON", 0), 0u)
+      << doc.error().str();
+}
+
+TEST(JsonDocument, LocatesNestedMembersAndElements) {
+  const char *text = R"({
+  "name": "x",
+  "zero_optimization": {
+    "stage": 3,
+    "offload_param": {"device": "cpu"}
+  },
+  "list": [10, {"k": [1, 2]}]
+})";
+  auto doc = JsonDocument::parse(text, "t.json");
+  ASSERT_TRUE(doc);
+  EXPECT_EQ(doc->locate("/zero_optimization/stage"), std::make_pair(4, 5));
+  EXPECT_EQ(doc->locate("/zero_optimization/offload_param/device"),
+            std::make_pair(5, 23));
+  EXPECT_EQ(doc->locate("/list/1/k"), std::make_pair(7, 17));
+  // A missing member falls back to the closest enclosing one that exists.
+  EXPECT_EQ(doc->locate("/zero_optimization/nope"), std::make_pair(3, 3));
+  Diagnostic d = doc->error("/name", "bad name");
+  EXPECT_EQ(d.str(), "t.json:2:3: error: bad name");
+}
+
+TEST(JsonDocument, SkipsStringsWithBracesAndEscapes) {
+  auto doc = JsonDocument::parse(R"({"a": "}{][\"", "b": {"c": 1}})", "s.json");
+  ASSERT_TRUE(doc);
+  EXPECT_EQ(doc->locate("/b/c"), std::make_pair(1, 23));
+}
+
+TEST(JsonDocument, MissingFileIsAnError) {
+  auto doc = JsonDocument::load("/nonexistent/zeroc.json");
+  ASSERT_FALSE(doc);
+  EXPECT_EQ(doc.error().str(), "/nonexistent/zeroc.json: error: cannot open file");
+}
+
+TEST(JsonHelpers, DescribeType) {
+  EXPECT_EQ(describeJsonType(nlohmann::json(3)), "an integer");
+  EXPECT_EQ(describeJsonType(nlohmann::json(3.5)), "a number with a fraction");
+  EXPECT_EQ(describeJsonType(nlohmann::json("x")), "a string");
+  EXPECT_EQ(describeJsonType(nlohmann::json()), "null");
+}
+
+TEST(JsonHelpers, ClosestMatchFindsTyposOnly) {
+  std::vector<std::string> keys = {"reduce_bucket_size", "allgather_bucket_size",
+                                    "stage3_prefetch_bucket_size"};
+  EXPECT_EQ(closestMatch("reduce_bucket_sise", keys), "reduce_bucket_size");
+  EXPECT_EQ(closestMatch("prefetch_bucket_size", keys),
+            "stage3_prefetch_bucket_size");
+  EXPECT_EQ(closestMatch("completely_different", keys), std::nullopt);
+}
