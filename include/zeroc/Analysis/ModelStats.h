@@ -1,0 +1,71 @@
+//===- ModelStats.h - Size, FLOPs and activation memory of a model -*- C++ -*-===//
+//
+// What `zeroc stats` reports: the exact parameter count, the training FLOPs
+// per token, and the bytes kept for backward per micro-batch, in total and per
+// layer. Everything is read off the IR through the model ops' interfaces.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZEROC_ANALYSIS_MODELSTATS_H
+#define ZEROC_ANALYSIS_MODELSTATS_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Support/LogicalResult.h"
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+namespace zeroc {
+
+/// One row of the per-layer table. A layer is the group of parameters whose
+/// names share the prefix up to the first numeric component ("h.3",
+/// "layers.3"), or their first component ("wte", "norm", "lm_head").
+struct LayerStats {
+  std::string name;
+  int64_t params = 0;
+  int64_t paramBytes = 0;
+  int64_t forwardFlops = 0; ///< Per micro-batch.
+  int64_t savedBytes = 0;   ///< Kept for backward, per micro-batch.
+};
+
+struct ModelStats {
+  std::string name;
+  int64_t params = 0;
+  int64_t paramBytes = 0;
+  int64_t batch = 0;  ///< Micro-batch size (tokens argument, dim 0).
+  int64_t seqLen = 0; ///< Sequence length (tokens argument, dim 1).
+  int64_t numLayers = 0; ///< Attention layers.
+  int64_t forwardFlops = 0; ///< Per micro-batch, sum over ops.
+  /// 3x the forward FLOPs per token (backward costs twice the forward).
+  int64_t trainFlopsPerToken = 0;
+  /// The usual estimate 6 N + 12 L H S (PaLM, appendix B), N = params.
+  int64_t formulaFlopsPerToken = 0;
+  /// Its attention term, 12 L H S, with H = heads * head_dim.
+  int64_t attentionFlopsPerToken = 0;
+  int64_t savedBytes = 0; ///< Kept for backward, per micro-batch.
+  std::vector<LayerStats> layers;
+
+  int64_t tokens() const { return batch * seqLen; }
+};
+
+/// The layer a parameter belongs to (see LayerStats).
+std::string layerOfParameter(llvm::StringRef name);
+
+/// The function `forward`, or the module's only function. Emits an error on
+/// the module otherwise.
+mlir::FailureOr<mlir::Operation *> findForwardFunction(mlir::ModuleOp module);
+
+/// Computes the statistics; emits a diagnostic and fails on IR that is not a
+/// model (no forward function, unexpected arguments).
+mlir::FailureOr<ModelStats> computeModelStats(mlir::ModuleOp module);
+
+nlohmann::json toJson(const ModelStats &stats);
+
+/// The human-readable report of `zeroc stats`.
+std::string formatModelStats(const ModelStats &stats);
+
+} // namespace zeroc
+
+#endif // ZEROC_ANALYSIS_MODELSTATS_H

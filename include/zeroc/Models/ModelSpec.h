@@ -1,0 +1,73 @@
+//===- ModelSpec.h - A decoder's shape, from a Hugging Face config -*- C++ -*-===//
+//
+// The handful of numbers that define a GPT-2 or Llama-family decoder, read
+// from a Hugging Face `config.json` or a named preset. MLIR-free; the MLIR
+// generator (ModelBuilder.h) turns a spec into a `model` dialect module.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZEROC_MODELS_MODELSPEC_H
+#define ZEROC_MODELS_MODELSPEC_H
+
+#include "zeroc/Support/DType.h"
+#include "zeroc/Support/Diagnostic.h"
+#include "zeroc/Support/Json.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace zeroc {
+
+enum class ModelFamily { GPT2, Llama };
+
+struct ModelSpec {
+  std::string name; ///< Module name in the generated IR, e.g. "gpt2".
+  ModelFamily family = ModelFamily::GPT2;
+  int64_t vocabSize = 0;
+  int64_t hiddenSize = 0;
+  int64_t numLayers = 0;
+  int64_t numHeads = 0;
+  int64_t numKVHeads = 0;       ///< Equal to numHeads for multi-head attention.
+  int64_t headDim = 0;          ///< hiddenSize / numHeads unless given.
+  int64_t intermediateSize = 0; ///< MLP width.
+  int64_t maxPositions = 0;
+  bool tieWordEmbeddings = false;
+  bool attentionBias = false; ///< Llama: biases on q, k, v, o projections.
+  bool mlpBias = false;       ///< Llama: biases on gate, up, down projections.
+  double normEpsilon = 1e-5;
+  double ropeTheta = 10000.0;
+  double initializerRange = 0.02;
+  DType dtype = DType::F32; ///< From `torch_dtype` when present.
+
+  // Shape of one micro-batch (not in the Hugging Face config).
+  int64_t seqLen = 0;     ///< Defaults to maxPositions.
+  int64_t microBatch = 1;
+
+  /// Exact trainable parameter count implied by the spec.
+  int64_t parameterCount() const;
+};
+
+/// Reads a Hugging Face `config.json` (`model_type` "gpt2" or "llama").
+/// Errors name the file, the line and column of the offending key, and what
+/// was expected. `notes` receives one line per default that was filled in
+/// or key that was ignored.
+Expected<ModelSpec> readHFConfig(const JsonDocument &doc,
+                                 std::vector<std::string> *notes = nullptr);
+
+/// The names accepted by `presetSpec`.
+std::vector<std::string> presetNames();
+
+/// A public model shape by name ("gpt2", "llama-2-7b", "tiny-llama", ...).
+std::optional<ModelSpec> presetSpec(const std::string &name);
+
+/// Applies the command line's --seq-len, --micro-batch and --dtype, checking
+/// them against the spec (the sequence may not exceed maxPositions).
+Expected<ModelSpec> withBatchShape(ModelSpec spec, std::optional<int64_t> seqLen,
+                                   std::optional<int64_t> microBatch,
+                                   std::optional<DType> dtype);
+
+} // namespace zeroc
+
+#endif // ZEROC_MODELS_MODELSPEC_H

@@ -1,0 +1,27 @@
+//===- Format.h - Numbers as people read them -------------------*- C++ -*-===//
+//
+// Digit grouping and binary/decimal units for the tables that zeroc prints.
+// MLIR-free; shared by every tool and the runtime's logs.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZEROC_SUPPORT_FORMAT_H
+#define ZEROC_SUPPORT_FORMAT_H
+
+#include <cstdint>
+#include <string>
+
+namespace zeroc {
+
+/// 124439808 -> "124,439,808".
+std::string groupDigits(int64_t value);
+
+/// Bytes in binary units: 1536 -> "1.50 KiB", 3 -> "3 B".
+std::string humanBytes(double bytes);
+
+/// Counts in decimal units: 124439808 -> "124.44 M", 6.7e12 -> "6.70 T".
+std::string humanCount(double count);
+
+} // namespace zeroc
+
+#endif // ZEROC_SUPPORT_FORMAT_H

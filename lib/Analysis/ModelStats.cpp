@@ -1,0 +1,200 @@
+//===- ModelStats.cpp - Size, FLOPs and activation memory of a model ------===//
+
+#include "zeroc/Analysis/ModelStats.h"
+
+#include "model/ModelOps.h"
+#include "zeroc/Support/Format.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/StringExtras.h"
+
+#include <cctype>
+#include <cstdio>
+#include <map>
+
+using namespace mlir;
+using namespace zeroc::model;
+
+namespace zeroc {
+
+std::string layerOfParameter(llvm::StringRef name) {
+  llvm::SmallVector<llvm::StringRef> parts;
+  name.split(parts, '.');
+  for (size_t i = 0; i < parts.size(); ++i)
+    if (!parts[i].empty() && llvm::all_of(parts[i], llvm::isDigit))
+      return llvm::join(llvm::ArrayRef(parts).take_front(i + 1), ".");
+  return parts.size() > 1 ? parts.front().str() : name.str();
+}
+
+FailureOr<Operation *> findForwardFunction(ModuleOp module) {
+  if (auto forward = module.lookupSymbol<func::FuncOp>("forward"))
+    return forward.getOperation();
+  auto funcs = llvm::to_vector(module.getOps<func::FuncOp>());
+  if (funcs.size() == 1)
+    return funcs.front().getOperation();
+  return module.emitError()
+         << "expected a function named 'forward' (or exactly one function), "
+            "found "
+         << funcs.size() << " functions and none named 'forward'";
+}
+
+FailureOr<ModelStats> computeModelStats(ModuleOp module) {
+  ModelStats stats;
+  stats.name = module.getSymName() ? module.getSymName()->str() : "model";
+
+  // Layers are numbered in order of first appearance: parameters first, in
+  // declaration order, so the table reads top to bottom like the model.
+  std::vector<LayerStats> layers;
+  llvm::StringMap<unsigned> layerIndex;
+  auto layerFor = [&](llvm::StringRef key) -> unsigned {
+    auto [it, inserted] = layerIndex.try_emplace(key, layers.size());
+    if (inserted) {
+      layers.emplace_back();
+      layers.back().name = key.str();
+    }
+    return it->second;
+  };
+  for (ParamOp param : module.getOps<ParamOp>()) {
+    LayerStats &layer = layers[layerFor(layerOfParameter(param.getSymName()))];
+    layer.params += param.getNumElements();
+    layer.paramBytes += tensorBytes(param.getType());
+    stats.params += param.getNumElements();
+    stats.paramBytes += tensorBytes(param.getType());
+  }
+
+  FailureOr<Operation *> found = findForwardFunction(module);
+  if (failed(found))
+    return failure();
+  auto forward = cast<func::FuncOp>(*found);
+  auto args = forward.getArgumentTypes();
+  auto tokens = args.empty() ? RankedTensorType()
+                             : dyn_cast<RankedTensorType>(args.front());
+  if (!tokens || tokens.getRank() != 2 || !tokens.hasStaticShape())
+    return forward.emitError()
+           << "expected the first argument of @" << forward.getSymName()
+           << " to be the token ids, tensor<BATCHxSEQxi32>, found "
+           << (args.empty() ? Type() : args.front());
+  stats.batch = tokens.getDimSize(0);
+  stats.seqLen = tokens.getDimSize(1);
+
+  // An op belongs to the latest layer among its operands' layers; parameters
+  // carry the layer of their name. Ops fed only by the function arguments
+  // fall into the first layer that follows.
+  llvm::DenseMap<Value, int> valueLayer;
+  llvm::DenseSet<Value> saved;
+  int otherLayer = -1;
+  forward.walk([&](Operation *op) {
+    int layer = -1;
+    if (auto ref = dyn_cast<ParamRefOp>(op)) {
+      layer = layerFor(layerOfParameter(ref.getParam()));
+      valueLayer[ref.getResult()] = layer;
+      return;
+    }
+    for (Value operand : op->getOperands()) {
+      auto it = valueLayer.find(operand);
+      if (it != valueLayer.end())
+        layer = std::max(layer, it->second);
+    }
+    if (layer < 0) {
+      if (otherLayer < 0)
+        otherLayer = layerFor("(inputs)");
+      layer = otherLayer;
+    }
+    for (Value result : op->getResults())
+      valueLayer[result] = layer;
+
+    LayerStats &row = layers[layer];
+    if (auto cost = dyn_cast<CostOpInterface>(op)) {
+      row.forwardFlops += cost.getForwardFlops();
+      stats.forwardFlops += cost.getForwardFlops();
+    }
+    if (auto attention = dyn_cast<CausalAttentionOp>(op)) {
+      ++stats.numLayers;
+      stats.attentionFlopsPerToken +=
+          12 * stats.seqLen * attention.getNumHeads() * attention.getHeadDim();
+    }
+    if (auto keeps = dyn_cast<SavesForBackwardOpInterface>(op)) {
+      llvm::SmallVector<Value> values;
+      keeps.getSavedValues(values);
+      int64_t bytes = keeps.getSavedInternalBytes();
+      for (Value v : values)
+        if (!v.getDefiningOp<ParamRefOp>() && saved.insert(v).second)
+          bytes += tensorBytes(v.getType());
+      row.savedBytes += bytes;
+      stats.savedBytes += bytes;
+    }
+  });
+
+  int64_t tokenCount = stats.tokens();
+  stats.trainFlopsPerToken = tokenCount ? 3 * stats.forwardFlops / tokenCount : 0;
+  stats.formulaFlopsPerToken = 6 * stats.params + stats.attentionFlopsPerToken;
+  // Drop layers that hold nothing (an unused "(inputs)" row).
+  for (LayerStats &layer : layers)
+    if (layer.params || layer.forwardFlops || layer.savedBytes)
+      stats.layers.push_back(std::move(layer));
+  return stats;
+}
+
+nlohmann::json toJson(const ModelStats &stats) {
+  nlohmann::json layers = nlohmann::json::array();
+  for (const LayerStats &l : stats.layers)
+    layers.push_back({{"name", l.name},
+                      {"params", l.params},
+                      {"param_bytes", l.paramBytes},
+                      {"forward_flops", l.forwardFlops},
+                      {"saved_bytes", l.savedBytes}});
+  return {{"model", stats.name},
+          {"params", stats.params},
+          {"param_bytes", stats.paramBytes},
+          {"micro_batch", stats.batch},
+          {"seq_len", stats.seqLen},
+          {"num_layers", stats.numLayers},
+          {"tokens_per_micro_batch", stats.tokens()},
+          {"forward_flops_per_micro_batch", stats.forwardFlops},
+          {"train_flops_per_token", stats.trainFlopsPerToken},
+          {"train_flops_per_token_formula", stats.formulaFlopsPerToken},
+          {"attention_flops_per_token", stats.attentionFlopsPerToken},
+          {"saved_bytes_per_micro_batch", stats.savedBytes},
+          {"layers", layers}};
+}
+
+std::string formatModelStats(const ModelStats &s) {
+  std::string out;
+  char line[256];
+  auto add = [&](const char *label, const std::string &value) {
+    std::snprintf(line, sizeof line, "  %-34s %s\n", label, value.c_str());
+    out += line;
+  };
+  out += "model " + s.name + "\n";
+  add("parameters", groupDigits(s.params) + " (" + humanCount(s.params) + ")");
+  add("parameter bytes", humanBytes(s.paramBytes));
+  add("micro-batch x sequence", std::to_string(s.batch) + " x " +
+                                     std::to_string(s.seqLen) + " = " +
+                                     groupDigits(s.tokens()) + " tokens");
+  add("attention layers", std::to_string(s.numLayers));
+  add("train FLOPs / token (graph)",
+      humanCount(s.trainFlopsPerToken) + "FLOP  (3 x forward ops)");
+  add("train FLOPs / token (6N + 12LHS)",
+      humanCount(s.formulaFlopsPerToken) + "FLOP  (attention term " +
+          humanCount(s.attentionFlopsPerToken) + ")");
+  add("train FLOPs / micro-batch",
+      humanCount(3.0 * s.forwardFlops) + "FLOP");
+  add("saved for backward / micro-batch", humanBytes(s.savedBytes));
+  out += "\n";
+  std::snprintf(line, sizeof line, "  %-18s %15s %12s %14s %14s\n", "layer",
+                "params", "param bytes", "fwd FLOPs", "saved bytes");
+  out += line;
+  for (const LayerStats &l : s.layers) {
+    std::snprintf(line, sizeof line, "  %-18s %15s %12s %14s %14s\n",
+                  l.name.c_str(), groupDigits(l.params).c_str(),
+                  humanBytes(l.paramBytes).c_str(),
+                  humanCount(l.forwardFlops).c_str(),
+                  humanBytes(l.savedBytes).c_str());
+    out += line;
+  }
+  return out;
+}
+
+} // namespace zeroc

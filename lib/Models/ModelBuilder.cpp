@@ -1,0 +1,223 @@
+//===- ModelBuilder.cpp - ModelSpec to a model-dialect module -------------===//
+
+#include "zeroc/Models/ModelBuilder.h"
+
+#include "model/ModelOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/StringSet.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace zeroc::model;
+
+namespace zeroc {
+namespace {
+
+class DecoderBuilder {
+public:
+  DecoderBuilder(MLIRContext &context, const ModelSpec &spec)
+      : ctx(context), spec(spec), b(&context),
+        dtype(elementType(context, spec.dtype)) {}
+
+  OwningOpRef<ModuleOp> build() {
+    OwningOpRef<ModuleOp> module =
+        ModuleOp::create(UnknownLoc::get(&ctx), StringRef(spec.name));
+    moduleBody = module->getBody();
+    b.setInsertionPointToEnd(moduleBody);
+
+    auto ids = RankedTensorType::get({spec.microBatch, spec.seqLen},
+                                     b.getI32Type());
+    auto loss = RankedTensorType::get({}, b.getF32Type());
+    auto func = b.create<func::FuncOp>(at("forward"), "forward",
+                                       b.getFunctionType({ids, ids}, {loss}));
+    forward = func;
+    Block *entry = func.addEntryBlock();
+    b.setInsertionPointToEnd(entry);
+    Value tokens = entry->getArgument(0), targets = entry->getArgument(1);
+
+    Value result = spec.family == ModelFamily::GPT2 ? gpt2(tokens, targets)
+                                                    : llama(tokens, targets);
+    b.create<func::ReturnOp>(at("forward"), result);
+    return module;
+  }
+
+private:
+  static Type elementType(MLIRContext &ctx, DType t) {
+    switch (t) {
+    case DType::BF16:
+      return BFloat16Type::get(&ctx);
+    case DType::F16:
+      return Float16Type::get(&ctx);
+    default:
+      return Float32Type::get(&ctx);
+    }
+  }
+
+  Location at(StringRef name) { return NameLoc::get(b.getStringAttr(name)); }
+
+  RankedTensorType tensor(ArrayRef<int64_t> shape) {
+    return RankedTensorType::get(shape, dtype);
+  }
+
+  RankedTensorType activation(int64_t width) {
+    return tensor({spec.microBatch, spec.seqLen, width});
+  }
+
+  /// Declares a parameter (once) and reads it at the current point.
+  Value param(const std::string &name, ArrayRef<int64_t> shape,
+              InitAttr init) {
+    RankedTensorType type = tensor(shape);
+    if (!declared.count(name)) {
+      // Parameters go before the forward function, in creation order.
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPoint(forward);
+      b.create<ParamOp>(at(name), name, type, init);
+      declared.insert(name);
+    }
+    return b.create<ParamRefOp>(at(name), type, name);
+  }
+
+  InitAttr normal(double std) {
+    return InitAttr::get(&ctx, InitKind::Normal, std);
+  }
+  InitAttr ones() { return InitAttr::get(&ctx, InitKind::Ones); }
+  InitAttr zeros() { return InitAttr::get(&ctx, InitKind::Zeros); }
+
+  /// Output projections of residual branches start smaller (GPT-2 paper:
+  /// scaled by 1/sqrt(2 * layers)).
+  double residualStd() const {
+    return spec.initializerRange / std::sqrt(2.0 * spec.numLayers);
+  }
+
+  Value linear(const std::string &prefix, Value x, int64_t in, int64_t out,
+               bool bias, double std) {
+    Value w = param(prefix + ".weight", {out, in}, normal(std));
+    Value bv = bias ? param(prefix + ".bias", {out}, zeros()) : Value();
+    auto type = activation(out);
+    if (bv)
+      return b.create<LinearOp>(at(prefix), type, x, w, bv);
+    return b.create<LinearOp>(at(prefix), type, x, w, Value());
+  }
+
+  Value layerNorm(const std::string &prefix, Value x) {
+    int64_t h = spec.hiddenSize;
+    Value g = param(prefix + ".weight", {h}, ones());
+    Value beta = param(prefix + ".bias", {h}, zeros());
+    return b.create<LayerNormOp>(at(prefix), x.getType(), x, g, beta,
+                                 b.getF64FloatAttr(spec.normEpsilon));
+  }
+
+  Value rmsNorm(const std::string &prefix, Value x) {
+    Value g = param(prefix + ".weight", {spec.hiddenSize}, ones());
+    return b.create<RMSNormOp>(at(prefix), x.getType(), x, g,
+                               b.getF64FloatAttr(spec.normEpsilon));
+  }
+
+  Value add(const std::string &name, Value lhs, Value rhs) {
+    return b.create<AddOp>(at(name), lhs, rhs);
+  }
+
+  Value attention(const std::string &prefix, Value q, Value k, Value v) {
+    return b.create<CausalAttentionOp>(
+        at(prefix), q.getType(), q, k, v,
+        b.getI64IntegerAttr(spec.numHeads),
+        b.getI64IntegerAttr(spec.numKVHeads));
+  }
+
+  Value lossHead(Value h, Value targets, const std::string &headName) {
+    int64_t v = spec.vocabSize, d = spec.hiddenSize;
+    Value w = spec.tieWordEmbeddings
+                  ? param(embeddingName() + ".weight", {v, d}, normal(spec.initializerRange))
+                  : param(headName + ".weight", {v, d},
+                          normal(spec.initializerRange));
+    Value logits =
+        b.create<LinearOp>(at(headName), activation(v), h, w, Value());
+    return b.create<CrossEntropyOp>(at("loss"),
+                                    RankedTensorType::get({}, b.getF32Type()),
+                                    logits, targets);
+  }
+
+  std::string embeddingName() const {
+    return spec.family == ModelFamily::GPT2 ? "wte" : "embed_tokens";
+  }
+
+  Value gpt2(Value tokens, Value targets) {
+    int64_t d = spec.hiddenSize, ff = spec.intermediateSize;
+    double std = spec.initializerRange;
+    Value wte = param("wte.weight", {spec.vocabSize, d}, normal(std));
+    Value x = b.create<EmbeddingOp>(at("wte"), activation(d), wte, tokens);
+    Value wpe = param("wpe.weight", {spec.maxPositions, d}, normal(std));
+    Value pos = b.create<PositionEmbeddingOp>(at("wpe"), activation(d), wpe);
+    x = add("embed", x, pos);
+    for (int64_t l = 0; l < spec.numLayers; ++l) {
+      std::string p = "h." + std::to_string(l);
+      Value h = layerNorm(p + ".ln_1", x);
+      Value q = linear(p + ".attn.q_proj", h, d, d, true, std);
+      Value k = linear(p + ".attn.k_proj", h, d, d, true, std);
+      Value v = linear(p + ".attn.v_proj", h, d, d, true, std);
+      Value a = attention(p + ".attn", q, k, v);
+      Value o = linear(p + ".attn.c_proj", a, d, d, true, residualStd());
+      x = add(p + ".attn.residual", x, o);
+      h = layerNorm(p + ".ln_2", x);
+      Value f = linear(p + ".mlp.c_fc", h, d, ff, true, std);
+      f = b.create<GeluOp>(at(p + ".mlp.act"), f);
+      Value m = linear(p + ".mlp.c_proj", f, ff, d, true, residualStd());
+      x = add(p + ".mlp.residual", x, m);
+    }
+    Value h = layerNorm("ln_f", x);
+    return lossHead(h, targets, "lm_head");
+  }
+
+  Value llama(Value tokens, Value targets) {
+    int64_t d = spec.hiddenSize, ff = spec.intermediateSize;
+    int64_t qWidth = spec.numHeads * spec.headDim;
+    int64_t kvWidth = spec.numKVHeads * spec.headDim;
+    double std = spec.initializerRange;
+    Value table = param("embed_tokens.weight", {spec.vocabSize, d}, normal(std));
+    Value x =
+        b.create<EmbeddingOp>(at("embed_tokens"), activation(d), table, tokens);
+    auto headDim = b.getI64IntegerAttr(spec.headDim);
+    auto theta = b.getF64FloatAttr(spec.ropeTheta);
+    for (int64_t l = 0; l < spec.numLayers; ++l) {
+      std::string p = "layers." + std::to_string(l);
+      bool ab = spec.attentionBias, mb = spec.mlpBias;
+      Value h = rmsNorm(p + ".input_layernorm", x);
+      Value q = linear(p + ".self_attn.q_proj", h, d, qWidth, ab, std);
+      Value k = linear(p + ".self_attn.k_proj", h, d, kvWidth, ab, std);
+      Value v = linear(p + ".self_attn.v_proj", h, d, kvWidth, ab, std);
+      q = b.create<RotaryOp>(at(p + ".self_attn.rotary_q"), q, headDim, theta);
+      k = b.create<RotaryOp>(at(p + ".self_attn.rotary_k"), k, headDim, theta);
+      Value a = attention(p + ".self_attn", q, k, v);
+      Value o = linear(p + ".self_attn.o_proj", a, qWidth, d, ab, std);
+      x = add(p + ".self_attn.residual", x, o);
+      h = rmsNorm(p + ".post_attention_layernorm", x);
+      Value gate = linear(p + ".mlp.gate_proj", h, d, ff, mb, std);
+      Value up = linear(p + ".mlp.up_proj", h, d, ff, mb, std);
+      gate = b.create<SiluOp>(at(p + ".mlp.act"), gate);
+      Value prod = b.create<MulOp>(at(p + ".mlp.gated"), gate, up);
+      Value down = linear(p + ".mlp.down_proj", prod, ff, d, mb, std);
+      x = add(p + ".mlp.residual", x, down);
+    }
+    Value h = rmsNorm("norm", x);
+    return lossHead(h, targets, "lm_head");
+  }
+
+  MLIRContext &ctx;
+  const ModelSpec &spec;
+  OpBuilder b;
+  Type dtype;
+  Block *moduleBody = nullptr;
+  Operation *forward = nullptr;
+  llvm::StringSet<> declared;
+};
+
+} // namespace
+
+OwningOpRef<ModuleOp> buildModel(MLIRContext &context, const ModelSpec &spec) {
+  return DecoderBuilder(context, spec).build();
+}
+
+} // namespace zeroc
