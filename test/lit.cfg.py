@@ -17,7 +17,6 @@ llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 
 config.substitutions.append(("%examples", os.path.join(config.zeroc_src_root, "examples")))
-config.substitutions.append(("%inputs", os.path.join(config.test_source_root, "Inputs")))
 
 tools = ["zeroc", "zeroc-opt"]
 llvm_config.add_tool_substitutions(tools, [config.zeroc_tools_dir])

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -208,8 +209,21 @@ Expected<JsonDocument> JsonDocument::parse(std::string text, std::string name) {
   try {
     doc.value = json::parse(doc.text);
   } catch (const json::parse_error &e) {
-    // nlohmann reports the byte just past the offending token.
-    size_t offset = e.byte > 0 ? e.byte - 1 : 0;
+    // nlohmann reports the last byte of the offending token; point at its
+    // start, where a reader looks.
+    size_t offset = e.byte > 0 ? std::min(e.byte - 1, doc.text.size()) : 0;
+    if (offset < doc.text.size() && doc.text[offset] == '"') {
+      while (offset > 0 && !(doc.text[offset - 1] == '"' &&
+                             (offset < 2 || doc.text[offset - 2] != '\\')))
+        --offset;
+      if (offset > 0)
+        --offset;
+    } else {
+      while (offset > 0 &&
+             (std::isalnum(static_cast<unsigned char>(doc.text[offset - 1])) ||
+              std::strchr("+-.", doc.text[offset - 1])))
+        --offset;
+    }
     auto [line, column] = lineColumn(doc.text, offset);
     std::string what = e.what();
     // Drop nlohmann's "[json.exception.parse_error.101] parse error at line
