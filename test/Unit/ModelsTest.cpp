@@ -1,0 +1,227 @@
+//===- ModelsTest.cpp - Generator, presets and model statistics -----------===//
+
+#include "model/ModelOps.h"
+#include "zeroc/Analysis/ModelStats.h"
+#include "zeroc/Models/ModelBuilder.h"
+#include "zeroc/Models/ModelSpec.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/Verifier.h"
+
+#include <gtest/gtest.h>
+
+using namespace zeroc;
+
+namespace {
+
+class ModelsTest : public ::testing::Test {
+protected:
+  ModelsTest() {
+    context.loadDialect<model::ModelDialect, mlir::func::FuncDialect>();
+  }
+
+  ModelStats statsOf(const ModelSpec &spec) {
+    mlir::OwningOpRef<mlir::ModuleOp> module = buildModel(context, spec);
+    EXPECT_TRUE(mlir::succeeded(mlir::verify(*module)));
+    mlir::FailureOr<ModelStats> stats = computeModelStats(*module);
+    EXPECT_TRUE(mlir::succeeded(stats));
+    return *stats;
+  }
+
+  static ModelSpec preset(const std::string &name, int64_t seq, int64_t batch,
+                          DType dtype) {
+    std::optional<ModelSpec> spec = presetSpec(name);
+    EXPECT_TRUE(spec.has_value()) << name;
+    auto shaped = withBatchShape(*spec, seq, batch, dtype);
+    EXPECT_TRUE(bool(shaped));
+    return *shaped;
+  }
+
+  static const LayerStats &layer(const ModelStats &stats,
+                                 const std::string &name) {
+    for (const LayerStats &l : stats.layers)
+      if (l.name == name)
+        return l;
+    ADD_FAILURE() << "no layer " << name;
+    return stats.layers.front();
+  }
+
+  mlir::MLIRContext context;
+};
+
+TEST_F(ModelsTest, ExactParameterCountsOfPublicModels) {
+  struct Case {
+    const char *name;
+    int64_t params;
+  } cases[] = {{"gpt2", 124439808},
+               {"gpt2-medium", 354823168},
+               {"gpt2-large", 774030080},
+               {"gpt2-xl", 1557611200},
+               {"llama-2-7b", 6738415616},
+               {"llama-2-13b", 13015864320},
+               {"llama-3-8b", 8030261248},
+               {"llama-3-70b", 70553706496}};
+  for (const Case &c : cases) {
+    ModelSpec spec = preset(c.name, 8, 1, DType::BF16);
+    EXPECT_EQ(spec.parameterCount(), c.params) << c.name;
+    EXPECT_EQ(statsOf(spec).params, c.params) << c.name;
+  }
+}
+
+TEST_F(ModelsTest, SpecCountAgreesWithGraphForEveryPreset) {
+  for (const std::string &name : presetNames()) {
+    ModelSpec spec = preset(name, 4, 1, DType::F32);
+    ModelStats stats = statsOf(spec);
+    EXPECT_EQ(stats.params, spec.parameterCount()) << name;
+    EXPECT_EQ(stats.paramBytes, 4 * spec.parameterCount()) << name;
+    EXPECT_EQ(stats.numLayers, spec.numLayers) << name;
+  }
+}
+
+TEST_F(ModelsTest, ShippedConfigsMatchPresets) {
+  for (const char *name :
+       {"gpt2", "gpt2-medium", "llama-2-7b", "llama-3-8b", "tiny-gpt2",
+        "tiny-llama"}) {
+    std::string path =
+        std::string(ZEROC_SOURCE_DIR) + "/examples/configs/" + name +
+        "/config.json";
+    auto doc = JsonDocument::load(path);
+    ASSERT_TRUE(bool(doc)) << doc.error().str();
+    auto fromFile = readHFConfig(*doc);
+    ASSERT_TRUE(bool(fromFile)) << fromFile.error().str();
+    ModelSpec fromPreset = *presetSpec(name);
+    EXPECT_EQ(fromFile->parameterCount(), fromPreset.parameterCount()) << name;
+    EXPECT_EQ(fromFile->numKVHeads, fromPreset.numKVHeads) << name;
+    EXPECT_EQ(fromFile->dtype, fromPreset.dtype) << name;
+    EXPECT_EQ(fromFile->ropeTheta, fromPreset.ropeTheta) << name;
+  }
+}
+
+// Korthikanti et al. (2022): a GPT layer in 16-bit keeps s b h (34 + 5 a s / h)
+// bytes without recomputation. Without dropout (two masks of s b h bytes, the
+// a s^2 b mask and the 2 a s^2 b dropout output) that is 32 s b h + 2 a s^2 b,
+// plus the two layernorms' f32 statistics (16 s b).
+TEST_F(ModelsTest, GPT2LayerActivationsFollowKorthikanti) {
+  ModelSpec spec = preset("gpt2", 512, 4, DType::BF16);
+  int64_t s = 512, b = 4, h = 768, a = 12;
+  ModelStats stats = statsOf(spec);
+  int64_t expected = 32 * s * b * h + 2 * a * s * s * b + 16 * s * b;
+  EXPECT_EQ(layer(stats, "h.0").savedBytes, expected);
+  EXPECT_EQ(layer(stats, "h.11").savedBytes, expected);
+}
+
+// A Llama layer keeps: norm inputs and outputs (4 s b h), the rotated q and
+// k and v (2 s b (q + 2 kv)), the attention output (2 s b q), the residual
+// (2 s b h -- the second norm's input), four s b I tensors of the gated MLP,
+// the probabilities (2 a s^2 b) and two f32 RMS statistics (8 s b).
+TEST_F(ModelsTest, LlamaLayerActivations) {
+  ModelSpec spec = preset("tiny-llama", 32, 3, DType::BF16);
+  int64_t s = 32, b = 3, h = 64, a = 4, I = 176;
+  int64_t q = 64, kv = 32;
+  int64_t expected = 2 * s * b * (h + h + q + 2 * kv + q + h + h) +
+                     4 * 2 * s * b * I + 2 * a * s * s * b + 8 * s * b;
+  ModelStats stats = statsOf(spec);
+  EXPECT_EQ(layer(stats, "layers.0").savedBytes, expected);
+}
+
+TEST_F(ModelsTest, TrainingFlopsMatchTheUsualEstimate) {
+  // Graph FLOPs differ from 6N + 12LHS only by the non-matmul work and the
+  // embedding lookups, about 0.1% for GPT-2.
+  ModelStats stats = statsOf(preset("gpt2", 1024, 1, DType::F32));
+  EXPECT_EQ(stats.formulaFlopsPerToken,
+            6 * int64_t(124439808) + 12 * 12 * 768 * 1024);
+  double ratio = double(stats.trainFlopsPerToken) / stats.formulaFlopsPerToken;
+  EXPECT_GT(ratio, 0.99);
+  EXPECT_LT(ratio, 1.01);
+}
+
+TEST_F(ModelsTest, LinearFlopsAreExact) {
+  ModelSpec spec = preset("tiny-gpt2", 16, 2, DType::F32);
+  mlir::OwningOpRef<mlir::ModuleOp> module = buildModel(context, spec);
+  bool found = false;
+  module->walk([&](model::LinearOp op) {
+    auto loc = mlir::dyn_cast<mlir::NameLoc>(op.getLoc());
+    if (!loc || loc.getName() != "h.0.mlp.c_fc")
+      return;
+    found = true;
+    // 32 rows x 64 in x 256 out, multiply-add = 2, plus the bias.
+    EXPECT_EQ(mlir::cast<model::CostOpInterface>(op.getOperation())
+                  .getForwardFlops(),
+              2 * 32 * 64 * 256 + 32 * 256);
+  });
+  EXPECT_TRUE(found);
+}
+
+TEST(LayerNames, GroupByFirstNumericComponent) {
+  EXPECT_EQ(layerOfParameter("h.3.attn.q_proj.weight"), "h.3");
+  EXPECT_EQ(layerOfParameter("layers.17.mlp.up_proj.weight"), "layers.17");
+  EXPECT_EQ(layerOfParameter("model.layers.2.norm.weight"), "model.layers.2");
+  EXPECT_EQ(layerOfParameter("ln_f.weight"), "ln_f");
+  EXPECT_EQ(layerOfParameter("lm_head"), "lm_head");
+}
+
+//===----------------------------------------------------------------------===//
+// Hugging Face config reading
+//===----------------------------------------------------------------------===//
+
+Expected<ModelSpec> read(const std::string &text,
+                         std::vector<std::string> *notes = nullptr) {
+  auto doc = JsonDocument::parse(text, "config.json");
+  if (!doc)
+    return doc.error();
+  return readHFConfig(*doc, notes);
+}
+
+TEST(HFConfig, FillsHuggingFaceDefaults) {
+  std::vector<std::string> notes;
+  auto spec = read(R"({"model_type": "llama", "vocab_size": 100,
+      "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+      "num_attention_heads": 8, "max_position_embeddings": 32})",
+                   &notes);
+  ASSERT_TRUE(bool(spec)) << spec.error().str();
+  EXPECT_EQ(spec->numKVHeads, 8);
+  EXPECT_EQ(spec->headDim, 8);
+  EXPECT_DOUBLE_EQ(spec->normEpsilon, 1e-6);
+  EXPECT_DOUBLE_EQ(spec->ropeTheta, 10000.0);
+  EXPECT_FALSE(spec->tieWordEmbeddings);
+  EXPECT_EQ(spec->dtype, DType::F32);
+  EXPECT_EQ(spec->seqLen, 32);
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_EQ(notes[0], "num_key_value_heads not given: using "
+                      "num_attention_heads = 8");
+
+  auto gpt = read(R"({"model_type": "gpt2", "vocab_size": 10, "n_ctx": 16,
+      "n_embd": 32, "n_layer": 1, "n_head": 2})");
+  ASSERT_TRUE(bool(gpt)) << gpt.error().str();
+  EXPECT_EQ(gpt->intermediateSize, 128);
+  EXPECT_EQ(gpt->maxPositions, 16);
+  EXPECT_TRUE(gpt->tieWordEmbeddings);
+}
+
+TEST(HFConfig, ErrorsPointAtTheKey) {
+  auto spec = read("{\n  \"model_type\": \"llama\",\n  \"vocab_size\": 0\n}");
+  ASSERT_FALSE(bool(spec));
+  EXPECT_EQ(spec.error().str(),
+            "config.json:3:3: error: 'vocab_size' must be a positive "
+            "integer, found 0");
+}
+
+TEST(HFConfig, BatchShapeIsChecked) {
+  ModelSpec spec = *presetSpec("gpt2");
+  EXPECT_FALSE(bool(withBatchShape(spec, 1025, std::nullopt, std::nullopt)));
+  EXPECT_FALSE(bool(withBatchShape(spec, 0, std::nullopt, std::nullopt)));
+  EXPECT_FALSE(bool(withBatchShape(spec, std::nullopt, -1, std::nullopt)));
+  EXPECT_FALSE(bool(withBatchShape(spec, std::nullopt, 1, DType::I32)));
+  auto ok = withBatchShape(spec, 256, 8, DType::F16);
+  ASSERT_TRUE(bool(ok));
+  EXPECT_EQ(ok->seqLen, 256);
+  EXPECT_EQ(ok->microBatch, 8);
+  EXPECT_EQ(ok->dtype, DType::F16);
+}
+
+TEST(HFConfig, UnknownPresetIsNullopt) {
+  EXPECT_FALSE(presetSpec("gpt-5").has_value());
+}
+
+} // namespace
