@@ -17,6 +17,7 @@
 #include "mlir/Parser/Parser.h"
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/Config/llvm-config.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/SourceMgr.h"
@@ -186,6 +187,12 @@ int main(int argc, char **argv) {
       "Use a preset shape instead of a config.json: " +
       llvm::join(zeroc::presetNames(), ", ");
   genPreset.setDescription(presetHelp);
+  cl::SetVersionPrinter([](llvm::raw_ostream &os) {
+    os << "zeroc " << ZEROC_VERSION << " (LLVM " << LLVM_VERSION_STRING
+       << ")\n";
+  });
+  // libLLVM registers hundreds of backend options; show only ours.
+  cl::HideUnrelatedOptions(zerocCategory);
   cl::ParseCommandLineOptions(
       argc, argv,
       "zeroc: compiles a model graph and a DeepSpeed ZeRO config into an "

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Configures (once) and builds zeroc in $BUILD_DIR (default: build/).
+# Extra arguments are passed to ninja, e.g. `scripts/build.sh zeroc`.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+build="${BUILD_DIR:-$root/build}"
+
+"$root/scripts/setup.sh"
+
+if [ ! -f "$build/build.ninja" ]; then
+  cmake -G Ninja -S "$root" -B "$build" \
+    -DCMAKE_BUILD_TYPE=Release \
+    -DMLIR_DIR=/usr/lib/llvm-19/lib/cmake/mlir \
+    -DLLVM_EXTERNAL_LIT=/usr/lib/llvm-19/build/utils/lit/lit.py >/dev/null
+fi
+ninja -C "$build" "$@"
