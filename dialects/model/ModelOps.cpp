@@ -69,8 +69,8 @@ static LogicalResult expectRank(Operation *op, StringRef name, Value v,
   int64_t found = tensorOf(v).getRank();
   if (found == rank)
     return success();
-  return op->emitOpError() << name << " must be rank " << rank << " ("
-                           << layout << "), found rank " << found << " "
+  return op->emitOpError() << name << " must be rank " << rank << " (" << layout
+                           << "), found rank " << found << " "
                            << shapeString(tensorOf(v).getShape());
 }
 
@@ -82,10 +82,9 @@ static LogicalResult expectSameElementType(Operation *op, StringRef refName,
     Type found = tensorOf(v).getElementType();
     if (!isa<FloatType>(found) || found == expected)
       return success();
-    return op->emitOpError()
-           << kind << " #" << index << " has element type " << found
-           << ", expected " << expected << " (the element type of " << refName
-           << ")";
+    return op->emitOpError() << kind << " #" << index << " has element type "
+                             << found << ", expected " << expected
+                             << " (the element type of " << refName << ")";
   };
   for (auto [i, v] : llvm::enumerate(op->getOperands()))
     if (failed(check("operand", i, v)))
@@ -122,9 +121,9 @@ LogicalResult ParamOp::verify() {
   return success();
 }
 
-LogicalResult
-ParamRefOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
-  Operation *target = symbolTable.lookupNearestSymbolFrom(*this, getParamAttr());
+LogicalResult ParamRefOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  Operation *target =
+      symbolTable.lookupNearestSymbolFrom(*this, getParamAttr());
   auto param = dyn_cast_or_null<ParamOp>(target);
   if (!param)
     return emitOpError() << getParamAttr()
@@ -148,8 +147,7 @@ LogicalResult EmbeddingOp::verify() {
     return failure();
   ArrayRef<int64_t> ids = tensorOf(getIds()).getShape();
   int64_t hidden = tensorOf(getTable()).getDimSize(1);
-  if (failed(expectShape(*this, "result", getResult(),
-                         {ids[0], ids[1], hidden},
+  if (failed(expectShape(*this, "result", getResult(), {ids[0], ids[1], hidden},
                          "[batch, seq] of ids, hidden of the table")))
     return failure();
   return expectSameElementType(*this, "the table", getTable());
@@ -170,15 +168,14 @@ void EmbeddingOp::getSavedValues(SmallVectorImpl<Value> &saved) {
 LogicalResult PositionEmbeddingOp::verify() {
   if (failed(expectRank(*this, "table", getTable(), 2,
                         "[max_positions, hidden]")) ||
-      failed(expectRank(*this, "result", getResult(), 3,
-                        "[batch, seq, hidden]")))
+      failed(
+          expectRank(*this, "result", getResult(), 3, "[batch, seq, hidden]")))
     return failure();
   ArrayRef<int64_t> table = tensorOf(getTable()).getShape();
   ArrayRef<int64_t> result = tensorOf(getResult()).getShape();
   if (result[1] > table[0])
-    return emitOpError() << "sequence length " << result[1]
-                         << " exceeds the " << table[0]
-                         << " positions of the table";
+    return emitOpError() << "sequence length " << result[1] << " exceeds the "
+                         << table[0] << " positions of the table";
   if (result[2] != table[1])
     return emitOpError() << "result hidden size " << result[2]
                          << " does not match the table's hidden size "
@@ -260,9 +257,9 @@ static LogicalResult verifyNorm(Operation *op, Value input,
                            "[hidden], the last dimension of the input")))
       return failure();
   if (result.getType() != input.getType())
-    return op->emitOpError() << "result type " << result.getType()
-                             << " does not match the input type "
-                             << input.getType();
+    return op->emitOpError()
+           << "result type " << result.getType()
+           << " does not match the input type " << input.getType();
   if (!(epsilon > 0.0))
     return op->emitOpError() << "epsilon must be positive, found " << epsilon;
   return expectSameElementType(op, "the input", input);
@@ -275,8 +272,8 @@ static int64_t normRows(Value input) {
 
 LogicalResult LayerNormOp::verify() {
   return verifyNorm(*this, getInput(),
-                    {{"weight", getWeight()}, {"bias", getBias()}},
-                    getResult(), getEpsilon().convertToDouble());
+                    {{"weight", getWeight()}, {"bias", getBias()}}, getResult(),
+                    getEpsilon().convertToDouble());
 }
 
 // Per element: mean 1, variance 3, normalize 2, affine 2.
@@ -363,9 +360,8 @@ void RotaryOp::getSavedValues(SmallVectorImpl<Value> &) {}
 //===----------------------------------------------------------------------===//
 
 LogicalResult CausalAttentionOp::verify() {
-  for (auto [name, v] : {std::pair<StringRef, Value>{"q", getQ()},
-                         {"k", getK()},
-                         {"v", getV()}})
+  for (auto [name, v] :
+       {std::pair<StringRef, Value>{"q", getQ()}, {"k", getK()}, {"v", getV()}})
     if (failed(expectRank(*this, name, v, 3, "[batch, seq, heads * head_dim]")))
       return failure();
   ArrayRef<int64_t> q = tensorOf(getQ()).getShape();
@@ -378,9 +374,8 @@ LogicalResult CausalAttentionOp::verify() {
                          << " is not a multiple of num_kv_heads " << kvHeads;
   int64_t headDim = q[2] / heads;
   SmallVector<int64_t> kv = {q[0], q[1], kvHeads * headDim};
-  std::string why = "num_kv_heads " + std::to_string(kvHeads) +
-                    " x head_dim " + std::to_string(headDim) +
-                    " for batch and seq of q";
+  std::string why = "num_kv_heads " + std::to_string(kvHeads) + " x head_dim " +
+                    std::to_string(headDim) + " for batch and seq of q";
   if (failed(expectShape(*this, "k", getK(), kv, why)) ||
       failed(expectShape(*this, "v", getV(), kv, why)) ||
       failed(expectShape(*this, "result", getResult(), q, "the shape of q")))
@@ -396,8 +391,7 @@ static int64_t attentionScores(CausalAttentionOp op) {
 // Q K^T and P V are 2 * scores * head_dim each (the full square, as in the
 // usual 6N + 12 L H S accounting); the softmax is 5 per score.
 int64_t CausalAttentionOp::getForwardFlops() {
-  return 4 * attentionScores(*this) * getHeadDim() +
-         5 * attentionScores(*this);
+  return 4 * attentionScores(*this) * getHeadDim() + 5 * attentionScores(*this);
 }
 
 void CausalAttentionOp::getSavedValues(SmallVectorImpl<Value> &saved) {
@@ -415,8 +409,8 @@ int64_t CausalAttentionOp::getSavedInternalBytes() {
 //===----------------------------------------------------------------------===//
 
 LogicalResult CrossEntropyOp::verify() {
-  if (failed(expectRank(*this, "logits", getLogits(), 3,
-                        "[batch, seq, vocab]")) ||
+  if (failed(
+          expectRank(*this, "logits", getLogits(), 3, "[batch, seq, vocab]")) ||
       failed(expectRank(*this, "targets", getTargets(), 2, "[batch, seq]")))
     return failure();
   ArrayRef<int64_t> logits = tensorOf(getLogits()).getShape();

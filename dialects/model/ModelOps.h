@@ -1,4 +1,5 @@
-//===- ModelOps.h - The model dialect's ops, attributes, interfaces -*- C++ -*-===//
+//===- ModelOps.h - The model dialect's ops, attributes, interfaces -*- C++
+//-*-===//
 //
 // Everything a client of the model dialect includes.
 //

@@ -128,7 +128,8 @@ FailureOr<ModelStats> computeModelStats(ModuleOp module) {
   });
 
   int64_t tokenCount = stats.tokens();
-  stats.trainFlopsPerToken = tokenCount ? 3 * stats.forwardFlops / tokenCount : 0;
+  stats.trainFlopsPerToken =
+      tokenCount ? 3 * stats.forwardFlops / tokenCount : 0;
   stats.formulaFlopsPerToken = 6 * stats.params + stats.attentionFlopsPerToken;
   // Drop layers that hold nothing (an unused "(inputs)" row).
   for (LayerStats &layer : layers)
@@ -171,27 +172,25 @@ std::string formatModelStats(const ModelStats &s) {
   add("parameters", groupDigits(s.params) + " (" + humanCount(s.params) + ")");
   add("parameter bytes", humanBytes(s.paramBytes));
   add("micro-batch x sequence", std::to_string(s.batch) + " x " +
-                                     std::to_string(s.seqLen) + " = " +
-                                     groupDigits(s.tokens()) + " tokens");
+                                    std::to_string(s.seqLen) + " = " +
+                                    groupDigits(s.tokens()) + " tokens");
   add("attention layers", std::to_string(s.numLayers));
   add("train FLOPs / token (graph)",
       humanCount(s.trainFlopsPerToken) + "FLOP  (3 x forward ops)");
   add("train FLOPs / token (6N + 12LHS)",
       humanCount(s.formulaFlopsPerToken) + "FLOP  (attention term " +
           humanCount(s.attentionFlopsPerToken) + ")");
-  add("train FLOPs / micro-batch",
-      humanCount(3.0 * s.forwardFlops) + "FLOP");
+  add("train FLOPs / micro-batch", humanCount(3.0 * s.forwardFlops) + "FLOP");
   add("saved for backward / micro-batch", humanBytes(s.savedBytes));
   out += "\n";
   std::snprintf(line, sizeof line, "  %-18s %15s %12s %14s %14s\n", "layer",
                 "params", "param bytes", "fwd FLOPs", "saved bytes");
   out += line;
   for (const LayerStats &l : s.layers) {
-    std::snprintf(line, sizeof line, "  %-18s %15s %12s %14s %14s\n",
-                  l.name.c_str(), groupDigits(l.params).c_str(),
-                  humanBytes(l.paramBytes).c_str(),
-                  humanCount(l.forwardFlops).c_str(),
-                  humanBytes(l.savedBytes).c_str());
+    std::snprintf(
+        line, sizeof line, "  %-18s %15s %12s %14s %14s\n", l.name.c_str(),
+        groupDigits(l.params).c_str(), humanBytes(l.paramBytes).c_str(),
+        humanCount(l.forwardFlops).c_str(), humanBytes(l.savedBytes).c_str());
     out += line;
   }
   return out;

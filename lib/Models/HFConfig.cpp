@@ -20,18 +20,18 @@ int64_t ModelSpec::parameterCount() const {
   int64_t q = numHeads * headDim, kv = numKVHeads * headDim;
   int64_t perLayer = 0, outside = v * h; // token embedding
   if (family == ModelFamily::GPT2) {
-    perLayer = 2 * h                  // ln_1
-               + 3 * (h * h + h)      // q, k, v with bias
-               + (h * h + h)          // attention output projection
-               + 2 * h                // ln_2
-               + (i * h + i)          // c_fc
-               + (h * i + h);         // mlp c_proj
+    perLayer = 2 * h                     // ln_1
+               + 3 * (h * h + h)         // q, k, v with bias
+               + (h * h + h)             // attention output projection
+               + 2 * h                   // ln_2
+               + (i * h + i)             // c_fc
+               + (h * i + h);            // mlp c_proj
     outside += maxPositions * h + 2 * h; // wpe, ln_f
   } else {
-    perLayer = 2 * h                                   // two RMSNorms
-               + h * q + 2 * h * kv + q * h            // q, k, v, o
-               + (attentionBias ? q + 2 * kv + h : 0)  //
-               + 3 * h * i                             // gate, up, down
+    perLayer = 2 * h                                  // two RMSNorms
+               + h * q + 2 * h * kv + q * h           // q, k, v, o
+               + (attentionBias ? q + 2 * kv + h : 0) //
+               + 3 * h * i                            // gate, up, down
                + (mlpBias ? 2 * i + h : 0);
     outside += h; // final norm
   }
@@ -79,7 +79,8 @@ public:
                    const std::string &why = "") {
     if (!has(key)) {
       if (!why.empty())
-        note(key + " not given: using " + why + " = " + std::to_string(fallback));
+        note(key + " not given: using " + why + " = " +
+             std::to_string(fallback));
       return fallback;
     }
     return positiveValue(key);
@@ -188,8 +189,8 @@ void readLlama(ConfigReader &r, ModelSpec &spec) {
   spec.numHeads = r.positive("num_attention_heads");
   spec.intermediateSize = r.positive("intermediate_size");
   spec.maxPositions = r.positive("max_position_embeddings");
-  spec.numKVHeads = r.positive("num_key_value_heads", spec.numHeads,
-                               "num_attention_heads");
+  spec.numKVHeads =
+      r.positive("num_key_value_heads", spec.numHeads, "num_attention_heads");
   spec.normEpsilon = r.number("rms_norm_eps", 1e-6);
   spec.ropeTheta = r.number("rope_theta", 10000.0);
   spec.initializerRange = r.number("initializer_range", 0.02);
@@ -208,10 +209,10 @@ void readLlama(ConfigReader &r, ModelSpec &spec) {
   if (r.has("head_dim")) {
     spec.headDim = r.positive("head_dim");
   } else if (spec.hiddenSize % spec.numHeads != 0) {
-    r.fail("num_attention_heads",
-           "num_attention_heads " + std::to_string(spec.numHeads) +
-               " does not divide hidden_size " +
-               std::to_string(spec.hiddenSize));
+    r.fail("num_attention_heads", "num_attention_heads " +
+                                      std::to_string(spec.numHeads) +
+                                      " does not divide hidden_size " +
+                                      std::to_string(spec.hiddenSize));
   } else {
     spec.headDim = spec.hiddenSize / spec.numHeads;
   }
@@ -219,10 +220,10 @@ void readLlama(ConfigReader &r, ModelSpec &spec) {
     r.fail("head_dim", "head dimension " + std::to_string(spec.headDim) +
                            " must be even for rotary embeddings");
   if (!r.error && spec.numHeads % spec.numKVHeads != 0)
-    r.fail("num_key_value_heads",
-           "num_key_value_heads " + std::to_string(spec.numKVHeads) +
-               " does not divide num_attention_heads " +
-               std::to_string(spec.numHeads));
+    r.fail("num_key_value_heads", "num_key_value_heads " +
+                                      std::to_string(spec.numKVHeads) +
+                                      " does not divide num_attention_heads " +
+                                      std::to_string(spec.numHeads));
 }
 
 } // namespace

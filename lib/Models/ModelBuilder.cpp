@@ -28,8 +28,8 @@ public:
     moduleBody = module->getBody();
     b.setInsertionPointToEnd(moduleBody);
 
-    auto ids = RankedTensorType::get({spec.microBatch, spec.seqLen},
-                                     b.getI32Type());
+    auto ids =
+        RankedTensorType::get({spec.microBatch, spec.seqLen}, b.getI32Type());
     auto loss = RankedTensorType::get({}, b.getF32Type());
     auto func = b.create<func::FuncOp>(at("forward"), "forward",
                                        b.getFunctionType({ids, ids}, {loss}));
@@ -67,8 +67,7 @@ private:
   }
 
   /// Declares a parameter (once) and reads it at the current point.
-  Value param(const std::string &name, ArrayRef<int64_t> shape,
-              InitAttr init) {
+  Value param(const std::string &name, ArrayRef<int64_t> shape, InitAttr init) {
     RankedTensorType type = tensor(shape);
     if (!declared.count(name)) {
       // Parameters go before the forward function, in creation order.
@@ -121,23 +120,22 @@ private:
   }
 
   Value attention(const std::string &prefix, Value q, Value k, Value v) {
-    return b.create<CausalAttentionOp>(
-        at(prefix), q.getType(), q, k, v,
-        b.getI64IntegerAttr(spec.numHeads),
-        b.getI64IntegerAttr(spec.numKVHeads));
+    return b.create<CausalAttentionOp>(at(prefix), q.getType(), q, k, v,
+                                       b.getI64IntegerAttr(spec.numHeads),
+                                       b.getI64IntegerAttr(spec.numKVHeads));
   }
 
   Value lossHead(Value h, Value targets, const std::string &headName) {
     int64_t v = spec.vocabSize, d = spec.hiddenSize;
     Value w = spec.tieWordEmbeddings
-                  ? param(embeddingName() + ".weight", {v, d}, normal(spec.initializerRange))
+                  ? param(embeddingName() + ".weight", {v, d},
+                          normal(spec.initializerRange))
                   : param(headName + ".weight", {v, d},
                           normal(spec.initializerRange));
     Value logits =
         b.create<LinearOp>(at(headName), activation(v), h, w, Value());
-    return b.create<CrossEntropyOp>(at("loss"),
-                                    RankedTensorType::get({}, b.getF32Type()),
-                                    logits, targets);
+    return b.create<CrossEntropyOp>(
+        at("loss"), RankedTensorType::get({}, b.getF32Type()), logits, targets);
   }
 
   std::string embeddingName() const {
@@ -176,7 +174,8 @@ private:
     int64_t qWidth = spec.numHeads * spec.headDim;
     int64_t kvWidth = spec.numKVHeads * spec.headDim;
     double std = spec.initializerRange;
-    Value table = param("embed_tokens.weight", {spec.vocabSize, d}, normal(std));
+    Value table =
+        param("embed_tokens.weight", {spec.vocabSize, d}, normal(std));
     Value x =
         b.create<EmbeddingOp>(at("embed_tokens"), activation(d), table, tokens);
     auto headDim = b.getI64IntegerAttr(spec.headDim);

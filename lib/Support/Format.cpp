@@ -35,8 +35,8 @@ static std::string scaled(double value, double base, const char *const *units,
   if (unit == 0 && integerFirst)
     std::snprintf(buffer, sizeof buffer, "%.0f %s", value, units[0]);
   else
-    std::snprintf(buffer, sizeof buffer, "%.2f %s",
-                  value < 0 ? -v : v, units[unit]);
+    std::snprintf(buffer, sizeof buffer, "%.2f %s", value < 0 ? -v : v,
+                  units[unit]);
   std::string s = buffer;
   if (!s.empty() && s.back() == ' ')
     s.pop_back();

@@ -48,7 +48,8 @@ public:
   explicit Scanner(const std::string &text) : text(text) {}
 
   void skipSpace() {
-    while (pos < text.size() && std::isspace(static_cast<unsigned char>(text[pos])))
+    while (pos < text.size() &&
+           std::isspace(static_cast<unsigned char>(text[pos])))
       ++pos;
   }
 
@@ -60,13 +61,27 @@ public:
       if (text[pos] == '\\' && pos + 1 < text.size()) {
         char c = text[pos + 1];
         switch (c) {
-        case 'n': out += '\n'; break;
-        case 't': out += '\t'; break;
-        case 'r': out += '\r'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'u': out += '?'; pos += 4; break; // keys with \u are rare
-        default: out += c;
+        case 'n':
+          out += '\n';
+          break;
+        case 't':
+          out += '\t';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case 'b':
+          out += '\b';
+          break;
+        case 'f':
+          out += '\f';
+          break;
+        case 'u':
+          out += '?';
+          pos += 4;
+          break; // keys with \u are rare
+        default:
+          out += c;
         }
         pos += 2;
         continue;
@@ -108,7 +123,8 @@ public:
       return;
     }
     while (pos < text.size() && text[pos] != ',' && text[pos] != '}' &&
-           text[pos] != ']' && !std::isspace(static_cast<unsigned char>(text[pos])))
+           text[pos] != ']' &&
+           !std::isspace(static_cast<unsigned char>(text[pos])))
       ++pos;
   }
 
@@ -171,9 +187,8 @@ std::vector<std::string> pointerTokens(const std::string &pointer) {
     if (pointer[i] != '/')
       break;
     size_t next = pointer.find('/', i + 1);
-    std::string token = pointer.substr(i + 1, next == std::string::npos
-                                                  ? std::string::npos
-                                                  : next - i - 1);
+    std::string token = pointer.substr(
+        i + 1, next == std::string::npos ? std::string::npos : next - i - 1);
     std::string unescaped;
     for (size_t j = 0; j < token.size(); ++j) {
       if (token[j] == '~' && j + 1 < token.size()) {
@@ -229,7 +244,8 @@ Expected<JsonDocument> JsonDocument::parse(std::string text, std::string name) {
     // Drop nlohmann's "[json.exception.parse_error.101] parse error at line
     // 3, column 5: " prefix; the position is already in the diagnostic.
     size_t colon = what.find(": ");
-    std::string detail = colon == std::string::npos ? what : what.substr(colon + 2);
+    std::string detail =
+        colon == std::string::npos ? what : what.substr(colon + 2);
     return Diagnostic{doc.file, line, column, "invalid JSON: " + detail};
   }
   return doc;
@@ -316,13 +332,15 @@ static size_t editDistance(const std::string &a, const std::string &b) {
 }
 
 std::optional<std::string>
-closestMatch(const std::string &word, const std::vector<std::string> &candidates) {
+closestMatch(const std::string &word,
+             const std::vector<std::string> &candidates) {
   std::optional<std::string> best;
   size_t bestDistance = std::max<size_t>(2, word.size() / 3) + 1;
   for (const std::string &c : candidates) {
     size_t d = editDistance(word, c);
     // A key that differs only by a prefix such as "stage3_" is close too.
-    if (c.size() > word.size() && c.compare(c.size() - word.size(), word.size(), word) == 0)
+    if (c.size() > word.size() &&
+        c.compare(c.size() - word.size(), word.size(), word) == 0)
       d = std::min(d, size_t(1));
     if (d < bestDistance) {
       bestDistance = d;

@@ -47,7 +47,8 @@ TEST(JsonDocument, SkipsStringsWithBracesAndEscapes) {
 TEST(JsonDocument, MissingFileIsAnError) {
   auto doc = JsonDocument::load("/nonexistent/zeroc.json");
   ASSERT_FALSE(doc);
-  EXPECT_EQ(doc.error().str(), "/nonexistent/zeroc.json: error: cannot open file");
+  EXPECT_EQ(doc.error().str(),
+            "/nonexistent/zeroc.json: error: cannot open file");
 }
 
 TEST(JsonHelpers, DescribeType) {
@@ -58,8 +59,9 @@ TEST(JsonHelpers, DescribeType) {
 }
 
 TEST(JsonHelpers, ClosestMatchFindsTyposOnly) {
-  std::vector<std::string> keys = {"reduce_bucket_size", "allgather_bucket_size",
-                                    "stage3_prefetch_bucket_size"};
+  std::vector<std::string> keys = {"reduce_bucket_size",
+                                   "allgather_bucket_size",
+                                   "stage3_prefetch_bucket_size"};
   EXPECT_EQ(closestMatch("reduce_bucket_sise", keys), "reduce_bucket_size");
   EXPECT_EQ(closestMatch("prefetch_bucket_size", keys),
             "stage3_prefetch_bucket_size");

@@ -54,14 +54,10 @@ TEST_F(ModelsTest, ExactParameterCountsOfPublicModels) {
   struct Case {
     const char *name;
     int64_t params;
-  } cases[] = {{"gpt2", 124439808},
-               {"gpt2-medium", 354823168},
-               {"gpt2-large", 774030080},
-               {"gpt2-xl", 1557611200},
-               {"llama-2-7b", 6738415616},
-               {"llama-2-13b", 13015864320},
-               {"llama-3-8b", 8030261248},
-               {"llama-3-70b", 70553706496}};
+  } cases[] = {{"gpt2", 124439808},        {"gpt2-medium", 354823168},
+               {"gpt2-large", 774030080},  {"gpt2-xl", 1557611200},
+               {"llama-2-7b", 6738415616}, {"llama-2-13b", 13015864320},
+               {"llama-3-8b", 8030261248}, {"llama-3-70b", 70553706496}};
   for (const Case &c : cases) {
     ModelSpec spec = preset(c.name, 8, 1, DType::BF16);
     EXPECT_EQ(spec.parameterCount(), c.params) << c.name;
@@ -80,12 +76,10 @@ TEST_F(ModelsTest, SpecCountAgreesWithGraphForEveryPreset) {
 }
 
 TEST_F(ModelsTest, ShippedConfigsMatchPresets) {
-  for (const char *name :
-       {"gpt2", "gpt2-medium", "llama-2-7b", "llama-3-8b", "tiny-gpt2",
-        "tiny-llama"}) {
-    std::string path =
-        std::string(ZEROC_SOURCE_DIR) + "/examples/configs/" + name +
-        "/config.json";
+  for (const char *name : {"gpt2", "gpt2-medium", "llama-2-7b", "llama-3-8b",
+                           "tiny-gpt2", "tiny-llama"}) {
+    std::string path = std::string(ZEROC_SOURCE_DIR) + "/examples/configs/" +
+                       name + "/config.json";
     auto doc = JsonDocument::load(path);
     ASSERT_TRUE(bool(doc)) << doc.error().str();
     auto fromFile = readHFConfig(*doc);
@@ -146,9 +140,9 @@ TEST_F(ModelsTest, LinearFlopsAreExact) {
       return;
     found = true;
     // 32 rows x 64 in x 256 out, multiply-add = 2, plus the bias.
-    EXPECT_EQ(mlir::cast<model::CostOpInterface>(op.getOperation())
-                  .getForwardFlops(),
-              2 * 32 * 64 * 256 + 32 * 256);
+    EXPECT_EQ(
+        mlir::cast<model::CostOpInterface>(op.getOperation()).getForwardFlops(),
+        2 * 32 * 64 * 256 + 32 * 256);
   });
   EXPECT_TRUE(found);
 }

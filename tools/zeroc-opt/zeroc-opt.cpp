@@ -19,6 +19,6 @@ int main(int argc, char **argv) {
 
   mlir::DialectRegistry registry;
   registry.insert<zeroc::model::ModelDialect, mlir::func::FuncDialect>();
-  return mlir::asMainReturnCode(mlir::MlirOptMain(
-      argc, argv, "zeroc optimizer driver\n", registry));
+  return mlir::asMainReturnCode(
+      mlir::MlirOptMain(argc, argv, "zeroc optimizer driver\n", registry));
 }

@@ -1,4 +1,5 @@
-//===- zeroc.cpp - The zeroc driver ----------------------------------------===//
+//===- zeroc.cpp - The zeroc driver
+//----------------------------------------===//
 //
 // `zeroc gen` writes a model from a Hugging Face config or a preset;
 // `zeroc stats` reports its size, FLOPs and activation memory. The driver
@@ -99,8 +100,8 @@ int runGen() {
   if (!genPreset.empty()) {
     spec = zeroc::presetSpec(genPreset);
     if (!spec)
-      return error("unknown preset '" + genPreset + "'; presets: " +
-                   llvm::join(zeroc::presetNames(), ", "));
+      return error("unknown preset '" + genPreset +
+                   "'; presets: " + llvm::join(zeroc::presetNames(), ", "));
   } else {
     auto doc = zeroc::JsonDocument::load(genConfig);
     if (!doc)

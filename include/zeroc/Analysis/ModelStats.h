@@ -1,4 +1,5 @@
-//===- ModelStats.h - Size, FLOPs and activation memory of a model -*- C++ -*-===//
+//===- ModelStats.h - Size, FLOPs and activation memory of a model -*- C++
+//-*-===//
 //
 // What `zeroc stats` reports: the exact parameter count, the training FLOPs
 // per token, and the bytes kept for backward per micro-batch, in total and per
@@ -34,9 +35,9 @@ struct ModelStats {
   std::string name;
   int64_t params = 0;
   int64_t paramBytes = 0;
-  int64_t batch = 0;  ///< Micro-batch size (tokens argument, dim 0).
-  int64_t seqLen = 0; ///< Sequence length (tokens argument, dim 1).
-  int64_t numLayers = 0; ///< Attention layers.
+  int64_t batch = 0;        ///< Micro-batch size (tokens argument, dim 0).
+  int64_t seqLen = 0;       ///< Sequence length (tokens argument, dim 1).
+  int64_t numLayers = 0;    ///< Attention layers.
   int64_t forwardFlops = 0; ///< Per micro-batch, sum over ops.
   /// 3x the forward FLOPs per token (backward costs twice the forward).
   int64_t trainFlopsPerToken = 0;

@@ -16,9 +16,10 @@
 namespace zeroc {
 
 /// Builds `module @<name> { model.param ...; func.func @forward(...) }`.
-/// Parameter names follow the Hugging Face state dicts (`h.0.attn.q_proj.weight`,
-/// `layers.0.mlp.gate_proj.weight`); op locations name the module they belong
-/// to. The context must have the model and func dialects loaded.
+/// Parameter names follow the Hugging Face state dicts
+/// (`h.0.attn.q_proj.weight`, `layers.0.mlp.gate_proj.weight`); op locations
+/// name the module they belong to. The context must have the model and func
+/// dialects loaded.
 mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext &context,
                                              const ModelSpec &spec);
 

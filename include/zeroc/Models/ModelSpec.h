@@ -1,4 +1,5 @@
-//===- ModelSpec.h - A decoder's shape, from a Hugging Face config -*- C++ -*-===//
+//===- ModelSpec.h - A decoder's shape, from a Hugging Face config -*- C++
+//-*-===//
 //
 // The handful of numbers that define a GPT-2 or Llama-family decoder, read
 // from a Hugging Face `config.json` or a named preset. MLIR-free; the MLIR
@@ -42,7 +43,7 @@ struct ModelSpec {
   DType dtype = DType::F32; ///< From `torch_dtype` when present.
 
   // Shape of one micro-batch (not in the Hugging Face config).
-  int64_t seqLen = 0;     ///< Defaults to maxPositions.
+  int64_t seqLen = 0; ///< Defaults to maxPositions.
   int64_t microBatch = 1;
 
   /// Exact trainable parameter count implied by the spec.
@@ -64,7 +65,8 @@ std::optional<ModelSpec> presetSpec(const std::string &name);
 
 /// Applies the command line's --seq-len, --micro-batch and --dtype, checking
 /// them against the spec (the sequence may not exceed maxPositions).
-Expected<ModelSpec> withBatchShape(ModelSpec spec, std::optional<int64_t> seqLen,
+Expected<ModelSpec> withBatchShape(ModelSpec spec,
+                                   std::optional<int64_t> seqLen,
                                    std::optional<int64_t> microBatch,
                                    std::optional<DType> dtype);
 

@@ -49,8 +49,9 @@ std::string describeJsonType(const nlohmann::json &value);
 
 /// The candidate closest to `word` by edit distance, if any is close enough
 /// to be a plausible typo ("did you mean ...?").
-std::optional<std::string> closestMatch(const std::string &word,
-                                        const std::vector<std::string> &candidates);
+std::optional<std::string>
+closestMatch(const std::string &word,
+             const std::vector<std::string> &candidates);
 
 } // namespace zeroc
 
