@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "model/ModelOps.h"
+#include "zeroc/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/DialectRegistry.h"
@@ -16,6 +17,7 @@ int main(int argc, char **argv) {
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();
   mlir::registerSymbolDCEPass();
+  zeroc::registerZerocPasses();
 
   mlir::DialectRegistry registry;
   registry.insert<zeroc::model::ModelDialect, mlir::func::FuncDialect>();
