@@ -1,0 +1,50 @@
+//===- ShardLayoutTest.cpp - DeepSpeed-compatible shard layouts -----------===//
+
+#include "zeroc/Support/ShardLayout.h"
+
+#include <gtest/gtest.h>
+
+using namespace zeroc;
+
+TEST(ParamShardLayout, PadsToAMultipleOfTheWorldSize) {
+  ParamShardLayout layout{10, 4};
+  EXPECT_EQ(layout.shardSize(), 3);
+  EXPECT_EQ(layout.paddedNumel(), 12);
+  EXPECT_EQ(layout.ownedBy(0), (ElementRange{0, 3}));
+  EXPECT_EQ(layout.ownedBy(3), (ElementRange{9, 10}));
+  // More ranks than elements: the tail ranks hold only padding.
+  ParamShardLayout tiny{3, 8};
+  EXPECT_EQ(tiny.shardSize(), 1);
+  EXPECT_EQ(tiny.paddedNumel(), 8);
+  EXPECT_TRUE(tiny.ownedBy(5).empty());
+}
+
+TEST(ParamShardLayout, RanksCoverEveryElementOnce) {
+  for (int64_t ws : {1, 2, 3, 7, 8, 1024})
+    for (int64_t numel : {1, 5, 768, 589824, 50257 * 768}) {
+      ParamShardLayout layout{numel, ws};
+      int64_t covered = 0;
+      for (int64_t r = 0; r < ws; ++r) {
+        ElementRange owned = layout.ownedBy(r);
+        if (!owned.empty())
+          EXPECT_EQ(owned.begin, covered);
+        covered += owned.size();
+      }
+      EXPECT_EQ(covered, numel);
+    }
+}
+
+TEST(FlatGroupLayout, AlignsToTwiceTheWorldSize) {
+  FlatGroupLayout layout({5, 7, 3}, 4);
+  EXPECT_EQ(layout.numel, 15);
+  EXPECT_EQ(layout.padded, 16);
+  EXPECT_EQ(layout.partitionSize(), 4);
+  EXPECT_EQ(layout.param(1), (ElementRange{5, 12}));
+  // Parameter 1 straddles ranks 1 and 2.
+  EXPECT_EQ(layout.ownedBy(1, 1), (ElementRange{5, 8}));
+  EXPECT_EQ(layout.ownedBy(1, 2), (ElementRange{8, 12}));
+  EXPECT_TRUE(layout.ownedBy(2, 0).empty());
+  FlatGroupLayout wide({17}, 3);
+  EXPECT_EQ(wide.padded, 18);
+  EXPECT_EQ(wide.partitionSize(), 6);
+}
