@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "model/ModelOps.h"
+#include "sched/SchedOps.h"
 #include "zeroc/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -20,7 +21,8 @@ int main(int argc, char **argv) {
   zeroc::registerZerocPasses();
 
   mlir::DialectRegistry registry;
-  registry.insert<zeroc::model::ModelDialect, mlir::func::FuncDialect>();
+  registry.insert<zeroc::model::ModelDialect, zeroc::sched::SchedDialect,
+                  mlir::func::FuncDialect>();
   return mlir::asMainReturnCode(
       mlir::MlirOptMain(argc, argv, "zeroc optimizer driver\n", registry));
 }

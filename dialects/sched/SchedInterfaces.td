@@ -1,0 +1,66 @@
+//===- SchedInterfaces.td - Op interfaces of the sched dialect -*- tablegen -*-===//
+
+#ifndef ZEROC_SCHED_INTERFACES
+#define ZEROC_SCHED_INTERFACES
+
+include "mlir/IR/OpBase.td"
+
+def Sched_StreamOpInterface : OpInterface<"StreamOpInterface"> {
+  let cppNamespace = "::zeroc::sched";
+  let description = [{
+    An op that runs on a stream: the `stream` attribute, 0 (compute) when
+    absent. Ops of other dialects inside a schedule run on stream 0.
+  }];
+  let methods = [
+    InterfaceMethod<"The stream this op runs on.", "int64_t", "getStreamId",
+      (ins), [{}], [{
+        auto attr = $_op->template getAttrOfType<::mlir::IntegerAttr>("stream");
+        return attr ? attr.getInt() : 0;
+      }]>,
+    InterfaceMethod<"Moves this op to another stream.", "void", "setStreamId",
+      (ins "int64_t":$stream), [{}], [{
+        ::mlir::Builder b($_op->getContext());
+        $_op->setAttr("stream", b.getI64IntegerAttr(stream));
+      }]>,
+  ];
+}
+
+def Sched_AsyncStartOpInterface : OpInterface<"AsyncStartOpInterface"> {
+  let cppNamespace = "::zeroc::sched";
+  let description = [{
+    The start of an asynchronous collective or copy. It returns a token that
+    exactly one `sched.wait` completes; the wait's results, if any, are the
+    values the operation produced.
+  }];
+  let methods = [
+    InterfaceMethod<"The token this op returns.", "::mlir::Value", "getToken",
+      (ins), [{ return $_op->getResult(0); }]>,
+    InterfaceMethod<[{
+        Types of the values the matching wait yields (none for in-place
+        operations on persistent tensors).
+      }],
+      "::mlir::LogicalResult", "getCompletedTypes",
+      (ins "::mlir::SymbolTableCollection &":$symbols,
+           "::llvm::SmallVectorImpl<::mlir::Type> &":$types)>,
+  ];
+}
+
+def Sched_CollectiveOpInterface : OpInterface<"CollectiveOpInterface"> {
+  let cppNamespace = "::zeroc::sched";
+  let description = [{
+    A collective over all ranks. It reports its kind and the logical
+    (unpadded) element count it acts on; communication volume follows from
+    these through zeroc/Support/Collectives.h.
+  }];
+  let methods = [
+    InterfaceMethod<"The collective's kind.", "::zeroc::CollectiveKind",
+      "getCollectiveKind">,
+    InterfaceMethod<[{
+        Elements of the full (unpadded) tensors this collective covers.
+      }],
+      "int64_t", "getLogicalElements",
+      (ins "::mlir::SymbolTableCollection &":$symbols)>,
+  ];
+}
+
+#endif // ZEROC_SCHED_INTERFACES

@@ -1,0 +1,519 @@
+//===- SchedOps.cpp - Verifiers and interfaces of the sched ops -----------===//
+//
+// The local rules of a schedule: what each op may name and what types it
+// yields. Whole-program rules (release after gather, reduce once, waits
+// between streams) are checked by the zero-verify-schedule pass.
+//
+//===----------------------------------------------------------------------===//
+
+#include "sched/SchedOps.h"
+
+#include "zeroc/Support/ShardLayout.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/OpImplementation.h"
+
+using namespace mlir;
+using namespace zeroc;
+using namespace zeroc::sched;
+
+int64_t zeroc::sched::getWorldSize(Operation *op) {
+  auto module = dyn_cast<ModuleOp>(op) ? cast<ModuleOp>(op)
+                                       : op->getParentOfType<ModuleOp>();
+  if (!module)
+    return 1;
+  auto attr = module->getAttrOfType<IntegerAttr>(kWorldSizeAttr);
+  return attr && attr.getInt() > 0 ? attr.getInt() : 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Helpers
+//===----------------------------------------------------------------------===//
+
+/// The sched.tensor named by `name`, or an error on `op`.
+static FailureOr<TensorOp> lookupTensor(Operation *op,
+                                        SymbolTableCollection &symbols,
+                                        FlatSymbolRefAttr name,
+                                        StringRef what) {
+  auto tensor = symbols.lookupNearestSymbolFrom<TensorOp>(op, name);
+  if (!tensor)
+    return op->emitOpError()
+           << what << " " << name << " does not name a sched.tensor";
+  return tensor;
+}
+
+/// Like lookupTensor, and the tensor must have `role`.
+static FailureOr<TensorOp> lookupRole(Operation *op,
+                                      SymbolTableCollection &symbols,
+                                      FlatSymbolRefAttr name, Role role,
+                                      StringRef what) {
+  FailureOr<TensorOp> tensor = lookupTensor(op, symbols, name, what);
+  if (failed(tensor))
+    return failure();
+  if (tensor->getRole() != role)
+    return op->emitOpError() << what << " " << name << " must be a "
+                             << stringifyRole(role) << " tensor, found a "
+                             << stringifyRole(tensor->getRole()) << " tensor";
+  return tensor;
+}
+
+static LogicalResult
+forEachSymbol(ArrayAttr names,
+              function_ref<LogicalResult(FlatSymbolRefAttr)> fn) {
+  for (Attribute a : names)
+    if (failed(fn(cast<FlatSymbolRefAttr>(a))))
+      return failure();
+  return success();
+}
+
+static int64_t numElements(Type t) {
+  return cast<RankedTensorType>(t).getNumElements();
+}
+
+//===----------------------------------------------------------------------===//
+// TensorOp, FlatGroupOp
+//===----------------------------------------------------------------------===//
+
+int64_t TensorOp::getLocalNumElements(int64_t worldSize) {
+  if (!getSharded())
+    return getNumElements();
+  return ParamShardLayout{getNumElements(), worldSize}.shardSize();
+}
+
+RankedTensorType TensorOp::getLocalType(int64_t worldSize) {
+  if (!getSharded())
+    return getTensorType();
+  return RankedTensorType::get({getLocalNumElements(worldSize)},
+                               getTensorType().getElementType());
+}
+
+LogicalResult TensorOp::verify() {
+  bool isParam = getRole() == Role::Param;
+  if (!isParam && !getOf())
+    return emitOpError() << "a " << stringifyRole(getRole())
+                         << " tensor must name the parameter or group it "
+                            "belongs to with 'of'";
+  if (isParam && getOf())
+    return emitOpError() << "a param tensor cannot be 'of' another symbol";
+  if (!isParam && getInit())
+    return emitOpError() << "only param tensors have an initialization";
+  return success();
+}
+
+LogicalResult TensorOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  if (!getOf())
+    return success();
+  Operation *owner = symbols.lookupNearestSymbolFrom(*this, getOfAttr());
+  if (auto tensor = dyn_cast_or_null<TensorOp>(owner)) {
+    if (tensor.getRole() != Role::Param)
+      return emitOpError() << "'of' " << getOfAttr()
+                           << " must name a param tensor or a flat group";
+    return success();
+  }
+  if (isa_and_nonnull<FlatGroupOp>(owner))
+    return success();
+  return emitOpError() << "'of' " << getOfAttr()
+                       << " does not name a sched.tensor or sched.flat_group";
+}
+
+LogicalResult FlatGroupOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  std::vector<int64_t> numels;
+  if (failed(forEachSymbol(
+          getParams(), [&](FlatSymbolRefAttr name) -> LogicalResult {
+            FailureOr<TensorOp> t =
+                lookupRole(*this, symbols, name, Role::Param, "member");
+            if (failed(t))
+              return failure();
+            numels.push_back(t->getNumElements());
+            return success();
+          })))
+    return failure();
+  FlatGroupLayout layout(numels, getWorldSize(*this));
+  if (layout.numel != getNumel())
+    return emitOpError() << "numel " << getNumel()
+                         << " is not the sum of its parameters' elements, "
+                         << layout.numel;
+  if (layout.padded != getPadded())
+    return emitOpError() << "padded " << getPadded() << " should be "
+                         << layout.padded << " (" << layout.numel
+                         << " rounded up to a multiple of 2 x world size "
+                         << layout.worldSize << ")";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Reading and updating persistent state
+//===----------------------------------------------------------------------===//
+
+LogicalResult ReadOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  FailureOr<TensorOp> t =
+      lookupTensor(*this, symbols, getTensorAttr(), "tensor");
+  if (failed(t))
+    return failure();
+  if (t->getPlacement() != Placement::Device)
+    return emitOpError() << "cannot read " << getTensorAttr() << " on the "
+                         << stringifyPlacement(t->getPlacement())
+                         << ": only device tensors are read in place (fetch "
+                            "or copy it first)";
+  RankedTensorType local = t->getLocalType(getWorldSize(*this));
+  if (getType() != local)
+    return emitOpError() << "result type " << getType()
+                         << " is not this rank's part of " << getTensorAttr()
+                         << ", " << local;
+  return success();
+}
+
+LogicalResult AccumulateOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  FailureOr<TensorOp> t =
+      lookupRole(*this, symbols, getTensorAttr(), Role::Grad, "target");
+  if (failed(t))
+    return failure();
+  if (t->getSharded())
+    return emitOpError() << "target " << getTensorAttr()
+                         << " is sharded: reduce-scatter into it instead";
+  if (t->getType() != getValue().getType())
+    return emitOpError() << "value type " << getValue().getType()
+                         << " does not match " << getTensorAttr() << ", "
+                         << t->getType();
+  return success();
+}
+
+LogicalResult ZeroGradsOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  return forEachSymbol(
+      getTensors(), [&](FlatSymbolRefAttr name) -> LogicalResult {
+        return lookupRole(*this, symbols, name, Role::Grad, "tensor");
+      });
+}
+
+//===----------------------------------------------------------------------===//
+// AllGatherStartOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult AllGatherStartOp::verify() {
+  if (getShards().size() != getParams().size())
+    return emitOpError() << "has " << getShards().size() << " shards for "
+                         << getParams().size() << " parameters";
+  if (getShards().empty())
+    return emitOpError() << "gathers nothing";
+  return success();
+}
+
+LogicalResult
+AllGatherStartOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  int64_t ws = getWorldSize(*this);
+  for (auto [name, shard] :
+       llvm::zip(getParams().getAsRange<FlatSymbolRefAttr>(), getShards())) {
+    FailureOr<TensorOp> t =
+        lookupRole(*this, symbols, name, Role::Param, "parameter");
+    if (failed(t))
+      return failure();
+    if (!t->getSharded())
+      return emitOpError() << "parameter " << name
+                           << " is replicated: there is nothing to gather";
+    if (shard.getType() != t->getLocalType(ws))
+      return emitOpError() << "shard of " << name << " has type "
+                           << shard.getType() << ", expected "
+                           << t->getLocalType(ws);
+  }
+  return success();
+}
+
+LogicalResult
+AllGatherStartOp::getCompletedTypes(SymbolTableCollection &symbols,
+                                    SmallVectorImpl<Type> &types) {
+  for (auto name : getParams().getAsRange<FlatSymbolRefAttr>()) {
+    auto t = symbols.lookupNearestSymbolFrom<TensorOp>(*this, name);
+    if (!t)
+      return failure();
+    types.push_back(t.getType());
+  }
+  return success();
+}
+
+CollectiveKind AllGatherStartOp::getCollectiveKind() {
+  return CollectiveKind::AllGather;
+}
+
+int64_t AllGatherStartOp::getLogicalElements(SymbolTableCollection &symbols) {
+  int64_t total = 0;
+  for (auto name : getParams().getAsRange<FlatSymbolRefAttr>())
+    if (auto t = symbols.lookupNearestSymbolFrom<TensorOp>(*this, name))
+      total += t.getNumElements();
+  return total;
+}
+
+//===----------------------------------------------------------------------===//
+// ReduceScatterStartOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult ReduceScatterStartOp::verify() {
+  if (getGrads().size() != getTargets().size() ||
+      getGrads().size() != getOffsets().size())
+    return emitOpError() << "has " << getGrads().size() << " gradients, "
+                         << getTargets().size() << " targets and "
+                         << getOffsets().size()
+                         << " offsets; expected one of each per gradient";
+  if (getGrads().empty())
+    return emitOpError() << "reduces nothing";
+  return success();
+}
+
+LogicalResult
+ReduceScatterStartOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  for (auto [name, grad, offset] :
+       llvm::zip(getTargets().getAsRange<FlatSymbolRefAttr>(), getGrads(),
+                 getOffsets())) {
+    FailureOr<TensorOp> t =
+        lookupRole(*this, symbols, name, Role::Grad, "target");
+    if (failed(t))
+      return failure();
+    if (!t->getSharded())
+      return emitOpError() << "target " << name
+                           << " is replicated: accumulate into it instead";
+    int64_t n = numElements(grad.getType());
+    if (offset < 0 || offset + n > t->getNumElements())
+      return emitOpError() << "gradient of " << n << " elements at offset "
+                           << offset << " does not fit in " << name << " ("
+                           << t->getNumElements() << " elements)";
+  }
+  return success();
+}
+
+LogicalResult ReduceScatterStartOp::getCompletedTypes(SymbolTableCollection &,
+                                                      SmallVectorImpl<Type> &) {
+  return success();
+}
+
+CollectiveKind ReduceScatterStartOp::getCollectiveKind() {
+  return CollectiveKind::ReduceScatter;
+}
+
+int64_t ReduceScatterStartOp::getLogicalElements(SymbolTableCollection &) {
+  int64_t total = 0;
+  for (Value g : getGrads())
+    total += numElements(g.getType());
+  return total;
+}
+
+//===----------------------------------------------------------------------===//
+// AllReduceStartOp, AllGatherUpdatesStartOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult
+AllReduceStartOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  return forEachSymbol(
+      getTensors(), [&](FlatSymbolRefAttr name) -> LogicalResult {
+        FailureOr<TensorOp> t =
+            lookupRole(*this, symbols, name, Role::Grad, "tensor");
+        if (failed(t))
+          return failure();
+        if (t->getSharded())
+          return emitOpError()
+                 << name << " is sharded: reduce-scatter it instead";
+        return success();
+      });
+}
+
+LogicalResult AllReduceStartOp::getCompletedTypes(SymbolTableCollection &,
+                                                  SmallVectorImpl<Type> &) {
+  return success();
+}
+
+CollectiveKind AllReduceStartOp::getCollectiveKind() {
+  return CollectiveKind::AllReduce;
+}
+
+int64_t AllReduceStartOp::getLogicalElements(SymbolTableCollection &symbols) {
+  int64_t total = 0;
+  for (auto name : getTensors().getAsRange<FlatSymbolRefAttr>())
+    if (auto t = symbols.lookupNearestSymbolFrom<TensorOp>(*this, name))
+      total += t.getNumElements();
+  return total;
+}
+
+LogicalResult
+AllGatherUpdatesStartOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  return forEachSymbol(
+      getTargets(), [&](FlatSymbolRefAttr name) -> LogicalResult {
+        Operation *target = symbols.lookupNearestSymbolFrom(*this, name);
+        if (isa_and_nonnull<FlatGroupOp>(target))
+          return success();
+        auto t = dyn_cast_or_null<TensorOp>(target);
+        if (!t || t.getRole() != Role::Param || t.getSharded())
+          return emitOpError() << "target " << name
+                               << " must be a flat group or a replicated param "
+                                  "tensor";
+        return success();
+      });
+}
+
+LogicalResult
+AllGatherUpdatesStartOp::getCompletedTypes(SymbolTableCollection &,
+                                           SmallVectorImpl<Type> &) {
+  return success();
+}
+
+CollectiveKind AllGatherUpdatesStartOp::getCollectiveKind() {
+  return CollectiveKind::AllGather;
+}
+
+int64_t
+AllGatherUpdatesStartOp::getLogicalElements(SymbolTableCollection &symbols) {
+  int64_t total = 0;
+  for (auto name : getTargets().getAsRange<FlatSymbolRefAttr>()) {
+    Operation *target = symbols.lookupNearestSymbolFrom(*this, name);
+    if (auto group = dyn_cast_or_null<FlatGroupOp>(target))
+      total += group.getNumel();
+    else if (auto t = dyn_cast_or_null<TensorOp>(target))
+      total += t.getNumElements();
+  }
+  return total;
+}
+
+//===----------------------------------------------------------------------===//
+// FetchStartOp, CopyStartOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult FetchStartOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  return forEachSymbol(
+      getTensors(), [&](FlatSymbolRefAttr name) -> LogicalResult {
+        FailureOr<TensorOp> t =
+            lookupRole(*this, symbols, name, Role::Param, "tensor");
+        if (failed(t))
+          return failure();
+        if (t->getPlacement() == Placement::Device)
+          return emitOpError()
+                 << name << " is already on the device: read it instead";
+        return success();
+      });
+}
+
+LogicalResult FetchStartOp::getCompletedTypes(SymbolTableCollection &symbols,
+                                              SmallVectorImpl<Type> &types) {
+  int64_t ws = getWorldSize(*this);
+  for (auto name : getTensors().getAsRange<FlatSymbolRefAttr>()) {
+    auto t = symbols.lookupNearestSymbolFrom<TensorOp>(*this, name);
+    if (!t)
+      return failure();
+    types.push_back(t.getLocalType(ws));
+  }
+  return success();
+}
+
+LogicalResult CopyStartOp::verify() {
+  if (getSources().size() != getDestinations().size() || getSources().empty())
+    return emitOpError() << "needs one destination per source, found "
+                         << getSources().size() << " sources and "
+                         << getDestinations().size() << " destinations";
+  return success();
+}
+
+LogicalResult CopyStartOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  for (auto [src, dst] :
+       llvm::zip(getSources().getAsRange<FlatSymbolRefAttr>(),
+                 getDestinations().getAsRange<FlatSymbolRefAttr>())) {
+    FailureOr<TensorOp> s = lookupTensor(*this, symbols, src, "source");
+    FailureOr<TensorOp> d = lookupTensor(*this, symbols, dst, "destination");
+    if (failed(s) || failed(d))
+      return failure();
+    if (s->getNumElements() != d->getNumElements() ||
+        s->getSharded() != d->getSharded())
+      return emitOpError() << "cannot copy " << src << " to " << dst
+                           << ": their shapes or layouts differ";
+    if (s->getPlacement() == d->getPlacement())
+      return emitOpError() << src << " and " << dst << " are both on the "
+                           << stringifyPlacement(s->getPlacement());
+  }
+  return success();
+}
+
+LogicalResult CopyStartOp::getCompletedTypes(SymbolTableCollection &,
+                                             SmallVectorImpl<Type> &) {
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// WaitOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult WaitOp::verify() {
+  auto start = getToken().getDefiningOp<AsyncStartOpInterface>();
+  if (!start)
+    return emitOpError() << "token must come from an asynchronous start op";
+  if (!getToken().hasOneUse())
+    return emitOpError() << "token is waited on more than once";
+  return success();
+}
+
+LogicalResult WaitOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  auto start = getToken().getDefiningOp<AsyncStartOpInterface>();
+  SmallVector<Type> expected;
+  if (failed(start.getCompletedTypes(symbols, expected)))
+    return success(); // The start op reports its own symbol errors.
+  if (TypeRange(expected) != getResultTypes()) {
+    InFlightDiagnostic diag =
+        emitOpError() << "yields " << getNumResults() << " values of types ("
+                      << getResultTypes() << ") but '" << start->getName()
+                      << "' completes with (" << TypeRange(expected) << ")";
+    return diag;
+  }
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Optimizer
+//===----------------------------------------------------------------------===//
+
+static LogicalResult verifyGradList(Operation *op, ArrayAttr grads,
+                                    SymbolTableCollection &symbols) {
+  return forEachSymbol(grads, [&](FlatSymbolRefAttr name) -> LogicalResult {
+    return lookupRole(op, symbols, name, Role::Grad, "gradient");
+  });
+}
+
+LogicalResult UnscaleGradsOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  return verifyGradList(*this, getGrads(), symbols);
+}
+
+LogicalResult ClipGradNormOp::verify() {
+  if (!(getMaxNorm().convertToDouble() > 0.0))
+    return emitOpError() << "max_norm must be positive, found "
+                         << getMaxNorm().convertToDouble();
+  return success();
+}
+
+LogicalResult ClipGradNormOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  return verifyGradList(*this, getGrads(), symbols);
+}
+
+LogicalResult AdamUpdateOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  Operation *target = symbols.lookupNearestSymbolFrom(*this, getParamAttr());
+  auto param = dyn_cast_or_null<TensorOp>(target);
+  if (!isa_and_nonnull<FlatGroupOp>(target) &&
+      !(param && param.getRole() == Role::Param))
+    return emitOpError() << getParamAttr()
+                         << " must name a param tensor or a flat group";
+  auto check = [&](FlatSymbolRefAttr name, Role role) -> LogicalResult {
+    FailureOr<TensorOp> t =
+        lookupRole(*this, symbols, name, role, stringifyRole(role));
+    if (failed(t))
+      return failure();
+    if (t->getOfAttr() != getParamAttr())
+      return emitOpError() << stringifyRole(role) << " " << name
+                           << " belongs to " << t->getOfAttr() << ", not "
+                           << getParamAttr();
+    return success();
+  };
+  if (failed(check(getGradAttr(), Role::Grad)) ||
+      failed(check(getExpAvgAttr(), Role::ExpAvg)) ||
+      failed(check(getExpAvgSqAttr(), Role::ExpAvgSq)))
+    return failure();
+  if (getMasterAttr() && failed(check(getMasterAttr(), Role::Master)))
+    return failure();
+  return success();
+}
+
+#include "sched/SchedInterfaces.cpp.inc"
+
+#define GET_OP_CLASSES
+#include "sched/SchedOps.cpp.inc"
