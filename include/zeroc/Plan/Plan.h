@@ -1,0 +1,133 @@
+//===- Plan.h - The plan file: what the runtime takes from the compiler -*- C++
+//-*-===//
+//
+// The plan is the only thing zerorun reads from zeroc: the resolved config,
+// the persistent tensors with their roles and shard layouts, the flat
+// groups, the streams, and per phase (micro-step, optimizer step) the ordered
+// op list over transient values, plus the predicted communication. This
+// header is the format, in one place: the compiler fills a Plan and writes
+// it; `zeroc inspect` and the runtime read it back through readPlan, which
+// checks every field. MLIR-free. docs/plan-format.md documents the JSON.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZEROC_PLAN_PLAN_H
+#define ZEROC_PLAN_PLAN_H
+
+#include "zeroc/Support/DType.h"
+#include "zeroc/Support/Diagnostic.h"
+#include "zeroc/Support/Json.h"
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace zeroc {
+
+/// The format name and the version this build reads and writes. A reader
+/// refuses other versions.
+inline constexpr const char *kPlanFormat = "zeroc-plan";
+inline constexpr int kPlanVersion = 1;
+
+/// A persistent per-rank tensor (`sched.tensor`).
+struct PlanTensor {
+  std::string name;
+  std::string role; ///< param, grad, master, exp_avg, exp_avg_sq
+  std::string of;   ///< Owning parameter or flat group; empty for params.
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  int64_t numel = 0;      ///< Of the full tensor.
+  bool sharded = false;   ///< Split across ranks (ShardLayout.h).
+  int64_t localNumel = 0; ///< Elements each rank stores, padding included.
+  std::string placement;  ///< device, host, nvme
+  std::string init;       ///< Parameters: "zeros", "ones", "normal(STD)".
+};
+
+/// Stages 1 and 2: parameters flattened into one partitioned buffer.
+struct PlanFlatGroup {
+  std::string name;
+  std::vector<std::string> params;
+  std::vector<int64_t> offsets; ///< Where each parameter starts.
+  int64_t numel = 0;
+  int64_t padded = 0;
+  int64_t partition = 0; ///< padded / world_size.
+};
+
+/// A transient tensor: an SSA value of a phase.
+struct PlanValue {
+  int64_t id = 0;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  int64_t bytes = 0;
+};
+
+/// One op of a phase, in program order.
+struct PlanOp {
+  int64_t index = 0;
+  std::string
+      kind; ///< The op name without dialect: "linear", "all_gather_start", ...
+  std::string where; ///< The module it belongs to (its NameLoc), if any.
+  int64_t stream = 0;
+  std::vector<int64_t> inputs;      ///< Value ids.
+  std::vector<int64_t> outputs;     ///< Value ids.
+  std::vector<std::string> tensors; ///< Persistent tensors it names, in order.
+  std::vector<int64_t> deps;        ///< Indices of ops it must follow.
+  nlohmann::json attrs = nlohmann::json::object();
+  std::string collective; ///< all_gather, reduce_scatter, all_reduce, or empty.
+  int64_t commElements = 0; ///< Logical elements the collective covers.
+};
+
+struct PlanPhase {
+  std::string name; ///< "micro_step" or "optimizer_step".
+  int64_t runsPerStep = 1;
+  std::vector<int64_t> args; ///< Value ids of the function arguments.
+  std::vector<PlanValue> values;
+  std::vector<PlanOp> ops;
+};
+
+/// Elements each rank sends per step, by collective kind, before bucket
+/// padding: the ZeRO paper's accounting (Collectives.h).
+struct CommVolume {
+  double allGather = 0, reduceScatter = 0, allReduce = 0;
+  double total() const { return allGather + reduceScatter + allReduce; }
+};
+
+struct PlanModel {
+  std::string name;
+  int64_t params = 0;
+  DType dtype = DType::F32;
+  int64_t microBatch = 0;
+  int64_t seqLen = 0;
+};
+
+struct Plan {
+  std::string generator;
+  PlanModel model;
+  int64_t worldSize = 1;
+  int64_t stage = 0;
+  int64_t gradientAccumulationSteps = 1;
+  nlohmann::json config =
+      nlohmann::json::object();     ///< Resolved DeepSpeed JSON.
+  std::vector<std::string> streams; ///< Name of each stream id.
+  std::vector<PlanTensor> tensors;
+  std::vector<PlanFlatGroup> flatGroups;
+  std::vector<PlanPhase> phases;
+  CommVolume comm;
+
+  const PlanTensor *findTensor(const std::string &name) const;
+  const PlanPhase *findPhase(const std::string &name) const;
+};
+
+nlohmann::json toJson(const Plan &plan);
+
+/// Reads and checks a plan: the format name and version, every required
+/// field and its type, value ids, op dependencies and tensor names. Errors
+/// name the file, the line and column, the JSON path and what was expected.
+Expected<Plan> readPlan(const JsonDocument &doc);
+Expected<Plan> loadPlan(const std::string &path);
+
+} // namespace zeroc
+
+#endif // ZEROC_PLAN_PLAN_H

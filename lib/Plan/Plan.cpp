@@ -1,0 +1,514 @@
+//===- Plan.cpp - Writing and checking plan files -------------------------===//
+
+#include "zeroc/Plan/Plan.h"
+
+#include <set>
+
+using nlohmann::json;
+
+namespace zeroc {
+
+const PlanTensor *Plan::findTensor(const std::string &name) const {
+  for (const PlanTensor &t : tensors)
+    if (t.name == name)
+      return &t;
+  return nullptr;
+}
+
+const PlanPhase *Plan::findPhase(const std::string &name) const {
+  for (const PlanPhase &p : phases)
+    if (p.name == name)
+      return &p;
+  return nullptr;
+}
+
+//===----------------------------------------------------------------------===//
+// Writing
+//===----------------------------------------------------------------------===//
+
+static json commJson(const CommVolume &c) {
+  return {{"all_gather", c.allGather},
+          {"reduce_scatter", c.reduceScatter},
+          {"all_reduce", c.allReduce},
+          {"total", c.total()}};
+}
+
+json toJson(const Plan &plan) {
+  json tensors = json::array();
+  for (const PlanTensor &t : plan.tensors) {
+    json j = {{"name", t.name},
+              {"role", t.role},
+              {"dtype", std::string(dtypeName(t.dtype))},
+              {"shape", t.shape},
+              {"numel", t.numel},
+              {"sharded", t.sharded},
+              {"local_numel", t.localNumel},
+              {"placement", t.placement}};
+    if (!t.of.empty())
+      j["of"] = t.of;
+    if (!t.init.empty())
+      j["init"] = t.init;
+    tensors.push_back(std::move(j));
+  }
+  json groups = json::array();
+  for (const PlanFlatGroup &g : plan.flatGroups)
+    groups.push_back({{"name", g.name},
+                      {"params", g.params},
+                      {"offsets", g.offsets},
+                      {"numel", g.numel},
+                      {"padded", g.padded},
+                      {"partition", g.partition}});
+  json phases = json::array();
+  for (const PlanPhase &p : plan.phases) {
+    json values = json::array();
+    for (const PlanValue &v : p.values)
+      values.push_back({{"id", v.id},
+                        {"dtype", std::string(dtypeName(v.dtype))},
+                        {"shape", v.shape},
+                        {"bytes", v.bytes}});
+    json ops = json::array();
+    for (const PlanOp &op : p.ops) {
+      json j = {{"index", op.index},     {"kind", op.kind},
+                {"stream", op.stream},   {"inputs", op.inputs},
+                {"outputs", op.outputs}, {"deps", op.deps}};
+      if (!op.where.empty())
+        j["where"] = op.where;
+      if (!op.tensors.empty())
+        j["tensors"] = op.tensors;
+      if (!op.attrs.empty())
+        j["attrs"] = op.attrs;
+      if (!op.collective.empty()) {
+        j["collective"] = op.collective;
+        j["comm_elements"] = op.commElements;
+      }
+      ops.push_back(std::move(j));
+    }
+    phases.push_back({{"name", p.name},
+                      {"runs_per_step", p.runsPerStep},
+                      {"args", p.args},
+                      {"values", std::move(values)},
+                      {"ops", std::move(ops)}});
+  }
+  json streams = json::array();
+  for (size_t i = 0; i < plan.streams.size(); ++i)
+    streams.push_back({{"id", i}, {"name", plan.streams[i]}});
+  return {{"format", kPlanFormat},
+          {"version", kPlanVersion},
+          {"generator", plan.generator},
+          {"model",
+           {{"name", plan.model.name},
+            {"params", plan.model.params},
+            {"dtype", std::string(dtypeName(plan.model.dtype))},
+            {"micro_batch", plan.model.microBatch},
+            {"seq_len", plan.model.seqLen}}},
+          {"world_size", plan.worldSize},
+          {"stage", plan.stage},
+          {"gradient_accumulation_steps", plan.gradientAccumulationSteps},
+          {"config", plan.config},
+          {"streams", std::move(streams)},
+          {"tensors", std::move(tensors)},
+          {"flat_groups", std::move(groups)},
+          {"phases", std::move(phases)},
+          {"comm_elements_per_rank_per_step", commJson(plan.comm)}};
+}
+
+//===----------------------------------------------------------------------===//
+// Reading
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// Reads typed fields at JSON pointers, keeping the first error.
+class Reader {
+public:
+  explicit Reader(const JsonDocument &doc) : doc(doc) {}
+
+  std::optional<Diagnostic> error;
+
+  void fail(const std::string &pointer, const std::string &message) {
+    if (!error)
+      error = doc.error(pointer, "plan " + dotted(pointer) + ": " + message);
+  }
+
+  /// "/phases/0/ops/3/kind" -> "phases[0].ops[3].kind"
+  static std::string dotted(const std::string &pointer) {
+    std::string out;
+    size_t i = 0;
+    while (i < pointer.size()) {
+      size_t next = pointer.find('/', i + 1);
+      std::string token = pointer.substr(
+          i + 1, next == std::string::npos ? std::string::npos : next - i - 1);
+      bool index = !token.empty() &&
+                   token.find_first_not_of("0123456789") == std::string::npos;
+      out += index ? "[" + token + "]" : (out.empty() ? "" : ".") + token;
+      if (next == std::string::npos)
+        break;
+      i = next;
+    }
+    return out.empty() ? "(root)" : out;
+  }
+
+  const json *field(const json &obj, const std::string &at,
+                    const std::string &key) {
+    if (!obj.is_object()) {
+      fail(at, "expected an object, found " + describeJsonType(obj));
+      return nullptr;
+    }
+    auto it = obj.find(key);
+    if (it == obj.end()) {
+      fail(at, "missing required key '" + key + "'");
+      return nullptr;
+    }
+    return &*it;
+  }
+
+  int64_t integer(const json &obj, const std::string &at,
+                  const std::string &key, int64_t min = 0) {
+    const json *v = field(obj, at, key);
+    if (!v)
+      return 0;
+    if (!v->is_number_integer() || v->get<int64_t>() < min) {
+      fail(at + "/" + key, "expected an integer >= " + std::to_string(min) +
+                               ", found " + v->dump());
+      return 0;
+    }
+    return v->get<int64_t>();
+  }
+
+  double number(const json &obj, const std::string &at,
+                const std::string &key) {
+    const json *v = field(obj, at, key);
+    if (!v)
+      return 0;
+    if (!v->is_number()) {
+      fail(at + "/" + key, "expected a number, found " + v->dump());
+      return 0;
+    }
+    return v->get<double>();
+  }
+
+  bool boolean(const json &obj, const std::string &at, const std::string &key) {
+    const json *v = field(obj, at, key);
+    if (!v)
+      return false;
+    if (!v->is_boolean()) {
+      fail(at + "/" + key, "expected true or false, found " + v->dump());
+      return false;
+    }
+    return v->get<bool>();
+  }
+
+  std::string string(const json &obj, const std::string &at,
+                     const std::string &key, bool required = true) {
+    if (!required && (!obj.is_object() || !obj.contains(key)))
+      return "";
+    const json *v = field(obj, at, key);
+    if (!v)
+      return "";
+    if (!v->is_string()) {
+      fail(at + "/" + key, "expected a string, found " + v->dump());
+      return "";
+    }
+    return v->get<std::string>();
+  }
+
+  std::string oneOf(const json &obj, const std::string &at,
+                    const std::string &key,
+                    std::initializer_list<const char *> allowed) {
+    std::string s = string(obj, at, key);
+    if (error)
+      return s;
+    std::string list;
+    for (const char *a : allowed) {
+      if (s == a)
+        return s;
+      list += (list.empty() ? "" : ", ") + std::string(a);
+    }
+    fail(at + "/" + key,
+         "unknown value \"" + s + "\", expected one of " + list);
+    return s;
+  }
+
+  DType dtype(const json &obj, const std::string &at) {
+    std::string s = string(obj, at, "dtype");
+    std::optional<DType> t = parseDType(s);
+    if (!t && !error)
+      fail(at + "/dtype", "unknown dtype \"" + s +
+                              "\", expected f32, bf16, "
+                              "f16 or i32");
+    return t.value_or(DType::F32);
+  }
+
+  std::vector<int64_t> integers(const json &obj, const std::string &at,
+                                const std::string &key, bool required = true) {
+    std::vector<int64_t> out;
+    if (!required && (!obj.is_object() || !obj.contains(key)))
+      return out;
+    const json *v = field(obj, at, key);
+    if (!v)
+      return out;
+    if (!v->is_array()) {
+      fail(at + "/" + key,
+           "expected an array of integers, found " + describeJsonType(*v));
+      return out;
+    }
+    for (size_t i = 0; i < v->size(); ++i) {
+      if (!(*v)[i].is_number_integer()) {
+        fail(at + "/" + key + "/" + std::to_string(i),
+             "expected an integer, found " + (*v)[i].dump());
+        return out;
+      }
+      out.push_back((*v)[i].get<int64_t>());
+    }
+    return out;
+  }
+
+  std::vector<std::string> strings(const json &obj, const std::string &at,
+                                   const std::string &key,
+                                   bool required = true) {
+    std::vector<std::string> out;
+    if (!required && (!obj.is_object() || !obj.contains(key)))
+      return out;
+    const json *v = field(obj, at, key);
+    if (!v)
+      return out;
+    if (!v->is_array()) {
+      fail(at + "/" + key,
+           "expected an array of strings, found " + describeJsonType(*v));
+      return out;
+    }
+    for (size_t i = 0; i < v->size(); ++i) {
+      if (!(*v)[i].is_string()) {
+        fail(at + "/" + key + "/" + std::to_string(i),
+             "expected a string, found " + (*v)[i].dump());
+        return out;
+      }
+      out.push_back((*v)[i].get<std::string>());
+    }
+    return out;
+  }
+
+  const json &array(const json &obj, const std::string &at,
+                    const std::string &key) {
+    static const json empty = json::array();
+    const json *v = field(obj, at, key);
+    if (!v)
+      return empty;
+    if (!v->is_array()) {
+      fail(at + "/" + key, "expected an array, found " + describeJsonType(*v));
+      return empty;
+    }
+    return *v;
+  }
+
+private:
+  const JsonDocument &doc;
+};
+
+int64_t product(const std::vector<int64_t> &shape) {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  return n;
+}
+
+} // namespace
+
+Expected<Plan> readPlan(const JsonDocument &doc) {
+  const json &root = doc.root();
+  Reader r(doc);
+  Plan plan;
+  std::string format = r.string(root, "", "format");
+  if (r.error)
+    return *r.error;
+  if (format != kPlanFormat)
+    return doc.error("/format", "not a zeroc plan: format is \"" + format +
+                                    "\", expected \"" + kPlanFormat + "\"");
+  int64_t version = r.integer(root, "", "version");
+  if (r.error)
+    return *r.error;
+  if (version != kPlanVersion)
+    return doc.error("/version",
+                     "plan format version " + std::to_string(version) +
+                         " is not supported by this build, which reads "
+                         "version " +
+                         std::to_string(kPlanVersion) +
+                         "; recompile the plan with this zeroc");
+
+  plan.generator = r.string(root, "", "generator");
+  if (const json *model = r.field(root, "", "model")) {
+    plan.model.name = r.string(*model, "/model", "name");
+    plan.model.params = r.integer(*model, "/model", "params");
+    plan.model.dtype = r.dtype(*model, "/model");
+    plan.model.microBatch = r.integer(*model, "/model", "micro_batch", 1);
+    plan.model.seqLen = r.integer(*model, "/model", "seq_len", 1);
+  }
+  plan.worldSize = r.integer(root, "", "world_size", 1);
+  plan.stage = r.integer(root, "", "stage");
+  if (!r.error && plan.stage > 3)
+    r.fail("/stage",
+           "expected 0, 1, 2 or 3, found " + std::to_string(plan.stage));
+  plan.gradientAccumulationSteps =
+      r.integer(root, "", "gradient_accumulation_steps", 1);
+  if (const json *config = r.field(root, "", "config")) {
+    if (!config->is_object())
+      r.fail("/config",
+             "expected an object, found " + describeJsonType(*config));
+    else
+      plan.config = *config;
+  }
+
+  const json &streams = r.array(root, "", "streams");
+  for (size_t i = 0; i < streams.size() && !r.error; ++i) {
+    std::string at = "/streams/" + std::to_string(i);
+    if (r.integer(streams[i], at, "id") != int64_t(i) && !r.error)
+      r.fail(at + "/id", "stream ids must be 0, 1, 2, ... in order");
+    plan.streams.push_back(r.string(streams[i], at, "name"));
+  }
+
+  std::set<std::string> names;
+  const json &tensors = r.array(root, "", "tensors");
+  for (size_t i = 0; i < tensors.size() && !r.error; ++i) {
+    const json &j = tensors[i];
+    std::string at = "/tensors/" + std::to_string(i);
+    PlanTensor t;
+    t.name = r.string(j, at, "name");
+    t.role = r.oneOf(j, at, "role",
+                     {"param", "grad", "master", "exp_avg", "exp_avg_sq"});
+    t.of = r.string(j, at, "of", /*required=*/false);
+    t.dtype = r.dtype(j, at);
+    t.shape = r.integers(j, at, "shape");
+    t.numel = r.integer(j, at, "numel", 1);
+    t.sharded = r.boolean(j, at, "sharded");
+    t.localNumel = r.integer(j, at, "local_numel", 1);
+    t.placement = r.oneOf(j, at, "placement", {"device", "host", "nvme"});
+    t.init = r.string(j, at, "init", /*required=*/false);
+    if (r.error)
+      break;
+    if (product(t.shape) != t.numel)
+      r.fail(at + "/numel", "numel " + std::to_string(t.numel) +
+                                " is not the product of the shape");
+    int64_t expectedLocal =
+        t.sharded ? (t.numel + plan.worldSize - 1) / plan.worldSize : t.numel;
+    if (!r.error && t.localNumel != expectedLocal)
+      r.fail(at + "/local_numel",
+             "expected " + std::to_string(expectedLocal) + " for a " +
+                 (t.sharded ? "sharded" : "replicated") + " tensor of " +
+                 std::to_string(t.numel) + " elements over " +
+                 std::to_string(plan.worldSize) + " ranks, found " +
+                 std::to_string(t.localNumel));
+    if (!r.error && !names.insert(t.name).second)
+      r.fail(at + "/name", "duplicate tensor name \"" + t.name + "\"");
+    plan.tensors.push_back(std::move(t));
+  }
+
+  const json &groups = r.array(root, "", "flat_groups");
+  for (size_t i = 0; i < groups.size() && !r.error; ++i) {
+    const json &j = groups[i];
+    std::string at = "/flat_groups/" + std::to_string(i);
+    PlanFlatGroup g;
+    g.name = r.string(j, at, "name");
+    g.params = r.strings(j, at, "params");
+    g.offsets = r.integers(j, at, "offsets");
+    g.numel = r.integer(j, at, "numel", 1);
+    g.padded = r.integer(j, at, "padded", 1);
+    g.partition = r.integer(j, at, "partition", 1);
+    if (!r.error && g.offsets.size() != g.params.size())
+      r.fail(at + "/offsets", "expected one offset per parameter");
+    if (!r.error && g.partition * plan.worldSize != g.padded)
+      r.fail(at + "/partition", "partition x world_size must equal padded");
+    for (const std::string &p : g.params)
+      if (!r.error && !names.count(p))
+        r.fail(at + "/params", "unknown parameter \"" + p + "\"");
+    names.insert(g.name);
+    plan.flatGroups.push_back(std::move(g));
+  }
+  for (size_t i = 0; i < plan.tensors.size() && !r.error; ++i)
+    if (!plan.tensors[i].of.empty() && !names.count(plan.tensors[i].of))
+      r.fail("/tensors/" + std::to_string(i) + "/of",
+             "unknown owner \"" + plan.tensors[i].of + "\"");
+
+  const json &phases = r.array(root, "", "phases");
+  for (size_t p = 0; p < phases.size() && !r.error; ++p) {
+    const json &j = phases[p];
+    std::string at = "/phases/" + std::to_string(p);
+    PlanPhase phase;
+    phase.name = r.string(j, at, "name");
+    phase.runsPerStep = r.integer(j, at, "runs_per_step", 1);
+    phase.args = r.integers(j, at, "args");
+    std::set<int64_t> ids;
+    const json &values = r.array(j, at, "values");
+    for (size_t i = 0; i < values.size() && !r.error; ++i) {
+      std::string vat = at + "/values/" + std::to_string(i);
+      PlanValue v;
+      v.id = r.integer(values[i], vat, "id");
+      v.dtype = r.dtype(values[i], vat);
+      v.shape = r.integers(values[i], vat, "shape");
+      v.bytes = r.integer(values[i], vat, "bytes");
+      if (!r.error && !ids.insert(v.id).second)
+        r.fail(vat + "/id", "duplicate value id " + std::to_string(v.id));
+      phase.values.push_back(std::move(v));
+    }
+    for (int64_t a : phase.args)
+      if (!r.error && !ids.count(a))
+        r.fail(at + "/args", "unknown value id " + std::to_string(a));
+    const json &ops = r.array(j, at, "ops");
+    for (size_t i = 0; i < ops.size() && !r.error; ++i) {
+      const json &o = ops[i];
+      std::string oat = at + "/ops/" + std::to_string(i);
+      PlanOp op;
+      op.index = r.integer(o, oat, "index");
+      if (!r.error && op.index != int64_t(i))
+        r.fail(oat + "/index", "ops must be numbered 0, 1, 2, ... in order");
+      op.kind = r.string(o, oat, "kind");
+      op.where = r.string(o, oat, "where", /*required=*/false);
+      op.stream = r.integer(o, oat, "stream");
+      if (!r.error && op.stream >= int64_t(plan.streams.size()))
+        r.fail(oat + "/stream", "stream " + std::to_string(op.stream) +
+                                    " is not declared in 'streams'");
+      op.inputs = r.integers(o, oat, "inputs");
+      op.outputs = r.integers(o, oat, "outputs");
+      op.deps = r.integers(o, oat, "deps");
+      op.tensors = r.strings(o, oat, "tensors", /*required=*/false);
+      if (o.is_object() && o.contains("attrs"))
+        op.attrs = o["attrs"];
+      op.collective = r.string(o, oat, "collective", /*required=*/false);
+      if (!op.collective.empty())
+        op.commElements = r.integer(o, oat, "comm_elements");
+      for (int64_t v : op.inputs)
+        if (!r.error && !ids.count(v))
+          r.fail(oat + "/inputs", "unknown value id " + std::to_string(v));
+      for (int64_t v : op.outputs)
+        if (!r.error && !ids.count(v))
+          r.fail(oat + "/outputs", "unknown value id " + std::to_string(v));
+      for (int64_t d : op.deps)
+        if (!r.error && (d < 0 || d >= op.index))
+          r.fail(oat + "/deps",
+                 "dependency " + std::to_string(d) + " is not an earlier op");
+      for (const std::string &t : op.tensors)
+        if (!r.error && !names.count(t))
+          r.fail(oat + "/tensors", "unknown tensor \"" + t + "\"");
+      phase.ops.push_back(std::move(op));
+    }
+    plan.phases.push_back(std::move(phase));
+  }
+
+  if (const json *comm = r.field(root, "", "comm_elements_per_rank_per_step")) {
+    std::string at = "/comm_elements_per_rank_per_step";
+    plan.comm.allGather = r.number(*comm, at, "all_gather");
+    plan.comm.reduceScatter = r.number(*comm, at, "reduce_scatter");
+    plan.comm.allReduce = r.number(*comm, at, "all_reduce");
+  }
+  if (r.error)
+    return *r.error;
+  return plan;
+}
+
+Expected<Plan> loadPlan(const std::string &path) {
+  auto doc = JsonDocument::load(path);
+  if (!doc)
+    return doc.error();
+  return readPlan(*doc);
+}
+
+} // namespace zeroc
