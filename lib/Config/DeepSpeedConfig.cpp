@@ -1,1 +1,1247 @@
-// placeholder until the config reader lands
+//===- DeepSpeedConfig.cpp - Read and resolve a DeepSpeed config ----------===//
+//
+// Mirrors what DeepSpeed v0.19.5 does with a config dict (runtime/config.py,
+// zero/config.py, zero/offload_config.py, precision_config.py) and what the
+// Hugging Face Trainer does to "auto" values before DeepSpeed sees them
+// (transformers/integrations/deepspeed.py, HfTrainerDeepSpeedConfig).
+//
+//===----------------------------------------------------------------------===//
+
+#include "DeepSpeedSchema.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <exception>
+#include <set>
+
+using nlohmann::json;
+
+namespace zeroc {
+
+using namespace detail;
+
+namespace {
+
+/// Where a value is: a JSON pointer to find its line and column, a dotted
+/// path to name it in messages ("zero_optimization.offload_param.device").
+class JsonPath {
+public:
+  JsonPath operator/(const std::string &key) const {
+    JsonPath child = *this;
+    child.keys.push_back(key);
+    return child;
+  }
+
+  std::string pointer() const {
+    std::string out;
+    for (const std::string &key : keys) {
+      out += '/';
+      for (char c : key)
+        out += c == '~'   ? std::string("~0")
+               : c == '/' ? std::string("~1")
+                          : std::string(1, c);
+    }
+    return out;
+  }
+
+  std::string dotted() const {
+    std::string out;
+    for (const std::string &key : keys)
+      out += (out.empty() ? "" : ".") + key;
+    return out;
+  }
+
+  /// The dotted path in quotes, for messages.
+  std::string quoted() const { return "'" + dotted() + "'"; }
+
+private:
+  std::vector<std::string> keys;
+};
+
+/// What a value is, as a message says it: scalars verbatim, containers by
+/// kind.
+std::string describe(const json &v) {
+  if (v.is_object() || v.is_array())
+    return describeJsonType(v);
+  return v.dump();
+}
+
+bool isAuto(const json &v) { return v.is_string() && v == "auto"; }
+
+const json *member(const json &object, const std::string &key) {
+  auto it = object.find(key);
+  return it == object.end() ? nullptr : &*it;
+}
+
+std::string formatReal(double value) { return json(value).dump(); }
+
+/// A default as a note shows it.
+std::string showValue(bool value) { return value ? "true" : "false"; }
+std::string showValue(int64_t value) { return std::to_string(value); }
+std::string showValue(double value) { return formatReal(value); }
+
+/// How a block treats a key it does not know.
+enum class UnknownKeys {
+  /// DeepSpeed's pydantic models (extra="forbid") reject it.
+  Reject,
+  /// DeepSpeed's plain dict readers never look at it; zeroc lists it as
+  /// ignored unless it is within a typo of a known key.
+  IgnoreUnlessTypo,
+};
+
+/// How a block treats "auto" in a key the Hugging Face Trainer leaves alone.
+enum class AutoValues {
+  /// DeepSpeedConfigModel drops "auto" entries, so the default applies.
+  MeanDefault,
+  /// Plain dict readers would use the string itself: an error.
+  Reject,
+};
+
+/// closestMatch without its "ends with" rule when only that rule could have
+/// matched: a key of one's own that happens to end like a DeepSpeed key
+/// ("size") is no misspelling of it, and must not make a config an error.
+std::optional<std::string> typoOf(const std::string &word,
+                                  const std::vector<std::string> &known) {
+  std::optional<std::string> match = closestMatch(word, known);
+  size_t slack = std::max<size_t>(2, word.size() / 3);
+  if (match && match->size() > word.size() + slack)
+    return std::nullopt;
+  return match;
+}
+
+class Reader {
+public:
+  Reader(const JsonDocument &doc, const ConfigContext &ctx)
+      : doc(doc), ctx(ctx) {}
+
+  Expected<DeepSpeedConfig> read();
+
+private:
+  //===--- Reporting ------------------------------------------------------===//
+
+  /// Records the first error; always returns false so callers can
+  /// `return fail(...)`.
+  bool fail(const JsonPath &at, const std::string &message) {
+    if (!error)
+      error = doc.error(at.pointer(), message);
+    return false;
+  }
+  void note(std::string line) { cfg.notes.push_back(std::move(line)); }
+  void ignore(const JsonPath &at) { ignored.push_back(at); }
+
+  //===--- Scalars --------------------------------------------------------===//
+
+  bool readBool(const json &v, const JsonPath &at, bool &out);
+  bool readInt(const json &v, const JsonPath &at, int64_t min, int64_t &out);
+  bool readReal(const json &v, const JsonPath &at, double min, double max,
+                double &out);
+  bool expectObject(const json &v, const JsonPath &at);
+
+  //===--- Keys -----------------------------------------------------------===//
+
+  bool checkKeys(const json &object, const JsonPath &at,
+                 const std::vector<std::string> &known, UnknownKeys policy);
+  /// The value of a key DeepSpeed also accepts under `alias`; null when
+  /// neither is given. Giving both is an error, as in DeepSpeed.
+  const json *lookup(const json &object, const JsonPath &at, const char *key,
+                     const char *alias, JsonPath &where);
+  template <typename S>
+  bool readField(const json &v, const JsonPath &at, const BoolField<S> &,
+                 bool &out) {
+    return readBool(v, at, out);
+  }
+  template <typename S>
+  bool readField(const json &v, const JsonPath &at, const IntField<S> &f,
+                 int64_t &out) {
+    return readInt(v, at, f.min, out);
+  }
+  template <typename S>
+  bool readField(const json &v, const JsonPath &at, const RealField<S> &f,
+                 double &out) {
+    return readReal(v, at, f.min, f.max, out);
+  }
+  /// Reads the fields of `schema` present in `object` into `out`.
+  template <typename S>
+  bool readScalars(const json &object, const JsonPath &at,
+                   const BlockSchema<S> &schema, AutoValues autoValues, S &out,
+                   const std::set<std::string> &skip = {});
+
+  //===--- Blocks ---------------------------------------------------------===//
+
+  bool readTopLevelKeys(const json &root);
+  bool readZero(const json &root);
+  bool readHiddenSizeAuto(const json &zero, const JsonPath &at,
+                          std::set<std::string> &done);
+  bool readDeprecatedZeroKeys(const json &zero, const JsonPath &at);
+  bool readOffload(const json &zero, const JsonPath &at, const char *key,
+                   const BlockSchema<OffloadConfig> &schema,
+                   OffloadConfig &out);
+  bool checkOffloadStages(const JsonPath &at);
+  bool readZeroSubBlocks(const json &zero, const JsonPath &at);
+  bool readPrecision(const json &root);
+  bool readEnabled(const json &block, const JsonPath &at, Precision precision,
+                   bool &enabled);
+  template <typename S>
+  bool readPrecisionBlock(const json &block, const JsonPath &at,
+                          const BlockSchema<S> &schema, Precision precision,
+                          bool &enabled, S &out);
+  bool readOptimizer(const json &root);
+  bool readAdamParams(const json &params, const JsonPath &at);
+  bool readGradientClipping(const json &root);
+  bool readActivationCheckpointing(const json &root);
+  bool readAio(const json &root);
+  bool readBatch(const json &root);
+
+  const JsonDocument &doc;
+  const ConfigContext &ctx;
+  DeepSpeedConfig cfg;
+  std::optional<Diagnostic> error;
+  std::vector<JsonPath> ignored;
+  /// Where each offload block came from: the block itself or the
+  /// deprecated flag that stood for it.
+  JsonPath offloadParamAt, offloadOptimizerAt;
+  bool offloadOptimizerGiven = false;
+};
+
+//===----------------------------------------------------------------------===//
+// Scalars
+//===----------------------------------------------------------------------===//
+
+bool Reader::readBool(const json &v, const JsonPath &at, bool &out) {
+  if (v.is_boolean()) {
+    out = v.get<bool>();
+    return true;
+  }
+  // pydantic's lax mode takes 0 and 1 for booleans; so does zeroc.
+  if ((v.is_number_integer() || v.is_number_unsigned()) && (v == 0 || v == 1)) {
+    out = v == 1;
+    return true;
+  }
+  return fail(at, at.quoted() + " must be true or false; found " + describe(v));
+}
+
+bool Reader::readInt(const json &v, const JsonPath &at, int64_t min,
+                     int64_t &out) {
+  std::string expected = min == 0   ? "a non-negative integer"
+                         : min == 1 ? "a positive integer"
+                                    : "an integer";
+  int64_t value = 0;
+  if (v.is_number_integer()) {
+    value = v.get<int64_t>();
+  } else if (v.is_number_unsigned()) {
+    if (v.get<uint64_t>() >
+        static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      return fail(at, at.quoted() + " is too large; found " + describe(v));
+    value = static_cast<int64_t>(v.get<uint64_t>());
+  } else if (v.is_number_float()) {
+    // DeepSpeed's own examples write sizes as 5e8, which JSON makes a float;
+    // pydantic accepts floats without a fraction for integer fields.
+    double d = v.get<double>();
+    if (!std::isfinite(d) || d != std::floor(d))
+      return fail(at, at.quoted() + " must be " + expected + "; found " +
+                          describe(v) + ", which has a fraction");
+    if (std::fabs(d) >= 9.2e18)
+      return fail(at, at.quoted() + " is too large; found " + describe(v));
+    value = static_cast<int64_t>(d);
+  } else {
+    std::string hint =
+        v.is_string() && !isAuto(v) ? " (write numbers without quotes)" : "";
+    return fail(at, at.quoted() + " must be " + expected + "; found " +
+                        describe(v) + hint);
+  }
+  if (value < min)
+    return fail(at, at.quoted() + " must be " + expected + "; found " +
+                        std::to_string(value));
+  out = value;
+  return true;
+}
+
+bool Reader::readReal(const json &v, const JsonPath &at, double min, double max,
+                      double &out) {
+  std::string expected =
+      std::isinf(max)
+          ? (min == 0 ? "a non-negative number" : "a number")
+          : "a number from " + formatReal(min) + " to " + formatReal(max);
+  if (!v.is_number())
+    return fail(at, at.quoted() + " must be " + expected + "; found " +
+                        describe(v));
+  double value = v.get<double>();
+  if (!std::isfinite(value) || value < min || value > max)
+    return fail(at, at.quoted() + " must be " + expected + "; found " +
+                        describe(v));
+  out = value;
+  return true;
+}
+
+bool Reader::expectObject(const json &v, const JsonPath &at) {
+  if (v.is_object())
+    return true;
+  return fail(at, at.quoted() + " must be an object; found " + describe(v));
+}
+
+//===----------------------------------------------------------------------===//
+// Keys
+//===----------------------------------------------------------------------===//
+
+bool Reader::checkKeys(const json &object, const JsonPath &at,
+                       const std::vector<std::string> &known,
+                       UnknownKeys policy) {
+  for (const auto &item : object.items()) {
+    const std::string &key = item.key();
+    if (std::find(known.begin(), known.end(), key) != known.end())
+      continue;
+    JsonPath where = at / key;
+    if (policy == UnknownKeys::Reject) {
+      std::string message = "unknown key " + where.quoted();
+      if (auto match = closestMatch(key, known))
+        message += "; did you mean '" + *match + "'?";
+      message += " (DeepSpeed rejects unknown keys in " + at.quoted() + ")";
+      return fail(where, message);
+    }
+    if (auto match = typoOf(key, known))
+      return fail(where, "unknown key " + where.quoted() + "; did you mean '" +
+                             *match + "'?");
+    ignore(where);
+    note(where.quoted() + " is not a key DeepSpeed reads; ignored");
+  }
+  return true;
+}
+
+const json *Reader::lookup(const json &object, const JsonPath &at,
+                           const char *key, const char *alias,
+                           JsonPath &where) {
+  const json *byKey = member(object, key);
+  const json *byAlias = alias ? member(object, alias) : nullptr;
+  if (byKey && byAlias) {
+    fail(at / alias, (at / alias).quoted() + " and " + (at / key).quoted() +
+                         " are the same setting; give only one (DeepSpeed "
+                         "rejects both together)");
+    return nullptr;
+  }
+  where = at / (byAlias ? alias : key);
+  return byKey ? byKey : byAlias;
+}
+
+template <typename S>
+bool Reader::readScalars(const json &object, const JsonPath &at,
+                         const BlockSchema<S> &schema, AutoValues autoValues,
+                         S &out, const std::set<std::string> &skip) {
+  // "auto" in a key nobody resolves: the default stays, or it is an error.
+  auto takeAuto = [&](const JsonPath &where, const std::string &fallback) {
+    if (autoValues == AutoValues::Reject)
+      return fail(where, where.quoted() + " does not take \"auto\" (neither "
+                                          "DeepSpeed nor Hugging Face "
+                                          "resolves it here)");
+    note(where.dotted() + ": \"auto\" -> " + fallback +
+         " (DeepSpeed drops \"auto\" and keeps its default)");
+    return true;
+  };
+  bool ok = true;
+  schema.forEachField([&](const auto &f) {
+    JsonPath where;
+    const json *v = ok ? lookup(object, at, f.key, f.alias, where) : nullptr;
+    if (error)
+      ok = false;
+    if (!ok || !v || skip.count(f.key))
+      return;
+    ok = isAuto(*v) ? takeAuto(where, showValue(out.*f.member))
+                    : readField(*v, where, f, out.*f.member);
+  });
+  return ok;
+}
+
+//===----------------------------------------------------------------------===//
+// Top level
+//===----------------------------------------------------------------------===//
+
+bool Reader::readTopLevelKeys(const json &root) {
+  std::vector<std::string> known = modelledTopLevelKeys();
+  const std::vector<std::string> &ignorable = ignoredTopLevelKeys();
+  known.insert(known.end(), ignorable.begin(), ignorable.end());
+  for (const std::string &key : ignorable)
+    if (root.contains(key))
+      ignore(JsonPath() / key);
+  // DeepSpeed reads the keys it knows and never looks at the others; zeroc
+  // does the same unless the key looks like a misspelt DeepSpeed key.
+  return checkKeys(root, JsonPath(), known, UnknownKeys::IgnoreUnlessTypo);
+}
+
+Expected<DeepSpeedConfig> Reader::read() {
+  const json &root = doc.root();
+  if (!root.is_object())
+    return doc.error("", "a DeepSpeed config must be a JSON object; found " +
+                             describeJsonType(root));
+  if (ctx.worldSize < 1)
+    return Diagnostic{doc.name(), 0, 0,
+                      "the world size (--world-size) must be at least 1; "
+                      "found " +
+                          std::to_string(ctx.worldSize)};
+  cfg.worldSize = ctx.worldSize;
+
+  bool ok = readTopLevelKeys(root) && readZero(root) && readPrecision(root) &&
+            readOptimizer(root) && readGradientClipping(root) &&
+            readActivationCheckpointing(root) && readAio(root) &&
+            readBatch(root);
+  if (!ok)
+    return *error;
+
+  // Report ignored keys in the order the file has them.
+  auto position = [&](const JsonPath &at) {
+    return doc.locate(at.pointer()).value_or(std::make_pair(0, 0));
+  };
+  std::stable_sort(ignored.begin(), ignored.end(),
+                   [&](const JsonPath &a, const JsonPath &b) {
+                     return position(a) < position(b);
+                   });
+  for (const JsonPath &at : ignored)
+    cfg.ignoredKeys.push_back(at.dotted());
+  return cfg;
+}
+
+//===----------------------------------------------------------------------===//
+// zero_optimization
+//===----------------------------------------------------------------------===//
+
+bool Reader::readZero(const json &root) {
+  JsonPath at = JsonPath() / "zero_optimization";
+  const json *found = member(root, "zero_optimization");
+  const json *allgatherSize = member(root, "allgather_size");
+  if (found && found->is_boolean()) {
+    // The pre-0.3 form, still read by read_zero_config_deprecated.
+    cfg.zero = ZeroConfig::defaultsForStage(found->get<bool>() ? 1 : 0);
+    note(at.dotted() + ": the boolean form is deprecated; read as stage " +
+         std::to_string(cfg.zero.stage));
+    if (cfg.zero.stage == 1 && allgatherSize &&
+        !readInt(*allgatherSize, JsonPath() / "allgather_size", 0,
+                 cfg.zero.allgatherBucketSize))
+      return false;
+    if (cfg.zero.stage == 1 && allgatherSize)
+      note("allgather_size (deprecated) rewritten as "
+           "zero_optimization.allgather_bucket_size = " +
+           std::to_string(cfg.zero.allgatherBucketSize));
+    else if (allgatherSize)
+      ignore(JsonPath() / "allgather_size");
+    return true;
+  }
+  if (allgatherSize)
+    ignore(JsonPath() / "allgather_size");
+  if (!found)
+    return true;
+  const json &zero = *found;
+  if (!expectObject(zero, at) ||
+      !checkKeys(zero, at, zeroSchema().keys(), UnknownKeys::Reject))
+    return false;
+
+  if (const json *stage = member(zero, "stage")) {
+    int64_t value = 0;
+    if (isAuto(*stage))
+      note(at.dotted() + ".stage: \"auto\" -> 0 (DeepSpeed drops \"auto\" "
+                         "and keeps its default)");
+    else if (!readInt(*stage, at / "stage", 0, value))
+      return false;
+    if (value > 3)
+      return fail(at / "stage", (at / "stage").quoted() +
+                                    " must be 0, 1, 2 or 3; found " +
+                                    std::to_string(value));
+    cfg.zero.stage = static_cast<int>(value);
+  }
+
+  std::set<std::string> done;
+  if (!readHiddenSizeAuto(zero, at, done) ||
+      !readScalars(zero, at, zeroSchema(), AutoValues::MeanDefault, cfg.zero,
+                   done))
+    return false;
+
+  // DeepSpeed's default overlaps communication only for stage 3.
+  cfg.zero.overlapComm = cfg.zero.stage == 3;
+  if (const json *overlap = member(zero, "overlap_comm")) {
+    if (isAuto(*overlap))
+      note(at.dotted() + ".overlap_comm: \"auto\" -> " +
+           (cfg.zero.overlapComm ? "true" : "false") +
+           " (DeepSpeed drops \"auto\"; its default is true for stage 3 "
+           "only)");
+    else if (!readBool(*overlap, at / "overlap_comm", cfg.zero.overlapComm))
+      return false;
+  }
+
+  offloadParamAt = at / "offload_param";
+  offloadOptimizerAt = at / "offload_optimizer";
+  return readOffload(zero, at, "offload_param", offloadParamSchema(),
+                     cfg.zero.offloadParam) &&
+         readOffload(zero, at, "offload_optimizer", offloadOptimizerSchema(),
+                     cfg.zero.offloadOptimizer) &&
+         readDeprecatedZeroKeys(zero, at) && checkOffloadStages(at) &&
+         readZeroSubBlocks(zero, at);
+}
+
+/// The Hugging Face Trainer fills three bucket keys from the model's hidden
+/// size (trainer_config_finalize); the two `stage3_` ones only for stage 3,
+/// and only under those exact names. Elsewhere DeepSpeed drops the "auto"
+/// and keeps its default, which readScalars does.
+bool Reader::readHiddenSizeAuto(const json &zero, const JsonPath &at,
+                                std::set<std::string> &done) {
+  struct Rule {
+    const char *key;
+    int64_t ZeroConfig::*member;
+    const char *formula;
+    int64_t (*compute)(int64_t hidden);
+    bool stage3Only;
+  };
+  const Rule rules[] = {
+      {"reduce_bucket_size", &ZeroConfig::reduceBucketSize, "hidden_size^2",
+       [](int64_t h) { return h * h; }, false},
+      // The Trainer passes the float 0.9 * h * h; int() of it, computed in
+      // the same order, is the whole number of elements it stands for.
+      {"stage3_prefetch_bucket_size", &ZeroConfig::prefetchBucketSize,
+       "0.9 x hidden_size^2",
+       [](int64_t h) { return static_cast<int64_t>(0.9 * h * h); }, true},
+      {"stage3_param_persistence_threshold",
+       &ZeroConfig::paramPersistenceThreshold, "10 x hidden_size",
+       [](int64_t h) { return 10 * h; }, true},
+  };
+  for (const Rule &rule : rules) {
+    const json *v = member(zero, rule.key);
+    if (!v || !isAuto(*v) || (rule.stage3Only && cfg.zero.stage != 3))
+      continue;
+    JsonPath where = at / rule.key;
+    int64_t h = ctx.hiddenSize;
+    if (h < 1)
+      return fail(where, where.quoted() +
+                             " is \"auto\", which Hugging Face "
+                             "sets to " +
+                             rule.formula +
+                             ", but the model's hidden size is unknown");
+    if (h > 1000000000)
+      return fail(where, where.quoted() + " is \"auto\" and the hidden size " +
+                             std::to_string(h) + " is too large");
+    int64_t value = rule.compute(h);
+    cfg.zero.*rule.member = value;
+    done.insert(rule.key);
+    note(where.dotted() + ": \"auto\" -> " + std::to_string(value) + " (" +
+         rule.formula + ", hidden_size " + std::to_string(h) + ")");
+  }
+  return true;
+}
+
+bool Reader::readDeprecatedZeroKeys(const json &zero, const JsonPath &at) {
+  // deprecated key -> the block it stands for (DeepSpeedZeroConfig's
+  // new_param_fn: true means {"device": "cpu"}, false means no offload).
+  struct OffloadFlag {
+    const char *key;
+    const char *replacement;
+    OffloadConfig ZeroConfig::*block;
+    JsonPath *origin;
+  };
+  const OffloadFlag flags[] = {
+      {"cpu_offload", "offload_optimizer", &ZeroConfig::offloadOptimizer,
+       &offloadOptimizerAt},
+      {"cpu_offload_param", "offload_param", &ZeroConfig::offloadParam,
+       &offloadParamAt},
+  };
+  for (const OffloadFlag &flag : flags) {
+    const json *v = member(zero, flag.key);
+    if (!v || isAuto(*v))
+      continue;
+    JsonPath where = at / flag.key;
+    if (zero.contains(flag.replacement))
+      return fail(where, where.quoted() + " is deprecated and replaced by " +
+                             (at / flag.replacement).quoted() +
+                             "; give only the latter (DeepSpeed rejects "
+                             "both together)");
+    bool on = false;
+    if (!v->is_null() && !readBool(*v, where, on))
+      return false;
+    if (on) {
+      (cfg.zero.*flag.block).device = OffloadDevice::CPU;
+      *flag.origin = where;
+      if (flag.block == &ZeroConfig::offloadOptimizer)
+        offloadOptimizerGiven = true;
+    }
+    note(where.dotted() + " (deprecated) rewritten as " +
+         (at / flag.replacement).dotted() +
+         (on ? " = {\"device\": \"cpu\"}" : " = none"));
+  }
+
+  const char *oldGather = "stage3_gather_fp16_weights_on_model_save";
+  if (const json *v = member(zero, oldGather); v && !isAuto(*v)) {
+    JsonPath where = at / oldGather;
+    for (const char *replacement : {"stage3_gather_16bit_weights_on_model_save",
+                                    "gather_16bit_weights_on_model_save"})
+      if (zero.contains(replacement))
+        return fail(where, where.quoted() + " is deprecated and replaced by " +
+                               (at / replacement).quoted() +
+                               "; give only the latter (DeepSpeed rejects "
+                               "both together)");
+    if (!readBool(*v, where, cfg.zero.gather16bitWeightsOnModelSave))
+      return false;
+    note(where.dotted() + " (deprecated) rewritten as " + at.dotted() +
+         ".stage3_gather_16bit_weights_on_model_save = " +
+         (cfg.zero.gather16bitWeightsOnModelSave ? "true" : "false"));
+  }
+
+  // Deprecated without a replacement DeepSpeed would set: a warning there.
+  if (const json *v = member(zero, "cpu_offload_use_pin_memory")) {
+    JsonPath where = at / "cpu_offload_use_pin_memory";
+    bool unused = false;
+    if (!isAuto(*v) && !v->is_null() && !readBool(*v, where, unused))
+      return false;
+    ignore(where);
+    note(where.dotted() + " is deprecated and has no effect in DeepSpeed; "
+                          "set pin_memory in offload_param or "
+                          "offload_optimizer instead");
+  }
+  return true;
+}
+
+bool Reader::readOffload(const json &zero, const JsonPath &zeroAt,
+                         const char *key,
+                         const BlockSchema<OffloadConfig> &schema,
+                         OffloadConfig &out) {
+  const json *v = member(zero, key);
+  JsonPath at = zeroAt / key;
+  if (!v || v->is_null())
+    return true;
+  if (isAuto(*v)) {
+    note(at.dotted() + ": \"auto\" -> none (DeepSpeed drops \"auto\" and "
+                       "keeps its default)");
+    return true;
+  }
+  if (&out == &cfg.zero.offloadOptimizer)
+    offloadOptimizerGiven = true;
+  if (!expectObject(*v, at) ||
+      !checkKeys(*v, at, schema.keys(), UnknownKeys::Reject))
+    return false;
+
+  if (const json *device = member(*v, "device"); device && !isAuto(*device)) {
+    JsonPath where = at / "device";
+    const std::vector<std::string> names = {"none", "cpu", "nvme"};
+    auto it = device->is_string() ? std::find(names.begin(), names.end(),
+                                              device->get<std::string>())
+                                  : names.end();
+    if (it == names.end()) {
+      std::string message = where.quoted() +
+                            " must be \"none\", \"cpu\" or \"nvme\"; found " +
+                            describe(*device);
+      if (device->is_string())
+        if (auto match = closestMatch(device->get<std::string>(), names))
+          message += "; did you mean \"" + *match + "\"?";
+      return fail(where, message);
+    }
+    out.device = static_cast<OffloadDevice>(it - names.begin());
+  } else if (device) {
+    note((at / "device").dotted() + ": \"auto\" -> none (DeepSpeed drops "
+                                    "\"auto\" and keeps its default)");
+  }
+
+  if (const json *path = member(*v, "nvme_path");
+      path && !path->is_null() && !isAuto(*path)) {
+    if (!path->is_string())
+      return fail(at / "nvme_path", (at / "nvme_path").quoted() +
+                                        " must be a directory path; found " +
+                                        describe(*path));
+    out.nvmePath = path->get<std::string>();
+  }
+
+  if (!readScalars(*v, at, schema, AutoValues::MeanDefault, out))
+    return false;
+
+  if (out.device == OffloadDevice::NVMe && out.nvmePath.empty())
+    return fail(at / "device",
+                (at / "device").quoted() +
+                    " is \"nvme\" but no 'nvme_path' is given; NVMe offload "
+                    "needs the directory on the NVMe device to swap to");
+  return true;
+}
+
+bool Reader::checkOffloadStages(const JsonPath &at) {
+  const ZeroConfig &z = cfg.zero;
+  if (z.offloadParam.enabled() && z.stage < 3)
+    return fail(offloadParamAt,
+                offloadParamAt.quoted() + " offloads parameters to " +
+                    std::string(offloadDeviceName(z.offloadParam.device)) +
+                    ", which needs ZeRO stage 3; " + (at / "stage").quoted() +
+                    " is " + std::to_string(z.stage));
+  if (z.offloadOptimizer.enabled() && z.stage == 0)
+    return fail(offloadOptimizerAt,
+                offloadOptimizerAt.quoted() + " offloads optimizer states to " +
+                    std::string(offloadDeviceName(z.offloadOptimizer.device)) +
+                    ", which needs ZeRO stage 1, 2 or 3; " +
+                    (at / "stage").quoted() + " is 0");
+  // DeepSpeedZeroConfig.offload_ratio_check.
+  if (offloadOptimizerGiven && z.offloadOptimizer.ratio < 1.0 && z.stage != 3)
+    return fail(at / "offload_optimizer" / "ratio",
+                (at / "offload_optimizer" / "ratio").quoted() + " is " +
+                    formatReal(z.offloadOptimizer.ratio) +
+                    ", but partial optimizer offload needs ZeRO stage 3; "
+                    "stage is " +
+                    std::to_string(z.stage));
+  return true;
+}
+
+bool Reader::readZeroSubBlocks(const json &zero, const JsonPath &at) {
+  if (const json *v = member(zero, "leaf_module"); v && !v->is_null()) {
+    JsonPath where = at / "leaf_module";
+    if (!expectObject(*v, where) ||
+        !checkKeys(*v, where, leafModuleKeys(), UnknownKeys::Reject))
+      return false;
+    LeafModuleConfig &leaf = cfg.zero.leafModule;
+    std::pair<const char *, std::vector<std::string> *> lists[] = {
+        {"classes", &leaf.classes},
+        {"names", &leaf.names},
+        {"name_suffixes", &leaf.nameSuffixes}};
+    for (auto &[key, list] : lists) {
+      const json *entry = member(*v, key);
+      if (!entry)
+        continue;
+      JsonPath listAt = where / key;
+      // DeepSpeed takes a lone string as a one-element list and drops
+      // repeats.
+      std::vector<std::string> values;
+      if (entry->is_string()) {
+        values.push_back(entry->get<std::string>());
+      } else if (entry->is_array()) {
+        for (const json &item : *entry) {
+          if (!item.is_string())
+            return fail(listAt, listAt.quoted() + " must list strings; found " +
+                                    describe(item));
+          if (std::find(values.begin(), values.end(), item) == values.end())
+            values.push_back(item.get<std::string>());
+        }
+      } else {
+        return fail(listAt, listAt.quoted() +
+                                " must be a string or a list of strings; "
+                                "found " +
+                                describe(*entry));
+      }
+      *list = std::move(values);
+    }
+  }
+  if (const json *v = member(zero, "zenflow"); v && !v->is_null()) {
+    JsonPath where = at / "zenflow";
+    if (!expectObject(*v, where) ||
+        !checkKeys(*v, where, zenflowKeys(), UnknownKeys::Reject))
+      return false;
+    cfg.zero.zenflow = *v;
+  }
+  if (const json *v = member(zero, "zeropp_loco_param"); v && !v->is_null()) {
+    if (!expectObject(*v, at / "zeropp_loco_param"))
+      return false;
+    cfg.zero.zeroppLocoParam = *v;
+  }
+  return true;
+}
+
+//===----------------------------------------------------------------------===//
+// fp16 / bf16 / amp / communication_data_type
+//===----------------------------------------------------------------------===//
+
+/// `enabled` of fp16 or bf16. The Trainer sets an "auto" one from its
+/// --fp16 / --bf16 flags; zeroc takes the model's dtype for them.
+bool Reader::readEnabled(const json &block, const JsonPath &at,
+                         Precision precision, bool &enabled) {
+  const json *v = member(block, "enabled");
+  if (!v)
+    return true;
+  JsonPath where = at / "enabled";
+  if (!isAuto(*v))
+    return readBool(*v, where, enabled);
+  if (!ctx.modelPrecision)
+    return fail(where, where.quoted() +
+                           " is \"auto\", which follows the model's dtype, "
+                           "but the model's dtype is unknown");
+  enabled = *ctx.modelPrecision == precision;
+  note(where.dotted() + ": \"auto\" -> " + (enabled ? "true" : "false") +
+       " (the model's dtype is " +
+       std::string(precisionName(*ctx.modelPrecision)) + ")");
+  return true;
+}
+
+/// `fp16` or `bf16`: pydantic models with an `enabled` flag.
+template <typename S>
+bool Reader::readPrecisionBlock(const json &block, const JsonPath &at,
+                                const BlockSchema<S> &schema,
+                                Precision precision, bool &enabled, S &out) {
+  return expectObject(block, at) &&
+         checkKeys(block, at, schema.keys(), UnknownKeys::Reject) &&
+         readEnabled(block, at, precision, enabled) &&
+         readScalars(block, at, schema, AutoValues::MeanDefault, out);
+}
+
+bool Reader::readPrecision(const json &root) {
+  bool fp16 = false, bf16 = false;
+  JsonPath fp16At = JsonPath() / "fp16";
+  if (const json *block = member(root, "fp16");
+      block && !readPrecisionBlock(*block, fp16At, fp16Schema(),
+                                   Precision::FP16, fp16, cfg.lossScale))
+    return false;
+
+  // get_bfloat16_config: "bf16", else the old name "bfloat16".
+  const json *block = member(root, "bf16");
+  JsonPath bf16At = JsonPath() / "bf16";
+  if (block && block->is_null())
+    block = nullptr;
+  if (const json *old = member(root, "bfloat16")) {
+    if (block) {
+      ignore(JsonPath() / "bfloat16");
+      note("'bfloat16' is ignored because 'bf16' is given (DeepSpeed reads "
+           "only 'bf16' then)");
+    } else {
+      block = old;
+      bf16At = JsonPath() / "bfloat16";
+      note("bfloat16 (old name) read as bf16");
+    }
+  }
+  if (block && !readPrecisionBlock(*block, bf16At, bf16Schema(),
+                                   Precision::BF16, bf16, cfg.bf16))
+    return false;
+
+  if (fp16 && bf16)
+    return fail(bf16At / "enabled",
+                "fp16 and bf16 cannot both be enabled; " +
+                    (fp16At / "enabled").quoted() + " and " +
+                    (bf16At / "enabled").quoted() + " are both true");
+  cfg.precision = fp16   ? Precision::FP16
+                  : bf16 ? Precision::BF16
+                         : Precision::FP32;
+  if (cfg.precision == Precision::FP32 && ctx.modelPrecision &&
+      *ctx.modelPrecision != Precision::FP32)
+    note("the model's dtype is " +
+         std::string(precisionName(*ctx.modelPrecision)) +
+         " but neither fp16 nor bf16 is enabled: DeepSpeed trains in fp32");
+
+  // DeepSpeedFP16Config._validate_dynamic_loss_scale_params.
+  const LossScaleConfig &ls = cfg.lossScale;
+  if (fp16 && ls.dynamic()) {
+    if (ls.lossScaleWindow <= 0)
+      return fail(fp16At / "loss_scale_window",
+                  (fp16At / "loss_scale_window").quoted() +
+                      " must be positive with dynamic loss scaling "
+                      "(loss_scale 0); found " +
+                      std::to_string(ls.lossScaleWindow));
+    if (ls.minLossScale <= 0)
+      return fail(fp16At / "min_loss_scale",
+                  (fp16At / "min_loss_scale").quoted() +
+                      " must be positive with dynamic loss scaling "
+                      "(loss_scale 0); found " +
+                      std::to_string(ls.minLossScale));
+  }
+  // DeepSpeedConfig._do_error_check.
+  struct NeedsZero {
+    bool on;
+    JsonPath at;
+  };
+  const NeedsZero needsZero[] = {
+      {ls.fp16MasterWeightsAndGrads, fp16At / "fp16_master_weights_and_grads"},
+      {cfg.bf16.bf16MasterWeightsAndGrads,
+       bf16At / "bf16_master_weights_and_grads"},
+      {cfg.bf16.bf16OptimizerStates, bf16At / "bf16_optimizer_states"},
+  };
+  for (const NeedsZero &n : needsZero)
+    if (n.on && cfg.zero.stage == 0)
+      return fail(n.at, n.at.quoted() + " needs ZeRO stage 1, 2 or 3; "
+                                        "'zero_optimization.stage' is 0");
+  if (cfg.bf16.bf16OptimizerStates && !cfg.bf16.bf16MasterWeightsAndGrads)
+    return fail(bf16At / "bf16_optimizer_states",
+                (bf16At / "bf16_optimizer_states").quoted() +
+                    " needs 'bf16_master_weights_and_grads' to be true");
+
+  // Apex AMP: the Trainer sets an "auto" amp.enabled to false unless asked
+  // for the apex backend. zeroc does not model apex.
+  if (const json *amp = member(root, "amp")) {
+    JsonPath at = JsonPath() / "amp";
+    bool on = false;
+    if (!expectObject(*amp, at))
+      return false;
+    if (const json *v = member(*amp, "enabled")) {
+      if (isAuto(*v))
+        note("amp.enabled: \"auto\" -> false (Hugging Face enables apex AMP "
+             "only for --fp16_backend apex)");
+      else if (!readBool(*v, at / "enabled", on))
+        return false;
+    }
+    if (on)
+      return fail(at / "enabled", "zeroc does not model apex AMP ('amp."
+                                  "enabled' is true); use 'fp16' or 'bf16'");
+    ignore(at);
+  }
+
+  if (const json *v = member(root, "communication_data_type");
+      v && !v->is_null()) {
+    JsonPath at = JsonPath() / "communication_data_type";
+    std::string name = v->is_string() ? v->get<std::string>() : "";
+    std::transform(name.begin(), name.end(), name.begin(),
+                   [](unsigned char c) { return std::tolower(c); });
+    if (name == "fp32")
+      cfg.communicationDataType = Precision::FP32;
+    else if (name == "fp16")
+      cfg.communicationDataType = Precision::FP16;
+    else if (name == "bf16")
+      cfg.communicationDataType = Precision::BF16;
+    else
+      return fail(at, at.quoted() +
+                          " must be \"fp32\", \"fp16\" or \"bf16\"; found " +
+                          describe(*v));
+  }
+  return true;
+}
+
+//===----------------------------------------------------------------------===//
+// optimizer / gradient_clipping
+//===----------------------------------------------------------------------===//
+
+bool Reader::readOptimizer(const json &root) {
+  JsonPath at = JsonPath() / "optimizer";
+  const json *block = member(root, "optimizer");
+  const json *type =
+      block && block->is_object() ? member(*block, "type") : nullptr;
+  if (block && !expectObject(*block, at))
+    return false;
+  if (!type) {
+    // No DeepSpeed optimizer: the client brings one, and the Trainer's
+    // default is AdamW.
+    note(std::string(block ? "'optimizer' has no 'type'" : "no 'optimizer'") +
+         ": zeroc assumes AdamW (the Hugging Face Trainer's default) with "
+         "DeepSpeed's Adam defaults");
+    if (block && !checkKeys(*block, at, {"type", "params", "legacy_fusion"},
+                            UnknownKeys::IgnoreUnlessTypo))
+      return false;
+    if (block)
+      ignore(at);
+    return true;
+  }
+  if (!checkKeys(*block, at, {"type", "params", "legacy_fusion"},
+                 UnknownKeys::IgnoreUnlessTypo))
+    return false;
+  if (block->contains("legacy_fusion"))
+    ignore(at / "legacy_fusion");
+
+  JsonPath typeAt = at / "type";
+  // DeepSpeed lower-cases the names of its own optimizers.
+  std::string lower = type->is_string() ? type->get<std::string>() : "";
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
+  if (lower == "adam")
+    cfg.optimizer.type = "Adam";
+  else if (lower == "adamw")
+    cfg.optimizer.type = "AdamW";
+  else
+    return fail(typeAt, "zeroc supports the optimizers \"Adam\" and "
+                        "\"AdamW\"; " +
+                            typeAt.quoted() + " is " + describe(*type));
+
+  if (const json *params = member(*block, "params");
+      params && !params->is_null())
+    return readAdamParams(*params, at / "params");
+  return true;
+}
+
+/// The keyword arguments DeepSpeed passes to FusedAdam, DeepSpeedCPUAdam or
+/// torch.optim.Adam(W) (engine.py, _configure_basic_optimizer); a key none
+/// of them takes is a TypeError there, so an error here.
+bool Reader::readAdamParams(const json &params, const JsonPath &at) {
+  OptimizerConfig &opt = cfg.optimizer;
+  if (!expectObject(params, at))
+    return false;
+  if (params.contains("max_grad_norm"))
+    return fail(at / "max_grad_norm",
+                (at / "max_grad_norm").quoted() +
+                    " is not an optimizer parameter in DeepSpeed; use the "
+                    "top-level 'gradient_clipping'");
+  std::vector<std::string> known = adamParamKeys();
+  const std::vector<std::string> &ignorable = ignoredAdamParamKeys();
+  known.insert(known.end(), ignorable.begin(), ignorable.end());
+  if (!checkKeys(params, at, known, UnknownKeys::Reject))
+    return false;
+  for (const std::string &key : ignorable)
+    if (params.contains(key))
+      ignore(at / key);
+
+  // The Trainer fills these four from TrainingArguments; its defaults stand
+  // in for the command line zeroc does not see.
+  auto fromTrainer = [&](const char *key, const std::string &value) {
+    note((at / key).dotted() + ": \"auto\" -> " + value +
+         " (Hugging Face TrainingArguments default)");
+  };
+  auto readScalar = [&](const char *key, double &out, double trainerValue) {
+    const json *v = member(params, key);
+    if (!v)
+      return true;
+    if (isAuto(*v)) {
+      out = trainerValue;
+      fromTrainer(key, formatReal(trainerValue));
+      return true;
+    }
+    return readReal(*v, at / key, 0.0, std::numeric_limits<double>::infinity(),
+                    out);
+  };
+  if (!readScalar("lr", opt.lr, 5e-5) || !readScalar("eps", opt.eps, 1e-8))
+    return false;
+
+  bool weightDecayGiven = params.contains("weight_decay");
+  if (!readScalar("weight_decay", opt.weightDecay, 0.0))
+    return false;
+
+  if (const json *betas = member(params, "betas")) {
+    JsonPath where = at / "betas";
+    if (isAuto(*betas)) {
+      opt.beta1 = 0.9;
+      opt.beta2 = 0.999;
+      fromTrainer("betas", "[0.9, 0.999]");
+    } else {
+      if (!betas->is_array() || betas->size() != 2)
+        return fail(where, where.quoted() +
+                               " must be a list of two numbers, such as "
+                               "[0.9, 0.999]; found " +
+                               describe(*betas));
+      if (!readReal((*betas)[0], where / "0", 0.0, 1.0, opt.beta1) ||
+          !readReal((*betas)[1], where / "1", 0.0, 1.0, opt.beta2))
+        return false;
+    }
+  }
+
+  bool adamWMode = true; // ADAM_W_MODE_DEFAULT
+  bool amsgrad = false;
+  struct Flag {
+    const char *key;
+    bool *out;
+  };
+  for (const Flag &flag :
+       {Flag{"bias_correction", &opt.biasCorrection},
+        Flag{"adam_w_mode", &adamWMode}, Flag{"torch_adam", &opt.torchAdam},
+        Flag{"amsgrad", &amsgrad}})
+    if (const json *v = member(params, flag.key))
+      if (!readBool(*v, at / flag.key, *flag.out))
+        return false;
+  if (amsgrad)
+    return fail(at / "amsgrad", "zeroc does not support AMSGrad ('" +
+                                    (at / "amsgrad").dotted() +
+                                    "' is true); neither does DeepSpeed's "
+                                    "FusedAdam");
+  // "AdamW" always decouples weight decay; "Adam" does unless adam_w_mode is
+  // false.
+  opt.adamWMode = opt.type == "AdamW" || adamWMode;
+  // torch.optim.AdamW's own default weight decay.
+  if (opt.torchAdam && opt.adamWMode && !weightDecayGiven)
+    opt.weightDecay = 0.01;
+  return true;
+}
+
+bool Reader::readGradientClipping(const json &root) {
+  JsonPath at = JsonPath() / "gradient_clipping";
+  const json *v = member(root, "gradient_clipping");
+  if (!v)
+    return true;
+  if (isAuto(*v)) {
+    cfg.gradientClipping = 1.0;
+    note("gradient_clipping: \"auto\" -> 1.0 (Hugging Face max_grad_norm "
+         "default)");
+    return true;
+  }
+  return readReal(*v, at, 0.0, std::numeric_limits<double>::infinity(),
+                  cfg.gradientClipping);
+}
+
+//===----------------------------------------------------------------------===//
+// activation_checkpointing / aio
+//===----------------------------------------------------------------------===//
+
+bool Reader::readActivationCheckpointing(const json &root) {
+  JsonPath at = JsonPath() / "activation_checkpointing";
+  const json *block = member(root, "activation_checkpointing");
+  if (!block)
+    return true;
+  const auto &schema = activationCheckpointingSchema();
+  if (!expectObject(*block, at) ||
+      !checkKeys(*block, at, schema.keys(), UnknownKeys::IgnoreUnlessTypo) ||
+      !readScalars(*block, at, schema, AutoValues::Reject,
+                   cfg.activationCheckpointing))
+    return false;
+  if (const json *v = member(*block, "number_checkpoints");
+      v && !v->is_null()) {
+    int64_t count = 0;
+    if (!readInt(*v, at / "number_checkpoints", 1, count))
+      return false;
+    cfg.activationCheckpointing.numberCheckpoints = count;
+  }
+  return true;
+}
+
+bool Reader::readAio(const json &root) {
+  JsonPath at = JsonPath() / "aio";
+  const json *block = member(root, "aio");
+  if (!block || block->is_null())
+    return true;
+  std::vector<std::string> known = aioSchema().keys();
+  // Older DeepSpeed's name for intra_op_parallelism, still in Hugging Face's
+  // NVMe examples; DeepSpeed now ignores it.
+  known.push_back("thread_count");
+  if (!expectObject(*block, at) ||
+      !checkKeys(*block, at, known, UnknownKeys::IgnoreUnlessTypo) ||
+      !readScalars(*block, at, aioSchema(), AutoValues::Reject, cfg.aio))
+    return false;
+  if (block->contains("thread_count")) {
+    ignore(at / "thread_count");
+    note("aio.thread_count is the old name of aio.intra_op_parallelism; "
+         "DeepSpeed no longer reads it");
+  }
+  return true;
+}
+
+//===----------------------------------------------------------------------===//
+// The batch triple
+//===----------------------------------------------------------------------===//
+
+/// train_batch_size = train_micro_batch_size_per_gpu x
+/// gradient_accumulation_steps x world size. The Trainer fills "auto" values
+/// from its arguments (trainer_config_process); zeroc takes the micro batch
+/// from the model graph and the accumulation count from the command line,
+/// then derives what is still missing as DeepSpeed does
+/// (_set_batch_related_parameters), but insists on exact division.
+bool Reader::readBatch(const json &root) {
+  struct Entry {
+    explicit Entry(const char *key) : key(key), at(JsonPath() / key) {}
+    const char *key;
+    JsonPath at;
+    std::optional<int64_t> value; ///< Given, filled in or derived.
+    bool wasAuto = false;
+  };
+  Entry train("train_batch_size"), micro("train_micro_batch_size_per_gpu"),
+      accumulation("gradient_accumulation_steps");
+  for (Entry *e : {&train, &micro, &accumulation}) {
+    // DeepSpeed reads these with get_scalar_param: null is as good as absent.
+    const json *v = member(root, e->key);
+    if (!v || v->is_null())
+      continue;
+    if (isAuto(*v)) {
+      e->wasAuto = true;
+      continue;
+    }
+    int64_t value = 0;
+    if (!readInt(*v, e->at, 1, value))
+      return false;
+    e->value = value;
+  }
+  const int64_t world = ctx.worldSize;
+  const std::string worldText = "world size " + std::to_string(world);
+
+  // Values the config gives must agree with the model and the command line,
+  // as the Trainer insists (its "mismatch" check).
+  struct Fact {
+    Entry &entry;
+    std::optional<int64_t> value;
+    const char *source;
+  };
+  const Fact facts[] = {
+      {micro, ctx.microBatch, "the model's batch dimension"},
+      {accumulation, ctx.gradientAccumulation,
+       "--gradient-accumulation on the command line"},
+  };
+  for (const Fact &fact : facts) {
+    if (fact.value && *fact.value < 1)
+      return fail(fact.entry.at, std::string(fact.source) +
+                                     " must be at least 1; found " +
+                                     std::to_string(*fact.value));
+    if (fact.entry.value && fact.value && *fact.entry.value != *fact.value)
+      return fail(fact.entry.at,
+                  fact.entry.at.quoted() + " is " +
+                      std::to_string(*fact.entry.value) + " but " +
+                      fact.source + " is " + std::to_string(*fact.value) +
+                      "; make them agree or set the key to \"auto\"");
+    if (!fact.entry.value && fact.value) {
+      fact.entry.value = fact.value;
+      note(std::string(fact.entry.key) +
+           (fact.entry.wasAuto ? ": \"auto\" -> " : " (absent) = ") +
+           std::to_string(*fact.value) + " (" + fact.source + ")");
+    }
+  }
+
+  auto derived = [&](Entry &e, int64_t value, const std::string &how) {
+    e.value = value;
+    note(std::string(e.key) + (e.wasAuto ? ": \"auto\" -> " : " = ") +
+         std::to_string(value) + ", derived: " + how);
+  };
+  auto divide = [&](Entry &e, int64_t dividend, int64_t divisor,
+                    const std::string &how) {
+    if (dividend % divisor != 0)
+      return fail(train.at,
+                  "the batch triple does not divide: " + train.at.quoted() +
+                      " " + std::to_string(dividend) +
+                      " is not a multiple of " + how + " = " +
+                      std::to_string(divisor) + ", so there is no whole " +
+                      e.key);
+    derived(e, dividend / divisor,
+            std::to_string(dividend) + " / (" + how + ")");
+    return true;
+  };
+
+  std::string microText = "train_micro_batch_size_per_gpu";
+  std::string accText = "gradient_accumulation_steps";
+  if (train.value && micro.value && !accumulation.value) {
+    if (!divide(accumulation, *train.value, *micro.value * world,
+                microText + " " + std::to_string(*micro.value) + " x " +
+                    worldText))
+      return false;
+  } else if (train.value && accumulation.value && !micro.value) {
+    if (!divide(micro, *train.value, *accumulation.value * world,
+                accText + " " + std::to_string(*accumulation.value) + " x " +
+                    worldText))
+      return false;
+  } else if (train.value && !micro.value) {
+    // DeepSpeed: one accumulation step, the rest per GPU.
+    derived(accumulation, 1,
+            "DeepSpeed's default when only train_batch_size "
+            "is known");
+    if (!divide(micro, *train.value, world, worldText))
+      return false;
+  } else if (micro.value && !train.value) {
+    if (!accumulation.value)
+      derived(accumulation, 1,
+              "DeepSpeed's default when train_batch_size is not known");
+    derived(train, *micro.value * *accumulation.value * world,
+            microText + " " + std::to_string(*micro.value) + " x " + accText +
+                " " + std::to_string(*accumulation.value) + " x " + worldText);
+  } else if (!train.value && !micro.value) {
+    return fail(micro.at, "either 'train_batch_size' or "
+                          "'train_micro_batch_size_per_gpu' must be given "
+                          "(or be \"auto\" with the model's batch dimension "
+                          "known)");
+  }
+
+  if (*train.value != *micro.value * *accumulation.value * world)
+    return fail(train.at,
+                "inconsistent batch sizes: " + train.at.quoted() + " " +
+                    std::to_string(*train.value) + " != " + microText + " " +
+                    std::to_string(*micro.value) + " x " + accText + " " +
+                    std::to_string(*accumulation.value) + " x " + worldText);
+  cfg.trainBatchSize = *train.value;
+  cfg.microBatchPerGpu = *micro.value;
+  cfg.gradientAccumulationSteps = *accumulation.value;
+  return true;
+}
+
+} // namespace
+
+Expected<DeepSpeedConfig> readDeepSpeedConfig(const JsonDocument &doc,
+                                              const ConfigContext &ctx) {
+  // Nothing may escape as an exception; the checks above make nlohmann
+  // throw nothing, and this is the guard should one be missed.
+  try {
+    return Reader(doc, ctx).read();
+  } catch (const std::exception &e) {
+    return Diagnostic{doc.name(), 0, 0,
+                      std::string("internal error reading the DeepSpeed "
+                                  "config: ") +
+                          e.what()};
+  }
+}
+
+Expected<DeepSpeedConfig> loadDeepSpeedConfig(const std::string &path,
+                                              const ConfigContext &ctx) {
+  Expected<JsonDocument> doc = JsonDocument::load(path);
+  if (!doc)
+    return doc.error();
+  return readDeepSpeedConfig(*doc, ctx);
+}
+
+} // namespace zeroc

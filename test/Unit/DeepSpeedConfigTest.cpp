@@ -1,1 +1,1229 @@
+//===- DeepSpeedConfigTest.cpp - The DeepSpeed config reader --------------===//
+//
+// Expected values are DeepSpeed v0.19.5's code defaults and the Hugging Face
+// Trainer's "auto" rules, written out as literals so that a wrong default in
+// the library fails here.
+//
+//===----------------------------------------------------------------------===//
+
+#include "zeroc/Config/DeepSpeedConfig.h"
+
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <limits>
+
+using namespace zeroc;
+
+namespace {
+
+ConfigContext worldOf(int64_t world) {
+  ConfigContext ctx;
+  ctx.worldSize = world;
+  return ctx;
+}
+
+/// What the Hugging Face examples below run with: a 4096-wide bf16 model,
+/// micro batch 4, on 8 GPUs.
+ConfigContext hfContext() {
+  ConfigContext ctx = worldOf(8);
+  ctx.hiddenSize = 4096;
+  ctx.microBatch = 4;
+  ctx.modelPrecision = Precision::BF16;
+  return ctx;
+}
+
+Expected<DeepSpeedConfig> readText(const std::string &text,
+                                   const ConfigContext &ctx = worldOf(1)) {
+  Expected<JsonDocument> doc = JsonDocument::parse(text, "ds.json");
+  if (!doc)
+    return doc.error();
+  return readDeepSpeedConfig(*doc, ctx);
+}
+
+std::string testConfig(const std::string &name) {
+  return std::string(ZEROC_SOURCE_DIR) + "/test/Unit/ds_configs/" + name;
+}
+
+std::string exampleConfig(const std::string &name) {
+  return std::string(ZEROC_SOURCE_DIR) + "/examples/ds_configs/" + name;
+}
+
+/// hfContext(), less the model's batch for configs that give their own.
+ConfigContext contextFor(const std::string &path) {
+  ConfigContext ctx = hfContext();
+  if (path.find("/hf_") == std::string::npos)
+    ctx.microBatch.reset();
+  return ctx;
+}
+
+bool contains(const std::string &text, const std::string &part) {
+  return text.find(part) != std::string::npos;
+}
+
+/// Whether some note contains every one of `parts`.
+bool hasNote(const DeepSpeedConfig &cfg,
+             std::initializer_list<std::string> parts) {
+  return std::any_of(cfg.notes.begin(), cfg.notes.end(),
+                     [&](const std::string &note) {
+                       return std::all_of(parts.begin(), parts.end(),
+                                          [&](const std::string &part) {
+                                            return contains(note, part);
+                                          });
+                     });
+}
+
+std::string joined(const std::vector<std::string> &lines) {
+  std::string out;
+  for (const std::string &line : lines)
+    out += "  " + line + "\n";
+  return out;
+}
+
+/// The read failed, and its message contains every one of `parts`.
+::testing::AssertionResult failsWith(const Expected<DeepSpeedConfig> &result,
+                                     std::initializer_list<std::string> parts) {
+  if (result)
+    return ::testing::AssertionFailure() << "the config was accepted";
+  const std::string &message = result.error().message;
+  for (const std::string &part : parts)
+    if (!contains(message, part))
+      return ::testing::AssertionFailure()
+             << "message lacks \"" << part << "\": " << result.error().str();
+  return ::testing::AssertionSuccess();
+}
+
+/// The read failed at this line and column of ds.json.
+::testing::AssertionResult failsAt(const Expected<DeepSpeedConfig> &result,
+                                   int line, int column) {
+  if (result)
+    return ::testing::AssertionFailure() << "the config was accepted";
+  const Diagnostic &d = result.error();
+  if (d.file != "ds.json" || d.line != line || d.column != column)
+    return ::testing::AssertionFailure() << "expected ds.json:" << line << ":"
+                                         << column << ", got " << d.str();
+  return ::testing::AssertionSuccess();
+}
+
+#define ASSERT_READ(result) ASSERT_TRUE(result) << (result).error().str()
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Defaults
+//===----------------------------------------------------------------------===//
+
+TEST(DeepSpeedConfigDefaults, ZeroDefaultsPerStageMatchDeepSpeedCode) {
+  for (int stage = 0; stage <= 3; ++stage) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    auto cfg =
+        readText(R"({"train_batch_size": 8, "zero_optimization": {"stage": )" +
+                 std::to_string(stage) + "}}");
+    ASSERT_READ(cfg);
+    const ZeroConfig &z = cfg->zero;
+    EXPECT_EQ(z.stage, stage);
+    EXPECT_EQ(z.reduceBucketSize, 500000000);
+    EXPECT_EQ(z.allgatherBucketSize, 500000000);
+    EXPECT_EQ(z.prefetchBucketSize, 50000000);
+    EXPECT_EQ(z.paramPersistenceThreshold, 100000);
+    EXPECT_EQ(z.modelPersistenceThreshold, std::numeric_limits<int64_t>::max());
+    EXPECT_EQ(z.maxLiveParameters, 1000000000);
+    EXPECT_EQ(z.maxReuseDistance, 1000000000);
+    EXPECT_EQ(z.subGroupSize, 1000000000);
+    EXPECT_EQ(z.moduleGranularityThreshold, 0);
+    EXPECT_EQ(z.overlapComm, stage == 3);
+    EXPECT_TRUE(z.contiguousGradients);
+    EXPECT_TRUE(z.reduceScatter);
+    EXPECT_TRUE(z.allgatherPartitions);
+    EXPECT_TRUE(z.useMultiRankBucketAllreduce);
+    EXPECT_TRUE(z.loadFromFp32Weights);
+    EXPECT_TRUE(z.ignoreUnusedParameters);
+    EXPECT_TRUE(z.memoryEfficientLinear);
+    EXPECT_TRUE(z.overrideModuleApply);
+    EXPECT_FALSE(z.gather16bitWeightsOnModelSave);
+    EXPECT_FALSE(z.roundRobinGradients);
+    EXPECT_FALSE(z.zeroQuantizedWeights);
+    EXPECT_FALSE(z.zeroQuantizedGradients);
+    EXPECT_FALSE(z.allgatherSequential);
+    EXPECT_FALSE(z.useAllReduceForFetchParams);
+    EXPECT_EQ(z.zeroHpzPartitionSize, 1);
+    EXPECT_EQ(z.micsShardSize, -1);
+    EXPECT_EQ(z.leafModule.classes.size(), 3u);
+    EXPECT_TRUE(z.zenflow.is_null());
+
+    EXPECT_EQ(z.offloadParam.device, OffloadDevice::None);
+    EXPECT_TRUE(z.offloadParam.pinMemory);
+    EXPECT_EQ(z.offloadParam.bufferCount, 5);
+    EXPECT_EQ(z.offloadParam.bufferSize, 100000000);
+    EXPECT_EQ(z.offloadParam.maxInCpu, 1000000000);
+    EXPECT_EQ(z.offloadOptimizer.device, OffloadDevice::None);
+    EXPECT_TRUE(z.offloadOptimizer.pinMemory);
+    EXPECT_EQ(z.offloadOptimizer.bufferCount, 4);
+    EXPECT_EQ(z.offloadOptimizer.ratio, 1.0);
+    EXPECT_FALSE(z.offloadOptimizer.pipelineRead);
+    EXPECT_EQ(z.offloadOptimizer.cpuadamCoresPerc, 0.8);
+
+    EXPECT_EQ(z, ZeroConfig::defaultsForStage(stage));
+  }
+}
+
+TEST(DeepSpeedConfigDefaults, EverythingElseMatchesDeepSpeedCode) {
+  auto cfg = readText(R"({"train_batch_size": 8})");
+  ASSERT_READ(cfg);
+  EXPECT_EQ(cfg->zero, ZeroConfig::defaultsForStage(0));
+  EXPECT_EQ(cfg->precision, Precision::FP32);
+  EXPECT_EQ(cfg->lossScale.lossScale, 0.0);
+  EXPECT_TRUE(cfg->lossScale.dynamic());
+  EXPECT_EQ(cfg->lossScale.initialScalePower, 16);
+  EXPECT_EQ(cfg->lossScale.initialScale(), 65536.0);
+  EXPECT_EQ(cfg->lossScale.lossScaleWindow, 1000);
+  EXPECT_EQ(cfg->lossScale.hysteresis, 2);
+  EXPECT_EQ(cfg->lossScale.minLossScale, 1);
+  EXPECT_FALSE(cfg->lossScale.consecutiveHysteresis);
+  EXPECT_TRUE(cfg->bf16.checkGradOverflow);
+  EXPECT_FALSE(cfg->bf16.immediateGradUpdate);
+  EXPECT_FALSE(cfg->communicationDataType);
+  // GRADIENT_CLIPPING_DEFAULT has been 1.0 since DeepSpeed v0.19.3.
+  EXPECT_EQ(cfg->gradientClipping, 1.0);
+  EXPECT_EQ(cfg->optimizer.type, "AdamW");
+  EXPECT_EQ(cfg->optimizer.lr, 1e-3);
+  EXPECT_EQ(cfg->optimizer.beta1, 0.9);
+  EXPECT_EQ(cfg->optimizer.beta2, 0.999);
+  EXPECT_EQ(cfg->optimizer.eps, 1e-8);
+  EXPECT_EQ(cfg->optimizer.weightDecay, 0.0);
+  EXPECT_TRUE(cfg->optimizer.adamWMode);
+  EXPECT_TRUE(hasNote(*cfg, {"no 'optimizer'", "AdamW"}));
+  EXPECT_EQ(cfg->aio.blockSize, 1048576);
+  EXPECT_EQ(cfg->aio.queueDepth, 8);
+  EXPECT_EQ(cfg->aio.intraOpParallelism, 1);
+  EXPECT_FALSE(cfg->aio.singleSubmit);
+  EXPECT_TRUE(cfg->aio.overlapEvents);
+  EXPECT_FALSE(cfg->aio.useGds);
+  EXPECT_FALSE(cfg->activationCheckpointing.partitionActivations);
+  EXPECT_FALSE(cfg->activationCheckpointing.numberCheckpoints);
+  EXPECT_TRUE(cfg->ignoredKeys.empty());
+}
+
+TEST(DeepSpeedConfigDefaults, SizesWrittenAsFloatsAreAcceptedWhenWhole) {
+  auto cfg = readText(R"({"train_batch_size": 8, "zero_optimization": {
+      "stage": 2, "reduce_bucket_size": 5e8, "allgather_bucket_size": 2.5e8,
+      "sub_group_size": 1e12}})");
+  ASSERT_READ(cfg);
+  EXPECT_EQ(cfg->zero.reduceBucketSize, 500000000);
+  EXPECT_EQ(cfg->zero.allgatherBucketSize, 250000000);
+  EXPECT_EQ(cfg->zero.subGroupSize, 1000000000000);
+
+  EXPECT_TRUE(
+      failsWith(readText(R"({"train_batch_size": 8,
+                   "zero_optimization": {"reduce_bucket_size": 5.5}})"),
+                {"'zero_optimization.reduce_bucket_size'", "5.5", "fraction"}));
+}
+
+TEST(DeepSpeedConfigDefaults, OverlapCommGivenOverridesTheStageDefault) {
+  auto on = readText(R"({"train_batch_size": 8,
+      "zero_optimization": {"stage": 2, "overlap_comm": true}})");
+  ASSERT_READ(on);
+  EXPECT_TRUE(on->zero.overlapComm);
+  auto off = readText(R"({"train_batch_size": 8,
+      "zero_optimization": {"stage": 3, "overlap_comm": false}})");
+  ASSERT_READ(off);
+  EXPECT_FALSE(off->zero.overlapComm);
+}
+
+//===----------------------------------------------------------------------===//
+// Aliases and deprecated keys
+//===----------------------------------------------------------------------===//
+
+TEST(DeepSpeedConfigAliases, Stage3KeysAreAlsoReadWithoutThePrefix) {
+  auto cfg = readText(R"({"train_batch_size": 8, "zero_optimization": {
+      "stage": 3,
+      "prefetch_bucket_size": 123,
+      "param_persistence_threshold": 456,
+      "model_persistence_threshold": 789,
+      "max_live_parameters": 1000,
+      "max_reuse_distance": 2000,
+      "gather_16bit_weights_on_model_save": true,
+      "module_granularity_threshold": 7,
+      "use_all_reduce_for_fetch_params": true,
+      "allgather_sequential": true}})");
+  ASSERT_READ(cfg);
+  const ZeroConfig &z = cfg->zero;
+  EXPECT_EQ(z.prefetchBucketSize, 123);
+  EXPECT_EQ(z.paramPersistenceThreshold, 456);
+  EXPECT_EQ(z.modelPersistenceThreshold, 789);
+  EXPECT_EQ(z.maxLiveParameters, 1000);
+  EXPECT_EQ(z.maxReuseDistance, 2000);
+  EXPECT_TRUE(z.gather16bitWeightsOnModelSave);
+  EXPECT_EQ(z.moduleGranularityThreshold, 7);
+  EXPECT_TRUE(z.useAllReduceForFetchParams);
+  EXPECT_TRUE(z.allgatherSequential);
+  // An alias is as valid as the prefixed name: no note, nothing ignored.
+  EXPECT_TRUE(cfg->ignoredKeys.empty());
+
+  auto prefixed = readText(R"({"train_batch_size": 8, "zero_optimization": {
+      "stage": 3, "stage3_prefetch_bucket_size": 123,
+      "stage3_max_live_parameters": 1000}})");
+  ASSERT_READ(prefixed);
+  EXPECT_EQ(prefixed->zero.prefetchBucketSize, 123);
+  EXPECT_EQ(prefixed->zero.maxLiveParameters, 1000);
+}
+
+TEST(DeepSpeedConfigAliases, NameAndAliasTogetherAreRejected) {
+  auto cfg = readText(R"({
+  "train_batch_size": 8,
+  "zero_optimization": {
+    "stage3_max_live_parameters": 1e9,
+    "max_live_parameters": 1e8
+  }
+})");
+  EXPECT_TRUE(failsAt(cfg, 5, 5));
+  EXPECT_TRUE(failsWith(cfg, {"'zero_optimization.max_live_parameters'",
+                              "'zero_optimization.stage3_max_live_parameters'",
+                              "same setting"}));
+}
+
+TEST(DeepSpeedConfigDeprecated, CpuOffloadBecomesOffloadOptimizer) {
+  auto on = readText(R"({"train_batch_size": 8,
+      "zero_optimization": {"stage": 2, "cpu_offload": true}})");
+  ASSERT_READ(on);
+  EXPECT_EQ(on->zero.offloadOptimizer.device, OffloadDevice::CPU);
+  EXPECT_EQ(on->zero.offloadOptimizer.bufferCount, 4);
+  EXPECT_TRUE(hasNote(*on, {"zero_optimization.cpu_offload (deprecated)",
+                            "zero_optimization.offload_optimizer", "\"cpu\""}));
+
+  auto off = readText(R"({"train_batch_size": 8,
+      "zero_optimization": {"stage": 2, "cpu_offload": false}})");
+  ASSERT_READ(off);
+  EXPECT_EQ(off->zero.offloadOptimizer.device, OffloadDevice::None);
+  EXPECT_TRUE(hasNote(*off, {"cpu_offload (deprecated)", "= none"}));
+}
+
+TEST(DeepSpeedConfigDeprecated, CpuOffloadParamBecomesOffloadParam) {
+  auto cfg = readText(R"({"train_batch_size": 8,
+      "zero_optimization": {"stage": 3, "cpu_offload_param": true}})");
+  ASSERT_READ(cfg);
+  EXPECT_EQ(cfg->zero.offloadParam.device, OffloadDevice::CPU);
+  EXPECT_EQ(cfg->zero.offloadParam.bufferCount, 5);
+  EXPECT_TRUE(hasNote(*cfg, {"zero_optimization.cpu_offload_param (deprecated)",
+                             "zero_optimization.offload_param"}));
+}
+
+TEST(DeepSpeedConfigDeprecated, GatherFp16WeightsBecomesGather16bitWeights) {
+  auto cfg = readText(R"({"train_batch_size": 8, "zero_optimization": {
+      "stage": 3, "stage3_gather_fp16_weights_on_model_save": true}})");
+  ASSERT_READ(cfg);
+  EXPECT_TRUE(cfg->zero.gather16bitWeightsOnModelSave);
+  EXPECT_TRUE(
+      hasNote(*cfg, {"stage3_gather_fp16_weights_on_model_save (deprecated)",
+                     "stage3_gather_16bit_weights_on_model_save = true"}));
+}
+
+TEST(DeepSpeedConfigDeprecated, OldAndNewTogetherAreRejected) {
+  EXPECT_TRUE(failsWith(
+      readText(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2,
+          "cpu_offload": true, "offload_optimizer": {"device": "cpu"}}})"),
+      {"'zero_optimization.cpu_offload' is deprecated",
+       "'zero_optimization.offload_optimizer'", "both together"}));
+  // Even a false flag conflicts: DeepSpeed checks that the key is set.
+  EXPECT_TRUE(failsWith(
+      readText(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
+          "cpu_offload_param": false, "offload_param": {"device": "cpu"}}})"),
+      {"'zero_optimization.cpu_offload_param' is deprecated",
+       "'zero_optimization.offload_param'"}));
+  EXPECT_TRUE(failsWith(
+      readText(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
+          "stage3_gather_fp16_weights_on_model_save": true,
+          "stage3_gather_16bit_weights_on_model_save": true}})"),
+      {"'zero_optimization.stage3_gather_fp16_weights_on_model_save'",
+       "'zero_optimization.stage3_gather_16bit_weights_on_model_save'"}));
+  EXPECT_TRUE(failsWith(
+      readText(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
+          "stage3_gather_fp16_weights_on_model_save": true,
+          "gather_16bit_weights_on_model_save": false}})"),
+      {"'zero_optimization.gather_16bit_weights_on_model_save'"}));
+}
+
+TEST(DeepSpeedConfigDeprecated, PinMemoryFlagIsAcceptedWithoutEffect) {
+  auto cfg = readText(R"({"train_batch_size": 8, "zero_optimization": {
+      "stage": 2, "cpu_offload": true, "cpu_offload_use_pin_memory": false}})");
+  ASSERT_READ(cfg);
+  EXPECT_TRUE(cfg->zero.offloadOptimizer.pinMemory);
+  EXPECT_EQ(
+      cfg->ignoredKeys,
+      std::vector<std::string>{"zero_optimization.cpu_offload_use_pin_memory"});
+  EXPECT_TRUE(
+      hasNote(*cfg, {"cpu_offload_use_pin_memory is deprecated", "no effect"}));
+}
+
+TEST(DeepSpeedConfigDeprecated, BooleanZeroOptimizationMeansStageOne) {
+  auto cfg = readText(R"({"train_batch_size": 8, "zero_optimization": true,
+                          "allgather_size": 2e8})");
+  ASSERT_READ(cfg);
+  EXPECT_EQ(cfg->zero.stage, 1);
+  EXPECT_EQ(cfg->zero.allgatherBucketSize, 200000000);
+  EXPECT_TRUE(hasNote(*cfg, {"boolean form is deprecated", "stage 1"}));
+  EXPECT_TRUE(hasNote(*cfg, {"allgather_size (deprecated)",
+                             "allgather_bucket_size = 200000000"}));
+}
+
+TEST(DeepSpeedConfigDeprecated, Bfloat16IsTheOldNameOfBf16) {
+  auto cfg = readText(R"({"train_batch_size": 8,
+                          "bfloat16": {"enabled": true}})");
+  ASSERT_READ(cfg);
+  EXPECT_EQ(cfg->precision, Precision::BF16);
+  EXPECT_TRUE(hasNote(*cfg, {"bfloat16 (old name) read as bf16"}));
+
+  // With both, DeepSpeed reads bf16 only.
+  auto both = readText(R"({"train_batch_size": 8, "bf16": {"enabled": false},
+                           "bfloat16": {"enabled": true}})");
+  ASSERT_READ(both);
+  EXPECT_EQ(both->precision, Precision::FP32);
+  EXPECT_EQ(both->ignoredKeys, std::vector<std::string>{"bfloat16"});
+}
+
+//===----------------------------------------------------------------------===//
+// The batch triple
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+struct TripleCase {
+  const char *name;
+  std::string keys; ///< The batch keys of the config, without braces.
+  int64_t world;
+  int64_t train, micro, accumulation; ///< Expected; 0 when an error is.
+  const char *error;                  ///< Part of the error, or nullptr.
+};
+
+} // namespace
+
+TEST(DeepSpeedConfigBatch, AnyTwoDetermineTheThird) {
+  const TripleCase cases[] = {
+      {"train+micro", R"("train_batch_size": 64,
+                         "train_micro_batch_size_per_gpu": 8)",
+       2, 64, 8, 4, nullptr},
+      {"train+accumulation", R"("train_batch_size": 64,
+                                "gradient_accumulation_steps": 4)",
+       2, 64, 8, 4, nullptr},
+      {"micro+accumulation", R"("train_micro_batch_size_per_gpu": 8,
+                                "gradient_accumulation_steps": 4)",
+       2, 64, 8, 4, nullptr},
+      {"all three consistent", R"("train_batch_size": 64,
+                                  "train_micro_batch_size_per_gpu": 8,
+                                  "gradient_accumulation_steps": 4)",
+       2, 64, 8, 4, nullptr},
+      // DeepSpeed's rules for a single value: one accumulation step.
+      {"train alone", R"("train_batch_size": 32)", 4, 32, 8, 1, nullptr},
+      {"micro alone", R"("train_micro_batch_size_per_gpu": 8)", 4, 32, 8, 1,
+       nullptr},
+      {"inconsistent", R"("train_batch_size": 64,
+                          "train_micro_batch_size_per_gpu": 8,
+                          "gradient_accumulation_steps": 2)",
+       2, 0, 0, 0,
+       "inconsistent batch sizes: 'train_batch_size' 64 != "
+       "train_micro_batch_size_per_gpu 8 x "
+       "gradient_accumulation_steps 2 x world size 2"},
+      {"world size does not match", R"("train_batch_size": 64,
+                                       "train_micro_batch_size_per_gpu": 8,
+                                       "gradient_accumulation_steps": 4)",
+       4, 0, 0, 0, "x world size 4"},
+      {"train not divisible by micro", R"("train_batch_size": 10,
+                                          "train_micro_batch_size_per_gpu": 3)",
+       1, 0, 0, 0, "'train_batch_size' 10 is not a multiple of"},
+      {"train not divisible by accumulation",
+       R"("train_batch_size": 64, "gradient_accumulation_steps": 3)", 2, 0, 0,
+       0, "no whole train_micro_batch_size_per_gpu"},
+      {"train alone not divisible by world", R"("train_batch_size": 10)", 4, 0,
+       0, 0, "not a multiple of world size 4"},
+      {"accumulation alone", R"("gradient_accumulation_steps": 4)", 1, 0, 0, 0,
+       "either 'train_batch_size' or 'train_micro_batch_size_per_gpu'"},
+      {"none", R"("steps_per_print": 10)", 1, 0, 0, 0, "must be given"},
+      {"zero micro", R"("train_micro_batch_size_per_gpu": 0)", 1, 0, 0, 0,
+       "must be a positive integer; found 0"},
+      {"negative train", R"("train_batch_size": -8)", 1, 0, 0, 0,
+       "must be a positive integer; found -8"},
+      {"string train", R"("train_batch_size": "32")", 1, 0, 0, 0,
+       "write numbers without quotes"},
+      // DeepSpeed takes null for "not given".
+      {"null accumulation", R"("train_batch_size": 16,
+                               "gradient_accumulation_steps": null)",
+       2, 16, 8, 1, nullptr},
+  };
+  for (const TripleCase &c : cases) {
+    SCOPED_TRACE(c.name);
+    auto cfg = readText("{" + c.keys + "}", worldOf(c.world));
+    if (c.error) {
+      EXPECT_TRUE(failsWith(cfg, {c.error}));
+      continue;
+    }
+    ASSERT_READ(cfg);
+    EXPECT_EQ(cfg->trainBatchSize, c.train);
+    EXPECT_EQ(cfg->microBatchPerGpu, c.micro);
+    EXPECT_EQ(cfg->gradientAccumulationSteps, c.accumulation);
+    EXPECT_EQ(cfg->worldSize, c.world);
+  }
+}
+
+TEST(DeepSpeedConfigBatch, DerivedValuesAreReported) {
+  auto cfg = readText(R"({"train_batch_size": 64,
+                          "train_micro_batch_size_per_gpu": 8})",
+                      worldOf(2));
+  ASSERT_READ(cfg);
+  EXPECT_TRUE(hasNote(*cfg, {"gradient_accumulation_steps = 4, derived",
+                             "64 / (train_micro_batch_size_per_gpu 8 x "
+                             "world size 2)"}))
+      << joined(cfg->notes);
+}
+
+TEST(DeepSpeedConfigBatch, WorldSizeZeroIsAnError) {
+  auto cfg = readText(R"({"train_batch_size": 8})", worldOf(0));
+  EXPECT_TRUE(failsWith(cfg, {"world size", "at least 1", "found 0"}));
+  EXPECT_EQ(cfg.error().file, "ds.json");
+}
+
+TEST(DeepSpeedConfigBatch, ModelBatchFillsAnAbsentMicroBatch) {
+  ConfigContext ctx = worldOf(4);
+  ctx.microBatch = 2;
+  auto cfg = readText(R"({"train_batch_size": 32})", ctx);
+  ASSERT_READ(cfg);
+  EXPECT_EQ(cfg->microBatchPerGpu, 2);
+  EXPECT_EQ(cfg->gradientAccumulationSteps, 4);
+  EXPECT_TRUE(hasNote(*cfg, {"train_micro_batch_size_per_gpu (absent) = 2",
+                             "the model's batch dimension"}));
+}
+
+TEST(DeepSpeedConfigBatch, GivenValuesMustAgreeWithModelAndCommandLine) {
+  ConfigContext ctx = worldOf(1);
+  ctx.microBatch = 4;
+  EXPECT_TRUE(
+      failsWith(readText(R"({"train_micro_batch_size_per_gpu": 8})", ctx),
+                {"'train_micro_batch_size_per_gpu' is 8",
+                 "the model's batch dimension is 4"}));
+  ctx = worldOf(1);
+  ctx.gradientAccumulation = 2;
+  EXPECT_TRUE(failsWith(readText(R"({"train_micro_batch_size_per_gpu": 8,
+                   "gradient_accumulation_steps": 4})",
+                                 ctx),
+                        {"'gradient_accumulation_steps' is 4", "is 2"}));
+}
+
+//===----------------------------------------------------------------------===//
+// "auto"
+//===----------------------------------------------------------------------===//
+
+TEST(DeepSpeedConfigAuto, BucketSizesFollowTheHiddenSize) {
+  ConfigContext ctx = hfContext();
+  auto cfg = readText(R"({"train_micro_batch_size_per_gpu": "auto",
+      "zero_optimization": {"stage": 3,
+        "reduce_bucket_size": "auto",
+        "stage3_prefetch_bucket_size": "auto",
+        "stage3_param_persistence_threshold": "auto"}})",
+                      ctx);
+  ASSERT_READ(cfg);
+  EXPECT_EQ(cfg->zero.reduceBucketSize, 16777216);
+  EXPECT_EQ(cfg->zero.prefetchBucketSize, 15099494);
+  EXPECT_EQ(cfg->zero.paramPersistenceThreshold, 40960);
+  EXPECT_TRUE(hasNote(*cfg, {"zero_optimization.reduce_bucket_size: \"auto\" "
+                             "-> 16777216 (hidden_size^2, hidden_size 4096)"}))
+      << joined(cfg->notes);
+  EXPECT_TRUE(hasNote(*cfg, {"zero_optimization.stage3_prefetch_bucket_size: "
+                             "\"auto\" -> 15099494 (0.9 x hidden_size^2"}));
+  EXPECT_TRUE(hasNote(*cfg, {"stage3_param_persistence_threshold: \"auto\" -> "
+                             "40960 (10 x hidden_size"}));
+}
+
+TEST(DeepSpeedConfigAuto, Stage3BucketsKeepDefaultsBelowStage3) {
+  // The Trainer fills the stage3_ keys only for ZeRO-3; DeepSpeed then
+  // drops the "auto" that is left.
+  auto cfg = readText(R"({"train_micro_batch_size_per_gpu": "auto",
+      "zero_optimization": {"stage": 2,
+        "reduce_bucket_size": "auto",
+        "stage3_prefetch_bucket_size": "auto",
+        "stage3_param_persistence_threshold": "auto"}})",
+                      hfContext());
+  ASSERT_READ(cfg);
+  EXPECT_EQ(cfg->zero.reduceBucketSize, 16777216);
+  EXPECT_EQ(cfg->zero.prefetchBucketSize, 50000000);
+  EXPECT_EQ(cfg->zero.paramPersistenceThreshold, 100000);
+  EXPECT_TRUE(hasNote(*cfg, {"stage3_prefetch_bucket_size: \"auto\" -> "
+                             "50000000 (DeepSpeed drops \"auto\""}));
+}
+
+TEST(DeepSpeedConfigAuto, OtherZeroKeysKeepTheirDefaults) {
+  auto cfg = readText(R"({"train_batch_size": 8, "zero_optimization": {
+      "stage": 3, "stage3_max_live_parameters": "auto",
+      "allgather_bucket_size": "auto", "overlap_comm": "auto",
+      "stage3_gather_16bit_weights_on_model_save": "auto"}})");
+  ASSERT_READ(cfg);
+  EXPECT_EQ(cfg->zero.maxLiveParameters, 1000000000);
+  EXPECT_EQ(cfg->zero.allgatherBucketSize, 500000000);
+  EXPECT_TRUE(cfg->zero.overlapComm);
+  EXPECT_FALSE(cfg->zero.gather16bitWeightsOnModelSave);
+  EXPECT_TRUE(hasNote(*cfg, {"zero_optimization.stage3_max_live_parameters: "
+                             "\"auto\" -> 1000000000"}));
+  EXPECT_TRUE(hasNote(*cfg, {"overlap_comm: \"auto\" -> true"}));
+}
+
+TEST(DeepSpeedConfigAuto, HiddenSizeIsNeededForAutoBuckets) {
+  ConfigContext ctx = worldOf(1);
+  EXPECT_TRUE(failsWith(readText(R"({"train_batch_size": 8,
+          "zero_optimization": {"stage": 2, "reduce_bucket_size": "auto"}})",
+                                 ctx),
+                        {"'zero_optimization.reduce_bucket_size' is \"auto\"",
+                         "hidden size is unknown"}));
+}
+
+TEST(DeepSpeedConfigAuto, BatchValuesComeFromModelAndCommandLine) {
+  ConfigContext ctx = hfContext();
+  ctx.gradientAccumulation = 2;
+  auto cfg = readText(R"({"train_batch_size": "auto",
+                          "train_micro_batch_size_per_gpu": "auto",
+                          "gradient_accumulation_steps": "auto"})",
+                      ctx);
+  ASSERT_READ(cfg);
+  EXPECT_EQ(cfg->microBatchPerGpu, 4);
+  EXPECT_EQ(cfg->gradientAccumulationSteps, 2);
+  EXPECT_EQ(cfg->trainBatchSize, 64);
+  EXPECT_TRUE(hasNote(*cfg, {"train_micro_batch_size_per_gpu: \"auto\" -> 4",
+                             "the model's batch dimension"}));
+  EXPECT_TRUE(hasNote(
+      *cfg, {"gradient_accumulation_steps: \"auto\" -> 2", "command line"}));
+  EXPECT_TRUE(hasNote(*cfg, {"train_batch_size: \"auto\" -> 64, derived"}));
+}
+
+TEST(DeepSpeedConfigAuto, AccumulationDefaultsToOneOrFollowsTheTriple) {
+  // No --gradient-accumulation: the Trainer's default of 1.
+  auto one = readText(R"({"train_batch_size": "auto",
+                          "train_micro_batch_size_per_gpu": "auto",
+                          "gradient_accumulation_steps": "auto"})",
+                      hfContext());
+  ASSERT_READ(one);
+  EXPECT_EQ(one->gradientAccumulationSteps, 1);
+  EXPECT_EQ(one->trainBatchSize, 32);
+  // A given train batch size decides it.
+  auto derived = readText(R"({"train_batch_size": 128,
+                              "train_micro_batch_size_per_gpu": "auto",
+                              "gradient_accumulation_steps": "auto"})",
+                          hfContext());
+  ASSERT_READ(derived);
+  EXPECT_EQ(derived->gradientAccumulationSteps, 4);
+  // Without the model's batch, "auto" micro batch cannot be known.
+  EXPECT_TRUE(failsWith(
+      readText(R"({"train_micro_batch_size_per_gpu": "auto"})", worldOf(2)),
+      {"must be given"}));
+}
+
+TEST(DeepSpeedConfigAuto, PrecisionFollowsTheModelDtype) {
+  const char *text = R"({"train_batch_size": 8,
+      "fp16": {"enabled": "auto"}, "bf16": {"enabled": "auto"}})";
+  ConfigContext ctx = worldOf(1);
+  ctx.modelPrecision = Precision::BF16;
+  auto bf16 = readText(text, ctx);
+  ASSERT_READ(bf16);
+  EXPECT_EQ(bf16->precision, Precision::BF16);
+  EXPECT_TRUE(hasNote(
+      *bf16, {"bf16.enabled: \"auto\" -> true", "the model's dtype is bf16"}));
+  EXPECT_TRUE(hasNote(*bf16, {"fp16.enabled: \"auto\" -> false"}));
+
+  ctx.modelPrecision = Precision::FP16;
+  auto fp16 = readText(text, ctx);
+  ASSERT_READ(fp16);
+  EXPECT_EQ(fp16->precision, Precision::FP16);
+
+  ctx.modelPrecision = Precision::FP32;
+  auto fp32 = readText(text, ctx);
+  ASSERT_READ(fp32);
+  EXPECT_EQ(fp32->precision, Precision::FP32);
+
+  ctx.modelPrecision.reset();
+  EXPECT_TRUE(failsWith(readText(text, ctx),
+                        {"'fp16.enabled' is \"auto\"", "dtype is unknown"}));
+}
+
+TEST(DeepSpeedConfigAuto, OptimizerAndClippingTakeTrainerDefaults) {
+  auto cfg = readText(R"({"train_batch_size": 8, "gradient_clipping": "auto",
+      "optimizer": {"type": "AdamW", "params": {"lr": "auto",
+        "betas": "auto", "eps": "auto", "weight_decay": "auto"}}})");
+  ASSERT_READ(cfg);
+  EXPECT_EQ(cfg->gradientClipping, 1.0);
+  EXPECT_EQ(cfg->optimizer.lr, 5e-5);
+  EXPECT_EQ(cfg->optimizer.beta1, 0.9);
+  EXPECT_EQ(cfg->optimizer.beta2, 0.999);
+  EXPECT_EQ(cfg->optimizer.eps, 1e-8);
+  EXPECT_EQ(cfg->optimizer.weightDecay, 0.0);
+  EXPECT_TRUE(hasNote(*cfg, {"optimizer.params.lr: \"auto\" -> 5e-05"}));
+  EXPECT_TRUE(hasNote(*cfg, {"optimizer.params.betas: \"auto\" -> [0.9, "
+                             "0.999]"}));
+  EXPECT_TRUE(hasNote(*cfg, {"gradient_clipping: \"auto\" -> 1.0"}));
+}
+
+TEST(DeepSpeedConfigAuto, PlainDictBlocksDoNotTakeAuto) {
+  EXPECT_TRUE(failsWith(
+      readText(R"({"train_batch_size": 8, "aio": {"queue_depth": "auto"}})"),
+      {"'aio.queue_depth' does not take \"auto\""}));
+}
+
+//===----------------------------------------------------------------------===//
+// Unknown and ignored keys
+//===----------------------------------------------------------------------===//
+
+TEST(DeepSpeedConfigKeys, KeysWithoutEffectAreListedAsIgnored) {
+  auto cfg = readText(R"({
+  "wall_clock_breakdown": false,
+  "train_batch_size": 8,
+  "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": "auto"}},
+  "my_experiment_comment": "not a DeepSpeed key",
+  "steps_per_print": 10,
+  "tensorboard": {"enabled": true, "output_path": "runs/"},
+  "aio": {"thread_count": 1}
+})");
+  ASSERT_READ(cfg);
+  EXPECT_EQ(cfg->ignoredKeys,
+            (std::vector<std::string>{
+                "wall_clock_breakdown", "scheduler", "my_experiment_comment",
+                "steps_per_print", "tensorboard", "aio.thread_count"}));
+  EXPECT_TRUE(hasNote(*cfg, {"'my_experiment_comment' is not a key DeepSpeed "
+                             "reads"}));
+  EXPECT_TRUE(hasNote(*cfg, {"aio.thread_count is the old name"}));
+}
+
+TEST(DeepSpeedConfigKeys, UnknownZeroKeyIsRejectedWithDidYouMean) {
+  auto cfg =
+      loadDeepSpeedConfig(testConfig("unknown_zero_key.json"), worldOf(1));
+  ASSERT_FALSE(cfg);
+  EXPECT_EQ(cfg.error().file, testConfig("unknown_zero_key.json"));
+  EXPECT_EQ(cfg.error().line, 5);
+  EXPECT_EQ(cfg.error().column, 5);
+  EXPECT_TRUE(failsWith(cfg, {"unknown key "
+                              "'zero_optimization.reduce_bucket_sise'",
+                              "did you mean 'reduce_bucket_size'?"}));
+}
+
+TEST(DeepSpeedConfigKeys, MissingPrefixSuggestsTheStage3Key) {
+  auto cfg = readText(R"({"train_batch_size": 8, "zero_optimization": {
+      "gather_fp16_weights_on_model_save": true}})");
+  EXPECT_TRUE(failsWith(
+      cfg, {"did you mean 'stage3_gather_fp16_weights_on_model_save'?"}));
+}
+
+TEST(DeepSpeedConfigKeys, UnknownKeysInStrictBlocksAreRejected) {
+  EXPECT_TRUE(failsWith(
+      readText(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
+          "offload_param": {"device": "cpu", "pin_memroy": true}}})"),
+      {"'zero_optimization.offload_param.pin_memroy'",
+       "did you mean 'pin_memory'?"}));
+  // ratio belongs to offload_optimizer only.
+  EXPECT_TRUE(failsWith(
+      readText(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
+          "offload_param": {"device": "cpu", "ratio": 0.5}}})"),
+      {"unknown key 'zero_optimization.offload_param.ratio'"}));
+  EXPECT_TRUE(failsWith(readText(R"({"train_batch_size": 8,
+                   "fp16": {"enabled": true, "loss_scal": 128}})"),
+                        {"'fp16.loss_scal'", "did you mean 'loss_scale'?"}));
+  EXPECT_TRUE(failsWith(readText(R"({"train_batch_size": 8,
+          "optimizer": {"type": "Adam", "params": {"learning_rate": 1e-3}}})"),
+                        {"unknown key 'optimizer.params.learning_rate'"}));
+}
+
+TEST(DeepSpeedConfigKeys, TopLevelTypoIsAnErrorButOwnKeysAreNot) {
+  auto typo = readText(R"({
+  "train_batch_size": 8,
+  "gradient_clip": 1.0
+})");
+  EXPECT_TRUE(failsAt(typo, 3, 3));
+  EXPECT_TRUE(failsWith(typo, {"unknown key 'gradient_clip'",
+                               "did you mean 'gradient_clipping'?"}));
+  EXPECT_TRUE(
+      failsWith(readText(R"({"train_batch_size": 8, "zero_optimisation": {}})"),
+                {"did you mean 'zero_optimization'?"}));
+  // Ends like "train_batch_size" but is no misspelling of it.
+  auto own = readText(R"({"train_batch_size": 8, "size": 3})");
+  ASSERT_READ(own);
+  EXPECT_EQ(own->ignoredKeys, std::vector<std::string>{"size"});
+}
+
+TEST(DeepSpeedConfigKeys, TypoInLenientBlockIsAnError) {
+  EXPECT_TRUE(failsWith(readText(R"({"train_batch_size": 8,
+          "activation_checkpointing": {"partition_activation": true}})"),
+                        {"'activation_checkpointing.partition_activation'",
+                         "did you mean 'partition_activations'?"}));
+}
+
+//===----------------------------------------------------------------------===//
+// Bad inputs
+//===----------------------------------------------------------------------===//
+
+TEST(DeepSpeedConfigErrors, OffloadParamNeedsStage3) {
+  auto cfg = readText(R"({
+  "train_batch_size": 8,
+  "zero_optimization": {
+    "stage": 2,
+    "offload_param": {"device": "cpu"}
+  }
+})");
+  EXPECT_TRUE(failsAt(cfg, 5, 5));
+  EXPECT_TRUE(
+      failsWith(cfg, {"'zero_optimization.offload_param' offloads "
+                      "parameters to cpu",
+                      "needs ZeRO stage 3", "'zero_optimization.stage' is 2"}));
+  // Through the deprecated flag, the error names the flag.
+  EXPECT_TRUE(failsWith(
+      readText(R"({"train_batch_size": 8, "zero_optimization": {"stage": 1,
+                   "cpu_offload_param": true}})"),
+      {"'zero_optimization.cpu_offload_param'", "needs ZeRO stage 3"}));
+  // A block that offloads nothing is harmless.
+  ASSERT_READ(readText(R"({"train_batch_size": 8, "zero_optimization": {
+      "stage": 2, "offload_param": {"device": "none"}}})"));
+}
+
+TEST(DeepSpeedConfigErrors, NvmeNeedsNvmePath) {
+  auto cfg = readText(R"({
+  "train_batch_size": 8,
+  "zero_optimization": {
+    "stage": 3,
+    "offload_optimizer": {
+      "device": "nvme",
+      "pin_memory": true
+    }
+  }
+})");
+  EXPECT_TRUE(failsAt(cfg, 6, 7));
+  EXPECT_TRUE(failsWith(cfg, {"'zero_optimization.offload_optimizer.device' "
+                              "is \"nvme\" but no 'nvme_path' is given"}));
+}
+
+TEST(DeepSpeedConfigErrors, StageMustBeZeroToThree) {
+  auto cfg = readText(R"({
+  "train_batch_size": 8,
+  "zero_optimization": {"stage": 4}
+})");
+  EXPECT_TRUE(failsAt(cfg, 3, 25));
+  EXPECT_TRUE(failsWith(cfg, {"'zero_optimization.stage' must be 0, 1, 2 or "
+                              "3; found 4"}));
+  EXPECT_TRUE(failsWith(
+      readText(
+          R"({"train_batch_size": 8, "zero_optimization": {"stage": "3"}})"),
+      {"'zero_optimization.stage' must be a non-negative integer; found "
+       "\"3\""}));
+}
+
+TEST(DeepSpeedConfigErrors, NegativeSizesAreRejectedZeroIsNot) {
+  auto cfg = readText(R"({
+  "train_batch_size": 8,
+  "zero_optimization": {
+    "stage": 2,
+    "reduce_bucket_size": -1
+  }
+})");
+  EXPECT_TRUE(failsAt(cfg, 5, 5));
+  EXPECT_TRUE(failsWith(cfg, {"'zero_optimization.reduce_bucket_size' must "
+                              "be a non-negative integer; found -1"}));
+  for (const char *key :
+       {"allgather_bucket_size", "stage3_prefetch_bucket_size",
+        "prefetch_bucket_size", "stage3_max_live_parameters", "sub_group_size",
+        "stage3_param_persistence_threshold"}) {
+    SCOPED_TRACE(key);
+    EXPECT_TRUE(failsWith(readText(std::string(R"({"train_batch_size": 8,
+            "zero_optimization": {"stage": 3, ")") +
+                                   key + R"(": -5e7}})"),
+                          {key, "non-negative", "-50000000"}));
+  }
+  EXPECT_TRUE(failsWith(
+      readText(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
+          "offload_param": {"device": "nvme", "nvme_path": "/nvme",
+                            "buffer_size": -1}}})"),
+      {"'zero_optimization.offload_param.buffer_size'", "non-negative"}));
+  // DeepSpeed's ge=0 lets 0 through (every tensor its own bucket); so does
+  // zeroc, as real configs use it (sub_group_size 0, max_live_parameters 0).
+  auto zero = readText(R"({"train_batch_size": 8, "zero_optimization": {
+      "stage": 3, "reduce_bucket_size": 0, "stage3_prefetch_bucket_size": 0,
+      "sub_group_size": 0, "stage3_max_live_parameters": 0}})");
+  ASSERT_READ(zero);
+  EXPECT_EQ(zero->zero.reduceBucketSize, 0);
+  EXPECT_EQ(zero->zero.prefetchBucketSize, 0);
+}
+
+TEST(DeepSpeedConfigErrors, Fp16AndBf16CannotBothBeEnabled) {
+  auto cfg = readText(R"({
+  "train_batch_size": 8,
+  "fp16": {"enabled": true},
+  "bf16": {"enabled": true}
+})");
+  EXPECT_TRUE(failsAt(cfg, 4, 12));
+  EXPECT_TRUE(failsWith(cfg, {"fp16 and bf16 cannot both be enabled"}));
+}
+
+TEST(DeepSpeedConfigErrors, TypeErrorsNameWhatWasFoundAndExpected) {
+  EXPECT_TRUE(failsWith(
+      readText(R"({"train_batch_size": 8,
+          "zero_optimization": {"reduce_bucket_size": "5e8"}})"),
+      {"'zero_optimization.reduce_bucket_size' must be a non-negative "
+       "integer; found \"5e8\" (write numbers without quotes)"}));
+  EXPECT_TRUE(failsWith(
+      readText(R"({"train_batch_size": 8,
+                   "zero_optimization": {"overlap_comm": "yes"}})"),
+      {"'zero_optimization.overlap_comm' must be true or false; found "
+       "\"yes\""}));
+  EXPECT_TRUE(
+      failsWith(readText(R"({"train_batch_size": 8, "zero_optimization": []})"),
+                {"'zero_optimization' must be an object; found an array"}));
+  EXPECT_TRUE(failsWith(readText(R"({"train_batch_size": 8,
+                                     "gradient_clipping": "1.0"})"),
+                        {"'gradient_clipping' must be a non-negative number"}));
+  EXPECT_TRUE(failsWith(readText(R"([1, 2])"),
+                        {"must be a JSON object; found an array"}));
+}
+
+TEST(DeepSpeedConfigErrors, UnknownDeviceIsRejected) {
+  EXPECT_TRUE(failsWith(
+      readText(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
+                   "offload_param": {"device": "gpu"}}})"),
+      {"'zero_optimization.offload_param.device' must be \"none\", \"cpu\" "
+       "or \"nvme\"; found \"gpu\""}));
+  // DeepSpeed's enum is case-sensitive.
+  EXPECT_TRUE(failsWith(
+      readText(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
+                   "offload_optimizer": {"device": "CPU"}}})"),
+      {"found \"CPU\"", "did you mean \"cpu\"?"}));
+}
+
+TEST(DeepSpeedConfigErrors, OnlyAdamAndAdamWAreSupported) {
+  auto cfg = readText(R"({
+  "train_batch_size": 8,
+  "optimizer": {"type": "Lamb", "params": {"lr": 1e-3}}
+})");
+  EXPECT_TRUE(failsAt(cfg, 3, 17));
+  EXPECT_TRUE(failsWith(cfg, {"zeroc supports the optimizers \"Adam\" and "
+                              "\"AdamW\"; 'optimizer.type' is \"Lamb\""}));
+}
+
+TEST(DeepSpeedConfigErrors, OtherDeepSpeedChecks) {
+  EXPECT_TRUE(failsWith(
+      readText(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2,
+          "offload_optimizer": {"device": "cpu", "ratio": 0.3}}})"),
+      {"'zero_optimization.offload_optimizer.ratio' is 0.3",
+       "partial optimizer offload needs ZeRO stage 3"}));
+  EXPECT_TRUE(failsWith(
+      readText(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
+          "offload_optimizer": {"device": "cpu", "ratio": 1.5}}})"),
+      {"'zero_optimization.offload_optimizer.ratio' must be a number from 0.0 "
+       "to 1.0; found 1.5"}));
+  EXPECT_TRUE(failsWith(readText(R"({"train_batch_size": 8,
+          "zero_optimization": {"offload_optimizer": {"device": "cpu"}}})"),
+                        {"needs ZeRO stage 1, 2 or 3"}));
+  EXPECT_TRUE(failsWith(
+      readText(R"({"train_batch_size": 8, "optimizer": {"type": "AdamW",
+                   "params": {"lr": 1e-4, "max_grad_norm": 1.0}}})"),
+      {"'optimizer.params.max_grad_norm'", "use the top-level "
+                                           "'gradient_clipping'"}));
+  EXPECT_TRUE(
+      failsWith(readText(R"({"train_batch_size": 8,
+                   "fp16": {"enabled": true, "loss_scale_window": 0}})"),
+                {"'fp16.loss_scale_window' must be positive with dynamic loss "
+                 "scaling"}));
+  // Static loss scaling does not use the window.
+  ASSERT_READ(readText(R"({"train_batch_size": 8, "fp16": {"enabled": true,
+      "loss_scale": 128, "loss_scale_window": 0}})"));
+  EXPECT_TRUE(failsWith(
+      readText(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2},
+          "bf16": {"enabled": true, "bf16_optimizer_states": true}})"),
+      {"needs 'bf16_master_weights_and_grads'"}));
+  EXPECT_TRUE(failsWith(
+      readText(R"({"train_batch_size": 8, "amp": {"enabled": true}})"),
+      {"zeroc does not model apex AMP"}));
+  EXPECT_TRUE(failsWith(
+      readText(R"({"train_batch_size": 8, "communication_data_type": "fp8"})"),
+      {"'communication_data_type' must be \"fp32\", \"fp16\" or \"bf16\""}));
+}
+
+TEST(DeepSpeedConfigErrors, SyntaxErrorReportsFileLineAndColumn) {
+  auto cfg = loadDeepSpeedConfig(testConfig("syntax_error.json"), worldOf(1));
+  ASSERT_FALSE(cfg);
+  EXPECT_EQ(cfg.error().file, testConfig("syntax_error.json"));
+  EXPECT_EQ(cfg.error().line, 6);
+  EXPECT_EQ(cfg.error().column, 3);
+  EXPECT_TRUE(contains(cfg.error().message, "invalid JSON"));
+  EXPECT_TRUE(contains(cfg.error().str(),
+                       testConfig("syntax_error.json") + ":6:3: error:"));
+}
+
+TEST(DeepSpeedConfigErrors, MissingFileIsAnError) {
+  auto cfg = loadDeepSpeedConfig(testConfig("no_such_config.json"), worldOf(1));
+  EXPECT_TRUE(failsWith(cfg, {"cannot open file"}));
+}
+
+//===----------------------------------------------------------------------===//
+// Optimizer semantics
+//===----------------------------------------------------------------------===//
+
+TEST(DeepSpeedConfigOptimizer, AdamUsesDecoupledWeightDecayUnlessTurnedOff) {
+  auto adam = readText(R"({"train_batch_size": 8,
+      "optimizer": {"type": "Adam", "params": {"lr": 3e-4,
+        "betas": [0.8, 0.95], "eps": 1e-6, "weight_decay": 0.1}}})");
+  ASSERT_READ(adam);
+  EXPECT_EQ(adam->optimizer.type, "Adam");
+  EXPECT_TRUE(adam->optimizer.adamWMode);
+  EXPECT_EQ(adam->optimizer.lr, 3e-4);
+  EXPECT_EQ(adam->optimizer.beta1, 0.8);
+  EXPECT_EQ(adam->optimizer.beta2, 0.95);
+  EXPECT_EQ(adam->optimizer.eps, 1e-6);
+  EXPECT_EQ(adam->optimizer.weightDecay, 0.1);
+
+  auto classic = readText(R"({"train_batch_size": 8,
+      "optimizer": {"type": "adam", "params": {"adam_w_mode": false}}})");
+  ASSERT_READ(classic);
+  EXPECT_EQ(classic->optimizer.type, "Adam");
+  EXPECT_FALSE(classic->optimizer.adamWMode);
+
+  // "AdamW" decouples regardless of adam_w_mode.
+  auto adamw = readText(R"({"train_batch_size": 8,
+      "optimizer": {"type": "ADAMW", "params": {"adam_w_mode": false}}})");
+  ASSERT_READ(adamw);
+  EXPECT_EQ(adamw->optimizer.type, "AdamW");
+  EXPECT_TRUE(adamw->optimizer.adamWMode);
+
+  // torch.optim.AdamW brings its own default weight decay.
+  auto torch = readText(R"({"train_batch_size": 8,
+      "optimizer": {"type": "AdamW", "params": {"torch_adam": true}}})");
+  ASSERT_READ(torch);
+  EXPECT_EQ(torch->optimizer.weightDecay, 0.01);
+}
+
+//===----------------------------------------------------------------------===//
+// Real-world configs, accepted unchanged
+//===----------------------------------------------------------------------===//
+
+TEST(DeepSpeedConfigRealWorld, HuggingFaceZero3WithAutoEverywhere) {
+  auto cfg =
+      loadDeepSpeedConfig(testConfig("hf_ds_config_zero3.json"), hfContext());
+  ASSERT_READ(cfg);
+  EXPECT_EQ(cfg->zero.stage, 3);
+  EXPECT_EQ(cfg->zero.offloadOptimizer.device, OffloadDevice::CPU);
+  EXPECT_EQ(cfg->zero.offloadParam.device, OffloadDevice::CPU);
+  EXPECT_TRUE(cfg->zero.overlapComm);
+  EXPECT_EQ(cfg->zero.reduceBucketSize, 16777216);
+  EXPECT_EQ(cfg->zero.prefetchBucketSize, 15099494);
+  EXPECT_EQ(cfg->zero.paramPersistenceThreshold, 40960);
+  EXPECT_EQ(cfg->zero.maxLiveParameters, 1000000000);
+  EXPECT_EQ(cfg->zero.subGroupSize, 1000000000);
+  EXPECT_TRUE(cfg->zero.gather16bitWeightsOnModelSave);
+  // fp16.enabled "auto" with a bf16 model, and no bf16 block: fp32.
+  EXPECT_EQ(cfg->precision, Precision::FP32);
+  EXPECT_TRUE(hasNote(*cfg, {"the model's dtype is bf16 but neither fp16 nor "
+                             "bf16 is enabled"}));
+  EXPECT_EQ(cfg->trainBatchSize, 32);
+  EXPECT_EQ(cfg->microBatchPerGpu, 4);
+  EXPECT_EQ(cfg->gradientAccumulationSteps, 1);
+  EXPECT_EQ(cfg->optimizer.lr, 5e-5);
+  EXPECT_EQ(cfg->ignoredKeys,
+            (std::vector<std::string>{"scheduler", "steps_per_print",
+                                      "wall_clock_breakdown"}));
+  // reduce, prefetch, persistence, fp16, fp32 training, 4 optimizer params,
+  // clipping, 3 batch values.
+  EXPECT_EQ(cfg->notes.size(), 13u) << joined(cfg->notes);
+}
+
+TEST(DeepSpeedConfigRealWorld, HuggingFaceZero2WithCpuOffload) {
+  ConfigContext ctx = hfContext();
+  ctx.modelPrecision = Precision::FP16;
+  auto cfg = loadDeepSpeedConfig(testConfig("hf_ds_config_zero2.json"), ctx);
+  ASSERT_READ(cfg);
+  EXPECT_EQ(cfg->zero.stage, 2);
+  EXPECT_EQ(cfg->zero.offloadOptimizer.device, OffloadDevice::CPU);
+  EXPECT_EQ(cfg->zero.allgatherBucketSize, 200000000);
+  EXPECT_EQ(cfg->zero.reduceBucketSize, 16777216);
+  EXPECT_EQ(cfg->precision, Precision::FP16);
+  EXPECT_TRUE(cfg->lossScale.dynamic());
+}
+
+TEST(DeepSpeedConfigRealWorld, HuggingFaceZero3NvmeWithOldAioKeys) {
+  auto cfg = loadDeepSpeedConfig(testConfig("hf_zero3_nvme.json"), hfContext());
+  ASSERT_READ(cfg);
+  EXPECT_EQ(cfg->precision, Precision::BF16);
+  EXPECT_EQ(cfg->zero.offloadParam.device, OffloadDevice::NVMe);
+  EXPECT_EQ(cfg->zero.offloadParam.nvmePath, "/local_nvme");
+  EXPECT_EQ(cfg->zero.offloadParam.bufferSize, 100000000);
+  EXPECT_EQ(cfg->zero.offloadParam.maxInCpu, 1000000000);
+  EXPECT_EQ(cfg->zero.offloadOptimizer.device, OffloadDevice::NVMe);
+  EXPECT_EQ(cfg->zero.offloadOptimizer.bufferCount, 4);
+  EXPECT_EQ(cfg->aio.blockSize, 262144);
+  EXPECT_EQ(cfg->aio.queueDepth, 32);
+  EXPECT_EQ(cfg->aio.intraOpParallelism, 1);
+  EXPECT_NE(std::find(cfg->ignoredKeys.begin(), cfg->ignoredKeys.end(),
+                      "aio.thread_count"),
+            cfg->ignoredKeys.end());
+}
+
+TEST(DeepSpeedConfigRealWorld, DeepSpeedTutorialWithLegacyCpuOffload) {
+  auto cfg =
+      loadDeepSpeedConfig(testConfig("legacy_zero_offload.json"), worldOf(4));
+  ASSERT_READ(cfg);
+  EXPECT_EQ(cfg->zero.stage, 2);
+  EXPECT_EQ(cfg->zero.offloadOptimizer.device, OffloadDevice::CPU);
+  EXPECT_EQ(cfg->zero.reduceBucketSize, 50000000);
+  EXPECT_EQ(cfg->precision, Precision::FP16);
+  EXPECT_EQ(cfg->microBatchPerGpu, 4);
+  EXPECT_EQ(cfg->optimizer.type, "Adam");
+  EXPECT_TRUE(cfg->optimizer.adamWMode);
+  EXPECT_EQ(cfg->ignoredKeys,
+            (std::vector<std::string>{"steps_per_print", "wall_clock_breakdown",
+                                      "zero_allow_untested_optimizer"}));
+}
+
+TEST(DeepSpeedConfigRealWorld, ShippedExamplesAreAccepted) {
+  const char *examples[] = {"zero1.json", "zero2_cpu_offload.json",
+                            "zero3.json", "zero3_nvme.json",
+                            "hf_zero3_auto.json"};
+  for (const char *name : examples) {
+    SCOPED_TRACE(name);
+    ASSERT_READ(loadDeepSpeedConfig(exampleConfig(name),
+                                    contextFor(exampleConfig(name))));
+  }
+  auto nvme = loadDeepSpeedConfig(exampleConfig("zero3_nvme.json"),
+                                  contextFor(exampleConfig("zero3_nvme.json")));
+  ASSERT_READ(nvme);
+  EXPECT_EQ(nvme->zero.offloadParam.device, OffloadDevice::NVMe);
+  EXPECT_EQ(nvme->trainBatchSize, 128);
+}
+
+//===----------------------------------------------------------------------===//
+// Round trip
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// Writes `cfg` as DeepSpeed JSON and reads it back with `ctx`.
+Expected<DeepSpeedConfig> roundTrip(const DeepSpeedConfig &cfg,
+                                    const ConfigContext &ctx) {
+  Expected<JsonDocument> doc =
+      JsonDocument::parse(toDeepSpeedJson(cfg).dump(2), "resolved.json");
+  if (!doc)
+    return doc.error();
+  return readDeepSpeedConfig(*doc, ctx);
+}
+
+bool hasAuto(const nlohmann::json &v) {
+  if (v.is_string())
+    return v == "auto";
+  if (v.is_structured())
+    for (const auto &item : v)
+      if (hasAuto(item))
+        return true;
+  return false;
+}
+
+} // namespace
+
+TEST(DeepSpeedConfigRoundTrip, ResolvedConfigsReadBackEqual) {
+  std::vector<std::string> files = {testConfig("hf_ds_config_zero3.json"),
+                                    testConfig("hf_ds_config_zero2.json"),
+                                    testConfig("hf_zero3_nvme.json"),
+                                    testConfig("legacy_zero_offload.json"),
+                                    exampleConfig("zero1.json"),
+                                    exampleConfig("zero2_cpu_offload.json"),
+                                    exampleConfig("zero3.json"),
+                                    exampleConfig("zero3_nvme.json"),
+                                    exampleConfig("hf_zero3_auto.json")};
+  for (const std::string &file : files) {
+    SCOPED_TRACE(file);
+    auto cfg = loadDeepSpeedConfig(file, contextFor(file));
+    ASSERT_READ(cfg);
+    nlohmann::json written = toDeepSpeedJson(*cfg);
+    EXPECT_FALSE(hasAuto(written));
+    auto again = roundTrip(*cfg, contextFor(file));
+    ASSERT_READ(again);
+    EXPECT_EQ(*again, *cfg) << written.dump(2);
+    // Nothing left to resolve, rewrite or derive.
+    for (const char *resolved : {"\"auto\"", "deprecated", "derived", "absent"})
+      EXPECT_FALSE(hasNote(*again, {resolved})) << joined(again->notes);
+    EXPECT_TRUE(again->ignoredKeys.empty());
+    EXPECT_EQ(toDeepSpeedJson(*again), written);
+  }
+}
+
+TEST(DeepSpeedConfigRoundTrip, NonDefaultValuesSurvive) {
+  auto cfg = readText(R"({
+  "train_micro_batch_size_per_gpu": 2,
+  "gradient_accumulation_steps": 3,
+  "gradient_clipping": 0.5,
+  "communication_data_type": "BF16",
+  "fp16": {"enabled": true, "loss_scale": 1024, "initial_scale_power": 8,
+           "hysteresis": 4, "consecutive_hysteresis": true},
+  "optimizer": {"type": "Adam", "params": {"adam_w_mode": false,
+                "bias_correction": false, "lr": 0.01}},
+  "zero_optimization": {
+    "stage": 3, "overlap_comm": false, "reduce_scatter": false,
+    "offload_optimizer": {"device": "cpu", "ratio": 0.25, "pin_memory": false},
+    "offload_param": {"device": "nvme", "nvme_path": "/mnt/nvme",
+                      "buffer_count": 7},
+    "mics_shard_size": 8, "zero_hpz_partition_size": 4,
+    "leaf_module": {"classes": "my.Block", "names": ["a", "a", "b"]},
+    "zenflow": {"topk_ratio": 0.05},
+    "zeropp_loco_param": {"err_beta": 0.8, "reset_T": 1024}
+  },
+  "activation_checkpointing": {"partition_activations": true,
+                               "number_checkpoints": 4},
+  "aio": {"block_size": 262144, "use_gds": true}
+})",
+                      worldOf(4));
+  ASSERT_READ(cfg);
+  EXPECT_EQ(cfg->trainBatchSize, 24);
+  EXPECT_EQ(cfg->communicationDataType, Precision::BF16);
+  EXPECT_EQ(cfg->lossScale.initialScale(), 1024.0);
+  EXPECT_EQ(cfg->zero.leafModule.classes, std::vector<std::string>{"my.Block"});
+  EXPECT_EQ(cfg->zero.leafModule.names, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(cfg->zero.zenflow["topk_ratio"], 0.05);
+
+  auto again = roundTrip(*cfg, worldOf(4));
+  ASSERT_READ(again);
+  EXPECT_EQ(*again, *cfg);
+
+  // The comparison itself sees a change.
+  DeepSpeedConfig changed = *cfg;
+  changed.zero.offloadParam.bufferCount = 8;
+  EXPECT_NE(changed, *cfg);
+  changed = *cfg;
+  changed.lossScale.hysteresis = 1;
+  EXPECT_NE(changed, *cfg);
+}
+
+TEST(DeepSpeedConfigRoundTrip, WrittenKeysUseDocumentedNames) {
+  auto cfg = readText(R"({"train_batch_size": 8, "zero_optimization": {
+      "stage": 3, "prefetch_bucket_size": 1000}})");
+  ASSERT_READ(cfg);
+  nlohmann::json out = toDeepSpeedJson(*cfg);
+  const nlohmann::json &zero = out["zero_optimization"];
+  EXPECT_EQ(zero["stage3_prefetch_bucket_size"], 1000);
+  EXPECT_FALSE(zero.contains("prefetch_bucket_size"));
+  EXPECT_EQ(zero["overlap_comm"], true);
+  EXPECT_EQ(out["gradient_clipping"], 1.0);
+  EXPECT_EQ(out["bf16"]["enabled"], false);
+}
+
+TEST(DeepSpeedConfigRoundTrip, WritesScheduleKeysAlwaysOthersWhenChanged) {
+  auto cfg = readText(R"({"train_batch_size": 8, "zero_optimization": {
+      "stage": 3, "offload_param": {"device": "cpu"},
+      "stage3_model_persistence_threshold": 1000}})");
+  ASSERT_READ(cfg);
+  nlohmann::json out = toDeepSpeedJson(*cfg);
+  const nlohmann::json &zero = out["zero_optimization"];
+  // Defaults that differ between DeepSpeed versions are pinned down.
+  EXPECT_EQ(out["gradient_clipping"], 1.0);
+  EXPECT_EQ(zero["offload_param"]["pin_memory"], true);
+  for (const char *key :
+       {"reduce_bucket_size", "allgather_bucket_size", "sub_group_size",
+        "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold",
+        "stage3_max_live_parameters", "stage3_max_reuse_distance",
+        "contiguous_gradients", "reduce_scatter", "overlap_comm"})
+    EXPECT_TRUE(zero.contains(key)) << key;
+  EXPECT_EQ(zero["stage3_model_persistence_threshold"], 1000);
+  // Newer keys at their defaults stay out, so older DeepSpeed accepts it.
+  for (const char *key :
+       {"super_offload", "save_muon_momentum_buffer_in_memory", "leaf_module",
+        "offload_optimizer", "stage3_allgather_sequential", "zenflow"})
+    EXPECT_FALSE(zero.contains(key)) << key;
+  EXPECT_FALSE(zero["offload_param"].contains("buffer_size"));
+  EXPECT_FALSE(out.contains("aio"));
+  EXPECT_FALSE(out.contains("activation_checkpointing"));
+  EXPECT_EQ(out["fp16"], nlohmann::json({{"enabled", false}}));
+}
