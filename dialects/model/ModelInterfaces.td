@@ -20,6 +20,8 @@ def Model_CostOpInterface : OpInterface<"CostOpInterface"> {
     fixed per-element costs documented in docs/model-dialect.md (they are a
     few percent of a transformer's FLOPs). The backward pass of every op is
     costed as twice its forward FLOPs, the usual convention behind "6N".
+    Backward ops implement the interface too: for them, "forward" means the
+    computation the op itself performs.
   }];
   let methods = [
     InterfaceMethod<
@@ -59,10 +61,13 @@ def Model_DifferentiableOpInterface : OpInterface<"DifferentiableOpInterface"> {
   let cppNamespace = "::zeroc::model";
   let description = [{
     How to build an op's backward computation. The training-step expansion
-    (zero pipeline) walks the forward function in reverse and asks every op to
-    emit, at the builder's insertion point, the ops computing the gradients of
-    its operands from the gradients of its results. Gradients of operands that
-    need none (token ids) are left null.
+    (`zero-expand-training-step`) walks the forward function in reverse and
+    asks every op to emit, at the builder's insertion point, the ops
+    computing the gradients of its operands from the gradients of its
+    results. The ops emitted carry the forward op's location, so a backward
+    op points back at the module it differentiates. Gradients of operands
+    that need none (token ids) are left null; so are all of them when no
+    result received a gradient.
   }];
   let methods = [
     InterfaceMethod<[{
@@ -74,6 +79,24 @@ def Model_DifferentiableOpInterface : OpInterface<"DifferentiableOpInterface"> {
       (ins "::mlir::OpBuilder &":$builder,
            "::mlir::ValueRange":$resultGrads,
            "::llvm::SmallVectorImpl<::mlir::Value> &":$operandGrads)>,
+  ];
+}
+
+def Model_ParameterOpInterface : OpInterface<"ParameterOpInterface"> {
+  let cppNamespace = "::zeroc::model";
+  let description = [{
+    A symbol that declares a trainable parameter: `model.param` before
+    partitioning, a `sched.tensor` of role `param` after. The logical uses of
+    a parameter (`model.param_ref`, `model.accumulate_grad`,
+    `model.adam_update`) name such a symbol, so the ZeRO passes can lower
+    them one at a time while the IR stays valid.
+  }];
+  let methods = [
+    InterfaceMethod<[{
+        The parameter's full logical type, or null if this symbol does not
+        declare a parameter.
+      }],
+      "::mlir::RankedTensorType", "getParameterType">,
   ];
 }
 

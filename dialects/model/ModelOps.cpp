@@ -1,7 +1,8 @@
 //===- ModelOps.cpp - Verifiers and interfaces of the model ops -----------===//
 //
 // Shape and dtype rules of every op, with messages that say what was expected
-// and what was found, and each op's cost and saved-for-backward accounting.
+// and what was found; each op's cost and saved-for-backward accounting; and
+// how each forward op builds its backward.
 //
 //===----------------------------------------------------------------------===//
 
@@ -11,6 +12,9 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OpImplementation.h"
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SmallString.h"
+
+#include <cmath>
 
 using namespace mlir;
 using namespace zeroc;
@@ -105,6 +109,21 @@ static LogicalResult expectShape(Operation *op, StringRef name, Value v,
                            << why << ")";
 }
 
+/// The gradient of a single-result op's result, for buildBackward. Null, with
+/// `operandGrads` filled with nulls, when no gradient reached the result:
+/// nothing then flows back through the op. Callers return it as it is when it
+/// is a failure or null (it converts to failure, or success, respectively).
+static FailureOr<Value> resultGradient(Operation *op, ValueRange resultGrads,
+                                       SmallVectorImpl<Value> &operandGrads) {
+  if (resultGrads.size() != op->getNumResults())
+    return op->emitOpError()
+           << "buildBackward expects one gradient per result ("
+           << op->getNumResults() << "), found " << resultGrads.size();
+  if (!resultGrads.front())
+    operandGrads.append(op->getNumOperands(), Value());
+  return resultGrads.front();
+}
+
 //===----------------------------------------------------------------------===//
 // ParamOp, ParamRefOp
 //===----------------------------------------------------------------------===//
@@ -121,18 +140,31 @@ LogicalResult ParamOp::verify() {
   return success();
 }
 
+RankedTensorType ParamOp::getParameterType() { return getTensorType(); }
+
+/// The type of the parameter that `name` declares (a model.param, or a
+/// partitioned sched.tensor), or an error on `op`.
+static FailureOr<RankedTensorType>
+lookupParam(Operation *op, SymbolTableCollection &symbolTable,
+            FlatSymbolRefAttr name) {
+  Operation *target = symbolTable.lookupNearestSymbolFrom(op, name);
+  if (auto param = dyn_cast_or_null<ParameterOpInterface>(target))
+    if (RankedTensorType type = param.getParameterType())
+      return type;
+  return op->emitOpError() << name
+                           << (target ? " is not a model.param"
+                                      : " does not name a model.param in the "
+                                        "enclosing module");
+}
+
 LogicalResult ParamRefOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
-  Operation *target =
-      symbolTable.lookupNearestSymbolFrom(*this, getParamAttr());
-  auto param = dyn_cast_or_null<ParamOp>(target);
-  if (!param)
-    return emitOpError() << getParamAttr()
-                         << (target ? " is not a model.param"
-                                    : " does not name a model.param in the "
-                                      "enclosing module");
-  if (param.getType() != getType())
+  FailureOr<RankedTensorType> param =
+      lookupParam(*this, symbolTable, getParamAttr());
+  if (failed(param))
+    return failure();
+  if (*param != getType())
     return emitOpError() << "result type " << getType()
-                         << " does not match the type " << param.getType()
+                         << " does not match the type " << *param
                          << " of parameter " << getParamAttr();
   return success();
 }
@@ -165,6 +197,19 @@ void EmbeddingOp::getSavedValues(SmallVectorImpl<Value> &saved) {
   saved.push_back(getIds());
 }
 
+// Token ids get no gradient.
+LogicalResult EmbeddingOp::buildBackward(OpBuilder &builder,
+                                         ValueRange resultGrads,
+                                         SmallVectorImpl<Value> &operandGrads) {
+  FailureOr<Value> dy = resultGradient(*this, resultGrads, operandGrads);
+  if (failed(dy) || !*dy)
+    return dy;
+  operandGrads.push_back(builder.create<EmbeddingBackwardOp>(
+      getLoc(), getTable().getType(), *dy, getIds()));
+  operandGrads.push_back(Value());
+  return success();
+}
+
 LogicalResult PositionEmbeddingOp::verify() {
   if (failed(expectRank(*this, "table", getTable(), 2,
                         "[max_positions, hidden]")) ||
@@ -192,6 +237,17 @@ int64_t PositionEmbeddingOp::getForwardBytes() {
 }
 
 void PositionEmbeddingOp::getSavedValues(SmallVectorImpl<Value> &) {}
+
+LogicalResult
+PositionEmbeddingOp::buildBackward(OpBuilder &builder, ValueRange resultGrads,
+                                   SmallVectorImpl<Value> &operandGrads) {
+  FailureOr<Value> dy = resultGradient(*this, resultGrads, operandGrads);
+  if (failed(dy) || !*dy)
+    return dy;
+  operandGrads.push_back(builder.create<PositionEmbeddingBackwardOp>(
+      getLoc(), getTable().getType(), *dy));
+  return success();
+}
 
 //===----------------------------------------------------------------------===//
 // LinearOp
@@ -239,14 +295,33 @@ void LinearOp::getSavedValues(SmallVectorImpl<Value> &saved) {
   saved.push_back(getWeight());
 }
 
+LogicalResult LinearOp::buildBackward(OpBuilder &builder,
+                                      ValueRange resultGrads,
+                                      SmallVectorImpl<Value> &operandGrads) {
+  FailureOr<Value> dy = resultGradient(*this, resultGrads, operandGrads);
+  if (failed(dy) || !*dy)
+    return dy;
+  Location loc = getLoc();
+  operandGrads.push_back(builder.create<LinearGradInputOp>(
+      loc, getInput().getType(), *dy, getWeight()));
+  operandGrads.push_back(builder.create<LinearGradWeightOp>(
+      loc, getWeight().getType(), *dy, getInput()));
+  if (getBias())
+    operandGrads.push_back(
+        builder.create<LinearGradBiasOp>(loc, getBias().getType(), *dy));
+  return success();
+}
+
 //===----------------------------------------------------------------------===//
 // Normalization
 //===----------------------------------------------------------------------===//
 
-/// Weight (and bias) of shape [hidden], result of the input's type.
-static LogicalResult verifyNorm(Operation *op, Value input,
-                                ArrayRef<std::pair<StringRef, Value>> affine,
-                                Value result, double epsilon) {
+using NamedValues = ArrayRef<std::pair<StringRef, Value>>;
+
+/// Values in `affine` of shape [hidden] (weight, bias and their gradients),
+/// values in `likeInput` of the input's type (result, dy, dx).
+static LogicalResult verifyNorm(Operation *op, Value input, NamedValues affine,
+                                NamedValues likeInput, double epsilon) {
   int64_t hidden = tensorOf(input).getShape().empty()
                        ? 0
                        : tensorOf(input).getShape().back();
@@ -256,10 +331,11 @@ static LogicalResult verifyNorm(Operation *op, Value input,
     if (failed(expectShape(op, name, v, {hidden},
                            "[hidden], the last dimension of the input")))
       return failure();
-  if (result.getType() != input.getType())
-    return op->emitOpError()
-           << "result type " << result.getType()
-           << " does not match the input type " << input.getType();
+  for (auto [name, v] : likeInput)
+    if (v.getType() != input.getType())
+      return op->emitOpError()
+             << name << " type " << v.getType()
+             << " does not match the input type " << input.getType();
   if (!(epsilon > 0.0))
     return op->emitOpError() << "epsilon must be positive, found " << epsilon;
   return expectSameElementType(op, "the input", input);
@@ -272,8 +348,8 @@ static int64_t normRows(Value input) {
 
 LogicalResult LayerNormOp::verify() {
   return verifyNorm(*this, getInput(),
-                    {{"weight", getWeight()}, {"bias", getBias()}}, getResult(),
-                    getEpsilon().convertToDouble());
+                    {{"weight", getWeight()}, {"bias", getBias()}},
+                    {{"result", getResult()}}, getEpsilon().convertToDouble());
 }
 
 // Per element: mean 1, variance 3, normalize 2, affine 2.
@@ -283,14 +359,27 @@ void LayerNormOp::getSavedValues(SmallVectorImpl<Value> &saved) {
   saved.push_back(getInput());
 }
 
+LogicalResult LayerNormOp::buildBackward(OpBuilder &builder,
+                                         ValueRange resultGrads,
+                                         SmallVectorImpl<Value> &operandGrads) {
+  FailureOr<Value> dy = resultGradient(*this, resultGrads, operandGrads);
+  if (failed(dy) || !*dy)
+    return dy;
+  auto backward = builder.create<LayerNormBackwardOp>(
+      getLoc(), getInput().getType(), getWeight().getType(),
+      getBias().getType(), getInput(), getWeight(), *dy, getEpsilonAttr());
+  operandGrads.append(backward->result_begin(), backward->result_end());
+  return success();
+}
+
 // Mean and reciprocal standard deviation, f32, one each per row.
 int64_t LayerNormOp::getSavedInternalBytes() {
   return 2 * 4 * normRows(getInput());
 }
 
 LogicalResult RMSNormOp::verify() {
-  return verifyNorm(*this, getInput(), {{"weight", getWeight()}}, getResult(),
-                    getEpsilon().convertToDouble());
+  return verifyNorm(*this, getInput(), {{"weight", getWeight()}},
+                    {{"result", getResult()}}, getEpsilon().convertToDouble());
 }
 
 // Per element: square and sum 2, normalize 1, scale 1.
@@ -298,6 +387,19 @@ int64_t RMSNormOp::getForwardFlops() { return 4 * numElements(getInput()); }
 
 void RMSNormOp::getSavedValues(SmallVectorImpl<Value> &saved) {
   saved.push_back(getInput());
+}
+
+LogicalResult RMSNormOp::buildBackward(OpBuilder &builder,
+                                       ValueRange resultGrads,
+                                       SmallVectorImpl<Value> &operandGrads) {
+  FailureOr<Value> dy = resultGradient(*this, resultGrads, operandGrads);
+  if (failed(dy) || !*dy)
+    return dy;
+  auto backward = builder.create<RMSNormBackwardOp>(
+      getLoc(), getInput().getType(), getWeight().getType(), getInput(),
+      getWeight(), *dy, getEpsilonAttr());
+  operandGrads.append(backward->result_begin(), backward->result_end());
+  return success();
 }
 
 // Reciprocal RMS, f32, one per row.
@@ -314,6 +416,16 @@ void GeluOp::getSavedValues(SmallVectorImpl<Value> &saved) {
   saved.push_back(getInput());
 }
 
+LogicalResult GeluOp::buildBackward(OpBuilder &builder, ValueRange resultGrads,
+                                    SmallVectorImpl<Value> &operandGrads) {
+  FailureOr<Value> dy = resultGradient(*this, resultGrads, operandGrads);
+  if (failed(dy) || !*dy)
+    return dy;
+  operandGrads.push_back(
+      builder.create<GeluBackwardOp>(getLoc(), getInput(), *dy));
+  return success();
+}
+
 // Exp 1, add 1, divide 1, multiply 1.
 int64_t SiluOp::getForwardFlops() { return 4 * numElements(getInput()); }
 
@@ -321,9 +433,29 @@ void SiluOp::getSavedValues(SmallVectorImpl<Value> &saved) {
   saved.push_back(getInput());
 }
 
+LogicalResult SiluOp::buildBackward(OpBuilder &builder, ValueRange resultGrads,
+                                    SmallVectorImpl<Value> &operandGrads) {
+  FailureOr<Value> dy = resultGradient(*this, resultGrads, operandGrads);
+  if (failed(dy) || !*dy)
+    return dy;
+  operandGrads.push_back(
+      builder.create<SiluBackwardOp>(getLoc(), getInput(), *dy));
+  return success();
+}
+
 int64_t AddOp::getForwardFlops() { return numElements(getLhs()); }
 
 void AddOp::getSavedValues(SmallVectorImpl<Value> &) {}
+
+// The gradient passes through to both operands unchanged.
+LogicalResult AddOp::buildBackward(OpBuilder &, ValueRange resultGrads,
+                                   SmallVectorImpl<Value> &operandGrads) {
+  FailureOr<Value> dy = resultGradient(*this, resultGrads, operandGrads);
+  if (failed(dy) || !*dy)
+    return dy;
+  operandGrads.append({*dy, *dy});
+  return success();
+}
 
 int64_t MulOp::getForwardFlops() { return numElements(getLhs()); }
 
@@ -332,22 +464,37 @@ void MulOp::getSavedValues(SmallVectorImpl<Value> &saved) {
   saved.push_back(getRhs());
 }
 
-LogicalResult RotaryOp::verify() {
-  if (failed(expectRank(*this, "input", getInput(), 3,
-                        "[batch, seq, heads * head_dim]")))
-    return failure();
-  int64_t width = tensorOf(getInput()).getShape().back();
-  int64_t headDim = getHeadDim();
-  if (headDim % 2 != 0)
-    return emitOpError() << "head_dim must be even (RoPE rotates pairs), found "
-                         << headDim;
-  if (width % headDim != 0)
-    return emitOpError() << "last dimension " << width
-                         << " is not a multiple of head_dim " << headDim;
-  if (!(getTheta().convertToDouble() > 0.0))
-    return emitOpError() << "theta must be positive, found "
-                         << getTheta().convertToDouble();
+// d lhs = dy * rhs, d rhs = dy * lhs.
+LogicalResult MulOp::buildBackward(OpBuilder &builder, ValueRange resultGrads,
+                                   SmallVectorImpl<Value> &operandGrads) {
+  FailureOr<Value> dy = resultGradient(*this, resultGrads, operandGrads);
+  if (failed(dy) || !*dy)
+    return dy;
+  operandGrads.push_back(builder.create<MulOp>(getLoc(), *dy, getRhs()));
+  operandGrads.push_back(builder.create<MulOp>(getLoc(), *dy, getLhs()));
   return success();
+}
+
+/// The rules shared by rotary and rotary_backward; `name` is the operand.
+static LogicalResult verifyRotary(Operation *op, StringRef name, Value input,
+                                  int64_t headDim, double theta) {
+  if (failed(expectRank(op, name, input, 3, "[batch, seq, heads * head_dim]")))
+    return failure();
+  int64_t width = tensorOf(input).getShape().back();
+  if (headDim % 2 != 0)
+    return op->emitOpError()
+           << "head_dim must be even (RoPE rotates pairs), found " << headDim;
+  if (width % headDim != 0)
+    return op->emitOpError() << "last dimension " << width
+                             << " is not a multiple of head_dim " << headDim;
+  if (!(theta > 0.0))
+    return op->emitOpError() << "theta must be positive, found " << theta;
+  return success();
+}
+
+LogicalResult RotaryOp::verify() {
+  return verifyRotary(*this, "input", getInput(), getHeadDim(),
+                      getTheta().convertToDouble());
 }
 
 // Two products and a sum per element; the angles are recomputed, not stored.
@@ -355,43 +502,68 @@ int64_t RotaryOp::getForwardFlops() { return 3 * numElements(getInput()); }
 
 void RotaryOp::getSavedValues(SmallVectorImpl<Value> &) {}
 
+LogicalResult RotaryOp::buildBackward(OpBuilder &builder,
+                                      ValueRange resultGrads,
+                                      SmallVectorImpl<Value> &operandGrads) {
+  FailureOr<Value> dy = resultGradient(*this, resultGrads, operandGrads);
+  if (failed(dy) || !*dy)
+    return dy;
+  operandGrads.push_back(builder.create<RotaryBackwardOp>(
+      getLoc(), getType(), *dy, getHeadDimAttr(), getThetaAttr()));
+  return success();
+}
+
 //===----------------------------------------------------------------------===//
 // CausalAttentionOp
 //===----------------------------------------------------------------------===//
 
-LogicalResult CausalAttentionOp::verify() {
+/// The rules on q, k and v shared by attention and its backward: ranks, head
+/// counts, and k and v shaped for the key/value heads.
+static LogicalResult verifyAttentionInputs(Operation *op, Value qv, Value kv,
+                                           Value vv, int64_t heads,
+                                           int64_t kvHeads) {
   for (auto [name, v] :
-       {std::pair<StringRef, Value>{"q", getQ()}, {"k", getK()}, {"v", getV()}})
-    if (failed(expectRank(*this, name, v, 3, "[batch, seq, heads * head_dim]")))
+       {std::pair<StringRef, Value>{"q", qv}, {"k", kv}, {"v", vv}})
+    if (failed(expectRank(op, name, v, 3, "[batch, seq, heads * head_dim]")))
       return failure();
-  ArrayRef<int64_t> q = tensorOf(getQ()).getShape();
-  int64_t heads = getNumHeads(), kvHeads = getNumKvHeads();
+  ArrayRef<int64_t> q = tensorOf(qv).getShape();
   if (q[2] % heads != 0)
-    return emitOpError() << "q width " << q[2]
-                         << " is not a multiple of num_heads " << heads;
+    return op->emitOpError()
+           << "q width " << q[2] << " is not a multiple of num_heads " << heads;
   if (heads % kvHeads != 0)
-    return emitOpError() << "num_heads " << heads
-                         << " is not a multiple of num_kv_heads " << kvHeads;
+    return op->emitOpError()
+           << "num_heads " << heads << " is not a multiple of num_kv_heads "
+           << kvHeads;
   int64_t headDim = q[2] / heads;
-  SmallVector<int64_t> kv = {q[0], q[1], kvHeads * headDim};
+  SmallVector<int64_t> kvShape = {q[0], q[1], kvHeads * headDim};
   std::string why = "num_kv_heads " + std::to_string(kvHeads) + " x head_dim " +
                     std::to_string(headDim) + " for batch and seq of q";
-  if (failed(expectShape(*this, "k", getK(), kv, why)) ||
-      failed(expectShape(*this, "v", getV(), kv, why)) ||
-      failed(expectShape(*this, "result", getResult(), q, "the shape of q")))
+  if (failed(expectShape(op, "k", kv, kvShape, why)) ||
+      failed(expectShape(op, "v", vv, kvShape, why)))
+    return failure();
+  return success();
+}
+
+LogicalResult CausalAttentionOp::verify() {
+  if (failed(verifyAttentionInputs(*this, getQ(), getK(), getV(), getNumHeads(),
+                                   getNumKvHeads())) ||
+      failed(expectShape(*this, "result", getResult(),
+                         tensorOf(getQ()).getShape(), "the shape of q")))
     return failure();
   return expectSameElementType(*this, "q", getQ());
 }
 
-static int64_t attentionScores(CausalAttentionOp op) {
-  ArrayRef<int64_t> q = tensorOf(op.getQ()).getShape();
-  return q[0] * op.getNumHeads() * q[1] * q[1];
+/// Attention scores: batch * heads * seq^2.
+static int64_t attentionScores(Value q, int64_t heads) {
+  ArrayRef<int64_t> shape = tensorOf(q).getShape();
+  return shape[0] * heads * shape[1] * shape[1];
 }
 
 // Q K^T and P V are 2 * scores * head_dim each (the full square, as in the
 // usual 6N + 12 L H S accounting); the softmax is 5 per score.
 int64_t CausalAttentionOp::getForwardFlops() {
-  return 4 * attentionScores(*this) * getHeadDim() + 5 * attentionScores(*this);
+  int64_t scores = attentionScores(getQ(), getNumHeads());
+  return 4 * scores * getHeadDim() + 5 * scores;
 }
 
 void CausalAttentionOp::getSavedValues(SmallVectorImpl<Value> &saved) {
@@ -401,7 +573,20 @@ void CausalAttentionOp::getSavedValues(SmallVectorImpl<Value> &saved) {
 // The softmax probabilities, in the activation dtype.
 int64_t CausalAttentionOp::getSavedInternalBytes() {
   DType dtype = *toDType(tensorOf(getQ()).getElementType());
-  return attentionScores(*this) * bytesPerElement(dtype);
+  return attentionScores(getQ(), getNumHeads()) * bytesPerElement(dtype);
+}
+
+LogicalResult
+CausalAttentionOp::buildBackward(OpBuilder &builder, ValueRange resultGrads,
+                                 SmallVectorImpl<Value> &operandGrads) {
+  FailureOr<Value> dy = resultGradient(*this, resultGrads, operandGrads);
+  if (failed(dy) || !*dy)
+    return dy;
+  auto backward = builder.create<CausalAttentionBackwardOp>(
+      getLoc(), getQ().getType(), getK().getType(), getV().getType(), getQ(),
+      getK(), getV(), getResult(), *dy, getNumHeadsAttr(), getNumKvHeadsAttr());
+  operandGrads.append(backward->result_begin(), backward->result_end());
+  return success();
 }
 
 //===----------------------------------------------------------------------===//
@@ -426,6 +611,317 @@ int64_t CrossEntropyOp::getForwardFlops() {
 void CrossEntropyOp::getSavedValues(SmallVectorImpl<Value> &saved) {
   saved.push_back(getLogits());
   saved.push_back(getTargets());
+}
+
+// The loss's gradient is the backward seed; targets get no gradient.
+LogicalResult
+CrossEntropyOp::buildBackward(OpBuilder &builder, ValueRange resultGrads,
+                              SmallVectorImpl<Value> &operandGrads) {
+  FailureOr<Value> dloss = resultGradient(*this, resultGrads, operandGrads);
+  if (failed(dloss) || !*dloss)
+    return dloss;
+  operandGrads.push_back(builder.create<CrossEntropyBackwardOp>(
+      getLoc(), getLogits().getType(), getLogits(), getTargets(), *dloss));
+  operandGrads.push_back(Value());
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Backward ops
+//===----------------------------------------------------------------------===//
+
+LogicalResult EmbeddingBackwardOp::verify() {
+  if (failed(expectRank(*this, "dy", getDy(), 3, "[batch, seq, hidden]")) ||
+      failed(expectRank(*this, "ids", getIds(), 2, "[batch, seq]")) ||
+      failed(expectRank(*this, "result", getResult(), 2, "[vocab, hidden]")))
+    return failure();
+  ArrayRef<int64_t> dy = tensorOf(getDy()).getShape();
+  int64_t vocab = tensorOf(getResult()).getDimSize(0);
+  if (failed(expectShape(*this, "ids", getIds(), {dy[0], dy[1]},
+                         "[batch, seq] of dy")) ||
+      failed(expectShape(*this, "result", getResult(), {vocab, dy[2]},
+                         "[vocab, hidden] with the hidden size of dy")))
+    return failure();
+  return expectSameElementType(*this, "dy", getDy());
+}
+
+// One add per element of dy.
+int64_t EmbeddingBackwardOp::getForwardFlops() { return numElements(getDy()); }
+
+LogicalResult PositionEmbeddingBackwardOp::verify() {
+  if (failed(expectRank(*this, "dy", getDy(), 3, "[batch, seq, hidden]")) ||
+      failed(expectRank(*this, "result", getResult(), 2,
+                        "[max_positions, hidden]")))
+    return failure();
+  ArrayRef<int64_t> dy = tensorOf(getDy()).getShape();
+  ArrayRef<int64_t> table = tensorOf(getResult()).getShape();
+  if (dy[1] > table[0])
+    return emitOpError() << "sequence length " << dy[1] << " of dy exceeds the "
+                         << table[0] << " positions of the result";
+  if (table[1] != dy[2])
+    return emitOpError() << "result hidden size " << table[1]
+                         << " does not match the hidden size " << dy[2]
+                         << " of dy";
+  return expectSameElementType(*this, "dy", getDy());
+}
+
+// One add per element of dy (the sum over the batch).
+int64_t PositionEmbeddingBackwardOp::getForwardFlops() {
+  return numElements(getDy());
+}
+
+/// dy of a linear layer: rank >= 2, [..., out_features].
+static LogicalResult expectLinearGradient(Operation *op, Value dy) {
+  int64_t rank = tensorOf(dy).getRank();
+  if (rank >= 2)
+    return success();
+  return op->emitOpError()
+         << "dy must be rank >= 2 ([..., out_features]), found rank " << rank;
+}
+
+LogicalResult LinearGradInputOp::verify() {
+  if (failed(expectLinearGradient(*this, getDy())) ||
+      failed(expectRank(*this, "weight", getWeight(), 2,
+                        "[out_features, in_features]")))
+    return failure();
+  ArrayRef<int64_t> dy = tensorOf(getDy()).getShape();
+  ArrayRef<int64_t> weight = tensorOf(getWeight()).getShape();
+  if (weight[0] != dy.back())
+    return emitOpError() << "weight " << shapeString(weight) << " expects "
+                         << weight[0] << " output features, but dy "
+                         << shapeString(dy) << " has " << dy.back();
+  SmallVector<int64_t> expected(dy);
+  expected.back() = weight[1];
+  if (failed(expectShape(*this, "result", getResult(), expected,
+                         "dy with its last dimension replaced by "
+                         "in_features")))
+    return failure();
+  return expectSameElementType(*this, "dy", getDy());
+}
+
+// dy [rows, out] times W [out, in].
+int64_t LinearGradInputOp::getForwardFlops() {
+  return 2 * numElements(getDy()) * tensorOf(getWeight()).getDimSize(1);
+}
+
+LogicalResult LinearGradWeightOp::verify() {
+  if (failed(expectLinearGradient(*this, getDy())))
+    return failure();
+  ArrayRef<int64_t> dy = tensorOf(getDy()).getShape();
+  ArrayRef<int64_t> input = tensorOf(getInput()).getShape();
+  if (input.empty())
+    return emitOpError() << "input must be rank >= 2 ([..., in_features]), "
+                            "found rank 0";
+  SmallVector<int64_t> expected(dy);
+  expected.back() = input.back();
+  if (failed(expectShape(*this, "input", getInput(), expected,
+                         "the leading dimensions of dy")) ||
+      failed(expectShape(*this, "result", getResult(),
+                         {dy.back(), input.back()},
+                         "[out_features, in_features] of dy and the input")))
+    return failure();
+  return expectSameElementType(*this, "dy", getDy());
+}
+
+// dy^T [out, rows] times x [rows, in].
+int64_t LinearGradWeightOp::getForwardFlops() {
+  return 2 * numElements(getDy()) * tensorOf(getInput()).getShape().back();
+}
+
+LogicalResult LinearGradBiasOp::verify() {
+  if (failed(expectLinearGradient(*this, getDy())) ||
+      failed(expectShape(*this, "result", getResult(),
+                         {tensorOf(getDy()).getShape().back()},
+                         "[out_features] of dy")))
+    return failure();
+  return expectSameElementType(*this, "dy", getDy());
+}
+
+// One add per element of dy.
+int64_t LinearGradBiasOp::getForwardFlops() { return numElements(getDy()); }
+
+LogicalResult LayerNormBackwardOp::verify() {
+  return verifyNorm(*this, getInput(),
+                    {{"weight", getWeight()},
+                     {"dweight", getDweight()},
+                     {"dbias", getDbias()}},
+                    {{"dy", getDy()}, {"dinput", getDinput()}},
+                    getEpsilon().convertToDouble());
+}
+
+// Twice the forward's 8 per element.
+int64_t LayerNormBackwardOp::getForwardFlops() {
+  return 16 * numElements(getInput());
+}
+
+LogicalResult RMSNormBackwardOp::verify() {
+  return verifyNorm(*this, getInput(),
+                    {{"weight", getWeight()}, {"dweight", getDweight()}},
+                    {{"dy", getDy()}, {"dinput", getDinput()}},
+                    getEpsilon().convertToDouble());
+}
+
+// Twice the forward's 4 per element.
+int64_t RMSNormBackwardOp::getForwardFlops() {
+  return 8 * numElements(getInput());
+}
+
+// Twice the forward's 8 per element.
+int64_t GeluBackwardOp::getForwardFlops() {
+  return 16 * numElements(getInput());
+}
+
+// Twice the forward's 4 per element.
+int64_t SiluBackwardOp::getForwardFlops() {
+  return 8 * numElements(getInput());
+}
+
+LogicalResult RotaryBackwardOp::verify() {
+  return verifyRotary(*this, "dy", getDy(), getHeadDim(),
+                      getTheta().convertToDouble());
+}
+
+// Twice the forward's 3 per element.
+int64_t RotaryBackwardOp::getForwardFlops() { return 6 * numElements(getDy()); }
+
+LogicalResult CausalAttentionBackwardOp::verify() {
+  if (failed(verifyAttentionInputs(*this, getQ(), getK(), getV(), getNumHeads(),
+                                   getNumKvHeads())))
+    return failure();
+  ArrayRef<int64_t> q = tensorOf(getQ()).getShape();
+  ArrayRef<int64_t> k = tensorOf(getK()).getShape();
+  if (failed(expectShape(*this, "out", getOut(), q, "the shape of q")) ||
+      failed(expectShape(*this, "dout", getDout(), q, "the shape of q")) ||
+      failed(expectShape(*this, "dq", getDq(), q, "the shape of q")) ||
+      failed(expectShape(*this, "dk", getDk(), k, "the shape of k")) ||
+      failed(expectShape(*this, "dv", getDv(), k, "the shape of v")))
+    return failure();
+  return expectSameElementType(*this, "q", getQ());
+}
+
+// dV = P^T dO, dP = dO V^T, dQ = dS K and dK = dS^T Q are 2 * scores *
+// head_dim each, over the full square like the forward; the softmax
+// backward is twice the forward's 5 per score.
+int64_t CausalAttentionBackwardOp::getForwardFlops() {
+  int64_t scores = attentionScores(getQ(), getNumHeads());
+  return 8 * scores * getHeadDim() + 10 * scores;
+}
+
+LogicalResult CrossEntropyBackwardOp::verify() {
+  if (failed(
+          expectRank(*this, "logits", getLogits(), 3, "[batch, seq, vocab]")) ||
+      failed(expectRank(*this, "targets", getTargets(), 2, "[batch, seq]")))
+    return failure();
+  ArrayRef<int64_t> logits = tensorOf(getLogits()).getShape();
+  if (failed(expectShape(*this, "targets", getTargets(), {logits[0], logits[1]},
+                         "[batch, seq] of the logits")))
+    return failure();
+  if (getResult().getType() != getLogits().getType())
+    return emitOpError() << "result type " << getResult().getType()
+                         << " does not match the logits type "
+                         << getLogits().getType();
+  return success();
+}
+
+// Twice the forward's 4 per logit.
+int64_t CrossEntropyBackwardOp::getForwardFlops() {
+  return 8 * numElements(getLogits());
+}
+
+//===----------------------------------------------------------------------===//
+// Training step ops
+//===----------------------------------------------------------------------===//
+
+LogicalResult
+AccumulateGradOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  FailureOr<RankedTensorType> param =
+      lookupParam(*this, symbolTable, getParamAttr());
+  if (failed(param))
+    return failure();
+  if (*param != getGrad().getType())
+    return emitOpError() << "gradient type " << getGrad().getType()
+                         << " does not match the type " << *param
+                         << " of parameter " << getParamAttr();
+  return success();
+}
+
+/// `NAME must be RANGE, found VALUE` unless `inRange` (and finite).
+static LogicalResult expectInRange(function_ref<InFlightDiagnostic()> emitError,
+                                   StringRef name, double value, bool inRange,
+                                   StringRef range) {
+  if (inRange && std::isfinite(value))
+    return success();
+  SmallString<16> found; // "0.5", "200", "1.0E-8"
+  APFloat(value).toString(found, /*FormatPrecision=*/6);
+  return emitError() << name << " must be " << range << ", found " << found;
+}
+
+static LogicalResult expectInRange(function_ref<InFlightDiagnostic()> emitError,
+                                   StringRef name, int64_t value, bool inRange,
+                                   StringRef range) {
+  if (inRange)
+    return success();
+  return emitError() << name << " must be " << range << ", found " << value;
+}
+
+LogicalResult UnscaleGradsOp::verifySettings(
+    function_ref<InFlightDiagnostic()> emitError, double staticLossScale,
+    int64_t initialScalePower, int64_t lossScaleWindow, int64_t hysteresis,
+    double minLossScale) {
+  return success(
+      succeeded(expectInRange(emitError, "static_loss_scale", staticLossScale,
+                              staticLossScale >= 0.0,
+                              ">= 0 (0 selects dynamic loss scaling)")) &&
+      succeeded(
+          expectInRange(emitError, "initial_scale_power", initialScalePower,
+                        initialScalePower >= 0 && initialScalePower <= 127,
+                        "in [0, 127] (2^power must be a finite f32)")) &&
+      succeeded(expectInRange(emitError, "loss_scale_window", lossScaleWindow,
+                              lossScaleWindow >= 1, ">= 1")) &&
+      succeeded(expectInRange(emitError, "hysteresis", hysteresis,
+                              hysteresis >= 1, ">= 1")) &&
+      succeeded(expectInRange(emitError, "min_loss_scale", minLossScale,
+                              minLossScale > 0.0, "positive")));
+}
+
+LogicalResult UnscaleGradsOp::verify() {
+  return verifySettings([&] { return emitOpError(); },
+                        getStaticLossScale().convertToDouble(),
+                        getInitialScalePower(), getLossScaleWindow(),
+                        getHysteresis(), getMinLossScale().convertToDouble());
+}
+
+LogicalResult ClipGradNormOp::verify() {
+  double maxNorm = getMaxNorm().convertToDouble();
+  return expectInRange([&] { return emitOpError(); }, "max_norm", maxNorm,
+                       maxNorm > 0.0, "positive");
+}
+
+LogicalResult
+AdamUpdateOp::verifySettings(function_ref<InFlightDiagnostic()> emitError,
+                             double lr, double beta1, double beta2, double eps,
+                             double weightDecay) {
+  return success(
+      succeeded(expectInRange(emitError, "lr", lr, lr >= 0.0, ">= 0")) &&
+      succeeded(expectInRange(emitError, "beta1", beta1,
+                              beta1 >= 0.0 && beta1 < 1.0, "in [0, 1)")) &&
+      succeeded(expectInRange(emitError, "beta2", beta2,
+                              beta2 >= 0.0 && beta2 < 1.0, "in [0, 1)")) &&
+      succeeded(expectInRange(emitError, "eps", eps, eps > 0.0, "positive")) &&
+      succeeded(expectInRange(emitError, "weight_decay", weightDecay,
+                              weightDecay >= 0.0, ">= 0")));
+}
+
+LogicalResult AdamUpdateOp::verify() {
+  return verifySettings(
+      [&] { return emitOpError(); }, getLr().convertToDouble(),
+      getBeta1().convertToDouble(), getBeta2().convertToDouble(),
+      getEps().convertToDouble(), getWeightDecay().convertToDouble());
+}
+
+LogicalResult
+AdamUpdateOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  return success(succeeded(lookupParam(*this, symbolTable, getParamAttr())));
 }
 
 #include "model/ModelInterfaces.cpp.inc"

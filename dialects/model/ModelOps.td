@@ -22,9 +22,9 @@ def Model_FloatTensor : StaticShapeTensorOf<[F32, BF16, F16]>;
 def Model_TokenTensor : StaticShapeTensorOf<[I32]>;
 def Model_LossTensor : 0DTensorOf<[F32]>;
 
-// A compute op: no side effects, costed, and explicit about what it keeps for
-// backward. `costOverrides` and `savedOverrides` name interface methods with
-// defaults that the op implements itself.
+// A compute op: no side effects, costed, explicit about what it keeps for
+// backward, and differentiable. `costOverrides` and `savedOverrides` name
+// interface methods with defaults that the op implements itself.
 class Model_ComputeOp<string mnemonic, list<Trait> traits = [],
                       list<string> costOverrides = [],
                       list<string> savedOverrides = []>
@@ -32,13 +32,23 @@ class Model_ComputeOp<string mnemonic, list<Trait> traits = [],
         Pure,
         DeclareOpInterfaceMethods<Model_CostOpInterface, costOverrides>,
         DeclareOpInterfaceMethods<Model_SavesForBackwardOpInterface,
-                                  savedOverrides>])>;
+                                  savedOverrides>,
+        DeclareOpInterfaceMethods<Model_DifferentiableOpInterface>])>;
+
+// A backward op: no side effects and costed, but neither saved for a further
+// backward nor differentiable (zeroc computes first derivatives only).
+class Model_BackwardOp<string mnemonic, list<Trait> traits = [],
+                       list<string> costOverrides = []>
+    : Model_Op<mnemonic, !listconcat(traits, [
+        Pure,
+        DeclareOpInterfaceMethods<Model_CostOpInterface, costOverrides>])>;
 
 //===----------------------------------------------------------------------===//
 // Parameters
 //===----------------------------------------------------------------------===//
 
-def Model_ParamOp : Model_Op<"param", [Symbol, HasParent<"::mlir::ModuleOp">]> {
+def Model_ParamOp : Model_Op<"param", [Symbol, HasParent<"::mlir::ModuleOp">,
+    DeclareOpInterfaceMethods<Model_ParameterOpInterface>]> {
   let summary = "A trainable parameter";
   let description = [{
     Declares a trainable tensor of static shape with its initialization. The
@@ -289,6 +299,423 @@ def Model_CrossEntropyOp : Model_ComputeOp<"cross_entropy"> {
     $logits `,` $targets attr-dict `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Backward
+//
+// The ops that `DifferentiableOpInterface::buildBackward` emits: each computes
+// the gradients of one forward op's operands from the gradient of its result
+// (`dy`) and what the forward op saved. They are Pure and costed like the
+// forward ops; matrix products are counted exactly and elementwise work at
+// twice the forward op's per-element cost (the convention behind "backward is
+// twice the forward").
+//===----------------------------------------------------------------------===//
+
+def Model_EmbeddingBackwardOp : Model_BackwardOp<"embedding_backward"> {
+  let summary = "Gradient of a token embedding table";
+  let description = [{
+    Scatter-add of the rows of `dy` (`[batch, seq, hidden]`) into a zero table
+    `[vocab, hidden]`: `result[ids[b, s], :] += dy[b, s, :]`. The vocabulary
+    size comes from the result type.
+
+    FLOPs: one add per element of `dy` (the forward lookup has none).
+
+    ```mlir
+    %dwte = model.embedding_backward %dy, %ids : (tensor<4x1024x768xf32>, tensor<4x1024xi32>) -> tensor<50257x768xf32>
+    ```
+  }];
+  let arguments = (ins Model_FloatTensor:$dy, Model_TokenTensor:$ids);
+  let results = (outs Model_FloatTensor:$result);
+  let assemblyFormat =
+      "$dy `,` $ids attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Model_PositionEmbeddingBackwardOp
+    : Model_BackwardOp<"position_embedding_backward"> {
+  let summary = "Gradient of a learned position embedding table";
+  let description = [{
+    `result[s, :] = sum over b of dy[b, s, :]` for `s < seq`, and zero for the
+    rows `seq .. max_positions-1` that the forward did not read. `dy` is
+    `[batch, seq, hidden]`, the result `[max_positions, hidden]` with
+    `seq <= max_positions`.
+
+    FLOPs: one add per element of `dy`.
+
+    ```mlir
+    %dwpe = model.position_embedding_backward %dy : (tensor<4x1024x768xf32>) -> tensor<1024x768xf32>
+    ```
+  }];
+  let arguments = (ins Model_FloatTensor:$dy);
+  let results = (outs Model_FloatTensor:$result);
+  let assemblyFormat = "$dy attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Model_LinearGradInputOp : Model_BackwardOp<"linear_grad_input"> {
+  let summary = "Gradient of a linear layer's input: dx = dy W";
+  let description = [{
+    `dy` is `[..., out]`, `weight` is `[out, in]`; the result is `[..., in]`.
+
+    FLOPs: `2 * rows * out * in`, rows being every element of `dy` but the
+    last dimension.
+
+    ```mlir
+    %dx = model.linear_grad_input %dy, %w : (tensor<4x1024x3072xf32>, tensor<3072x768xf32>) -> tensor<4x1024x768xf32>
+    ```
+  }];
+  let arguments = (ins Model_FloatTensor:$dy, Model_FloatTensor:$weight);
+  let results = (outs Model_FloatTensor:$result);
+  let assemblyFormat =
+      "$dy `,` $weight attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Model_LinearGradWeightOp : Model_BackwardOp<"linear_grad_weight"> {
+  let summary = "Gradient of a linear layer's weight: dW = dy^T x";
+  let description = [{
+    `dy` is `[..., out]` and `input` (the forward input) `[..., in]` with the
+    same leading dimensions; the result `[out, in]` sums `dy[r, :]^T x[r, :]`
+    over all rows `r`.
+
+    FLOPs: `2 * rows * out * in`.
+
+    ```mlir
+    %dw = model.linear_grad_weight %dy, %x : (tensor<4x1024x3072xf32>, tensor<4x1024x768xf32>) -> tensor<3072x768xf32>
+    ```
+  }];
+  let arguments = (ins Model_FloatTensor:$dy, Model_FloatTensor:$input);
+  let results = (outs Model_FloatTensor:$result);
+  let assemblyFormat =
+      "$dy `,` $input attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Model_LinearGradBiasOp : Model_BackwardOp<"linear_grad_bias"> {
+  let summary = "Gradient of a linear layer's bias: db = sum of dy over rows";
+  let description = [{
+    `dy` is `[..., out]`; the result `[out]` is its sum over every dimension
+    but the last.
+
+    FLOPs: `rows * out` (one add per element of `dy`).
+
+    ```mlir
+    %db = model.linear_grad_bias %dy : (tensor<4x1024x3072xf32>) -> tensor<3072xf32>
+    ```
+  }];
+  let arguments = (ins Model_FloatTensor:$dy);
+  let results = (outs Model_FloatTensor:$result);
+  let assemblyFormat = "$dy attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Model_LayerNormBackwardOp : Model_BackwardOp<"layernorm_backward"> {
+  let summary = "Gradients of layer normalization";
+  let description = [{
+    From the forward input `x`, the scale `weight` (`[hidden]`) and the
+    result gradient `dy` (the type of `x`), computes `dx`, `dweight` and
+    `dbias`. With `xhat = (x - mean) * rstd` per row and `g = dy * weight`:
+    `dx = rstd * (g - mean(g) - xhat * mean(g * xhat))`,
+    `dweight = sum over rows of dy * xhat`, `dbias = sum over rows of dy`.
+    The row statistics are those the forward kept (or recomputed from `x`
+    with the same `epsilon`; the result is the same).
+
+    FLOPs: 16 per element of `x`.
+
+    ```mlir
+    %dx, %dg, %db = model.layernorm_backward %x, %g, %dy : (tensor<4x1024x768xf32>, tensor<768xf32>, tensor<4x1024x768xf32>) -> (tensor<4x1024x768xf32>, tensor<768xf32>, tensor<768xf32>)
+    ```
+  }];
+  let arguments = (ins Model_FloatTensor:$input, Model_FloatTensor:$weight,
+                       Model_FloatTensor:$dy,
+                       DefaultValuedAttr<F64Attr, "1.0e-5">:$epsilon);
+  let results = (outs Model_FloatTensor:$dinput, Model_FloatTensor:$dweight,
+                      Model_FloatTensor:$dbias);
+  let assemblyFormat = [{
+    $input `,` $weight `,` $dy attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Model_RMSNormBackwardOp : Model_BackwardOp<"rmsnorm_backward"> {
+  let summary = "Gradients of RMS normalization";
+  let description = [{
+    From the forward input `x`, the scale `weight` (`[hidden]`) and the
+    result gradient `dy`, computes `dx` and `dweight`. With
+    `xhat = x * rrms` per row and `g = dy * weight`:
+    `dx = rrms * (g - xhat * mean(g * xhat))`,
+    `dweight = sum over rows of dy * xhat`.
+
+    FLOPs: 8 per element of `x`.
+
+    ```mlir
+    %dx, %dg = model.rmsnorm_backward %x, %g, %dy : (tensor<1x8192x4096xbf16>, tensor<4096xbf16>, tensor<1x8192x4096xbf16>) -> (tensor<1x8192x4096xbf16>, tensor<4096xbf16>)
+    ```
+  }];
+  let arguments = (ins Model_FloatTensor:$input, Model_FloatTensor:$weight,
+                       Model_FloatTensor:$dy,
+                       DefaultValuedAttr<F64Attr, "1.0e-5">:$epsilon);
+  let results = (outs Model_FloatTensor:$dinput, Model_FloatTensor:$dweight);
+  let assemblyFormat = [{
+    $input `,` $weight `,` $dy attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+class Model_ActivationBackwardOp<string mnemonic>
+    : Model_BackwardOp<mnemonic, [SameOperandsAndResultType]> {
+  let arguments = (ins Model_FloatTensor:$input, Model_FloatTensor:$dy);
+  let results = (outs Model_FloatTensor:$result);
+  let assemblyFormat = "$input `,` $dy attr-dict `:` type($result)";
+}
+
+def Model_GeluBackwardOp : Model_ActivationBackwardOp<"gelu_backward"> {
+  let summary = "Gradient of GELU (tanh approximation): dy * gelu'(x)";
+  let description = [{
+    With `u = sqrt(2/pi) (x + 0.044715 x^3)`:
+    `dx = dy * (0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) sqrt(2/pi) (1 + 3 * 0.044715 x^2))`.
+
+    FLOPs: 16 per element.
+
+    ```mlir
+    %dx = model.gelu_backward %x, %dy : tensor<4x1024x3072xf32>
+    ```
+  }];
+}
+
+def Model_SiluBackwardOp : Model_ActivationBackwardOp<"silu_backward"> {
+  let summary = "Gradient of SiLU: dy * silu'(x)";
+  let description = [{
+    `dx = dy * sigmoid(x) * (1 + x (1 - sigmoid(x)))`.
+
+    FLOPs: 8 per element.
+
+    ```mlir
+    %dx = model.silu_backward %x, %dy : tensor<1x8192x14336xbf16>
+    ```
+  }];
+}
+
+def Model_RotaryBackwardOp
+    : Model_BackwardOp<"rotary_backward", [SameOperandsAndResultType]> {
+  let summary = "Gradient of rotary position embedding";
+  let description = [{
+    RoPE is a rotation per pair of elements, so its gradient is `dy` rotated
+    by the negative angles, `-pos * theta^(-2i / head_dim)`, with the forward
+    op's pairing. It needs nothing from the forward but its attributes.
+
+    FLOPs: 6 per element.
+
+    ```mlir
+    %dq = model.rotary_backward %dy {head_dim = 128 : i64, theta = 5.000000e+05 : f64} : tensor<1x8192x4096xbf16>
+    ```
+  }];
+  let arguments = (ins Model_FloatTensor:$dy,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$head_dim,
+                       DefaultValuedAttr<F64Attr, "10000.0">:$theta);
+  let results = (outs Model_FloatTensor:$result);
+  let assemblyFormat = "$dy attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Model_CausalAttentionBackwardOp
+    : Model_BackwardOp<"causal_attention_backward"> {
+  let summary = "Gradients of causal grouped-query attention";
+  let description = [{
+    From the forward operands `q`, `k`, `v`, the forward result `out` and its
+    gradient `dout` (both the shape of `q`), computes `dq`, `dk` and `dv`
+    with the shapes of `q`, `k` and `v`. With `P` the causal softmax
+    probabilities (kept by the forward, or recomputed from `q` and `k` by a
+    flash-attention kernel) and `D = rowsum(dout * out)`:
+    `dv = P^T dout`, `dP = dout v^T`, `dS = P * (dP - D) / sqrt(head_dim)`,
+    `dq = dS k`, `dk = dS^T q`. A key/value head shared by several query
+    heads receives the sum of their contributions in `dk` and `dv`.
+
+    FLOPs: `8 * batch * num_heads * seq^2 * head_dim` for the four products
+    (over the full square, like the forward) + 10 per score.
+
+    ```mlir
+    %dq, %dk, %dv = model.causal_attention_backward %q, %k, %v, %out, %dout {num_heads = 32 : i64, num_kv_heads = 8 : i64}
+        : (tensor<1x8192x4096xbf16>, tensor<1x8192x1024xbf16>, tensor<1x8192x1024xbf16>, tensor<1x8192x4096xbf16>, tensor<1x8192x4096xbf16>)
+        -> (tensor<1x8192x4096xbf16>, tensor<1x8192x1024xbf16>, tensor<1x8192x1024xbf16>)
+    ```
+  }];
+  let arguments = (ins Model_FloatTensor:$q, Model_FloatTensor:$k,
+                       Model_FloatTensor:$v, Model_FloatTensor:$out,
+                       Model_FloatTensor:$dout,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$num_heads,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$num_kv_heads);
+  let results = (outs Model_FloatTensor:$dq, Model_FloatTensor:$dk,
+                      Model_FloatTensor:$dv);
+  let assemblyFormat = [{
+    $q `,` $k `,` $v `,` $out `,` $dout attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    int64_t getHeadDim() {
+      return getQ().getType().getShape().back() / getNumHeads();
+    }
+  }];
+}
+
+def Model_CrossEntropyBackwardOp : Model_BackwardOp<"cross_entropy_backward"> {
+  let summary = "Gradient of the mean cross-entropy with respect to the logits";
+  let description = [{
+    `dlogits[b, s, :] = (softmax(logits[b, s, :]) - onehot(targets[b, s])) *
+    dloss / (batch * seq)`, computed in f32 and stored in the logits' dtype.
+    `dloss` is the gradient of the loss (the backward seed).
+
+    FLOPs: 8 per logit.
+
+    ```mlir
+    %dlogits = model.cross_entropy_backward %logits, %targets, %seed : (tensor<4x1024x50257xf32>, tensor<4x1024xi32>, tensor<f32>) -> tensor<4x1024x50257xf32>
+    ```
+  }];
+  let arguments = (ins Model_FloatTensor:$logits, Model_TokenTensor:$targets,
+                       Model_LossTensor:$dloss);
+  let results = (outs Model_FloatTensor:$result);
+  let assemblyFormat = [{
+    $logits `,` $targets `,` $dloss attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Training step
+//
+// The ops around the gradients that `zero-expand-training-step` emits: the
+// backward seed, gradient accumulation, and the optimizer step. They act on
+// state that is not an SSA value (the loss scale, the gradient accumulators,
+// the optimizer state), so none is Pure: their memory effects keep generic
+// passes from removing, merging or reordering them.
+//===----------------------------------------------------------------------===//
+
+def Model_BackwardSeedOp
+    : Model_Op<"backward_seed", [MemoryEffects<[MemRead]>]> {
+  let summary = "The gradient of the loss that starts backward";
+  let description = [{
+    `1 / micro_steps`, times the current loss scale when `loss_scaling` is
+    set (the static scale, or the dynamic scale that `model.unscale_grads`
+    maintains, DeepSpeed's fp16 semantics). Seeding backward with
+    `1 / micro_steps` makes the gradient accumulated over `micro_steps`
+    micro-batches the gradient of their mean loss. It reads the loss-scale
+    state, hence its read effect.
+
+    ```mlir
+    %seed = model.backward_seed {loss_scaling, micro_steps = 4 : i64} : tensor<f32>
+    ```
+  }];
+  let arguments = (ins ConfinedAttr<I64Attr, [IntPositive]>:$micro_steps,
+                       UnitAttr:$loss_scaling);
+  let results = (outs Model_LossTensor:$result);
+  let assemblyFormat = "attr-dict `:` type($result)";
+}
+
+def Model_AccumulateGradOp : Model_Op<"accumulate_grad", [
+    MemoryEffects<[MemWrite]>,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "Adds a gradient into a parameter's gradient accumulator";
+  let description = [{
+    `grad(param) += grad`. The accumulator has the parameter's type, starts
+    at zero and is cleared by `model.adam_update`. The training-step
+    expansion emits one per parameter, as soon as the parameter's gradient is
+    complete in the micro-step, which is where a ZeRO schedule can start
+    reducing it.
+
+    ```mlir
+    model.accumulate_grad @"h.0.mlp.c_fc.weight", %dw : tensor<3072x768xf32>
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$param, Model_FloatTensor:$grad);
+  let assemblyFormat = "$param `,` $grad attr-dict `:` type($grad)";
+}
+
+def Model_UnscaleGradsOp : Model_Op<"unscale_grads", [
+    MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "Unscales the gradients and updates the loss scale";
+  let description = [{
+    fp16 loss scaling, DeepSpeed's semantics: divides every accumulated
+    gradient by the current loss scale and checks all of them for inf or NaN.
+    With a positive `static_loss_scale` the scale is that constant. Otherwise
+    it is dynamic: it starts at `2^initial_scale_power`; an overflow skips the
+    rest of the optimizer step (the gradients are discarded and the
+    parameters, optimizer state and step count are left as they are) and,
+    once `hysteresis` overflows have been seen, halves the scale, not below
+    `min_loss_scale`; `loss_scale_window` steps in a row without overflow
+    double it.
+
+    ```mlir
+    model.unscale_grads {hysteresis = 2 : i64, initial_scale_power = 16 : i64, loss_scale_window = 1000 : i64, min_loss_scale = 1.000000e+00 : f64, static_loss_scale = 0.000000e+00 : f64}
+    ```
+  }];
+  let arguments = (ins F64Attr:$static_loss_scale,
+                       I64Attr:$initial_scale_power,
+                       I64Attr:$loss_scale_window, I64Attr:$hysteresis,
+                       F64Attr:$min_loss_scale);
+  let assemblyFormat = "attr-dict";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The verifier's rules, shared with the training-step expansion, which
+    /// checks its options with them before building the op.
+    static ::mlir::LogicalResult verifySettings(
+        ::llvm::function_ref<::mlir::InFlightDiagnostic()> emitError,
+        double staticLossScale, int64_t initialScalePower,
+        int64_t lossScaleWindow, int64_t hysteresis, double minLossScale);
+  }];
+}
+
+def Model_ClipGradNormOp : Model_Op<"clip_grad_norm", [
+    MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "Clips the global gradient norm";
+  let description = [{
+    Computes the L2 norm of all parameters' accumulated gradients together
+    and scales every gradient by `max_norm / max(norm, max_norm)`, so the
+    global norm is at most `max_norm`. Under ZeRO the norm is a sum of
+    per-shard squares reduced over ranks.
+
+    ```mlir
+    model.clip_grad_norm {max_norm = 1.000000e+00 : f64}
+    ```
+  }];
+  let arguments = (ins F64Attr:$max_norm);
+  let assemblyFormat = "attr-dict";
+  let hasVerifier = 1;
+}
+
+def Model_AdamUpdateOp : Model_Op<"adam_update", [
+    MemoryEffects<[MemRead, MemWrite]>,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "One Adam or AdamW step of a parameter";
+  let description = [{
+    Updates `param` from its accumulated gradient `g`, then clears the
+    accumulator. With step count `t` (kept by the runtime, advanced once per
+    optimizer step that is not skipped):
+    `m = beta1 m + (1 - beta1) g`, `v = beta2 v + (1 - beta2) g^2`,
+    `p -= lr * (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps)`.
+    Weight decay is decoupled with `adamw` (`p -= lr * weight_decay * p`
+    first) and otherwise added to the gradient (`g += weight_decay * p`).
+
+    The optimizer state (`exp_avg` and `exp_avg_sq` in f32, plus an f32
+    master copy of a 16-bit parameter) is implied; where it lives and how it
+    is sharded is the partitioner's business.
+
+    ```mlir
+    model.adam_update @"wte.weight" {adamw, beta1 = 9.000000e-01 : f64, beta2 = 9.990000e-01 : f64, eps = 1.000000e-08 : f64, lr = 1.000000e-03 : f64, weight_decay = 1.000000e-01 : f64}
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$param, F64Attr:$lr, F64Attr:$beta1,
+                       F64Attr:$beta2, F64Attr:$eps, F64Attr:$weight_decay,
+                       UnitAttr:$adamw);
+  let assemblyFormat = "$param attr-dict";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The verifier's rules, shared with the training-step expansion, which
+    /// checks its options with them before building the op.
+    static ::mlir::LogicalResult verifySettings(
+        ::llvm::function_ref<::mlir::InFlightDiagnostic()> emitError,
+        double lr, double beta1, double beta2, double eps, double weightDecay);
+  }];
 }
 
 #endif // ZEROC_MODEL_OPS

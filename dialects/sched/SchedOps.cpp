@@ -87,6 +87,10 @@ RankedTensorType TensorOp::getLocalType(int64_t worldSize) {
                                getTensorType().getElementType());
 }
 
+RankedTensorType TensorOp::getParameterType() {
+  return getRole() == Role::Param ? getTensorType() : RankedTensorType();
+}
+
 LogicalResult TensorOp::verify() {
   bool isParam = getRole() == Role::Param;
   if (!isParam && !getOf())
@@ -171,10 +175,16 @@ LogicalResult AccumulateOp::verifySymbolUses(SymbolTableCollection &symbols) {
   if (t->getSharded())
     return emitOpError() << "target " << getTensorAttr()
                          << " is sharded: reduce-scatter into it instead";
-  if (t->getType() != getValue().getType())
-    return emitOpError() << "value type " << getValue().getType()
+  auto value = cast<RankedTensorType>(getValue().getType());
+  if (value.getElementType() != t->getTensorType().getElementType())
+    return emitOpError() << "value element type " << value.getElementType()
                          << " does not match " << getTensorAttr() << ", "
-                         << t->getType();
+                         << t->getTensorType().getElementType();
+  if (getOffset() + value.getNumElements() > t->getNumElements())
+    return emitOpError() << "value of " << value.getNumElements()
+                         << " elements at offset " << getOffset()
+                         << " does not fit in " << getTensorAttr() << " ("
+                         << t->getNumElements() << " elements)";
   return success();
 }
 
@@ -267,9 +277,13 @@ ReduceScatterStartOp::verifySymbolUses(SymbolTableCollection &symbols) {
         lookupRole(*this, symbols, name, Role::Grad, "target");
     if (failed(t))
       return failure();
-    if (!t->getSharded())
-      return emitOpError() << "target " << name
-                           << " is replicated: accumulate into it instead";
+    if (!t->getSharded()) {
+      auto read = grad.getDefiningOp<ReadOp>();
+      if (!read || read.getTensorAttr() != name)
+        return emitOpError() << "target " << name
+                             << " is replicated: it is reduced in place, so "
+                                "the gradient must be a sched.read of it";
+    }
     int64_t n = numElements(grad.getType());
     if (offset < 0 || offset + n > t->getNumElements())
       return emitOpError() << "gradient of " << n << " elements at offset "
@@ -285,13 +299,25 @@ LogicalResult ReduceScatterStartOp::getCompletedTypes(SymbolTableCollection &,
 }
 
 CollectiveKind ReduceScatterStartOp::getCollectiveKind() {
-  return CollectiveKind::ReduceScatter;
+  return getAllReduce() ? CollectiveKind::AllReduce
+                        : CollectiveKind::ReduceScatter;
 }
 
-int64_t ReduceScatterStartOp::getLogicalElements(SymbolTableCollection &) {
+// A flat group's whole gradient buffer counts its parameters' elements, not
+// the alignment padding.
+int64_t
+ReduceScatterStartOp::getLogicalElements(SymbolTableCollection &symbols) {
   int64_t total = 0;
-  for (Value g : getGrads())
-    total += numElements(g.getType());
+  for (auto [grad, target] :
+       llvm::zip(getGrads(), getTargets().getAsRange<FlatSymbolRefAttr>())) {
+    int64_t n = numElements(grad.getType());
+    auto t = symbols.lookupNearestSymbolFrom<TensorOp>(*this, target);
+    if (t && t.getOf() && n == t.getNumElements())
+      if (auto group = symbols.lookupNearestSymbolFrom<FlatGroupOp>(
+              *this, t.getOfAttr()))
+        n = group.getNumel();
+    total += n;
+  }
   return total;
 }
 

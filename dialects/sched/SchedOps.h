@@ -15,6 +15,7 @@
 #include "mlir/IR/OpDefinition.h"
 #include "mlir/IR/SymbolTable.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "model/ModelOps.h"
 #include "zeroc/Support/Collectives.h"
 
 #include "sched/SchedDialect.h.inc"

@@ -5,6 +5,7 @@
 
 include "sched/SchedDialect.td"
 include "sched/SchedInterfaces.td"
+include "model/ModelInterfaces.td"
 include "mlir/IR/SymbolInterfaces.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 
@@ -31,7 +32,8 @@ class Sched_StartOp<string mnemonic, list<Trait> traits = []>
 //===----------------------------------------------------------------------===//
 
 def Sched_TensorOp : Sched_Op<"tensor", [Symbol, HasParent<"::mlir::ModuleOp">,
-    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>,
+    DeclareOpInterfaceMethods<Model_ParameterOpInterface>]> {
   let summary = "Persistent per-rank state";
   let description = [{
     A tensor that lives across the whole training step: a parameter, a
@@ -113,9 +115,17 @@ def Sched_AccumulateOp : Sched_StreamOp<"accumulate", [
     DeclareOpInterfaceMethods<SymbolUserOpInterface>,
     MemoryEffects<[MemRead, MemWrite]>]> {
   let summary = "Add a gradient into a replicated accumulator";
+  let description = [{
+    `tensor[offset : offset + numel(value)] += value`, flattened: a
+    parameter's own accumulator (offset 0) or its place in the flat
+    gradient buffer of stage 1.
+  }];
   let arguments = (ins Sched_Tensor:$value, FlatSymbolRefAttr:$tensor,
+                       DefaultValuedAttr<ConfinedAttr<I64Attr, [IntNonNegative]>, "0">:$offset,
                        Sched_Stream:$stream);
-  let assemblyFormat = "$value `into` $tensor attr-dict `:` type($value)";
+  let assemblyFormat = [{
+    $value `into` $tensor (`at` $offset^)? attr-dict `:` type($value)
+  }];
 }
 
 def Sched_ReleaseOp : Sched_StreamOp<"release", [MemoryEffects<[MemFree]>]> {
@@ -167,10 +177,19 @@ def Sched_ReduceScatterStartOp : Sched_StartOp<"reduce_scatter_start", [
     `offsets[i]` of the target's full index space (0 for a parameter's own
     gradient shard, the parameter's offset for a flat group's partition).
     The inputs may be reused once the wait completes.
+
+    A replicated target is reduced in place: the input is a `sched.read` of
+    that same target (stage 1's flat gradient buffer), and afterwards only
+    the elements this rank owns hold the average.
+
+    With `all_reduce` (DeepSpeed's `reduce_scatter: false`) the reduction is
+    an all-reduce: every rank receives the whole average and keeps its part,
+    at twice the communication.
   }];
   let arguments = (ins Variadic<Sched_Tensor>:$grads,
                        FlatSymbolRefArrayAttr:$targets,
-                       DenseI64ArrayAttr:$offsets, Sched_Stream:$stream);
+                       DenseI64ArrayAttr:$offsets, UnitAttr:$all_reduce,
+                       Sched_Stream:$stream);
   let assemblyFormat = [{
     $grads `into` $targets `at` $offsets attr-dict `:` type($grads)
   }];

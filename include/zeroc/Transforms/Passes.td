@@ -64,4 +64,186 @@ def ExpandTrainingStep : Pass<"zero-expand-training-step", "::mlir::ModuleOp"> {
   ];
 }
 
+def ZeroPartition : Pass<"zero-partition", "::mlir::ModuleOp"> {
+  let summary = "Declare every rank's persistent state with ZeRO shard layouts";
+  let description = [{
+    Turns each `model.param` into a `sched.tensor` and declares the gradient
+    accumulators and optimizer states of the training step, with the layouts
+    of the chosen ZeRO stage (zeroc/Support/ShardLayout.h), all on the
+    device (`zero-offload` moves them):
+
+    | stage | parameters | gradients | master, exp_avg, exp_avg_sq |
+    | --- | --- | --- | --- |
+    | 0 | replicated | replicated, per parameter | replicated, per parameter |
+    | 1 | replicated | one replicated flat buffer | sharded flat group |
+    | 2 | replicated | sharded flat group | sharded flat group |
+    | 3 | sharded (replicated under the persistence threshold) | sharded | sharded |
+
+    Stages 1 and 2 flatten the parameters into one `sched.flat_group`
+    (DeepSpeed's single parameter group). A 16-bit parameter gets an f32
+    master copy; an f32 parameter is its own master (docs/zero-pipeline.md).
+    The module records `sched.world_size` and `sched.stage`. Uses of the
+    parameters (`model.param_ref`, `model.accumulate_grad`,
+    `model.adam_update`) keep naming them; `zero-insert-collectives` lowers
+    them.
+  }];
+  let dependentDialects = ["::zeroc::sched::SchedDialect"];
+  let options = [
+    Option<"worldSize", "world-size", "int64_t", /*default=*/"1",
+           "Data-parallel ranks">,
+    Option<"stage", "stage", "int64_t", /*default=*/"0", "ZeRO stage, 0 to 3">,
+    Option<"persistenceThreshold", "persistence-threshold", "int64_t",
+           /*default=*/"100000",
+           "Stage 3: parameters with at most this many elements stay "
+           "replicated (stage3_param_persistence_threshold)">,
+  ];
+}
+
+def ZeroInsertCollectives : Pass<"zero-insert-collectives", "::mlir::ModuleOp"> {
+  let summary = "Lower parameter reads, gradient accumulation and the "
+                "optimizer to explicit collectives";
+  let description = [{
+    After `zero-partition`, makes every rank's communication explicit:
+
+    * a replicated parameter is read in place (`sched.read`); a sharded one
+      (stage 3) is all-gathered before its first use in forward and again
+      before its first use in backward, and released after its last use in
+      each;
+    * a gradient is accumulated locally (stages 0 and 1) or reduce-scattered
+      into its owner's shard as soon as it is complete (stages 2 and 3);
+    * at the accumulation boundary (`@optimizer_step`) stage 0 all-reduces
+      the accumulated gradients and stage 1 reduce-scatters them, before
+      loss unscaling and clipping; the optimizer updates this rank's part;
+      stages 1 and 2 then all-gather the updated parameters, and stage 3 its
+      replicated (persistent) parameters.
+
+    Every collective is issued as a start and a wait right after it on the
+    compute stream; `zero-bucket`, `zero-prefetch` and
+    `zero-assign-streams` move them.
+  }];
+  let dependentDialects = ["::zeroc::sched::SchedDialect"];
+  let options = [
+    Option<"reduceScatter", "reduce-scatter", "bool", /*default=*/"true",
+           "Stages 1-2: reduce gradients with reduce-scatter; false uses "
+           "all-reduce (DeepSpeed's reduce_scatter)">,
+  ];
+}
+
+def ZeroOffload : Pass<"zero-offload", "::mlir::ModuleOp"> {
+  let summary = "Move optimizer states, and stage-3 parameters, to host or NVMe";
+  let description = [{
+    ZeRO-Offload and ZeRO-Infinity placement, DeepSpeed's `offload_optimizer`
+    and `offload_param`:
+
+    * `optimizer=cpu` places the gradient partitions, the master copies and
+      the Adam moments on the host and runs `sched.adam_update` there: each
+      rank's reduced gradient part crosses PCIe to the host, and the updated
+      16-bit parameter part crosses back.
+    * `optimizer=nvme` keeps the gradients and master copies on the host and
+      the Adam moments in NVMe files, swapped through host buffers.
+    * `param=cpu|nvme` (stage 3 only) places the sharded parameters there:
+      each gather is preceded by a `sched.fetch_start` that copies the shard
+      to the device, and the optimizer updates the host copy in place.
+  }];
+  let dependentDialects = ["::zeroc::sched::SchedDialect"];
+  let options = [
+    Option<"optimizer", "optimizer", "std::string", /*default=*/"\"none\"",
+           "Where optimizer states live: none, cpu or nvme">,
+    Option<"param", "param", "std::string", /*default=*/"\"none\"",
+           "Where stage-3 parameters live: none, cpu or nvme">,
+  ];
+}
+
+def ZeroBucket : Pass<"zero-bucket", "::mlir::ModuleOp"> {
+  let summary = "Fuse adjacent collectives of one kind and dtype into buckets";
+  let description = [{
+    Coalesces consecutive collectives of one kind on tensors of one dtype,
+    with no other collective between them, into one collective of at most
+    the bucket size (elements, as DeepSpeed counts them): gradient
+    reductions up to `reduce-bucket-size`, gathers up to
+    `allgather-bucket-size`. A reduction is issued where the last gradient
+    of its bucket is ready (the earlier gradients wait in the bucket); a
+    gather is issued where the first parameter of its bucket is needed.
+    Collectives are never reordered and never moved across an op that
+    depends on them; a single collective larger than the bucket stays alone.
+  }];
+  let dependentDialects = ["::zeroc::sched::SchedDialect"];
+  let options = [
+    Option<"reduceBucketSize", "reduce-bucket-size", "int64_t",
+           /*default=*/"500000000",
+           "Elements per reduce-scatter or all-reduce bucket">,
+    Option<"allgatherBucketSize", "allgather-bucket-size", "int64_t",
+           /*default=*/"500000000", "Elements per all-gather bucket">,
+  ];
+}
+
+def ZeroPrefetch : Pass<"zero-prefetch", "::mlir::ModuleOp"> {
+  let summary = "Issue parameter gathers early, within the live-parameter budget";
+  let description = [{
+    Stage 3. First, a parameter released and gathered again within
+    `max-reuse-distance` elements of other gathered parameters stays
+    gathered (the release and the second gather are removed). Then each
+    gather start is hoisted as early as possible (never above the previous
+    gather start, so gathers keep their order) while at every point the
+    elements being gathered stay within `prefetch-bucket-size` and the
+    elements gathered and not yet released stay within `max-live-parameters`
+    (DeepSpeed's stage3_prefetch_bucket_size and stage3_max_live_parameters).
+    The wait stays where the parameter is first used.
+  }];
+  let dependentDialects = ["::zeroc::sched::SchedDialect"];
+  let options = [
+    Option<"prefetchBucketSize", "prefetch-bucket-size", "int64_t",
+           /*default=*/"50000000", "Elements in flight in prefetched gathers">,
+    Option<"maxLiveParameters", "max-live-parameters", "int64_t",
+           /*default=*/"1000000000",
+           "Elements of gathered parameters alive at once">,
+    Option<"maxReuseDistance", "max-reuse-distance", "int64_t",
+           /*default=*/"1000000000",
+           "Keep a parameter gathered when it is reused within this many "
+           "elements of other gathered parameters">,
+  ];
+}
+
+def ZeroAssignStreams : Pass<"zero-assign-streams", "::mlir::ModuleOp"> {
+  let summary = "Put collectives and copies on their own streams";
+  let description = [{
+    With `overlap-comm`, gathers run on stream 1, gradient reductions on
+    stream 2 and copies between device, host and NVMe on stream 3, while
+    compute stays on stream 0; each wait stays on the stream that consumes
+    the result. A gradient reduction's wait moves down to just before the
+    next reduction starts (or the end of the function), so one bucket is
+    reduced while the next is computed, DeepSpeed's double buffering.
+    Without `overlap-comm` everything runs on stream 0, in program order.
+  }];
+  let dependentDialects = ["::zeroc::sched::SchedDialect"];
+  let options = [
+    Option<"overlapComm", "overlap-comm", "bool", /*default=*/"false",
+           "Overlap communication with compute on separate streams">,
+  ];
+}
+
+def ZeroVerifySchedule : Pass<"zero-verify-schedule", "::mlir::ModuleOp"> {
+  let summary = "Prove the schedule's invariants";
+  let description = [{
+    Run on every plan zeroc writes. Fails with a diagnostic on the offending
+    op unless:
+
+    * nothing logical is left: every parameter use, gradient accumulation
+      and optimizer op has been lowered to sched ops;
+    * every rank issues the same collectives in the same order: each phase
+      is a single block with no rank-dependent control flow, and every
+      asynchronous start is waited on exactly once, after it;
+    * every gathered (or fetched) buffer is released exactly once and never
+      used after its release;
+    * every parameter's gradient is reduced exactly once per step: reduced
+      in the micro-step, or accumulated locally in the micro-step and
+      reduced once at the boundary;
+    * nothing is read before the op producing it has completed: an op reads
+      a value produced on another stream only through a wait on its own
+      stream, and no op touches a persistent tensor while a collective or
+      copy on it is in flight.
+  }];
+  let dependentDialects = ["::zeroc::sched::SchedDialect"];
+}
+
 #endif // ZEROC_TRANSFORMS_PASSES

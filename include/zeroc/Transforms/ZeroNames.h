@@ -1,0 +1,28 @@
+//===- ZeroNames.h - Names of the state the ZeRO pipeline declares -*- C++
+//-*-===//
+//
+// How the partitioner names gradient and optimizer-state tensors, so later
+// passes find them by name from their owner.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZEROC_TRANSFORMS_ZERONAMES_H
+#define ZEROC_TRANSFORMS_ZERONAMES_H
+
+#include "sched/SchedOps.h"
+
+#include <string>
+
+namespace zeroc {
+
+/// The flat group of stages 1 and 2.
+inline constexpr llvm::StringLiteral kFlatGroupName = "zero.flat0";
+
+/// "<owner>.grad", "<owner>.master", "<owner>.exp_avg", "<owner>.exp_avg_sq".
+inline std::string stateName(llvm::StringRef owner, sched::Role role) {
+  return (owner + "." + sched::stringifyRole(role)).str();
+}
+
+} // namespace zeroc
+
+#endif // ZEROC_TRANSFORMS_ZERONAMES_H

@@ -1,0 +1,235 @@
+//===- PlanWriter.cpp - A final sched module as a plan --------------------===//
+
+#include "zeroc/Export/PlanWriter.h"
+
+#include "model/ModelOps.h"
+#include "sched/SchedOps.h"
+#include "zeroc/Support/Collectives.h"
+
+#include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/DenseMap.h"
+
+#include <set>
+
+using namespace mlir;
+using nlohmann::json;
+
+namespace zeroc {
+namespace {
+
+/// Stream names, by id (the sched dialect's convention).
+const char *const kStreamNames[] = {"compute", "gather", "reduce", "copy"};
+
+std::string printed(Attribute attr) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  attr.print(os);
+  return s;
+}
+
+json attrToJson(Attribute attr) {
+  if (auto b = dyn_cast<BoolAttr>(attr))
+    return b.getValue();
+  if (auto p = dyn_cast<sched::PlacementAttr>(attr))
+    return sched::stringifyPlacement(p.getValue()).str();
+  if (auto r = dyn_cast<sched::RoleAttr>(attr))
+    return sched::stringifyRole(r.getValue()).str();
+  if (auto i = dyn_cast<IntegerAttr>(attr))
+    return i.getInt();
+  if (auto f = dyn_cast<FloatAttr>(attr))
+    return f.getValueAsDouble();
+  if (auto s = dyn_cast<StringAttr>(attr))
+    return s.getValue().str();
+  if (auto ref = dyn_cast<FlatSymbolRefAttr>(attr))
+    return ref.getValue().str();
+  if (isa<UnitAttr>(attr))
+    return true;
+  if (auto ints = dyn_cast<DenseI64ArrayAttr>(attr))
+    return json(ints.asArrayRef().vec());
+  if (auto array = dyn_cast<ArrayAttr>(attr)) {
+    json out = json::array();
+    for (Attribute a : array)
+      out.push_back(attrToJson(a));
+    return out;
+  }
+  return printed(attr);
+}
+
+DType dtypeOf(Type element) {
+  return model::toDType(element).value_or(DType::F32);
+}
+
+std::string initString(Attribute init) {
+  auto attr = dyn_cast_or_null<model::InitAttr>(init);
+  if (!attr)
+    return "";
+  std::string kind = model::stringifyInitKind(attr.getKind()).str();
+  if (attr.getKind() != model::InitKind::Normal)
+    return kind;
+  return kind + "(" + std::to_string(attr.getStdDouble()) + ")";
+}
+
+FailureOr<PlanPhase> buildPhase(func::FuncOp func, int64_t runsPerStep,
+                                int64_t worldSize,
+                                SymbolTableCollection &symbols, Plan &plan) {
+  PlanPhase phase;
+  phase.name = func.getSymName().str();
+  phase.runsPerStep = runsPerStep;
+  llvm::DenseMap<Value, int64_t> ids;
+  llvm::DenseMap<Operation *, int64_t> opIndex;
+  auto define = [&](Value v) -> LogicalResult {
+    if (isa<sched::TokenType>(v.getType()))
+      return success();
+    auto type = dyn_cast<RankedTensorType>(v.getType());
+    if (!type || !type.hasStaticShape())
+      return emitError(v.getLoc())
+             << "plan values must be statically shaped tensors, found "
+             << v.getType();
+    PlanValue pv;
+    pv.id = int64_t(ids.size());
+    pv.dtype = dtypeOf(type.getElementType());
+    pv.shape = type.getShape().vec();
+    pv.bytes = model::tensorBytes(type);
+    ids[v] = pv.id;
+    phase.values.push_back(std::move(pv));
+    return success();
+  };
+  for (BlockArgument arg : func.getArguments()) {
+    if (failed(define(arg)))
+      return failure();
+    phase.args.push_back(ids[arg]);
+  }
+  for (Operation &op : func.getBody().front()) {
+    // func.return is kept as an op: its input is the loss the runtime logs.
+    PlanOp pop;
+    pop.index = int64_t(phase.ops.size());
+    pop.kind = op.getName().getStringRef().str();
+    if (auto loc = dyn_cast<NameLoc>(op.getLoc()))
+      pop.where = loc.getName().str();
+    if (auto s = dyn_cast<sched::StreamOpInterface>(op))
+      pop.stream = s.getStreamId();
+    std::set<int64_t> deps;
+    for (Value operand : op.getOperands()) {
+      if (Operation *def = operand.getDefiningOp())
+        deps.insert(opIndex.lookup(def));
+      auto it = ids.find(operand);
+      if (it != ids.end())
+        pop.inputs.push_back(it->second);
+    }
+    for (Value result : op.getResults()) {
+      if (failed(define(result)))
+        return failure();
+      if (ids.count(result))
+        pop.outputs.push_back(ids[result]);
+    }
+    pop.deps.assign(deps.begin(), deps.end());
+    for (NamedAttribute attr : op.getAttrs()) {
+      if (attr.getName() == "stream")
+        continue;
+      pop.attrs[attr.getName().str()] = attrToJson(attr.getValue());
+      auto collect = [&](Attribute a) {
+        if (auto ref = dyn_cast<FlatSymbolRefAttr>(a))
+          pop.tensors.push_back(ref.getValue().str());
+      };
+      collect(attr.getValue());
+      if (auto array = dyn_cast<ArrayAttr>(attr.getValue()))
+        for (Attribute a : array)
+          collect(a);
+    }
+    if (auto coll = dyn_cast<sched::CollectiveOpInterface>(op)) {
+      pop.collective = std::string(collectiveName(coll.getCollectiveKind()));
+      pop.commElements = coll.getLogicalElements(symbols);
+      double volume =
+          runsPerStep * commElementsPerRank(coll.getCollectiveKind(),
+                                            pop.commElements, worldSize);
+      switch (coll.getCollectiveKind()) {
+      case CollectiveKind::AllGather:
+        plan.comm.allGather += volume;
+        break;
+      case CollectiveKind::ReduceScatter:
+        plan.comm.reduceScatter += volume;
+        break;
+      case CollectiveKind::AllReduce:
+        plan.comm.allReduce += volume;
+        break;
+      }
+    }
+    int64_t maxStream = pop.stream;
+    while (int64_t(plan.streams.size()) <= maxStream)
+      plan.streams.push_back(plan.streams.size() < std::size(kStreamNames)
+                                 ? kStreamNames[plan.streams.size()]
+                                 : "stream" +
+                                       std::to_string(plan.streams.size()));
+    opIndex[&op] = pop.index;
+    phase.ops.push_back(std::move(pop));
+  }
+  return phase;
+}
+
+} // namespace
+
+FailureOr<Plan> buildPlan(ModuleOp module, const PlanSource &source) {
+  Plan plan;
+  plan.generator = source.generator;
+  plan.model = source.model;
+  plan.gradientAccumulationSteps = source.gradientAccumulationSteps;
+  plan.config = source.config;
+  plan.worldSize = sched::getWorldSize(module);
+  auto stage = module->getAttrOfType<IntegerAttr>(sched::kStageAttr);
+  if (!stage)
+    return module.emitError() << "not a schedule: no " << sched::kStageAttr;
+  plan.stage = stage.getInt();
+  for (size_t i = 0; i < std::size(kStreamNames); ++i)
+    plan.streams.push_back(kStreamNames[i]);
+
+  for (auto t : module.getOps<sched::TensorOp>()) {
+    PlanTensor pt;
+    pt.name = t.getSymName().str();
+    pt.role = sched::stringifyRole(t.getRole()).str();
+    if (t.getOf())
+      pt.of = t.getOf()->str();
+    pt.dtype = dtypeOf(t.getTensorType().getElementType());
+    pt.shape = t.getTensorType().getShape().vec();
+    pt.numel = t.getNumElements();
+    pt.sharded = t.getSharded();
+    pt.localNumel = t.getLocalNumElements(plan.worldSize);
+    pt.placement = sched::stringifyPlacement(t.getPlacement()).str();
+    pt.init = initString(t.getInitAttr());
+    plan.tensors.push_back(std::move(pt));
+  }
+  SymbolTable table(module);
+  for (auto g : module.getOps<sched::FlatGroupOp>()) {
+    PlanFlatGroup pg;
+    pg.name = g.getSymName().str();
+    int64_t offset = 0;
+    for (auto p : g.getParams().getAsRange<FlatSymbolRefAttr>()) {
+      pg.params.push_back(p.getValue().str());
+      pg.offsets.push_back(offset);
+      offset += table.lookup<sched::TensorOp>(p.getValue()).getNumElements();
+    }
+    pg.numel = g.getNumel();
+    pg.padded = g.getPadded();
+    pg.partition = pg.padded / plan.worldSize;
+    plan.flatGroups.push_back(std::move(pg));
+  }
+
+  SymbolTableCollection symbols;
+  struct {
+    const char *name;
+    int64_t runs;
+  } phases[] = {{"micro_step", source.gradientAccumulationSteps},
+                {"optimizer_step", 1}};
+  for (auto &p : phases) {
+    auto func = module.lookupSymbol<func::FuncOp>(p.name);
+    if (!func)
+      return module.emitError() << "not a schedule: no @" << p.name;
+    FailureOr<PlanPhase> phase =
+        buildPhase(func, p.runs, plan.worldSize, symbols, plan);
+    if (failed(phase))
+      return failure();
+    plan.phases.push_back(std::move(*phase));
+  }
+  return plan;
+}
+
+} // namespace zeroc

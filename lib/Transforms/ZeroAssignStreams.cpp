@@ -1,0 +1,94 @@
+//===- ZeroAssignStreams.cpp - Collectives and copies on their own streams ===//
+
+#include "zeroc/Transforms/Passes.h"
+
+#include "sched/SchedOps.h"
+
+namespace zeroc {
+#define GEN_PASS_DEF_ZEROASSIGNSTREAMS
+#include "zeroc/Transforms/Passes.h.inc"
+} // namespace zeroc
+
+using namespace mlir;
+using namespace zeroc;
+
+namespace {
+
+/// Stream ids, as the sched dialect documents them.
+enum Stream : int64_t { Compute = 0, Gather = 1, Reduce = 2, Copy = 3 };
+
+bool isReduction(Operation *op) {
+  return isa<sched::ReduceScatterStartOp, sched::AllReduceStartOp>(op);
+}
+
+/// The symbols an op names.
+void symbolsOf(Operation *op, SmallVectorImpl<StringRef> &names) {
+  for (NamedAttribute attr : op->getAttrs()) {
+    if (auto ref = dyn_cast<FlatSymbolRefAttr>(attr.getValue()))
+      names.push_back(ref.getValue());
+    else if (auto array = dyn_cast<ArrayAttr>(attr.getValue()))
+      for (Attribute a : array)
+        if (auto r = dyn_cast<FlatSymbolRefAttr>(a))
+          names.push_back(r.getValue());
+  }
+}
+
+/// Moves the wait of a gradient reduction down to just before the next
+/// reduction starts, the next op that touches the tensors it writes, or the
+/// end of the function, whichever comes first.
+void deferReductionWait(sched::WaitOp wait) {
+  Operation *start = wait.getToken().getDefiningOp();
+  SmallVector<StringRef> written;
+  symbolsOf(start, written);
+  Operation *stop = wait->getBlock()->getTerminator();
+  for (Operation *op = wait->getNextNode(); op != stop;
+       op = op->getNextNode()) {
+    if (isReduction(op)) {
+      stop = op;
+      break;
+    }
+    SmallVector<StringRef> touched;
+    symbolsOf(op, touched);
+    if (llvm::any_of(touched, [&](StringRef n) {
+          return llvm::is_contained(written, n);
+        })) {
+      stop = op;
+      break;
+    }
+  }
+  wait->moveBefore(stop);
+}
+
+struct ZeroAssignStreams
+    : zeroc::impl::ZeroAssignStreamsBase<ZeroAssignStreams> {
+  using ZeroAssignStreamsBase::ZeroAssignStreamsBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    for (auto func : module.getOps<func::FuncOp>()) {
+      SmallVector<sched::WaitOp> reductionWaits;
+      for (Operation &op : func.getBody().getOps()) {
+        auto onStream = dyn_cast<sched::StreamOpInterface>(op);
+        if (!onStream)
+          continue;
+        int64_t stream = Compute;
+        if (overlapComm) {
+          if (isa<sched::AllGatherStartOp, sched::AllGatherUpdatesStartOp>(op))
+            stream = Gather;
+          else if (isReduction(&op))
+            stream = Reduce;
+          else if (isa<sched::FetchStartOp, sched::CopyStartOp>(op))
+            stream = Copy;
+        }
+        onStream.setStreamId(stream);
+        if (auto wait = dyn_cast<sched::WaitOp>(op))
+          if (overlapComm && isReduction(wait.getToken().getDefiningOp()))
+            reductionWaits.push_back(wait);
+      }
+      for (sched::WaitOp wait : reductionWaits)
+        deferReductionWait(wait);
+    }
+  }
+};
+
+} // namespace

@@ -1,0 +1,364 @@
+//===- ZeroInsertCollectives.cpp - Make every rank's communication explicit
+//===//
+//
+// Lowers the logical uses of parameters, gradients and the optimizer that
+// the training-step expansion emits to sched ops: in-place reads, gathers
+// and releases, local accumulation or reduce-scatter, the boundary
+// reductions and the all-gather of updated parameters, per ZeRO stage.
+//
+//===----------------------------------------------------------------------===//
+
+#include "zeroc/Transforms/Passes.h"
+#include "zeroc/Transforms/ZeroNames.h"
+
+#include "sched/SchedOps.h"
+#include "zeroc/Support/ShardLayout.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/SymbolTable.h"
+
+namespace zeroc {
+#define GEN_PASS_DEF_ZEROINSERTCOLLECTIVES
+#include "zeroc/Transforms/Passes.h.inc"
+} // namespace zeroc
+
+using namespace mlir;
+using namespace zeroc;
+using sched::Placement;
+using sched::Role;
+
+namespace {
+
+class CollectiveInserter {
+public:
+  CollectiveInserter(ModuleOp module, int64_t stage, bool reduceScatter)
+      : module(module), stage(stage), worldSize(sched::getWorldSize(module)),
+        reduceScatter(reduceScatter), symbols(module), b(module.getContext()) {}
+
+  LogicalResult run(func::FuncOp micro, func::FuncOp optimizer) {
+    if (failed(collectGroupOffsets()) || failed(lowerMicroStep(micro)))
+      return failure();
+    return lowerOptimizerStep(optimizer);
+  }
+
+private:
+  sched::TensorOp tensor(StringRef name) {
+    return symbols.lookup<sched::TensorOp>(name);
+  }
+
+  FlatSymbolRefAttr ref(StringRef name) {
+    return FlatSymbolRefAttr::get(module.getContext(), name);
+  }
+
+  /// Where each parameter starts in the flat group (stages 1 and 2).
+  LogicalResult collectGroupOffsets() {
+    if (stage != 1 && stage != 2)
+      return success();
+    auto group = symbols.lookup<sched::FlatGroupOp>(kFlatGroupName);
+    if (!group)
+      return module.emitError()
+             << "stage " << stage << " needs the flat group @" << kFlatGroupName
+             << " that zero-partition declares";
+    std::vector<int64_t> numels;
+    for (auto name : group.getParams().getAsRange<FlatSymbolRefAttr>())
+      numels.push_back(tensor(name.getValue()).getNumElements());
+    FlatGroupLayout layout(numels, worldSize);
+    for (auto [i, name] :
+         llvm::enumerate(group.getParams().getAsRange<FlatSymbolRefAttr>()))
+      groupOffset[name.getValue()] = layout.offsets[i];
+    return success();
+  }
+
+  /// The sched.tensor a logical parameter use names, or an error.
+  FailureOr<sched::TensorOp> param(Operation *use, StringRef name) {
+    auto t = tensor(name);
+    if (!t || t.getRole() != Role::Param)
+      return use->emitOpError()
+             << "names @" << name
+             << ", which is not a partitioned parameter (run zero-partition "
+                "first)";
+    return t;
+  }
+
+  /// Starts a collective and waits for it right away on the compute stream;
+  /// zero-prefetch and zero-assign-streams move the pair apart.
+  sched::WaitOp startAndWait(Location loc, Operation *start,
+                             TypeRange results = {}) {
+    return b.create<sched::WaitOp>(loc, results, start->getResult(0),
+                                   b.getI64IntegerAttr(0));
+  }
+
+  //===--------------------------------------------------------------------===//
+  // @micro_step
+  //===--------------------------------------------------------------------===//
+
+  LogicalResult lowerMicroStep(func::FuncOp micro) {
+    Block &body = micro.getBody().front();
+    Operation *seed = nullptr;
+    for (Operation &op : body)
+      if (isa<model::BackwardSeedOp>(op))
+        seed = &op;
+    if (!seed)
+      return micro.emitError()
+             << "@" << micro.getSymName()
+             << " has no model.backward_seed: run zero-expand-training-step "
+                "first";
+
+    for (auto ref : llvm::to_vector(micro.getOps<model::ParamRefOp>()))
+      if (failed(lowerParamRef(ref, seed)))
+        return failure();
+    for (auto acc : llvm::to_vector(micro.getOps<model::AccumulateGradOp>()))
+      if (failed(lowerAccumulate(acc)))
+        return failure();
+    return success();
+  }
+
+  /// A replicated parameter is read in place. A sharded one is gathered
+  /// once for its forward uses and once for its backward uses (DeepSpeed
+  /// releases a parameter after its module runs and fetches it again for
+  /// backward), each gather released after the phase's last use.
+  LogicalResult lowerParamRef(model::ParamRefOp ref, Operation *seed) {
+    FailureOr<sched::TensorOp> t = param(ref, ref.getParam());
+    if (failed(t))
+      return failure();
+    Location loc = ref.getLoc();
+    if (!t->getSharded()) {
+      b.setInsertionPoint(ref);
+      auto read = b.create<sched::ReadOp>(
+          loc, ref.getType(), ref.getParamAttr(), b.getI64IntegerAttr(0));
+      ref.replaceAllUsesWith(read.getResult());
+      ref.erase();
+      return success();
+    }
+    // Users in block order, split at the backward seed.
+    SmallVector<SmallVector<OpOperand *>, 2> phases(2);
+    for (OpOperand &use : ref->getUses()) {
+      Operation *user = ref->getBlock()->findAncestorOpInBlock(*use.getOwner());
+      phases[user->isBeforeInBlock(seed) ? 0 : 1].push_back(&use);
+    }
+    for (auto &uses : phases) {
+      if (uses.empty())
+        continue;
+      auto blockOrder = [&](OpOperand *a, OpOperand *c) {
+        return a->getOwner()->isBeforeInBlock(c->getOwner());
+      };
+      llvm::sort(uses, blockOrder);
+      Operation *first = uses.front()->getOwner();
+      Operation *last = uses.back()->getOwner();
+      b.setInsertionPoint(first);
+      auto shard =
+          b.create<sched::ReadOp>(loc, t->getLocalType(worldSize),
+                                  ref.getParamAttr(), b.getI64IntegerAttr(0));
+      auto start = b.create<sched::AllGatherStartOp>(
+          loc, sched::TokenType::get(b.getContext()), ValueRange{shard},
+          b.getArrayAttr({ref.getParamAttr()}), b.getI64IntegerAttr(0));
+      auto wait = startAndWait(loc, start, {ref.getType()});
+      for (OpOperand *use : uses)
+        use->set(wait.getResult(0));
+      b.setInsertionPointAfter(last);
+      b.create<sched::ReleaseOp>(loc, wait.getResults(),
+                                 b.getI64IntegerAttr(0));
+    }
+    ref.erase();
+    return success();
+  }
+
+  LogicalResult lowerAccumulate(model::AccumulateGradOp acc) {
+    FailureOr<sched::TensorOp> t = param(acc, acc.getParam());
+    if (failed(t))
+      return failure();
+    Location loc = acc.getLoc();
+    StringRef name = acc.getParam();
+    Value grad = acc.getGrad();
+    auto zero = b.getI64IntegerAttr(0);
+    b.setInsertionPoint(acc);
+    switch (stage) {
+    case 0:
+      b.create<sched::AccumulateOp>(loc, grad, ref(stateName(name, Role::Grad)),
+                                    b.getI64IntegerAttr(0), zero);
+      break;
+    case 1:
+      b.create<sched::AccumulateOp>(
+          loc, grad, ref(stateName(kFlatGroupName, Role::Grad)),
+          b.getI64IntegerAttr(groupOffset.lookup(name)), zero);
+      break;
+    default: {
+      // Stage 2 reduces into the flat group's gradient partition, stage 3
+      // into the parameter's own gradient shard.
+      std::string target = stage == 2 ? stateName(kFlatGroupName, Role::Grad)
+                                      : stateName(name, Role::Grad);
+      int64_t offset = stage == 2 ? groupOffset.lookup(name) : 0;
+      auto start = b.create<sched::ReduceScatterStartOp>(
+          loc, sched::TokenType::get(b.getContext()), ValueRange{grad},
+          b.getArrayAttr({ref(target)}), b.getDenseI64ArrayAttr({offset}),
+          allReduceAttr(), zero);
+      startAndWait(loc, start);
+    }
+    }
+    acc.erase();
+    return success();
+  }
+
+  //===--------------------------------------------------------------------===//
+  // @optimizer_step
+  //===--------------------------------------------------------------------===//
+
+  LogicalResult lowerOptimizerStep(func::FuncOp optimizer) {
+    auto updates = llvm::to_vector(optimizer.getOps<model::AdamUpdateOp>());
+    if (updates.empty())
+      return optimizer.emitError()
+             << "@" << optimizer.getSymName() << " updates no parameter";
+    for (model::AdamUpdateOp update : updates)
+      if (failed(param(update, update.getParam())))
+        return failure();
+
+    Block &body = optimizer.getBody().front();
+    b.setInsertionPointToStart(&body);
+    Location loc = optimizer.getLoc();
+    auto zero = b.getI64IntegerAttr(0);
+
+    // The gradient tensors the optimizer reads.
+    SmallVector<Attribute> grads;
+    if (stage == 1 || stage == 2)
+      grads.push_back(ref(stateName(kFlatGroupName, Role::Grad)));
+    else
+      for (model::AdamUpdateOp update : updates)
+        grads.push_back(ref(stateName(update.getParam(), Role::Grad)));
+    ArrayAttr gradList = b.getArrayAttr(grads);
+
+    // Boundary reductions, before anything reads the gradients.
+    if (stage == 0) {
+      for (Attribute g : grads)
+        startAndWait(loc, b.create<sched::AllReduceStartOp>(
+                              loc, sched::TokenType::get(b.getContext()),
+                              b.getArrayAttr({g}), zero));
+    } else if (stage == 1) {
+      std::string name = stateName(kFlatGroupName, Role::Grad);
+      auto read = b.create<sched::ReadOp>(loc, tensor(name).getTensorType(),
+                                          ref(name), zero);
+      startAndWait(loc,
+                   b.create<sched::ReduceScatterStartOp>(
+                       loc, sched::TokenType::get(b.getContext()),
+                       ValueRange{read}, b.getArrayAttr({ref(name)}),
+                       b.getDenseI64ArrayAttr({0}), allReduceAttr(), zero));
+    }
+
+    for (Operation &op : llvm::make_early_inc_range(body)) {
+      if (auto unscale = dyn_cast<model::UnscaleGradsOp>(op)) {
+        b.setInsertionPoint(unscale);
+        b.create<sched::UnscaleGradsOp>(
+            unscale.getLoc(), gradList, unscale.getStaticLossScaleAttr(),
+            unscale.getInitialScalePowerAttr(),
+            unscale.getLossScaleWindowAttr(), unscale.getHysteresisAttr(),
+            unscale.getMinLossScaleAttr(), zero);
+        unscale.erase();
+      } else if (auto clip = dyn_cast<model::ClipGradNormOp>(op)) {
+        b.setInsertionPoint(clip);
+        b.create<sched::ClipGradNormOp>(clip.getLoc(), gradList,
+                                        clip.getMaxNormAttr(), zero);
+        clip.erase();
+      }
+    }
+
+    // The update itself: per parameter in stages 0 and 3, one update of the
+    // flat group in stages 1 and 2.
+    b.setInsertionPoint(updates.front());
+    if (stage == 1 || stage == 2) {
+      for (model::AdamUpdateOp update : updates)
+        if (!sameSettings(update, updates.front()))
+          return update.emitOpError()
+                 << "differs from the optimizer settings of @"
+                 << updates.front().getParam() << ": stage " << stage
+                 << " updates all parameters as one flat group with one set "
+                    "of settings";
+      createAdam(updates.front(), kFlatGroupName);
+    } else {
+      for (model::AdamUpdateOp update : updates) {
+        b.setInsertionPoint(update);
+        createAdam(update, update.getParam());
+      }
+    }
+    b.setInsertionPointAfter(updates.back());
+
+    // Share the updated parameters with the ranks that did not update them.
+    if (stage == 1 || stage == 2) {
+      startAndWait(loc, b.create<sched::AllGatherUpdatesStartOp>(
+                            loc, sched::TokenType::get(b.getContext()),
+                            b.getArrayAttr({ref(kFlatGroupName)}), zero));
+    } else if (stage == 3) {
+      for (model::AdamUpdateOp update : updates)
+        if (!tensor(update.getParam()).getSharded())
+          startAndWait(loc, b.create<sched::AllGatherUpdatesStartOp>(
+                                loc, sched::TokenType::get(b.getContext()),
+                                b.getArrayAttr({update.getParamAttr()}), zero));
+    }
+    b.create<sched::ZeroGradsOp>(loc, gradList, zero);
+    for (model::AdamUpdateOp update : updates)
+      update.erase();
+    return success();
+  }
+
+  static bool sameSettings(model::AdamUpdateOp a, model::AdamUpdateOp c) {
+    return a.getLrAttr() == c.getLrAttr() &&
+           a.getBeta1Attr() == c.getBeta1Attr() &&
+           a.getBeta2Attr() == c.getBeta2Attr() &&
+           a.getEpsAttr() == c.getEpsAttr() &&
+           a.getWeightDecayAttr() == c.getWeightDecayAttr() &&
+           a.getAdamw() == c.getAdamw();
+  }
+
+  void createAdam(model::AdamUpdateOp update, StringRef owner) {
+    std::string master = stateName(owner, Role::Master);
+    FlatSymbolRefAttr masterRef =
+        tensor(master) ? ref(master) : FlatSymbolRefAttr();
+    b.create<sched::AdamUpdateOp>(
+        update.getLoc(), ref(owner), ref(stateName(owner, Role::Grad)),
+        masterRef, ref(stateName(owner, Role::ExpAvg)),
+        ref(stateName(owner, Role::ExpAvgSq)), update.getLrAttr(),
+        update.getBeta1Attr(), update.getBeta2Attr(), update.getEpsAttr(),
+        update.getWeightDecayAttr(), update.getAdamwAttr(),
+        sched::PlacementAttr::get(b.getContext(), Placement::Device),
+        b.getI64IntegerAttr(0));
+  }
+
+  /// Stages 1-2 with reduce_scatter false reduce with all-reduce instead.
+  UnitAttr allReduceAttr() {
+    return !reduceScatter && (stage == 1 || stage == 2) ? b.getUnitAttr()
+                                                        : UnitAttr();
+  }
+
+  ModuleOp module;
+  int64_t stage;
+  int64_t worldSize;
+  bool reduceScatter;
+  SymbolTable symbols;
+  OpBuilder b;
+  llvm::StringMap<int64_t> groupOffset;
+};
+
+struct ZeroInsertCollectives
+    : zeroc::impl::ZeroInsertCollectivesBase<ZeroInsertCollectives> {
+  using ZeroInsertCollectivesBase::ZeroInsertCollectivesBase;
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto stage = module->getAttrOfType<IntegerAttr>(sched::kStageAttr);
+    if (!stage) {
+      module.emitError() << "module has no " << sched::kStageAttr
+                         << ": run zero-partition first";
+      return signalPassFailure();
+    }
+    auto micro = module.lookupSymbol<func::FuncOp>("micro_step");
+    auto optimizer = module.lookupSymbol<func::FuncOp>("optimizer_step");
+    if (!micro || !optimizer) {
+      module.emitError() << "expected functions @micro_step and "
+                            "@optimizer_step: run zero-expand-training-step "
+                            "first";
+      return signalPassFailure();
+    }
+    if (failed(CollectiveInserter(module, stage.getInt(), reduceScatter)
+                   .run(micro, optimizer)))
+      signalPassFailure();
+  }
+};
+
+} // namespace

@@ -1,0 +1,132 @@
+//===- ZeroOffload.cpp - Optimizer states and parameters off the device ---===//
+
+#include "zeroc/Transforms/Passes.h"
+
+#include "sched/SchedOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/StringSet.h"
+
+namespace zeroc {
+#define GEN_PASS_DEF_ZEROOFFLOAD
+#include "zeroc/Transforms/Passes.h.inc"
+} // namespace zeroc
+
+using namespace mlir;
+using namespace zeroc;
+using sched::Placement;
+using sched::Role;
+
+namespace {
+
+FailureOr<std::optional<Placement>>
+parseDevice(ModuleOp module, StringRef option, StringRef value) {
+  if (value == "none")
+    return std::optional<Placement>();
+  if (value == "cpu")
+    return std::optional<Placement>(Placement::Host);
+  if (value == "nvme")
+    return std::optional<Placement>(Placement::NVMe);
+  return module.emitError() << "zero-offload: unknown " << option << " device '"
+                            << value << "', expected none, cpu or nvme";
+}
+
+struct ZeroOffload : zeroc::impl::ZeroOffloadBase<ZeroOffload> {
+  using ZeroOffloadBase::ZeroOffloadBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto stageAttr = module->getAttrOfType<IntegerAttr>(sched::kStageAttr);
+    if (!stageAttr) {
+      module.emitError() << "module has no " << sched::kStageAttr
+                         << ": run zero-partition first";
+      return signalPassFailure();
+    }
+    int64_t stage = stageAttr.getInt();
+    auto states = parseDevice(module, "optimizer", optimizer);
+    auto params = parseDevice(module, "param", param);
+    if (failed(states) || failed(params))
+      return signalPassFailure();
+    if (*params && stage != 3) {
+      module.emitError() << "parameter offload needs ZeRO stage 3, found stage "
+                         << stage
+                         << " (offload_param applies to partitioned "
+                            "parameters only)";
+      return signalPassFailure();
+    }
+    if (*states && stage == 0) {
+      module.emitError() << "optimizer offload needs ZeRO stage 1, 2 or 3, "
+                            "found stage 0";
+      return signalPassFailure();
+    }
+    if (*states)
+      offloadOptimizer(module, **states);
+    if (*params)
+      offloadParams(module, **params);
+  }
+
+  /// Master copies and moments go to the host (or NVMe); sharded gradient
+  /// partitions go to the host, where the optimizer runs.
+  void offloadOptimizer(ModuleOp module, Placement where) {
+    for (auto t : module.getOps<sched::TensorOp>()) {
+      switch (t.getRole()) {
+      case Role::Master:
+      case Role::ExpAvg:
+      case Role::ExpAvgSq:
+        t.setPlacement(where);
+        break;
+      case Role::Grad:
+        if (t.getSharded())
+          t.setPlacement(Placement::Host);
+        break;
+      case Role::Param:
+        break;
+      }
+    }
+    module.walk(
+        [&](sched::AdamUpdateOp update) { update.setOn(Placement::Host); });
+  }
+
+  /// Sharded parameters move off the device; each gather first fetches the
+  /// shard, which is released with the gathered buffer.
+  void offloadParams(ModuleOp module, Placement where) {
+    llvm::StringSet<> moved;
+    for (auto t : module.getOps<sched::TensorOp>())
+      if (t.getRole() == Role::Param && t.getSharded()) {
+        t.setPlacement(where);
+        moved.insert(t.getSymName());
+      }
+    SmallVector<sched::ReadOp> reads;
+    module.walk([&](sched::ReadOp read) {
+      if (moved.contains(read.getTensor()))
+        reads.push_back(read);
+    });
+    OpBuilder b(module.getContext());
+    for (sched::ReadOp read : reads) {
+      b.setInsertionPoint(read);
+      Location loc = read.getLoc();
+      auto fetch = b.create<sched::FetchStartOp>(
+          loc, sched::TokenType::get(b.getContext()),
+          b.getArrayAttr({read.getTensorAttr()}), b.getI64IntegerAttr(0));
+      auto shard =
+          b.create<sched::WaitOp>(loc, TypeRange{read.getType()},
+                                  fetch.getToken(), b.getI64IntegerAttr(0));
+      read.replaceAllUsesWith(shard.getResult(0));
+      read.erase();
+      // The fetched shard is freed once the gathers reading it completed.
+      Operation *last = nullptr;
+      for (Operation *user : shard.getResult(0).getUsers()) {
+        Operation *done = user;
+        if (auto start = dyn_cast<sched::AsyncStartOpInterface>(user))
+          done = *start.getToken().getUsers().begin();
+        if (!last || last->isBeforeInBlock(done))
+          last = done;
+      }
+      b.setInsertionPointAfter(last ? last : shard.getOperation());
+      b.create<sched::ReleaseOp>(loc, shard.getResults(),
+                                 b.getI64IntegerAttr(0));
+    }
+  }
+};
+
+} // namespace

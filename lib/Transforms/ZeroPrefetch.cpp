@@ -1,0 +1,254 @@
+//===- ZeroPrefetch.cpp - Gather parameters early, within a budget --------===//
+//
+// Stage 3's performance hinges on gathering the next parameters while the
+// current ones compute, without holding so many gathered at once that the
+// device runs out of memory. DeepSpeed bounds this with
+// stage3_prefetch_bucket_size (elements in flight), stage3_max_live_parameters
+// (elements gathered and not released) and stage3_max_reuse_distance (keep a
+// parameter that is needed again soon). This pass places the gathers of a
+// static schedule under the same three bounds.
+//
+//===----------------------------------------------------------------------===//
+
+#include "zeroc/Transforms/Passes.h"
+
+#include "sched/SchedOps.h"
+
+#include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/SmallPtrSet.h"
+
+namespace zeroc {
+#define GEN_PASS_DEF_ZEROPREFETCH
+#include "zeroc/Transforms/Passes.h.inc"
+} // namespace zeroc
+
+using namespace mlir;
+using namespace zeroc;
+
+namespace {
+
+struct Gather {
+  sched::AllGatherStartOp start;
+  sched::WaitOp wait;
+  int64_t elements;
+};
+
+Gather gatherOf(sched::AllGatherStartOp start, SymbolTableCollection &symbols) {
+  auto wait = cast<sched::WaitOp>(*start.getToken().getUsers().begin());
+  return {start, wait,
+          cast<sched::CollectiveOpInterface>(start.getOperation())
+              .getLogicalElements(symbols)};
+}
+
+/// The release of a gathered buffer.
+sched::ReleaseOp releaseOf(Value buffer) {
+  for (Operation *user : buffer.getUsers())
+    if (auto release = dyn_cast<sched::ReleaseOp>(user))
+      return release;
+  return nullptr;
+}
+
+class Prefetcher {
+public:
+  Prefetcher(func::FuncOp func, int64_t bucket, int64_t maxLive,
+             int64_t maxReuse)
+      : func(func), bucket(bucket), maxLive(maxLive), maxReuse(maxReuse) {}
+
+  void run() {
+    keepReusedParameters();
+    hoistGathers();
+  }
+
+private:
+  SmallVector<Gather> gathers() {
+    SmallVector<Gather> all;
+    for (auto start : func.getOps<sched::AllGatherStartOp>())
+      all.push_back(gatherOf(start, symbols));
+    return all;
+  }
+
+  /// A single parameter gathered again after its release, with at most
+  /// `maxReuse` elements of other parameters gathered in between, stays
+  /// gathered: the release and the second gather go.
+  void keepReusedParameters() {
+    SmallVector<Gather> all = gathers();
+    llvm::StringMap<size_t> lastGather;
+    for (size_t i = 0; i < all.size(); ++i) {
+      Gather &g = all[i];
+      if (g.start.getParams().size() != 1)
+        continue;
+      StringRef param =
+          cast<FlatSymbolRefAttr>(g.start.getParams()[0]).getValue();
+      auto it = lastGather.find(param);
+      if (it == lastGather.end()) {
+        lastGather[param] = i;
+        continue;
+      }
+      size_t prevIndex = it->second;
+      it->second = i;
+      Gather &prev = all[prevIndex];
+      if (!prev.start || prev.start.getParams().size() != 1)
+        continue;
+      sched::ReleaseOp release = releaseOf(prev.wait.getResult(0));
+      if (!release || release.getValues().size() != 1 ||
+          !release->isBeforeInBlock(g.start))
+        continue;
+      int64_t distance = 0;
+      for (size_t j = prevIndex + 1; j < i; ++j)
+        if (all[j].start && release->isBeforeInBlock(all[j].start))
+          distance += all[j].elements;
+      if (distance > maxReuse || !liveFits(release, g.wait, prev.elements))
+        continue;
+      // Keep the first buffer: the second gather's uses read it, and its
+      // release becomes the one that frees it.
+      Value kept = prev.wait.getResult(0);
+      Value second = g.wait.getResult(0);
+      second.replaceAllUsesWith(kept);
+      release.erase();
+      Operation *shard = g.start.getShards()[0].getDefiningOp();
+      g.wait.erase();
+      g.start.erase();
+      eraseUnusedShard(shard);
+      g.start = nullptr;
+      lastGather[param] = prevIndex;
+    }
+  }
+
+  /// The shard of a gather that was removed: an in-place read, or a fetched
+  /// copy (offloaded parameters) whose fetch and release go with it.
+  static void eraseUnusedShard(Operation *shard) {
+    if (!shard)
+      return;
+    if (isa<sched::ReadOp>(shard) && shard->use_empty()) {
+      shard->erase();
+      return;
+    }
+    auto wait = dyn_cast<sched::WaitOp>(shard);
+    if (!wait || !isa<sched::FetchStartOp>(wait.getToken().getDefiningOp()))
+      return;
+    Value fetched = wait.getResult(0);
+    if (!llvm::all_of(fetched.getUsers(),
+                      [](Operation *u) { return isa<sched::ReleaseOp>(u); }))
+      return;
+    for (Operation *user : llvm::make_early_inc_range(fetched.getUsers()))
+      user->erase();
+    Operation *fetch = wait.getToken().getDefiningOp();
+    wait.erase();
+    fetch->erase();
+  }
+
+  /// Would keeping `elements` more live between `from` and `to` stay within
+  /// max-live-parameters?
+  bool liveFits(Operation *from, Operation *to, int64_t elements) {
+    int64_t live = 0;
+    // Live elements at `from`: gathers started before it, released after.
+    for (Gather &g : gathers()) {
+      if (!g.start->isBeforeInBlock(from))
+        continue;
+      for (Value v : g.wait.getResults())
+        if (auto r = releaseOf(v); r && from->isBeforeInBlock(r))
+          live += cast<RankedTensorType>(v.getType()).getNumElements();
+    }
+    int64_t peak = live;
+    for (Operation *op = from; op && op != to; op = op->getNextNode()) {
+      if (auto s = dyn_cast<sched::AllGatherStartOp>(op))
+        peak = std::max(peak, live += gatherOf(s, symbols).elements);
+      else if (auto r = dyn_cast<sched::ReleaseOp>(op))
+        for (Value v : r.getValues())
+          live -= cast<RankedTensorType>(v.getType()).getNumElements();
+    }
+    return peak + elements <= maxLive;
+  }
+
+  /// Moves each gather start as early as the budgets allow, never above the
+  /// previous gather start and never above the definition of its shards
+  /// (other than in-place reads, which move with it).
+  void hoistGathers() {
+    SmallVector<Operation *> ops;
+    for (Operation &op : func.getBody().getOps())
+      ops.push_back(&op);
+    llvm::DenseMap<Operation *, size_t> index;
+    for (auto [i, op] : llvm::enumerate(ops))
+      index[op] = i;
+
+    // Elements in flight (started, not waited) and live (started, not
+    // released) during each op, as placed so far.
+    std::vector<int64_t> inFlight(ops.size() + 1, 0), live(ops.size() + 1, 0);
+    SmallVector<Gather> all = gathers();
+    auto releaseIndex = [&](Gather g) {
+      size_t last = index[g.wait];
+      for (Value v : g.wait.getResults())
+        if (auto r = releaseOf(v))
+          last = std::max(last, index[r]);
+      return last;
+    };
+    for (Gather g : all) {
+      for (size_t t = index[g.start]; t < index[g.wait]; ++t)
+        inFlight[t] += g.elements;
+      for (size_t t = index[g.start]; t < releaseIndex(g); ++t)
+        live[t] += g.elements;
+    }
+
+    size_t floor = 0;
+    llvm::SmallPtrSet<Operation *, 16> moved;
+    for (Gather g : all) {
+      size_t from = index[g.start];
+      size_t lowest = floor;
+      for (Value shard : g.start.getShards())
+        if (Operation *def = shard.getDefiningOp();
+            def && !isa<sched::ReadOp>(def))
+          lowest = std::max(lowest, index[def] + 1);
+      // Walk up while the budgets hold at the op being overlapped.
+      size_t to = from;
+      while (to > lowest) {
+        size_t t = to - 1;
+        bool flightOk = inFlight[t] == 0 || inFlight[t] + g.elements <= bucket;
+        if (!flightOk || live[t] + g.elements > maxLive)
+          break;
+        to = t;
+      }
+      if (to < from) {
+        for (size_t t = to; t < from; ++t) {
+          inFlight[t] += g.elements;
+          live[t] += g.elements;
+        }
+        // Anchor on the first op at or after `to` that has not moved: its
+        // place relative to the unmoved ops is still its original one.
+        size_t anchor = to;
+        while (moved.contains(ops[anchor]))
+          ++anchor;
+        g.start->moveBefore(ops[anchor]);
+        moved.insert(g.start);
+        for (Value shard : g.start.getShards())
+          if (auto read = shard.getDefiningOp<sched::ReadOp>()) {
+            read->moveBefore(g.start);
+            moved.insert(read);
+          }
+      }
+      floor = to + 1;
+    }
+  }
+
+  func::FuncOp func;
+  int64_t bucket, maxLive, maxReuse;
+  SymbolTableCollection symbols;
+};
+
+struct ZeroPrefetch : zeroc::impl::ZeroPrefetchBase<ZeroPrefetch> {
+  using ZeroPrefetchBase::ZeroPrefetchBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    if (prefetchBucketSize < 0 || maxLiveParameters < 0 ||
+        maxReuseDistance < 0) {
+      module.emitError() << "zero-prefetch budgets must not be negative";
+      return signalPassFailure();
+    }
+    for (auto func : module.getOps<func::FuncOp>())
+      Prefetcher(func, prefetchBucketSize, maxLiveParameters, maxReuseDistance)
+          .run();
+  }
+};
+
+} // namespace

@@ -1,0 +1,312 @@
+//===- ZeroVerifySchedule.cpp - Prove a schedule's invariants -------------===//
+//
+// The checks that make a plan safe to launch on a thousand ranks: nothing
+// left unlowered, one collective order, every gather released, every
+// gradient reduced once, no read of data still in flight.
+//
+//===----------------------------------------------------------------------===//
+
+#include "zeroc/Transforms/Passes.h"
+
+#include "sched/SchedOps.h"
+
+#include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/MapVector.h"
+
+namespace zeroc {
+#define GEN_PASS_DEF_ZEROVERIFYSCHEDULE
+#include "zeroc/Transforms/Passes.h.inc"
+} // namespace zeroc
+
+using namespace mlir;
+using namespace zeroc;
+using sched::Role;
+
+namespace {
+
+int64_t streamOf(Operation *op) {
+  if (auto s = dyn_cast<sched::StreamOpInterface>(op))
+    return s.getStreamId();
+  return 0;
+}
+
+/// Every symbol an op names in its attributes.
+void namedSymbols(Operation *op, SmallVectorImpl<StringRef> &names) {
+  for (NamedAttribute attr : op->getAttrs()) {
+    if (auto ref = dyn_cast<FlatSymbolRefAttr>(attr.getValue()))
+      names.push_back(ref.getValue());
+    else if (auto array = dyn_cast<ArrayAttr>(attr.getValue()))
+      for (Attribute a : array)
+        if (auto ref = dyn_cast<FlatSymbolRefAttr>(a))
+          names.push_back(ref.getValue());
+  }
+}
+
+class ScheduleVerifier {
+public:
+  explicit ScheduleVerifier(ModuleOp module) : module(module), symbols(module) {
+    for (auto group : module.getOps<sched::FlatGroupOp>())
+      for (auto p : group.getParams().getAsRange<FlatSymbolRefAttr>())
+        groupMembers[group.getSymName()].push_back(p.getValue());
+  }
+
+  LogicalResult run() {
+    auto micro = module.lookupSymbol<func::FuncOp>("micro_step");
+    auto optimizer = module.lookupSymbol<func::FuncOp>("optimizer_step");
+    if (!micro || !optimizer)
+      return module.emitError()
+             << "a schedule needs the functions @micro_step and "
+                "@optimizer_step";
+    for (func::FuncOp f : {micro, optimizer})
+      if (failed(checkStructure(f)) || failed(checkReleases(f)) ||
+          failed(checkStreams(f)) || failed(checkInFlight(f)))
+        return failure();
+    return checkReductions(micro, optimizer);
+  }
+
+private:
+  /// One block, no nested regions, nothing logical left.
+  LogicalResult checkStructure(func::FuncOp f) {
+    if (!f.getBody().hasOneBlock())
+      return f.emitError() << "@" << f.getSymName()
+                           << " must be a single block: branches could make "
+                              "ranks issue different collectives";
+    for (Operation &op : f.getBody().front()) {
+      if (op.getNumRegions())
+        return op.emitOpError()
+               << "has regions: control flow inside a schedule could make "
+                  "ranks issue different collectives";
+      if (isa<model::ParamRefOp, model::AccumulateGradOp, model::AdamUpdateOp,
+              model::UnscaleGradsOp, model::ClipGradNormOp>(op))
+        return op.emitOpError() << "was not lowered to the schedule (run "
+                                   "zero-insert-collectives)";
+      if (auto start = dyn_cast<sched::AsyncStartOpInterface>(op)) {
+        Value token = start.getToken();
+        if (!token.hasOneUse() ||
+            !isa<sched::WaitOp>(*token.getUsers().begin()))
+          return op.emitOpError() << "must be waited on exactly once";
+      }
+    }
+    return success();
+  }
+
+  /// Gathered and fetched buffers are released once, and not used after.
+  LogicalResult checkReleases(func::FuncOp f) {
+    for (auto wait : f.getOps<sched::WaitOp>()) {
+      Operation *start = wait.getToken().getDefiningOp();
+      if (!isa<sched::AllGatherStartOp, sched::FetchStartOp>(start))
+        continue;
+      for (Value buffer : wait.getResults()) {
+        Operation *release = nullptr;
+        for (Operation *user : buffer.getUsers()) {
+          if (!isa<sched::ReleaseOp>(user))
+            continue;
+          if (release)
+            return user->emitOpError() << "releases a buffer twice";
+          release = user;
+        }
+        if (!release)
+          return wait.emitOpError() << "yields a " << start->getName()
+                                    << " buffer that is never released";
+        for (Operation *user : buffer.getUsers())
+          if (user != release && release->isBeforeInBlock(user))
+            return user->emitOpError() << "uses a buffer after its release";
+      }
+    }
+    for (auto release : f.getOps<sched::ReleaseOp>())
+      for (Value v : release.getValues()) {
+        auto wait = v.getDefiningOp<sched::WaitOp>();
+        if (!wait || !isa<sched::AllGatherStartOp, sched::FetchStartOp>(
+                         wait.getToken().getDefiningOp()))
+          return release.emitOpError()
+                 << "releases a value that is not a gathered or fetched "
+                    "buffer";
+      }
+    return success();
+  }
+
+  /// A value crosses streams only through a wait on the reading stream.
+  /// Starts synchronize with the producers of their inputs themselves.
+  LogicalResult checkStreams(func::FuncOp f) {
+    for (Operation &op : f.getBody().front()) {
+      if (isa<sched::AsyncStartOpInterface>(op))
+        continue;
+      int64_t stream = streamOf(&op);
+      for (Value operand : op.getOperands()) {
+        Operation *producer = operand.getDefiningOp();
+        if (!producer || isa<sched::TokenType>(operand.getType()))
+          continue;
+        int64_t from = streamOf(producer);
+        if (from != stream)
+          return op.emitOpError()
+                 << "on stream " << stream << " reads a value produced on "
+                 << "stream " << from << " without a wait on stream " << stream;
+      }
+    }
+    return success();
+  }
+
+  /// The persistent tensors an op names, and those it writes; a flat group
+  /// stands for its members too.
+  void accesses(Operation *op, SmallVectorImpl<StringRef> &touched,
+                SmallVectorImpl<StringRef> &written) {
+    auto expand = [&](StringRef name, SmallVectorImpl<StringRef> &into) {
+      into.push_back(name);
+      auto it = groupMembers.find(name);
+      if (it != groupMembers.end())
+        into.append(it->second.begin(), it->second.end());
+    };
+    SmallVector<StringRef> named;
+    namedSymbols(op, named);
+    for (StringRef n : named)
+      expand(n, touched);
+    auto writeAll = [&](ArrayAttr list) {
+      for (auto ref : list.getAsRange<FlatSymbolRefAttr>())
+        expand(ref.getValue(), written);
+    };
+    if (auto rs = dyn_cast<sched::ReduceScatterStartOp>(op))
+      writeAll(rs.getTargets());
+    else if (auto ar = dyn_cast<sched::AllReduceStartOp>(op))
+      writeAll(ar.getTensors());
+    else if (auto ag = dyn_cast<sched::AllGatherUpdatesStartOp>(op))
+      writeAll(ag.getTargets());
+    else if (auto copy = dyn_cast<sched::CopyStartOp>(op))
+      writeAll(copy.getDestinations());
+    else if (isa<sched::AccumulateOp, sched::AdamUpdateOp, sched::ZeroGradsOp,
+                 sched::ClipGradNormOp, sched::UnscaleGradsOp>(op))
+      written.append(touched.begin(), touched.end());
+  }
+
+  /// No op writes a persistent tensor an in-flight operation reads, or
+  /// touches one it writes, between the operation's start and its wait.
+  LogicalResult checkInFlight(func::FuncOp f) {
+    struct Access {
+      SmallVector<StringRef> touched, written;
+    };
+    llvm::MapVector<Operation *, Access> inFlight;
+    for (Operation &op : f.getBody().front()) {
+      if (auto wait = dyn_cast<sched::WaitOp>(op)) {
+        inFlight.erase(wait.getToken().getDefiningOp());
+        continue;
+      }
+      Access mine;
+      accesses(&op, mine.touched, mine.written);
+      for (auto &[start, busy] : inFlight) {
+        auto clash = [&](ArrayRef<StringRef> xs,
+                         ArrayRef<StringRef> ys) -> std::optional<StringRef> {
+          for (StringRef x : xs)
+            if (llvm::is_contained(ys, x))
+              return x;
+          return std::nullopt;
+        };
+        std::optional<StringRef> name = clash(busy.written, mine.touched);
+        if (!name)
+          name = clash(mine.written, busy.touched);
+        if (name)
+          return op.emitOpError() << "touches @" << *name << " while '"
+                                  << start->getName() << "' on it is in flight";
+      }
+      if (isa<sched::AsyncStartOpInterface>(op))
+        inFlight[&op] = std::move(mine);
+    }
+    return success();
+  }
+
+  /// Each parameter's gradient is reduced exactly once per step.
+  LogicalResult checkReductions(func::FuncOp micro, func::FuncOp optimizer) {
+    // Which parameter owns each (gradient tensor, offset) pair.
+    llvm::DenseMap<std::pair<StringRef, int64_t>, StringRef> ownerAt;
+    SmallVector<StringRef> params;
+    for (auto t : module.getOps<sched::TensorOp>()) {
+      if (t.getRole() == Role::Param)
+        params.push_back(t.getSymName());
+      if (t.getRole() != Role::Grad || !t.getOf())
+        continue;
+      auto members = groupMembers.find(*t.getOf());
+      if (members == groupMembers.end()) {
+        ownerAt[{t.getSymName(), 0}] = *t.getOf();
+        continue;
+      }
+      int64_t offset = 0;
+      for (StringRef p : members->second) {
+        ownerAt[{t.getSymName(), offset}] = p;
+        offset += symbols.lookup<sched::TensorOp>(p).getNumElements();
+      }
+    }
+
+    llvm::StringMap<int> reduced, accumulated;
+    llvm::StringMap<Operation *> accumulatedInto;
+    auto owner = [&](Operation *op, StringRef tensor,
+                     int64_t offset) -> FailureOr<StringRef> {
+      auto it = ownerAt.find({tensor, offset});
+      if (it == ownerAt.end())
+        return op->emitOpError()
+               << "writes @" << tensor << " at offset " << offset
+               << ", where no parameter's gradient starts";
+      return it->second;
+    };
+    for (Operation &op : micro.getBody().front()) {
+      if (auto acc = dyn_cast<sched::AccumulateOp>(op)) {
+        FailureOr<StringRef> p = owner(&op, acc.getTensor(), acc.getOffset());
+        if (failed(p))
+          return failure();
+        ++accumulated[*p];
+        accumulatedInto[*p] = &op;
+      } else if (auto rs = dyn_cast<sched::ReduceScatterStartOp>(op)) {
+        for (auto [target, offset] :
+             llvm::zip(rs.getTargets().getAsRange<FlatSymbolRefAttr>(),
+                       rs.getOffsets())) {
+          FailureOr<StringRef> p = owner(&op, target.getValue(), offset);
+          if (failed(p))
+            return failure();
+          ++reduced[*p];
+        }
+      }
+    }
+    // Boundary reductions act on whole accumulators.
+    llvm::StringMap<int> boundary;
+    for (Operation &op : optimizer.getBody().front()) {
+      SmallVector<StringRef> tensors;
+      if (auto ar = dyn_cast<sched::AllReduceStartOp>(op))
+        for (auto t : ar.getTensors().getAsRange<FlatSymbolRefAttr>())
+          tensors.push_back(t.getValue());
+      else if (auto rs = dyn_cast<sched::ReduceScatterStartOp>(op))
+        for (auto t : rs.getTargets().getAsRange<FlatSymbolRefAttr>())
+          tensors.push_back(t.getValue());
+      for (StringRef t : tensors)
+        for (auto &[key, p] : ownerAt)
+          if (key.first == t)
+            ++boundary[p];
+    }
+    for (StringRef p : params) {
+      int local = accumulated.lookup(p), inStep = reduced.lookup(p);
+      int atBoundary = boundary.lookup(p);
+      if (local + inStep != 1)
+        return micro.emitError()
+               << "the gradient of @" << p << " is accumulated or reduced "
+               << local + inStep << " times per micro-step, expected once";
+      int total = inStep + atBoundary;
+      if (total != 1)
+        return (local ? accumulatedInto[p] : micro.getOperation())->emitError()
+               << "the gradient of @" << p << " is reduced " << total
+               << " times per step, expected exactly once";
+    }
+    return success();
+  }
+
+  ModuleOp module;
+  SymbolTable symbols;
+  llvm::StringMap<SmallVector<StringRef>> groupMembers;
+};
+
+struct ZeroVerifySchedule
+    : zeroc::impl::ZeroVerifyScheduleBase<ZeroVerifySchedule> {
+  void runOnOperation() override {
+    if (failed(ScheduleVerifier(getOperation()).run()))
+      signalPassFailure();
+    markAllAnalysesPreserved();
+  }
+};
+
+} // namespace
