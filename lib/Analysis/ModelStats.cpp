@@ -61,6 +61,9 @@ FailureOr<ModelStats> computeModelStats(ModuleOp module) {
     layer.params += param.getNumElements();
     layer.paramBytes += tensorBytes(param.getType());
     stats.params += param.getNumElements();
+    if (stats.dtype.empty())
+      if (auto dt = toDType(param.getTensorType().getElementType()))
+        stats.dtype = std::string(dtypeName(*dt));
     stats.paramBytes += tensorBytes(param.getType());
   }
 
@@ -110,6 +113,10 @@ FailureOr<ModelStats> computeModelStats(ModuleOp module) {
       row.forwardFlops += cost.getForwardFlops();
       stats.forwardFlops += cost.getForwardFlops();
     }
+    if (auto embedding = dyn_cast<EmbeddingOp>(op);
+        embedding && !stats.hiddenSize)
+      stats.hiddenSize =
+          cast<RankedTensorType>(embedding.getTable().getType()).getDimSize(1);
     if (auto attention = dyn_cast<CausalAttentionOp>(op)) {
       ++stats.numLayers;
       stats.attentionFlopsPerToken +=
@@ -152,6 +159,8 @@ nlohmann::json toJson(const ModelStats &stats) {
           {"micro_batch", stats.batch},
           {"seq_len", stats.seqLen},
           {"num_layers", stats.numLayers},
+          {"hidden_size", stats.hiddenSize},
+          {"dtype", stats.dtype},
           {"tokens_per_micro_batch", stats.tokens()},
           {"forward_flops_per_micro_batch", stats.forwardFlops},
           {"train_flops_per_token", stats.trainFlopsPerToken},

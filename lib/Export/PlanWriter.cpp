@@ -103,7 +103,8 @@ FailureOr<PlanPhase> buildPhase(func::FuncOp func, int64_t runsPerStep,
     // func.return is kept as an op: its input is the loss the runtime logs.
     PlanOp pop;
     pop.index = int64_t(phase.ops.size());
-    pop.kind = op.getName().getStringRef().str();
+    // Op names are unique across the dialects a final schedule holds.
+    pop.kind = op.getName().stripDialect().str();
     if (auto loc = dyn_cast<NameLoc>(op.getLoc()))
       pop.where = loc.getName().str();
     if (auto s = dyn_cast<sched::StreamOpInterface>(op))

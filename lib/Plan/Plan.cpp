@@ -2,6 +2,9 @@
 
 #include "zeroc/Plan/Plan.h"
 
+#include "zeroc/Support/ShardLayout.h"
+
+#include <map>
 #include <set>
 
 using nlohmann::json;
@@ -239,8 +242,11 @@ public:
     return t.value_or(DType::F32);
   }
 
+  /// An array of integers, each at least `min` (every integer list of the
+  /// format, shapes included, is non-negative).
   std::vector<int64_t> integers(const json &obj, const std::string &at,
-                                const std::string &key, bool required = true) {
+                                const std::string &key, bool required = true,
+                                int64_t min = 0) {
     std::vector<int64_t> out;
     if (!required && (!obj.is_object() || !obj.contains(key)))
       return out;
@@ -253,9 +259,10 @@ public:
       return out;
     }
     for (size_t i = 0; i < v->size(); ++i) {
-      if (!(*v)[i].is_number_integer()) {
+      if (!(*v)[i].is_number_integer() || (*v)[i].get<int64_t>() < min) {
         fail(at + "/" + key + "/" + std::to_string(i),
-             "expected an integer, found " + (*v)[i].dump());
+             "expected an integer >= " + std::to_string(min) + ", found " +
+                 (*v)[i].dump());
         return out;
       }
       out.push_back((*v)[i].get<int64_t>());
@@ -305,10 +312,13 @@ private:
   const JsonDocument &doc;
 };
 
+/// The number of elements of a shape, or -1 when it does not fit in 64 bits
+/// (a file may say anything; the product must not overflow).
 int64_t product(const std::vector<int64_t> &shape) {
   int64_t n = 1;
   for (int64_t d : shape)
-    n *= d;
+    if (__builtin_mul_overflow(n, d, &n))
+      return -1;
   return n;
 }
 
@@ -389,7 +399,8 @@ Expected<Plan> readPlan(const JsonDocument &doc) {
       r.fail(at + "/numel", "numel " + std::to_string(t.numel) +
                                 " is not the product of the shape");
     int64_t expectedLocal =
-        t.sharded ? (t.numel + plan.worldSize - 1) / plan.worldSize : t.numel;
+        t.sharded ? ParamShardLayout{t.numel, plan.worldSize}.shardSize()
+                  : t.numel;
     if (!r.error && t.localNumel != expectedLocal)
       r.fail(at + "/local_numel",
              "expected " + std::to_string(expectedLocal) + " for a " +
@@ -402,6 +413,9 @@ Expected<Plan> readPlan(const JsonDocument &doc) {
     plan.tensors.push_back(std::move(t));
   }
 
+  std::map<std::string, const PlanTensor *> byName;
+  for (const PlanTensor &t : plan.tensors)
+    byName[t.name] = &t;
   const json &groups = r.array(root, "", "flat_groups");
   for (size_t i = 0; i < groups.size() && !r.error; ++i) {
     const json &j = groups[i];
@@ -413,14 +427,48 @@ Expected<Plan> readPlan(const JsonDocument &doc) {
     g.numel = r.integer(j, at, "numel", 1);
     g.padded = r.integer(j, at, "padded", 1);
     g.partition = r.integer(j, at, "partition", 1);
+    if (!r.error && !names.insert(g.name).second)
+      r.fail(at + "/name", "duplicate name \"" + g.name +
+                               "\": a tensor or flat group has it already");
+    std::vector<int64_t> numels;
+    for (size_t k = 0; k < g.params.size() && !r.error; ++k) {
+      auto it = byName.find(g.params[k]);
+      if (it == byName.end())
+        r.fail(at + "/params/" + std::to_string(k),
+               "unknown parameter \"" + g.params[k] + "\"");
+      else if (it->second->role != "param")
+        r.fail(at + "/params/" + std::to_string(k),
+               "\"" + g.params[k] + "\" is a " + it->second->role +
+                   " tensor, not a parameter");
+      else
+        numels.push_back(it->second->numel);
+    }
     if (!r.error && g.offsets.size() != g.params.size())
       r.fail(at + "/offsets", "expected one offset per parameter");
+    // The layout is ShardLayout.h's; the runtime finds parameters by it.
+    if (!r.error) {
+      FlatGroupLayout layout(numels, plan.worldSize);
+      for (size_t k = 0; k < g.offsets.size() && !r.error; ++k)
+        if (g.offsets[k] != layout.offsets[k])
+          r.fail(at + "/offsets/" + std::to_string(k),
+                 "offset of \"" + g.params[k] + "\" is " +
+                     std::to_string(g.offsets[k]) + ", expected " +
+                     std::to_string(layout.offsets[k]) +
+                     " (the parameters before it, back to back)");
+      if (!r.error && g.numel != layout.numel)
+        r.fail(at + "/numel", "expected " + std::to_string(layout.numel) +
+                                  ", the sum of the parameters' numels, "
+                                  "found " +
+                                  std::to_string(g.numel));
+      if (!r.error && g.padded != layout.padded)
+        r.fail(at + "/padded",
+               "expected " + std::to_string(layout.padded) +
+                   ", numel rounded up to a multiple of 2 x world_size, "
+                   "found " +
+                   std::to_string(g.padded));
+    }
     if (!r.error && g.partition * plan.worldSize != g.padded)
       r.fail(at + "/partition", "partition x world_size must equal padded");
-    for (const std::string &p : g.params)
-      if (!r.error && !names.count(p))
-        r.fail(at + "/params", "unknown parameter \"" + p + "\"");
-    names.insert(g.name);
     plan.flatGroups.push_back(std::move(g));
   }
   for (size_t i = 0; i < plan.tensors.size() && !r.error; ++i)
@@ -429,11 +477,14 @@ Expected<Plan> readPlan(const JsonDocument &doc) {
              "unknown owner \"" + plan.tensors[i].of + "\"");
 
   const json &phases = r.array(root, "", "phases");
+  std::set<std::string> phaseNames;
   for (size_t p = 0; p < phases.size() && !r.error; ++p) {
     const json &j = phases[p];
     std::string at = "/phases/" + std::to_string(p);
     PlanPhase phase;
     phase.name = r.string(j, at, "name");
+    if (!r.error && !phaseNames.insert(phase.name).second)
+      r.fail(at + "/name", "duplicate phase name \"" + phase.name + "\"");
     phase.runsPerStep = r.integer(j, at, "runs_per_step", 1);
     phase.args = r.integers(j, at, "args");
     std::set<int64_t> ids;
@@ -470,11 +521,18 @@ Expected<Plan> readPlan(const JsonDocument &doc) {
       op.outputs = r.integers(o, oat, "outputs");
       op.deps = r.integers(o, oat, "deps");
       op.tensors = r.strings(o, oat, "tensors", /*required=*/false);
-      if (o.is_object() && o.contains("attrs"))
-        op.attrs = o["attrs"];
-      op.collective = r.string(o, oat, "collective", /*required=*/false);
-      if (!op.collective.empty())
+      if (o.is_object() && o.contains("attrs")) {
+        if (!o["attrs"].is_object())
+          r.fail(oat + "/attrs",
+                 "expected an object, found " + describeJsonType(o["attrs"]));
+        else
+          op.attrs = o["attrs"];
+      }
+      if (o.is_object() && o.contains("collective")) {
+        op.collective = r.oneOf(o, oat, "collective",
+                                {"all_gather", "reduce_scatter", "all_reduce"});
         op.commElements = r.integer(o, oat, "comm_elements");
+      }
       for (int64_t v : op.inputs)
         if (!r.error && !ids.count(v))
           r.fail(oat + "/inputs", "unknown value id " + std::to_string(v));

@@ -1,22 +1,31 @@
-//===- zeroc.cpp - The zeroc driver
-//----------------------------------------===//
+//===- zeroc.cpp - The zeroc driver ---------------------------------------===//
 //
-// `zeroc gen` writes a model from a Hugging Face config or a preset;
-// `zeroc stats` reports its size, FLOPs and activation memory. The driver
-// only parses options and prints; the work is in lib/.
+// `zeroc MODEL.mlir --config DS.json --world-size N -o PLAN.json` compiles a
+// plan; `zeroc gen` writes a model from a Hugging Face config or a preset;
+// `zeroc stats` reports a model's size, FLOPs and activation memory;
+// `zeroc inspect` summarizes a plan. The driver only parses options and
+// prints; the work is in lib/.
 //
 //===----------------------------------------------------------------------===//
 
 #include "model/ModelOps.h"
+#include "sched/SchedOps.h"
 #include "zeroc/Analysis/ModelStats.h"
+#include "zeroc/Export/PlanWriter.h"
 #include "zeroc/Models/ModelBuilder.h"
 #include "zeroc/Models/ModelSpec.h"
+#include "zeroc/Pipeline/Pipeline.h"
+#include "zeroc/Plan/Plan.h"
+#include "zeroc/Plan/PlanInspect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/AsmState.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/Verifier.h"
 #include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
+#include "mlir/Support/Timing.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Config/llvm-config.h"
 #include "llvm/Support/CommandLine.h"
@@ -77,6 +86,52 @@ cl::opt<bool> statsJson("json", cl::sub(statsCmd),
                         cl::desc("Print one JSON object instead of tables"),
                         cl::cat(zerocCategory));
 
+//===----------------------------------------------------------------------===//
+// zeroc MODEL.mlir --config DS.json --world-size N (no subcommand)
+//===----------------------------------------------------------------------===//
+
+cl::opt<std::string> compileInput(cl::Positional,
+                                  cl::sub(cl::SubCommand::getTopLevel()),
+                                  cl::desc("<model.mlir>"), cl::init(""));
+cl::opt<std::string> compileConfig(
+    "config", cl::sub(cl::SubCommand::getTopLevel()),
+    cl::desc("DeepSpeed config JSON (default: DeepSpeed's defaults, stage 0)"),
+    cl::value_desc("ds_config.json"), cl::cat(zerocCategory));
+cl::opt<int64_t> compileWorldSize("world-size",
+                                  cl::sub(cl::SubCommand::getTopLevel()),
+                                  cl::desc("Data-parallel ranks"),
+                                  cl::value_desc("n"), cl::cat(zerocCategory));
+cl::opt<int64_t> compileGradAccum(
+    "grad-accum", cl::sub(cl::SubCommand::getTopLevel()),
+    cl::desc("Gradient accumulation steps, where the config leaves them "
+             "\"auto\" or out"),
+    cl::value_desc("n"), cl::cat(zerocCategory));
+cl::opt<std::string> compileOutput("o", cl::sub(cl::SubCommand::getTopLevel()),
+                                   cl::desc("Output file (default: stdout)"),
+                                   cl::value_desc("plan.json"), cl::init("-"),
+                                   cl::cat(zerocCategory));
+enum class Emit { Plan, MLIR };
+cl::opt<Emit> compileEmit(
+    "emit", cl::sub(cl::SubCommand::getTopLevel()), cl::desc("What to write"),
+    cl::values(clEnumValN(Emit::Plan, "plan", "the plan file (JSON)"),
+               clEnumValN(Emit::MLIR, "mlir", "the final sched IR")),
+    cl::init(Emit::Plan), cl::cat(zerocCategory));
+cl::opt<bool> compileQuiet("quiet", cl::sub(cl::SubCommand::getTopLevel()),
+                           cl::desc("Do not print notes about the config"),
+                           cl::cat(zerocCategory));
+
+//===----------------------------------------------------------------------===//
+// zeroc inspect
+//===----------------------------------------------------------------------===//
+
+cl::SubCommand inspectCmd("inspect", "Persistent memory and communication per "
+                                     "rank of a plan file");
+cl::opt<std::string> inspectInput(cl::Positional, cl::sub(inspectCmd),
+                                  cl::desc("<plan.json>"), cl::Required);
+cl::opt<bool> inspectAsJson("json", cl::sub(inspectCmd),
+                            cl::desc("Print one JSON object instead of tables"),
+                            cl::cat(zerocCategory));
+
 int error(const std::string &message) {
   llvm::WithColor::error(llvm::errs(), "zeroc") << message << "\n";
   return 1;
@@ -88,7 +143,8 @@ int error(const zeroc::Diagnostic &diag) {
 }
 
 void loadDialects(MLIRContext &context) {
-  context.loadDialect<zeroc::model::ModelDialect, func::FuncDialect>();
+  context.loadDialect<zeroc::model::ModelDialect, zeroc::sched::SchedDialect,
+                      func::FuncDialect>();
 }
 
 int runGen() {
@@ -179,6 +235,103 @@ int runStats() {
   return 0;
 }
 
+int runInspect() {
+  zeroc::Expected<zeroc::Plan> plan = zeroc::loadPlan(inspectInput);
+  if (!plan)
+    return error(plan.error());
+  if (inspectAsJson)
+    llvm::outs() << zeroc::inspectJson(*plan).dump(2) << "\n";
+  else
+    llvm::outs() << zeroc::inspectText(*plan);
+  return 0;
+}
+
+void note(const std::string &message) {
+  if (!compileQuiet)
+    llvm::WithColor::note(llvm::errs(), "zeroc") << message << "\n";
+}
+
+int runCompile() {
+  if (!compileWorldSize.getNumOccurrences())
+    return error("--world-size is required: the number of data-parallel "
+                 "ranks the plan is for");
+  if (compileWorldSize < 1)
+    return error("--world-size must be at least 1, found " +
+                 std::to_string(compileWorldSize));
+  if (compileGradAccum.getNumOccurrences() && compileGradAccum < 1)
+    return error("--grad-accum must be at least 1, found " +
+                 std::to_string(compileGradAccum));
+
+  MLIRContext context;
+  loadDialects(context);
+  llvm::SourceMgr sources;
+  SourceMgrDiagnosticHandler handler(sources, &context);
+  OwningOpRef<ModuleOp> module = loadModel(context, sources, compileInput);
+  if (!module)
+    return 1;
+  FailureOr<zeroc::ModelStats> stats = zeroc::computeModelStats(*module);
+  if (failed(stats))
+    return 1;
+
+  zeroc::ConfigContext ctx =
+      zeroc::configContextFor(*stats, compileWorldSize,
+                              compileGradAccum.getNumOccurrences()
+                                  ? std::optional<int64_t>(compileGradAccum)
+                                  : std::nullopt);
+  auto doc = compileConfig.empty()
+                 ? zeroc::JsonDocument::parse("{}", "(default config)")
+                 : zeroc::JsonDocument::load(compileConfig);
+  if (!doc)
+    return error(doc.error());
+  auto cfg = zeroc::readDeepSpeedConfig(*doc, ctx);
+  if (!cfg)
+    return error(cfg.error());
+  for (const std::string &n : cfg->notes)
+    note(n);
+  if (!cfg->ignoredKeys.empty())
+    note("ignored (no effect on the schedule): " +
+         llvm::join(cfg->ignoredKeys, ", "));
+  if (auto problem = zeroc::checkModelAgainstConfig(*stats, *cfg))
+    return error(compileInput + ": " + *problem);
+
+  PassManager pm(&context);
+  if (failed(applyPassManagerCLOptions(pm)))
+    return 1;
+  DefaultTimingManager timing;
+  applyDefaultTimingManagerCLOptions(timing);
+  TimingScope root = timing.getRootScope();
+  pm.enableTiming(root);
+  zeroc::buildZeroPipeline(pm, *cfg);
+  if (failed(pm.run(*module)))
+    return 1;
+
+  std::string message;
+  auto output = openOutputFile(compileOutput, &message);
+  if (!output)
+    return error(message);
+  if (compileEmit == Emit::MLIR) {
+    module->print(output->os());
+    output->os() << "\n";
+  } else {
+    zeroc::PlanSource source;
+    source.generator = std::string("zeroc ") + ZEROC_VERSION;
+    source.model.name = stats->name;
+    source.model.params = stats->params;
+    source.model.dtype =
+        zeroc::parseDType(stats->dtype).value_or(zeroc::DType::F32);
+    source.model.microBatch = stats->batch;
+    source.model.seqLen = stats->seqLen;
+    source.gradientAccumulationSteps = cfg->gradientAccumulationSteps;
+    source.config = zeroc::toDeepSpeedJson(*cfg);
+    FailureOr<zeroc::Plan> plan = zeroc::buildPlan(*module, source);
+    if (failed(plan))
+      return 1;
+    output->os() << zeroc::toJson(*plan).dump(1) << "\n";
+  }
+  output->keep();
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -192,19 +345,39 @@ int main(int argc, char **argv) {
     os << "zeroc " << ZEROC_VERSION << " (LLVM " << LLVM_VERSION_STRING
        << ")\n";
   });
-  // libLLVM registers hundreds of backend options; show only ours.
+  registerMLIRContextCLOptions();
+  registerPassManagerCLOptions();
+  registerDefaultTimingManagerCLOptions();
+  registerAsmPrinterCLOptions();
+  // libLLVM registers hundreds of backend options; show only ours and the
+  // MLIR ones a compiler user needs.
   cl::HideUnrelatedOptions(zerocCategory);
+  for (auto &[name, option] : cl::getRegisteredOptions())
+    if (name == "mlir-print-ir-after-all" ||
+        name == "mlir-print-ir-before-all" || name == "mlir-timing" ||
+        name == "mlir-print-debuginfo") {
+      option->setHiddenFlag(cl::NotHidden);
+      option->addCategory(zerocCategory);
+    }
   cl::ParseCommandLineOptions(
       argc, argv,
       "zeroc: compiles a model graph and a DeepSpeed ZeRO config into an "
       "explicit per-rank schedule\n\n"
+      "  zeroc model.mlir --config ds.json --world-size N -o plan.json\n"
+      "                                          compile a plan\n"
       "  zeroc gen   --preset gpt2 -o gpt2.mlir   write a model\n"
-      "  zeroc stats gpt2.mlir [--json]         size, FLOPs, activations\n\n"
+      "  zeroc stats gpt2.mlir [--json]         size, FLOPs, activations\n"
+      "  zeroc inspect plan.json [--json]       memory, communication per "
+      "rank\n\n"
       "Run 'zeroc <subcommand> --help' for a subcommand's options.\n");
   if (genCmd)
     return runGen();
   if (statsCmd)
     return runStats();
+  if (inspectCmd)
+    return runInspect();
+  if (!compileInput.empty())
+    return runCompile();
   cl::PrintHelpMessage();
   return 1;
 }

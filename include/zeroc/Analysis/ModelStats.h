@@ -38,6 +38,8 @@ struct ModelStats {
   int64_t batch = 0;        ///< Micro-batch size (tokens argument, dim 0).
   int64_t seqLen = 0;       ///< Sequence length (tokens argument, dim 1).
   int64_t numLayers = 0;    ///< Attention layers.
+  int64_t hiddenSize = 0;   ///< Width of the token embedding.
+  std::string dtype;        ///< Element type of the parameters ("bf16", ...).
   int64_t forwardFlops = 0; ///< Per micro-batch, sum over ops.
   /// 3x the forward FLOPs per token (backward costs twice the forward).
   int64_t trainFlopsPerToken = 0;

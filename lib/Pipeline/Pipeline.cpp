@@ -1,0 +1,107 @@
+//===- Pipeline.cpp - The ZeRO pipeline, configured from DeepSpeed --------===//
+
+#include "zeroc/Pipeline/Pipeline.h"
+
+#include "zeroc/Transforms/Passes.h"
+
+namespace zeroc {
+
+static std::optional<Precision> precisionOf(const std::string &dtype) {
+  if (dtype == "bf16")
+    return Precision::BF16;
+  if (dtype == "f16")
+    return Precision::FP16;
+  if (dtype == "f32")
+    return Precision::FP32;
+  return std::nullopt;
+}
+
+ConfigContext configContextFor(const ModelStats &stats, int64_t worldSize,
+                               std::optional<int64_t> gradientAccumulation) {
+  ConfigContext ctx;
+  ctx.worldSize = worldSize;
+  ctx.hiddenSize = stats.hiddenSize;
+  ctx.microBatch = stats.batch;
+  ctx.gradientAccumulation = gradientAccumulation;
+  ctx.modelPrecision = precisionOf(stats.dtype);
+  return ctx;
+}
+
+std::optional<std::string> checkModelAgainstConfig(const ModelStats &stats,
+                                                   const DeepSpeedConfig &cfg) {
+  if (cfg.microBatchPerGpu != stats.batch)
+    return "the config's train_micro_batch_size_per_gpu is " +
+           std::to_string(cfg.microBatchPerGpu) +
+           " but the model's tokens "
+           "are tensor<" +
+           std::to_string(stats.batch) + "x" + std::to_string(stats.seqLen) +
+           "xi32>: regenerate the model with "
+           "`zeroc gen ... --micro-batch " +
+           std::to_string(cfg.microBatchPerGpu) + "`";
+  std::optional<Precision> model = precisionOf(stats.dtype);
+  if (model && *model != cfg.precision) {
+    const char *flag = cfg.precision == Precision::BF16   ? "bf16"
+                       : cfg.precision == Precision::FP16 ? "f16"
+                                                          : "f32";
+    return "the config trains in " + std::string(precisionName(cfg.precision)) +
+           " but the model's parameters are " + stats.dtype +
+           ": regenerate the model with `zeroc gen ... --dtype " + flag +
+           "` or change the config's fp16/bf16 blocks";
+  }
+  return std::nullopt;
+}
+
+void buildZeroPipeline(mlir::OpPassManager &pm, const DeepSpeedConfig &cfg) {
+  const ZeroConfig &zero = cfg.zero;
+  ExpandTrainingStepOptions expand;
+  expand.gradAccum = cfg.gradientAccumulationSteps;
+  expand.lossScaling = cfg.precision == Precision::FP16;
+  expand.staticLossScale = cfg.lossScale.lossScale;
+  expand.initialScalePower = cfg.lossScale.initialScalePower;
+  expand.lossScaleWindow = cfg.lossScale.lossScaleWindow;
+  expand.hysteresis = cfg.lossScale.hysteresis;
+  expand.minLossScale = double(cfg.lossScale.minLossScale);
+  expand.gradientClipping = cfg.gradientClipping;
+  expand.optimizer = cfg.optimizer.adamWMode ? "adamw" : "adam";
+  expand.lr = cfg.optimizer.lr;
+  expand.beta1 = cfg.optimizer.beta1;
+  expand.beta2 = cfg.optimizer.beta2;
+  expand.eps = cfg.optimizer.eps;
+  expand.weightDecay = cfg.optimizer.weightDecay;
+  pm.addPass(createExpandTrainingStep(expand));
+
+  ZeroPartitionOptions partition;
+  partition.worldSize = cfg.worldSize;
+  partition.stage = zero.stage;
+  partition.persistenceThreshold = zero.paramPersistenceThreshold;
+  pm.addPass(createZeroPartition(partition));
+
+  ZeroInsertCollectivesOptions collectives;
+  collectives.reduceScatter = zero.reduceScatter;
+  pm.addPass(createZeroInsertCollectives(collectives));
+
+  ZeroOffloadOptions offload;
+  offload.optimizer =
+      std::string(offloadDeviceName(zero.offloadOptimizer.device));
+  offload.param = std::string(offloadDeviceName(zero.offloadParam.device));
+  pm.addPass(createZeroOffload(offload));
+
+  ZeroBucketOptions bucket;
+  bucket.reduceBucketSize = zero.reduceBucketSize;
+  bucket.allgatherBucketSize = zero.allgatherBucketSize;
+  pm.addPass(createZeroBucket(bucket));
+
+  ZeroPrefetchOptions prefetch;
+  prefetch.prefetchBucketSize = zero.prefetchBucketSize;
+  prefetch.maxLiveParameters = zero.maxLiveParameters;
+  prefetch.maxReuseDistance = zero.maxReuseDistance;
+  pm.addPass(createZeroPrefetch(prefetch));
+
+  ZeroAssignStreamsOptions streams;
+  streams.overlapComm = zero.overlapComm;
+  pm.addPass(createZeroAssignStreams(streams));
+
+  pm.addPass(createZeroVerifySchedule());
+}
+
+} // namespace zeroc

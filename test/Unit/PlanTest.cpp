@@ -1,0 +1,829 @@
+//===- PlanTest.cpp - The plan file: writer, checking reader, inspector ---===//
+//
+// A hand-built plan survives toJson and readPlan field by field; every check
+// of readPlan has a document that fails it, with the exact message and the
+// line and column it points at; the inspector's totals are recomputed from
+// the ops by the ZeRO paper's accounting.
+//
+//===----------------------------------------------------------------------===//
+
+#include "zeroc/Plan/Plan.h"
+#include "zeroc/Plan/PlanInspect.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <optional>
+
+using namespace zeroc;
+using nlohmann::json;
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// Round trip
+//===----------------------------------------------------------------------===//
+
+PlanTensor tensor(std::string name, std::string role, std::string of,
+                  DType dtype, std::vector<int64_t> shape, bool sharded,
+                  int64_t worldSize, std::string placement,
+                  std::string init = "") {
+  PlanTensor t;
+  t.name = std::move(name);
+  t.role = std::move(role);
+  t.of = std::move(of);
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  t.numel = 1;
+  for (int64_t d : t.shape)
+    t.numel *= d;
+  t.sharded = sharded;
+  t.localNumel = sharded ? (t.numel + worldSize - 1) / worldSize : t.numel;
+  t.placement = std::move(placement);
+  t.init = std::move(init);
+  return t;
+}
+
+PlanValue value(int64_t id, DType dtype, std::vector<int64_t> shape) {
+  PlanValue v;
+  v.id = id;
+  v.dtype = dtype;
+  v.shape = std::move(shape);
+  v.bytes = bytesPerElement(dtype);
+  for (int64_t d : v.shape)
+    v.bytes *= d;
+  return v;
+}
+
+PlanOp op(int64_t index, std::string kind, int64_t stream,
+          std::vector<int64_t> inputs, std::vector<int64_t> outputs,
+          std::vector<std::string> tensors = {},
+          std::vector<int64_t> deps = {}) {
+  PlanOp o;
+  o.index = index;
+  o.kind = std::move(kind);
+  o.stream = stream;
+  o.inputs = std::move(inputs);
+  o.outputs = std::move(outputs);
+  o.tensors = std::move(tensors);
+  o.deps = std::move(deps);
+  return o;
+}
+
+/// Stage 2 on two ranks: two bf16 parameters flattened into one group,
+/// whose f32 gradient partition is a third tensor; a micro-step phase that
+/// runs twice per step and an optimizer phase.
+Plan stage2Plan() {
+  Plan plan;
+  plan.generator = "PlanTest";
+  plan.model = {"tiny", 18, DType::BF16, 2, 3};
+  plan.worldSize = 2;
+  plan.stage = 2;
+  plan.gradientAccumulationSteps = 2;
+  plan.config = {{"zero_optimization", {{"stage", 2}}},
+                 {"gradient_accumulation_steps", 2}};
+  plan.streams = {"compute", "reduce"};
+  plan.tensors = {
+      tensor("a.weight", "param", "", DType::BF16, {3, 4}, false, 2, "device",
+             "normal(0.02)"),
+      tensor("b.bias", "param", "", DType::BF16, {6}, false, 2, "device",
+             "zeros"),
+      tensor("g.grad", "grad", "g", DType::F32, {20}, true, 2, "host")};
+  PlanFlatGroup group;
+  group.name = "g";
+  group.params = {"a.weight", "b.bias"};
+  group.offsets = {0, 12};
+  group.numel = 18;
+  group.padded = 20;
+  group.partition = 10;
+  plan.flatGroups = {group};
+
+  PlanPhase micro;
+  micro.name = "micro_step";
+  micro.runsPerStep = 2;
+  micro.args = {0};
+  micro.values = {value(0, DType::I32, {2, 3}), value(1, DType::BF16, {3, 4}),
+                  value(2, DType::BF16, {2, 3, 4}),
+                  value(3, DType::BF16, {3, 4})};
+  micro.ops = {op(0, "read", 0, {}, {1}, {"a.weight"}),
+               op(1, "linear", 0, {0, 1}, {2}),
+               op(2, "linear_backward", 0, {0, 2}, {3}),
+               op(3, "reduce_scatter_start", 1, {3}, {}, {"g.grad"}, {2}),
+               op(4, "wait", 0, {}, {}, {}, {3})};
+  micro.ops[1].where = "a";
+  micro.ops[1].attrs = {{"bias", false}};
+  micro.ops[3].collective = "reduce_scatter";
+  micro.ops[3].commElements = 12;
+  micro.ops[3].attrs = {{"offsets", {0}}};
+
+  PlanPhase optimizer;
+  optimizer.name = "optimizer_step";
+  optimizer.ops = {op(0, "adam_update", 0, {}, {}, {"g", "g.grad"}),
+                   op(1, "all_gather_updates_start", 1, {}, {}, {"g"}, {0}),
+                   op(2, "wait", 0, {}, {}, {}, {1})};
+  optimizer.ops[0].attrs = {{"lr", 1e-3}, {"adamw", true}};
+  optimizer.ops[1].collective = "all_gather";
+  optimizer.ops[1].commElements = 18;
+  plan.phases = {micro, optimizer};
+  plan.comm.reduceScatter = 12;
+  plan.comm.allGather = 9;
+  return plan;
+}
+
+void expectSameTensor(const PlanTensor &a, const PlanTensor &b) {
+  SCOPED_TRACE("tensor " + a.name);
+  EXPECT_EQ(a.name, b.name);
+  EXPECT_EQ(a.role, b.role);
+  EXPECT_EQ(a.of, b.of);
+  EXPECT_EQ(a.dtype, b.dtype);
+  EXPECT_EQ(a.shape, b.shape);
+  EXPECT_EQ(a.numel, b.numel);
+  EXPECT_EQ(a.sharded, b.sharded);
+  EXPECT_EQ(a.localNumel, b.localNumel);
+  EXPECT_EQ(a.placement, b.placement);
+  EXPECT_EQ(a.init, b.init);
+}
+
+void expectSameOp(const PlanOp &a, const PlanOp &b) {
+  SCOPED_TRACE("op " + std::to_string(a.index) + " " + a.kind);
+  EXPECT_EQ(a.index, b.index);
+  EXPECT_EQ(a.kind, b.kind);
+  EXPECT_EQ(a.where, b.where);
+  EXPECT_EQ(a.stream, b.stream);
+  EXPECT_EQ(a.inputs, b.inputs);
+  EXPECT_EQ(a.outputs, b.outputs);
+  EXPECT_EQ(a.tensors, b.tensors);
+  EXPECT_EQ(a.deps, b.deps);
+  EXPECT_EQ(a.attrs, b.attrs);
+  EXPECT_EQ(a.collective, b.collective);
+  EXPECT_EQ(a.commElements, b.commElements);
+}
+
+void expectSamePlan(const Plan &a, const Plan &b) {
+  EXPECT_EQ(a.generator, b.generator);
+  EXPECT_EQ(a.model.name, b.model.name);
+  EXPECT_EQ(a.model.params, b.model.params);
+  EXPECT_EQ(a.model.dtype, b.model.dtype);
+  EXPECT_EQ(a.model.microBatch, b.model.microBatch);
+  EXPECT_EQ(a.model.seqLen, b.model.seqLen);
+  EXPECT_EQ(a.worldSize, b.worldSize);
+  EXPECT_EQ(a.stage, b.stage);
+  EXPECT_EQ(a.gradientAccumulationSteps, b.gradientAccumulationSteps);
+  EXPECT_EQ(a.config, b.config);
+  EXPECT_EQ(a.streams, b.streams);
+  ASSERT_EQ(a.tensors.size(), b.tensors.size());
+  for (size_t i = 0; i < a.tensors.size(); ++i)
+    expectSameTensor(a.tensors[i], b.tensors[i]);
+  ASSERT_EQ(a.flatGroups.size(), b.flatGroups.size());
+  for (size_t i = 0; i < a.flatGroups.size(); ++i) {
+    const PlanFlatGroup &x = a.flatGroups[i], &y = b.flatGroups[i];
+    EXPECT_EQ(x.name, y.name);
+    EXPECT_EQ(x.params, y.params);
+    EXPECT_EQ(x.offsets, y.offsets);
+    EXPECT_EQ(x.numel, y.numel);
+    EXPECT_EQ(x.padded, y.padded);
+    EXPECT_EQ(x.partition, y.partition);
+  }
+  ASSERT_EQ(a.phases.size(), b.phases.size());
+  for (size_t p = 0; p < a.phases.size(); ++p) {
+    const PlanPhase &x = a.phases[p], &y = b.phases[p];
+    SCOPED_TRACE("phase " + x.name);
+    EXPECT_EQ(x.name, y.name);
+    EXPECT_EQ(x.runsPerStep, y.runsPerStep);
+    EXPECT_EQ(x.args, y.args);
+    ASSERT_EQ(x.values.size(), y.values.size());
+    for (size_t i = 0; i < x.values.size(); ++i) {
+      EXPECT_EQ(x.values[i].id, y.values[i].id);
+      EXPECT_EQ(x.values[i].dtype, y.values[i].dtype);
+      EXPECT_EQ(x.values[i].shape, y.values[i].shape);
+      EXPECT_EQ(x.values[i].bytes, y.values[i].bytes);
+    }
+    ASSERT_EQ(x.ops.size(), y.ops.size());
+    for (size_t i = 0; i < x.ops.size(); ++i)
+      expectSameOp(x.ops[i], y.ops[i]);
+  }
+  EXPECT_EQ(a.comm.allGather, b.comm.allGather);
+  EXPECT_EQ(a.comm.reduceScatter, b.comm.reduceScatter);
+  EXPECT_EQ(a.comm.allReduce, b.comm.allReduce);
+}
+
+Expected<Plan> readText(const std::string &text) {
+  Expected<JsonDocument> doc = JsonDocument::parse(text, "plan.json");
+  if (!doc)
+    return doc.error();
+  return readPlan(*doc);
+}
+
+TEST(Plan, RoundTripsFieldByField) {
+  Plan plan = stage2Plan();
+  std::string text = toJson(plan).dump(2);
+  Expected<Plan> read = readText(text);
+  ASSERT_TRUE(read) << read.error().str();
+  expectSamePlan(plan, *read);
+  // And writing it again gives the same document.
+  EXPECT_EQ(toJson(*read), toJson(plan));
+}
+
+TEST(Plan, WriterOmitsEmptyOptionalFields) {
+  json j = toJson(stage2Plan());
+  EXPECT_EQ(j["format"], "zeroc-plan");
+  EXPECT_EQ(j["version"], kPlanVersion);
+  EXPECT_FALSE(j["tensors"][0].contains("of"));
+  EXPECT_EQ(j["tensors"][2]["of"], "g");
+  const json &ops = j["phases"][0]["ops"];
+  EXPECT_FALSE(ops[0].contains("where"));
+  EXPECT_FALSE(ops[0].contains("attrs"));
+  EXPECT_FALSE(ops[0].contains("collective"));
+  EXPECT_FALSE(ops[1].contains("tensors"));
+  EXPECT_EQ(ops[3]["comm_elements"], 12);
+  EXPECT_EQ(j["streams"][1], json({{"id", 1}, {"name", "reduce"}}));
+  EXPECT_EQ(j["comm_elements_per_rank_per_step"]["total"], 21.0);
+}
+
+TEST(Plan, FindsTensorsAndPhases) {
+  Plan plan = stage2Plan();
+  ASSERT_NE(plan.findTensor("g.grad"), nullptr);
+  EXPECT_EQ(plan.findTensor("g.grad")->localNumel, 10);
+  EXPECT_EQ(plan.findTensor("g"), nullptr);
+  ASSERT_NE(plan.findPhase("optimizer_step"), nullptr);
+  EXPECT_EQ(plan.findPhase("optimizer_step")->ops.size(), 3u);
+  EXPECT_EQ(plan.findPhase("backward"), nullptr);
+}
+
+TEST(Plan, LoadsTheExamplePlanOfTheLitTests) {
+  Expected<Plan> plan =
+      loadPlan(ZEROC_SOURCE_DIR "/test/zeroc/Inputs/plan-stage3.json");
+  ASSERT_TRUE(plan) << plan.error().str();
+  EXPECT_EQ(plan->worldSize, 4);
+  EXPECT_EQ(plan->stage, 3);
+  EXPECT_EQ(plan->tensors.size(), 10u);
+  EXPECT_EQ(plan->phases.size(), 2u);
+  // The summary the file carries agrees with the inspector's recount.
+  CommPerStep comm = commPerRankPerStep(*plan);
+  EXPECT_EQ(comm[CollectiveKind::AllGather].elements, plan->comm.allGather);
+  EXPECT_EQ(comm[CollectiveKind::ReduceScatter].elements,
+            plan->comm.reduceScatter);
+  EXPECT_EQ(comm[CollectiveKind::AllReduce].elements, plan->comm.allReduce);
+}
+
+TEST(Plan, MissingFileIsAnError) {
+  Expected<Plan> plan = loadPlan("/nonexistent/plan.json");
+  ASSERT_FALSE(plan);
+  EXPECT_EQ(plan.error().str(), "/nonexistent/plan.json: error: cannot open "
+                                "file");
+}
+
+//===----------------------------------------------------------------------===//
+// Every check of readPlan
+//===----------------------------------------------------------------------===//
+
+/// A valid plan, one item per line so that an edit moves nothing else.
+const char *const kValidPlan = R"({
+  "format": "zeroc-plan",
+  "version": 1,
+  "generator": "test",
+  "model": {"name": "m", "params": 18, "dtype": "bf16", "micro_batch": 2, "seq_len": 3},
+  "world_size": 2,
+  "stage": 2,
+  "gradient_accumulation_steps": 1,
+  "config": {},
+  "streams": [{"id": 0, "name": "compute"}, {"id": 1, "name": "comm"}],
+  "tensors": [
+    {"name": "a", "role": "param", "dtype": "bf16", "shape": [3, 4], "numel": 12, "sharded": false, "local_numel": 12, "placement": "device"},
+    {"name": "b", "role": "param", "dtype": "bf16", "shape": [6], "numel": 6, "sharded": false, "local_numel": 6, "placement": "device"},
+    {"name": "g.grad", "role": "grad", "of": "g", "dtype": "f32", "shape": [20], "numel": 20, "sharded": true, "local_numel": 10, "placement": "device"}
+  ],
+  "flat_groups": [
+    {"name": "g", "params": ["a", "b"], "offsets": [0, 12], "numel": 18, "padded": 20, "partition": 10}
+  ],
+  "phases": [
+    {"name": "micro_step", "runs_per_step": 1, "args": [0],
+     "values": [
+       {"id": 0, "dtype": "i32", "shape": [2, 3], "bytes": 24},
+       {"id": 1, "dtype": "bf16", "shape": [3, 4], "bytes": 24}
+     ],
+     "ops": [
+       {"index": 0, "kind": "read", "stream": 0, "inputs": [], "outputs": [1], "tensors": ["a"], "deps": []},
+       {"index": 1, "kind": "reduce_scatter_start", "stream": 1, "inputs": [1], "outputs": [], "tensors": ["g.grad"], "deps": [0], "collective": "reduce_scatter", "comm_elements": 12}
+     ]},
+    {"name": "optimizer_step", "runs_per_step": 1, "args": [], "values": [],
+     "ops": [
+       {"index": 0, "kind": "adam_update", "stream": 0, "inputs": [], "outputs": [], "tensors": ["g", "g.grad"], "deps": [], "attrs": {"lr": 0.001}}
+     ]}
+  ],
+  "comm_elements_per_rank_per_step": {"all_gather": 0, "reduce_scatter": 6, "all_reduce": 0, "total": 6}
+})";
+
+/// kValidPlan with the one occurrence of `from` replaced by `to`.
+std::string edited(const std::string &from, const std::string &to) {
+  std::string text = kValidPlan;
+  size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << "'" << from << "' is not in the plan";
+  EXPECT_EQ(text.find(from, at + 1), std::string::npos)
+      << "'" << from << "' is in the plan twice";
+  if (at != std::string::npos)
+    text.replace(at, from.size(), to);
+  return text;
+}
+
+/// 1-based line and column where `marker` starts in `text`.
+std::string positionOf(const std::string &text, const std::string &marker) {
+  size_t at = text.find(marker);
+  if (at == std::string::npos)
+    return "(not found)";
+  size_t lineStart = text.rfind('\n', at);
+  lineStart = lineStart == std::string::npos ? 0 : lineStart + 1;
+  int line = 1 + int(std::count(text.begin(), text.begin() + at, '\n'));
+  return std::to_string(line) + ":" + std::to_string(at - lineStart + 1);
+}
+
+/// Reading `text` fails with `expected` ("LINE:COL: error: MESSAGE" after
+/// the file name), and LINE:COL is where `marker` starts: the key, element
+/// or object the message is about.
+void expectError(const std::string &text, const std::string &expected,
+                 const std::string &marker) {
+  std::optional<Expected<Plan>> plan;
+  ASSERT_NO_THROW(plan.emplace(readText(text)));
+  ASSERT_FALSE(*plan) << "expected: " << expected;
+  const Diagnostic &error = plan->error();
+  EXPECT_EQ(error.str(), "plan.json:" + expected);
+  EXPECT_EQ(std::to_string(error.line) + ":" + std::to_string(error.column),
+            positionOf(text, marker))
+      << "the diagnostic does not point at '" << marker << "'";
+}
+
+TEST(PlanReader, AcceptsTheValidPlan) {
+  Expected<Plan> plan = readText(kValidPlan);
+  ASSERT_TRUE(plan) << plan.error().str();
+  EXPECT_EQ(plan->flatGroups[0].partition, 10);
+  EXPECT_EQ(plan->phases[0].ops[1].collective, "reduce_scatter");
+  EXPECT_EQ(plan->phases[1].ops[0].attrs["lr"], 0.001);
+  EXPECT_EQ(plan->comm.reduceScatter, 6);
+}
+
+TEST(PlanReader, WrongFormatName) {
+  expectError(
+      edited(R"("format": "zeroc-plan")", R"("format": "onnx")"),
+      R"(2:3: error: not a zeroc plan: format is "onnx", expected "zeroc-plan")",
+      R"("format")");
+}
+
+TEST(PlanReader, UnsupportedVersion) {
+  expectError(edited(R"("version": 1)", R"("version": 2)"),
+              "3:3: error: plan format version 2 is not supported by this "
+              "build, which reads version 1; recompile the plan with this "
+              "zeroc",
+              R"("version")");
+}
+
+TEST(PlanReader, MissingKeys) {
+  expectError(edited(R"("generator": "test",)", ""),
+              "1:1: error: plan (root): missing required key 'generator'", "{");
+  expectError(edited(R"("micro_batch": 2, )", ""),
+              "5:3: error: plan model: missing required key 'micro_batch'",
+              R"("model")");
+  expectError(edited(R"("numel": 12, )", ""),
+              "12:5: error: plan tensors[0]: missing required key 'numel'",
+              R"({"name": "a")");
+  expectError(edited(R"("index": 1, )", ""),
+              "27:8: error: plan phases[0].ops[1]: missing required key "
+              "'index'",
+              R"({"kind": "reduce_scatter_start")");
+  expectError(edited(R"(, "comm_elements": 12)", ""),
+              "27:8: error: plan phases[0].ops[1]: missing required key "
+              "'comm_elements'",
+              R"({"index": 1)");
+  expectError(edited(R"(,
+  "comm_elements_per_rank_per_step": {"all_gather": 0, "reduce_scatter": 6, "all_reduce": 0, "total": 6})",
+                     ""),
+              "1:1: error: plan (root): missing required key "
+              "'comm_elements_per_rank_per_step'",
+              "{");
+}
+
+TEST(PlanReader, WrongTypes) {
+  expectError("[1, 2]",
+              "1:1: error: plan (root): expected an object, found an array",
+              "[");
+  expectError(
+      edited(R"("world_size": 2)", R"("world_size": "2")"),
+      R"(6:3: error: plan world_size: expected an integer >= 1, found "2")",
+      R"("world_size")");
+  expectError(edited(R"("world_size": 2)", R"("world_size": 0)"),
+              "6:3: error: plan world_size: expected an integer >= 1, found 0",
+              R"("world_size")");
+  expectError(edited(R"("stage": 2)", R"("stage": 4)"),
+              "7:3: error: plan stage: expected 0, 1, 2 or 3, found 4",
+              R"("stage")");
+  expectError(edited(R"("config": {})", R"("config": [])"),
+              "9:3: error: plan config: expected an object, found an array",
+              R"("config")");
+  expectError(edited(R"("sharded": false, "local_numel": 6)",
+                     R"("sharded": 0, "local_numel": 6)"),
+              "13:79: error: plan tensors[1].sharded: expected true or false, "
+              "found 0",
+              R"("sharded": 0)");
+  expectError(edited(R"("shape": [6])", R"("shape": 6)"),
+              "13:53: error: plan tensors[1].shape: expected an array of "
+              "integers, found an integer",
+              R"("shape": 6)");
+  expectError(edited(R"("shape": [6])", R"("shape": [6.5])"),
+              "13:63: error: plan tensors[1].shape[0]: expected an integer >= "
+              "0, found 6.5",
+              "6.5");
+  expectError(edited(R"("shape": [3, 4], "numel": 12)",
+                     R"("shape": [-3, -4], "numel": 12)"),
+              "12:63: error: plan tensors[0].shape[0]: expected an integer >= "
+              "0, found -3",
+              "-3");
+  expectError(edited(R"("params": ["a", "b"])", R"("params": ["a", 2])"),
+              "17:35: error: plan flat_groups[0].params[1]: expected a "
+              "string, found 2",
+              "2]");
+  expectError(edited(R"("values": [],)", R"("values": {},)"),
+              "29:64: error: plan phases[1].values: expected an array, found "
+              "an object",
+              R"("values": {})");
+  expectError(
+      edited(R"("stream": 1, "inputs": [1])", R"("stream": 1, "inputs": 1)"),
+      "27:66: error: plan phases[0].ops[1].inputs: expected an array "
+      "of integers, found an integer",
+      R"("inputs": 1)");
+  expectError(edited(R"("attrs": {"lr": 0.001})", R"("attrs": [0.001])"),
+              "31:126: error: plan phases[1].ops[0].attrs: expected an "
+              "object, found an array",
+              R"("attrs")");
+  expectError(
+      edited(R"("reduce_scatter": 6,)", R"("reduce_scatter": "6",)"),
+      R"(34:56: error: plan comm_elements_per_rank_per_step.reduce_scatter: expected a number, found "6")",
+      R"("reduce_scatter": "6")");
+}
+
+TEST(PlanReader, BadDType) {
+  expectError(
+      edited(R"("dtype": "f32")", R"("dtype": "f64")"),
+      R"(14:51: error: plan tensors[2].dtype: unknown dtype "f64", expected f32, bf16, f16 or i32)",
+      R"("dtype": "f64")");
+  expectError(
+      edited(R"("dtype": "i32")", R"("dtype": "int64")"),
+      R"(22:18: error: plan phases[0].values[0].dtype: unknown dtype "int64", expected f32, bf16, f16 or i32)",
+      R"("dtype": "int64")");
+}
+
+TEST(PlanReader, BadRoleAndPlacement) {
+  expectError(
+      edited(R"("role": "grad")", R"("role": "gradient")"),
+      R"(14:24: error: plan tensors[2].role: unknown value "gradient", expected one of param, grad, master, exp_avg, exp_avg_sq)",
+      R"("role": "gradient")");
+  expectError(
+      edited(R"("local_numel": 10, "placement": "device")",
+             R"("local_numel": 10, "placement": "cpu")"),
+      R"(14:131: error: plan tensors[2].placement: unknown value "cpu", expected one of device, host, nvme)",
+      R"("placement": "cpu")");
+}
+
+TEST(PlanReader, NumelMustBeTheProductOfTheShape) {
+  expectError(
+      edited(R"("shape": [6], "numel": 6)", R"("shape": [6], "numel": 7)"),
+      "13:67: error: plan tensors[1].numel: numel 7 is not the "
+      "product of the shape",
+      R"("numel": 7)");
+  // A product that overflows 64 bits is no product at all.
+  expectError(edited(R"("shape": [6], "numel": 6)",
+                     R"("shape": [4294967296, 4294967296], "numel": 6)"),
+              "13:88: error: plan tensors[1].numel: numel 6 is not the "
+              "product of the shape",
+              R"("numel": 6)");
+}
+
+TEST(PlanReader, LocalNumelFollowsTheShardLayout) {
+  expectError(edited(R"("sharded": true, "local_numel": 10)",
+                     R"("sharded": true, "local_numel": 20)"),
+              "14:112: error: plan tensors[2].local_numel: expected 10 for a "
+              "sharded tensor of 20 elements over 2 ranks, found 20",
+              R"("local_numel": 20)");
+  expectError(edited(R"("sharded": false, "local_numel": 12)",
+                     R"("sharded": false, "local_numel": 6)"),
+              "12:101: error: plan tensors[0].local_numel: expected 12 for a "
+              "replicated tensor of 12 elements over 2 ranks, found 6",
+              R"("local_numel": 6, "placement": "device"},
+    {"name": "b")");
+}
+
+TEST(PlanReader, DuplicateTensorName) {
+  expectError(edited(R"({"name": "b", "role")", R"({"name": "a", "role")"),
+              R"(13:6: error: plan tensors[1].name: duplicate tensor name "a")",
+              R"("name": "a", "role": "param", "dtype": "bf16", "shape": [6])");
+}
+
+TEST(PlanReader, FlatGroups) {
+  expectError(edited(R"("offsets": [0, 12])", R"("offsets": [0])"),
+              "17:41: error: plan flat_groups[0].offsets: expected one offset "
+              "per parameter",
+              R"("offsets")");
+  expectError(
+      edited(R"("offsets": [0, 12])", R"("offsets": [0, 11])"),
+      R"(17:56: error: plan flat_groups[0].offsets[1]: offset of "b" is 11, expected 12 (the parameters before it, back to back))",
+      "11]");
+  expectError(edited(R"("numel": 18)", R"("numel": 19)"),
+              "17:61: error: plan flat_groups[0].numel: expected 18, the sum "
+              "of the parameters' numels, found 19",
+              R"("numel": 19)");
+  expectError(
+      edited(R"("padded": 20, "partition": 10)",
+             R"("padded": 24, "partition": 12)"),
+      "17:74: error: plan flat_groups[0].padded: expected 20, numel rounded "
+      "up to a multiple of 2 x world_size, found 24",
+      R"("padded")");
+  expectError(edited(R"("partition": 10)", R"("partition": 9)"),
+              "17:88: error: plan flat_groups[0].partition: partition x "
+              "world_size must equal padded",
+              R"("partition")");
+  expectError(
+      edited(R"("params": ["a", "b"])", R"("params": ["a", "c"])"),
+      R"(17:35: error: plan flat_groups[0].params[1]: unknown parameter "c")",
+      R"("c")");
+  expectError(
+      edited(R"("params": ["a", "b"])", R"("params": ["a", "g.grad"])"),
+      R"(17:35: error: plan flat_groups[0].params[1]: "g.grad" is a grad tensor, not a parameter)",
+      R"("g.grad"])");
+  expectError(
+      edited(R"({"name": "g", "params")", R"({"name": "a", "params")"),
+      R"(17:6: error: plan flat_groups[0].name: duplicate name "a": a tensor or flat group has it already)",
+      R"("name": "a", "params")");
+}
+
+TEST(PlanReader, UnknownOwner) {
+  expectError(edited(R"("of": "g")", R"("of": "h")"),
+              R"(14:40: error: plan tensors[2].of: unknown owner "h")",
+              R"("of")");
+}
+
+TEST(PlanReader, Streams) {
+  expectError(
+      edited(R"({"id": 1, "name": "comm"})", R"({"id": 2, "name": "comm"})"),
+      "10:46: error: plan streams[1].id: stream ids must be 0, 1, 2, "
+      "... in order",
+      R"("id": 2)");
+  expectError(
+      edited(R"("stream": 1, "inputs": [1])", R"("stream": 2, "inputs": [1])"),
+      "27:53: error: plan phases[0].ops[1].stream: stream 2 is not "
+      "declared in 'streams'",
+      R"("stream": 2)");
+}
+
+TEST(PlanReader, UnknownValueIds) {
+  expectError(edited(R"("args": [0])", R"("args": [5])"),
+              "20:48: error: plan phases[0].args: unknown value id 5",
+              R"("args")");
+  expectError(
+      edited(R"("stream": 1, "inputs": [1])", R"("stream": 1, "inputs": [7])"),
+      "27:66: error: plan phases[0].ops[1].inputs: unknown value id 7",
+      R"("inputs": [7])");
+  expectError(edited(R"("outputs": [1])", R"("outputs": [8])"),
+              "26:64: error: plan phases[0].ops[0].outputs: unknown value id 8",
+              R"("outputs")");
+  expectError(
+      edited(R"({"id": 1, "dtype": "bf16")", R"({"id": 0, "dtype": "bf16")"),
+      "23:9: error: plan phases[0].values[1].id: duplicate value id 0",
+      R"("id": 0, "dtype": "bf16")");
+}
+
+TEST(PlanReader, Dependencies) {
+  expectError(
+      edited(R"("deps": [0], "collective")", R"("deps": [1], "collective")"),
+      "27:119: error: plan phases[0].ops[1].deps: dependency 1 is not "
+      "an earlier op",
+      R"("deps": [1])");
+  expectError(
+      edited(R"("deps": [0], "collective")", R"("deps": [-1], "collective")"),
+      "27:128: error: plan phases[0].ops[1].deps[0]: expected an "
+      "integer >= 0, found -1",
+      "-1]");
+}
+
+TEST(PlanReader, OpIndexOutOfOrder) {
+  expectError(edited(R"("index": 1,)", R"("index": 2,)"),
+              "27:9: error: plan phases[0].ops[1].index: ops must be numbered "
+              "0, 1, 2, ... in order",
+              R"("index": 2)");
+}
+
+TEST(PlanReader, UnknownTensorInAnOp) {
+  expectError(
+      edited(R"("tensors": ["a"])", R"("tensors": ["z"])"),
+      R"(26:80: error: plan phases[0].ops[0].tensors: unknown tensor "z")",
+      R"("tensors": ["z"])");
+}
+
+TEST(PlanReader, Collectives) {
+  expectError(
+      edited(R"("collective": "reduce_scatter")",
+             R"("collective": "all_to_all")"),
+      R"(27:132: error: plan phases[0].ops[1].collective: unknown value "all_to_all", expected one of all_gather, reduce_scatter, all_reduce)",
+      R"("collective")");
+  expectError(edited(R"("comm_elements": 12)", R"("comm_elements": -12)"),
+              "27:164: error: plan phases[0].ops[1].comm_elements: expected an "
+              "integer >= 0, found -12",
+              R"("comm_elements")");
+}
+
+TEST(PlanReader, DuplicatePhaseName) {
+  expectError(
+      edited(R"("name": "optimizer_step")", R"("name": "micro_step")"),
+      R"(29:6: error: plan phases[1].name: duplicate phase name "micro_step")",
+      R"("name": "micro_step", "runs_per_step": 1, "args": [],)");
+}
+
+TEST(PlanReader, NeverThrows) {
+  for (const char *text :
+       {"null", "3", "\"plan\"", "{}", R"({"format": 3})",
+        R"({"format": "zeroc-plan", "version": 1.5})",
+        R"({"format": "zeroc-plan", "version": 18446744073709551615})",
+        R"({"format": "zeroc-plan", "version": 1, "generator": "g",
+            "model": [], "world_size": 1, "stage": 0})"}) {
+    SCOPED_TRACE(text);
+    std::optional<Expected<Plan>> plan;
+    ASSERT_NO_THROW(plan.emplace(readText(text)));
+    ASSERT_FALSE(*plan);
+    EXPECT_GT(plan->error().line, 0);
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Inspector
+//===----------------------------------------------------------------------===//
+
+/// Stage 3 on four ranks, 100 parameters: one all-gather in a phase that
+/// runs four times per step, one reduce-scatter there too, and an all-reduce
+/// in a phase that runs once.
+Plan commPlan() {
+  Plan plan;
+  plan.model = {"comm", 100, DType::BF16, 1, 4};
+  plan.worldSize = 4;
+  plan.stage = 3;
+  plan.gradientAccumulationSteps = 4;
+  plan.streams = {"compute"};
+  plan.tensors = {
+      tensor("w", "param", "", DType::BF16, {100}, true, 4, "device"),
+      tensor("w.grad", "grad", "w", DType::F32, {100}, true, 4, "device"),
+      tensor("w.master", "master", "w", DType::F32, {100}, true, 4, "host"),
+      tensor("w.exp_avg", "exp_avg", "w", DType::F32, {100}, true, 4, "nvme")};
+  PlanPhase micro;
+  micro.name = "micro_step";
+  micro.runsPerStep = 4;
+  micro.values = {value(0, DType::BF16, {25}), value(1, DType::BF16, {100})};
+  micro.ops = {op(0, "all_gather_start", 0, {0}, {}, {"w"}),
+               op(1, "reduce_scatter_start", 0, {1}, {}, {"w.grad"})};
+  micro.ops[0].collective = "all_gather";
+  micro.ops[0].commElements = 100;
+  micro.ops[1].collective = "reduce_scatter";
+  micro.ops[1].commElements = 100;
+  PlanPhase optimizer;
+  optimizer.name = "optimizer_step";
+  optimizer.ops = {op(0, "all_reduce_start", 0, {}, {}, {"w.grad"})};
+  optimizer.ops[0].collective = "all_reduce";
+  optimizer.ops[0].commElements = 10;
+  plan.phases = {micro, optimizer};
+  return plan;
+}
+
+TEST(PlanInspect, CountsEachCollectiveOncePerRunOfItsPhase) {
+  json j = inspectJson(commPlan());
+  // all_gather: 100 x 3/4 x 4 runs; reduce_scatter the same; all_reduce:
+  // 2 x 10 x 3/4, once.
+  EXPECT_EQ(j["comm_elements_per_rank_per_step"], json({{"all_gather", 300},
+                                                        {"reduce_scatter", 300},
+                                                        {"all_reduce", 15},
+                                                        {"total", 615}}));
+  EXPECT_EQ(j["collectives_per_step"], json({{"all_gather", 4},
+                                             {"reduce_scatter", 4},
+                                             {"all_reduce", 1},
+                                             {"total", 9}}));
+  // bf16 inputs, bf16 inputs, an f32 tensor.
+  EXPECT_EQ(j["comm_bytes_per_rank_per_step"], json({{"all_gather", 600},
+                                                     {"reduce_scatter", 600},
+                                                     {"all_reduce", 60},
+                                                     {"total", 1260}}));
+  // 3 psi (n-1)/n = 225; the plan's gathers and reductions repeat for each
+  // of its four micro-batches.
+  EXPECT_EQ(j["zero_paper"]["formula"], "3 psi (n-1)/n");
+  EXPECT_EQ(j["zero_paper"]["comm_elements_per_rank_per_step"], 225);
+  EXPECT_DOUBLE_EQ(j["zero_paper"]["ratio"].get<double>(), 615.0 / 225.0);
+  EXPECT_EQ(j["ops_per_phase"],
+            json({{"micro_step", 2}, {"optimizer_step", 1}}));
+}
+
+TEST(PlanInspect, FractionalElementsStayFractional) {
+  Plan plan = commPlan();
+  plan.worldSize = 3;
+  plan.phases[0].runsPerStep = 1;
+  CommPerStep comm = commPerRankPerStep(plan);
+  EXPECT_DOUBLE_EQ(comm[CollectiveKind::AllGather].elements, 200.0 / 3.0);
+  EXPECT_DOUBLE_EQ(comm[CollectiveKind::AllReduce].elements, 40.0 / 3.0);
+  json j = inspectJson(plan);
+  EXPECT_TRUE(
+      j["comm_elements_per_rank_per_step"]["all_gather"].is_number_float());
+  EXPECT_DOUBLE_EQ(j["comm_elements_per_rank_per_step"]["total"].get<double>(),
+                   440.0 / 3.0);
+}
+
+TEST(PlanInspect, OneRankCommunicatesNothing) {
+  Plan plan = commPlan();
+  plan.worldSize = 1;
+  json j = inspectJson(plan);
+  EXPECT_EQ(j["comm_elements_per_rank_per_step"]["total"], 0);
+  EXPECT_EQ(j["collectives_per_step"]["total"], 9);
+  EXPECT_EQ(j["zero_paper"]["comm_elements_per_rank_per_step"], 0);
+  EXPECT_TRUE(j["zero_paper"]["ratio"].is_null());
+}
+
+TEST(PlanInspect, BytesNeedOneDTypePerCollective) {
+  Plan plan = commPlan();
+  // The all-gather now sends a bf16 and an f32 value: its bytes are unknown,
+  // and so is the total; the other kinds keep theirs.
+  plan.phases[0].values.push_back(value(2, DType::F32, {25}));
+  plan.phases[0].ops[0].inputs = {0, 2};
+  json j = inspectJson(plan);
+  EXPECT_EQ(j["comm_bytes_per_rank_per_step"],
+            json({{"reduce_scatter", 600}, {"all_reduce", 60}}));
+  CommPerStep comm = commPerRankPerStep(plan);
+  EXPECT_FALSE(comm[CollectiveKind::AllGather].bytes);
+  EXPECT_FALSE(comm.total().bytes);
+}
+
+TEST(PlanInspect, FlatGroupsStandForTheirParameters) {
+  // all_gather_updates on a stage-2 group of bf16 parameters.
+  Plan plan = stage2Plan();
+  json j = inspectJson(plan);
+  // reduce_scatter: 12 x 1/2 x 2 runs (bf16 inputs); all_gather: 18 x 1/2.
+  EXPECT_EQ(j["comm_elements_per_rank_per_step"]["reduce_scatter"], 12);
+  EXPECT_EQ(j["comm_elements_per_rank_per_step"]["all_gather"], 9);
+  EXPECT_EQ(j["comm_bytes_per_rank_per_step"]["all_gather"], 18);
+  EXPECT_EQ(j["comm_bytes_per_rank_per_step"]["total"], 42);
+  EXPECT_EQ(j["zero_paper"]["formula"], "2 psi (n-1)/n");
+  EXPECT_EQ(j["zero_paper"]["comm_elements_per_rank_per_step"], 18);
+}
+
+TEST(PlanInspect, PersistentBytesByRoleAndPlacement) {
+  PersistentBytes bytes = persistentBytesPerRank(commPlan());
+  // 25 elements per rank each: bf16 parameter, f32 states.
+  EXPECT_EQ(bytes.byRole.at("param").at("device"), 50);
+  EXPECT_EQ(bytes.byRole.at("grad").at("device"), 100);
+  EXPECT_EQ(bytes.byRole.at("master").at("host"), 100);
+  EXPECT_EQ(bytes.role("exp_avg"), 100);
+  EXPECT_EQ(bytes.role("exp_avg_sq"), 0);
+  EXPECT_EQ(bytes.placement("device"), 150);
+  EXPECT_EQ(bytes.placement("nvme"), 100);
+  EXPECT_EQ(bytes.total(), 350);
+  json j = inspectJson(commPlan())["persistent_bytes_per_rank"];
+  EXPECT_EQ(j["by_role"]["master"],
+            json({{"device", 0}, {"host", 100}, {"nvme", 0}, {"total", 100}}));
+  EXPECT_EQ(j["by_placement"],
+            json({{"device", 150}, {"host", 100}, {"nvme", 100}}));
+  EXPECT_EQ(j["total"], 350);
+}
+
+TEST(PlanInspect, JsonSummary) {
+  json j = inspectJson(stage2Plan());
+  EXPECT_EQ(j["world_size"], 2);
+  EXPECT_EQ(j["stage"], 2);
+  EXPECT_EQ(j["params"], 18);
+  EXPECT_EQ(j["gradient_accumulation_steps"], 2);
+  EXPECT_EQ(j["model"], json({{"name", "tiny"},
+                              {"dtype", "bf16"},
+                              {"micro_batch", 2},
+                              {"seq_len", 3}}));
+  EXPECT_EQ(j["ops_per_phase"],
+            json({{"micro_step", 5}, {"optimizer_step", 3}}));
+  EXPECT_EQ(j["runs_per_step"],
+            json({{"micro_step", 2}, {"optimizer_step", 1}}));
+}
+
+TEST(PlanInspect, TextReport) {
+  std::string text = inspectText(commPlan());
+  EXPECT_NE(text.find("plan comm\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("  parameters                     100 (100)\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("  phase optimizer_step           1 op, 1 run per "
+                      "step\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("  role      device    host    nvme   total   bytes\n"
+                      "  param       50 B     0 B     0 B    50 B      50\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("  total                 615   1.23 KiB             9\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(
+      text.find("  ZeRO paper, 3 psi (n-1)/n: 225 elements; plan / paper = "
+                "2.73\n"
+                "  (the paper assumes one micro-batch per step; this plan "
+                "runs 4)\n"),
+      std::string::npos)
+      << text;
+}
+
+} // namespace
