@@ -16,6 +16,8 @@
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/MapVector.h"
+#include "llvm/ADT/SmallPtrSet.h"
 
 namespace zeroc {
 #define GEN_PASS_DEF_ZEROINSERTCOLLECTIVES
@@ -104,8 +106,13 @@ private:
              << " has no model.backward_seed: run zero-expand-training-step "
                 "first";
 
-    for (auto ref : llvm::to_vector(micro.getOps<model::ParamRefOp>()))
-      if (failed(lowerParamRef(ref, seed)))
+    // Uses of one parameter may come from several param_refs (a tied
+    // embedding and head): lower them together.
+    llvm::MapVector<StringRef, SmallVector<model::ParamRefOp>> refsOf;
+    for (auto ref : micro.getOps<model::ParamRefOp>())
+      refsOf[ref.getParam()].push_back(ref);
+    for (auto &[name, refs] : refsOf)
+      if (failed(lowerParam(name, refs, seed)))
         return failure();
     for (auto acc : llvm::to_vector(micro.getOps<model::AccumulateGradOp>()))
       if (failed(lowerAccumulate(acc)))
@@ -113,53 +120,84 @@ private:
     return success();
   }
 
-  /// A replicated parameter is read in place. A sharded one is gathered
-  /// once for its forward uses and once for its backward uses (DeepSpeed
-  /// releases a parameter after its module runs and fetches it again for
-  /// backward), each gather released after the phase's last use.
-  LogicalResult lowerParamRef(model::ParamRefOp ref, Operation *seed) {
-    FailureOr<sched::TensorOp> t = param(ref, ref.getParam());
+  /// A replicated parameter is read in place. A sharded one is gathered once
+  /// for its forward uses and once for the backward of the ops that used it,
+  /// each gather released after the phase's last use. Like DeepSpeed, which
+  /// fetches a module's parameters for its backward, a parameter is gathered
+  /// for backward even when backward does not read it (a bias): the backward
+  /// ops of a forward op carry the forward op's location, which is how they
+  /// are found.
+  LogicalResult lowerParam(StringRef name,
+                           MutableArrayRef<model::ParamRefOp> refs,
+                           Operation *seed) {
+    FailureOr<sched::TensorOp> t = param(refs.front(), name);
     if (failed(t))
       return failure();
-    Location loc = ref.getLoc();
     if (!t->getSharded()) {
-      b.setInsertionPoint(ref);
-      auto read = b.create<sched::ReadOp>(
-          loc, ref.getType(), ref.getParamAttr(), b.getI64IntegerAttr(0));
-      ref.replaceAllUsesWith(read.getResult());
-      ref.erase();
+      for (model::ParamRefOp ref : refs) {
+        b.setInsertionPoint(ref);
+        auto read =
+            b.create<sched::ReadOp>(ref.getLoc(), ref.getType(),
+                                    ref.getParamAttr(), b.getI64IntegerAttr(0));
+        ref.replaceAllUsesWith(read.getResult());
+        ref.erase();
+      }
       return success();
     }
     // Users in block order, split at the backward seed.
+    Block *block = seed->getBlock();
     SmallVector<SmallVector<OpOperand *>, 2> phases(2);
-    for (OpOperand &use : ref->getUses()) {
-      Operation *user = ref->getBlock()->findAncestorOpInBlock(*use.getOwner());
-      phases[user->isBeforeInBlock(seed) ? 0 : 1].push_back(&use);
+    for (model::ParamRefOp ref : refs)
+      for (OpOperand &use : ref->getUses()) {
+        Operation *user = block->findAncestorOpInBlock(*use.getOwner());
+        phases[user->isBeforeInBlock(seed) ? 0 : 1].push_back(&use);
+      }
+    auto blockOrder = [](Operation *a, Operation *c) {
+      return a->isBeforeInBlock(c);
+    };
+    // Backward ops of the forward users, for a parameter backward does not
+    // read.
+    SmallVector<Operation *> backwardOfUsers;
+    if (phases[1].empty()) {
+      llvm::SmallPtrSet<Location, 4> userLocs;
+      for (OpOperand *use : phases[0])
+        if (!isa<UnknownLoc>(use->getOwner()->getLoc()))
+          userLocs.insert(use->getOwner()->getLoc());
+      for (Operation *op = seed->getNextNode(); op; op = op->getNextNode())
+        if (userLocs.contains(op->getLoc()))
+          backwardOfUsers.push_back(op);
     }
-    for (auto &uses : phases) {
-      if (uses.empty())
-        continue;
-      auto blockOrder = [&](OpOperand *a, OpOperand *c) {
-        return a->getOwner()->isBeforeInBlock(c->getOwner());
-      };
-      llvm::sort(uses, blockOrder);
-      Operation *first = uses.front()->getOwner();
-      Operation *last = uses.back()->getOwner();
+    Location loc = refs.front().getLoc();
+    FlatSymbolRefAttr paramRef = refs.front().getParamAttr();
+    RankedTensorType fullType = refs.front().getType();
+    auto gatherAround = [&](Operation *first, Operation *last,
+                            ArrayRef<OpOperand *> uses) {
       b.setInsertionPoint(first);
-      auto shard =
-          b.create<sched::ReadOp>(loc, t->getLocalType(worldSize),
-                                  ref.getParamAttr(), b.getI64IntegerAttr(0));
+      auto shard = b.create<sched::ReadOp>(loc, t->getLocalType(worldSize),
+                                           paramRef, b.getI64IntegerAttr(0));
       auto start = b.create<sched::AllGatherStartOp>(
           loc, sched::TokenType::get(b.getContext()), ValueRange{shard},
-          b.getArrayAttr({ref.getParamAttr()}), b.getI64IntegerAttr(0));
-      auto wait = startAndWait(loc, start, {ref.getType()});
+          b.getArrayAttr({paramRef}), b.getI64IntegerAttr(0));
+      auto wait = startAndWait(loc, start, {fullType});
       for (OpOperand *use : uses)
         use->set(wait.getResult(0));
       b.setInsertionPointAfter(last);
       b.create<sched::ReleaseOp>(loc, wait.getResults(),
                                  b.getI64IntegerAttr(0));
+    };
+    for (auto &uses : phases) {
+      if (uses.empty())
+        continue;
+      SmallVector<Operation *> users;
+      for (OpOperand *use : uses)
+        users.push_back(use->getOwner());
+      llvm::sort(users, blockOrder);
+      gatherAround(users.front(), users.back(), uses);
     }
-    ref.erase();
+    if (!backwardOfUsers.empty())
+      gatherAround(backwardOfUsers.front(), backwardOfUsers.back(), {});
+    for (model::ParamRefOp ref : refs)
+      ref.erase();
     return success();
   }
 

@@ -107,8 +107,13 @@ def ZeroInsertCollectives : Pass<"zero-insert-collectives", "::mlir::ModuleOp"> 
 
     * a replicated parameter is read in place (`sched.read`); a sharded one
       (stage 3) is all-gathered before its first use in forward and again
-      before its first use in backward, and released after its last use in
-      each;
+      for the backward of the ops that used it, and released after the last
+      use in each phase. Like DeepSpeed, which fetches a module's parameters
+      for its backward, a parameter is gathered for backward even when
+      backward does not read it (a bias, a position table): backward ops
+      carry their forward op's location, which is how they are found. So
+      stage 3 moves exactly 3 psi (n-1)/n elements per rank per step, the
+      ZeRO paper's figure;
     * a gradient is accumulated locally (stages 0 and 1) or reduce-scattered
       into its owner's shard as soon as it is complete (stages 2 and 3);
     * at the accumulation boundary (`@optimizer_step`) stage 0 all-reduces
