@@ -25,9 +25,11 @@ def Model_Dialect : Dialect {
 
     Ops are at layer granularity (embedding, linear, norms, activations,
     attention, loss) because that is the unit ZeRO schedules and the unit the
-    runtime has kernels for. Every compute op implements `CostOpInterface`
-    and `SavesForBackwardOpInterface`, which later passes query instead of
-    switching on op names.
+    runtime has kernels for. Every compute op implements `CostOpInterface`,
+    `SavesForBackwardOpInterface` and `DifferentiableOpInterface`, which
+    later passes query instead of switching on op names. The backward ops
+    and the training-step ops (`model.accumulate_grad`, `model.adam_update`,
+    ...) are what `zero-expand-training-step` builds from them.
 
     Conventions: a linear weight is `[out_features, in_features]` and computes
     `y = x W^T + b` (PyTorch's layout); activations are `[batch, seq, ...]`;
