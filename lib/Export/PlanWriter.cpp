@@ -137,6 +137,10 @@ FailureOr<PlanPhase> buildPhase(func::FuncOp func, int64_t runsPerStep,
         for (Attribute a : array)
           collect(a);
     }
+    if (auto cost = dyn_cast<model::CostOpInterface>(op)) {
+      pop.flops = cost.getForwardFlops();
+      pop.bytes = cost.getForwardBytes();
+    }
     if (auto coll = dyn_cast<sched::CollectiveOpInterface>(op)) {
       pop.collective = std::string(collectiveName(coll.getCollectiveKind()));
       pop.commElements = coll.getLogicalElements(symbols);

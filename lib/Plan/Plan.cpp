@@ -84,6 +84,10 @@ json toJson(const Plan &plan) {
         j["collective"] = op.collective;
         j["comm_elements"] = op.commElements;
       }
+      if (op.flops)
+        j["flops"] = op.flops;
+      if (op.bytes)
+        j["bytes"] = op.bytes;
       ops.push_back(std::move(j));
     }
     phases.push_back({{"name", p.name},
@@ -528,6 +532,10 @@ Expected<Plan> readPlan(const JsonDocument &doc) {
         else
           op.attrs = o["attrs"];
       }
+      if (o.is_object() && o.contains("flops"))
+        op.flops = r.integer(o, oat, "flops");
+      if (o.is_object() && o.contains("bytes"))
+        op.bytes = r.integer(o, oat, "bytes");
       if (o.is_object() && o.contains("collective")) {
         op.collective = r.oneOf(o, oat, "collective",
                                 {"all_gather", "reduce_scatter", "all_reduce"});

@@ -77,6 +77,8 @@ struct PlanOp {
   nlohmann::json attrs = nlohmann::json::object();
   std::string collective; ///< all_gather, reduce_scatter, all_reduce, or empty.
   int64_t commElements = 0; ///< Logical elements the collective covers.
+  int64_t flops = 0;        ///< Compute ops: floating-point operations.
+  int64_t bytes = 0;        ///< Compute ops: device memory read and written.
 };
 
 struct PlanPhase {
