@@ -124,8 +124,19 @@ FailureOr<PlanPhase> buildPhase(func::FuncOp func, int64_t runsPerStep,
         pop.outputs.push_back(ids[result]);
     }
     pop.deps.assign(deps.begin(), deps.end());
+    // The memory plan's attributes become fields, not op attributes.
+    if (auto offsets = op.getAttrOfType<DenseI64ArrayAttr>("sched.offsets"))
+      for (auto [result, offset] :
+           llvm::zip(op.getResults(), offsets.asArrayRef()))
+        if (ids.count(result))
+          phase.values[ids[result]].offset = offset;
+    if (auto saved = dyn_cast<model::SavesForBackwardOpInterface>(op))
+      if ((pop.savedBytes = saved.getSavedInternalBytes()))
+        if (auto at = op.getAttrOfType<IntegerAttr>("sched.saved_offset"))
+          pop.savedOffset = at.getInt();
     for (NamedAttribute attr : op.getAttrs()) {
-      if (attr.getName() == "stream")
+      if (attr.getName() == "stream" ||
+          attr.getName().getValue().starts_with("sched."))
         continue;
       pop.attrs[attr.getName().str()] = attrToJson(attr.getValue());
       auto collect = [&](Attribute a) {
@@ -167,6 +178,20 @@ FailureOr<PlanPhase> buildPhase(func::FuncOp func, int64_t runsPerStep,
                                        std::to_string(plan.streams.size()));
     opIndex[&op] = pop.index;
     phase.ops.push_back(std::move(pop));
+  }
+  if (auto args = func->getAttrOfType<DenseI64ArrayAttr>("sched.arg_offsets"))
+    for (auto [arg, offset] : llvm::zip(func.getArguments(), args.asArrayRef()))
+      if (ids.count(arg))
+        phase.values[ids[arg]].offset = offset;
+  if (auto memory = func->getAttrOfType<DictionaryAttr>("sched.memory")) {
+    auto get = [&](StringRef key) -> int64_t {
+      auto v = memory.getAs<IntegerAttr>(key);
+      return v ? v.getInt() : 0;
+    };
+    phase.memory = PlanPhaseMemory{get("arena_bytes"),    get("peak_live_bytes"),
+                                   get("peak_op"),        get("activations"),
+                                   get("gather_buffers"), get("reduce_buckets"),
+                                   get("workspace")};
   }
   return phase;
 }

@@ -102,6 +102,7 @@ void buildZeroPipeline(mlir::OpPassManager &pm, const DeepSpeedConfig &cfg) {
   pm.addPass(createZeroAssignStreams(streams));
 
   pm.addPass(createZeroVerifySchedule());
+  pm.addPass(createZeroPlanMemory());
 }
 
 } // namespace zeroc

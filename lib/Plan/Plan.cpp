@@ -68,7 +68,8 @@ json toJson(const Plan &plan) {
       values.push_back({{"id", v.id},
                         {"dtype", std::string(dtypeName(v.dtype))},
                         {"shape", v.shape},
-                        {"bytes", v.bytes}});
+                        {"bytes", v.bytes},
+                        {"offset", v.offset}});
     json ops = json::array();
     for (const PlanOp &op : p.ops) {
       json j = {{"index", op.index},     {"kind", op.kind},
@@ -88,13 +89,26 @@ json toJson(const Plan &plan) {
         j["flops"] = op.flops;
       if (op.bytes)
         j["bytes"] = op.bytes;
+      if (op.savedBytes) {
+        j["saved_bytes"] = op.savedBytes;
+        j["saved_offset"] = op.savedOffset;
+      }
       ops.push_back(std::move(j));
     }
-    phases.push_back({{"name", p.name},
-                      {"runs_per_step", p.runsPerStep},
-                      {"args", p.args},
-                      {"values", std::move(values)},
-                      {"ops", std::move(ops)}});
+    json phase = {{"name", p.name},
+                  {"runs_per_step", p.runsPerStep},
+                  {"args", p.args},
+                  {"values", std::move(values)},
+                  {"ops", std::move(ops)}};
+    if (p.memory)
+      phase["memory"] = {{"arena_bytes", p.memory->arenaBytes},
+                         {"peak_live_bytes", p.memory->peakLiveBytes},
+                         {"peak_op", p.memory->peakOp},
+                         {"activations", p.memory->activations},
+                         {"gather_buffers", p.memory->gatherBuffers},
+                         {"reduce_buckets", p.memory->reduceBuckets},
+                         {"workspace", p.memory->workspace}};
+    phases.push_back(std::move(phase));
   }
   json streams = json::array();
   for (size_t i = 0; i < plan.streams.size(); ++i)
@@ -500,6 +514,8 @@ Expected<Plan> readPlan(const JsonDocument &doc) {
       v.dtype = r.dtype(values[i], vat);
       v.shape = r.integers(values[i], vat, "shape");
       v.bytes = r.integer(values[i], vat, "bytes");
+      if (values[i].is_object() && values[i].contains("offset"))
+        v.offset = r.integer(values[i], vat, "offset", -1);
       if (!r.error && !ids.insert(v.id).second)
         r.fail(vat + "/id", "duplicate value id " + std::to_string(v.id));
       phase.values.push_back(std::move(v));
@@ -536,6 +552,10 @@ Expected<Plan> readPlan(const JsonDocument &doc) {
         op.flops = r.integer(o, oat, "flops");
       if (o.is_object() && o.contains("bytes"))
         op.bytes = r.integer(o, oat, "bytes");
+      if (o.is_object() && o.contains("saved_bytes")) {
+        op.savedBytes = r.integer(o, oat, "saved_bytes");
+        op.savedOffset = r.integer(o, oat, "saved_offset", -1);
+      }
       if (o.is_object() && o.contains("collective")) {
         op.collective = r.oneOf(o, oat, "collective",
                                 {"all_gather", "reduce_scatter", "all_reduce"});
@@ -555,6 +575,28 @@ Expected<Plan> readPlan(const JsonDocument &doc) {
         if (!r.error && !names.count(t))
           r.fail(oat + "/tensors", "unknown tensor \"" + t + "\"");
       phase.ops.push_back(std::move(op));
+    }
+    if (!r.error && j.is_object() && j.contains("memory")) {
+      const json &m = j["memory"];
+      std::string mat = at + "/memory";
+      PlanPhaseMemory mem;
+      mem.arenaBytes = r.integer(m, mat, "arena_bytes");
+      mem.peakLiveBytes = r.integer(m, mat, "peak_live_bytes");
+      mem.peakOp = r.integer(m, mat, "peak_op");
+      mem.activations = r.integer(m, mat, "activations");
+      mem.gatherBuffers = r.integer(m, mat, "gather_buffers");
+      mem.reduceBuckets = r.integer(m, mat, "reduce_buckets");
+      mem.workspace = r.integer(m, mat, "workspace");
+      if (!r.error && !phase.ops.empty() &&
+          mem.peakOp >= int64_t(phase.ops.size()))
+        r.fail(mat + "/peak_op", "op " + std::to_string(mem.peakOp) +
+                                     " does not exist in the phase");
+      for (const PlanValue &v : phase.values)
+        if (!r.error && v.offset >= 0 && v.offset + v.bytes > mem.arenaBytes)
+          r.fail(mat + "/arena_bytes",
+                 "value " + std::to_string(v.id) + " at offset " +
+                     std::to_string(v.offset) + " does not fit in the arena");
+      phase.memory = mem;
     }
     plan.phases.push_back(std::move(phase));
   }

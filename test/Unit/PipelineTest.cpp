@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "zeroc/Pipeline/Pipeline.h"
+#include "zeroc/Plan/PlanMemory.h"
 #include "model/ModelOps.h"
 #include "sched/SchedOps.h"
 #include "zeroc/Export/PlanWriter.h"
@@ -72,9 +73,12 @@ protected:
   static std::string config(int stage, int64_t gradAccum,
                             const std::string &zeroExtra = "",
                             const std::string &precision = "bf16") {
+    // "fp32": fp16 and bf16 both off.
+    std::string block = precision == "fp32" ? "fp16" : precision;
+    std::string enabled = precision == "fp32" ? "false" : "true";
     return R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": )" +
-           std::to_string(gradAccum) + R"(, ")" + precision +
-           R"(": {"enabled": true}, "zero_optimization": {"stage": )" +
+           std::to_string(gradAccum) + R"(, ")" + block +
+           R"(": {"enabled": )" + enabled + R"(}, "zero_optimization": {"stage": )" +
            std::to_string(stage) +
            R"(, "stage3_param_persistence_threshold": 0)" + zeroExtra + "}}";
   }
@@ -232,6 +236,91 @@ TEST_F(PipelineTest, OffloadPlacesStatesOnTheHost) {
     for (const PlanOp &op : p.ops)
       fetches += op.kind == "fetch_start";
   EXPECT_GT(fetches, 0);
+}
+
+} // namespace
+
+namespace {
+
+/// Padding bound of a plan's model states, in bytes: stage 3 pads each
+/// parameter to a multiple of the world size, stages 1-2 the flat group to a
+/// multiple of twice it.
+double paddingBound(const Plan &plan) {
+  double perElement = 16.0;
+  return perElement * double(plan.tensors.size()) * double(plan.worldSize) * 2;
+}
+
+class MemoryTest : public PipelineTest {};
+
+// The ZeRO paper's model-state formulas, mixed precision (K = 12):
+// stage 0 (2+2+K) psi, stage 1 4 psi + K psi/N, stage 2 2 psi + (2+K) psi/N,
+// stage 3 (2+2+K) psi/N; and zeroc's fp32 analogues (no separate master
+// copy, docs/zero-pipeline.md): 16 psi, 8 psi + 8 psi/N, 4 psi + 12 psi/N,
+// 16 psi/N.
+TEST_F(MemoryTest, ModelStatesFollowTheZeroPaper) {
+  for (bool mixed : {true, false})
+    for (int64_t n : {1, 2, 8, 64})
+      for (int stage = 0; stage <= 3; ++stage) {
+        std::optional<Compiled> c =
+            compile("tiny-llama", config(stage, 1, "", mixed ? "bf16" : "fp32"),
+                    n, mixed ? DType::BF16 : DType::F32);
+        ASSERT_TRUE(c.has_value());
+        double psi = double(c->stats.params), N = double(n);
+        double w = mixed ? 2 : 4, k = mixed ? 12 : 8;
+        double expected[] = {(2 * w + k) * psi, 2 * w * psi + k * psi / N,
+                             w * psi + (w + k) * psi / N,
+                             (2 * w + k) * psi / N};
+        MemorySummary m = summarizeMemory(c->plan);
+        double actual = double(m.modelStateBytes());
+        EXPECT_GE(actual, expected[stage] - 1e-6)
+            << "stage " << stage << " n " << n << " mixed " << mixed;
+        EXPECT_LE(actual, expected[stage] + paddingBound(c->plan))
+            << "stage " << stage << " n " << n << " mixed " << mixed;
+      }
+}
+
+// Korthikanti et al. (2022): without recomputation a GPT layer in 16-bit
+// keeps s b h (34 + 5 a s / h) bytes; without dropout 32 s b h + 2 a s^2 b
+// (plus the layernorms' f32 statistics, 16 s b). The planner's activations
+// at the peak hold every layer's share plus the head (logits and their
+// gradient).
+TEST_F(MemoryTest, ActivationsFollowKorthikanti) {
+  auto spec = withBatchShape(*presetSpec("gpt2"), 256, 2, DType::BF16);
+  spec->numLayers = 4;
+  mlir::OwningOpRef<mlir::ModuleOp> module = buildModel(context, *spec);
+  mlir::FailureOr<ModelStats> stats = computeModelStats(*module);
+  ASSERT_TRUE(mlir::succeeded(stats));
+  auto doc = JsonDocument::parse(config(0, 1, "", "bf16"), "ds.json");
+  auto cfg = readDeepSpeedConfig(*doc, configContextFor(*stats, 1, std::nullopt));
+  ASSERT_TRUE(bool(cfg));
+  mlir::PassManager pm(&context);
+  buildZeroPipeline(pm, *cfg);
+  ASSERT_TRUE(mlir::succeeded(pm.run(*module)));
+  mlir::FailureOr<Plan> plan = buildPlan(*module, PlanSource{});
+  ASSERT_TRUE(mlir::succeeded(plan));
+  MemorySummary m = summarizeMemory(*plan);
+  double s = 256, b = 2, h = 768, a = 12, v = 50257, layers = 4;
+  double perLayer = 32 * s * b * h + 2 * a * s * s * b + 16 * s * b;
+  // The head: logits and their gradient, and the tied embedding's gradient
+  // from the head, kept until the embedding's own contribution is added.
+  double head = 2 * (s * b * v * 2) + v * h * 2;
+  EXPECT_GE(double(m.activations), layers * perLayer);
+  EXPECT_LE(double(m.activations), layers * perLayer + head + 8 * s * b * h);
+  EXPECT_EQ(m.peakPhase, "micro_step");
+}
+
+TEST_F(MemoryTest, FitCheckRefusesAndExplains) {
+  std::optional<Compiled> c = compile("tiny-llama", config(0, 1), 4);
+  ASSERT_TRUE(c.has_value());
+  MemorySummary m = summarizeMemory(c->plan);
+  EXPECT_EQ(checkFit(c->plan, m.peakDeviceBytes, "GPU"), std::nullopt);
+  std::optional<std::string> refusal =
+      checkFit(c->plan, m.peakDeviceBytes - 1, "A GPU");
+  ASSERT_TRUE(refusal.has_value());
+  EXPECT_NE(refusal->find("at its peak, op "), std::string::npos) << *refusal;
+  EXPECT_NE(refusal->find("ZeRO stage 3"), std::string::npos) << *refusal;
+  EXPECT_NE(refusal->find("activation_checkpointing"), std::string::npos);
+  EXPECT_NE(refusal->find("--allow-oom"), std::string::npos);
 }
 
 } // namespace

@@ -61,6 +61,7 @@ struct PlanValue {
   DType dtype = DType::F32;
   std::vector<int64_t> shape;
   int64_t bytes = 0;
+  int64_t offset = -1; ///< In the phase's arena; -1 for views and unplanned.
 };
 
 /// One op of a phase, in program order.
@@ -79,6 +80,22 @@ struct PlanOp {
   int64_t commElements = 0; ///< Logical elements the collective covers.
   int64_t flops = 0;        ///< Compute ops: floating-point operations.
   int64_t bytes = 0;        ///< Compute ops: device memory read and written.
+  /// State a forward op keeps for backward that is not a value (statistics,
+  /// attention probabilities), and where it lives in the arena.
+  int64_t savedBytes = 0;
+  int64_t savedOffset = -1;
+};
+
+/// What zero-plan-memory found for a phase: its arena, and the peak of
+/// live transient bytes with what is live there.
+struct PlanPhaseMemory {
+  int64_t arenaBytes = 0;
+  int64_t peakLiveBytes = 0;
+  int64_t peakOp = 0;
+  int64_t activations = 0;
+  int64_t gatherBuffers = 0;
+  int64_t reduceBuckets = 0;
+  int64_t workspace = 0;
 };
 
 struct PlanPhase {
@@ -87,6 +104,7 @@ struct PlanPhase {
   std::vector<int64_t> args; ///< Value ids of the function arguments.
   std::vector<PlanValue> values;
   std::vector<PlanOp> ops;
+  std::optional<PlanPhaseMemory> memory; ///< Absent if memory was not planned.
 };
 
 /// Elements each rank sends per step, by collective kind, before bucket

@@ -251,4 +251,29 @@ def ZeroVerifySchedule : Pass<"zero-verify-schedule", "::mlir::ModuleOp"> {
   let dependentDialects = ["::zeroc::sched::SchedDialect"];
 }
 
+def ZeroPlanMemory : Pass<"zero-plan-memory", "::mlir::ModuleOp"> {
+  let summary = "Liveness, arena offsets and the per-rank memory peak";
+  let description = [{
+    Plans every rank's transient device memory, one arena per phase, so the
+    runtime allocates once. A buffer is an SSA tensor of a phase (views made
+    by `sched.read` are not buffers): it lives from its defining op (for a
+    gathered or fetched parameter, from the start of the collective that
+    writes it) to its last use as MLIR's Liveness reports it, extended to
+    the wait of any asynchronous op that reads it (a gradient in a reduce
+    bucket). State an op keeps for backward that is not an SSA value
+    (`SavesForBackwardOpInterface::getSavedInternalBytes`: normalization
+    statistics, attention probabilities) is a buffer from the op to the last
+    backward op carrying its location.
+
+    Buffers get arena offsets (greedy by size, first fit among the buffers
+    whose lives overlap, 256-byte aligned): `sched.offsets` on each op lists
+    its results' offsets (-1 for views and tokens), `sched.arg_offsets` on
+    the function its arguments', `sched.saved_offset` an op's internal
+    state's. Each function gets `sched.memory`: the arena size, the peak of
+    live bytes, the op where it occurs, and the live bytes there by
+    category: activations, gather buffers, reduce buckets, workspace.
+  }];
+  let dependentDialects = ["::zeroc::sched::SchedDialect"];
+}
+
 #endif // ZEROC_TRANSFORMS_PASSES

@@ -1,0 +1,68 @@
+//===- PlanMemory.h - A plan's memory per rank, and whether it fits -*- C++ -*-===//
+//
+// Reads off a plan what every rank holds: persistent state by role and
+// placement, the transient peak the memory planner found and what is live
+// there, host and NVMe bytes; and refuses a plan that does not fit a GPU with
+// a message that says where the peak is and what would make it fit.
+// MLIR-free: `zeroc inspect`, `zeroc advise` and the compiler's fit check
+// share it.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZEROC_PLAN_PLANMEMORY_H
+#define ZEROC_PLAN_PLANMEMORY_H
+
+#include "zeroc/Plan/Plan.h"
+
+#include <optional>
+#include <string>
+
+namespace zeroc {
+
+struct MemorySummary {
+  // Persistent device bytes per rank, held across the whole step.
+  int64_t params = 0;          ///< This rank's parameters (shards or whole).
+  int64_t grads = 0;
+  int64_t optimizerStates = 0; ///< Master copies and Adam moments.
+  /// params + grads + optimizerStates: the ZeRO paper's model states.
+  int64_t modelStateBytes() const { return params + grads + optimizerStates; }
+
+  int64_t hostPinnedBytes = 0;   ///< Offloaded state and swap buffers.
+  int64_t hostPageableBytes = 0; ///< Offloaded state without pin_memory.
+  int64_t nvmeBytes = 0;         ///< State kept in NVMe files.
+
+  // The peak: persistent device state plus the largest transient peak.
+  bool planned = false; ///< False when the plan has no memory plan.
+  int64_t peakDeviceBytes = 0;
+  std::string peakPhase;
+  int64_t peakOp = 0;
+  std::string peakOpKind, peakOpWhere;
+  // Transient bytes live at the peak.
+  int64_t activations = 0;
+  int64_t gatherBuffers = 0; ///< Gathered (and fetched) parameters.
+  int64_t reduceBuckets = 0; ///< Gradients waiting in reduction buckets.
+  int64_t workspace = 0;
+  int64_t buffers() const { return gatherBuffers + reduceBuckets + workspace; }
+};
+
+MemorySummary summarizeMemory(const Plan &plan);
+
+/// `peak_device_bytes`, `memory_breakdown_bytes` (at the peak: params,
+/// grads, optimizer_states, activations, buffers), `model_state_bytes`,
+/// `host_bytes`, `nvme_bytes`, and `memory_peak` (phase, op, kind, where,
+/// the transient categories).
+nlohmann::json memoryJson(const MemorySummary &memory);
+
+/// The report's memory tables.
+std::string memoryText(const MemorySummary &memory);
+
+/// Nothing if the plan's peak fits `gpuMemoryBytes`; otherwise the message
+/// that refuses it: where the peak occurs, what is live there, and concrete
+/// ways out (a higher stage, offload, smaller buckets, a smaller micro-batch,
+/// activation checkpointing), each with the bytes it would save.
+std::optional<std::string> checkFit(const Plan &plan, int64_t gpuMemoryBytes,
+                                    const std::string &gpuName);
+
+} // namespace zeroc
+
+#endif // ZEROC_PLAN_PLANMEMORY_H

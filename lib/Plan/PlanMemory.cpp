@@ -1,0 +1,230 @@
+//===- PlanMemory.cpp - A plan's memory per rank, and whether it fits -----===//
+
+#include "zeroc/Plan/PlanMemory.h"
+
+#include "zeroc/Support/Format.h"
+
+#include <cstdio>
+
+using nlohmann::json;
+
+namespace zeroc {
+
+namespace {
+
+/// DeepSpeed's pin_memory for the offload block `block` of the plan's
+/// resolved config (true, its default, when the key is absent).
+bool pinned(const Plan &plan, const char *block) {
+  const json &zero = plan.config.value("zero_optimization", json::object());
+  const json &offload = zero.value(block, json::object());
+  const json &pin = offload.value("pin_memory", json(true));
+  return !pin.is_boolean() || pin.get<bool>();
+}
+
+int64_t configInt(const Plan &plan, const char *block, const char *key,
+                  int64_t fallback) {
+  const json &zero = plan.config.value("zero_optimization", json::object());
+  const json &b = zero.value(block, json::object());
+  const json &v = b.value(key, json(fallback));
+  return v.is_number() ? v.get<int64_t>() : fallback;
+}
+
+} // namespace
+
+MemorySummary summarizeMemory(const Plan &plan) {
+  MemorySummary m;
+  int64_t largestNvmeTensor = 0;
+  bool paramsOnNvme = false;
+  for (const PlanTensor &t : plan.tensors) {
+    int64_t bytes = t.localNumel * bytesPerElement(t.dtype);
+    if (t.placement == "device") {
+      if (t.role == "param")
+        m.params += bytes;
+      else if (t.role == "grad")
+        m.grads += bytes;
+      else
+        m.optimizerStates += bytes;
+    } else if (t.placement == "host") {
+      bool isParam = t.role == "param";
+      if (pinned(plan, isParam ? "offload_param" : "offload_optimizer"))
+        m.hostPinnedBytes += bytes;
+      else
+        m.hostPageableBytes += bytes;
+    } else {
+      m.nvmeBytes += bytes;
+      largestNvmeTensor = std::max(largestNvmeTensor, bytes);
+      paramsOnNvme |= t.role == "param";
+    }
+  }
+  // NVMe traffic goes through pinned host buffers: buffer_count x
+  // buffer_size elements for parameters, buffer_count tensors' worth for
+  // optimizer state.
+  if (paramsOnNvme)
+    m.hostPinnedBytes += configInt(plan, "offload_param", "buffer_count", 5) *
+                         configInt(plan, "offload_param", "buffer_size",
+                                   100000000) *
+                         bytesPerElement(plan.model.dtype);
+  if (m.nvmeBytes && largestNvmeTensor)
+    m.hostPinnedBytes +=
+        configInt(plan, "offload_optimizer", "buffer_count", 4) *
+        largestNvmeTensor;
+
+  int64_t persistent = m.modelStateBytes();
+  m.peakDeviceBytes = persistent;
+  for (const PlanPhase &phase : plan.phases) {
+    if (!phase.memory)
+      continue;
+    m.planned = true;
+    const PlanPhaseMemory &pm = *phase.memory;
+    if (persistent + pm.peakLiveBytes < m.peakDeviceBytes && !m.peakPhase.empty())
+      continue;
+    m.peakDeviceBytes = persistent + pm.peakLiveBytes;
+    m.peakPhase = phase.name;
+    m.peakOp = pm.peakOp;
+    if (pm.peakOp < int64_t(phase.ops.size())) {
+      m.peakOpKind = phase.ops[pm.peakOp].kind;
+      m.peakOpWhere = phase.ops[pm.peakOp].where;
+    }
+    m.activations = pm.activations;
+    m.gatherBuffers = pm.gatherBuffers;
+    m.reduceBuckets = pm.reduceBuckets;
+    m.workspace = pm.workspace;
+  }
+  return m;
+}
+
+json memoryJson(const MemorySummary &m) {
+  json out = {
+      {"model_state_bytes", m.modelStateBytes()},
+      {"host_bytes", m.hostPinnedBytes + m.hostPageableBytes},
+      {"host_pinned_bytes", m.hostPinnedBytes},
+      {"host_pageable_bytes", m.hostPageableBytes},
+      {"nvme_bytes", m.nvmeBytes},
+  };
+  if (!m.planned)
+    return out;
+  out["peak_device_bytes"] = m.peakDeviceBytes;
+  out["memory_breakdown_bytes"] = {{"params", m.params},
+                                   {"grads", m.grads},
+                                   {"optimizer_states", m.optimizerStates},
+                                   {"activations", m.activations},
+                                   {"buffers", m.buffers()}};
+  out["memory_peak"] = {{"phase", m.peakPhase},
+                        {"op", m.peakOp},
+                        {"kind", m.peakOpKind},
+                        {"where", m.peakOpWhere},
+                        {"gather_buffers", m.gatherBuffers},
+                        {"reduce_buckets", m.reduceBuckets},
+                        {"workspace", m.workspace}};
+  return out;
+}
+
+static std::string row(const char *label, int64_t bytes, int64_t total) {
+  char line[160];
+  std::snprintf(line, sizeof line, "  %-28s %12s %6.1f%%\n", label,
+                humanBytes(double(bytes)).c_str(),
+                total ? 100.0 * double(bytes) / double(total) : 0.0);
+  return line;
+}
+
+static std::string peakName(const MemorySummary &m) {
+  std::string s = "op " + std::to_string(m.peakOp) + " (" + m.peakOpKind;
+  if (!m.peakOpWhere.empty())
+    s += " in " + m.peakOpWhere;
+  return s + ") of @" + m.peakPhase;
+}
+
+std::string memoryText(const MemorySummary &m) {
+  std::string out;
+  if (!m.planned) {
+    out += "device memory per rank: not planned (run zero-plan-memory)\n";
+    return out;
+  }
+  out += "device memory per rank at the peak, " + peakName(m) + "\n";
+  int64_t total = m.peakDeviceBytes;
+  out += row("parameters", m.params, total);
+  out += row("gradients", m.grads, total);
+  out += row("optimizer states", m.optimizerStates, total);
+  out += row("activations", m.activations, total);
+  out += row("gathered parameters", m.gatherBuffers, total);
+  out += row("reduce buckets", m.reduceBuckets, total);
+  out += row("workspace", m.workspace, total);
+  out += row("peak", total, total);
+  out += "  model states (ZeRO paper)    " + humanBytes(double(m.modelStateBytes())) +
+         " = " + groupDigits(m.modelStateBytes()) + " bytes\n";
+  if (m.hostPinnedBytes || m.hostPageableBytes || m.nvmeBytes)
+    out += "  host " + humanBytes(double(m.hostPinnedBytes)) + " pinned, " +
+           humanBytes(double(m.hostPageableBytes)) + " pageable; NVMe " +
+           humanBytes(double(m.nvmeBytes)) + "\n";
+  return out;
+}
+
+std::optional<std::string> checkFit(const Plan &plan, int64_t gpuMemoryBytes,
+                                    const std::string &gpuName) {
+  MemorySummary m = summarizeMemory(plan);
+  if (!m.planned || m.peakDeviceBytes <= gpuMemoryBytes)
+    return std::nullopt;
+  std::string msg = "the plan needs " + humanBytes(double(m.peakDeviceBytes)) +
+                    " per GPU at its peak, " + peakName(m) + ", but " + gpuName +
+                    " has " + humanBytes(double(gpuMemoryBytes)) + "\n";
+  msg += memoryText(m);
+  msg += "ways out:\n";
+  double psi = double(plan.model.params), n = double(plan.worldSize);
+  bool mixed = plan.model.dtype != DType::F32;
+  double w = double(bytesPerElement(plan.model.dtype));
+  double k = mixed ? 12.0 : 8.0;
+  auto stateAt = [&](int stage) {
+    switch (stage) {
+    case 0:
+      return (2 * w + k) * psi;
+    case 1:
+      return 2 * w * psi + k * psi / n;
+    case 2:
+      return w * psi + (w + k) * psi / n;
+    default:
+      return (2 * w + k) * psi / n;
+    }
+  };
+  auto saving = [&](double bytes) {
+    return " (saves about " + humanBytes(bytes) + ")";
+  };
+  for (int stage = int(plan.stage) + 1; stage <= 3; ++stage) {
+    double saved = double(m.modelStateBytes()) - stateAt(stage);
+    if (saved > 0)
+      msg += "  - ZeRO stage " + std::to_string(stage) +
+             " partitions more model state" + saving(saved) + "\n";
+  }
+  const json &zero = plan.config.value("zero_optimization", json::object());
+  auto offloaded = [&](const char *block) {
+    const json &b = zero.value(block, json::object());
+    return b.value("device", std::string("none")) != "none";
+  };
+  if (plan.stage >= 1 && !offloaded("offload_optimizer") && m.optimizerStates)
+    msg += "  - offload_optimizer {\"device\": \"cpu\"} moves the optimizer "
+           "states to the host" +
+           saving(double(m.optimizerStates + (plan.stage >= 2 ? m.grads : 0))) +
+           "\n";
+  if (plan.stage == 3 && !offloaded("offload_param") && m.params)
+    msg += "  - offload_param {\"device\": \"cpu\"} keeps parameter shards on "
+           "the host" +
+           saving(double(m.params)) + "\n";
+  if (m.gatherBuffers + m.reduceBuckets > 0)
+    msg += "  - smaller reduce_bucket_size, stage3_prefetch_bucket_size or "
+           "stage3_max_live_parameters shrink the " +
+           humanBytes(double(m.gatherBuffers + m.reduceBuckets)) +
+           " of gathered parameters and reduce buckets live at the peak\n";
+  if (m.activations) {
+    if (plan.model.microBatch > 1)
+      msg += "  - train_micro_batch_size_per_gpu " +
+             std::to_string(plan.model.microBatch / 2) +
+             " (with more gradient accumulation) halves the activations" +
+             saving(double(m.activations) / 2) + "\n";
+    if (!plan.config.contains("activation_checkpointing"))
+      msg += "  - activation_checkpointing keeps only each layer's input for "
+             "backward and recomputes the rest\n";
+  }
+  msg += "(zeroc --allow-oom writes the plan anyway)";
+  return msg;
+}
+
+} // namespace zeroc

@@ -1,0 +1,225 @@
+//===- ZeroPlanMemory.cpp - Liveness, arena offsets, the memory peak ------===//
+//
+// Where is the memory peak, and what is live there? The question DeepSpeed
+// users answer with an OOM. Every transient buffer of a phase gets a live
+// range from MLIR's Liveness (extended for asynchronous collectives, which
+// read and write buffers after their start op returns) and an offset in one
+// arena per phase.
+//
+//===----------------------------------------------------------------------===//
+
+#include "zeroc/Transforms/Passes.h"
+
+#include "sched/SchedOps.h"
+
+#include "mlir/Analysis/Liveness.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/DenseMap.h"
+
+namespace zeroc {
+#define GEN_PASS_DEF_ZEROPLANMEMORY
+#include "zeroc/Transforms/Passes.h.inc"
+} // namespace zeroc
+
+using namespace mlir;
+using namespace zeroc;
+
+namespace {
+
+constexpr int64_t kAlignment = 256;
+
+enum class Category { Activations, GatherBuffers, ReduceBuckets, Workspace };
+
+struct Buffer {
+  int64_t bytes = 0;
+  size_t start = 0, end = 0; ///< Op indices, inclusive.
+  Category category = Category::Activations;
+  int64_t offset = -1;
+  // Where the offset is recorded.
+  Value value;               ///< A result or argument, or
+  Operation *owner = nullptr; ///< the op whose internal state this is.
+};
+
+int64_t aligned(int64_t bytes) {
+  return (bytes + kAlignment - 1) / kAlignment * kAlignment;
+}
+
+class MemoryPlanner {
+public:
+  explicit MemoryPlanner(func::FuncOp func) : func(func) {}
+
+  void run() {
+    Block &block = func.getBody().front();
+    for (Operation &op : block)
+      index[&op] = ops.size(), ops.push_back(&op);
+    collectBuffers(block);
+    assignOffsets();
+    record();
+  }
+
+private:
+  /// The op that completes an asynchronous start.
+  static sched::WaitOp waitOf(Operation *start) {
+    auto async = cast<sched::AsyncStartOpInterface>(start);
+    return cast<sched::WaitOp>(*async.getToken().getUsers().begin());
+  }
+
+  void collectBuffers(Block &block) {
+    Liveness liveness(func);
+    const LivenessBlockInfo *info = liveness.getLiveness(&block);
+    size_t last = ops.empty() ? 0 : ops.size() - 1;
+    for (BlockArgument arg : block.getArguments())
+      if (int64_t bytes = model::tensorBytes(arg.getType()))
+        buffers.push_back({bytes, 0, last, Category::Activations, -1, arg});
+
+    for (Operation *op : ops) {
+      for (Value result : op->getResults()) {
+        int64_t bytes = model::tensorBytes(result.getType());
+        if (!bytes || isa<sched::ReadOp>(op))
+          continue;
+        Buffer buffer{bytes, index[op], index[op], Category::Activations, -1,
+                      result};
+        // A collective writes its result from the moment it starts.
+        if (auto wait = dyn_cast<sched::WaitOp>(op)) {
+          Operation *start = wait.getToken().getDefiningOp();
+          buffer.start = index[start];
+          buffer.category = Category::GatherBuffers;
+        }
+        if (Operation *end = info->getEndOperation(result, op))
+          buffer.end = std::max(buffer.end, index[block.findAncestorOpInBlock(*end)]);
+        // An asynchronous op reads its inputs until its wait.
+        for (Operation *user : result.getUsers()) {
+          if (!isa<sched::AsyncStartOpInterface>(user))
+            continue;
+          buffer.end = std::max(buffer.end, index[waitOf(user)]);
+          if (isa<sched::ReduceScatterStartOp>(user))
+            buffer.category = Category::ReduceBuckets;
+        }
+        buffers.push_back(buffer);
+      }
+      // State kept for backward that is not an SSA value.
+      if (auto keeps = dyn_cast<model::SavesForBackwardOpInterface>(op))
+        if (int64_t bytes = keeps.getSavedInternalBytes()) {
+          size_t end = index[op];
+          if (!isa<UnknownLoc>(op->getLoc()))
+            for (size_t i = index[op] + 1; i < ops.size(); ++i)
+              if (ops[i]->getLoc() == op->getLoc() &&
+                  !isa<model::SavesForBackwardOpInterface>(ops[i]))
+                end = i;
+          buffers.push_back(
+              {bytes, index[op], end, Category::Activations, -1, Value(), op});
+        }
+    }
+  }
+
+  /// Greedy by size: the largest buffers first, each at the lowest offset
+  /// that no placed buffer with an overlapping life occupies.
+  void assignOffsets() {
+    std::vector<size_t> order(buffers.size());
+    for (size_t i = 0; i < order.size(); ++i)
+      order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return buffers[a].bytes > buffers[b].bytes;
+    });
+    std::vector<size_t> placed;
+    std::vector<std::pair<int64_t, int64_t>> taken;
+    for (size_t i : order) {
+      Buffer &buf = buffers[i];
+      taken.clear();
+      for (size_t j : placed) {
+        const Buffer &other = buffers[j];
+        if (other.start <= buf.end && buf.start <= other.end)
+          taken.push_back({other.offset, other.offset + aligned(other.bytes)});
+      }
+      llvm::sort(taken);
+      int64_t offset = 0;
+      for (auto [begin, end] : taken) {
+        if (offset + aligned(buf.bytes) <= begin)
+          break;
+        offset = std::max(offset, end);
+      }
+      buf.offset = offset;
+      arenaBytes = std::max(arenaBytes, offset + aligned(buf.bytes));
+      placed.push_back(i);
+    }
+  }
+
+  void record() {
+    // Live bytes at each op, and what is live at the peak.
+    std::vector<int64_t> delta(ops.size() + 1, 0);
+    for (const Buffer &b : buffers) {
+      delta[b.start] += b.bytes;
+      delta[b.end + 1] -= b.bytes;
+    }
+    int64_t live = 0, peak = 0;
+    size_t peakOp = 0;
+    for (size_t t = 0; t < ops.size(); ++t) {
+      live += delta[t];
+      if (live > peak)
+        peak = live, peakOp = t;
+    }
+    int64_t byCategory[4] = {0, 0, 0, 0};
+    for (const Buffer &b : buffers)
+      if (b.start <= peakOp && peakOp <= b.end)
+        byCategory[int(b.category)] += b.bytes;
+
+    Builder builder(func.getContext());
+    llvm::DenseMap<Operation *, SmallVector<int64_t>> offsets;
+    SmallVector<int64_t> argOffsets(func.getNumArguments(), -1);
+    for (const Buffer &b : buffers) {
+      if (b.owner) {
+        b.owner->setAttr("sched.saved_offset",
+                         builder.getI64IntegerAttr(b.offset));
+      } else if (auto arg = dyn_cast<BlockArgument>(b.value)) {
+        argOffsets[arg.getArgNumber()] = b.offset;
+      } else {
+        Operation *def = b.value.getDefiningOp();
+        auto &list = offsets[def];
+        if (list.empty())
+          list.assign(def->getNumResults(), -1);
+        list[cast<OpResult>(b.value).getResultNumber()] = b.offset;
+      }
+    }
+    for (auto &[op, list] : offsets)
+      op->setAttr("sched.offsets", builder.getDenseI64ArrayAttr(list));
+    func->setAttr("sched.arg_offsets", builder.getDenseI64ArrayAttr(argOffsets));
+    func->setAttr(
+        "sched.memory",
+        builder.getDictionaryAttr({
+            builder.getNamedAttr("arena_bytes",
+                                 builder.getI64IntegerAttr(arenaBytes)),
+            builder.getNamedAttr("peak_live_bytes",
+                                 builder.getI64IntegerAttr(peak)),
+            builder.getNamedAttr("peak_op", builder.getI64IntegerAttr(peakOp)),
+            builder.getNamedAttr("activations",
+                                 builder.getI64IntegerAttr(byCategory[0])),
+            builder.getNamedAttr("gather_buffers",
+                                 builder.getI64IntegerAttr(byCategory[1])),
+            builder.getNamedAttr("reduce_buckets",
+                                 builder.getI64IntegerAttr(byCategory[2])),
+            builder.getNamedAttr("workspace",
+                                 builder.getI64IntegerAttr(byCategory[3])),
+        }));
+  }
+
+  func::FuncOp func;
+  std::vector<Operation *> ops;
+  llvm::DenseMap<Operation *, size_t> index;
+  std::vector<Buffer> buffers;
+  int64_t arenaBytes = 0;
+};
+
+struct ZeroPlanMemory : zeroc::impl::ZeroPlanMemoryBase<ZeroPlanMemory> {
+  void runOnOperation() override {
+    for (auto func : getOperation().getOps<func::FuncOp>()) {
+      if (!func.getBody().hasOneBlock()) {
+        func.emitError() << "zero-plan-memory needs single-block phases; run "
+                            "zero-verify-schedule first";
+        return signalPassFailure();
+      }
+      MemoryPlanner(func).run();
+    }
+  }
+};
+
+} // namespace
