@@ -60,10 +60,10 @@ MemorySummary summarizeMemory(const Plan &plan) {
   // buffer_size elements for parameters, buffer_count tensors' worth for
   // optimizer state.
   if (paramsOnNvme)
-    m.hostPinnedBytes += configInt(plan, "offload_param", "buffer_count", 5) *
-                         configInt(plan, "offload_param", "buffer_size",
-                                   100000000) *
-                         bytesPerElement(plan.model.dtype);
+    m.hostPinnedBytes +=
+        configInt(plan, "offload_param", "buffer_count", 5) *
+        configInt(plan, "offload_param", "buffer_size", 100000000) *
+        bytesPerElement(plan.model.dtype);
   if (m.nvmeBytes && largestNvmeTensor)
     m.hostPinnedBytes +=
         configInt(plan, "offload_optimizer", "buffer_count", 4) *
@@ -76,7 +76,8 @@ MemorySummary summarizeMemory(const Plan &plan) {
       continue;
     m.planned = true;
     const PlanPhaseMemory &pm = *phase.memory;
-    if (persistent + pm.peakLiveBytes < m.peakDeviceBytes && !m.peakPhase.empty())
+    if (persistent + pm.peakLiveBytes < m.peakDeviceBytes &&
+        !m.peakPhase.empty())
       continue;
     m.peakDeviceBytes = persistent + pm.peakLiveBytes;
     m.peakPhase = phase.name;
@@ -150,8 +151,9 @@ std::string memoryText(const MemorySummary &m) {
   out += row("reduce buckets", m.reduceBuckets, total);
   out += row("workspace", m.workspace, total);
   out += row("peak", total, total);
-  out += "  model states (ZeRO paper)    " + humanBytes(double(m.modelStateBytes())) +
-         " = " + groupDigits(m.modelStateBytes()) + " bytes\n";
+  out += "  model states (ZeRO paper)    " +
+         humanBytes(double(m.modelStateBytes())) + " = " +
+         groupDigits(m.modelStateBytes()) + " bytes\n";
   if (m.hostPinnedBytes || m.hostPageableBytes || m.nvmeBytes)
     out += "  host " + humanBytes(double(m.hostPinnedBytes)) + " pinned, " +
            humanBytes(double(m.hostPageableBytes)) + " pageable; NVMe " +
@@ -165,8 +167,9 @@ std::optional<std::string> checkFit(const Plan &plan, int64_t gpuMemoryBytes,
   if (!m.planned || m.peakDeviceBytes <= gpuMemoryBytes)
     return std::nullopt;
   std::string msg = "the plan needs " + humanBytes(double(m.peakDeviceBytes)) +
-                    " per GPU at its peak, " + peakName(m) + ", but " + gpuName +
-                    " has " + humanBytes(double(gpuMemoryBytes)) + "\n";
+                    " per GPU at its peak, " + peakName(m) + ", but " +
+                    gpuName + " has " + humanBytes(double(gpuMemoryBytes)) +
+                    "\n";
   msg += memoryText(m);
   msg += "ways out:\n";
   double psi = double(plan.model.params), n = double(plan.worldSize);

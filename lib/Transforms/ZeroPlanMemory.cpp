@@ -36,7 +36,7 @@ struct Buffer {
   Category category = Category::Activations;
   int64_t offset = -1;
   // Where the offset is recorded.
-  Value value;               ///< A result or argument, or
+  Value value;                ///< A result or argument, or
   Operation *owner = nullptr; ///< the op whose internal state this is.
 };
 
@@ -77,8 +77,8 @@ private:
         int64_t bytes = model::tensorBytes(result.getType());
         if (!bytes || isa<sched::ReadOp>(op))
           continue;
-        Buffer buffer{bytes, index[op], index[op], Category::Activations, -1,
-                      result};
+        Buffer buffer{bytes, index[op], index[op], Category::Activations,
+                      -1,    result};
         // A collective writes its result from the moment it starts.
         if (auto wait = dyn_cast<sched::WaitOp>(op)) {
           Operation *start = wait.getToken().getDefiningOp();
@@ -86,7 +86,8 @@ private:
           buffer.category = Category::GatherBuffers;
         }
         if (Operation *end = info->getEndOperation(result, op))
-          buffer.end = std::max(buffer.end, index[block.findAncestorOpInBlock(*end)]);
+          buffer.end =
+              std::max(buffer.end, index[block.findAncestorOpInBlock(*end)]);
         // An asynchronous op reads its inputs until its wait.
         for (Operation *user : result.getUsers()) {
           if (!isa<sched::AsyncStartOpInterface>(user))
@@ -182,7 +183,8 @@ private:
     }
     for (auto &[op, list] : offsets)
       op->setAttr("sched.offsets", builder.getDenseI64ArrayAttr(list));
-    func->setAttr("sched.arg_offsets", builder.getDenseI64ArrayAttr(argOffsets));
+    func->setAttr("sched.arg_offsets",
+                  builder.getDenseI64ArrayAttr(argOffsets));
     func->setAttr(
         "sched.memory",
         builder.getDictionaryAttr({

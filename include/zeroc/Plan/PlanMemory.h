@@ -1,4 +1,5 @@
-//===- PlanMemory.h - A plan's memory per rank, and whether it fits -*- C++ -*-===//
+//===- PlanMemory.h - A plan's memory per rank, and whether it fits -*- C++
+//-*-===//
 //
 // Reads off a plan what every rank holds: persistent state by role and
 // placement, the transient peak the memory planner found and what is live
@@ -21,7 +22,7 @@ namespace zeroc {
 
 struct MemorySummary {
   // Persistent device bytes per rank, held across the whole step.
-  int64_t params = 0;          ///< This rank's parameters (shards or whole).
+  int64_t params = 0; ///< This rank's parameters (shards or whole).
   int64_t grads = 0;
   int64_t optimizerStates = 0; ///< Master copies and Adam moments.
   /// params + grads + optimizerStates: the ZeRO paper's model states.
