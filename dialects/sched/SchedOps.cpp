@@ -325,6 +325,12 @@ ReduceScatterStartOp::getLogicalElements(SymbolTableCollection &symbols) {
 // AllReduceStartOp, AllGatherUpdatesStartOp
 //===----------------------------------------------------------------------===//
 
+LogicalResult AllReduceStartOp::verify() {
+  if (getTensors().empty())
+    return emitOpError() << "reduces nothing";
+  return success();
+}
+
 LogicalResult
 AllReduceStartOp::verifySymbolUses(SymbolTableCollection &symbols) {
   return forEachSymbol(
@@ -355,6 +361,12 @@ int64_t AllReduceStartOp::getLogicalElements(SymbolTableCollection &symbols) {
     if (auto t = symbols.lookupNearestSymbolFrom<TensorOp>(*this, name))
       total += t.getNumElements();
   return total;
+}
+
+LogicalResult AllGatherUpdatesStartOp::verify() {
+  if (getTargets().empty())
+    return emitOpError() << "gathers nothing";
+  return success();
 }
 
 LogicalResult
@@ -400,6 +412,12 @@ AllGatherUpdatesStartOp::getLogicalElements(SymbolTableCollection &symbols) {
 // FetchStartOp, CopyStartOp
 //===----------------------------------------------------------------------===//
 
+LogicalResult FetchStartOp::verify() {
+  if (getTensors().empty())
+    return emitOpError() << "fetches nothing";
+  return success();
+}
+
 LogicalResult FetchStartOp::verifySymbolUses(SymbolTableCollection &symbols) {
   return forEachSymbol(
       getTensors(), [&](FlatSymbolRefAttr name) -> LogicalResult {
@@ -439,8 +457,10 @@ LogicalResult CopyStartOp::verifySymbolUses(SymbolTableCollection &symbols) {
        llvm::zip(getSources().getAsRange<FlatSymbolRefAttr>(),
                  getDestinations().getAsRange<FlatSymbolRefAttr>())) {
     FailureOr<TensorOp> s = lookupTensor(*this, symbols, src, "source");
+    if (failed(s))
+      return failure();
     FailureOr<TensorOp> d = lookupTensor(*this, symbols, dst, "destination");
-    if (failed(s) || failed(d))
+    if (failed(d))
       return failure();
     if (s->getNumElements() != d->getNumElements() ||
         s->getSharded() != d->getSharded())

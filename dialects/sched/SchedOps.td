@@ -201,6 +201,7 @@ def Sched_AllReduceStartOp : Sched_StartOp<"all_reduce_start", [
   let summary = "Average replicated gradient accumulators in place";
   let arguments = (ins FlatSymbolRefArrayAttr:$tensors, Sched_Stream:$stream);
   let assemblyFormat = "$tensors attr-dict";
+  let hasVerifier = 1;
 }
 
 def Sched_AllGatherUpdatesStartOp : Sched_StartOp<"all_gather_updates_start", [
@@ -215,6 +216,7 @@ def Sched_AllGatherUpdatesStartOp : Sched_StartOp<"all_gather_updates_start", [
   }];
   let arguments = (ins FlatSymbolRefArrayAttr:$targets, Sched_Stream:$stream);
   let assemblyFormat = "$targets attr-dict";
+  let hasVerifier = 1;
 }
 
 def Sched_FetchStartOp : Sched_StartOp<"fetch_start"> {
@@ -226,6 +228,7 @@ def Sched_FetchStartOp : Sched_StartOp<"fetch_start"> {
   }];
   let arguments = (ins FlatSymbolRefArrayAttr:$tensors, Sched_Stream:$stream);
   let assemblyFormat = "$tensors attr-dict";
+  let hasVerifier = 1;
 }
 
 def Sched_CopyStartOp : Sched_StartOp<"copy_start"> {

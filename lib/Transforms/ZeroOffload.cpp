@@ -118,7 +118,8 @@ struct ZeroOffload : zeroc::impl::ZeroOffloadBase<ZeroOffload> {
       for (Operation *user : shard.getResult(0).getUsers()) {
         Operation *done = user;
         if (auto start = dyn_cast<sched::AsyncStartOpInterface>(user))
-          done = *start.getToken().getUsers().begin();
+          if (!start.getToken().use_empty())
+            done = *start.getToken().getUsers().begin();
         if (!last || last->isBeforeInBlock(done))
           last = done;
       }

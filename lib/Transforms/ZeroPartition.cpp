@@ -64,9 +64,11 @@ struct ZeroPartition : zeroc::impl::ZeroPartitionBase<ZeroPartition> {
       lastDeclared = tensor;
       numels.push_back(type.getNumElements());
       members.push_back(FlatSymbolRefAttr::get(tensor.getSymNameAttr()));
-      if (groupType && groupType != type.getElementType()) {
+      // Only stages 1 and 2 flatten the parameters into one buffer.
+      if ((stage == 1 || stage == 2) && groupType &&
+          groupType != type.getElementType()) {
         tensor.emitError()
-            << "stage " << stage
+            << "stage " << stage.getValue()
             << " flattens all parameters into one group of one dtype, but @"
             << name << " is " << type.getElementType() << " and earlier "
             << "parameters are " << groupType;
@@ -86,7 +88,9 @@ struct ZeroPartition : zeroc::impl::ZeroPartitionBase<ZeroPartition> {
     if (stage == 1 || stage == 2) {
       FlatGroupLayout layout(numels, worldSize);
       b.setInsertionPointAfter(lastDeclared);
-      Location loc = b.getUnknownLoc();
+      // The group belongs to no one parameter: it and its state are the
+      // module's, so diagnostics about them point there.
+      Location loc = module.getLoc();
       if (symbols.lookup(kFlatGroupName)) {
         module.emitError() << "a symbol is already named @" << kFlatGroupName;
         return signalPassFailure();
@@ -106,14 +110,14 @@ struct ZeroPartition : zeroc::impl::ZeroPartitionBase<ZeroPartition> {
   LogicalResult checkOptions(ModuleOp module) {
     if (worldSize < 1)
       return module.emitError()
-             << "world-size must be at least 1, found " << worldSize;
+             << "world-size must be at least 1, found " << worldSize.getValue();
     if (stage < 0 || stage > 3)
       return module.emitError()
-             << "ZeRO stage must be 0, 1, 2 or 3, found " << stage;
+             << "ZeRO stage must be 0, 1, 2 or 3, found " << stage.getValue();
     if (persistenceThreshold < 0)
       return module.emitError()
              << "persistence-threshold must not be negative, found "
-             << persistenceThreshold;
+             << persistenceThreshold.getValue();
     if (module->hasAttr(sched::kWorldSizeAttr))
       return module.emitError() << "module is already partitioned (it has "
                                 << sched::kWorldSizeAttr << ")";

@@ -34,11 +34,19 @@ struct Gather {
   int64_t elements;
 };
 
-Gather gatherOf(sched::AllGatherStartOp start, SymbolTableCollection &symbols) {
-  auto wait = cast<sched::WaitOp>(*start.getToken().getUsers().begin());
-  return {start, wait,
-          cast<sched::CollectiveOpInterface>(start.getOperation())
-              .getLogicalElements(symbols)};
+/// The gather started by `start`, unless it lacks its one wait (hand-written
+/// input not yet verified), which this pass leaves alone.
+std::optional<Gather> gatherOf(sched::AllGatherStartOp start,
+                               SymbolTableCollection &symbols) {
+  Value token = start.getToken();
+  if (!token.hasOneUse())
+    return std::nullopt;
+  auto wait = dyn_cast<sched::WaitOp>(*token.getUsers().begin());
+  if (!wait)
+    return std::nullopt;
+  return Gather{start, wait,
+                cast<sched::CollectiveOpInterface>(start.getOperation())
+                    .getLogicalElements(symbols)};
 }
 
 /// The release of a gathered buffer.
@@ -64,7 +72,8 @@ private:
   SmallVector<Gather> gathers() {
     SmallVector<Gather> all;
     for (auto start : func.getOps<sched::AllGatherStartOp>())
-      all.push_back(gatherOf(start, symbols));
+      if (std::optional<Gather> g = gatherOf(start, symbols))
+        all.push_back(*g);
     return all;
   }
 
@@ -98,7 +107,7 @@ private:
       for (size_t j = prevIndex + 1; j < i; ++j)
         if (all[j].start && release->isBeforeInBlock(all[j].start))
           distance += all[j].elements;
-      if (distance > maxReuse || !liveFits(release, g.wait, prev.elements))
+      if (distance > maxReuse || !liveFits(release, g.start, prev.elements))
         continue;
       // Keep the first buffer: the second gather's uses read it, and its
       // release becomes the one that frees it.
@@ -138,11 +147,13 @@ private:
     fetch->erase();
   }
 
-  /// Would keeping `elements` more live between `from` and `to` stay within
-  /// max-live-parameters?
+  /// Would keeping `elements` more live after `from` and before `to` stay
+  /// within max-live-parameters? (`from` releases the buffer to keep and `to`
+  /// starts the gather it replaces, so neither is counted.)
   bool liveFits(Operation *from, Operation *to, int64_t elements) {
     int64_t live = 0;
-    // Live elements at `from`: gathers started before it, released after.
+    // Live elements just after `from`: gathers started before it, released
+    // after it.
     for (Gather &g : gathers()) {
       if (!g.start->isBeforeInBlock(from))
         continue;
@@ -151,10 +162,12 @@ private:
           live += cast<RankedTensorType>(v.getType()).getNumElements();
     }
     int64_t peak = live;
-    for (Operation *op = from; op && op != to; op = op->getNextNode()) {
-      if (auto s = dyn_cast<sched::AllGatherStartOp>(op))
-        peak = std::max(peak, live += gatherOf(s, symbols).elements);
-      else if (auto r = dyn_cast<sched::ReleaseOp>(op))
+    for (Operation *op = from->getNextNode(); op && op != to;
+         op = op->getNextNode()) {
+      if (auto s = dyn_cast<sched::AllGatherStartOp>(op)) {
+        if (std::optional<Gather> g = gatherOf(s, symbols))
+          peak = std::max(peak, live += g->elements);
+      } else if (auto r = dyn_cast<sched::ReleaseOp>(op))
         for (Value v : r.getValues())
           live -= cast<RankedTensorType>(v.getType()).getNumElements();
     }
@@ -173,7 +186,9 @@ private:
       index[op] = i;
 
     // Elements in flight (started, not waited) and live (started, not
-    // released) during each op, as placed so far.
+    // released) during each op, as placed so far. A gather is still in
+    // flight during its wait and still live during its release: a gather
+    // started just before either overlaps it.
     std::vector<int64_t> inFlight(ops.size() + 1, 0), live(ops.size() + 1, 0);
     SmallVector<Gather> all = gathers();
     auto releaseIndex = [&](Gather g) {
@@ -184,9 +199,9 @@ private:
       return last;
     };
     for (Gather g : all) {
-      for (size_t t = index[g.start]; t < index[g.wait]; ++t)
+      for (size_t t = index[g.start]; t <= index[g.wait]; ++t)
         inFlight[t] += g.elements;
-      for (size_t t = index[g.start]; t < releaseIndex(g); ++t)
+      for (size_t t = index[g.start]; t <= releaseIndex(g); ++t)
         live[t] += g.elements;
     }
 
@@ -203,7 +218,7 @@ private:
       size_t to = from;
       while (to > lowest) {
         size_t t = to - 1;
-        bool flightOk = inFlight[t] == 0 || inFlight[t] + g.elements <= bucket;
+        bool flightOk = inFlight[t] + g.elements <= bucket;
         if (!flightOk || live[t] + g.elements > maxLive)
           break;
         to = t;
@@ -242,7 +257,13 @@ struct ZeroPrefetch : zeroc::impl::ZeroPrefetchBase<ZeroPrefetch> {
     ModuleOp module = getOperation();
     if (prefetchBucketSize < 0 || maxLiveParameters < 0 ||
         maxReuseDistance < 0) {
-      module.emitError() << "zero-prefetch budgets must not be negative";
+      module.emitError() << "zero-prefetch budgets must not be negative, found "
+                            "prefetch-bucket-size "
+                         << prefetchBucketSize.getValue()
+                         << ", max-live-parameters "
+                         << maxLiveParameters.getValue()
+                         << " and max-reuse-distance "
+                         << maxReuseDistance.getValue();
       return signalPassFailure();
     }
     for (auto func : module.getOps<func::FuncOp>())

@@ -102,8 +102,11 @@ private:
         for (Operation *user : buffer.getUsers()) {
           if (!isa<sched::ReleaseOp>(user))
             continue;
-          if (release)
-            return user->emitOpError() << "releases a buffer twice";
+          if (release) {
+            // Point at the second release in program order.
+            Operation *second = release->isBeforeInBlock(user) ? user : release;
+            return second->emitOpError() << "releases a buffer twice";
+          }
           release = user;
         }
         if (!release)
