@@ -170,6 +170,11 @@ private:
     for (Value shard : y.getShards())
       if (!shard.getDefiningOp<sched::ReadOp>())
         return std::nullopt;
+    // A parameter gathered again (for backward) is not fused with its
+    // earlier gather: that would hold two copies at once.
+    for (Attribute p : y.getParams())
+      if (llvm::is_contained(x.getParams().getValue(), p))
+        return std::nullopt;
     for (Value shard : y.getShards())
       shard.getDefiningOp()->moveBefore(x);
     SmallVector<Value> shards(x.getShards());

@@ -107,7 +107,9 @@ private:
       for (size_t j = prevIndex + 1; j < i; ++j)
         if (all[j].start && release->isBeforeInBlock(all[j].start))
           distance += all[j].elements;
-      if (distance > maxReuse || !liveFits(release, g.start, prev.elements))
+      // A reuse distance of 0 turns reuse off, as in DeepSpeed.
+      if (maxReuse == 0 || distance > maxReuse ||
+          !liveFits(release, g.start, prev.elements))
         continue;
       // Keep the first buffer: the second gather's uses read it, and its
       // release becomes the one that frees it.

@@ -2,12 +2,13 @@
 // flight stay within prefetch-bucket-size and the elements gathered and not
 // released within max-live-parameters; a parameter gathered again within
 // max-reuse-distance stays gathered. Sizes: @a and @b 16 elements, @c 64.
-// RUN: zeroc-opt %s --zero-prefetch="prefetch-bucket-size=1000 max-live-parameters=1000 max-reuse-distance=0" | FileCheck %s --check-prefix=BIG
+// RUN: zeroc-opt %s --zero-prefetch="prefetch-bucket-size=1000 max-live-parameters=1000 max-reuse-distance=1" | FileCheck %s --check-prefix=BIG
 // RUN: zeroc-opt %s --zero-prefetch | FileCheck %s --check-prefix=BIG
-// RUN: zeroc-opt %s --zero-prefetch="prefetch-bucket-size=16 max-live-parameters=1000 max-reuse-distance=0" | FileCheck %s --check-prefix=FLIGHT16
-// RUN: zeroc-opt %s --zero-prefetch="prefetch-bucket-size=32 max-live-parameters=1000 max-reuse-distance=0" | FileCheck %s --check-prefix=FLIGHT32
-// RUN: zeroc-opt %s --zero-prefetch="prefetch-bucket-size=1000 max-live-parameters=16 max-reuse-distance=0" | FileCheck %s --check-prefix=LIVE16
-// RUN: zeroc-opt %s --zero-prefetch="prefetch-bucket-size=1000 max-live-parameters=48 max-reuse-distance=0" | FileCheck %s --check-prefix=LIVE48
+// RUN: zeroc-opt %s --zero-prefetch="prefetch-bucket-size=16 max-live-parameters=1000 max-reuse-distance=1" | FileCheck %s --check-prefix=FLIGHT16
+// RUN: zeroc-opt %s --zero-prefetch="prefetch-bucket-size=32 max-live-parameters=1000 max-reuse-distance=1" | FileCheck %s --check-prefix=FLIGHT32
+// RUN: zeroc-opt %s --zero-prefetch="prefetch-bucket-size=1000 max-live-parameters=16 max-reuse-distance=1" | FileCheck %s --check-prefix=LIVE16
+// RUN: zeroc-opt %s --zero-prefetch="prefetch-bucket-size=1000 max-live-parameters=48 max-reuse-distance=1" | FileCheck %s --check-prefix=LIVE48
+// RUN: zeroc-opt %s --zero-prefetch="prefetch-bucket-size=0 max-live-parameters=1000 max-reuse-distance=0" | FileCheck %s --check-prefix=OFF
 // Reuse alone (no hoisting: a zero prefetch bucket).
 // RUN: zeroc-opt %s --zero-prefetch="prefetch-bucket-size=0 max-live-parameters=1000 max-reuse-distance=16" | FileCheck %s --check-prefix=REUSE16
 // RUN: zeroc-opt %s --zero-prefetch="prefetch-bucket-size=0 max-live-parameters=1000 max-reuse-distance=15" | FileCheck %s --check-prefix=REUSE15
@@ -177,8 +178,8 @@ module attributes {sched.stage = 3 : i64, sched.world_size = 2 : i64} {
   }
 
   // Gathered again right after its release (forward then backward of the
-  // last layer): a distance of 0 keeps it whatever the reuse budget, 0
-  // included (DeepSpeed's max_reuse_distance 0 releases it).
+  // last layer): a distance of 0 keeps it whenever reuse is on; a reuse
+  // budget of 0 turns reuse off, as DeepSpeed's max_reuse_distance 0 does.
   // REUSE15-LABEL: func.func @adjacent_reuse
   // REUSE15-COUNT-1: sched.all_gather_start
   // REUSE15-NOT:     sched.all_gather_start
@@ -191,6 +192,9 @@ module attributes {sched.stage = 3 : i64, sched.world_size = 2 : i64} {
   // LIVE16-COUNT-1: sched.all_gather_start
   // LIVE16-NOT:     sched.all_gather_start
   // LIVE16-LABEL: func.func @fetched
+  // OFF-LABEL: func.func @adjacent_reuse
+  // OFF-COUNT-2: sched.all_gather_start
+  // OFF-LABEL: func.func @fetched
   func.func @adjacent_reuse(%x: tensor<4x4xf32>) {
     %sa = sched.read @a : tensor<8xf32>
     %ta = sched.all_gather_start %sa for [@a] : tensor<8xf32>
