@@ -1064,6 +1064,7 @@ bool Reader::readActivationCheckpointing(const json &root) {
       return false;
     cfg.activationCheckpointing.numberCheckpoints = count;
   }
+  cfg.activationCheckpointing.present = true;
   return true;
 }
 

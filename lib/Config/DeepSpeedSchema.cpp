@@ -382,6 +382,8 @@ bool operator==(const DeepSpeedConfig &a, const DeepSpeedConfig &b) {
          a.communicationDataType == b.communicationDataType &&
          a.optimizer == b.optimizer &&
          a.gradientClipping == b.gradientClipping &&
+         a.activationCheckpointing.present ==
+             b.activationCheckpointing.present &&
          activationCheckpointingSchema().sameScalars(
              a.activationCheckpointing, b.activationCheckpointing) &&
          a.activationCheckpointing.numberCheckpoints ==

@@ -114,7 +114,8 @@ json toDeepSpeedJson(const DeepSpeedConfig &cfg) {
   if (cfg.activationCheckpointing.numberCheckpoints)
     checkpointing["number_checkpoints"] =
         *cfg.activationCheckpointing.numberCheckpoints;
-  if (!checkpointing.empty())
+  // The block's presence turns checkpointing on, even when it is empty.
+  if (cfg.activationCheckpointing.present || !checkpointing.empty())
     out["activation_checkpointing"] = checkpointing;
 
   // With NVMe offload the whole aio block matters; otherwise only changes.

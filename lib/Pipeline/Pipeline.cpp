@@ -68,6 +68,9 @@ void buildZeroPipeline(mlir::OpPassManager &pm, const DeepSpeedConfig &cfg) {
   expand.beta2 = cfg.optimizer.beta2;
   expand.eps = cfg.optimizer.eps;
   expand.weightDecay = cfg.optimizer.weightDecay;
+  // The block's presence, whatever it holds, means that every transformer
+  // layer is checkpointed (docs/ds-config.md).
+  expand.recompute = cfg.activationCheckpointing.present;
   pm.addPass(createExpandTrainingStep(expand));
 
   ZeroPartitionOptions partition;

@@ -2,8 +2,9 @@
 //
 // zero-expand-training-step: replaces the forward function with @micro_step
 // (forward, backward built through DifferentiableOpInterface, gradient
-// accumulation) and @optimizer_step (unscale, clip, Adam), the two phases of
-// a DeepSpeed engine step.
+// accumulation, optionally recomputing each transformer layer before its
+// backward) and @optimizer_step (unscale, clip, Adam), the two phases of a
+// DeepSpeed engine step.
 //
 //===----------------------------------------------------------------------===//
 
@@ -11,9 +12,11 @@
 #include "zeroc/Transforms/Passes.h"
 
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/IRMapping.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
 
 #include <cmath>
 
@@ -29,6 +32,22 @@ namespace {
 
 constexpr llvm::StringLiteral kMicroStep = "micro_step";
 constexpr llvm::StringLiteral kOptimizerStep = "optimizer_step";
+/// Names the checkpointed layer on each recomputed op. Besides telling the
+/// reader (and the plan) what is recomputed, it keeps CSE from folding a
+/// recomputed op into the forward op it duplicates.
+constexpr llvm::StringLiteral kRecomputeAttr = "model.recompute";
+
+/// A transformer layer whose activations are recomputed for its backward.
+struct CheckpointedLayer {
+  std::string name;
+  /// What is emitted again before the layer's backward, in program order:
+  /// the layer's ops that reach the loss and the param_refs they read.
+  SmallVector<Operation *> recomputed;
+  /// The forward values the layer's backward must not read: the results of
+  /// the layer's ops and of the param_refs it reads. Its inputs are the
+  /// other values its ops read.
+  llvm::DenseSet<Value> forwardValues;
+};
 
 /// What the backward needs to know about the forward function, gathered and
 /// checked before anything is rewritten.
@@ -42,6 +61,12 @@ struct ForwardInfo {
   /// Per parameter name, its param_refs whose value reaches the loss: the
   /// contributions its gradient is the sum of.
   llvm::DenseMap<StringAttr, unsigned> contributions;
+  /// The forward ops whose results reach the loss.
+  llvm::DenseSet<Operation *> reachesLoss;
+  /// With recompute: the checkpointed layers, and the one of each forward
+  /// op that belongs to one (param_refs excluded).
+  SmallVector<CheckpointedLayer> layers;
+  llvm::DenseMap<Operation *, unsigned> checkpointedLayerOf;
 };
 
 struct ExpandTrainingStep
@@ -53,6 +78,7 @@ struct ExpandTrainingStep
 private:
   LogicalResult checkOptions(ModuleOp module);
   FailureOr<ForwardInfo> analyzeForward(ModuleOp module);
+  void findCheckpointedLayers(ModuleOp module, ForwardInfo &info);
   LogicalResult buildMicroStep(ForwardInfo &info);
   void buildOptimizerStep(ForwardInfo &info);
 };
@@ -144,7 +170,8 @@ FailureOr<ForwardInfo> ExpandTrainingStep::analyzeForward(ModuleOp module) {
   }
 
   // The ops whose results reach the loss, found backward from the return.
-  llvm::DenseSet<Operation *> reachesLoss = {info.ret};
+  llvm::DenseSet<Operation *> &reachesLoss = info.reachesLoss;
+  reachesLoss.insert(info.ret);
   for (Operation *op : llvm::reverse(info.ops))
     if (llvm::any_of(op->getUsers(),
                      [&](Operation *user) { return reachesLoss.count(user); }))
@@ -172,11 +199,100 @@ FailureOr<ForwardInfo> ExpandTrainingStep::analyzeForward(ModuleOp module) {
   return info;
 }
 
+/// Whether a layer name (layerOfParameter) is a numbered transformer layer,
+/// "h.3" or "layers.3", rather than "wte", "ln_f" or "lm_head".
+static bool isNumberedLayer(StringRef layer) {
+  StringRef last = layer.substr(layer.rfind('.') + 1);
+  return !last.empty() && llvm::all_of(last, llvm::isDigit);
+}
+
+// Attributes the forward ops to layers exactly as computeModelStats does, so
+// that a checkpointed segment is a row of `zeroc stats`: layers rank in
+// parameter declaration order; a param_ref belongs to its parameter's layer,
+// any other op to the latest layer among its operands', or, reading none, to
+// a pseudo-layer of the inputs that ranks last and is never checkpointed.
+void ExpandTrainingStep::findCheckpointedLayers(ModuleOp module,
+                                                ForwardInfo &info) {
+  llvm::StringMap<unsigned> rank;
+  SmallVector<std::string> names;
+  auto rankOf = [&](StringRef param) {
+    std::string layer = zeroc::layerOfParameter(param);
+    auto [it, inserted] = rank.try_emplace(layer, names.size());
+    if (inserted)
+      names.push_back(layer);
+    return it->second;
+  };
+  for (ParamOp param : module.getOps<ParamOp>())
+    rankOf(param.getSymName());
+  const unsigned inputs = names.size();
+
+  llvm::DenseMap<Value, unsigned> layerOfValue;
+  llvm::DenseMap<unsigned, unsigned> checkpointOfRank;
+  for (Operation *op : info.ops) {
+    unsigned layer;
+    if (auto ref = dyn_cast<ParamRefOp>(op)) {
+      layer = rankOf(ref.getParam());
+    } else {
+      std::optional<unsigned> latest;
+      for (Value operand : op->getOperands()) {
+        auto it = layerOfValue.find(operand);
+        if (it != layerOfValue.end())
+          latest = std::max(latest.value_or(0), it->second);
+      }
+      layer = latest.value_or(inputs);
+    }
+    for (Value result : op->getResults())
+      layerOfValue[result] = layer;
+    if (layer == inputs || !isNumberedLayer(names[layer]))
+      continue;
+
+    auto [it, inserted] =
+        checkpointOfRank.try_emplace(layer, info.layers.size());
+    if (inserted)
+      info.layers.push_back({names[layer], {}, {}});
+    CheckpointedLayer &checkpoint = info.layers[it->second];
+    checkpoint.forwardValues.insert(op->result_begin(), op->result_end());
+    if (isa<ParamRefOp>(op))
+      continue; // Re-read where the layer's ops read it, below.
+    info.checkpointedLayerOf[op] = it->second;
+    if (!info.reachesLoss.count(op))
+      continue; // No backward, nothing to recompute.
+    for (Value operand : op->getOperands())
+      if (auto ref = operand.getDefiningOp<ParamRefOp>()) {
+        checkpoint.forwardValues.insert(ref.getResult());
+        if (!llvm::is_contained(checkpoint.recomputed, ref.getOperation()))
+          checkpoint.recomputed.push_back(ref);
+      }
+    checkpoint.recomputed.push_back(op);
+  }
+  // A param_ref read by the layer may precede the layer's first op.
+  for (CheckpointedLayer &checkpoint : info.layers)
+    llvm::stable_sort(checkpoint.recomputed, [](Operation *a, Operation *b) {
+      return a->isBeforeInBlock(b);
+    });
+}
+
+/// A broken promise of recomputation (by this pass, or by a buildBackward that
+/// reaches past its op's operands and results), never a user error.
+static LogicalResult readsForwardValue(Operation *at, Value value,
+                                       StringRef layer) {
+  InFlightDiagnostic diag =
+      at->emitError() << "internal error: the backward of checkpointed layer '"
+                      << layer
+                      << "' reads a forward value of the layer instead of "
+                         "its recomputation";
+  diag.attachNote(value.getLoc()) << "the forward value";
+  return diag;
+}
+
 // Walks the forward ops in reverse, asking each for its backward. A value
 // used several times receives the sum of its uses' gradients; a parameter's
 // gradient is complete when all its param_refs have contributed, and is
 // accumulated right there, so a later pass can start reducing it while the
-// backward goes on.
+// backward goes on. A checkpointed layer is recomputed before its first
+// backward op, and its ops are differentiated through their recomputation;
+// gradients stay keyed by the forward values, so the accumulation is the
+// same with or without recomputation.
 LogicalResult ExpandTrainingStep::buildMicroStep(ForwardInfo &info) {
   OpBuilder builder(info.ret);
   MLIRContext *ctx = builder.getContext();
@@ -194,6 +310,35 @@ LogicalResult ExpandTrainingStep::buildMicroStep(ForwardInfo &info) {
 
   llvm::DenseMap<StringAttr, Value> paramGrads;
   SmallVector<Value> resultGrads, operandGrads;
+
+  // Per checkpointed layer, forward values to their recomputation, filled
+  // when the layer's backward begins.
+  SmallVector<IRMapping> recomputation(info.layers.size());
+  SmallVector<SmallVector<Operation *>> clones(info.layers.size());
+  auto emitRecomputation = [&](unsigned index) {
+    CheckpointedLayer &layer = info.layers[index];
+    auto name = builder.getStringAttr(layer.name);
+    for (Operation *op : layer.recomputed) {
+      clones[index].push_back(builder.clone(*op, recomputation[index]));
+      clones[index].back()->setAttr(kRecomputeAttr, name);
+    }
+  };
+  // The recomputation and the backward of a layer read its inputs, never
+  // its forward values, which must die in forward. A buildBackward reaching
+  // past its op's operands and results would break that.
+  auto checkBackward = [&](unsigned index, Operation *forward,
+                           Operation *first) -> LogicalResult {
+    const CheckpointedLayer &layer = info.layers[index];
+    for (Operation *op = first; op != info.ret; op = op->getNextNode())
+      for (Value operand : op->getOperands())
+        if (layer.forwardValues.contains(operand))
+          return readsForwardValue(op, operand, layer.name);
+    for (Value grad : operandGrads)
+      if (grad && layer.forwardValues.contains(grad))
+        return readsForwardValue(forward, grad, layer.name);
+    return success();
+  };
+
   for (Operation *op : llvm::reverse(info.ops)) {
     if (auto ref = dyn_cast<ParamRefOp>(op)) {
       Value grad = grads.lookup(ref.getResult());
@@ -214,8 +359,25 @@ LogicalResult ExpandTrainingStep::buildMicroStep(ForwardInfo &info) {
     if (llvm::all_of(resultGrads, [](Value g) { return !g; }))
       continue; // Does not reach the loss.
     operandGrads.clear();
-    if (failed(cast<DifferentiableOpInterface>(op).buildBackward(
-            builder, resultGrads, operandGrads)))
+    Operation *before = info.ret->getPrevNode();
+    Operation *differentiated = op;
+    std::optional<unsigned> layer;
+    if (auto it = info.checkpointedLayerOf.find(op);
+        it != info.checkpointedLayerOf.end()) {
+      layer = it->second;
+      if (clones[*layer].empty())
+        emitRecomputation(*layer);
+      differentiated = recomputation[*layer].lookupOrNull(op);
+      if (!differentiated)
+        return op->emitError()
+               << "internal error: op of checkpointed layer '"
+               << info.layers[*layer].name
+               << "' receives a gradient but was not recomputed";
+    }
+    if (failed(cast<DifferentiableOpInterface>(differentiated)
+                   .buildBackward(builder, resultGrads, operandGrads)))
+      return failure();
+    if (layer && failed(checkBackward(*layer, op, before->getNextNode())))
       return failure();
     if (operandGrads.size() != op->getNumOperands())
       return op->emitOpError()
@@ -231,6 +393,14 @@ LogicalResult ExpandTrainingStep::buildMicroStep(ForwardInfo &info) {
       addGradient(operand, grad, operand.getLoc());
     }
   }
+
+  // Like PyTorch's checkpoint, which stops recomputing once it has what
+  // backward needs, drop the recomputed ops that backward does not read (a
+  // layer's last projection and residual add).
+  for (SmallVector<Operation *> &layer : clones)
+    for (Operation *op : llvm::reverse(layer))
+      if (op->use_empty())
+        op->erase();
 
   // Every contribution counted in analyzeForward arrives unless an op's
   // buildBackward left a float operand without a gradient.
@@ -275,7 +445,11 @@ void ExpandTrainingStep::runOnOperation() {
   if (failed(checkOptions(module)))
     return signalPassFailure();
   FailureOr<ForwardInfo> info = analyzeForward(module);
-  if (failed(info) || failed(buildMicroStep(*info)))
+  if (failed(info))
+    return signalPassFailure();
+  if (recompute)
+    findCheckpointedLayers(module, *info);
+  if (failed(buildMicroStep(*info)))
     return signalPassFailure();
   info->func.setSymName(kMicroStep);
   buildOptimizerStep(*info);

@@ -98,15 +98,22 @@ private:
         }
         buffers.push_back(buffer);
       }
-      // State kept for backward that is not an SSA value.
+      // State kept for backward that is not an SSA value lives until the
+      // last backward op carrying the forward op's location. A later op of
+      // the same name and location is the op's recomputation (activation
+      // checkpointing): from there backward reads the recomputation's state,
+      // and the forward op's dies.
       if (auto keeps = dyn_cast<model::SavesForBackwardOpInterface>(op))
         if (int64_t bytes = keeps.getSavedInternalBytes()) {
           size_t end = index[op];
           if (!isa<UnknownLoc>(op->getLoc()))
-            for (size_t i = index[op] + 1; i < ops.size(); ++i)
-              if (ops[i]->getLoc() == op->getLoc() &&
-                  !isa<model::SavesForBackwardOpInterface>(ops[i]))
-                end = i;
+            for (size_t i = index[op] + 1; i < ops.size(); ++i) {
+              if (ops[i]->getLoc() != op->getLoc())
+                continue;
+              if (ops[i]->getName() == op->getName())
+                break;
+              end = i;
+            }
           buffers.push_back(
               {bytes, index[op], end, Category::Activations, -1, Value(), op});
         }

@@ -199,6 +199,7 @@ TEST(DeepSpeedConfigDefaults, EverythingElseMatchesDeepSpeedCode) {
   EXPECT_FALSE(cfg->aio.singleSubmit);
   EXPECT_TRUE(cfg->aio.overlapEvents);
   EXPECT_FALSE(cfg->aio.useGds);
+  EXPECT_FALSE(cfg->activationCheckpointing.present);
   EXPECT_FALSE(cfg->activationCheckpointing.partitionActivations);
   EXPECT_FALSE(cfg->activationCheckpointing.numberCheckpoints);
   EXPECT_TRUE(cfg->ignoredKeys.empty());
@@ -228,6 +229,24 @@ TEST(DeepSpeedConfigDefaults, OverlapCommGivenOverridesTheStageDefault) {
       "zero_optimization": {"stage": 3, "overlap_comm": false}})");
   ASSERT_READ(off);
   EXPECT_FALSE(off->zero.overlapComm);
+}
+
+// The block's presence, even empty, turns on layer checkpointing.
+TEST(DeepSpeedConfigDefaults, ActivationCheckpointingPresenceIsDetected) {
+  auto empty = readText(R"({"train_batch_size": 8,
+      "activation_checkpointing": {}})");
+  ASSERT_READ(empty);
+  EXPECT_TRUE(empty->activationCheckpointing.present);
+  EXPECT_FALSE(empty->activationCheckpointing.partitionActivations);
+  auto cpu = readText(R"({"train_batch_size": 8,
+      "activation_checkpointing": {"cpu_checkpointing": true}})");
+  ASSERT_READ(cpu);
+  EXPECT_TRUE(cpu->activationCheckpointing.present);
+  EXPECT_TRUE(cpu->activationCheckpointing.cpuCheckpointing);
+  auto absent = readText(R"({"train_batch_size": 8})");
+  ASSERT_READ(absent);
+  EXPECT_FALSE(absent->activationCheckpointing.present);
+  EXPECT_NE(*absent, *empty);
 }
 
 //===----------------------------------------------------------------------===//
@@ -1185,6 +1204,18 @@ TEST(DeepSpeedConfigRoundTrip, NonDefaultValuesSurvive) {
   changed = *cfg;
   changed.lossScale.hysteresis = 1;
   EXPECT_NE(changed, *cfg);
+}
+
+TEST(DeepSpeedConfigRoundTrip, EmptyActivationCheckpointingSurvives) {
+  auto cfg = readText(R"({"train_batch_size": 8,
+      "activation_checkpointing": {}})");
+  ASSERT_READ(cfg);
+  nlohmann::json out = toDeepSpeedJson(*cfg);
+  EXPECT_EQ(out["activation_checkpointing"], nlohmann::json::object());
+  auto again = roundTrip(*cfg, worldOf(1));
+  ASSERT_READ(again);
+  EXPECT_TRUE(again->activationCheckpointing.present);
+  EXPECT_EQ(*again, *cfg);
 }
 
 TEST(DeepSpeedConfigRoundTrip, WrittenKeysUseDocumentedNames) {

@@ -172,6 +172,9 @@ struct OptimizerConfig {
 
 /// `activation_checkpointing`.
 struct ActivationCheckpointingConfig {
+  /// The block is in the config. zeroc then checkpoints every transformer
+  /// layer (docs/ds-config.md); the keys below do not change the schedule.
+  bool present = false;
   bool partitionActivations = false;
   std::optional<int64_t> numberCheckpoints;
   bool contiguousMemoryOptimization = false;

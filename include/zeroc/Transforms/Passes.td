@@ -31,6 +31,29 @@ def ExpandTrainingStep : Pass<"zero-expand-training-step", "::mlir::ModuleOp"> {
 
     Gradients of a value used several times are summed; a tied parameter
     receives the sum of its uses' gradients.
+
+    With `recompute` (activation checkpointing, DeepSpeed's
+    `activation_checkpointing` with the Hugging Face Trainer's
+    `gradient_checkpointing`), every transformer layer is a checkpointed
+    segment. Forward ops are attributed to layers as `zeroc stats` does: a
+    `model.param_ref` belongs to its parameter's layer (the name up to its
+    first numeric component, `h.3`, `layers.3`), any other op to the latest
+    layer among its operands', in parameter declaration order. A layer is
+    checkpointed when its name is numbered; the embedding, the final norm,
+    the head and the loss are not. Of a checkpointed layer only its inputs
+    are kept for backward: the values defined outside the layer that its ops
+    read (the residual stream entering it). Right before the layer's first
+    backward op, its forward ops that reach the loss are emitted again, in
+    program order, with their locations and a `model.recompute` attribute
+    naming the layer (which also keeps CSE from merging them with the
+    forward ops); every parameter they read gets a new `model.param_ref`,
+    so stage 3 gathers it again for the recomputation. The layer's backward
+    ops are built from the recomputed ops and read only the recomputation,
+    the layer's inputs and gradients (checked; a violation is an internal
+    error), so the forward values of the layer die in forward. Recomputed
+    ops whose results the backward does not read (a layer's last projection
+    and residual add) are dropped again. The step costs the recomputed ops'
+    FLOPs more; gradients and their accumulation are unchanged.
   }];
   let dependentDialects = ["::zeroc::model::ModelDialect",
                            "::mlir::func::FuncDialect"];
@@ -61,6 +84,10 @@ def ExpandTrainingStep : Pass<"zero-expand-training-step", "::mlir::ModuleOp"> {
     Option<"eps", "eps", "double", /*default=*/"1.0e-8", "Adam epsilon">,
     Option<"weightDecay", "weight-decay", "double", /*default=*/"0.0",
            "Weight decay">,
+    Option<"recompute", "recompute", "bool", /*default=*/"false",
+           "Activation checkpointing: keep only each transformer layer's "
+           "inputs for backward and recompute the layer's forward ops right "
+           "before its backward">,
   ];
 }
 
