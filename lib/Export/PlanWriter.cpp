@@ -77,6 +77,12 @@ FailureOr<PlanPhase> buildPhase(func::FuncOp func, int64_t runsPerStep,
   phase.runsPerStep = runsPerStep;
   llvm::DenseMap<Value, int64_t> ids;
   llvm::DenseMap<Operation *, int64_t> opIndex;
+  llvm::StringMap<int64_t> lastTouch;
+  llvm::StringMap<SmallVector<StringRef>> groupMembers;
+  if (auto module = func->getParentOfType<ModuleOp>())
+    for (auto group : module.getOps<sched::FlatGroupOp>())
+      for (auto p : group.getParams().getAsRange<FlatSymbolRefAttr>())
+        groupMembers[group.getSymName()].push_back(p.getValue());
   auto define = [&](Value v) -> LogicalResult {
     if (isa<sched::TokenType>(v.getType()))
       return success();
@@ -123,6 +129,32 @@ FailureOr<PlanPhase> buildPhase(func::FuncOp func, int64_t runsPerStep,
       if (ids.count(result))
         pop.outputs.push_back(ids[result]);
     }
+    // Ops touching the same persistent tensor keep their program order
+    // across streams: each follows the last earlier op that touched any
+    // tensor it names (a flat group stands for its members).
+    SmallVector<StringRef> touched;
+    for (NamedAttribute attr : op.getAttrs()) {
+      auto add = [&](Attribute a) {
+        auto ref = dyn_cast<FlatSymbolRefAttr>(a);
+        if (!ref)
+          return;
+        touched.push_back(ref.getValue());
+        auto members = groupMembers.find(ref.getValue());
+        if (members != groupMembers.end())
+          touched.append(members->second.begin(), members->second.end());
+      };
+      add(attr.getValue());
+      if (auto array = dyn_cast<ArrayAttr>(attr.getValue()))
+        for (Attribute a : array)
+          add(a);
+    }
+    for (StringRef t : touched) {
+      auto it = lastTouch.find(t);
+      if (it != lastTouch.end())
+        deps.insert(it->second);
+    }
+    for (StringRef t : touched)
+      lastTouch[t] = pop.index;
     pop.deps.assign(deps.begin(), deps.end());
     // The memory plan's attributes become fields, not op attributes.
     if (auto offsets = op.getAttrOfType<DenseI64ArrayAttr>("sched.offsets"))
@@ -188,10 +220,10 @@ FailureOr<PlanPhase> buildPhase(func::FuncOp func, int64_t runsPerStep,
       auto v = memory.getAs<IntegerAttr>(key);
       return v ? v.getInt() : 0;
     };
-    phase.memory = PlanPhaseMemory{get("arena_bytes"),    get("peak_live_bytes"),
-                                   get("peak_op"),        get("activations"),
-                                   get("gather_buffers"), get("reduce_buckets"),
-                                   get("workspace")};
+    phase.memory = PlanPhaseMemory{
+        get("arena_bytes"), get("peak_live_bytes"), get("peak_op"),
+        get("activations"), get("gather_buffers"),  get("reduce_buckets"),
+        get("workspace")};
   }
   return phase;
 }

@@ -91,7 +91,10 @@ void buildZeroPipeline(mlir::OpPassManager &pm, const DeepSpeedConfig &cfg) {
 
   ZeroBucketOptions bucket;
   bucket.reduceBucketSize = zero.reduceBucketSize;
-  bucket.allgatherBucketSize = zero.allgatherBucketSize;
+  // Stage 3 fetches parameters in prefetch buckets (DeepSpeed's
+  // stage3_prefetch_bucket_size); allgather_bucket_size is stages 1-2's.
+  bucket.allgatherBucketSize =
+      zero.stage == 3 ? zero.prefetchBucketSize : zero.allgatherBucketSize;
   pm.addPass(createZeroBucket(bucket));
 
   ZeroPrefetchOptions prefetch;

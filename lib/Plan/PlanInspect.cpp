@@ -1,6 +1,7 @@
 //===- PlanInspect.cpp - What `zeroc inspect` reports about a plan --------===//
 
 #include "zeroc/Plan/PlanInspect.h"
+#include "zeroc/Plan/PlanMemory.h"
 
 #include "zeroc/Support/Format.h"
 
@@ -85,54 +86,40 @@ CommKindVolume CommPerStep::total() const {
   return sum;
 }
 
-namespace {
+CollectiveDTypes::CollectiveDTypes(const Plan &plan) {
+  for (const PlanTensor &t : plan.tensors)
+    tensors[t.name] = &t;
+  for (const PlanFlatGroup &g : plan.flatGroups)
+    groups[g.name] = &g;
+}
 
-/// Finds the element type of a collective: that of the values it sends (its
-/// inputs), else that of the persistent tensors it names (a flat group
-/// standing for its parameters). Nothing when they disagree or are absent.
-class CollectiveDTypes {
-public:
-  explicit CollectiveDTypes(const Plan &plan) {
-    for (const PlanTensor &t : plan.tensors)
-      tensors[t.name] = &t;
-    for (const PlanFlatGroup &g : plan.flatGroups)
-      groups[g.name] = &g;
-  }
-
-  /// `values`: the dtype of each value id of the op's phase.
-  std::optional<DType> of(const std::unordered_map<int64_t, DType> &values,
-                          const PlanOp &op) const {
-    std::optional<DType> found;
-    bool agree = true;
-    auto see = [&](DType t) {
-      if (found && *found != t)
-        agree = false;
-      found = t;
-    };
-    if (!op.inputs.empty()) {
-      for (int64_t id : op.inputs)
-        if (auto v = values.find(id); v != values.end())
-          see(v->second);
-    } else {
-      for (const std::string &name : op.tensors) {
-        if (auto t = tensors.find(name); t != tensors.end()) {
-          see(t->second->dtype);
-        } else if (auto g = groups.find(name); g != groups.end()) {
-          for (const std::string &param : g->second->params)
-            if (auto p = tensors.find(param); p != tensors.end())
-              see(p->second->dtype);
-        }
+std::optional<DType>
+CollectiveDTypes::of(const std::unordered_map<int64_t, DType> &values,
+                     const PlanOp &op) const {
+  std::optional<DType> found;
+  bool agree = true;
+  auto see = [&](DType t) {
+    if (found && *found != t)
+      agree = false;
+    found = t;
+  };
+  if (!op.inputs.empty()) {
+    for (int64_t id : op.inputs)
+      if (auto v = values.find(id); v != values.end())
+        see(v->second);
+  } else {
+    for (const std::string &name : op.tensors) {
+      if (auto t = tensors.find(name); t != tensors.end()) {
+        see(t->second->dtype);
+      } else if (auto g = groups.find(name); g != groups.end()) {
+        for (const std::string &param : g->second->params)
+          if (auto p = tensors.find(param); p != tensors.end())
+            see(p->second->dtype);
       }
     }
-    return agree ? found : std::nullopt;
   }
-
-private:
-  std::unordered_map<std::string, const PlanTensor *> tensors;
-  std::unordered_map<std::string, const PlanFlatGroup *> groups;
-};
-
-} // namespace
+  return agree ? found : std::nullopt;
+}
 
 CommPerStep commPerRankPerStep(const Plan &plan) {
   CommPerStep out;
@@ -245,11 +232,12 @@ void addField(std::string &out, const char *label, const std::string &value) {
 /// One part of the report, in JSON and as text. A new analysis of the plan
 /// (memory planning, the cost model) is one more entry in kSections.
 struct Section {
-  void (*addJson)(const Plan &plan, json &out);
-  void (*addText)(const Plan &plan, std::string &out);
+  void (*addJson)(const Plan &plan, const InspectOptions &options, json &out);
+  void (*addText)(const Plan &plan, const InspectOptions &options,
+                  std::string &out);
 };
 
-void summaryJson(const Plan &plan, json &out) {
+void summaryJson(const Plan &plan, const InspectOptions &, json &out) {
   out["generator"] = plan.generator;
   out["model"] = {{"name", plan.model.name},
                   {"dtype", std::string(dtypeName(plan.model.dtype))},
@@ -270,7 +258,7 @@ void summaryJson(const Plan &plan, json &out) {
   out["runs_per_step"] = std::move(runs);
 }
 
-void summaryText(const Plan &plan, std::string &out) {
+void summaryText(const Plan &plan, const InspectOptions &, std::string &out) {
   const PlanModel &m = plan.model;
   out += "plan " + m.name;
   if (!plan.generator.empty())
@@ -298,7 +286,7 @@ void summaryText(const Plan &plan, std::string &out) {
                  (phase.runsPerStep == 1 ? "" : "s") + " per step");
 }
 
-void persistentJson(const Plan &plan, json &out) {
+void persistentJson(const Plan &plan, const InspectOptions &, json &out) {
   PersistentBytes bytes = persistentBytesPerRank(plan);
   json byRole = json::object();
   for (const auto &[role, placements] : bytes.byRole) {
@@ -318,7 +306,8 @@ void persistentJson(const Plan &plan, json &out) {
                                       {"total", bytes.total()}};
 }
 
-void persistentText(const Plan &plan, std::string &out) {
+void persistentText(const Plan &plan, const InspectOptions &,
+                    std::string &out) {
   PersistentBytes bytes = persistentBytesPerRank(plan);
   out += "\npersistent state per rank\n";
   Table table({"role", "device", "host", "nvme", "total", "bytes"});
@@ -350,7 +339,7 @@ void persistentText(const Plan &plan, std::string &out) {
   out += table.str();
 }
 
-void commJson(const Plan &plan, json &out) {
+void commJson(const Plan &plan, const InspectOptions &, json &out) {
   CommPerStep comm = commPerRankPerStep(plan);
   CommKindVolume total = comm.total();
   json elements = json::object(), bytes = json::object(),
@@ -379,7 +368,7 @@ void commJson(const Plan &plan, json &out) {
       {"ratio", expected > 0 ? json(total.elements / expected) : json()}};
 }
 
-void commText(const Plan &plan, std::string &out) {
+void commText(const Plan &plan, const InspectOptions &, std::string &out) {
   CommPerStep comm = commPerRankPerStep(plan);
   CommKindVolume total = comm.total();
   out += "\ncommunication per rank per step (elements before bucket "
@@ -411,25 +400,140 @@ void commText(const Plan &plan, std::string &out) {
            std::to_string(plan.gradientAccumulationSteps) + ")\n";
 }
 
+/// Seconds as people read them: "1.234 s", "12.35 ms", "3.4 us".
+std::string durationText(double seconds) {
+  char text[48];
+  if (seconds >= 1)
+    std::snprintf(text, sizeof text, "%.3f s", seconds);
+  else if (seconds >= 1e-3)
+    std::snprintf(text, sizeof text, "%.2f ms", seconds * 1e3);
+  else if (seconds > 0)
+    std::snprintf(text, sizeof text, "%.1f us", seconds * 1e6);
+  else
+    return "0 s";
+  return text;
+}
+
+std::string percentText(double part, double whole) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f%%",
+                whole > 0 ? 100 * part / whole : 0.0);
+  return text;
+}
+
+void timeJson(const Plan &, const InspectOptions &options, json &out) {
+  if (!options.time)
+    return;
+  const StepTimeReport &t = *options.time;
+  out["cluster"] = t.cluster;
+  out["predicted_step_time_s"] = t.stepSeconds;
+  json phases = json::object();
+  for (const StepTimeReport::Phase &p : t.phases)
+    phases[p.name] = {{"seconds_per_run", p.seconds},
+                      {"runs_per_step", p.runsPerStep}};
+  out["phase_time_s"] = std::move(phases);
+  out["exposed_comm_s"] = t.exposedCommSeconds;
+  out["exposed_offload_s"] = t.exposedOffloadSeconds;
+  json busy = json::object();
+  for (const auto &[stream, seconds] : t.streamBusySeconds)
+    busy[stream] = seconds;
+  out["stream_busy_s"] = std::move(busy);
+  out["flops_per_gpu_per_step"] = t.flopsPerStep;
+  out["achieved_tflops_per_gpu"] = t.achievedTflopsPerGpu;
+  out["mfu"] = t.mfu;
+  out["tokens_per_s"] = t.tokensPerSecond;
+  json exposed = json::array();
+  for (const StepTimeReport::ExposedCollective &e : t.mostExposed) {
+    json row = {{"phase", e.phase}, {"op", e.op}, {"kind", e.kind}};
+    if (!e.collective.empty()) {
+      row["collective"] = e.collective;
+      row["comm_elements"] = e.commElements;
+    }
+    row["exposed_s"] = e.seconds;
+    exposed.push_back(std::move(row));
+  }
+  out["most_exposed_collectives"] = std::move(exposed);
+}
+
+void timeText(const Plan &plan, const InspectOptions &options,
+              std::string &out) {
+  if (!options.time)
+    return;
+  const StepTimeReport &t = *options.time;
+  out += "\npredicted time per step on " + t.cluster;
+  if (!t.clusterGpus.empty())
+    out += " (" + t.clusterGpus + ")";
+  out += "\n";
+  addField(out, "step time", durationText(t.stepSeconds));
+  for (const StepTimeReport::Phase &p : t.phases)
+    addField(out, p.name.c_str(),
+             durationText(p.seconds) + " x " + std::to_string(p.runsPerStep));
+  addField(out, "exposed communication",
+           durationText(t.exposedCommSeconds) + " (" +
+               percentText(t.exposedCommSeconds, t.stepSeconds) +
+               " of the step)");
+  addField(out, "exposed offload copies",
+           durationText(t.exposedOffloadSeconds) + " (" +
+               percentText(t.exposedOffloadSeconds, t.stepSeconds) +
+               " of the step)");
+  char line[96];
+  std::snprintf(line, sizeof line, "%.1f TFLOP/s (%s of the %s peak)",
+                t.achievedTflopsPerGpu, percentText(t.mfu, 1).c_str(),
+                std::string(dtypeName(plan.model.dtype)).c_str());
+  addField(out, "achieved per GPU", line);
+  addField(out, "tokens per second",
+           groupDigits(int64_t(std::llround(t.tokensPerSecond))));
+
+  out += "\nstream busy time per step\n";
+  Table busy({"stream", "busy", "share of step"});
+  for (const auto &[stream, seconds] : t.streamBusySeconds)
+    busy.row(
+        {stream, durationText(seconds), percentText(seconds, t.stepSeconds)});
+  out += busy.str();
+
+  if (t.mostExposed.empty())
+    return;
+  out += "\nmost exposed collectives (compute stream blocked, per step)\n";
+  Table exposed({"phase", "op", "kind", "elements", "exposed"});
+  for (const StepTimeReport::ExposedCollective &e : t.mostExposed)
+    exposed.row({e.phase, std::to_string(e.op), e.kind,
+                 e.collective.empty() ? "-" : groupDigits(e.commElements),
+                 durationText(e.seconds)});
+  out += exposed.str();
+}
+
+// The memory plan: the peak, where it occurs and what is live there
+// (zeroc/Plan/PlanMemory.h).
+void memoryJsonSection(const Plan &plan, const InspectOptions &, json &out) {
+  out.update(memoryJson(summarizeMemory(plan)));
+}
+
+void memoryTextSection(const Plan &plan, const InspectOptions &,
+                       std::string &out) {
+  out += "\n" + memoryText(summarizeMemory(plan));
+}
+
 const Section kSections[] = {
     {summaryJson, summaryText},
     {persistentJson, persistentText},
+    {memoryJsonSection, memoryTextSection},
     {commJson, commText},
+    {timeJson, timeText},
 };
 
 } // namespace
 
-json inspectJson(const Plan &plan) {
+json inspectJson(const Plan &plan, const InspectOptions &options) {
   json out = json::object();
   for (const Section &section : kSections)
-    section.addJson(plan, out);
+    section.addJson(plan, options, out);
   return out;
 }
 
-std::string inspectText(const Plan &plan) {
+std::string inspectText(const Plan &plan, const InspectOptions &options) {
   std::string out;
   for (const Section &section : kSections)
-    section.addText(plan, out);
+    section.addText(plan, options, out);
   return out;
 }
 

@@ -10,13 +10,18 @@
 
 #include "model/ModelOps.h"
 #include "sched/SchedOps.h"
+#include "zeroc/Advise/Advise.h"
 #include "zeroc/Analysis/ModelStats.h"
+#include "zeroc/Config/Cluster.h"
+#include "zeroc/Cost/ScheduleViews.h"
+#include "zeroc/Cost/Simulator.h"
 #include "zeroc/Export/PlanWriter.h"
 #include "zeroc/Models/ModelBuilder.h"
 #include "zeroc/Models/ModelSpec.h"
 #include "zeroc/Pipeline/Pipeline.h"
 #include "zeroc/Plan/Plan.h"
 #include "zeroc/Plan/PlanInspect.h"
+#include "zeroc/Plan/PlanMemory.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/AsmState.h"
@@ -119,6 +124,49 @@ cl::opt<Emit> compileEmit(
 cl::opt<bool> compileQuiet("quiet", cl::sub(cl::SubCommand::getTopLevel()),
                            cl::desc("Do not print notes about the config"),
                            cl::cat(zerocCategory));
+cl::opt<std::string> compileCluster(
+    "cluster", cl::sub(cl::SubCommand::getTopLevel()),
+    cl::desc("Refuse a plan whose memory peak exceeds this cluster's GPU "
+             "memory: a cluster JSON file or a preset name"),
+    cl::value_desc("cluster.json|preset"), cl::cat(zerocCategory));
+cl::opt<bool> compileAllowOom(
+    "allow-oom", cl::sub(cl::SubCommand::getTopLevel()),
+    cl::desc("Write the plan even if it does not fit the --cluster"),
+    cl::cat(zerocCategory));
+
+//===----------------------------------------------------------------------===//
+// zeroc advise
+//===----------------------------------------------------------------------===//
+
+cl::SubCommand adviseCmd("advise", "Which ZeRO stage, offload and bucket "
+                                   "sizes suit a model on a cluster");
+cl::opt<std::string> adviseInput(cl::Positional, cl::sub(adviseCmd),
+                                 cl::desc("<model.mlir>"), cl::Required);
+cl::opt<std::string>
+    adviseCluster("cluster", cl::sub(adviseCmd), cl::Required,
+                  cl::desc("A cluster JSON file or a preset name"),
+                  cl::value_desc("cluster.json|preset"),
+                  cl::cat(zerocCategory));
+cl::opt<std::string> adviseConfig(
+    "config", cl::sub(adviseCmd),
+    cl::desc("DeepSpeed config whose other settings every candidate keeps"),
+    cl::value_desc("base.json"), cl::cat(zerocCategory));
+cl::opt<int64_t> adviseWorldSize(
+    "world-size", cl::sub(adviseCmd),
+    cl::desc("Ranks to plan for (default: every GPU of the cluster)"),
+    cl::value_desc("n"), cl::cat(zerocCategory));
+cl::opt<int64_t> adviseGradAccum(
+    "grad-accum", cl::sub(adviseCmd),
+    cl::desc("Gradient accumulation steps, where the config leaves them "
+             "\"auto\" or out"),
+    cl::value_desc("n"), cl::cat(zerocCategory));
+cl::opt<std::string>
+    adviseOutput("o", cl::sub(adviseCmd),
+                 cl::desc("Write the recommended DeepSpeed config here"),
+                 cl::value_desc("ds_config.json"), cl::cat(zerocCategory));
+cl::opt<bool> adviseJson("json", cl::sub(adviseCmd),
+                         cl::desc("Print one JSON object instead of tables"),
+                         cl::cat(zerocCategory));
 
 //===----------------------------------------------------------------------===//
 // zeroc inspect
@@ -131,6 +179,21 @@ cl::opt<std::string> inspectInput(cl::Positional, cl::sub(inspectCmd),
 cl::opt<bool> inspectAsJson("json", cl::sub(inspectCmd),
                             cl::desc("Print one JSON object instead of tables"),
                             cl::cat(zerocCategory));
+cl::opt<std::string> inspectCluster(
+    "cluster", cl::sub(inspectCmd),
+    cl::desc("Predict the step time on a cluster: a cluster JSON file or a "
+             "preset (h100-sxm-8, a100-80gb-8, a100-100gbe, h100-pcie-1)"),
+    cl::value_desc("cluster.json|preset"), cl::cat(zerocCategory));
+cl::opt<std::string> inspectTrace(
+    "trace", cl::sub(inspectCmd),
+    cl::desc("Write the simulated step as Chrome trace-event JSON (Perfetto, "
+             "chrome://tracing; needs --cluster)"),
+    cl::value_desc("out.json"), cl::cat(zerocCategory));
+cl::opt<std::string> inspectSvg(
+    "svg", cl::sub(inspectCmd),
+    cl::desc("Draw memory over the schedule and the stream timeline of the "
+             "simulated step (needs --cluster)"),
+    cl::value_desc("out.svg"), cl::cat(zerocCategory));
 
 int error(const std::string &message) {
   llvm::WithColor::error(llvm::errs(), "zeroc") << message << "\n";
@@ -235,15 +298,102 @@ int runStats() {
   return 0;
 }
 
+int writeText(const std::string &path, const std::string &text) {
+  std::string message;
+  auto output = openOutputFile(path, &message);
+  if (!output)
+    return error(message);
+  output->os() << text;
+  output->keep();
+  return 0;
+}
+
 int runInspect() {
   zeroc::Expected<zeroc::Plan> plan = zeroc::loadPlan(inspectInput);
   if (!plan)
     return error(plan.error());
+  zeroc::InspectOptions options;
+  if (inspectCluster.empty() && (!inspectTrace.empty() || !inspectSvg.empty()))
+    return error("--trace and --svg need --cluster: the timeline is "
+                 "simulated on a cluster");
+  if (!inspectCluster.empty()) {
+    auto cluster = zeroc::loadCluster(inspectCluster);
+    if (!cluster)
+      return error(cluster.error());
+    auto step = zeroc::predictStep(*plan, *cluster);
+    if (!step)
+      return error(step.error());
+    options.time = zeroc::stepTimeReport(*plan, *cluster, *step);
+    if (!inspectTrace.empty())
+      if (int rc =
+              writeText(inspectTrace, zeroc::chromeTrace(*plan, *step).dump()))
+        return rc;
+    if (!inspectSvg.empty())
+      if (int rc = writeText(inspectSvg, zeroc::scheduleSvg(*plan, *step)))
+        return rc;
+  }
   if (inspectAsJson)
-    llvm::outs() << zeroc::inspectJson(*plan).dump(2) << "\n";
+    llvm::outs() << zeroc::inspectJson(*plan, options).dump(2) << "\n";
   else
-    llvm::outs() << zeroc::inspectText(*plan);
+    llvm::outs() << zeroc::inspectText(*plan, options);
   return 0;
+}
+
+int runAdvise() {
+  MLIRContext context;
+  loadDialects(context);
+  llvm::SourceMgr sources;
+  SourceMgrDiagnosticHandler handler(sources, &context);
+  OwningOpRef<ModuleOp> module = loadModel(context, sources, adviseInput);
+  if (!module)
+    return 1;
+  FailureOr<zeroc::ModelStats> stats = zeroc::computeModelStats(*module);
+  if (failed(stats))
+    return 1;
+  auto cluster = zeroc::loadCluster(adviseCluster);
+  if (!cluster)
+    return error(cluster.error());
+  std::optional<zeroc::JsonDocument> base;
+  if (!adviseConfig.empty()) {
+    auto doc = zeroc::JsonDocument::load(adviseConfig);
+    if (!doc)
+      return error(doc.error());
+    base = *doc;
+  }
+  if (adviseWorldSize.getNumOccurrences() && adviseWorldSize < 1)
+    return error("--world-size must be at least 1, found " +
+                 std::to_string(adviseWorldSize));
+  zeroc::AdviseRequest request;
+  request.model = *module;
+  request.stats = &*stats;
+  request.baseConfig = base ? &*base : nullptr;
+  request.cluster = &*cluster;
+  request.worldSize = adviseWorldSize.getNumOccurrences() ? adviseWorldSize : 0;
+  if (adviseGradAccum.getNumOccurrences())
+    request.gradientAccumulation = adviseGradAccum;
+  // Candidates that cannot be planned are reported in the table, not here.
+  ScopedDiagnosticHandler quiet(&context,
+                                [](Diagnostic &) { return success(); });
+  auto result = zeroc::advise(request);
+  if (!result)
+    return error(result.error());
+  if (adviseJson)
+    llvm::outs() << zeroc::adviseJson(*result).dump(2) << "\n";
+  else
+    llvm::outs() << zeroc::adviseText(*result);
+  if (!adviseOutput.empty()) {
+    if (!result->best)
+      return error("nothing fits " + result->cluster +
+                   ": no config written to " + adviseOutput);
+    std::string message;
+    auto output = openOutputFile(adviseOutput, &message);
+    if (!output)
+      return error(message);
+    output->os() << result->candidates[*result->best].deepSpeedConfig.dump(2)
+                 << "\n";
+    output->keep();
+  }
+  return result->best ? 0 : 1;
 }
 
 void note(const std::string &message) {
@@ -326,6 +476,20 @@ int runCompile() {
     FailureOr<zeroc::Plan> plan = zeroc::buildPlan(*module, source);
     if (failed(plan))
       return 1;
+    if (!compileCluster.empty()) {
+      auto cluster = zeroc::loadCluster(compileCluster);
+      if (!cluster)
+        return error(cluster.error());
+      if (auto refusal =
+              zeroc::checkFit(*plan, int64_t(cluster->gpu.memoryBytes),
+                              cluster->name + "'s " + cluster->gpu.model)) {
+        if (!compileAllowOom)
+          return error(*refusal);
+        llvm::WithColor::warning(llvm::errs(), "zeroc")
+            << "writing a plan that does not fit (--allow-oom): "
+            << refusal->substr(0, refusal->find('\n')) << "\n";
+      }
+    }
     output->os() << zeroc::toJson(*plan).dump(1) << "\n";
   }
   output->keep();
@@ -368,7 +532,8 @@ int main(int argc, char **argv) {
       "  zeroc gen   --preset gpt2 -o gpt2.mlir   write a model\n"
       "  zeroc stats gpt2.mlir [--json]         size, FLOPs, activations\n"
       "  zeroc inspect plan.json [--json]       memory, communication per "
-      "rank\n\n"
+      "rank\n"
+      "  zeroc advise model.mlir --cluster C    which ZeRO setup to use\n\n"
       "Run 'zeroc <subcommand> --help' for a subcommand's options.\n");
   if (genCmd)
     return runGen();
@@ -376,6 +541,8 @@ int main(int argc, char **argv) {
     return runStats();
   if (inspectCmd)
     return runInspect();
+  if (adviseCmd)
+    return runAdvise();
   if (!compileInput.empty())
     return runCompile();
   cl::PrintHelpMessage();

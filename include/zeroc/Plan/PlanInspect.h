@@ -19,6 +19,9 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
 
 namespace zeroc {
 
@@ -66,15 +69,78 @@ CommPerStep commPerRankPerStep(const Plan &plan);
 /// parameters. It assumes one micro-batch per step.
 double zeroPaperCommElements(int64_t stage, int64_t params, int64_t worldSize);
 
+/// Finds the element type of a collective: that of the values it sends (its
+/// inputs), else that of the persistent tensors it names (a flat group
+/// standing for its parameters). Nothing when they disagree or are absent.
+/// The inspector's byte counts and the cost model both ask it.
+class CollectiveDTypes {
+public:
+  explicit CollectiveDTypes(const Plan &plan);
+
+  /// `values`: the dtype of each value id of the op's phase.
+  std::optional<DType> of(const std::unordered_map<int64_t, DType> &values,
+                          const PlanOp &op) const;
+
+private:
+  std::unordered_map<std::string, const PlanTensor *> tensors;
+  std::unordered_map<std::string, const PlanFlatGroup *> groups;
+};
+
+/// What the cost model (zeroc/Cost, `stepTimeReport`) predicts for one
+/// training step on a cluster, as the inspector reports it. The inspector
+/// only formats it, so that this library does not depend on the cost model.
+struct StepTimeReport {
+  std::string cluster;     ///< The cluster's name.
+  std::string clusterGpus; ///< "8 x NVIDIA H100 SXM5 80GB (1 node)"
+  double stepSeconds = 0;
+  /// Compute-stream time spent waiting for collectives (or running them on
+  /// the compute stream), per step.
+  double exposedCommSeconds = 0;
+  /// The same for offload copies (fetches, host-device and NVMe traffic).
+  double exposedOffloadSeconds = 0;
+  /// Busy seconds per step of each stream, in stream order.
+  std::vector<std::pair<std::string, double>> streamBusySeconds;
+  struct Phase {
+    std::string name;
+    int64_t runsPerStep = 1;
+    double seconds = 0; ///< One run.
+  };
+  std::vector<Phase> phases;
+  double flopsPerStep = 0; ///< Per GPU: the ops' FLOPs x runs.
+  double achievedTflopsPerGpu = 0;
+  double mfu = 0; ///< Achieved over the GPU's dense peak in the model dtype.
+  double tokensPerSecond = 0; ///< All ranks together.
+  struct ExposedCollective {
+    std::string phase;
+    int64_t op = 0;
+    std::string kind;       ///< "all_gather_start", "fetch_start", ...
+    std::string collective; ///< Empty for copies.
+    int64_t commElements = 0;
+    double seconds = 0; ///< Exposed per step.
+  };
+  /// The ops that held the compute stream up longest, longest first.
+  std::vector<ExposedCollective> mostExposed;
+};
+
+/// What `zeroc inspect` adds to its report.
+struct InspectOptions {
+  /// With a cluster: the predicted step time and where it goes.
+  std::optional<StepTimeReport> time;
+};
+
 /// One JSON object: the summary, "persistent_bytes_per_rank",
 /// "comm_elements_per_rank_per_step", "comm_bytes_per_rank_per_step",
 /// "collectives_per_step", "zero_paper", "ops_per_phase", ...
 /// docs/plan-format.md lists the keys.
-nlohmann::json inspectJson(const Plan &plan);
+/// With `options.time`, also "cluster", "predicted_step_time_s",
+/// "exposed_comm_s", "stream_busy_s", "achieved_tflops_per_gpu",
+/// "most_exposed_collectives", ... (docs/cost-model.md).
+nlohmann::json inspectJson(const Plan &plan,
+                           const InspectOptions &options = {});
 
 /// The human-readable report of `zeroc inspect`: a summary and one table per
 /// section.
-std::string inspectText(const Plan &plan);
+std::string inspectText(const Plan &plan, const InspectOptions &options = {});
 
 } // namespace zeroc
 

@@ -1,0 +1,76 @@
+//===- Advise.h - Which ZeRO setup suits this model on this cluster -*- C++
+//-*-===//
+//
+// `zeroc advise`: compiles a model for every ZeRO stage, offload choice and a
+// few bucket and prefetch sizes, keeps the plans that fit the cluster's GPU
+// memory, and recommends the fastest. The decision frame of ZeRO practice:
+// the stage is a capacity decision, then the network sets the price.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZEROC_ADVISE_ADVISE_H
+#define ZEROC_ADVISE_ADVISE_H
+
+#include "zeroc/Analysis/ModelStats.h"
+#include "zeroc/Config/Cluster.h"
+#include "zeroc/Support/Diagnostic.h"
+#include "zeroc/Support/Json.h"
+
+#include "mlir/IR/BuiltinOps.h"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace zeroc {
+
+/// One setup tried, and what it would cost.
+struct AdviseCandidate {
+  int stage = 0;
+  std::string offloadOptimizer = "none"; ///< none, cpu
+  std::string offloadParam = "none";     ///< none, cpu
+  int64_t reduceBucketSize = 0;
+  int64_t prefetchBucketSize = 0; ///< Stage 3 only; 0 otherwise.
+
+  std::string error; ///< Why it could not be planned, if it could not.
+  bool fits = false;
+  int64_t peakDeviceBytes = 0;
+  int64_t hostBytes = 0;
+  double stepSeconds = 0;
+  double exposedCommSeconds = 0;
+  double commBytesPerStep = 0; ///< Per rank.
+  double tflopsPerGpu = 0;
+  nlohmann::json deepSpeedConfig; ///< The resolved config, as DeepSpeed JSON.
+
+  std::string label() const;
+};
+
+struct AdviseResult {
+  std::string cluster;
+  int64_t worldSize = 0;
+  int64_t gpuMemoryBytes = 0;
+  std::vector<AdviseCandidate> candidates;
+  std::optional<size_t> best; ///< The fastest candidate that fits.
+  std::vector<std::string> reasons;
+};
+
+struct AdviseRequest {
+  mlir::ModuleOp model; ///< A model-dialect module; left unchanged.
+  const ModelStats *stats = nullptr;
+  const JsonDocument *baseConfig =
+      nullptr; ///< Settings kept in every candidate.
+  const Cluster *cluster = nullptr;
+  int64_t worldSize = 0; ///< 0: every GPU of the cluster.
+  std::optional<int64_t> gradientAccumulation;
+};
+
+/// Plans every candidate. Fails only on a base config that cannot be read;
+/// a candidate that cannot be planned is reported in the table.
+Expected<AdviseResult> advise(const AdviseRequest &request);
+
+std::string adviseText(const AdviseResult &result);
+nlohmann::json adviseJson(const AdviseResult &result);
+
+} // namespace zeroc
+
+#endif // ZEROC_ADVISE_ADVISE_H

@@ -1,0 +1,110 @@
+//===- Cluster.h - The machines a plan runs on ------------------*- C++ -*-===//
+//
+// A cluster description: nodes of identical GPUs, the GPU's peak FLOP/s and
+// HBM bandwidth, the buses between GPUs inside a node and between nodes, and
+// the host's memory, PCIe and NVMe. The cost model (zeroc/Cost) turns a plan
+// into time with it. Read from JSON (docs/cluster-format.md) with errors that
+// point into the file, or taken from a named preset whose figures cite their
+// sources. MLIR-free.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZEROC_CONFIG_CLUSTER_H
+#define ZEROC_CONFIG_CLUSTER_H
+
+#include "zeroc/Support/DType.h"
+#include "zeroc/Support/Diagnostic.h"
+#include "zeroc/Support/Json.h"
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace zeroc {
+
+/// A bus that collectives run over: what NCCL's ring achieves on it.
+struct ClusterLink {
+  /// Bus bandwidth in bytes/s, as nccl-tests reports it (busbw): inside a
+  /// node per GPU, between nodes per node (all its NICs together).
+  double busBandwidth = 0;
+  /// Seconds per ring step (NCCL's per-hop latency).
+  double latency = 0;
+};
+
+/// Dense peak FLOP/s of one GPU by math mode.
+struct ClusterPeakFlops {
+  double bf16 = 0, f16 = 0, tf32 = 0, f32 = 0;
+};
+
+struct ClusterGpu {
+  std::string model;
+  double memoryBytes = 0;
+  ClusterPeakFlops peak;
+  double hbmBandwidth = 0; ///< Bytes/s.
+};
+
+/// Per node; the cost model shares node-wide figures among the node's ranks.
+struct ClusterHost {
+  double memoryBytes = 0;
+  double memoryBandwidth = 0; ///< Bytes/s, all sockets.
+  double pcieBandwidth = 0;   ///< Bytes/s per GPU and direction.
+  double nvmeBandwidth = 0;   ///< Bytes/s, all drives.
+};
+
+/// The default of `compute_efficiency`: the share of peak FLOP/s that
+/// matmul-class work reaches (docs/cost-model.md says why 0.7).
+inline constexpr double kDefaultComputeEfficiency = 0.7;
+
+struct Cluster {
+  std::string name;
+  std::string description;
+  int64_t nodes = 1;
+  int64_t gpusPerNode = 1;
+  ClusterGpu gpu;
+  ClusterLink intraNode;
+  /// Absent for a single machine with no fabric; required when nodes > 1.
+  std::optional<ClusterLink> interNode;
+  /// Seconds every collective pays once, whatever its size (NCCL's base
+  /// latency).
+  double collectiveLatency = 0;
+  ClusterHost host;
+  double computeEfficiency = kDefaultComputeEfficiency;
+  /// Where each figure comes from, by dotted key ("gpu.hbm_gb_per_s").
+  std::map<std::string, std::string> sources;
+
+  int64_t gpus() const { return nodes * gpusPerNode; }
+
+  /// Dense peak FLOP/s for math in `dtype`: f32 uses the plain FP32 figure
+  /// (PyTorch does not use TF32 for matmuls by default), i32 too.
+  double peakFlops(DType dtype) const;
+};
+
+/// Reads and checks a cluster description. Errors name the file, line and
+/// column, the dotted key, and what was expected; unknown keys are errors
+/// with a did-you-mean.
+Expected<Cluster> readCluster(const JsonDocument &doc);
+Expected<Cluster> loadClusterFile(const std::string &path);
+
+/// The canonical JSON form of a cluster: every figure as {"value", "source"}
+/// where a source is known. readCluster(toJson(c)) gives c back.
+nlohmann::json toJson(const Cluster &cluster);
+
+/// Names of the built-in presets ("h100-sxm-8", ...), in a stable order.
+const std::vector<std::string> &clusterPresetNames();
+
+/// A built-in preset: the text of examples/clusters/NAME.json, compiled in.
+Expected<Cluster> clusterPreset(const std::string &name);
+
+/// `--cluster SPEC`: a file when one exists at SPEC, else a preset name.
+/// An error lists the presets and suggests the closest one.
+Expected<Cluster> loadCluster(const std::string &spec);
+
+/// Checks that `worldSize` ranks fit on the cluster (ranks fill nodes in
+/// order, gpusPerNode per node).
+std::optional<Diagnostic> checkFits(const Cluster &cluster, int64_t worldSize);
+
+} // namespace zeroc
+
+#endif // ZEROC_CONFIG_CLUSTER_H

@@ -1,0 +1,162 @@
+//===- CostModel.h - Time of collectives, compute ops and copies -*- C++
+//-*-===//
+//
+// The formulas that turn a plan op into seconds on a cluster, in one place:
+// alpha-beta time of ring collectives with nccl-tests' bus-bandwidth factors
+// (hierarchical when a group spans nodes), roofline time of compute ops, and
+// PCIe / NVMe / host-memory time of offload work. docs/cost-model.md derives
+// every formula. MLIR-free.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZEROC_COST_COSTMODEL_H
+#define ZEROC_COST_COSTMODEL_H
+
+#include "zeroc/Config/Cluster.h"
+#include "zeroc/Plan/Plan.h"
+#include "zeroc/Plan/PlanInspect.h"
+#include "zeroc/Support/Collectives.h"
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace zeroc {
+
+//===----------------------------------------------------------------------===//
+// Collectives
+//===----------------------------------------------------------------------===//
+
+/// Where `ranks` data-parallel ranks sit: they fill nodes in order,
+/// gpusPerNode per node.
+struct RankLayout {
+  int64_t ranks = 1;
+  int64_t nodes = 1;        ///< Nodes the ranks span.
+  int64_t ranksPerNode = 1; ///< min(ranks, gpusPerNode).
+};
+RankLayout rankLayout(const Cluster &cluster, int64_t ranks);
+
+/// One ring collective over `ranks` ranks on one link, in seconds:
+///   steps x stepLatency + bytes x factor / busBandwidth,
+/// `bytes` the whole buffer (nccl-tests' "size"), factor (n-1)/n for
+/// all-gather and reduce-scatter and 2(n-1)/n for all-reduce, steps n-1 and
+/// 2(n-1). No base latency; 0 for one rank.
+double ringTime(CollectiveKind kind, double bytes, int64_t ranks,
+                double busBandwidth, double stepLatency);
+
+/// A collective's time, split the way docs/cost-model.md explains it.
+struct CollectiveTime {
+  double seconds = 0;   ///< The sum of the parts below.
+  double latency = 0;   ///< Base latency + ring steps x step latency.
+  double intraNode = 0; ///< Bandwidth time on the intra-node bus.
+  double interNode = 0; ///< Bandwidth time on the network.
+};
+
+/// A collective over `bytes` among `ranks` ranks: one ring inside a node, or
+/// the hierarchical decomposition across nodes (reduce-scatter = intra-node
+/// RS, then inter-node RS over 1/g of the data; all-gather the reverse;
+/// all-reduce = intra RS + inter AR over 1/g + intra AG). 0 for one rank.
+CollectiveTime collectiveTime(const Cluster &cluster, CollectiveKind kind,
+                              double bytes, int64_t ranks);
+
+//===----------------------------------------------------------------------===//
+// Compute and offload
+//===----------------------------------------------------------------------===//
+
+/// Roofline: max(flops / (peak[dtype] x efficiency), bytes / HBM bandwidth).
+double computeTime(const Cluster &cluster, double flops, double bytes,
+                   DType dtype);
+
+/// Transfer rates one rank sees, in bytes/s. The host's memory bandwidth,
+/// NVMe and network are per node and shared by the ranks on it; PCIe is per
+/// GPU.
+struct RankRates {
+  double pcie = 0;
+  double nvme = 0;
+  double hostMemory = 0;
+};
+RankRates rankRates(const Cluster &cluster, int64_t worldSize);
+
+/// Seconds to move `bytes` between placements ("device", "host", "nvme"):
+/// device<->host over PCIe, host<->nvme over NVMe, device<->nvme both,
+/// staged through host memory one after the other.
+double transferTime(const RankRates &rates, const std::string &from,
+                    const std::string &to, double bytes);
+
+//===----------------------------------------------------------------------===//
+// Plan ops
+//===----------------------------------------------------------------------===//
+
+/// What an op spends its time on.
+enum class OpClass : uint8_t {
+  Free,       ///< read, release, wait, return: no time of their own.
+  Compute,    ///< GPU kernels: roofline.
+  Collective, ///< NCCL collectives (and the PCIe copy of a host target).
+  Offload,    ///< fetch_start, copy_start: PCIe / NVMe.
+  Host,       ///< The CPU optimizer and its transfers.
+};
+
+std::string_view opClassName(OpClass cls);
+
+struct OpCost {
+  OpClass cls = OpClass::Free;
+  double seconds = 0;
+  double flops = 0; ///< The op's model FLOPs (for achieved TFLOP/s).
+};
+
+/// Costs the ops of one plan on one cluster. Holds lookups built once: the
+/// tensors and flat groups by name, each phase's values and the waits that
+/// complete each start.
+class CostModel {
+public:
+  CostModel(const Plan &plan, const Cluster &cluster);
+
+  OpCost cost(const PlanPhase &phase, const PlanOp &op) const;
+
+  const Cluster &cluster() const { return clusterRef; }
+  const RankRates &rates() const { return rankRatesPerRank; }
+
+private:
+  struct PhaseInfo {
+    std::unordered_map<int64_t, const PlanValue *> values;
+    std::unordered_map<int64_t, DType> dtypes;
+    /// Bytes the waits on each start (by op index) yield.
+    std::unordered_map<int64_t, double> waitBytes;
+  };
+
+  const Plan &plan;
+  const Cluster &clusterRef;
+  RankRates rankRatesPerRank;
+  CollectiveDTypes collectiveDTypes;
+  std::unordered_map<std::string, const PlanTensor *> tensors;
+  std::unordered_map<std::string, const PlanFlatGroup *> groups;
+  std::unordered_map<const PlanPhase *, PhaseInfo> phases;
+  /// Tensors a copy_start moves (sources, destinations), so that the host
+  /// optimizer does not count their PCIe traffic again.
+  std::unordered_set<std::string> copiedTensors;
+
+  /// Elements, dtype and placement of one rank's part of a tensor or flat
+  /// group (a group stands for its parameters).
+  double rankElements(const std::string &name) const;
+  /// The tensor itself, or a flat group's first parameter.
+  const PlanTensor *representative(const std::string &name) const;
+  DType dtypeOf(const std::string &name) const;
+  std::string placementOf(const std::string &name) const;
+  double rankBytes(const std::string &name) const {
+    return rankElements(name) * double(bytesPerElement(dtypeOf(name)));
+  }
+  /// Moves bytes of state over host memory or HBM, by where it lives.
+  double stateTrafficTime(const std::string &name, double passes) const;
+
+  OpCost collectiveCost(const PhaseInfo &info, const PlanOp &op) const;
+  OpCost fetchCost(const PhaseInfo &info, const PlanOp &op) const;
+  OpCost copyCost(const PlanOp &op) const;
+  OpCost adamCost(const PlanOp &op) const;
+  OpCost gradientPassCost(const PlanOp &op, double passes) const;
+  DType computeDType(const PhaseInfo &info, const PlanOp &op) const;
+};
+
+} // namespace zeroc
+
+#endif // ZEROC_COST_COSTMODEL_H

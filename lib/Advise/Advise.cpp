@@ -1,0 +1,307 @@
+//===- Advise.cpp - Which ZeRO setup suits this model on this cluster -----===//
+
+#include "zeroc/Advise/Advise.h"
+
+#include "zeroc/Config/DeepSpeedConfig.h"
+#include "zeroc/Cost/Simulator.h"
+#include "zeroc/Export/PlanWriter.h"
+#include "zeroc/Pipeline/Pipeline.h"
+#include "zeroc/Plan/PlanMemory.h"
+#include "zeroc/Support/Format.h"
+
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/Pass/PassManager.h"
+
+#include <cstdio>
+
+using nlohmann::json;
+
+namespace zeroc {
+
+std::string AdviseCandidate::label() const {
+  std::string s = "stage " + std::to_string(stage);
+  if (offloadOptimizer != "none")
+    s += ", optimizer on " + offloadOptimizer;
+  if (offloadParam != "none")
+    s += ", params on " + offloadParam;
+  s += ", reduce bucket " + humanCount(double(reduceBucketSize));
+  if (prefetchBucketSize)
+    s += ", prefetch " + humanCount(double(prefetchBucketSize));
+  return s;
+}
+
+namespace {
+
+std::vector<AdviseCandidate> candidateSetups() {
+  std::vector<AdviseCandidate> out;
+  for (int stage = 0; stage <= 3; ++stage) {
+    std::vector<std::pair<const char *, const char *>> offloads = {
+        {"none", "none"}};
+    if (stage >= 1)
+      offloads.push_back({"cpu", "none"});
+    if (stage == 3)
+      offloads.push_back({"cpu", "cpu"});
+    std::vector<int64_t> prefetches =
+        stage == 3 ? std::vector<int64_t>{5000000, 50000000, 200000000}
+                   : std::vector<int64_t>{0};
+    for (auto [opt, param] : offloads)
+      for (int64_t bucket : {50000000LL, 500000000LL})
+        for (int64_t prefetch : prefetches) {
+          AdviseCandidate c;
+          c.stage = stage;
+          c.offloadOptimizer = opt;
+          c.offloadParam = param;
+          c.reduceBucketSize = bucket;
+          c.prefetchBucketSize = prefetch;
+          out.push_back(c);
+        }
+  }
+  return out;
+}
+
+/// The base config with the candidate's ZeRO settings written over it.
+json configFor(const json &base, const AdviseCandidate &c) {
+  json cfg = base.is_object() ? base : json::object();
+  json &zero = cfg["zero_optimization"];
+  if (!zero.is_object())
+    zero = json::object();
+  // Keys the candidate decides, and their deprecated spellings, go.
+  for (const char *key :
+       {"stage", "offload_optimizer", "offload_param", "cpu_offload",
+        "cpu_offload_param", "reduce_bucket_size",
+        "stage3_prefetch_bucket_size", "prefetch_bucket_size"})
+    zero.erase(key);
+  zero["stage"] = c.stage;
+  // Overlapping communication with compute is what every stage wants on a
+  // GPU (DeepSpeed defaults it on only for stage 3); a base config that
+  // says otherwise is kept.
+  if (!zero.contains("overlap_comm"))
+    zero["overlap_comm"] = true;
+  zero["reduce_bucket_size"] = c.reduceBucketSize;
+  if (c.offloadOptimizer != "none")
+    zero["offload_optimizer"] = {{"device", c.offloadOptimizer}};
+  if (c.offloadParam != "none")
+    zero["offload_param"] = {{"device", c.offloadParam}};
+  if (c.stage == 3)
+    zero["stage3_prefetch_bucket_size"] = c.prefetchBucketSize;
+  for (const char *precision : {"bf16", "fp16"})
+    if (!cfg.contains(precision))
+      cfg[precision] = {{"enabled", "auto"}};
+  return cfg;
+}
+
+void evaluate(const AdviseRequest &req, int64_t worldSize, AdviseCandidate &c) {
+  json base = req.baseConfig ? req.baseConfig->root() : json::object();
+  auto doc =
+      JsonDocument::parse(configFor(base, c).dump(2),
+                          req.baseConfig ? req.baseConfig->name() : "(advise)");
+  if (!doc) {
+    c.error = doc.error().message;
+    return;
+  }
+  auto cfg = readDeepSpeedConfig(
+      *doc, configContextFor(*req.stats, worldSize, req.gradientAccumulation));
+  if (!cfg) {
+    c.error = cfg.error().message;
+    return;
+  }
+  if (auto problem = checkModelAgainstConfig(*req.stats, *cfg)) {
+    c.error = *problem;
+    return;
+  }
+  mlir::ModuleOp model = req.model;
+  mlir::OwningOpRef<mlir::ModuleOp> module = model.clone();
+  mlir::MLIRContext *ctx = module->getContext();
+  std::string diagnostics;
+  mlir::ScopedDiagnosticHandler handler(ctx, [&](mlir::Diagnostic &d) {
+    if (d.getSeverity() == mlir::DiagnosticSeverity::Error &&
+        diagnostics.empty())
+      diagnostics = d.str();
+    return mlir::success();
+  });
+  mlir::PassManager pm(ctx);
+  buildZeroPipeline(pm, *cfg);
+  if (mlir::failed(pm.run(*module))) {
+    c.error = diagnostics.empty() ? "the pipeline failed" : diagnostics;
+    return;
+  }
+  PlanSource source;
+  source.model.name = req.stats->name;
+  source.model.params = req.stats->params;
+  source.model.dtype = parseDType(req.stats->dtype).value_or(DType::F32);
+  source.model.microBatch = req.stats->batch;
+  source.model.seqLen = req.stats->seqLen;
+  source.gradientAccumulationSteps = cfg->gradientAccumulationSteps;
+  source.config = toDeepSpeedJson(*cfg);
+  mlir::FailureOr<Plan> plan = buildPlan(*module, source);
+  if (mlir::failed(plan)) {
+    c.error =
+        diagnostics.empty() ? "the plan could not be written" : diagnostics;
+    return;
+  }
+  MemorySummary memory = summarizeMemory(*plan);
+  c.peakDeviceBytes = memory.peakDeviceBytes;
+  c.hostBytes = memory.hostPinnedBytes + memory.hostPageableBytes;
+  // Host memory is shared by the ranks of a node.
+  c.fits = double(memory.peakDeviceBytes) <= req.cluster->gpu.memoryBytes &&
+           double(c.hostBytes) * double(req.cluster->gpusPerNode) <=
+               req.cluster->host.memoryBytes;
+  auto prediction = predictStep(*plan, *req.cluster);
+  if (!prediction) {
+    c.error = prediction.error().message;
+    return;
+  }
+  c.stepSeconds = prediction->stepSeconds;
+  c.exposedCommSeconds = prediction->exposedComm;
+  c.tflopsPerGpu = prediction->achievedTflopsPerGpu;
+  c.commBytesPerStep =
+      plan->comm.total() * double(bytesPerElement(plan->model.dtype));
+  c.deepSpeedConfig = source.config;
+}
+
+std::string percent(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%+.0f%%", 100.0 * x);
+  return buf;
+}
+
+std::string seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, s < 1 ? "%.1f ms" : "%.2f s",
+                s < 1 ? s * 1e3 : s);
+  return buf;
+}
+
+} // namespace
+
+Expected<AdviseResult> advise(const AdviseRequest &req) {
+  AdviseResult result;
+  result.cluster = req.cluster->name;
+  result.worldSize = req.worldSize ? req.worldSize : req.cluster->gpus();
+  result.gpuMemoryBytes = int64_t(req.cluster->gpu.memoryBytes);
+  if (auto problem = checkFits(*req.cluster, result.worldSize))
+    return *problem;
+  result.candidates = candidateSetups();
+  for (AdviseCandidate &c : result.candidates)
+    evaluate(req, result.worldSize, c);
+
+  // The fastest that fits; on a tie, the lower stage (less to go wrong).
+  for (size_t i = 0; i < result.candidates.size(); ++i) {
+    const AdviseCandidate &c = result.candidates[i];
+    if (!c.error.empty() || !c.fits)
+      continue;
+    if (!result.best ||
+        c.stepSeconds < result.candidates[*result.best].stepSeconds * 0.999)
+      result.best = i;
+  }
+
+  // Reasons: the capacity decision first, then the price of each stage.
+  for (int stage = 0; stage <= 3; ++stage) {
+    const AdviseCandidate *fastest = nullptr, *smallest = nullptr;
+    for (const AdviseCandidate &c : result.candidates) {
+      if (c.stage != stage || !c.error.empty())
+        continue;
+      if (!smallest || c.peakDeviceBytes < smallest->peakDeviceBytes)
+        smallest = &c;
+      if (c.fits && (!fastest || c.stepSeconds < fastest->stepSeconds))
+        fastest = &c;
+    }
+    std::string s = "stage " + std::to_string(stage) + ": ";
+    if (!smallest) {
+      s += "could not be planned";
+    } else if (!fastest) {
+      s += "does not fit: even " + smallest->label() + " needs " +
+           humanBytes(double(smallest->peakDeviceBytes)) + " per GPU, " +
+           humanBytes(double(result.gpuMemoryBytes)) + " available";
+    } else {
+      s += "fits; fastest " + fastest->label() + ", " +
+           seconds(fastest->stepSeconds) + " per step, " +
+           seconds(fastest->exposedCommSeconds) +
+           " of it communication not "
+           "hidden behind compute, " +
+           humanBytes(fastest->commBytesPerStep) + " sent per rank";
+      if (result.best) {
+        const AdviseCandidate &best = result.candidates[*result.best];
+        if (&best != fastest)
+          s += " (" + percent(fastest->stepSeconds / best.stepSeconds - 1) +
+               " against the recommendation)";
+      }
+    }
+    result.reasons.push_back(s);
+  }
+  return result;
+}
+
+std::string adviseText(const AdviseResult &r) {
+  std::string out = "zeroc advise: " + r.cluster + ", " +
+                    std::to_string(r.worldSize) + " ranks, " +
+                    humanBytes(double(r.gpuMemoryBytes)) + " per GPU\n\n";
+  char line[256];
+  std::snprintf(line, sizeof line, "  %-62s %-5s %12s %12s %12s %10s\n",
+                "setup", "fits", "peak/GPU", "step", "exposed comm",
+                "sent/rank");
+  out += line;
+  for (size_t i = 0; i < r.candidates.size(); ++i) {
+    const AdviseCandidate &c = r.candidates[i];
+    std::string name = (r.best && *r.best == i ? "* " : "  ") + c.label();
+    if (!c.error.empty()) {
+      std::snprintf(line, sizeof line, "  %-62s error: %s\n", name.c_str(),
+                    c.error.substr(0, 120).c_str());
+    } else {
+      std::snprintf(
+          line, sizeof line, "  %-62s %-5s %12s %12s %12s %10s\n", name.c_str(),
+          c.fits ? "yes" : "no", humanBytes(double(c.peakDeviceBytes)).c_str(),
+          seconds(c.stepSeconds).c_str(), seconds(c.exposedCommSeconds).c_str(),
+          humanBytes(c.commBytesPerStep).c_str());
+    }
+    out += line;
+  }
+  out += "\n";
+  for (const std::string &reason : r.reasons)
+    out += "  " + reason + "\n";
+  out += "\n";
+  if (r.best)
+    out += "recommended: " + r.candidates[*r.best].label() + " (" +
+           seconds(r.candidates[*r.best].stepSeconds) + " per step)\n";
+  else
+    out += "nothing fits: see the stages above for how far each is from "
+           "fitting\n";
+  return out;
+}
+
+json adviseJson(const AdviseResult &r) {
+  json candidates = json::array();
+  for (const AdviseCandidate &c : r.candidates) {
+    json j = {{"setup", c.label()},
+              {"stage", c.stage},
+              {"offload_optimizer", c.offloadOptimizer},
+              {"offload_param", c.offloadParam},
+              {"reduce_bucket_size", c.reduceBucketSize}};
+    if (c.prefetchBucketSize)
+      j["stage3_prefetch_bucket_size"] = c.prefetchBucketSize;
+    if (!c.error.empty()) {
+      j["error"] = c.error;
+    } else {
+      j["fits"] = c.fits;
+      j["peak_device_bytes"] = c.peakDeviceBytes;
+      j["host_bytes"] = c.hostBytes;
+      j["predicted_step_time_s"] = c.stepSeconds;
+      j["exposed_comm_s"] = c.exposedCommSeconds;
+      j["comm_bytes_per_rank_per_step"] = c.commBytesPerStep;
+      j["achieved_tflops_per_gpu"] = c.tflopsPerGpu;
+    }
+    candidates.push_back(std::move(j));
+  }
+  json out = {{"cluster", r.cluster},
+              {"world_size", r.worldSize},
+              {"gpu_memory_bytes", r.gpuMemoryBytes},
+              {"candidates", std::move(candidates)},
+              {"reasons", r.reasons}};
+  if (r.best) {
+    out["recommended"] = r.candidates[*r.best].label();
+    out["recommended_config"] = r.candidates[*r.best].deepSpeedConfig;
+  }
+  return out;
+}
+
+} // namespace zeroc

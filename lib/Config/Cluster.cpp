@@ -1,0 +1,530 @@
+//===- Cluster.cpp - Read cluster descriptions and presets ----------------===//
+//
+// The reader walks a table of figures: each has its JSON key, its unit (the
+// JSON holds GiB, GB/s, TFLOP/s and microseconds; the struct holds bytes,
+// bytes/s, FLOP/s and seconds) and its lower bound. A figure is a number or
+// {"value": number, "source": "where it comes from"}.
+//
+//===----------------------------------------------------------------------===//
+
+#include "zeroc/Config/Cluster.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+
+using nlohmann::json;
+
+namespace zeroc {
+
+double Cluster::peakFlops(DType dtype) const {
+  switch (dtype) {
+  case DType::BF16:
+    return gpu.peak.bf16;
+  case DType::F16:
+    return gpu.peak.f16;
+  case DType::F32:
+  case DType::I32:
+    return gpu.peak.f32;
+  }
+  return gpu.peak.f32;
+}
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+constexpr double kGBPerS = 1e9;
+constexpr double kTFlops = 1e12;
+constexpr double kMicrosecond = 1e-6;
+
+/// Where a value is: a JSON pointer to find it in the text, a dotted key to
+/// name it.
+struct KeyPath {
+  std::vector<std::string> keys;
+
+  KeyPath operator/(const std::string &key) const {
+    KeyPath child = *this;
+    child.keys.push_back(key);
+    return child;
+  }
+  std::string pointer() const {
+    std::string out;
+    for (const std::string &key : keys) {
+      out += '/';
+      for (char c : key)
+        out += c == '~'   ? std::string("~0")
+               : c == '/' ? std::string("~1")
+                          : std::string(1, c);
+    }
+    return out;
+  }
+  std::string dotted() const {
+    std::string out;
+    for (const std::string &key : keys)
+      out += (out.empty() ? "" : ".") + key;
+    return out;
+  }
+};
+
+/// Scalars verbatim, containers by kind.
+std::string describe(const json &v) {
+  if (v.is_object() || v.is_array())
+    return describeJsonType(v);
+  return v.dump();
+}
+
+/// The values a figure accepts.
+enum class Bound { Positive, NonNegative, Fraction, Count };
+
+const char *boundText(Bound bound) {
+  switch (bound) {
+  case Bound::Positive:
+    return "a number > 0";
+  case Bound::NonNegative:
+    return "a number >= 0";
+  case Bound::Fraction:
+    return "a number in (0, 1]";
+  case Bound::Count:
+    return "an integer from 1 to 1000000";
+  }
+  return "a number";
+}
+
+bool inBounds(double v, Bound bound) {
+  if (!std::isfinite(v))
+    return false;
+  switch (bound) {
+  case Bound::Positive:
+    return v > 0;
+  case Bound::NonNegative:
+    return v >= 0;
+  case Bound::Fraction:
+    return v > 0 && v <= 1;
+  case Bound::Count:
+    return v >= 1 && v <= 1e6;
+  }
+  return false;
+}
+
+/// Integer figures are read as doubles, then converted.
+struct Counts {
+  double nodes = 1, gpusPerNode = 1;
+};
+
+/// One figure of the format: its dotted key, its unit (SI value = JSON
+/// value x scale), the values it accepts, and the member it fills. The
+/// reader and the writer both walk this table.
+struct FigureSpec {
+  const char *key;
+  double scale;
+  Bound bound;
+  bool optional;
+  double &(*field)(Cluster &, Counts &);
+};
+
+const FigureSpec kFigures[] = {
+    {"nodes", 1, Bound::Count, false,
+     [](Cluster &, Counts &n) -> double & { return n.nodes; }},
+    {"gpus_per_node", 1, Bound::Count, false,
+     [](Cluster &, Counts &n) -> double & { return n.gpusPerNode; }},
+    {"gpu.memory_gib", kGiB, Bound::Positive, false,
+     [](Cluster &c, Counts &) -> double & { return c.gpu.memoryBytes; }},
+    {"gpu.peak_tflops.bf16", kTFlops, Bound::Positive, false,
+     [](Cluster &c, Counts &) -> double & { return c.gpu.peak.bf16; }},
+    {"gpu.peak_tflops.f16", kTFlops, Bound::Positive, false,
+     [](Cluster &c, Counts &) -> double & { return c.gpu.peak.f16; }},
+    {"gpu.peak_tflops.tf32", kTFlops, Bound::Positive, false,
+     [](Cluster &c, Counts &) -> double & { return c.gpu.peak.tf32; }},
+    {"gpu.peak_tflops.f32", kTFlops, Bound::Positive, false,
+     [](Cluster &c, Counts &) -> double & { return c.gpu.peak.f32; }},
+    {"gpu.hbm_gb_per_s", kGBPerS, Bound::Positive, false,
+     [](Cluster &c, Counts &) -> double & { return c.gpu.hbmBandwidth; }},
+    {"intra_node.bus_gb_per_s", kGBPerS, Bound::Positive, false,
+     [](Cluster &c, Counts &) -> double & { return c.intraNode.busBandwidth; }},
+    {"intra_node.latency_us", kMicrosecond, Bound::NonNegative, false,
+     [](Cluster &c, Counts &) -> double & { return c.intraNode.latency; }},
+    {"inter_node.bus_gb_per_s", kGBPerS, Bound::Positive, false,
+     [](Cluster &c, Counts &) -> double & {
+       return c.interNode->busBandwidth;
+     }},
+    {"inter_node.latency_us", kMicrosecond, Bound::NonNegative, false,
+     [](Cluster &c, Counts &) -> double & { return c.interNode->latency; }},
+    {"collective_latency_us", kMicrosecond, Bound::NonNegative, false,
+     [](Cluster &c, Counts &) -> double & { return c.collectiveLatency; }},
+    {"host.memory_gib", kGiB, Bound::Positive, false,
+     [](Cluster &c, Counts &) -> double & { return c.host.memoryBytes; }},
+    {"host.memory_gb_per_s", kGBPerS, Bound::Positive, false,
+     [](Cluster &c, Counts &) -> double & { return c.host.memoryBandwidth; }},
+    {"host.pcie_gb_per_s", kGBPerS, Bound::Positive, false,
+     [](Cluster &c, Counts &) -> double & { return c.host.pcieBandwidth; }},
+    {"host.nvme_gb_per_s", kGBPerS, Bound::Positive, false,
+     [](Cluster &c, Counts &) -> double & { return c.host.nvmeBandwidth; }},
+    {"compute_efficiency", 1, Bound::Fraction, true,
+     [](Cluster &c, Counts &) -> double & { return c.computeEfficiency; }},
+};
+
+struct StringSpec {
+  const char *key;
+  bool optional;
+  std::string &(*field)(Cluster &);
+};
+
+const StringSpec kStrings[] = {
+    {"name", false, [](Cluster &c) -> std::string & { return c.name; }},
+    {"description", true,
+     [](Cluster &c) -> std::string & { return c.description; }},
+    {"gpu.model", false,
+     [](Cluster &c) -> std::string & { return c.gpu.model; }},
+};
+
+/// The objects of the format, each after the one holding it. "" is the
+/// document. A missing optional object leaves out the figures in it.
+struct ObjectSpec {
+  const char *key;
+  bool optional;
+};
+
+const ObjectSpec kObjects[] = {
+    {"", false},           {"gpu", false},       {"gpu.peak_tflops", false},
+    {"intra_node", false}, {"inter_node", true}, {"host", false},
+};
+
+/// "gpu.peak_tflops.bf16" -> {"gpu", "peak_tflops", "bf16"}.
+KeyPath pathOf(const std::string &dotted) {
+  KeyPath path;
+  size_t start = 0;
+  while (start < dotted.size()) {
+    size_t dot = dotted.find('.', start);
+    path.keys.push_back(dotted.substr(start, dot - start));
+    if (dot == std::string::npos)
+      break;
+    start = dot + 1;
+  }
+  return path;
+}
+
+/// The dotted key of the object holding `dotted` ("" for the document).
+std::string parentOf(const std::string &dotted) {
+  size_t dot = dotted.rfind('.');
+  return dot == std::string::npos ? "" : dotted.substr(0, dot);
+}
+
+std::string lastKeyOf(const std::string &dotted) {
+  size_t dot = dotted.rfind('.');
+  return dot == std::string::npos ? dotted : dotted.substr(dot + 1);
+}
+
+/// The keys an object allows: its strings, its figures, its sub-objects.
+std::vector<std::string> keysOf(const std::string &object) {
+  std::vector<std::string> keys;
+  for (const StringSpec &s : kStrings)
+    if (parentOf(s.key) == object)
+      keys.push_back(lastKeyOf(s.key));
+  for (const FigureSpec &f : kFigures)
+    if (parentOf(f.key) == object)
+      keys.push_back(lastKeyOf(f.key));
+  for (const ObjectSpec &o : kObjects)
+    if (*o.key && parentOf(o.key) == object)
+      keys.push_back(lastKeyOf(o.key));
+  return keys;
+}
+
+class Reader {
+public:
+  explicit Reader(const JsonDocument &doc) : doc(doc) {}
+
+  Expected<Cluster> read();
+
+private:
+  const JsonDocument &doc;
+  std::optional<Diagnostic> error;
+  Cluster cluster;
+  Counts counts;
+  /// The objects found, by dotted key.
+  std::map<std::string, const json *> objects;
+
+  /// Records the first error, at `at`, naming `name` (by default `at`).
+  bool fail(const KeyPath &at, const std::string &message,
+            const KeyPath *name = nullptr) {
+    if (!error) {
+      std::string where = (name ? *name : at).dotted();
+      error = doc.error(at.pointer(), "cluster" +
+                                          (where.empty() ? "" : " " + where) +
+                                          ": " + message);
+    }
+    return false;
+  }
+
+  /// Rejects keys outside `known`, suggesting the closest.
+  bool checkKeys(const json &object, const KeyPath &at,
+                 const std::vector<std::string> &known) {
+    for (auto it = object.begin(); it != object.end(); ++it) {
+      if (std::find(known.begin(), known.end(), it.key()) != known.end())
+        continue;
+      std::string message = "unknown key '" + it.key() + "'";
+      if (std::optional<std::string> match = closestMatch(it.key(), known)) {
+        message += "; did you mean '" + *match + "'?";
+      } else {
+        message += "; expected one of";
+        for (size_t i = 0; i < known.size(); ++i)
+          message += (i ? ", '" : " '") + known[i] + "'";
+      }
+      // Point at the key itself, name the object it is in.
+      return fail(at / it.key(), message, &at);
+    }
+    return true;
+  }
+
+  /// The member `key` of the object at `at`, or null (an error when
+  /// required).
+  const json *member(const json &object, const KeyPath &at,
+                     const std::string &key, bool optional) {
+    auto it = object.find(key);
+    if (it != object.end())
+      return &*it;
+    if (!optional)
+      fail(at, "missing required key '" + key + "'");
+    return nullptr;
+  }
+
+  bool readObjects();
+  bool readString(const json &value, const KeyPath &at, std::string &out);
+  bool readFigure(const json &figure, const KeyPath &at,
+                  const FigureSpec &spec);
+};
+
+bool Reader::readObjects() {
+  for (const ObjectSpec &spec : kObjects) {
+    KeyPath at = pathOf(spec.key);
+    const json *value = &doc.root();
+    if (*spec.key) {
+      auto parent = objects.find(parentOf(spec.key));
+      if (parent == objects.end())
+        continue;
+      value = member(*parent->second, pathOf(parentOf(spec.key)),
+                     lastKeyOf(spec.key), spec.optional);
+      if (!value) {
+        if (error)
+          return false;
+        continue;
+      }
+    }
+    if (!value->is_object())
+      return fail(at, "expected an object, found " + describe(*value));
+    if (!checkKeys(*value, at, keysOf(spec.key)))
+      return false;
+    objects[spec.key] = value;
+  }
+  return true;
+}
+
+bool Reader::readString(const json &value, const KeyPath &at,
+                        std::string &out) {
+  if (!value.is_string())
+    return fail(at, "expected a string, found " + describe(value));
+  out = value.get<std::string>();
+  return true;
+}
+
+/// A figure: a number, or {"value": number, "source": string}.
+bool Reader::readFigure(const json &figure, const KeyPath &at,
+                        const FigureSpec &spec) {
+  const json *value = &figure;
+  KeyPath valueAt = at;
+  std::string source;
+  if (figure.is_object()) {
+    if (!checkKeys(figure, at, {"value", "source"}))
+      return false;
+    value = member(figure, at, "value", false);
+    const json *text = member(figure, at, "source", false);
+    if (!value || !text || !readString(*text, at / "source", source))
+      return false;
+    valueAt = at / "value";
+  }
+  bool typeOk = spec.bound == Bound::Count ? value->is_number_integer()
+                                           : value->is_number();
+  if (!typeOk || !inBounds(value->get<double>(), spec.bound)) {
+    std::string expected = boundText(spec.bound);
+    // A figure of the wrong kind altogether may have meant either form.
+    if (!value->is_number() && value == &figure)
+      expected += " or {\"value\": NUMBER, \"source\": TEXT}";
+    return fail(valueAt,
+                "expected " + expected + ", found " + describe(*value));
+  }
+  spec.field(cluster, counts) = value->get<double>() * spec.scale;
+  if (!source.empty())
+    cluster.sources[spec.key] = source;
+  return true;
+}
+
+Expected<Cluster> Reader::read() {
+  if (!readObjects())
+    return *error;
+  if (objects.count("inter_node"))
+    cluster.interNode.emplace();
+
+  // Strings and figures, in the objects that hold them.
+  auto memberOf = [&](const char *key, bool optional) -> const json * {
+    auto parent = objects.find(parentOf(key));
+    if (error || parent == objects.end())
+      return nullptr;
+    return member(*parent->second, pathOf(parent->first), lastKeyOf(key),
+                  optional);
+  };
+  for (const StringSpec &spec : kStrings)
+    if (const json *v = memberOf(spec.key, spec.optional))
+      readString(*v, pathOf(spec.key), spec.field(cluster));
+  for (const FigureSpec &spec : kFigures)
+    if (const json *v = memberOf(spec.key, spec.optional))
+      readFigure(*v, pathOf(spec.key), spec);
+  if (error)
+    return *error;
+
+  cluster.nodes = int64_t(counts.nodes);
+  cluster.gpusPerNode = int64_t(counts.gpusPerNode);
+  if (cluster.name.empty())
+    fail(pathOf("name"), "expected a non-empty string");
+  else if (cluster.nodes > 1 && !cluster.interNode)
+    fail({}, "missing required key 'inter_node': the cluster has " +
+                 std::to_string(cluster.nodes) +
+                 " nodes, so collectives cross a network");
+  if (error)
+    return *error;
+  return cluster;
+}
+
+//===----------------------------------------------------------------------===//
+// Writing
+//===----------------------------------------------------------------------===//
+
+/// Undoes the unit scale without printing 3.4000000000000004 for 3.4 us.
+double inUnits(double si, double scale) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.12g", si / scale);
+  return std::strtod(text, nullptr);
+}
+
+json::json_pointer pointerOf(const std::string &dotted) {
+  return json::json_pointer(pathOf(dotted).pointer());
+}
+
+} // namespace
+
+json toJson(const Cluster &c) {
+  Cluster copy = c;
+  Counts counts{double(c.nodes), double(c.gpusPerNode)};
+  json out = json::object();
+  for (const StringSpec &spec : kStrings)
+    if (!spec.optional || !spec.field(copy).empty())
+      out[pointerOf(spec.key)] = spec.field(copy);
+  for (const FigureSpec &spec : kFigures) {
+    if (parentOf(spec.key) == "inter_node" && !c.interNode)
+      continue;
+    double v = inUnits(spec.field(copy, counts), spec.scale);
+    json value = (v == std::floor(v) && std::fabs(v) < 9e15) ? json(int64_t(v))
+                                                             : json(v);
+    auto source = c.sources.find(spec.key);
+    out[pointerOf(spec.key)] =
+        source == c.sources.end()
+            ? value
+            : json{{"value", value}, {"source", source->second}};
+  }
+  return out;
+}
+
+Expected<Cluster> readCluster(const JsonDocument &doc) {
+  try {
+    return Reader(doc).read();
+  } catch (const std::exception &e) {
+    // The reader checks types before every get<>(); this is a backstop so
+    // that nothing escapes as an exception.
+    return Diagnostic{doc.name(), 0, 0,
+                      std::string("cluster: internal error: ") + e.what()};
+  }
+}
+
+Expected<Cluster> loadClusterFile(const std::string &path) {
+  Expected<JsonDocument> doc = JsonDocument::load(path);
+  if (!doc)
+    return doc.error();
+  return readCluster(*doc);
+}
+
+//===----------------------------------------------------------------------===//
+// Presets
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+struct Preset {
+  const char *name;
+  const char *text;
+};
+
+/// {name, text of examples/clusters/NAME.json}, generated by CMake from the
+/// files so that the two cannot drift apart.
+const Preset kPresets[] = {
+#include "ClusterPresets.inc"
+};
+
+} // namespace
+
+const std::vector<std::string> &clusterPresetNames() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const Preset &p : kPresets)
+      out.push_back(p.name);
+    return out;
+  }();
+  return names;
+}
+
+Expected<Cluster> clusterPreset(const std::string &name) {
+  for (const Preset &p : kPresets) {
+    if (name != p.name)
+      continue;
+    Expected<JsonDocument> doc =
+        JsonDocument::parse(p.text, "examples/clusters/" + name + ".json");
+    if (!doc)
+      return doc.error();
+    return readCluster(*doc);
+  }
+  std::string message = "unknown cluster preset '" + name + "'";
+  if (std::optional<std::string> match =
+          closestMatch(name, clusterPresetNames()))
+    message += "; did you mean '" + *match + "'?";
+  message += " (presets:";
+  for (const std::string &n : clusterPresetNames())
+    message += " " + n;
+  return Diagnostic{"", 0, 0, message + ")"};
+}
+
+Expected<Cluster> loadCluster(const std::string &spec) {
+  if (std::ifstream(spec).good())
+    return loadClusterFile(spec);
+  bool looksLikePath = spec.find('/') != std::string::npos ||
+                       spec.find('.') != std::string::npos;
+  if (looksLikePath)
+    return loadClusterFile(spec); // reports "cannot open file"
+  return clusterPreset(spec);
+}
+
+std::optional<Diagnostic> checkFits(const Cluster &cluster, int64_t worldSize) {
+  if (worldSize <= cluster.gpus())
+    return std::nullopt;
+  return Diagnostic{
+      "", 0, 0,
+      "the plan runs on " + std::to_string(worldSize) + " ranks but cluster '" +
+          cluster.name + "' has " + std::to_string(cluster.gpus()) +
+          (cluster.gpus() == 1 ? " GPU (" : " GPUs (") +
+          std::to_string(cluster.nodes) + " node" +
+          (cluster.nodes == 1 ? "" : "s") + " x " +
+          std::to_string(cluster.gpusPerNode) + "); describe a cluster with " +
+          std::to_string((worldSize + cluster.gpusPerNode - 1) /
+                         cluster.gpusPerNode) +
+          " nodes"};
+}
+
+} // namespace zeroc

@@ -1,0 +1,467 @@
+//===- CostModel.cpp - Time of collectives, compute ops and copies --------===//
+
+#include "zeroc/Cost/CostModel.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+using nlohmann::json;
+
+namespace zeroc {
+
+//===----------------------------------------------------------------------===//
+// Collectives
+//===----------------------------------------------------------------------===//
+
+RankLayout rankLayout(const Cluster &cluster, int64_t ranks) {
+  RankLayout layout;
+  int64_t perNode = std::max<int64_t>(1, cluster.gpusPerNode);
+  layout.ranks = std::max<int64_t>(1, ranks);
+  layout.ranksPerNode = std::min(layout.ranks, perNode);
+  layout.nodes = (layout.ranks + perNode - 1) / perNode;
+  return layout;
+}
+
+namespace {
+
+/// Ring steps and the share of the buffer each rank sends: NCCL's `nsteps`
+/// and nccl-tests' bus-bandwidth factor.
+struct RingShape {
+  double steps = 0;
+  double factor = 0;
+};
+
+RingShape ringShape(CollectiveKind kind, int64_t ranks) {
+  if (ranks <= 1)
+    return {};
+  double n = double(ranks);
+  bool allReduce = kind == CollectiveKind::AllReduce;
+  return {(allReduce ? 2.0 : 1.0) * (n - 1),
+          commElementsPerRank(kind, 1.0, ranks)};
+}
+
+/// Adds one ring to `time`: its latency to `latency`, its bandwidth time to
+/// `bandwidthPart`.
+void addRing(CollectiveTime &time, double &bandwidthPart, CollectiveKind kind,
+             double bytes, int64_t ranks, const ClusterLink &link) {
+  RingShape ring = ringShape(kind, ranks);
+  time.latency += ring.steps * link.latency;
+  if (link.busBandwidth > 0)
+    bandwidthPart += bytes * ring.factor / link.busBandwidth;
+}
+
+} // namespace
+
+double ringTime(CollectiveKind kind, double bytes, int64_t ranks,
+                double busBandwidth, double stepLatency) {
+  if (ranks <= 1 || bytes <= 0)
+    return 0;
+  RingShape ring = ringShape(kind, ranks);
+  return ring.steps * stepLatency +
+         (busBandwidth > 0 ? bytes * ring.factor / busBandwidth : 0);
+}
+
+CollectiveTime collectiveTime(const Cluster &cluster, CollectiveKind kind,
+                              double bytes, int64_t ranks) {
+  CollectiveTime t;
+  if (ranks <= 1 || bytes <= 0)
+    return t;
+  RankLayout layout = rankLayout(cluster, ranks);
+  t.latency = cluster.collectiveLatency;
+  const ClusterLink &intra = cluster.intraNode;
+  if (layout.nodes == 1) {
+    addRing(t, t.intraNode, kind, bytes, layout.ranks, intra);
+  } else {
+    // The g ranks of a node each run an inter-node ring over 1/g of the data
+    // at the same time, sharing the node's NICs.
+    int64_t g = layout.ranksPerNode;
+    ClusterLink net = cluster.interNode ? *cluster.interNode : intra;
+    net.busBandwidth /= double(g);
+    double slice = bytes / double(g);
+    switch (kind) {
+    case CollectiveKind::ReduceScatter:
+      addRing(t, t.intraNode, kind, bytes, g, intra);
+      addRing(t, t.interNode, kind, slice, layout.nodes, net);
+      break;
+    case CollectiveKind::AllGather:
+      addRing(t, t.interNode, kind, slice, layout.nodes, net);
+      addRing(t, t.intraNode, kind, bytes, g, intra);
+      break;
+    case CollectiveKind::AllReduce:
+      addRing(t, t.intraNode, CollectiveKind::ReduceScatter, bytes, g, intra);
+      addRing(t, t.interNode, kind, slice, layout.nodes, net);
+      addRing(t, t.intraNode, CollectiveKind::AllGather, bytes, g, intra);
+      break;
+    }
+  }
+  t.seconds = t.latency + t.intraNode + t.interNode;
+  return t;
+}
+
+//===----------------------------------------------------------------------===//
+// Compute and offload
+//===----------------------------------------------------------------------===//
+
+double computeTime(const Cluster &cluster, double flops, double bytes,
+                   DType dtype) {
+  double peak = cluster.peakFlops(dtype) * cluster.computeEfficiency;
+  double math = flops > 0 && peak > 0 ? flops / peak : 0;
+  double memory = bytes > 0 && cluster.gpu.hbmBandwidth > 0
+                      ? bytes / cluster.gpu.hbmBandwidth
+                      : 0;
+  return std::max(math, memory);
+}
+
+RankRates rankRates(const Cluster &cluster, int64_t worldSize) {
+  double local = double(rankLayout(cluster, worldSize).ranksPerNode);
+  RankRates rates;
+  rates.pcie = cluster.host.pcieBandwidth;
+  rates.nvme = cluster.host.nvmeBandwidth / local;
+  rates.hostMemory = cluster.host.memoryBandwidth / local;
+  return rates;
+}
+
+double transferTime(const RankRates &rates, const std::string &from,
+                    const std::string &to, double bytes) {
+  if (from == to || bytes <= 0)
+    return 0;
+  auto over = [&](double rate) { return rate > 0 ? bytes / rate : 0.0; };
+  bool pcie = from == "device" || to == "device";
+  bool nvme = from == "nvme" || to == "nvme";
+  return (pcie ? over(rates.pcie) : 0) + (nvme ? over(rates.nvme) : 0);
+}
+
+//===----------------------------------------------------------------------===//
+// Plan ops
+//===----------------------------------------------------------------------===//
+
+std::string_view opClassName(OpClass cls) {
+  switch (cls) {
+  case OpClass::Free:
+    return "free";
+  case OpClass::Compute:
+    return "compute";
+  case OpClass::Collective:
+    return "collective";
+  case OpClass::Offload:
+    return "offload";
+  case OpClass::Host:
+    return "host";
+  }
+  return "?";
+}
+
+namespace {
+
+bool endsWith(const std::string &s, const std::string &suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+/// A string attribute, or empty.
+std::string stringAttr(const PlanOp &op, const char *name) {
+  auto it = op.attrs.find(name);
+  return it != op.attrs.end() && it->is_string() ? it->get<std::string>()
+                                                 : std::string();
+}
+
+/// A string-array attribute; non-strings are skipped.
+std::vector<std::string> stringsAttr(const PlanOp &op, const char *name) {
+  std::vector<std::string> out;
+  auto it = op.attrs.find(name);
+  if (it == op.attrs.end() || !it->is_array())
+    return out;
+  for (const json &v : *it)
+    if (v.is_string())
+      out.push_back(v.get<std::string>());
+  return out;
+}
+
+} // namespace
+
+CostModel::CostModel(const Plan &plan, const Cluster &cluster)
+    : plan(plan), clusterRef(cluster),
+      rankRatesPerRank(rankRates(cluster, plan.worldSize)),
+      collectiveDTypes(plan) {
+  for (const PlanTensor &t : plan.tensors)
+    tensors[t.name] = &t;
+  for (const PlanFlatGroup &g : plan.flatGroups)
+    groups[g.name] = &g;
+  for (const PlanPhase &phase : plan.phases) {
+    PhaseInfo &info = phases[&phase];
+    for (const PlanValue &v : phase.values) {
+      info.values[v.id] = &v;
+      info.dtypes[v.id] = v.dtype;
+    }
+    std::unordered_map<int64_t, const PlanOp *> byIndex;
+    for (const PlanOp &op : phase.ops) {
+      byIndex[op.index] = &op;
+      if (op.kind == "copy_start") {
+        for (const char *attr : {"sources", "destinations"})
+          for (const std::string &name : stringsAttr(op, attr))
+            copiedTensors.insert(name);
+      }
+      if (op.kind != "wait")
+        continue;
+      double bytes = 0;
+      for (int64_t id : op.outputs)
+        if (auto v = info.values.find(id); v != info.values.end())
+          bytes += double(v->second->bytes);
+      for (int64_t dep : op.deps)
+        if (auto d = byIndex.find(dep);
+            d != byIndex.end() && endsWith(d->second->kind, "_start"))
+          info.waitBytes[dep] += bytes;
+    }
+  }
+}
+
+double CostModel::rankElements(const std::string &name) const {
+  if (auto t = tensors.find(name); t != tensors.end())
+    return double(t->second->localNumel);
+  if (auto g = groups.find(name); g != groups.end())
+    return double(g->second->partition);
+  return 0;
+}
+
+const PlanTensor *CostModel::representative(const std::string &name) const {
+  if (auto t = tensors.find(name); t != tensors.end())
+    return t->second;
+  if (auto g = groups.find(name);
+      g != groups.end() && !g->second->params.empty())
+    if (auto p = tensors.find(g->second->params.front()); p != tensors.end())
+      return p->second;
+  return nullptr;
+}
+
+DType CostModel::dtypeOf(const std::string &name) const {
+  const PlanTensor *t = representative(name);
+  return t ? t->dtype : plan.model.dtype;
+}
+
+std::string CostModel::placementOf(const std::string &name) const {
+  const PlanTensor *t = representative(name);
+  return t ? t->placement : "device";
+}
+
+double CostModel::stateTrafficTime(const std::string &name,
+                                   double passes) const {
+  double bytes = rankBytes(name) * passes;
+  std::string placement = placementOf(name);
+  if (placement == "device")
+    return computeTime(clusterRef, 0, bytes, dtypeOf(name));
+  if (placement == "host")
+    return rankRatesPerRank.hostMemory > 0 ? bytes / rankRatesPerRank.hostMemory
+                                           : 0;
+  return rankRatesPerRank.nvme > 0 ? bytes / rankRatesPerRank.nvme : 0;
+}
+
+DType CostModel::computeDType(const PhaseInfo &info, const PlanOp &op) const {
+  for (const std::vector<int64_t> *ids : {&op.outputs, &op.inputs})
+    for (int64_t id : *ids)
+      if (auto t = info.dtypes.find(id);
+          t != info.dtypes.end() && t->second != DType::I32)
+        return t->second;
+  return plan.model.dtype;
+}
+
+OpCost CostModel::collectiveCost(const PhaseInfo &info,
+                                 const PlanOp &op) const {
+  OpCost cost;
+  cost.cls = OpClass::Collective;
+  std::optional<CollectiveKind> kind = parseCollectiveKind(op.collective);
+  if (!kind)
+    return cost;
+  DType dtype = collectiveDTypes.of(info.dtypes, op).value_or(plan.model.dtype);
+  double elementBytes = double(bytesPerElement(dtype));
+  double bytes = double(op.commElements) * elementBytes;
+  cost.seconds =
+      collectiveTime(clusterRef, *kind, bytes, plan.worldSize).seconds;
+
+  // Results that land off the device (a host gradient partition) cross PCIe
+  // after the collective: the rank's part of a reduce-scatter, all of the
+  // others, in the share of targets that live off the device.
+  std::vector<std::string> targets = stringsAttr(op, "targets");
+  std::sort(targets.begin(), targets.end());
+  targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
+  std::map<std::string, int64_t> offDevice;
+  for (const std::string &t : targets)
+    if (std::string p = placementOf(t); p != "device")
+      ++offDevice[p];
+  for (const auto &[placement, count] : offDevice) {
+    double part = double(op.commElements) * elementBytes;
+    if (*kind == CollectiveKind::ReduceScatter)
+      part /= double(std::max<int64_t>(1, plan.worldSize));
+    part *= double(count) / double(targets.size());
+    cost.seconds += transferTime(rankRatesPerRank, "device", placement, part);
+  }
+  return cost;
+}
+
+OpCost CostModel::fetchCost(const PhaseInfo &info, const PlanOp &op) const {
+  OpCost cost;
+  cost.cls = OpClass::Offload;
+  double bytes = 0;
+  if (auto w = info.waitBytes.find(op.index); w != info.waitBytes.end())
+    bytes = w->second;
+  if (bytes <= 0)
+    for (const std::string &name : op.tensors)
+      bytes += rankBytes(name);
+  std::string from = op.tensors.empty() ? "host" : placementOf(op.tensors[0]);
+  cost.seconds = transferTime(rankRatesPerRank, from, "device", bytes);
+  return cost;
+}
+
+OpCost CostModel::copyCost(const PlanOp &op) const {
+  OpCost cost;
+  cost.cls = OpClass::Offload;
+  std::vector<std::string> sources = stringsAttr(op, "sources");
+  std::vector<std::string> destinations = stringsAttr(op, "destinations");
+  if (sources.empty() && destinations.empty() && op.tensors.size() % 2 == 0) {
+    // The plan lists sources then destinations.
+    size_t half = op.tensors.size() / 2;
+    sources.assign(op.tensors.begin(), op.tensors.begin() + half);
+    destinations.assign(op.tensors.begin() + half, op.tensors.end());
+  }
+  for (size_t i = 0; i < std::min(sources.size(), destinations.size()); ++i) {
+    // Converted on the source side: the destination's dtype crosses.
+    double bytes = rankElements(sources[i]) *
+                   double(bytesPerElement(dtypeOf(destinations[i])));
+    cost.seconds += transferTime(rankRatesPerRank, placementOf(sources[i]),
+                                 placementOf(destinations[i]), bytes);
+  }
+  return cost;
+}
+
+OpCost CostModel::adamCost(const PlanOp &op) const {
+  std::string grad = stringAttr(op, "grad");
+  std::string param = stringAttr(op, "param");
+  std::vector<std::string> states;
+  for (const char *attr : {"master", "exp_avg", "exp_avg_sq"})
+    if (std::string name = stringAttr(op, attr); !name.empty())
+      states.push_back(name);
+  bool hasMaster = !stringAttr(op, "master").empty();
+
+  // Adam reads the gradient, reads and writes each state (the f32 master and
+  // both moments) and writes the parameter (reads it too when it is its own
+  // master).
+  double bytes = 0;
+  if (!grad.empty())
+    bytes += rankBytes(grad);
+  for (const std::string &s : states)
+    bytes += 2 * rankBytes(s);
+  if (!param.empty())
+    bytes += (hasMaster ? 1 : 2) * rankBytes(param);
+
+  OpCost cost;
+  if (stringAttr(op, "on") != "host") {
+    cost.cls = OpClass::Compute;
+    cost.seconds = computeTime(clusterRef, 0, bytes, DType::F32);
+    return cost;
+  }
+  // CPU Adam, memory-bound on the host, then the transfers around it, one
+  // after the other: the reduced gradient to the host, the states from and
+  // back to NVMe, the updated parameter to where it lives.
+  cost.cls = OpClass::Host;
+  const RankRates &rates = rankRatesPerRank;
+  cost.seconds = rates.hostMemory > 0 ? bytes / rates.hostMemory : 0;
+  auto copied = [&](const std::string &name) {
+    return copiedTensors.count(name) != 0;
+  };
+  if (!grad.empty() && !copied(grad))
+    cost.seconds +=
+        transferTime(rates, placementOf(grad), "host", rankBytes(grad));
+  for (const std::string &s : states)
+    cost.seconds +=
+        2 * transferTime(rates, placementOf(s), "host", rankBytes(s));
+  if (!param.empty() && !copied(param))
+    cost.seconds +=
+        transferTime(rates, "host", placementOf(param), rankBytes(param));
+  return cost;
+}
+
+OpCost CostModel::gradientPassCost(const PlanOp &op, double passes) const {
+  OpCost cost;
+  cost.cls = OpClass::Compute;
+  for (const std::string &name : op.tensors) {
+    cost.seconds += stateTrafficTime(name, passes);
+    if (placementOf(name) != "device")
+      cost.cls = OpClass::Host;
+  }
+  return cost;
+}
+
+OpCost CostModel::cost(const PlanPhase &phase, const PlanOp &op) const {
+  auto found = phases.find(&phase);
+  static const PhaseInfo empty;
+  const PhaseInfo &info = found == phases.end() ? empty : found->second;
+
+  if (!op.collective.empty())
+    return collectiveCost(info, op);
+  if (op.kind == "fetch_start")
+    return fetchCost(info, op);
+  if (op.kind == "copy_start")
+    return copyCost(op);
+  if (op.kind == "adam_update")
+    return adamCost(op);
+  if (op.flops > 0 || op.bytes > 0) {
+    OpCost cost;
+    cost.cls = OpClass::Compute;
+    cost.flops = double(op.flops);
+    cost.seconds = computeTime(clusterRef, double(op.flops), double(op.bytes),
+                               computeDType(info, op));
+    return cost;
+  }
+  // Optimizer-phase ops carry no FLOPs or bytes in the plan: each streams
+  // over the gradients it names. Clipping and unscaling also agree on a
+  // scalar across ranks (the global norm, the overflow flag).
+  auto scalarAllReduce = [&] {
+    return collectiveTime(clusterRef, CollectiveKind::AllReduce, 4.0,
+                          plan.worldSize)
+        .seconds;
+  };
+  if (op.kind == "clip_grad_norm") {
+    OpCost cost = gradientPassCost(op, 1);
+    cost.seconds += scalarAllReduce();
+    return cost;
+  }
+  if (op.kind == "unscale_grads") {
+    OpCost cost = gradientPassCost(op, 2);
+    cost.seconds += scalarAllReduce();
+    return cost;
+  }
+  if (op.kind == "zero_grads")
+    return gradientPassCost(op, 1);
+  if (op.kind == "accumulate") {
+    // target += value: read the value, read and write the target's part.
+    std::string target =
+        op.tensors.empty() ? stringAttr(op, "tensor") : op.tensors.front();
+    double inBytes = 0, elements = 0;
+    for (int64_t id : op.inputs)
+      if (auto v = info.values.find(id); v != info.values.end()) {
+        inBytes += double(v->second->bytes);
+        elements += double(v->second->bytes) /
+                    double(bytesPerElement(v->second->dtype));
+      }
+    double targetBytes =
+        2 * elements * double(bytesPerElement(dtypeOf(target)));
+    OpCost cost;
+    std::string placement = target.empty() ? "device" : placementOf(target);
+    if (placement == "device") {
+      cost.cls = OpClass::Compute;
+      cost.seconds = computeTime(clusterRef, 0, inBytes + targetBytes,
+                                 computeDType(info, op));
+    } else {
+      cost.cls = OpClass::Host;
+      cost.seconds =
+          transferTime(rankRatesPerRank, "device", placement, inBytes) +
+          (rankRatesPerRank.hostMemory > 0
+               ? targetBytes / rankRatesPerRank.hostMemory
+               : 0);
+    }
+    return cost;
+  }
+  return {};
+}
+
+} // namespace zeroc

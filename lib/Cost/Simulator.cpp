@@ -1,0 +1,231 @@
+//===- Simulator.cpp - Event simulation of a plan's streams ---------------===//
+//
+// Ops are visited in program order. Because a dependency always points to
+// an earlier op and a stream runs its ops in program order, every op's
+// earliest start is known when it is reached:
+//
+//   ready = when its stream finished the previous op on it
+//   start = max(ready, end of every op in deps)
+//   end   = start + cost
+//
+// A wait costs nothing, so it ends when the op it waits for ends, and the
+// stream behind it cannot go on before. A *_start runs its collective or
+// copy on its own stream. The compute stream's idle time before an op is
+// charged to the op that held it up, seen through waits.
+//
+//===----------------------------------------------------------------------===//
+
+#include "zeroc/Cost/Simulator.h"
+
+#include <algorithm>
+#include <map>
+#include <unordered_map>
+
+namespace zeroc {
+
+namespace {
+
+/// The compute stream: the one named "compute", else stream 0.
+int64_t computeStream(const Plan &plan) {
+  for (size_t i = 0; i < plan.streams.size(); ++i)
+    if (plan.streams[i] == "compute")
+      return int64_t(i);
+  return 0;
+}
+
+size_t streamCount(const Plan &plan) {
+  size_t count = std::max<size_t>(1, plan.streams.size());
+  for (const PlanPhase &phase : plan.phases)
+    for (const PlanOp &op : phase.ops)
+      if (op.stream >= 0)
+        count = std::max(count, size_t(op.stream) + 1);
+  return count;
+}
+
+PhaseTimeline simulatePhase(const PlanPhase &phase, const CostModel &model,
+                            size_t streams, int64_t compute) {
+  PhaseTimeline out;
+  out.name = phase.name;
+  out.runsPerStep = phase.runsPerStep;
+  out.streamBusy.assign(streams, 0.0);
+  out.ops.reserve(phase.ops.size());
+
+  std::unordered_map<int64_t, size_t> position;
+  std::vector<double> streamFree(streams, 0.0);
+  // The dependency that finished last, per op position; -1 when none.
+  std::vector<int64_t> critical;
+  critical.reserve(phase.ops.size());
+  std::map<int64_t, double> exposedBy;
+
+  for (const PlanOp &op : phase.ops) {
+    OpCost cost = model.cost(phase, op);
+    size_t stream = op.stream >= 0 ? size_t(op.stream) : 0;
+
+    OpTiming t;
+    t.op = op.index;
+    t.stream = int64_t(stream);
+    t.cls = cost.cls;
+    t.flops = cost.flops;
+    t.ready = streamFree[stream];
+    double depsDone = 0;
+    int64_t last = -1;
+    for (int64_t dep : op.deps) {
+      auto it = position.find(dep);
+      if (it == position.end())
+        continue;
+      const OpTiming &d = out.ops[it->second];
+      if (last < 0 || d.end > depsDone) {
+        depsDone = d.end;
+        last = int64_t(it->second);
+      }
+    }
+    t.start = std::max(t.ready, depsDone);
+    t.end = t.start + cost.seconds;
+    streamFree[stream] = t.end;
+    out.streamBusy[stream] += cost.seconds;
+    out.flops += cost.flops;
+
+    if (t.start > t.ready && last >= 0) {
+      // Look through waits to the op whose work was not done.
+      int64_t culprit = last;
+      while (phase.ops[size_t(culprit)].kind == "wait" &&
+             critical[size_t(culprit)] >= 0)
+        culprit = critical[size_t(culprit)];
+      t.blockedBy = phase.ops[size_t(culprit)].index;
+      if (int64_t(stream) == compute) {
+        double idle = t.start - t.ready;
+        OpClass why = out.ops[size_t(culprit)].cls;
+        if (why == OpClass::Collective)
+          out.exposedComm += idle;
+        else if (why == OpClass::Offload)
+          out.exposedOffload += idle;
+        if (why == OpClass::Collective || why == OpClass::Offload)
+          exposedBy[t.blockedBy] += idle;
+      }
+    }
+    // Communication issued on the compute stream itself is all exposed.
+    if (int64_t(stream) == compute && cost.seconds > 0) {
+      if (cost.cls == OpClass::Collective)
+        out.exposedComm += cost.seconds;
+      else if (cost.cls == OpClass::Offload)
+        out.exposedOffload += cost.seconds;
+      if (cost.cls == OpClass::Collective || cost.cls == OpClass::Offload)
+        exposedBy[op.index] += cost.seconds;
+    }
+
+    position[op.index] = out.ops.size();
+    critical.push_back(last);
+    out.seconds = std::max(out.seconds, t.end);
+    out.ops.push_back(t);
+  }
+  out.exposedBy.assign(exposedBy.begin(), exposedBy.end());
+  return out;
+}
+
+} // namespace
+
+Expected<StepPrediction> predictStep(const Plan &plan, const Cluster &cluster) {
+  if (std::optional<Diagnostic> error = checkFits(cluster, plan.worldSize))
+    return *error;
+  CostModel model(plan, cluster);
+  size_t streams = streamCount(plan);
+  int64_t compute = computeStream(plan);
+
+  StepPrediction step;
+  step.cluster = cluster.name;
+  step.streams = plan.streams;
+  step.computeStream = compute;
+  for (size_t s = step.streams.size(); s < streams; ++s)
+    step.streams.push_back("stream " + std::to_string(s));
+  step.streamBusy.assign(streams, 0.0);
+  for (const PlanPhase &phase : plan.phases) {
+    PhaseTimeline timeline = simulatePhase(phase, model, streams, compute);
+    double runs = double(phase.runsPerStep);
+    step.stepSeconds += runs * timeline.seconds;
+    step.exposedComm += runs * timeline.exposedComm;
+    step.exposedOffload += runs * timeline.exposedOffload;
+    step.flops += runs * timeline.flops;
+    for (size_t s = 0; s < streams; ++s)
+      step.streamBusy[s] += runs * timeline.streamBusy[s];
+    step.phases.push_back(std::move(timeline));
+  }
+  if (step.stepSeconds > 0) {
+    step.achievedTflopsPerGpu = step.flops / step.stepSeconds / 1e12;
+    double peak = cluster.peakFlops(plan.model.dtype);
+    step.mfu = peak > 0 ? step.flops / step.stepSeconds / peak : 0;
+    step.tokensPerSecond = double(plan.model.microBatch) *
+                           double(plan.model.seqLen) *
+                           double(plan.gradientAccumulationSteps) *
+                           double(plan.worldSize) / step.stepSeconds;
+  }
+  return step;
+}
+
+std::vector<StepTimeReport::ExposedCollective>
+mostExposed(const Plan &plan, const StepPrediction &prediction, size_t limit) {
+  std::vector<StepTimeReport::ExposedCollective> out;
+  for (const PhaseTimeline &timeline : prediction.phases) {
+    const PlanPhase *phase = plan.findPhase(timeline.name);
+    if (!phase)
+      continue;
+    std::unordered_map<int64_t, const PlanOp *> byIndex;
+    for (const PlanOp &op : phase->ops)
+      byIndex[op.index] = &op;
+    for (const auto &[index, seconds] : timeline.exposedBy) {
+      StepTimeReport::ExposedCollective e;
+      e.phase = timeline.name;
+      e.op = index;
+      if (auto it = byIndex.find(index); it != byIndex.end()) {
+        e.kind = it->second->kind;
+        e.collective = it->second->collective;
+        e.commElements = it->second->commElements;
+      }
+      e.seconds = seconds * double(timeline.runsPerStep);
+      out.push_back(std::move(e));
+    }
+  }
+  std::stable_sort(out.begin(), out.end(), [](const auto &a, const auto &b) {
+    return a.seconds > b.seconds;
+  });
+  if (out.size() > limit)
+    out.resize(limit);
+  return out;
+}
+
+StepTimeReport stepTimeReport(const Plan &plan, const Cluster &cluster,
+                              const StepPrediction &prediction) {
+  StepTimeReport report;
+  report.cluster = cluster.name;
+  RankLayout layout = rankLayout(cluster, plan.worldSize);
+  report.clusterGpus =
+      std::to_string(layout.ranks) + " rank" + (layout.ranks == 1 ? "" : "s") +
+      " on " + std::to_string(layout.nodes) + " node" +
+      (layout.nodes == 1 ? "" : "s") + " of " +
+      std::to_string(cluster.gpusPerNode) + " x " + cluster.gpu.model;
+  report.stepSeconds = prediction.stepSeconds;
+  report.exposedCommSeconds = prediction.exposedComm;
+  report.exposedOffloadSeconds = prediction.exposedOffload;
+  for (size_t s = 0; s < prediction.streamBusy.size(); ++s)
+    report.streamBusySeconds.emplace_back(prediction.streams[s],
+                                          prediction.streamBusy[s]);
+  for (const PhaseTimeline &t : prediction.phases)
+    report.phases.push_back({t.name, t.runsPerStep, t.seconds});
+  report.flopsPerStep = prediction.flops;
+  report.achievedTflopsPerGpu = prediction.achievedTflopsPerGpu;
+  report.mfu = prediction.mfu;
+  report.tokensPerSecond = prediction.tokensPerSecond;
+  report.mostExposed = mostExposed(plan, prediction);
+  return report;
+}
+
+Expected<InspectOptions> inspectOptions(const Plan &plan,
+                                        const Cluster &cluster) {
+  Expected<StepPrediction> prediction = predictStep(plan, cluster);
+  if (!prediction)
+    return prediction.error();
+  InspectOptions options;
+  options.time = stepTimeReport(plan, cluster, *prediction);
+  return options;
+}
+
+} // namespace zeroc

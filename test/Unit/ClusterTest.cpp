@@ -1,0 +1,342 @@
+//===- ClusterTest.cpp - Cluster descriptions: presets, reader errors -----===//
+//
+// Every preset loads, equals its file in examples/clusters and cites a
+// source for every figure; units are converted once; each check of the
+// reader has a document that fails it with the exact message and position.
+//
+//===----------------------------------------------------------------------===//
+
+#include "zeroc/Config/Cluster.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <functional>
+
+using namespace zeroc;
+using nlohmann::json;
+
+namespace {
+
+std::string presetPath(const std::string &name) {
+  return std::string(ZEROC_SOURCE_DIR) + "/examples/clusters/" + name + ".json";
+}
+
+/// Every figure of the format, as dotted keys (inter_node only when present).
+std::vector<std::string> figureKeys(const Cluster &c) {
+  std::vector<std::string> keys = {"nodes",
+                                   "gpus_per_node",
+                                   "gpu.memory_gib",
+                                   "gpu.peak_tflops.bf16",
+                                   "gpu.peak_tflops.f16",
+                                   "gpu.peak_tflops.tf32",
+                                   "gpu.peak_tflops.f32",
+                                   "gpu.hbm_gb_per_s",
+                                   "intra_node.bus_gb_per_s",
+                                   "intra_node.latency_us",
+                                   "collective_latency_us",
+                                   "host.memory_gib",
+                                   "host.memory_gb_per_s",
+                                   "host.pcie_gb_per_s",
+                                   "host.nvme_gb_per_s",
+                                   "compute_efficiency"};
+  if (c.interNode) {
+    keys.push_back("inter_node.bus_gb_per_s");
+    keys.push_back("inter_node.latency_us");
+  }
+  return keys;
+}
+
+//===----------------------------------------------------------------------===//
+// Presets
+//===----------------------------------------------------------------------===//
+
+TEST(ClusterPresets, TheFourSystemsOfTheIssue) {
+  EXPECT_EQ(clusterPresetNames(),
+            (std::vector<std::string>{"h100-sxm-8", "a100-80gb-8",
+                                      "a100-100gbe", "h100-pcie-1"}));
+}
+
+TEST(ClusterPresets, EachLoadsAndEqualsItsFile) {
+  for (const std::string &name : clusterPresetNames()) {
+    SCOPED_TRACE(name);
+    Expected<Cluster> preset = clusterPreset(name);
+    ASSERT_TRUE(preset) << preset.error().str();
+    Expected<Cluster> file = loadClusterFile(presetPath(name));
+    ASSERT_TRUE(file) << file.error().str();
+    EXPECT_EQ(preset->name, name);
+    EXPECT_EQ(toJson(*preset), toJson(*file));
+    // The file is already in the canonical form the writer produces.
+    std::ifstream in(presetPath(name));
+    json text = json::parse(in);
+    EXPECT_EQ(toJson(*file), text);
+  }
+}
+
+TEST(ClusterPresets, EveryFigureCitesASource) {
+  for (const std::string &name : clusterPresetNames()) {
+    SCOPED_TRACE(name);
+    Expected<Cluster> c = clusterPreset(name);
+    ASSERT_TRUE(c) << c.error().str();
+    for (const std::string &key : figureKeys(*c)) {
+      auto it = c->sources.find(key);
+      ASSERT_NE(it, c->sources.end()) << key;
+      EXPECT_GE(it->second.size(), 10u) << key;
+    }
+  }
+}
+
+TEST(ClusterPresets, RoundTripThroughJson) {
+  for (const std::string &name : clusterPresetNames()) {
+    SCOPED_TRACE(name);
+    Expected<Cluster> c = clusterPreset(name);
+    ASSERT_TRUE(c);
+    Expected<JsonDocument> doc =
+        JsonDocument::parse(toJson(*c).dump(2), "roundtrip.json");
+    ASSERT_TRUE(doc);
+    Expected<Cluster> back = readCluster(*doc);
+    ASSERT_TRUE(back) << back.error().str();
+    EXPECT_EQ(back->gpu.hbmBandwidth, c->gpu.hbmBandwidth);
+    EXPECT_EQ(back->intraNode.latency, c->intraNode.latency);
+    EXPECT_EQ(back->collectiveLatency, c->collectiveLatency);
+    EXPECT_EQ(toJson(*back), toJson(*c));
+  }
+}
+
+TEST(ClusterPresets, FiguresInSIUnits) {
+  Expected<Cluster> h100 = clusterPreset("h100-sxm-8");
+  ASSERT_TRUE(h100);
+  EXPECT_EQ(h100->nodes, 1);
+  EXPECT_EQ(h100->gpusPerNode, 8);
+  EXPECT_EQ(h100->gpus(), 8);
+  EXPECT_DOUBLE_EQ(h100->gpu.memoryBytes, 80.0 * 1024 * 1024 * 1024);
+  EXPECT_DOUBLE_EQ(h100->gpu.peak.bf16, 989.5e12);
+  EXPECT_DOUBLE_EQ(h100->gpu.peak.tf32, 494.5e12);
+  EXPECT_DOUBLE_EQ(h100->gpu.peak.f32, 67e12);
+  EXPECT_DOUBLE_EQ(h100->gpu.hbmBandwidth, 3.35e12);
+  EXPECT_DOUBLE_EQ(h100->intraNode.busBandwidth, 370.8e9);
+  EXPECT_DOUBLE_EQ(h100->intraNode.latency, 3.4e-6);
+  ASSERT_TRUE(h100->interNode);
+  EXPECT_DOUBLE_EQ(h100->interNode->busBandwidth, 384e9);
+  EXPECT_DOUBLE_EQ(h100->collectiveLatency, 8.4e-6);
+  EXPECT_DOUBLE_EQ(h100->host.pcieBandwidth, 48e9);
+  EXPECT_DOUBLE_EQ(h100->computeEfficiency, 0.7);
+  // f32 math runs at the plain FP32 rate, not TF32.
+  EXPECT_DOUBLE_EQ(h100->peakFlops(DType::F32), 67e12);
+  EXPECT_DOUBLE_EQ(h100->peakFlops(DType::F16), 989.5e12);
+
+  Expected<Cluster> ethernet = clusterPreset("a100-100gbe");
+  ASSERT_TRUE(ethernet);
+  EXPECT_EQ(ethernet->nodes, 4);
+  ASSERT_TRUE(ethernet->interNode);
+  EXPECT_DOUBLE_EQ(ethernet->interNode->busBandwidth, 12e9);
+  EXPECT_DOUBLE_EQ(ethernet->gpu.peak.bf16, 312e12);
+
+  Expected<Cluster> workstation = clusterPreset("h100-pcie-1");
+  ASSERT_TRUE(workstation);
+  EXPECT_EQ(workstation->gpus(), 1);
+  EXPECT_FALSE(workstation->interNode);
+  EXPECT_DOUBLE_EQ(workstation->gpu.hbmBandwidth, 2e12);
+}
+
+TEST(ClusterPresets, LoadClusterTakesAFileOrAName) {
+  Expected<Cluster> byName = loadCluster("a100-80gb-8");
+  ASSERT_TRUE(byName) << byName.error().str();
+  EXPECT_EQ(byName->name, "a100-80gb-8");
+  Expected<Cluster> byPath = loadCluster(presetPath("h100-pcie-1"));
+  ASSERT_TRUE(byPath) << byPath.error().str();
+  EXPECT_EQ(byPath->name, "h100-pcie-1");
+
+  Expected<Cluster> typo = loadCluster("h100-sxm8");
+  ASSERT_FALSE(typo);
+  EXPECT_EQ(typo.error().str(),
+            "error: unknown cluster preset 'h100-sxm8'; did you mean "
+            "'h100-sxm-8'? (presets: h100-sxm-8 a100-80gb-8 a100-100gbe "
+            "h100-pcie-1)");
+  Expected<Cluster> missing = loadCluster("no/such/cluster.json");
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().str(),
+            "no/such/cluster.json: error: cannot open file");
+}
+
+TEST(ClusterPresets, CheckFits) {
+  Expected<Cluster> c = clusterPreset("a100-100gbe");
+  ASSERT_TRUE(c);
+  EXPECT_FALSE(checkFits(*c, 1));
+  EXPECT_FALSE(checkFits(*c, 32));
+  std::optional<Diagnostic> tooMany = checkFits(*c, 33);
+  ASSERT_TRUE(tooMany);
+  EXPECT_EQ(tooMany->str(),
+            "error: the plan runs on 33 ranks but cluster 'a100-100gbe' has "
+            "32 GPUs (4 nodes x 8); describe a cluster with 5 nodes");
+}
+
+//===----------------------------------------------------------------------===//
+// Reader errors
+//===----------------------------------------------------------------------===//
+
+const char *const kValid = R"({
+  "name": "test",
+  "nodes": 2,
+  "gpus_per_node": 4,
+  "gpu": {
+    "model": "G",
+    "memory_gib": 16,
+    "peak_tflops": {"bf16": 100, "f16": 100, "tf32": 50, "f32": 10},
+    "hbm_gb_per_s": 1000
+  },
+  "intra_node": {"bus_gb_per_s": 100, "latency_us": 2},
+  "inter_node": {"bus_gb_per_s": 10, "latency_us": 10},
+  "collective_latency_us": 5,
+  "host": {"memory_gib": 64, "memory_gb_per_s": 100, "pcie_gb_per_s": 20,
+           "nvme_gb_per_s": 5}
+})";
+
+/// Reads `kValid` with `from` replaced by `to` (which must occur).
+Expected<Cluster> readEdited(const std::string &from, const std::string &to) {
+  std::string text = kValid;
+  size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  if (at != std::string::npos)
+    text.replace(at, from.size(), to);
+  Expected<JsonDocument> doc = JsonDocument::parse(text, "c.json");
+  if (!doc)
+    return doc.error();
+  return readCluster(*doc);
+}
+
+std::string errorOf(const std::string &from, const std::string &to) {
+  Expected<Cluster> c = readEdited(from, to);
+  return c ? std::string("(no error)") : c.error().str();
+}
+
+TEST(ClusterReader, ValidDocument) {
+  Expected<Cluster> c = readEdited("\"test\"", "\"test\"");
+  ASSERT_TRUE(c) << c.error().str();
+  EXPECT_EQ(c->name, "test");
+  EXPECT_EQ(c->gpus(), 8);
+  EXPECT_DOUBLE_EQ(c->gpu.memoryBytes, 16.0 * 1024 * 1024 * 1024);
+  EXPECT_DOUBLE_EQ(c->intraNode.busBandwidth, 100e9);
+  EXPECT_DOUBLE_EQ(c->interNode->latency, 10e-6);
+  EXPECT_DOUBLE_EQ(c->host.nvmeBandwidth, 5e9);
+  // compute_efficiency is optional.
+  EXPECT_DOUBLE_EQ(c->computeEfficiency, kDefaultComputeEfficiency);
+  EXPECT_TRUE(c->sources.empty());
+}
+
+TEST(ClusterReader, FigureWithSource) {
+  Expected<Cluster> c = readEdited(
+      "\"hbm_gb_per_s\": 1000",
+      "\"hbm_gb_per_s\": {\"value\": 2039, \"source\": \"datasheet\"}");
+  ASSERT_TRUE(c) << c.error().str();
+  EXPECT_DOUBLE_EQ(c->gpu.hbmBandwidth, 2039e9);
+  EXPECT_EQ(c->sources.at("gpu.hbm_gb_per_s"), "datasheet");
+}
+
+TEST(ClusterReader, MissingKey) {
+  EXPECT_EQ(errorOf("\"hbm_gb_per_s\": 1000", "\"hbm\": 1000"),
+            "c.json:9:5: error: cluster gpu: unknown key 'hbm'; expected "
+            "one of 'model', 'memory_gib', 'hbm_gb_per_s', 'peak_tflops'");
+  EXPECT_EQ(errorOf(",\n    \"hbm_gb_per_s\": 1000", ""),
+            "c.json:5:3: error: cluster gpu: missing required key "
+            "'hbm_gb_per_s'");
+  EXPECT_EQ(errorOf("  \"collective_latency_us\": 5,\n", ""),
+            "c.json:1:1: error: cluster: missing required key "
+            "'collective_latency_us'");
+}
+
+TEST(ClusterReader, WrongType) {
+  EXPECT_EQ(errorOf("\"nodes\": 2", "\"nodes\": \"two\""),
+            "c.json:3:3: error: cluster nodes: expected an integer from 1 "
+            "to 1000000 or {\"value\": NUMBER, \"source\": TEXT}, found "
+            "\"two\"");
+  EXPECT_EQ(errorOf("\"nodes\": 2", "\"nodes\": 2.5"),
+            "c.json:3:3: error: cluster nodes: expected an integer from 1 "
+            "to 1000000, found 2.5");
+  EXPECT_EQ(errorOf("\"model\": \"G\"", "\"model\": 7"),
+            "c.json:6:5: error: cluster gpu.model: expected a string, found 7");
+  EXPECT_EQ(
+      errorOf("\"intra_node\": {\"bus_gb_per_s\": 100, \"latency_us\": 2}",
+              "\"intra_node\": [100, 2]"),
+      "c.json:11:3: error: cluster intra_node: expected an object, "
+      "found an array");
+  EXPECT_EQ(errorOf("\"memory_gib\": 64",
+                    "\"memory_gib\": {\"value\": \"64\", \"source\": \"x\"}"),
+            "c.json:14:27: error: cluster host.memory_gib.value: expected a "
+            "number > 0, found \"64\"");
+}
+
+TEST(ClusterReader, OutOfRange) {
+  EXPECT_EQ(errorOf("\"pcie_gb_per_s\": 20", "\"pcie_gb_per_s\": -20"),
+            "c.json:14:54: error: cluster host.pcie_gb_per_s: expected a "
+            "number > 0, found -20");
+  EXPECT_EQ(errorOf("\"latency_us\": 2", "\"latency_us\": -1"),
+            "c.json:11:39: error: cluster intra_node.latency_us: expected a "
+            "number >= 0, found -1");
+  EXPECT_EQ(
+      errorOf("\"collective_latency_us\": 5",
+              "\"collective_latency_us\": 5, \"compute_efficiency\": 1.5"),
+      "c.json:13:31: error: cluster compute_efficiency: expected a "
+      "number in (0, 1], found 1.5");
+  EXPECT_EQ(errorOf("\"gpus_per_node\": 4", "\"gpus_per_node\": 0"),
+            "c.json:4:3: error: cluster gpus_per_node: expected an integer "
+            "from 1 to 1000000, found 0");
+}
+
+TEST(ClusterReader, UnknownKeyWithDidYouMean) {
+  EXPECT_EQ(errorOf("\"hbm_gb_per_s\"", "\"hbm_gb_per_sec\""),
+            "c.json:9:5: error: cluster gpu: unknown key 'hbm_gb_per_sec'; "
+            "did you mean 'hbm_gb_per_s'?");
+  EXPECT_EQ(errorOf("\"gpus_per_node\"", "\"gpu_per_node\""),
+            "c.json:4:3: error: cluster: unknown key 'gpu_per_node'; did you "
+            "mean 'gpus_per_node'?");
+  EXPECT_EQ(errorOf("\"bf16\": 100", "\"bf61\": 100"),
+            "c.json:8:21: error: cluster gpu.peak_tflops: unknown key "
+            "'bf61'; did you mean 'bf16'?");
+  EXPECT_EQ(errorOf("\"memory_gib\": 64",
+                    "\"memory_gib\": {\"value\": 64, \"sorce\": \"x\"}"),
+            "c.json:14:40: error: cluster host.memory_gib: unknown key "
+            "'sorce'; did you mean 'source'?");
+}
+
+TEST(ClusterReader, FigureObjectNeedsValueAndSource) {
+  EXPECT_EQ(errorOf("\"memory_gib\": 64", "\"memory_gib\": {\"value\": 64}"),
+            "c.json:14:12: error: cluster host.memory_gib: missing required "
+            "key 'source'");
+  EXPECT_EQ(
+      errorOf("\"memory_gib\": 64", "\"memory_gib\": {\"source\": \"x\"}"),
+      "c.json:14:12: error: cluster host.memory_gib: missing required "
+      "key 'value'");
+}
+
+TEST(ClusterReader, SeveralNodesNeedANetwork) {
+  EXPECT_EQ(errorOf("  \"inter_node\": {\"bus_gb_per_s\": 10, \"latency_us\": "
+                    "10},\n",
+                    ""),
+            "c.json:1:1: error: cluster: missing required key 'inter_node': "
+            "the cluster has 2 nodes, so collectives cross a network");
+  Expected<Cluster> oneNode = readEdited("\"nodes\": 2,\n", "\"nodes\": 1,\n");
+  ASSERT_TRUE(oneNode);
+}
+
+TEST(ClusterReader, SyntaxErrorLineColumn) {
+  Expected<Cluster> c = readEdited("\"nodes\": 2,", "\"nodes\": 2,,");
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.error().file, "c.json");
+  EXPECT_EQ(c.error().line, 3);
+  EXPECT_EQ(c.error().column, 14);
+  EXPECT_NE(c.error().message.find("invalid JSON"), std::string::npos)
+      << c.error().message;
+}
+
+TEST(ClusterReader, NotAnObject) {
+  Expected<JsonDocument> doc = JsonDocument::parse("[1, 2]", "c.json");
+  ASSERT_TRUE(doc);
+  Expected<Cluster> c = readCluster(*doc);
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.error().str(),
+            "c.json:1:1: error: cluster: expected an object, found an array");
+}
+
+} // namespace

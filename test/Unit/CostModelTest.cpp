@@ -1,0 +1,825 @@
+//===- CostModelTest.cpp - Cost formulas, the simulator and its pictures --===//
+//
+// The collective, roofline and offload formulas against values computed by
+// hand; the event simulator on small hand-built plans whose timelines are
+// known exactly; the Chrome trace parsed back and the SVG checked as XML;
+// the inspector's time sections; every preset on the example plan.
+//
+//===----------------------------------------------------------------------===//
+
+#include "zeroc/Cost/CostModel.h"
+#include "zeroc/Cost/ScheduleViews.h"
+#include "zeroc/Cost/Simulator.h"
+
+#include <gtest/gtest.h>
+
+#include <cctype>
+#include <cmath>
+
+using namespace zeroc;
+using nlohmann::json;
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// Helpers
+//===----------------------------------------------------------------------===//
+
+/// A cluster with round figures: `gpusPerNode` GPUs per node, the intra-node
+/// bus at 200 GB/s with 2 us per ring step, the network at 50 GB/s per node
+/// with 10 us per step, 5 us per collective.
+Cluster roundCluster(int64_t nodes, int64_t gpusPerNode) {
+  Cluster c;
+  c.name = "round";
+  c.nodes = nodes;
+  c.gpusPerNode = gpusPerNode;
+  c.gpu.model = "G";
+  c.gpu.memoryBytes = 80e9;
+  c.gpu.peak = {100e12, 100e12, 50e12, 10e12};
+  c.gpu.hbmBandwidth = 1e12;
+  c.intraNode = {200e9, 2e-6};
+  c.interNode = ClusterLink{50e9, 10e-6};
+  c.collectiveLatency = 5e-6;
+  c.host = {1e12, 80e9, 20e9, 4e9};
+  c.computeEfficiency = 0.5;
+  return c;
+}
+
+/// A cluster where times come out exact for the simulator tests: 1 TFLOP/s
+/// of bf16 at full efficiency, collectives with no latency at 1 GB/s bus
+/// bandwidth, so that an all-gather of N bf16 elements on 2 ranks takes
+/// N x 2 B x 1/2 / 1 GB/s = N ns.
+Cluster exactCluster() {
+  Cluster c;
+  c.name = "exact";
+  c.nodes = 1;
+  c.gpusPerNode = 2;
+  c.gpu.model = "G";
+  c.gpu.memoryBytes = 1e12;
+  c.gpu.peak = {1e12, 1e12, 1e12, 1e12};
+  c.gpu.hbmBandwidth = 1e15;
+  c.intraNode = {1e9, 0};
+  c.collectiveLatency = 0;
+  c.host = {1e12, 2e9, 1e9, 0.5e9};
+  c.computeEfficiency = 1.0;
+  return c;
+}
+
+PlanValue value(int64_t id, DType dtype, int64_t elements) {
+  PlanValue v;
+  v.id = id;
+  v.dtype = dtype;
+  v.shape = {elements};
+  v.bytes = elements * bytesPerElement(dtype);
+  return v;
+}
+
+PlanOp op(int64_t index, std::string kind, int64_t stream,
+          std::vector<int64_t> deps = {}) {
+  PlanOp o;
+  o.index = index;
+  o.kind = std::move(kind);
+  o.stream = stream;
+  o.deps = std::move(deps);
+  return o;
+}
+
+/// A compute op of `ms` milliseconds on exactCluster().
+PlanOp computeOp(int64_t index, double ms, std::vector<int64_t> deps = {}) {
+  PlanOp o = op(index, "linear", 0, std::move(deps));
+  o.flops = int64_t(std::llround(ms * 1e9));
+  return o;
+}
+
+/// An all-gather (or other collective) of `ms` milliseconds on
+/// exactCluster() with 2 ranks.
+PlanOp collectiveOp(int64_t index, const char *kind, const char *collective,
+                    int64_t stream, double ms, std::vector<int64_t> deps = {}) {
+  PlanOp o = op(index, kind, stream, std::move(deps));
+  o.collective = collective;
+  // All-gather and reduce-scatter: elements x 2 B x 1/2 / 1e9 B/s.
+  o.commElements = int64_t(std::llround(ms * 1e6));
+  return o;
+}
+
+Plan planWith(std::vector<PlanOp> ops, int64_t runs = 1) {
+  Plan plan;
+  plan.generator = "CostModelTest";
+  plan.model = {"tiny", 1000, DType::BF16, 1, 8};
+  plan.worldSize = 2;
+  plan.stage = 3;
+  plan.gradientAccumulationSteps = runs;
+  plan.streams = {"compute", "gather", "reduce", "copy"};
+  PlanPhase phase;
+  phase.name = "micro_step";
+  phase.runsPerStep = runs;
+  phase.ops = std::move(ops);
+  plan.phases.push_back(std::move(phase));
+  return plan;
+}
+
+StepPrediction predict(const Plan &plan, const Cluster &cluster) {
+  Expected<StepPrediction> p = predictStep(plan, cluster);
+  EXPECT_TRUE(p) << (p ? "" : p.error().str());
+  return p ? *p : StepPrediction{};
+}
+
+const OpTiming &timingOf(const StepPrediction &p, int64_t op) {
+  for (const OpTiming &t : p.phases.front().ops)
+    if (t.op == op)
+      return t;
+  static OpTiming none;
+  ADD_FAILURE() << "no op " << op;
+  return none;
+}
+
+constexpr double kMs = 1e-3;
+constexpr double kTol = 1e-12;
+
+//===----------------------------------------------------------------------===//
+// Collectives
+//===----------------------------------------------------------------------===//
+
+TEST(CollectiveTime, RingMatchesTheFormula) {
+  // 8 ranks, 1 GB at 100 GB/s, 1 us per step.
+  double ag = ringTime(CollectiveKind::AllGather, 1e9, 8, 100e9, 1e-6);
+  EXPECT_NEAR(ag, 7 * 1e-6 + 1e9 * 7.0 / 8.0 / 100e9, kTol);
+  double rs = ringTime(CollectiveKind::ReduceScatter, 1e9, 8, 100e9, 1e-6);
+  EXPECT_NEAR(rs, ag, kTol);
+  double ar = ringTime(CollectiveKind::AllReduce, 1e9, 8, 100e9, 1e-6);
+  EXPECT_NEAR(ar, 14 * 1e-6 + 2 * 1e9 * 7.0 / 8.0 / 100e9, kTol);
+}
+
+TEST(CollectiveTime, OneRankTakesNoTime) {
+  Cluster c = roundCluster(1, 8);
+  for (CollectiveKind kind :
+       {CollectiveKind::AllGather, CollectiveKind::ReduceScatter,
+        CollectiveKind::AllReduce}) {
+    EXPECT_EQ(ringTime(kind, 1e9, 1, 1e9, 1e-6), 0.0);
+    CollectiveTime t = collectiveTime(c, kind, 1e9, 1);
+    EXPECT_EQ(t.seconds, 0.0);
+    EXPECT_EQ(t.latency, 0.0);
+  }
+}
+
+TEST(CollectiveTime, BusBandwidthAsNcclTestsDefinesIt) {
+  // Without latency, algbw = size / t and busbw = algbw x (n-1)/n (AG, RS)
+  // or x 2(n-1)/n (AR) give back the link's bus bandwidth.
+  Cluster c = roundCluster(1, 8);
+  c.intraNode.latency = 0;
+  c.collectiveLatency = 0;
+  double size = 256e6;
+  for (int64_t n : {2, 4, 8}) {
+    for (CollectiveKind kind :
+         {CollectiveKind::AllGather, CollectiveKind::ReduceScatter,
+          CollectiveKind::AllReduce}) {
+      double t = collectiveTime(c, kind, size, n).seconds;
+      double algbw = size / t;
+      double factor = (kind == CollectiveKind::AllReduce ? 2.0 : 1.0) *
+                      double(n - 1) / double(n);
+      EXPECT_NEAR(algbw * factor, 200e9, 1e-3) << n;
+    }
+  }
+}
+
+TEST(CollectiveTime, FlatInsideOneNode) {
+  Cluster c = roundCluster(4, 8);
+  // 8 ranks fill node 0: base 5 us + 7 steps x 2 us + 800 MB x 7/8 / 200
+  // GB/s.
+  CollectiveTime t = collectiveTime(c, CollectiveKind::ReduceScatter, 800e6, 8);
+  EXPECT_NEAR(t.latency, 5e-6 + 7 * 2e-6, kTol);
+  EXPECT_NEAR(t.intraNode, 3.5e-3, kTol);
+  EXPECT_EQ(t.interNode, 0.0);
+  EXPECT_NEAR(t.seconds, 19e-6 + 3.5e-3, kTol);
+  // 4 ranks on one node: a ring of 4.
+  CollectiveTime four = collectiveTime(c, CollectiveKind::AllReduce, 800e6, 4);
+  EXPECT_NEAR(four.seconds, 5e-6 + 6 * 2e-6 + 2 * 800e6 * 0.75 / 200e9, kTol);
+}
+
+TEST(CollectiveTime, HierarchicalAcrossNodes) {
+  // 32 ranks on 4 nodes of 8. The network's 50 GB/s per node is shared by
+  // the 8 inter-node rings: 6.25 GB/s each, over 800 MB / 8 = 100 MB.
+  Cluster c = roundCluster(4, 8);
+  double intraLat = 7 * 2e-6, intraBw = 800e6 * 7.0 / 8.0 / 200e9;   // 3.5 ms
+  double interLat = 3 * 10e-6, interBw = 100e6 * 3.0 / 4.0 / 6.25e9; // 12 ms
+
+  CollectiveTime rs =
+      collectiveTime(c, CollectiveKind::ReduceScatter, 800e6, 32);
+  EXPECT_NEAR(rs.latency, 5e-6 + intraLat + interLat, kTol);
+  EXPECT_NEAR(rs.intraNode, intraBw, kTol);
+  EXPECT_NEAR(rs.interNode, interBw, kTol);
+  EXPECT_NEAR(rs.seconds, 15.549e-3, 1e-12);
+
+  CollectiveTime ag = collectiveTime(c, CollectiveKind::AllGather, 800e6, 32);
+  EXPECT_NEAR(ag.seconds, rs.seconds, kTol);
+
+  // All-reduce = intra RS + inter AR over 1/8 + intra AG.
+  CollectiveTime ar = collectiveTime(c, CollectiveKind::AllReduce, 800e6, 32);
+  EXPECT_NEAR(ar.latency, 5e-6 + 2 * intraLat + 2 * interLat, kTol);
+  EXPECT_NEAR(ar.intraNode, 2 * intraBw, kTol);
+  EXPECT_NEAR(ar.interNode, 2 * interBw, kTol);
+  EXPECT_NEAR(ar.seconds, 31.093e-3, 1e-12);
+}
+
+TEST(CollectiveTime, OneGpuPerNodeIsAllNetwork) {
+  Cluster c = roundCluster(4, 1);
+  CollectiveTime t = collectiveTime(c, CollectiveKind::AllGather, 400e6, 4);
+  EXPECT_EQ(t.intraNode, 0.0);
+  EXPECT_NEAR(t.interNode, 400e6 * 0.75 / 50e9, kTol);
+  EXPECT_NEAR(t.latency, 5e-6 + 3 * 10e-6, kTol);
+}
+
+TEST(CollectiveTime, RanksFillNodesInOrder) {
+  Cluster c = roundCluster(4, 8);
+  RankLayout four = rankLayout(c, 4);
+  EXPECT_EQ(four.nodes, 1);
+  EXPECT_EQ(four.ranksPerNode, 4);
+  RankLayout twelve = rankLayout(c, 12);
+  EXPECT_EQ(twelve.nodes, 2);
+  EXPECT_EQ(twelve.ranksPerNode, 8);
+}
+
+//===----------------------------------------------------------------------===//
+// Compute and offload
+//===----------------------------------------------------------------------===//
+
+TEST(ComputeTime, ComputeBound) {
+  Cluster c = roundCluster(1, 8); // 100 TFLOP/s bf16 x 0.5, 1 TB/s
+  // 1 TFLOP: 1e12 / 50e12 = 20 ms; its 1 MB of traffic is 1 us.
+  EXPECT_NEAR(computeTime(c, 1e12, 1e6, DType::BF16), 20e-3, kTol);
+  // f32 runs at the FP32 rate: 1e12 / (10e12 x 0.5).
+  EXPECT_NEAR(computeTime(c, 1e12, 1e6, DType::F32), 0.2, kTol);
+}
+
+TEST(ComputeTime, MemoryBound) {
+  Cluster c = roundCluster(1, 8);
+  // 1 GB at 1 TB/s = 1 ms; its 1 MFLOP is 20 ns.
+  EXPECT_NEAR(computeTime(c, 1e6, 1e9, DType::BF16), 1e-3, kTol);
+  EXPECT_EQ(computeTime(c, 0, 0, DType::BF16), 0.0);
+}
+
+TEST(OffloadTime, RatesAndPaths) {
+  Cluster c = roundCluster(1, 8); // host 80 GB/s, PCIe 20, NVMe 4 per node
+  RankRates eight = rankRates(c, 8);
+  EXPECT_DOUBLE_EQ(eight.pcie, 20e9); // per GPU
+  EXPECT_DOUBLE_EQ(eight.hostMemory, 10e9);
+  EXPECT_DOUBLE_EQ(eight.nvme, 0.5e9);
+  RankRates one = rankRates(c, 1);
+  EXPECT_DOUBLE_EQ(one.hostMemory, 80e9);
+  EXPECT_DOUBLE_EQ(one.nvme, 4e9);
+
+  EXPECT_NEAR(transferTime(eight, "device", "host", 1e9), 0.05, kTol);
+  EXPECT_NEAR(transferTime(eight, "host", "device", 1e9), 0.05, kTol);
+  EXPECT_NEAR(transferTime(eight, "nvme", "host", 1e9), 2.0, kTol);
+  EXPECT_NEAR(transferTime(eight, "nvme", "device", 1e9), 2.05, kTol);
+  EXPECT_EQ(transferTime(eight, "device", "device", 1e9), 0.0);
+}
+
+//===----------------------------------------------------------------------===//
+// Op costs
+//===----------------------------------------------------------------------===//
+
+/// A stage-3 style plan with offloaded state on exactCluster() (2 ranks,
+/// PCIe 1 GB/s, host memory 2 GB/s shared by 2 ranks, NVMe 0.5 GB/s).
+Plan offloadPlan() {
+  Plan plan = planWith({});
+  auto tensor = [](std::string name, std::string role, DType dtype,
+                   int64_t local, std::string placement) {
+    PlanTensor t;
+    t.name = std::move(name);
+    t.role = std::move(role);
+    t.dtype = dtype;
+    t.shape = {local * 2};
+    t.numel = local * 2;
+    t.sharded = true;
+    t.localNumel = local;
+    t.placement = std::move(placement);
+    return t;
+  };
+  plan.tensors = {
+      tensor("w", "param", DType::BF16, 1000000, "device"),
+      tensor("w.grad", "grad", DType::BF16, 1000000, "host"),
+      tensor("w.master", "master", DType::F32, 1000000, "nvme"),
+      tensor("w.exp_avg", "exp_avg", DType::F32, 1000000, "host"),
+      tensor("w.exp_avg_sq", "exp_avg_sq", DType::F32, 1000000, "host"),
+      tensor("v", "param", DType::BF16, 500000, "nvme")};
+  PlanPhase &micro = plan.phases.front();
+  micro.values = {value(1, DType::BF16, 4000000),
+                  value(2, DType::BF16, 500000)};
+  PlanOp rs = collectiveOp(0, "reduce_scatter_start", "reduce_scatter", 2, 4.0);
+  rs.inputs = {1};
+  rs.attrs = {{"targets", {"w.grad"}}};
+  PlanOp fetch = op(1, "fetch_start", 3);
+  fetch.tensors = {"v"};
+  PlanOp wait = op(2, "wait", 0, {1});
+  wait.outputs = {2};
+  micro.ops = {rs, fetch, wait};
+
+  PlanPhase optimizer;
+  optimizer.name = "optimizer_step";
+  PlanOp adam = op(0, "adam_update", 0);
+  adam.attrs = {{"on", "host"},
+                {"grad", "w.grad"},
+                {"master", "w.master"},
+                {"exp_avg", "w.exp_avg"},
+                {"exp_avg_sq", "w.exp_avg_sq"},
+                {"param", "w"}};
+  adam.tensors = {"w.exp_avg", "w.exp_avg_sq", "w.grad"};
+  PlanOp zero = op(1, "zero_grads", 0);
+  zero.tensors = {"w.grad"};
+  optimizer.ops = {adam, zero};
+  plan.phases.push_back(optimizer);
+  return plan;
+}
+
+TEST(OpCost, ReduceScatterToHostCrossesPcie) {
+  Plan plan = offloadPlan();
+  Cluster c = exactCluster();
+  CostModel model(plan, c);
+  const PlanPhase &micro = plan.phases[0];
+  OpCost rs = model.cost(micro, micro.ops[0]);
+  EXPECT_EQ(rs.cls, OpClass::Collective);
+  // 4 ms of ring, then this rank's half of 4e6 bf16 elements (4 MB) over
+  // PCIe at 1 GB/s.
+  EXPECT_NEAR(rs.seconds, 4e-3 + 4e6 / 1e9, kTol);
+}
+
+TEST(OpCost, FetchMovesWhatItsWaitYields) {
+  Plan plan = offloadPlan();
+  Cluster c = exactCluster();
+  CostModel model(plan, c);
+  const PlanPhase &micro = plan.phases[0];
+  OpCost fetch = model.cost(micro, micro.ops[1]);
+  EXPECT_EQ(fetch.cls, OpClass::Offload);
+  // 1 MB from NVMe (0.5 GB/s per node, 2 ranks: 0.25 GB/s) and over PCIe.
+  EXPECT_NEAR(fetch.seconds, 1e6 / 0.25e9 + 1e6 / 1e9, kTol);
+  EXPECT_EQ(model.cost(micro, micro.ops[2]).seconds, 0.0);
+}
+
+TEST(OpCost, HostAdam) {
+  Plan plan = offloadPlan();
+  Cluster c = exactCluster();
+  CostModel model(plan, c);
+  const PlanPhase &opt = plan.phases[1];
+  OpCost adam = model.cost(opt, opt.ops[0]);
+  EXPECT_EQ(adam.cls, OpClass::Host);
+  double e = 1e6;
+  // CPU traffic: grad read (2 B), master/m/v read and written (3 x 8 B),
+  // param written (2 B), over 1 GB/s of host memory per rank.
+  double cpu = e * (2 + 24 + 2) / 1e9;
+  // Gradient already on the host; master on NVMe read and written back at
+  // 0.25 GB/s; the bf16 parameter to the device over PCIe.
+  double nvme = 2 * e * 4 / 0.25e9;
+  double pcie = e * 2 / 1e9;
+  EXPECT_NEAR(adam.seconds, cpu + nvme + pcie, kTol);
+  OpCost zero = model.cost(opt, opt.ops[1]);
+  EXPECT_EQ(zero.cls, OpClass::Host);
+  EXPECT_NEAR(zero.seconds, e * 2 / 1e9, kTol);
+}
+
+TEST(OpCost, DeviceAdamIsMemoryBound) {
+  Plan plan = offloadPlan();
+  for (PlanTensor &t : plan.tensors)
+    t.placement = "device";
+  plan.phases[1].ops[0].attrs["on"] = "device";
+  Cluster c = exactCluster();
+  CostModel model(plan, c);
+  OpCost adam = model.cost(plan.phases[1], plan.phases[1].ops[0]);
+  EXPECT_EQ(adam.cls, OpClass::Compute);
+  EXPECT_NEAR(adam.seconds, 1e6 * 28 / 1e15, kTol);
+}
+
+//===----------------------------------------------------------------------===//
+// Simulator
+//===----------------------------------------------------------------------===//
+
+TEST(Simulator, OverlappingStreamsTakeTheMaxNotTheSum) {
+  // A 10 ms compute op and a 6 ms gather on another stream, then a wait.
+  Plan plan =
+      planWith({collectiveOp(0, "all_gather_start", "all_gather", 1, 6.0),
+                computeOp(1, 10.0), op(2, "wait", 0, {0})});
+  StepPrediction p = predict(plan, exactCluster());
+  EXPECT_NEAR(p.stepSeconds, 10 * kMs, kTol);
+  EXPECT_EQ(p.exposedComm, 0.0);
+  EXPECT_NEAR(p.streamBusy[0], 10 * kMs, kTol);
+  EXPECT_NEAR(p.streamBusy[1], 6 * kMs, kTol);
+  EXPECT_TRUE(mostExposed(plan, p).empty());
+}
+
+TEST(Simulator, AWaitThatBlocksIsExposedExactly) {
+  // Gather 6 ms | compute 4 ms, wait (blocks 2 ms), compute 4 ms.
+  Plan plan =
+      planWith({collectiveOp(0, "all_gather_start", "all_gather", 1, 6.0),
+                computeOp(1, 4.0), op(2, "wait", 0, {0}), computeOp(3, 4.0)});
+  StepPrediction p = predict(plan, exactCluster());
+  EXPECT_NEAR(p.stepSeconds, 10 * kMs, kTol);
+  EXPECT_NEAR(p.exposedComm, 2 * kMs, kTol);
+  const OpTiming &wait = timingOf(p, 2);
+  EXPECT_NEAR(wait.ready, 4 * kMs, kTol);
+  EXPECT_NEAR(wait.start, 6 * kMs, kTol);
+  EXPECT_EQ(wait.blockedBy, 0);
+  EXPECT_NEAR(timingOf(p, 3).start, 6 * kMs, kTol);
+  std::vector<StepTimeReport::ExposedCollective> top = mostExposed(plan, p);
+  ASSERT_EQ(top.size(), 1u);
+  EXPECT_EQ(top[0].op, 0);
+  EXPECT_EQ(top[0].kind, "all_gather_start");
+  EXPECT_EQ(top[0].collective, "all_gather");
+  EXPECT_EQ(top[0].commElements, 6000000);
+  EXPECT_NEAR(top[0].seconds, 2 * kMs, kTol);
+}
+
+TEST(Simulator, DependenciesAcrossStreams) {
+  // compute 5 ms -> reduce-scatter 3 ms (waits for it); compute 3 ms runs
+  // meanwhile; the wait at 8 ms finds the reduction done.
+  Plan plan = planWith(
+      {computeOp(0, 5.0),
+       collectiveOp(1, "reduce_scatter_start", "reduce_scatter", 2, 3.0, {0}),
+       computeOp(2, 3.0), op(3, "wait", 0, {1})});
+  StepPrediction p = predict(plan, exactCluster());
+  const OpTiming &rs = timingOf(p, 1);
+  EXPECT_NEAR(rs.ready, 0.0, kTol);
+  EXPECT_NEAR(rs.start, 5 * kMs, kTol);
+  EXPECT_NEAR(rs.end, 8 * kMs, kTol);
+  EXPECT_EQ(rs.blockedBy, 0);
+  EXPECT_NEAR(p.stepSeconds, 8 * kMs, kTol);
+  EXPECT_EQ(p.exposedComm, 0.0);
+
+  // With a 5 ms reduction the wait blocks 2 ms.
+  plan.phases[0].ops[1].commElements = 5000000;
+  StepPrediction slower = predict(plan, exactCluster());
+  EXPECT_NEAR(slower.stepSeconds, 10 * kMs, kTol);
+  EXPECT_NEAR(slower.exposedComm, 2 * kMs, kTol);
+}
+
+TEST(Simulator, WaitOnAWaitChargesTheCollective) {
+  // A wait on the gather stream waits for the gather; the compute stream
+  // waits for that wait: the exposure is the gather's.
+  Plan plan = planWith(
+      {collectiveOp(0, "all_gather_start", "all_gather", 1, 6.0),
+       op(1, "wait", 1, {0}), computeOp(2, 1.0), op(3, "wait", 0, {1})});
+  StepPrediction p = predict(plan, exactCluster());
+  EXPECT_NEAR(p.exposedComm, 5 * kMs, kTol);
+  EXPECT_EQ(timingOf(p, 3).blockedBy, 0);
+}
+
+TEST(Simulator, RunsPerStepMultiply) {
+  Plan plan = planWith({computeOp(0, 10.0)}, /*runs=*/4);
+  PlanPhase optimizer;
+  optimizer.name = "optimizer_step";
+  optimizer.ops = {computeOp(0, 1.0)};
+  plan.phases.push_back(optimizer);
+  StepPrediction p = predict(plan, exactCluster());
+  ASSERT_EQ(p.phases.size(), 2u);
+  EXPECT_NEAR(p.phases[0].seconds, 10 * kMs, kTol);
+  EXPECT_NEAR(p.stepSeconds, 41 * kMs, kTol);
+  EXPECT_NEAR(p.streamBusy[0], 41 * kMs, kTol);
+  EXPECT_NEAR(p.flops, 41e9, 1);
+  EXPECT_NEAR(p.achievedTflopsPerGpu, 1.0, 1e-9);
+  EXPECT_NEAR(p.mfu, 1.0, 1e-9);
+  // 1 x 8 tokens x 4 micro-steps x 2 ranks per 41 ms.
+  EXPECT_NEAR(p.tokensPerSecond, 64 / 0.041, 1e-6);
+}
+
+TEST(Simulator, CollectiveOnTheComputeStreamIsAllExposed) {
+  Plan plan = planWith(
+      {computeOp(0, 1.0),
+       collectiveOp(1, "reduce_scatter_start", "reduce_scatter", 0, 3.0),
+       op(2, "wait", 0, {1})});
+  StepPrediction p = predict(plan, exactCluster());
+  EXPECT_NEAR(p.stepSeconds, 4 * kMs, kTol);
+  EXPECT_NEAR(p.exposedComm, 3 * kMs, kTol);
+}
+
+TEST(Simulator, ExposedOffloadIsSeparate) {
+  Plan plan = offloadPlan();
+  StepPrediction p = predict(plan, exactCluster());
+  // The compute stream's wait on the fetch blocks for the whole fetch.
+  double fetch = 1e6 / 0.25e9 + 1e6 / 1e9;
+  EXPECT_NEAR(p.exposedOffload, fetch, kTol);
+  EXPECT_EQ(p.exposedComm, 0.0);
+}
+
+TEST(Simulator, PlanMustFitTheCluster) {
+  Plan plan = planWith({computeOp(0, 1.0)});
+  plan.worldSize = 3;
+  Expected<StepPrediction> p = predictStep(plan, exactCluster());
+  ASSERT_FALSE(p);
+  EXPECT_EQ(p.error().message,
+            "the plan runs on 3 ranks but cluster 'exact' has 2 GPUs (1 node "
+            "x 2); describe a cluster with 2 nodes");
+}
+
+//===----------------------------------------------------------------------===//
+// Memory over the schedule
+//===----------------------------------------------------------------------===//
+
+TEST(MemoryCurve, PersistentPlusLiveValues) {
+  // 1,000 B of persistent device state. A gather (2 ms) fills a 400 B
+  // buffer from its start; compute (1 ms) writes a 100 B value used by the
+  // next op; the wait yields the buffer, released at 3 ms.
+  Plan plan =
+      planWith({collectiveOp(0, "all_gather_start", "all_gather", 1, 2.0),
+                computeOp(1, 1.0), computeOp(2, 1.0), op(3, "wait", 0, {0}),
+                op(4, "release", 0)});
+  PlanTensor t;
+  t.name = "p";
+  t.role = "param";
+  t.dtype = DType::BF16;
+  t.shape = {500};
+  t.numel = 500;
+  t.localNumel = 500;
+  t.placement = "device";
+  plan.tensors = {t};
+  PlanPhase &phase = plan.phases[0];
+  phase.values = {value(10, DType::BF16, 50), value(11, DType::BF16, 200)};
+  phase.ops[1].outputs = {10};
+  phase.ops[2].inputs = {10};
+  phase.ops[3].outputs = {11};
+  phase.ops[4].inputs = {11};
+  StepPrediction p = predict(plan, exactCluster());
+  MemoryCurve curve = deviceMemoryCurve(plan, p);
+  EXPECT_EQ(curve.persistentBytes, 1000);
+  // 0: +400 (gather buffer) and +100 (op 1 starts); 2 ms: -100 (op 2 ends)
+  // and -400 (the release at 2 ms, after the wait).
+  ASSERT_EQ(curve.points.size(), 2u);
+  EXPECT_EQ(curve.points[0], (std::pair<double, double>{0.0, 1500.0}));
+  EXPECT_NEAR(curve.points[1].first, 2 * kMs, kTol);
+  EXPECT_EQ(curve.points[1].second, 1000.0);
+  EXPECT_EQ(curve.peakBytes, 1500.0);
+}
+
+//===----------------------------------------------------------------------===//
+// Chrome trace and SVG
+//===----------------------------------------------------------------------===//
+
+TEST(ChromeTrace, ParsesBackWithEveryField) {
+  Plan plan =
+      planWith({collectiveOp(0, "all_gather_start", "all_gather", 1, 6.0),
+                computeOp(1, 4.0), op(2, "wait", 0, {0}), computeOp(3, 4.0)});
+  plan.phases[0].ops[1].where = "h.0 \"attn\" <&>";
+  StepPrediction p = predict(plan, exactCluster());
+  json parsed = json::parse(chromeTrace(plan, p).dump());
+  ASSERT_TRUE(parsed.contains("traceEvents"));
+  const json &events = parsed["traceEvents"];
+  ASSERT_TRUE(events.is_array());
+  int complete = 0, threadNames = 0;
+  for (const json &e : events) {
+    SCOPED_TRACE(e.dump());
+    for (const char *key : {"ph", "ts", "pid", "tid", "name"})
+      ASSERT_TRUE(e.contains(key)) << key;
+    ASSERT_TRUE(e["ph"].is_string());
+    EXPECT_TRUE(e["ts"].is_number());
+    EXPECT_TRUE(e["pid"].is_number_integer());
+    EXPECT_TRUE(e["tid"].is_number_integer());
+    if (e["ph"] == "X") {
+      ++complete;
+      ASSERT_TRUE(e.contains("dur"));
+      EXPECT_GT(e["dur"].get<double>(), 0);
+      EXPECT_GE(e["ts"].get<double>(), 0);
+    } else {
+      EXPECT_EQ(e["ph"], "M");
+      if (e["name"] == "thread_name")
+        ++threadNames;
+    }
+  }
+  // The gather, two compute ops and the blocked wait.
+  EXPECT_EQ(complete, 4);
+  EXPECT_EQ(threadNames, 4);
+  // Microseconds: the wait blocks from 4 ms for 2 ms.
+  bool sawBlocked = false;
+  for (const json &e : events)
+    if (e["ph"] == "X" && e["cat"] == "blocked") {
+      sawBlocked = true;
+      EXPECT_NEAR(e["ts"].get<double>(), 4000, 1e-6);
+      EXPECT_NEAR(e["dur"].get<double>(), 2000, 1e-6);
+      EXPECT_EQ(e["args"]["waiting_for_op"], 0);
+    }
+  EXPECT_TRUE(sawBlocked);
+}
+
+/// A small XML well-formedness check: one root element, every tag closed in
+/// order, attributes quoted, no raw '<' or stray '&' in text or attribute
+/// values. Returns an empty string when the document is well formed.
+std::string xmlProblem(const std::string &doc) {
+  size_t i = 0;
+  std::vector<std::string> open;
+  bool sawRoot = false;
+  auto nameChar = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' ||
+           c == '_' || c == ':' || c == '.';
+  };
+  auto checkEntities = [](const std::string &text) -> std::string {
+    for (size_t k = 0; k < text.size(); ++k) {
+      if (text[k] == '<')
+        return "raw '<'";
+      if (text[k] != '&')
+        continue;
+      size_t semi = text.find(';', k);
+      if (semi == std::string::npos)
+        return "unterminated entity";
+      std::string entity = text.substr(k + 1, semi - k - 1);
+      if (entity != "amp" && entity != "lt" && entity != "gt" &&
+          entity != "quot" && entity != "apos" &&
+          !(entity.size() > 1 && entity[0] == '#'))
+        return "unknown entity &" + entity + ";";
+    }
+    return "";
+  };
+  if (doc.compare(0, 5, "<?xml") == 0) {
+    i = doc.find("?>");
+    if (i == std::string::npos)
+      return "unterminated XML declaration";
+    i += 2;
+  }
+  while (i < doc.size()) {
+    size_t lt = doc.find('<', i);
+    std::string text =
+        doc.substr(i, lt == std::string::npos ? std::string::npos : lt - i);
+    if (std::string p = checkEntities(text); !p.empty())
+      return p;
+    if (open.empty() && text.find_first_not_of(" \t\r\n") != std::string::npos)
+      return "text outside the root element";
+    if (lt == std::string::npos)
+      break;
+    if (doc.compare(lt, 4, "<!--") == 0) {
+      size_t end = doc.find("-->", lt);
+      if (end == std::string::npos)
+        return "unterminated comment";
+      i = end + 3;
+      continue;
+    }
+    size_t gt = lt + 1;
+    char quote = 0;
+    for (; gt < doc.size(); ++gt) {
+      if (quote) {
+        if (doc[gt] == quote)
+          quote = 0;
+      } else if (doc[gt] == '"' || doc[gt] == '\'') {
+        quote = doc[gt];
+      } else if (doc[gt] == '>') {
+        break;
+      }
+    }
+    if (gt >= doc.size())
+      return "unterminated tag";
+    std::string tag = doc.substr(lt + 1, gt - lt - 1);
+    i = gt + 1;
+    if (!tag.empty() && tag[0] == '/') {
+      std::string name = tag.substr(1);
+      if (open.empty() || open.back() != name)
+        return "unbalanced </" + name + ">";
+      open.pop_back();
+      continue;
+    }
+    bool selfClosing = !tag.empty() && tag.back() == '/';
+    if (selfClosing)
+      tag.pop_back();
+    size_t k = 0;
+    while (k < tag.size() && nameChar(tag[k]))
+      ++k;
+    std::string name = tag.substr(0, k);
+    if (name.empty())
+      return "tag without a name";
+    // Attributes: name="value" separated by spaces.
+    while (k < tag.size()) {
+      while (k < tag.size() && std::isspace(static_cast<unsigned char>(tag[k])))
+        ++k;
+      if (k >= tag.size())
+        break;
+      size_t start = k;
+      while (k < tag.size() && nameChar(tag[k]))
+        ++k;
+      if (k == start || k >= tag.size() || tag[k] != '=')
+        return "bad attribute in <" + name + ">";
+      ++k;
+      if (k >= tag.size() || (tag[k] != '"' && tag[k] != '\''))
+        return "unquoted attribute in <" + name + ">";
+      char q = tag[k];
+      size_t end = tag.find(q, k + 1);
+      if (end == std::string::npos)
+        return "unterminated attribute in <" + name + ">";
+      if (std::string p = checkEntities(tag.substr(k + 1, end - k - 1));
+          !p.empty())
+        return p + " in an attribute of <" + name + ">";
+      k = end + 1;
+    }
+    if (open.empty()) {
+      if (sawRoot)
+        return "a second root element <" + name + ">";
+      sawRoot = true;
+    }
+    if (!selfClosing)
+      open.push_back(name);
+  }
+  if (!open.empty())
+    return "<" + open.back() + "> is never closed";
+  return sawRoot ? "" : "no root element";
+}
+
+TEST(ScheduleSvg, TheCheckerCatchesBrokenXml) {
+  EXPECT_EQ(xmlProblem("<svg><rect x=\"1\"/></svg>"), "");
+  EXPECT_EQ(xmlProblem("<svg><g></svg>"), "unbalanced </svg>");
+  EXPECT_EQ(xmlProblem("<svg><text>a < b</text></svg>"), "tag without a name");
+  EXPECT_EQ(xmlProblem("<svg a=\"<\"></svg>"),
+            "raw '<' in an attribute of <svg>");
+  EXPECT_EQ(xmlProblem("<svg><text>a & b</text></svg>"), "unterminated entity");
+  EXPECT_EQ(xmlProblem("<svg><text>&nbsp;</text></svg>"),
+            "unknown entity &nbsp;");
+  EXPECT_EQ(xmlProblem("<svg x=1></svg>"), "unquoted attribute in <svg>");
+  EXPECT_EQ(xmlProblem("<svg></svg><svg></svg>"),
+            "a second root element <svg>");
+  EXPECT_EQ(xmlProblem("<svg>"), "<svg> is never closed");
+}
+
+TEST(ScheduleSvg, WellFormedSelfContainedAndEscaped) {
+  Plan plan =
+      planWith({collectiveOp(0, "all_gather_start", "all_gather", 1, 6.0),
+                computeOp(1, 4.0), op(2, "wait", 0, {0}), computeOp(3, 4.0)});
+  plan.model.name = "tiny <&> \"model\"";
+  plan.phases[0].ops[1].where = "h.0 <attn> & 'mlp'";
+  PlanPhase optimizer;
+  optimizer.name = "optimizer_step";
+  optimizer.ops = {computeOp(0, 1.0)};
+  plan.phases.push_back(optimizer);
+  StepPrediction p = predict(plan, exactCluster());
+  std::string svg = scheduleSvg(plan, p);
+  EXPECT_EQ(xmlProblem(svg), "");
+  EXPECT_EQ(svg.compare(0, 5, "<?xml"), 0);
+  EXPECT_NE(svg.find("<svg xmlns=\"http://www.w3.org/2000/svg\""),
+            std::string::npos);
+  // Self-contained: no scripts, links, images or external fonts.
+  for (const char *banned : {"<script", "href", "<image", "@import", "url("})
+    EXPECT_EQ(svg.find(banned), std::string::npos) << banned;
+  EXPECT_EQ(svg.find("http://", svg.find("http://") + 1), std::string::npos);
+  EXPECT_NE(svg.find("tiny &lt;&amp;&gt; &quot;model&quot;"),
+            std::string::npos);
+  EXPECT_NE(svg.find("h.0 &lt;attn&gt; &amp; &apos;mlp&apos;"),
+            std::string::npos);
+  // Axis labels, the legend and the streams.
+  for (const char *text :
+       {"time (ms)", "device memory per rank (GiB)", "compute", "gather",
+        "collective", "stream blocked in a wait", "optimizer_step"})
+    EXPECT_NE(svg.find(text), std::string::npos) << text;
+}
+
+//===----------------------------------------------------------------------===//
+// Inspect and the presets
+//===----------------------------------------------------------------------===//
+
+TEST(InspectTime, SectionsAppearWithACluster) {
+  Plan plan =
+      planWith({collectiveOp(0, "all_gather_start", "all_gather", 1, 6.0),
+                computeOp(1, 4.0), op(2, "wait", 0, {0}), computeOp(3, 4.0)});
+  Cluster c = exactCluster();
+  Expected<InspectOptions> options = inspectOptions(plan, c);
+  ASSERT_TRUE(options) << options.error().str();
+  json j = inspectJson(plan, *options);
+  EXPECT_EQ(j["cluster"], "exact");
+  EXPECT_NEAR(j["predicted_step_time_s"].get<double>(), 10 * kMs, kTol);
+  EXPECT_NEAR(j["exposed_comm_s"].get<double>(), 2 * kMs, kTol);
+  EXPECT_NEAR(j["stream_busy_s"]["compute"].get<double>(), 8 * kMs, kTol);
+  EXPECT_NEAR(j["stream_busy_s"]["gather"].get<double>(), 6 * kMs, kTol);
+  EXPECT_NEAR(j["achieved_tflops_per_gpu"].get<double>(), 0.8, 1e-9);
+  ASSERT_EQ(j["most_exposed_collectives"].size(), 1u);
+  EXPECT_EQ(j["most_exposed_collectives"][0]["op"], 0);
+  EXPECT_EQ(j["most_exposed_collectives"][0]["comm_elements"], 6000000);
+
+  std::string text = inspectText(plan, *options);
+  EXPECT_NE(text.find("predicted time per step on exact"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("  step time                      10.00 ms\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("stream busy time per step"), std::string::npos);
+  EXPECT_NE(text.find("most exposed collectives"), std::string::npos);
+
+  // Without a cluster, none of it.
+  json plain = inspectJson(plan);
+  EXPECT_FALSE(plain.contains("predicted_step_time_s"));
+  EXPECT_EQ(inspectText(plan).find("predicted"), std::string::npos);
+}
+
+TEST(Presets, PredictTheExamplePlan) {
+  Expected<Plan> plan = loadPlan(std::string(ZEROC_SOURCE_DIR) +
+                                 "/test/zeroc/Inputs/plan-stage3.json");
+  ASSERT_TRUE(plan) << plan.error().str();
+  for (const std::string &name : clusterPresetNames()) {
+    SCOPED_TRACE(name);
+    Expected<Cluster> c = clusterPreset(name);
+    ASSERT_TRUE(c);
+    Expected<StepPrediction> p = predictStep(*plan, *c);
+    if (c->gpus() < plan->worldSize) {
+      EXPECT_FALSE(p);
+      continue;
+    }
+    ASSERT_TRUE(p) << p.error().str();
+    EXPECT_GT(p->stepSeconds, 0);
+    EXPECT_LE(p->exposedComm + p->exposedOffload, p->stepSeconds + kTol);
+    for (double busy : p->streamBusy)
+      EXPECT_LE(busy, p->stepSeconds + kTol);
+    EXPECT_EQ(xmlProblem(scheduleSvg(*plan, *p)), "");
+    EXPECT_NO_THROW(json::parse(chromeTrace(*plan, *p).dump()));
+  }
+}
+
+} // namespace
