@@ -133,11 +133,11 @@ LogicalResult FlatGroupOp::verifySymbolUses(SymbolTableCollection &symbols) {
           })))
     return failure();
   FlatGroupLayout layout(numels, getWorldSize(*this));
-  if (layout.numel != getNumel())
+  if (layout.numel != int64_t(getNumel()))
     return emitOpError() << "numel " << getNumel()
                          << " is not the sum of its parameters' elements, "
                          << layout.numel;
-  if (layout.padded != getPadded())
+  if (layout.padded != int64_t(getPadded()))
     return emitOpError() << "padded " << getPadded() << " should be "
                          << layout.padded << " (" << layout.numel
                          << " rounded up to a multiple of 2 x world size "
@@ -180,7 +180,7 @@ LogicalResult AccumulateOp::verifySymbolUses(SymbolTableCollection &symbols) {
     return emitOpError() << "value element type " << value.getElementType()
                          << " does not match " << getTensorAttr() << ", "
                          << t->getTensorType().getElementType();
-  if (getOffset() + value.getNumElements() > t->getNumElements())
+  if (int64_t(getOffset()) + value.getNumElements() > t->getNumElements())
     return emitOpError() << "value of " << value.getNumElements()
                          << " elements at offset " << getOffset()
                          << " does not fit in " << getTensorAttr() << " ("

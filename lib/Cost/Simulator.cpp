@@ -10,7 +10,10 @@
 //
 // A wait costs nothing, so it ends when the op it waits for ends, and the
 // stream behind it cannot go on before. A *_start runs its collective or
-// copy on its own stream. The compute stream's idle time before an op is
+// copy on its own stream. Collectives share the network (one NCCL
+// communicator per data-parallel group): on whatever stream, a collective
+// starts only once the previous one has finished, so gathers and
+// reductions on two streams overlap compute but not each other. The compute stream's idle time before an op is
 // charged to the op that held it up, seen through waits.
 //
 //===----------------------------------------------------------------------===//
@@ -52,6 +55,7 @@ PhaseTimeline simulatePhase(const PlanPhase &phase, const CostModel &model,
 
   std::unordered_map<int64_t, size_t> position;
   std::vector<double> streamFree(streams, 0.0);
+  double networkFree = 0; // When the last collective left the network.
   // The dependency that finished last, per op position; -1 when none.
   std::vector<int64_t> critical;
   critical.reserve(phase.ops.size());
@@ -80,7 +84,11 @@ PhaseTimeline simulatePhase(const PlanPhase &phase, const CostModel &model,
       }
     }
     t.start = std::max(t.ready, depsDone);
+    if (cost.cls == OpClass::Collective && !op.collective.empty())
+      t.start = std::max(t.start, networkFree);
     t.end = t.start + cost.seconds;
+    if (cost.cls == OpClass::Collective && !op.collective.empty())
+      networkFree = t.end;
     streamFree[stream] = t.end;
     out.streamBusy[stream] += cost.seconds;
     out.flops += cost.flops;

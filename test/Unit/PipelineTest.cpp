@@ -226,10 +226,12 @@ TEST_F(PipelineTest, OffloadPlacesStatesOnTheHost) {
       4);
   ASSERT_TRUE(c.has_value());
   for (const PlanTensor &t : c->plan.tensors) {
-    if (t.role == "master" || t.role == "exp_avg" || t.role == "exp_avg_sq")
+    if (t.role == "master" || t.role == "exp_avg" || t.role == "exp_avg_sq") {
       EXPECT_EQ(t.placement, "host") << t.name;
-    if (t.role == "param")
+    }
+    if (t.role == "param") {
       EXPECT_EQ(t.placement, t.sharded ? "host" : "device") << t.name;
+    }
   }
   int fetches = 0;
   for (const PlanPhase &p : c->plan.phases)

@@ -26,8 +26,9 @@ TEST(ParamShardLayout, RanksCoverEveryElementOnce) {
       int64_t covered = 0;
       for (int64_t r = 0; r < ws; ++r) {
         ElementRange owned = layout.ownedBy(r);
-        if (!owned.empty())
+        if (!owned.empty()) {
           EXPECT_EQ(owned.begin, covered);
+        }
         covered += owned.size();
       }
       EXPECT_EQ(covered, numel);

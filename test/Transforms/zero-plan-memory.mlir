@@ -1,0 +1,65 @@
+// zero-plan-memory: live ranges from Liveness, extended for asynchronous
+// collectives; arena offsets; the peak and what is live there.
+// RUN: zeroc-opt %s -split-input-file --zero-plan-memory | FileCheck %s
+
+// Sizes: x, y, z and the gathered @w are 4x4 f32 = 64 bytes (256 aligned).
+// The gathered @w lives from its all_gather_start (op 1) to its release (op
+// 4), so z (op 5) reuses its offset; y lives until the mul reads it. The peak
+// is at the add (op 3): x, y and @w.
+// CHECK-LABEL: func.func @micro_step
+// CHECK-SAME: sched.arg_offsets = array<i64: [[X:[0-9]+]]>
+// CHECK-SAME: sched.memory = {activations = 128 : i64, arena_bytes = 768 : i64, gather_buffers = 64 : i64, peak_live_bytes = 192 : i64, peak_op = 3 : i64, reduce_buckets = 0 : i64, workspace = 0 : i64}
+// CHECK: sched.wait {{.*}} {sched.offsets = array<i64: [[W:[0-9]+]]>}
+// CHECK: model.add {{.*}} {sched.offsets = array<i64: [[Y:[0-9]+]]>}
+// CHECK: sched.release
+// CHECK: model.mul {{.*}} {sched.offsets = array<i64: [[W]]>}
+module attributes {sched.stage = 3 : i64, sched.world_size = 2 : i64} {
+  sched.tensor @w : tensor<4x4xf32> param sharded on device
+  sched.tensor @w.grad : tensor<4x4xf32> grad of @w sharded on device
+  func.func @micro_step(%x: tensor<4x4xf32>) -> tensor<4x4xf32> {
+    %s = sched.read @w : tensor<8xf32>
+    %t = sched.all_gather_start %s for [@w] : tensor<8xf32>
+    %w = sched.wait %t : tensor<4x4xf32>
+    %y = model.add %w, %x : tensor<4x4xf32>
+    sched.release %w : tensor<4x4xf32>
+    %z = model.mul %y, %x : tensor<4x4xf32>
+    return %z : tensor<4x4xf32>
+  }
+}
+
+// -----
+
+// A gradient in a reduce bucket lives until the reduction's wait, not until
+// the start that reads it: at the mul (op 2), x, the gradient and the mul's
+// result are live.
+// CHECK-LABEL: func.func @micro_step
+// CHECK-SAME: activations = 128 : i64
+// CHECK-SAME: peak_live_bytes = 192 : i64, peak_op = 2 : i64, reduce_buckets = 64 : i64
+module attributes {sched.stage = 3 : i64, sched.world_size = 2 : i64} {
+  sched.tensor @w : tensor<4x4xf32> param sharded on device
+  sched.tensor @w.grad : tensor<4x4xf32> grad of @w sharded on device
+  func.func @micro_step(%x: tensor<4x4xf32>) {
+    %g = model.add %x, %x : tensor<4x4xf32>
+    %r = sched.reduce_scatter_start %g into [@w.grad] at [0] {stream = 2 : i64} : tensor<4x4xf32>
+    %h = model.mul %x, %x : tensor<4x4xf32>
+    sched.wait %r
+    return
+  }
+}
+
+// -----
+
+// Attention keeps its probabilities for backward: 2 x 2 heads x 4 x 4 f32 =
+// 256 bytes, recorded as the op's saved offset, live until the last op with
+// its location. At the backward: q, the output, the probabilities and three
+// gradients, 6 x 256 bytes.
+// CHECK-LABEL: func.func @micro_step
+// CHECK-SAME: activations = 1536 : i64
+// CHECK: model.causal_attention {{.*}}sched.saved_offset =
+module attributes {sched.stage = 0 : i64, sched.world_size = 1 : i64} {
+  func.func @micro_step(%q: tensor<2x4x8xf32>) {
+    %a = model.causal_attention %q, %q, %q {num_heads = 2 : i64, num_kv_heads = 2 : i64} : (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>) -> tensor<2x4x8xf32> loc("h.0.attn")
+    %d:3 = model.causal_attention_backward %q, %q, %q, %a, %a {num_heads = 2 : i64, num_kv_heads = 2 : i64} : (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>) -> (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>) loc("h.0.attn")
+    return
+  }
+}
