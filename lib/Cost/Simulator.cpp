@@ -13,8 +13,9 @@
 // copy on its own stream. Collectives share the network (one NCCL
 // communicator per data-parallel group): on whatever stream, a collective
 // starts only once the previous one has finished, so gathers and
-// reductions on two streams overlap compute but not each other. The compute stream's idle time before an op is
-// charged to the op that held it up, seen through waits.
+// reductions on two streams overlap compute but not each other. The compute
+// stream's idle time before an op is charged to the op that held it up, seen
+// through waits.
 //
 //===----------------------------------------------------------------------===//
 

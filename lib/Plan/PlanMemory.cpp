@@ -4,6 +4,7 @@
 
 #include "zeroc/Support/Format.h"
 
+#include <algorithm>
 #include <cstdio>
 
 using nlohmann::json;
@@ -76,10 +77,11 @@ MemorySummary summarizeMemory(const Plan &plan) {
       continue;
     m.planned = true;
     const PlanPhaseMemory &pm = *phase.memory;
-    if (persistent + pm.peakLiveBytes < m.peakDeviceBytes &&
-        !m.peakPhase.empty())
+    int64_t transient = std::max(pm.arenaBytes, pm.peakLiveBytes);
+    if (persistent + transient < m.peakDeviceBytes && !m.peakPhase.empty())
       continue;
-    m.peakDeviceBytes = persistent + pm.peakLiveBytes;
+    m.peakDeviceBytes = persistent + transient;
+    m.fragmentation = transient - pm.peakLiveBytes;
     m.peakPhase = phase.name;
     m.peakOp = pm.peakOp;
     if (pm.peakOp < int64_t(phase.ops.size())) {
@@ -116,7 +118,8 @@ json memoryJson(const MemorySummary &m) {
                         {"where", m.peakOpWhere},
                         {"gather_buffers", m.gatherBuffers},
                         {"reduce_buckets", m.reduceBuckets},
-                        {"workspace", m.workspace}};
+                        {"workspace", m.workspace},
+                        {"arena_fragmentation", m.fragmentation}};
   return out;
 }
 
@@ -150,6 +153,7 @@ std::string memoryText(const MemorySummary &m) {
   out += row("gathered parameters", m.gatherBuffers, total);
   out += row("reduce buckets", m.reduceBuckets, total);
   out += row("workspace", m.workspace, total);
+  out += row("arena fragmentation", m.fragmentation, total);
   out += row("peak", total, total);
   out += "  model states (ZeRO paper)    " +
          humanBytes(double(m.modelStateBytes())) + " = " +

@@ -32,7 +32,8 @@ struct MemorySummary {
   int64_t hostPageableBytes = 0; ///< Offloaded state without pin_memory.
   int64_t nvmeBytes = 0;         ///< State kept in NVMe files.
 
-  // The peak: persistent device state plus the largest transient peak.
+  // The peak: persistent device state plus the largest transient arena (the
+  // runtime allocates each phase's arena once, so that is what it holds).
   bool planned = false; ///< False when the plan has no memory plan.
   int64_t peakDeviceBytes = 0;
   std::string peakPhase;
@@ -43,7 +44,11 @@ struct MemorySummary {
   int64_t gatherBuffers = 0; ///< Gathered (and fetched) parameters.
   int64_t reduceBuckets = 0; ///< Gradients waiting in reduction buckets.
   int64_t workspace = 0;
-  int64_t buffers() const { return gatherBuffers + reduceBuckets + workspace; }
+  /// The arena the runtime allocates beyond the live peak (holes).
+  int64_t fragmentation = 0;
+  int64_t buffers() const {
+    return gatherBuffers + reduceBuckets + workspace + fragmentation;
+  }
 };
 
 MemorySummary summarizeMemory(const Plan &plan);
