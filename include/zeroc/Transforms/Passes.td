@@ -292,8 +292,10 @@ def ZeroPlanMemory : Pass<"zero-plan-memory", "::mlir::ModuleOp"> {
     statistics, attention probabilities) is a buffer from the op to the last
     backward op carrying its location.
 
-    Buffers get arena offsets (greedy by size, first fit among the buffers
-    whose lives overlap, 256-byte aligned): `sched.offsets` on each op lists
+    Buffers get arena offsets from a first-fit allocator run over the
+    schedule (at each op the dead buffers are freed and the new ones, largest
+    first, take the smallest hole that holds them; 256-byte aligned), linear
+    in the buffers; the arena's size is its high-water mark: `sched.offsets` on each op lists
     its results' offsets (-1 for views and tokens), `sched.arg_offsets` on
     the function its arguments', `sched.saved_offset` an op's internal
     state's. Each function gets `sched.memory`: the arena size, the peak of
