@@ -26,6 +26,18 @@ int64_t zeroc::sched::getWorldSize(Operation *op) {
   return attr && attr.getInt() > 0 ? attr.getInt() : 1;
 }
 
+void zeroc::sched::getNamedSymbols(Operation *op,
+                                   SmallVectorImpl<StringRef> &names) {
+  for (NamedAttribute attr : op->getAttrs()) {
+    if (auto ref = dyn_cast<FlatSymbolRefAttr>(attr.getValue()))
+      names.push_back(ref.getValue());
+    else if (auto array = dyn_cast<ArrayAttr>(attr.getValue()))
+      for (Attribute a : array)
+        if (auto ref = dyn_cast<FlatSymbolRefAttr>(a))
+          names.push_back(ref.getValue());
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // Helpers
 //===----------------------------------------------------------------------===//

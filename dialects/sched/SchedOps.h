@@ -38,6 +38,12 @@ constexpr llvm::StringLiteral kStageAttr = "sched.stage";
 /// The world size of the schedule containing `op` (1 when unset).
 int64_t getWorldSize(mlir::Operation *op);
 
+/// Every symbol `op` names in its attributes (flat references, and arrays
+/// of them), in attribute order: the persistent tensors and groups it
+/// touches.
+void getNamedSymbols(mlir::Operation *op,
+                     llvm::SmallVectorImpl<llvm::StringRef> &names);
+
 } // namespace zeroc::sched
 
 #endif // ZEROC_SCHED_SCHEDOPS_H

@@ -39,35 +39,6 @@ constexpr double kGBPerS = 1e9;
 constexpr double kTFlops = 1e12;
 constexpr double kMicrosecond = 1e-6;
 
-/// Where a value is: a JSON pointer to find it in the text, a dotted key to
-/// name it.
-struct KeyPath {
-  std::vector<std::string> keys;
-
-  KeyPath operator/(const std::string &key) const {
-    KeyPath child = *this;
-    child.keys.push_back(key);
-    return child;
-  }
-  std::string pointer() const {
-    std::string out;
-    for (const std::string &key : keys) {
-      out += '/';
-      for (char c : key)
-        out += c == '~'   ? std::string("~0")
-               : c == '/' ? std::string("~1")
-                          : std::string(1, c);
-    }
-    return out;
-  }
-  std::string dotted() const {
-    std::string out;
-    for (const std::string &key : keys)
-      out += (out.empty() ? "" : ".") + key;
-    return out;
-  }
-};
-
 /// Scalars verbatim, containers by kind.
 std::string describe(const json &v) {
   if (v.is_object() || v.is_array())
@@ -192,17 +163,8 @@ const ObjectSpec kObjects[] = {
 };
 
 /// "gpu.peak_tflops.bf16" -> {"gpu", "peak_tflops", "bf16"}.
-KeyPath pathOf(const std::string &dotted) {
-  KeyPath path;
-  size_t start = 0;
-  while (start < dotted.size()) {
-    size_t dot = dotted.find('.', start);
-    path.keys.push_back(dotted.substr(start, dot - start));
-    if (dot == std::string::npos)
-      break;
-    start = dot + 1;
-  }
-  return path;
+JsonPath pathOf(const std::string &dotted) {
+  return JsonPath::fromDotted(dotted);
 }
 
 /// The dotted key of the object holding `dotted` ("" for the document).
@@ -246,8 +208,8 @@ private:
   std::map<std::string, const json *> objects;
 
   /// Records the first error, at `at`, naming `name` (by default `at`).
-  bool fail(const KeyPath &at, const std::string &message,
-            const KeyPath *name = nullptr) {
+  bool fail(const JsonPath &at, const std::string &message,
+            const JsonPath *name = nullptr) {
     if (!error) {
       std::string where = (name ? *name : at).dotted();
       error = doc.error(at.pointer(), "cluster" +
@@ -258,7 +220,7 @@ private:
   }
 
   /// Rejects keys outside `known`, suggesting the closest.
-  bool checkKeys(const json &object, const KeyPath &at,
+  bool checkKeys(const json &object, const JsonPath &at,
                  const std::vector<std::string> &known) {
     for (auto it = object.begin(); it != object.end(); ++it) {
       if (std::find(known.begin(), known.end(), it.key()) != known.end())
@@ -279,7 +241,7 @@ private:
 
   /// The member `key` of the object at `at`, or null (an error when
   /// required).
-  const json *member(const json &object, const KeyPath &at,
+  const json *member(const json &object, const JsonPath &at,
                      const std::string &key, bool optional) {
     auto it = object.find(key);
     if (it != object.end())
@@ -290,14 +252,14 @@ private:
   }
 
   bool readObjects();
-  bool readString(const json &value, const KeyPath &at, std::string &out);
-  bool readFigure(const json &figure, const KeyPath &at,
+  bool readString(const json &value, const JsonPath &at, std::string &out);
+  bool readFigure(const json &figure, const JsonPath &at,
                   const FigureSpec &spec);
 };
 
 bool Reader::readObjects() {
   for (const ObjectSpec &spec : kObjects) {
-    KeyPath at = pathOf(spec.key);
+    JsonPath at = pathOf(spec.key);
     const json *value = &doc.root();
     if (*spec.key) {
       auto parent = objects.find(parentOf(spec.key));
@@ -320,7 +282,7 @@ bool Reader::readObjects() {
   return true;
 }
 
-bool Reader::readString(const json &value, const KeyPath &at,
+bool Reader::readString(const json &value, const JsonPath &at,
                         std::string &out) {
   if (!value.is_string())
     return fail(at, "expected a string, found " + describe(value));
@@ -329,10 +291,10 @@ bool Reader::readString(const json &value, const KeyPath &at,
 }
 
 /// A figure: a number, or {"value": number, "source": string}.
-bool Reader::readFigure(const json &figure, const KeyPath &at,
+bool Reader::readFigure(const json &figure, const JsonPath &at,
                         const FigureSpec &spec) {
   const json *value = &figure;
-  KeyPath valueAt = at;
+  JsonPath valueAt = at;
   std::string source;
   if (figure.is_object()) {
     if (!checkKeys(figure, at, {"value", "source"}))

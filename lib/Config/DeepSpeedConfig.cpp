@@ -23,42 +23,6 @@ using namespace detail;
 
 namespace {
 
-/// Where a value is: a JSON pointer to find its line and column, a dotted
-/// path to name it in messages ("zero_optimization.offload_param.device").
-class JsonPath {
-public:
-  JsonPath operator/(const std::string &key) const {
-    JsonPath child = *this;
-    child.keys.push_back(key);
-    return child;
-  }
-
-  std::string pointer() const {
-    std::string out;
-    for (const std::string &key : keys) {
-      out += '/';
-      for (char c : key)
-        out += c == '~'   ? std::string("~0")
-               : c == '/' ? std::string("~1")
-                          : std::string(1, c);
-    }
-    return out;
-  }
-
-  std::string dotted() const {
-    std::string out;
-    for (const std::string &key : keys)
-      out += (out.empty() ? "" : ".") + key;
-    return out;
-  }
-
-  /// The dotted path in quotes, for messages.
-  std::string quoted() const { return "'" + dotted() + "'"; }
-
-private:
-  std::vector<std::string> keys;
-};
-
 /// What a value is, as a message says it: scalars verbatim, containers by
 /// kind.
 std::string describe(const json &v) {

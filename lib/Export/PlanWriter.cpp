@@ -132,21 +132,13 @@ FailureOr<PlanPhase> buildPhase(func::FuncOp func, int64_t runsPerStep,
     // Ops touching the same persistent tensor keep their program order
     // across streams: each follows the last earlier op that touched any
     // tensor it names (a flat group stands for its members).
-    SmallVector<StringRef> touched;
-    for (NamedAttribute attr : op.getAttrs()) {
-      auto add = [&](Attribute a) {
-        auto ref = dyn_cast<FlatSymbolRefAttr>(a);
-        if (!ref)
-          return;
-        touched.push_back(ref.getValue());
-        auto members = groupMembers.find(ref.getValue());
-        if (members != groupMembers.end())
-          touched.append(members->second.begin(), members->second.end());
-      };
-      add(attr.getValue());
-      if (auto array = dyn_cast<ArrayAttr>(attr.getValue()))
-        for (Attribute a : array)
-          add(a);
+    SmallVector<StringRef> named, touched;
+    sched::getNamedSymbols(&op, named);
+    for (StringRef name : named) {
+      touched.push_back(name);
+      auto members = groupMembers.find(name);
+      if (members != groupMembers.end())
+        touched.append(members->second.begin(), members->second.end());
     }
     for (StringRef t : touched) {
       auto it = lastTouch.find(t);

@@ -292,6 +292,38 @@ Diagnostic JsonDocument::error(const std::string &pointer,
   return diag;
 }
 
+JsonPath JsonPath::fromDotted(const std::string &dotted) {
+  JsonPath path;
+  size_t start = 0;
+  while (start < dotted.size()) {
+    size_t dot = dotted.find('.', start);
+    path.parts.push_back(dotted.substr(start, dot - start));
+    if (dot == std::string::npos)
+      break;
+    start = dot + 1;
+  }
+  return path;
+}
+
+std::string JsonPath::pointer() const {
+  std::string out;
+  for (const std::string &key : parts) {
+    out += '/';
+    for (char c : key)
+      out += c == '~'   ? std::string("~0")
+             : c == '/' ? std::string("~1")
+                        : std::string(1, c);
+  }
+  return out;
+}
+
+std::string JsonPath::dotted() const {
+  std::string out;
+  for (const std::string &key : parts)
+    out += (out.empty() ? "" : ".") + key;
+  return out;
+}
+
 std::string describeJsonType(const json &v) {
   switch (v.type()) {
   case json::value_t::null:

@@ -21,25 +21,13 @@ bool isReduction(Operation *op) {
   return isa<sched::ReduceScatterStartOp, sched::AllReduceStartOp>(op);
 }
 
-/// The symbols an op names.
-void symbolsOf(Operation *op, SmallVectorImpl<StringRef> &names) {
-  for (NamedAttribute attr : op->getAttrs()) {
-    if (auto ref = dyn_cast<FlatSymbolRefAttr>(attr.getValue()))
-      names.push_back(ref.getValue());
-    else if (auto array = dyn_cast<ArrayAttr>(attr.getValue()))
-      for (Attribute a : array)
-        if (auto r = dyn_cast<FlatSymbolRefAttr>(a))
-          names.push_back(r.getValue());
-  }
-}
-
 /// Moves the wait of a gradient reduction down to just before the next
 /// reduction starts, the next op that touches the tensors it writes, or the
 /// end of the function, whichever comes first.
 void deferReductionWait(sched::WaitOp wait) {
   Operation *start = wait.getToken().getDefiningOp();
   SmallVector<StringRef> written;
-  symbolsOf(start, written);
+  sched::getNamedSymbols(start, written);
   Operation *stop = wait->getBlock()->getTerminator();
   for (Operation *op = wait->getNextNode(); op != stop;
        op = op->getNextNode()) {
@@ -48,7 +36,7 @@ void deferReductionWait(sched::WaitOp wait) {
       break;
     }
     SmallVector<StringRef> touched;
-    symbolsOf(op, touched);
+    sched::getNamedSymbols(op, touched);
     if (llvm::any_of(touched, [&](StringRef n) {
           return llvm::is_contained(written, n);
         })) {

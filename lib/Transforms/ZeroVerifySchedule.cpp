@@ -31,18 +31,6 @@ int64_t streamOf(Operation *op) {
   return 0;
 }
 
-/// Every symbol an op names in its attributes.
-void namedSymbols(Operation *op, SmallVectorImpl<StringRef> &names) {
-  for (NamedAttribute attr : op->getAttrs()) {
-    if (auto ref = dyn_cast<FlatSymbolRefAttr>(attr.getValue()))
-      names.push_back(ref.getValue());
-    else if (auto array = dyn_cast<ArrayAttr>(attr.getValue()))
-      for (Attribute a : array)
-        if (auto ref = dyn_cast<FlatSymbolRefAttr>(a))
-          names.push_back(ref.getValue());
-  }
-}
-
 class ScheduleVerifier {
 public:
   explicit ScheduleVerifier(ModuleOp module) : module(module), symbols(module) {
@@ -161,7 +149,7 @@ private:
         into.append(it->second.begin(), it->second.end());
     };
     SmallVector<StringRef> named;
-    namedSymbols(op, named);
+    sched::getNamedSymbols(op, named);
     for (StringRef n : named)
       expand(n, touched);
     auto writeAll = [&](ArrayAttr list) {

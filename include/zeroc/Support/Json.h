@@ -43,6 +43,31 @@ private:
   nlohmann::json value;
 };
 
+/// Where a value is in a document: a JSON pointer to find its line and
+/// column, a dotted path to name it in messages
+/// ("zero_optimization.offload_param.device").
+class JsonPath {
+public:
+  JsonPath() = default;
+  /// "gpu.peak_tflops.bf16" -> {"gpu", "peak_tflops", "bf16"}.
+  static JsonPath fromDotted(const std::string &dotted);
+
+  JsonPath operator/(const std::string &key) const {
+    JsonPath child = *this;
+    child.parts.push_back(key);
+    return child;
+  }
+  /// RFC 6901, for JsonDocument::error and locate.
+  std::string pointer() const;
+  std::string dotted() const;
+  /// The dotted path in quotes, for messages.
+  std::string quoted() const { return "'" + dotted() + "'"; }
+  const std::vector<std::string> &keys() const { return parts; }
+
+private:
+  std::vector<std::string> parts;
+};
+
 /// The JSON type name of a value as a user would say it: "an integer",
 /// "a string", "null", ...
 std::string describeJsonType(const nlohmann::json &value);
