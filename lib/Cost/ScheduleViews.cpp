@@ -41,6 +41,21 @@ MemoryCurve deviceMemoryCurve(const Plan &plan,
     const PlanPhase *phase = plan.findPhase(timeline.name);
     if (!phase || phase->ops.size() != timeline.ops.size())
       continue;
+    // The memory planner's own profile, when the plan has one: the live
+    // transient bytes during each op, so the picture agrees with the plan.
+    if (phase->memory && phase->memory->liveBytes.size() == phase->ops.size()) {
+      double previous = 0;
+      for (size_t i = 0; i < phase->ops.size(); ++i) {
+        double live = double(phase->memory->liveBytes[i]);
+        if (live != previous)
+          changes.emplace_back(offsets[p] + timeline.ops[i].start,
+                               live - previous);
+        previous = live;
+      }
+      if (previous != 0 && !timeline.ops.empty())
+        changes.emplace_back(offsets[p] + timeline.ops.back().end, -previous);
+      continue;
+    }
     std::unordered_map<int64_t, size_t> position;
     for (size_t i = 0; i < phase->ops.size(); ++i)
       position[phase->ops[i].index] = i;

@@ -212,10 +212,13 @@ FailureOr<PlanPhase> buildPhase(func::FuncOp func, int64_t runsPerStep,
       auto v = memory.getAs<IntegerAttr>(key);
       return v ? v.getInt() : 0;
     };
-    phase.memory = PlanPhaseMemory{
-        get("arena_bytes"), get("peak_live_bytes"), get("peak_op"),
-        get("activations"), get("gather_buffers"),  get("reduce_buckets"),
-        get("workspace")};
+    phase.memory =
+        PlanPhaseMemory{get("arena_bytes"),    get("peak_live_bytes"),
+                        get("peak_op"),        get("activations"),
+                        get("gather_buffers"), get("reduce_buckets"),
+                        get("workspace"),      {}};
+    if (auto live = func->getAttrOfType<DenseI64ArrayAttr>("sched.live_bytes"))
+      phase.memory->liveBytes = live.asArrayRef().vec();
   }
   return phase;
 }

@@ -107,7 +107,8 @@ json toJson(const Plan &plan) {
                          {"activations", p.memory->activations},
                          {"gather_buffers", p.memory->gatherBuffers},
                          {"reduce_buckets", p.memory->reduceBuckets},
-                         {"workspace", p.memory->workspace}};
+                         {"workspace", p.memory->workspace},
+                         {"live_bytes", p.memory->liveBytes}};
     phases.push_back(std::move(phase));
   }
   json streams = json::array();
@@ -587,6 +588,13 @@ Expected<Plan> readPlan(const JsonDocument &doc) {
       mem.gatherBuffers = r.integer(m, mat, "gather_buffers");
       mem.reduceBuckets = r.integer(m, mat, "reduce_buckets");
       mem.workspace = r.integer(m, mat, "workspace");
+      mem.liveBytes = r.integers(m, mat, "live_bytes", /*required=*/false);
+      if (!r.error && !mem.liveBytes.empty() &&
+          mem.liveBytes.size() != phase.ops.size())
+        r.fail(mat + "/live_bytes", "expected one entry per op (" +
+                                        std::to_string(phase.ops.size()) +
+                                        "), found " +
+                                        std::to_string(mem.liveBytes.size()));
       if (!r.error && !phase.ops.empty() &&
           mem.peakOp >= int64_t(phase.ops.size()))
         r.fail(mat + "/peak_op", "op " + std::to_string(mem.peakOp) +

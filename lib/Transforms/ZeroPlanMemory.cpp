@@ -196,8 +196,10 @@ private:
     }
     int64_t live = 0, peak = 0;
     size_t peakOp = 0;
+    SmallVector<int64_t> liveAt(ops.size());
     for (size_t t = 0; t < ops.size(); ++t) {
       live += delta[t];
+      liveAt[t] = live;
       if (live > peak)
         peak = live, peakOp = t;
     }
@@ -227,6 +229,7 @@ private:
       op->setAttr("sched.offsets", builder.getDenseI64ArrayAttr(list));
     func->setAttr("sched.arg_offsets",
                   builder.getDenseI64ArrayAttr(argOffsets));
+    func->setAttr("sched.live_bytes", builder.getDenseI64ArrayAttr(liveAt));
     func->setAttr(
         "sched.memory",
         builder.getDictionaryAttr({

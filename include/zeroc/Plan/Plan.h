@@ -96,6 +96,8 @@ struct PlanPhaseMemory {
   int64_t gatherBuffers = 0;
   int64_t reduceBuckets = 0;
   int64_t workspace = 0;
+  /// Live transient bytes during each op, by op index (optional).
+  std::vector<int64_t> liveBytes;
 };
 
 struct PlanPhase {
