@@ -172,8 +172,8 @@ cl::opt<bool> adviseJson("json", cl::sub(adviseCmd),
 // zeroc inspect
 //===----------------------------------------------------------------------===//
 
-cl::SubCommand inspectCmd("inspect", "Persistent memory and communication per "
-                                     "rank of a plan file");
+cl::SubCommand inspectCmd("inspect", "Memory, communication and (with "
+                                     "--cluster) step time of a plan file");
 cl::opt<std::string> inspectInput(cl::Positional, cl::sub(inspectCmd),
                                   cl::desc("<plan.json>"), cl::Required);
 cl::opt<bool> inspectAsJson("json", cl::sub(inspectCmd),
