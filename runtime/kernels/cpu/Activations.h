@@ -1,0 +1,36 @@
+//===- Activations.h - Elementwise ops: GELU, SiLU, add, mul ----*- C++ -*-===//
+//
+// gelu (tanh):  y = 0.5 x (1 + tanh u),  u = sqrt(2/pi) (x + 0.044715 x^3)
+//   backward:   dx = dy (0.5 (1 + tanh u)
+//                        + 0.5 x (1 - tanh^2 u) sqrt(2/pi) (1 + 3 * 0.044715
+//                        x^2))
+// silu:         y = x sigmoid(x)
+//   backward:   dx = dy sigmoid(x) (1 + x (1 - sigmoid(x)))
+// add, mul:     out = lhs + rhs, out = lhs * rhs
+//   (their gradients are dy itself and `mul(dy, other operand)`: no kernel)
+//
+// All operands have one shape; dtypes may differ (each is read as f32 and the
+// result rounded once). The forwards of gelu and silu keep only their input.
+// Every kernel here may write in place (an output equal to an input).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZEROC_RUNTIME_KERNELS_CPU_ACTIVATIONS_H
+#define ZEROC_RUNTIME_KERNELS_CPU_ACTIVATIONS_H
+
+#include "cpu/Tensor.h"
+
+namespace zeroc::cpu {
+
+Status geluForward(const Tensor &x, const Tensor &y);
+Status geluBackward(const Tensor &x, const Tensor &dy, const Tensor &dx);
+
+Status siluForward(const Tensor &x, const Tensor &y);
+Status siluBackward(const Tensor &x, const Tensor &dy, const Tensor &dx);
+
+Status add(const Tensor &lhs, const Tensor &rhs, const Tensor &out);
+Status mul(const Tensor &lhs, const Tensor &rhs, const Tensor &out);
+
+} // namespace zeroc::cpu
+
+#endif // ZEROC_RUNTIME_KERNELS_CPU_ACTIVATIONS_H

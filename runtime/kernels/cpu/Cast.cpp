@@ -1,0 +1,50 @@
+//===- Cast.cpp - Dtype casts and gradient accumulation -------------------===//
+
+#include "cpu/Cast.h"
+
+#include "cpu/Activations.h"
+
+namespace zeroc::cpu {
+
+static std::string checkSameCount(const char *op, const char *name,
+                                  const Tensor &t, const char *otherName,
+                                  const Tensor &other) {
+  if (t.numel() != other.numel())
+    return std::string(op) + ": " + name + " " + describe(t) +
+           " must have as many elements as " + otherName + " " +
+           describe(other);
+  return "";
+}
+
+Status castTensor(const Tensor &src, const Tensor &dst) {
+  if (Status s = firstError(
+          {checkFloat("cast", "source", src),
+           checkFloat("cast", "destination", dst),
+           checkSameCount("cast", "destination", dst, "source", src)});
+      !s.ok())
+    return s;
+  copyElements(src, 0, dst, 0, src.numel());
+  return {};
+}
+
+Status accumulate(const Tensor &acc, const Tensor &g) {
+  if (Status s = firstError(
+          {checkFloat("accumulate", "accumulator", acc),
+           checkFloat("accumulate", "gradient", g),
+           checkSameCount("accumulate", "gradient", g, "accumulator", acc)});
+      !s.ok())
+    return s;
+  // An elementwise add in place, with g viewed in acc's shape.
+  Tensor reshaped = g;
+  reshaped.shape = acc.shape;
+  return add(acc, reshaped, acc);
+}
+
+Status zeroTensor(const Tensor &t) {
+  if (Status s = firstError({checkFloat("zero", "tensor", t)}); !s.ok())
+    return s;
+  zeroElements(t, 0, t.numel());
+  return {};
+}
+
+} // namespace zeroc::cpu

@@ -1,0 +1,109 @@
+//===- CrossEntropy.cpp - Mean softmax cross-entropy and the seed ---------===//
+
+#include "cpu/CrossEntropy.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace zeroc::cpu {
+
+static std::string checkScalar(const char *op, const char *name,
+                               const Tensor &t) {
+  if (t.dtype != DType::F32 || t.numel() != 1)
+    return std::string(op) + ": " + name + " must be a 0-d f32 tensor, found " +
+           describe(t);
+  if (!t.data)
+    return std::string(op) + ": " + name + " has no data";
+  return "";
+}
+
+static Status checkCrossEntropy(const char *op, const Tensor &logits,
+                                const Tensor &targets) {
+  if (Status s = firstError({checkFloat(op, "logits", logits),
+                             checkRank(op, "logits", logits, 3),
+                             checkIds(op, "targets", targets)});
+      !s.ok())
+    return s;
+  if (targets.shape != std::vector<int64_t>{logits.dim(0), logits.dim(1)})
+    return {std::string(op) + ": targets must be [batch, seq] of logits " +
+            describe(logits) + ", found " + describe(targets)};
+  const int32_t *t = targets.i32();
+  for (int64_t r = 0, n = targets.numel(); r < n; ++r)
+    if (t[r] < 0 || t[r] >= logits.dim(2))
+      return {std::string(op) + ": target " + std::to_string(t[r]) +
+              " at position " + std::to_string(r) + " is outside [0, " +
+              std::to_string(logits.dim(2)) + ")"};
+  return {};
+}
+
+// Replaces `row` by its softmax and returns its log-sum-exp.
+static float softmaxInPlace(float *row, int64_t n) {
+  float max = *std::max_element(row, row + n);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    row[i] = std::exp(row[i] - max);
+    sum += row[i];
+  }
+  for (int64_t i = 0; i < n; ++i)
+    row[i] /= sum;
+  return max + std::log(sum);
+}
+
+Status crossEntropyForward(const Tensor &logits, const Tensor &targets,
+                           const Tensor &loss) {
+  const char *op = "cross_entropy";
+  if (Status s = checkCrossEntropy(op, logits, targets); !s.ok())
+    return s;
+  if (Status s = firstError({checkScalar(op, "loss", loss)}); !s.ok())
+    return s;
+  int64_t rows = targets.numel(), vocab = logits.dim(2);
+  const int32_t *t = targets.i32();
+  std::vector<float> row(vocab);
+  double total = 0.0;
+  for (int64_t r = 0; r < rows; ++r) {
+    loadF32(logits, r * vocab, vocab, row.data());
+    float target = row[t[r]];
+    total += double(softmaxInPlace(row.data(), vocab) - target);
+  }
+  *loss.f32() = rows ? float(total / double(rows)) : 0.0f;
+  return {};
+}
+
+Status crossEntropyBackward(const Tensor &logits, const Tensor &targets,
+                            const Tensor &dloss, const Tensor &dlogits) {
+  const char *op = "cross_entropy_backward";
+  if (Status s = checkCrossEntropy(op, logits, targets); !s.ok())
+    return s;
+  if (Status s = firstError(
+          {checkScalar(op, "dloss", dloss), checkFloat(op, "result", dlogits),
+           checkSameShape(op, "result", dlogits, "logits", logits)});
+      !s.ok())
+    return s;
+  int64_t rows = targets.numel(), vocab = logits.dim(2);
+  const int32_t *t = targets.i32();
+  float factor = *dloss.f32() / float(std::max<int64_t>(rows, 1));
+  std::vector<float> row(vocab);
+  for (int64_t r = 0; r < rows; ++r) {
+    loadF32(logits, r * vocab, vocab, row.data());
+    softmaxInPlace(row.data(), vocab);
+    row[t[r]] -= 1.0f;
+    for (float &x : row)
+      x *= factor;
+    storeF32(dlogits, r * vocab, vocab, row.data());
+  }
+  return {};
+}
+
+Status backwardSeed(int64_t microSteps, double lossScale, const Tensor &seed) {
+  const char *op = "backward_seed";
+  if (Status s = firstError({checkScalar(op, "seed", seed)}); !s.ok())
+    return s;
+  if (microSteps < 1 || !(lossScale > 0.0))
+    return {"backward_seed: micro_steps must be >= 1 and the loss scale "
+            "positive, found " +
+            std::to_string(microSteps) + " and " + std::to_string(lossScale)};
+  *seed.f32() = float(lossScale / double(microSteps));
+  return {};
+}
+
+} // namespace zeroc::cpu

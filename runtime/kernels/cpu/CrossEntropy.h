@@ -1,0 +1,36 @@
+//===- CrossEntropy.h - Mean softmax cross-entropy and the seed -*- C++ -*-===//
+//
+// cross_entropy:  loss = mean over the N = batch * seq rows of
+//                 logsumexp(logits[r, :]) - logits[r, targets[r]]
+// backward:       dlogits[r, :] = (softmax(logits[r, :]) - onehot(targets[r]))
+//                                 * dloss / N
+// backward_seed:  seed = loss_scale / micro_steps
+//
+// In f32 with the row maximum subtracted before exp; the per-row losses are
+// summed in f64. The loss, dloss and the seed are 0-d f32 tensors (any f32
+// tensor of one element is accepted). The forward keeps nothing but the
+// logits and targets, which are SSA values. A target outside [0, vocab) is an
+// error, reported before anything is written. With no rows the loss is 0.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZEROC_RUNTIME_KERNELS_CPU_CROSSENTROPY_H
+#define ZEROC_RUNTIME_KERNELS_CPU_CROSSENTROPY_H
+
+#include "cpu/Tensor.h"
+
+namespace zeroc::cpu {
+
+/// logits [batch, seq, vocab], targets [batch, seq] i32.
+Status crossEntropyForward(const Tensor &logits, const Tensor &targets,
+                           const Tensor &loss);
+
+Status crossEntropyBackward(const Tensor &logits, const Tensor &targets,
+                            const Tensor &dloss, const Tensor &dlogits);
+
+/// `lossScale` is 1 without loss scaling; micro_steps >= 1.
+Status backwardSeed(int64_t microSteps, double lossScale, const Tensor &seed);
+
+} // namespace zeroc::cpu
+
+#endif // ZEROC_RUNTIME_KERNELS_CPU_CROSSENTROPY_H

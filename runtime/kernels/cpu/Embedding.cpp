@@ -1,0 +1,130 @@
+//===- Embedding.cpp - Token and learned position embeddings --------------===//
+
+#include "cpu/Embedding.h"
+
+#include <algorithm>
+
+namespace zeroc::cpu {
+
+// The shape rules shared by the token embedding's forward and backward:
+// `table` [vocab, hidden], `ids` [batch, seq], `act` [batch, seq, hidden].
+static Status checkEmbedding(const char *op, const Tensor &table,
+                             const char *tableName, const Tensor &ids,
+                             const Tensor &act, const char *actName) {
+  if (Status s = firstError(
+          {checkFloat(op, tableName, table), checkRank(op, tableName, table, 2),
+           checkIds(op, "ids", ids), checkRank(op, "ids", ids, 2),
+           checkFloat(op, actName, act), checkRank(op, actName, act, 3)});
+      !s.ok())
+    return s;
+  std::vector<int64_t> expected = {ids.dim(0), ids.dim(1), table.dim(1)};
+  if (act.shape != expected)
+    return {std::string(op) + ": " + actName +
+            " must be [batch, seq, hidden] of ids " + describe(ids) +
+            " and table " + describe(table) + ", found " + describe(act)};
+  const int32_t *id = ids.i32();
+  for (int64_t i = 0, n = ids.numel(); i < n; ++i)
+    if (id[i] < 0 || id[i] >= table.dim(0))
+      return {std::string(op) + ": token id " + std::to_string(id[i]) +
+              " at position " + std::to_string(i) + " is outside [0, " +
+              std::to_string(table.dim(0)) + ")"};
+  return {};
+}
+
+Status embeddingForward(const Tensor &table, const Tensor &ids,
+                        const Tensor &out) {
+  if (Status s = checkEmbedding("embedding", table, "table", ids, out, "out");
+      !s.ok())
+    return s;
+  int64_t hidden = table.dim(1);
+  const int32_t *id = ids.i32();
+  for (int64_t t = 0, n = ids.numel(); t < n; ++t)
+    copyElements(table, id[t] * hidden, out, t * hidden, hidden);
+  return {};
+}
+
+Status embeddingBackward(const Tensor &dy, const Tensor &ids,
+                         const Tensor &dtable) {
+  if (Status s =
+          checkEmbedding("embedding_backward", dtable, "dtable", ids, dy, "dy");
+      !s.ok())
+    return s;
+  int64_t vocab = dtable.dim(0), hidden = dtable.dim(1), tokens = ids.numel();
+  const int32_t *id = ids.i32();
+  // Bucket the token positions by id (a counting sort), so that each table
+  // row is summed in f32 and rounded once, in position order.
+  std::vector<int64_t> start(vocab + 1, 0), order(tokens);
+  for (int64_t t = 0; t < tokens; ++t)
+    ++start[id[t] + 1];
+  for (int64_t v = 0; v < vocab; ++v)
+    start[v + 1] += start[v];
+  std::vector<int64_t> next(start.begin(), start.end() - 1);
+  for (int64_t t = 0; t < tokens; ++t)
+    order[next[id[t]]++] = t;
+
+  std::vector<float> sum(hidden), row(hidden);
+  for (int64_t v = 0; v < vocab; ++v) {
+    int64_t begin = start[v], end = start[v + 1];
+    if (begin == end) {
+      zeroElements(dtable, v * hidden, hidden);
+      continue;
+    }
+    std::fill(sum.begin(), sum.end(), 0.0f);
+    for (int64_t k = begin; k < end; ++k) {
+      loadF32(dy, order[k] * hidden, hidden, row.data());
+      for (int64_t h = 0; h < hidden; ++h)
+        sum[h] += row[h];
+    }
+    storeF32(dtable, v * hidden, hidden, sum.data());
+  }
+  return {};
+}
+
+// `table` [max_positions, hidden], `act` [batch, seq, hidden].
+static Status checkPositionEmbedding(const char *op, const Tensor &table,
+                                     const char *tableName, const Tensor &act,
+                                     const char *actName) {
+  if (Status s = firstError(
+          {checkFloat(op, tableName, table), checkRank(op, tableName, table, 2),
+           checkFloat(op, actName, act), checkRank(op, actName, act, 3)});
+      !s.ok())
+    return s;
+  if (act.dim(2) != table.dim(1) || act.dim(1) > table.dim(0))
+    return {std::string(op) + ": " + actName +
+            " must be [batch, seq, hidden] with seq <= max_positions of " +
+            tableName + " " + describe(table) + ", found " + describe(act)};
+  return {};
+}
+
+Status positionEmbeddingForward(const Tensor &table, const Tensor &out) {
+  if (Status s = checkPositionEmbedding("position_embedding", table, "table",
+                                        out, "out");
+      !s.ok())
+    return s;
+  int64_t batch = out.dim(0), seq = out.dim(1), hidden = out.dim(2);
+  for (int64_t b = 0; b < batch; ++b)
+    copyElements(table, 0, out, b * seq * hidden, seq * hidden);
+  return {};
+}
+
+Status positionEmbeddingBackward(const Tensor &dy, const Tensor &dtable) {
+  if (Status s = checkPositionEmbedding("position_embedding_backward", dtable,
+                                        "dtable", dy, "dy");
+      !s.ok())
+    return s;
+  int64_t batch = dy.dim(0), seq = dy.dim(1), hidden = dy.dim(2);
+  std::vector<float> sum(hidden), row(hidden);
+  for (int64_t s = 0; s < seq; ++s) {
+    std::fill(sum.begin(), sum.end(), 0.0f);
+    for (int64_t b = 0; b < batch; ++b) {
+      loadF32(dy, (b * seq + s) * hidden, hidden, row.data());
+      for (int64_t h = 0; h < hidden; ++h)
+        sum[h] += row[h];
+    }
+    storeF32(dtable, s * hidden, hidden, sum.data());
+  }
+  zeroElements(dtable, seq * hidden, (dtable.dim(0) - seq) * hidden);
+  return {};
+}
+
+} // namespace zeroc::cpu

@@ -1,0 +1,42 @@
+//===- Embedding.h - Token and learned position embeddings ------*- C++ -*-===//
+//
+// embedding:           out[b, s, :] = table[ids[b, s], :]
+// embedding_backward:  dtable[v, :] = sum of dy[b, s, :] over ids[b, s] == v
+// position_embedding:  out[b, s, :] = table[s, :]
+// position_embedding_backward:
+//                      dtable[s, :] = sum over b of dy[b, s, :] for s < seq,
+//                      zero for the rows the forward did not read
+//
+// Lookups are copies (one rounding when the dtypes differ); the backward sums
+// are taken in f32 and rounded once into the table's dtype. Nothing is saved
+// for backward but the token ids, which are an SSA value.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZEROC_RUNTIME_KERNELS_CPU_EMBEDDING_H
+#define ZEROC_RUNTIME_KERNELS_CPU_EMBEDDING_H
+
+#include "cpu/Tensor.h"
+
+namespace zeroc::cpu {
+
+/// table [vocab, hidden], ids [batch, seq] i32, out [batch, seq, hidden].
+/// An id outside [0, vocab) is an error, reported before anything is written.
+Status embeddingForward(const Tensor &table, const Tensor &ids,
+                        const Tensor &out);
+
+/// dy [batch, seq, hidden], ids [batch, seq] i32, dtable [vocab, hidden]
+/// (overwritten). Deterministic: each row sums its tokens in position order.
+Status embeddingBackward(const Tensor &dy, const Tensor &ids,
+                         const Tensor &dtable);
+
+/// table [max_positions, hidden], out [batch, seq, hidden], seq <=
+/// max_positions.
+Status positionEmbeddingForward(const Tensor &table, const Tensor &out);
+
+/// dy [batch, seq, hidden], dtable [max_positions, hidden] (overwritten).
+Status positionEmbeddingBackward(const Tensor &dy, const Tensor &dtable);
+
+} // namespace zeroc::cpu
+
+#endif // ZEROC_RUNTIME_KERNELS_CPU_EMBEDDING_H

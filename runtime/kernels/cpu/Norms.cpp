@@ -1,0 +1,181 @@
+//===- Norms.cpp - Layer and RMS normalization ----------------------------===//
+
+#include "cpu/Norms.h"
+
+#include <cmath>
+
+namespace zeroc::cpu {
+
+// x [..., hidden] with `others` (y, dy, dx) of its shape, and per-feature
+// parameters [hidden].
+static Status checkNorm(const char *op, const Tensor &x,
+                        std::initializer_list<NamedTensor> others,
+                        std::initializer_list<NamedTensor> params) {
+  if (Status s = firstError({checkFloat(op, "input", x)}); !s.ok())
+    return s;
+  if (x.rank() < 1)
+    return {std::string(op) + ": input must be [..., hidden], found " +
+            describe(x)};
+  for (auto [name, t] : others)
+    if (Status s = firstError({checkFloat(op, name, *t),
+                               checkSameShape(op, name, *t, "input", x)});
+        !s.ok())
+      return s;
+  for (auto [name, t] : params) {
+    if (Status s = firstError({checkFloat(op, name, *t)}); !s.ok())
+      return s;
+    if (t->rank() != 1 || t->dim(0) != x.dim(-1))
+      return {std::string(op) + ": " + name + " must be [" +
+              std::to_string(x.dim(-1)) + "], found " + describe(*t)};
+  }
+  return {};
+}
+
+static void layerNormStats(const float *x, int64_t n, float eps, float &mean,
+                           float &rstd) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i)
+    sum += x[i];
+  mean = n ? sum / float(n) : 0.0f;
+  float var = 0.0f;
+  for (int64_t i = 0; i < n; ++i)
+    var += (x[i] - mean) * (x[i] - mean);
+  var = n ? var / float(n) : 0.0f;
+  rstd = 1.0f / std::sqrt(var + eps);
+}
+
+static float rmsNormStat(const float *x, int64_t n, float eps) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i)
+    sum += x[i] * x[i];
+  return 1.0f / std::sqrt((n ? sum / float(n) : 0.0f) + eps);
+}
+
+Status layerNormForward(const Tensor &x, const Tensor &weight,
+                        const Tensor &bias, float eps, const Tensor &y,
+                        float *saved) {
+  if (Status s = checkNorm("layernorm", x, {{"result", &y}},
+                           {{"weight", &weight}, {"bias", &bias}});
+      !s.ok())
+    return s;
+  int64_t rows = x.rows(), n = x.dim(-1);
+  std::vector<float> w(n), b(n), row(n);
+  loadF32(weight, 0, n, w.data());
+  loadF32(bias, 0, n, b.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    loadF32(x, r * n, n, row.data());
+    float mean, rstd;
+    layerNormStats(row.data(), n, eps, mean, rstd);
+    for (int64_t i = 0; i < n; ++i)
+      row[i] = (row[i] - mean) * rstd * w[i] + b[i];
+    storeF32(y, r * n, n, row.data());
+    if (saved) {
+      saved[r] = mean;
+      saved[rows + r] = rstd;
+    }
+  }
+  return {};
+}
+
+Status layerNormBackward(const Tensor &x, const Tensor &weight,
+                         const Tensor &dy, float eps, const float *saved,
+                         const Tensor &dx, const Tensor &dweight,
+                         const Tensor &dbias) {
+  if (Status s = checkNorm(
+          "layernorm_backward", x, {{"dy", &dy}, {"dinput", &dx}},
+          {{"weight", &weight}, {"dweight", &dweight}, {"dbias", &dbias}});
+      !s.ok())
+    return s;
+  int64_t rows = x.rows(), n = x.dim(-1);
+  std::vector<float> w(n), dw(n, 0.0f), db(n, 0.0f);
+  std::vector<float> xrow(n), dyrow(n);
+  loadF32(weight, 0, n, w.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    loadF32(x, r * n, n, xrow.data());
+    loadF32(dy, r * n, n, dyrow.data());
+    float mean, rstd;
+    if (saved) {
+      mean = saved[r];
+      rstd = saved[rows + r];
+    } else {
+      layerNormStats(xrow.data(), n, eps, mean, rstd);
+    }
+    float meanG = 0.0f, meanGXhat = 0.0f;
+    for (int64_t i = 0; i < n; ++i) {
+      float xhat = (xrow[i] - mean) * rstd;
+      float g = dyrow[i] * w[i];
+      meanG += g;
+      meanGXhat += g * xhat;
+      dw[i] += dyrow[i] * xhat;
+      db[i] += dyrow[i];
+      xrow[i] = xhat;
+    }
+    meanG /= float(n);
+    meanGXhat /= float(n);
+    for (int64_t i = 0; i < n; ++i) {
+      float g = dyrow[i] * w[i];
+      dyrow[i] = rstd * (g - meanG - xrow[i] * meanGXhat);
+    }
+    storeF32(dx, r * n, n, dyrow.data());
+  }
+  storeF32(dweight, 0, n, dw.data());
+  storeF32(dbias, 0, n, db.data());
+  return {};
+}
+
+Status rmsNormForward(const Tensor &x, const Tensor &weight, float eps,
+                      const Tensor &y, float *saved) {
+  if (Status s =
+          checkNorm("rmsnorm", x, {{"result", &y}}, {{"weight", &weight}});
+      !s.ok())
+    return s;
+  int64_t rows = x.rows(), n = x.dim(-1);
+  std::vector<float> w(n), row(n);
+  loadF32(weight, 0, n, w.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    loadF32(x, r * n, n, row.data());
+    float rrms = rmsNormStat(row.data(), n, eps);
+    for (int64_t i = 0; i < n; ++i)
+      row[i] = row[i] * rrms * w[i];
+    storeF32(y, r * n, n, row.data());
+    if (saved)
+      saved[r] = rrms;
+  }
+  return {};
+}
+
+Status rmsNormBackward(const Tensor &x, const Tensor &weight, const Tensor &dy,
+                       float eps, const float *saved, const Tensor &dx,
+                       const Tensor &dweight) {
+  if (Status s =
+          checkNorm("rmsnorm_backward", x, {{"dy", &dy}, {"dinput", &dx}},
+                    {{"weight", &weight}, {"dweight", &dweight}});
+      !s.ok())
+    return s;
+  int64_t rows = x.rows(), n = x.dim(-1);
+  std::vector<float> w(n), dw(n, 0.0f);
+  std::vector<float> xrow(n), dyrow(n);
+  loadF32(weight, 0, n, w.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    loadF32(x, r * n, n, xrow.data());
+    loadF32(dy, r * n, n, dyrow.data());
+    float rrms = saved ? saved[r] : rmsNormStat(xrow.data(), n, eps);
+    float meanGXhat = 0.0f;
+    for (int64_t i = 0; i < n; ++i) {
+      float xhat = xrow[i] * rrms;
+      meanGXhat += dyrow[i] * w[i] * xhat;
+      dw[i] += dyrow[i] * xhat;
+      xrow[i] = xhat;
+    }
+    meanGXhat /= float(n);
+    for (int64_t i = 0; i < n; ++i) {
+      float g = dyrow[i] * w[i];
+      dyrow[i] = rrms * (g - xrow[i] * meanGXhat);
+    }
+    storeF32(dx, r * n, n, dyrow.data());
+  }
+  storeF32(dweight, 0, n, dw.data());
+  return {};
+}
+
+} // namespace zeroc::cpu

@@ -1,0 +1,51 @@
+//===- Norms.h - Layer and RMS normalization --------------------*- C++ -*-===//
+//
+// Over the last dimension (hidden) of x [..., hidden], per row:
+// layernorm:  xhat = (x - mean) * rstd, rstd = 1 / sqrt(var + eps),
+//             y = xhat * weight + bias
+//   backward: g = dy * weight,
+//             dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),
+//             dweight = sum over rows of dy * xhat, dbias = sum of dy
+// rmsnorm:    xhat = x * rrms, rrms = 1 / sqrt(mean(x^2) + eps),
+//             y = xhat * weight
+//   backward: dx = rrms * (g - xhat * mean(g * xhat)),
+//             dweight = sum over rows of dy * xhat
+//
+// Statistics are f32 whatever the storage dtype (two passes: mean, then the
+// variance about it). What the forward keeps for backward (the plan's
+// `saved_bytes`) is f32 per row: layernorm `mean[rows]` followed by
+// `rstd[rows]` (8 bytes a row), rmsnorm `rrms[rows]` (4 bytes a row). The
+// backward uses them when given and recomputes them from x otherwise, with
+// the same result. y may be x, and dx may be dy (in place).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZEROC_RUNTIME_KERNELS_CPU_NORMS_H
+#define ZEROC_RUNTIME_KERNELS_CPU_NORMS_H
+
+#include "cpu/Tensor.h"
+
+namespace zeroc::cpu {
+
+/// `saved` (2 * rows floats: mean, then rstd) may be null.
+Status layerNormForward(const Tensor &x, const Tensor &weight,
+                        const Tensor &bias, float eps, const Tensor &y,
+                        float *saved);
+
+/// `saved` is what the forward wrote, or null to recompute it.
+Status layerNormBackward(const Tensor &x, const Tensor &weight,
+                         const Tensor &dy, float eps, const float *saved,
+                         const Tensor &dx, const Tensor &dweight,
+                         const Tensor &dbias);
+
+/// `saved` (rows floats: rrms) may be null.
+Status rmsNormForward(const Tensor &x, const Tensor &weight, float eps,
+                      const Tensor &y, float *saved);
+
+Status rmsNormBackward(const Tensor &x, const Tensor &weight, const Tensor &dy,
+                       float eps, const float *saved, const Tensor &dx,
+                       const Tensor &dweight);
+
+} // namespace zeroc::cpu
+
+#endif // ZEROC_RUNTIME_KERNELS_CPU_NORMS_H

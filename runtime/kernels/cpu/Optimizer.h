@@ -1,0 +1,90 @@
+//===- Optimizer.h - Adam, gradient clipping, loss scaling ------*- C++ -*-===//
+//
+// adam_update, with step count t >= 1, on the f32 master copy p and f32
+// moments m, v (a whole parameter or this rank's shard of it):
+//   adamw: p -= lr * weight_decay * p        (decoupled, before the step)
+//   adam:  g += weight_decay * p             (L2, added to the gradient)
+//   m = beta1 m + (1 - beta1) g,  v = beta2 v + (1 - beta2) g^2
+//   p -= lr * (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps)
+// then the 16-bit copy of the parameter, when there is one, is p rounded.
+// clip_grad_norm: norm = sqrt(sum over all gradients of g^2) (each rank sums
+//   its shards, the caller all-reduces), then every g *= max_norm /
+//   max(norm, max_norm).
+// unscale_grads: g /= loss_scale, and whether any g is now inf or NaN; the
+//   dynamic loss scale then moves as DeepSpeed's DynamicLossScaler does.
+//
+// Arithmetic in f32 per element (sums of squares in f64); gradients may be
+// stored in any float dtype. Nothing here clears a gradient: that is the
+// plan's zero_grads.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZEROC_RUNTIME_KERNELS_CPU_OPTIMIZER_H
+#define ZEROC_RUNTIME_KERNELS_CPU_OPTIMIZER_H
+
+#include "cpu/Tensor.h"
+
+namespace zeroc::cpu {
+
+/// The attributes of model.adam_update.
+struct AdamSettings {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weightDecay = 0.0;
+  bool adamw = false;
+};
+
+/// `master`, `expAvg`, `expAvgSq` are f32 and have the element count of
+/// `grad` (their shapes may differ: flat shards). `param16` (may be null)
+/// receives the updated master in its own dtype. `step` is t >= 1.
+Status adamUpdate(const AdamSettings &settings, int64_t step,
+                  const Tensor &grad, const Tensor &master,
+                  const Tensor &expAvg, const Tensor &expAvgSq,
+                  const Tensor *param16);
+
+/// Sum of g^2 over `grad`, in f64: one term of the global norm's square.
+double sumOfSquares(const Tensor &grad);
+
+/// max_norm / max(norm, max_norm) for norm = sqrt(totalSumOfSquares): 1 when
+/// the norm is within bounds. A NaN norm gives NaN, as in PyTorch.
+float clipCoefficient(double totalSumOfSquares, double maxNorm);
+
+/// t *= factor, in place.
+Status scaleInPlace(const Tensor &t, float factor);
+
+/// grad /= lossScale in place; sets `overflow` (never clears it, so one flag
+/// can collect every gradient) when an element is then inf or NaN.
+Status unscaleGrads(const Tensor &grad, double lossScale, bool &overflow);
+
+/// The attributes of model.unscale_grads. A positive `staticLossScale` fixes
+/// the scale; otherwise it is dynamic.
+struct LossScaleSettings {
+  double staticLossScale = 0.0;
+  int64_t initialScalePower = 16;
+  int64_t lossScaleWindow = 1000;
+  int64_t hysteresis = 2;
+  double minLossScale = 1.0;
+};
+
+/// The dynamic loss scale between steps.
+struct LossScaleState {
+  double scale = 1.0;
+  int64_t iteration = 0;     ///< Optimizer steps seen, skipped ones included.
+  int64_t lastOverflow = -1; ///< The iteration of the latest overflow.
+  int64_t hysteresisLeft = 1;
+};
+
+LossScaleState initialLossScale(const LossScaleSettings &settings);
+
+/// After a step's overflow check: on overflow, count down the hysteresis and
+/// once it is spent halve the scale (not below min_loss_scale); after
+/// loss_scale_window steps in a row without one, double it and restore the
+/// hysteresis. A static scale never moves.
+void updateLossScale(const LossScaleSettings &settings, bool overflow,
+                     LossScaleState &state);
+
+} // namespace zeroc::cpu
+
+#endif // ZEROC_RUNTIME_KERNELS_CPU_OPTIMIZER_H

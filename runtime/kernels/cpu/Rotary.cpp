@@ -1,0 +1,68 @@
+//===- Rotary.cpp - Rotary position embedding (RoPE) ----------------------===//
+
+#include "cpu/Rotary.h"
+
+#include <cmath>
+
+namespace zeroc::cpu {
+
+// Rotates every pair of `in` by `direction` (+1 forward, -1 backward) times
+// its angle.
+static Status rotate(const char *op, const Tensor &in, int64_t headDim,
+                     double theta, const Tensor &out, float direction) {
+  if (Status s = firstError({checkFloat(op, "input", in),
+                             checkRank(op, "input", in, 3),
+                             checkFloat(op, "result", out),
+                             checkSameShape(op, "result", out, "input", in)});
+      !s.ok())
+    return s;
+  if (headDim <= 0 || headDim % 2 != 0 || in.dim(2) % headDim != 0)
+    return {std::string(op) + ": head_dim " + std::to_string(headDim) +
+            " must be even and divide the last dimension of " + describe(in)};
+  if (!(theta > 0.0))
+    return {std::string(op) + ": theta must be positive, found " +
+            std::to_string(theta)};
+  int64_t batch = in.dim(0), seq = in.dim(1), width = in.dim(2);
+  int64_t half = headDim / 2;
+
+  // cos and sin of pos * theta^(-2i / head_dim), per position and pair.
+  std::vector<float> cosines(seq * half), sines(seq * half);
+  for (int64_t s = 0; s < seq; ++s)
+    for (int64_t i = 0; i < half; ++i) {
+      double angle =
+          double(s) * std::pow(theta, -2.0 * double(i) / double(headDim));
+      cosines[s * half + i] = float(std::cos(angle));
+      sines[s * half + i] = direction * float(std::sin(angle));
+    }
+
+  std::vector<float> row(width);
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t s = 0; s < seq; ++s) {
+      int64_t offset = (b * seq + s) * width;
+      loadF32(in, offset, width, row.data());
+      const float *c = &cosines[s * half];
+      const float *sn = &sines[s * half];
+      for (int64_t h = 0; h < width; h += headDim) {
+        float *lo = &row[h], *hi = lo + half;
+        for (int64_t i = 0; i < half; ++i) {
+          float a = lo[i], bv = hi[i];
+          lo[i] = a * c[i] - bv * sn[i];
+          hi[i] = bv * c[i] + a * sn[i];
+        }
+      }
+      storeF32(out, offset, width, row.data());
+    }
+  return {};
+}
+
+Status rotaryForward(const Tensor &x, int64_t headDim, double theta,
+                     const Tensor &y) {
+  return rotate("rotary", x, headDim, theta, y, 1.0f);
+}
+
+Status rotaryBackward(const Tensor &dy, int64_t headDim, double theta,
+                      const Tensor &dx) {
+  return rotate("rotary_backward", dy, headDim, theta, dx, -1.0f);
+}
+
+} // namespace zeroc::cpu

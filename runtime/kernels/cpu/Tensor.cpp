@@ -1,0 +1,166 @@
+//===- Tensor.cpp - Tensor views and 16-bit storage -----------------------===//
+
+#include "cpu/Tensor.h"
+
+#include <algorithm>
+
+namespace zeroc::cpu {
+
+float roundToDType(float x, DType dtype) {
+  switch (dtype) {
+  case DType::BF16:
+    return bf16ToFloat(floatToBf16(x));
+  case DType::F16:
+    return f16ToFloat(floatToF16(x));
+  default:
+    return x;
+  }
+}
+
+void loadF32(const Tensor &t, int64_t offset, int64_t n, float *dst) {
+  switch (t.dtype) {
+  case DType::F32:
+    std::memcpy(dst, t.f32() + offset, n * sizeof(float));
+    return;
+  case DType::BF16: {
+    const uint16_t *src = static_cast<const uint16_t *>(t.data) + offset;
+    for (int64_t i = 0; i < n; ++i)
+      dst[i] = bf16ToFloat(src[i]);
+    return;
+  }
+  case DType::F16: {
+    const uint16_t *src = static_cast<const uint16_t *>(t.data) + offset;
+    for (int64_t i = 0; i < n; ++i)
+      dst[i] = f16ToFloat(src[i]);
+    return;
+  }
+  case DType::I32: {
+    const int32_t *src = t.i32() + offset;
+    for (int64_t i = 0; i < n; ++i)
+      dst[i] = float(src[i]);
+    return;
+  }
+  }
+}
+
+void storeF32(const Tensor &t, int64_t offset, int64_t n, const float *src) {
+  switch (t.dtype) {
+  case DType::F32:
+    // memmove: a kernel may store into the buffer it loaded from.
+    std::memmove(t.f32() + offset, src, n * sizeof(float));
+    return;
+  case DType::BF16: {
+    uint16_t *dst = static_cast<uint16_t *>(t.data) + offset;
+    for (int64_t i = 0; i < n; ++i)
+      dst[i] = floatToBf16(src[i]);
+    return;
+  }
+  case DType::F16: {
+    uint16_t *dst = static_cast<uint16_t *>(t.data) + offset;
+    for (int64_t i = 0; i < n; ++i)
+      dst[i] = floatToF16(src[i]);
+    return;
+  }
+  case DType::I32: {
+    int32_t *dst = t.i32() + offset;
+    for (int64_t i = 0; i < n; ++i)
+      dst[i] = int32_t(src[i]);
+    return;
+  }
+  }
+}
+
+void copyElements(const Tensor &src, int64_t srcOffset, const Tensor &dst,
+                  int64_t dstOffset, int64_t n) {
+  if (src.dtype == dst.dtype) {
+    int64_t size = bytesPerElement(src.dtype);
+    std::memmove(static_cast<char *>(dst.data) + dstOffset * size,
+                 static_cast<const char *>(src.data) + srcOffset * size,
+                 n * size);
+    return;
+  }
+  constexpr int64_t kChunk = 4096;
+  float buffer[kChunk];
+  for (int64_t done = 0; done < n; done += kChunk) {
+    int64_t count = std::min(kChunk, n - done);
+    loadF32(src, srcOffset + done, count, buffer);
+    storeF32(dst, dstOffset + done, count, buffer);
+  }
+}
+
+const float *readF32(const Tensor &t, std::vector<float> &scratch) {
+  if (t.dtype == DType::F32)
+    return t.f32();
+  scratch.resize(t.numel());
+  loadF32(t, 0, t.numel(), scratch.data());
+  return scratch.data();
+}
+
+float *writeF32(const Tensor &t, std::vector<float> &scratch) {
+  if (t.dtype == DType::F32)
+    return t.f32();
+  scratch.assign(t.numel(), 0.0f);
+  return scratch.data();
+}
+
+void commitF32(const Tensor &t, const std::vector<float> &scratch) {
+  if (t.dtype != DType::F32)
+    storeF32(t, 0, t.numel(), scratch.data());
+}
+
+std::string describe(const Tensor &t) {
+  std::string s = "[";
+  for (size_t i = 0; i < t.shape.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(t.shape[i]);
+  return s + "] " + std::string(dtypeName(t.dtype));
+}
+
+static std::string prefix(const char *op, const char *name) {
+  return std::string(op) + ": " + name + " ";
+}
+
+static std::string checkStorage(const char *op, const char *name,
+                                const Tensor &t) {
+  for (int64_t d : t.shape)
+    if (d < 0)
+      return prefix(op, name) + "has a negative dimension: " + describe(t);
+  if (!t.data && t.numel() > 0)
+    return prefix(op, name) + "has no data";
+  return "";
+}
+
+std::string checkFloat(const char *op, const char *name, const Tensor &t) {
+  if (!isFloat(t.dtype))
+    return prefix(op, name) + "must be f32, bf16 or f16, found " + describe(t);
+  return checkStorage(op, name, t);
+}
+
+std::string checkIds(const char *op, const char *name, const Tensor &t) {
+  if (t.dtype != DType::I32)
+    return prefix(op, name) + "must be i32, found " + describe(t);
+  return checkStorage(op, name, t);
+}
+
+std::string checkRank(const char *op, const char *name, const Tensor &t,
+                      int64_t rank) {
+  if (t.rank() != rank)
+    return prefix(op, name) + "must have rank " + std::to_string(rank) +
+           ", found " + describe(t);
+  return "";
+}
+
+std::string checkSameShape(const char *op, const char *name, const Tensor &t,
+                           const char *otherName, const Tensor &other) {
+  if (t.shape != other.shape)
+    return prefix(op, name) + "must have the shape of " + otherName + " (" +
+           describe(other) + "), found " + describe(t);
+  return "";
+}
+
+Status firstError(std::initializer_list<std::string> checks) {
+  auto it = std::find_if(checks.begin(), checks.end(),
+                         [](const std::string &s) { return !s.empty(); });
+  return it == checks.end() ? Status{} : Status{*it};
+}
+
+} // namespace zeroc::cpu

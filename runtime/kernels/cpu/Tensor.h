@@ -1,0 +1,207 @@
+//===- Tensor.h - Tensor views and 16-bit storage ---------------*- C++ -*-===//
+//
+// What every CPU kernel takes: a non-owning view of a row-major tensor
+// (pointer, dtype, shape), the f32 <-> bf16 / f16 conversions (our own, no
+// external library), and the error a kernel returns when its arguments do
+// not fit together. Kernels compute in f32 whatever the storage dtype and
+// round once when they store.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZEROC_RUNTIME_KERNELS_CPU_TENSOR_H
+#define ZEROC_RUNTIME_KERNELS_CPU_TENSOR_H
+
+#include "zeroc/Support/DType.h"
+
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace zeroc::cpu {
+
+/// A row-major tensor the caller owns. `data` points at `numel()` elements of
+/// `dtype`; a 0-d tensor (empty shape) has one element.
+struct Tensor {
+  void *data = nullptr;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+
+  int64_t rank() const { return static_cast<int64_t>(shape.size()); }
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape)
+      n *= d;
+    return n;
+  }
+  /// The size of dimension `i`; negative `i` counts from the end.
+  int64_t dim(int64_t i) const { return shape[i < 0 ? rank() + i : i]; }
+  /// The product of all dimensions but the last: the rows of a [..., n] view.
+  int64_t rows() const {
+    int64_t n = 1;
+    for (size_t i = 0; i + 1 < shape.size(); ++i)
+      n *= shape[i];
+    return n;
+  }
+  int64_t bytes() const { return numel() * bytesPerElement(dtype); }
+  float *f32() const { return static_cast<float *>(data); }
+  int32_t *i32() const { return static_cast<int32_t *>(data); }
+};
+
+/// What a kernel returns: empty `error` when it ran, otherwise what was wrong
+/// with its arguments (nothing was written then).
+struct Status {
+  std::string error;
+  bool ok() const { return error.empty(); }
+};
+
+//===----------------------------------------------------------------------===//
+// 16-bit storage
+//===----------------------------------------------------------------------===//
+
+inline uint32_t floatBits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+inline float bitsFloat(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+/// bfloat16 is the top half of an f32: widening is a shift.
+inline float bf16ToFloat(uint16_t h) { return bitsFloat(uint32_t(h) << 16); }
+
+/// Round to nearest, ties to even; NaN stays a (quiet) NaN, overflow rounds
+/// to infinity.
+inline uint16_t floatToBf16(float f) {
+  uint32_t u = floatBits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return uint16_t((u >> 16) | 0x0040u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+
+/// IEEE binary16: 5 exponent bits (bias 15), 10 mantissa bits, subnormals.
+inline float f16ToFloat(uint16_t h) {
+  uint32_t sign = uint32_t(h & 0x8000u) << 16;
+  uint32_t exponent = (h >> 10) & 0x1fu;
+  uint32_t mantissa = h & 0x3ffu;
+  if (exponent == 0) {
+    // Zero or subnormal: mantissa * 2^-24, exact in f32.
+    float magnitude = float(mantissa) * 5.9604644775390625e-8f;
+    return sign ? -magnitude : magnitude;
+  }
+  if (exponent == 31)
+    return bitsFloat(sign | 0x7f800000u | (mantissa << 13));
+  return bitsFloat(sign | ((exponent + 112) << 23) | (mantissa << 13));
+}
+
+/// Round to nearest, ties to even, into normals and subnormals; magnitudes
+/// from 65520 up become infinity; NaN stays a (quiet) NaN.
+inline uint16_t floatToF16(float f) {
+  uint32_t u = floatBits(f);
+  uint16_t sign = uint16_t((u >> 16) & 0x8000u);
+  uint32_t exponent = (u >> 23) & 0xffu;
+  uint32_t mantissa = u & 0x7fffffu;
+  if (exponent == 0xff)
+    return mantissa ? uint16_t(sign | 0x7e00u | (mantissa >> 13))
+                    : uint16_t(sign | 0x7c00u);
+  int32_t e = int32_t(exponent) - 127 + 15;
+  if (e >= 31)
+    return uint16_t(sign | 0x7c00u);
+  if (e <= 0) {
+    // A subnormal result: shift the 24-bit significand down to units of
+    // 2^-24 and round the bits shifted out.
+    int32_t shift = 14 - e;
+    if (shift > 25)
+      return sign;
+    uint32_t significand = mantissa | 0x800000u;
+    uint32_t half = significand >> shift;
+    uint32_t rest = significand & ((1u << shift) - 1);
+    uint32_t halfway = 1u << (shift - 1);
+    if (rest > halfway || (rest == halfway && (half & 1u)))
+      ++half;
+    return uint16_t(sign | half);
+  }
+  // A carry out of the mantissa moves into the exponent, up to infinity.
+  uint32_t half = (uint32_t(e) << 10) | (mantissa >> 13);
+  uint32_t rest = mantissa & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (half & 1u)))
+    ++half;
+  return uint16_t(sign | half);
+}
+
+/// `x` rounded to what `dtype` can store, as a float (identity for f32).
+float roundToDType(float x, DType dtype);
+
+//===----------------------------------------------------------------------===//
+// Reading and writing floating-point tensors as f32
+//===----------------------------------------------------------------------===//
+
+inline bool isFloat(DType t) { return t != DType::I32; }
+
+/// Converts elements `[offset, offset + n)` of `t` to f32 in `dst`.
+void loadF32(const Tensor &t, int64_t offset, int64_t n, float *dst);
+/// Rounds `src` to `t`'s dtype into elements `[offset, offset + n)` of `t`.
+void storeF32(const Tensor &t, int64_t offset, int64_t n, const float *src);
+
+inline float loadElement(const Tensor &t, int64_t i) {
+  float x;
+  loadF32(t, i, 1, &x);
+  return x;
+}
+inline void storeElement(const Tensor &t, int64_t i, float x) {
+  storeF32(t, i, 1, &x);
+}
+
+/// Copies `n` elements between tensors of any float dtypes, rounding once.
+void copyElements(const Tensor &src, int64_t srcOffset, const Tensor &dst,
+                  int64_t dstOffset, int64_t n);
+
+/// Sets elements `[offset, offset + n)` to +0 (all-zero bits in every dtype).
+inline void zeroElements(const Tensor &t, int64_t offset, int64_t n) {
+  int64_t size = bytesPerElement(t.dtype);
+  if (n > 0)
+    std::memset(static_cast<char *>(t.data) + offset * size, 0,
+                size_t(n * size));
+}
+
+/// `t`'s elements as f32: its own memory when it is f32, otherwise a
+/// converted copy in `scratch`.
+const float *readF32(const Tensor &t, std::vector<float> &scratch);
+
+/// Where a kernel writes `t`'s elements in f32: `t`'s own memory when it is
+/// f32, otherwise `scratch`, which `commitF32` then rounds into `t`.
+float *writeF32(const Tensor &t, std::vector<float> &scratch);
+void commitF32(const Tensor &t, const std::vector<float> &scratch);
+
+//===----------------------------------------------------------------------===//
+// Argument checks shared by the kernels
+//===----------------------------------------------------------------------===//
+
+/// "[4, 1024, 768] bf16".
+std::string describe(const Tensor &t);
+
+/// Each returns an empty string when the check passes, else the message,
+/// prefixed by `op` and the argument's name.
+std::string checkFloat(const char *op, const char *name, const Tensor &t);
+std::string checkIds(const char *op, const char *name, const Tensor &t);
+std::string checkRank(const char *op, const char *name, const Tensor &t,
+                      int64_t rank);
+std::string checkSameShape(const char *op, const char *name, const Tensor &t,
+                           const char *otherName, const Tensor &other);
+
+/// An argument and its name in messages.
+using NamedTensor = std::pair<const char *, const Tensor *>;
+
+/// The first non-empty message of a list of checks, as a Status.
+Status firstError(std::initializer_list<std::string> checks);
+
+} // namespace zeroc::cpu
+
+#endif // ZEROC_RUNTIME_KERNELS_CPU_TENSOR_H

@@ -1,0 +1,1019 @@
+//===- KernelTest.cpp - Tests of the runtime's CPU kernels ---------------===//
+//
+// Every backward kernel against central finite differences of its forward,
+// plus hand computations (cross-entropy, Adam, clipping, loss scaling), the
+// 16-bit conversions, causal masking and argument checks.
+//
+// Finite differences. The kernels compute in f32 only, so the differences are
+// taken in f32 too: the objective is J(x) = sum_j r_j y_j(x) for fixed random
+// r, summed in f64 from the f32 outputs, and each input element is moved by
+// +-h with h = 1e-2, dividing by the step actually taken in f32. The error is
+// truncation, about h^2 |f'''| / 6 ~ 2e-5, plus f32 rounding of the outputs,
+// about sqrt(n) 6e-8 |y| / (2h) ~ 1e-5 for the sizes here. We check
+//   max_i |analytic_i - numeric_i| <= 1e-3 * max(max_i |numeric_i|, 1e-2),
+// an error relative to the gradient's scale; the observed errors are 3e-8 to
+// 7e-5, so the bound has a margin of more than 10.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Kernels.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <limits>
+#include <random>
+
+using namespace zeroc;
+using namespace zeroc::cpu;
+
+namespace {
+
+constexpr float kStep = 1e-2f;
+constexpr double kGradTolerance = 1e-3;
+
+/// A tensor the test owns, filled with f32 values and read back as f32.
+struct Owned {
+  std::vector<uint32_t> storage;
+  Tensor view;
+
+  Owned(std::vector<int64_t> shape, DType dtype = DType::F32) {
+    view.dtype = dtype;
+    view.shape = std::move(shape);
+    storage.assign(view.bytes() / 4 + 1, 0);
+    view.data = storage.data();
+  }
+  Owned(std::vector<int64_t> shape, const std::vector<float> &values,
+        DType dtype = DType::F32)
+      : Owned(std::move(shape), dtype) {
+    set(values);
+  }
+  void set(const std::vector<float> &values) {
+    EXPECT_EQ(int64_t(values.size()), view.numel());
+    storeF32(view, 0, view.numel(), values.data());
+  }
+  std::vector<float> values() const {
+    std::vector<float> v(view.numel());
+    loadF32(view, 0, view.numel(), v.data());
+    return v;
+  }
+  float at(int64_t i) const { return loadElement(view, i); }
+  int64_t numel() const { return view.numel(); }
+  operator const Tensor &() const { return view; }
+};
+
+Owned ids(std::vector<int64_t> shape, const std::vector<int32_t> &values) {
+  Owned t(std::move(shape), DType::I32);
+  std::copy(values.begin(), values.end(), t.view.i32());
+  return t;
+}
+
+std::vector<float> randomValues(int64_t n, unsigned seed, float lo = -1.0f,
+                                float hi = 1.0f) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float &x : v)
+    x = dist(gen);
+  return v;
+}
+
+Owned random(std::vector<int64_t> shape, unsigned seed,
+             DType dtype = DType::F32) {
+  Owned t(std::move(shape), dtype);
+  t.set(randomValues(t.numel(), seed));
+  return t;
+}
+
+double dot(const std::vector<float> &a, const std::vector<float> &b) {
+  double s = 0.0;
+  for (size_t i = 0; i < a.size(); ++i)
+    s += double(a[i]) * double(b[i]);
+  return s;
+}
+
+/// dJ/dx by central differences, where `objective` runs the forward with
+/// the current contents of `x` (an f32 tensor) and returns J.
+std::vector<double> numericGradient(Owned &x,
+                                    const std::function<double()> &objective) {
+  std::vector<double> grad(x.numel());
+  float *data = x.view.f32();
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    float saved = data[i];
+    float plus = saved + kStep, minus = saved - kStep;
+    data[i] = plus;
+    double jPlus = objective();
+    data[i] = minus;
+    double jMinus = objective();
+    data[i] = saved;
+    grad[i] = (jPlus - jMinus) / (double(plus) - double(minus));
+  }
+  return grad;
+}
+
+/// max |analytic - numeric| / max(max |numeric|, 1e-2).
+double gradientError(const std::vector<float> &analytic,
+                     const std::vector<double> &numeric) {
+  EXPECT_EQ(analytic.size(), numeric.size());
+  double worst = 0.0, scale = 1e-2;
+  for (size_t i = 0; i < numeric.size(); ++i) {
+    worst = std::max(worst, std::abs(double(analytic[i]) - numeric[i]));
+    scale = std::max(scale, std::abs(numeric[i]));
+  }
+  if (std::getenv("ZEROC_PRINT_GRAD_ERRORS"))
+    std::printf("    gradient error %.2e (scale %.2e)\n", worst / scale, scale);
+  return worst / scale;
+}
+
+#define EXPECT_GRAD_NEAR(analytic, numeric)                                    \
+  EXPECT_LE(gradientError((analytic), (numeric)), kGradTolerance)
+
+#define ASSERT_OK(expr)                                                        \
+  do {                                                                         \
+    Status status_ = (expr);                                                   \
+    ASSERT_TRUE(status_.ok()) << status_.error;                                \
+  } while (0)
+
+void expectAllNear(const std::vector<float> &a, const std::vector<float> &b,
+                   double tolerance) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_NEAR(a[i], b[i], tolerance) << "at " << i;
+}
+
+//===----------------------------------------------------------------------===//
+// 16-bit storage
+//===----------------------------------------------------------------------===//
+
+TEST(Conversion, Bf16KnownValues) {
+  EXPECT_EQ(floatToBf16(1.0f), 0x3f80);
+  EXPECT_EQ(floatToBf16(-2.5f), 0xc020);
+  EXPECT_EQ(bf16ToFloat(0x3f80), 1.0f);
+  EXPECT_EQ(bf16ToFloat(0xc020), -2.5f);
+  // 65504 needs 11 significant bits; bf16 has 8 and rounds it to 2^16.
+  EXPECT_EQ(bf16ToFloat(floatToBf16(65504.0f)), 65536.0f);
+  // Ties go to even: 1 + 2^-8 down to 1, 1 + 3 * 2^-8 up to 1 + 2^-6.
+  EXPECT_EQ(bf16ToFloat(floatToBf16(1.00390625f)), 1.0f);
+  EXPECT_EQ(bf16ToFloat(floatToBf16(1.01171875f)), 1.015625f);
+  // Denormals are kept (bf16 has f32's exponent range).
+  float denormal = bitsFloat(0x00010000u);
+  EXPECT_EQ(floatToBf16(denormal), 0x0001);
+  EXPECT_EQ(bf16ToFloat(0x0001), denormal);
+  EXPECT_EQ(floatToBf16(bitsFloat(0x00018000u)), 0x0002); // a tie, to even
+  EXPECT_TRUE(std::isnan(bf16ToFloat(floatToBf16(std::nanf("")))));
+  EXPECT_TRUE(std::isnan(bf16ToFloat(floatToBf16(bitsFloat(0x7f800001u)))));
+  EXPECT_EQ(bf16ToFloat(floatToBf16(INFINITY)), INFINITY);
+  EXPECT_EQ(bf16ToFloat(floatToBf16(std::numeric_limits<float>::max())),
+            INFINITY);
+  EXPECT_EQ(floatToBf16(-0.0f), 0x8000);
+}
+
+TEST(Conversion, F16KnownValues) {
+  EXPECT_EQ(floatToF16(1.0f), 0x3c00);
+  EXPECT_EQ(floatToF16(-2.5f), 0xc100);
+  EXPECT_EQ(floatToF16(65504.0f), 0x7bff);
+  EXPECT_EQ(f16ToFloat(0x7bff), 65504.0f);
+  EXPECT_EQ(floatToF16(65519.0f), 0x7bff); // below the midpoint to 2^16
+  EXPECT_EQ(floatToF16(65520.0f), 0x7c00); // the midpoint rounds to even: inf
+  EXPECT_EQ(floatToF16(1e6f), 0x7c00);
+  EXPECT_EQ(floatToF16(-1e6f), 0xfc00);
+  // Subnormals: the smallest, 2^-24; half of it ties to 0; the largest.
+  EXPECT_EQ(floatToF16(std::ldexp(1.0f, -24)), 0x0001);
+  EXPECT_EQ(f16ToFloat(0x0001), std::ldexp(1.0f, -24));
+  EXPECT_EQ(floatToF16(std::ldexp(1.0f, -25)), 0x0000);
+  EXPECT_EQ(floatToF16(std::ldexp(1.5f, -25)), 0x0001);
+  EXPECT_EQ(floatToF16(std::ldexp(3.0f, -25)), 0x0002); // 1.5 ulp: to even
+  EXPECT_EQ(f16ToFloat(0x03ff), 1023.0f * std::ldexp(1.0f, -24));
+  EXPECT_EQ(floatToF16(std::ldexp(1.0f, -14)), 0x0400); // smallest normal
+  EXPECT_EQ(floatToF16(-std::ldexp(1.0f, -24)), 0x8001);
+  EXPECT_EQ(floatToF16(1e-10f), 0x0000);
+  EXPECT_EQ(floatToF16(-0.0f), 0x8000);
+  // Ties to even among normals: 1 + 2^-11 down, 1 + 3 * 2^-11 up.
+  EXPECT_EQ(floatToF16(1.00048828125f), 0x3c00);
+  EXPECT_EQ(floatToF16(1.00146484375f), 0x3c02);
+  EXPECT_TRUE(std::isnan(f16ToFloat(floatToF16(std::nanf("")))));
+  EXPECT_EQ(f16ToFloat(floatToF16(INFINITY)), INFINITY);
+}
+
+TEST(Conversion, RoundTripEveryBitPattern) {
+  for (uint32_t h = 0; h < 0x10000u; ++h) {
+    float f = f16ToFloat(uint16_t(h));
+    float b = bf16ToFloat(uint16_t(h));
+    if (std::isnan(f)) {
+      EXPECT_TRUE(std::isnan(f16ToFloat(floatToF16(f))));
+    } else {
+      EXPECT_EQ(floatToF16(f), h) << std::hex << h;
+    }
+    if (std::isnan(b)) {
+      EXPECT_TRUE(std::isnan(bf16ToFloat(floatToBf16(b))));
+    } else {
+      EXPECT_EQ(floatToBf16(b), h) << std::hex << h;
+    }
+  }
+}
+
+#ifdef __FLT16_MANT_DIG__
+// The compiler's own conversion as a reference, over random bit patterns
+// that cover every exponent, subnormals and overflow included.
+TEST(Conversion, F16MatchesCompiler) {
+  std::mt19937 gen(7);
+  for (int i = 0; i < 1000000; ++i) {
+    float f = bitsFloat(uint32_t(gen()));
+    if (std::isnan(f))
+      continue;
+    _Float16 reference = static_cast<_Float16>(f);
+    uint16_t bits;
+    std::memcpy(&bits, &reference, sizeof bits);
+    ASSERT_EQ(floatToF16(f), bits) << f;
+  }
+}
+#endif
+
+//===----------------------------------------------------------------------===//
+// Embeddings
+//===----------------------------------------------------------------------===//
+
+TEST(Embedding, ForwardCopiesRows) {
+  Owned table = random({5, 3}, 1, DType::BF16);
+  Owned tokens = ids({2, 2}, {4, 0, 4, 2});
+  Owned out({2, 2, 3});
+  ASSERT_OK(embeddingForward(table, tokens, out));
+  for (int64_t t = 0; t < 4; ++t)
+    for (int64_t h = 0; h < 3; ++h)
+      EXPECT_EQ(out.at(t * 3 + h), table.at(tokens.view.i32()[t] * 3 + h));
+}
+
+TEST(Embedding, BackwardMatchesFiniteDifferences) {
+  Owned table = random({6, 4}, 2);
+  Owned tokens = ids({2, 3}, {1, 5, 1, 0, 1, 3});
+  Owned out({2, 3, 4}), dy = random({2, 3, 4}, 3), dtable({6, 4});
+  std::vector<float> r = dy.values();
+  ASSERT_OK(embeddingBackward(dy, tokens, dtable));
+  auto numeric = numericGradient(table, [&] {
+    EXPECT_TRUE(embeddingForward(table, tokens, out).ok());
+    return dot(out.values(), r);
+  });
+  EXPECT_GRAD_NEAR(dtable.values(), numeric);
+  // Rows 2 and 4 were not read: zero gradient; row 1 sums three tokens.
+  for (int64_t h = 0; h < 4; ++h) {
+    EXPECT_EQ(dtable.at(2 * 4 + h), 0.0f);
+    EXPECT_FLOAT_EQ(dtable.at(1 * 4 + h),
+                    dy.at(0 * 4 + h) + dy.at(2 * 4 + h) + dy.at(4 * 4 + h));
+  }
+}
+
+TEST(Embedding, RejectsIdsOutsideTheTable) {
+  Owned table = random({4, 2}, 1), out({1, 2, 2});
+  Status s = embeddingForward(table, ids({1, 2}, {0, 4}), out);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.error.find("token id 4 at position 1 is outside [0, 4)"),
+            std::string::npos)
+      << s.error;
+  EXPECT_FALSE(embeddingForward(table, ids({1, 2}, {-1, 0}), out).ok());
+  Owned wrong({1, 2, 3});
+  EXPECT_FALSE(embeddingForward(table, ids({1, 2}, {0, 1}), wrong).ok());
+}
+
+TEST(PositionEmbedding, ForwardAndBackward) {
+  Owned table = random({5, 3}, 4);
+  Owned out({2, 3, 3}), dy = random({2, 3, 3}, 5), dtable({5, 3});
+  ASSERT_OK(positionEmbeddingForward(table, out));
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t i = 0; i < 9; ++i)
+      EXPECT_EQ(out.at(b * 9 + i), table.at(i));
+  ASSERT_OK(positionEmbeddingBackward(dy, dtable));
+  std::vector<float> r = dy.values();
+  auto numeric = numericGradient(table, [&] {
+    EXPECT_TRUE(positionEmbeddingForward(table, out).ok());
+    return dot(out.values(), r);
+  });
+  EXPECT_GRAD_NEAR(dtable.values(), numeric);
+  for (int64_t i = 9; i < 15; ++i)
+    EXPECT_EQ(dtable.at(i), 0.0f);
+  Owned tooLong({1, 6, 3});
+  EXPECT_FALSE(positionEmbeddingForward(table, tooLong).ok());
+}
+
+//===----------------------------------------------------------------------===//
+// Linear
+//===----------------------------------------------------------------------===//
+
+TEST(Linear, ForwardMatchesLoops) {
+  Owned x = random({2, 3, 4}, 6), w = random({5, 4}, 7), b = random({5}, 8);
+  Owned y({2, 3, 5});
+  ASSERT_OK(linearForward(x, w, &b.view, y));
+  for (int64_t r = 0; r < 6; ++r)
+    for (int64_t o = 0; o < 5; ++o) {
+      double s = b.at(o);
+      for (int64_t i = 0; i < 4; ++i)
+        s += double(x.at(r * 4 + i)) * w.at(o * 4 + i);
+      EXPECT_NEAR(y.at(r * 5 + o), s, 1e-6);
+    }
+}
+
+TEST(Linear, BackwardMatchesFiniteDifferences) {
+  Owned x = random({2, 3, 4}, 9), w = random({5, 4}, 10), b = random({5}, 11);
+  Owned y({2, 3, 5}), dy = random({2, 3, 5}, 12);
+  Owned dx({2, 3, 4}), dw({5, 4}), db({5});
+  ASSERT_OK(linearGradInput(dy, w, dx));
+  ASSERT_OK(linearGradWeight(dy, x, dw));
+  ASSERT_OK(linearGradBias(dy, db));
+  std::vector<float> r = dy.values();
+  auto objective = [&] {
+    EXPECT_TRUE(linearForward(x, w, &b.view, y).ok());
+    return dot(y.values(), r);
+  };
+  EXPECT_GRAD_NEAR(dx.values(), numericGradient(x, objective));
+  EXPECT_GRAD_NEAR(dw.values(), numericGradient(w, objective));
+  EXPECT_GRAD_NEAR(db.values(), numericGradient(b, objective));
+}
+
+// 16-bit storage: the operands are widened exactly, the product accumulates
+// in f32, and the result is rounded once. So against f32 on the same values
+// the only difference is that rounding: half an ulp, u = 2^-8 relative for
+// bf16 (8 significant bits) and 2^-11 for f16 (11 bits).
+TEST(Linear, Bf16StorageMatchesF32) {
+  const double bf16Unit = 0x1p-8, f16Unit = 0x1p-11;
+  Owned x = random({3, 4, 32}, 13, DType::BF16);
+  Owned w = random({16, 32}, 14, DType::BF16);
+  Owned b = random({16}, 15, DType::BF16);
+  Owned y({3, 4, 16}, DType::BF16);
+  ASSERT_OK(linearForward(x, w, &b.view, y));
+  Owned x32({3, 4, 32}, x.values()), w32({16, 32}, w.values());
+  Owned b32({16}, b.values()), y32({3, 4, 16});
+  ASSERT_OK(linearForward(x32, w32, &b32.view, y32));
+  for (int64_t i = 0; i < y.numel(); ++i)
+    EXPECT_NEAR(y.at(i), y32.at(i), std::abs(y32.at(i)) * bf16Unit + 1e-7);
+
+  // Against f32 data that was never rounded: each input is off by at most
+  // u relative, so y is off by sum |x||w| 2u + |b| u, plus u |y| on store.
+  Owned xExact({3, 4, 32}, randomValues(3 * 4 * 32, 13));
+  Owned wExact({16, 32}, randomValues(16 * 32, 14));
+  Owned bExact({16}, randomValues(16, 15)), yExact({3, 4, 16});
+  ASSERT_OK(linearForward(xExact, wExact, &bExact.view, yExact));
+  for (int64_t r = 0; r < 12; ++r)
+    for (int64_t o = 0; o < 16; ++o) {
+      double magnitude = 0;
+      for (int64_t i = 0; i < 32; ++i)
+        magnitude += std::abs(xExact.at(r * 32 + i) * wExact.at(o * 32 + i));
+      double exact = yExact.at(r * 16 + o);
+      double bound = 2 * bf16Unit * magnitude +
+                     bf16Unit * std::abs(bExact.at(o)) +
+                     bf16Unit * (std::abs(exact) + 1e-3);
+      EXPECT_NEAR(y.at(r * 16 + o), exact, bound);
+    }
+
+  // The input gradient in f16.
+  Owned dy = random({3, 4, 16}, 16, DType::F16), dx({3, 4, 32}, DType::F16);
+  Owned wf16 = random({16, 32}, 14, DType::F16);
+  Owned dy32({3, 4, 16}, dy.values()), wf32({16, 32}, wf16.values());
+  Owned dx32({3, 4, 32});
+  ASSERT_OK(linearGradInput(dy, wf16, dx));
+  ASSERT_OK(linearGradInput(dy32, wf32, dx32));
+  for (int64_t i = 0; i < dx.numel(); ++i)
+    EXPECT_NEAR(dx.at(i), dx32.at(i), std::abs(dx32.at(i)) * f16Unit + 1e-7);
+}
+
+TEST(Linear, RejectsMismatchedShapes) {
+  Owned x = random({2, 4}, 1), w = random({5, 3}, 2), y({2, 5});
+  Status s = linearForward(x, w, nullptr, y);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.error.find("weight must be [out, in] = [5, 4], found [5, 3] f32"),
+            std::string::npos)
+      << s.error;
+  Owned w2 = random({5, 4}, 2), b({4});
+  EXPECT_FALSE(linearForward(x, w2, &b.view, y).ok());
+  Owned y3({3, 5});
+  EXPECT_FALSE(linearForward(x, w2, nullptr, y3).ok());
+  EXPECT_FALSE(linearGradWeight(y, x, w).ok());
+}
+
+TEST(Linear, ZeroSizedShapes) {
+  Owned x({0, 4}), w = random({3, 4}, 1), y({0, 3}), dw({3, 4});
+  ASSERT_OK(linearForward(x, w, nullptr, y));
+  ASSERT_OK(linearGradWeight(y, x, dw));
+  for (float v : dw.values())
+    EXPECT_EQ(v, 0.0f);
+  Owned x0({2, 0}), w0({3, 0}), b = random({3}, 2), y0({2, 3});
+  ASSERT_OK(linearForward(x0, w0, &b.view, y0));
+  EXPECT_EQ(y0.at(4), b.at(1));
+}
+
+//===----------------------------------------------------------------------===//
+// Normalization
+//===----------------------------------------------------------------------===//
+
+TEST(LayerNorm, BackwardMatchesFiniteDifferences) {
+  Owned x = random({2, 3, 8}, 17), w = random({8}, 18), b = random({8}, 19);
+  Owned y({2, 3, 8}), dy = random({2, 3, 8}, 20);
+  Owned dx({2, 3, 8}), dw({8}), db({8});
+  std::vector<float> saved(12);
+  const float eps = 1e-5f;
+  ASSERT_OK(layerNormForward(x, w, b, eps, y, saved.data()));
+  ASSERT_OK(layerNormBackward(x, w, dy, eps, saved.data(), dx, dw, db));
+  // The saved statistics are the rows' mean and 1/std.
+  for (int64_t r = 0; r < 6; ++r) {
+    double mean = 0, var = 0;
+    for (int64_t i = 0; i < 8; ++i)
+      mean += x.at(r * 8 + i) / 8.0;
+    for (int64_t i = 0; i < 8; ++i)
+      var += std::pow(x.at(r * 8 + i) - mean, 2) / 8.0;
+    EXPECT_NEAR(saved[r], mean, 1e-6);
+    EXPECT_NEAR(saved[6 + r], 1.0 / std::sqrt(var + eps), 1e-4);
+  }
+  std::vector<float> r = dy.values();
+  auto objective = [&] {
+    EXPECT_TRUE(layerNormForward(x, w, b, eps, y, nullptr).ok());
+    return dot(y.values(), r);
+  };
+  EXPECT_GRAD_NEAR(dx.values(), numericGradient(x, objective));
+  EXPECT_GRAD_NEAR(dw.values(), numericGradient(w, objective));
+  EXPECT_GRAD_NEAR(db.values(), numericGradient(b, objective));
+  // Recomputing the statistics gives the same gradients.
+  Owned dx2({2, 3, 8}), dw2({8}), db2({8});
+  ASSERT_OK(layerNormBackward(x, w, dy, eps, nullptr, dx2, dw2, db2));
+  EXPECT_EQ(dx2.values(), dx.values());
+  EXPECT_EQ(dw2.values(), dw.values());
+}
+
+TEST(LayerNorm, RejectsWrongParameterShape) {
+  Owned x = random({2, 8}, 1), w({7}), b({8}), y({2, 8});
+  Status s = layerNormForward(x, w, b, 1e-5f, y, nullptr);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.error.find("weight must be [8]"), std::string::npos) << s.error;
+}
+
+TEST(RMSNorm, BackwardMatchesFiniteDifferences) {
+  Owned x = random({2, 3, 8}, 21), w = random({8}, 22);
+  Owned y({2, 3, 8}), dy = random({2, 3, 8}, 23), dx({2, 3, 8}), dw({8});
+  std::vector<float> saved(6);
+  const float eps = 1e-5f;
+  ASSERT_OK(rmsNormForward(x, w, eps, y, saved.data()));
+  ASSERT_OK(rmsNormBackward(x, w, dy, eps, saved.data(), dx, dw));
+  for (int64_t r = 0; r < 6; ++r) {
+    double ms = 0;
+    for (int64_t i = 0; i < 8; ++i)
+      ms += std::pow(x.at(r * 8 + i), 2) / 8.0;
+    EXPECT_NEAR(saved[r], 1.0 / std::sqrt(ms + eps), 1e-4);
+  }
+  std::vector<float> r = dy.values();
+  auto objective = [&] {
+    EXPECT_TRUE(rmsNormForward(x, w, eps, y, nullptr).ok());
+    return dot(y.values(), r);
+  };
+  EXPECT_GRAD_NEAR(dx.values(), numericGradient(x, objective));
+  EXPECT_GRAD_NEAR(dw.values(), numericGradient(w, objective));
+  Owned dx2({2, 3, 8}), dw2({8});
+  ASSERT_OK(rmsNormBackward(x, w, dy, eps, nullptr, dx2, dw2));
+  EXPECT_EQ(dx2.values(), dx.values());
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+TEST(Gelu, KnownValuesAndGradient) {
+  Owned x({3}, {1.0f, -0.5f, 0.0f}), y({3});
+  ASSERT_OK(geluForward(x, y));
+  EXPECT_NEAR(y.at(0), 0.8411919906, 1e-6);
+  EXPECT_NEAR(y.at(1), -0.1542859902, 1e-6);
+  EXPECT_EQ(y.at(2), 0.0f);
+
+  Owned xs = random({4, 6}, 24, DType::F32), ys({4, 6}),
+        dy = random({4, 6}, 25);
+  xs.set(randomValues(24, 24, -3.0f, 3.0f));
+  Owned dx({4, 6});
+  ASSERT_OK(geluBackward(xs, dy, dx));
+  std::vector<float> r = dy.values();
+  EXPECT_GRAD_NEAR(dx.values(), numericGradient(xs, [&] {
+                     EXPECT_TRUE(geluForward(xs, ys).ok());
+                     return dot(ys.values(), r);
+                   }));
+}
+
+TEST(Silu, KnownValuesAndGradient) {
+  Owned x({2}, {1.0f, 0.0f}), y({2});
+  ASSERT_OK(siluForward(x, y));
+  EXPECT_NEAR(y.at(0), 0.7310585786, 1e-6);
+  EXPECT_EQ(y.at(1), 0.0f);
+
+  Owned xs({4, 6}, randomValues(24, 26, -4.0f, 4.0f)), ys({4, 6});
+  Owned dy = random({4, 6}, 27), dx({4, 6});
+  ASSERT_OK(siluBackward(xs, dy, dx));
+  std::vector<float> r = dy.values();
+  EXPECT_GRAD_NEAR(dx.values(), numericGradient(xs, [&] {
+                     EXPECT_TRUE(siluForward(xs, ys).ok());
+                     return dot(ys.values(), r);
+                   }));
+  // Far in the tails: finite, and the limits 0 and dy.
+  Owned tails({2}, {-100.0f, 100.0f}), ones({2}, {1.0f, 1.0f}), dt({2});
+  ASSERT_OK(siluBackward(tails, ones, dt));
+  EXPECT_EQ(dt.at(0), 0.0f);
+  EXPECT_EQ(dt.at(1), 1.0f);
+}
+
+// add's gradient is dy to both operands; mul's is mul(dy, other operand),
+// which is what the expansion emits: checked here against the forward.
+TEST(AddMul, ForwardAndGradients) {
+  Owned a = random({3, 5}, 28), b = random({3, 5}, 29), out({3, 5});
+  ASSERT_OK(add(a, b, out));
+  for (int64_t i = 0; i < 15; ++i)
+    EXPECT_EQ(out.at(i), a.at(i) + b.at(i));
+  Owned dy = random({3, 5}, 30), da({3, 5}), db({3, 5});
+  ASSERT_OK(mul(dy, b, da));
+  ASSERT_OK(mul(dy, a, db));
+  std::vector<float> r = dy.values();
+  auto objective = [&] {
+    EXPECT_TRUE(mul(a, b, out).ok());
+    return dot(out.values(), r);
+  };
+  EXPECT_GRAD_NEAR(da.values(), numericGradient(a, objective));
+  EXPECT_GRAD_NEAR(db.values(), numericGradient(b, objective));
+  std::vector<double> addGrad = numericGradient(a, [&] {
+    EXPECT_TRUE(add(a, b, out).ok());
+    return dot(out.values(), r);
+  });
+  EXPECT_GRAD_NEAR(r, addGrad);
+  // In place, mixed dtypes.
+  Owned h({3, 5}, a.values(), DType::BF16);
+  ASSERT_OK(add(h, b, h));
+  for (int64_t i = 0; i < 15; ++i)
+    EXPECT_EQ(h.at(i),
+              roundToDType(roundToDType(a.at(i), DType::BF16) + b.at(i),
+                           DType::BF16));
+  Owned other({5, 3});
+  EXPECT_FALSE(add(a, other, out).ok());
+}
+
+//===----------------------------------------------------------------------===//
+// Rotary
+//===----------------------------------------------------------------------===//
+
+TEST(Rotary, HuggingFacePairingAndAngles) {
+  // One head of dim 4 at positions 0 and 1: pairs (0, 2) and (1, 3), angles
+  // pos * 1 and pos * theta^(-1/2) = pos * 0.01.
+  Owned x({1, 2, 4}, {1, 2, 3, 4, 1, 2, 3, 4}), y({1, 2, 4});
+  ASSERT_OK(rotaryForward(x, 4, 10000.0, y));
+  for (int64_t i = 0; i < 4; ++i)
+    EXPECT_EQ(y.at(i), x.at(i)); // position 0: no rotation
+  double c0 = std::cos(1.0), s0 = std::sin(1.0);
+  double c1 = std::cos(0.01), s1 = std::sin(0.01);
+  EXPECT_NEAR(y.at(4), 1 * c0 - 3 * s0, 1e-6);
+  EXPECT_NEAR(y.at(6), 3 * c0 + 1 * s0, 1e-6);
+  EXPECT_NEAR(y.at(5), 2 * c1 - 4 * s1, 1e-6);
+  EXPECT_NEAR(y.at(7), 4 * c1 + 2 * s1, 1e-6);
+}
+
+TEST(Rotary, BackwardIsTheInverseRotationAndTheGradient) {
+  const int64_t headDim = 8;
+  const double theta = 500000.0;
+  Owned x = random({2, 5, 3 * headDim}, 31), y({2, 5, 3 * headDim});
+  Owned back({2, 5, 3 * headDim});
+  ASSERT_OK(rotaryForward(x, headDim, theta, y));
+  ASSERT_OK(rotaryBackward(y, headDim, theta, back));
+  expectAllNear(back.values(), x.values(), 1e-6);
+  // Rotations keep each pair's length.
+  for (int64_t i = 0; i < x.numel(); i += headDim)
+    for (int64_t k = 0; k < headDim / 2; ++k) {
+      double before = std::hypot(x.at(i + k), x.at(i + k + headDim / 2));
+      double after = std::hypot(y.at(i + k), y.at(i + k + headDim / 2));
+      EXPECT_NEAR(before, after, 1e-6);
+    }
+  Owned dy = random({2, 5, 3 * headDim}, 32), dx({2, 5, 3 * headDim});
+  ASSERT_OK(rotaryBackward(dy, headDim, theta, dx));
+  std::vector<float> r = dy.values();
+  EXPECT_GRAD_NEAR(dx.values(), numericGradient(x, [&] {
+                     EXPECT_TRUE(rotaryForward(x, headDim, theta, y).ok());
+                     return dot(y.values(), r);
+                   }));
+  // In place.
+  Owned inPlace({2, 5, 3 * headDim}, x.values());
+  ASSERT_OK(rotaryForward(inPlace, headDim, theta, inPlace));
+  ASSERT_OK(rotaryForward(x, headDim, theta, y));
+  EXPECT_EQ(inPlace.values(), y.values());
+}
+
+TEST(Rotary, RejectsOddOrNonDividingHeadDim) {
+  Owned x = random({1, 2, 12}, 1), y({1, 2, 12});
+  EXPECT_FALSE(rotaryForward(x, 3, 10000.0, y).ok());
+  EXPECT_FALSE(rotaryForward(x, 8, 10000.0, y).ok());
+  EXPECT_FALSE(rotaryForward(x, 4, 0.0, y).ok());
+  EXPECT_TRUE(rotaryForward(x, 6, 10000.0, y).ok());
+}
+
+//===----------------------------------------------------------------------===//
+// Attention
+//===----------------------------------------------------------------------===//
+
+// Causal attention in f64 loops, the reference for the GEMM kernel.
+std::vector<double> referenceAttention(const Owned &q, const Owned &k,
+                                       const Owned &v, int64_t heads,
+                                       int64_t kvHeads,
+                                       std::vector<double> *probs) {
+  int64_t batch = q.view.dim(0), seq = q.view.dim(1);
+  int64_t d = q.view.dim(2) / heads, qw = heads * d, kw = kvHeads * d;
+  std::vector<double> out(q.numel(), 0.0);
+  if (probs)
+    probs->assign(batch * heads * seq * seq, 0.0);
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t h = 0; h < heads; ++h) {
+      int64_t g = h / (heads / kvHeads);
+      for (int64_t i = 0; i < seq; ++i) {
+        std::vector<double> p(i + 1);
+        double max = -INFINITY, sum = 0;
+        for (int64_t j = 0; j <= i; ++j) {
+          double s = 0;
+          for (int64_t c = 0; c < d; ++c)
+            s += double(q.at((b * seq + i) * qw + h * d + c)) *
+                 k.at((b * seq + j) * kw + g * d + c);
+          p[j] = s / std::sqrt(double(d));
+          max = std::max(max, p[j]);
+        }
+        for (double &x : p)
+          sum += (x = std::exp(x - max));
+        for (int64_t j = 0; j <= i; ++j) {
+          p[j] /= sum;
+          if (probs)
+            (*probs)[((b * heads + h) * seq + i) * seq + j] = p[j];
+          for (int64_t c = 0; c < d; ++c)
+            out[(b * seq + i) * qw + h * d + c] +=
+                p[j] * v.at((b * seq + j) * kw + g * d + c);
+        }
+      }
+    }
+  return out;
+}
+
+struct AttentionCase {
+  int64_t batch, seq, heads, kvHeads, headDim;
+};
+
+void checkAttentionGradients(const AttentionCase &c, unsigned seed) {
+  int64_t qw = c.heads * c.headDim, kw = c.kvHeads * c.headDim;
+  Owned q = random({c.batch, c.seq, qw}, seed);
+  Owned k = random({c.batch, c.seq, kw}, seed + 1);
+  Owned v = random({c.batch, c.seq, kw}, seed + 2);
+  Owned out({c.batch, c.seq, qw}), probs({c.batch, c.heads, c.seq, c.seq});
+  ASSERT_OK(attentionForward(q, k, v, c.heads, c.kvHeads, out, &probs.view));
+
+  std::vector<double> refProbs;
+  std::vector<double> ref =
+      referenceAttention(q, k, v, c.heads, c.kvHeads, &refProbs);
+  for (int64_t i = 0; i < out.numel(); ++i)
+    EXPECT_NEAR(out.at(i), ref[i], 1e-6);
+  for (int64_t i = 0; i < probs.numel(); ++i)
+    EXPECT_NEAR(probs.at(i), refProbs[i], 1e-6);
+
+  Owned dout = random({c.batch, c.seq, qw}, seed + 3);
+  Owned dq({c.batch, c.seq, qw}), dk({c.batch, c.seq, kw}),
+      dv({c.batch, c.seq, kw});
+  ASSERT_OK(attentionBackward(q, k, v, out, dout, c.heads, c.kvHeads,
+                              &probs.view, dq, dk, dv));
+  std::vector<float> r = dout.values();
+  Owned y({c.batch, c.seq, qw});
+  auto objective = [&] {
+    EXPECT_TRUE(attentionForward(q, k, v, c.heads, c.kvHeads, y, nullptr).ok());
+    return dot(y.values(), r);
+  };
+  EXPECT_GRAD_NEAR(dq.values(), numericGradient(q, objective));
+  EXPECT_GRAD_NEAR(dk.values(), numericGradient(k, objective));
+  EXPECT_GRAD_NEAR(dv.values(), numericGradient(v, objective));
+
+  // Without the saved probabilities the backward recomputes them.
+  Owned dq2({c.batch, c.seq, qw}), dk2({c.batch, c.seq, kw}),
+      dv2({c.batch, c.seq, kw});
+  ASSERT_OK(attentionBackward(q, k, v, out, dout, c.heads, c.kvHeads, nullptr,
+                              dq2, dk2, dv2));
+  EXPECT_EQ(dq2.values(), dq.values());
+  EXPECT_EQ(dk2.values(), dk.values());
+  EXPECT_EQ(dv2.values(), dv.values());
+}
+
+TEST(Attention, GroupedQueryBackwardMatchesFiniteDifferences) {
+  checkAttentionGradients({2, 5, 4, 2, 4}, 40);
+}
+
+TEST(Attention, MultiHeadBackwardMatchesFiniteDifferences) {
+  checkAttentionGradients({1, 6, 2, 2, 8}, 50);
+}
+
+TEST(Attention, MultiQueryBackwardMatchesFiniteDifferences) {
+  checkAttentionGradients({1, 4, 3, 1, 2}, 60);
+}
+
+TEST(Attention, CausalMasking) {
+  const int64_t heads = 4, kvHeads = 2, d = 4, seq = 6;
+  Owned q = random({1, seq, heads * d}, 70);
+  Owned k = random({1, seq, kvHeads * d}, 71);
+  Owned v = random({1, seq, kvHeads * d}, 72);
+  Owned before({1, seq, heads * d}), after({1, seq, heads * d});
+  Owned probs({1, heads, seq, seq});
+  ASSERT_OK(attentionForward(q, k, v, heads, kvHeads, before, &probs.view));
+  // The probabilities are zero above the diagonal and sum to 1 below it.
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < seq; ++i) {
+      double sum = 0;
+      for (int64_t j = 0; j < seq; ++j) {
+        float p = probs.at((h * seq + i) * seq + j);
+        if (j > i) {
+          EXPECT_EQ(p, 0.0f);
+        }
+        sum += p;
+      }
+      EXPECT_NEAR(sum, 1.0, 1e-6);
+    }
+  // Changing k and v at position 4 (and q there) leaves positions 0..3
+  // exactly as they were, and changes position 4.
+  const int64_t pos = 4;
+  for (int64_t c = 0; c < kvHeads * d; ++c) {
+    k.view.f32()[pos * kvHeads * d + c] += 0.5f;
+    v.view.f32()[pos * kvHeads * d + c] -= 0.5f;
+  }
+  for (int64_t c = 0; c < heads * d; ++c)
+    q.view.f32()[pos * heads * d + c] += 0.5f;
+  ASSERT_OK(attentionForward(q, k, v, heads, kvHeads, after, nullptr));
+  for (int64_t i = 0; i < pos * heads * d; ++i)
+    EXPECT_EQ(after.at(i), before.at(i)) << "at " << i;
+  bool changed = false;
+  for (int64_t i = pos * heads * d; i < (pos + 1) * heads * d; ++i)
+    changed |= after.at(i) != before.at(i);
+  EXPECT_TRUE(changed);
+  // The gradient of an earlier output has no part in later positions.
+  Owned dout({1, seq, heads * d}), dq({1, seq, heads * d});
+  Owned dk({1, seq, kvHeads * d}), dv({1, seq, kvHeads * d});
+  for (int64_t c = 0; c < heads * d; ++c)
+    dout.view.f32()[2 * heads * d + c] = 1.0f;
+  ASSERT_OK(attentionBackward(q, k, v, after, dout, heads, kvHeads, nullptr, dq,
+                              dk, dv));
+  for (int64_t i = 3 * kvHeads * d; i < seq * kvHeads * d; ++i) {
+    EXPECT_EQ(dk.at(i), 0.0f);
+    EXPECT_EQ(dv.at(i), 0.0f);
+  }
+}
+
+TEST(Attention, Bf16StorageMatchesF32) {
+  const int64_t heads = 4, kvHeads = 2, d = 8, seq = 7;
+  Owned q = random({2, seq, heads * d}, 80, DType::BF16);
+  Owned k = random({2, seq, kvHeads * d}, 81, DType::BF16);
+  Owned v = random({2, seq, kvHeads * d}, 82, DType::BF16);
+  Owned out({2, seq, heads * d}, DType::BF16);
+  Owned probs({2, heads, seq, seq}, DType::BF16);
+  ASSERT_OK(attentionForward(q, k, v, heads, kvHeads, out, &probs.view));
+  std::vector<double> ref =
+      referenceAttention(q, k, v, heads, kvHeads, nullptr);
+  // The reference takes the same (bf16) inputs in f64. P is rounded to bf16
+  // before P V, off by at most u = 2^-8 relative, so with |v| <= 1 the sum is
+  // off by at most u; the result's rounding adds u |out| <= u.
+  for (int64_t i = 0; i < out.numel(); ++i)
+    EXPECT_NEAR(out.at(i), ref[i], 2 * 0x1p-8 + 1e-6);
+}
+
+TEST(Attention, RejectsBadHeadCounts) {
+  Owned q = random({1, 3, 12}, 1), k = random({1, 3, 6}, 2);
+  Owned v = random({1, 3, 6}, 3), out({1, 3, 12});
+  EXPECT_FALSE(attentionForward(q, k, v, 4, 3, out, nullptr).ok());
+  EXPECT_FALSE(attentionForward(q, k, v, 5, 1, out, nullptr).ok());
+  EXPECT_FALSE(attentionForward(q, k, v, 4, 4, out, nullptr).ok());
+  EXPECT_TRUE(attentionForward(q, k, v, 4, 2, out, nullptr).ok());
+  Owned probs({1, 4, 3, 2});
+  EXPECT_FALSE(attentionForward(q, k, v, 4, 2, out, &probs.view).ok());
+  Owned none({0, 3, 12}), kNone({0, 3, 6}), vNone({0, 3, 6}), oNone({0, 3, 12});
+  EXPECT_TRUE(attentionForward(none, kNone, vNone, 4, 2, oNone, nullptr).ok());
+}
+
+//===----------------------------------------------------------------------===//
+// Cross-entropy and the backward seed
+//===----------------------------------------------------------------------===//
+
+TEST(CrossEntropy, MatchesHandComputation) {
+  // Row 0: logits (0, 1, 2), target 2: log(1 + e + e^2) - 2.
+  // Row 1: logits (5, 5, 5), target 0: log 3.
+  Owned logits({1, 2, 3}, {0, 1, 2, 5, 5, 5}), loss({});
+  Owned targets = ids({1, 2}, {2, 0});
+  ASSERT_OK(crossEntropyForward(logits, targets, loss));
+  double row0 = std::log(1 + std::exp(1.0) + std::exp(2.0)) - 2.0;
+  EXPECT_NEAR(loss.at(0), (row0 + std::log(3.0)) / 2.0, 1e-6);
+  // Large logits do not overflow.
+  Owned big({1, 1, 2}, {1000.0f, 0.0f}), bigLoss({});
+  ASSERT_OK(crossEntropyForward(big, ids({1, 1}, {1}), bigLoss));
+  EXPECT_NEAR(bigLoss.at(0), 1000.0, 1e-3);
+}
+
+TEST(CrossEntropy, BackwardMatchesFiniteDifferences) {
+  Owned logits = random({2, 3, 7}, 90), loss({}), dlogits({2, 3, 7});
+  logits.set(randomValues(42, 90, -3.0f, 3.0f));
+  Owned targets = ids({2, 3}, {0, 6, 3, 3, 1, 5});
+  Owned dloss({}, {0.25f});
+  ASSERT_OK(crossEntropyBackward(logits, targets, dloss, dlogits));
+  std::vector<double> numeric = numericGradient(logits, [&] {
+    EXPECT_TRUE(crossEntropyForward(logits, targets, loss).ok());
+    return 0.25 * double(loss.at(0));
+  });
+  EXPECT_GRAD_NEAR(dlogits.values(), numeric);
+  // Each row of the gradient sums to zero.
+  for (int64_t r = 0; r < 6; ++r) {
+    double sum = 0;
+    for (int64_t i = 0; i < 7; ++i)
+      sum += dlogits.at(r * 7 + i);
+    EXPECT_NEAR(sum, 0.0, 1e-7);
+  }
+  Owned half({2, 3, 7}, DType::BF16);
+  ASSERT_OK(crossEntropyBackward(logits, targets, dloss, half));
+  for (int64_t i = 0; i < 42; ++i)
+    EXPECT_EQ(half.at(i), roundToDType(dlogits.at(i), DType::BF16));
+}
+
+TEST(CrossEntropy, RejectsBadTargetsAndLoss) {
+  Owned logits = random({1, 2, 3}, 1), loss({});
+  Status s = crossEntropyForward(logits, ids({1, 2}, {0, 3}), loss);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.error.find("target 3 at position 1 is outside [0, 3)"),
+            std::string::npos)
+      << s.error;
+  Owned wideLoss({2});
+  EXPECT_FALSE(crossEntropyForward(logits, ids({1, 2}, {0, 1}), wideLoss).ok());
+  Owned halfLoss({}, DType::BF16);
+  EXPECT_FALSE(crossEntropyForward(logits, ids({1, 2}, {0, 1}), halfLoss).ok());
+}
+
+TEST(BackwardSeed, MicroStepsAndLossScale) {
+  Owned seed({});
+  ASSERT_OK(backwardSeed(4, 1.0, seed));
+  EXPECT_EQ(seed.at(0), 0.25f);
+  ASSERT_OK(backwardSeed(4, 65536.0, seed));
+  EXPECT_EQ(seed.at(0), 16384.0f);
+  EXPECT_FALSE(backwardSeed(0, 1.0, seed).ok());
+}
+
+//===----------------------------------------------------------------------===//
+// Optimizer
+//===----------------------------------------------------------------------===//
+
+// Two Adam steps of one element, in f64, as the op's description states them.
+struct HandAdam {
+  double p, m = 0, v = 0;
+  void step(const AdamSettings &s, int t, double g) {
+    if (s.adamw)
+      p -= s.lr * s.weightDecay * p;
+    else
+      g += s.weightDecay * p;
+    m = s.beta1 * m + (1 - s.beta1) * g;
+    v = s.beta2 * v + (1 - s.beta2) * g * g;
+    double mHat = m / (1 - std::pow(s.beta1, t));
+    double vHat = v / (1 - std::pow(s.beta2, t));
+    p -= s.lr * mHat / (std::sqrt(vHat) + s.eps);
+  }
+};
+
+void checkTwoAdamSteps(bool adamw) {
+  AdamSettings settings;
+  settings.lr = 0.01;
+  settings.beta1 = 0.9;
+  settings.beta2 = 0.99;
+  settings.eps = 1e-8;
+  settings.weightDecay = 0.1;
+  settings.adamw = adamw;
+  std::vector<float> p0 = {0.5f, -1.0f, 2.0f, 0.0f};
+  std::vector<float> g1 = {0.1f, -0.2f, 0.0f, 1.5f};
+  std::vector<float> g2 = {-0.3f, 0.05f, 0.4f, 1.0f};
+  Owned master({4}, p0), m({4}), v({4}), param({2, 2}, DType::BF16);
+  Owned grad1({4}, g1), grad2({2, 2}, g2, DType::BF16);
+  ASSERT_OK(adamUpdate(settings, 1, grad1, master, m, v, &param.view));
+  ASSERT_OK(adamUpdate(settings, 2, grad2, master, m, v, &param.view));
+  for (int64_t i = 0; i < 4; ++i) {
+    HandAdam hand{p0[i]};
+    hand.step(settings, 1, g1[i]);
+    hand.step(settings, 2, roundToDType(g2[i], DType::BF16));
+    EXPECT_NEAR(master.at(i), hand.p, 1e-6) << "element " << i;
+    EXPECT_NEAR(m.at(i), hand.m, 1e-6);
+    EXPECT_NEAR(v.at(i), hand.v, 1e-6);
+    EXPECT_EQ(param.at(i), roundToDType(master.at(i), DType::BF16));
+  }
+}
+
+TEST(Adam, AdamWTwoStepsMatchHandComputation) { checkTwoAdamSteps(true); }
+TEST(Adam, AdamL2TwoStepsMatchHandComputation) { checkTwoAdamSteps(false); }
+
+TEST(Adam, FirstStepMovesByLearningRate) {
+  // Bias correction makes the first step lr * sign(g) (for |g| >> eps).
+  AdamSettings settings;
+  Owned master({3}, {1.0f, 1.0f, 1.0f}), m({3}), v({3});
+  Owned grad({3}, {1e-3f, -5.0f, 0.0f});
+  ASSERT_OK(adamUpdate(settings, 1, grad, master, m, v, nullptr));
+  EXPECT_NEAR(master.at(0), 1.0 - 1e-3, 1e-6);
+  EXPECT_NEAR(master.at(1), 1.0 + 1e-3, 1e-6);
+  EXPECT_EQ(master.at(2), 1.0f);
+}
+
+TEST(Adam, RejectsBadState) {
+  AdamSettings settings;
+  Owned grad({4}), master({4}), m({4}), v({3}), half({4}, DType::BF16);
+  EXPECT_FALSE(adamUpdate(settings, 1, grad, master, m, v, nullptr).ok());
+  Owned v4({4});
+  EXPECT_FALSE(adamUpdate(settings, 1, grad, half, m, v4, nullptr).ok());
+  EXPECT_FALSE(adamUpdate(settings, 0, grad, master, m, v4, nullptr).ok());
+  EXPECT_TRUE(adamUpdate(settings, 1, grad, master, m, v4, &half.view).ok());
+}
+
+TEST(ClipGradNorm, ScalesToMaxNorm) {
+  Owned a({2, 2}, {3, 0, 0, 0}), b({3}, {0, 4, 0}, DType::BF16);
+  double total = sumOfSquares(a) + sumOfSquares(b);
+  EXPECT_EQ(total, 25.0);
+  float coefficient = clipCoefficient(total, 1.0);
+  EXPECT_FLOAT_EQ(coefficient, 0.2f);
+  ASSERT_OK(scaleInPlace(a, coefficient));
+  ASSERT_OK(scaleInPlace(b, coefficient));
+  EXPECT_NEAR(std::sqrt(sumOfSquares(a) + sumOfSquares(b)), 1.0, 1e-2);
+  EXPECT_FLOAT_EQ(a.at(0), 0.6f);
+  // Within the bound: unchanged.
+  EXPECT_EQ(clipCoefficient(25.0, 5.0), 1.0f);
+  EXPECT_EQ(clipCoefficient(0.0, 1.0), 1.0f);
+  EXPECT_TRUE(std::isnan(clipCoefficient(NAN, 1.0)));
+}
+
+TEST(UnscaleGrads, DividesAndDetectsOverflow) {
+  Owned a({3}, {1024, -512, 2}), b({2}, {8, INFINITY}, DType::F16);
+  bool overflow = false;
+  ASSERT_OK(unscaleGrads(a, 1024.0, overflow));
+  EXPECT_FALSE(overflow);
+  EXPECT_EQ(a.values(), (std::vector<float>{1, -0.5f, 1.0f / 512}));
+  ASSERT_OK(unscaleGrads(b, 1024.0, overflow));
+  EXPECT_TRUE(overflow);
+  // The flag collects: a clean tensor does not clear it.
+  ASSERT_OK(unscaleGrads(a, 1.0, overflow));
+  EXPECT_TRUE(overflow);
+  bool nan = false;
+  Owned c({2}, {1, NAN});
+  ASSERT_OK(unscaleGrads(c, 2.0, nan));
+  EXPECT_TRUE(nan);
+  // Overflow of the 16-bit storage counts.
+  bool f16Overflow = false;
+  Owned d({1}, {60000}, DType::F16);
+  ASSERT_OK(unscaleGrads(d, 0.5, f16Overflow));
+  EXPECT_TRUE(f16Overflow);
+  EXPECT_FALSE(unscaleGrads(a, 0.0, overflow).ok());
+}
+
+TEST(LossScale, DynamicHysteresisWindowAndFloor) {
+  LossScaleSettings settings;
+  settings.initialScalePower = 4;
+  settings.lossScaleWindow = 3;
+  settings.hysteresis = 2;
+  settings.minLossScale = 4.0;
+  LossScaleState state = initialLossScale(settings);
+  EXPECT_EQ(state.scale, 16.0);
+  updateLossScale(settings, true, state); // first overflow: hysteresis
+  EXPECT_EQ(state.scale, 16.0);
+  updateLossScale(settings, true, state); // second: halve
+  EXPECT_EQ(state.scale, 8.0);
+  updateLossScale(settings, false, state);
+  updateLossScale(settings, false, state);
+  EXPECT_EQ(state.scale, 8.0);
+  updateLossScale(settings, false, state); // 3 clean steps: double
+  EXPECT_EQ(state.scale, 16.0);
+  EXPECT_EQ(state.hysteresisLeft, 2);
+  for (int i = 0; i < 6; ++i)
+    updateLossScale(settings, true, state);
+  EXPECT_EQ(state.scale, 4.0); // not below min_loss_scale
+
+  LossScaleSettings fixed;
+  fixed.staticLossScale = 128.0;
+  LossScaleState constant = initialLossScale(fixed);
+  updateLossScale(fixed, true, constant);
+  updateLossScale(fixed, false, constant);
+  EXPECT_EQ(constant.scale, 128.0);
+}
+
+//===----------------------------------------------------------------------===//
+// Casts and accumulation
+//===----------------------------------------------------------------------===//
+
+TEST(Cast, RoundsOnceBetweenDtypes) {
+  Owned src({4}, {1.0f, -2.5f, 1.00390625f, 3.14159265f});
+  Owned half({2, 2}, DType::BF16), f16({4}, DType::F16), back({4});
+  ASSERT_OK(castTensor(src, half));
+  ASSERT_OK(castTensor(half, back));
+  EXPECT_EQ(back.values(), (std::vector<float>{1.0f, -2.5f, 1.0f, 3.140625f}));
+  ASSERT_OK(castTensor(src, f16));
+  EXPECT_EQ(f16.at(3), f16ToFloat(floatToF16(3.14159265f)));
+  Owned wrong({3});
+  EXPECT_FALSE(castTensor(src, wrong).ok());
+}
+
+TEST(Accumulate, SumsInF32AndRoundsOnce) {
+  Owned acc({3}, {1.0f, 256.0f, 0.0f}, DType::BF16);
+  Owned g({3}, {0.00390625f, 1.0f, -2.5f});
+  ASSERT_OK(accumulate(acc, g));
+  // bf16 has 8 significant bits: 1 + 2^-8 ties to 1, 257 ties to 256.
+  EXPECT_EQ(acc.values(), (std::vector<float>{1.0f, 256.0f, -2.5f}));
+  Owned f32acc({3}, {1, 2, 3});
+  ASSERT_OK(accumulate(f32acc, g));
+  ASSERT_OK(accumulate(f32acc, g));
+  EXPECT_FLOAT_EQ(f32acc.at(2), -2.0f);
+  ASSERT_OK(zeroTensor(f32acc));
+  EXPECT_EQ(f32acc.values(), (std::vector<float>{0, 0, 0}));
+}
+
+} // namespace
