@@ -1,0 +1,255 @@
+//===- Communicator.cpp - Waiting, timeouts, the one-rank backend ---------===//
+
+#include "comm/Communicator.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+namespace zeroc::runtime {
+
+//===----------------------------------------------------------------------===//
+// Durations
+//===----------------------------------------------------------------------===//
+
+Expected<CommDuration> parseCommTimeout(std::string_view text) {
+  auto bad = [&](const std::string &why) {
+    return Diagnostic{"", 0, 0,
+                      "--comm-timeout: " + why +
+                          "; expected a positive duration such as 1800, 90s, "
+                          "30m, 2h or 500ms, found '" +
+                          std::string(text) + "'"};
+  };
+  std::string s(text);
+  const char *begin = s.c_str();
+  char *end = nullptr;
+  errno = 0;
+  double value = std::strtod(begin, &end);
+  if (end == begin || errno == ERANGE)
+    return bad("not a number");
+  std::string unit(end);
+  double seconds;
+  if (unit.empty() || unit == "s")
+    seconds = value;
+  else if (unit == "ms")
+    seconds = value / 1000.0;
+  else if (unit == "m" || unit == "min")
+    seconds = value * 60.0;
+  else if (unit == "h")
+    seconds = value * 3600.0;
+  else
+    return bad("unknown unit '" + unit + "'");
+  if (!std::isfinite(seconds) || seconds <= 0.0)
+    return bad("not a positive, finite number of seconds");
+  return CommDuration(seconds);
+}
+
+std::string formatDuration(CommDuration d) {
+  double s = d.count();
+  char buf[64];
+  if (s >= 7200.0)
+    std::snprintf(buf, sizeof buf, "%.3g h", s / 3600.0);
+  else if (s >= 120.0)
+    std::snprintf(buf, sizeof buf, "%.3g min", s / 60.0);
+  else
+    std::snprintf(buf, sizeof buf, "%.3g s", s);
+  return buf;
+}
+
+//===----------------------------------------------------------------------===//
+// Handles, test and wait
+//===----------------------------------------------------------------------===//
+
+CommHandle &CommHandle::operator=(CommHandle &&other) {
+  if (this != &other) {
+    CommHandle old(std::move(*this)); // Waits for a pending one.
+    state = std::move(other.state);
+  }
+  return *this;
+}
+
+CommHandle::~CommHandle() {
+  if (!state)
+    return;
+  try {
+    state->owner->wait(*this);
+  } catch (...) {
+    // A custom timeout handler returned; nothing more can be done here.
+  }
+}
+
+CommDeadline CommHandle::started() const {
+  return state ? state->started : CommDeadline();
+}
+
+bool Communicator::test(CommHandle &handle) {
+  if (!handle.state)
+    return true;
+  if (handle.state->owner != this)
+    throw std::logic_error("a collective handle was tested by a "
+                           "communicator other than the one that started it");
+  if (!handle.state->test())
+    return false;
+  handle.state.reset();
+  return true;
+}
+
+void Communicator::wait(CommHandle &handle) {
+  if (handle.state)
+    wait(handle,
+         handle.state->started +
+             std::chrono::duration_cast<CommClock::duration>(commTimeout));
+}
+
+void Communicator::wait(CommHandle &handle, CommDeadline deadline) {
+  // Spin briefly (most collectives of a step are short), then back off so
+  // that oversubscribed ranks and the other streams' threads get the cores.
+  for (int64_t polls = 0;; ++polls) {
+    if (test(handle))
+      return;
+    CommDeadline now = CommClock::now();
+    if (now >= deadline)
+      timedOut(*handle.state, deadline);
+    if (polls < 1000)
+      continue;
+    if (now - handle.state->started < std::chrono::milliseconds(1))
+      std::this_thread::yield();
+    else if (now - handle.state->started < std::chrono::milliseconds(100))
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(500));
+  }
+}
+
+void Communicator::timedOut(const PendingCollective &p, CommDeadline deadline) {
+  std::string message = "zerorun: rank " + std::to_string(rank()) + " of " +
+                        std::to_string(size()) + ": " + p.collective;
+  if (p.label.opIndex >= 0)
+    message += " of plan op " + std::to_string(p.label.opIndex);
+  if (!p.label.description.empty())
+    message += " (" + p.label.description + ")";
+  message += " did not complete within " +
+             formatDuration(deadline - p.started) +
+             " (--comm-timeout); another rank skipped, reordered or is stuck "
+             "before it; aborting every rank";
+  if (timeoutHandler) {
+    timeoutHandler(message);
+    throw CommTimeoutError(message);
+  }
+  std::fprintf(stderr, "%s\n", message.c_str());
+  std::fflush(stderr);
+  abortAll(kCommTimeoutExitCode);
+  std::_Exit(kCommTimeoutExitCode); // abortAll does not return.
+}
+
+double Communicator::allReduceScalar(double value, ScalarOp op, OpLabel label) {
+  CommHandle h = allReduceScalars(&value, 1, op, std::move(label));
+  wait(h);
+  return value;
+}
+
+void Communicator::checkReducible(DType dtype,
+                                  std::string_view collective) const {
+  if (dtype != DType::F32 && dtype != DType::BF16 && dtype != DType::F16)
+    throw std::invalid_argument(std::string(collective) + ": cannot reduce " +
+                                std::string(dtypeName(dtype)) +
+                                " buffers; expected f32, bf16 or f16");
+}
+
+void Communicator::checkCount(int64_t count, std::string_view what) const {
+  if (count < 0)
+    throw std::invalid_argument(std::string(what) + ": negative count " +
+                                std::to_string(count));
+}
+
+//===----------------------------------------------------------------------===//
+// LocalCommunicator
+//===----------------------------------------------------------------------===//
+
+static void copyElements(const void *src, void *dst, int64_t count,
+                         DType dtype) {
+  if (src != dst && count > 0)
+    std::memmove(dst, src, size_t(count * bytesPerElement(dtype)));
+}
+
+CommHandle LocalCommunicator::allGather(const void *send, int64_t sendCount,
+                                        void *recv, DType dtype, OpLabel) {
+  checkCount(sendCount, "allGather");
+  copyElements(send, recv, sendCount, dtype);
+  return {};
+}
+
+// With one rank the sum is the input and the average divides by 1: both are
+// the identity, for 16-bit buffers too (an f32 round trip is exact).
+CommHandle
+LocalCommunicator::reduceScatter(const void *send,
+                                 const std::vector<int64_t> &recvCounts,
+                                 void *recv, DType dtype, bool, OpLabel) {
+  checkReducible(dtype, "reduceScatter");
+  if (recvCounts.size() != 1)
+    throw std::invalid_argument(
+        "reduceScatter: " + std::to_string(recvCounts.size()) +
+        " receive counts, expected one per rank (1)");
+  checkCount(recvCounts[0], "reduceScatter");
+  copyElements(send, recv, recvCounts[0], dtype);
+  return {};
+}
+
+CommHandle LocalCommunicator::allReduce(void *, int64_t count, DType dtype,
+                                        bool, OpLabel) {
+  checkReducible(dtype, "allReduce");
+  checkCount(count, "allReduce");
+  return {};
+}
+
+CommHandle LocalCommunicator::broadcast(void *, int64_t count, DType, int root,
+                                        OpLabel) {
+  checkCount(count, "broadcast");
+  if (root != 0)
+    throw std::invalid_argument("broadcast: root " + std::to_string(root) +
+                                " is not a rank of a world of 1");
+  return {};
+}
+
+CommHandle LocalCommunicator::barrier(OpLabel) { return {}; }
+
+CommHandle LocalCommunicator::allReduceScalars(double *, int64_t count,
+                                               ScalarOp, OpLabel) {
+  checkCount(count, "allReduceScalars");
+  return {};
+}
+
+std::unique_ptr<Communicator> LocalCommunicator::duplicate() const {
+  auto copy = std::make_unique<LocalCommunicator>();
+  inheritSettings(*copy);
+  return copy;
+}
+
+std::unique_ptr<Communicator> LocalCommunicator::split(int color, int) const {
+  if (color < 0)
+    return nullptr;
+  return duplicate();
+}
+
+void LocalCommunicator::abortAll(int exitCode) const {
+  std::fflush(nullptr);
+  std::_Exit(exitCode);
+}
+
+//===----------------------------------------------------------------------===//
+// Layout helpers
+//===----------------------------------------------------------------------===//
+
+std::vector<int64_t> bucketCounts(const FlatGroupLayout &layout,
+                                  ElementRange bucket) {
+  std::vector<int64_t> counts;
+  counts.reserve(size_t(layout.worldSize));
+  for (int64_t r = 0; r < layout.worldSize; ++r)
+    counts.push_back(bucket.intersect(layout.partition(r)).size());
+  return counts;
+}
+
+} // namespace zeroc::runtime

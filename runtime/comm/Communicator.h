@@ -1,0 +1,251 @@
+//===- Communicator.h - The runtime's collectives ---------------*- C++ -*-===//
+//
+// What the executor calls to run a plan's collectives: asynchronous
+// all-gather, reduce-scatter (variable counts), all-reduce, broadcast and
+// barrier on f32 / bf16 / f16 buffers, each returning a handle that `wait`
+// completes before a deadline, plus a scalar all-reduce for gradient norms
+// and overflow flags. Two backends: LocalCommunicator (one rank, no MPI) and
+// MpiCommunicator (MpiCommunicator.h).
+//
+// Semantics every backend keeps:
+//  * Averaging is DeepSpeed's: the sum over ranks divided by the world size,
+//    computed in f32 even for 16-bit buffers (one rounding, at the end).
+//  * All ranks start the collectives of one communicator in the same order.
+//    The plan guarantees that per stream, not across streams: a gather on
+//    stream 1 and a reduce-scatter on stream 2 may be started in either order
+//    on different ranks. On one shared communicator such a pair would match
+//    the wrong partner or deadlock (NCCL has the same rule), and MPI forbids
+//    two threads posting collectives on one communicator at once. So the
+//    executor uses one communicator per stream (`duplicate()`), whose order
+//    is the stream's program order, the same on every rank.
+//  * A communicator is used by one thread at a time (its stream's).
+//  * A collective that does not complete by its deadline (by default its
+//    start plus `timeout()`, from --comm-timeout, 30 minutes like NCCL's)
+//    prints one line naming the rank, the plan op and the collective, and
+//    aborts every rank: a rank that skipped or reordered a collective would
+//    otherwise hang the job silently.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZEROC_RUNTIME_COMM_COMMUNICATOR_H
+#define ZEROC_RUNTIME_COMM_COMMUNICATOR_H
+
+#include "zeroc/Support/DType.h"
+#include "zeroc/Support/Diagnostic.h"
+#include "zeroc/Support/ShardLayout.h"
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace zeroc::runtime {
+
+using CommClock = std::chrono::steady_clock;
+using CommDeadline = CommClock::time_point;
+using CommDuration = std::chrono::duration<double>; ///< Seconds.
+
+/// NCCL's default (TORCH_NCCL_TIMEOUT / DeepSpeed's dist timeout).
+inline const CommDuration kDefaultCommTimeout{30.0 * 60.0};
+/// Exit status of every rank after a collective timed out (as timeout(1)).
+inline constexpr int kCommTimeoutExitCode = 124;
+
+/// Parses --comm-timeout: seconds ("1800", "0.5"), or a number with a unit
+/// ("500ms", "90s", "30m", "30min", "2h"). Must be positive.
+Expected<CommDuration> parseCommTimeout(std::string_view text);
+/// "0.25 s", "90 s", "30 min", "2 h": for messages.
+std::string formatDuration(CommDuration d);
+
+/// Which plan op started a collective, for the timeout message.
+struct OpLabel {
+  int64_t opIndex = -1;    ///< The op's `index` in its phase; -1 if none.
+  std::string description; ///< E.g. "micro_step, stream gather: h.3.attn".
+};
+
+enum class ScalarOp { Sum, Max };
+
+/// Thrown by `wait` when a custom timeout handler returns (the default one
+/// aborts every rank instead). The collective is still pending: the handle
+/// may be waited for again.
+class CommTimeoutError : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+class Communicator;
+
+/// A started collective, backend-specific. Internal to the backends.
+class PendingCollective {
+public:
+  virtual ~PendingCollective() = default;
+  /// Makes progress; true once complete, after the result is in place
+  /// (16-bit conversion and averaging included). Called until true.
+  virtual bool test() = 0;
+
+  Communicator *owner = nullptr;
+  std::string collective; ///< "all_gather", "reduce_scatter", ...
+  OpLabel label;
+  CommDeadline started;
+};
+
+/// The result of starting a collective. Move-only. Wait for it with the
+/// communicator that started it, which must outlive it. A handle destroyed
+/// before completion is waited for (an MPI collective cannot be abandoned);
+/// its buffers must stay valid until then.
+class CommHandle {
+public:
+  CommHandle() = default;
+  explicit CommHandle(std::unique_ptr<PendingCollective> state)
+      : state(std::move(state)) {}
+  CommHandle(CommHandle &&) = default;
+  CommHandle &operator=(CommHandle &&other);
+  CommHandle(const CommHandle &) = delete;
+  CommHandle &operator=(const CommHandle &) = delete;
+  ~CommHandle();
+
+  /// True until the collective has been waited for (or tested) to completion.
+  bool pending() const { return state != nullptr; }
+  /// When the collective was started.
+  CommDeadline started() const;
+
+private:
+  friend class Communicator;
+  std::unique_ptr<PendingCollective> state;
+};
+
+class Communicator {
+public:
+  /// Called with the one-line message when a collective times out. The
+  /// default prints it to stderr and aborts every rank; a handler that
+  /// returns makes `wait` throw CommTimeoutError (for tests).
+  using TimeoutHandler = std::function<void(const std::string &message)>;
+
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  /// "mpi" or "local".
+  virtual std::string_view backend() const = 0;
+
+  /// Rank r's `sendCount` elements land at recv[r * sendCount]. `send` may
+  /// alias that slot of `recv` (in place). Any dtype (bits are copied).
+  virtual CommHandle allGather(const void *send, int64_t sendCount, void *recv,
+                               DType dtype, OpLabel label) = 0;
+
+  /// `send` holds sum(recvCounts) elements: the block of rank r (its
+  /// recvCounts[r] elements, in rank order) is reduced over all ranks into
+  /// this rank's `recv`. Counts may differ and be zero (a bucket of a flat
+  /// group: `bucketCounts`). Sum, or sum / size() when `average`. f32, bf16
+  /// or f16; 16-bit inputs are summed in f32 and rounded once.
+  virtual CommHandle reduceScatter(const void *send,
+                                   const std::vector<int64_t> &recvCounts,
+                                   void *recv, DType dtype, bool average,
+                                   OpLabel label) = 0;
+
+  /// In place over `count` elements; same arithmetic as reduceScatter.
+  virtual CommHandle allReduce(void *buf, int64_t count, DType dtype,
+                               bool average, OpLabel label) = 0;
+
+  /// `root`'s `count` elements to every rank. Any dtype.
+  virtual CommHandle broadcast(void *buf, int64_t count, DType dtype, int root,
+                               OpLabel label) = 0;
+
+  virtual CommHandle barrier(OpLabel label) = 0;
+
+  /// In place over `count` doubles: global gradient-norm sums, overflow
+  /// flags (Max). Doubles, so a norm's square sum does not lose digits.
+  virtual CommHandle allReduceScalars(double *values, int64_t count,
+                                      ScalarOp op, OpLabel label) = 0;
+
+  /// Blocking convenience for one scalar; waits with the default deadline.
+  double allReduceScalar(double value, ScalarOp op, OpLabel label);
+
+  /// A new communicator over the same ranks with its own matching space:
+  /// one per stream.
+  virtual std::unique_ptr<Communicator> duplicate() const = 0;
+  /// The ranks with the same `color` form a new communicator, ordered by
+  /// `key` (then by rank). A negative color joins none: returns null.
+  virtual std::unique_ptr<Communicator> split(int color, int key) const = 0;
+
+  /// True when complete (the result is in place); never blocks.
+  bool test(CommHandle &handle);
+  /// Polls until complete. Past `deadline`, reports the timeout (above).
+  void wait(CommHandle &handle, CommDeadline deadline);
+  /// Deadline = the collective's start + timeout().
+  void wait(CommHandle &handle);
+
+  CommDuration timeout() const { return commTimeout; }
+  void setTimeout(CommDuration timeout) { commTimeout = timeout; }
+  /// Null restores the default (print and abort every rank).
+  void setTimeoutHandler(TimeoutHandler handler) {
+    timeoutHandler = std::move(handler);
+  }
+
+protected:
+  /// Ends every rank's process with `exitCode`. Does not return.
+  [[noreturn]] virtual void abortAll(int exitCode) const = 0;
+  /// A pending collective of this communicator, started now.
+  template <typename T>
+  std::unique_ptr<T> makePending(std::string collective, OpLabel label) {
+    auto p = std::make_unique<T>();
+    p->owner = this;
+    p->collective = std::move(collective);
+    p->label = std::move(label);
+    p->started = CommClock::now();
+    return p;
+  }
+  /// Settings a duplicate or split inherits.
+  void inheritSettings(Communicator &child) const {
+    child.commTimeout = commTimeout;
+    child.timeoutHandler = timeoutHandler;
+  }
+  /// Argument checks shared by the backends; throw std::invalid_argument.
+  void checkReducible(DType dtype, std::string_view collective) const;
+  void checkCount(int64_t count, std::string_view what) const;
+
+private:
+  [[noreturn]] void timedOut(const PendingCollective &p, CommDeadline deadline);
+
+  CommDuration commTimeout = kDefaultCommTimeout;
+  TimeoutHandler timeoutHandler;
+};
+
+/// World size 1: every collective is a copy (or nothing) and completes when
+/// started. Needs no MPI.
+class LocalCommunicator final : public Communicator {
+public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string_view backend() const override { return "local"; }
+
+  CommHandle allGather(const void *send, int64_t sendCount, void *recv,
+                       DType dtype, OpLabel label) override;
+  CommHandle reduceScatter(const void *send,
+                           const std::vector<int64_t> &recvCounts, void *recv,
+                           DType dtype, bool average, OpLabel label) override;
+  CommHandle allReduce(void *buf, int64_t count, DType dtype, bool average,
+                       OpLabel label) override;
+  CommHandle broadcast(void *buf, int64_t count, DType dtype, int root,
+                       OpLabel label) override;
+  CommHandle barrier(OpLabel label) override;
+  CommHandle allReduceScalars(double *values, int64_t count, ScalarOp op,
+                              OpLabel label) override;
+  std::unique_ptr<Communicator> duplicate() const override;
+  std::unique_ptr<Communicator> split(int color, int key) const override;
+
+protected:
+  [[noreturn]] void abortAll(int exitCode) const override;
+};
+
+/// The per-rank receive counts of a reduce-scatter over `bucket`, a range
+/// of a flat group's buffer: rank r receives bucket ∩ partition(r).
+std::vector<int64_t> bucketCounts(const FlatGroupLayout &layout,
+                                  ElementRange bucket);
+
+} // namespace zeroc::runtime
+
+#endif // ZEROC_RUNTIME_COMM_COMMUNICATOR_H

@@ -1,0 +1,374 @@
+//===- CommMpiTest.cpp - MpiCommunicator tests, run under mpirun ----------===//
+//
+// Every rank runs every test, so the collectives match; each test checks
+// its own rank's result against a hand computation. Run as
+//   mpirun -np N ZerocCommMpiTests
+// Only rank 0 prints gtest's report; other ranks print their failures.
+// `--timeout-scenario` instead runs the abort path: rank 1 skips a
+// collective and rank 0's wait aborts the job (registered with ctest to
+// expect the one-line message).
+//
+//===----------------------------------------------------------------------===//
+
+#include "comm/HalfFloat.h"
+#include "comm/MpiCommunicator.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <numeric>
+#include <thread>
+
+using namespace zeroc;
+using namespace zeroc::runtime;
+
+namespace {
+
+std::unique_ptr<MpiCommunicator> world() {
+  std::unique_ptr<MpiCommunicator> comm = MpiCommunicator::world();
+  // A bug that desynchronizes the ranks ends the run instead of hanging it.
+  comm->setTimeout(CommDuration(60));
+  return comm;
+}
+
+void waitAll(Communicator &comm, CommHandle &h) {
+  comm.wait(h);
+  ASSERT_FALSE(h.pending());
+}
+
+} // namespace
+
+TEST(MpiComm, RankAndSizeMatchTheWorld) {
+  auto comm = world();
+  int rank, size;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  EXPECT_EQ(comm->rank(), rank);
+  EXPECT_EQ(comm->size(), size);
+  EXPECT_EQ(comm->backend(), "mpi");
+}
+
+TEST(MpiComm, AllGatherF32) {
+  auto comm = world();
+  int n = comm->size(), r = comm->rank();
+  std::vector<float> send = {10.0f * r, 10.0f * r + 1, 10.0f * r + 2};
+  std::vector<float> recv(size_t(3 * n), -1);
+  CommHandle h =
+      comm->allGather(send.data(), 3, recv.data(), DType::F32, {0, "gather"});
+  waitAll(*comm, h);
+  for (int p = 0; p < n; ++p)
+    for (int i = 0; i < 3; ++i)
+      EXPECT_EQ(recv[size_t(3 * p + i)], 10.0f * p + i);
+}
+
+TEST(MpiComm, AllGatherBf16InPlace) {
+  auto comm = world();
+  int n = comm->size(), r = comm->rank();
+  // Stage 3's gather: each rank's shard already sits in its slot.
+  std::vector<uint16_t> full(size_t(2 * n), 0);
+  full[size_t(2 * r)] = floatToBf16(float(r) + 0.5f);
+  full[size_t(2 * r + 1)] = floatToBf16(-float(r));
+  CommHandle h = comm->allGather(full.data() + 2 * r, 2, full.data(),
+                                 DType::BF16, {1, "in place"});
+  waitAll(*comm, h);
+  for (int p = 0; p < n; ++p) {
+    EXPECT_EQ(bf16ToFloat(full[size_t(2 * p)]), float(p) + 0.5f);
+    EXPECT_EQ(bf16ToFloat(full[size_t(2 * p + 1)]), -float(p));
+  }
+}
+
+// Rank p sends value (p + 1) + j at index j; rank r receives counts[r] = r
+// elements (rank 0 none), the block starting at r(r-1)/2. The sum over
+// ranks is n(n+1)/2 + n j.
+TEST(MpiComm, ReduceScatterVariableCountsF32) {
+  auto comm = world();
+  int n = comm->size(), r = comm->rank();
+  std::vector<int64_t> counts;
+  for (int p = 0; p < n; ++p)
+    counts.push_back(p);
+  int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t(0));
+  std::vector<float> send(static_cast<size_t>(total));
+  for (int64_t j = 0; j < total; ++j)
+    send[size_t(j)] = float(r + 1) + float(j);
+  int64_t begin = int64_t(r) * (r - 1) / 2;
+  for (bool average : {false, true}) {
+    std::vector<float> recv(size_t(r), -1);
+    CommHandle h = comm->reduceScatter(send.data(), counts, recv.data(),
+                                       DType::F32, average, {2, ""});
+    waitAll(*comm, h);
+    for (int i = 0; i < r; ++i) {
+      float sum = float(n * (n + 1) / 2) + float(n) * float(begin + i);
+      EXPECT_EQ(recv[size_t(i)], average ? sum / float(n) : sum)
+          << "average=" << average << " i=" << i;
+    }
+  }
+}
+
+// recv inside send (the executor reducing a bucket in place): the backend
+// receives into scratch, since MPI forbids aliased buffers.
+TEST(MpiComm, ReduceScatterIntoItsOwnInput) {
+  auto comm = world();
+  int n = comm->size(), r = comm->rank();
+  std::vector<float> buf(size_t(2 * n));
+  for (int j = 0; j < 2 * n; ++j)
+    buf[size_t(j)] = float(j);
+  std::vector<int64_t> counts(size_t(n), 2);
+  CommHandle h = comm->reduceScatter(buf.data(), counts, buf.data() + 2 * r,
+                                     DType::F32, true, {3, "aliased"});
+  waitAll(*comm, h);
+  EXPECT_EQ(buf[size_t(2 * r)], float(2 * r));
+  EXPECT_EQ(buf[size_t(2 * r + 1)], float(2 * r + 1));
+}
+
+// 16-bit inputs are summed in f32 and rounded once. Rank 0 sends 256, the
+// others 0.75 (all exact in bf16); f32 sums are exact in any order, so the
+// results are fixed: sum 256 + 0.75 (n - 1) and its average, each rounded
+// to bf16 (spacing 0.5 in [64, 128), 1 in [128, 256), 2 in [256, 512)).
+TEST(MpiComm, ReduceScatterBf16AccumulatesInF32) {
+  auto comm = world();
+  int n = comm->size(), r = comm->rank();
+  std::vector<uint16_t> send(size_t(n), floatToBf16(r == 0 ? 256.0f : 0.75f));
+  std::vector<int64_t> counts(size_t(n), 1);
+  uint16_t sum = 0, avg = 0;
+  CommHandle h1 = comm->reduceScatter(send.data(), counts, &sum, DType::BF16,
+                                      false, {4, "sum"});
+  CommHandle h2 = comm->reduceScatter(send.data(), counts, &avg, DType::BF16,
+                                      true, {5, "average"});
+  waitAll(*comm, h1);
+  waitAll(*comm, h2);
+  float exact = 256.0f + 0.75f * float(n - 1);
+  EXPECT_EQ(sum, floatToBf16(exact));
+  EXPECT_EQ(avg, floatToBf16(exact / float(n)));
+  if (n == 2) { // 256.75 -> 256; 128.375 -> 128
+    EXPECT_EQ(bf16ToFloat(sum), 256.0f);
+    EXPECT_EQ(bf16ToFloat(avg), 128.0f);
+  } else if (n == 3) { // 257.5 -> 258; 85.83 -> 86
+    EXPECT_EQ(bf16ToFloat(sum), 258.0f);
+    EXPECT_EQ(bf16ToFloat(avg), 86.0f);
+  } else if (n == 4) { // 258.25 -> 258; 64.5625 -> 64.5
+    EXPECT_EQ(bf16ToFloat(sum), 258.0f);
+    EXPECT_EQ(bf16ToFloat(avg), 64.5f);
+  }
+}
+
+// A flat group's bucket: rank r keeps bucket ∩ partition(r), with counts
+// from the layout (ShardLayout.h). Rank p sends flat index i as i + p.
+TEST(MpiComm, ReduceScatterOfAFlatGroupBucket) {
+  auto comm = world();
+  int n = comm->size(), r = comm->rank();
+  FlatGroupLayout layout({5, 7, 3}, n);
+  ElementRange bucket{2, layout.padded - 1};
+  std::vector<int64_t> counts = bucketCounts(layout, bucket);
+  std::vector<float> send;
+  for (int64_t i = bucket.begin; i < bucket.end; ++i)
+    send.push_back(float(i + r));
+  ElementRange mine = bucket.intersect(layout.partition(r));
+  std::vector<float> recv(size_t(mine.size()), -1);
+  CommHandle h = comm->reduceScatter(send.data(), counts, recv.data(),
+                                     DType::F32, true, {6, "bucket"});
+  waitAll(*comm, h);
+  // Average of i + p over p: i + (n - 1) / 2.
+  for (int64_t i = 0; i < mine.size(); ++i)
+    EXPECT_EQ(recv[size_t(i)], float(mine.begin + i) + float(n - 1) / 2.0f);
+}
+
+TEST(MpiComm, AllReduceF32SplitIntoSeveralMessages) {
+  auto comm = world();
+  comm->setMaxMessageElements(7); // 50 elements: 8 MPI calls.
+  int n = comm->size(), r = comm->rank();
+  std::vector<float> sum(50), avg(50);
+  for (int i = 0; i < 50; ++i)
+    sum[size_t(i)] = avg[size_t(i)] = float(i * (r + 1));
+  CommHandle h1 = comm->allReduce(sum.data(), 50, DType::F32, false, {7, ""});
+  CommHandle h2 = comm->allReduce(avg.data(), 50, DType::F32, true, {8, ""});
+  waitAll(*comm, h1);
+  waitAll(*comm, h2);
+  float ranks = float(n * (n + 1) / 2); // sum of (p + 1)
+  for (int i = 0; i < 50; ++i) {
+    EXPECT_EQ(sum[size_t(i)], float(i) * ranks);
+    EXPECT_EQ(avg[size_t(i)], float(i) * ranks / float(n));
+  }
+}
+
+TEST(MpiComm, AllReduceBf16AndF16) {
+  auto comm = world();
+  int n = comm->size(), r = comm->rank();
+  std::vector<uint16_t> bf = {floatToBf16(float(r)), floatToBf16(1.0f)};
+  std::vector<uint16_t> hf = {floatToF16(float(r)), floatToF16(0.5f)};
+  CommHandle h1 = comm->allReduce(bf.data(), 2, DType::BF16, true, {9, ""});
+  CommHandle h2 = comm->allReduce(hf.data(), 2, DType::F16, false, {10, ""});
+  waitAll(*comm, h1);
+  waitAll(*comm, h2);
+  float rankSum = float(n * (n - 1) / 2);
+  EXPECT_EQ(bf16ToFloat(bf[0]), bf16ToFloat(floatToBf16(rankSum / float(n))));
+  EXPECT_EQ(bf16ToFloat(bf[1]), 1.0f);
+  EXPECT_EQ(f16ToFloat(hf[0]), rankSum);
+  EXPECT_EQ(f16ToFloat(hf[1]), 0.5f * float(n));
+}
+
+TEST(MpiComm, BroadcastFromTheLastRank) {
+  auto comm = world();
+  comm->setMaxMessageElements(3);
+  int n = comm->size(), r = comm->rank();
+  std::vector<int32_t> buf(10, r == n - 1 ? 0 : -1);
+  if (r == n - 1)
+    std::iota(buf.begin(), buf.end(), 100);
+  CommHandle h = comm->broadcast(buf.data(), 10, DType::I32, n - 1, {11, ""});
+  waitAll(*comm, h);
+  for (int i = 0; i < 10; ++i)
+    EXPECT_EQ(buf[size_t(i)], 100 + i);
+}
+
+TEST(MpiComm, ScalarSumAndMax) {
+  auto comm = world();
+  int n = comm->size(), r = comm->rank();
+  // A gradient norm's squares, and an overflow flag only the last rank set.
+  EXPECT_EQ(comm->allReduceScalar(double(r + 1), ScalarOp::Sum, {12, "norm"}),
+            double(n * (n + 1) / 2));
+  EXPECT_EQ(comm->allReduceScalar(r == n - 1 ? 1.0 : 0.0, ScalarOp::Max,
+                                  {13, "overflow"}),
+            1.0);
+  double both[2] = {0.5, double(r)};
+  CommHandle h = comm->allReduceScalars(both, 2, ScalarOp::Max, {14, ""});
+  waitAll(*comm, h);
+  EXPECT_EQ(both[0], 0.5);
+  EXPECT_EQ(both[1], double(n - 1));
+  CommHandle b = comm->barrier({15, "barrier"});
+  waitAll(*comm, b);
+}
+
+// Why one communicator per stream: the plan orders collectives per stream,
+// so ranks may start a gather-stream and a reduce-stream collective in
+// opposite orders. On two communicators each pair still matches.
+TEST(MpiComm, StreamsOnSeparateCommunicatorsMayInterleave) {
+  auto base = world();
+  std::unique_ptr<Communicator> gather = base->duplicate();
+  std::unique_ptr<Communicator> reduce = base->duplicate();
+  EXPECT_EQ(gather->timeout().count(), 60.0);
+  int n = base->size(), r = base->rank();
+  float shard = float(r), grad = 1.0f;
+  std::vector<float> full(static_cast<size_t>(n));
+  CommHandle g, red;
+  if (r % 2 == 0) {
+    g = gather->allGather(&shard, 1, full.data(), DType::F32, {20, ""});
+    red = reduce->allReduce(&grad, 1, DType::F32, false, {21, ""});
+  } else {
+    red = reduce->allReduce(&grad, 1, DType::F32, false, {21, ""});
+    g = gather->allGather(&shard, 1, full.data(), DType::F32, {20, ""});
+  }
+  reduce->wait(red);
+  gather->wait(g);
+  EXPECT_EQ(grad, float(n));
+  for (int p = 0; p < n; ++p)
+    EXPECT_EQ(full[size_t(p)], float(p));
+}
+
+TEST(MpiComm, SplitByParity) {
+  auto comm = world();
+  int n = comm->size(), r = comm->rank();
+  std::unique_ptr<Communicator> half = comm->split(r % 2, r);
+  ASSERT_TRUE(half);
+  EXPECT_EQ(half->size(), (n + 1 - r % 2) / 2);
+  EXPECT_EQ(half->rank(), r / 2);
+  // The sum of the world ranks of my parity.
+  double expected = 0;
+  for (int p = r % 2; p < n; p += 2)
+    expected += p;
+  EXPECT_EQ(half->allReduceScalar(double(r), ScalarOp::Sum, {}), expected);
+  std::unique_ptr<Communicator> none = comm->split(r == 0 ? -1 : 0, 0);
+  EXPECT_EQ(none == nullptr, r == 0);
+}
+
+// Rank 0's wait gives up while the other ranks are late; with a handler
+// that returns, the collective stays pending and completes once they
+// arrive. (The default handler aborts: see --timeout-scenario.)
+TEST(MpiComm, TimeoutNamesRankOpAndCollectiveAndStaysPending) {
+  auto comm = world();
+  int n = comm->size(), r = comm->rank();
+  std::string message;
+  comm->setTimeoutHandler([&](const std::string &m) { message = m; });
+  float x = 1.0f;
+  if (r != 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  CommHandle h = comm->allReduce(&x, 1, DType::F32, false,
+                                 {42, "micro_step, stream reduce: lm_head"});
+  if (r == 0) {
+    EXPECT_THROW(
+        comm->wait(h, CommClock::now() + std::chrono::milliseconds(200)),
+        CommTimeoutError);
+    EXPECT_EQ(message.rfind("zerorun: rank 0 of " + std::to_string(n) +
+                                ": all_reduce of plan op 42 (micro_step, "
+                                "stream reduce: lm_head) did not complete "
+                                "within ",
+                            0),
+              0u)
+        << message;
+    EXPECT_TRUE(h.pending());
+  }
+  comm->wait(h);
+  EXPECT_EQ(x, float(n));
+}
+
+//===----------------------------------------------------------------------===//
+// Driver
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// Rank 1 never starts the all-reduce that rank 0 waits for: rank 0 must
+/// print the timeout line and abort the job (ctest checks the output).
+int timeoutScenario() {
+  std::unique_ptr<MpiCommunicator> comm = MpiCommunicator::world();
+  comm->setTimeout(CommDuration(0.5));
+  if (comm->rank() != 0) {
+    std::this_thread::sleep_for(std::chrono::seconds(30));
+    std::printf("timeout scenario: rank %d was not aborted\n", comm->rank());
+    return 1;
+  }
+  float x = 1.0f;
+  CommHandle h =
+      comm->allReduce(&x, 1, DType::F32, false, {42, "skipped by rank 1"});
+  comm->wait(h);
+  std::printf("timeout scenario: wait returned\n");
+  return 1;
+}
+
+/// On ranks other than 0: only failures, prefixed with the rank.
+class FailurePrinter : public ::testing::EmptyTestEventListener {
+public:
+  explicit FailurePrinter(int rank) : rank(rank) {}
+  void OnTestPartResult(const ::testing::TestPartResult &result) override {
+    if (result.failed())
+      std::printf("[rank %d] %s:%d: failure\n%s\n", rank,
+                  result.file_name() ? result.file_name() : "?",
+                  result.line_number(), result.summary());
+  }
+
+private:
+  int rank;
+};
+
+} // namespace
+
+int main(int argc, char **argv) {
+  MpiSession mpi(&argc, &argv);
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--timeout-scenario") == 0)
+      return timeoutScenario();
+
+  ::testing::InitGoogleTest(&argc, argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank != 0) {
+    ::testing::TestEventListeners &listeners =
+        ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new FailurePrinter(rank));
+  }
+  int failed = RUN_ALL_TESTS() != 0;
+  int anyFailed = 0;
+  MPI_Allreduce(&failed, &anyFailed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (rank == 0 && anyFailed && !failed)
+    std::printf("a test failed on another rank (see [rank N] lines)\n");
+  return anyFailed;
+}

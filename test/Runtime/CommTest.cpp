@@ -1,0 +1,277 @@
+//===- CommTest.cpp - Communicator tests that need no MPI launch ----------===//
+//
+// 16-bit conversions, --comm-timeout parsing, the one-rank backend, flat
+// bucket counts, and the timeout path of `wait` (with a collective that
+// never completes). The MPI backend is tested under mpirun in
+// CommMpiTest.cpp.
+//
+//===----------------------------------------------------------------------===//
+
+#include "comm/Communicator.h"
+#include "comm/HalfFloat.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+using namespace zeroc;
+using namespace zeroc::runtime;
+
+//===----------------------------------------------------------------------===//
+// bf16 / f16
+//===----------------------------------------------------------------------===//
+
+TEST(HalfFloat, Bf16RoundsToNearestEven) {
+  EXPECT_EQ(floatToBf16(1.0f), 0x3f80);
+  EXPECT_EQ(floatToBf16(-2.0f), 0xc000);
+  EXPECT_EQ(bf16ToFloat(0x3f80), 1.0f);
+  // 257 lies halfway between 256 and 258: even mantissa (256) wins.
+  EXPECT_EQ(bf16ToFloat(floatToBf16(257.0f)), 256.0f);
+  EXPECT_EQ(bf16ToFloat(floatToBf16(259.0f)), 260.0f);
+  EXPECT_EQ(bf16ToFloat(floatToBf16(258.25f)), 258.0f);
+  EXPECT_TRUE(std::isnan(bf16ToFloat(floatToBf16(std::nanf("")))));
+  EXPECT_TRUE(
+      std::isinf(bf16ToFloat(floatToBf16(std::numeric_limits<float>::max()))));
+}
+
+TEST(HalfFloat, F16NormalsSubnormalsAndOverflow) {
+  EXPECT_EQ(floatToF16(1.0f), 0x3c00);
+  EXPECT_EQ(floatToF16(-2.5f), 0xc100);
+  EXPECT_EQ(floatToF16(65504.0f), 0x7bff);
+  EXPECT_EQ(floatToF16(65519.0f), 0x7bff);
+  EXPECT_EQ(floatToF16(65520.0f), 0x7c00);         // Rounds to infinity.
+  EXPECT_EQ(floatToF16(std::ldexp(1.0f, -24)), 1); // Smallest subnormal.
+  EXPECT_EQ(floatToF16(std::ldexp(1.0f, -25)), 0); // Tie to even: zero.
+  EXPECT_EQ(floatToF16(std::ldexp(1.5f, -25)), 1);
+  EXPECT_EQ(floatToF16(std::ldexp(1.0f, -14)), 0x0400); // Smallest normal.
+  EXPECT_EQ(floatToF16(1.0f + std::ldexp(1.0f, -11)), 0x3c00); // Tie: even.
+  EXPECT_EQ(floatToF16(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02);
+  EXPECT_TRUE(std::isnan(f16ToFloat(floatToF16(std::nanf("")))));
+  // Every finite f16 survives a round trip through f32.
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    if ((h & 0x7c00) == 0x7c00)
+      continue;
+    ASSERT_EQ(floatToF16(f16ToFloat(uint16_t(h))), h) << std::hex << h;
+  }
+  EXPECT_EQ(f16ToFloat(0x0001), std::ldexp(1.0f, -24));
+  EXPECT_EQ(f16ToFloat(0xfc00), -std::numeric_limits<float>::infinity());
+}
+
+//===----------------------------------------------------------------------===//
+// --comm-timeout
+//===----------------------------------------------------------------------===//
+
+TEST(CommTimeout, ParsesSecondsAndUnits) {
+  EXPECT_DOUBLE_EQ(parseCommTimeout("1800")->count(), 1800.0);
+  EXPECT_DOUBLE_EQ(parseCommTimeout("0.5")->count(), 0.5);
+  EXPECT_DOUBLE_EQ(parseCommTimeout("90s")->count(), 90.0);
+  EXPECT_DOUBLE_EQ(parseCommTimeout("500ms")->count(), 0.5);
+  EXPECT_DOUBLE_EQ(parseCommTimeout("30m")->count(), 1800.0);
+  EXPECT_DOUBLE_EQ(parseCommTimeout("30min")->count(), 1800.0);
+  EXPECT_DOUBLE_EQ(parseCommTimeout("2h")->count(), 7200.0);
+  EXPECT_DOUBLE_EQ(kDefaultCommTimeout.count(), 1800.0);
+}
+
+TEST(CommTimeout, RejectsBadDurations) {
+  for (const char *bad : {"", "abc", "-5", "0", "10 parsecs", "5d", "nan"}) {
+    Expected<CommDuration> d = parseCommTimeout(bad);
+    ASSERT_FALSE(d) << bad;
+    EXPECT_NE(d.error().message.find("--comm-timeout"), std::string::npos);
+    EXPECT_NE(d.error().message.find(std::string("'") + bad + "'"),
+              std::string::npos)
+        << d.error().message;
+  }
+}
+
+TEST(CommTimeout, FormatsDurations) {
+  EXPECT_EQ(formatDuration(CommDuration(0.25)), "0.25 s");
+  EXPECT_EQ(formatDuration(CommDuration(90)), "90 s");
+  EXPECT_EQ(formatDuration(kDefaultCommTimeout), "30 min");
+  EXPECT_EQ(formatDuration(CommDuration(7200)), "2 h");
+}
+
+//===----------------------------------------------------------------------===//
+// LocalCommunicator
+//===----------------------------------------------------------------------===//
+
+TEST(LocalCommunicator, IsOneRank) {
+  LocalCommunicator comm;
+  EXPECT_EQ(comm.rank(), 0);
+  EXPECT_EQ(comm.size(), 1);
+  EXPECT_EQ(comm.backend(), "local");
+  EXPECT_EQ(comm.timeout().count(), kDefaultCommTimeout.count());
+}
+
+TEST(LocalCommunicator, CollectivesAreCopiesOrNothing) {
+  LocalCommunicator comm;
+  std::vector<float> send = {1, 2, 3}, recv(3, 0);
+  CommHandle h =
+      comm.allGather(send.data(), 3, recv.data(), DType::F32, {0, "gather"});
+  comm.wait(h);
+  EXPECT_FALSE(h.pending());
+  EXPECT_EQ(recv, send);
+
+  std::vector<float> out(3, 0);
+  h = comm.reduceScatter(send.data(), {3}, out.data(), DType::F32,
+                         /*average=*/true, {1, "reduce"});
+  comm.wait(h);
+  EXPECT_EQ(out, send); // sum / 1
+
+  std::vector<uint16_t> bf(2);
+  bf[0] = floatToBf16(0.1f);
+  bf[1] = floatToBf16(-3.0f);
+  std::vector<uint16_t> before = bf;
+  h = comm.allReduce(bf.data(), 2, DType::BF16, /*average=*/true, {2, ""});
+  EXPECT_TRUE(comm.test(h));
+  EXPECT_EQ(bf, before);
+
+  h = comm.broadcast(bf.data(), 2, DType::BF16, 0, {3, ""});
+  comm.wait(h);
+  h = comm.barrier({});
+  comm.wait(h);
+
+  EXPECT_EQ(comm.allReduceScalar(2.5, ScalarOp::Sum, {4, "norm"}), 2.5);
+  EXPECT_EQ(comm.allReduceScalar(1.0, ScalarOp::Max, {5, "overflow"}), 1.0);
+}
+
+TEST(LocalCommunicator, RejectsBadArguments) {
+  LocalCommunicator comm;
+  std::vector<float> buf(4);
+  EXPECT_THROW(
+      comm.reduceScatter(buf.data(), {2, 2}, buf.data(), DType::F32, false, {}),
+      std::invalid_argument);
+  try {
+    comm.allReduce(buf.data(), 4, DType::I32, false, {});
+    FAIL() << "an i32 all-reduce was accepted";
+  } catch (const std::invalid_argument &e) {
+    EXPECT_STREQ(e.what(),
+                 "allReduce: cannot reduce i32 buffers; expected f32, bf16 "
+                 "or f16");
+  }
+  EXPECT_THROW(comm.allGather(buf.data(), -1, buf.data(), DType::F32, {}),
+               std::invalid_argument);
+  EXPECT_THROW(comm.broadcast(buf.data(), 4, DType::F32, 1, {}),
+               std::invalid_argument);
+}
+
+TEST(LocalCommunicator, DuplicateAndSplitKeepSettings) {
+  LocalCommunicator comm;
+  comm.setTimeout(CommDuration(5));
+  std::unique_ptr<Communicator> dup = comm.duplicate();
+  ASSERT_TRUE(dup);
+  EXPECT_EQ(dup->size(), 1);
+  EXPECT_EQ(dup->timeout().count(), 5.0);
+  std::unique_ptr<Communicator> part = comm.split(3, 0);
+  ASSERT_TRUE(part);
+  EXPECT_EQ(part->timeout().count(), 5.0);
+  EXPECT_EQ(comm.split(-1, 0), nullptr);
+}
+
+//===----------------------------------------------------------------------===//
+// Flat-group buckets
+//===----------------------------------------------------------------------===//
+
+TEST(BucketCounts, SplitABucketAtPartitionBoundaries) {
+  // 5 + 7 + 3 = 15 elements, padded to 16 over 2 ranks (P = 8) and to 18
+  // over 3 (P = 6).
+  FlatGroupLayout two({5, 7, 3}, 2), three({5, 7, 3}, 3);
+  EXPECT_EQ(bucketCounts(two, {0, 16}), (std::vector<int64_t>{8, 8}));
+  EXPECT_EQ(bucketCounts(two, {2, 10}), (std::vector<int64_t>{6, 2}));
+  EXPECT_EQ(bucketCounts(two, {12, 15}), (std::vector<int64_t>{0, 3}));
+  EXPECT_EQ(bucketCounts(three, {5, 12}), (std::vector<int64_t>{1, 6, 0}));
+}
+
+//===----------------------------------------------------------------------===//
+// Timeouts, with a collective that never completes
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+struct NeverCompletes : PendingCollective {
+  bool test() override { return false; }
+};
+
+/// Two ranks in name only: every collective stays pending forever, as if
+/// the other rank skipped it.
+class StuckCommunicator final : public Communicator {
+public:
+  int rank() const override { return 1; }
+  int size() const override { return 2; }
+  std::string_view backend() const override { return "stuck"; }
+  CommHandle allGather(const void *, int64_t, void *, DType,
+                       OpLabel label) override {
+    return stuck("all_gather", std::move(label));
+  }
+  CommHandle reduceScatter(const void *, const std::vector<int64_t> &, void *,
+                           DType, bool, OpLabel label) override {
+    return stuck("reduce_scatter", std::move(label));
+  }
+  CommHandle allReduce(void *, int64_t, DType, bool, OpLabel label) override {
+    return stuck("all_reduce", std::move(label));
+  }
+  CommHandle broadcast(void *, int64_t, DType, int, OpLabel label) override {
+    return stuck("broadcast", std::move(label));
+  }
+  CommHandle barrier(OpLabel label) override {
+    return stuck("barrier", std::move(label));
+  }
+  CommHandle allReduceScalars(double *, int64_t, ScalarOp,
+                              OpLabel label) override {
+    return stuck("all_reduce(sum)", std::move(label));
+  }
+  std::unique_ptr<Communicator> duplicate() const override { return nullptr; }
+  std::unique_ptr<Communicator> split(int, int) const override {
+    return nullptr;
+  }
+
+protected:
+  [[noreturn]] void abortAll(int exitCode) const override {
+    std::fflush(nullptr);
+    std::_Exit(exitCode);
+  }
+
+private:
+  CommHandle stuck(const char *name, OpLabel label) {
+    return CommHandle(makePending<NeverCompletes>(name, std::move(label)));
+  }
+};
+
+} // namespace
+
+TEST(CommTimeout, WaitReportsRankOpAndCollective) {
+  StuckCommunicator comm;
+  comm.setTimeout(CommDuration(0.05));
+  std::vector<std::string> messages;
+  comm.setTimeoutHandler([&](const std::string &m) { messages.push_back(m); });
+  float x = 0;
+  CommHandle h = comm.allReduce(&x, 1, DType::F32, true,
+                                {17, "micro_step, stream reduce: h.0.mlp"});
+  EXPECT_FALSE(comm.test(h));
+  auto begin = CommClock::now();
+  EXPECT_THROW(comm.wait(h), CommTimeoutError);
+  EXPECT_GE(CommClock::now() - begin, std::chrono::milliseconds(40));
+  ASSERT_EQ(messages.size(), 1u);
+  EXPECT_EQ(messages[0],
+            "zerorun: rank 1 of 2: all_reduce of plan op 17 (micro_step, "
+            "stream reduce: h.0.mlp) did not complete within 0.05 s "
+            "(--comm-timeout); another rank skipped, reordered or is stuck "
+            "before it; aborting every rank");
+  // Still pending: an explicit deadline in the past reports again.
+  EXPECT_TRUE(h.pending());
+  EXPECT_THROW(comm.wait(h, CommClock::now()), CommTimeoutError);
+  EXPECT_EQ(messages.size(), 2u);
+}
+
+TEST(CommTimeoutDeathTest, DefaultHandlerPrintsOneLineAndAborts) {
+  EXPECT_EXIT(
+      {
+        StuckCommunicator comm;
+        comm.setTimeout(CommDuration(0.01));
+        CommHandle h = comm.barrier({3, "optimizer_step"});
+        comm.wait(h);
+      },
+      ::testing::ExitedWithCode(kCommTimeoutExitCode),
+      "zerorun: rank 1 of 2: barrier of plan op 3 \\(optimizer_step\\) did "
+      "not complete within 0.01 s");
+}
