@@ -15,6 +15,9 @@
 #include "zeroc/Config/Cluster.h"
 #include "zeroc/Cost/ScheduleViews.h"
 #include "zeroc/Cost/Simulator.h"
+#ifdef ZEROC_HAVE_CHECKPOINT
+#include "zeroc/Checkpoint/Consolidate.h"
+#endif
 #include "zeroc/Export/PlanWriter.h"
 #include "zeroc/Models/ModelBuilder.h"
 #include "zeroc/Models/ModelSpec.h"
@@ -133,6 +136,28 @@ cl::opt<bool> compileAllowOom(
     "allow-oom", cl::sub(cl::SubCommand::getTopLevel()),
     cl::desc("Write the plan even if it does not fit the --cluster"),
     cl::cat(zerocCategory));
+
+//===----------------------------------------------------------------------===//
+// zeroc consolidate
+//===----------------------------------------------------------------------===//
+
+#ifdef ZEROC_HAVE_CHECKPOINT
+cl::SubCommand
+    consolidateCmd("consolidate",
+                   "Write a sharded zerorun checkpoint as one safetensors file "
+                   "of whole f32 parameters (DeepSpeed's zero_to_fp32)");
+cl::opt<std::string> consolidateDir(cl::Positional, cl::sub(consolidateCmd),
+                                    cl::desc("<checkpoint dir>"), cl::Required);
+cl::opt<std::string> consolidateTag(
+    "tag", cl::sub(consolidateCmd),
+    cl::desc("Checkpoint tag (default: the one named by <dir>/latest)"),
+    cl::value_desc("tag"), cl::init("latest"), cl::cat(zerocCategory));
+cl::opt<std::string> consolidateOutput("o", cl::sub(consolidateCmd),
+                                       cl::Required,
+                                       cl::desc("The safetensors file"),
+                                       cl::value_desc("model.safetensors"),
+                                       cl::cat(zerocCategory));
+#endif
 
 //===----------------------------------------------------------------------===//
 // zeroc advise
@@ -396,6 +421,19 @@ int runAdvise() {
   return result->best ? 0 : 1;
 }
 
+#ifdef ZEROC_HAVE_CHECKPOINT
+int runConsolidate() {
+  auto result = zeroc::consolidateCheckpoint(consolidateDir, consolidateTag,
+                                             consolidateOutput);
+  if (!result)
+    return error(result.error());
+  llvm::outs() << "wrote " << consolidateOutput << ": "
+               << result->parameters.size() << " parameters of checkpoint "
+               << result->tag << " (step " << result->step << ")\n";
+  return 0;
+}
+#endif
+
 void note(const std::string &message) {
   if (!compileQuiet)
     llvm::WithColor::note(llvm::errs(), "zeroc") << message << "\n";
@@ -533,7 +571,8 @@ int main(int argc, char **argv) {
       "  zeroc stats gpt2.mlir [--json]         size, FLOPs, activations\n"
       "  zeroc inspect plan.json [--json]       memory, communication per "
       "rank\n"
-      "  zeroc advise model.mlir --cluster C    which ZeRO setup to use\n\n"
+      "  zeroc advise model.mlir --cluster C    which ZeRO setup to use\n"
+      "  zeroc consolidate ckpt/ -o m.safetensors  whole f32 weights\n\n"
       "Run 'zeroc <subcommand> --help' for a subcommand's options.\n");
   if (genCmd)
     return runGen();
@@ -543,6 +582,10 @@ int main(int argc, char **argv) {
     return runInspect();
   if (adviseCmd)
     return runAdvise();
+#ifdef ZEROC_HAVE_CHECKPOINT
+  if (consolidateCmd)
+    return runConsolidate();
+#endif
   if (!compileInput.empty())
     return runCompile();
   cl::PrintHelpMessage();
