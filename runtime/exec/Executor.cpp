@@ -1,0 +1,1007 @@
+//===- Executor.cpp - Runs a plan's training steps on the CPU -------------===//
+
+#include "exec/Executor.h"
+
+#include "Kernels.h"
+#include "init/Random.h"
+#include "zeroc/Support/ShardLayout.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+
+namespace zeroc::runtime {
+
+using cpu::Tensor;
+
+std::shared_ptr<char> MemoryTracker::allocate(int64_t bytes, bool onDevice) {
+  size_t size = size_t(std::max<int64_t>(bytes, 1) + 63) / 64 * 64;
+  char *p = static_cast<char *>(std::aligned_alloc(64, size));
+  if (!p)
+    throw std::bad_alloc();
+  std::memset(p, 0, size);
+  int64_t *counter = onDevice ? &device : &host;
+  *counter += bytes;
+  if (onDevice)
+    peak = std::max(peak, device);
+  return std::shared_ptr<char>(p, [this, bytes, counter](char *q) {
+    *counter -= bytes;
+    std::free(q);
+  });
+}
+
+namespace {
+
+/// An error of the executor: thrown inside, turned into a Diagnostic at the
+/// API boundary.
+struct ExecError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+[[noreturn]] void fail(const std::string &message) { throw ExecError(message); }
+
+void check(const cpu::Status &status, const PlanOp &op) {
+  if (!status.ok())
+    fail("op " + std::to_string(op.index) + " (" + op.kind +
+         "): " + status.error);
+}
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+/// A persistent tensor: this rank's part.
+struct Stored {
+  const PlanTensor *info = nullptr;
+  std::shared_ptr<char> data;
+  Tensor view() const {
+    return Tensor{data.get(), info->dtype, {info->localNumel}};
+  }
+};
+
+/// A slice of a tensor as a 1-d view.
+Tensor slice(const Tensor &t, int64_t offset, int64_t n) {
+  return Tensor{static_cast<char *>(t.data) + offset * bytesPerElement(t.dtype),
+                t.dtype,
+                {n}};
+}
+
+double attrF(const PlanOp &op, const char *name, double dflt) {
+  auto it = op.attrs.find(name);
+  if (it == op.attrs.end() || !it->is_number())
+    return dflt;
+  return it->get<double>();
+}
+int64_t attrI(const PlanOp &op, const char *name, int64_t dflt) {
+  auto it = op.attrs.find(name);
+  if (it == op.attrs.end() || !it->is_number())
+    return dflt;
+  return it->get<int64_t>();
+}
+std::string attrS(const PlanOp &op, const char *name) {
+  auto it = op.attrs.find(name);
+  if (it == op.attrs.end() || !it->is_string())
+    return {};
+  return it->get<std::string>();
+}
+std::vector<std::string> attrSList(const PlanOp &op, const char *name) {
+  std::vector<std::string> out;
+  auto it = op.attrs.find(name);
+  if (it != op.attrs.end() && it->is_array())
+    for (auto &e : *it)
+      if (e.is_string())
+        out.push_back(e.get<std::string>());
+  return out;
+}
+std::vector<int64_t> attrIList(const PlanOp &op, const char *name) {
+  std::vector<int64_t> out;
+  auto it = op.attrs.find(name);
+  if (it != op.attrs.end() && it->is_array())
+    for (auto &e : *it)
+      out.push_back(e.get<int64_t>());
+  return out;
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Impl
+//===----------------------------------------------------------------------===//
+
+struct Executor::Impl {
+  Executor &ex;
+  const Plan &plan;
+  Communicator &comm;
+  int64_t rank, ws;
+  std::map<std::string, Stored> tensors;
+  std::map<std::string, const PlanFlatGroup *> groups;
+  std::map<std::string, FlatGroupLayout> layouts;
+  std::shared_ptr<char> arena;
+
+  /// What a wait completes: a started collective and its epilogue.
+  struct Pending {
+    std::vector<CommHandle> handles;
+    std::vector<std::function<void()>> after; ///< Run once all completed.
+    std::vector<std::shared_ptr<char>> staging;
+  };
+
+  // Per-phase run state.
+  const PlanPhase *phase = nullptr;
+  std::map<int64_t, const PlanValue *> valueInfo;
+  std::map<int64_t, Tensor> values;
+  std::vector<std::shared_ptr<char>> unplanned;
+  std::map<int64_t, Pending> pending;       ///< By start op index.
+  std::map<int64_t, const PlanOp *> waitOf; ///< start index -> wait op.
+  std::map<std::string, float *> saved;     ///< kind/where -> saved state.
+  /// Staging buffers of collectives and the optimizer come from the part of
+  /// the arena the running phase does not use, [stageBase, arena end), as a
+  /// stack; only what does not fit there is allocated on its own.
+  int64_t stageBase = 0, stageTop = 0;
+  std::shared_ptr<char> stage(int64_t bytes) {
+    int64_t need = (std::max<int64_t>(bytes, 1) + 255) / 256 * 256;
+    if (stageTop + need <= ex.arenaSize) {
+      char *p = arena.get() + stageTop;
+      stageTop += need;
+      std::memset(p, 0, size_t(bytes));
+      return std::shared_ptr<char>(p, [](char *) {});
+    }
+    return ex.memory.allocate(bytes, true);
+  }
+
+  // Step state.
+  int64_t adamSteps = 0;
+  cpu::LossScaleSettings lossSettings;
+  cpu::LossScaleState lossState;
+  bool haveLossState = false;
+  bool overflow = false;
+  double computeSeconds = 0, waitSeconds = 0;
+
+  Impl(Executor &ex, Communicator &comm)
+      : ex(ex), plan(ex.thePlan), comm(comm), rank(comm.rank()),
+        ws(comm.size()) {}
+
+  Stored &tensor(const std::string &name) {
+    auto it = tensors.find(name);
+    if (it == tensors.end())
+      fail("no persistent tensor named '" + name + "'");
+    return it->second;
+  }
+  const PlanFlatGroup *groupOf(const PlanTensor &t) {
+    auto it = groups.find(t.of);
+    return it == groups.end() ? nullptr : it->second;
+  }
+  Tensor &value(int64_t id) {
+    auto it = values.find(id);
+    if (it == values.end())
+      fail("value " + std::to_string(id) + " of phase " + phase->name +
+           " is used before it is defined");
+    return it->second;
+  }
+
+  void allocate();
+  void initialize(uint64_t seed);
+  void runPhase(const PlanPhase &ph, const DataLoader *data, int64_t step,
+                int64_t micro);
+  void define(int64_t id);
+  void runOp(const PlanOp &op);
+  void compute(const PlanOp &op);
+  void startAllGather(const PlanOp &op);
+  void startReduceScatter(const PlanOp &op);
+  void startAllReduce(const PlanOp &op);
+  void startAllGatherUpdates(const PlanOp &op);
+  void startCopy(const PlanOp &op);
+  void wait(const PlanOp &op);
+  void adamUpdate(const PlanOp &op);
+  void clipGradNorm(const PlanOp &op);
+  void unscale(const PlanOp &op);
+  OpLabel label(const PlanOp &op) {
+    return OpLabel{op.index, phase->name + ", " + op.kind +
+                                 (op.where.empty() ? "" : ": " + op.where)};
+  }
+  /// The flat elements [begin, end) of `group`'s buffer that this rank's
+  /// parameters hold, copied into / out of `buf` (indexed from `base`).
+  void groupToBuffer(const PlanFlatGroup &g, ElementRange range, Tensor buf,
+                     int64_t base);
+  void bufferToGroup(const PlanFlatGroup &g, ElementRange range, Tensor buf,
+                     int64_t base);
+};
+
+void Executor::Impl::allocate() {
+  for (const PlanTensor &t : plan.tensors) {
+    Stored s;
+    s.info = &t;
+    bool device = t.placement == "device";
+    int64_t bytes = t.localNumel * bytesPerElement(t.dtype);
+    s.data = ex.memory.allocate(bytes, device);
+    if (device)
+      ex.persistentDevice += bytes;
+    tensors[t.name] = std::move(s);
+  }
+  for (const PlanFlatGroup &g : plan.flatGroups) {
+    groups[g.name] = &g;
+    std::vector<int64_t> numels;
+    for (const std::string &p : g.params)
+      numels.push_back(tensor(p).info->numel);
+    layouts.emplace(g.name, FlatGroupLayout(numels, ws));
+  }
+  for (const PlanPhase &ph : plan.phases)
+    if (ph.memory)
+      ex.arenaSize = std::max(ex.arenaSize, ph.memory->arenaBytes);
+  // One arena serves both phases: they never run at once.
+  arena = ex.memory.allocate(ex.arenaSize, true);
+}
+
+void Executor::Impl::initialize(uint64_t seed) {
+  std::vector<float> buf;
+  auto fill = [&](Stored &s, const PlanTensor &param, bool sharded) {
+    int64_t n = s.info->localNumel;
+    buf.assign(size_t(n), 0.0f);
+    if (sharded)
+      initShard(param, param.init, seed, ParamShardLayout{param.numel, ws},
+                rank, buf.data());
+    else
+      initParameter(param, param.init, seed, 0, param.numel, buf.data());
+    Tensor src{buf.data(), DType::F32, {n}};
+    cpu::castTensor(src, s.view());
+  };
+  for (auto &[name, s] : tensors) {
+    const PlanTensor &t = *s.info;
+    if (t.role == "param") {
+      fill(s, t, t.sharded);
+    } else if (t.role == "master") {
+      if (auto it = groups.find(t.of); it != groups.end()) {
+        buf.assign(size_t(t.localNumel), 0.0f);
+        initShard(plan, *it->second, seed, rank, buf.data());
+        std::memcpy(s.data.get(), buf.data(), buf.size() * sizeof(float));
+      } else {
+        const PlanTensor &param = *tensor(t.of).info;
+        fill(s, param, t.sharded);
+      }
+    }
+  }
+}
+
+void Executor::Impl::groupToBuffer(const PlanFlatGroup &g, ElementRange range,
+                                   Tensor buf, int64_t base) {
+  const FlatGroupLayout &l = layouts.at(g.name);
+  for (size_t k = 0; k < g.params.size(); ++k) {
+    ElementRange part = l.param(k).intersect(range);
+    if (part.empty())
+      continue;
+    Tensor p = tensor(g.params[k]).view();
+    cpu::copyElements(p, part.begin - l.offsets[k], buf, part.begin - base,
+                      part.size());
+  }
+}
+
+void Executor::Impl::bufferToGroup(const PlanFlatGroup &g, ElementRange range,
+                                   Tensor buf, int64_t base) {
+  const FlatGroupLayout &l = layouts.at(g.name);
+  for (size_t k = 0; k < g.params.size(); ++k) {
+    ElementRange part = l.param(k).intersect(range);
+    if (part.empty())
+      continue;
+    Tensor p = tensor(g.params[k]).view();
+    cpu::copyElements(buf, part.begin - base, p, part.begin - l.offsets[k],
+                      part.size());
+  }
+}
+
+void Executor::Impl::define(int64_t id) {
+  auto it = valueInfo.find(id);
+  if (it == valueInfo.end())
+    fail("phase " + phase->name + " has no value " + std::to_string(id));
+  const PlanValue &v = *it->second;
+  Tensor t{nullptr, v.dtype, v.shape};
+  int64_t bytes = std::max<int64_t>(t.bytes(), v.bytes);
+  if (v.offset >= 0) {
+    if (v.offset + bytes > ex.arenaSize)
+      fail("value " + std::to_string(id) + " at arena offset " +
+           std::to_string(v.offset) + " does not fit the arena of " +
+           std::to_string(ex.arenaSize) + " bytes");
+    t.data = arena.get() + v.offset;
+  } else {
+    unplanned.push_back(ex.memory.allocate(bytes, true));
+    t.data = unplanned.back().get();
+  }
+  values[id] = t;
+}
+
+void Executor::Impl::runPhase(const PlanPhase &ph, const DataLoader *data,
+                              int64_t step, int64_t micro) {
+  phase = &ph;
+  valueInfo.clear();
+  values.clear();
+  unplanned.clear();
+  pending.clear();
+  waitOf.clear();
+  saved.clear();
+  stageBase = stageTop =
+      ph.memory ? (ph.memory->arenaBytes + 255) / 256 * 256 : 0;
+  for (const PlanValue &v : ph.values)
+    valueInfo[v.id] = &v;
+  for (const PlanOp &op : ph.ops)
+    if (op.kind == "wait")
+      for (int64_t d : op.deps)
+        waitOf[d] = &op;
+  for (int64_t id : ph.args)
+    define(id);
+  if (data && ph.args.size() >= 2) {
+    auto t0 = Clock::now();
+    if (auto err = data->load(step, micro, value(ph.args[0]).i32(),
+                              value(ph.args[1]).i32()))
+      fail(err->str());
+    computeSeconds += since(t0);
+  }
+  for (const PlanOp &op : ph.ops)
+    runOp(op);
+  for (auto &[index, p] : pending)
+    if (!p.handles.empty() || !p.after.empty())
+      fail("phase " + ph.name + ": op " + std::to_string(index) +
+           " was started but never waited for");
+}
+
+void Executor::Impl::runOp(const PlanOp &op) {
+  const std::string &k = op.kind;
+  if (k == "wait") {
+    wait(op);
+    return;
+  }
+  auto t0 = Clock::now();
+  if (k == "read") {
+    // A view of a persistent tensor: no copy.
+    const PlanValue &v = *valueInfo.at(op.outputs.at(0));
+    Stored &s = tensor(op.tensors.at(0));
+    values[v.id] = Tensor{s.data.get(), v.dtype, v.shape};
+    if (v.dtype != s.info->dtype)
+      fail("op " + std::to_string(op.index) + " reads " + s.info->name +
+           " as a different dtype");
+  } else if (k == "release" || k == "return") {
+    // Arena values need no freeing.
+  } else if (k == "accumulate") {
+    Stored &s = tensor(op.tensors.at(0));
+    Tensor g = value(op.inputs.at(0));
+    Tensor acc = slice(s.view(), attrI(op, "offset", 0), g.numel());
+    check(cpu::accumulate(acc, g), op);
+  } else if (k == "zero_grads") {
+    for (const std::string &name : op.tensors)
+      check(cpu::zeroTensor(tensor(name).view()), op);
+  } else if (k == "all_gather_start") {
+    startAllGather(op);
+  } else if (k == "reduce_scatter_start") {
+    startReduceScatter(op);
+  } else if (k == "all_reduce_start") {
+    startAllReduce(op);
+  } else if (k == "all_gather_updates_start") {
+    startAllGatherUpdates(op);
+  } else if (k == "fetch_start" || k == "copy_start") {
+    startCopy(op);
+  } else if (k == "adam_update") {
+    adamUpdate(op);
+  } else if (k == "clip_grad_norm") {
+    clipGradNorm(op);
+  } else if (k == "unscale_grads") {
+    unscale(op);
+  } else {
+    for (int64_t id : op.outputs)
+      define(id);
+    compute(op);
+  }
+  computeSeconds += since(t0);
+}
+
+void Executor::Impl::compute(const PlanOp &op) {
+  const std::string &k = op.kind;
+  auto in = [&](size_t i) -> Tensor & { return value(op.inputs.at(i)); };
+  auto out = [&](size_t i) -> Tensor & { return value(op.outputs.at(i)); };
+  std::string savedKey = (k.size() > 9 && k.substr(k.size() - 9) == "_backward"
+                              ? k.substr(0, k.size() - 9)
+                              : k) +
+                         "@" + op.where;
+  float *savedPtr = nullptr;
+  if (op.savedOffset >= 0 && op.savedBytes > 0) {
+    if (op.savedOffset + op.savedBytes > ex.arenaSize)
+      fail("op " + std::to_string(op.index) +
+           ": saved state outside the arena");
+    savedPtr = reinterpret_cast<float *>(arena.get() + op.savedOffset);
+  }
+  auto savedFor = [&]() -> float * {
+    if (op.where.empty())
+      return nullptr;
+    auto it = saved.find(savedKey);
+    return it == saved.end() ? nullptr : it->second;
+  };
+  if (k == "embedding") {
+    check(cpu::embeddingForward(in(0), in(1), out(0)), op);
+  } else if (k == "position_embedding") {
+    check(cpu::positionEmbeddingForward(in(0), out(0)), op);
+  } else if (k == "linear") {
+    check(cpu::linearForward(in(0), in(1),
+                             op.inputs.size() > 2 ? &in(2) : nullptr, out(0)),
+          op);
+  } else if (k == "layernorm") {
+    if (savedPtr && !op.where.empty())
+      saved[savedKey] = savedPtr;
+    check(cpu::layerNormForward(in(0), in(1), in(2),
+                                float(attrF(op, "epsilon", 1e-5)), out(0),
+                                savedPtr),
+          op);
+  } else if (k == "rmsnorm") {
+    if (savedPtr && !op.where.empty())
+      saved[savedKey] = savedPtr;
+    check(cpu::rmsNormForward(in(0), in(1), float(attrF(op, "epsilon", 1e-5)),
+                              out(0), savedPtr),
+          op);
+  } else if (k == "gelu") {
+    check(cpu::geluForward(in(0), out(0)), op);
+  } else if (k == "silu") {
+    check(cpu::siluForward(in(0), out(0)), op);
+  } else if (k == "add") {
+    check(cpu::add(in(0), in(1), out(0)), op);
+  } else if (k == "mul") {
+    check(cpu::mul(in(0), in(1), out(0)), op);
+  } else if (k == "rotary") {
+    check(cpu::rotaryForward(in(0), attrI(op, "head_dim", 0),
+                             attrF(op, "theta", 10000.0), out(0)),
+          op);
+  } else if (k == "causal_attention") {
+    Tensor probs;
+    Tensor *pp = nullptr;
+    if (savedPtr) {
+      const Tensor &q = in(0);
+      probs = Tensor{savedPtr,
+                     out(0).dtype,
+                     {q.dim(0), attrI(op, "num_heads", 1), q.dim(1), q.dim(1)}};
+      if (probs.bytes() <= op.savedBytes) {
+        pp = &probs;
+        if (!op.where.empty())
+          saved[savedKey] = savedPtr;
+      }
+    }
+    check(cpu::attentionForward(in(0), in(1), in(2), attrI(op, "num_heads", 1),
+                                attrI(op, "num_kv_heads", 1), out(0), pp),
+          op);
+  } else if (k == "cross_entropy") {
+    check(cpu::crossEntropyForward(in(0), in(1), out(0)), op);
+  } else if (k == "backward_seed") {
+    double scale = 1.0;
+    if (op.attrs.contains("loss_scaling") &&
+        op.attrs["loss_scaling"].get<bool>())
+      scale = lossState.scale;
+    check(cpu::backwardSeed(attrI(op, "micro_steps", 1), scale, out(0)), op);
+  } else if (k == "cross_entropy_backward") {
+    check(cpu::crossEntropyBackward(in(0), in(1), in(2), out(0)), op);
+  } else if (k == "linear_grad_input") {
+    check(cpu::linearGradInput(in(0), in(1), out(0)), op);
+  } else if (k == "linear_grad_weight") {
+    check(cpu::linearGradWeight(in(0), in(1), out(0)), op);
+  } else if (k == "linear_grad_bias") {
+    check(cpu::linearGradBias(in(0), out(0)), op);
+  } else if (k == "layernorm_backward") {
+    check(cpu::layerNormBackward(in(0), in(1), in(2),
+                                 float(attrF(op, "epsilon", 1e-5)), savedFor(),
+                                 out(0), out(1), out(2)),
+          op);
+  } else if (k == "rmsnorm_backward") {
+    check(cpu::rmsNormBackward(in(0), in(1), in(2),
+                               float(attrF(op, "epsilon", 1e-5)), savedFor(),
+                               out(0), out(1)),
+          op);
+  } else if (k == "gelu_backward") {
+    check(cpu::geluBackward(in(0), in(1), out(0)), op);
+  } else if (k == "silu_backward") {
+    check(cpu::siluBackward(in(0), in(1), out(0)), op);
+  } else if (k == "rotary_backward") {
+    check(cpu::rotaryBackward(in(0), attrI(op, "head_dim", 0),
+                              attrF(op, "theta", 10000.0), out(0)),
+          op);
+  } else if (k == "causal_attention_backward") {
+    Tensor probs;
+    Tensor *pp = nullptr;
+    if (float *p = savedFor()) {
+      const Tensor &q = in(0);
+      probs = Tensor{p,
+                     in(3).dtype,
+                     {q.dim(0), attrI(op, "num_heads", 1), q.dim(1), q.dim(1)}};
+      pp = &probs;
+    }
+    check(cpu::attentionBackward(
+              in(0), in(1), in(2), in(3), in(4), attrI(op, "num_heads", 1),
+              attrI(op, "num_kv_heads", 1), pp, out(0), out(1), out(2)),
+          op);
+  } else if (k == "embedding_backward") {
+    check(cpu::embeddingBackward(in(0), in(1), out(0)), op);
+  } else if (k == "position_embedding_backward") {
+    check(cpu::positionEmbeddingBackward(in(0), out(0)), op);
+  } else {
+    fail("op " + std::to_string(op.index) + ": kind '" + k +
+         "' is not supported by the CPU executor");
+  }
+}
+
+void Executor::Impl::startAllGather(const PlanOp &op) {
+  // Stage 3: each input is this rank's shard of a parameter; the matching
+  // wait's outputs are the gathered (unpadded) parameters.
+  auto w = waitOf.find(op.index);
+  if (w == waitOf.end())
+    fail("op " + std::to_string(op.index) + " has no wait");
+  const PlanOp &wait = *w->second;
+  if (wait.outputs.size() != op.inputs.size())
+    fail("op " + std::to_string(op.index) + ": gathers " +
+         std::to_string(op.inputs.size()) + " shards, but its wait yields " +
+         std::to_string(wait.outputs.size()) + " values");
+  Pending &p = pending[op.index];
+  for (size_t i = 0; i < op.inputs.size(); ++i) {
+    define(wait.outputs[i]);
+    Tensor shard = value(op.inputs[i]);
+    Tensor full = value(wait.outputs[i]);
+    int64_t s = shard.numel();
+    if (s * ws == full.numel()) {
+      p.handles.push_back(
+          comm.allGather(shard.data, s, full.data, full.dtype, label(op)));
+    } else {
+      auto buf = stage(s * ws * bytesPerElement(full.dtype));
+      p.handles.push_back(
+          comm.allGather(shard.data, s, buf.get(), full.dtype, label(op)));
+      Tensor padded{buf.get(), full.dtype, {s * ws}};
+      p.after.push_back([padded, full]() {
+        cpu::copyElements(padded, 0, full, 0, full.numel());
+      });
+      p.staging.push_back(std::move(buf));
+    }
+  }
+}
+
+void Executor::Impl::startReduceScatter(const PlanOp &op) {
+  std::vector<std::string> targets = attrSList(op, "targets");
+  std::vector<int64_t> offsets = attrIList(op, "offsets");
+  if (targets.empty())
+    targets = op.tensors;
+  if (targets.size() != op.inputs.size() || offsets.size() != op.inputs.size())
+    fail("op " + std::to_string(op.index) +
+         ": reduce_scatter needs one target and offset per input");
+  Pending &p = pending[op.index];
+  for (size_t i = 0; i < op.inputs.size(); ++i) {
+    Tensor g = value(op.inputs[i]);
+    Stored &target = tensor(targets[i]);
+    const PlanTensor &t = *target.info;
+    int64_t n = g.numel(), off = offsets[i];
+    DType dt = g.dtype;
+    int64_t esize = bytesPerElement(dt);
+    if (const PlanFlatGroup *grp = groupOf(t)) {
+      const FlatGroupLayout &l = layouts.at(grp->name);
+      ElementRange range{off, off + n};
+      std::vector<int64_t> counts = bucketCounts(l, range);
+      ElementRange mine = range.intersect(l.partition(rank));
+      int64_t recvN = counts[size_t(rank)];
+      auto buf = stage(std::max<int64_t>(recvN, 1) * esize);
+      if (t.sharded) {
+        // Stage 2: accumulate the owned part into the gradient partition.
+        p.handles.push_back(
+            comm.reduceScatter(g.data, counts, buf.get(), dt, true, label(op)));
+        Tensor recv{buf.get(), dt, {recvN}};
+        Tensor dst = target.view();
+        int64_t at = mine.begin - l.partition(rank).begin;
+        p.after.push_back([recv, dst, at, recvN]() {
+          if (recvN > 0)
+            cpu::accumulate(slice(dst, at, recvN), recv);
+        });
+      } else {
+        // Stage 1: in place on the replicated flat buffer; keep the owned
+        // partition.
+        p.handles.push_back(
+            comm.reduceScatter(g.data, counts, buf.get(), dt, true, label(op)));
+        Tensor recv{buf.get(), dt, {recvN}};
+        Tensor dst = target.view();
+        int64_t at = mine.begin;
+        p.after.push_back([recv, dst, at, recvN]() {
+          if (recvN > 0)
+            cpu::copyElements(recv, 0, dst, at, recvN);
+        });
+      }
+      p.staging.push_back(std::move(buf));
+    } else {
+      // Stage 3: the gradient of a whole parameter into its shard.
+      ParamShardLayout l{t.numel, ws};
+      int64_t s = l.shardSize();
+      if (!t.sharded)
+        fail("op " + std::to_string(op.index) + ": reduce_scatter into " +
+             t.name + ", which is neither sharded nor in a flat group");
+      if (off != 0 || n != t.numel)
+        fail("op " + std::to_string(op.index) + ": reduce_scatter of " +
+             std::to_string(n) + " elements at offset " + std::to_string(off) +
+             " into " + t.name + " of " + std::to_string(t.numel));
+      const void *send = g.data;
+      if (s * ws != n) {
+        auto padded = stage(s * ws * esize);
+        std::memcpy(padded.get(), g.data, size_t(n * esize));
+        send = padded.get();
+        p.staging.push_back(std::move(padded));
+      }
+      auto buf = stage(s * esize);
+      p.handles.push_back(
+          comm.reduceScatter(send, std::vector<int64_t>(size_t(ws), s),
+                             buf.get(), dt, true, label(op)));
+      Tensor recv{buf.get(), dt, {s}};
+      Tensor dst = target.view();
+      p.after.push_back([recv, dst]() { cpu::accumulate(dst, recv); });
+      p.staging.push_back(std::move(buf));
+    }
+  }
+}
+
+void Executor::Impl::startAllReduce(const PlanOp &op) {
+  if (!op.inputs.empty())
+    fail("op " + std::to_string(op.index) +
+         ": all_reduce of transient values (reduce_scatter: false) is not "
+         "supported yet");
+  Pending &p = pending[op.index];
+  std::vector<std::string> names = attrSList(op, "tensors");
+  if (names.empty())
+    names = op.tensors;
+  for (const std::string &name : names) {
+    Stored &s = tensor(name);
+    p.handles.push_back(comm.allReduce(s.data.get(), s.info->localNumel,
+                                       s.info->dtype, true, label(op)));
+  }
+}
+
+void Executor::Impl::startAllGatherUpdates(const PlanOp &op) {
+  if (overflow) { // The update was skipped: nothing changed.
+    pending[op.index];
+    return;
+  }
+  std::vector<std::string> targets = attrSList(op, "targets");
+  if (targets.empty())
+    targets = op.tensors;
+  Pending &p = pending[op.index];
+  for (const std::string &name : targets) {
+    if (auto g = groups.find(name); g != groups.end()) {
+      const PlanFlatGroup &grp = *g->second;
+      const FlatGroupLayout &l = layouts.at(name);
+      DType dt = tensor(grp.params.at(0)).info->dtype;
+      int64_t P = l.partitionSize();
+      auto buf = stage(l.padded * bytesPerElement(dt));
+      Tensor all{buf.get(), dt, {l.padded}};
+      groupToBuffer(grp, l.partition(rank), all, 0);
+      char *mine = buf.get() + rank * P * bytesPerElement(dt);
+      p.handles.push_back(comm.allGather(mine, P, buf.get(), dt, label(op)));
+      p.after.push_back([this, &grp, all, &l]() {
+        bufferToGroup(grp, {0, l.numel}, all, 0);
+      });
+      p.staging.push_back(std::move(buf));
+    } else {
+      Stored &s = tensor(name);
+      const PlanTensor &t = *s.info;
+      if (t.sharded)
+        continue; // A sharded parameter is gathered when used.
+      ParamShardLayout l{t.numel, ws};
+      int64_t sz = l.shardSize();
+      int64_t es = bytesPerElement(t.dtype);
+      auto buf = stage(sz * ws * es);
+      ElementRange own = l.ownedBy(rank);
+      std::memcpy(buf.get() + rank * sz * es, s.data.get() + own.begin * es,
+                  size_t(own.size() * es));
+      char *mine = buf.get() + rank * sz * es;
+      p.handles.push_back(
+          comm.allGather(mine, sz, buf.get(), t.dtype, label(op)));
+      char *dst = s.data.get();
+      char *src = buf.get();
+      int64_t bytes = t.numel * es;
+      p.after.push_back(
+          [dst, src, bytes]() { std::memcpy(dst, src, size_t(bytes)); });
+      p.staging.push_back(std::move(buf));
+    }
+  }
+}
+
+void Executor::Impl::startCopy(const PlanOp &op) {
+  Pending &p = pending[op.index];
+  if (op.kind == "fetch_start") {
+    auto w = waitOf.find(op.index);
+    if (w == waitOf.end())
+      fail("op " + std::to_string(op.index) + " has no wait");
+    const PlanOp &wait = *w->second;
+    std::vector<std::string> names = attrSList(op, "tensors");
+    if (names.empty())
+      names = op.tensors;
+    if (names.size() != wait.outputs.size())
+      fail("op " + std::to_string(op.index) +
+           ": fetch_start and its wait disagree on the tensor count");
+    for (size_t i = 0; i < names.size(); ++i) {
+      define(wait.outputs[i]);
+      Tensor dst = value(wait.outputs[i]);
+      Tensor src = tensor(names[i]).view();
+      check(cpu::castTensor(src, dst), op);
+    }
+    return;
+  }
+  std::vector<std::string> src = attrSList(op, "sources");
+  std::vector<std::string> dst = attrSList(op, "destinations");
+  if (src.size() != dst.size())
+    fail("op " + std::to_string(op.index) +
+         ": copy_start needs as many "
+         "sources as destinations");
+  if (overflow)
+    return;
+  for (size_t i = 0; i < src.size(); ++i) {
+    Tensor a = tensor(src[i]).view(), b = tensor(dst[i]).view();
+    if (a.numel() == b.numel())
+      check(cpu::castTensor(a, b), op);
+    else
+      fail("op " + std::to_string(op.index) + ": copy_start from " + src[i] +
+           " to " + dst[i] + " of different sizes is not supported yet");
+  }
+  (void)p;
+}
+
+void Executor::Impl::wait(const PlanOp &op) {
+  for (int64_t d : op.deps) {
+    auto it = pending.find(d);
+    if (it == pending.end())
+      continue;
+    Pending &p = it->second;
+    auto t0 = Clock::now();
+    for (CommHandle &h : p.handles)
+      comm.wait(h);
+    waitSeconds += since(t0);
+    auto t1 = Clock::now();
+    for (auto &f : p.after)
+      f();
+    computeSeconds += since(t1);
+    pending.erase(it);
+  }
+  if (pending.empty())
+    stageTop = stageBase;
+}
+
+void Executor::Impl::adamUpdate(const PlanOp &op) {
+  if (overflow)
+    return;
+  cpu::AdamSettings set;
+  set.lr = attrF(op, "lr", 1e-3);
+  set.beta1 = attrF(op, "beta1", 0.9);
+  set.beta2 = attrF(op, "beta2", 0.999);
+  set.eps = attrF(op, "eps", 1e-8);
+  set.weightDecay = attrF(op, "weight_decay", 0.0);
+  set.adamw = op.attrs.contains("adamw") && op.attrs["adamw"].is_boolean() &&
+              op.attrs["adamw"].get<bool>();
+  std::string paramName = attrS(op, "param");
+  Stored &m = tensor(attrS(op, "exp_avg"));
+  Stored &v = tensor(attrS(op, "exp_avg_sq"));
+  Stored &gs = tensor(attrS(op, "grad"));
+  std::string masterName = attrS(op, "master");
+  int64_t n = m.info->localNumel;
+  int64_t stageMark = stageTop;
+
+  // The gradient: the whole local tensor, or (stage 1) the owned partition
+  // of the replicated flat buffer.
+  Tensor grad = gs.view();
+  const PlanFlatGroup *grp = nullptr;
+  if (auto g = groups.find(paramName); g != groups.end())
+    grp = g->second;
+  if (grad.numel() != n) {
+    if (!grp)
+      fail("op " + std::to_string(op.index) + ": gradient " + gs.info->name +
+           " does not match its optimizer state");
+    grad = slice(grad, layouts.at(grp->name).partition(rank).begin, n);
+  }
+
+  // This rank's part of the parameter, in its own dtype.
+  Tensor param;
+  std::shared_ptr<char> temp;
+  std::function<void()> writeBack;
+  if (grp) {
+    const FlatGroupLayout &l = layouts.at(grp->name);
+    DType dt = tensor(grp->params.at(0)).info->dtype;
+    temp = stage(n * bytesPerElement(dt));
+    param = Tensor{temp.get(), dt, {n}};
+    ElementRange part = l.partition(rank);
+    groupToBuffer(*grp, part, param, part.begin);
+    writeBack = [this, grp, part, param]() {
+      bufferToGroup(*grp, part, param, part.begin);
+    };
+  } else {
+    Stored &ps = tensor(paramName);
+    if (ps.info->localNumel == n) {
+      param = ps.view();
+    } else {
+      // A persistent (whole) stage-3 parameter with sharded states.
+      ParamShardLayout l{ps.info->numel, ws};
+      ElementRange own = l.ownedBy(rank);
+      DType dt = ps.info->dtype;
+      temp = stage(n * bytesPerElement(dt));
+      param = Tensor{temp.get(), dt, {n}};
+      Tensor full = ps.view();
+      if (own.size() > 0)
+        cpu::copyElements(full, own.begin, param, 0, own.size());
+      writeBack = [param, full, own]() {
+        if (own.size() > 0)
+          cpu::copyElements(param, 0, full, own.begin, own.size());
+      };
+    }
+  }
+  Tensor master = param;
+  const Tensor *param16 = nullptr;
+  Tensor masterView;
+  if (!masterName.empty()) {
+    masterView = tensor(masterName).view();
+    master = masterView;
+    param16 = &param;
+  } else if (param.dtype != DType::F32) {
+    fail("op " + std::to_string(op.index) + ": a 16-bit parameter " +
+         paramName + " without a master copy");
+  }
+  check(cpu::adamUpdate(set, adamSteps + 1, grad, master, m.view(), v.view(),
+                        param16),
+        op);
+  if (writeBack)
+    writeBack();
+  stageTop = stageMark; // Pops the temporary partition.
+}
+
+void Executor::Impl::clipGradNorm(const PlanOp &op) {
+  if (overflow)
+    return;
+  std::vector<std::string> names = attrSList(op, "grads");
+  if (names.empty())
+    names = op.tensors;
+  // Sharded and flat-group gradients: each rank sums what it owns, then the
+  // sums are all-reduced. Replicated gradients are the same on every rank.
+  double shared = 0, local = 0;
+  for (const std::string &name : names) {
+    Stored &s = tensor(name);
+    Tensor g = s.view();
+    if (const PlanFlatGroup *grp = groupOf(*s.info)) {
+      const FlatGroupLayout &l = layouts.at(grp->name);
+      if (!s.info->sharded)
+        g = slice(g, l.partition(rank).begin, l.partitionSize());
+      shared += cpu::sumOfSquares(g);
+    } else if (s.info->sharded) {
+      shared += cpu::sumOfSquares(g);
+    } else {
+      local += cpu::sumOfSquares(g);
+    }
+  }
+  auto t0 = Clock::now();
+  double total =
+      (ws > 1 ? comm.allReduceScalar(shared, ScalarOp::Sum, label(op))
+              : shared) +
+      local;
+  waitSeconds += since(t0);
+  float coef = cpu::clipCoefficient(total, attrF(op, "max_norm", 1.0));
+  if (coef != 1.0f)
+    for (const std::string &name : names)
+      check(cpu::scaleInPlace(tensor(name).view(), coef), op);
+}
+
+void Executor::Impl::unscale(const PlanOp &op) {
+  std::vector<std::string> names = attrSList(op, "grads");
+  if (names.empty())
+    names = op.tensors;
+  bool over = false;
+  for (const std::string &name : names)
+    check(cpu::unscaleGrads(tensor(name).view(), lossState.scale, over), op);
+  auto t0 = Clock::now();
+  double any =
+      ws > 1 ? comm.allReduceScalar(over ? 1.0 : 0.0, ScalarOp::Max, label(op))
+             : (over ? 1.0 : 0.0);
+  waitSeconds += since(t0);
+  overflow = any > 0;
+}
+
+//===----------------------------------------------------------------------===//
+// Executor
+//===----------------------------------------------------------------------===//
+
+Executor::Executor(Plan plan, Communicator &comm)
+    : thePlan(std::move(plan)), comm(comm) {}
+Executor::~Executor() = default;
+
+int64_t Executor::predictedPeakBytes() const {
+  int64_t arenaMax = 0;
+  for (const PlanPhase &ph : thePlan.phases)
+    if (ph.memory)
+      arenaMax = std::max(arenaMax, ph.memory->arenaBytes);
+  return persistentDevice + arenaMax;
+}
+
+Expected<std::unique_ptr<Executor>>
+Executor::create(Plan plan, Communicator &comm,
+                 const ExecutorOptions &options) {
+  if (plan.worldSize != comm.size())
+    return Diagnostic{
+        "", 0, 0,
+        "PLAN is for " + std::to_string(plan.worldSize) +
+            " ranks, but mpirun started " + std::to_string(comm.size()) +
+            " (recompile it with --world-size " + std::to_string(comm.size()) +
+            " or run mpirun -np " + std::to_string(plan.worldSize) + ")"};
+  if (!plan.findPhase("micro_step") || !plan.findPhase("optimizer_step"))
+    return Diagnostic{"", 0, 0,
+                      "the plan lacks a micro_step or optimizer_step phase"};
+  std::unique_ptr<Executor> ex(new Executor(std::move(plan), comm));
+  ex->impl = std::make_unique<Impl>(*ex, comm);
+  // The loss scale is needed by the first micro-step's backward seed.
+  for (const PlanPhase &ph : ex->thePlan.phases)
+    for (const PlanOp &op : ph.ops)
+      if (op.kind == "unscale_grads" && !ex->impl->haveLossState) {
+        cpu::LossScaleSettings &ls = ex->impl->lossSettings;
+        ls.staticLossScale = attrF(op, "static_loss_scale", 0.0);
+        ls.initialScalePower = attrI(op, "initial_scale_power", 16);
+        ls.lossScaleWindow = attrI(op, "loss_scale_window", 1000);
+        ls.hysteresis = attrI(op, "hysteresis", 2);
+        ls.minLossScale = attrF(op, "min_loss_scale", 1.0);
+        ex->impl->lossState = cpu::initialLossScale(ls);
+        ex->impl->haveLossState = true;
+      }
+  // The vocabulary: the logits' last dimension.
+  const PlanPhase &micro = *ex->thePlan.findPhase("micro_step");
+  for (const PlanOp &op : micro.ops)
+    if (op.kind == "cross_entropy" && !op.inputs.empty())
+      for (const PlanValue &v : micro.values)
+        if (v.id == op.inputs[0] && !v.shape.empty())
+          ex->vocab = v.shape.back();
+  if (ex->vocab <= 0)
+    return Diagnostic{"", 0, 0,
+                      "the plan's micro_step has no cross_entropy op to take "
+                      "the vocabulary size from"};
+  try {
+    ex->impl->allocate();
+    ex->impl->initialize(options.seed);
+  } catch (const std::exception &e) {
+    return Diagnostic{"", 0, 0, e.what()};
+  }
+  return ex;
+}
+
+Expected<StepResult> Executor::runStep(const DataLoader &data, int64_t step) {
+  Impl &s = *impl;
+  StepResult r;
+  r.step = step + 1;
+  auto t0 = Clock::now();
+  s.computeSeconds = s.waitSeconds = 0;
+  s.overflow = false;
+  try {
+    const PlanPhase &micro = *thePlan.findPhase("micro_step");
+    const PlanPhase &opt = *thePlan.findPhase("optimizer_step");
+    int64_t lossId = -1;
+    for (const PlanOp &op : micro.ops)
+      if (op.kind == "return" && !op.inputs.empty())
+        lossId = op.inputs[0];
+    double lossSum = 0;
+    for (int64_t m = 0; m < thePlan.gradientAccumulationSteps; ++m) {
+      s.runPhase(micro, &data, step, m);
+      if (lossId >= 0)
+        lossSum += cpu::loadElement(s.value(lossId), 0);
+    }
+    double localMean = lossSum / double(thePlan.gradientAccumulationSteps);
+    r.lossScale = s.lossState.scale;
+    s.runPhase(opt, nullptr, step, 0);
+    if (s.haveLossState)
+      cpu::updateLossScale(s.lossSettings, s.overflow, s.lossState);
+    r.skipped = s.overflow;
+    if (!s.overflow)
+      ++s.adamSteps;
+    s.overflow = false;
+    auto tw = Clock::now();
+    r.loss = comm.size() > 1 ? comm.allReduceScalar(localMean, ScalarOp::Sum,
+                                                    OpLabel{-1, "step loss"}) /
+                                   double(comm.size())
+                             : localMean;
+    s.waitSeconds += since(tw);
+  } catch (const std::exception &e) {
+    return Diagnostic{"", 0, 0, e.what()};
+  }
+  r.computeSeconds = s.computeSeconds;
+  r.waitSeconds = s.waitSeconds;
+  r.seconds = since(t0);
+  r.tokens = thePlan.model.microBatch * thePlan.model.seqLen *
+             thePlan.gradientAccumulationSteps * comm.size();
+  return r;
+}
+
+} // namespace zeroc::runtime

@@ -1,0 +1,97 @@
+//===- Executor.h - Runs a plan's training steps on the CPU -----*- C++ -*-===//
+//
+// The executor of zerorun's CPU backend: it loads a plan (zeroc::loadPlan),
+// allocates this rank's persistent tensors and the phases' transient arena,
+// initializes the parameters (runtime/init), and runs training steps:
+// `micro_step` gradient_accumulation_steps times, fed by the data loader,
+// then `optimizer_step`. Ops run in program order on one thread (valid: every
+// dependency points backwards); collectives are started asynchronously at
+// their `*_start` op and completed at their `wait`. docs/zerorun.md.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZEROC_RUNTIME_EXEC_EXECUTOR_H
+#define ZEROC_RUNTIME_EXEC_EXECUTOR_H
+
+#include "comm/Communicator.h"
+#include "data/DataLoader.h"
+#include "zeroc/Plan/Plan.h"
+#include "zeroc/Support/Diagnostic.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace zeroc::runtime {
+
+/// Counts the bytes the executor allocates, by placement, and the device
+/// high-water mark.
+class MemoryTracker {
+public:
+  /// 64-byte aligned, zero-filled. `device` selects the counter.
+  std::shared_ptr<char> allocate(int64_t bytes, bool device);
+  int64_t deviceBytes() const { return device; }
+  int64_t hostBytes() const { return host; }
+  int64_t devicePeak() const { return peak; }
+
+private:
+  int64_t device = 0, host = 0, peak = 0;
+};
+
+struct ExecutorOptions {
+  uint64_t seed = 0;
+};
+
+/// What one optimizer step did.
+struct StepResult {
+  int64_t step = 0;          ///< 1-based.
+  double loss = 0;           ///< Mean over the global batch.
+  double seconds = 0;        ///< Wall time of the step.
+  double computeSeconds = 0; ///< In kernels and local sched ops.
+  double waitSeconds = 0;    ///< Blocked in collective waits.
+  int64_t tokens = 0;        ///< Global tokens of the step.
+  bool skipped = false;      ///< fp16 overflow: the update was skipped.
+  double lossScale = 1.0;
+};
+
+class Executor {
+public:
+  /// Checks the world size against `comm`, allocates and initializes.
+  static Expected<std::unique_ptr<Executor>>
+  create(Plan plan, Communicator &comm, const ExecutorOptions &options);
+  ~Executor();
+
+  /// Runs one training step: micro-steps (inputs from `data`) then the
+  /// optimizer step. `step` is 0-based (the data loader's step).
+  Expected<StepResult> runStep(const DataLoader &data, int64_t step);
+
+  const Plan &plan() const { return thePlan; }
+  /// The vocabulary size (the logits' last dimension).
+  int64_t vocabSize() const { return vocab; }
+  /// Device high-water mark: persistent device tensors, the arena, and the
+  /// staging buffers of collectives.
+  int64_t measuredPeakBytes() const { return memory.devicePeak(); }
+  /// The plan's: persistent device bytes plus the larger phase arena.
+  int64_t predictedPeakBytes() const;
+  int64_t persistentDeviceBytes() const { return persistentDevice; }
+  int64_t arenaBytes() const { return arenaSize; }
+
+  struct Impl;
+
+private:
+  Executor(Plan plan, Communicator &comm);
+  Plan thePlan;
+  Communicator &comm;
+  MemoryTracker memory;
+  int64_t vocab = 0;
+  int64_t persistentDevice = 0;
+  int64_t arenaSize = 0;
+  std::unique_ptr<Impl> impl;
+};
+
+} // namespace zeroc::runtime
+
+#endif // ZEROC_RUNTIME_EXEC_EXECUTOR_H
