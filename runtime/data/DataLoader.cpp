@@ -160,10 +160,23 @@ std::optional<Diagnostic> writeTokenFile(const std::string &path,
 SyntheticTokens::SyntheticTokens(uint64_t seed, int64_t vocabSize)
     : seed(seed), vocabSize(vocabSize) {}
 
+// A stream a model can learn, so that `--synthetic` shows a falling loss:
+// a fixed random sequence of kSyntheticPeriod tokens repeated, with one token
+// in kSyntheticNoise replaced by a uniform draw. Both are functions of the
+// position alone (counter-based), so any window can be read directly.
+constexpr uint64_t kSyntheticPeriod = 61;
+constexpr uint32_t kSyntheticNoise = 10;
+
 void SyntheticTokens::read(int64_t begin, int64_t n, uint32_t *out) const {
-  CounterRng rng(seed, std::string_view("zeroc.synthetic-tokens"));
-  for (int64_t i = 0; i < n; ++i)
-    out[i] = rng.below(uint64_t(begin + i), uint32_t(vocabSize));
+  CounterRng pattern(seed, std::string_view("zeroc.synthetic-pattern"));
+  CounterRng noise(seed, std::string_view("zeroc.synthetic-tokens"));
+  for (int64_t i = 0; i < n; ++i) {
+    uint64_t position = uint64_t(begin + i);
+    bool replaced = noise.below(2 * position + 1, kSyntheticNoise) == 0;
+    out[i] = replaced ? noise.below(2 * position, uint32_t(vocabSize))
+                      : pattern.below(position % kSyntheticPeriod,
+                                      uint32_t(vocabSize));
+  }
 }
 
 //===----------------------------------------------------------------------===//

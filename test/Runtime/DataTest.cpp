@@ -279,8 +279,24 @@ TEST(DataLoader, SyntheticStreamIsDeterministic) {
     EXPECT_LT(t, 50257);
     ++seen[t];
   }
-  EXPECT_GT(seen.size(), 200u); // 256 draws from 50257 ids rarely repeat.
+  // 256 tokens: the 61-token pattern, plus about one in ten noise draws.
+  EXPECT_GE(seen.size(), 61u);
+  EXPECT_LT(seen.size(), 61u + 60u);
   // Targets are the next tokens.
   for (int64_t i = 0; i + 1 < 64; ++i)
     EXPECT_EQ(x.targets[size_t(i)], x.inputs[size_t(i + 1)]);
+}
+
+// The stream is learnable: the token 61 positions later is the same one
+// about 9 times in 10 (0.9 x 0.9 when either may be noise, plus chance).
+TEST(DataLoader, SyntheticStreamRepeatsItsPattern) {
+  zeroc::runtime::SyntheticTokens tokens(7, 256);
+  std::vector<uint32_t> t(61 * 200);
+  tokens.read(0, int64_t(t.size()), t.data());
+  int same = 0, total = 0;
+  for (size_t i = 0; i + 61 < t.size(); ++i, ++total)
+    same += t[i] == t[i + 61];
+  double rate = double(same) / total;
+  EXPECT_GT(rate, 0.78);
+  EXPECT_LT(rate, 0.84);
 }
