@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Builds zeroc and runs its main job on a bundled example: GPT-2 (124M) from
 # its Hugging Face config.json, compiled with a DeepSpeed ZeRO-3 config for 8
-# ranks into a plan file, then inspected.
+# ranks into a plan file, then inspected; then a tiny model trained by zerorun.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${BUILD_DIR:-$root/build}"
 
-"$root/scripts/build.sh" zeroc >/dev/null
+"$root/scripts/build.sh" zeroc zerorun >/dev/null
 
 out="$build/demo"
 mkdir -p "$out"
@@ -17,3 +17,9 @@ set -x
 "$build/bin/zeroc" "$out/gpt2.mlir" --config "$root/examples/ds_configs/zero3.json" \
   --world-size 8 -o "$out/gpt2-zero3.plan.json"
 "$build/bin/zeroc" inspect "$out/gpt2-zero3.plan.json"
+
+# Then train a tiny model for real on one rank (mpirun -np N for more).
+"$build/bin/zeroc" gen --preset tiny-gpt2 --seq-len 16 --micro-batch 2 --quiet \
+  -o "$out/tiny.mlir"
+"$build/bin/zeroc" "$out/tiny.mlir" --world-size 1 --quiet -o "$out/tiny.plan.json"
+"$build/bin/zerorun" "$out/tiny.plan.json" --synthetic --steps 10
