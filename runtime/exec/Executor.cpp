@@ -958,6 +958,84 @@ Executor::create(Plan plan, Communicator &comm,
   return ex;
 }
 
+std::vector<ConstBytes> Executor::tensorData() const {
+  std::vector<ConstBytes> out;
+  for (const PlanTensor &t : thePlan.tensors) {
+    const Stored &s = impl->tensors.at(t.name);
+    out.push_back({reinterpret_cast<const std::byte *>(s.data.get()),
+                   size_t(t.localNumel * bytesPerElement(t.dtype))});
+  }
+  return out;
+}
+
+std::vector<MutableBytes> Executor::mutableTensorData() {
+  std::vector<MutableBytes> out;
+  for (const PlanTensor &t : thePlan.tensors) {
+    Stored &s = impl->tensors.at(t.name);
+    out.push_back({reinterpret_cast<std::byte *>(s.data.get()),
+                   size_t(t.localNumel * bytesPerElement(t.dtype))});
+  }
+  return out;
+}
+
+int64_t Executor::samplesPerStep() const {
+  return thePlan.model.microBatch * thePlan.gradientAccumulationSteps *
+         comm.size();
+}
+
+TrainingState Executor::trainingState(int64_t stepsDone) const {
+  const Impl &s = *impl;
+  TrainingState st;
+  st.step = stepsDone;
+  st.lossScale = s.haveLossState ? s.lossState.scale : 1.0;
+  st.lossScaleGoodSteps =
+      s.haveLossState ? s.lossState.iteration - s.lossState.lastOverflow - 1
+                      : 0;
+  st.hysteresisLeft = s.haveLossState ? s.lossState.hysteresisLeft : 0;
+  st.skippedSteps = stepsDone - s.adamSteps;
+  st.dataPosition = uint64_t(stepsDone * samplesPerStep());
+  st.extra = nlohmann::json::object(
+      {{"adam_steps", s.adamSteps},
+       {"loss_scale_iteration", s.lossState.iteration},
+       {"loss_scale_last_overflow", s.lossState.lastOverflow}});
+  return st;
+}
+
+Expected<Done> Executor::restoreTrainingState(const TrainingState &st) {
+  Impl &s = *impl;
+  auto bad = [](const std::string &m) { return Diagnostic{"", 0, 0, m}; };
+  if (st.step < 0 || st.skippedSteps < 0 || st.skippedSteps > st.step)
+    return bad("the checkpoint's training state is inconsistent: step " +
+               std::to_string(st.step) + ", skipped steps " +
+               std::to_string(st.skippedSteps));
+  if (st.dataPosition != uint64_t(st.step * samplesPerStep()))
+    return bad("the checkpoint's data position " +
+               std::to_string(st.dataPosition) + " is not step " +
+               std::to_string(st.step) + " x " +
+               std::to_string(samplesPerStep()) +
+               " samples per step: the global batch differs from this plan's");
+  auto counter = [&](const char *key, int64_t dflt) {
+    auto it = st.extra.find(key);
+    return it != st.extra.end() && it->is_number_integer() ? it->get<int64_t>()
+                                                           : dflt;
+  };
+  int64_t adamSteps = counter("adam_steps", st.step - st.skippedSteps);
+  cpu::LossScaleState ls = s.lossState;
+  if (s.haveLossState) {
+    if (!(st.lossScale > 0))
+      return bad("the checkpoint's loss scale " + std::to_string(st.lossScale) +
+                 " is not positive");
+    ls.scale = st.lossScale;
+    ls.iteration = counter("loss_scale_iteration", st.step);
+    ls.lastOverflow = counter("loss_scale_last_overflow",
+                              ls.iteration - st.lossScaleGoodSteps - 1);
+    ls.hysteresisLeft = st.hysteresisLeft;
+  }
+  s.adamSteps = adamSteps;
+  s.lossState = ls;
+  return Done{};
+}
+
 Expected<StepResult> Executor::runStep(const DataLoader &data, int64_t step) {
   Impl &s = *impl;
   StepResult r;

@@ -15,6 +15,7 @@
 
 #include "comm/Communicator.h"
 #include "data/DataLoader.h"
+#include "zeroc/Checkpoint/Checkpoint.h"
 #include "zeroc/Plan/Plan.h"
 #include "zeroc/Support/Diagnostic.h"
 
@@ -69,6 +70,20 @@ public:
   Expected<StepResult> runStep(const DataLoader &data, int64_t step);
 
   const Plan &plan() const { return thePlan; }
+
+  /// This rank's local part of every persistent tensor, in plan order
+  /// (what saveCheckpoint, loadCheckpointInto and loadSafetensorsInto take).
+  std::vector<ConstBytes> tensorData() const;
+  std::vector<MutableBytes> mutableTensorData();
+  /// Samples of the global batch one optimizer step consumes.
+  int64_t samplesPerStep() const;
+  /// The state a resumed run needs after `stepsDone` optimizer steps: the
+  /// loss-scale state, the data position, and in `extra` the exact
+  /// counters (Adam steps, loss-scale iteration and last overflow).
+  TrainingState trainingState(int64_t stepsDone) const;
+  /// Restores what trainingState() recorded. Checks the data position
+  /// against the step (same global batch); on error nothing changes.
+  Expected<Done> restoreTrainingState(const TrainingState &state);
   /// The vocabulary size (the logits' last dimension).
   int64_t vocabSize() const { return vocab; }
   /// Device high-water mark: persistent device tensors, the arena, and the

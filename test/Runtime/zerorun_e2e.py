@@ -13,12 +13,22 @@ Scenarios:
          offload=cpu (offload_optimizer), param_offload=cpu (stage 3),
          bucket=N (reduce and allgather bucket sizes), persist=N (stage-3
          persistence threshold), clip=X, dtype=f32|bf16|f16
+  resume:SPEC          6 steps uninterrupted == 3 steps (--save-every 3) then
+                       --resume for 3 more: steps 4-6 losses and the
+                       consolidated final weights bit-identical; then a
+                       flipped byte in a shard makes --resume fail cleanly
+  init-from:SPEC       SPEC and stage 0 on one rank (same global batch) for
+                       3 steps: their consolidated checkpoints agree
+                       (relative 1e-5); --init-from that file with --steps 0
+                       saves exactly those weights; SPEC and stage 0 started
+                       --init-from it have the same first loss
 """
 
 import argparse
 import json
 import os
 import shlex
+import shutil
 import struct
 import subprocess
 import sys
@@ -94,18 +104,177 @@ def plan(args, stage, ws, ga, opts):
     return out
 
 
-def losses(args, plan_path, ws, steps):
-    log = plan_path + ".log.jsonl"
+def zerorun_cmd(args, plan_path, ws, steps, log, extra=()):
     cmd = [args.zerorun, plan_path, "--data", data_file(args.work), "--steps",
-           str(steps), "--log-json", log, "--comm-timeout", "60"]
+           str(steps), "--log-json", log, "--comm-timeout", "60"] + list(extra)
     if ws > 1:
         cmd = shlex.split(args.mpirun) + ["-np", str(ws)] + cmd
-    print(run(cmd), end="")
+    return cmd
+
+
+def step_rows(args, plan_path, ws, steps, extra=(), log=None):
+    log = log or plan_path + ".log.jsonl"
+    print(run(zerorun_cmd(args, plan_path, ws, steps, log, extra)), end="")
     rows = [json.loads(l) for l in open(log)]
     final = [r for r in rows if r.get("final")]
     assert final and "measured_peak_bytes" in final[0] \
         and "predicted_peak_bytes" in final[0], "no final memory record"
-    return [r["loss"] for r in rows if not r.get("final")]
+    return [r for r in rows if not r.get("final")]
+
+
+def losses(args, plan_path, ws, steps, extra=(), log=None):
+    return [r["loss"] for r in step_rows(args, plan_path, ws, steps, extra,
+                                         log)]
+
+
+def fresh_dir(args, name):
+    path = os.path.join(args.work, name)
+    if os.path.exists(path):
+        shutil.rmtree(path)
+    return path
+
+
+def consolidate(args, ckpt, out):
+    run([args.zeroc, "consolidate", ckpt, "-o", out])
+    return out
+
+
+def read_safetensors(path):
+    """{name: (shape, [floats])} of an F32 safetensors file."""
+    with open(path, "rb") as f:
+        blob = f.read()
+    (n,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8:8 + n])
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        b, end = e["data_offsets"]
+        data = blob[8 + n + b:8 + n + end]
+        assert e["dtype"] == "F32", (name, e["dtype"])
+        out[name] = (e["shape"],
+                     struct.unpack("<%df" % (len(data) // 4), data))
+    return out
+
+
+def compare_weights(a, b):
+    """The largest relative difference of two safetensors files; None when
+    their tensor names or shapes differ."""
+    ta, tb = read_safetensors(a), read_safetensors(b)
+    if sorted(ta) != sorted(tb):
+        print("tensor names differ: %s vs %s" % (sorted(ta), sorted(tb)))
+        return None
+    worst = 0.0
+    for name in ta:
+        if ta[name][0] != tb[name][0]:
+            print("%s: shape %s vs %s" % (name, ta[name][0], tb[name][0]))
+            return None
+        for x, y in zip(ta[name][1], tb[name][1]):
+            worst = max(worst, abs(x - y) / max(abs(x), abs(y), 1e-30))
+    return worst
+
+
+def scenario_resume(args, spec):
+    stage, ws, ga, opts = parse_spec(spec)
+    p = plan(args, stage, ws, ga, opts)
+    full = fresh_dir(args, "ckpt-full")
+    part = fresh_dir(args, "ckpt-part")
+    # Uninterrupted: 6 steps, one checkpoint at the end.
+    ref = step_rows(args, p, ws, 6, ["--checkpoint-dir", full],
+                    log=os.path.join(args.work, "full.jsonl"))
+    # Interrupted: 3 steps saving every 3, then --resume up to 6.
+    first = step_rows(args, p, ws, 3, ["--checkpoint-dir", part,
+                                       "--save-every", "3"],
+                      log=os.path.join(args.work, "part1.jsonl"))
+    second = step_rows(args, p, ws, 6, ["--checkpoint-dir", part, "--resume"],
+                       log=os.path.join(args.work, "part2.jsonl"))
+    keys = ("step", "loss", "loss_scale", "skipped", "tokens")
+    want = [{k: r[k] for k in keys} for r in ref]
+    got = [{k: r[k] for k in keys} for r in first + second]
+    print("uninterrupted:", [r["loss"] for r in want])
+    print("resumed:      ", [r["loss"] for r in got])
+    if want != got or [r["step"] for r in second] != [4, 5, 6]:
+        print("FAILED: the resumed run's steps differ from the uninterrupted "
+              "run's")
+        return 1
+    a = consolidate(args, full, os.path.join(args.work, "full.safetensors"))
+    b = consolidate(args, part, os.path.join(args.work, "part.safetensors"))
+    if open(a, "rb").read() != open(b, "rb").read():
+        print("FAILED: the consolidated weights differ: %s vs %s" % (a, b))
+        return 1
+    print("steps 4-6 and the consolidated weights are bit-identical")
+
+    # A flipped byte in a shard: --resume fails, naming file and checksum.
+    with open(os.path.join(part, "latest")) as f:
+        tag = f.read().strip()
+    shard = os.path.join(part, tag, "rank%d.shard" % (ws - 1))
+    with open(shard, "r+b") as f:
+        f.seek(100)
+        byte = f.read(1)
+        f.seek(100)
+        f.write(bytes([byte[0] ^ 0x40]))
+    r = subprocess.run(
+        zerorun_cmd(args, p, ws, 9, os.path.join(args.work, "bad.jsonl"),
+                    ["--checkpoint-dir", part, "--resume"]),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    print(r.stdout, end="")
+    if r.returncode == 0:
+        print("FAILED: --resume from a corrupt checkpoint succeeded")
+        return 1
+    if "rank%d.shard" % (ws - 1) not in r.stdout or \
+            "checksum" not in r.stdout.lower() or "\nstep " in r.stdout:
+        print("FAILED: no clear error naming the shard file and checksum "
+              "(or a step ran)")
+        return 1
+    with open(os.path.join(part, "latest")) as f:
+        if f.read().strip() != tag:
+            print("FAILED: latest moved")
+            return 1
+    print("corrupt shard: --resume failed cleanly (exit %d)" % r.returncode)
+    return 0
+
+
+def scenario_init_from(args, spec):
+    stage, ws, ga, opts = parse_spec(spec)
+    p = plan(args, stage, ws, ga, opts)
+    ref_opts = {k: v for k, v in opts.items() if k in ("clip", "dtype")}
+    p0 = plan(args, 0, 1, ws * ga, ref_opts)
+    sharded = fresh_dir(args, "ckpt-sharded")
+    whole = fresh_dir(args, "ckpt-whole")
+    losses(args, p, ws, 3, ["--checkpoint-dir", sharded],
+           log=os.path.join(args.work, "sharded.jsonl"))
+    losses(args, p0, 1, 3, ["--checkpoint-dir", whole],
+           log=os.path.join(args.work, "whole.jsonl"))
+    a = consolidate(args, sharded,
+                    os.path.join(args.work, "sharded.safetensors"))
+    b = consolidate(args, whole, os.path.join(args.work, "whole.safetensors"))
+    worst = compare_weights(a, b)
+    print("consolidated sharded vs unsharded: largest relative difference",
+          worst)
+    if worst is None or worst > 1e-5:
+        print("FAILED: consolidating the sharded checkpoint does not give the "
+              "unsharded weights")
+        return 1
+    # --init-from with --steps 0 saves exactly the file's weights.
+    init = fresh_dir(args, "ckpt-init")
+    losses(args, p, ws, 0, ["--checkpoint-dir", init, "--init-from", a],
+           log=os.path.join(args.work, "init0.jsonl"))
+    c = consolidate(args, init, os.path.join(args.work, "init.safetensors"))
+    if read_safetensors(a) != read_safetensors(c):
+        print("FAILED: --init-from did not load the file's weights exactly")
+        return 1
+    # Both plans started from it see the same first loss.
+    l1 = losses(args, p, ws, 1, ["--init-from", a],
+                log=os.path.join(args.work, "init1.jsonl"))
+    l0 = losses(args, p0, 1, 1, ["--init-from", a],
+                log=os.path.join(args.work, "init1-ref.jsonl"))
+    fresh = losses(args, p0, 1, 1, log=os.path.join(args.work, "fresh.jsonl"))
+    print("first loss --init-from: %r (this plan), %r (stage 0); random "
+          "init: %r" % (l1[0], l0[0], fresh[0]))
+    if abs(l1[0] - l0[0]) > 1e-5 * abs(l0[0]) or l0[0] == fresh[0]:
+        print("FAILED: --init-from first losses")
+        return 1
+    return 0
 
 
 def main():
@@ -140,6 +309,11 @@ def main():
             print("FAILED: losses differ")
             return 1
         return 0
+
+    if args.scenario.startswith("resume:"):
+        return scenario_resume(args, args.scenario[len("resume:"):])
+    if args.scenario.startswith("init-from:"):
+        return scenario_init_from(args, args.scenario[len("init-from:"):])
 
     print("unknown scenario " + args.scenario)
     return 2

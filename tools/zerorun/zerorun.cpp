@@ -2,6 +2,8 @@
 //
 //   zerorun PLAN.json [--synthetic | --data FILE] [--steps N] [--seed S]
 //           [--log-json PATH] [--comm-timeout SECONDS]
+//           [--checkpoint-dir DIR [--save-every N] [--resume]]
+//           [--init-from MODEL.safetensors]
 //
 // Launched by mpirun (one process per rank) or alone for a one-rank plan.
 // docs/zerorun.md.
@@ -12,10 +14,13 @@
 #include "comm/MpiCommunicator.h"
 #include "data/DataLoader.h"
 #include "exec/Executor.h"
+#include "zeroc/Checkpoint/Checkpoint.h"
+#include "zeroc/Checkpoint/Consolidate.h"
 #include "zeroc/Plan/Plan.h"
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -48,8 +53,15 @@ OPTIONS:
                           "predicted_peak_bytes" (rank 0)
   --comm-timeout T        Abort every rank when a collective takes longer
                           than T (seconds, or 500ms, 90s, 30m, 2h; default 30m)
-  --checkpoint-dir DIR, --save-every N, --resume, --init-from FILE
-                          Not implemented yet (docs/zerorun.md)
+  --checkpoint-dir DIR    Save checkpoints to DIR (tag step<N>; DIR/latest
+                          names the newest complete one), after the last step
+                          and every --save-every steps
+  --save-every N          Also save every N steps (needs --checkpoint-dir)
+  --resume                Continue from DIR/latest: tensors, step, loss-scale
+                          state and data position; --steps stays the total
+  --init-from FILE        Initialize parameters and master copies from a
+                          whole-model safetensors file (e.g. from `zeroc
+                          consolidate`) instead of random init
   -h, --help              Show this help
 )";
 
@@ -147,10 +159,12 @@ Options parseArgs(int argc, char **argv) {
     usageError("--synthetic and --data exclude each other");
   if (o.data.empty())
     o.synthetic = true;
-  if (!o.checkpointDir.empty() || o.resume || !o.initFrom.empty() ||
-      o.saveEvery)
-    usageError("checkpointing (--checkpoint-dir, --save-every, --resume, "
-               "--init-from) is not implemented yet");
+  if (o.saveEvery && o.checkpointDir.empty())
+    usageError("--save-every needs --checkpoint-dir");
+  if (o.resume && o.checkpointDir.empty())
+    usageError("--resume needs --checkpoint-dir");
+  if (o.resume && !o.initFrom.empty())
+    usageError("--resume and --init-from exclude each other");
   return o;
 }
 
@@ -171,6 +185,50 @@ std::string formatBytes(double b) {
   else
     std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
   return buf;
+}
+
+/// Whether every rank succeeded: an all-reduce (max) of the failure flag.
+bool allRanksOk(Communicator &comm, bool ok, const char *what) {
+  if (comm.size() == 1)
+    return ok;
+  return comm.allReduceScalar(ok ? 0.0 : 1.0, ScalarOp::Max,
+                              OpLabel{-1, what}) == 0.0;
+}
+
+/// The checkpoint protocol (docs/checkpoint-format.md): every rank saves
+/// its shard, a barrier, an all-reduce of success, then rank 0 finalizes
+/// (manifest, then `latest`). On any failure every rank returns an error
+/// and `latest` is untouched.
+Expected<Done> saveAll(Executor &e, Communicator &comm, const std::string &dir,
+                       int64_t stepsDone) {
+  std::string tag = "step" + std::to_string(stepsDone);
+  TrainingState state = e.trainingState(stepsDone);
+  auto rec =
+      saveCheckpoint(dir, tag, e.plan(), comm.rank(), e.tensorData(), state);
+  std::string mine = rec ? "" : rec.error().str();
+  if (comm.size() > 1) {
+    CommHandle h = comm.barrier(OpLabel{-1, "checkpoint barrier"});
+    comm.wait(h);
+  }
+  if (!allRanksOk(comm, bool(rec), "checkpoint save")) {
+    if (!mine.empty())
+      return Diagnostic{"", 0, 0, "saving checkpoint " + tag + ": " + mine};
+    return Diagnostic{"", 0, 0,
+                      "saving checkpoint " + tag +
+                          ": another rank failed to write its shard; '" + dir +
+                          "/latest' is unchanged"};
+  }
+  std::string fin;
+  if (comm.rank() == 0) {
+    auto m = finalizeCheckpoint(dir, tag, e.plan(), state);
+    if (!m)
+      fin = m.error().str();
+  }
+  if (!allRanksOk(comm, fin.empty(), "checkpoint finalize"))
+    return Diagnostic{"", 0, 0,
+                      "finalizing checkpoint " + tag + ": " +
+                          (fin.empty() ? "rank 0 failed" : fin)};
+  return Done{};
 }
 
 int run(const Options &o, Communicator &comm) {
@@ -208,6 +266,43 @@ int run(const Options &o, Communicator &comm) {
   if (!loader)
     return err(loader.error().str());
 
+  // Where the weights come from: a checkpoint, a safetensors file, or the
+  // random init Executor::create did. Both loaders read and verify
+  // everything in scratch memory before writing a byte of the tensors.
+  int64_t firstStep = 0;
+  if (o.resume) {
+    auto st = loadCheckpointInto(o.checkpointDir, kLatestTag, p, comm.rank(),
+                                 e.mutableTensorData());
+    std::string mine;
+    if (!st)
+      mine = st.error().str();
+    else if (auto ok = e.restoreTrainingState(*st); !ok)
+      mine = ok.error().str();
+    if (!allRanksOk(comm, mine.empty(), "checkpoint load"))
+      return err("--resume from " + o.checkpointDir + ": " +
+                 (mine.empty() ? std::string("another rank failed to load "
+                                             "its shard")
+                               : mine));
+    firstStep = st->step;
+    if (root) {
+      auto tag = resolveCheckpointTag(o.checkpointDir, kLatestTag);
+      std::printf("zerorun: resumed from %s at step %lld\n",
+                  tag ? checkpointTagDir(o.checkpointDir, *tag).c_str()
+                      : o.checkpointDir.c_str(),
+                  (long long)firstStep);
+    }
+  } else if (!o.initFrom.empty()) {
+    auto names =
+        loadSafetensorsInto(o.initFrom, p, comm.rank(), e.mutableTensorData());
+    std::string mine = names ? "" : names.error().str();
+    if (!allRanksOk(comm, mine.empty(), "init-from load"))
+      return err("--init-from: " +
+                 (mine.empty() ? std::string("another rank failed") : mine));
+    if (root)
+      std::printf("zerorun: initialized %zu tensor(s) from %s\n", names->size(),
+                  o.initFrom.c_str());
+  }
+
   std::ofstream log;
   if (root && !o.logJson.empty()) {
     log.open(o.logJson);
@@ -221,7 +316,24 @@ int run(const Options &o, Communicator &comm) {
                 (long long)p.gradientAccumulationSteps,
                 (long long)p.model.microBatch, (long long)p.model.seqLen,
                 o.synthetic ? "synthetic" : o.data.c_str());
-  for (int64_t s = 0; s < o.steps; ++s) {
+  // The step of the newest checkpoint this run has (-1: none yet).
+  int64_t lastSaved = o.resume ? firstStep : -1;
+  auto save = [&](int64_t done) -> bool {
+    if (auto ok = saveAll(e, comm, o.checkpointDir, done); !ok) {
+      err(ok.error().message);
+      return false;
+    }
+    lastSaved = done;
+    if (root) {
+      std::printf(
+          "zerorun: saved checkpoint %s\n",
+          checkpointTagDir(o.checkpointDir, "step" + std::to_string(done))
+              .c_str());
+      std::fflush(stdout);
+    }
+    return true;
+  };
+  for (int64_t s = firstStep; s < o.steps; ++s) {
     auto r = e.runStep(*loader, s);
     if (!r)
       return err(r.error().message);
@@ -248,7 +360,14 @@ int run(const Options &o, Communicator &comm) {
         log.flush();
       }
     }
+    if (o.saveEvery && (s + 1) % o.saveEvery == 0 && !o.checkpointDir.empty())
+      if (!save(s + 1))
+        return 1;
   }
+  // After the last step (also with --steps 0: the initial weights).
+  int64_t done = std::max(firstStep, o.steps);
+  if (!o.checkpointDir.empty() && lastSaved != done && !save(done))
+    return 1;
   double peakMax =
       comm.size() > 1
           ? comm.allReduceScalar(double(e.measuredPeakBytes()), ScalarOp::Max,
