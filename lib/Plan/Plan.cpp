@@ -331,16 +331,6 @@ private:
   const JsonDocument &doc;
 };
 
-/// The number of elements of a shape, or -1 when it does not fit in 64 bits
-/// (a file may say anything; the product must not overflow).
-int64_t product(const std::vector<int64_t> &shape) {
-  int64_t n = 1;
-  for (int64_t d : shape)
-    if (__builtin_mul_overflow(n, d, &n))
-      return -1;
-  return n;
-}
-
 } // namespace
 
 Expected<Plan> readPlan(const JsonDocument &doc) {
@@ -414,7 +404,7 @@ Expected<Plan> readPlan(const JsonDocument &doc) {
     t.init = r.string(j, at, "init", /*required=*/false);
     if (r.error)
       break;
-    if (product(t.shape) != t.numel)
+    if (shapeElements(t.shape) != t.numel)
       r.fail(at + "/numel", "numel " + std::to_string(t.numel) +
                                 " is not the product of the shape");
     int64_t expectedLocal =

@@ -392,14 +392,6 @@ private:
   const JsonDocument &doc;
 };
 
-int64_t product(const std::vector<int64_t> &shape) {
-  int64_t n = 1;
-  for (int64_t d : shape)
-    if (__builtin_mul_overflow(n, d, &n))
-      return -1;
-  return n;
-}
-
 void readTrainingState(ManifestReader &r, const json &root, TrainingState &st) {
   JsonPath at = JsonPath() / "training_state";
   const json *j = r.member(root, JsonPath(), "training_state");
@@ -452,7 +444,7 @@ void readTensors(ManifestReader &r, const json &root, CheckpointManifest &m) {
     ct.bytes = r.unsignedInteger(j, at, "bytes");
     if (r.error)
       return;
-    if (product(t.shape) != t.numel)
+    if (shapeElements(t.shape) != t.numel)
       r.fail(at / "numel", "numel " + std::to_string(t.numel) +
                                " is not the product of the shape " +
                                shapeString(t.shape));

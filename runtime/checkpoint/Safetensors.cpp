@@ -49,13 +49,11 @@ std::string rangeString(uint64_t begin, uint64_t end) {
 /// The elements of a shape and their bytes, or nullopt on overflow.
 std::optional<std::pair<int64_t, uint64_t>>
 sizeOf(const std::vector<int64_t> &shape, DType dtype) {
-  int64_t n = 1, bytes = 0;
-  for (int64_t d : shape)
-    if (d < 0 || __builtin_mul_overflow(n, d, &n))
-      return std::nullopt;
-  if (__builtin_mul_overflow(n, bytesPerElement(dtype), &bytes))
+  std::optional<int64_t> n = shapeElements(shape);
+  int64_t bytes = 0;
+  if (!n || __builtin_mul_overflow(*n, bytesPerElement(dtype), &bytes))
     return std::nullopt;
-  return std::make_pair(n, static_cast<uint64_t>(bytes));
+  return std::make_pair(*n, static_cast<uint64_t>(bytes));
 }
 
 /// Parses the header text, refusing duplicate keys at any depth (the

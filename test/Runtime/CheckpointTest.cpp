@@ -710,6 +710,20 @@ TEST_F(Corruption, ManifestFieldErrorsPointAtTheField) {
   check([](json &m) { m["tensors"][0]["local_numel"] = 20; },
         "manifest tensors[0].local_numel: expected 7 for a sharded tensor "
         "of 20 elements over 3 ranks, found 20");
+  check(
+      [](json &m) {
+        m["tensors"][0]["shape"] = json::array({3, 5});
+        m["tensors"][0]["numel"] = 12;
+      },
+      "manifest tensors[0].numel: numel 12 is not the product of the shape "
+      "[3, 5]");
+  // (2^62 + 3) * 4 wraps to 12 in 64 bits: refused, not taken as a match.
+  check(
+      [](json &m) {
+        m["tensors"][0]["shape"] = json::array({4611686018427387907LL, 4});
+        m["tensors"][0]["numel"] = 12;
+      },
+      "manifest tensors[0].numel: numel 12 is not the product of the shape");
   check([](json &m) { m["tensors"][1]["offset"] = 96; },
         "manifest tensors[1].offset: expected 128");
   check([](json &m) { m["shards"][1]["file"] = "../../etc/passwd"; },

@@ -436,6 +436,17 @@ TEST(PlanReader, WrongTypes) {
               "12:63: error: plan tensors[0].shape[0]: expected an integer >= "
               "0, found -3",
               "-3");
+  expectError(edited(R"("shape": [3, 4], "numel": 12)",
+                     R"("shape": [3, 5], "numel": 12)"),
+              "12:70: error: plan tensors[0].numel: numel 12 is not the "
+              "product of the shape",
+              R"("numel": 12)");
+  // (2^62 + 3) * 4 wraps to 12 in 64 bits: refused, not taken as a match.
+  expectError(edited(R"("shape": [3, 4], "numel": 12)",
+                     R"("shape": [4611686018427387907, 4], "numel": 12)"),
+              "12:88: error: plan tensors[0].numel: numel 12 is not the "
+              "product of the shape",
+              R"("numel": 12)");
   expectError(edited(R"("params": ["a", "b"])", R"("params": ["a", 2])"),
               "17:35: error: plan flat_groups[0].params[1]: expected a "
               "string, found 2",

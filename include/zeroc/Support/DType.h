@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <string_view>
+#include <vector>
 
 namespace zeroc {
 
@@ -42,6 +43,17 @@ constexpr std::string_view dtypeName(DType t) {
     return "i32";
   }
   return "?";
+}
+
+/// The number of elements of a shape, or nullopt when a dimension is
+/// negative or the product overflows 64 bits: shapes come from files, which
+/// may say anything.
+inline std::optional<int64_t> shapeElements(const std::vector<int64_t> &shape) {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    if (d < 0 || __builtin_mul_overflow(n, d, &n))
+      return std::nullopt;
+  return n;
 }
 
 /// Accepts the MLIR spellings and the PyTorch / Hugging Face ones
