@@ -63,4 +63,24 @@ def Sched_CollectiveOpInterface : OpInterface<"CollectiveOpInterface"> {
   ];
 }
 
+def Sched_WorkspaceOpInterface : OpInterface<"WorkspaceOpInterface"> {
+  let cppNamespace = "::zeroc::sched";
+  let description = [{
+    An op that needs device scratch memory beside its operands while it runs
+    (receive and padded send buffers of a reduce-scatter, the flat buffer of
+    `all_gather_updates`, the 16-bit partition of an optimizer update). The
+    parts and their order are defined once, MLIR-free, in
+    zeroc/Support/Workspace.h; zero-plan-memory places the workspace in the
+    phase's arena, live from the op to its wait (or at the op alone).
+  }];
+  let methods = [
+    InterfaceMethod<[{
+        Bytes of workspace the op needs (0 for none) at the module's world
+        size.
+      }],
+      "int64_t", "getWorkspaceBytes",
+      (ins "::mlir::SymbolTableCollection &":$symbols)>,
+  ];
+}
+
 #endif // ZEROC_SCHED_INTERFACES

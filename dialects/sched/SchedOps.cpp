@@ -9,9 +9,12 @@
 #include "sched/SchedOps.h"
 
 #include "zeroc/Support/ShardLayout.h"
+#include "zeroc/Support/Workspace.h"
 
 #include "mlir/IR/Builders.h"
+
 #include "mlir/IR/OpImplementation.h"
+#include <deque>
 
 using namespace mlir;
 using namespace zeroc;
@@ -569,6 +572,133 @@ LogicalResult AdamUpdateOp::verifySymbolUses(SymbolTableCollection &symbols) {
   if (getMasterAttr() && failed(check(getMasterAttr(), Role::Master)))
     return failure();
   return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Workspaces (zeroc/Support/Workspace.h) and buffer sizes
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+int64_t elementBytes(Type type) {
+  auto shaped = dyn_cast<ShapedType>(type);
+  Type element = shaped ? shaped.getElementType() : type;
+  return std::max<int64_t>(1, element.getIntOrFloatBitWidth() / 8);
+}
+
+/// The layout of a flat group's buffer at the module's world size.
+std::optional<FlatGroupLayout> flatLayout(Operation *from, FlatGroupOp group,
+                                          SymbolTableCollection &symbols) {
+  std::vector<int64_t> numels;
+  for (auto name : group.getParams().getAsRange<FlatSymbolRefAttr>()) {
+    auto t = symbols.lookupNearestSymbolFrom<TensorOp>(from, name);
+    if (!t)
+      return std::nullopt;
+    numels.push_back(t.getNumElements());
+  }
+  return FlatGroupLayout(numels, getWorldSize(from));
+}
+
+/// The element size of a flat group's parameters.
+int64_t flatElementBytes(Operation *from, FlatGroupOp group,
+                         SymbolTableCollection &symbols) {
+  for (auto name : group.getParams().getAsRange<FlatSymbolRefAttr>())
+    if (auto t = symbols.lookupNearestSymbolFrom<TensorOp>(from, name))
+      return elementBytes(t.getTensorType());
+  return 4;
+}
+
+} // namespace
+
+int64_t zeroc::sched::bufferBytes(Value value) {
+  int64_t bytes = model::tensorBytes(value.getType());
+  auto result = dyn_cast<OpResult>(value);
+  auto wait = result ? dyn_cast<WaitOp>(result.getOwner()) : WaitOp();
+  if (!wait)
+    return bytes;
+  auto gather = wait.getToken().getDefiningOp<AllGatherStartOp>();
+  if (!gather || result.getResultNumber() >= gather.getShards().size())
+    return bytes;
+  // The padded tensor every rank's shard lands in.
+  Value shard = gather.getShards()[result.getResultNumber()];
+  return std::max(bytes,
+                  model::tensorBytes(shard.getType()) * getWorldSize(gather));
+}
+
+int64_t
+ReduceScatterStartOp::getWorkspaceBytes(SymbolTableCollection &symbols) {
+  // Flat-group inputs share one packed receive part, then each stage-3
+  // parameter takes its own (Workspace.h), in input order.
+  int64_t worldSize = getWorldSize(*this);
+  std::deque<FlatGroupLayout> layouts;
+  std::vector<FlatShare> shares;
+  std::vector<std::pair<ParamShardLayout, int64_t>> params;
+  int64_t flatElementBytes = 0;
+  for (auto [grad, target, offset] :
+       llvm::zip(getGrads(), getTargets().getAsRange<FlatSymbolRefAttr>(),
+                 getOffsets())) {
+    int64_t n = numElements(grad.getType());
+    int64_t esize = elementBytes(grad.getType());
+    auto t = symbols.lookupNearestSymbolFrom<TensorOp>(*this, target);
+    if (!t)
+      continue;
+    FlatGroupOp group =
+        t.getOf()
+            ? symbols.lookupNearestSymbolFrom<FlatGroupOp>(*this, t.getOfAttr())
+            : FlatGroupOp();
+    if (group) {
+      if (auto layout = flatLayout(*this, group, symbols)) {
+        layouts.push_back(*layout);
+        shares.push_back({&layouts.back(), {offset, offset + n}});
+        flatElementBytes = flatElementBytes ? flatElementBytes : esize;
+      }
+    } else {
+      params.push_back(
+          {ParamShardLayout{t.getNumElements(), worldSize}, esize});
+    }
+  }
+  WorkspaceLayout ws;
+  reduceScatterFlatParts(ws, shares, flatElementBytes, /*rank=*/0);
+  for (auto &[layout, esize] : params)
+    reduceScatterParamParts(ws, layout, esize);
+  return ws.size();
+}
+
+int64_t
+AllGatherUpdatesStartOp::getWorkspaceBytes(SymbolTableCollection &symbols) {
+  WorkspaceLayout ws;
+  int64_t worldSize = getWorldSize(*this);
+  for (auto name : getTargets().getAsRange<FlatSymbolRefAttr>()) {
+    Operation *target = symbols.lookupNearestSymbolFrom(*this, name);
+    if (auto group = dyn_cast_or_null<FlatGroupOp>(target)) {
+      if (auto layout = flatLayout(*this, group, symbols))
+        gatherUpdatesFlatPart(ws, *layout,
+                              flatElementBytes(*this, group, symbols));
+    } else if (auto t = dyn_cast_or_null<TensorOp>(target);
+               t && !t.getSharded()) {
+      gatherUpdatesParamPart(ws,
+                             ParamShardLayout{t.getNumElements(), worldSize},
+                             elementBytes(t.getTensorType()));
+    }
+  }
+  return ws.size();
+}
+
+int64_t AdamUpdateOp::getWorkspaceBytes(SymbolTableCollection &symbols) {
+  WorkspaceLayout ws;
+  int64_t worldSize = getWorldSize(*this);
+  auto state =
+      symbols.lookupNearestSymbolFrom<TensorOp>(*this, getExpAvgAttr());
+  if (!state)
+    return 0;
+  int64_t n = state.getLocalNumElements(worldSize);
+  Operation *target = symbols.lookupNearestSymbolFrom(*this, getParamAttr());
+  if (auto group = dyn_cast_or_null<FlatGroupOp>(target))
+    adamPartitionPart(ws, n, flatElementBytes(*this, group, symbols));
+  else if (auto param = dyn_cast_or_null<TensorOp>(target);
+           param && param.getLocalNumElements(worldSize) != n)
+    adamPartitionPart(ws, n, elementBytes(param.getTensorType()));
+  return ws.size();
 }
 
 #include "sched/SchedInterfaces.cpp.inc"

@@ -44,6 +44,11 @@ int64_t getWorldSize(mlir::Operation *op);
 void getNamedSymbols(mlir::Operation *op,
                      llvm::SmallVectorImpl<llvm::StringRef> &names);
 
+/// The bytes of the buffer holding `value`: its tensor's size, or for a
+/// parameter an all-gather completes, the padded size (shard x world size)
+/// the gather writes before the tail is dropped.
+int64_t bufferBytes(mlir::Value value);
+
 } // namespace zeroc::sched
 
 #endif // ZEROC_SCHED_SCHEDOPS_H

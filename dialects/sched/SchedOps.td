@@ -169,7 +169,8 @@ def Sched_AllGatherStartOp : Sched_StartOp<"all_gather_start", [
 }
 
 def Sched_ReduceScatterStartOp : Sched_StartOp<"reduce_scatter_start", [
-    DeclareOpInterfaceMethods<Sched_CollectiveOpInterface>]> {
+    DeclareOpInterfaceMethods<Sched_CollectiveOpInterface>,
+    DeclareOpInterfaceMethods<Sched_WorkspaceOpInterface>]> {
   let summary = "Average gradients across ranks into their owners' shards";
   let description = [{
     Each input gradient is averaged across ranks; every rank adds the part it
@@ -205,7 +206,8 @@ def Sched_AllReduceStartOp : Sched_StartOp<"all_reduce_start", [
 }
 
 def Sched_AllGatherUpdatesStartOp : Sched_StartOp<"all_gather_updates_start", [
-    DeclareOpInterfaceMethods<Sched_CollectiveOpInterface>]> {
+    DeclareOpInterfaceMethods<Sched_CollectiveOpInterface>,
+    DeclareOpInterfaceMethods<Sched_WorkspaceOpInterface>]> {
   let summary = "Share updated parameters from the ranks that own them";
   let description = [{
     After the optimizer updated the part of each replicated parameter this
@@ -299,6 +301,7 @@ def Sched_ClipGradNormOp : Sched_StreamOp<"clip_grad_norm", [
 
 def Sched_AdamUpdateOp : Sched_StreamOp<"adam_update", [
     DeclareOpInterfaceMethods<SymbolUserOpInterface>,
+    DeclareOpInterfaceMethods<Sched_WorkspaceOpInterface>,
     MemoryEffects<[MemRead, MemWrite]>]> {
   let summary = "One Adam or AdamW step on this rank's part of the state";
   let description = [{

@@ -95,7 +95,7 @@ FailureOr<PlanPhase> buildPhase(func::FuncOp func, int64_t runsPerStep,
     pv.id = int64_t(ids.size());
     pv.dtype = dtypeOf(type.getElementType());
     pv.shape = type.getShape().vec();
-    pv.bytes = model::tensorBytes(type);
+    pv.bytes = sched::bufferBytes(v);
     ids[v] = pv.id;
     phase.values.push_back(std::move(pv));
     return success();
@@ -147,6 +147,11 @@ FailureOr<PlanPhase> buildPhase(func::FuncOp func, int64_t runsPerStep,
     }
     for (StringRef t : touched)
       lastTouch[t] = pop.index;
+    // Arena memory reused across streams (zero-plan-memory).
+    if (auto after = op.getAttrOfType<DenseI64ArrayAttr>("sched.after"))
+      for (int64_t i : after.asArrayRef())
+        if (i >= 0 && i < pop.index)
+          deps.insert(i);
     pop.deps.assign(deps.begin(), deps.end());
     // The memory plan's attributes become fields, not op attributes.
     if (auto offsets = op.getAttrOfType<DenseI64ArrayAttr>("sched.offsets"))
@@ -158,6 +163,11 @@ FailureOr<PlanPhase> buildPhase(func::FuncOp func, int64_t runsPerStep,
       if ((pop.savedBytes = saved.getSavedInternalBytes()))
         if (auto at = op.getAttrOfType<IntegerAttr>("sched.saved_offset"))
           pop.savedOffset = at.getInt();
+    if (auto at = op.getAttrOfType<IntegerAttr>("sched.workspace_bytes")) {
+      pop.workspaceBytes = at.getInt();
+      if (auto off = op.getAttrOfType<IntegerAttr>("sched.workspace_offset"))
+        pop.workspaceOffset = off.getInt();
+    }
     for (NamedAttribute attr : op.getAttrs()) {
       if (attr.getName() == "stream" ||
           attr.getName().getValue().starts_with("sched."))

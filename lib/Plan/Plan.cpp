@@ -93,6 +93,10 @@ json toJson(const Plan &plan) {
         j["saved_bytes"] = op.savedBytes;
         j["saved_offset"] = op.savedOffset;
       }
+      if (op.workspaceBytes) {
+        j["workspace_bytes"] = op.workspaceBytes;
+        j["workspace_offset"] = op.workspaceOffset;
+      }
       ops.push_back(std::move(j));
     }
     json phase = {{"name", p.name},
@@ -547,6 +551,10 @@ Expected<Plan> readPlan(const JsonDocument &doc) {
         op.savedBytes = r.integer(o, oat, "saved_bytes");
         op.savedOffset = r.integer(o, oat, "saved_offset", -1);
       }
+      if (o.is_object() && o.contains("workspace_bytes")) {
+        op.workspaceBytes = r.integer(o, oat, "workspace_bytes");
+        op.workspaceOffset = r.integer(o, oat, "workspace_offset", -1);
+      }
       if (o.is_object() && o.contains("collective")) {
         op.collective = r.oneOf(o, oat, "collective",
                                 {"all_gather", "reduce_scatter", "all_reduce"});
@@ -594,6 +602,15 @@ Expected<Plan> readPlan(const JsonDocument &doc) {
           r.fail(mat + "/arena_bytes",
                  "value " + std::to_string(v.id) + " at offset " +
                      std::to_string(v.offset) + " does not fit in the arena");
+      for (size_t k = 0; k < phase.ops.size() && !r.error; ++k) {
+        const PlanOp &op = phase.ops[k];
+        if (op.workspaceOffset >= 0 &&
+            op.workspaceOffset + op.workspaceBytes > mem.arenaBytes)
+          r.fail(at + "/ops/" + std::to_string(k) + "/workspace_offset",
+                 "the workspace of op " + std::to_string(op.index) +
+                     " at offset " + std::to_string(op.workspaceOffset) +
+                     " does not fit in the arena");
+      }
       phase.memory = mem;
     }
     plan.phases.push_back(std::move(phase));

@@ -17,6 +17,7 @@
 #include "llvm/ADT/DenseMap.h"
 
 #include <map>
+#include <set>
 
 namespace zeroc {
 #define GEN_PASS_DEF_ZEROPLANMEMORY
@@ -39,7 +40,8 @@ struct Buffer {
   int64_t offset = -1;
   // Where the offset is recorded.
   Value value;                ///< A result or argument, or
-  Operation *owner = nullptr; ///< the op whose internal state this is.
+  Operation *owner = nullptr; ///< the op whose internal state or
+  bool workspace = false;     ///< (if set) workspace this is.
 };
 
 int64_t aligned(int64_t bytes) {
@@ -56,6 +58,7 @@ public:
       index[&op] = ops.size(), ops.push_back(&op);
     collectBuffers(block);
     assignOffsets();
+    orderReuseAcrossStreams();
     record();
   }
 
@@ -76,7 +79,7 @@ private:
 
     for (Operation *op : ops) {
       for (Value result : op->getResults()) {
-        int64_t bytes = model::tensorBytes(result.getType());
+        int64_t bytes = sched::bufferBytes(result);
         if (!bytes || isa<sched::ReadOp>(op))
           continue;
         Buffer buffer{bytes, index[op], index[op], Category::Activations,
@@ -100,6 +103,18 @@ private:
         }
         buffers.push_back(buffer);
       }
+      // Scratch an op needs while it runs (Workspace.h): from the op to its
+      // wait, or at the op alone.
+      if (auto scratch = dyn_cast<sched::WorkspaceOpInterface>(op))
+        if (int64_t bytes = scratch.getWorkspaceBytes(symbols)) {
+          size_t end = index[op];
+          if (isa<sched::AsyncStartOpInterface>(op))
+            end = index[waitOf(op)];
+          Buffer buffer{bytes, index[op], end, Category::Workspace,
+                        -1,    Value(),   op};
+          buffer.workspace = true;
+          buffers.push_back(buffer);
+        }
       // State kept for backward that is not an SSA value lives until the
       // last backward op carrying the forward op's location. A later op of
       // the same name and location is the op's recomputation (activation
@@ -187,6 +202,35 @@ private:
     arenaBytes = arenaHigh;
   }
 
+  /// Arena memory is reused in program order, but streams run concurrently:
+  /// an op on one stream that starts using memory whose previous occupant
+  /// died at an op of another stream must wait for that op (the runtime
+  /// turns these into dependencies, CUDA events on a GPU). Recorded as
+  /// `sched.after`, the indices of the ops to follow.
+  void orderReuseAcrossStreams() {
+    auto streamOf = [&](size_t i) -> int64_t {
+      if (auto s = dyn_cast<sched::StreamOpInterface>(ops[i]))
+        return s.getStreamId();
+      return 0;
+    };
+    std::map<size_t, std::set<size_t>> after;
+    for (const Buffer &b : buffers) {
+      if (b.start >= ops.size())
+        continue;
+      int64_t stream = streamOf(b.start);
+      int64_t bEnd = b.offset + aligned(b.bytes);
+      for (const Buffer &a : buffers)
+        if (a.end < b.start && a.offset < bEnd &&
+            b.offset < a.offset + aligned(a.bytes) && streamOf(a.end) != stream)
+          after[b.start].insert(a.end);
+    }
+    Builder builder(func.getContext());
+    for (auto &[i, list] : after)
+      ops[i]->setAttr("sched.after",
+                      builder.getDenseI64ArrayAttr(
+                          SmallVector<int64_t>(list.begin(), list.end())));
+  }
+
   void record() {
     // Live bytes at each op, and what is live at the peak.
     std::vector<int64_t> delta(ops.size() + 1, 0);
@@ -212,7 +256,12 @@ private:
     llvm::DenseMap<Operation *, SmallVector<int64_t>> offsets;
     SmallVector<int64_t> argOffsets(func.getNumArguments(), -1);
     for (const Buffer &b : buffers) {
-      if (b.owner) {
+      if (b.owner && b.workspace) {
+        b.owner->setAttr("sched.workspace_offset",
+                         builder.getI64IntegerAttr(b.offset));
+        b.owner->setAttr("sched.workspace_bytes",
+                         builder.getI64IntegerAttr(b.bytes));
+      } else if (b.owner) {
         b.owner->setAttr("sched.saved_offset",
                          builder.getI64IntegerAttr(b.offset));
       } else if (auto arg = dyn_cast<BlockArgument>(b.value)) {
@@ -250,6 +299,7 @@ private:
   }
 
   func::FuncOp func;
+  SymbolTableCollection symbols;
   std::vector<Operation *> ops;
   llvm::DenseMap<Operation *, size_t> index;
   std::vector<Buffer> buffers;

@@ -31,10 +31,12 @@ module attributes {sched.stage = 3 : i64, sched.world_size = 2 : i64} {
 
 // A gradient in a reduce bucket lives until the reduction's wait, not until
 // the start that reads it: at the mul (op 2), x, the gradient and the mul's
-// result are live.
+// result are live, and the reduce-scatter's receive buffer (its workspace:
+// a shard of 8 f32, 32 bytes), from the start to the wait.
 // CHECK-LABEL: func.func @micro_step
 // CHECK-SAME: activations = 128 : i64
-// CHECK-SAME: peak_live_bytes = 192 : i64, peak_op = 2 : i64, reduce_buckets = 64 : i64
+// CHECK-SAME: peak_live_bytes = 224 : i64, peak_op = 2 : i64, reduce_buckets = 64 : i64, workspace = 32 : i64
+// CHECK: sched.reduce_scatter_start {{.*}}sched.workspace_bytes = 32 : i64, sched.workspace_offset = {{[0-9]+}} : i64
 module attributes {sched.stage = 3 : i64, sched.world_size = 2 : i64} {
   sched.tensor @w : tensor<4x4xf32> param sharded on device
   sched.tensor @w.grad : tensor<4x4xf32> grad of @w sharded on device
@@ -61,5 +63,73 @@ module attributes {sched.stage = 0 : i64, sched.world_size = 1 : i64} {
     %a = model.causal_attention %q, %q, %q {num_heads = 2 : i64, num_kv_heads = 2 : i64} : (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>) -> tensor<2x4x8xf32> loc("h.0.attn")
     %d:3 = model.causal_attention_backward %q, %q, %q, %a, %a {num_heads = 2 : i64, num_kv_heads = 2 : i64} : (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>) -> (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>) loc("h.0.attn")
     return
+  }
+}
+
+// -----
+
+// A parameter that does not divide by the world size: 3x3 = 9 f32 over 2
+// ranks, shards of 5. The gathered buffer holds the padded 10 elements (40
+// bytes, where the tensor is 36) and the reduce-scatter's workspace holds
+// the shard it receives (20 bytes, at 0) and the zero-padded send buffer
+// (40 bytes, at the next 256-byte boundary): 296 bytes.
+// CHECK-LABEL: func.func @micro_step
+// CHECK-SAME: sched.live_bytes = array<i64: 36, 76, 76, 112,
+// CHECK: sched.reduce_scatter_start {{.*}}sched.workspace_bytes = 296 : i64
+module attributes {sched.stage = 3 : i64, sched.world_size = 2 : i64} {
+  sched.tensor @w : tensor<3x3xf32> param sharded on device
+  sched.tensor @w.grad : tensor<3x3xf32> grad of @w sharded on device
+  func.func @micro_step(%x: tensor<3x3xf32>) {
+    %s = sched.read @w : tensor<5xf32>
+    %t = sched.all_gather_start %s for [@w] : tensor<5xf32>
+    %w = sched.wait %t : tensor<3x3xf32>
+    %y = model.add %w, %x : tensor<3x3xf32>
+    sched.release %w : tensor<3x3xf32>
+    %r = sched.reduce_scatter_start %y into [@w.grad] at [0] {stream = 2 : i64} : tensor<3x3xf32>
+    sched.wait %r
+    return
+  }
+}
+
+// -----
+
+// Stage 2: two gradients of one flat group (8 + 6 elements, padded to 16:
+// partitions of 4 at world size 4) go out in one reduce-scatter. Each rank receives its share of both, packed: rank
+// 0 owns [0, 4) (4 of a, none of b), rank 1 [4, 8) (4 of a), rank 2 [8, 12)
+// (4 of b), rank 3 [12, 16) (2 of b); the largest total is 4 elements.
+// CHECK-LABEL: func.func @micro_step
+// CHECK: sched.reduce_scatter_start {{.*}}sched.workspace_bytes = 16 : i64
+module attributes {sched.stage = 2 : i64, sched.world_size = 4 : i64} {
+  sched.tensor @a : tensor<8xf32> param on device
+  sched.tensor @b : tensor<6xf32> param on device
+  sched.flat_group @g [@a, @b] numel 14 padded 16
+  sched.tensor @g.grad : tensor<16xf32> grad of @g sharded on device
+  func.func @micro_step(%x: tensor<8xf32>, %y: tensor<6xf32>) {
+    %r = sched.reduce_scatter_start %x, %y into [@g.grad, @g.grad] at [0, 8] {stream = 2 : i64} : tensor<8xf32>, tensor<6xf32>
+    sched.wait %r
+    return
+  }
+}
+
+// -----
+
+// Streams run concurrently, so memory reused across streams is ordered: the
+// gather (op 4, stream 1) writes where the add's result lived, which died at
+// the mul (op 3, stream 0), so the gather follows the mul (`sched.after`).
+// CHECK-LABEL: func.func @micro_step
+// CHECK: model.mul {{.*}}sched.offsets = array<i64: [[M:[0-9]+]]>
+// CHECK: sched.all_gather_start {{.*}}sched.after = array<i64: 3>
+module attributes {sched.stage = 3 : i64, sched.world_size = 2 : i64} {
+  sched.tensor @w : tensor<4x4xf32> param sharded on device
+  func.func @micro_step(%x: tensor<4x4xf32>) -> tensor<4x4xf32> {
+    %a = model.add %x, %x : tensor<4x4xf32>
+    %b = model.add %a, %x : tensor<4x4xf32>
+    %s = sched.read @w : tensor<8xf32>
+    %m = model.mul %b, %x : tensor<4x4xf32>
+    %t = sched.all_gather_start %s for [@w] {stream = 1 : i64} : tensor<8xf32>
+    %w = sched.wait %t : tensor<4x4xf32>
+    %z = model.add %w, %m : tensor<4x4xf32>
+    sched.release %w : tensor<4x4xf32>
+    return %z : tensor<4x4xf32>
   }
 }

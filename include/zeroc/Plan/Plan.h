@@ -84,6 +84,11 @@ struct PlanOp {
   /// attention probabilities), and where it lives in the arena.
   int64_t savedBytes = 0;
   int64_t savedOffset = -1;
+  /// Scratch the op needs while it runs (zeroc/Support/Workspace.h: receive
+  /// and padded send buffers, gathered flat buffers, update partitions), and
+  /// where zero-plan-memory placed it in the arena.
+  int64_t workspaceBytes = 0;
+  int64_t workspaceOffset = -1;
 };
 
 /// What zero-plan-memory found for a phase: its arena, and the peak of

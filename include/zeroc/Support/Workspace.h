@@ -1,0 +1,126 @@
+//===- Workspace.h - Scratch buffers of collectives and updates -*- C++ -*-===//
+//
+// Some sched ops need device memory beside their operands while they run:
+// the receive buffer of a reduce-scatter (the reduced part is accumulated
+// into the gradient shard once it arrives), the padded send buffer of a
+// stage-3 reduce-scatter, the full flat buffer that `all_gather_updates`
+// gathers into, and the 16-bit partition an optimizer update writes before
+// it is scattered back into the parameters. zero-plan-memory gives each such
+// op one workspace in the phase's arena, live from the op to its wait; the
+// runtime carves it into parts with the same functions, in the same order,
+// so the plan's memory prediction covers what the runtime uses.
+//
+// MLIR-free: the compiler's sched ops and the runtime's executor both call
+// these. Every part starts at a multiple of kWorkspaceAlignment bytes.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZEROC_SUPPORT_WORKSPACE_H
+#define ZEROC_SUPPORT_WORKSPACE_H
+
+#include "zeroc/Support/ShardLayout.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+namespace zeroc {
+
+inline constexpr int64_t kWorkspaceAlignment = 256;
+
+/// A bump allocator over one op's workspace: take() returns a part's byte
+/// offset from the workspace's start; size() is what the op needs in all.
+class WorkspaceLayout {
+public:
+  int64_t take(int64_t bytes) {
+    int64_t at = (used + kWorkspaceAlignment - 1) / kWorkspaceAlignment *
+                 kWorkspaceAlignment;
+    used = at + std::max<int64_t>(bytes, 0);
+    return at;
+  }
+  int64_t size() const { return used; }
+
+private:
+  int64_t used = 0;
+};
+
+/// A reduce-scatter input that lands in a flat group (stages 1 and 2): the
+/// elements `range` of the group's buffer.
+struct FlatShare {
+  const FlatGroupLayout *layout = nullptr;
+  ElementRange range;
+};
+
+/// Where a reduce-scatter's parts lie in its workspace. `send` is -1 where
+/// the input is sent as it is.
+struct ReduceScatterParts {
+  int64_t recv = 0;
+  int64_t send = -1;
+};
+
+/// Stages 1 and 2: the receive buffers of every flat-group input of one
+/// reduce-scatter, packed in input order: rank `rank`'s share of each (what
+/// it owns of the range). The plan is the same for every rank, so the part
+/// is as large as the largest rank's total; the byte offsets returned are
+/// `rank`'s.
+inline std::vector<ReduceScatterParts>
+reduceScatterFlatParts(WorkspaceLayout &ws,
+                       const std::vector<FlatShare> &shares,
+                       int64_t elementBytes, int64_t rank) {
+  std::vector<ReduceScatterParts> parts(shares.size());
+  if (shares.empty())
+    return parts;
+  int64_t worldSize = shares.front().layout->worldSize, most = 0;
+  for (int64_t r = 0; r < worldSize; ++r) {
+    int64_t total = 0;
+    for (size_t i = 0; i < shares.size(); ++i) {
+      if (r == rank)
+        parts[i].recv = total * elementBytes;
+      total += shares[i].range.intersect(shares[i].layout->partition(r)).size();
+    }
+    most = std::max(most, total);
+  }
+  int64_t base = ws.take(std::max<int64_t>(most, 1) * elementBytes);
+  for (ReduceScatterParts &p : parts)
+    p.recv += base;
+  return parts;
+}
+
+/// Stage 3: a whole parameter's gradient into its shard. The send buffer is
+/// padded to shard_size x world_size where the parameter does not divide.
+inline ReduceScatterParts
+reduceScatterParamParts(WorkspaceLayout &ws, const ParamShardLayout &layout,
+                        int64_t elementBytes) {
+  ReduceScatterParts parts;
+  parts.recv = ws.take(layout.shardSize() * elementBytes);
+  if (layout.paddedNumel() != layout.numel)
+    parts.send = ws.take(layout.paddedNumel() * elementBytes);
+  return parts;
+}
+
+/// `all_gather_updates` of a flat group: the whole padded flat buffer.
+inline int64_t gatherUpdatesFlatPart(WorkspaceLayout &ws,
+                                     const FlatGroupLayout &layout,
+                                     int64_t elementBytes) {
+  return ws.take(layout.padded * elementBytes);
+}
+
+/// `all_gather_updates` of a replicated parameter whose optimizer state is
+/// sharded: the padded parameter.
+inline int64_t gatherUpdatesParamPart(WorkspaceLayout &ws,
+                                      const ParamShardLayout &layout,
+                                      int64_t elementBytes) {
+  return ws.take(layout.paddedNumel() * elementBytes);
+}
+
+/// `adam_update` of a partition that is not one tensor of its own (a flat
+/// group's partition, or the owned part of a replicated parameter): the
+/// partition in the parameter's dtype.
+inline int64_t adamPartitionPart(WorkspaceLayout &ws, int64_t elements,
+                                 int64_t elementBytes) {
+  return ws.take(elements * elementBytes);
+}
+
+} // namespace zeroc
+
+#endif // ZEROC_SUPPORT_WORKSPACE_H
