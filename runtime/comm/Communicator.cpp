@@ -105,11 +105,29 @@ void Communicator::wait(CommHandle &handle) {
 }
 
 void Communicator::wait(CommHandle &handle, CommDeadline deadline) {
+  static const std::atomic<bool> never{false};
+  waitUntil(handle, deadline, never);
+}
+
+bool Communicator::wait(CommHandle &handle, const std::atomic<bool> &cancel) {
+  if (!handle.state)
+    return true;
+  return waitUntil(
+      handle,
+      handle.state->started +
+          std::chrono::duration_cast<CommClock::duration>(commTimeout),
+      cancel);
+}
+
+bool Communicator::waitUntil(CommHandle &handle, CommDeadline deadline,
+                             const std::atomic<bool> &cancel) {
   // Spin briefly (most collectives of a step are short), then back off so
   // that oversubscribed ranks and the other streams' threads get the cores.
   for (int64_t polls = 0;; ++polls) {
     if (test(handle))
-      return;
+      return true;
+    if (cancel.load(std::memory_order_relaxed))
+      return false;
     CommDeadline now = CommClock::now();
     if (now >= deadline)
       timedOut(*handle.state, deadline);
@@ -125,16 +143,12 @@ void Communicator::wait(CommHandle &handle, CommDeadline deadline) {
 }
 
 void Communicator::timedOut(const PendingCollective &p, CommDeadline deadline) {
-  std::string message = "zerorun: rank " + std::to_string(rank()) + " of " +
-                        std::to_string(size()) + ": " + p.collective;
-  if (p.label.opIndex >= 0)
-    message += " of plan op " + std::to_string(p.label.opIndex);
-  if (!p.label.description.empty())
-    message += " (" + p.label.description + ")";
-  message += " did not complete within " +
-             formatDuration(deadline - p.started) +
-             " (--comm-timeout); another rank skipped, reordered or is stuck "
-             "before it; aborting every rank";
+  std::string message =
+      "zerorun: rank " + std::to_string(rank()) + " of " +
+      std::to_string(size()) + ": " + describeCollective(p) +
+      " did not complete within " + formatDuration(deadline - p.started) +
+      " (--comm-timeout); another rank skipped, reordered or is stuck "
+      "before it; aborting every rank";
   if (timeoutHandler) {
     timeoutHandler(message);
     throw CommTimeoutError(message);
@@ -143,6 +157,20 @@ void Communicator::timedOut(const PendingCollective &p, CommDeadline deadline) {
   std::fflush(stderr);
   abortAll(kCommTimeoutExitCode);
   std::_Exit(kCommTimeoutExitCode); // abortAll does not return.
+}
+
+std::string describeCollective(const PendingCollective &p) {
+  std::string text = p.collective;
+  if (p.label.opIndex >= 0)
+    text += " of plan op " + std::to_string(p.label.opIndex);
+  if (!p.label.description.empty())
+    text += " (" + p.label.description + ")";
+  return text;
+}
+
+bool bytesOverlap(const void *a, size_t aBytes, const void *b, size_t bBytes) {
+  auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return aBytes && bBytes && x < y + bBytes && y < x + aBytes;
 }
 
 double Communicator::allReduceScalar(double value, ScalarOp op, OpLabel label) {
@@ -163,6 +191,24 @@ void Communicator::checkCount(int64_t count, std::string_view what) const {
   if (count < 0)
     throw std::invalid_argument(std::string(what) + ": negative count " +
                                 std::to_string(count));
+}
+
+void Communicator::checkRecvCounts(
+    const std::vector<int64_t> &recvCounts) const {
+  if (recvCounts.size() != size_t(size()))
+    throw std::invalid_argument(
+        "reduceScatter: " + std::to_string(recvCounts.size()) +
+        " receive counts, expected one per rank (" + std::to_string(size()) +
+        ")");
+  for (int64_t c : recvCounts)
+    checkCount(c, "reduceScatter");
+}
+
+void Communicator::checkRoot(int root) const {
+  if (root < 0 || root >= size())
+    throw std::invalid_argument("broadcast: root " + std::to_string(root) +
+                                " is not a rank of a world of " +
+                                std::to_string(size()));
 }
 
 //===----------------------------------------------------------------------===//
@@ -189,11 +235,7 @@ LocalCommunicator::reduceScatter(const void *send,
                                  const std::vector<int64_t> &recvCounts,
                                  void *recv, DType dtype, bool, OpLabel) {
   checkReducible(dtype, "reduceScatter");
-  if (recvCounts.size() != 1)
-    throw std::invalid_argument(
-        "reduceScatter: " + std::to_string(recvCounts.size()) +
-        " receive counts, expected one per rank (1)");
-  checkCount(recvCounts[0], "reduceScatter");
+  checkRecvCounts(recvCounts);
   copyElements(send, recv, recvCounts[0], dtype);
   return {};
 }
@@ -208,9 +250,7 @@ CommHandle LocalCommunicator::allReduce(void *, int64_t count, DType dtype,
 CommHandle LocalCommunicator::broadcast(void *, int64_t count, DType, int root,
                                         OpLabel) {
   checkCount(count, "broadcast");
-  if (root != 0)
-    throw std::invalid_argument("broadcast: root " + std::to_string(root) +
-                                " is not a rank of a world of 1");
+  checkRoot(root);
   return {};
 }
 

@@ -34,6 +34,7 @@
 #include "zeroc/Support/Diagnostic.h"
 #include "zeroc/Support/ShardLayout.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -111,6 +112,10 @@ public:
   bool pending() const { return state != nullptr; }
   /// When the collective was started.
   CommDeadline started() const;
+  /// Forgets a pending collective without waiting (its state is leaked, its
+  /// buffers must stay valid): only for a process that is about to abort
+  /// every rank after another of its threads failed.
+  void abandon() { (void)state.release(); }
 
 private:
   friend class Communicator;
@@ -177,6 +182,10 @@ public:
   void wait(CommHandle &handle, CommDeadline deadline);
   /// Deadline = the collective's start + timeout().
   void wait(CommHandle &handle);
+  /// As wait(handle), but gives up and returns false once `cancel` is set
+  /// (another stream of this rank failed; the caller then abandons the
+  /// handle and aborts). True when the collective completed.
+  bool wait(CommHandle &handle, const std::atomic<bool> &cancel);
 
   CommDuration timeout() const { return commTimeout; }
   void setTimeout(CommDuration timeout) { commTimeout = timeout; }
@@ -206,9 +215,21 @@ protected:
   /// Argument checks shared by the backends; throw std::invalid_argument.
   void checkReducible(DType dtype, std::string_view collective) const;
   void checkCount(int64_t count, std::string_view what) const;
+  /// A reduce-scatter's counts: one per rank, none negative.
+  void checkRecvCounts(const std::vector<int64_t> &recvCounts) const;
+  /// A broadcast's root: a rank of this communicator.
+  void checkRoot(int root) const;
+  /// The backend state of a pending handle (null once complete), for
+  /// backends with more to offer than test and wait (NcclCommunicator's
+  /// stream waits).
+  static PendingCollective *pendingState(const CommHandle &handle) {
+    return handle.state.get();
+  }
 
 private:
   [[noreturn]] void timedOut(const PendingCollective &p, CommDeadline deadline);
+  bool waitUntil(CommHandle &handle, CommDeadline deadline,
+                 const std::atomic<bool> &cancel);
 
   CommDuration commTimeout = kDefaultCommTimeout;
   TimeoutHandler timeoutHandler;
@@ -240,6 +261,14 @@ public:
 protected:
   [[noreturn]] void abortAll(int exitCode) const override;
 };
+
+/// "all_reduce of plan op 17 (micro_step, stream reduce: h.0.mlp)": how
+/// messages name a collective.
+std::string describeCollective(const PendingCollective &p);
+
+/// True when the byte ranges [a, a + aBytes) and [b, b + bBytes) share a
+/// byte: aliasing checks of the backends.
+bool bytesOverlap(const void *a, size_t aBytes, const void *b, size_t bBytes);
 
 /// The per-rank receive counts of a reduce-scatter over `bucket`, a range
 /// of a flat group's buffer: rank r receives bucket ∩ partition(r).

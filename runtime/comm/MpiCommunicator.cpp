@@ -114,11 +114,6 @@ void narrow(const float *src, int64_t count, bool average, int worldSize,
   }
 }
 
-bool overlaps(const void *a, size_t aBytes, const void *b, size_t bBytes) {
-  auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
-  return aBytes && bBytes && x < y + bBytes && y < x + aBytes;
-}
-
 } // namespace
 
 //===----------------------------------------------------------------------===//
@@ -188,11 +183,7 @@ CommHandle MpiCommunicator::reduceScatter(
     const void *send, const std::vector<int64_t> &recvCounts, void *recv,
     DType dtype, bool average, OpLabel label) {
   checkReducible(dtype, "reduceScatter");
-  if (recvCounts.size() != size_t(worldSize))
-    throw std::invalid_argument(
-        "reduceScatter: " + std::to_string(recvCounts.size()) +
-        " receive counts, expected one per rank (" + std::to_string(worldSize) +
-        ")");
+  checkRecvCounts(recvCounts);
   auto p = makePending<MpiPending>("reduce_scatter", std::move(label));
   p->comm = this;
   int64_t total = 0;
@@ -212,7 +203,7 @@ CommHandle MpiCommunicator::reduceScatter(
   // overlaps `send` (MPI forbids aliased buffers).
   float *out = static_cast<float *>(recv);
   if (dtype != DType::F32 ||
-      overlaps(send, size_t(total) * elt, recv, size_t(mine) * elt)) {
+      bytesOverlap(send, size_t(total) * elt, recv, size_t(mine) * elt)) {
     p->wideRecv.resize(size_t(mine));
     out = p->wideRecv.data();
   }
@@ -260,10 +251,7 @@ CommHandle MpiCommunicator::allReduce(void *buf, int64_t count, DType dtype,
 CommHandle MpiCommunicator::broadcast(void *buf, int64_t count, DType dtype,
                                       int root, OpLabel label) {
   checkCount(count, "broadcast");
-  if (root < 0 || root >= worldSize)
-    throw std::invalid_argument("broadcast: root " + std::to_string(root) +
-                                " is not a rank of a world of " +
-                                std::to_string(worldSize));
+  checkRoot(root);
   auto p = makePending<MpiPending>("broadcast", std::move(label));
   p->comm = this;
   char *bytes = static_cast<char *>(buf);

@@ -5,32 +5,70 @@
 #include "Kernels.h"
 #include "init/Random.h"
 #include "zeroc/Support/ShardLayout.h"
+#include "zeroc/Support/Workspace.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 #include <stdexcept>
+#include <thread>
 
 namespace zeroc::runtime {
 
 using cpu::Tensor;
 
-std::shared_ptr<char> MemoryTracker::allocate(int64_t bytes, bool onDevice) {
+namespace {
+char *alignedZeroed(int64_t bytes) {
   size_t size = size_t(std::max<int64_t>(bytes, 1) + 63) / 64 * 64;
   char *p = static_cast<char *>(std::aligned_alloc(64, size));
   if (!p)
     throw std::bad_alloc();
   std::memset(p, 0, size);
+  return p;
+}
+} // namespace
+
+std::shared_ptr<char> MemoryTracker::allocate(int64_t bytes, bool onDevice) {
+  char *p = alignedZeroed(bytes);
+  std::lock_guard<std::mutex> lock(mutex);
   int64_t *counter = onDevice ? &device : &host;
   *counter += bytes;
-  if (onDevice)
-    peak = std::max(peak, device);
+  notePeak();
   return std::shared_ptr<char>(p, [this, bytes, counter](char *q) {
+    std::lock_guard<std::mutex> lock(mutex);
     *counter -= bytes;
     std::free(q);
   });
+}
+
+std::shared_ptr<char> MemoryTracker::allocateArena(int64_t bytes) {
+  return std::shared_ptr<char>(alignedZeroed(bytes),
+                               [](char *q) { std::free(q); });
+}
+
+void MemoryTracker::useArena(int64_t end) {
+  std::lock_guard<std::mutex> lock(mutex);
+  if (end > arenaHigh) {
+    arenaHigh = end;
+    notePeak();
+  }
+}
+
+int64_t MemoryTracker::deviceBytes() const {
+  std::lock_guard<std::mutex> lock(mutex);
+  return device + arenaHigh;
+}
+int64_t MemoryTracker::hostBytes() const {
+  std::lock_guard<std::mutex> lock(mutex);
+  return host;
+}
+int64_t MemoryTracker::devicePeak() const {
+  std::lock_guard<std::mutex> lock(mutex);
+  return peak;
 }
 
 namespace {
@@ -122,43 +160,41 @@ struct Executor::Impl {
   std::map<std::string, FlatGroupLayout> layouts;
   std::shared_ptr<char> arena;
 
-  /// What a wait completes: a started collective and its epilogue.
+  /// A started collective: its handles, and what runs once all completed.
   struct Pending {
     std::vector<CommHandle> handles;
-    std::vector<std::function<void()>> after; ///< Run once all completed.
-    std::vector<std::shared_ptr<char>> staging;
+    std::vector<std::function<void()>> after;
+    std::vector<std::shared_ptr<char>> scratch; ///< Unplanned workspace.
   };
 
-  // Per-phase run state.
+  // Per-phase run state. `values` holds every value of the phase from its
+  // start (arena views), so that the streams' workers only read the map.
   const PlanPhase *phase = nullptr;
   std::map<int64_t, const PlanValue *> valueInfo;
   std::map<int64_t, Tensor> values;
   std::vector<std::shared_ptr<char>> unplanned;
-  std::map<int64_t, Pending> pending;       ///< By start op index.
   std::map<int64_t, const PlanOp *> waitOf; ///< start index -> wait op.
   std::map<std::string, float *> saved;     ///< kind/where -> saved state.
-  /// Staging buffers of collectives and the optimizer come from the part of
-  /// the arena the running phase does not use, [stageBase, arena end), as a
-  /// stack; only what does not fit there is allocated on its own.
-  int64_t stageBase = 0, stageTop = 0;
-  std::shared_ptr<char> stage(int64_t bytes) {
-    int64_t need = (std::max<int64_t>(bytes, 1) + 255) / 256 * 256;
-    if (stageTop + need <= ex.arenaSize) {
-      char *p = arena.get() + stageTop;
-      stageTop += need;
-      std::memset(p, 0, size_t(bytes));
-      return std::shared_ptr<char>(p, [](char *) {});
-    }
-    return ex.memory.allocate(bytes, true);
-  }
+
+  // Streams: op completion, the order collectives are issued in, failure.
+  std::mutex mutex;
+  std::condition_variable progress;
+  std::vector<char> done;              ///< By op index.
+  std::map<int64_t, int64_t> ticketOf; ///< Op index -> collective number.
+  int64_t issued = 0;                  ///< Collectives issued so far.
+  std::atomic<bool> failed{false};
+  std::string failure;
+  bool streamThreads = true;
 
   // Step state.
   int64_t adamSteps = 0;
   cpu::LossScaleSettings lossSettings;
   cpu::LossScaleState lossState;
   bool haveLossState = false;
-  bool overflow = false;
-  double computeSeconds = 0, waitSeconds = 0;
+  std::atomic<bool> overflow{false};
+  double computeSeconds = 0, waitSeconds = 0; ///< The compute stream's.
+  double scalarWaitSeconds = 0; ///< Its part blocked in scalar all-reduces.
+  std::thread::id computeThread;
 
   Impl(Executor &ex, Communicator &comm)
       : ex(ex), plan(ex.thePlan), comm(comm), rank(comm.rank()),
@@ -176,16 +212,56 @@ struct Executor::Impl {
   }
   Tensor &value(int64_t id) {
     auto it = values.find(id);
-    if (it == values.end())
+    if (it == values.end() || !it->second.data)
       fail("value " + std::to_string(id) + " of phase " + phase->name +
            " is used before it is defined");
     return it->second;
+  }
+  /// Arena memory at [offset, offset + bytes), recorded as used.
+  char *arenaAt(int64_t offset, int64_t bytes) {
+    ex.memory.useArena(offset + bytes);
+    return arena.get() + offset;
+  }
+  /// `op`'s planned workspace if it holds `bytes` (Workspace.h's layout);
+  /// otherwise (a plan without one) a separate allocation kept in `keep`,
+  /// which the measured peak then shows above the prediction.
+  char *workspace(const PlanOp &op, int64_t bytes,
+                  std::vector<std::shared_ptr<char>> &keep) {
+    if (bytes <= 0)
+      return nullptr;
+    if (op.workspaceOffset >= 0 && op.workspaceBytes >= bytes) {
+      if (op.workspaceOffset + bytes > ex.arenaSize)
+        fail("op " + std::to_string(op.index) +
+             ": its workspace lies outside the arena");
+      return arenaAt(op.workspaceOffset, bytes);
+    }
+    keep.push_back(ex.memory.allocate(bytes, true));
+    return keep.back().get();
   }
 
   void allocate();
   void initialize(uint64_t seed);
   void runPhase(const PlanPhase &ph, const DataLoader *data, int64_t step,
                 int64_t micro);
+  void runStream(const std::vector<const PlanOp *> &ops, bool computeStream);
+  void awaitDeps(const PlanOp &op);
+  void markDone(const PlanOp &op);
+  /// Records the first error of any stream and wakes every worker.
+  void recordFailure(const std::string &message);
+  /// Blocks until every collective before `op`'s has been issued; the
+  /// returned guard lets the next one go when destroyed.
+  struct Ticket {
+    Impl *impl = nullptr;
+    Ticket() = default;
+    explicit Ticket(Impl *impl) : impl(impl) {}
+    Ticket(Ticket &&other) : impl(other.impl) { other.impl = nullptr; }
+    Ticket &operator=(Ticket &&) = delete;
+    ~Ticket();
+  };
+  Ticket awaitTicket(const PlanOp &op);
+  /// Waits for `p`'s collectives (giving up if another stream failed),
+  /// then runs its epilogue.
+  void complete(const PlanOp &op, Pending &p);
   void define(int64_t id);
   void runOp(const PlanOp &op);
   void compute(const PlanOp &op);
@@ -194,10 +270,10 @@ struct Executor::Impl {
   void startAllReduce(const PlanOp &op);
   void startAllGatherUpdates(const PlanOp &op);
   void startCopy(const PlanOp &op);
-  void wait(const PlanOp &op);
   void adamUpdate(const PlanOp &op);
   void clipGradNorm(const PlanOp &op);
   void unscale(const PlanOp &op);
+  double allReduceScalar(const PlanOp &op, double value, ScalarOp kind);
   OpLabel label(const PlanOp &op) {
     return OpLabel{op.index, phase->name + ", " + op.kind +
                                  (op.where.empty() ? "" : ": " + op.where)};
@@ -232,7 +308,7 @@ void Executor::Impl::allocate() {
     if (ph.memory)
       ex.arenaSize = std::max(ex.arenaSize, ph.memory->arenaBytes);
   // One arena serves both phases: they never run at once.
-  arena = ex.memory.allocate(ex.arenaSize, true);
+  arena = ex.memory.allocateArena(ex.arenaSize);
 }
 
 void Executor::Impl::initialize(uint64_t seed) {
@@ -303,7 +379,7 @@ void Executor::Impl::define(int64_t id) {
       fail("value " + std::to_string(id) + " at arena offset " +
            std::to_string(v.offset) + " does not fit the arena of " +
            std::to_string(ex.arenaSize) + " bytes");
-    t.data = arena.get() + v.offset;
+    t.data = arenaAt(v.offset, bytes);
   } else {
     unplanned.push_back(ex.memory.allocate(bytes, true));
     t.data = unplanned.back().get();
@@ -317,19 +393,46 @@ void Executor::Impl::runPhase(const PlanPhase &ph, const DataLoader *data,
   valueInfo.clear();
   values.clear();
   unplanned.clear();
-  pending.clear();
   waitOf.clear();
   saved.clear();
-  stageBase = stageTop =
-      ph.memory ? (ph.memory->arenaBytes + 255) / 256 * 256 : 0;
+  ticketOf.clear();
+  issued = 0;
+  failure.clear();
+  failed = false;
+  int64_t maxIndex = -1;
+  for (const PlanOp &op : ph.ops)
+    maxIndex = std::max(maxIndex, op.index);
+  done.assign(size_t(maxIndex + 1), 0);
+
+  // Every value exists from the phase's start: arena views, or for values
+  // `read` from persistent tensors, views set when the read runs.
   for (const PlanValue &v : ph.values)
     valueInfo[v.id] = &v;
+  std::set<int64_t> views;
   for (const PlanOp &op : ph.ops)
+    if (op.kind == "read")
+      views.insert(op.outputs.begin(), op.outputs.end());
+  for (const PlanValue &v : ph.values)
+    if (views.count(v.id))
+      values[v.id] = Tensor{nullptr, v.dtype, v.shape};
+    else
+      define(v.id);
+
+  // Collectives are issued in program order, whichever stream runs them.
+  int64_t tickets = 0;
+  std::map<int64_t, std::vector<const PlanOp *>> streams;
+  for (const PlanOp &op : ph.ops) {
     if (op.kind == "wait")
       for (int64_t d : op.deps)
         waitOf[d] = &op;
-  for (int64_t id : ph.args)
-    define(id);
+    if (op.kind == "all_gather_start" || op.kind == "reduce_scatter_start" ||
+        op.kind == "all_reduce_start" ||
+        op.kind == "all_gather_updates_start" ||
+        ((op.kind == "clip_grad_norm" || op.kind == "unscale_grads") && ws > 1))
+      ticketOf[op.index] = tickets++;
+    streams[streamThreads ? op.stream : 0].push_back(&op);
+  }
+
   if (data && ph.args.size() >= 2) {
     auto t0 = Clock::now();
     if (auto err = data->load(step, micro, value(ph.args[0]).i32(),
@@ -337,29 +440,140 @@ void Executor::Impl::runPhase(const PlanPhase &ph, const DataLoader *data,
       fail(err->str());
     computeSeconds += since(t0);
   }
-  for (const PlanOp &op : ph.ops)
-    runOp(op);
-  for (auto &[index, p] : pending)
-    if (!p.handles.empty() || !p.after.empty())
-      fail("phase " + ph.name + ": op " + std::to_string(index) +
-           " was started but never waited for");
+
+  // The lowest stream (compute) runs here; every other on its own worker.
+  std::vector<std::thread> workers;
+  for (auto it = std::next(streams.begin()); it != streams.end(); ++it)
+    workers.emplace_back(
+        [this, &ops = it->second]() { runStream(ops, false); });
+  if (!streams.empty())
+    runStream(streams.begin()->second, true);
+  for (std::thread &w : workers)
+    w.join();
+  if (failed)
+    fail(failure);
+}
+
+void Executor::Impl::recordFailure(const std::string &message) {
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!failed)
+      failure = message;
+    failed = true;
+  }
+  progress.notify_all();
+}
+
+void Executor::Impl::runStream(const std::vector<const PlanOp *> &ops,
+                               bool computeStream) {
+  if (computeStream)
+    computeThread = std::this_thread::get_id();
+  try {
+    for (const PlanOp *op : ops) {
+      auto t0 = Clock::now();
+      awaitDeps(*op);
+      auto t1 = Clock::now();
+      double scalarWait = scalarWaitSeconds;
+      runOp(*op);
+      markDone(*op);
+      if (computeStream) {
+        double blocked = scalarWaitSeconds - scalarWait;
+        waitSeconds += std::chrono::duration<double>(t1 - t0).count() + blocked;
+        computeSeconds += since(t1) - blocked;
+      }
+    }
+  } catch (const std::exception &e) {
+    recordFailure(e.what());
+  }
+}
+
+void Executor::Impl::awaitDeps(const PlanOp &op) {
+  std::unique_lock<std::mutex> lock(mutex);
+  progress.wait(lock, [&]() {
+    if (failed)
+      return true;
+    for (int64_t d : op.deps)
+      if (d >= 0 && d < int64_t(done.size()) && !done[size_t(d)])
+        return false;
+    return true;
+  });
+  if (failed)
+    throw ExecError("stopped: another stream failed");
+}
+
+void Executor::Impl::markDone(const PlanOp &op) {
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    done[size_t(op.index)] = 1;
+  }
+  progress.notify_all();
+}
+
+Executor::Impl::Ticket Executor::Impl::awaitTicket(const PlanOp &op) {
+  auto it = ticketOf.find(op.index);
+  if (it == ticketOf.end())
+    return Ticket{};
+  std::unique_lock<std::mutex> lock(mutex);
+  progress.wait(lock, [&]() { return failed || issued == it->second; });
+  if (failed)
+    throw ExecError("stopped: another stream failed");
+  return Ticket(this);
+}
+
+Executor::Impl::Ticket::~Ticket() {
+  if (!impl)
+    return;
+  {
+    std::lock_guard<std::mutex> lock(impl->mutex);
+    ++impl->issued;
+  }
+  impl->progress.notify_all();
+}
+
+void Executor::Impl::complete(const PlanOp &op, Pending &p) {
+  for (CommHandle &h : p.handles)
+    if (!comm.wait(h, failed)) {
+      // Another stream failed; this rank is about to abort the job, and an
+      // MPI collective cannot be cancelled: leave it.
+      for (CommHandle &left : p.handles)
+        left.abandon();
+      for (auto &buf : p.scratch)
+        new std::shared_ptr<char>(buf); // Keeps its buffer alive.
+      throw ExecError("stopped: another stream failed");
+    }
+  for (auto &f : p.after)
+    f();
+  (void)op;
+}
+
+double Executor::Impl::allReduceScalar(const PlanOp &op, double value,
+                                       ScalarOp kind) {
+  if (ws == 1)
+    return value;
+  auto t0 = Clock::now();
+  Pending p;
+  {
+    Ticket t = awaitTicket(op);
+    p.handles.push_back(comm.allReduceScalars(&value, 1, kind, label(op)));
+  }
+  complete(op, p);
+  if (std::this_thread::get_id() == computeThread)
+    scalarWaitSeconds += since(t0);
+  return value;
 }
 
 void Executor::Impl::runOp(const PlanOp &op) {
   const std::string &k = op.kind;
   if (k == "wait") {
-    wait(op);
-    return;
-  }
-  auto t0 = Clock::now();
-  if (k == "read") {
+    // Its dependencies (the start) completed: nothing left to do.
+  } else if (k == "read") {
     // A view of a persistent tensor: no copy.
     const PlanValue &v = *valueInfo.at(op.outputs.at(0));
     Stored &s = tensor(op.tensors.at(0));
-    values[v.id] = Tensor{s.data.get(), v.dtype, v.shape};
     if (v.dtype != s.info->dtype)
       fail("op " + std::to_string(op.index) + " reads " + s.info->name +
            " as a different dtype");
+    values.at(v.id).data = s.data.get();
   } else if (k == "release" || k == "return") {
     // Arena values need no freeing.
   } else if (k == "accumulate") {
@@ -387,11 +601,8 @@ void Executor::Impl::runOp(const PlanOp &op) {
   } else if (k == "unscale_grads") {
     unscale(op);
   } else {
-    for (int64_t id : op.outputs)
-      define(id);
     compute(op);
   }
-  computeSeconds += since(t0);
 }
 
 void Executor::Impl::compute(const PlanOp &op) {
@@ -407,7 +618,8 @@ void Executor::Impl::compute(const PlanOp &op) {
     if (op.savedOffset + op.savedBytes > ex.arenaSize)
       fail("op " + std::to_string(op.index) +
            ": saved state outside the arena");
-    savedPtr = reinterpret_cast<float *>(arena.get() + op.savedOffset);
+    savedPtr =
+        reinterpret_cast<float *>(arenaAt(op.savedOffset, op.savedBytes));
   }
   auto savedFor = [&]() -> float * {
     if (op.where.empty())
@@ -525,7 +737,8 @@ void Executor::Impl::compute(const PlanOp &op) {
 
 void Executor::Impl::startAllGather(const PlanOp &op) {
   // Stage 3: each input is this rank's shard of a parameter; the matching
-  // wait's outputs are the gathered (unpadded) parameters.
+  // wait's outputs are the gathered (unpadded) parameters, whose buffers the
+  // plan sizes for the padded gather (sched::bufferBytes).
   auto w = waitOf.find(op.index);
   if (w == waitOf.end())
     fail("op " + std::to_string(op.index) + " has no wait");
@@ -534,26 +747,31 @@ void Executor::Impl::startAllGather(const PlanOp &op) {
     fail("op " + std::to_string(op.index) + ": gathers " +
          std::to_string(op.inputs.size()) + " shards, but its wait yields " +
          std::to_string(wait.outputs.size()) + " values");
-  Pending &p = pending[op.index];
-  for (size_t i = 0; i < op.inputs.size(); ++i) {
-    define(wait.outputs[i]);
-    Tensor shard = value(op.inputs[i]);
-    Tensor full = value(wait.outputs[i]);
-    int64_t s = shard.numel();
-    if (s * ws == full.numel()) {
+  Pending p;
+  {
+    Ticket t = awaitTicket(op);
+    for (size_t i = 0; i < op.inputs.size(); ++i) {
+      Tensor shard = value(op.inputs[i]);
+      Tensor full = value(wait.outputs[i]);
+      int64_t s = shard.numel();
+      int64_t paddedBytes = s * ws * bytesPerElement(full.dtype);
+      if (s * ws == full.numel() ||
+          valueInfo.at(wait.outputs[i])->bytes >= paddedBytes) {
+        p.handles.push_back(
+            comm.allGather(shard.data, s, full.data, full.dtype, label(op)));
+        continue;
+      }
+      // A plan that did not size the buffer for the padding.
+      p.scratch.push_back(ex.memory.allocate(paddedBytes, true));
+      Tensor padded{p.scratch.back().get(), full.dtype, {s * ws}};
       p.handles.push_back(
-          comm.allGather(shard.data, s, full.data, full.dtype, label(op)));
-    } else {
-      auto buf = stage(s * ws * bytesPerElement(full.dtype));
-      p.handles.push_back(
-          comm.allGather(shard.data, s, buf.get(), full.dtype, label(op)));
-      Tensor padded{buf.get(), full.dtype, {s * ws}};
+          comm.allGather(shard.data, s, padded.data, full.dtype, label(op)));
       p.after.push_back([padded, full]() {
         cpu::copyElements(padded, 0, full, 0, full.numel());
       });
-      p.staging.push_back(std::move(buf));
     }
   }
+  complete(op, p);
 }
 
 void Executor::Impl::startReduceScatter(const PlanOp &op) {
@@ -564,7 +782,39 @@ void Executor::Impl::startReduceScatter(const PlanOp &op) {
   if (targets.size() != op.inputs.size() || offsets.size() != op.inputs.size())
     fail("op " + std::to_string(op.index) +
          ": reduce_scatter needs one target and offset per input");
-  Pending &p = pending[op.index];
+  // The workspace's parts, laid out as zero-plan-memory sized them: the
+  // flat-group inputs' shares packed first, then each parameter's.
+  std::vector<FlatShare> shares;
+  std::vector<size_t> flatInputs, paramInputs;
+  int64_t flatElementBytes = 0;
+  for (size_t i = 0; i < op.inputs.size(); ++i) {
+    Tensor g = value(op.inputs[i]);
+    if (const PlanFlatGroup *grp = groupOf(*tensor(targets[i]).info)) {
+      shares.push_back(
+          {&layouts.at(grp->name), {offsets[i], offsets[i] + g.numel()}});
+      flatInputs.push_back(i);
+      if (!flatElementBytes)
+        flatElementBytes = bytesPerElement(g.dtype);
+      else if (flatElementBytes != bytesPerElement(g.dtype))
+        fail("op " + std::to_string(op.index) +
+             ": reduce_scatter of flat-group gradients of different dtypes");
+    } else {
+      paramInputs.push_back(i);
+    }
+  }
+  WorkspaceLayout layout;
+  std::vector<ReduceScatterParts> parts(op.inputs.size());
+  std::vector<ReduceScatterParts> flat =
+      reduceScatterFlatParts(layout, shares, flatElementBytes, rank);
+  for (size_t k = 0; k < flatInputs.size(); ++k)
+    parts[flatInputs[k]] = flat[k];
+  for (size_t i : paramInputs)
+    parts[i] = reduceScatterParamParts(
+        layout, ParamShardLayout{tensor(targets[i]).info->numel, ws},
+        bytesPerElement(value(op.inputs[i]).dtype));
+  Pending p;
+  char *scratch = workspace(op, layout.size(), p.scratch);
+  Ticket ticket = awaitTicket(op);
   for (size_t i = 0; i < op.inputs.size(); ++i) {
     Tensor g = value(op.inputs[i]);
     Stored &target = tensor(targets[i]);
@@ -572,19 +822,19 @@ void Executor::Impl::startReduceScatter(const PlanOp &op) {
     int64_t n = g.numel(), off = offsets[i];
     DType dt = g.dtype;
     int64_t esize = bytesPerElement(dt);
+    char *recvBuf = scratch + parts[i].recv;
+    Tensor dst = target.view();
     if (const PlanFlatGroup *grp = groupOf(t)) {
       const FlatGroupLayout &l = layouts.at(grp->name);
       ElementRange range{off, off + n};
       std::vector<int64_t> counts = bucketCounts(l, range);
       ElementRange mine = range.intersect(l.partition(rank));
       int64_t recvN = counts[size_t(rank)];
-      auto buf = stage(std::max<int64_t>(recvN, 1) * esize);
+      p.handles.push_back(
+          comm.reduceScatter(g.data, counts, recvBuf, dt, true, label(op)));
+      Tensor recv{recvBuf, dt, {recvN}};
       if (t.sharded) {
         // Stage 2: accumulate the owned part into the gradient partition.
-        p.handles.push_back(
-            comm.reduceScatter(g.data, counts, buf.get(), dt, true, label(op)));
-        Tensor recv{buf.get(), dt, {recvN}};
-        Tensor dst = target.view();
         int64_t at = mine.begin - l.partition(rank).begin;
         p.after.push_back([recv, dst, at, recvN]() {
           if (recvN > 0)
@@ -593,17 +843,12 @@ void Executor::Impl::startReduceScatter(const PlanOp &op) {
       } else {
         // Stage 1: in place on the replicated flat buffer; keep the owned
         // partition.
-        p.handles.push_back(
-            comm.reduceScatter(g.data, counts, buf.get(), dt, true, label(op)));
-        Tensor recv{buf.get(), dt, {recvN}};
-        Tensor dst = target.view();
         int64_t at = mine.begin;
         p.after.push_back([recv, dst, at, recvN]() {
           if (recvN > 0)
             cpu::copyElements(recv, 0, dst, at, recvN);
         });
       }
-      p.staging.push_back(std::move(buf));
     } else {
       // Stage 3: the gradient of a whole parameter into its shard.
       ParamShardLayout l{t.numel, ws};
@@ -616,22 +861,22 @@ void Executor::Impl::startReduceScatter(const PlanOp &op) {
              std::to_string(n) + " elements at offset " + std::to_string(off) +
              " into " + t.name + " of " + std::to_string(t.numel));
       const void *send = g.data;
-      if (s * ws != n) {
-        auto padded = stage(s * ws * esize);
-        std::memcpy(padded.get(), g.data, size_t(n * esize));
-        send = padded.get();
-        p.staging.push_back(std::move(padded));
+      if (parts[i].send >= 0) {
+        // Padded with zeros to shard x world size.
+        char *padded = scratch + parts[i].send;
+        std::memcpy(padded, g.data, size_t(n * esize));
+        std::memset(padded + n * esize, 0, size_t((s * ws - n) * esize));
+        send = padded;
       }
-      auto buf = stage(s * esize);
       p.handles.push_back(
-          comm.reduceScatter(send, std::vector<int64_t>(size_t(ws), s),
-                             buf.get(), dt, true, label(op)));
-      Tensor recv{buf.get(), dt, {s}};
-      Tensor dst = target.view();
+          comm.reduceScatter(send, std::vector<int64_t>(size_t(ws), s), recvBuf,
+                             dt, true, label(op)));
+      Tensor recv{recvBuf, dt, {s}};
       p.after.push_back([recv, dst]() { cpu::accumulate(dst, recv); });
-      p.staging.push_back(std::move(buf));
     }
   }
+  { Ticket issuedAll = std::move(ticket); }
+  complete(op, p);
 }
 
 void Executor::Impl::startAllReduce(const PlanOp &op) {
@@ -639,68 +884,82 @@ void Executor::Impl::startAllReduce(const PlanOp &op) {
     fail("op " + std::to_string(op.index) +
          ": all_reduce of transient values (reduce_scatter: false) is not "
          "supported yet");
-  Pending &p = pending[op.index];
   std::vector<std::string> names = attrSList(op, "tensors");
   if (names.empty())
     names = op.tensors;
-  for (const std::string &name : names) {
-    Stored &s = tensor(name);
-    p.handles.push_back(comm.allReduce(s.data.get(), s.info->localNumel,
-                                       s.info->dtype, true, label(op)));
+  Pending p;
+  {
+    Ticket t = awaitTicket(op);
+    for (const std::string &name : names) {
+      Stored &s = tensor(name);
+      p.handles.push_back(comm.allReduce(s.data.get(), s.info->localNumel,
+                                         s.info->dtype, true, label(op)));
+    }
   }
+  complete(op, p);
 }
 
 void Executor::Impl::startAllGatherUpdates(const PlanOp &op) {
-  if (overflow) { // The update was skipped: nothing changed.
-    pending[op.index];
-    return;
-  }
   std::vector<std::string> targets = attrSList(op, "targets");
   if (targets.empty())
     targets = op.tensors;
-  Pending &p = pending[op.index];
-  for (const std::string &name : targets) {
-    if (auto g = groups.find(name); g != groups.end()) {
+  // Every rank skips it alike after an fp16 overflow (nothing changed), but
+  // still takes its turn in the collective order.
+  Ticket ticket = awaitTicket(op);
+  if (overflow)
+    return;
+  WorkspaceLayout layout;
+  std::vector<int64_t> at(targets.size(), -1);
+  for (size_t i = 0; i < targets.size(); ++i) {
+    if (auto g = groups.find(targets[i]); g != groups.end()) {
+      DType dt = tensor(g->second->params.at(0)).info->dtype;
+      at[i] = gatherUpdatesFlatPart(layout, layouts.at(targets[i]),
+                                    bytesPerElement(dt));
+    } else if (const PlanTensor &t = *tensor(targets[i]).info; !t.sharded) {
+      at[i] = gatherUpdatesParamPart(layout, ParamShardLayout{t.numel, ws},
+                                     bytesPerElement(t.dtype));
+    }
+  }
+  Pending p;
+  char *scratch = workspace(op, layout.size(), p.scratch);
+  for (size_t i = 0; i < targets.size(); ++i) {
+    if (at[i] < 0)
+      continue; // A sharded parameter is gathered when used.
+    char *buf = scratch + at[i];
+    if (auto g = groups.find(targets[i]); g != groups.end()) {
       const PlanFlatGroup &grp = *g->second;
-      const FlatGroupLayout &l = layouts.at(name);
+      const FlatGroupLayout &l = layouts.at(targets[i]);
       DType dt = tensor(grp.params.at(0)).info->dtype;
       int64_t P = l.partitionSize();
-      auto buf = stage(l.padded * bytesPerElement(dt));
-      Tensor all{buf.get(), dt, {l.padded}};
+      Tensor all{buf, dt, {l.padded}};
       groupToBuffer(grp, l.partition(rank), all, 0);
-      char *mine = buf.get() + rank * P * bytesPerElement(dt);
-      p.handles.push_back(comm.allGather(mine, P, buf.get(), dt, label(op)));
+      char *mine = buf + rank * P * bytesPerElement(dt);
+      p.handles.push_back(comm.allGather(mine, P, buf, dt, label(op)));
       p.after.push_back([this, &grp, all, &l]() {
         bufferToGroup(grp, {0, l.numel}, all, 0);
       });
-      p.staging.push_back(std::move(buf));
     } else {
-      Stored &s = tensor(name);
+      Stored &s = tensor(targets[i]);
       const PlanTensor &t = *s.info;
-      if (t.sharded)
-        continue; // A sharded parameter is gathered when used.
       ParamShardLayout l{t.numel, ws};
       int64_t sz = l.shardSize();
       int64_t es = bytesPerElement(t.dtype);
-      auto buf = stage(sz * ws * es);
       ElementRange own = l.ownedBy(rank);
-      std::memcpy(buf.get() + rank * sz * es, s.data.get() + own.begin * es,
+      std::memcpy(buf + rank * sz * es, s.data.get() + own.begin * es,
                   size_t(own.size() * es));
-      char *mine = buf.get() + rank * sz * es;
       p.handles.push_back(
-          comm.allGather(mine, sz, buf.get(), t.dtype, label(op)));
+          comm.allGather(buf + rank * sz * es, sz, buf, t.dtype, label(op)));
       char *dst = s.data.get();
-      char *src = buf.get();
       int64_t bytes = t.numel * es;
       p.after.push_back(
-          [dst, src, bytes]() { std::memcpy(dst, src, size_t(bytes)); });
-      p.staging.push_back(std::move(buf));
+          [dst, buf, bytes]() { std::memcpy(dst, buf, size_t(bytes)); });
     }
   }
+  { Ticket issuedAll = std::move(ticket); }
+  complete(op, p);
 }
 
 void Executor::Impl::startCopy(const PlanOp &op) {
-  Pending &p = pending[op.index];
   if (op.kind == "fetch_start") {
     auto w = waitOf.find(op.index);
     if (w == waitOf.end())
@@ -712,12 +971,9 @@ void Executor::Impl::startCopy(const PlanOp &op) {
     if (names.size() != wait.outputs.size())
       fail("op " + std::to_string(op.index) +
            ": fetch_start and its wait disagree on the tensor count");
-    for (size_t i = 0; i < names.size(); ++i) {
-      define(wait.outputs[i]);
-      Tensor dst = value(wait.outputs[i]);
-      Tensor src = tensor(names[i]).view();
-      check(cpu::castTensor(src, dst), op);
-    }
+    for (size_t i = 0; i < names.size(); ++i)
+      check(cpu::castTensor(tensor(names[i]).view(), value(wait.outputs[i])),
+            op);
     return;
   }
   std::vector<std::string> src = attrSList(op, "sources");
@@ -736,27 +992,6 @@ void Executor::Impl::startCopy(const PlanOp &op) {
       fail("op " + std::to_string(op.index) + ": copy_start from " + src[i] +
            " to " + dst[i] + " of different sizes is not supported yet");
   }
-  (void)p;
-}
-
-void Executor::Impl::wait(const PlanOp &op) {
-  for (int64_t d : op.deps) {
-    auto it = pending.find(d);
-    if (it == pending.end())
-      continue;
-    Pending &p = it->second;
-    auto t0 = Clock::now();
-    for (CommHandle &h : p.handles)
-      comm.wait(h);
-    waitSeconds += since(t0);
-    auto t1 = Clock::now();
-    for (auto &f : p.after)
-      f();
-    computeSeconds += since(t1);
-    pending.erase(it);
-  }
-  if (pending.empty())
-    stageTop = stageBase;
 }
 
 void Executor::Impl::adamUpdate(const PlanOp &op) {
@@ -776,7 +1011,6 @@ void Executor::Impl::adamUpdate(const PlanOp &op) {
   Stored &gs = tensor(attrS(op, "grad"));
   std::string masterName = attrS(op, "master");
   int64_t n = m.info->localNumel;
-  int64_t stageMark = stageTop;
 
   // The gradient: the whole local tensor, or (stage 1) the owned partition
   // of the replicated flat buffer.
@@ -793,13 +1027,14 @@ void Executor::Impl::adamUpdate(const PlanOp &op) {
 
   // This rank's part of the parameter, in its own dtype.
   Tensor param;
-  std::shared_ptr<char> temp;
+  std::vector<std::shared_ptr<char>> keep;
   std::function<void()> writeBack;
+  WorkspaceLayout layout; // One part at most (Workspace.h).
   if (grp) {
     const FlatGroupLayout &l = layouts.at(grp->name);
     DType dt = tensor(grp->params.at(0)).info->dtype;
-    temp = stage(n * bytesPerElement(dt));
-    param = Tensor{temp.get(), dt, {n}};
+    int64_t at = adamPartitionPart(layout, n, bytesPerElement(dt));
+    param = Tensor{workspace(op, layout.size(), keep) + at, dt, {n}};
     ElementRange part = l.partition(rank);
     groupToBuffer(*grp, part, param, part.begin);
     writeBack = [this, grp, part, param]() {
@@ -814,8 +1049,8 @@ void Executor::Impl::adamUpdate(const PlanOp &op) {
       ParamShardLayout l{ps.info->numel, ws};
       ElementRange own = l.ownedBy(rank);
       DType dt = ps.info->dtype;
-      temp = stage(n * bytesPerElement(dt));
-      param = Tensor{temp.get(), dt, {n}};
+      int64_t at = adamPartitionPart(layout, n, bytesPerElement(dt));
+      param = Tensor{workspace(op, layout.size(), keep) + at, dt, {n}};
       Tensor full = ps.view();
       if (own.size() > 0)
         cpu::copyElements(full, own.begin, param, 0, own.size());
@@ -841,12 +1076,13 @@ void Executor::Impl::adamUpdate(const PlanOp &op) {
         op);
   if (writeBack)
     writeBack();
-  stageTop = stageMark; // Pops the temporary partition.
 }
 
 void Executor::Impl::clipGradNorm(const PlanOp &op) {
-  if (overflow)
+  if (overflow) { // Every rank skips the update alike; keep the order.
+    awaitTicket(op);
     return;
+  }
   std::vector<std::string> names = attrSList(op, "grads");
   if (names.empty())
     names = op.tensors;
@@ -867,12 +1103,7 @@ void Executor::Impl::clipGradNorm(const PlanOp &op) {
       local += cpu::sumOfSquares(g);
     }
   }
-  auto t0 = Clock::now();
-  double total =
-      (ws > 1 ? comm.allReduceScalar(shared, ScalarOp::Sum, label(op))
-              : shared) +
-      local;
-  waitSeconds += since(t0);
+  double total = allReduceScalar(op, shared, ScalarOp::Sum) + local;
   float coef = cpu::clipCoefficient(total, attrF(op, "max_norm", 1.0));
   if (coef != 1.0f)
     for (const std::string &name : names)
@@ -886,12 +1117,7 @@ void Executor::Impl::unscale(const PlanOp &op) {
   bool over = false;
   for (const std::string &name : names)
     check(cpu::unscaleGrads(tensor(name).view(), lossState.scale, over), op);
-  auto t0 = Clock::now();
-  double any =
-      ws > 1 ? comm.allReduceScalar(over ? 1.0 : 0.0, ScalarOp::Max, label(op))
-             : (over ? 1.0 : 0.0);
-  waitSeconds += since(t0);
-  overflow = any > 0;
+  overflow = allReduceScalar(op, over ? 1.0 : 0.0, ScalarOp::Max) > 0;
 }
 
 //===----------------------------------------------------------------------===//
@@ -950,6 +1176,7 @@ Executor::create(Plan plan, Communicator &comm,
                       "the plan's micro_step has no cross_entropy op to take "
                       "the vocabulary size from"};
   try {
+    ex->impl->streamThreads = options.streamThreads;
     ex->impl->allocate();
     ex->impl->initialize(options.seed);
   } catch (const std::exception &e) {
@@ -1041,7 +1268,7 @@ Expected<StepResult> Executor::runStep(const DataLoader &data, int64_t step) {
   StepResult r;
   r.step = step + 1;
   auto t0 = Clock::now();
-  s.computeSeconds = s.waitSeconds = 0;
+  s.computeSeconds = s.waitSeconds = s.scalarWaitSeconds = 0;
   s.overflow = false;
   try {
     const PlanPhase &micro = *thePlan.findPhase("micro_step");
@@ -1060,7 +1287,7 @@ Expected<StepResult> Executor::runStep(const DataLoader &data, int64_t step) {
     r.lossScale = s.lossState.scale;
     s.runPhase(opt, nullptr, step, 0);
     if (s.haveLossState)
-      cpu::updateLossScale(s.lossSettings, s.overflow, s.lossState);
+      cpu::updateLossScale(s.lossSettings, s.overflow.load(), s.lossState);
     r.skipped = s.overflow;
     if (!s.overflow)
       ++s.adamSteps;

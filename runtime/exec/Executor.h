@@ -4,9 +4,12 @@
 // allocates this rank's persistent tensors and the phases' transient arena,
 // initializes the parameters (runtime/init), and runs training steps:
 // `micro_step` gradient_accumulation_steps times, fed by the data loader,
-// then `optimizer_step`. Ops run in program order on one thread (valid: every
-// dependency points backwards); collectives are started asynchronously at
-// their `*_start` op and completed at their `wait`. docs/zerorun.md.
+// then `optimizer_step`. Each plan stream has a worker thread that runs its
+// ops in program order, each op once its dependencies have completed (so a
+// `*_start` on the gather stream runs its collective while the compute
+// stream computes, and the compute stream's `wait` blocks until it is done);
+// collectives are issued in program order across streams, as on every rank.
+// docs/zerorun.md.
 //
 //===----------------------------------------------------------------------===//
 
@@ -19,9 +22,11 @@
 #include "zeroc/Plan/Plan.h"
 #include "zeroc/Support/Diagnostic.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -29,21 +34,34 @@
 namespace zeroc::runtime {
 
 /// Counts the bytes the executor allocates, by placement, and the device
-/// high-water mark.
+/// high-water mark. The arena is allocated once but counted as it is used:
+/// its high-water mark is the highest arena byte any buffer, saved state or
+/// workspace has occupied, so memory the plan reserved but the run never
+/// touched does not count, and memory outside the plan shows as the excess
+/// over the prediction. Thread-safe.
 class MemoryTracker {
 public:
   /// 64-byte aligned, zero-filled. `device` selects the counter.
   std::shared_ptr<char> allocate(int64_t bytes, bool device);
-  int64_t deviceBytes() const { return device; }
-  int64_t hostBytes() const { return host; }
-  int64_t devicePeak() const { return peak; }
+  /// The arena: allocated like allocate(bytes, true), counted by useArena.
+  std::shared_ptr<char> allocateArena(int64_t bytes);
+  /// Records that arena bytes [0, end) may be in use.
+  void useArena(int64_t end);
+  int64_t deviceBytes() const;
+  int64_t hostBytes() const;
+  int64_t devicePeak() const;
 
 private:
-  int64_t device = 0, host = 0, peak = 0;
+  void notePeak() { peak = std::max(peak, device + arenaHigh); }
+  mutable std::mutex mutex;
+  int64_t device = 0, host = 0, peak = 0, arenaHigh = 0;
 };
 
 struct ExecutorOptions {
   uint64_t seed = 0;
+  /// A worker thread per plan stream (true), or every op on the calling
+  /// thread in program order (for debugging and comparisons).
+  bool streamThreads = true;
 };
 
 /// What one optimizer step did.
@@ -51,8 +69,10 @@ struct StepResult {
   int64_t step = 0;          ///< 1-based.
   double loss = 0;           ///< Mean over the global batch.
   double seconds = 0;        ///< Wall time of the step.
-  double computeSeconds = 0; ///< In kernels and local sched ops.
-  double waitSeconds = 0;    ///< Blocked in collective waits.
+  double computeSeconds = 0; ///< The compute stream's ops.
+  double waitSeconds = 0;    ///< The compute stream blocked on other streams
+                             ///< (exposed communication) and in scalar
+                             ///< all-reduces.
   int64_t tokens = 0;        ///< Global tokens of the step.
   bool skipped = false;      ///< fp16 overflow: the update was skipped.
   double lossScale = 1.0;

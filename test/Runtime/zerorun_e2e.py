@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""End-to-end tests of zerorun: compile tiny-gpt2 plans with zeroc, run them
-(under mpirun for more than one rank) and compare the per-step losses.
+"""End-to-end tests of zerorun: compile tiny-gpt2 and tiny-llama plans with
+zeroc, run them (under mpirun for more than one rank) and compare the
+per-step losses, the final weights and the memory with the plan's.
 
   zerorun_e2e.py --zeroc Z --zerorun R --mpirun "mpirun --oversubscribe ..."
                  --work DIR SCENARIO
@@ -12,7 +13,16 @@ Scenarios:
   SPEC = stage,world_size,grad_accum[,key=value...] with keys
          offload=cpu (offload_optimizer), param_offload=cpu (stage 3),
          bucket=N (reduce and allgather bucket sizes), persist=N (stage-3
-         persistence threshold), clip=X, dtype=f32|bf16|f16
+         persistence threshold), clip=X, dtype=f32|bf16|f16,
+         model=gpt2|llama (tiny-gpt2, the default, or tiny-llama)
+  reference:MODEL,N    stage 0 on one rank with N micro-steps (the global
+                       batch of N ranks) for 5 steps: writes the losses and
+                       the consolidated final weights to --work, for equiv
+  equiv:SPEC           with --ref DIR (a reference of SPEC's model and world
+                       size): 5 steps of SPEC give the reference's losses and
+                       consolidated final weights (fp32: max relative
+                       difference 1e-5), and every rank's measured peak
+                       memory is within 2% of the plan's prediction
   resume:SPEC          6 steps uninterrupted == 3 steps (--save-every 3) then
                        --resume for 3 more: steps 4-6 losses and the
                        consolidated final weights bit-identical; then a
@@ -34,6 +44,7 @@ import subprocess
 import sys
 
 SEQ, MICRO, STEPS = 16, 2, 8
+EQUIV_STEPS = 5
 
 
 def run(cmd, **kw):
@@ -56,10 +67,13 @@ def data_file(work):
     return path
 
 
-def model(args, dtype):
-    path = os.path.join(args.work, "tiny-gpt2-%s.mlir" % dtype)
+def model(args, dtype, name="gpt2"):
+    if name not in ("gpt2", "llama"):
+        print("unknown model %r (gpt2 or llama)" % name)
+        sys.exit(2)
+    path = os.path.join(args.work, "tiny-%s-%s.mlir" % (name, dtype))
     if not os.path.exists(path):
-        run([args.zeroc, "gen", "--preset", "tiny-gpt2", "--seq-len", str(SEQ),
+        run([args.zeroc, "gen", "--preset", "tiny-" + name, "--seq-len", str(SEQ),
              "--micro-batch", str(MICRO), "--dtype", dtype, "--quiet", "-o",
              path])
     return path
@@ -99,7 +113,8 @@ def plan(args, stage, ws, ga, opts):
     with open(cfg_path, "w") as f:
         json.dump(cfg, f)
     out = os.path.join(args.work, name + ".json")
-    run([args.zeroc, model(args, dtype), "--config", cfg_path, "--world-size",
+    run([args.zeroc, model(args, dtype, opts.get("model", "gpt2")), "--config",
+         cfg_path, "--world-size",
          str(ws), "-o", out], env=dict(os.environ))
     return out
 
@@ -158,20 +173,26 @@ def read_safetensors(path):
 
 
 def compare_weights(a, b):
-    """The largest relative difference of two safetensors files; None when
-    their tensor names or shapes differ."""
+    """The largest difference of two safetensors files relative to the
+    largest weight magnitude (the infinity norm: max |x - y| / max |x| over
+    all weights). Per element or per tensor, a tensor whose gradient is zero
+    in exact arithmetic (a key projection's bias: softmax ignores a constant
+    added to every key's score) holds nothing but rounding noise amplified by
+    Adam, and would compare noise with noise. None when the tensor names or
+    shapes differ."""
     ta, tb = read_safetensors(a), read_safetensors(b)
     if sorted(ta) != sorted(tb):
         print("tensor names differ: %s vs %s" % (sorted(ta), sorted(tb)))
         return None
-    worst = 0.0
+    scale, diff = 1e-30, 0.0
     for name in ta:
         if ta[name][0] != tb[name][0]:
             print("%s: shape %s vs %s" % (name, ta[name][0], tb[name][0]))
             return None
-        for x, y in zip(ta[name][1], tb[name][1]):
-            worst = max(worst, abs(x - y) / max(abs(x), abs(y), 1e-30))
-    return worst
+        scale = max([scale] + [abs(x) for x in ta[name][1]])
+        diff = max([diff] + [abs(x - y)
+                             for x, y in zip(ta[name][1], tb[name][1])])
+    return diff / scale
 
 
 def scenario_resume(args, spec):
@@ -277,12 +298,63 @@ def scenario_init_from(args, spec):
     return 0
 
 
+def scenario_reference(args, spec):
+    name, ws = spec.split(",")
+    p = plan(args, 0, 1, int(ws), {"model": name})
+    ckpt = fresh_dir(args, "ckpt")
+    ls = losses(args, p, 1, EQUIV_STEPS, ["--checkpoint-dir", ckpt],
+                log=os.path.join(args.work, "reference.jsonl"))
+    consolidate(args, ckpt, os.path.join(args.work, "reference.safetensors"))
+    with open(os.path.join(args.work, "reference-losses.json"), "w") as f:
+        json.dump(ls, f)
+    print("reference losses:", ls)
+    return 0
+
+
+def scenario_equiv(args, spec):
+    if not args.ref:
+        print("equiv needs --ref DIR")
+        return 2
+    stage, ws, ga, opts = parse_spec(spec)
+    with open(os.path.join(args.ref, "reference-losses.json")) as f:
+        ref = json.load(f)
+    p = plan(args, stage, ws, ga, opts)
+    ckpt = fresh_dir(args, "ckpt")
+    log = os.path.join(args.work, "run.jsonl")
+    got = losses(args, p, ws, EQUIV_STEPS, ["--checkpoint-dir", ckpt], log=log)
+    worst = max(abs(a - b) / abs(a) for a, b in zip(ref, got))
+    print("reference:", ref)
+    print("this run: ", got)
+    print("losses: largest relative difference %g (tolerance 1e-5)" % worst)
+    if len(ref) != len(got) or worst > 1e-5:
+        print("FAILED: losses differ")
+        return 1
+    mine = consolidate(args, ckpt, os.path.join(args.work, "final.safetensors"))
+    wworst = compare_weights(os.path.join(args.ref, "reference.safetensors"),
+                             mine)
+    print("final weights: largest relative difference", wworst)
+    if wworst is None or wworst > 1e-5:
+        print("FAILED: the final weights differ from the reference's")
+        return 1
+    final = [json.loads(l) for l in open(log) if '"final"' in l][0]
+    measured = final["measured_peak_bytes_max_rank"]
+    predicted = final["predicted_peak_bytes"]
+    off = (measured - predicted) / predicted
+    print("memory: measured %d bytes (max over ranks), predicted %d: %+.2f%%"
+          % (measured, predicted, 100 * off))
+    if abs(off) > 0.02:
+        print("FAILED: measured memory is not within 2% of the prediction")
+        return 1
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--zeroc", required=True)
     ap.add_argument("--zerorun", required=True)
     ap.add_argument("--mpirun", required=True)
     ap.add_argument("--work", required=True)
+    ap.add_argument("--ref", help="the reference directory of equiv:")
     ap.add_argument("scenario")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
@@ -312,6 +384,10 @@ def main():
 
     if args.scenario.startswith("resume:"):
         return scenario_resume(args, args.scenario[len("resume:"):])
+    if args.scenario.startswith("reference:"):
+        return scenario_reference(args, args.scenario[len("reference:"):])
+    if args.scenario.startswith("equiv:"):
+        return scenario_equiv(args, args.scenario[len("equiv:"):])
     if args.scenario.startswith("init-from:"):
         return scenario_init_from(args, args.scenario[len("init-from:"):])
 

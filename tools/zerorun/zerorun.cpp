@@ -62,6 +62,9 @@ OPTIONS:
   --init-from FILE        Initialize parameters and master copies from a
                           whole-model safetensors file (e.g. from `zeroc
                           consolidate`) instead of random init
+  --single-thread         Run every op on one thread in program order
+                          (default: a worker thread per plan stream, so
+                          collectives overlap compute as the plan says)
   -h, --help              Show this help
 )";
 
@@ -73,6 +76,7 @@ struct Options {
   uint64_t seed = 0;
   std::string logJson;
   std::string commTimeout;
+  bool singleThread = false;
   std::string checkpointDir, initFrom;
   int64_t saveEvery = 0;
   bool resume = false;
@@ -127,6 +131,8 @@ Options parseArgs(int argc, char **argv) {
       std::exit(0);
     } else if (a == "--synthetic") {
       o.synthetic = true;
+    } else if (a == "--single-thread") {
+      o.singleThread = true;
     } else if (a == "--data") {
       o.data = value();
     } else if (a == "--steps") {
@@ -249,6 +255,7 @@ int run(const Options &o, Communicator &comm) {
     return err(plan.error().str());
   ExecutorOptions eo;
   eo.seed = o.seed;
+  eo.streamThreads = !o.singleThread;
   auto ex = Executor::create(std::move(*plan), comm, eo);
   if (!ex)
     return err(ex.error().message);
@@ -405,6 +412,12 @@ int main(int argc, char **argv) {
     return run(o, comm);
   }
   MpiSession session(&argc, &argv);
+  // The streams' workers call MPI concurrently.
+  if (session.threadLevel() < MPI_THREAD_MULTIPLE && !o.singleThread) {
+    std::fprintf(stderr, "zerorun: this MPI does not provide "
+                         "MPI_THREAD_MULTIPLE; running --single-thread\n");
+    o.singleThread = true;
+  }
   int rc;
   {
     auto comm = MpiCommunicator::world();
