@@ -4,6 +4,7 @@
 
 #include "Kernels.h"
 #include "init/Random.h"
+#include "offload/NvmeFile.h"
 #include "zeroc/Support/ShardLayout.h"
 #include "zeroc/Support/Workspace.h"
 
@@ -15,16 +16,19 @@
 #include <cstring>
 #include <set>
 #include <stdexcept>
+#include <sys/stat.h>
 #include <thread>
+#include <unistd.h>
 
 namespace zeroc::runtime {
 
 using cpu::Tensor;
 
 namespace {
-char *alignedZeroed(int64_t bytes) {
-  size_t size = size_t(std::max<int64_t>(bytes, 1) + 63) / 64 * 64;
-  char *p = static_cast<char *>(std::aligned_alloc(64, size));
+char *alignedZeroed(int64_t bytes, int64_t alignment = 64) {
+  size_t size = size_t((std::max<int64_t>(bytes, 1) + alignment - 1) /
+                       alignment * alignment);
+  char *p = static_cast<char *>(std::aligned_alloc(size_t(alignment), size));
   if (!p)
     throw std::bad_alloc();
   std::memset(p, 0, size);
@@ -32,8 +36,9 @@ char *alignedZeroed(int64_t bytes) {
 }
 } // namespace
 
-std::shared_ptr<char> MemoryTracker::allocate(int64_t bytes, bool onDevice) {
-  char *p = alignedZeroed(bytes);
+std::shared_ptr<char> MemoryTracker::allocate(int64_t bytes, bool onDevice,
+                                              int64_t alignment) {
+  char *p = alignedZeroed(bytes, alignment);
   std::lock_guard<std::mutex> lock(mutex);
   int64_t *counter = onDevice ? &device : &host;
   *counter += bytes;
@@ -92,10 +97,13 @@ double since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-/// A persistent tensor: this rank's part.
+/// A persistent tensor: this rank's part. An `nvme` tensor lives in `file`;
+/// `data` holds it only while resident (an op or checkpointing uses it).
 struct Stored {
   const PlanTensor *info = nullptr;
   std::shared_ptr<char> data;
+  std::unique_ptr<NvmeFile> file;
+  bool dirty = false; ///< Resident and changed: to be written back.
   Tensor view() const {
     return Tensor{data.get(), info->dtype, {info->localNumel}};
   }
@@ -239,6 +247,35 @@ struct Executor::Impl {
     return keep.back().get();
   }
 
+  // NVMe offload: this rank's swap directories (removed at the end).
+  std::string nvmeOverride;
+  std::vector<std::string> nvmeDirs;
+  ~Impl() {
+    tensors.clear(); // Closes and removes the swap files first.
+    for (const std::string &d : nvmeDirs)
+      ::rmdir(d.c_str());
+  }
+  std::string nvmeDirFor(const PlanTensor &t);
+  /// Reads an `nvme` tensor's file into a host buffer (no-op otherwise).
+  void swapIn(Stored &s);
+  /// Writes it back if `writeBack` and it changed, then frees the buffer.
+  void swapOut(Stored &s, bool writeBack);
+  /// The NVMe tensors an op uses, resident while it runs.
+  struct Resident {
+    Impl *impl = nullptr;
+    std::vector<Stored *> held;
+    bool writeBack = true;
+    ~Resident() {
+      for (Stored *s : held) {
+        try {
+          impl->swapOut(*s, writeBack);
+        } catch (const std::exception &e) {
+          impl->recordFailure(e.what());
+        }
+      }
+    }
+  };
+
   void allocate();
   void initialize(uint64_t seed);
   void runPhase(const PlanPhase &ph, const DataLoader *data, int64_t step,
@@ -286,12 +323,79 @@ struct Executor::Impl {
                      int64_t base);
 };
 
+std::string Executor::Impl::nvmeDirFor(const PlanTensor &t) {
+  const char *section =
+      t.role == "param" ? "offload_param" : "offload_optimizer";
+  std::string key = std::string("zero_optimization.") + section + ".nvme_path";
+  std::string root = nvmeOverride;
+  if (root.empty()) {
+    const nlohmann::json &c = plan.config;
+    auto z = c.find("zero_optimization");
+    if (z != c.end() && z->is_object())
+      if (auto o = z->find(section); o != z->end() && o->is_object())
+        if (auto p = o->find("nvme_path"); p != o->end() && p->is_string())
+          root = p->get<std::string>();
+    if (root.empty())
+      fail("tensor " + t.name +
+           " is placed on nvme, but the plan's config has "
+           "no " +
+           key + " (pass --nvme-path DIR)");
+  }
+  struct stat st;
+  if (::stat(root.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    fail("the NVMe offload directory '" + root + "' (" +
+         (nvmeOverride.empty() ? key : std::string("--nvme-path")) +
+         ") does not exist or is not a directory: create it, or pass "
+         "--nvme-path DIR");
+  std::string dir = root + "/zerorun-" + std::to_string(::getpid()) + "-rank" +
+                    std::to_string(rank);
+  if (std::find(nvmeDirs.begin(), nvmeDirs.end(), dir) == nvmeDirs.end()) {
+    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+      fail("cannot create the NVMe swap directory " + dir + ": " +
+           std::strerror(errno));
+    nvmeDirs.push_back(dir);
+  }
+  return dir;
+}
+
+void Executor::Impl::swapIn(Stored &s) {
+  if (!s.file || s.data)
+    return;
+  s.data = ex.memory.allocate(ioBytes(s.file->bytes()), /*device=*/false,
+                              kDirectIoAlignment);
+  if (auto ok = s.file->read(s.data.get()); !ok) {
+    s.data.reset();
+    fail(ok.error().str());
+  }
+  s.dirty = false;
+}
+
+void Executor::Impl::swapOut(Stored &s, bool writeBack) {
+  if (!s.file || !s.data)
+    return;
+  if (writeBack || s.dirty)
+    if (auto ok = s.file->write(s.data.get()); !ok)
+      fail(ok.error().str());
+  s.data.reset();
+  s.dirty = false;
+}
+
 void Executor::Impl::allocate() {
   for (const PlanTensor &t : plan.tensors) {
     Stored s;
     s.info = &t;
     bool device = t.placement == "device";
     int64_t bytes = t.localNumel * bytesPerElement(t.dtype);
+    if (t.placement == "nvme") {
+      std::string name = t.name;
+      std::replace(name.begin(), name.end(), '/', '_');
+      auto file = NvmeFile::create(nvmeDirFor(t), name + ".swp", bytes);
+      if (!file)
+        fail(file.error().str());
+      s.file = std::move(*file);
+      tensors[t.name] = std::move(s);
+      continue;
+    }
     s.data = ex.memory.allocate(bytes, device);
     if (device)
       ex.persistentDevice += bytes;
@@ -326,6 +430,11 @@ void Executor::Impl::initialize(uint64_t seed) {
   };
   for (auto &[name, s] : tensors) {
     const PlanTensor &t = *s.info;
+    Resident resident{this, {}, true};
+    if (s.file && (t.role == "param" || t.role == "master")) {
+      swapIn(s);
+      resident.held.push_back(&s);
+    }
     if (t.role == "param") {
       fill(s, t, t.sharded);
     } else if (t.role == "master") {
@@ -564,6 +673,21 @@ double Executor::Impl::allReduceScalar(const PlanOp &op, double value,
 
 void Executor::Impl::runOp(const PlanOp &op) {
   const std::string &k = op.kind;
+  // NVMe tensors the op reads or writes are resident while it runs; written
+  // back unless it only reads them. Gathers and reductions name tensors
+  // whose data they do not touch here.
+  Resident resident{this, {}, k != "fetch_start"};
+  if (k != "all_gather_start" && k != "reduce_scatter_start" && k != "wait")
+    for (const std::string &name : op.tensors) {
+      auto it = tensors.find(name);
+      if (it == tensors.end() || !it->second.file || it->second.data)
+        continue;
+      if (k == "read")
+        fail("op " + std::to_string(op.index) + " reads " + name +
+             ", which is on nvme, as a value: fetch it first");
+      swapIn(it->second);
+      resident.held.push_back(&it->second);
+    }
   if (k == "wait") {
     // Its dependencies (the start) completed: nothing left to do.
   } else if (k == "read") {
@@ -1177,6 +1301,7 @@ Executor::create(Plan plan, Communicator &comm,
                       "the vocabulary size from"};
   try {
     ex->impl->streamThreads = options.streamThreads;
+    ex->impl->nvmeOverride = options.nvmePath;
     ex->impl->allocate();
     ex->impl->initialize(options.seed);
   } catch (const std::exception &e) {
@@ -1185,10 +1310,11 @@ Executor::create(Plan plan, Communicator &comm,
   return ex;
 }
 
-std::vector<ConstBytes> Executor::tensorData() const {
+std::vector<ConstBytes> Executor::tensorData() {
   std::vector<ConstBytes> out;
   for (const PlanTensor &t : thePlan.tensors) {
-    const Stored &s = impl->tensors.at(t.name);
+    Stored &s = impl->tensors.at(t.name);
+    impl->swapIn(s);
     out.push_back({reinterpret_cast<const std::byte *>(s.data.get()),
                    size_t(t.localNumel * bytesPerElement(t.dtype))});
   }
@@ -1199,10 +1325,37 @@ std::vector<MutableBytes> Executor::mutableTensorData() {
   std::vector<MutableBytes> out;
   for (const PlanTensor &t : thePlan.tensors) {
     Stored &s = impl->tensors.at(t.name);
+    impl->swapIn(s);
+    s.dirty = s.file != nullptr;
     out.push_back({reinterpret_cast<std::byte *>(s.data.get()),
                    size_t(t.localNumel * bytesPerElement(t.dtype))});
   }
   return out;
+}
+
+int64_t Executor::nvmeResidentBytes() const {
+  int64_t total = 0;
+  for (const auto &[name, s] : impl->tensors)
+    if (s.file && s.data)
+      total += ioBytes(s.file->bytes());
+  return total;
+}
+int64_t Executor::nvmeBytesRead() const {
+  int64_t total = 0;
+  for (const auto &[name, s] : impl->tensors)
+    if (s.file)
+      total += s.file->bytesRead();
+  return total;
+}
+int64_t Executor::nvmeBytesWritten() const {
+  int64_t total = 0;
+  for (const auto &[name, s] : impl->tensors)
+    if (s.file)
+      total += s.file->bytesWritten();
+  return total;
+}
+std::string Executor::nvmeDirectory() const {
+  return impl->nvmeDirs.empty() ? std::string() : impl->nvmeDirs.front();
 }
 
 int64_t Executor::samplesPerStep() const {
@@ -1271,6 +1424,9 @@ Expected<StepResult> Executor::runStep(const DataLoader &data, int64_t step) {
   s.computeSeconds = s.waitSeconds = s.scalarWaitSeconds = 0;
   s.overflow = false;
   try {
+    // NVMe tensors left resident by checkpointing go back to their files.
+    for (auto &[name, st] : s.tensors)
+      s.swapOut(st, false);
     const PlanPhase &micro = *thePlan.findPhase("micro_step");
     const PlanPhase &opt = *thePlan.findPhase("optimizer_step");
     int64_t lossId = -1;

@@ -41,8 +41,10 @@ namespace zeroc::runtime {
 /// over the prediction. Thread-safe.
 class MemoryTracker {
 public:
-  /// 64-byte aligned, zero-filled. `device` selects the counter.
-  std::shared_ptr<char> allocate(int64_t bytes, bool device);
+  /// `alignment`-byte aligned (a power of two, at least 64), zero-filled.
+  /// `device` selects the counter.
+  std::shared_ptr<char> allocate(int64_t bytes, bool device,
+                                 int64_t alignment = 64);
   /// The arena: allocated like allocate(bytes, true), counted by useArena.
   std::shared_ptr<char> allocateArena(int64_t bytes);
   /// Records that arena bytes [0, end) may be in use.
@@ -62,6 +64,8 @@ struct ExecutorOptions {
   /// A worker thread per plan stream (true), or every op on the calling
   /// thread in program order (for debugging and comparisons).
   bool streamThreads = true;
+  /// Where `nvme` tensors' files go; empty: the config's `nvme_path`s.
+  std::string nvmePath;
 };
 
 /// What one optimizer step did.
@@ -93,8 +97,17 @@ public:
 
   /// This rank's local part of every persistent tensor, in plan order
   /// (what saveCheckpoint, loadCheckpointInto and loadSafetensorsInto take).
-  std::vector<ConstBytes> tensorData() const;
+  /// NVMe tensors are read into host memory for it and stay there (written
+  /// back if changed) until the next step.
+  std::vector<ConstBytes> tensorData();
   std::vector<MutableBytes> mutableTensorData();
+  /// Host bytes held by NVMe tensors' swap buffers now, and the bytes moved
+  /// to and from their files so far.
+  int64_t nvmeResidentBytes() const;
+  int64_t nvmeBytesRead() const;
+  int64_t nvmeBytesWritten() const;
+  /// The directory holding this rank's NVMe swap files (empty: none).
+  std::string nvmeDirectory() const;
   /// Samples of the global batch one optimizer step consumes.
   int64_t samplesPerStep() const;
   /// The state a resumed run needs after `stepsDone` optimizer steps: the

@@ -11,7 +11,9 @@ Scenarios:
   match:SPEC           SPEC's per-step losses equal those of stage 0 on one
                        rank with the same global batch (relative 1e-5)
   SPEC = stage,world_size,grad_accum[,key=value...] with keys
-         offload=cpu (offload_optimizer), param_offload=cpu (stage 3),
+         offload=cpu|nvme (offload_optimizer), param_offload=cpu|nvme
+         (stage 3; nvme: files under --work/nvme, checked to be used and
+         removed),
          bucket=N (reduce and allgather bucket sizes), persist=N (stage-3
          persistence threshold), clip=X, dtype=f32|bf16|f16,
          model=gpt2|llama (tiny-gpt2, the default, or tiny-llama)
@@ -27,6 +29,8 @@ Scenarios:
                        --resume for 3 more: steps 4-6 losses and the
                        consolidated final weights bit-identical; then a
                        flipped byte in a shard makes --resume fail cleanly
+  nvme-missing:SPEC    SPEC (with nvme offload) whose nvme_path was removed:
+                       zerorun fails with a clear error before any step
   init-from:SPEC       SPEC and stage 0 on one rank (same global batch) for
                        3 steps: their consolidated checkpoints agree
                        (relative 1e-5); --init-from that file with --steps 0
@@ -94,10 +98,14 @@ def plan(args, stage, ws, ga, opts):
         zero["reduce_bucket_size"] = int(opts["bucket"])
         zero["allgather_bucket_size"] = int(opts["bucket"])
         zero["stage3_prefetch_bucket_size"] = int(opts["bucket"])
-    if "offload" in opts:
-        zero["offload_optimizer"] = {"device": opts["offload"]}
-    if "param_offload" in opts:
-        zero["offload_param"] = {"device": opts["param_offload"]}
+    nvme = os.path.join(args.work, "nvme")
+    for key, section in (("offload", "offload_optimizer"),
+                         ("param_offload", "offload_param")):
+        if key in opts:
+            zero[section] = {"device": opts[key]}
+            if opts[key] == "nvme":
+                os.makedirs(nvme, exist_ok=True)
+                zero[section]["nvme_path"] = nvme
     cfg = {"train_micro_batch_size_per_gpu": MICRO,
            "gradient_accumulation_steps": ga,
            "gradient_clipping": float(opts.get("clip", 1.0)),
@@ -298,6 +306,43 @@ def scenario_init_from(args, spec):
     return 0
 
 
+def check_nvme(args, plan_path):
+    """After a run with NVMe offload: the swap files were written and read,
+    and are gone."""
+    log = plan_path + ".log.jsonl"
+    final = [json.loads(l) for l in open(log) if '"final"' in l][0]
+    nvme = os.path.join(args.work, "nvme")
+    left = os.listdir(nvme)
+    print("nvme: %d bytes read, %d written; left in %s: %s" % (
+        final["nvme_bytes_read"], final["nvme_bytes_written"], nvme, left))
+    if final["nvme_bytes_read"] <= 0 or final["nvme_bytes_written"] <= 0:
+        print("FAILED: the NVMe swap files were not used")
+        return 1
+    if left:
+        print("FAILED: swap files left behind")
+        return 1
+    return 0
+
+
+def scenario_nvme_missing(args, spec):
+    """A plan whose nvme_path does not exist: a clear error, no step."""
+    stage, ws, ga, opts = parse_spec(spec)
+    p = plan(args, stage, ws, ga, opts)
+    shutil.rmtree(os.path.join(args.work, "nvme"))
+    r = subprocess.run(zerorun_cmd(args, p, ws, 1,
+                                   os.path.join(args.work, "missing.jsonl")),
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True)
+    print(r.stdout, end="")
+    want = "the NVMe offload directory '%s' " \
+        "(zero_optimization.offload_optimizer.nvme_path) does not exist" % \
+        os.path.join(args.work, "nvme")
+    if r.returncode == 0 or want not in r.stdout or "\nstep " in r.stdout:
+        print("FAILED: expected a non-zero exit and: " + want)
+        return 1
+    return 0
+
+
 def scenario_reference(args, spec):
     name, ws = spec.split(",")
     p = plan(args, 0, 1, int(ws), {"model": name})
@@ -371,7 +416,8 @@ def main():
         stage, ws, ga, opts = parse_spec(args.scenario[len("match:"):])
         ref_opts = {k: v for k, v in opts.items() if k in ("clip", "dtype")}
         ref = losses(args, plan(args, 0, 1, ws * ga, ref_opts), 1, STEPS)
-        got = losses(args, plan(args, stage, ws, ga, opts), ws, STEPS)
+        p = plan(args, stage, ws, ga, opts)
+        got = losses(args, p, ws, STEPS)
         tol = 1e-5 if opts.get("dtype", "f32") == "f32" else 2e-2
         worst = max(abs(a - b) / abs(a) for a, b in zip(ref, got))
         print("reference:", ref)
@@ -380,10 +426,14 @@ def main():
         if len(ref) != len(got) or worst > tol:
             print("FAILED: losses differ")
             return 1
+        if "nvme" in (opts.get("offload"), opts.get("param_offload")):
+            return check_nvme(args, p)
         return 0
 
     if args.scenario.startswith("resume:"):
         return scenario_resume(args, args.scenario[len("resume:"):])
+    if args.scenario.startswith("nvme-missing:"):
+        return scenario_nvme_missing(args, args.scenario[len("nvme-missing:"):])
     if args.scenario.startswith("reference:"):
         return scenario_reference(args, args.scenario[len("reference:"):])
     if args.scenario.startswith("equiv:"):

@@ -62,6 +62,8 @@ OPTIONS:
   --init-from FILE        Initialize parameters and master copies from a
                           whole-model safetensors file (e.g. from `zeroc
                           consolidate`) instead of random init
+  --nvme-path DIR          Keep tensors the plan places on nvme in files under
+                          DIR (default: the config's nvme_path)
   --single-thread         Run every op on one thread in program order
                           (default: a worker thread per plan stream, so
                           collectives overlap compute as the plan says)
@@ -77,6 +79,7 @@ struct Options {
   std::string logJson;
   std::string commTimeout;
   bool singleThread = false;
+  std::string nvmePath;
   std::string checkpointDir, initFrom;
   int64_t saveEvery = 0;
   bool resume = false;
@@ -131,6 +134,8 @@ Options parseArgs(int argc, char **argv) {
       std::exit(0);
     } else if (a == "--synthetic") {
       o.synthetic = true;
+    } else if (a == "--nvme-path") {
+      o.nvmePath = value();
     } else if (a == "--single-thread") {
       o.singleThread = true;
     } else if (a == "--data") {
@@ -256,6 +261,7 @@ int run(const Options &o, Communicator &comm) {
   ExecutorOptions eo;
   eo.seed = o.seed;
   eo.streamThreads = !o.singleThread;
+  eo.nvmePath = o.nvmePath;
   auto ex = Executor::create(std::move(*plan), comm, eo);
   if (!ex)
     return err(ex.error().message);
@@ -388,9 +394,16 @@ int run(const Options &o, Communicator &comm) {
                 formatBytes(double(e.predictedPeakBytes())).c_str(),
                 formatBytes(double(e.persistentDeviceBytes())).c_str(),
                 formatBytes(double(e.arenaBytes())).c_str());
+    if (!e.nvmeDirectory().empty())
+      std::printf("nvme: %s read, %s written in %s (rank 0)\n",
+                  formatBytes(double(e.nvmeBytesRead())).c_str(),
+                  formatBytes(double(e.nvmeBytesWritten())).c_str(),
+                  e.nvmeDirectory().c_str());
     if (log) {
       nlohmann::json j = {
           {"final", true},
+          {"nvme_bytes_read", e.nvmeBytesRead()},
+          {"nvme_bytes_written", e.nvmeBytesWritten()},
           {"steps", o.steps},
           {"measured_peak_bytes", e.measuredPeakBytes()},
           {"measured_peak_bytes_max_rank", int64_t(peakMax)},
