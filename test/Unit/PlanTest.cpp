@@ -280,7 +280,7 @@ TEST(Plan, MissingFileIsAnError) {
 /// A valid plan, one item per line so that an edit moves nothing else.
 const char *const kValidPlan = R"({
   "format": "zeroc-plan",
-  "version": 1,
+  "version": 2,
   "generator": "test",
   "model": {"name": "m", "params": 18, "dtype": "bf16", "micro_batch": 2, "seq_len": 3},
   "world_size": 2,
@@ -369,9 +369,9 @@ TEST(PlanReader, WrongFormatName) {
 }
 
 TEST(PlanReader, UnsupportedVersion) {
-  expectError(edited(R"("version": 1)", R"("version": 2)"),
-              "3:3: error: plan format version 2 is not supported by this "
-              "build, which reads version 1; recompile the plan with this "
+  expectError(edited(R"("version": 2)", R"("version": 3)"),
+              "3:3: error: plan format version 3 is not supported by this "
+              "build, which reads version 2; recompile the plan with this "
               "zeroc",
               R"("version")");
 }
