@@ -31,6 +31,15 @@ Status siluBackward(const Tensor &x, const Tensor &dy, const Tensor &dx);
 Status add(const Tensor &lhs, const Tensor &rhs, const Tensor &out);
 Status mul(const Tensor &lhs, const Tensor &rhs, const Tensor &out);
 
+/// The argument checks of the kernels above (dtypes and shapes, never the
+/// data), shared with the CUDA backend so that both report the same errors.
+Status checkGeluForward(const Tensor &x, const Tensor &y);
+Status checkGeluBackward(const Tensor &x, const Tensor &dy, const Tensor &dx);
+Status checkSiluForward(const Tensor &x, const Tensor &y);
+Status checkSiluBackward(const Tensor &x, const Tensor &dy, const Tensor &dx);
+Status checkAdd(const Tensor &lhs, const Tensor &rhs, const Tensor &out);
+Status checkMul(const Tensor &lhs, const Tensor &rhs, const Tensor &out);
+
 } // namespace zeroc::cpu
 
 #endif // ZEROC_RUNTIME_KERNELS_CPU_ACTIVATIONS_H

@@ -11,15 +11,6 @@ namespace zeroc::cpu {
 
 namespace {
 
-// The sizes of one attention call, once its operands are checked.
-struct AttentionShape {
-  int64_t batch, seq, heads, kvHeads, headDim;
-  int64_t qWidth() const { return heads * headDim; }
-  int64_t kvWidth() const { return kvHeads * headDim; }
-  int64_t group() const { return heads / kvHeads; }
-  float scale() const { return 1.0f / std::sqrt(float(headDim)); }
-};
-
 Status checkAttention(const char *op, const Tensor &q, const Tensor &k,
                       const Tensor &v, int64_t heads, int64_t kvHeads,
                       std::initializer_list<NamedTensor> likeQ,
@@ -91,12 +82,34 @@ void causalProbs(const AttentionShape &a, const float *qh, int64_t qld,
 
 } // namespace
 
+float AttentionShape::scale() const { return 1.0f / std::sqrt(float(headDim)); }
+
+Status checkAttentionForward(const Tensor &q, const Tensor &k, const Tensor &v,
+                             int64_t numHeads, int64_t numKvHeads,
+                             const Tensor &out, const Tensor *probs,
+                             AttentionShape &shape) {
+  return checkAttention("causal_attention", q, k, v, numHeads, numKvHeads,
+                        {{"result", &out}}, {}, probs, shape);
+}
+
+Status checkAttentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
+                              const Tensor &out, const Tensor &dout,
+                              int64_t numHeads, int64_t numKvHeads,
+                              const Tensor *probs, const Tensor &dq,
+                              const Tensor &dk, const Tensor &dv,
+                              AttentionShape &shape) {
+  return checkAttention("causal_attention_backward", q, k, v, numHeads,
+                        numKvHeads,
+                        {{"out", &out}, {"dout", &dout}, {"dq", &dq}},
+                        {{"dk", &dk}, {"dv", &dv}}, probs, shape);
+}
+
 Status attentionForward(const Tensor &q, const Tensor &k, const Tensor &v,
                         int64_t numHeads, int64_t numKvHeads, const Tensor &out,
                         const Tensor *probs) {
   AttentionShape a;
-  if (Status s = checkAttention("causal_attention", q, k, v, numHeads,
-                                numKvHeads, {{"result", &out}}, {}, probs, a);
+  if (Status s =
+          checkAttentionForward(q, k, v, numHeads, numKvHeads, out, probs, a);
       !s.ok())
     return s;
   std::vector<float> qScratch, kScratch, vScratch, outScratch;
@@ -128,10 +141,8 @@ Status attentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
                          const Tensor *probs, const Tensor &dq,
                          const Tensor &dk, const Tensor &dv) {
   AttentionShape a;
-  if (Status s = checkAttention("causal_attention_backward", q, k, v, numHeads,
-                                numKvHeads,
-                                {{"out", &out}, {"dout", &dout}, {"dq", &dq}},
-                                {{"dk", &dk}, {"dv", &dv}}, probs, a);
+  if (Status s = checkAttentionBackward(q, k, v, out, dout, numHeads,
+                                        numKvHeads, probs, dq, dk, dv, a);
       !s.ok())
     return s;
   std::vector<float> qScratch, kScratch, vScratch, oScratch, doScratch;

@@ -38,6 +38,28 @@ Status attentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
                          const Tensor *probs, const Tensor &dq,
                          const Tensor &dk, const Tensor &dv);
 
+/// The sizes of one attention call, once its operands are checked.
+struct AttentionShape {
+  int64_t batch = 0, seq = 0, heads = 0, kvHeads = 0, headDim = 0;
+  int64_t qWidth() const { return heads * headDim; }
+  int64_t kvWidth() const { return kvHeads * headDim; }
+  int64_t group() const { return heads / kvHeads; }
+  float scale() const;
+};
+
+/// The argument checks of the kernels above, shared with the CUDA backend;
+/// on success `shape` holds the call's sizes.
+Status checkAttentionForward(const Tensor &q, const Tensor &k, const Tensor &v,
+                             int64_t numHeads, int64_t numKvHeads,
+                             const Tensor &out, const Tensor *probs,
+                             AttentionShape &shape);
+Status checkAttentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
+                              const Tensor &out, const Tensor &dout,
+                              int64_t numHeads, int64_t numKvHeads,
+                              const Tensor *probs, const Tensor &dq,
+                              const Tensor &dk, const Tensor &dv,
+                              AttentionShape &shape);
+
 } // namespace zeroc::cpu
 
 #endif // ZEROC_RUNTIME_KERNELS_CPU_ATTENTION_H

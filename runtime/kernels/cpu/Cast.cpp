@@ -16,23 +16,33 @@ static std::string checkSameCount(const char *op, const char *name,
   return "";
 }
 
+Status checkCastTensor(const Tensor &src, const Tensor &dst) {
+  return firstError(
+      {checkFloat("cast", "source", src),
+       checkFloat("cast", "destination", dst),
+       checkSameCount("cast", "destination", dst, "source", src)});
+}
+
+Status checkAccumulate(const Tensor &acc, const Tensor &g) {
+  return firstError(
+      {checkFloat("accumulate", "accumulator", acc),
+       checkFloat("accumulate", "gradient", g),
+       checkSameCount("accumulate", "gradient", g, "accumulator", acc)});
+}
+
+Status checkZeroTensor(const Tensor &t) {
+  return firstError({checkFloat("zero", "tensor", t)});
+}
+
 Status castTensor(const Tensor &src, const Tensor &dst) {
-  if (Status s = firstError(
-          {checkFloat("cast", "source", src),
-           checkFloat("cast", "destination", dst),
-           checkSameCount("cast", "destination", dst, "source", src)});
-      !s.ok())
+  if (Status s = checkCastTensor(src, dst); !s.ok())
     return s;
   copyElements(src, 0, dst, 0, src.numel());
   return {};
 }
 
 Status accumulate(const Tensor &acc, const Tensor &g) {
-  if (Status s = firstError(
-          {checkFloat("accumulate", "accumulator", acc),
-           checkFloat("accumulate", "gradient", g),
-           checkSameCount("accumulate", "gradient", g, "accumulator", acc)});
-      !s.ok())
+  if (Status s = checkAccumulate(acc, g); !s.ok())
     return s;
   // An elementwise add in place, with g viewed in acc's shape.
   Tensor reshaped = g;
@@ -41,7 +51,7 @@ Status accumulate(const Tensor &acc, const Tensor &g) {
 }
 
 Status zeroTensor(const Tensor &t) {
-  if (Status s = firstError({checkFloat("zero", "tensor", t)}); !s.ok())
+  if (Status s = checkZeroTensor(t); !s.ok())
     return s;
   zeroElements(t, 0, t.numel());
   return {};

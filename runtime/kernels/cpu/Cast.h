@@ -22,6 +22,11 @@ Status castTensor(const Tensor &src, const Tensor &dst);
 Status accumulate(const Tensor &acc, const Tensor &g);
 Status zeroTensor(const Tensor &t);
 
+/// The argument checks of the kernels above, shared with the CUDA backend.
+Status checkCastTensor(const Tensor &src, const Tensor &dst);
+Status checkAccumulate(const Tensor &acc, const Tensor &g);
+Status checkZeroTensor(const Tensor &t);
+
 } // namespace zeroc::cpu
 
 #endif // ZEROC_RUNTIME_KERNELS_CPU_CAST_H

@@ -27,6 +27,11 @@ static Status checkCrossEntropy(const char *op, const Tensor &logits,
   if (targets.shape != std::vector<int64_t>{logits.dim(0), logits.dim(1)})
     return {std::string(op) + ": targets must be [batch, seq] of logits " +
             describe(logits) + ", found " + describe(targets)};
+  return {};
+}
+
+Status checkTargetsInRange(const char *op, const Tensor &logits,
+                           const Tensor &targets) {
   const int32_t *t = targets.i32();
   for (int64_t r = 0, n = targets.numel(); r < n; ++r)
     if (t[r] < 0 || t[r] >= logits.dim(2))
@@ -49,12 +54,41 @@ static float softmaxInPlace(float *row, int64_t n) {
   return max + std::log(sum);
 }
 
-Status crossEntropyForward(const Tensor &logits, const Tensor &targets,
-                           const Tensor &loss) {
+Status checkCrossEntropyForward(const Tensor &logits, const Tensor &targets,
+                                const Tensor &loss) {
   const char *op = "cross_entropy";
   if (Status s = checkCrossEntropy(op, logits, targets); !s.ok())
     return s;
-  if (Status s = firstError({checkScalar(op, "loss", loss)}); !s.ok())
+  return firstError({checkScalar(op, "loss", loss)});
+}
+
+Status checkCrossEntropyBackward(const Tensor &logits, const Tensor &targets,
+                                 const Tensor &dloss, const Tensor &dlogits) {
+  const char *op = "cross_entropy_backward";
+  if (Status s = checkCrossEntropy(op, logits, targets); !s.ok())
+    return s;
+  return firstError({checkScalar(op, "dloss", dloss),
+                     checkFloat(op, "result", dlogits),
+                     checkSameShape(op, "result", dlogits, "logits", logits)});
+}
+
+Status checkBackwardSeed(int64_t microSteps, double lossScale,
+                         const Tensor &seed) {
+  if (Status s = firstError({checkScalar("backward_seed", "seed", seed)});
+      !s.ok())
+    return s;
+  if (microSteps < 1 || !(lossScale > 0.0))
+    return {"backward_seed: micro_steps must be >= 1 and the loss scale "
+            "positive, found " +
+            std::to_string(microSteps) + " and " + std::to_string(lossScale)};
+  return {};
+}
+
+Status crossEntropyForward(const Tensor &logits, const Tensor &targets,
+                           const Tensor &loss) {
+  if (Status s = checkCrossEntropyForward(logits, targets, loss); !s.ok())
+    return s;
+  if (Status s = checkTargetsInRange("cross_entropy", logits, targets); !s.ok())
     return s;
   int64_t rows = targets.numel(), vocab = logits.dim(2);
   const int32_t *t = targets.i32();
@@ -71,12 +105,10 @@ Status crossEntropyForward(const Tensor &logits, const Tensor &targets,
 
 Status crossEntropyBackward(const Tensor &logits, const Tensor &targets,
                             const Tensor &dloss, const Tensor &dlogits) {
-  const char *op = "cross_entropy_backward";
-  if (Status s = checkCrossEntropy(op, logits, targets); !s.ok())
+  if (Status s = checkCrossEntropyBackward(logits, targets, dloss, dlogits);
+      !s.ok())
     return s;
-  if (Status s = firstError(
-          {checkScalar(op, "dloss", dloss), checkFloat(op, "result", dlogits),
-           checkSameShape(op, "result", dlogits, "logits", logits)});
+  if (Status s = checkTargetsInRange("cross_entropy_backward", logits, targets);
       !s.ok())
     return s;
   int64_t rows = targets.numel(), vocab = logits.dim(2);
@@ -95,13 +127,8 @@ Status crossEntropyBackward(const Tensor &logits, const Tensor &targets,
 }
 
 Status backwardSeed(int64_t microSteps, double lossScale, const Tensor &seed) {
-  const char *op = "backward_seed";
-  if (Status s = firstError({checkScalar(op, "seed", seed)}); !s.ok())
+  if (Status s = checkBackwardSeed(microSteps, lossScale, seed); !s.ok())
     return s;
-  if (microSteps < 1 || !(lossScale > 0.0))
-    return {"backward_seed: micro_steps must be >= 1 and the loss scale "
-            "positive, found " +
-            std::to_string(microSteps) + " and " + std::to_string(lossScale)};
   *seed.f32() = float(lossScale / double(microSteps));
   return {};
 }

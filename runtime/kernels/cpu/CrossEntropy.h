@@ -31,6 +31,19 @@ Status crossEntropyBackward(const Tensor &logits, const Tensor &targets,
 /// `lossScale` is 1 without loss scaling; micro_steps >= 1.
 Status backwardSeed(int64_t microSteps, double lossScale, const Tensor &seed);
 
+/// The argument checks of the kernels above, shared with the CUDA backend:
+/// dtypes and shapes only. The CPU kernels then check the targets' values
+/// (`checkTargetsInRange`), which a device cannot do without a sync.
+Status checkCrossEntropyForward(const Tensor &logits, const Tensor &targets,
+                                const Tensor &loss);
+Status checkCrossEntropyBackward(const Tensor &logits, const Tensor &targets,
+                                 const Tensor &dloss, const Tensor &dlogits);
+Status checkBackwardSeed(int64_t microSteps, double lossScale,
+                         const Tensor &seed);
+/// Every target in [0, vocab) for logits [batch, seq, vocab] (host data).
+Status checkTargetsInRange(const char *op, const Tensor &logits,
+                           const Tensor &targets);
+
 } // namespace zeroc::cpu
 
 #endif // ZEROC_RUNTIME_KERNELS_CPU_CROSSENTROPY_H

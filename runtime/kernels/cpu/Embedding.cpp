@@ -22,6 +22,10 @@ static Status checkEmbedding(const char *op, const Tensor &table,
     return {std::string(op) + ": " + actName +
             " must be [batch, seq, hidden] of ids " + describe(ids) +
             " and table " + describe(table) + ", found " + describe(act)};
+  return {};
+}
+
+Status checkIdsInRange(const char *op, const Tensor &table, const Tensor &ids) {
   const int32_t *id = ids.i32();
   for (int64_t i = 0, n = ids.numel(); i < n; ++i)
     if (id[i] < 0 || id[i] >= table.dim(0))
@@ -31,10 +35,21 @@ static Status checkEmbedding(const char *op, const Tensor &table,
   return {};
 }
 
+Status checkEmbeddingForward(const Tensor &table, const Tensor &ids,
+                             const Tensor &out) {
+  return checkEmbedding("embedding", table, "table", ids, out, "out");
+}
+
+Status checkEmbeddingBackward(const Tensor &dy, const Tensor &ids,
+                              const Tensor &dtable) {
+  return checkEmbedding("embedding_backward", dtable, "dtable", ids, dy, "dy");
+}
+
 Status embeddingForward(const Tensor &table, const Tensor &ids,
                         const Tensor &out) {
-  if (Status s = checkEmbedding("embedding", table, "table", ids, out, "out");
-      !s.ok())
+  if (Status s = checkEmbeddingForward(table, ids, out); !s.ok())
+    return s;
+  if (Status s = checkIdsInRange("embedding", table, ids); !s.ok())
     return s;
   int64_t hidden = table.dim(1);
   const int32_t *id = ids.i32();
@@ -45,9 +60,9 @@ Status embeddingForward(const Tensor &table, const Tensor &ids,
 
 Status embeddingBackward(const Tensor &dy, const Tensor &ids,
                          const Tensor &dtable) {
-  if (Status s =
-          checkEmbedding("embedding_backward", dtable, "dtable", ids, dy, "dy");
-      !s.ok())
+  if (Status s = checkEmbeddingBackward(dy, ids, dtable); !s.ok())
+    return s;
+  if (Status s = checkIdsInRange("embedding_backward", dtable, ids); !s.ok())
     return s;
   int64_t vocab = dtable.dim(0), hidden = dtable.dim(1), tokens = ids.numel();
   const int32_t *id = ids.i32();
@@ -96,10 +111,18 @@ static Status checkPositionEmbedding(const char *op, const Tensor &table,
   return {};
 }
 
+Status checkPositionEmbeddingForward(const Tensor &table, const Tensor &out) {
+  return checkPositionEmbedding("position_embedding", table, "table", out,
+                                "out");
+}
+
+Status checkPositionEmbeddingBackward(const Tensor &dy, const Tensor &dtable) {
+  return checkPositionEmbedding("position_embedding_backward", dtable, "dtable",
+                                dy, "dy");
+}
+
 Status positionEmbeddingForward(const Tensor &table, const Tensor &out) {
-  if (Status s = checkPositionEmbedding("position_embedding", table, "table",
-                                        out, "out");
-      !s.ok())
+  if (Status s = checkPositionEmbeddingForward(table, out); !s.ok())
     return s;
   int64_t batch = out.dim(0), seq = out.dim(1), hidden = out.dim(2);
   for (int64_t b = 0; b < batch; ++b)
@@ -108,9 +131,7 @@ Status positionEmbeddingForward(const Tensor &table, const Tensor &out) {
 }
 
 Status positionEmbeddingBackward(const Tensor &dy, const Tensor &dtable) {
-  if (Status s = checkPositionEmbedding("position_embedding_backward", dtable,
-                                        "dtable", dy, "dy");
-      !s.ok())
+  if (Status s = checkPositionEmbeddingBackward(dy, dtable); !s.ok())
     return s;
   int64_t batch = dy.dim(0), seq = dy.dim(1), hidden = dy.dim(2);
   std::vector<float> sum(hidden), row(hidden);

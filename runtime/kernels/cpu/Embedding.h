@@ -37,6 +37,18 @@ Status positionEmbeddingForward(const Tensor &table, const Tensor &out);
 /// dy [batch, seq, hidden], dtable [max_positions, hidden] (overwritten).
 Status positionEmbeddingBackward(const Tensor &dy, const Tensor &dtable);
 
+/// The argument checks of the kernels above, shared with the CUDA backend:
+/// dtypes and shapes only. The CPU kernels then check the ids' values
+/// (`checkIdsInRange`), which a device cannot do without a sync.
+Status checkEmbeddingForward(const Tensor &table, const Tensor &ids,
+                             const Tensor &out);
+Status checkEmbeddingBackward(const Tensor &dy, const Tensor &ids,
+                              const Tensor &dtable);
+Status checkPositionEmbeddingForward(const Tensor &table, const Tensor &out);
+Status checkPositionEmbeddingBackward(const Tensor &dy, const Tensor &dtable);
+/// Every id in [0, vocab) for a table [vocab, hidden] (host data).
+Status checkIdsInRange(const char *op, const Tensor &table, const Tensor &ids);
+
 } // namespace zeroc::cpu
 
 #endif // ZEROC_RUNTIME_KERNELS_CPU_EMBEDDING_H

@@ -28,8 +28,8 @@ static std::string checkWeight(const char *op, const Tensor &weight,
   return "";
 }
 
-Status linearForward(const Tensor &x, const Tensor &weight, const Tensor *bias,
-                     const Tensor &y) {
+Status checkLinearForward(const Tensor &x, const Tensor &weight,
+                          const Tensor *bias, const Tensor &y) {
   const char *op = "linear";
   if (Status s = firstError({checkFloat(op, "input", x),
                              checkFloat(op, "weight", weight),
@@ -51,7 +51,57 @@ Status linearForward(const Tensor &x, const Tensor &weight, const Tensor *bias,
       return {"linear: bias must be [" + std::to_string(out) + "], found " +
               describe(*bias)};
   }
+  return {};
+}
 
+Status checkLinearGradInput(const Tensor &dy, const Tensor &weight,
+                            const Tensor &dx) {
+  const char *op = "linear_grad_input";
+  if (Status s = firstError(
+          {checkFloat(op, "dy", dy), checkFloat(op, "weight", weight),
+           checkFloat(op, "dx", dx), checkSameRows(op, "dy", dy, "dx", dx)});
+      !s.ok())
+    return s;
+  int64_t rows = dy.rows(), out = dy.dim(-1), in = dx.dim(-1);
+  return firstError(
+      {checkWeight(op, weight, out, in), checkGemmDims(op, {rows, in, out})});
+}
+
+Status checkLinearGradWeight(const Tensor &dy, const Tensor &x,
+                             const Tensor &dw) {
+  const char *op = "linear_grad_weight";
+  if (Status s =
+          firstError({checkFloat(op, "dy", dy), checkFloat(op, "input", x),
+                      checkFloat(op, "dweight", dw),
+                      checkSameRows(op, "dy", dy, "input", x)});
+      !s.ok())
+    return s;
+  int64_t rows = dy.rows(), out = dy.dim(-1), in = x.dim(-1);
+  if (dw.rank() != 2 || dw.dim(0) != out || dw.dim(1) != in)
+    return {std::string(op) + ": dweight must be [out, in] = [" +
+            std::to_string(out) + ", " + std::to_string(in) + "], found " +
+            describe(dw)};
+  return firstError({checkGemmDims(op, {rows, in, out})});
+}
+
+Status checkLinearGradBias(const Tensor &dy, const Tensor &db) {
+  const char *op = "linear_grad_bias";
+  if (Status s =
+          firstError({checkFloat(op, "dy", dy), checkFloat(op, "dbias", db),
+                      checkRank(op, "dbias", db, 1)});
+      !s.ok())
+    return s;
+  if (dy.rank() < 1 || dy.dim(-1) != db.dim(0))
+    return {std::string(op) + ": dy must be [..., " +
+            std::to_string(db.dim(0)) + "], found " + describe(dy)};
+  return {};
+}
+
+Status linearForward(const Tensor &x, const Tensor &weight, const Tensor *bias,
+                     const Tensor &y) {
+  if (Status s = checkLinearForward(x, weight, bias, y); !s.ok())
+    return s;
+  int64_t rows = x.rows(), in = x.dim(-1), out = y.dim(-1);
   std::vector<float> xScratch, wScratch, yScratch;
   const float *xf = readF32(x, xScratch);
   const float *wf = readF32(weight, wScratch);
@@ -70,18 +120,9 @@ Status linearForward(const Tensor &x, const Tensor &weight, const Tensor *bias,
 
 Status linearGradInput(const Tensor &dy, const Tensor &weight,
                        const Tensor &dx) {
-  const char *op = "linear_grad_input";
-  if (Status s = firstError(
-          {checkFloat(op, "dy", dy), checkFloat(op, "weight", weight),
-           checkFloat(op, "dx", dx), checkSameRows(op, "dy", dy, "dx", dx)});
-      !s.ok())
+  if (Status s = checkLinearGradInput(dy, weight, dx); !s.ok())
     return s;
   int64_t rows = dy.rows(), out = dy.dim(-1), in = dx.dim(-1);
-  if (Status s = firstError({checkWeight(op, weight, out, in),
-                             checkGemmDims(op, {rows, in, out})});
-      !s.ok())
-    return s;
-
   std::vector<float> dyScratch, wScratch, dxScratch;
   const float *dyf = readF32(dy, dyScratch);
   const float *wf = readF32(weight, wScratch);
@@ -92,21 +133,9 @@ Status linearGradInput(const Tensor &dy, const Tensor &weight,
 }
 
 Status linearGradWeight(const Tensor &dy, const Tensor &x, const Tensor &dw) {
-  const char *op = "linear_grad_weight";
-  if (Status s =
-          firstError({checkFloat(op, "dy", dy), checkFloat(op, "input", x),
-                      checkFloat(op, "dweight", dw),
-                      checkSameRows(op, "dy", dy, "input", x)});
-      !s.ok())
+  if (Status s = checkLinearGradWeight(dy, x, dw); !s.ok())
     return s;
   int64_t rows = dy.rows(), out = dy.dim(-1), in = x.dim(-1);
-  if (dw.rank() != 2 || dw.dim(0) != out || dw.dim(1) != in)
-    return {std::string(op) + ": dweight must be [out, in] = [" +
-            std::to_string(out) + ", " + std::to_string(in) + "], found " +
-            describe(dw)};
-  if (Status s = firstError({checkGemmDims(op, {rows, in, out})}); !s.ok())
-    return s;
-
   std::vector<float> dyScratch, xScratch, dwScratch;
   const float *dyf = readF32(dy, dyScratch);
   const float *xf = readF32(x, xScratch);
@@ -117,15 +146,8 @@ Status linearGradWeight(const Tensor &dy, const Tensor &x, const Tensor &dw) {
 }
 
 Status linearGradBias(const Tensor &dy, const Tensor &db) {
-  const char *op = "linear_grad_bias";
-  if (Status s =
-          firstError({checkFloat(op, "dy", dy), checkFloat(op, "dbias", db),
-                      checkRank(op, "dbias", db, 1)});
-      !s.ok())
+  if (Status s = checkLinearGradBias(dy, db); !s.ok())
     return s;
-  if (dy.rank() < 1 || dy.dim(-1) != db.dim(0))
-    return {std::string(op) + ": dy must be [..., " +
-            std::to_string(db.dim(0)) + "], found " + describe(dy)};
   int64_t rows = dy.rows(), out = db.dim(0);
   std::vector<float> sum(out, 0.0f), row(out);
   for (int64_t r = 0; r < rows; ++r) {

@@ -31,6 +31,16 @@ Status linearGradWeight(const Tensor &dy, const Tensor &x, const Tensor &dw);
 
 Status linearGradBias(const Tensor &dy, const Tensor &db);
 
+/// The argument checks of the kernels above (dtypes, shapes and the 32-bit
+/// GEMM dimension limit), shared with the CUDA backend.
+Status checkLinearForward(const Tensor &x, const Tensor &weight,
+                          const Tensor *bias, const Tensor &y);
+Status checkLinearGradInput(const Tensor &dy, const Tensor &weight,
+                            const Tensor &dx);
+Status checkLinearGradWeight(const Tensor &dy, const Tensor &x,
+                             const Tensor &dw);
+Status checkLinearGradBias(const Tensor &dy, const Tensor &db);
+
 } // namespace zeroc::cpu
 
 #endif // ZEROC_RUNTIME_KERNELS_CPU_LINEAR_H

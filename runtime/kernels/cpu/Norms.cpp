@@ -51,12 +51,36 @@ static float rmsNormStat(const float *x, int64_t n, float eps) {
   return 1.0f / std::sqrt((n ? sum / float(n) : 0.0f) + eps);
 }
 
+Status checkLayerNormForward(const Tensor &x, const Tensor &weight,
+                             const Tensor &bias, const Tensor &y) {
+  return checkNorm("layernorm", x, {{"result", &y}},
+                   {{"weight", &weight}, {"bias", &bias}});
+}
+
+Status checkLayerNormBackward(const Tensor &x, const Tensor &weight,
+                              const Tensor &dy, const Tensor &dx,
+                              const Tensor &dweight, const Tensor &dbias) {
+  return checkNorm(
+      "layernorm_backward", x, {{"dy", &dy}, {"dinput", &dx}},
+      {{"weight", &weight}, {"dweight", &dweight}, {"dbias", &dbias}});
+}
+
+Status checkRmsNormForward(const Tensor &x, const Tensor &weight,
+                           const Tensor &y) {
+  return checkNorm("rmsnorm", x, {{"result", &y}}, {{"weight", &weight}});
+}
+
+Status checkRmsNormBackward(const Tensor &x, const Tensor &weight,
+                            const Tensor &dy, const Tensor &dx,
+                            const Tensor &dweight) {
+  return checkNorm("rmsnorm_backward", x, {{"dy", &dy}, {"dinput", &dx}},
+                   {{"weight", &weight}, {"dweight", &dweight}});
+}
+
 Status layerNormForward(const Tensor &x, const Tensor &weight,
                         const Tensor &bias, float eps, const Tensor &y,
                         float *saved) {
-  if (Status s = checkNorm("layernorm", x, {{"result", &y}},
-                           {{"weight", &weight}, {"bias", &bias}});
-      !s.ok())
+  if (Status s = checkLayerNormForward(x, weight, bias, y); !s.ok())
     return s;
   int64_t rows = x.rows(), n = x.dim(-1);
   std::vector<float> w(n), b(n), row(n);
@@ -81,9 +105,7 @@ Status layerNormBackward(const Tensor &x, const Tensor &weight,
                          const Tensor &dy, float eps, const float *saved,
                          const Tensor &dx, const Tensor &dweight,
                          const Tensor &dbias) {
-  if (Status s = checkNorm(
-          "layernorm_backward", x, {{"dy", &dy}, {"dinput", &dx}},
-          {{"weight", &weight}, {"dweight", &dweight}, {"dbias", &dbias}});
+  if (Status s = checkLayerNormBackward(x, weight, dy, dx, dweight, dbias);
       !s.ok())
     return s;
   int64_t rows = x.rows(), n = x.dim(-1);
@@ -125,9 +147,7 @@ Status layerNormBackward(const Tensor &x, const Tensor &weight,
 
 Status rmsNormForward(const Tensor &x, const Tensor &weight, float eps,
                       const Tensor &y, float *saved) {
-  if (Status s =
-          checkNorm("rmsnorm", x, {{"result", &y}}, {{"weight", &weight}});
-      !s.ok())
+  if (Status s = checkRmsNormForward(x, weight, y); !s.ok())
     return s;
   int64_t rows = x.rows(), n = x.dim(-1);
   std::vector<float> w(n), row(n);
@@ -147,10 +167,7 @@ Status rmsNormForward(const Tensor &x, const Tensor &weight, float eps,
 Status rmsNormBackward(const Tensor &x, const Tensor &weight, const Tensor &dy,
                        float eps, const float *saved, const Tensor &dx,
                        const Tensor &dweight) {
-  if (Status s =
-          checkNorm("rmsnorm_backward", x, {{"dy", &dy}, {"dinput", &dx}},
-                    {{"weight", &weight}, {"dweight", &dweight}});
-      !s.ok())
+  if (Status s = checkRmsNormBackward(x, weight, dy, dx, dweight); !s.ok())
     return s;
   int64_t rows = x.rows(), n = x.dim(-1);
   std::vector<float> w(n), dw(n, 0.0f);

@@ -46,6 +46,18 @@ Status rmsNormBackward(const Tensor &x, const Tensor &weight, const Tensor &dy,
                        float eps, const float *saved, const Tensor &dx,
                        const Tensor &dweight);
 
+/// The argument checks of the kernels above, shared with the CUDA backend.
+Status checkLayerNormForward(const Tensor &x, const Tensor &weight,
+                             const Tensor &bias, const Tensor &y);
+Status checkLayerNormBackward(const Tensor &x, const Tensor &weight,
+                              const Tensor &dy, const Tensor &dx,
+                              const Tensor &dweight, const Tensor &dbias);
+Status checkRmsNormForward(const Tensor &x, const Tensor &weight,
+                           const Tensor &y);
+Status checkRmsNormBackward(const Tensor &x, const Tensor &weight,
+                            const Tensor &dy, const Tensor &dx,
+                            const Tensor &dweight);
+
 } // namespace zeroc::cpu
 
 #endif // ZEROC_RUNTIME_KERNELS_CPU_NORMS_H

@@ -20,10 +20,9 @@ std::string checkState(const char *name, const Tensor &t, int64_t numel) {
 
 } // namespace
 
-Status adamUpdate(const AdamSettings &settings, int64_t step,
-                  const Tensor &grad, const Tensor &master,
-                  const Tensor &expAvg, const Tensor &expAvgSq,
-                  const Tensor *param16) {
+Status checkAdamUpdate(int64_t step, const Tensor &grad, const Tensor &master,
+                       const Tensor &expAvg, const Tensor &expAvgSq,
+                       const Tensor *param16) {
   int64_t n = grad.numel();
   if (Status s = firstError({checkFloat("adam_update", "grad", grad),
                              checkState("master", master, n),
@@ -41,30 +40,42 @@ Status adamUpdate(const AdamSettings &settings, int64_t step,
   }
   if (step < 1)
     return {"adam_update: step must be >= 1, found " + std::to_string(step)};
+  return {};
+}
 
-  float lr = float(settings.lr), beta1 = float(settings.beta1),
-        beta2 = float(settings.beta2), eps = float(settings.eps),
-        decay = float(settings.weightDecay);
-  float stepSize =
+AdamStepConstants adamStepConstants(const AdamSettings &settings,
+                                    int64_t step) {
+  AdamStepConstants c;
+  c.lr = float(settings.lr);
+  c.beta1 = float(settings.beta1);
+  c.beta2 = float(settings.beta2);
+  c.eps = float(settings.eps);
+  c.decay = float(settings.weightDecay);
+  c.oneMinusBeta1 = 1.0f - c.beta1;
+  c.oneMinusBeta2 = 1.0f - c.beta2;
+  c.stepSize =
       float(settings.lr / (1.0 - std::pow(settings.beta1, double(step))));
-  float rootCorrection2 =
+  c.rootCorrection2 =
       float(1.0 / std::sqrt(1.0 - std::pow(settings.beta2, double(step))));
+  c.adamw = settings.adamw;
+  return c;
+}
+
+Status adamUpdate(const AdamSettings &settings, int64_t step,
+                  const Tensor &grad, const Tensor &master,
+                  const Tensor &expAvg, const Tensor &expAvgSq,
+                  const Tensor *param16) {
+  if (Status s = checkAdamUpdate(step, grad, master, expAvg, expAvgSq, param16);
+      !s.ok())
+    return s;
+  AdamStepConstants c = adamStepConstants(settings, step);
   float *p = master.f32(), *m = expAvg.f32(), *v = expAvgSq.f32();
   float g[kChunk];
-  for (int64_t done = 0; done < n; done += kChunk) {
+  for (int64_t done = 0, n = grad.numel(); done < n; done += kChunk) {
     int64_t count = std::min(kChunk, n - done);
     loadF32(grad, done, count, g);
-    for (int64_t i = 0; i < count; ++i) {
-      int64_t e = done + i;
-      float gi = g[i];
-      if (settings.adamw)
-        p[e] -= lr * decay * p[e];
-      else
-        gi += decay * p[e];
-      m[e] = beta1 * m[e] + (1.0f - beta1) * gi;
-      v[e] = beta2 * v[e] + (1.0f - beta2) * gi * gi;
-      p[e] -= stepSize * m[e] / (std::sqrt(v[e]) * rootCorrection2 + eps);
-    }
+    for (int64_t i = 0; i < count; ++i)
+      adamElement(c, g[i], p[done + i], m[done + i], v[done + i]);
     if (param16)
       storeF32(*param16, done, count, p + done);
   }
@@ -90,8 +101,12 @@ float clipCoefficient(double totalSumOfSquares, double maxNorm) {
   return float(maxNorm / std::max(norm, maxNorm));
 }
 
+Status checkScaleInPlace(const Tensor &t) {
+  return firstError({checkFloat("scale", "tensor", t)});
+}
+
 Status scaleInPlace(const Tensor &t, float factor) {
-  if (Status s = firstError({checkFloat("scale", "tensor", t)}); !s.ok())
+  if (Status s = checkScaleInPlace(t); !s.ok())
     return s;
   float x[kChunk];
   for (int64_t done = 0, n = t.numel(); done < n; done += kChunk) {
@@ -104,13 +119,19 @@ Status scaleInPlace(const Tensor &t, float factor) {
   return {};
 }
 
-Status unscaleGrads(const Tensor &grad, double lossScale, bool &overflow) {
+Status checkUnscaleGrads(const Tensor &grad, double lossScale) {
   if (Status s = firstError({checkFloat("unscale_grads", "grad", grad)});
       !s.ok())
     return s;
   if (!(lossScale > 0.0))
     return {"unscale_grads: the loss scale must be positive, found " +
             std::to_string(lossScale)};
+  return {};
+}
+
+Status unscaleGrads(const Tensor &grad, double lossScale, bool &overflow) {
+  if (Status s = checkUnscaleGrads(grad, lossScale); !s.ok())
+    return s;
   float scale = float(lossScale);
   float g[kChunk];
   for (int64_t done = 0, n = grad.numel(); done < n; done += kChunk) {

@@ -24,6 +24,8 @@
 
 #include "cpu/Tensor.h"
 
+#include <cmath>
+
 namespace zeroc::cpu {
 
 /// The attributes of model.adam_update.
@@ -35,6 +37,31 @@ struct AdamSettings {
   double weightDecay = 0.0;
   bool adamw = false;
 };
+
+/// The per-step constants of adam_update in the f32 (and f64-derived) form
+/// every backend uses, so that the CPU, host and CUDA updates agree bit for
+/// bit: `stepSize = lr / (1 - beta1^t)` and `rootCorrection2 =
+/// 1 / sqrt(1 - beta2^t)` are computed in f64 and rounded once.
+struct AdamStepConstants {
+  float lr, beta1, beta2, eps, decay;
+  float oneMinusBeta1, oneMinusBeta2;
+  float stepSize, rootCorrection2;
+  bool adamw;
+};
+AdamStepConstants adamStepConstants(const AdamSettings &settings, int64_t step);
+
+/// One element of adam_update, in the order the CPU kernel computes it
+/// (no fused multiply-adds: compile with -ffp-contract=off where FMA is on).
+inline void adamElement(const AdamStepConstants &c, float g, float &p, float &m,
+                        float &v) {
+  if (c.adamw)
+    p -= c.lr * c.decay * p;
+  else
+    g += c.decay * p;
+  m = c.beta1 * m + c.oneMinusBeta1 * g;
+  v = c.beta2 * v + c.oneMinusBeta2 * g * g;
+  p -= c.stepSize * m / (std::sqrt(v) * c.rootCorrection2 + c.eps);
+}
 
 /// `master`, `expAvg`, `expAvgSq` are f32 and have the element count of
 /// `grad` (their shapes may differ: flat shards). `param16` (may be null)
@@ -84,6 +111,14 @@ LossScaleState initialLossScale(const LossScaleSettings &settings);
 /// hysteresis. A static scale never moves.
 void updateLossScale(const LossScaleSettings &settings, bool overflow,
                      LossScaleState &state);
+
+/// The argument checks of the kernels above, shared with the host and CUDA
+/// optimizers.
+Status checkAdamUpdate(int64_t step, const Tensor &grad, const Tensor &master,
+                       const Tensor &expAvg, const Tensor &expAvgSq,
+                       const Tensor *param16);
+Status checkScaleInPlace(const Tensor &t);
+Status checkUnscaleGrads(const Tensor &grad, double lossScale);
 
 } // namespace zeroc::cpu
 

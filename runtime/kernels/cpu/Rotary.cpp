@@ -6,10 +6,8 @@
 
 namespace zeroc::cpu {
 
-// Rotates every pair of `in` by `direction` (+1 forward, -1 backward) times
-// its angle.
-static Status rotate(const char *op, const Tensor &in, int64_t headDim,
-                     double theta, const Tensor &out, float direction) {
+static Status checkRotary(const char *op, const Tensor &in, int64_t headDim,
+                          double theta, const Tensor &out) {
   if (Status s = firstError({checkFloat(op, "input", in),
                              checkRank(op, "input", in, 3),
                              checkFloat(op, "result", out),
@@ -22,6 +20,23 @@ static Status rotate(const char *op, const Tensor &in, int64_t headDim,
   if (!(theta > 0.0))
     return {std::string(op) + ": theta must be positive, found " +
             std::to_string(theta)};
+  return {};
+}
+
+Status checkRotaryForward(const Tensor &x, int64_t headDim, double theta,
+                          const Tensor &y) {
+  return checkRotary("rotary", x, headDim, theta, y);
+}
+
+Status checkRotaryBackward(const Tensor &dy, int64_t headDim, double theta,
+                           const Tensor &dx) {
+  return checkRotary("rotary_backward", dy, headDim, theta, dx);
+}
+
+// Rotates every pair of checked `in` by `direction` (+1 forward, -1 backward)
+// times its angle.
+static void rotate(const Tensor &in, int64_t headDim, double theta,
+                   const Tensor &out, float direction) {
   int64_t batch = in.dim(0), seq = in.dim(1), width = in.dim(2);
   int64_t half = headDim / 2;
 
@@ -52,17 +67,22 @@ static Status rotate(const char *op, const Tensor &in, int64_t headDim,
       }
       storeF32(out, offset, width, row.data());
     }
-  return {};
 }
 
 Status rotaryForward(const Tensor &x, int64_t headDim, double theta,
                      const Tensor &y) {
-  return rotate("rotary", x, headDim, theta, y, 1.0f);
+  if (Status s = checkRotaryForward(x, headDim, theta, y); !s.ok())
+    return s;
+  rotate(x, headDim, theta, y, 1.0f);
+  return {};
 }
 
 Status rotaryBackward(const Tensor &dy, int64_t headDim, double theta,
                       const Tensor &dx) {
-  return rotate("rotary_backward", dy, headDim, theta, dx, -1.0f);
+  if (Status s = checkRotaryBackward(dy, headDim, theta, dx); !s.ok())
+    return s;
+  rotate(dy, headDim, theta, dx, -1.0f);
+  return {};
 }
 
 } // namespace zeroc::cpu

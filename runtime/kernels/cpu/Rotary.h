@@ -24,6 +24,12 @@ Status rotaryForward(const Tensor &x, int64_t headDim, double theta,
 Status rotaryBackward(const Tensor &dy, int64_t headDim, double theta,
                       const Tensor &dx);
 
+/// The argument checks of the kernels above, shared with the CUDA backend.
+Status checkRotaryForward(const Tensor &x, int64_t headDim, double theta,
+                          const Tensor &y);
+Status checkRotaryBackward(const Tensor &dy, int64_t headDim, double theta,
+                           const Tensor &dx);
+
 } // namespace zeroc::cpu
 
 #endif // ZEROC_RUNTIME_KERNELS_CPU_ROTARY_H

@@ -1,0 +1,108 @@
+//===- Activations.cu - Elementwise ops on the GPU: GELU, SiLU, add, mul --===//
+
+#include "cuda/Activations.h"
+
+#include "cpu/Activations.h"
+#include "cuda/Elementwise.cuh"
+
+namespace zeroc::cuda {
+
+namespace {
+
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kGeluCubic = 0.044715f;
+
+__device__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+struct GeluForward {
+  __device__ float operator()(float v, float) const {
+    float u = kSqrt2OverPi * (v + kGeluCubic * v * v * v);
+    return 0.5f * v * (1.0f + tanhf(u));
+  }
+};
+
+struct GeluBackward {
+  __device__ float operator()(float v, float g) const {
+    float u = kSqrt2OverPi * (v + kGeluCubic * v * v * v);
+    float t = tanhf(u);
+    float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * v * v);
+    return g * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
+  }
+};
+
+struct SiluForward {
+  __device__ float operator()(float v, float) const { return v * sigmoid(v); }
+};
+
+struct SiluBackward {
+  __device__ float operator()(float v, float g) const {
+    float s = sigmoid(v);
+    return g * s * (1.0f + v * (1.0f - s));
+  }
+};
+
+struct Add {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+
+struct Mul {
+  __device__ float operator()(float a, float b) const { return a * b; }
+};
+
+template <typename F>
+Status unary(const char *op, const Tensor &x, const Tensor &y, F f,
+             cudaStream_t stream) {
+  return launchMap(op, x.data, x.dtype, nullptr, DType::F32, y.data, y.dtype,
+                   x.numel(), f, stream);
+}
+
+template <typename F>
+Status binary(const char *op, const Tensor &a, const Tensor &b,
+              const Tensor &out, F f, cudaStream_t stream) {
+  return launchMap(op, a.data, a.dtype, b.data, b.dtype, out.data, out.dtype,
+                   a.numel(), f, stream);
+}
+
+} // namespace
+
+Status geluForward(const Tensor &x, const Tensor &y, cudaStream_t stream) {
+  if (Status s = cpu::checkGeluForward(x, y); !s.ok())
+    return s;
+  return unary("gelu", x, y, GeluForward{}, stream);
+}
+
+Status geluBackward(const Tensor &x, const Tensor &dy, const Tensor &dx,
+                    cudaStream_t stream) {
+  if (Status s = cpu::checkGeluBackward(x, dy, dx); !s.ok())
+    return s;
+  return binary("gelu_backward", x, dy, dx, GeluBackward{}, stream);
+}
+
+Status siluForward(const Tensor &x, const Tensor &y, cudaStream_t stream) {
+  if (Status s = cpu::checkSiluForward(x, y); !s.ok())
+    return s;
+  return unary("silu", x, y, SiluForward{}, stream);
+}
+
+Status siluBackward(const Tensor &x, const Tensor &dy, const Tensor &dx,
+                    cudaStream_t stream) {
+  if (Status s = cpu::checkSiluBackward(x, dy, dx); !s.ok())
+    return s;
+  return binary("silu_backward", x, dy, dx, SiluBackward{}, stream);
+}
+
+Status add(const Tensor &lhs, const Tensor &rhs, const Tensor &out,
+           cudaStream_t stream) {
+  if (Status s = cpu::checkAdd(lhs, rhs, out); !s.ok())
+    return s;
+  return binary("add", lhs, rhs, out, Add{}, stream);
+}
+
+Status mul(const Tensor &lhs, const Tensor &rhs, const Tensor &out,
+           cudaStream_t stream) {
+  if (Status s = cpu::checkMul(lhs, rhs, out); !s.ok())
+    return s;
+  return binary("mul", lhs, rhs, out, Mul{}, stream);
+}
+
+} // namespace zeroc::cuda

@@ -1,0 +1,44 @@
+//===- Attention.h - Causal grouped-query attention on the GPU --*- C++ -*-===//
+//
+// cpu/Attention.h on device data: the same math, head layout, grouped-query
+// sharing, checks, and the same saved state: `probs` [batch, heads, seq, seq]
+// in its own dtype, P rounded to the activation dtype (out's) before P V,
+// zeros above the diagonal. The backward reads `probs` or, when null,
+// recomputes P with the forward's own calls (the same result).
+//
+// Like the CPU kernels, this computes in f32 throughout: 16-bit operands are
+// widened into f32 scratch, the six products per (batch, head) are strided
+// batched f32 cuBLAS GEMMs over the heads that share a kv head position
+// (no TF32), and a fused kernel takes the causal softmax of each score row.
+// Scores take f32 scratch of batch-chunk * heads * seq^2 floats (chunks of
+// the batch up to 256 MiB, at least one batch entry); dK and dV sum over the
+// query heads of a group in head order. Deterministic. Outputs must not
+// alias inputs.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZEROC_RUNTIME_KERNELS_CUDA_ATTENTION_H
+#define ZEROC_RUNTIME_KERNELS_CUDA_ATTENTION_H
+
+#include "cuda/Context.h"
+#include "cuda/Types.h"
+
+namespace zeroc::cuda {
+
+/// `probs` may be null (nothing saved).
+Status attentionForward(const Tensor &q, const Tensor &k, const Tensor &v,
+                        int64_t numHeads, int64_t numKvHeads, const Tensor &out,
+                        const Tensor *probs, KernelContext &ctx,
+                        cudaStream_t stream);
+
+/// `out` is the forward's result, `probs` what it saved (or null).
+Status attentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
+                         const Tensor &out, const Tensor &dout,
+                         int64_t numHeads, int64_t numKvHeads,
+                         const Tensor *probs, const Tensor &dq,
+                         const Tensor &dk, const Tensor &dv, KernelContext &ctx,
+                         cudaStream_t stream);
+
+} // namespace zeroc::cuda
+
+#endif // ZEROC_RUNTIME_KERNELS_CUDA_ATTENTION_H

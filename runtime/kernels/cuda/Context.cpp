@@ -1,0 +1,59 @@
+//===- Context.cpp - cuBLAS handles and workspace of one stream -----------===//
+
+#include "cuda/Context.h"
+
+#include "cuda/Common.h"
+#include "cuda/ContextImpl.h"
+
+namespace zeroc::cuda {
+
+static Status blasStatus(const char *what, cublasStatus_t s) {
+  if (s == CUBLAS_STATUS_SUCCESS)
+    return {};
+  return {std::string("cuda context: ") + what + " failed: " +
+          cublasGetStatusName(s) + " (" + cublasGetStatusString(s) + ")"};
+}
+
+KernelContext::KernelContext(size_t workspaceBytes)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->workspaceBytes = workspaceBytes;
+}
+
+KernelContext::~KernelContext() {
+  // Destroying handles and freeing device memory synchronizes; a context
+  // lives as long as its stream's work.
+  if (impl_->blas)
+    cublasDestroy(impl_->blas);
+  if (impl_->lt)
+    cublasLtDestroy(impl_->lt);
+  if (impl_->workspace)
+    cudaFree(impl_->workspace);
+}
+
+Status KernelContext::init() {
+  Impl &s = *impl_;
+  if (s.ready)
+    return {};
+  if (!s.workspace && s.workspaceBytes > 0)
+    if (Status st = cudaStatus("cuda context", "cudaMalloc of the workspace",
+                               cudaMalloc(&s.workspace, s.workspaceBytes));
+        !st.ok())
+      return st;
+  if (!s.lt)
+    if (Status st = blasStatus("cublasLtCreate", cublasLtCreate(&s.lt));
+        !st.ok())
+      return st;
+  if (!s.blas) {
+    if (Status st = blasStatus("cublasCreate", cublasCreate(&s.blas)); !st.ok())
+      return st;
+    // f32 GEMMs stay f32: no TF32 tensor cores behind our back.
+    if (Status st = blasStatus("cublasSetMathMode",
+                               cublasSetMathMode(s.blas, CUBLAS_DEFAULT_MATH));
+        !st.ok())
+      return st;
+  }
+  s.ready = true;
+  return {};
+}
+
+} // namespace zeroc::cuda

@@ -1,0 +1,125 @@
+//===- CrossEntropy.cu - Mean softmax cross-entropy on the GPU ------------===//
+
+#include "cuda/CrossEntropy.h"
+
+#include "cpu/CrossEntropy.h"
+#include "cuda/Device.cuh"
+
+namespace zeroc::cuda {
+
+namespace {
+
+constexpr int kSumThreads = 1024;
+
+// The maximum and the sum of exp(x - max) of a row; every thread gets both.
+__device__ float2 softmaxStats(const void *logits, DType type, int64_t offset,
+                               int64_t vocab) {
+  float max = -INFINITY;
+  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x)
+    max = fmaxf(max, loadAsFloat(logits, type, offset + i));
+  max = blockMax(max);
+  float sum = 0.0f;
+  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x)
+    sum += expf(loadAsFloat(logits, type, offset + i) - max);
+  return make_float2(max, blockSum(sum));
+}
+
+__global__ void rowLossKernel(const void *logits, DType type,
+                              const int32_t *targets, int64_t rows,
+                              int64_t vocab, float *rowLoss) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    float2 stats = softmaxStats(logits, type, r * vocab, vocab);
+    if (threadIdx.x == 0) {
+      int32_t t = targets[r];
+      rowLoss[r] = t >= 0 && t < vocab
+                       ? stats.x + logf(stats.y) -
+                             loadAsFloat(logits, type, r * vocab + t)
+                       : quietNaN();
+    }
+  }
+}
+
+// loss = (sum of rowLoss in f64) / rows, by one block in a fixed order.
+__global__ void meanLossKernel(const float *rowLoss, int64_t rows,
+                               float *loss) {
+  double sum = 0.0;
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x)
+    sum += double(rowLoss[r]);
+  sum = blockSum(sum);
+  if (threadIdx.x == 0)
+    *loss = rows ? float(sum / double(rows)) : 0.0f;
+}
+
+// Each element is read and written by one thread: dlogits may be logits.
+__global__ void crossEntropyBackwardKernel(const void *logits, DType type,
+                                           const int32_t *targets,
+                                           const float *dloss, int64_t rows,
+                                           int64_t vocab, void *dlogits,
+                                           DType dType) {
+  float factor = *dloss / float(rows > 1 ? rows : 1);
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    float2 stats = softmaxStats(logits, type, r * vocab, vocab);
+    int32_t t = targets[r];
+    bool valid = t >= 0 && t < vocab;
+    for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
+      float p =
+          expf(loadAsFloat(logits, type, r * vocab + i) - stats.x) / stats.y;
+      if (i == t)
+        p -= 1.0f;
+      storeFromFloat(dlogits, dType, r * vocab + i,
+                     valid ? p * factor : quietNaN());
+    }
+  }
+}
+
+__global__ void fillKernel(float *out, float value) { *out = value; }
+
+} // namespace
+
+Status crossEntropyForward(const Tensor &logits, const Tensor &targets,
+                           const Tensor &loss, cudaStream_t stream) {
+  const char *op = "cross_entropy";
+  if (Status s = cpu::checkCrossEntropyForward(logits, targets, loss); !s.ok())
+    return s;
+  int64_t rows = targets.numel(), vocab = logits.dim(2);
+  Scratch rowLoss;
+  if (rows > 0) {
+    if (Status s = rowLoss.allocate(op, size_t(rows) * 4, stream); !s.ok())
+      return s;
+    rowLossKernel<<<rowGrid(rows), kThreads, 0, stream>>>(
+        logits.data, logits.dtype, targets.i32(), rows, vocab,
+        rowLoss.get<float>());
+    if (Status s = launchStatus(op); !s.ok())
+      return s;
+  }
+  meanLossKernel<<<1, kSumThreads, 0, stream>>>(rowLoss.get<float>(), rows,
+                                                loss.f32());
+  return launchStatus(op);
+}
+
+Status crossEntropyBackward(const Tensor &logits, const Tensor &targets,
+                            const Tensor &dloss, const Tensor &dlogits,
+                            cudaStream_t stream) {
+  if (Status s =
+          cpu::checkCrossEntropyBackward(logits, targets, dloss, dlogits);
+      !s.ok())
+    return s;
+  int64_t rows = targets.numel(), vocab = logits.dim(2);
+  if (rows == 0 || vocab == 0)
+    return {};
+  crossEntropyBackwardKernel<<<rowGrid(rows), kThreads, 0, stream>>>(
+      logits.data, logits.dtype, targets.i32(), dloss.f32(), rows, vocab,
+      dlogits.data, dlogits.dtype);
+  return launchStatus("cross_entropy_backward");
+}
+
+Status backwardSeed(int64_t microSteps, double lossScale, const Tensor &seed,
+                    cudaStream_t stream) {
+  if (Status s = cpu::checkBackwardSeed(microSteps, lossScale, seed); !s.ok())
+    return s;
+  fillKernel<<<1, 1, 0, stream>>>(seed.f32(),
+                                  float(lossScale / double(microSteps)));
+  return launchStatus("backward_seed");
+}
+
+} // namespace zeroc::cuda

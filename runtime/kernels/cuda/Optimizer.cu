@@ -1,0 +1,247 @@
+//===- Optimizer.cu - Adam, clipping and loss scaling on the GPU ----------===//
+
+#include "cuda/Optimizer.h"
+
+#include "cuda/Device.cuh"
+
+namespace zeroc::cuda {
+
+namespace {
+
+constexpr int kAdamTensorsPerLaunch = 64;
+constexpr int64_t kAdamChunk = 4096;
+constexpr int kSumThreads = 1024;
+constexpr int64_t kMaxSumBlocks = 1024;
+
+// The tensors of one launch, passed by value as the kernel's parameter
+// (under the classic 4 KiB limit). Tensor t owns chunks [firstChunk[t],
+// firstChunk[t + 1]) of kAdamChunk elements.
+struct AdamLaunch {
+  const void *grad[kAdamTensorsPerLaunch];
+  float *master[kAdamTensorsPerLaunch];
+  float *expAvg[kAdamTensorsPerLaunch];
+  float *expAvgSq[kAdamTensorsPerLaunch];
+  void *param16[kAdamTensorsPerLaunch];
+  int64_t numel[kAdamTensorsPerLaunch];
+  int64_t firstChunk[kAdamTensorsPerLaunch + 1];
+  DType gradType[kAdamTensorsPerLaunch];
+  DType paramType[kAdamTensorsPerLaunch];
+  int count;
+};
+static_assert(sizeof(AdamLaunch) + sizeof(cpu::AdamStepConstants) <= 4096,
+              "Adam kernel parameters exceed 4 KiB");
+
+// cpu::adamElement with each operation rounded on its own: no contraction
+// into fused multiply-adds, so the result is the CPU's.
+__device__ __forceinline__ void
+adamElementOnDevice(const cpu::AdamStepConstants &c, float g, float &p,
+                    float &m, float &v) {
+  if (c.adamw)
+    p = __fsub_rn(p, __fmul_rn(__fmul_rn(c.lr, c.decay), p));
+  else
+    g = __fadd_rn(g, __fmul_rn(c.decay, p));
+  m = __fadd_rn(__fmul_rn(c.beta1, m), __fmul_rn(c.oneMinusBeta1, g));
+  v = __fadd_rn(__fmul_rn(c.beta2, v),
+                __fmul_rn(__fmul_rn(c.oneMinusBeta2, g), g));
+  float denominator =
+      __fadd_rn(__fmul_rn(__fsqrt_rn(v), c.rootCorrection2), c.eps);
+  p = __fsub_rn(p, __fdiv_rn(__fmul_rn(c.stepSize, m), denominator));
+}
+
+__global__ void adamKernel(AdamLaunch launch, cpu::AdamStepConstants c) {
+  int64_t chunks = launch.firstChunk[launch.count];
+  for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
+    // The last tensor whose first chunk is at most `chunk` (empty tensors
+    // own no chunk and are passed over).
+    int lo = 0, hi = launch.count - 1;
+    while (lo < hi) {
+      int mid = (lo + hi + 1) / 2;
+      if (launch.firstChunk[mid] <= chunk)
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    int t = lo;
+    int64_t begin = (chunk - launch.firstChunk[t]) * kAdamChunk;
+    int64_t end = launch.numel[t] < begin + kAdamChunk ? launch.numel[t]
+                                                       : begin + kAdamChunk;
+    float *master = launch.master[t], *m = launch.expAvg[t],
+          *v = launch.expAvgSq[t];
+    for (int64_t e = begin + threadIdx.x; e < end; e += blockDim.x) {
+      float p = master[e], mv = m[e], vv = v[e];
+      adamElementOnDevice(c, loadAsFloat(launch.grad[t], launch.gradType[t], e),
+                          p, mv, vv);
+      master[e] = p;
+      m[e] = mv;
+      v[e] = vv;
+      if (launch.param16[t])
+        storeFromFloat(launch.param16[t], launch.paramType[t], e, p);
+    }
+  }
+}
+
+Status launchAdam(const cpu::AdamSettings &settings, int64_t step,
+                  const std::vector<AdamTensors> &tensors,
+                  cudaStream_t stream) {
+  cpu::AdamStepConstants c = cpu::adamStepConstants(settings, step);
+  for (size_t first = 0; first < tensors.size();
+       first += kAdamTensorsPerLaunch) {
+    AdamLaunch launch = {};
+    launch.count =
+        int(std::min<size_t>(kAdamTensorsPerLaunch, tensors.size() - first));
+    for (int t = 0; t < launch.count; ++t) {
+      const AdamTensors &x = tensors[first + t];
+      launch.grad[t] = x.grad.data;
+      launch.gradType[t] = x.grad.dtype;
+      launch.master[t] = x.master.f32();
+      launch.expAvg[t] = x.expAvg.f32();
+      launch.expAvgSq[t] = x.expAvgSq.f32();
+      launch.param16[t] = x.param16 ? x.param16->data : nullptr;
+      launch.paramType[t] = x.param16 ? x.param16->dtype : DType::F32;
+      launch.numel[t] = x.grad.numel();
+      launch.firstChunk[t + 1] =
+          launch.firstChunk[t] +
+          (launch.numel[t] + kAdamChunk - 1) / kAdamChunk;
+    }
+    int64_t chunks = launch.firstChunk[launch.count];
+    if (chunks == 0)
+      continue;
+    adamKernel<<<gridFor(chunks, 1), kThreads, 0, stream>>>(launch, c);
+    if (Status s = launchStatus("adam_update"); !s.ok())
+      return s;
+  }
+  return {};
+}
+
+__global__ void squaresKernel(const void *g, DType type, int64_t n,
+                              double *partials) {
+  double sum = 0.0;
+  for (int64_t e = globalThread(); e < n; e += globalThreads()) {
+    double x = loadAsFloat(g, type, e);
+    sum += x * x;
+  }
+  sum = blockSum(sum);
+  if (threadIdx.x == 0)
+    partials[blockIdx.x] = sum;
+}
+
+__global__ void addPartialsKernel(const double *partials, int64_t count,
+                                  double *total) {
+  double sum = 0.0;
+  for (int64_t i = threadIdx.x; i < count; i += blockDim.x)
+    sum += partials[i];
+  sum = blockSum(sum);
+  if (threadIdx.x == 0)
+    *total += sum;
+}
+
+__global__ void clipKernel(void *g, DType type, int64_t n,
+                           const double *totalSumOfSquares, double maxNorm) {
+  double norm = sqrt(*totalSumOfSquares);
+  float coefficient = isnan(norm) ? __int_as_float(0x7fc00000)
+                                  : float(maxNorm / fmax(norm, maxNorm));
+  for (int64_t e = globalThread(); e < n; e += globalThreads())
+    storeFromFloat(g, type, e, loadAsFloat(g, type, e) * coefficient);
+}
+
+__global__ void scaleKernel(void *t, DType type, int64_t n, float factor) {
+  for (int64_t e = globalThread(); e < n; e += globalThreads())
+    storeFromFloat(t, type, e, loadAsFloat(t, type, e) * factor);
+}
+
+__global__ void unscaleKernel(void *g, DType type, int64_t n, float scale,
+                              int *overflow) {
+  bool bad = false;
+  for (int64_t e = globalThread(); e < n; e += globalThreads()) {
+    float x = loadAsFloat(g, type, e) / scale;
+    storeFromFloat(g, type, e, x);
+    bad |= !isfinite(roundToStorage(x, type));
+  }
+  if (bad)
+    *overflow = 1;
+}
+
+} // namespace
+
+Status adamUpdate(const cpu::AdamSettings &settings, int64_t step,
+                  const Tensor &grad, const Tensor &master,
+                  const Tensor &expAvg, const Tensor &expAvgSq,
+                  const Tensor *param16, cudaStream_t stream) {
+  if (Status s =
+          cpu::checkAdamUpdate(step, grad, master, expAvg, expAvgSq, param16);
+      !s.ok())
+    return s;
+  return launchAdam(settings, step, {{grad, master, expAvg, expAvgSq, param16}},
+                    stream);
+}
+
+Status multiTensorAdamUpdate(const cpu::AdamSettings &settings, int64_t step,
+                             const std::vector<AdamTensors> &tensors,
+                             cudaStream_t stream) {
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const AdamTensors &x = tensors[i];
+    if (Status s = cpu::checkAdamUpdate(step, x.grad, x.master, x.expAvg,
+                                        x.expAvgSq, x.param16);
+        !s.ok())
+      return {s.error + " (tensor " + std::to_string(i) + " of " +
+              std::to_string(tensors.size()) + ")"};
+  }
+  return launchAdam(settings, step, tensors, stream);
+}
+
+Status sumOfSquares(const Tensor &grad, double *sum, cudaStream_t stream) {
+  const char *op = "sum_of_squares";
+  if (Status s = cpu::firstError({cpu::checkFloat(op, "grad", grad)}); !s.ok())
+    return s;
+  int64_t n = grad.numel();
+  if (n == 0)
+    return {};
+  // The block count depends on n only: the same order for the same shape.
+  unsigned blocks = gridFor(n, kThreads * 16, kMaxSumBlocks);
+  Scratch partials;
+  if (Status s = partials.allocate(op, size_t(blocks) * 8, stream); !s.ok())
+    return s;
+  squaresKernel<<<blocks, kThreads, 0, stream>>>(grad.data, grad.dtype, n,
+                                                 partials.get<double>());
+  if (Status s = launchStatus(op); !s.ok())
+    return s;
+  addPartialsKernel<<<1, kSumThreads, 0, stream>>>(partials.get<double>(),
+                                                   blocks, sum);
+  return launchStatus(op);
+}
+
+Status clipGradNormInPlace(const Tensor &grad, const double *totalSumOfSquares,
+                           double maxNorm, cudaStream_t stream) {
+  if (Status s = cpu::checkScaleInPlace(grad); !s.ok())
+    return s;
+  int64_t n = grad.numel();
+  if (n == 0)
+    return {};
+  clipKernel<<<gridFor(n), kThreads, 0, stream>>>(grad.data, grad.dtype, n,
+                                                  totalSumOfSquares, maxNorm);
+  return launchStatus("clip_grad_norm");
+}
+
+Status scaleInPlace(const Tensor &t, float factor, cudaStream_t stream) {
+  if (Status s = cpu::checkScaleInPlace(t); !s.ok())
+    return s;
+  int64_t n = t.numel();
+  if (n == 0)
+    return {};
+  scaleKernel<<<gridFor(n), kThreads, 0, stream>>>(t.data, t.dtype, n, factor);
+  return launchStatus("scale");
+}
+
+Status unscaleGrads(const Tensor &grad, double lossScale, int *overflow,
+                    cudaStream_t stream) {
+  if (Status s = cpu::checkUnscaleGrads(grad, lossScale); !s.ok())
+    return s;
+  int64_t n = grad.numel();
+  if (n == 0)
+    return {};
+  unscaleKernel<<<gridFor(n), kThreads, 0, stream>>>(
+      grad.data, grad.dtype, n, float(lossScale), overflow);
+  return launchStatus("unscale_grads");
+}
+
+} // namespace zeroc::cuda

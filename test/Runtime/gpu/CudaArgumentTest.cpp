@@ -1,0 +1,156 @@
+//===- CudaArgumentTest.cpp - CUDA kernels reject what the CPU rejects ----===//
+//
+// The CUDA kernels check their arguments with the CPU kernels' own checks,
+// before any CUDA call: for bad arguments they return the CPU kernel's
+// message word for word. The data pointers here are host memory that no
+// kernel touches, so this runs without a GPU.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Kernels.h"
+#include "cuda/CudaKernels.h"
+
+#include <gtest/gtest.h>
+
+using namespace zeroc;
+using cpu::Status;
+using cpu::Tensor;
+
+namespace {
+
+/// A tensor view over a dummy buffer (never read: every call here fails its
+/// checks first).
+Tensor fake(std::vector<int64_t> shape, DType dtype = DType::F32) {
+  static std::vector<uint32_t> buffer(1 << 16);
+  return Tensor{buffer.data(), dtype, std::move(shape)};
+}
+
+void expectSameError(const Status &cuda, const Status &cpu) {
+  EXPECT_FALSE(cpu.ok());
+  EXPECT_FALSE(cuda.ok());
+  EXPECT_EQ(cuda.error, cpu.error);
+}
+
+class CudaArguments : public ::testing::Test {
+protected:
+  cuda::KernelContext ctx; // no GPU needed until a GEMM runs
+  cudaStream_t stream = nullptr;
+};
+
+TEST_F(CudaArguments, Linear) {
+  Tensor x = fake({2, 4}), w = fake({5, 3}), y = fake({2, 5}), b = fake({4});
+  expectSameError(cuda::linearForward(x, w, nullptr, y, ctx, stream),
+                  cpu::linearForward(x, w, nullptr, y));
+  Tensor w2 = fake({5, 4});
+  expectSameError(cuda::linearForward(x, w2, &b, y, ctx, stream),
+                  cpu::linearForward(x, w2, &b, y));
+  expectSameError(cuda::linearGradInput(y, w, x, ctx, stream),
+                  cpu::linearGradInput(y, w, x));
+  expectSameError(cuda::linearGradWeight(y, x, w, ctx, stream),
+                  cpu::linearGradWeight(y, x, w));
+  expectSameError(cuda::linearGradBias(y, b, stream),
+                  cpu::linearGradBias(y, b));
+}
+
+TEST_F(CudaArguments, NormsAndElementwise) {
+  Tensor x = fake({3, 8}), w = fake({7}), y = fake({3, 8});
+  expectSameError(cuda::layerNormForward(x, w, w, 1e-5f, y, nullptr, stream),
+                  cpu::layerNormForward(x, w, w, 1e-5f, y, nullptr));
+  Tensor w8 = fake({8}), dx = fake({3, 9});
+  expectSameError(
+      cuda::layerNormBackward(x, w8, y, 1e-5f, nullptr, dx, w8, w8, stream),
+      cpu::layerNormBackward(x, w8, y, 1e-5f, nullptr, dx, w8, w8));
+  expectSameError(cuda::rmsNormForward(x, w, 1e-5f, y, nullptr, stream),
+                  cpu::rmsNormForward(x, w, 1e-5f, y, nullptr));
+  expectSameError(
+      cuda::rmsNormBackward(x, w8, y, 1e-5f, nullptr, dx, w8, stream),
+      cpu::rmsNormBackward(x, w8, y, 1e-5f, nullptr, dx, w8));
+  expectSameError(cuda::geluForward(x, dx, stream), cpu::geluForward(x, dx));
+  expectSameError(cuda::siluBackward(x, y, dx, stream),
+                  cpu::siluBackward(x, y, dx));
+  Tensor ints = fake({3, 8}, DType::I32);
+  expectSameError(cuda::add(x, ints, y, stream), cpu::add(x, ints, y));
+  expectSameError(cuda::mul(x, y, dx, stream), cpu::mul(x, y, dx));
+  expectSameError(cuda::castTensor(x, dx, stream), cpu::castTensor(x, dx));
+  expectSameError(cuda::accumulate(x, dx, stream), cpu::accumulate(x, dx));
+  expectSameError(cuda::zeroTensor(ints, stream), cpu::zeroTensor(ints));
+}
+
+TEST_F(CudaArguments, RotaryAndAttention) {
+  Tensor x = fake({1, 4, 12}), y = fake({1, 4, 12});
+  expectSameError(cuda::rotaryForward(x, 5, 10000.0, y, stream),
+                  cpu::rotaryForward(x, 5, 10000.0, y));
+  expectSameError(cuda::rotaryBackward(x, 4, -1.0, y, stream),
+                  cpu::rotaryBackward(x, 4, -1.0, y));
+  Tensor q = fake({1, 4, 12}), k = fake({1, 4, 6}), out = fake({1, 4, 12});
+  expectSameError(
+      cuda::attentionForward(q, k, k, 4, 3, out, nullptr, ctx, stream),
+      cpu::attentionForward(q, k, k, 4, 3, out, nullptr));
+  Tensor probs = fake({1, 2, 4, 5});
+  expectSameError(
+      cuda::attentionForward(q, k, k, 2, 1, out, &probs, ctx, stream),
+      cpu::attentionForward(q, k, k, 2, 1, out, &probs));
+  Tensor badK = fake({1, 4, 7});
+  expectSameError(cuda::attentionBackward(q, badK, badK, out, out, 2, 1,
+                                          nullptr, q, badK, badK, ctx, stream),
+                  cpu::attentionBackward(q, badK, badK, out, out, 2, 1, nullptr,
+                                         q, badK, badK));
+}
+
+TEST_F(CudaArguments, EmbeddingsAndLoss) {
+  Tensor table = fake({10, 4}), ids = fake({2, 3}, DType::I32);
+  Tensor out = fake({2, 3, 5});
+  expectSameError(cuda::embeddingForward(table, ids, out, stream),
+                  cpu::embeddingForward(table, ids, out));
+  expectSameError(cuda::embeddingBackward(out, ids, table, stream),
+                  cpu::embeddingBackward(out, ids, table));
+  Tensor positions = fake({2, 4}), act = fake({2, 3, 4});
+  expectSameError(cuda::positionEmbeddingForward(positions, act, stream),
+                  cpu::positionEmbeddingForward(positions, act));
+  expectSameError(cuda::positionEmbeddingBackward(act, positions, stream),
+                  cpu::positionEmbeddingBackward(act, positions));
+
+  Tensor logits = fake({2, 3, 10}), loss = fake({2});
+  expectSameError(cuda::crossEntropyForward(logits, ids, loss, stream),
+                  cpu::crossEntropyForward(logits, ids, loss));
+  Tensor badTargets = fake({3, 2}, DType::I32), scalar = fake({});
+  expectSameError(
+      cuda::crossEntropyBackward(logits, badTargets, scalar, logits, stream),
+      cpu::crossEntropyBackward(logits, badTargets, scalar, logits));
+  expectSameError(cuda::backwardSeed(0, 1.0, scalar, stream),
+                  cpu::backwardSeed(0, 1.0, scalar));
+}
+
+TEST_F(CudaArguments, Optimizer) {
+  cpu::AdamSettings settings;
+  Tensor grad = fake({8}), master = fake({8}),
+         halfMaster = fake({8}, DType::BF16);
+  Tensor m = fake({8}), v = fake({7}), param = fake({6}, DType::BF16);
+  expectSameError(
+      cuda::adamUpdate(settings, 1, grad, halfMaster, m, m, nullptr, stream),
+      cpu::adamUpdate(settings, 1, grad, halfMaster, m, m, nullptr));
+  expectSameError(
+      cuda::adamUpdate(settings, 1, grad, master, m, v, nullptr, stream),
+      cpu::adamUpdate(settings, 1, grad, master, m, v, nullptr));
+  expectSameError(
+      cuda::adamUpdate(settings, 1, grad, master, m, m, &param, stream),
+      cpu::adamUpdate(settings, 1, grad, master, m, m, &param));
+  expectSameError(
+      cuda::adamUpdate(settings, 0, grad, master, m, m, nullptr, stream),
+      cpu::adamUpdate(settings, 0, grad, master, m, m, nullptr));
+  // The multi-tensor form names the entry.
+  Status many = cuda::multiTensorAdamUpdate(
+      settings, 1, {{grad, master, m, m}, {grad, master, m, v}}, stream);
+  EXPECT_EQ(many.error,
+            cpu::adamUpdate(settings, 1, grad, master, m, v, nullptr).error +
+                " (tensor 1 of 2)");
+
+  Tensor ints = fake({4}, DType::I32);
+  expectSameError(cuda::scaleInPlace(ints, 2.0f, stream),
+                  cpu::scaleInPlace(ints, 2.0f));
+  bool overflow = false;
+  expectSameError(cuda::unscaleGrads(grad, -1.0, nullptr, stream),
+                  cpu::unscaleGrads(grad, -1.0, overflow));
+}
+
+} // namespace

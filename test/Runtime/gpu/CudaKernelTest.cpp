@@ -1,0 +1,915 @@
+//===- CudaKernelTest.cpp - The CUDA kernels against the CPU kernels ------===//
+//
+// Every CUDA kernel, forward and backward, against the CPU kernel of the
+// same name on the same random inputs: the inputs are made on the host
+// (rounded to their dtype), copied to the device, both kernels run, the
+// results come back and are compared:
+// - bit for bit where the GPU does the CPU's arithmetic in the CPU's order:
+//   casts, copies, add, mul, accumulate, the embeddings (sums in position
+//   order), scale, unscale, clipping, and Adam (no fused multiply-adds);
+// - f32 results elsewhere within `tol * max |cpu|`, tol 1e-5 (2e-6 for the
+//   elementwise kernels, 5e-5 for the backwards of the norms and attention):
+//   only summation orders and the last bits of expf / tanhf differ;
+// - bf16 and f16 results within two units in the last place of the element
+//   plus one of the tensor's largest magnitude, plus the f32 tolerance:
+//   |gpu - cpu| <= u (2 |cpu| + max |cpu|) + tol max |cpu|, with u = 2^-8
+//   (bf16) or 2^-11 (f16): each side rounds a slightly different f32 value
+//   once, and in attention P is rounded before it is used.
+// Device outputs start as all-ones bytes (NaN in every float dtype), so an
+// element a kernel fails to write shows. Each test skips, saying why, where
+// no CUDA GPU is usable.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Kernels.h"
+#include "cuda/CudaKernels.h"
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <sstream>
+
+using namespace zeroc;
+using cpu::Status;
+using cpu::Tensor;
+
+namespace zeroc {
+// Readable test parameters in test names and failures.
+void PrintTo(DType t, std::ostream *os) { *os << dtypeName(t); }
+} // namespace zeroc
+
+namespace {
+
+#define ASSERT_OK(expr)                                                        \
+  do {                                                                         \
+    Status status_ = (expr);                                                   \
+    ASSERT_TRUE(status_.ok()) << status_.error;                                \
+  } while (0)
+
+#define ASSERT_CUDA(expr)                                                      \
+  do {                                                                         \
+    cudaError_t error_ = (expr);                                               \
+    ASSERT_EQ(error_, cudaSuccess)                                             \
+        << #expr << ": " << cudaGetErrorString(error_);                        \
+  } while (0)
+
+constexpr double kF32Tolerance = 1e-5;
+constexpr double kElementwiseTolerance = 2e-6;
+constexpr double kBackwardTolerance = 5e-5;
+
+/// A host tensor the test owns.
+struct Host {
+  std::vector<uint32_t> storage;
+  Tensor view;
+
+  explicit Host(std::vector<int64_t> shape, DType dtype = DType::F32) {
+    view.dtype = dtype;
+    view.shape = std::move(shape);
+    storage.assign(view.bytes() / 4 + 1, 0);
+    view.data = storage.data();
+  }
+  // `view` points into `storage`: moves keep it valid, copies would not.
+  Host(Host &&) = default;
+  Host(const Host &) = delete;
+  Host &operator=(const Host &) = delete;
+  void set(const std::vector<float> &values) {
+    ASSERT_EQ(int64_t(values.size()), view.numel());
+    cpu::storeF32(view, 0, view.numel(), values.data());
+  }
+  std::vector<float> values() const {
+    std::vector<float> v(view.numel());
+    cpu::loadF32(view, 0, view.numel(), v.data());
+    return v;
+  }
+  operator const Tensor &() const { return view; }
+};
+
+Host random(std::vector<int64_t> shape, DType dtype, unsigned seed,
+            float lo = -1.0f, float hi = 1.0f) {
+  Host t(std::move(shape), dtype);
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(t.view.numel());
+  for (float &x : v)
+    x = dist(gen);
+  t.set(v);
+  return t;
+}
+
+Host ids(std::vector<int64_t> shape, const std::vector<int32_t> &values) {
+  Host t(std::move(shape), DType::I32);
+  std::copy(values.begin(), values.end(), t.view.i32());
+  return t;
+}
+
+Host randomIds(std::vector<int64_t> shape, int32_t bound, unsigned seed) {
+  Host t(std::move(shape), DType::I32);
+  std::mt19937 gen(seed);
+  // Squaring a uniform draw skews it to small ids: many repeats.
+  std::uniform_real_distribution<double> dist(0.0, 1.0);
+  for (int64_t i = 0; i < t.view.numel(); ++i) {
+    double u = dist(gen);
+    t.view.i32()[i] = std::min(bound - 1, int32_t(u * u * bound));
+  }
+  return t;
+}
+
+/// Device memory holding one tensor.
+struct Device {
+  void *ptr = nullptr;
+  Tensor view;
+
+  /// Uninitialized output of `like`'s shape and dtype: all-ones bytes.
+  explicit Device(const Tensor &like) {
+    view.dtype = like.dtype;
+    view.shape = like.shape;
+    size_t bytes = size_t(view.bytes()) + 4;
+    EXPECT_EQ(cudaMalloc(&ptr, bytes), cudaSuccess);
+    EXPECT_EQ(cudaMemset(ptr, 0xff, bytes), cudaSuccess);
+    view.data = ptr;
+  }
+  Device(const Device &) = delete;
+  Device &operator=(const Device &) = delete;
+  ~Device() { cudaFree(ptr); }
+
+  static std::unique_ptr<Device> copyOf(const Host &host) {
+    auto d = std::make_unique<Device>(host.view);
+    EXPECT_EQ(cudaMemcpy(d->ptr, host.view.data, size_t(host.view.bytes()),
+                         cudaMemcpyHostToDevice),
+              cudaSuccess);
+    return d;
+  }
+  operator const Tensor &() const { return view; }
+};
+
+std::string where(int64_t i, double gpu, double cpu) {
+  std::ostringstream s;
+  s << "first at element " << i << ": gpu " << gpu << ", cpu " << cpu;
+  return s.str();
+}
+
+/// The tolerance rule of the file comment.
+void expectClose(const Host &gpu, const Host &cpu, double tol,
+                 const std::string &what) {
+  ASSERT_EQ(gpu.view.shape, cpu.view.shape) << what;
+  ASSERT_EQ(gpu.view.dtype, cpu.view.dtype) << what;
+  std::vector<float> g = gpu.values(), c = cpu.values();
+  double scale = 0.0;
+  for (float x : c)
+    scale = std::max(scale, double(std::abs(x)));
+  double unit = cpu.view.dtype == DType::BF16  ? 0x1p-8
+                : cpu.view.dtype == DType::F16 ? 0x1p-11
+                                               : 0.0;
+  int64_t bad = 0, first = -1;
+  for (size_t i = 0; i < g.size(); ++i) {
+    double bound = unit * (2 * std::abs(c[i]) + scale) + tol * scale;
+    if (!(std::abs(double(g[i]) - double(c[i])) <= bound)) {
+      if (bad++ == 0)
+        first = int64_t(i);
+    }
+  }
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << g.size()
+                    << " elements out of tolerance (scale " << scale << "); "
+                    << (first >= 0 ? where(first, g[first], c[first]) : "");
+}
+
+/// Bit for bit.
+void expectExact(const Host &gpu, const Host &cpu, const std::string &what) {
+  ASSERT_EQ(gpu.view.shape, cpu.view.shape) << what;
+  ASSERT_EQ(gpu.view.dtype, cpu.view.dtype) << what;
+  int64_t size = bytesPerElement(cpu.view.dtype), bad = 0, first = -1;
+  const char *g = static_cast<const char *>(gpu.view.data);
+  const char *c = static_cast<const char *>(cpu.view.data);
+  for (int64_t i = 0; i < cpu.view.numel(); ++i)
+    if (std::memcmp(g + i * size, c + i * size, size_t(size)) != 0 &&
+        bad++ == 0)
+      first = i;
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << cpu.view.numel()
+                    << " elements differ; "
+                    << (first >= 0
+                            ? where(first, cpu::loadElement(gpu.view, first),
+                                    cpu::loadElement(cpu.view, first))
+                            : "");
+}
+
+std::string name(DType t) { return std::string(dtypeName(t)); }
+
+class CudaKernels : public ::testing::Test {
+protected:
+  void SetUp() override {
+    int count = 0;
+    cudaError_t error = cudaGetDeviceCount(&count);
+    if (error != cudaSuccess)
+      GTEST_SKIP() << "no usable CUDA GPU: " << cudaGetErrorString(error);
+    if (count == 0)
+      GTEST_SKIP() << "no usable CUDA GPU: no device";
+    ASSERT_CUDA(cudaStreamCreate(&stream));
+    ASSERT_OK(ctx.init());
+  }
+  void TearDown() override {
+    if (stream) {
+      EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      cudaStreamDestroy(stream);
+    }
+  }
+
+  std::unique_ptr<Device> up(const Host &host) { return Device::copyOf(host); }
+
+  /// Waits for the stream and copies `d` back.
+  Host down(const Device &d) {
+    EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    Host h(d.view.shape, d.view.dtype);
+    EXPECT_EQ(cudaMemcpy(h.view.data, d.ptr, size_t(d.view.bytes()),
+                         cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    return h;
+  }
+
+  /// Device f32 scratch of `n` floats (statistics, scalars).
+  std::unique_ptr<Device> floats(int64_t n) {
+    return std::make_unique<Device>(Host({n}).view);
+  }
+
+  cudaStream_t stream = nullptr;
+  cuda::KernelContext ctx;
+};
+
+//===----------------------------------------------------------------------===//
+// Casts, copies, accumulation
+//===----------------------------------------------------------------------===//
+
+TEST_F(CudaKernels, CastRoundsLikeTheCpu) {
+  for (DType from : {DType::F32, DType::BF16, DType::F16})
+    for (DType to : {DType::F32, DType::BF16, DType::F16}) {
+      std::string what = "cast " + name(from) + " -> " + name(to);
+      // Large values overflow f16 (to infinity on both sides).
+      float range = from == DType::F16 ? 60000.0f : 1e5f;
+      Host src = random({3, 7, 5}, from, 1, -range, range);
+      Host expected({105}, to);
+      ASSERT_OK(cpu::castTensor(src, expected));
+      auto s = up(src);
+      Device dst(expected.view);
+      ASSERT_OK(cuda::castTensor(*s, dst, stream));
+      expectExact(down(dst), expected, what);
+    }
+}
+
+TEST_F(CudaKernels, CopyElementsAccumulateAndZero) {
+  Host src = random({100}, DType::F32, 2);
+  Host dst = random({80}, DType::BF16, 3);
+  auto s = up(src), d = up(dst);
+  cpu::copyElements(src, 10, dst, 40, 30);
+  ASSERT_OK(cuda::copyElements(*s, 10, *d, 40, 30, stream));
+  expectExact(down(*d), dst, "copyElements f32 -> bf16");
+
+  for (auto [accType, gType] :
+       {std::pair{DType::BF16, DType::F32}, std::pair{DType::F32, DType::F16},
+        std::pair{DType::F16, DType::F16}}) {
+    Host acc = random({4, 25}, accType, 4), g = random({100}, gType, 5);
+    auto a = up(acc), gd = up(g);
+    ASSERT_OK(cpu::accumulate(acc, g));
+    ASSERT_OK(cuda::accumulate(*a, *gd, stream));
+    expectExact(down(*a), acc,
+                "accumulate " + name(accType) + " += " + name(gType));
+  }
+
+  Host z = random({3, 33}, DType::BF16, 6);
+  auto zd = up(z);
+  ASSERT_OK(cpu::zeroTensor(z));
+  ASSERT_OK(cuda::zeroTensor(*zd, stream));
+  expectExact(down(*zd), z, "zero");
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+TEST_F(CudaKernels, ActivationsMatchTheCpu) {
+  for (DType t : {DType::F32, DType::BF16, DType::F16}) {
+    Host x = random({4, 33, 17}, t, 7, -4.0f, 4.0f);
+    Host dy = random({4, 33, 17}, t, 8);
+    auto xd = up(x), dyd = up(dy);
+
+    auto unary = [&](const char *what, auto cpuFn, auto cudaFn) {
+      Host y(x.view.shape, t);
+      ASSERT_OK(cpuFn(x, y));
+      Device yd(y.view);
+      ASSERT_OK(cudaFn(*xd, yd, stream));
+      expectClose(down(yd), y, kElementwiseTolerance, what + (" " + name(t)));
+    };
+    auto binary = [&](const char *what, const Host &a, const Device &ad,
+                      auto cpuFn, auto cudaFn, bool exact) {
+      Host out(x.view.shape, t);
+      ASSERT_OK(cpuFn(a, dy, out));
+      Device outd(out.view);
+      ASSERT_OK(cudaFn(ad, *dyd, outd, stream));
+      if (exact)
+        expectExact(down(outd), out, what + (" " + name(t)));
+      else
+        expectClose(down(outd), out, kElementwiseTolerance,
+                    what + (" " + name(t)));
+    };
+    unary("gelu", cpu::geluForward, cuda::geluForward);
+    unary("silu", cpu::siluForward, cuda::siluForward);
+    binary("gelu_backward", x, *xd, cpu::geluBackward, cuda::geluBackward,
+           false);
+    binary("silu_backward", x, *xd, cpu::siluBackward, cuda::siluBackward,
+           false);
+    binary("add", x, *xd, cpu::add, cuda::add, true);
+    binary("mul", x, *xd, cpu::mul, cuda::mul, true);
+  }
+}
+
+TEST_F(CudaKernels, ElementwiseInPlaceEqualsOutOfPlace) {
+  Host x = random({5, 77}, DType::BF16, 9, -3.0f, 3.0f);
+  Host dy = random({5, 77}, DType::F32, 10);
+  auto a = up(x), b = up(x), dyd = up(dy);
+  Device out(x.view);
+  ASSERT_OK(cuda::geluForward(*a, out, stream));
+  ASSERT_OK(cuda::geluForward(*b, *b, stream));
+  expectExact(down(*b), down(out), "gelu in place");
+  auto c = up(x);
+  Device dx(x.view);
+  ASSERT_OK(cuda::siluBackward(*c, *dyd, dx, stream));
+  ASSERT_OK(cuda::siluBackward(*c, *dyd, *c, stream));
+  expectExact(down(*c), down(dx), "silu_backward in place");
+}
+
+//===----------------------------------------------------------------------===//
+// Linear
+//===----------------------------------------------------------------------===//
+
+struct LinearCase {
+  DType x, weight, bias, y;
+  bool hasBias;
+  int64_t batch, seq, in, out;
+};
+
+class CudaLinear : public CudaKernels {
+protected:
+  void check(const LinearCase &c) {
+    std::ostringstream what;
+    what << "linear x " << name(c.x) << " w " << name(c.weight) << " b "
+         << (c.hasBias ? name(c.bias) : "none") << " y " << name(c.y) << " ["
+         << c.batch << ", " << c.seq << ", " << c.in << " -> " << c.out << "]";
+    SCOPED_TRACE(what.str());
+    Host x = random({c.batch, c.seq, c.in}, c.x, 11);
+    Host w = random({c.out, c.in}, c.weight, 12, -0.5f, 0.5f);
+    Host b = random({c.out}, c.bias, 13);
+    Host dy = random({c.batch, c.seq, c.out}, c.y, 14);
+    auto xd = up(x), wd = up(w), bd = up(b), dyd = up(dy);
+    const Tensor *bias = c.hasBias ? &b.view : nullptr;
+    const Tensor *biasD = c.hasBias ? &bd->view : nullptr;
+
+    Host y(dy.view.shape, c.y);
+    ASSERT_OK(cpu::linearForward(x, w, bias, y));
+    Device yd(y.view);
+    ASSERT_OK(cuda::linearForward(*xd, *wd, biasD, yd, ctx, stream));
+    expectClose(down(yd), y, kF32Tolerance, "y");
+
+    Host dx(x.view.shape, c.x);
+    ASSERT_OK(cpu::linearGradInput(dy, w, dx));
+    Device dxd(dx.view);
+    ASSERT_OK(cuda::linearGradInput(*dyd, *wd, dxd, ctx, stream));
+    expectClose(down(dxd), dx, kF32Tolerance, "dx");
+
+    Host dw(w.view.shape, c.weight);
+    ASSERT_OK(cpu::linearGradWeight(dy, x, dw));
+    Device dwd(dw.view);
+    ASSERT_OK(cuda::linearGradWeight(*dyd, *xd, dwd, ctx, stream));
+    expectClose(down(dwd), dw, kF32Tolerance, "dweight");
+
+    Host db(b.view.shape, c.bias);
+    ASSERT_OK(cpu::linearGradBias(dy, db));
+    Device dbd(db.view);
+    ASSERT_OK(cuda::linearGradBias(*dyd, dbd, stream));
+    expectClose(down(dbd), db, kF32Tolerance, "dbias");
+  }
+};
+
+TEST_F(CudaLinear, F32) {
+  check({DType::F32, DType::F32, DType::F32, DType::F32, true, 2, 32, 96, 80});
+  check({DType::F32, DType::F32, DType::F32, DType::F32, false, 2, 32, 96, 80});
+  check({DType::F32, DType::F32, DType::F32, DType::F32, true, 1, 7, 3, 5});
+}
+
+TEST_F(CudaLinear, Bf16AndF16) {
+  for (DType t : {DType::BF16, DType::F16}) {
+    check({t, t, t, t, true, 2, 32, 96, 80});
+    check({t, t, t, t, false, 3, 11, 64, 48});
+    // Rows of 6 and 10 bytes: alignments cuBLASLt may refuse.
+    check({t, t, t, t, true, 1, 7, 3, 5});
+  }
+}
+
+TEST_F(CudaLinear, MixedDtypes) {
+  // An f32 bias for a bf16 result (no epilogue), and operands of two dtypes.
+  check(
+      {DType::BF16, DType::BF16, DType::F32, DType::BF16, true, 2, 16, 64, 32});
+  check(
+      {DType::BF16, DType::F32, DType::F32, DType::BF16, true, 2, 16, 64, 32});
+  check(
+      {DType::F16, DType::BF16, DType::BF16, DType::F32, true, 2, 16, 64, 32});
+}
+
+TEST_F(CudaLinear, ZeroSizedShapes) {
+  check({DType::F32, DType::F32, DType::F32, DType::F32, true, 2, 3, 0, 4});
+  check({DType::BF16, DType::BF16, DType::BF16, DType::BF16, true, 0, 3, 4, 5});
+}
+
+//===----------------------------------------------------------------------===//
+// Norms
+//===----------------------------------------------------------------------===//
+
+class CudaNorms : public CudaKernels,
+                  public ::testing::WithParamInterface<std::pair<DType, int>> {
+};
+
+TEST_P(CudaNorms, LayerNormMatchesTheCpu) {
+  auto [t, hidden] = GetParam();
+  const float eps = 1e-5f;
+  Host x = random({3, 13, hidden}, t, 15, -2.0f, 3.0f);
+  Host w = random({hidden}, t, 16), b = random({hidden}, t, 17);
+  Host dy = random({3, 13, hidden}, t, 18);
+  int64_t rows = 39;
+  auto xd = up(x), wd = up(w), bd = up(b), dyd = up(dy);
+
+  Host y(x.view.shape, t), saved({2 * rows});
+  ASSERT_OK(cpu::layerNormForward(x, w, b, eps, y, saved.view.f32()));
+  Device yd(y.view);
+  auto savedD = floats(2 * rows);
+  ASSERT_OK(cuda::layerNormForward(*xd, *wd, *bd, eps, yd, savedD->view.f32(),
+                                   stream));
+  expectClose(down(yd), y, kF32Tolerance, "y");
+  expectClose(down(*savedD), saved, kF32Tolerance, "mean and rstd");
+
+  Host dx(x.view.shape, t), dw(w.view.shape, t), db(b.view.shape, t);
+  ASSERT_OK(
+      cpu::layerNormBackward(x, w, dy, eps, saved.view.f32(), dx, dw, db));
+  Device dxd(dx.view), dwd(dw.view), dbd(db.view);
+  ASSERT_OK(cuda::layerNormBackward(*xd, *wd, *dyd, eps, savedD->view.f32(),
+                                    dxd, dwd, dbd, stream));
+  Host gdx = down(dxd), gdw = down(dwd), gdb = down(dbd);
+  expectClose(gdx, dx, kBackwardTolerance, "dx");
+  expectClose(gdw, dw, kBackwardTolerance, "dweight");
+  expectClose(gdb, db, kBackwardTolerance, "dbias");
+
+  // Recomputed statistics, and dx written over dy: the same bits.
+  auto dyInPlace = up(dy);
+  Device dw2(dw.view), db2(db.view);
+  ASSERT_OK(cuda::layerNormBackward(*xd, *wd, *dyInPlace, eps, nullptr,
+                                    *dyInPlace, dw2, db2, stream));
+  expectExact(down(*dyInPlace), gdx, "dx recomputed, in place");
+  expectExact(down(dw2), gdw, "dweight recomputed");
+  expectExact(down(db2), gdb, "dbias recomputed");
+}
+
+TEST_P(CudaNorms, RmsNormMatchesTheCpu) {
+  auto [t, hidden] = GetParam();
+  const float eps = 1e-6f;
+  Host x = random({3, 13, hidden}, t, 19, -2.0f, 3.0f);
+  Host w = random({hidden}, t, 20);
+  Host dy = random({3, 13, hidden}, t, 21);
+  int64_t rows = 39;
+  auto xd = up(x), wd = up(w), dyd = up(dy);
+
+  Host y(x.view.shape, t), saved({rows});
+  ASSERT_OK(cpu::rmsNormForward(x, w, eps, y, saved.view.f32()));
+  Device yd(y.view);
+  auto savedD = floats(rows);
+  ASSERT_OK(
+      cuda::rmsNormForward(*xd, *wd, eps, yd, savedD->view.f32(), stream));
+  expectClose(down(yd), y, kF32Tolerance, "y");
+  expectClose(down(*savedD), saved, kF32Tolerance, "rrms");
+
+  Host dx(x.view.shape, t), dw(w.view.shape, t);
+  ASSERT_OK(cpu::rmsNormBackward(x, w, dy, eps, saved.view.f32(), dx, dw));
+  Device dxd(dx.view), dwd(dw.view);
+  ASSERT_OK(cuda::rmsNormBackward(*xd, *wd, *dyd, eps, savedD->view.f32(), dxd,
+                                  dwd, stream));
+  Host gdx = down(dxd), gdw = down(dwd);
+  expectClose(gdx, dx, kBackwardTolerance, "dx");
+  expectClose(gdw, dw, kBackwardTolerance, "dweight");
+
+  auto dyInPlace = up(dy);
+  Device dw2(dw.view);
+  ASSERT_OK(cuda::rmsNormBackward(*xd, *wd, *dyInPlace, eps, nullptr,
+                                  *dyInPlace, dw2, stream));
+  expectExact(down(*dyInPlace), gdx, "dx recomputed, in place");
+  expectExact(down(dw2), gdw, "dweight recomputed");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    DtypesAndWidths, CudaNorms,
+    ::testing::Values(std::pair{DType::F32, 300}, std::pair{DType::F32, 1024},
+                      std::pair{DType::BF16, 300}, std::pair{DType::F16, 1024}),
+    [](const auto &info) {
+      return name(info.param.first) + "_" + std::to_string(info.param.second);
+    });
+
+//===----------------------------------------------------------------------===//
+// Embeddings
+//===----------------------------------------------------------------------===//
+
+TEST_F(CudaKernels, EmbeddingMatchesTheCpuBitForBit) {
+  for (DType t : {DType::F32, DType::BF16, DType::F16}) {
+    Host table = random({50, 70}, t, 22);
+    Host tokens = randomIds({3, 40}, 50, 23);
+    Host dy = random({3, 40, 70}, t, 24);
+    auto tableD = up(table), tokensD = up(tokens), dyD = up(dy);
+
+    Host out({3, 40, 70}, t);
+    ASSERT_OK(cpu::embeddingForward(table, tokens, out));
+    Device outD(out.view);
+    ASSERT_OK(cuda::embeddingForward(*tableD, *tokensD, outD, stream));
+    expectExact(down(outD), out, "embedding " + name(t));
+
+    Host dtable(table.view.shape, t);
+    ASSERT_OK(cpu::embeddingBackward(dy, tokens, dtable));
+    Device dtableD(dtable.view);
+    ASSERT_OK(cuda::embeddingBackward(*dyD, *tokensD, dtableD, stream));
+    expectExact(down(dtableD), dtable, "embedding_backward " + name(t));
+  }
+}
+
+TEST_F(CudaKernels, EmbeddingIdOutsideTheTable) {
+  // The CPU rejects it; on the device its forward row is NaN and its
+  // backward contribution is dropped.
+  Host table = random({8, 5}, DType::F32, 25);
+  Host bad = ids({1, 4}, {1, 8, 1, -3});
+  Host dy = random({1, 4, 5}, DType::F32, 26);
+  auto tableD = up(table), badD = up(bad), dyD = up(dy);
+  Device out(Host({1, 4, 5}).view);
+  ASSERT_OK(cuda::embeddingForward(*tableD, *badD, out, stream));
+  std::vector<float> values = down(out).values();
+  for (int64_t h = 0; h < 5; ++h) {
+    EXPECT_EQ(values[h], table.values()[5 + h]);
+    EXPECT_TRUE(std::isnan(values[5 + h]));
+    EXPECT_TRUE(std::isnan(values[15 + h]));
+  }
+  Device dtable(table.view);
+  ASSERT_OK(cuda::embeddingBackward(*dyD, *badD, dtable, stream));
+  std::vector<float> grads = down(dtable).values(), rows = dy.values();
+  for (int64_t v = 0; v < 8; ++v)
+    for (int64_t h = 0; h < 5; ++h)
+      EXPECT_EQ(grads[v * 5 + h], v == 1 ? rows[h] + rows[10 + h] : 0.0f);
+}
+
+TEST_F(CudaKernels, PositionEmbeddingMatchesTheCpuBitForBit) {
+  for (DType t : {DType::F32, DType::BF16}) {
+    Host table = random({20, 70}, t, 27), dy = random({3, 13, 70}, t, 28);
+    auto tableD = up(table), dyD = up(dy);
+    Host out({3, 13, 70}, t);
+    ASSERT_OK(cpu::positionEmbeddingForward(table, out));
+    Device outD(out.view);
+    ASSERT_OK(cuda::positionEmbeddingForward(*tableD, outD, stream));
+    expectExact(down(outD), out, "position_embedding " + name(t));
+    Host dtable(table.view.shape, t);
+    ASSERT_OK(cpu::positionEmbeddingBackward(dy, dtable));
+    Device dtableD(dtable.view);
+    ASSERT_OK(cuda::positionEmbeddingBackward(*dyD, dtableD, stream));
+    expectExact(down(dtableD), dtable,
+                "position_embedding_backward " + name(t));
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Rotary
+//===----------------------------------------------------------------------===//
+
+TEST_F(CudaKernels, RotaryMatchesTheCpu) {
+  for (DType t : {DType::F32, DType::BF16}) {
+    Host x = random({2, 37, 64}, t, 29);
+    auto xd = up(x);
+    Host y(x.view.shape, t), dx(x.view.shape, t);
+    ASSERT_OK(cpu::rotaryForward(x, 16, 10000.0, y));
+    ASSERT_OK(cpu::rotaryBackward(x, 16, 10000.0, dx));
+    Device yd(y.view), dxd(dx.view);
+    ASSERT_OK(cuda::rotaryForward(*xd, 16, 10000.0, yd, stream));
+    ASSERT_OK(cuda::rotaryBackward(*xd, 16, 10000.0, dxd, stream));
+    Host gy = down(yd);
+    expectClose(gy, y, kElementwiseTolerance, "rotary " + name(t));
+    expectClose(down(dxd), dx, kElementwiseTolerance,
+                "rotary_backward " + name(t));
+    ASSERT_OK(cuda::rotaryForward(*xd, 16, 10000.0, *xd, stream));
+    expectExact(down(*xd), gy, "rotary in place");
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Attention
+//===----------------------------------------------------------------------===//
+
+struct AttentionCase {
+  DType dtype;
+  int64_t batch, seq, heads, kvHeads, headDim;
+};
+
+void PrintTo(const AttentionCase &c, std::ostream *os) {
+  *os << dtypeName(c.dtype) << " batch " << c.batch << " seq " << c.seq
+      << " heads " << c.heads << " kv heads " << c.kvHeads << " head dim "
+      << c.headDim;
+}
+
+class CudaAttention : public CudaKernels,
+                      public ::testing::WithParamInterface<AttentionCase> {};
+
+TEST_P(CudaAttention, MatchesTheCpu) {
+  const AttentionCase &c = GetParam();
+  DType t = c.dtype;
+  int64_t qw = c.heads * c.headDim, kw = c.kvHeads * c.headDim;
+  Host q = random({c.batch, c.seq, qw}, t, 30, -2.0f, 2.0f);
+  Host k = random({c.batch, c.seq, kw}, t, 31, -2.0f, 2.0f);
+  Host v = random({c.batch, c.seq, kw}, t, 32);
+  Host dout = random({c.batch, c.seq, qw}, t, 33);
+  auto qd = up(q), kd = up(k), vd = up(v), doutd = up(dout);
+
+  Host out(q.view.shape, t), probs({c.batch, c.heads, c.seq, c.seq}, t);
+  ASSERT_OK(
+      cpu::attentionForward(q, k, v, c.heads, c.kvHeads, out, &probs.view));
+  Device outd(out.view), probsd(probs.view), outNoProbs(out.view);
+  ASSERT_OK(cuda::attentionForward(*qd, *kd, *vd, c.heads, c.kvHeads, outd,
+                                   &probsd.view, ctx, stream));
+  ASSERT_OK(cuda::attentionForward(*qd, *kd, *vd, c.heads, c.kvHeads,
+                                   outNoProbs, nullptr, ctx, stream));
+  Host gout = down(outd);
+  expectClose(gout, out, kF32Tolerance, "out");
+  expectClose(down(probsd), probs, kF32Tolerance, "probs");
+  expectExact(down(outNoProbs), gout, "out without probs");
+
+  Host dq(q.view.shape, t), dk(k.view.shape, t), dv(v.view.shape, t);
+  ASSERT_OK(cpu::attentionBackward(q, k, v, out, dout, c.heads, c.kvHeads,
+                                   &probs.view, dq, dk, dv));
+  // The backward reads the GPU's own forward, as a runtime would.
+  Device dqd(dq.view), dkd(dk.view), dvd(dv.view);
+  ASSERT_OK(cuda::attentionBackward(*qd, *kd, *vd, outd, *doutd, c.heads,
+                                    c.kvHeads, &probsd.view, dqd, dkd, dvd, ctx,
+                                    stream));
+  Host gdq = down(dqd), gdk = down(dkd), gdv = down(dvd);
+  expectClose(gdq, dq, kBackwardTolerance, "dq");
+  expectClose(gdk, dk, kBackwardTolerance, "dk");
+  expectClose(gdv, dv, kBackwardTolerance, "dv");
+
+  Device dq2(dq.view), dk2(dk.view), dv2(dv.view);
+  ASSERT_OK(cuda::attentionBackward(*qd, *kd, *vd, outd, *doutd, c.heads,
+                                    c.kvHeads, nullptr, dq2, dk2, dv2, ctx,
+                                    stream));
+  expectExact(down(dq2), gdq, "dq recomputed");
+  expectExact(down(dk2), gdk, "dk recomputed");
+  expectExact(down(dv2), gdv, "dv recomputed");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    HeadsAndDtypes, CudaAttention,
+    ::testing::Values(AttentionCase{DType::F32, 2, 33, 4, 4, 16},
+                      AttentionCase{DType::F32, 2, 33, 4, 2, 16},
+                      AttentionCase{DType::F32, 1, 20, 4, 1, 8},
+                      AttentionCase{DType::F32, 3, 64, 6, 3, 32},
+                      AttentionCase{DType::BF16, 2, 33, 4, 2, 16},
+                      AttentionCase{DType::F16, 2, 40, 2, 2, 32}),
+    [](const auto &info) {
+      const AttentionCase &c = info.param;
+      return name(c.dtype) + "_b" + std::to_string(c.batch) + "_s" +
+             std::to_string(c.seq) + "_h" + std::to_string(c.heads) + "_kv" +
+             std::to_string(c.kvHeads) + "_d" + std::to_string(c.headDim);
+    });
+
+//===----------------------------------------------------------------------===//
+// Cross-entropy and the seed
+//===----------------------------------------------------------------------===//
+
+TEST_F(CudaKernels, CrossEntropyMatchesTheCpu) {
+  for (DType t : {DType::F32, DType::BF16}) {
+    Host logits = random({2, 17, 1000}, t, 34, -5.0f, 5.0f);
+    Host targets = randomIds({2, 17}, 1000, 35);
+    auto logitsD = up(logits), targetsD = up(targets);
+    Host loss({});
+    ASSERT_OK(cpu::crossEntropyForward(logits, targets, loss));
+    Device lossD(loss.view);
+    ASSERT_OK(cuda::crossEntropyForward(*logitsD, *targetsD, lossD, stream));
+    EXPECT_NEAR(down(lossD).values()[0], loss.values()[0],
+                1e-5 * std::abs(loss.values()[0]))
+        << name(t);
+
+    Host dloss({}), dlogits(logits.view.shape, t);
+    dloss.set({0.5f});
+    auto dlossD = up(dloss);
+    ASSERT_OK(cpu::crossEntropyBackward(logits, targets, dloss, dlogits));
+    Device dlogitsD(dlogits.view);
+    ASSERT_OK(cuda::crossEntropyBackward(*logitsD, *targetsD, *dlossD, dlogitsD,
+                                         stream));
+    Host g = down(dlogitsD);
+    expectClose(g, dlogits, kF32Tolerance, "dlogits " + name(t));
+    ASSERT_OK(cuda::crossEntropyBackward(*logitsD, *targetsD, *dlossD, *logitsD,
+                                         stream));
+    expectExact(down(*logitsD), g, "dlogits in place " + name(t));
+  }
+}
+
+TEST_F(CudaKernels, CrossEntropyTargetOutsideTheVocabularyIsNaN) {
+  Host logits = random({1, 3, 4}, DType::F32, 36);
+  Host targets = ids({1, 3}, {0, 4, 1});
+  auto logitsD = up(logits), targetsD = up(targets);
+  Device loss(Host({}).view);
+  ASSERT_OK(cuda::crossEntropyForward(*logitsD, *targetsD, loss, stream));
+  EXPECT_TRUE(std::isnan(down(loss).values()[0]));
+}
+
+TEST_F(CudaKernels, BackwardSeed) {
+  Host seed({});
+  ASSERT_OK(cpu::backwardSeed(3, 65536.0, seed));
+  Device seedD(seed.view);
+  ASSERT_OK(cuda::backwardSeed(3, 65536.0, seedD, stream));
+  expectExact(down(seedD), seed, "seed");
+}
+
+//===----------------------------------------------------------------------===//
+// Optimizer
+//===----------------------------------------------------------------------===//
+
+TEST_F(CudaKernels, AdamMatchesTheCpuBitForBit) {
+  const std::vector<int64_t> sizes = {10000, 1, 0, 4096, 5000};
+  for (bool adamw : {true, false})
+    for (DType gradType : {DType::F32, DType::BF16, DType::F16})
+      for (int param : {-1, int(DType::BF16), int(DType::F16)}) {
+        SCOPED_TRACE(std::string(adamw ? "adamw" : "adam") + " grad " +
+                     name(gradType) + " param " +
+                     (param < 0 ? "none" : name(DType(param))));
+        cpu::AdamSettings settings;
+        settings.lr = 3e-3;
+        settings.weightDecay = 0.1;
+        settings.adamw = adamw;
+        std::vector<Host> cpuState;
+        std::vector<std::unique_ptr<Device>> gpuState;
+        std::vector<cuda::AdamTensors> list;
+        unsigned seed = 40;
+        for (int64_t n : sizes) {
+          cpuState.push_back(random({n}, gradType, seed++));
+          cpuState.push_back(random({n}, DType::F32, seed++));
+          cpuState.push_back(random({n}, DType::F32, seed++, -0.1f, 0.1f));
+          cpuState.push_back(random({n}, DType::F32, seed++, 0.0f, 0.01f));
+          cpuState.push_back(Host({n}, param < 0 ? DType::BF16 : DType(param)));
+        }
+        for (const Host &h : cpuState)
+          gpuState.push_back(up(h));
+        for (size_t i = 0; i < sizes.size(); ++i) {
+          cuda::AdamTensors x{gpuState[5 * i]->view, gpuState[5 * i + 1]->view,
+                              gpuState[5 * i + 2]->view,
+                              gpuState[5 * i + 3]->view,
+                              param < 0 ? nullptr : &gpuState[5 * i + 4]->view};
+          list.push_back(x);
+        }
+        for (int64_t step = 1; step <= 3; ++step) {
+          for (size_t i = 0; i < sizes.size(); ++i)
+            ASSERT_OK(cpu::adamUpdate(
+                settings, step, cpuState[5 * i], cpuState[5 * i + 1],
+                cpuState[5 * i + 2], cpuState[5 * i + 3],
+                param < 0 ? nullptr : &cpuState[5 * i + 4].view));
+          ASSERT_OK(cuda::multiTensorAdamUpdate(settings, step, list, stream));
+        }
+        for (size_t i = 0; i < sizes.size(); ++i)
+          for (int j = 1; j < (param < 0 ? 4 : 5); ++j)
+            expectExact(down(*gpuState[5 * i + j]), cpuState[5 * i + j],
+                        "tensor " + std::to_string(i) + " state " +
+                            std::to_string(j));
+      }
+}
+
+TEST_F(CudaKernels, AdamOverManyLaunchesAndOneTensor) {
+  // 70 tensors: two launches of the multi-tensor kernel.
+  cpu::AdamSettings settings;
+  settings.adamw = true;
+  settings.weightDecay = 0.01;
+  std::vector<Host> cpuState;
+  std::vector<std::unique_ptr<Device>> gpuState;
+  std::vector<cuda::AdamTensors> list;
+  for (unsigned i = 0; i < 70; ++i) {
+    int64_t n = 3 + i % 5;
+    cpuState.push_back(random({n}, DType::F32, 100 + 4 * i));
+    cpuState.push_back(random({n}, DType::F32, 101 + 4 * i));
+    cpuState.push_back(Host({n}));
+    cpuState.push_back(Host({n}));
+  }
+  for (const Host &h : cpuState)
+    gpuState.push_back(up(h));
+  for (size_t i = 0; i < 70; ++i)
+    list.push_back({gpuState[4 * i]->view, gpuState[4 * i + 1]->view,
+                    gpuState[4 * i + 2]->view, gpuState[4 * i + 3]->view});
+  for (size_t i = 0; i < 70; ++i)
+    ASSERT_OK(cpu::adamUpdate(settings, 1, cpuState[4 * i], cpuState[4 * i + 1],
+                              cpuState[4 * i + 2], cpuState[4 * i + 3],
+                              nullptr));
+  ASSERT_OK(cuda::multiTensorAdamUpdate(settings, 1, list, stream));
+  for (size_t i = 0; i < 70; ++i)
+    expectExact(down(*gpuState[4 * i + 1]), cpuState[4 * i + 1],
+                "master " + std::to_string(i));
+
+  // The single-tensor entry point, step 2 of tensor 0.
+  ASSERT_OK(cpu::adamUpdate(settings, 2, cpuState[0], cpuState[1], cpuState[2],
+                            cpuState[3], nullptr));
+  ASSERT_OK(cuda::adamUpdate(settings, 2, *gpuState[0], *gpuState[1],
+                             *gpuState[2], *gpuState[3], nullptr, stream));
+  expectExact(down(*gpuState[1]), cpuState[1], "master, single tensor");
+}
+
+TEST_F(CudaKernels, SumOfSquaresClipAndScale) {
+  Host a = random({1000}, DType::BF16, 50, -3.0f, 3.0f);
+  Host b = random({123457}, DType::F32, 51);
+  auto ad = up(a), bd = up(b);
+  // A device double: two floats' worth, zeroed.
+  auto total = floats(2);
+  ASSERT_CUDA(cudaMemset(total->ptr, 0, 8));
+  ASSERT_OK(cuda::sumOfSquares(*ad, static_cast<double *>(total->ptr), stream));
+  ASSERT_OK(cuda::sumOfSquares(*bd, static_cast<double *>(total->ptr), stream));
+  double gpuTotal = 0.0;
+  ASSERT_CUDA(cudaStreamSynchronize(stream));
+  ASSERT_CUDA(cudaMemcpy(&gpuTotal, total->ptr, 8, cudaMemcpyDeviceToHost));
+  double cpuTotal = cpu::sumOfSquares(a) + cpu::sumOfSquares(b);
+  EXPECT_NEAR(gpuTotal, cpuTotal, 1e-12 * cpuTotal);
+
+  // The coefficient from the GPU's total on both sides: the same bits.
+  ASSERT_OK(cuda::clipGradNormInPlace(
+      *bd, static_cast<const double *>(total->ptr), 1.0, stream));
+  ASSERT_OK(cpu::scaleInPlace(b, cpu::clipCoefficient(gpuTotal, 1.0)));
+  expectExact(down(*bd), b, "clipped");
+
+  ASSERT_OK(cuda::scaleInPlace(*ad, 0.37f, stream));
+  ASSERT_OK(cpu::scaleInPlace(a, 0.37f));
+  expectExact(down(*ad), a, "scaled");
+}
+
+TEST_F(CudaKernels, UnscaleGradsMatchesTheCpu) {
+  struct Case {
+    DType dtype;
+    std::vector<float> values;
+    double scale;
+    bool overflow;
+  };
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const Case &c :
+       {Case{DType::F16, {1.0f, -2.0f, 30000.0f, 0.5f, 0.0f}, 0.5, false},
+        Case{DType::F16, {1.0f, 65504.0f, 3.0f}, 0.5, true},
+        Case{DType::F32, {1.0f, inf, 3.0f}, 1024.0, true},
+        Case{DType::BF16, {1.0f, std::nanf(""), 3.0f}, 8.0, true},
+        Case{DType::BF16, {1.0f, 7.0f, -3.0f}, 8.0, false}}) {
+    Host g({int64_t(c.values.size())}, c.dtype);
+    g.set(c.values);
+    auto gd = up(g);
+    bool cpuOverflow = false;
+    ASSERT_OK(cpu::unscaleGrads(g, c.scale, cpuOverflow));
+    auto flag = floats(1);
+    ASSERT_CUDA(cudaMemset(flag->ptr, 0, 4));
+    ASSERT_OK(cuda::unscaleGrads(*gd, c.scale, static_cast<int *>(flag->ptr),
+                                 stream));
+    Host gpu = down(*gd);
+    int gpuOverflow = 0;
+    ASSERT_CUDA(cudaMemcpy(&gpuOverflow, flag->ptr, 4, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(cpuOverflow, c.overflow);
+    EXPECT_EQ(gpuOverflow != 0, c.overflow) << name(c.dtype);
+    std::vector<float> gv = gpu.values(), cv = g.values();
+    for (size_t i = 0; i < gv.size(); ++i)
+      if (!std::isnan(cv[i]))
+        EXPECT_EQ(gv[i], cv[i]) << name(c.dtype) << " element " << i;
+      else
+        EXPECT_TRUE(std::isnan(gv[i]));
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Determinism
+//===----------------------------------------------------------------------===//
+
+TEST_F(CudaKernels, RunsAreBitReproducible) {
+  Host x = random({4, 64, 256}, DType::BF16, 60);
+  Host dy = random({4, 64, 256}, DType::BF16, 61);
+  Host kv = random({4, 64, 128}, DType::BF16, 62);
+  Host w = random({256}, DType::F32, 63), b = random({256}, DType::F32, 64);
+  Host tokens = randomIds({4, 64}, 100, 65);
+  auto xd = up(x), dyd = up(dy), kvd = up(kv), wd = up(w), bd = up(b);
+  auto tokensD = up(tokens);
+  auto run = [&](std::vector<Host> &results) {
+    Device dx(x.view), dw(w.view), db(b.view), dbias(b.view);
+    Device dtable(Host({100, 256}, DType::BF16).view);
+    Device dq(x.view), dk(kv.view), dv(kv.view);
+    ASSERT_OK(cuda::layerNormBackward(*xd, *wd, *dyd, 1e-5f, nullptr, dx, dw,
+                                      db, stream));
+    ASSERT_OK(cuda::linearGradBias(*dyd, dbias, stream));
+    ASSERT_OK(cuda::embeddingBackward(*dyd, *tokensD, dtable, stream));
+    ASSERT_OK(cuda::attentionBackward(*xd, *kvd, *kvd, *dyd, *dyd, 8, 4,
+                                      nullptr, dq, dk, dv, ctx, stream));
+    for (const Device *d : {&dx, &dw, &db, &dbias, &dtable, &dq, &dk, &dv})
+      results.push_back(down(*d));
+  };
+  std::vector<Host> first, second;
+  run(first);
+  run(second);
+  ASSERT_EQ(first.size(), second.size());
+  for (size_t i = 0; i < first.size(); ++i)
+    expectExact(second[i], first[i], "result " + std::to_string(i));
+}
+
+} // namespace
