@@ -3,6 +3,7 @@
 #include "exec/Executor.h"
 
 #include "Kernels.h"
+#include "exec/Dispatch.h"
 #include "init/Random.h"
 #include "offload/NvmeFile.h"
 #include "zeroc/Support/ShardLayout.h"
@@ -731,132 +732,34 @@ void Executor::Impl::runOp(const PlanOp &op) {
 
 void Executor::Impl::compute(const PlanOp &op) {
   const std::string &k = op.kind;
-  auto in = [&](size_t i) -> Tensor & { return value(op.inputs.at(i)); };
-  auto out = [&](size_t i) -> Tensor & { return value(op.outputs.at(i)); };
+  // Saved state is found again by the backward op of the same module.
   std::string savedKey = (k.size() > 9 && k.substr(k.size() - 9) == "_backward"
                               ? k.substr(0, k.size() - 9)
                               : k) +
                          "@" + op.where;
-  float *savedPtr = nullptr;
+  SavedState st;
   if (op.savedOffset >= 0 && op.savedBytes > 0) {
     if (op.savedOffset + op.savedBytes > ex.arenaSize)
       fail("op " + std::to_string(op.index) +
            ": saved state outside the arena");
-    savedPtr =
+    st.mine =
         reinterpret_cast<float *>(arenaAt(op.savedOffset, op.savedBytes));
+    st.mineBytes = op.savedBytes;
   }
-  auto savedFor = [&]() -> float * {
-    if (op.where.empty())
-      return nullptr;
-    auto it = saved.find(savedKey);
-    return it == saved.end() ? nullptr : it->second;
-  };
-  if (k == "embedding") {
-    check(cpu::embeddingForward(in(0), in(1), out(0)), op);
-  } else if (k == "position_embedding") {
-    check(cpu::positionEmbeddingForward(in(0), out(0)), op);
-  } else if (k == "linear") {
-    check(cpu::linearForward(in(0), in(1),
-                             op.inputs.size() > 2 ? &in(2) : nullptr, out(0)),
-          op);
-  } else if (k == "layernorm") {
-    if (savedPtr && !op.where.empty())
-      saved[savedKey] = savedPtr;
-    check(cpu::layerNormForward(in(0), in(1), in(2),
-                                float(attrF(op, "epsilon", 1e-5)), out(0),
-                                savedPtr),
-          op);
-  } else if (k == "rmsnorm") {
-    if (savedPtr && !op.where.empty())
-      saved[savedKey] = savedPtr;
-    check(cpu::rmsNormForward(in(0), in(1), float(attrF(op, "epsilon", 1e-5)),
-                              out(0), savedPtr),
-          op);
-  } else if (k == "gelu") {
-    check(cpu::geluForward(in(0), out(0)), op);
-  } else if (k == "silu") {
-    check(cpu::siluForward(in(0), out(0)), op);
-  } else if (k == "add") {
-    check(cpu::add(in(0), in(1), out(0)), op);
-  } else if (k == "mul") {
-    check(cpu::mul(in(0), in(1), out(0)), op);
-  } else if (k == "rotary") {
-    check(cpu::rotaryForward(in(0), attrI(op, "head_dim", 0),
-                             attrF(op, "theta", 10000.0), out(0)),
-          op);
-  } else if (k == "causal_attention") {
-    Tensor probs;
-    Tensor *pp = nullptr;
-    if (savedPtr) {
-      const Tensor &q = in(0);
-      probs = Tensor{savedPtr,
-                     out(0).dtype,
-                     {q.dim(0), attrI(op, "num_heads", 1), q.dim(1), q.dim(1)}};
-      if (probs.bytes() <= op.savedBytes) {
-        pp = &probs;
-        if (!op.where.empty())
-          saved[savedKey] = savedPtr;
-      }
-    }
-    check(cpu::attentionForward(in(0), in(1), in(2), attrI(op, "num_heads", 1),
-                                attrI(op, "num_kv_heads", 1), out(0), pp),
-          op);
-  } else if (k == "cross_entropy") {
-    check(cpu::crossEntropyForward(in(0), in(1), out(0)), op);
-  } else if (k == "backward_seed") {
-    double scale = 1.0;
-    if (op.attrs.contains("loss_scaling") &&
-        op.attrs["loss_scaling"].get<bool>())
-      scale = lossState.scale;
-    check(cpu::backwardSeed(attrI(op, "micro_steps", 1), scale, out(0)), op);
-  } else if (k == "cross_entropy_backward") {
-    check(cpu::crossEntropyBackward(in(0), in(1), in(2), out(0)), op);
-  } else if (k == "linear_grad_input") {
-    check(cpu::linearGradInput(in(0), in(1), out(0)), op);
-  } else if (k == "linear_grad_weight") {
-    check(cpu::linearGradWeight(in(0), in(1), out(0)), op);
-  } else if (k == "linear_grad_bias") {
-    check(cpu::linearGradBias(in(0), out(0)), op);
-  } else if (k == "layernorm_backward") {
-    check(cpu::layerNormBackward(in(0), in(1), in(2),
-                                 float(attrF(op, "epsilon", 1e-5)), savedFor(),
-                                 out(0), out(1), out(2)),
-          op);
-  } else if (k == "rmsnorm_backward") {
-    check(cpu::rmsNormBackward(in(0), in(1), in(2),
-                               float(attrF(op, "epsilon", 1e-5)), savedFor(),
-                               out(0), out(1)),
-          op);
-  } else if (k == "gelu_backward") {
-    check(cpu::geluBackward(in(0), in(1), out(0)), op);
-  } else if (k == "silu_backward") {
-    check(cpu::siluBackward(in(0), in(1), out(0)), op);
-  } else if (k == "rotary_backward") {
-    check(cpu::rotaryBackward(in(0), attrI(op, "head_dim", 0),
-                              attrF(op, "theta", 10000.0), out(0)),
-          op);
-  } else if (k == "causal_attention_backward") {
-    Tensor probs;
-    Tensor *pp = nullptr;
-    if (float *p = savedFor()) {
-      const Tensor &q = in(0);
-      probs = Tensor{p,
-                     in(3).dtype,
-                     {q.dim(0), attrI(op, "num_heads", 1), q.dim(1), q.dim(1)}};
-      pp = &probs;
-    }
-    check(cpu::attentionBackward(
-              in(0), in(1), in(2), in(3), in(4), attrI(op, "num_heads", 1),
-              attrI(op, "num_kv_heads", 1), pp, out(0), out(1), out(2)),
-          op);
-  } else if (k == "embedding_backward") {
-    check(cpu::embeddingBackward(in(0), in(1), out(0)), op);
-  } else if (k == "position_embedding_backward") {
-    check(cpu::positionEmbeddingBackward(in(0), out(0)), op);
-  } else {
+  if (!op.where.empty())
+    if (auto it = saved.find(savedKey); it != saved.end())
+      st.forward = it->second;
+  auto in = [&](size_t i) -> Tensor & { return value(op.inputs.at(i)); };
+  auto out = [&](size_t i) -> Tensor & { return value(op.outputs.at(i)); };
+  CpuKernels kernels;
+  std::optional<cpu::Status> status =
+      runModelOp(kernels, op, in, out, st, lossState.scale);
+  if (!status)
     fail("op " + std::to_string(op.index) + ": kind '" + k +
          "' is not supported by the CPU executor");
-  }
+  check(*status, op);
+  if (st.kept && !op.where.empty())
+    saved[savedKey] = st.mine;
 }
 
 void Executor::Impl::startAllGather(const PlanOp &op) {
