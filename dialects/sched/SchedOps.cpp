@@ -599,15 +599,6 @@ std::optional<FlatGroupLayout> flatLayout(Operation *from, FlatGroupOp group,
   return FlatGroupLayout(numels, getWorldSize(from));
 }
 
-/// The element size of a flat group's parameters.
-int64_t flatElementBytes(Operation *from, FlatGroupOp group,
-                         SymbolTableCollection &symbols) {
-  for (auto name : group.getParams().getAsRange<FlatSymbolRefAttr>())
-    if (auto t = symbols.lookupNearestSymbolFrom<TensorOp>(from, name))
-      return elementBytes(t.getTensorType());
-  return 4;
-}
-
 } // namespace
 
 int64_t zeroc::sched::bufferBytes(Value value) {
@@ -666,37 +657,30 @@ ReduceScatterStartOp::getWorkspaceBytes(SymbolTableCollection &symbols) {
 
 int64_t
 AllGatherUpdatesStartOp::getWorkspaceBytes(SymbolTableCollection &symbols) {
+  // A flat group is gathered in place in its parameter buffer; a replicated
+  // parameter with sharded states through a padded copy.
   WorkspaceLayout ws;
   int64_t worldSize = getWorldSize(*this);
-  for (auto name : getTargets().getAsRange<FlatSymbolRefAttr>()) {
-    Operation *target = symbols.lookupNearestSymbolFrom(*this, name);
-    if (auto group = dyn_cast_or_null<FlatGroupOp>(target)) {
-      if (auto layout = flatLayout(*this, group, symbols))
-        gatherUpdatesFlatPart(ws, *layout,
-                              flatElementBytes(*this, group, symbols));
-    } else if (auto t = dyn_cast_or_null<TensorOp>(target);
-               t && !t.getSharded()) {
+  for (auto name : getTargets().getAsRange<FlatSymbolRefAttr>())
+    if (auto t = symbols.lookupNearestSymbolFrom<TensorOp>(*this, name);
+        t && !t.getSharded())
       gatherUpdatesParamPart(ws,
                              ParamShardLayout{t.getNumElements(), worldSize},
                              elementBytes(t.getTensorType()));
-    }
-  }
   return ws.size();
 }
 
 int64_t AdamUpdateOp::getWorkspaceBytes(SymbolTableCollection &symbols) {
+  // A flat group's owned partition is updated where it lies.
   WorkspaceLayout ws;
   int64_t worldSize = getWorldSize(*this);
   auto state =
       symbols.lookupNearestSymbolFrom<TensorOp>(*this, getExpAvgAttr());
-  if (!state)
+  auto param = symbols.lookupNearestSymbolFrom<TensorOp>(*this, getParamAttr());
+  if (!state || !param)
     return 0;
   int64_t n = state.getLocalNumElements(worldSize);
-  Operation *target = symbols.lookupNearestSymbolFrom(*this, getParamAttr());
-  if (auto group = dyn_cast_or_null<FlatGroupOp>(target))
-    adamPartitionPart(ws, n, flatElementBytes(*this, group, symbols));
-  else if (auto param = dyn_cast_or_null<TensorOp>(target);
-           param && param.getLocalNumElements(worldSize) != n)
+  if (param.getLocalNumElements(worldSize) != n)
     adamPartitionPart(ws, n, elementBytes(param.getTensorType()));
   return ws.size();
 }

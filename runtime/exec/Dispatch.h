@@ -169,10 +169,9 @@ std::optional<cpu::Status> runModelOp(K &k, const PlanOp &op, In in, Out out,
       probs = probsOf(saved.forward, in(3).dtype);
       have = &probs;
     }
-    return k.attentionBackward(in(0), in(1), in(2), in(3), in(4),
-                               attrI(op, "num_heads", 1),
-                               attrI(op, "num_kv_heads", 1), have, out(0),
-                               out(1), out(2));
+    return k.attentionBackward(
+        in(0), in(1), in(2), in(3), in(4), attrI(op, "num_heads", 1),
+        attrI(op, "num_kv_heads", 1), have, out(0), out(1), out(2));
   }
   if (kind == "embedding_backward")
     return k.embeddingBackward(in(0), in(1), out(0));

@@ -167,6 +167,14 @@ struct Executor::Impl {
   std::map<std::string, Stored> tensors;
   std::map<std::string, const PlanFlatGroup *> groups;
   std::map<std::string, FlatGroupLayout> layouts;
+  /// Each flat group's padded parameter buffer; its members are views.
+  std::map<std::string, std::shared_ptr<char>> flatParams;
+  /// A flat group's parameter buffer as one 1-d tensor.
+  Tensor flatView(const PlanFlatGroup &g) {
+    const PlanTensor &first = *tensor(g.params.at(0)).info;
+    return Tensor{
+        flatParams.at(g.name).get(), first.dtype, {layouts.at(g.name).padded}};
+  }
   std::shared_ptr<char> arena;
 
   /// A started collective: its handles, and what runs once all completed.
@@ -316,12 +324,6 @@ struct Executor::Impl {
     return OpLabel{op.index, phase->name + ", " + op.kind +
                                  (op.where.empty() ? "" : ": " + op.where)};
   }
-  /// The flat elements [begin, end) of `group`'s buffer that this rank's
-  /// parameters hold, copied into / out of `buf` (indexed from `base`).
-  void groupToBuffer(const PlanFlatGroup &g, ElementRange range, Tensor buf,
-                     int64_t base);
-  void bufferToGroup(const PlanFlatGroup &g, ElementRange range, Tensor buf,
-                     int64_t base);
 };
 
 std::string Executor::Impl::nvmeDirFor(const PlanTensor &t) {
@@ -382,11 +384,52 @@ void Executor::Impl::swapOut(Stored &s, bool writeBack) {
 }
 
 void Executor::Impl::allocate() {
+  // Stages 1 and 2: a flat group's parameters are views of one padded flat
+  // buffer, as in DeepSpeed, so the update gather runs in place and the
+  // optimizer updates the owned partition where it lies.
+  std::map<std::string, std::pair<const PlanFlatGroup *, int64_t>> memberOf;
+  for (const PlanFlatGroup &g : plan.flatGroups) {
+    groups[g.name] = &g;
+    std::vector<int64_t> numels;
+    for (size_t k = 0; k < g.params.size(); ++k) {
+      const PlanTensor *p = plan.findTensor(g.params[k]);
+      if (!p)
+        fail("flat group " + g.name + " names no tensor " + g.params[k]);
+      numels.push_back(p->numel);
+      memberOf[g.params[k]] = {&g, int64_t(k)};
+    }
+    const FlatGroupLayout &l =
+        layouts.emplace(g.name, FlatGroupLayout(numels, ws)).first->second;
+    const PlanTensor &first = *plan.findTensor(g.params.at(0));
+    for (const std::string &name : g.params) {
+      const PlanTensor &p = *plan.findTensor(name);
+      if (p.dtype != first.dtype || p.placement != first.placement ||
+          p.sharded || p.localNumel != p.numel)
+        fail("flat group " + g.name +
+             ": its parameters must be whole and "
+             "share one dtype and placement");
+    }
+    if (first.placement == "nvme")
+      fail("flat group " + g.name +
+           ": parameters on nvme (stages 1-2 keep "
+           "parameters on the device)");
+    int64_t bytes = l.padded * bytesPerElement(first.dtype);
+    flatParams[g.name] = ex.memory.allocate(bytes, first.placement == "device");
+  }
   for (const PlanTensor &t : plan.tensors) {
     Stored s;
     s.info = &t;
     bool device = t.placement == "device";
     int64_t bytes = t.localNumel * bytesPerElement(t.dtype);
+    if (auto m = memberOf.find(t.name); m != memberOf.end()) {
+      const std::shared_ptr<char> &flat = flatParams.at(m->second.first->name);
+      int64_t at =
+          layouts.at(m->second.first->name).offsets[size_t(m->second.second)];
+      s.data = std::shared_ptr<char>(flat, flat.get() +
+                                               at * bytesPerElement(t.dtype));
+      tensors[t.name] = std::move(s);
+      continue;
+    }
     if (t.placement == "nvme") {
       std::string name = t.name;
       std::replace(name.begin(), name.end(), '/', '_');
@@ -398,16 +441,7 @@ void Executor::Impl::allocate() {
       continue;
     }
     s.data = ex.memory.allocate(bytes, device);
-    if (device)
-      ex.persistentDevice += bytes;
     tensors[t.name] = std::move(s);
-  }
-  for (const PlanFlatGroup &g : plan.flatGroups) {
-    groups[g.name] = &g;
-    std::vector<int64_t> numels;
-    for (const std::string &p : g.params)
-      numels.push_back(tensor(p).info->numel);
-    layouts.emplace(g.name, FlatGroupLayout(numels, ws));
   }
   for (const PlanPhase &ph : plan.phases)
     if (ph.memory)
@@ -448,32 +482,6 @@ void Executor::Impl::initialize(uint64_t seed) {
         fill(s, param, t.sharded);
       }
     }
-  }
-}
-
-void Executor::Impl::groupToBuffer(const PlanFlatGroup &g, ElementRange range,
-                                   Tensor buf, int64_t base) {
-  const FlatGroupLayout &l = layouts.at(g.name);
-  for (size_t k = 0; k < g.params.size(); ++k) {
-    ElementRange part = l.param(k).intersect(range);
-    if (part.empty())
-      continue;
-    Tensor p = tensor(g.params[k]).view();
-    cpu::copyElements(p, part.begin - l.offsets[k], buf, part.begin - base,
-                      part.size());
-  }
-}
-
-void Executor::Impl::bufferToGroup(const PlanFlatGroup &g, ElementRange range,
-                                   Tensor buf, int64_t base) {
-  const FlatGroupLayout &l = layouts.at(g.name);
-  for (size_t k = 0; k < g.params.size(); ++k) {
-    ElementRange part = l.param(k).intersect(range);
-    if (part.empty())
-      continue;
-    Tensor p = tensor(g.params[k]).view();
-    cpu::copyElements(buf, part.begin - base, p, part.begin - l.offsets[k],
-                      part.size());
   }
 }
 
@@ -742,8 +750,7 @@ void Executor::Impl::compute(const PlanOp &op) {
     if (op.savedOffset + op.savedBytes > ex.arenaSize)
       fail("op " + std::to_string(op.index) +
            ": saved state outside the arena");
-    st.mine =
-        reinterpret_cast<float *>(arenaAt(op.savedOffset, op.savedBytes));
+    st.mine = reinterpret_cast<float *>(arenaAt(op.savedOffset, op.savedBytes));
     st.mineBytes = op.savedBytes;
   }
   if (!op.where.empty())
@@ -938,10 +945,8 @@ void Executor::Impl::startAllGatherUpdates(const PlanOp &op) {
   WorkspaceLayout layout;
   std::vector<int64_t> at(targets.size(), -1);
   for (size_t i = 0; i < targets.size(); ++i) {
-    if (auto g = groups.find(targets[i]); g != groups.end()) {
-      DType dt = tensor(g->second->params.at(0)).info->dtype;
-      at[i] = gatherUpdatesFlatPart(layout, layouts.at(targets[i]),
-                                    bytesPerElement(dt));
+    if (groups.count(targets[i])) {
+      at[i] = -2; // In place: no workspace.
     } else if (const PlanTensor &t = *tensor(targets[i]).info; !t.sharded) {
       at[i] = gatherUpdatesParamPart(layout, ParamShardLayout{t.numel, ws},
                                      bytesPerElement(t.dtype));
@@ -950,22 +955,19 @@ void Executor::Impl::startAllGatherUpdates(const PlanOp &op) {
   Pending p;
   char *scratch = workspace(op, layout.size(), p.scratch);
   for (size_t i = 0; i < targets.size(); ++i) {
-    if (at[i] < 0)
+    if (at[i] == -1)
       continue; // A sharded parameter is gathered when used.
-    char *buf = scratch + at[i];
     if (auto g = groups.find(targets[i]); g != groups.end()) {
-      const PlanFlatGroup &grp = *g->second;
+      // In place in the flat buffer: every rank sends its partition.
       const FlatGroupLayout &l = layouts.at(targets[i]);
-      DType dt = tensor(grp.params.at(0)).info->dtype;
+      Tensor flat = flatView(*g->second);
       int64_t P = l.partitionSize();
-      Tensor all{buf, dt, {l.padded}};
-      groupToBuffer(grp, l.partition(rank), all, 0);
-      char *mine = buf + rank * P * bytesPerElement(dt);
-      p.handles.push_back(comm.allGather(mine, P, buf, dt, label(op)));
-      p.after.push_back([this, &grp, all, &l]() {
-        bufferToGroup(grp, {0, l.numel}, all, 0);
-      });
+      char *base = static_cast<char *>(flat.data);
+      p.handles.push_back(
+          comm.allGather(base + rank * P * bytesPerElement(flat.dtype), P, base,
+                         flat.dtype, label(op)));
     } else {
+      char *buf = scratch + at[i];
       Stored &s = tensor(targets[i]);
       const PlanTensor &t = *s.info;
       ParamShardLayout l{t.numel, ws};
@@ -1058,15 +1060,9 @@ void Executor::Impl::adamUpdate(const PlanOp &op) {
   std::function<void()> writeBack;
   WorkspaceLayout layout; // One part at most (Workspace.h).
   if (grp) {
+    // The owned partition of the flat parameter buffer, in place.
     const FlatGroupLayout &l = layouts.at(grp->name);
-    DType dt = tensor(grp->params.at(0)).info->dtype;
-    int64_t at = adamPartitionPart(layout, n, bytesPerElement(dt));
-    param = Tensor{workspace(op, layout.size(), keep) + at, dt, {n}};
-    ElementRange part = l.partition(rank);
-    groupToBuffer(*grp, part, param, part.begin);
-    writeBack = [this, grp, part, param]() {
-      bufferToGroup(*grp, part, param, part.begin);
-    };
+    param = slice(flatView(*grp), l.partition(rank).begin, n);
   } else {
     Stored &ps = tensor(paramName);
     if (ps.info->localNumel == n) {
@@ -1155,12 +1151,20 @@ Executor::Executor(Plan plan, Communicator &comm)
     : thePlan(std::move(plan)), comm(comm) {}
 Executor::~Executor() = default;
 
+int64_t Executor::persistentDeviceBytes() const {
+  int64_t bytes = 0;
+  for (const PlanTensor &t : thePlan.tensors)
+    if (t.placement == "device")
+      bytes += t.localNumel * bytesPerElement(t.dtype);
+  return bytes;
+}
+
 int64_t Executor::predictedPeakBytes() const {
   int64_t arenaMax = 0;
   for (const PlanPhase &ph : thePlan.phases)
     if (ph.memory)
       arenaMax = std::max(arenaMax, ph.memory->arenaBytes);
-  return persistentDevice + arenaMax;
+  return persistentDeviceBytes() + arenaMax;
 }
 
 Expected<std::unique_ptr<Executor>>

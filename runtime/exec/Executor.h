@@ -124,7 +124,8 @@ public:
   int64_t measuredPeakBytes() const { return memory.devicePeak(); }
   /// The plan's: persistent device bytes plus the larger phase arena.
   int64_t predictedPeakBytes() const;
-  int64_t persistentDeviceBytes() const { return persistentDevice; }
+  /// The plan's persistent device bytes (local_numel x dtype size).
+  int64_t persistentDeviceBytes() const;
   int64_t arenaBytes() const { return arenaSize; }
 
   struct Impl;
@@ -135,7 +136,6 @@ private:
   Communicator &comm;
   MemoryTracker memory;
   int64_t vocab = 0;
-  int64_t persistentDevice = 0;
   int64_t arenaSize = 0;
   std::unique_ptr<Impl> impl;
 };

@@ -3,9 +3,9 @@
 // Some sched ops need device memory beside their operands while they run:
 // the receive buffer of a reduce-scatter (the reduced part is accumulated
 // into the gradient shard once it arrives), the padded send buffer of a
-// stage-3 reduce-scatter, the full flat buffer that `all_gather_updates`
-// gathers into, and the 16-bit partition an optimizer update writes before
-// it is scattered back into the parameters. zero-plan-memory gives each such
+// stage-3 reduce-scatter, the padded copy of a replicated parameter that
+// `all_gather_updates` gathers into, and the 16-bit part of it an optimizer
+// update writes before it is copied back. zero-plan-memory gives each such
 // op one workspace in the phase's arena, live from the op to its wait; the
 // runtime carves it into parts with the same functions, in the same order,
 // so the plan's memory prediction covers what the runtime uses.
@@ -98,13 +98,6 @@ reduceScatterParamParts(WorkspaceLayout &ws, const ParamShardLayout &layout,
   return parts;
 }
 
-/// `all_gather_updates` of a flat group: the whole padded flat buffer.
-inline int64_t gatherUpdatesFlatPart(WorkspaceLayout &ws,
-                                     const FlatGroupLayout &layout,
-                                     int64_t elementBytes) {
-  return ws.take(layout.padded * elementBytes);
-}
-
 /// `all_gather_updates` of a replicated parameter whose optimizer state is
 /// sharded: the padded parameter.
 inline int64_t gatherUpdatesParamPart(WorkspaceLayout &ws,
@@ -113,9 +106,10 @@ inline int64_t gatherUpdatesParamPart(WorkspaceLayout &ws,
   return ws.take(layout.paddedNumel() * elementBytes);
 }
 
-/// `adam_update` of a partition that is not one tensor of its own (a flat
-/// group's partition, or the owned part of a replicated parameter): the
-/// partition in the parameter's dtype.
+/// `adam_update` of the owned part of a replicated parameter whose states
+/// are sharded: the part in the parameter's dtype. (A flat group's
+/// parameters are views of one flat buffer, so its gather runs in place and
+/// its update works on the owned partition where it lies: no workspace.)
 inline int64_t adamPartitionPart(WorkspaceLayout &ws, int64_t elements,
                                  int64_t elementBytes) {
   return ws.take(elements * elementBytes);
