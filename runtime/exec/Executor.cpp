@@ -3,6 +3,7 @@
 #include "exec/Executor.h"
 
 #include "Kernels.h"
+#include "exec/Device.h"
 #include "exec/Dispatch.h"
 #include "init/Random.h"
 #include "offload/NvmeFile.h"
@@ -39,19 +40,30 @@ char *alignedZeroed(int64_t bytes, int64_t alignment = 64) {
 
 std::shared_ptr<char> MemoryTracker::allocate(int64_t bytes, bool onDevice,
                                               int64_t alignment) {
-  char *p = alignedZeroed(bytes, alignment);
+  Device *dev = owner;
+  char *p = dev ? dev->allocate(bytes, onDevice, alignment)
+                : alignedZeroed(bytes, alignment);
   std::lock_guard<std::mutex> lock(mutex);
   int64_t *counter = onDevice ? &device : &host;
   *counter += bytes;
   notePeak();
-  return std::shared_ptr<char>(p, [this, bytes, counter](char *q) {
-    std::lock_guard<std::mutex> lock(mutex);
-    *counter -= bytes;
-    std::free(q);
-  });
+  return std::shared_ptr<char>(p,
+                               [this, bytes, counter, dev, onDevice](char *q) {
+                                 {
+                                   std::lock_guard<std::mutex> lock(mutex);
+                                   *counter -= bytes;
+                                 }
+                                 if (dev)
+                                   dev->release(q, onDevice);
+                                 else
+                                   std::free(q);
+                               });
 }
 
 std::shared_ptr<char> MemoryTracker::allocateArena(int64_t bytes) {
+  if (Device *dev = owner)
+    return std::shared_ptr<char>(dev->allocate(bytes, true),
+                                 [dev](char *q) { dev->release(q, true); });
   return std::shared_ptr<char>(alignedZeroed(bytes),
                                [](char *q) { std::free(q); });
 }
@@ -105,6 +117,10 @@ struct Stored {
   std::shared_ptr<char> data;
   std::unique_ptr<NvmeFile> file;
   bool dirty = false; ///< Resident and changed: to be written back.
+  /// A host copy of device memory the host cannot address (a GPU's), for
+  /// checkpoints; written back before the next step if `mirrorDirty`.
+  std::shared_ptr<char> mirror;
+  bool mirrorDirty = false;
   Tensor view() const {
     return Tensor{data.get(), info->dtype, {info->localNumel}};
   }
@@ -163,6 +179,8 @@ struct Executor::Impl {
   Executor &ex;
   const Plan &plan;
   Communicator &comm;
+  std::unique_ptr<Device> ownDevice; ///< The CPU device, when none is given.
+  Device *dev = nullptr;
   int64_t rank, ws;
   std::map<std::string, Stored> tensors;
   std::map<std::string, const PlanFlatGroup *> groups;
@@ -176,6 +194,13 @@ struct Executor::Impl {
         flatParams.at(g.name).get(), first.dtype, {layouts.at(g.name).padded}};
   }
   std::shared_ptr<char> arena;
+
+  /// Collectives whose epilogue was issued in stream order (GPU): their
+  /// handles and scratch live until the phase's end.
+  std::mutex inflightMutex;
+  std::vector<CommHandle> inflight;
+  std::vector<std::shared_ptr<char>> inflightScratch;
+  std::map<int64_t, int64_t> streamOf; ///< Op index -> plan stream.
 
   /// A started collective: its handles, and what runs once all completed.
   struct Pending {
@@ -265,6 +290,19 @@ struct Executor::Impl {
       ::rmdir(d.c_str());
   }
   std::string nvmeDirFor(const PlanTensor &t);
+  /// For a tensor in device memory the host cannot address (a GPU's): a
+  /// host copy of it, made now; null where the host addresses it directly.
+  char *hostMirror(Stored &s) {
+    if (dev->name() == "cpu" || s.file || s.info->placement != "device")
+      return nullptr;
+    int64_t bytes = s.info->localNumel * bytesPerElement(s.info->dtype);
+    if (!s.mirror)
+      s.mirror =
+          std::shared_ptr<char>(new char[size_t(std::max<int64_t>(bytes, 1))],
+                                std::default_delete<char[]>());
+    dev->toHost(s.mirror.get(), s.data.get(), bytes);
+    return s.mirror.get();
+  }
   /// Reads an `nvme` tensor's file into a host buffer (no-op otherwise).
   void swapIn(Stored &s);
   /// Writes it back if `writeBack` and it changed, then frees the buffer.
@@ -307,7 +345,7 @@ struct Executor::Impl {
   Ticket awaitTicket(const PlanOp &op);
   /// Waits for `p`'s collectives (giving up if another stream failed),
   /// then runs its epilogue.
-  void complete(const PlanOp &op, Pending &p);
+  void complete(const PlanOp &op, Pending &p, bool hostWait = false);
   void define(int64_t id);
   void runOp(const PlanOp &op);
   void compute(const PlanOp &op);
@@ -461,7 +499,10 @@ void Executor::Impl::initialize(uint64_t seed) {
     else
       initParameter(param, param.init, seed, 0, param.numel, buf.data());
     Tensor src{buf.data(), DType::F32, {n}};
-    cpu::castTensor(src, s.view());
+    std::vector<char> cast(size_t(n * bytesPerElement(s.info->dtype)));
+    Tensor dst{cast.data(), s.info->dtype, {n}};
+    cpu::castTensor(src, dst);
+    dev->fromHost(s.data.get(), cast.data(), int64_t(cast.size()));
   };
   for (auto &[name, s] : tensors) {
     const PlanTensor &t = *s.info;
@@ -476,7 +517,8 @@ void Executor::Impl::initialize(uint64_t seed) {
       if (auto it = groups.find(t.of); it != groups.end()) {
         buf.assign(size_t(t.localNumel), 0.0f);
         initShard(plan, *it->second, seed, rank, buf.data());
-        std::memcpy(s.data.get(), buf.data(), buf.size() * sizeof(float));
+        dev->fromHost(s.data.get(), buf.data(),
+                      int64_t(buf.size() * sizeof(float)));
       } else {
         const PlanTensor &param = *tensor(t.of).info;
         fill(s, param, t.sharded);
@@ -514,6 +556,7 @@ void Executor::Impl::runPhase(const PlanPhase &ph, const DataLoader *data,
   waitOf.clear();
   saved.clear();
   ticketOf.clear();
+  streamOf.clear();
   issued = 0;
   failure.clear();
   failed = false;
@@ -549,25 +592,45 @@ void Executor::Impl::runPhase(const PlanPhase &ph, const DataLoader *data,
         ((op.kind == "clip_grad_norm" || op.kind == "unscale_grads") && ws > 1))
       ticketOf[op.index] = tickets++;
     streams[streamThreads ? op.stream : 0].push_back(&op);
+    streamOf[op.index] = streamThreads ? op.stream : 0;
   }
 
   if (data && ph.args.size() >= 2) {
     auto t0 = Clock::now();
-    if (auto err = data->load(step, micro, value(ph.args[0]).i32(),
-                              value(ph.args[1]).i32()))
+    Tensor inputs = value(ph.args[0]), targets = value(ph.args[1]);
+    std::vector<int32_t> hostIn(size_t(inputs.numel())),
+        hostTgt(size_t(targets.numel()));
+    if (auto err = data->load(step, micro, hostIn.data(), hostTgt.data()))
       fail(err->str());
+    dev->fromHost(inputs.data, hostIn.data(), inputs.bytes());
+    dev->fromHost(targets.data, hostTgt.data(), targets.bytes());
     computeSeconds += since(t0);
   }
 
   // The lowest stream (compute) runs here; every other on its own worker.
+  dev->beginPhase(maxIndex + 1);
   std::vector<std::thread> workers;
   for (auto it = std::next(streams.begin()); it != streams.end(); ++it)
-    workers.emplace_back(
-        [this, &ops = it->second]() { runStream(ops, false); });
-  if (!streams.empty())
+    workers.emplace_back([this, id = it->first, &ops = it->second]() {
+      dev->bindStream(id);
+      runStream(ops, false);
+    });
+  if (!streams.empty()) {
+    dev->bindStream(streams.begin()->first);
     runStream(streams.begin()->second, true);
+  }
   for (std::thread &w : workers)
     w.join();
+  if (!failed)
+    dev->synchronize();
+  // Collectives completed in stream order are complete now.
+  for (CommHandle &h : inflight)
+    if (failed)
+      h.abandon();
+    else
+      comm.wait(h);
+  inflight.clear();
+  inflightScratch.clear();
   if (failed)
     fail(failure);
 }
@@ -590,9 +653,14 @@ void Executor::Impl::runStream(const std::vector<const PlanOp *> &ops,
     for (const PlanOp *op : ops) {
       auto t0 = Clock::now();
       awaitDeps(*op);
+      for (int64_t d : op->deps)
+        if (auto it = streamOf.find(d);
+            it != streamOf.end() && it->second != streamOf.at(op->index))
+          dev->waitForOp(d);
       auto t1 = Clock::now();
       double scalarWait = scalarWaitSeconds;
       runOp(*op);
+      dev->opDone(op->index);
       markDone(*op);
       if (computeStream) {
         double blocked = scalarWaitSeconds - scalarWait;
@@ -648,7 +716,18 @@ Executor::Impl::Ticket::~Ticket() {
   impl->progress.notify_all();
 }
 
-void Executor::Impl::complete(const PlanOp &op, Pending &p) {
+void Executor::Impl::complete(const PlanOp &op, Pending &p, bool hostWait) {
+  if (!hostWait && dev->streamOrderedCollectives()) {
+    // The epilogue follows the collective on this stream.
+    for (auto &f : p.after)
+      f();
+    std::lock_guard<std::mutex> lock(inflightMutex);
+    for (CommHandle &h : p.handles)
+      inflight.push_back(std::move(h));
+    for (auto &buf : p.scratch)
+      inflightScratch.push_back(std::move(buf));
+    return;
+  }
   for (CommHandle &h : p.handles)
     if (!comm.wait(h, failed)) {
       // Another stream failed; this rank is about to abort the job, and an
@@ -672,9 +751,10 @@ double Executor::Impl::allReduceScalar(const PlanOp &op, double value,
   Pending p;
   {
     Ticket t = awaitTicket(op);
+    dev->useStreamFor(comm);
     p.handles.push_back(comm.allReduceScalars(&value, 1, kind, label(op)));
   }
-  complete(op, p);
+  complete(op, p, /*hostWait=*/true);
   if (std::this_thread::get_id() == computeThread)
     scalarWaitSeconds += since(t0);
   return value;
@@ -713,10 +793,10 @@ void Executor::Impl::runOp(const PlanOp &op) {
     Stored &s = tensor(op.tensors.at(0));
     Tensor g = value(op.inputs.at(0));
     Tensor acc = slice(s.view(), attrI(op, "offset", 0), g.numel());
-    check(cpu::accumulate(acc, g), op);
+    check(dev->accumulate(acc, g), op);
   } else if (k == "zero_grads") {
     for (const std::string &name : op.tensors)
-      check(cpu::zeroTensor(tensor(name).view()), op);
+      check(dev->zeroTensor(tensor(name).view()), op);
   } else if (k == "all_gather_start") {
     startAllGather(op);
   } else if (k == "reduce_scatter_start") {
@@ -756,14 +836,16 @@ void Executor::Impl::compute(const PlanOp &op) {
   if (!op.where.empty())
     if (auto it = saved.find(savedKey); it != saved.end())
       st.forward = it->second;
-  auto in = [&](size_t i) -> Tensor & { return value(op.inputs.at(i)); };
-  auto out = [&](size_t i) -> Tensor & { return value(op.outputs.at(i)); };
-  CpuKernels kernels;
+  std::vector<Tensor> in, out;
+  for (int64_t id : op.inputs)
+    in.push_back(value(id));
+  for (int64_t id : op.outputs)
+    out.push_back(value(id));
   std::optional<cpu::Status> status =
-      runModelOp(kernels, op, in, out, st, lossState.scale);
+      dev->modelOp(op, in, out, st, lossState.scale);
   if (!status)
     fail("op " + std::to_string(op.index) + ": kind '" + k +
-         "' is not supported by the CPU executor");
+         "' is not supported by the " + dev->name() + " executor");
   check(*status, op);
   if (st.kept && !op.where.empty())
     saved[savedKey] = st.mine;
@@ -784,6 +866,7 @@ void Executor::Impl::startAllGather(const PlanOp &op) {
   Pending p;
   {
     Ticket t = awaitTicket(op);
+    dev->useStreamFor(comm);
     for (size_t i = 0; i < op.inputs.size(); ++i) {
       Tensor shard = value(op.inputs[i]);
       Tensor full = value(wait.outputs[i]);
@@ -800,8 +883,8 @@ void Executor::Impl::startAllGather(const PlanOp &op) {
       Tensor padded{p.scratch.back().get(), full.dtype, {s * ws}};
       p.handles.push_back(
           comm.allGather(shard.data, s, padded.data, full.dtype, label(op)));
-      p.after.push_back([padded, full]() {
-        cpu::copyElements(padded, 0, full, 0, full.numel());
+      p.after.push_back([this, padded, full]() {
+        dev->copyElements(padded, 0, full, 0, full.numel());
       });
     }
   }
@@ -849,6 +932,7 @@ void Executor::Impl::startReduceScatter(const PlanOp &op) {
   Pending p;
   char *scratch = workspace(op, layout.size(), p.scratch);
   Ticket ticket = awaitTicket(op);
+  dev->useStreamFor(comm);
   for (size_t i = 0; i < op.inputs.size(); ++i) {
     Tensor g = value(op.inputs[i]);
     Stored &target = tensor(targets[i]);
@@ -870,17 +954,17 @@ void Executor::Impl::startReduceScatter(const PlanOp &op) {
       if (t.sharded) {
         // Stage 2: accumulate the owned part into the gradient partition.
         int64_t at = mine.begin - l.partition(rank).begin;
-        p.after.push_back([recv, dst, at, recvN]() {
+        p.after.push_back([this, recv, dst, at, recvN]() {
           if (recvN > 0)
-            cpu::accumulate(slice(dst, at, recvN), recv);
+            dev->accumulate(slice(dst, at, recvN), recv);
         });
       } else {
         // Stage 1: in place on the replicated flat buffer; keep the owned
         // partition.
         int64_t at = mine.begin;
-        p.after.push_back([recv, dst, at, recvN]() {
+        p.after.push_back([this, recv, dst, at, recvN]() {
           if (recvN > 0)
-            cpu::copyElements(recv, 0, dst, at, recvN);
+            dev->copyElements(recv, 0, dst, at, recvN);
         });
       }
     } else {
@@ -898,15 +982,15 @@ void Executor::Impl::startReduceScatter(const PlanOp &op) {
       if (parts[i].send >= 0) {
         // Padded with zeros to shard x world size.
         char *padded = scratch + parts[i].send;
-        std::memcpy(padded, g.data, size_t(n * esize));
-        std::memset(padded + n * esize, 0, size_t((s * ws - n) * esize));
+        dev->copy(padded, g.data, n * esize);
+        dev->zero(padded + n * esize, (s * ws - n) * esize);
         send = padded;
       }
       p.handles.push_back(
           comm.reduceScatter(send, std::vector<int64_t>(size_t(ws), s), recvBuf,
                              dt, true, label(op)));
       Tensor recv{recvBuf, dt, {s}};
-      p.after.push_back([recv, dst]() { cpu::accumulate(dst, recv); });
+      p.after.push_back([this, recv, dst]() { dev->accumulate(dst, recv); });
     }
   }
   { Ticket issuedAll = std::move(ticket); }
@@ -924,6 +1008,7 @@ void Executor::Impl::startAllReduce(const PlanOp &op) {
   Pending p;
   {
     Ticket t = awaitTicket(op);
+    dev->useStreamFor(comm);
     for (const std::string &name : names) {
       Stored &s = tensor(name);
       p.handles.push_back(comm.allReduce(s.data.get(), s.info->localNumel,
@@ -942,6 +1027,7 @@ void Executor::Impl::startAllGatherUpdates(const PlanOp &op) {
   Ticket ticket = awaitTicket(op);
   if (overflow)
     return;
+  dev->useStreamFor(comm);
   WorkspaceLayout layout;
   std::vector<int64_t> at(targets.size(), -1);
   for (size_t i = 0; i < targets.size(); ++i) {
@@ -974,14 +1060,14 @@ void Executor::Impl::startAllGatherUpdates(const PlanOp &op) {
       int64_t sz = l.shardSize();
       int64_t es = bytesPerElement(t.dtype);
       ElementRange own = l.ownedBy(rank);
-      std::memcpy(buf + rank * sz * es, s.data.get() + own.begin * es,
-                  size_t(own.size() * es));
+      dev->copy(buf + rank * sz * es, s.data.get() + own.begin * es,
+                own.size() * es);
       p.handles.push_back(
           comm.allGather(buf + rank * sz * es, sz, buf, t.dtype, label(op)));
       char *dst = s.data.get();
       int64_t bytes = t.numel * es;
       p.after.push_back(
-          [dst, buf, bytes]() { std::memcpy(dst, buf, size_t(bytes)); });
+          [this, dst, buf, bytes]() { dev->copy(dst, buf, bytes); });
     }
   }
   { Ticket issuedAll = std::move(ticket); }
@@ -1001,7 +1087,7 @@ void Executor::Impl::startCopy(const PlanOp &op) {
       fail("op " + std::to_string(op.index) +
            ": fetch_start and its wait disagree on the tensor count");
     for (size_t i = 0; i < names.size(); ++i)
-      check(cpu::castTensor(tensor(names[i]).view(), value(wait.outputs[i])),
+      check(dev->castTensor(tensor(names[i]).view(), value(wait.outputs[i])),
             op);
     return;
   }
@@ -1016,7 +1102,7 @@ void Executor::Impl::startCopy(const PlanOp &op) {
   for (size_t i = 0; i < src.size(); ++i) {
     Tensor a = tensor(src[i]).view(), b = tensor(dst[i]).view();
     if (a.numel() == b.numel())
-      check(cpu::castTensor(a, b), op);
+      check(dev->castTensor(a, b), op);
     else
       fail("op " + std::to_string(op.index) + ": copy_start from " + src[i] +
            " to " + dst[i] + " of different sizes is not supported yet");
@@ -1076,10 +1162,10 @@ void Executor::Impl::adamUpdate(const PlanOp &op) {
       param = Tensor{workspace(op, layout.size(), keep) + at, dt, {n}};
       Tensor full = ps.view();
       if (own.size() > 0)
-        cpu::copyElements(full, own.begin, param, 0, own.size());
-      writeBack = [param, full, own]() {
+        dev->copyElements(full, own.begin, param, 0, own.size());
+      writeBack = [this, param, full, own]() {
         if (own.size() > 0)
-          cpu::copyElements(param, 0, full, own.begin, own.size());
+          dev->copyElements(param, 0, full, own.begin, own.size());
       };
     }
   }
@@ -1094,7 +1180,7 @@ void Executor::Impl::adamUpdate(const PlanOp &op) {
     fail("op " + std::to_string(op.index) + ": a 16-bit parameter " +
          paramName + " without a master copy");
   }
-  check(cpu::adamUpdate(set, adamSteps + 1, grad, master, m.view(), v.view(),
+  check(dev->adamUpdate(set, adamSteps + 1, grad, master, m.view(), v.view(),
                         param16),
         op);
   if (writeBack)
@@ -1119,18 +1205,18 @@ void Executor::Impl::clipGradNorm(const PlanOp &op) {
       const FlatGroupLayout &l = layouts.at(grp->name);
       if (!s.info->sharded)
         g = slice(g, l.partition(rank).begin, l.partitionSize());
-      shared += cpu::sumOfSquares(g);
+      shared += dev->sumOfSquares(g);
     } else if (s.info->sharded) {
-      shared += cpu::sumOfSquares(g);
+      shared += dev->sumOfSquares(g);
     } else {
-      local += cpu::sumOfSquares(g);
+      local += dev->sumOfSquares(g);
     }
   }
   double total = allReduceScalar(op, shared, ScalarOp::Sum) + local;
   float coef = cpu::clipCoefficient(total, attrF(op, "max_norm", 1.0));
   if (coef != 1.0f)
     for (const std::string &name : names)
-      check(cpu::scaleInPlace(tensor(name).view(), coef), op);
+      check(dev->scaleInPlace(tensor(name).view(), coef), op);
 }
 
 void Executor::Impl::unscale(const PlanOp &op) {
@@ -1139,7 +1225,7 @@ void Executor::Impl::unscale(const PlanOp &op) {
     names = op.tensors;
   bool over = false;
   for (const std::string &name : names)
-    check(cpu::unscaleGrads(tensor(name).view(), lossState.scale, over), op);
+    check(dev->unscaleGrads(tensor(name).view(), lossState.scale, over), op);
   overflow = allReduceScalar(op, over ? 1.0 : 0.0, ScalarOp::Max) > 0;
 }
 
@@ -1208,6 +1294,13 @@ Executor::create(Plan plan, Communicator &comm,
                       "the vocabulary size from"};
   try {
     ex->impl->streamThreads = options.streamThreads;
+    if (options.device) {
+      ex->impl->dev = options.device;
+    } else {
+      ex->impl->ownDevice = makeCpuDevice();
+      ex->impl->dev = ex->impl->ownDevice.get();
+    }
+    ex->memory.setDevice(ex->impl->dev);
     ex->impl->nvmeOverride = options.nvmePath;
     ex->impl->allocate();
     ex->impl->initialize(options.seed);
@@ -1222,6 +1315,11 @@ std::vector<ConstBytes> Executor::tensorData() {
   for (const PlanTensor &t : thePlan.tensors) {
     Stored &s = impl->tensors.at(t.name);
     impl->swapIn(s);
+    if (const char *m = impl->hostMirror(s)) {
+      out.push_back({reinterpret_cast<const std::byte *>(m),
+                     size_t(t.localNumel * bytesPerElement(t.dtype))});
+      continue;
+    }
     out.push_back({reinterpret_cast<const std::byte *>(s.data.get()),
                    size_t(t.localNumel * bytesPerElement(t.dtype))});
   }
@@ -1234,6 +1332,12 @@ std::vector<MutableBytes> Executor::mutableTensorData() {
     Stored &s = impl->tensors.at(t.name);
     impl->swapIn(s);
     s.dirty = s.file != nullptr;
+    if (char *m = impl->hostMirror(s)) {
+      s.mirrorDirty = true;
+      out.push_back({reinterpret_cast<std::byte *>(m),
+                     size_t(t.localNumel * bytesPerElement(t.dtype))});
+      continue;
+    }
     out.push_back({reinterpret_cast<std::byte *>(s.data.get()),
                    size_t(t.localNumel * bytesPerElement(t.dtype))});
   }
@@ -1331,9 +1435,15 @@ Expected<StepResult> Executor::runStep(const DataLoader &data, int64_t step) {
   s.computeSeconds = s.waitSeconds = s.scalarWaitSeconds = 0;
   s.overflow = false;
   try {
-    // NVMe tensors left resident by checkpointing go back to their files.
-    for (auto &[name, st] : s.tensors)
+    // Host copies and NVMe tensors left by checkpointing go back.
+    for (auto &[name, st] : s.tensors) {
+      if (st.mirror && st.mirrorDirty)
+        s.dev->fromHost(st.data.get(), st.mirror.get(),
+                        st.info->localNumel * bytesPerElement(st.info->dtype));
+      st.mirror.reset();
+      st.mirrorDirty = false;
       s.swapOut(st, false);
+    }
     const PlanPhase &micro = *thePlan.findPhase("micro_step");
     const PlanPhase &opt = *thePlan.findPhase("optimizer_step");
     int64_t lossId = -1;
@@ -1344,7 +1454,7 @@ Expected<StepResult> Executor::runStep(const DataLoader &data, int64_t step) {
     for (int64_t m = 0; m < thePlan.gradientAccumulationSteps; ++m) {
       s.runPhase(micro, &data, step, m);
       if (lossId >= 0)
-        lossSum += cpu::loadElement(s.value(lossId), 0);
+        lossSum += s.dev->loadElement(s.value(lossId), 0);
     }
     double localMean = lossSum / double(thePlan.gradientAccumulationSteps);
     r.lossScale = s.lossState.scale;

@@ -47,6 +47,9 @@ public:
                                  int64_t alignment = 64);
   /// The arena: allocated like allocate(bytes, true), counted by useArena.
   std::shared_ptr<char> allocateArena(int64_t bytes);
+  /// Allocations go through `device` (else aligned host memory); it must
+  /// outlive every allocation.
+  void setDevice(class Device *device) { owner = device; }
   /// Records that arena bytes [0, end) may be in use.
   void useArena(int64_t end);
   int64_t deviceBytes() const;
@@ -56,6 +59,7 @@ public:
 private:
   void notePeak() { peak = std::max(peak, device + arenaHigh); }
   mutable std::mutex mutex;
+  class Device *owner = nullptr;
   int64_t device = 0, host = 0, peak = 0, arenaHigh = 0;
 };
 
@@ -66,6 +70,9 @@ struct ExecutorOptions {
   bool streamThreads = true;
   /// Where `nvme` tensors' files go; empty: the config's `nvme_path`s.
   std::string nvmePath;
+  /// Where data lives and kernels run (exec/Device.h); it must outlive the
+  /// executor. Null: the CPU.
+  class Device *device = nullptr;
 };
 
 /// What one optimizer step did.

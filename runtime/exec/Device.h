@@ -1,0 +1,117 @@
+//===- Device.h - Where an executor's data lives and its ops run -*- C++
+//-*-===//
+//
+// The executor (exec/Executor.h) walks a plan the same way on every
+// backend; a Device is what differs: memory, kernels, data movement, and
+// how an op waits for one of another stream.
+//
+//  * The CPU device: host memory; kernels run on the calling thread (the
+//    plan stream's worker), so an op is complete when its call returns.
+//  * The CUDA device (exec/CudaDevice.cpp, built with the CUDA backend):
+//    device memory (pinned host memory for offloaded tensors); each worker
+//    thread enqueues its plan stream's ops on a CUDA stream of its own;
+//    `deps` across streams become CUDA events; collectives (NCCL) and their
+//    epilogues are enqueued in stream order, without host waits.
+//
+// Every method that returns a value to the host (sums, flags, loss) is
+// synchronous; the rest are ordered on the calling thread's stream.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZEROC_RUNTIME_EXEC_DEVICE_H
+#define ZEROC_RUNTIME_EXEC_DEVICE_H
+
+#include "Kernels.h"
+#include "exec/Dispatch.h"
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace zeroc::runtime {
+
+class Communicator;
+
+class Device {
+public:
+  virtual ~Device() = default;
+  /// "cpu" or "cuda".
+  virtual std::string name() const = 0;
+
+  /// Zero-filled memory: on the device (`onDevice`), or host memory the
+  /// device can copy to and from (pinned on a GPU). 64-byte aligned at
+  /// least; `alignment` (a power of two) where more is needed.
+  virtual char *allocate(int64_t bytes, bool onDevice,
+                         int64_t alignment = 64) = 0;
+  virtual void release(char *p, bool onDevice) = 0;
+
+  /// Binds the calling thread to plan stream `stream` for the ops it runs.
+  virtual void bindStream(int64_t stream) { (void)stream; }
+  /// Called once per phase run with its number of op indices.
+  virtual void beginPhase(int64_t opCount) { (void)opCount; }
+  /// Orders the calling thread's stream after op `index` of another stream
+  /// (whose opDone the host has seen).
+  virtual void waitForOp(int64_t index) { (void)index; }
+  /// Marks op `index` of the calling thread's stream as issued.
+  virtual void opDone(int64_t index) { (void)index; }
+  /// Waits until every stream's work is done.
+  virtual void synchronize() {}
+  /// Whether a collective's epilogue may be issued right after the
+  /// collective, ordered by the stream (GPU), instead of after the host saw
+  /// it complete (CPU).
+  virtual bool streamOrderedCollectives() const { return false; }
+  /// Prepares `comm` to issue the next collective on the calling thread's
+  /// stream (NCCL).
+  virtual void useStreamFor(Communicator &comm) { (void)comm; }
+
+  /// Data movement between any two buffers of this device's memory (device
+  /// or host), ordered on the calling thread's stream.
+  virtual void copy(void *dst, const void *src, int64_t bytes) = 0;
+  virtual void zero(void *dst, int64_t bytes) = 0;
+  /// Synchronous copies from and to plain host memory.
+  virtual void toHost(void *hostDst, const void *src, int64_t bytes) = 0;
+  virtual void fromHost(void *dst, const void *hostSrc, int64_t bytes) = 0;
+
+  // Kernels. Tensors are views of this device's memory.
+  virtual std::optional<cpu::Status>
+  modelOp(const PlanOp &op, const std::vector<cpu::Tensor> &in,
+          const std::vector<cpu::Tensor> &out, SavedState &saved,
+          double lossScale) = 0;
+  virtual cpu::Status accumulate(const cpu::Tensor &acc,
+                                 const cpu::Tensor &g) = 0;
+  virtual cpu::Status zeroTensor(const cpu::Tensor &t) = 0;
+  virtual cpu::Status castTensor(const cpu::Tensor &src,
+                                 const cpu::Tensor &dst) = 0;
+  virtual cpu::Status copyElements(const cpu::Tensor &src, int64_t srcOffset,
+                                   const cpu::Tensor &dst, int64_t dstOffset,
+                                   int64_t n) = 0;
+  virtual cpu::Status adamUpdate(const cpu::AdamSettings &settings,
+                                 int64_t step, const cpu::Tensor &grad,
+                                 const cpu::Tensor &master,
+                                 const cpu::Tensor &expAvg,
+                                 const cpu::Tensor &expAvgSq,
+                                 const cpu::Tensor *param16) = 0;
+  virtual cpu::Status scaleInPlace(const cpu::Tensor &t, float factor) = 0;
+  /// Synchronous.
+  virtual double sumOfSquares(const cpu::Tensor &g) = 0;
+  virtual cpu::Status unscaleGrads(const cpu::Tensor &g, double lossScale,
+                                   bool &overflow) = 0;
+  virtual float loadElement(const cpu::Tensor &t, int64_t i) = 0;
+
+  /// Device memory in use by everything on this device (allocator pools,
+  /// libraries), where the device can tell; -1 where it cannot.
+  virtual int64_t memoryInUse() const { return -1; }
+};
+
+/// Host memory and the CPU kernels (runtime/kernels/cpu).
+std::unique_ptr<Device> makeCpuDevice();
+
+/// The CUDA device, where the CUDA backend was built (nullptr and a reason
+/// in `why` otherwise, or when no GPU is usable).
+std::unique_ptr<Device> makeCudaDevice(std::string &why);
+
+} // namespace zeroc::runtime
+
+#endif // ZEROC_RUNTIME_EXEC_DEVICE_H
