@@ -29,6 +29,11 @@ Scenarios:
                        --resume for 3 more: steps 4-6 losses and the
                        consolidated final weights bit-identical; then a
                        flipped byte in a shard makes --resume fail cleanly
+  gpu-match:SPEC       (ctest label gpu) SPEC on --device cuda against the
+                       same plan on the CPU for 5 steps: losses within
+                       relative 1e-4 (f32; 3e-2 bf16), and the GPU run's
+                       measured peak within 2% of the plan's prediction;
+                       exits 77 (skipped) where no GPU is usable
   nvme-missing:SPEC    SPEC (with nvme offload) whose nvme_path was removed:
                        zerorun fails with a clear error before any step
   init-from:SPEC       SPEC and stage 0 on one rank (same global batch) for
@@ -343,6 +348,43 @@ def scenario_nvme_missing(args, spec):
     return 0
 
 
+def scenario_gpu_match(args, spec):
+    stage, ws, ga, opts = parse_spec(spec)
+    p = plan(args, stage, ws, ga, opts)
+    probe = subprocess.run([args.zerorun, p, "--device", "cuda", "--steps",
+                            "0"], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    if "no usable CUDA GPU" in probe.stdout or \
+            "built without the CUDA backend" in probe.stdout:
+        print("SKIP: " + probe.stdout.strip())
+        return 77
+    ref = losses(args, p, ws, EQUIV_STEPS,
+                 log=os.path.join(args.work, "cpu.jsonl"))
+    log = os.path.join(args.work, "cuda.jsonl")
+    got = losses(args, p, ws, EQUIV_STEPS, ["--device", "cuda"], log=log)
+    tol = 1e-4 if opts.get("dtype", "f32") == "f32" else 3e-2
+    worst = max(abs(a - b) / abs(a) for a, b in zip(ref, got))
+    print("cpu: ", ref)
+    print("cuda:", got)
+    print("losses: largest relative difference %g (tolerance %g)" % (worst,
+                                                                     tol))
+    final = [json.loads(l) for l in open(log) if '"final"' in l][0]
+    measured = final["measured_peak_bytes_max_rank"]
+    predicted = final["predicted_peak_bytes"]
+    off = (measured - predicted) / predicted
+    print("memory: measured %d, predicted %d (%+.2f%%); all device memory "
+          "in use at the end (cudaMemGetInfo): %d" % (
+              measured, predicted, 100 * off,
+              final["device_memory_in_use_bytes"]))
+    if len(ref) != len(got) or worst > tol:
+        print("FAILED: the GPU's losses differ from the CPU's")
+        return 1
+    if abs(off) > 0.02:
+        print("FAILED: measured memory is not within 2% of the prediction")
+        return 1
+    return 0
+
+
 def scenario_reference(args, spec):
     name, ws = spec.split(",")
     p = plan(args, 0, 1, int(ws), {"model": name})
@@ -432,6 +474,8 @@ def main():
 
     if args.scenario.startswith("resume:"):
         return scenario_resume(args, args.scenario[len("resume:"):])
+    if args.scenario.startswith("gpu-match:"):
+        return scenario_gpu_match(args, args.scenario[len("gpu-match:"):])
     if args.scenario.startswith("nvme-missing:"):
         return scenario_nvme_missing(args, args.scenario[len("nvme-missing:"):])
     if args.scenario.startswith("reference:"):

@@ -13,7 +13,11 @@
 #include "comm/Communicator.h"
 #include "comm/MpiCommunicator.h"
 #include "data/DataLoader.h"
+#include "exec/Device.h"
 #include "exec/Executor.h"
+#ifdef ZEROC_HAVE_CUDA
+#include "comm/NcclCommunicator.h"
+#endif
 #include "zeroc/Checkpoint/Checkpoint.h"
 #include "zeroc/Checkpoint/Consolidate.h"
 #include "zeroc/Plan/Plan.h"
@@ -64,6 +68,9 @@ OPTIONS:
                           consolidate`) instead of random init
   --nvme-path DIR          Keep tensors the plan places on nvme in files under
                           DIR (default: the config's nvme_path)
+  --device cpu|cuda       Where to train: CPU ranks (BLAS, MPI; the default)
+                          or one GPU per rank (CUDA kernels, cuBLAS, NCCL;
+                          needs a zerorun built with the CUDA backend)
   --single-thread         Run every op on one thread in program order
                           (default: a worker thread per plan stream, so
                           collectives overlap compute as the plan says)
@@ -80,6 +87,7 @@ struct Options {
   std::string commTimeout;
   bool singleThread = false;
   std::string nvmePath;
+  std::string device = "cpu";
   std::string checkpointDir, initFrom;
   int64_t saveEvery = 0;
   bool resume = false;
@@ -134,6 +142,10 @@ Options parseArgs(int argc, char **argv) {
       std::exit(0);
     } else if (a == "--synthetic") {
       o.synthetic = true;
+    } else if (a == "--device") {
+      o.device = value();
+      if (o.device != "cpu" && o.device != "cuda")
+        usageError("--device: expected cpu or cuda, found '" + o.device + "'");
     } else if (a == "--nvme-path") {
       o.nvmePath = value();
     } else if (a == "--single-thread") {
@@ -242,7 +254,7 @@ Expected<Done> saveAll(Executor &e, Communicator &comm, const std::string &dir,
   return Done{};
 }
 
-int run(const Options &o, Communicator &comm) {
+int run(const Options &o, Communicator &comm, Device *device) {
   bool root = comm.rank() == 0;
   auto err = [&](const std::string &msg) {
     std::fprintf(stderr, "zerorun: rank %d of %d: error: %s\n", comm.rank(),
@@ -262,6 +274,7 @@ int run(const Options &o, Communicator &comm) {
   eo.seed = o.seed;
   eo.streamThreads = !o.singleThread;
   eo.nvmePath = o.nvmePath;
+  eo.device = device;
   auto ex = Executor::create(std::move(*plan), comm, eo);
   if (!ex)
     return err(ex.error().message);
@@ -408,6 +421,9 @@ int run(const Options &o, Communicator &comm) {
           {"measured_peak_bytes", e.measuredPeakBytes()},
           {"measured_peak_bytes_max_rank", int64_t(peakMax)},
           {"predicted_peak_bytes", e.predictedPeakBytes()},
+          {"device", device ? device->name() : std::string("cpu")},
+          {"device_memory_in_use_bytes",
+           device ? device->memoryInUse() : int64_t(-1)},
           {"persistent_device_bytes", e.persistentDeviceBytes()},
           {"arena_bytes", e.arenaBytes()}};
       log << j.dump() << "\n";
@@ -418,11 +434,47 @@ int run(const Options &o, Communicator &comm) {
 
 } // namespace
 
+/// `--device cuda`: the CUDA device and NCCL (MPI only to bootstrap it).
+static int runCuda(Options &o, int &argc, char **&argv) {
+  std::string why;
+  std::unique_ptr<Device> device = makeCudaDevice(why);
+  if (!device) {
+    std::fprintf(stderr, "zerorun: error: --device cuda: %s\n", why.c_str());
+    return 1;
+  }
+#ifdef ZEROC_HAVE_CUDA
+  std::optional<MpiSession> session;
+  if (launchedByMpi())
+    session.emplace(&argc, &argv);
+  int rc;
+  try {
+    auto comm = NcclCommunicator::world();
+    rc = run(o, *comm, device.get());
+    if (rc != 0 && comm->size() > 1 && session) {
+      std::fflush(nullptr);
+      MPI_Abort(MPI_COMM_WORLD, rc);
+    }
+  } catch (const std::exception &e) {
+    std::fprintf(stderr, "zerorun: error: --device cuda: %s\n", e.what());
+    std::fflush(nullptr);
+    if (session)
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    return 1;
+  }
+  return rc;
+#else
+  (void)o, (void)argc, (void)argv;
+  return 1;
+#endif
+}
+
 int main(int argc, char **argv) {
   Options o = parseArgs(argc, argv);
+  if (o.device == "cuda")
+    return runCuda(o, argc, argv);
   if (!launchedByMpi()) {
     LocalCommunicator comm;
-    return run(o, comm);
+    return run(o, comm, nullptr);
   }
   MpiSession session(&argc, &argv);
   // The streams' workers call MPI concurrently.
@@ -434,7 +486,7 @@ int main(int argc, char **argv) {
   int rc;
   {
     auto comm = MpiCommunicator::world();
-    rc = run(o, *comm);
+    rc = run(o, *comm, nullptr);
     if (rc != 0 && comm->size() > 1) {
       std::fflush(nullptr);
       MPI_Abort(MPI_COMM_WORLD, rc);

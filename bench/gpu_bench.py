@@ -1,0 +1,232 @@
+#!/usr/bin/env python3
+"""GPU training benchmark: zerorun --device cuda against PyTorch (eager and
+torch.compile) on GPT-2 124M and 350M, sequence 1024, bf16, AdamW, ZeRO
+stages 0-3 at world size 1, side by side in one run on one GPU.
+
+The GPU machine has CUDA and PyTorch but no MLIR, so it runs in two halves:
+
+  # here (zeroc built): compile the plans into bench/gpu_plans/
+  python3 bench/gpu_bench.py prepare [--zeroc build/bin/zeroc]
+  # on the GPU machine (zerorun built with -DZEROC_BUILD_COMPILER=OFF):
+  python3 bench/gpu_bench.py run --zerorun build-rt/bin/zerorun \\
+      [--steps 20] [--out bench/RESULTS.md]
+
+Reports per configuration the median step time (steps after the warm-up),
+tokens/s, MFU (model FLOPs per token from the plan: forward and backward,
+against the GPU's dense bf16 peak) and peak device memory (zerorun: its
+measured peak and the plan's prediction; PyTorch:
+torch.cuda.max_memory_allocated). A benchmark, not a test.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PLANS = os.path.join(ROOT, "bench", "gpu_plans")
+SEQ, MICRO, LR = 1024, 8, 1e-4
+MODELS = {  # Hugging Face GPT-2 shapes.
+    "gpt2-124m": {"n_embd": 768, "n_layer": 12, "n_head": 12},
+    "gpt2-350m": {"n_embd": 1024, "n_layer": 24, "n_head": 16},
+}
+VOCAB = 50257
+# Dense bf16 tensor-core peaks (NVIDIA datasheets, SXM).
+PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}
+
+
+def sh(cmd, **kw):
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, **kw)
+    if r.returncode != 0:
+        sys.exit("failed (%d): %s\n%s" % (r.returncode, " ".join(cmd),
+                                          r.stdout[-4000:]))
+    return r.stdout
+
+
+def prepare(args):
+    os.makedirs(PLANS, exist_ok=True)
+    for name, shape in MODELS.items():
+        hf = dict(shape, model_type="gpt2", vocab_size=VOCAB,
+                  n_positions=SEQ, torch_dtype="bfloat16")
+        cfg = os.path.join(PLANS, name + ".config.json")
+        with open(cfg, "w") as f:
+            json.dump(hf, f)
+        mlir = os.path.join(PLANS, name + ".mlir")
+        sh([args.zeroc, "gen", cfg, "--seq-len", str(SEQ), "--micro-batch",
+            str(MICRO), "--dtype", "bf16", "--quiet", "-o", mlir])
+        for stage in range(4):
+            ds = {"train_micro_batch_size_per_gpu": MICRO,
+                  "gradient_accumulation_steps": 1,
+                  "bf16": {"enabled": True},
+                  "gradient_clipping": 1.0,
+                  "optimizer": {"type": "AdamW",
+                                "params": {"lr": LR, "weight_decay": 0.1}},
+                  "zero_optimization": {"stage": stage, "overlap_comm": True}}
+            ds_path = os.path.join(PLANS, "%s.s%d.ds.json" % (name, stage))
+            with open(ds_path, "w") as f:
+                json.dump(ds, f)
+            plan = os.path.join(PLANS, "%s.s%d.plan.json" % (name, stage))
+            sh([args.zeroc, mlir, "--config", ds_path, "--world-size", "1",
+                "--quiet", "-o", plan])
+            print("wrote", plan)
+
+
+def flops_per_token(plan):
+    """Forward + backward FLOPs per token: 3 x the forward FLOPs of the
+    plan's micro-step compute ops (backward = 2 x forward), per token."""
+    micro = [p for p in plan["phases"] if p["name"] == "micro_step"][0]
+    fwd = sum(op.get("flops", 0) for op in micro["ops"]
+              if not op["kind"].endswith("_backward")
+              and "grad" not in op["kind"])
+    return 3.0 * fwd / (MICRO * SEQ)
+
+
+def run_zerorun(args, name, stage):
+    plan_path = os.path.join(PLANS, "%s.s%d.plan.json" % (name, stage))
+    log = os.path.join(PLANS, "%s.s%d.log.jsonl" % (name, stage))
+    sh([args.zerorun, plan_path, "--device", "cuda", "--synthetic", "--steps",
+        str(args.steps), "--log-json", log])
+    rows = [json.loads(l) for l in open(log)]
+    steps = [r for r in rows if not r.get("final")][args.warmup:]
+    final = [r for r in rows if r.get("final")][0]
+    with open(plan_path) as f:
+        plan = json.load(f)
+    return {"step_s": statistics.median(r["seconds"] for r in steps),
+            "peak": final["measured_peak_bytes"],
+            "predicted": final["predicted_peak_bytes"],
+            "flops_per_token": flops_per_token(plan),
+            "loss": steps[-1]["loss"]}
+
+
+def torch_gpt2(shape):
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    class Block(nn.Module):
+        def __init__(self, h, heads):
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(h), nn.LayerNorm(h)
+            self.qkv, self.proj = nn.Linear(h, 3 * h), nn.Linear(h, h)
+            self.fc, self.out = nn.Linear(h, 4 * h), nn.Linear(4 * h, h)
+            self.heads = heads
+
+        def forward(self, x):
+            b, s, h = x.shape
+            q, k, v = self.qkv(self.ln1(x)).split(h, dim=2)
+            q, k, v = (t.view(b, s, self.heads, h // self.heads).transpose(1, 2)
+                       for t in (q, k, v))
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.proj(a.transpose(1, 2).reshape(b, s, h))
+            return x + self.out(F.gelu(self.fc(self.ln2(x)),
+                                       approximate="tanh"))
+
+    class GPT2(nn.Module):
+        def __init__(self, h, layers, heads):
+            super().__init__()
+            self.wte, self.wpe = nn.Embedding(VOCAB, h), nn.Embedding(SEQ, h)
+            self.blocks = nn.ModuleList(Block(h, heads)
+                                        for _ in range(layers))
+            self.ln = nn.LayerNorm(h)
+            self.head = nn.Linear(h, VOCAB, bias=False)
+
+        def forward(self, idx, targets):
+            pos = torch.arange(idx.shape[1], device=idx.device)
+            x = self.wte(idx) + self.wpe(pos)
+            for blk in self.blocks:
+                x = blk(x)
+            logits = self.head(self.ln(x))
+            return F.cross_entropy(logits.float().view(-1, VOCAB),
+                                   targets.view(-1))
+
+    return GPT2(shape["n_embd"], shape["n_layer"], shape["n_head"])
+
+
+def run_torch(args, name, compiled):
+    import torch
+    torch.manual_seed(0)
+    model = torch_gpt2(MODELS[name]).cuda().to(torch.bfloat16)
+    # Mixed precision as DeepSpeed's bf16 does it: f32 master weights in
+    # the optimizer (fused AdamW over f32 copies).
+    master = [p.detach().float().requires_grad_() for p in model.parameters()]
+    opt = torch.optim.AdamW(master, lr=LR, weight_decay=0.1, fused=True)
+    step_fn = torch.compile(model) if compiled else model
+    idx = torch.randint(0, VOCAB, (MICRO, SEQ), device="cuda")
+    torch.cuda.reset_peak_memory_stats()
+    times = []
+    for i in range(args.steps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        loss = step_fn(idx, idx.roll(-1, 1))
+        loss.backward()
+        grads = [p.grad for p in model.parameters()]
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        for m, g in zip(master, grads):
+            m.grad = g.float()
+        opt.step()
+        with torch.no_grad():
+            for p, m in zip(model.parameters(), master):
+                p.copy_(m)
+        model.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return {"step_s": statistics.median(times[args.warmup:]),
+            "peak": torch.cuda.max_memory_allocated()}
+
+
+def run(args):
+    import torch
+    gpu = torch.cuda.get_device_name(0)
+    peak = next((v for k, v in PEAK_TFLOPS.items() if k in gpu), None)
+    lines = ["# GPU benchmark", "",
+             "GPU: %s; PyTorch %s; %d steps, median of steps after %d "
+             "warm-up; GPT-2, sequence %d, micro-batch %d, bf16 with f32 "
+             "AdamW master weights, world size 1." % (
+                 gpu, torch.__version__, args.steps, args.warmup, SEQ, MICRO),
+             "", "| model | runner | step ms | tokens/s | MFU | peak memory "
+             "(predicted) |", "| --- | --- | --- | --- | --- | --- |"]
+    for name in MODELS:
+        fpt = None
+        for stage in range(4):
+            r = run_zerorun(args, name, stage)
+            fpt = r["flops_per_token"]
+            tps = MICRO * SEQ / r["step_s"]
+            mfu = "%.1f%%" % (100 * tps * fpt / (peak * 1e12)) if peak else "-"
+            lines.append("| %s | zerorun stage %d | %.1f | %.0f | %s | %.2f GiB "
+                         "(%.2f GiB) |" % (name, stage, 1e3 * r["step_s"], tps,
+                                          mfu, r["peak"] / 2**30,
+                                          r["predicted"] / 2**30))
+        for compiled in (False, True):
+            r = run_torch(args, name, compiled)
+            tps = MICRO * SEQ / r["step_s"]
+            mfu = ("%.1f%%" % (100 * tps * fpt / (peak * 1e12))
+                   if peak and fpt else "-")
+            lines.append("| %s | PyTorch %s | %.1f | %.0f | %s | %.2f GiB |" % (
+                name, "torch.compile" if compiled else "eager",
+                1e3 * r["step_s"], tps, mfu, r["peak"] / 2**30))
+        print("\n".join(lines[-6:]), flush=True)
+    with open(args.out, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("wrote", args.out)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("prepare")
+    p.add_argument("--zeroc", default=os.path.join(ROOT, "build", "bin",
+                                                   "zeroc"))
+    r = sub.add_parser("run")
+    r.add_argument("--zerorun", required=True)
+    r.add_argument("--steps", type=int, default=20)
+    r.add_argument("--warmup", type=int, default=5)
+    r.add_argument("--out", default=os.path.join(ROOT, "bench", "RESULTS.md"))
+    args = ap.parse_args()
+    prepare(args) if args.cmd == "prepare" else run(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,349 @@
+//===- CudaDevice.cpp - Device memory, CUDA streams and kernels -----------===//
+//
+// The CUDA device of the executor (exec/Device.h). Each plan stream is a
+// CUDA stream; the worker thread of a plan stream binds to it and enqueues
+// its ops there. A dependency on an op of another stream is a CUDA event
+// that op recorded (one event per op index, reused every phase run).
+// Collectives are NCCL calls on the issuing stream (NcclCommunicator), and
+// their epilogues (accumulating the received shard) follow in stream order.
+// Persistent tensors on `host` are pinned memory that kernels read and write
+// over PCIe (unified addressing); an Adam step whose states are on the host
+// runs on the CPU (the vectorized, multi-threaded hostAdamUpdate) after the
+// stream's earlier work, as ZeRO-Offload does.
+//
+// Built only with the CUDA backend; nothing here has run on a GPU yet
+// (docs/zerorun.md, "GPU").
+//
+//===----------------------------------------------------------------------===//
+
+#include "comm/NcclCommunicator.h"
+#include "cuda/CudaKernels.h"
+#include "cuda/HostAdam.h"
+#include "exec/Device.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <vector>
+
+namespace zeroc::runtime {
+
+namespace {
+
+void ok(cudaError_t e, const char *what) {
+  if (e != cudaSuccess)
+    throw std::runtime_error(std::string("CUDA: ") + what + ": " +
+                             cudaGetErrorString(e));
+}
+
+/// The CUDA kernel set for runModelOp: the CPU signatures, plus the stream
+/// (and for GEMMs the cuBLAS context) of the calling thread.
+struct CudaKernels {
+  cudaStream_t stream;
+  cuda::KernelContext &ctx;
+#define ZEROC_CUDA_KERNEL(name)                                                \
+  template <typename... Args> cpu::Status name(Args &&...args) {               \
+    return cuda::name(std::forward<Args>(args)..., stream);                    \
+  }
+#define ZEROC_CUDA_GEMM_KERNEL(name)                                           \
+  template <typename... Args> cpu::Status name(Args &&...args) {               \
+    return cuda::name(std::forward<Args>(args)..., ctx, stream);               \
+  }
+  ZEROC_CUDA_KERNEL(embeddingForward)
+  ZEROC_CUDA_KERNEL(embeddingBackward)
+  ZEROC_CUDA_KERNEL(positionEmbeddingForward)
+  ZEROC_CUDA_KERNEL(positionEmbeddingBackward)
+  ZEROC_CUDA_GEMM_KERNEL(linearForward)
+  ZEROC_CUDA_GEMM_KERNEL(linearGradInput)
+  ZEROC_CUDA_GEMM_KERNEL(linearGradWeight)
+  ZEROC_CUDA_KERNEL(linearGradBias)
+  ZEROC_CUDA_KERNEL(layerNormForward)
+  ZEROC_CUDA_KERNEL(layerNormBackward)
+  ZEROC_CUDA_KERNEL(rmsNormForward)
+  ZEROC_CUDA_KERNEL(rmsNormBackward)
+  ZEROC_CUDA_KERNEL(geluForward)
+  ZEROC_CUDA_KERNEL(geluBackward)
+  ZEROC_CUDA_KERNEL(siluForward)
+  ZEROC_CUDA_KERNEL(siluBackward)
+  ZEROC_CUDA_KERNEL(add)
+  ZEROC_CUDA_KERNEL(mul)
+  ZEROC_CUDA_KERNEL(rotaryForward)
+  ZEROC_CUDA_KERNEL(rotaryBackward)
+  ZEROC_CUDA_GEMM_KERNEL(attentionForward)
+  ZEROC_CUDA_GEMM_KERNEL(attentionBackward)
+  ZEROC_CUDA_KERNEL(crossEntropyForward)
+  ZEROC_CUDA_KERNEL(crossEntropyBackward)
+  ZEROC_CUDA_KERNEL(backwardSeed)
+#undef ZEROC_CUDA_KERNEL
+#undef ZEROC_CUDA_GEMM_KERNEL
+};
+
+/// The plan stream the calling thread runs.
+thread_local int64_t boundStream = 0;
+
+bool onDevice(const void *p) {
+  cudaPointerAttributes a;
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return a.type == cudaMemoryTypeDevice;
+}
+
+class CudaDevice final : public Device {
+public:
+  explicit CudaDevice(int device) : deviceId(device) {}
+  ~CudaDevice() override {
+    cudaSetDevice(deviceId);
+    for (auto &[id, s] : streams) {
+      cudaStreamSynchronize(s.stream);
+      cudaStreamDestroy(s.stream);
+      cudaFree(s.scratch);
+    }
+    for (cudaEvent_t e : events)
+      cudaEventDestroy(e);
+  }
+
+  std::string name() const override { return "cuda"; }
+
+  char *allocate(int64_t bytes, bool device, int64_t alignment) override {
+    ok(cudaSetDevice(deviceId), "cudaSetDevice");
+    size_t size = size_t(std::max<int64_t>(bytes, 1));
+    void *p = nullptr;
+    if (device) {
+      // cudaMalloc aligns to 256 bytes; more is not asked of device memory.
+      cudaError_t e = cudaMalloc(&p, size);
+      if (e != cudaSuccess)
+        throw std::runtime_error(
+            "cudaMalloc of " + std::to_string(bytes) +
+            " bytes failed: " + cudaGetErrorString(e) +
+            " (the plan's prediction is printed by `zeroc inspect`)");
+      ok(cudaMemset(p, 0, size), "cudaMemset");
+    } else {
+      // Pinned, page-aligned (covers direct I/O's 4 KiB).
+      (void)alignment;
+      ok(cudaMallocHost(&p, size), "cudaMallocHost");
+      std::memset(p, 0, size);
+    }
+    return static_cast<char *>(p);
+  }
+  void release(char *p, bool device) override {
+    cudaSetDevice(deviceId);
+    if (device)
+      cudaFree(p);
+    else
+      cudaFreeHost(p);
+  }
+
+  void bindStream(int64_t stream) override {
+    ok(cudaSetDevice(deviceId), "cudaSetDevice");
+    boundStream = stream;
+    (void)state();
+  }
+  void beginPhase(int64_t opCount) override {
+    std::lock_guard<std::mutex> lock(mutex);
+    ok(cudaSetDevice(deviceId), "cudaSetDevice");
+    while (int64_t(events.size()) < opCount) {
+      cudaEvent_t e;
+      ok(cudaEventCreateWithFlags(&e, cudaEventDisableTiming),
+         "cudaEventCreate");
+      events.push_back(e);
+    }
+  }
+  void waitForOp(int64_t index) override {
+    ok(cudaStreamWaitEvent(stream(), events.at(size_t(index)), 0),
+       "cudaStreamWaitEvent");
+  }
+  void opDone(int64_t index) override {
+    ok(cudaEventRecord(events.at(size_t(index)), stream()), "cudaEventRecord");
+  }
+  void synchronize() override {
+    std::lock_guard<std::mutex> lock(mutex);
+    for (auto &[id, s] : streams)
+      ok(cudaStreamSynchronize(s.stream), "cudaStreamSynchronize");
+  }
+  bool streamOrderedCollectives() const override { return true; }
+  void useStreamFor(Communicator &comm) override {
+    if (auto *nccl = dynamic_cast<NcclCommunicator *>(&comm))
+      nccl->setStream(stream());
+  }
+
+  void copy(void *dst, const void *src, int64_t bytes) override {
+    if (bytes > 0 && dst != src)
+      ok(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyDefault, stream()),
+         "cudaMemcpyAsync");
+  }
+  void zero(void *dst, int64_t bytes) override {
+    if (bytes > 0)
+      ok(cudaMemsetAsync(dst, 0, size_t(bytes), stream()), "cudaMemsetAsync");
+  }
+  void toHost(void *hostDst, const void *src, int64_t bytes) override {
+    copy(hostDst, src, bytes);
+    ok(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
+  }
+  void fromHost(void *dst, const void *hostSrc, int64_t bytes) override {
+    copy(dst, hostSrc, bytes);
+    ok(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
+  }
+
+  std::optional<cpu::Status> modelOp(const PlanOp &op,
+                                     const std::vector<cpu::Tensor> &in,
+                                     const std::vector<cpu::Tensor> &out,
+                                     SavedState &saved,
+                                     double lossScale) override {
+    StreamState &s = state();
+    CudaKernels kernels{s.stream, *s.context};
+    return runModelOp(
+        kernels, op, [&](size_t i) -> const cpu::Tensor & { return in.at(i); },
+        [&](size_t i) -> const cpu::Tensor & { return out.at(i); }, saved,
+        lossScale);
+  }
+  cpu::Status accumulate(const cpu::Tensor &acc,
+                         const cpu::Tensor &g) override {
+    return cuda::accumulate(acc, g, stream());
+  }
+  cpu::Status zeroTensor(const cpu::Tensor &t) override {
+    return cuda::zeroTensor(t, stream());
+  }
+  cpu::Status castTensor(const cpu::Tensor &src,
+                         const cpu::Tensor &dst) override {
+    return cuda::castTensor(src, dst, stream());
+  }
+  cpu::Status copyElements(const cpu::Tensor &src, int64_t srcOffset,
+                           const cpu::Tensor &dst, int64_t dstOffset,
+                           int64_t n) override {
+    return cuda::copyElements(src, srcOffset, dst, dstOffset, n, stream());
+  }
+  cpu::Status adamUpdate(const cpu::AdamSettings &settings, int64_t step,
+                         const cpu::Tensor &grad, const cpu::Tensor &master,
+                         const cpu::Tensor &expAvg, const cpu::Tensor &expAvgSq,
+                         const cpu::Tensor *param16) override {
+    if (onDevice(expAvg.data))
+      return cuda::adamUpdate(settings, step, grad, master, expAvg, expAvgSq,
+                              param16, stream());
+    // ZeRO-Offload: the states are on the host. The gradient (reduced on
+    // this stream) and the 16-bit parameter may be device memory: through
+    // host copies.
+    ok(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
+    std::vector<char> gradHost, paramHost;
+    cpu::Tensor g = grad, p16;
+    if (onDevice(grad.data)) {
+      gradHost.resize(size_t(grad.bytes()));
+      toHost(gradHost.data(), grad.data, grad.bytes());
+      g.data = gradHost.data();
+    }
+    const cpu::Tensor *out16 = param16;
+    if (param16 && onDevice(param16->data)) {
+      paramHost.resize(size_t(param16->bytes()));
+      p16 = *param16;
+      p16.data = paramHost.data();
+      out16 = &p16;
+    }
+    cpu::Status st = cuda::hostAdamUpdate(settings, step, g, master, expAvg,
+                                          expAvgSq, out16);
+    if (st.ok() && out16 == &p16)
+      fromHost(param16->data, paramHost.data(), param16->bytes());
+    return st;
+  }
+  cpu::Status scaleInPlace(const cpu::Tensor &t, float factor) override {
+    return cuda::scaleInPlace(t, factor, stream());
+  }
+  double sumOfSquares(const cpu::Tensor &g) override {
+    StreamState &s = state();
+    zero(s.scratch, sizeof(double));
+    cpu::Status st =
+        cuda::sumOfSquares(g, static_cast<double *>(s.scratch), s.stream);
+    if (!st.ok())
+      throw std::runtime_error(st.error);
+    double sum = 0;
+    toHost(&sum, s.scratch, sizeof(double));
+    return sum;
+  }
+  cpu::Status unscaleGrads(const cpu::Tensor &g, double lossScale,
+                           bool &overflow) override {
+    StreamState &s = state();
+    int *flag = reinterpret_cast<int *>(static_cast<char *>(s.scratch) + 8);
+    zero(flag, sizeof(int));
+    cpu::Status st = cuda::unscaleGrads(g, lossScale, flag, s.stream);
+    if (!st.ok())
+      return st;
+    int host = 0;
+    toHost(&host, flag, sizeof(int));
+    overflow = overflow || host != 0;
+    return st;
+  }
+  float loadElement(const cpu::Tensor &t, int64_t i) override {
+    int64_t es = bytesPerElement(t.dtype);
+    char bytes[8] = {};
+    toHost(bytes, static_cast<const char *>(t.data) + i * es, es);
+    return cpu::loadElement(cpu::Tensor{bytes, t.dtype, {1}}, 0);
+  }
+  int64_t memoryInUse() const override {
+    size_t freeBytes = 0, total = 0;
+    if (cudaMemGetInfo(&freeBytes, &total) != cudaSuccess)
+      return -1;
+    return int64_t(total - freeBytes);
+  }
+
+private:
+  struct StreamState {
+    cudaStream_t stream = nullptr;
+    std::unique_ptr<cuda::KernelContext> context;
+    void *scratch = nullptr; ///< A double and an int, for host readbacks.
+  };
+  StreamState &state() {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = streams.find(boundStream);
+    if (it != streams.end())
+      return it->second;
+    StreamState s;
+    ok(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking),
+       "cudaStreamCreate");
+    s.context = std::make_unique<cuda::KernelContext>();
+    cpu::Status st = s.context->init();
+    if (!st.ok())
+      throw std::runtime_error(st.error);
+    ok(cudaMalloc(&s.scratch, 16), "cudaMalloc");
+    return streams.emplace(boundStream, std::move(s)).first->second;
+  }
+  cudaStream_t stream() { return state().stream; }
+
+  int deviceId;
+  std::mutex mutex;
+  std::map<int64_t, StreamState> streams;
+  std::vector<cudaEvent_t> events;
+};
+
+} // namespace
+
+std::unique_ptr<Device> makeCudaDevice(std::string &why) {
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0) {
+    why = std::string("no usable CUDA GPU: ") +
+          (e != cudaSuccess ? cudaGetErrorString(e) : "no device");
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  // The rank's GPU on its node, as NcclCommunicator picks it.
+  int local = 0;
+  for (const char *var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+                          "SLURM_LOCALID", "LOCAL_RANK"})
+    if (const char *v = std::getenv(var)) {
+      local = std::atoi(v);
+      break;
+    }
+  int device = local % count;
+  if ((e = cudaSetDevice(device)) != cudaSuccess) {
+    why = std::string("cudaSetDevice(") + std::to_string(device) +
+          "): " + cudaGetErrorString(e);
+    return nullptr;
+  }
+  return std::make_unique<CudaDevice>(device);
+}
+
+} // namespace zeroc::runtime
