@@ -47,10 +47,7 @@ public:
                                      SavedState &saved,
                                      double lossScale) override {
     CpuKernels kernels;
-    return runModelOp(
-        kernels, op, [&](size_t i) -> const cpu::Tensor & { return in.at(i); },
-        [&](size_t i) -> const cpu::Tensor & { return out.at(i); }, saved,
-        lossScale);
+    return runModelOp(kernels, op, in, out, saved, lossScale);
   }
   cpu::Status accumulate(const cpu::Tensor &acc,
                          const cpu::Tensor &g) override {

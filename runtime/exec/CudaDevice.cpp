@@ -197,10 +197,7 @@ public:
                                      double lossScale) override {
     StreamState &s = state();
     CudaKernels kernels{s.stream, *s.context};
-    return runModelOp(
-        kernels, op, [&](size_t i) -> const cpu::Tensor & { return in.at(i); },
-        [&](size_t i) -> const cpu::Tensor & { return out.at(i); }, saved,
-        lossScale);
+    return runModelOp(kernels, op, in, out, saved, lossScale);
   }
   cpu::Status accumulate(const cpu::Tensor &acc,
                          const cpu::Tensor &g) override {

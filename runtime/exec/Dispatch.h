@@ -18,6 +18,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace zeroc::runtime {
 
@@ -178,6 +179,18 @@ std::optional<cpu::Status> runModelOp(K &k, const PlanOp &op, In in, Out out,
   if (kind == "position_embedding_backward")
     return k.positionEmbeddingBackward(in(0), out(0));
   return std::nullopt;
+}
+
+/// runModelOp over the op's input and output tensors in vectors.
+template <typename K>
+std::optional<cpu::Status> runModelOp(K &k, const PlanOp &op,
+                                      const std::vector<cpu::Tensor> &in,
+                                      const std::vector<cpu::Tensor> &out,
+                                      SavedState &saved, double lossScale) {
+  return runModelOp(
+      k, op, [&](size_t i) -> const cpu::Tensor & { return in.at(i); },
+      [&](size_t i) -> const cpu::Tensor & { return out.at(i); }, saved,
+      lossScale);
 }
 
 } // namespace zeroc::runtime

@@ -27,22 +27,17 @@ namespace zeroc::runtime {
 using cpu::Tensor;
 
 namespace {
-char *alignedZeroed(int64_t bytes, int64_t alignment = 64) {
-  size_t size = size_t((std::max<int64_t>(bytes, 1) + alignment - 1) /
-                       alignment * alignment);
-  char *p = static_cast<char *>(std::aligned_alloc(size_t(alignment), size));
-  if (!p)
-    throw std::bad_alloc();
-  std::memset(p, 0, size);
-  return p;
+/// Where a MemoryTracker without a device allocates: host memory.
+Device &hostDevice() {
+  static std::unique_ptr<Device> cpu = makeCpuDevice();
+  return *cpu;
 }
 } // namespace
 
 std::shared_ptr<char> MemoryTracker::allocate(int64_t bytes, bool onDevice,
                                               int64_t alignment) {
-  Device *dev = owner;
-  char *p = dev ? dev->allocate(bytes, onDevice, alignment)
-                : alignedZeroed(bytes, alignment);
+  Device *dev = owner ? owner : &hostDevice();
+  char *p = dev->allocate(bytes, onDevice, alignment);
   std::lock_guard<std::mutex> lock(mutex);
   int64_t *counter = onDevice ? &device : &host;
   *counter += bytes;
@@ -61,11 +56,9 @@ std::shared_ptr<char> MemoryTracker::allocate(int64_t bytes, bool onDevice,
 }
 
 std::shared_ptr<char> MemoryTracker::allocateArena(int64_t bytes) {
-  if (Device *dev = owner)
-    return std::shared_ptr<char>(dev->allocate(bytes, true),
-                                 [dev](char *q) { dev->release(q, true); });
-  return std::shared_ptr<char>(alignedZeroed(bytes),
-                               [](char *q) { std::free(q); });
+  Device *dev = owner ? owner : &hostDevice();
+  return std::shared_ptr<char>(dev->allocate(bytes, true),
+                               [dev](char *q) { dev->release(q, true); });
 }
 
 void MemoryTracker::useArena(int64_t end) {
@@ -1344,26 +1337,17 @@ std::vector<MutableBytes> Executor::mutableTensorData() {
   return out;
 }
 
-int64_t Executor::nvmeResidentBytes() const {
-  int64_t total = 0;
-  for (const auto &[name, s] : impl->tensors)
-    if (s.file && s.data)
-      total += ioBytes(s.file->bytes());
-  return total;
-}
-int64_t Executor::nvmeBytesRead() const {
-  int64_t total = 0;
-  for (const auto &[name, s] : impl->tensors)
-    if (s.file)
-      total += s.file->bytesRead();
-  return total;
-}
-int64_t Executor::nvmeBytesWritten() const {
-  int64_t total = 0;
-  for (const auto &[name, s] : impl->tensors)
-    if (s.file)
-      total += s.file->bytesWritten();
-  return total;
+NvmeStats Executor::nvmeStats() const {
+  NvmeStats st;
+  for (const auto &[name, s] : impl->tensors) {
+    if (!s.file)
+      continue;
+    if (s.data)
+      st.residentBytes += ioBytes(s.file->bytes());
+    st.bytesRead += s.file->bytesRead();
+    st.bytesWritten += s.file->bytesWritten();
+  }
+  return st;
 }
 std::string Executor::nvmeDirectory() const {
   return impl->nvmeDirs.empty() ? std::string() : impl->nvmeDirs.front();

@@ -75,6 +75,12 @@ struct ExecutorOptions {
   class Device *device = nullptr;
 };
 
+struct NvmeStats {
+  int64_t residentBytes = 0;
+  int64_t bytesRead = 0;
+  int64_t bytesWritten = 0;
+};
+
 /// What one optimizer step did.
 struct StepResult {
   int64_t step = 0;          ///< 1-based.
@@ -108,11 +114,9 @@ public:
   /// back if changed) until the next step.
   std::vector<ConstBytes> tensorData();
   std::vector<MutableBytes> mutableTensorData();
-  /// Host bytes held by NVMe tensors' swap buffers now, and the bytes moved
-  /// to and from their files so far.
-  int64_t nvmeResidentBytes() const;
-  int64_t nvmeBytesRead() const;
-  int64_t nvmeBytesWritten() const;
+  /// NVMe swap files: host bytes their tensors hold now, and the bytes
+  /// moved to and from the files so far.
+  NvmeStats nvmeStats() const;
   /// The directory holding this rank's NVMe swap files (empty: none).
   std::string nvmeDirectory() const;
   /// Samples of the global batch one optimizer step consumes.

@@ -409,14 +409,14 @@ int run(const Options &o, Communicator &comm, Device *device) {
                 formatBytes(double(e.arenaBytes())).c_str());
     if (!e.nvmeDirectory().empty())
       std::printf("nvme: %s read, %s written in %s (rank 0)\n",
-                  formatBytes(double(e.nvmeBytesRead())).c_str(),
-                  formatBytes(double(e.nvmeBytesWritten())).c_str(),
+                  formatBytes(double(e.nvmeStats().bytesRead)).c_str(),
+                  formatBytes(double(e.nvmeStats().bytesWritten)).c_str(),
                   e.nvmeDirectory().c_str());
     if (log) {
       nlohmann::json j = {
           {"final", true},
-          {"nvme_bytes_read", e.nvmeBytesRead()},
-          {"nvme_bytes_written", e.nvmeBytesWritten()},
+          {"nvme_bytes_read", e.nvmeStats().bytesRead},
+          {"nvme_bytes_written", e.nvmeStats().bytesWritten},
           {"steps", o.steps},
           {"measured_peak_bytes", e.measuredPeakBytes()},
           {"measured_peak_bytes_max_rank", int64_t(peakMax)},
