@@ -2,6 +2,8 @@
 
 #include "zeroc/Plan/Plan.h"
 
+#include "zeroc/Support/JsonReader.h"
+
 #include "zeroc/Support/ShardLayout.h"
 
 #include <map>
@@ -145,209 +147,20 @@ json toJson(const Plan &plan) {
 namespace {
 
 /// Reads typed fields at JSON pointers, keeping the first error.
-class Reader {
-public:
-  explicit Reader(const JsonDocument &doc) : doc(doc) {}
-
-  std::optional<Diagnostic> error;
-
-  void fail(const std::string &pointer, const std::string &message) {
-    if (!error)
-      error = doc.error(pointer, "plan " + dotted(pointer) + ": " + message);
-  }
-
-  /// "/phases/0/ops/3/kind" -> "phases[0].ops[3].kind"
-  static std::string dotted(const std::string &pointer) {
-    std::string out;
-    size_t i = 0;
-    while (i < pointer.size()) {
-      size_t next = pointer.find('/', i + 1);
-      std::string token = pointer.substr(
-          i + 1, next == std::string::npos ? std::string::npos : next - i - 1);
-      bool index = !token.empty() &&
-                   token.find_first_not_of("0123456789") == std::string::npos;
-      out += index ? "[" + token + "]" : (out.empty() ? "" : ".") + token;
-      if (next == std::string::npos)
-        break;
-      i = next;
-    }
-    return out.empty() ? "(root)" : out;
-  }
-
-  const json *field(const json &obj, const std::string &at,
-                    const std::string &key) {
-    if (!obj.is_object()) {
-      fail(at, "expected an object, found " + describeJsonType(obj));
-      return nullptr;
-    }
-    auto it = obj.find(key);
-    if (it == obj.end()) {
-      fail(at, "missing required key '" + key + "'");
-      return nullptr;
-    }
-    return &*it;
-  }
-
-  int64_t integer(const json &obj, const std::string &at,
-                  const std::string &key, int64_t min = 0) {
-    const json *v = field(obj, at, key);
-    if (!v)
-      return 0;
-    if (!v->is_number_integer() || v->get<int64_t>() < min) {
-      fail(at + "/" + key, "expected an integer >= " + std::to_string(min) +
-                               ", found " + v->dump());
-      return 0;
-    }
-    return v->get<int64_t>();
-  }
-
-  double number(const json &obj, const std::string &at,
-                const std::string &key) {
-    const json *v = field(obj, at, key);
-    if (!v)
-      return 0;
-    if (!v->is_number()) {
-      fail(at + "/" + key, "expected a number, found " + v->dump());
-      return 0;
-    }
-    return v->get<double>();
-  }
-
-  bool boolean(const json &obj, const std::string &at, const std::string &key) {
-    const json *v = field(obj, at, key);
-    if (!v)
-      return false;
-    if (!v->is_boolean()) {
-      fail(at + "/" + key, "expected true or false, found " + v->dump());
-      return false;
-    }
-    return v->get<bool>();
-  }
-
-  std::string string(const json &obj, const std::string &at,
-                     const std::string &key, bool required = true) {
-    if (!required && (!obj.is_object() || !obj.contains(key)))
-      return "";
-    const json *v = field(obj, at, key);
-    if (!v)
-      return "";
-    if (!v->is_string()) {
-      fail(at + "/" + key, "expected a string, found " + v->dump());
-      return "";
-    }
-    return v->get<std::string>();
-  }
-
-  std::string oneOf(const json &obj, const std::string &at,
-                    const std::string &key,
-                    std::initializer_list<const char *> allowed) {
-    std::string s = string(obj, at, key);
-    if (error)
-      return s;
-    std::string list;
-    for (const char *a : allowed) {
-      if (s == a)
-        return s;
-      list += (list.empty() ? "" : ", ") + std::string(a);
-    }
-    fail(at + "/" + key,
-         "unknown value \"" + s + "\", expected one of " + list);
-    return s;
-  }
-
-  DType dtype(const json &obj, const std::string &at) {
-    std::string s = string(obj, at, "dtype");
-    std::optional<DType> t = parseDType(s);
-    if (!t && !error)
-      fail(at + "/dtype", "unknown dtype \"" + s +
-                              "\", expected f32, bf16, "
-                              "f16 or i32");
-    return t.value_or(DType::F32);
-  }
-
-  /// An array of integers, each at least `min` (every integer list of the
-  /// format, shapes included, is non-negative).
-  std::vector<int64_t> integers(const json &obj, const std::string &at,
-                                const std::string &key, bool required = true,
-                                int64_t min = 0) {
-    std::vector<int64_t> out;
-    if (!required && (!obj.is_object() || !obj.contains(key)))
-      return out;
-    const json *v = field(obj, at, key);
-    if (!v)
-      return out;
-    if (!v->is_array()) {
-      fail(at + "/" + key,
-           "expected an array of integers, found " + describeJsonType(*v));
-      return out;
-    }
-    for (size_t i = 0; i < v->size(); ++i) {
-      if (!(*v)[i].is_number_integer() || (*v)[i].get<int64_t>() < min) {
-        fail(at + "/" + key + "/" + std::to_string(i),
-             "expected an integer >= " + std::to_string(min) + ", found " +
-                 (*v)[i].dump());
-        return out;
-      }
-      out.push_back((*v)[i].get<int64_t>());
-    }
-    return out;
-  }
-
-  std::vector<std::string> strings(const json &obj, const std::string &at,
-                                   const std::string &key,
-                                   bool required = true) {
-    std::vector<std::string> out;
-    if (!required && (!obj.is_object() || !obj.contains(key)))
-      return out;
-    const json *v = field(obj, at, key);
-    if (!v)
-      return out;
-    if (!v->is_array()) {
-      fail(at + "/" + key,
-           "expected an array of strings, found " + describeJsonType(*v));
-      return out;
-    }
-    for (size_t i = 0; i < v->size(); ++i) {
-      if (!(*v)[i].is_string()) {
-        fail(at + "/" + key + "/" + std::to_string(i),
-             "expected a string, found " + (*v)[i].dump());
-        return out;
-      }
-      out.push_back((*v)[i].get<std::string>());
-    }
-    return out;
-  }
-
-  const json &array(const json &obj, const std::string &at,
-                    const std::string &key) {
-    static const json empty = json::array();
-    const json *v = field(obj, at, key);
-    if (!v)
-      return empty;
-    if (!v->is_array()) {
-      fail(at + "/" + key, "expected an array, found " + describeJsonType(*v));
-      return empty;
-    }
-    return *v;
-  }
-
-private:
-  const JsonDocument &doc;
-};
 
 } // namespace
 
 Expected<Plan> readPlan(const JsonDocument &doc) {
   const json &root = doc.root();
-  Reader r(doc);
+  JsonFieldReader r(doc, "plan");
   Plan plan;
-  std::string format = r.string(root, "", "format");
+  std::string format = r.string(root, JsonPath(), "format");
   if (r.error)
     return *r.error;
   if (format != kPlanFormat)
     return doc.error("/format", "not a zeroc plan: format is \"" + format +
                                     "\", expected \"" + kPlanFormat + "\"");
-  int64_t version = r.integer(root, "", "version");
+  int64_t version = r.integer(root, JsonPath(), "version");
   if (r.error)
     return *r.error;
   if (version != kPlanVersion)
@@ -358,81 +171,82 @@ Expected<Plan> readPlan(const JsonDocument &doc) {
                          std::to_string(kPlanVersion) +
                          "; recompile the plan with this zeroc");
 
-  plan.generator = r.string(root, "", "generator");
-  if (const json *model = r.field(root, "", "model")) {
-    plan.model.name = r.string(*model, "/model", "name");
-    plan.model.params = r.integer(*model, "/model", "params");
-    plan.model.dtype = r.dtype(*model, "/model");
-    plan.model.microBatch = r.integer(*model, "/model", "micro_batch", 1);
-    plan.model.seqLen = r.integer(*model, "/model", "seq_len", 1);
+  plan.generator = r.string(root, JsonPath(), "generator");
+  if (const json *model = r.member(root, JsonPath(), "model")) {
+    plan.model.name = r.string(*model, JsonPath() / "model", "name");
+    plan.model.params = r.integer(*model, JsonPath() / "model", "params");
+    plan.model.dtype = r.dtype(*model, JsonPath() / "model");
+    plan.model.microBatch =
+        r.integer(*model, JsonPath() / "model", "micro_batch", 1);
+    plan.model.seqLen = r.integer(*model, JsonPath() / "model", "seq_len", 1);
   }
-  plan.worldSize = r.integer(root, "", "world_size", 1);
-  plan.stage = r.integer(root, "", "stage");
+  plan.worldSize = r.integer(root, JsonPath(), "world_size", 1);
+  plan.stage = r.integer(root, JsonPath(), "stage");
   if (!r.error && plan.stage > 3)
-    r.fail("/stage",
+    r.fail(JsonPath() / "stage",
            "expected 0, 1, 2 or 3, found " + std::to_string(plan.stage));
   plan.gradientAccumulationSteps =
-      r.integer(root, "", "gradient_accumulation_steps", 1);
-  if (const json *config = r.field(root, "", "config")) {
+      r.integer(root, JsonPath(), "gradient_accumulation_steps", 1);
+  if (const json *config = r.member(root, JsonPath(), "config")) {
     if (!config->is_object())
-      r.fail("/config",
+      r.fail(JsonPath() / "config",
              "expected an object, found " + describeJsonType(*config));
     else
       plan.config = *config;
   }
 
-  const json &streams = r.array(root, "", "streams");
+  const json &streams = r.array(root, JsonPath(), "streams");
   for (size_t i = 0; i < streams.size() && !r.error; ++i) {
-    std::string at = "/streams/" + std::to_string(i);
+    JsonPath at = JsonPath() / "streams" / std::to_string(i);
     if (r.integer(streams[i], at, "id") != int64_t(i) && !r.error)
-      r.fail(at + "/id", "stream ids must be 0, 1, 2, ... in order");
+      r.fail(at / "id", "stream ids must be 0, 1, 2, ... in order");
     plan.streams.push_back(r.string(streams[i], at, "name"));
   }
 
   std::set<std::string> names;
-  const json &tensors = r.array(root, "", "tensors");
+  const json &tensors = r.array(root, JsonPath(), "tensors");
   for (size_t i = 0; i < tensors.size() && !r.error; ++i) {
     const json &j = tensors[i];
-    std::string at = "/tensors/" + std::to_string(i);
+    JsonPath at = JsonPath() / "tensors" / std::to_string(i);
     PlanTensor t;
     t.name = r.string(j, at, "name");
     t.role = r.oneOf(j, at, "role",
                      {"param", "grad", "master", "exp_avg", "exp_avg_sq"});
-    t.of = r.string(j, at, "of", /*required=*/false);
+    t.of = r.string(j, at, "of", /*optional=*/true);
     t.dtype = r.dtype(j, at);
     t.shape = r.integers(j, at, "shape");
     t.numel = r.integer(j, at, "numel", 1);
     t.sharded = r.boolean(j, at, "sharded");
     t.localNumel = r.integer(j, at, "local_numel", 1);
     t.placement = r.oneOf(j, at, "placement", {"device", "host", "nvme"});
-    t.init = r.string(j, at, "init", /*required=*/false);
+    t.init = r.string(j, at, "init", /*optional=*/true);
     if (r.error)
       break;
     if (shapeElements(t.shape) != t.numel)
-      r.fail(at + "/numel", "numel " + std::to_string(t.numel) +
-                                " is not the product of the shape");
+      r.fail(at / "numel", "numel " + std::to_string(t.numel) +
+                               " is not the product of the shape");
     int64_t expectedLocal =
         t.sharded ? ParamShardLayout{t.numel, plan.worldSize}.shardSize()
                   : t.numel;
     if (!r.error && t.localNumel != expectedLocal)
-      r.fail(at + "/local_numel",
+      r.fail(at / "local_numel",
              "expected " + std::to_string(expectedLocal) + " for a " +
                  (t.sharded ? "sharded" : "replicated") + " tensor of " +
                  std::to_string(t.numel) + " elements over " +
                  std::to_string(plan.worldSize) + " ranks, found " +
                  std::to_string(t.localNumel));
     if (!r.error && !names.insert(t.name).second)
-      r.fail(at + "/name", "duplicate tensor name \"" + t.name + "\"");
+      r.fail(at / "name", "duplicate tensor name \"" + t.name + "\"");
     plan.tensors.push_back(std::move(t));
   }
 
   std::map<std::string, const PlanTensor *> byName;
   for (const PlanTensor &t : plan.tensors)
     byName[t.name] = &t;
-  const json &groups = r.array(root, "", "flat_groups");
+  const json &groups = r.array(root, JsonPath(), "flat_groups");
   for (size_t i = 0; i < groups.size() && !r.error; ++i) {
     const json &j = groups[i];
-    std::string at = "/flat_groups/" + std::to_string(i);
+    JsonPath at = JsonPath() / "flat_groups" / std::to_string(i);
     PlanFlatGroup g;
     g.name = r.string(j, at, "name");
     g.params = r.strings(j, at, "params");
@@ -441,69 +255,69 @@ Expected<Plan> readPlan(const JsonDocument &doc) {
     g.padded = r.integer(j, at, "padded", 1);
     g.partition = r.integer(j, at, "partition", 1);
     if (!r.error && !names.insert(g.name).second)
-      r.fail(at + "/name", "duplicate name \"" + g.name +
-                               "\": a tensor or flat group has it already");
+      r.fail(at / "name", "duplicate name \"" + g.name +
+                              "\": a tensor or flat group has it already");
     std::vector<int64_t> numels;
     for (size_t k = 0; k < g.params.size() && !r.error; ++k) {
       auto it = byName.find(g.params[k]);
       if (it == byName.end())
-        r.fail(at + "/params/" + std::to_string(k),
+        r.fail(at / "params" / std::to_string(k),
                "unknown parameter \"" + g.params[k] + "\"");
       else if (it->second->role != "param")
-        r.fail(at + "/params/" + std::to_string(k),
+        r.fail(at / "params" / std::to_string(k),
                "\"" + g.params[k] + "\" is a " + it->second->role +
                    " tensor, not a parameter");
       else
         numels.push_back(it->second->numel);
     }
     if (!r.error && g.offsets.size() != g.params.size())
-      r.fail(at + "/offsets", "expected one offset per parameter");
+      r.fail(at / "offsets", "expected one offset per parameter");
     // The layout is ShardLayout.h's; the runtime finds parameters by it.
     if (!r.error) {
       FlatGroupLayout layout(numels, plan.worldSize);
       for (size_t k = 0; k < g.offsets.size() && !r.error; ++k)
         if (g.offsets[k] != layout.offsets[k])
-          r.fail(at + "/offsets/" + std::to_string(k),
+          r.fail(at / "offsets" / std::to_string(k),
                  "offset of \"" + g.params[k] + "\" is " +
                      std::to_string(g.offsets[k]) + ", expected " +
                      std::to_string(layout.offsets[k]) +
                      " (the parameters before it, back to back)");
       if (!r.error && g.numel != layout.numel)
-        r.fail(at + "/numel", "expected " + std::to_string(layout.numel) +
-                                  ", the sum of the parameters' numels, "
-                                  "found " +
-                                  std::to_string(g.numel));
+        r.fail(at / "numel", "expected " + std::to_string(layout.numel) +
+                                 ", the sum of the parameters' numels, "
+                                 "found " +
+                                 std::to_string(g.numel));
       if (!r.error && g.padded != layout.padded)
-        r.fail(at + "/padded",
+        r.fail(at / "padded",
                "expected " + std::to_string(layout.padded) +
                    ", numel rounded up to a multiple of 2 x world_size, "
                    "found " +
                    std::to_string(g.padded));
     }
     if (!r.error && g.partition * plan.worldSize != g.padded)
-      r.fail(at + "/partition", "partition x world_size must equal padded");
+      r.fail(at / "partition", "partition x world_size must equal padded");
     plan.flatGroups.push_back(std::move(g));
   }
   for (size_t i = 0; i < plan.tensors.size() && !r.error; ++i)
     if (!plan.tensors[i].of.empty() && !names.count(plan.tensors[i].of))
-      r.fail("/tensors/" + std::to_string(i) + "/of",
+      r.fail(JsonPath() / "tensors" / std::to_string(i) / "of",
              "unknown owner \"" + plan.tensors[i].of + "\"");
 
-  const json &phases = r.array(root, "", "phases");
+  const json &phases = r.array(root, JsonPath(), "phases");
   std::set<std::string> phaseNames;
   for (size_t p = 0; p < phases.size() && !r.error; ++p) {
     const json &j = phases[p];
-    std::string at = "/phases/" + std::to_string(p);
+    JsonPath at = JsonPath() / "phases" / std::to_string(p);
     PlanPhase phase;
     phase.name = r.string(j, at, "name");
     if (!r.error && !phaseNames.insert(phase.name).second)
-      r.fail(at + "/name", "duplicate phase name \"" + phase.name + "\"");
+      r.fail(at / "name", "duplicate phase name \"" + phase.name + "\"");
     phase.runsPerStep = r.integer(j, at, "runs_per_step", 1);
     phase.args = r.integers(j, at, "args");
     std::set<int64_t> ids;
     const json &values = r.array(j, at, "values");
     for (size_t i = 0; i < values.size() && !r.error; ++i) {
-      std::string vat = at + "/values/" + std::to_string(i);
+      JsonPath vat = at / "values" / std::to_string(i);
       PlanValue v;
       v.id = r.integer(values[i], vat, "id");
       v.dtype = r.dtype(values[i], vat);
@@ -512,33 +326,33 @@ Expected<Plan> readPlan(const JsonDocument &doc) {
       if (values[i].is_object() && values[i].contains("offset"))
         v.offset = r.integer(values[i], vat, "offset", -1);
       if (!r.error && !ids.insert(v.id).second)
-        r.fail(vat + "/id", "duplicate value id " + std::to_string(v.id));
+        r.fail(vat / "id", "duplicate value id " + std::to_string(v.id));
       phase.values.push_back(std::move(v));
     }
     for (int64_t a : phase.args)
       if (!r.error && !ids.count(a))
-        r.fail(at + "/args", "unknown value id " + std::to_string(a));
+        r.fail(at / "args", "unknown value id " + std::to_string(a));
     const json &ops = r.array(j, at, "ops");
     for (size_t i = 0; i < ops.size() && !r.error; ++i) {
       const json &o = ops[i];
-      std::string oat = at + "/ops/" + std::to_string(i);
+      JsonPath oat = at / "ops" / std::to_string(i);
       PlanOp op;
       op.index = r.integer(o, oat, "index");
       if (!r.error && op.index != int64_t(i))
-        r.fail(oat + "/index", "ops must be numbered 0, 1, 2, ... in order");
+        r.fail(oat / "index", "ops must be numbered 0, 1, 2, ... in order");
       op.kind = r.string(o, oat, "kind");
-      op.where = r.string(o, oat, "where", /*required=*/false);
+      op.where = r.string(o, oat, "where", /*optional=*/true);
       op.stream = r.integer(o, oat, "stream");
       if (!r.error && op.stream >= int64_t(plan.streams.size()))
-        r.fail(oat + "/stream", "stream " + std::to_string(op.stream) +
-                                    " is not declared in 'streams'");
+        r.fail(oat / "stream", "stream " + std::to_string(op.stream) +
+                                   " is not declared in 'streams'");
       op.inputs = r.integers(o, oat, "inputs");
       op.outputs = r.integers(o, oat, "outputs");
       op.deps = r.integers(o, oat, "deps");
-      op.tensors = r.strings(o, oat, "tensors", /*required=*/false);
+      op.tensors = r.strings(o, oat, "tensors", /*optional=*/true);
       if (o.is_object() && o.contains("attrs")) {
         if (!o["attrs"].is_object())
-          r.fail(oat + "/attrs",
+          r.fail(oat / "attrs",
                  "expected an object, found " + describeJsonType(o["attrs"]));
         else
           op.attrs = o["attrs"];
@@ -562,22 +376,22 @@ Expected<Plan> readPlan(const JsonDocument &doc) {
       }
       for (int64_t v : op.inputs)
         if (!r.error && !ids.count(v))
-          r.fail(oat + "/inputs", "unknown value id " + std::to_string(v));
+          r.fail(oat / "inputs", "unknown value id " + std::to_string(v));
       for (int64_t v : op.outputs)
         if (!r.error && !ids.count(v))
-          r.fail(oat + "/outputs", "unknown value id " + std::to_string(v));
+          r.fail(oat / "outputs", "unknown value id " + std::to_string(v));
       for (int64_t d : op.deps)
         if (!r.error && (d < 0 || d >= op.index))
-          r.fail(oat + "/deps",
+          r.fail(oat / "deps",
                  "dependency " + std::to_string(d) + " is not an earlier op");
       for (const std::string &t : op.tensors)
         if (!r.error && !names.count(t))
-          r.fail(oat + "/tensors", "unknown tensor \"" + t + "\"");
+          r.fail(oat / "tensors", "unknown tensor \"" + t + "\"");
       phase.ops.push_back(std::move(op));
     }
     if (!r.error && j.is_object() && j.contains("memory")) {
       const json &m = j["memory"];
-      std::string mat = at + "/memory";
+      JsonPath mat = at / "memory";
       PlanPhaseMemory mem;
       mem.arenaBytes = r.integer(m, mat, "arena_bytes");
       mem.peakLiveBytes = r.integer(m, mat, "peak_live_bytes");
@@ -586,27 +400,27 @@ Expected<Plan> readPlan(const JsonDocument &doc) {
       mem.gatherBuffers = r.integer(m, mat, "gather_buffers");
       mem.reduceBuckets = r.integer(m, mat, "reduce_buckets");
       mem.workspace = r.integer(m, mat, "workspace");
-      mem.liveBytes = r.integers(m, mat, "live_bytes", /*required=*/false);
+      mem.liveBytes = r.integers(m, mat, "live_bytes", /*optional=*/true);
       if (!r.error && !mem.liveBytes.empty() &&
           mem.liveBytes.size() != phase.ops.size())
-        r.fail(mat + "/live_bytes", "expected one entry per op (" +
-                                        std::to_string(phase.ops.size()) +
-                                        "), found " +
-                                        std::to_string(mem.liveBytes.size()));
+        r.fail(mat / "live_bytes", "expected one entry per op (" +
+                                       std::to_string(phase.ops.size()) +
+                                       "), found " +
+                                       std::to_string(mem.liveBytes.size()));
       if (!r.error && !phase.ops.empty() &&
           mem.peakOp >= int64_t(phase.ops.size()))
-        r.fail(mat + "/peak_op", "op " + std::to_string(mem.peakOp) +
-                                     " does not exist in the phase");
+        r.fail(mat / "peak_op", "op " + std::to_string(mem.peakOp) +
+                                    " does not exist in the phase");
       for (const PlanValue &v : phase.values)
         if (!r.error && v.offset >= 0 && v.offset + v.bytes > mem.arenaBytes)
-          r.fail(mat + "/arena_bytes",
+          r.fail(mat / "arena_bytes",
                  "value " + std::to_string(v.id) + " at offset " +
                      std::to_string(v.offset) + " does not fit in the arena");
       for (size_t k = 0; k < phase.ops.size() && !r.error; ++k) {
         const PlanOp &op = phase.ops[k];
         if (op.workspaceOffset >= 0 &&
             op.workspaceOffset + op.workspaceBytes > mem.arenaBytes)
-          r.fail(at + "/ops/" + std::to_string(k) + "/workspace_offset",
+          r.fail(at / "ops" / std::to_string(k) / "workspace_offset",
                  "the workspace of op " + std::to_string(op.index) +
                      " at offset " + std::to_string(op.workspaceOffset) +
                      " does not fit in the arena");
@@ -616,8 +430,9 @@ Expected<Plan> readPlan(const JsonDocument &doc) {
     plan.phases.push_back(std::move(phase));
   }
 
-  if (const json *comm = r.field(root, "", "comm_elements_per_rank_per_step")) {
-    std::string at = "/comm_elements_per_rank_per_step";
+  if (const json *comm =
+          r.member(root, JsonPath(), "comm_elements_per_rank_per_step")) {
+    JsonPath at = JsonPath() / "comm_elements_per_rank_per_step";
     plan.comm.allGather = r.number(*comm, at, "all_gather");
     plan.comm.reduceScatter = r.number(*comm, at, "reduce_scatter");
     plan.comm.allReduce = r.number(*comm, at, "all_reduce");

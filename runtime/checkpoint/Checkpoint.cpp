@@ -11,6 +11,7 @@
 
 #include "Messages.h"
 #include "zeroc/Checkpoint/Crc32c.h"
+#include "zeroc/Support/JsonReader.h"
 
 #include <algorithm>
 #include <array>
@@ -271,128 +272,9 @@ std::string manifestText(const json &m) {
 
 /// Reads typed members of the manifest, keeping the first error, which
 /// points at the member's line and column.
-class ManifestReader {
-public:
-  explicit ManifestReader(const JsonDocument &doc) : doc(doc) {}
 
-  std::optional<Diagnostic> error;
-
-  void fail(const JsonPath &at, const std::string &message) {
-    if (!error)
-      error = doc.error(at.pointer(), "manifest " + name(at) + ": " + message);
-  }
-
-  /// The member `key` of the object at `at`; null (and an error unless
-  /// optional) when it is missing.
-  const json *member(const json &obj, const JsonPath &at,
-                     const std::string &key, bool optional = false) {
-    if (error)
-      return nullptr;
-    if (!obj.is_object()) {
-      fail(at, "expected an object, found " + describeJsonType(obj));
-      return nullptr;
-    }
-    auto it = obj.find(key);
-    if (it != obj.end())
-      return &*it;
-    if (!optional)
-      fail(at, "missing required key '" + key + "'");
-    return nullptr;
-  }
-
-  int64_t integer(const json &obj, const JsonPath &at, const std::string &key,
-                  int64_t min = 0) {
-    const json *v = member(obj, at, key);
-    if (v && (!v->is_number_integer() || v->get<int64_t>() < min))
-      fail(at / key, "expected an integer >= " + std::to_string(min) +
-                         ", found " + v->dump());
-    return v && !error ? v->get<int64_t>() : 0;
-  }
-
-  uint64_t unsignedInteger(const json &obj, const JsonPath &at,
-                           const std::string &key) {
-    const json *v = member(obj, at, key);
-    if (v && !v->is_number_unsigned())
-      fail(at / key, "expected an integer >= 0, found " + v->dump());
-    return v && !error ? v->get<uint64_t>() : 0;
-  }
-
-  double number(const json &obj, const JsonPath &at, const std::string &key) {
-    const json *v = member(obj, at, key);
-    if (v && !v->is_number())
-      fail(at / key, "expected a number, found " + v->dump());
-    return v && !error ? v->get<double>() : 0;
-  }
-
-  bool boolean(const json &obj, const JsonPath &at, const std::string &key) {
-    const json *v = member(obj, at, key);
-    if (v && !v->is_boolean())
-      fail(at / key, "expected true or false, found " + v->dump());
-    return v && !error && v->get<bool>();
-  }
-
-  std::string string(const json &obj, const JsonPath &at,
-                     const std::string &key, bool optional = false) {
-    const json *v = member(obj, at, key, optional);
-    if (v && !v->is_string())
-      fail(at / key, "expected a string, found " + v->dump());
-    return v && !error ? v->get<std::string>() : "";
-  }
-
-  const json &array(const json &obj, const JsonPath &at,
-                    const std::string &key) {
-    static const json empty = json::array();
-    const json *v = member(obj, at, key);
-    if (v && !v->is_array())
-      fail(at / key, "expected an array, found " + describeJsonType(*v));
-    return v && !error ? *v : empty;
-  }
-
-  std::vector<int64_t> integers(const json &obj, const JsonPath &at,
-                                const std::string &key) {
-    std::vector<int64_t> out;
-    const json &a = array(obj, at, key);
-    for (size_t i = 0; i < a.size() && !error; ++i) {
-      if (!a[i].is_number_integer() || a[i].get<int64_t>() < 0)
-        fail(at / key / std::to_string(i),
-             "expected an integer >= 0, found " + a[i].dump());
-      else
-        out.push_back(a[i].get<int64_t>());
-    }
-    return out;
-  }
-
-  std::vector<std::string> strings(const json &obj, const JsonPath &at,
-                                   const std::string &key) {
-    std::vector<std::string> out;
-    const json &a = array(obj, at, key);
-    for (size_t i = 0; i < a.size() && !error; ++i) {
-      if (!a[i].is_string())
-        fail(at / key / std::to_string(i),
-             "expected a string, found " + a[i].dump());
-      else
-        out.push_back(a[i].get<std::string>());
-    }
-    return out;
-  }
-
-private:
-  /// "tensors[3].dtype"
-  static std::string name(const JsonPath &at) {
-    std::string s;
-    for (const std::string &k : at.keys()) {
-      bool index = !k.empty() && std::all_of(k.begin(), k.end(), [](char c) {
-        return std::isdigit(static_cast<unsigned char>(c));
-      });
-      s += index ? "[" + k + "]" : (s.empty() ? "" : ".") + k;
-    }
-    return s.empty() ? "(root)" : s;
-  }
-
-  const JsonDocument &doc;
-};
-
-void readTrainingState(ManifestReader &r, const json &root, TrainingState &st) {
+void readTrainingState(JsonFieldReader &r, const json &root,
+                       TrainingState &st) {
   JsonPath at = JsonPath() / "training_state";
   const json *j = r.member(root, JsonPath(), "training_state");
   if (!j)
@@ -414,7 +296,7 @@ void readTrainingState(ManifestReader &r, const json &root, TrainingState &st) {
   }
 }
 
-void readTensors(ManifestReader &r, const json &root, CheckpointManifest &m) {
+void readTensors(JsonFieldReader &r, const json &root, CheckpointManifest &m) {
   const json &tensors = r.array(root, JsonPath(), "tensors");
   std::set<std::string> names;
   for (size_t i = 0; i < tensors.size() && !r.error; ++i) {
@@ -477,7 +359,7 @@ void readTensors(ManifestReader &r, const json &root, CheckpointManifest &m) {
                  "64-byte header)");
 }
 
-void readFlatGroups(ManifestReader &r, const json &root,
+void readFlatGroups(JsonFieldReader &r, const json &root,
                     CheckpointManifest &m) {
   const json &groups = r.array(root, JsonPath(), "flat_groups");
   for (size_t i = 0; i < groups.size() && !r.error; ++i) {
@@ -524,7 +406,7 @@ void readFlatGroups(ManifestReader &r, const json &root,
   }
 }
 
-void readShards(ManifestReader &r, const json &root, CheckpointManifest &m) {
+void readShards(JsonFieldReader &r, const json &root, CheckpointManifest &m) {
   const json &shards = r.array(root, JsonPath(), "shards");
   if (!r.error && static_cast<int64_t>(shards.size()) != m.worldSize)
     r.fail(JsonPath() / "shards",
@@ -566,7 +448,7 @@ void readShards(ManifestReader &r, const json &root, CheckpointManifest &m) {
 
 Expected<CheckpointManifest> parseManifest(const JsonDocument &doc) {
   const json &root = doc.root();
-  ManifestReader r(doc);
+  JsonFieldReader r(doc, "manifest");
   CheckpointManifest m;
   std::string format = r.string(root, JsonPath(), "format");
   if (!r.error && format != kCheckpointFormat)

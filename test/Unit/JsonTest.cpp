@@ -67,3 +67,57 @@ TEST(JsonHelpers, ClosestMatchFindsTyposOnly) {
             "stage3_prefetch_bucket_size");
   EXPECT_EQ(closestMatch("completely_different", keys), std::nullopt);
 }
+
+//===----------------------------------------------------------------------===//
+// JsonFieldReader: the plan's and the checkpoint manifest's typed reader.
+//===----------------------------------------------------------------------===//
+
+#include "zeroc/Support/JsonReader.h"
+
+TEST(JsonFieldReader, NamesPathsWithIndicesInBrackets) {
+  EXPECT_EQ(JsonFieldReader::name(JsonPath()), "(root)");
+  EXPECT_EQ(
+      JsonFieldReader::name(JsonPath() / "phases" / "0" / "ops" / "3" / "kind"),
+      "phases[0].ops[3].kind");
+}
+
+TEST(JsonFieldReader, KeepsTheFirstFailureWithItsLocation) {
+  auto doc = JsonDocument::parse(
+      "{\n  \"a\": [1, -2, \"x\"],\n  \"b\": \"f64\"\n}", "t.json");
+  ASSERT_TRUE(bool(doc));
+  JsonFieldReader r(*doc, "thing");
+  std::vector<int64_t> a = r.integers(doc->root(), JsonPath(), "a");
+  ASSERT_TRUE(r.error);
+  EXPECT_EQ(r.error->str(),
+            "t.json:2:12: error: thing a[1]: expected an integer >= 0, "
+            "found -2");
+  EXPECT_EQ(a, std::vector<int64_t>{1});
+  // Later failures do not replace it; accessors return defaults.
+  EXPECT_EQ(r.dtype(doc->root(), JsonPath()), DType::F32);
+  EXPECT_EQ(r.integer(doc->root(), JsonPath(), "missing"), 0);
+  EXPECT_NE(r.error->str().find("a[1]"), std::string::npos);
+}
+
+TEST(JsonFieldReader, ChecksTypesAndAllowedValues) {
+  auto doc =
+      JsonDocument::parse(R"({"b": "f64", "k": "maybe", "o": 3})", "t.json");
+  ASSERT_TRUE(bool(doc));
+  {
+    JsonFieldReader r(*doc, "plan");
+    r.oneOf(doc->root(), JsonPath(), "k", {"yes", "no"});
+    ASSERT_TRUE(r.error);
+    EXPECT_NE(r.error->str().find(
+                  "plan k: unknown value \"maybe\", expected one of yes, no"),
+              std::string::npos);
+  }
+  {
+    JsonFieldReader r(*doc, "plan");
+    EXPECT_EQ(r.string(doc->root(), JsonPath(), "absent", /*optional=*/true),
+              "");
+    EXPECT_FALSE(r.error);
+    r.member(doc->root()["o"], JsonPath() / "o", "x");
+    ASSERT_TRUE(r.error);
+    EXPECT_NE(r.error->str().find("plan o: expected an object, found"),
+              std::string::npos);
+  }
+}
