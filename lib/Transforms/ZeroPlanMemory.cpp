@@ -42,6 +42,8 @@ struct Buffer {
   Value value;                ///< A result or argument, or
   Operation *owner = nullptr; ///< the op whose internal state or
   bool workspace = false;     ///< (if set) workspace this is.
+  /// Every op that writes or reads it (for ordering reuse across streams).
+  std::vector<size_t> touches;
 };
 
 int64_t aligned(int64_t bytes) {
@@ -69,13 +71,28 @@ private:
     return cast<sched::WaitOp>(*async.getToken().getUsers().begin());
   }
 
+  /// The ops of `block` that use `value`, and the waits of asynchronous
+  /// ones (which read it until then).
+  void addUsers(Block &block, Value value, Buffer &buffer) {
+    for (Operation *user : value.getUsers()) {
+      Operation *op = block.findAncestorOpInBlock(*user);
+      if (!op)
+        continue;
+      buffer.touches.push_back(index[op]);
+      if (isa<sched::AsyncStartOpInterface>(op))
+        buffer.touches.push_back(index[waitOf(op)]);
+    }
+  }
+
   void collectBuffers(Block &block) {
     Liveness liveness(func);
     const LivenessBlockInfo *info = liveness.getLiveness(&block);
     size_t last = ops.empty() ? 0 : ops.size() - 1;
     for (BlockArgument arg : block.getArguments())
-      if (int64_t bytes = model::tensorBytes(arg.getType()))
+      if (int64_t bytes = model::tensorBytes(arg.getType())) {
         buffers.push_back({bytes, 0, last, Category::Activations, -1, arg});
+        addUsers(block, arg, buffers.back());
+      }
 
     for (Operation *op : ops) {
       for (Value result : op->getResults()) {
@@ -101,6 +118,8 @@ private:
           if (isa<sched::ReduceScatterStartOp>(user))
             buffer.category = Category::ReduceBuckets;
         }
+        buffer.touches.push_back(buffer.start);
+        addUsers(block, result, buffer);
         buffers.push_back(buffer);
       }
       // Scratch an op needs while it runs (Workspace.h): from the op to its
@@ -113,6 +132,7 @@ private:
           Buffer buffer{bytes, index[op], end, Category::Workspace,
                         -1,    Value(),   op};
           buffer.workspace = true;
+          buffer.touches = {index[op], end};
           buffers.push_back(buffer);
         }
       // State kept for backward that is not an SSA value lives until the
@@ -133,6 +153,7 @@ private:
             }
           buffers.push_back(
               {bytes, index[op], end, Category::Activations, -1, Value(), op});
+          buffers.back().touches = {index[op], end};
         }
     }
   }
@@ -203,10 +224,10 @@ private:
   }
 
   /// Arena memory is reused in program order, but streams run concurrently:
-  /// an op on one stream that starts using memory whose previous occupant
-  /// died at an op of another stream must wait for that op (the runtime
-  /// turns these into dependencies, CUDA events on a GPU). Recorded as
-  /// `sched.after`, the indices of the ops to follow.
+  /// an op on one stream that starts using memory a previous occupant used
+  /// on another stream must wait for the last such use on each other stream
+  /// (the runtime turns these into dependencies, CUDA events on a GPU).
+  /// Recorded as `sched.after`, the indices of the ops to follow.
   void orderReuseAcrossStreams() {
     auto streamOf = [&](size_t i) -> int64_t {
       if (auto s = dyn_cast<sched::StreamOpInterface>(ops[i]))
@@ -219,10 +240,19 @@ private:
         continue;
       int64_t stream = streamOf(b.start);
       int64_t bEnd = b.offset + aligned(b.bytes);
-      for (const Buffer &a : buffers)
-        if (a.end < b.start && a.offset < bEnd &&
-            b.offset < a.offset + aligned(a.bytes) && streamOf(a.end) != stream)
-          after[b.start].insert(a.end);
+      std::map<int64_t, size_t> lastUse; // Other stream -> last op.
+      for (const Buffer &a : buffers) {
+        if (a.end >= b.start || a.offset >= bEnd ||
+            b.offset >= a.offset + aligned(a.bytes))
+          continue;
+        for (size_t t : a.touches)
+          if (t < b.start && streamOf(t) != stream) {
+            size_t &last = lastUse[streamOf(t)];
+            last = std::max(last, t);
+          }
+      }
+      for (auto &[other, op] : lastUse)
+        after[b.start].insert(op);
     }
     Builder builder(func.getContext());
     for (auto &[i, list] : after)

@@ -16,9 +16,13 @@
 //    on different ranks. On one shared communicator such a pair would match
 //    the wrong partner or deadlock (NCCL has the same rule), and MPI forbids
 //    two threads posting collectives on one communicator at once. So the
-//    executor uses one communicator per stream (`duplicate()`), whose order
-//    is the stream's program order, the same on every rank.
-//  * A communicator is used by one thread at a time (its stream's).
+//    executor posts every collective of a phase in program order, whichever
+//    stream's thread runs it, one at a time (exec/Executor.cpp's tickets):
+//    the same order on every rank. (`duplicate()` gives a communicator per
+//    stream instead, for an executor whose streams order themselves.)
+//  * A communicator is used by one thread at a time, except that with MPI
+//    (MPI_THREAD_MULTIPLE) different threads may wait for different
+//    handles while another posts.
 //  * A collective that does not complete by its deadline (by default its
 //    start plus `timeout()`, from --comm-timeout, 30 minutes like NCCL's)
 //    prints one line naming the rank, the plan op and the collective, and

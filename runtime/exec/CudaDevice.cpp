@@ -122,7 +122,10 @@ public:
             "cudaMalloc of " + std::to_string(bytes) +
             " bytes failed: " + cudaGetErrorString(e) +
             " (the plan's prediction is printed by `zeroc inspect`)");
+      // cudaMemset runs on the legacy stream, which the (non-blocking)
+      // plan streams do not wait for: finish it here (allocation is setup).
       ok(cudaMemset(p, 0, size), "cudaMemset");
+      ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     } else {
       // Pinned, page-aligned (covers direct I/O's 4 KiB).
       (void)alignment;
@@ -165,6 +168,9 @@ public:
     std::lock_guard<std::mutex> lock(mutex);
     for (auto &[id, s] : streams)
       ok(cudaStreamSynchronize(s.stream), "cudaStreamSynchronize");
+  }
+  void streamSynchronize() override {
+    ok(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
   }
   bool streamOrderedCollectives() const override { return true; }
   void useStreamFor(Communicator &comm) override {
@@ -233,6 +239,16 @@ public:
       toHost(gradHost.data(), grad.data, grad.bytes());
       g.data = gradHost.data();
     }
+    // An f32 parameter without a master copy is its own master, on the
+    // device: through host memory too.
+    std::vector<char> masterHost;
+    cpu::Tensor m = master;
+    bool masterOnDevice = onDevice(master.data);
+    if (masterOnDevice) {
+      masterHost.resize(size_t(master.bytes()));
+      toHost(masterHost.data(), master.data, master.bytes());
+      m.data = masterHost.data();
+    }
     const cpu::Tensor *out16 = param16;
     if (param16 && onDevice(param16->data)) {
       paramHost.resize(size_t(param16->bytes()));
@@ -240,8 +256,10 @@ public:
       p16.data = paramHost.data();
       out16 = &p16;
     }
-    cpu::Status st = cuda::hostAdamUpdate(settings, step, g, master, expAvg,
-                                          expAvgSq, out16);
+    cpu::Status st =
+        cuda::hostAdamUpdate(settings, step, g, m, expAvg, expAvgSq, out16);
+    if (st.ok() && masterOnDevice)
+      fromHost(master.data, masterHost.data(), master.bytes());
     if (st.ok() && out16 == &p16)
       fromHost(param16->data, paramHost.data(), param16->bytes());
     return st;

@@ -58,6 +58,8 @@ public:
   virtual void opDone(int64_t index) { (void)index; }
   /// Waits until every stream's work is done.
   virtual void synchronize() {}
+  /// Waits until the calling thread's stream's work is done.
+  virtual void streamSynchronize() {}
   /// Whether a collective's epilogue may be issued right after the
   /// collective, ordered by the stream (GPU), instead of after the host saw
   /// it complete (CPU).

@@ -16,6 +16,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <set>
 #include <stdexcept>
 #include <sys/stat.h>
@@ -191,7 +192,7 @@ struct Executor::Impl {
   /// Collectives whose epilogue was issued in stream order (GPU): their
   /// handles and scratch live until the phase's end.
   std::mutex inflightMutex;
-  std::vector<CommHandle> inflight;
+  std::deque<CommHandle> inflight;
   std::vector<std::shared_ptr<char>> inflightScratch;
   std::map<int64_t, int64_t> streamOf; ///< Op index -> plan stream.
 
@@ -217,6 +218,10 @@ struct Executor::Impl {
   std::vector<char> done;              ///< By op index.
   std::map<int64_t, int64_t> ticketOf; ///< Op index -> collective number.
   int64_t issued = 0;                  ///< Collectives issued so far.
+  /// Held by the thread posting a collective (its ticket) and by one
+  /// draining stream-ordered handles: a communicator serves one thread at a
+  /// time (MPI's waits on separate handles are the exception).
+  std::mutex commAccess;
   std::atomic<bool> failed{false};
   std::string failure;
   bool streamThreads = true;
@@ -289,6 +294,8 @@ struct Executor::Impl {
     if (dev->name() == "cpu" || s.file || s.info->placement != "device")
       return nullptr;
     int64_t bytes = s.info->localNumel * bytesPerElement(s.info->dtype);
+    if (s.mirror && s.mirrorDirty)
+      return s.mirror.get(); // Loaded into, not yet written back.
     if (!s.mirror)
       s.mirror =
           std::shared_ptr<char>(new char[size_t(std::max<int64_t>(bytes, 1))],
@@ -306,6 +313,13 @@ struct Executor::Impl {
     std::vector<Stored *> held;
     bool writeBack = true;
     ~Resident() {
+      if (!held.empty()) {
+        try {
+          impl->dev->streamSynchronize();
+        } catch (const std::exception &e) {
+          impl->recordFailure(e.what());
+        }
+      }
       for (Stored *s : held) {
         try {
           impl->swapOut(*s, writeBack);
@@ -320,7 +334,11 @@ struct Executor::Impl {
   void initialize(uint64_t seed);
   void runPhase(const PlanPhase &ph, const DataLoader *data, int64_t step,
                 int64_t micro);
-  void runStream(const std::vector<const PlanOp *> &ops, bool computeStream);
+  void runStream(int64_t stream, const std::vector<const PlanOp *> &ops,
+                 bool computeStream);
+  /// Waits for the collectives completed in stream order so far (their
+  /// --comm-timeout applies), before the host blocks on a stream.
+  void drainInflight();
   void awaitDeps(const PlanOp &op);
   void markDone(const PlanOp &op);
   /// Records the first error of any stream and wakes every worker.
@@ -329,9 +347,13 @@ struct Executor::Impl {
   /// returned guard lets the next one go when destroyed.
   struct Ticket {
     Impl *impl = nullptr;
+    /// Exclusive use of the communicator while posting (NCCL's rule).
+    std::unique_lock<std::mutex> access;
     Ticket() = default;
-    explicit Ticket(Impl *impl) : impl(impl) {}
-    Ticket(Ticket &&other) : impl(other.impl) { other.impl = nullptr; }
+    explicit Ticket(Impl *impl) : impl(impl), access(impl->commAccess) {}
+    Ticket(Ticket &&other) : impl(other.impl), access(std::move(other.access)) {
+      other.impl = nullptr;
+    }
     Ticket &operator=(Ticket &&) = delete;
     ~Ticket();
   };
@@ -602,26 +624,30 @@ void Executor::Impl::runPhase(const PlanPhase &ph, const DataLoader *data,
 
   // The lowest stream (compute) runs here; every other on its own worker.
   dev->beginPhase(maxIndex + 1);
+  computeThread = std::this_thread::get_id();
   std::vector<std::thread> workers;
   for (auto it = std::next(streams.begin()); it != streams.end(); ++it)
     workers.emplace_back([this, id = it->first, &ops = it->second]() {
-      dev->bindStream(id);
-      runStream(ops, false);
+      runStream(id, ops, false);
     });
-  if (!streams.empty()) {
-    dev->bindStream(streams.begin()->first);
-    runStream(streams.begin()->second, true);
-  }
+  if (!streams.empty())
+    runStream(streams.begin()->first, streams.begin()->second, true);
   for (std::thread &w : workers)
     w.join();
-  if (!failed)
-    dev->synchronize();
-  // Collectives completed in stream order are complete now.
-  for (CommHandle &h : inflight)
-    if (failed)
+  // Collectives completed in stream order: waited for with their deadlines
+  // first, so a rank that skipped one times out instead of hanging in a
+  // device synchronization.
+  if (!failed) {
+    try {
+      drainInflight();
+      dev->synchronize();
+    } catch (const std::exception &e) {
+      recordFailure(e.what());
+    }
+  }
+  if (failed)
+    for (CommHandle &h : inflight)
       h.abandon();
-    else
-      comm.wait(h);
   inflight.clear();
   inflightScratch.clear();
   if (failed)
@@ -638,11 +664,11 @@ void Executor::Impl::recordFailure(const std::string &message) {
   progress.notify_all();
 }
 
-void Executor::Impl::runStream(const std::vector<const PlanOp *> &ops,
+void Executor::Impl::runStream(int64_t stream,
+                               const std::vector<const PlanOp *> &ops,
                                bool computeStream) {
-  if (computeStream)
-    computeThread = std::this_thread::get_id();
   try {
+    dev->bindStream(stream);
     for (const PlanOp *op : ops) {
       auto t0 = Clock::now();
       awaitDeps(*op);
@@ -736,6 +762,21 @@ void Executor::Impl::complete(const PlanOp &op, Pending &p, bool hostWait) {
   (void)op;
 }
 
+void Executor::Impl::drainInflight() {
+  std::lock_guard<std::mutex> access(commAccess);
+  std::vector<CommHandle *> pending;
+  {
+    std::lock_guard<std::mutex> lock(inflightMutex);
+    for (CommHandle &h : inflight)
+      if (h.pending())
+        pending.push_back(&h);
+  }
+  // Handles are only appended (a deque keeps their addresses).
+  for (CommHandle *h : pending)
+    if (!comm.wait(*h, failed))
+      throw ExecError("stopped: another stream failed");
+}
+
 double Executor::Impl::allReduceScalar(const PlanOp &op, double value,
                                        ScalarOp kind) {
   if (ws == 1)
@@ -743,11 +784,12 @@ double Executor::Impl::allReduceScalar(const PlanOp &op, double value,
   auto t0 = Clock::now();
   Pending p;
   {
+    // Held through the wait: the communicator serves one thread at a time.
     Ticket t = awaitTicket(op);
     dev->useStreamFor(comm);
     p.handles.push_back(comm.allReduceScalars(&value, 1, kind, label(op)));
+    complete(op, p, /*hostWait=*/true);
   }
-  complete(op, p, /*hostWait=*/true);
   if (std::this_thread::get_id() == computeThread)
     scalarWaitSeconds += since(t0);
   return value;
@@ -876,8 +918,8 @@ void Executor::Impl::startAllGather(const PlanOp &op) {
       Tensor padded{p.scratch.back().get(), full.dtype, {s * ws}};
       p.handles.push_back(
           comm.allGather(shard.data, s, padded.data, full.dtype, label(op)));
-      p.after.push_back([this, padded, full]() {
-        dev->copyElements(padded, 0, full, 0, full.numel());
+      p.after.push_back([this, &op, padded, full]() {
+        check(dev->copyElements(padded, 0, full, 0, full.numel()), op);
       });
     }
   }
@@ -947,17 +989,17 @@ void Executor::Impl::startReduceScatter(const PlanOp &op) {
       if (t.sharded) {
         // Stage 2: accumulate the owned part into the gradient partition.
         int64_t at = mine.begin - l.partition(rank).begin;
-        p.after.push_back([this, recv, dst, at, recvN]() {
+        p.after.push_back([this, &op, recv, dst, at, recvN]() {
           if (recvN > 0)
-            dev->accumulate(slice(dst, at, recvN), recv);
+            check(dev->accumulate(slice(dst, at, recvN), recv), op);
         });
       } else {
         // Stage 1: in place on the replicated flat buffer; keep the owned
         // partition.
         int64_t at = mine.begin;
-        p.after.push_back([this, recv, dst, at, recvN]() {
+        p.after.push_back([this, &op, recv, dst, at, recvN]() {
           if (recvN > 0)
-            dev->copyElements(recv, 0, dst, at, recvN);
+            check(dev->copyElements(recv, 0, dst, at, recvN), op);
         });
       }
     } else {
@@ -983,7 +1025,8 @@ void Executor::Impl::startReduceScatter(const PlanOp &op) {
           comm.reduceScatter(send, std::vector<int64_t>(size_t(ws), s), recvBuf,
                              dt, true, label(op)));
       Tensor recv{recvBuf, dt, {s}};
-      p.after.push_back([this, recv, dst]() { dev->accumulate(dst, recv); });
+      p.after.push_back(
+          [this, &op, recv, dst]() { check(dev->accumulate(dst, recv), op); });
     }
   }
   { Ticket issuedAll = std::move(ticket); }
@@ -1155,10 +1198,10 @@ void Executor::Impl::adamUpdate(const PlanOp &op) {
       param = Tensor{workspace(op, layout.size(), keep) + at, dt, {n}};
       Tensor full = ps.view();
       if (own.size() > 0)
-        dev->copyElements(full, own.begin, param, 0, own.size());
-      writeBack = [this, param, full, own]() {
+        check(dev->copyElements(full, own.begin, param, 0, own.size()), op);
+      writeBack = [this, &op, param, full, own]() {
         if (own.size() > 0)
-          dev->copyElements(param, 0, full, own.begin, own.size());
+          check(dev->copyElements(param, 0, full, own.begin, own.size()), op);
       };
     }
   }
@@ -1188,6 +1231,7 @@ void Executor::Impl::clipGradNorm(const PlanOp &op) {
   std::vector<std::string> names = attrSList(op, "grads");
   if (names.empty())
     names = op.tensors;
+  drainInflight();
   // Sharded and flat-group gradients: each rank sums what it owns, then the
   // sums are all-reduced. Replicated gradients are the same on every rank.
   double shared = 0, local = 0;
@@ -1216,6 +1260,7 @@ void Executor::Impl::unscale(const PlanOp &op) {
   std::vector<std::string> names = attrSList(op, "grads");
   if (names.empty())
     names = op.tensors;
+  drainInflight();
   bool over = false;
   for (const std::string &name : names)
     check(dev->unscaleGrads(tensor(name).view(), lossState.scale, over), op);

@@ -133,3 +133,25 @@ module attributes {sched.stage = 3 : i64, sched.world_size = 2 : i64} {
     return %z : tensor<4x4xf32>
   }
 }
+
+// -----
+
+// The previous occupant's last use is on this stream (the mul), but an
+// earlier one is on another (the accumulate on stream 2): the add that
+// reuses its memory follows that one too.
+// CHECK-LABEL: func.func @micro_step
+// CHECK: model.add {{.*}}sched.offsets = array<i64: [[A:[0-9]+]]>
+// CHECK: sched.accumulate
+// CHECK: model.mul
+// CHECK: model.add {{.*}}sched.after = array<i64: 1>, sched.offsets = array<i64: [[A]]>
+module attributes {sched.stage = 2 : i64, sched.world_size = 1 : i64} {
+  sched.tensor @w : tensor<4x4xf32> param on device
+  sched.tensor @w.grad : tensor<4x4xf32> grad of @w on device
+  func.func @micro_step(%x: tensor<4x4xf32>) -> tensor<4x4xf32> {
+    %a = model.add %x, %x : tensor<4x4xf32>
+    sched.accumulate %a into @w.grad {stream = 2 : i64} : tensor<4x4xf32>
+    %c = model.mul %a, %x : tensor<4x4xf32>
+    %b = model.add %c, %x : tensor<4x4xf32>
+    return %b : tensor<4x4xf32>
+  }
+}

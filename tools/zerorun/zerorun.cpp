@@ -361,8 +361,13 @@ int run(const Options &o, Communicator &comm, Device *device) {
   };
   for (int64_t s = firstStep; s < o.steps; ++s) {
     auto r = e.runStep(*loader, s);
-    if (!r)
+    if (!r) {
+      // Every rank is about to be aborted; collectives this rank posted
+      // may still use the executor's memory, so it is not torn down.
+      if (comm.size() > 1)
+        (void)(*ex).release();
       return err(r.error().message);
+    }
     if (root) {
       std::printf("step %lld  loss %.6f  %.0f tokens/s  compute %.3f s  "
                   "wait %.3f s  memory %s%s\n",
