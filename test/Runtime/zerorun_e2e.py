@@ -34,6 +34,9 @@ Scenarios:
                        relative 1e-4 (f32; 3e-2 bf16), and the GPU run's
                        measured peak within 2% of the plan's prediction;
                        exits 77 (skipped) where no GPU is usable
+  progress             on a terminal (a pseudo-terminal) zerorun redraws a
+                       progress bar; with --plain, or piped, it prints one
+                       plain line per step
   nvme-missing:SPEC    SPEC (with nvme offload) whose nvme_path was removed:
                        zerorun fails with a clear error before any step
   init-from:SPEC       SPEC and stage 0 on one rank (same global batch) for
@@ -385,6 +388,48 @@ def scenario_gpu_match(args, spec):
     return 0
 
 
+def run_on_terminal(cmd):
+    """Runs `cmd` with a pseudo-terminal as its stdout: (exit code, text)."""
+    import pty
+    pid, fd = pty.fork()
+    if pid == 0:
+        try:
+            os.execv(cmd[0], cmd)
+        finally:
+            os._exit(127)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), out.decode(errors="replace")
+
+
+def scenario_progress(args):
+    p = plan(args, 0, 1, 1, {})
+    base = [args.zerorun, p, "--synthetic", "--steps", "5"]
+    rc, tty = run_on_terminal(base)
+    rc2, plain = run_on_terminal(base + ["--plain"])
+    piped = run(base)
+    print(repr(tty[-400:]))
+    if rc != 0 or rc2 != 0:
+        print("FAILED: exit codes %d, %d" % (rc, rc2))
+        return 1
+    if "\r[" not in tty or "] 5/5  loss" not in tty or "step 1  loss" in tty:
+        print("FAILED: no progress bar on a terminal")
+        return 1
+    for name, text in (("--plain", plain), ("piped", piped)):
+        if "\r[" in text or text.count("step ") < 5 or "step 5  loss" not in text:
+            print("FAILED: %s output is not one plain line per step" % name)
+            return 1
+    return 0
+
+
 def scenario_reference(args, spec):
     name, ws = spec.split(",")
     p = plan(args, 0, 1, int(ws), {"model": name})
@@ -474,6 +519,8 @@ def main():
 
     if args.scenario.startswith("resume:"):
         return scenario_resume(args, args.scenario[len("resume:"):])
+    if args.scenario == "progress":
+        return scenario_progress(args)
     if args.scenario.startswith("gpu-match:"):
         return scenario_gpu_match(args, args.scenario[len("gpu-match:"):])
     if args.scenario.startswith("nvme-missing:"):

@@ -33,6 +33,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unistd.h>
 
 using namespace zeroc;
 using namespace zeroc::runtime;
@@ -71,6 +72,8 @@ OPTIONS:
   --device cpu|cuda       Where to train: CPU ranks (BLAS, MPI; the default)
                           or one GPU per rank (CUDA kernels, cuBLAS, NCCL;
                           needs a zerorun built with the CUDA backend)
+  --plain                 One plain line per step even on a terminal (the
+                          default there is a progress bar)
   --single-thread         Run every op on one thread in program order
                           (default: a worker thread per plan stream, so
                           collectives overlap compute as the plan says)
@@ -88,6 +91,7 @@ struct Options {
   bool singleThread = false;
   std::string nvmePath;
   std::string device = "cpu";
+  bool plainLog = false;
   std::string checkpointDir, initFrom;
   int64_t saveEvery = 0;
   bool resume = false;
@@ -142,6 +146,8 @@ Options parseArgs(int argc, char **argv) {
       std::exit(0);
     } else if (a == "--synthetic") {
       o.synthetic = true;
+    } else if (a == "--plain") {
+      o.plainLog = true;
     } else if (a == "--device") {
       o.device = value();
       if (o.device != "cpu" && o.device != "cuda")
@@ -197,6 +203,18 @@ bool launchedByMpi() {
     if (std::getenv(v))
       return true;
   return false;
+}
+
+/// "0:07", "12:34", "1:02:03".
+std::string formatSeconds(double seconds) {
+  long t = long(seconds + 0.5);
+  char buf[32];
+  if (t >= 3600)
+    std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60,
+                  t % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%ld:%02ld", t / 60, t % 60);
+  return buf;
 }
 
 std::string formatBytes(double b) {
@@ -344,6 +362,9 @@ int run(const Options &o, Communicator &comm, Device *device) {
                 o.synthetic ? "synthetic" : o.data.c_str());
   // The step of the newest checkpoint this run has (-1: none yet).
   int64_t lastSaved = o.resume ? firstStep : -1;
+  // On a terminal: a progress bar redrawn every step; otherwise (a pipe, a
+  // file, CI) one plain line per step.
+  bool bar = root && !o.plainLog && ::isatty(::fileno(stdout));
   auto save = [&](int64_t done) -> bool {
     if (auto ok = saveAll(e, comm, o.checkpointDir, done); !ok) {
       err(ok.error().message);
@@ -352,13 +373,14 @@ int run(const Options &o, Communicator &comm, Device *device) {
     lastSaved = done;
     if (root) {
       std::printf(
-          "zerorun: saved checkpoint %s\n",
+          "%szerorun: saved checkpoint %s\n", bar ? "\r\033[K" : "",
           checkpointTagDir(o.checkpointDir, "step" + std::to_string(done))
               .c_str());
       std::fflush(stdout);
     }
     return true;
   };
+  double elapsed = 0;
   for (int64_t s = firstStep; s < o.steps; ++s) {
     auto r = e.runStep(*loader, s);
     if (!r) {
@@ -369,13 +391,31 @@ int run(const Options &o, Communicator &comm, Device *device) {
       return err(r.error().message);
     }
     if (root) {
-      std::printf("step %lld  loss %.6f  %.0f tokens/s  compute %.3f s  "
-                  "wait %.3f s  memory %s%s\n",
-                  (long long)r->step, r->loss,
-                  r->seconds > 0 ? double(r->tokens) / r->seconds : 0.0,
-                  r->computeSeconds, r->waitSeconds,
-                  formatBytes(double(e.measuredPeakBytes())).c_str(),
-                  r->skipped ? "  (overflow: step skipped)" : "");
+      double tokensPerSecond =
+          r->seconds > 0 ? double(r->tokens) / r->seconds : 0.0;
+      if (bar) {
+        elapsed += r->seconds;
+        int64_t done = s + 1 - firstStep, total = o.steps - firstStep;
+        double eta = elapsed / double(done) * double(total - done);
+        constexpr int kWidth = 24;
+        int filled = int(kWidth * (s + 1) / std::max<int64_t>(o.steps, 1));
+        std::printf("\r[%s%s] %lld/%lld  loss %.4f  %.0f tok/s  compute %.3f s"
+                    "  wait %.3f s  mem %s  eta %s%s\033[K",
+                    std::string(size_t(filled), '#').c_str(),
+                    std::string(size_t(kWidth - filled), '.').c_str(),
+                    (long long)r->step, (long long)o.steps, r->loss,
+                    tokensPerSecond, r->computeSeconds, r->waitSeconds,
+                    formatBytes(double(e.measuredPeakBytes())).c_str(),
+                    formatSeconds(eta).c_str(),
+                    r->skipped ? "  (overflow: skipped)" : "");
+      } else {
+        std::printf("step %lld  loss %.6f  %.0f tokens/s  compute %.3f s  "
+                    "wait %.3f s  memory %s%s\n",
+                    (long long)r->step, r->loss, tokensPerSecond,
+                    r->computeSeconds, r->waitSeconds,
+                    formatBytes(double(e.measuredPeakBytes())).c_str(),
+                    r->skipped ? "  (overflow: step skipped)" : "");
+      }
       std::fflush(stdout);
       if (log) {
         nlohmann::json j = {{"step", r->step},
@@ -395,6 +435,8 @@ int run(const Options &o, Communicator &comm, Device *device) {
       if (!save(s + 1))
         return 1;
   }
+  if (bar && o.steps > firstStep)
+    std::printf("\n");
   // After the last step (also with --steps 0: the initial weights).
   int64_t done = std::max(firstStep, o.steps);
   if (!o.checkpointDir.empty() && lastSaved != done && !save(done))
