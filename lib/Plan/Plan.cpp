@@ -150,6 +150,48 @@ namespace {
 
 } // namespace
 
+void readTensorFields(JsonFieldReader &r, const json &j, const JsonPath &at,
+                      int64_t worldSize, bool planFields, PlanTensor &t) {
+  t.name = r.string(j, at, "name");
+  t.role = r.oneOf(j, at, "role",
+                   {"param", "grad", "master", "exp_avg", "exp_avg_sq"});
+  t.of = r.string(j, at, "of", /*optional=*/true);
+  t.dtype = r.dtype(j, at);
+  t.shape = r.integers(j, at, "shape");
+  t.numel = r.integer(j, at, "numel", 1);
+  t.sharded = r.boolean(j, at, "sharded");
+  t.localNumel = r.integer(j, at, "local_numel", 1);
+  if (planFields) {
+    t.placement = r.oneOf(j, at, "placement", {"device", "host", "nvme"});
+    t.init = r.string(j, at, "init", /*optional=*/true);
+  }
+  if (r.error)
+    return;
+  if (shapeElements(t.shape) != t.numel)
+    r.fail(at / "numel", "numel " + std::to_string(t.numel) +
+                             " is not the product of the shape " +
+                             shapeString(t.shape));
+  int64_t expectedLocal =
+      t.sharded ? ParamShardLayout{t.numel, worldSize}.shardSize() : t.numel;
+  if (!r.error && t.localNumel != expectedLocal)
+    r.fail(at / "local_numel",
+           "expected " + std::to_string(expectedLocal) + " for a " +
+               (t.sharded ? "sharded" : "replicated") + " tensor of " +
+               std::to_string(t.numel) + " elements over " +
+               std::to_string(worldSize) + " ranks, found " +
+               std::to_string(t.localNumel));
+}
+
+void readFlatGroupFields(JsonFieldReader &r, const json &j, const JsonPath &at,
+                         PlanFlatGroup &g) {
+  g.name = r.string(j, at, "name");
+  g.params = r.strings(j, at, "params");
+  g.offsets = r.integers(j, at, "offsets");
+  g.numel = r.integer(j, at, "numel", 1);
+  g.padded = r.integer(j, at, "padded", 1);
+  g.partition = r.integer(j, at, "partition", 1);
+}
+
 Expected<Plan> readPlan(const JsonDocument &doc) {
   const json &root = doc.root();
   JsonFieldReader r(doc, "plan");
@@ -209,32 +251,7 @@ Expected<Plan> readPlan(const JsonDocument &doc) {
     const json &j = tensors[i];
     JsonPath at = JsonPath() / "tensors" / std::to_string(i);
     PlanTensor t;
-    t.name = r.string(j, at, "name");
-    t.role = r.oneOf(j, at, "role",
-                     {"param", "grad", "master", "exp_avg", "exp_avg_sq"});
-    t.of = r.string(j, at, "of", /*optional=*/true);
-    t.dtype = r.dtype(j, at);
-    t.shape = r.integers(j, at, "shape");
-    t.numel = r.integer(j, at, "numel", 1);
-    t.sharded = r.boolean(j, at, "sharded");
-    t.localNumel = r.integer(j, at, "local_numel", 1);
-    t.placement = r.oneOf(j, at, "placement", {"device", "host", "nvme"});
-    t.init = r.string(j, at, "init", /*optional=*/true);
-    if (r.error)
-      break;
-    if (shapeElements(t.shape) != t.numel)
-      r.fail(at / "numel", "numel " + std::to_string(t.numel) +
-                               " is not the product of the shape");
-    int64_t expectedLocal =
-        t.sharded ? ParamShardLayout{t.numel, plan.worldSize}.shardSize()
-                  : t.numel;
-    if (!r.error && t.localNumel != expectedLocal)
-      r.fail(at / "local_numel",
-             "expected " + std::to_string(expectedLocal) + " for a " +
-                 (t.sharded ? "sharded" : "replicated") + " tensor of " +
-                 std::to_string(t.numel) + " elements over " +
-                 std::to_string(plan.worldSize) + " ranks, found " +
-                 std::to_string(t.localNumel));
+    readTensorFields(r, j, at, plan.worldSize, /*planFields=*/true, t);
     if (!r.error && !names.insert(t.name).second)
       r.fail(at / "name", "duplicate tensor name \"" + t.name + "\"");
     plan.tensors.push_back(std::move(t));
@@ -248,12 +265,7 @@ Expected<Plan> readPlan(const JsonDocument &doc) {
     const json &j = groups[i];
     JsonPath at = JsonPath() / "flat_groups" / std::to_string(i);
     PlanFlatGroup g;
-    g.name = r.string(j, at, "name");
-    g.params = r.strings(j, at, "params");
-    g.offsets = r.integers(j, at, "offsets");
-    g.numel = r.integer(j, at, "numel", 1);
-    g.padded = r.integer(j, at, "padded", 1);
-    g.partition = r.integer(j, at, "partition", 1);
+    readFlatGroupFields(r, j, at, g);
     if (!r.error && !names.insert(g.name).second)
       r.fail(at / "name", "duplicate name \"" + g.name +
                               "\": a tensor or flat group has it already");

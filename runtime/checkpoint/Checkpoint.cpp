@@ -304,42 +304,11 @@ void readTensors(JsonFieldReader &r, const json &root, CheckpointManifest &m) {
     JsonPath at = JsonPath() / "tensors" / std::to_string(i);
     CheckpointTensor ct;
     PlanTensor &t = ct.tensor;
-    t.name = r.string(j, at, "name");
-    t.role = r.string(j, at, "role");
-    static const std::set<std::string> roles = {"param", "grad", "master",
-                                                "exp_avg", "exp_avg_sq"};
-    if (!r.error && !roles.count(t.role))
-      r.fail(at / "role", "unknown role \"" + t.role +
-                              "\", expected param, grad, master, exp_avg "
-                              "or exp_avg_sq");
-    t.of = r.string(j, at, "of", /*optional=*/true);
-    std::string dtype = r.string(j, at, "dtype");
-    if (auto d = parseDType(dtype))
-      t.dtype = *d;
-    else if (!r.error)
-      r.fail(at / "dtype", "unknown dtype \"" + dtype + "\"");
-    t.shape = r.integers(j, at, "shape");
-    t.numel = r.integer(j, at, "numel", 1);
-    t.sharded = r.boolean(j, at, "sharded");
-    t.localNumel = r.integer(j, at, "local_numel", 1);
+    readTensorFields(r, j, at, m.worldSize, /*planFields=*/false, t);
     ct.offset = r.unsignedInteger(j, at, "offset");
     ct.bytes = r.unsignedInteger(j, at, "bytes");
     if (r.error)
       return;
-    if (shapeElements(t.shape) != t.numel)
-      r.fail(at / "numel", "numel " + std::to_string(t.numel) +
-                               " is not the product of the shape " +
-                               shapeString(t.shape));
-    int64_t expectedLocal =
-        t.sharded ? ParamShardLayout{t.numel, m.worldSize}.shardSize()
-                  : t.numel;
-    if (!r.error && t.localNumel != expectedLocal)
-      r.fail(at / "local_numel",
-             "expected " + std::to_string(expectedLocal) + " for a " +
-                 (t.sharded ? "sharded" : "replicated") + " tensor of " +
-                 std::to_string(t.numel) + " elements over " +
-                 std::to_string(m.worldSize) + " ranks, found " +
-                 std::to_string(t.localNumel));
     if (!r.error && ct.bytes != localBytes(t))
       r.fail(at / "bytes",
              "expected " + std::to_string(localBytes(t)) + " (local_numel x " +
@@ -366,12 +335,7 @@ void readFlatGroups(JsonFieldReader &r, const json &root,
     const json &j = groups[i];
     JsonPath at = JsonPath() / "flat_groups" / std::to_string(i);
     PlanFlatGroup g;
-    g.name = r.string(j, at, "name");
-    g.params = r.strings(j, at, "params");
-    g.offsets = r.integers(j, at, "offsets");
-    g.numel = r.integer(j, at, "numel", 1);
-    g.padded = r.integer(j, at, "padded", 1);
-    g.partition = r.integer(j, at, "partition", 1);
+    readFlatGroupFields(r, j, at, g);
     std::vector<int64_t> numels;
     for (size_t k = 0; k < g.params.size() && !r.error; ++k) {
       const CheckpointTensor *p = m.findTensor(g.params[k]);

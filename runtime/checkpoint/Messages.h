@@ -8,19 +8,13 @@
 #ifndef ZEROC_CHECKPOINT_MESSAGES_H
 #define ZEROC_CHECKPOINT_MESSAGES_H
 
+#include "zeroc/Support/DType.h"
+
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace zeroc {
-
-/// "[5, 4]"
-inline std::string shapeString(const std::vector<int64_t> &shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i)
-    s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
 
 /// "'a', 'b' and 3 more": the first eight names, quoted.
 inline std::string quotedNames(const std::vector<std::string> &names) {

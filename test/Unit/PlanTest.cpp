@@ -439,13 +439,13 @@ TEST(PlanReader, WrongTypes) {
   expectError(edited(R"("shape": [3, 4], "numel": 12)",
                      R"("shape": [3, 5], "numel": 12)"),
               "12:70: error: plan tensors[0].numel: numel 12 is not the "
-              "product of the shape",
+              "product of the shape [3, 5]",
               R"("numel": 12)");
   // (2^62 + 3) * 4 wraps to 12 in 64 bits: refused, not taken as a match.
   expectError(edited(R"("shape": [3, 4], "numel": 12)",
                      R"("shape": [4611686018427387907, 4], "numel": 12)"),
               "12:88: error: plan tensors[0].numel: numel 12 is not the "
-              "product of the shape",
+              "product of the shape [4611686018427387907, 4]",
               R"("numel": 12)");
   expectError(edited(R"("params": ["a", "b"])", R"("params": ["a", 2])"),
               "17:35: error: plan flat_groups[0].params[1]: expected a "
@@ -497,13 +497,13 @@ TEST(PlanReader, NumelMustBeTheProductOfTheShape) {
   expectError(
       edited(R"("shape": [6], "numel": 6)", R"("shape": [6], "numel": 7)"),
       "13:67: error: plan tensors[1].numel: numel 7 is not the "
-      "product of the shape",
+      "product of the shape [6]",
       R"("numel": 7)");
   // A product that overflows 64 bits is no product at all.
   expectError(edited(R"("shape": [6], "numel": 6)",
                      R"("shape": [4294967296, 4294967296], "numel": 6)"),
               "13:88: error: plan tensors[1].numel: numel 6 is not the "
-              "product of the shape",
+              "product of the shape [4294967296, 4294967296]",
               R"("numel": 6)");
 }
 

@@ -153,6 +153,19 @@ nlohmann::json toJson(const Plan &plan);
 /// field and its type, value ids, op dependencies and tensor names. Errors
 /// name the file, the line and column, the JSON path and what was expected.
 Expected<Plan> readPlan(const JsonDocument &doc);
+
+class JsonFieldReader;
+/// The fields of a persistent tensor as the plan writes them (a checkpoint
+/// manifest repeats them), checked: a known role and dtype, `numel` the
+/// shape's product, `local_numel` the shard layout's at `worldSize`. With
+/// `planFields`, also `placement` and `init` (a manifest records neither).
+void readTensorFields(JsonFieldReader &r, const nlohmann::json &j,
+                      const JsonPath &at, int64_t worldSize, bool planFields,
+                      PlanTensor &t);
+/// The fields of a flat group (its parameters are checked by the caller,
+/// against its own tensors).
+void readFlatGroupFields(JsonFieldReader &r, const nlohmann::json &j,
+                         const JsonPath &at, PlanFlatGroup &g);
 Expected<Plan> loadPlan(const std::string &path);
 
 } // namespace zeroc

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -54,6 +55,14 @@ inline std::optional<int64_t> shapeElements(const std::vector<int64_t> &shape) {
     if (d < 0 || __builtin_mul_overflow(n, d, &n))
       return std::nullopt;
   return n;
+}
+
+/// "[5, 4]": a shape as messages print it.
+inline std::string shapeString(const std::vector<int64_t> &shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
 }
 
 /// Accepts the MLIR spellings and the PyTorch / Hugging Face ones
