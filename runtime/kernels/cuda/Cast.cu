@@ -24,11 +24,32 @@ Status convertElements(const char *op, const void *src, DType srcType,
                        cudaStream_t stream) {
   if (n == 0)
     return {};
-  if (srcType == dstType)
-    return cudaStatus(op, "cudaMemcpyAsync",
-                      cudaMemcpyAsync(dst, src,
-                                      size_t(n * bytesPerElement(srcType)),
-                                      cudaMemcpyDeviceToDevice, stream));
+  if (srcType == dstType) {
+    // Any memory the device addresses (pinned host tensors too); ranges may
+    // overlap, as the CPU's memmove allows: then through scratch.
+    size_t bytes = size_t(n * bytesPerElement(srcType));
+    if (src == dst)
+      return {};
+    auto a = reinterpret_cast<uintptr_t>(src),
+         b = reinterpret_cast<uintptr_t>(dst);
+    if (a < b + bytes && b < a + bytes) {
+      Scratch tmp;
+      if (Status s = tmp.allocate(op, bytes, stream); !s.ok())
+        return s;
+      if (Status s = cudaStatus(op, "cudaMemcpyAsync",
+                                cudaMemcpyAsync(tmp.get(), src, bytes,
+                                                cudaMemcpyDefault, stream));
+          !s.ok())
+        return s;
+      src = tmp.get();
+      return cudaStatus(
+          op, "cudaMemcpyAsync",
+          cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
+    }
+    return cudaStatus(
+        op, "cudaMemcpyAsync",
+        cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
+  }
   return launchMap(op, src, srcType, nullptr, DType::F32, dst, dstType, n,
                    First{}, stream);
 }

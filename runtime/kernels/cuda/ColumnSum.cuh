@@ -68,9 +68,12 @@ Status columnSums(const char *op, int64_t rows, int64_t cols, F f, Store store,
                   cudaStream_t stream) {
   if (cols == 0)
     return {};
-  // gridDim.y is at most 65535: longer inputs get longer chunks.
+  // At most kMaxChunks partial rows (gridDim.y <= 65535, and the partials'
+  // scratch stays small): longer inputs get longer chunks. The order of
+  // summation still depends only on the shape.
+  constexpr int64_t kMaxChunks = 1024;
   int64_t rowsPerChunk =
-      std::max<int64_t>(kRowsPerChunk, (rows + 65534) / 65535);
+      std::max<int64_t>(kRowsPerChunk, (rows + kMaxChunks - 1) / kMaxChunks);
   int64_t chunks = (rows + rowsPerChunk - 1) / rowsPerChunk;
   Scratch partials;
   if (chunks > 0) {

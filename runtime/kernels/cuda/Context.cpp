@@ -52,6 +52,16 @@ Status KernelContext::init() {
         !st.ok())
       return st;
   }
+  // Keep freed scratch in the stream-ordered pool across synchronizations
+  // (the default threshold of 0 returns it to the OS at every sync, and the
+  // executor synchronizes every step).
+  int device = 0;
+  cudaMemPool_t pool;
+  if (cudaGetDevice(&device) == cudaSuccess &&
+      cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess) {
+    uint64_t keep = UINT64_MAX;
+    (void)cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+  }
   s.ready = true;
   return {};
 }
