@@ -670,7 +670,9 @@ INSTANTIATE_TEST_SUITE_P(
                       AttentionCase{DType::F32, 1, 20, 4, 1, 8},
                       AttentionCase{DType::F32, 3, 64, 6, 3, 32},
                       AttentionCase{DType::BF16, 2, 33, 4, 2, 16},
-                      AttentionCase{DType::F16, 2, 40, 2, 2, 32}),
+                      AttentionCase{DType::F16, 2, 40, 2, 2, 32},
+                      // Rows longer than a softmax block (256 threads).
+                      AttentionCase{DType::F32, 2, 300, 2, 1, 16}),
     [](const auto &info) {
       const AttentionCase &c = info.param;
       return name(c.dtype) + "_b" + std::to_string(c.batch) + "_s" +
