@@ -722,6 +722,9 @@ Executor::Impl::Ticket Executor::Impl::awaitTicket(const PlanOp &op) {
   progress.wait(lock, [&]() { return failed || issued == it->second; });
   if (failed)
     throw ExecError("stopped: another stream failed");
+  // The communicator next (the previous holder may still be releasing it),
+  // without blocking the other streams' progress meanwhile.
+  lock.unlock();
   return Ticket(this);
 }
 
