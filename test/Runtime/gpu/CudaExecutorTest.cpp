@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <ostream>
 
 using namespace zeroc;
 using namespace zeroc::runtime;
@@ -95,9 +96,9 @@ TEST_P(CudaExecutor, TrainsToTheCpuLossesWithThePlannedMemory) {
 // {"device": "cpu"}}}.
 INSTANTIATE_TEST_SUITE_P(
     TinyPlans, CudaExecutor,
-    ::testing::Values(std::make_pair("tiny-gpt2-stage3-ws1.json", 1e-4),
-                      std::make_pair("tiny-llama-bf16-stage2-offload-ws1.json",
-                                     3e-2)),
+    ::testing::Values(PlanCase{"tiny-gpt2-stage3-ws1.json", 1e-4},
+                      PlanCase{"tiny-llama-bf16-stage2-offload-ws1.json",
+                               3e-2}),
     [](const auto &info) {
       return std::string(info.index == 0 ? "Gpt2F32Stage3"
                                          : "LlamaBf16Stage2Offload");
