@@ -61,8 +61,13 @@ Trained train(const std::string &input, Communicator &comm, Device *device,
   return t;
 }
 
-class CudaExecutor
-    : public ::testing::TestWithParam<std::pair<const char *, double>> {};
+struct PlanCase {
+  const char *input;
+  double tolerance; ///< Relative, on each step's loss.
+};
+void PrintTo(const PlanCase &c, std::ostream *os) { *os << c.input; }
+
+class CudaExecutor : public ::testing::TestWithParam<PlanCase> {};
 
 TEST_P(CudaExecutor, TrainsToTheCpuLossesWithThePlannedMemory) {
   auto [input, tolerance] = GetParam();
