@@ -13,6 +13,8 @@
 #include "comm/HalfFloat.h"
 #include "comm/MpiCommunicator.h"
 
+#include "MpiTestMain.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -334,19 +336,6 @@ int timeoutScenario() {
 }
 
 /// On ranks other than 0: only failures, prefixed with the rank.
-class FailurePrinter : public ::testing::EmptyTestEventListener {
-public:
-  explicit FailurePrinter(int rank) : rank(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult &result) override {
-    if (result.failed())
-      std::printf("[rank %d] %s:%d: failure\n%s\n", rank,
-                  result.file_name() ? result.file_name() : "?",
-                  result.line_number(), result.summary());
-  }
-
-private:
-  int rank;
-};
 
 } // namespace
 
@@ -356,19 +345,5 @@ int main(int argc, char **argv) {
     if (std::strcmp(argv[i], "--timeout-scenario") == 0)
       return timeoutScenario();
 
-  ::testing::InitGoogleTest(&argc, argv);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (rank != 0) {
-    ::testing::TestEventListeners &listeners =
-        ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new FailurePrinter(rank));
-  }
-  int failed = RUN_ALL_TESTS() != 0;
-  int anyFailed = 0;
-  MPI_Allreduce(&failed, &anyFailed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (rank == 0 && anyFailed && !failed)
-    std::printf("a test failed on another rank (see [rank N] lines)\n");
-  return anyFailed;
+  return zeroc::testing::runTestsOnEveryRank(argc, argv);
 }

@@ -314,6 +314,23 @@ def scenario_init_from(args, spec):
     return 0
 
 
+def memory_matches(log):
+    """Whether the run's measured peak (the largest over ranks) is within 2%
+    of the plan's prediction, from its --log-json final record."""
+    final = [json.loads(l) for l in open(log) if '"final"' in l][0]
+    measured = final["measured_peak_bytes_max_rank"]
+    predicted = final["predicted_peak_bytes"]
+    off = (measured - predicted) / predicted
+    print("memory: measured %d bytes (max over ranks), predicted %d: %+.2f%%; "
+          "device memory in use at the end: %s" % (
+              measured, predicted, 100 * off,
+              final.get("device_memory_in_use_bytes", -1)))
+    if abs(off) > 0.02:
+        print("FAILED: measured memory is not within 2% of the prediction")
+        return False
+    return True
+
+
 def check_nvme(args, plan_path):
     """After a run with NVMe offload: the swap files were written and read,
     and are gone."""
@@ -371,21 +388,10 @@ def scenario_gpu_match(args, spec):
     print("cuda:", got)
     print("losses: largest relative difference %g (tolerance %g)" % (worst,
                                                                      tol))
-    final = [json.loads(l) for l in open(log) if '"final"' in l][0]
-    measured = final["measured_peak_bytes_max_rank"]
-    predicted = final["predicted_peak_bytes"]
-    off = (measured - predicted) / predicted
-    print("memory: measured %d, predicted %d (%+.2f%%); all device memory "
-          "in use at the end (cudaMemGetInfo): %d" % (
-              measured, predicted, 100 * off,
-              final["device_memory_in_use_bytes"]))
     if len(ref) != len(got) or worst > tol:
         print("FAILED: the GPU's losses differ from the CPU's")
         return 1
-    if abs(off) > 0.02:
-        print("FAILED: measured memory is not within 2% of the prediction")
-        return 1
-    return 0
+    return 0 if memory_matches(log) else 1
 
 
 def run_on_terminal(cmd):
@@ -468,16 +474,7 @@ def scenario_equiv(args, spec):
     if wworst is None or wworst > 1e-5:
         print("FAILED: the final weights differ from the reference's")
         return 1
-    final = [json.loads(l) for l in open(log) if '"final"' in l][0]
-    measured = final["measured_peak_bytes_max_rank"]
-    predicted = final["predicted_peak_bytes"]
-    off = (measured - predicted) / predicted
-    print("memory: measured %d bytes (max over ranks), predicted %d: %+.2f%%"
-          % (measured, predicted, 100 * off))
-    if abs(off) > 0.02:
-        print("FAILED: measured memory is not within 2% of the prediction")
-        return 1
-    return 0
+    return 0 if memory_matches(log) else 1
 
 
 def main():

@@ -15,6 +15,8 @@
 #include "comm/MpiCommunicator.h"
 #include "comm/NcclCommunicator.h"
 
+#include "../MpiTestMain.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -350,20 +352,6 @@ std::string whyNot() {
          "); NCCL needs one per rank";
 }
 
-class FailurePrinter : public ::testing::EmptyTestEventListener {
-public:
-  explicit FailurePrinter(int rank) : rank(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult &result) override {
-    if (result.failed())
-      std::printf("[rank %d] %s:%d: failure\n%s\n", rank,
-                  result.file_name() ? result.file_name() : "?",
-                  result.line_number(), result.summary());
-  }
-
-private:
-  int rank;
-};
-
 } // namespace
 
 int main(int argc, char **argv) {
@@ -380,17 +368,5 @@ int main(int argc, char **argv) {
     if (std::strcmp(argv[i], "--timeout-scenario") == 0)
       return timeoutScenario();
 
-  ::testing::InitGoogleTest(&argc, argv);
-  if (rank != 0) {
-    ::testing::TestEventListeners &listeners =
-        ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new FailurePrinter(rank));
-  }
-  int failed = RUN_ALL_TESTS() != 0;
-  int anyFailed = 0;
-  MPI_Allreduce(&failed, &anyFailed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (rank == 0 && anyFailed && !failed)
-    std::printf("a test failed on another rank (see [rank N] lines)\n");
-  return anyFailed;
+  return zeroc::testing::runTestsOnEveryRank(argc, argv);
 }
