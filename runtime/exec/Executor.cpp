@@ -127,18 +127,9 @@ Tensor slice(const Tensor &t, int64_t offset, int64_t n) {
                 {n}};
 }
 
-double attrF(const PlanOp &op, const char *name, double dflt) {
-  auto it = op.attrs.find(name);
-  if (it == op.attrs.end() || !it->is_number())
-    return dflt;
-  return it->get<double>();
-}
-int64_t attrI(const PlanOp &op, const char *name, int64_t dflt) {
-  auto it = op.attrs.find(name);
-  if (it == op.attrs.end() || !it->is_number())
-    return dflt;
-  return it->get<int64_t>();
-}
+using dispatch::attrF;
+using dispatch::attrI;
+
 std::string attrS(const PlanOp &op, const char *name) {
   auto it = op.attrs.find(name);
   if (it == op.attrs.end() || !it->is_string())
@@ -360,7 +351,7 @@ struct Executor::Impl {
   Ticket awaitTicket(const PlanOp &op);
   /// Waits for `p`'s collectives (giving up if another stream failed),
   /// then runs its epilogue.
-  void complete(const PlanOp &op, Pending &p, bool hostWait = false);
+  void complete(Pending &p, bool hostWait = false);
   void define(int64_t id);
   void runOp(const PlanOp &op);
   void compute(const PlanOp &op);
@@ -738,7 +729,7 @@ Executor::Impl::Ticket::~Ticket() {
   impl->progress.notify_all();
 }
 
-void Executor::Impl::complete(const PlanOp &op, Pending &p, bool hostWait) {
+void Executor::Impl::complete(Pending &p, bool hostWait) {
   if (!hostWait && dev->streamOrderedCollectives()) {
     // The epilogue follows the collective on this stream.
     for (auto &f : p.after)
@@ -762,7 +753,6 @@ void Executor::Impl::complete(const PlanOp &op, Pending &p, bool hostWait) {
     }
   for (auto &f : p.after)
     f();
-  (void)op;
 }
 
 void Executor::Impl::drainInflight() {
@@ -791,7 +781,7 @@ double Executor::Impl::allReduceScalar(const PlanOp &op, double value,
     Ticket t = awaitTicket(op);
     dev->useStreamFor(comm);
     p.handles.push_back(comm.allReduceScalars(&value, 1, kind, label(op)));
-    complete(op, p, /*hostWait=*/true);
+    complete(p, /*hostWait=*/true);
   }
   if (std::this_thread::get_id() == computeThread)
     scalarWaitSeconds += since(t0);
@@ -926,7 +916,7 @@ void Executor::Impl::startAllGather(const PlanOp &op) {
       });
     }
   }
-  complete(op, p);
+  complete(p);
 }
 
 void Executor::Impl::startReduceScatter(const PlanOp &op) {
@@ -1033,7 +1023,7 @@ void Executor::Impl::startReduceScatter(const PlanOp &op) {
     }
   }
   { Ticket issuedAll = std::move(ticket); }
-  complete(op, p);
+  complete(p);
 }
 
 void Executor::Impl::startAllReduce(const PlanOp &op) {
@@ -1054,7 +1044,7 @@ void Executor::Impl::startAllReduce(const PlanOp &op) {
                                          s.info->dtype, true, label(op)));
     }
   }
-  complete(op, p);
+  complete(p);
 }
 
 void Executor::Impl::startAllGatherUpdates(const PlanOp &op) {
@@ -1110,7 +1100,7 @@ void Executor::Impl::startAllGatherUpdates(const PlanOp &op) {
     }
   }
   { Ticket issuedAll = std::move(ticket); }
-  complete(op, p);
+  complete(p);
 }
 
 void Executor::Impl::startCopy(const PlanOp &op) {
