@@ -42,19 +42,40 @@ def Model_SavesForBackwardOpInterface : OpInterface<"SavesForBackwardOpInterface
   let description = [{
     What an op keeps alive from its forward to its backward computation: some
     of its operands and results (counted once per value, however many ops save
-    it), plus internal state that is not an SSA value (normalization
+    it), plus internal state computed by the forward (normalization
     statistics, attention probabilities). Parameters are never activations:
     values produced by `model.param_ref` do not count.
+
+    The internal state is an SSA value, never a side channel: in a training
+    graph (after `zero-expand-training-step`) the op yields it as an extra
+    result of `getSavedStateType()`, and the op's backward takes that value as
+    an operand. A forward-only graph leaves the result out. The link between a
+    forward op and its backward is thus dataflow, checked by the verifier, not
+    a name or a location; a recomputed op yields its own state.
   }];
   let methods = [
     InterfaceMethod<
       "Appends the operands and results this op's backward reads.",
       "void", "getSavedValues",
       (ins "::llvm::SmallVectorImpl<::mlir::Value> &":$saved)>,
-    InterfaceMethod<
-      "Bytes of internal state kept for backward that is not an SSA value.",
-      "int64_t", "getSavedInternalBytes", (ins), [{}], [{ return 0; }]>,
+    InterfaceMethod<[{
+        The type of the internal state the op's backward reads, or null if
+        the backward needs none beyond operands and results.
+      }],
+      "::mlir::RankedTensorType", "getSavedStateType", (ins), [{}],
+      [{ return {}; }]>,
+    InterfaceMethod<[{
+        The result carrying the internal state, when the op yields it (in a
+        training graph); null otherwise.
+      }],
+      "::mlir::Value", "getSavedState", (ins), [{}], [{ return {}; }]>,
   ];
+  let extraSharedClassDeclaration = [{
+    /// Bytes of the internal state, whether or not the op yields it.
+    int64_t getSavedInternalBytes() {
+      return ::zeroc::model::tensorBytes($_op.getSavedStateType());
+    }
+  }];
 }
 
 def Model_DifferentiableOpInterface : OpInterface<"DifferentiableOpInterface"> {

@@ -37,19 +37,31 @@ std::optional<DType> zeroc::model::toDType(Type t) {
 }
 
 int64_t zeroc::model::tensorBytes(Type type) {
-  auto tensor = dyn_cast<RankedTensorType>(type);
+  auto tensor = dyn_cast_or_null<RankedTensorType>(type);
   if (!tensor || !tensor.hasStaticShape())
     return 0;
   std::optional<DType> dtype = toDType(tensor.getElementType());
   return dtype ? tensor.getNumElements() * bytesPerElement(*dtype) : 0;
 }
 
+/// Whether `v` is the state a forward op yields for its backward.
+static bool isSavedState(Value v) {
+  auto keeps = v.getDefiningOp<SavesForBackwardOpInterface>();
+  return keeps && keeps.getSavedState() == v;
+}
+
+// The saved state (written by the forward, read by its backward) is left
+// out: the cost model's per-op traffic predates it being a value, and what a
+// kernel moves for it depends on the kernel (a flash-style attention keeps
+// one log-sum-exp per row instead of the probabilities).
 int64_t zeroc::model::detail::operandAndResultBytes(Operation *op) {
   int64_t bytes = 0;
-  for (Type t : op->getOperandTypes())
-    bytes += tensorBytes(t);
-  for (Type t : op->getResultTypes())
-    bytes += tensorBytes(t);
+  for (Value v : op->getOperands())
+    if (!isSavedState(v))
+      bytes += tensorBytes(v.getType());
+  for (Value v : op->getResults())
+    if (!isSavedState(v))
+      bytes += tensorBytes(v.getType());
   return bytes;
 }
 
@@ -80,11 +92,12 @@ static LogicalResult expectRank(Operation *op, StringRef name, Value v,
 
 /// Every float operand and result shares the element type of `ref`.
 static LogicalResult expectSameElementType(Operation *op, StringRef refName,
-                                           Value ref) {
+                                           Value ref, Value savedState = {}) {
   Type expected = tensorOf(ref).getElementType();
   auto check = [&](StringRef kind, unsigned index, Value v) -> LogicalResult {
     Type found = tensorOf(v).getElementType();
-    if (!isa<FloatType>(found) || found == expected)
+    // Saved statistics are f32 whatever the activations are.
+    if (!isa<FloatType>(found) || found == expected || v == savedState)
       return success();
     return op->emitOpError() << kind << " #" << index << " has element type "
                              << found << ", expected " << expected
@@ -321,7 +334,8 @@ using NamedValues = ArrayRef<std::pair<StringRef, Value>>;
 /// Values in `affine` of shape [hidden] (weight, bias and their gradients),
 /// values in `likeInput` of the input's type (result, dy, dx).
 static LogicalResult verifyNorm(Operation *op, Value input, NamedValues affine,
-                                NamedValues likeInput, double epsilon) {
+                                NamedValues likeInput, double epsilon,
+                                Value savedState) {
   int64_t hidden = tensorOf(input).getShape().empty()
                        ? 0
                        : tensorOf(input).getShape().back();
@@ -338,18 +352,65 @@ static LogicalResult verifyNorm(Operation *op, Value input, NamedValues affine,
              << " does not match the input type " << input.getType();
   if (!(epsilon > 0.0))
     return op->emitOpError() << "epsilon must be positive, found " << epsilon;
-  return expectSameElementType(op, "the input", input);
+  return expectSameElementType(op, "the input", input, savedState);
 }
 
-/// Rows normalized: every element of the input but the last dimension.
-static int64_t normRows(Value input) {
-  return numElements(input) / tensorOf(input).getShape().back();
+/// Per-row f32 statistics of a normalization: `count` of them (if more than
+/// one, stacked along a new leading dimension) per row of the input, a row
+/// being every element but the last dimension.
+static RankedTensorType normStatistics(Value input, int64_t count) {
+  ArrayRef<int64_t> shape = tensorOf(input).getShape();
+  SmallVector<int64_t> stats;
+  if (count > 1)
+    stats.push_back(count);
+  stats.append(shape.begin(), shape.end() - 1);
+  return RankedTensorType::get(stats, Float32Type::get(input.getContext()));
+}
+
+/// The state a forward op yields for its backward, where it yields it.
+static LogicalResult verifyYieldedState(SavesForBackwardOpInterface op) {
+  Value saved = op.getSavedState();
+  if (!saved || saved.getType() == op.getSavedStateType())
+    return success();
+  return op->emitOpError() << "saved state type " << saved.getType()
+                           << " does not match the expected "
+                           << op.getSavedStateType();
+}
+
+/// A backward op's `saved` operand is the state its forward op yielded:
+/// that is how the two are linked, never by name or location.
+template <typename ForwardOp>
+static LogicalResult verifyReadState(Operation *op, Value saved,
+                                     RankedTensorType expected) {
+  if (saved.getType() != expected)
+    return op->emitOpError()
+           << "saved state type " << saved.getType()
+           << " does not match the expected " << expected;
+  auto forward = saved.getDefiningOp<ForwardOp>();
+  if (!forward || forward.getSaved() != saved)
+    return op->emitOpError()
+           << "saved state must be the saved result of a '"
+           << ForwardOp::getOperationName() << "'";
+  return success();
+}
+
+/// The state of a forward op that builds its backward: yielded in a training
+/// graph, where zero-expand-training-step asks for it.
+static FailureOr<Value> stateForBackward(SavesForBackwardOpInterface op) {
+  if (Value saved = op.getSavedState())
+    return saved;
+  return op->emitOpError()
+         << "yields no saved state for its backward; zero-expand-training-step "
+            "gives it one before building the backward";
 }
 
 LogicalResult LayerNormOp::verify() {
-  return verifyNorm(*this, getInput(),
-                    {{"weight", getWeight()}, {"bias", getBias()}},
-                    {{"result", getResult()}}, getEpsilon().convertToDouble());
+  if (failed(verifyNorm(*this, getInput(),
+                        {{"weight", getWeight()}, {"bias", getBias()}},
+                        {{"result", getResult()}},
+                        getEpsilon().convertToDouble(), getSaved())))
+    return failure();
+  return verifyYieldedState(*this);
 }
 
 // Per element: mean 1, variance 3, normalize 2, affine 2.
@@ -365,21 +426,30 @@ LogicalResult LayerNormOp::buildBackward(OpBuilder &builder,
   FailureOr<Value> dy = resultGradient(*this, resultGrads, operandGrads);
   if (failed(dy) || !*dy)
     return dy;
+  FailureOr<Value> saved = stateForBackward(*this);
+  if (failed(saved))
+    return failure();
   auto backward = builder.create<LayerNormBackwardOp>(
       getLoc(), getInput().getType(), getWeight().getType(),
-      getBias().getType(), getInput(), getWeight(), *dy, getEpsilonAttr());
+      getBias().getType(), getInput(), getWeight(), *dy, *saved,
+      getEpsilonAttr());
   operandGrads.append(backward->result_begin(), backward->result_end());
   return success();
 }
 
 // Mean and reciprocal standard deviation, f32, one each per row.
-int64_t LayerNormOp::getSavedInternalBytes() {
-  return 2 * 4 * normRows(getInput());
+RankedTensorType LayerNormOp::getSavedStateType() {
+  return normStatistics(getInput(), 2);
 }
 
+Value LayerNormOp::getSavedState() { return getSaved(); }
+
 LogicalResult RMSNormOp::verify() {
-  return verifyNorm(*this, getInput(), {{"weight", getWeight()}},
-                    {{"result", getResult()}}, getEpsilon().convertToDouble());
+  if (failed(verifyNorm(*this, getInput(), {{"weight", getWeight()}},
+                        {{"result", getResult()}},
+                        getEpsilon().convertToDouble(), getSaved())))
+    return failure();
+  return verifyYieldedState(*this);
 }
 
 // Per element: square and sum 2, normalize 1, scale 1.
@@ -395,15 +465,22 @@ LogicalResult RMSNormOp::buildBackward(OpBuilder &builder,
   FailureOr<Value> dy = resultGradient(*this, resultGrads, operandGrads);
   if (failed(dy) || !*dy)
     return dy;
+  FailureOr<Value> saved = stateForBackward(*this);
+  if (failed(saved))
+    return failure();
   auto backward = builder.create<RMSNormBackwardOp>(
       getLoc(), getInput().getType(), getWeight().getType(), getInput(),
-      getWeight(), *dy, getEpsilonAttr());
+      getWeight(), *dy, *saved, getEpsilonAttr());
   operandGrads.append(backward->result_begin(), backward->result_end());
   return success();
 }
 
 // Reciprocal RMS, f32, one per row.
-int64_t RMSNormOp::getSavedInternalBytes() { return 4 * normRows(getInput()); }
+RankedTensorType RMSNormOp::getSavedStateType() {
+  return normStatistics(getInput(), 1);
+}
+
+Value RMSNormOp::getSavedState() { return getSaved(); }
 
 //===----------------------------------------------------------------------===//
 // Elementwise
@@ -548,15 +625,24 @@ LogicalResult CausalAttentionOp::verify() {
   if (failed(verifyAttentionInputs(*this, getQ(), getK(), getV(), getNumHeads(),
                                    getNumKvHeads())) ||
       failed(expectShape(*this, "result", getResult(),
-                         tensorOf(getQ()).getShape(), "the shape of q")))
+                         tensorOf(getQ()).getShape(), "the shape of q")) ||
+      failed(expectSameElementType(*this, "q", getQ())))
     return failure();
-  return expectSameElementType(*this, "q", getQ());
+  return verifyYieldedState(*this);
 }
 
 /// Attention scores: batch * heads * seq^2.
 static int64_t attentionScores(Value q, int64_t heads) {
   ArrayRef<int64_t> shape = tensorOf(q).getShape();
   return shape[0] * heads * shape[1] * shape[1];
+}
+
+/// The softmax probabilities, [batch, heads, seq, seq] in q's dtype.
+static RankedTensorType attentionProbabilities(Value q, int64_t heads) {
+  RankedTensorType type = tensorOf(q);
+  ArrayRef<int64_t> shape = type.getShape();
+  return RankedTensorType::get({shape[0], heads, shape[1], shape[1]},
+                               type.getElementType());
 }
 
 // Q K^T and P V are 2 * scores * head_dim each (the full square, as in the
@@ -571,10 +657,11 @@ void CausalAttentionOp::getSavedValues(SmallVectorImpl<Value> &saved) {
 }
 
 // The softmax probabilities, in the activation dtype.
-int64_t CausalAttentionOp::getSavedInternalBytes() {
-  DType dtype = *toDType(tensorOf(getQ()).getElementType());
-  return attentionScores(getQ(), getNumHeads()) * bytesPerElement(dtype);
+RankedTensorType CausalAttentionOp::getSavedStateType() {
+  return attentionProbabilities(getQ(), getNumHeads());
 }
+
+Value CausalAttentionOp::getSavedState() { return getSaved(); }
 
 LogicalResult
 CausalAttentionOp::buildBackward(OpBuilder &builder, ValueRange resultGrads,
@@ -582,9 +669,13 @@ CausalAttentionOp::buildBackward(OpBuilder &builder, ValueRange resultGrads,
   FailureOr<Value> dy = resultGradient(*this, resultGrads, operandGrads);
   if (failed(dy) || !*dy)
     return dy;
+  FailureOr<Value> saved = stateForBackward(*this);
+  if (failed(saved))
+    return failure();
   auto backward = builder.create<CausalAttentionBackwardOp>(
       getLoc(), getQ().getType(), getK().getType(), getV().getType(), getQ(),
-      getK(), getV(), getResult(), *dy, getNumHeadsAttr(), getNumKvHeadsAttr());
+      getK(), getV(), getResult(), *dy, *saved, getNumHeadsAttr(),
+      getNumKvHeadsAttr());
   operandGrads.append(backward->result_begin(), backward->result_end());
   return success();
 }
@@ -741,12 +832,15 @@ LogicalResult LinearGradBiasOp::verify() {
 int64_t LinearGradBiasOp::getForwardFlops() { return numElements(getDy()); }
 
 LogicalResult LayerNormBackwardOp::verify() {
-  return verifyNorm(*this, getInput(),
-                    {{"weight", getWeight()},
-                     {"dweight", getDweight()},
-                     {"dbias", getDbias()}},
-                    {{"dy", getDy()}, {"dinput", getDinput()}},
-                    getEpsilon().convertToDouble());
+  if (failed(verifyNorm(*this, getInput(),
+                        {{"weight", getWeight()},
+                         {"dweight", getDweight()},
+                         {"dbias", getDbias()}},
+                        {{"dy", getDy()}, {"dinput", getDinput()}},
+                        getEpsilon().convertToDouble(), getSaved())))
+    return failure();
+  return verifyReadState<LayerNormOp>(*this, getSaved(),
+                                      normStatistics(getInput(), 2));
 }
 
 // Twice the forward's 8 per element.
@@ -755,10 +849,13 @@ int64_t LayerNormBackwardOp::getForwardFlops() {
 }
 
 LogicalResult RMSNormBackwardOp::verify() {
-  return verifyNorm(*this, getInput(),
-                    {{"weight", getWeight()}, {"dweight", getDweight()}},
-                    {{"dy", getDy()}, {"dinput", getDinput()}},
-                    getEpsilon().convertToDouble());
+  if (failed(verifyNorm(*this, getInput(),
+                        {{"weight", getWeight()}, {"dweight", getDweight()}},
+                        {{"dy", getDy()}, {"dinput", getDinput()}},
+                        getEpsilon().convertToDouble(), getSaved())))
+    return failure();
+  return verifyReadState<RMSNormOp>(*this, getSaved(),
+                                    normStatistics(getInput(), 1));
 }
 
 // Twice the forward's 4 per element.
@@ -794,9 +891,11 @@ LogicalResult CausalAttentionBackwardOp::verify() {
       failed(expectShape(*this, "dout", getDout(), q, "the shape of q")) ||
       failed(expectShape(*this, "dq", getDq(), q, "the shape of q")) ||
       failed(expectShape(*this, "dk", getDk(), k, "the shape of k")) ||
-      failed(expectShape(*this, "dv", getDv(), k, "the shape of v")))
+      failed(expectShape(*this, "dv", getDv(), k, "the shape of v")) ||
+      failed(expectSameElementType(*this, "q", getQ())))
     return failure();
-  return expectSameElementType(*this, "q", getQ());
+  return verifyReadState<CausalAttentionOp>(
+      *this, getSaved(), attentionProbabilities(getQ(), getNumHeads()));
 }
 
 // dV = P^T dO, dP = dO V^T, dQ = dS K and dK = dS^T Q are 2 * scores *

@@ -158,18 +158,20 @@ def Model_LinearOp : Model_ComputeOp<"linear"> {
 }
 
 def Model_LayerNormOp : Model_ComputeOp<"layernorm", [], [],
-    ["getSavedInternalBytes"]> {
+    ["getSavedStateType", "getSavedState"]> {
   let summary = "Layer normalization over the last dimension";
   let description = [{
     `(x - mean) / sqrt(var + epsilon) * weight + bias` over the last
     dimension, with `weight` and `bias` of shape `[hidden]`. Statistics are
-    computed in f32 whatever the storage dtype; mean and reciprocal standard
-    deviation (f32, one each per row) are kept for backward.
+    computed in f32 whatever the storage dtype. In a training graph the op
+    also yields `saved`, the mean and reciprocal standard deviation of every
+    row (f32, `[2, rows...]`: means first), which its backward reads.
   }];
   let arguments = (ins Model_FloatTensor:$input, Model_FloatTensor:$weight,
                        Model_FloatTensor:$bias,
                        DefaultValuedAttr<F64Attr, "1.0e-5">:$epsilon);
-  let results = (outs Model_FloatTensor:$result);
+  let results = (outs Model_FloatTensor:$result,
+                      Optional<Model_FloatTensor>:$saved);
   let assemblyFormat = [{
     $input `,` $weight `,` $bias attr-dict `:` functional-type(operands, results)
   }];
@@ -177,16 +179,18 @@ def Model_LayerNormOp : Model_ComputeOp<"layernorm", [], [],
 }
 
 def Model_RMSNormOp : Model_ComputeOp<"rmsnorm", [], [],
-    ["getSavedInternalBytes"]> {
+    ["getSavedStateType", "getSavedState"]> {
   let summary = "Root-mean-square normalization over the last dimension";
   let description = [{
     `x / sqrt(mean(x^2) + epsilon) * weight` over the last dimension (Llama),
-    with `weight` of shape `[hidden]`. The reciprocal RMS (f32, one per row) is
-    kept for backward.
+    with `weight` of shape `[hidden]`. In a training graph the op also yields
+    `saved`, the reciprocal RMS of every row (f32, `[rows...]`), which its
+    backward reads.
   }];
   let arguments = (ins Model_FloatTensor:$input, Model_FloatTensor:$weight,
                        DefaultValuedAttr<F64Attr, "1.0e-5">:$epsilon);
-  let results = (outs Model_FloatTensor:$result);
+  let results = (outs Model_FloatTensor:$result,
+                      Optional<Model_FloatTensor>:$saved);
   let assemblyFormat = [{
     $input `,` $weight attr-dict `:` functional-type(operands, results)
   }];
@@ -251,7 +255,7 @@ def Model_RotaryOp : Model_ComputeOp<"rotary", [SameOperandsAndResultType]> {
 //===----------------------------------------------------------------------===//
 
 def Model_CausalAttentionOp : Model_ComputeOp<"causal_attention", [], [],
-    ["getSavedInternalBytes"]> {
+    ["getSavedStateType", "getSavedState"]> {
   let summary = "Causal scaled dot-product self-attention with grouped-query heads";
   let description = [{
     `q` is `[batch, seq, num_heads * head_dim]`; `k` and `v` are
@@ -262,8 +266,9 @@ def Model_CausalAttentionOp : Model_ComputeOp<"causal_attention", [], [],
     shape of `q`, heads concatenated.
 
     For backward it keeps q, k, v, its result, and the softmax probabilities
-    (`batch * num_heads * seq^2` elements in the activation dtype), the
-    accounting of Korthikanti et al. (2022) without dropout.
+    (`[batch, num_heads, seq, seq]` in the activation dtype, yielded as
+    `saved` in a training graph), the accounting of Korthikanti et al. (2022)
+    without dropout.
 
     ```mlir
     %a = model.causal_attention %q, %k, %v {num_heads = 32 : i64, num_kv_heads = 8 : i64}
@@ -274,7 +279,8 @@ def Model_CausalAttentionOp : Model_ComputeOp<"causal_attention", [], [],
                        Model_FloatTensor:$v,
                        ConfinedAttr<I64Attr, [IntPositive]>:$num_heads,
                        ConfinedAttr<I64Attr, [IntPositive]>:$num_kv_heads);
-  let results = (outs Model_FloatTensor:$result);
+  let results = (outs Model_FloatTensor:$result,
+                      Optional<Model_FloatTensor>:$saved);
   let assemblyFormat = [{
     $q `,` $k `,` $v attr-dict `:` functional-type(operands, results)
   }];
@@ -418,22 +424,23 @@ def Model_LayerNormBackwardOp : Model_BackwardOp<"layernorm_backward"> {
     `dbias`. With `xhat = (x - mean) * rstd` per row and `g = dy * weight`:
     `dx = rstd * (g - mean(g) - xhat * mean(g * xhat))`,
     `dweight = sum over rows of dy * xhat`, `dbias = sum over rows of dy`.
-    The row statistics are those the forward kept (or recomputed from `x`
-    with the same `epsilon`; the result is the same).
+    The row statistics are `saved`, the state the forward `model.layernorm`
+    yielded (means, then reciprocal standard deviations, f32).
 
     FLOPs: 16 per element of `x`.
 
     ```mlir
-    %dx, %dg, %db = model.layernorm_backward %x, %g, %dy : (tensor<4x1024x768xf32>, tensor<768xf32>, tensor<4x1024x768xf32>) -> (tensor<4x1024x768xf32>, tensor<768xf32>, tensor<768xf32>)
+    %y, %stats = model.layernorm %x, %g, %b : (tensor<4x1024x768xf32>, tensor<768xf32>, tensor<768xf32>) -> (tensor<4x1024x768xf32>, tensor<2x4x1024xf32>)
+    %dx, %dg, %db = model.layernorm_backward %x, %g, %dy, %stats : (tensor<4x1024x768xf32>, tensor<768xf32>, tensor<4x1024x768xf32>, tensor<2x4x1024xf32>) -> (tensor<4x1024x768xf32>, tensor<768xf32>, tensor<768xf32>)
     ```
   }];
   let arguments = (ins Model_FloatTensor:$input, Model_FloatTensor:$weight,
-                       Model_FloatTensor:$dy,
+                       Model_FloatTensor:$dy, Model_FloatTensor:$saved,
                        DefaultValuedAttr<F64Attr, "1.0e-5">:$epsilon);
   let results = (outs Model_FloatTensor:$dinput, Model_FloatTensor:$dweight,
                       Model_FloatTensor:$dbias);
   let assemblyFormat = [{
-    $input `,` $weight `,` $dy attr-dict `:` functional-type(operands, results)
+    $input `,` $weight `,` $dy `,` $saved attr-dict `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;
 }
@@ -445,20 +452,21 @@ def Model_RMSNormBackwardOp : Model_BackwardOp<"rmsnorm_backward"> {
     result gradient `dy`, computes `dx` and `dweight`. With
     `xhat = x * rrms` per row and `g = dy * weight`:
     `dx = rrms * (g - xhat * mean(g * xhat))`,
-    `dweight = sum over rows of dy * xhat`.
+    `dweight = sum over rows of dy * xhat`, with `rrms` from `saved`, the
+    state the forward `model.rmsnorm` yielded.
 
     FLOPs: 8 per element of `x`.
 
     ```mlir
-    %dx, %dg = model.rmsnorm_backward %x, %g, %dy : (tensor<1x8192x4096xbf16>, tensor<4096xbf16>, tensor<1x8192x4096xbf16>) -> (tensor<1x8192x4096xbf16>, tensor<4096xbf16>)
+    %dx, %dg = model.rmsnorm_backward %x, %g, %dy, %rrms : (tensor<1x8192x4096xbf16>, tensor<4096xbf16>, tensor<1x8192x4096xbf16>, tensor<1x8192xf32>) -> (tensor<1x8192x4096xbf16>, tensor<4096xbf16>)
     ```
   }];
   let arguments = (ins Model_FloatTensor:$input, Model_FloatTensor:$weight,
-                       Model_FloatTensor:$dy,
+                       Model_FloatTensor:$dy, Model_FloatTensor:$saved,
                        DefaultValuedAttr<F64Attr, "1.0e-5">:$epsilon);
   let results = (outs Model_FloatTensor:$dinput, Model_FloatTensor:$dweight);
   let assemblyFormat = [{
-    $input `,` $weight `,` $dy attr-dict `:` functional-type(operands, results)
+    $input `,` $weight `,` $dy `,` $saved attr-dict `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;
 }
@@ -526,8 +534,8 @@ def Model_CausalAttentionBackwardOp
     From the forward operands `q`, `k`, `v`, the forward result `out` and its
     gradient `dout` (both the shape of `q`), computes `dq`, `dk` and `dv`
     with the shapes of `q`, `k` and `v`. With `P` the causal softmax
-    probabilities (kept by the forward, or recomputed from `q` and `k` by a
-    flash-attention kernel) and `D = rowsum(dout * out)`:
+    probabilities (`saved`, yielded by the forward `model.causal_attention`)
+    and `D = rowsum(dout * out)`:
     `dv = P^T dout`, `dP = dout v^T`, `dS = P * (dP - D) / sqrt(head_dim)`,
     `dq = dS k`, `dk = dS^T q`. A key/value head shared by several query
     heads receives the sum of their contributions in `dk` and `dv`.
@@ -536,20 +544,20 @@ def Model_CausalAttentionBackwardOp
     (over the full square, like the forward) + 10 per score.
 
     ```mlir
-    %dq, %dk, %dv = model.causal_attention_backward %q, %k, %v, %out, %dout {num_heads = 32 : i64, num_kv_heads = 8 : i64}
-        : (tensor<1x8192x4096xbf16>, tensor<1x8192x1024xbf16>, tensor<1x8192x1024xbf16>, tensor<1x8192x4096xbf16>, tensor<1x8192x4096xbf16>)
+    %dq, %dk, %dv = model.causal_attention_backward %q, %k, %v, %out, %dout, %probs {num_heads = 32 : i64, num_kv_heads = 8 : i64}
+        : (tensor<1x8192x4096xbf16>, tensor<1x8192x1024xbf16>, tensor<1x8192x1024xbf16>, tensor<1x8192x4096xbf16>, tensor<1x8192x4096xbf16>, tensor<1x32x8192x8192xbf16>)
         -> (tensor<1x8192x4096xbf16>, tensor<1x8192x1024xbf16>, tensor<1x8192x1024xbf16>)
     ```
   }];
   let arguments = (ins Model_FloatTensor:$q, Model_FloatTensor:$k,
                        Model_FloatTensor:$v, Model_FloatTensor:$out,
-                       Model_FloatTensor:$dout,
+                       Model_FloatTensor:$dout, Model_FloatTensor:$saved,
                        ConfinedAttr<I64Attr, [IntPositive]>:$num_heads,
                        ConfinedAttr<I64Attr, [IntPositive]>:$num_kv_heads);
   let results = (outs Model_FloatTensor:$dq, Model_FloatTensor:$dk,
                       Model_FloatTensor:$dv);
   let assemblyFormat = [{
-    $q `,` $k `,` $v `,` $out `,` $dout attr-dict `:` functional-type(operands, results)
+    $q `,` $k `,` $v `,` $out `,` $dout `,` $saved attr-dict `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;
   let extraClassDeclaration = [{

@@ -154,30 +154,6 @@ std::string_view opClassName(OpClass cls) {
 
 namespace {
 
-bool endsWith(const std::string &s, const std::string &suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-/// A string attribute, or empty.
-std::string stringAttr(const PlanOp &op, const char *name) {
-  auto it = op.attrs.find(name);
-  return it != op.attrs.end() && it->is_string() ? it->get<std::string>()
-                                                 : std::string();
-}
-
-/// A string-array attribute; non-strings are skipped.
-std::vector<std::string> stringsAttr(const PlanOp &op, const char *name) {
-  std::vector<std::string> out;
-  auto it = op.attrs.find(name);
-  if (it == op.attrs.end() || !it->is_array())
-    return out;
-  for (const json &v : *it)
-    if (v.is_string())
-      out.push_back(v.get<std::string>());
-  return out;
-}
-
 } // namespace
 
 CostModel::CostModel(const Plan &plan, const Cluster &cluster)
@@ -197,12 +173,13 @@ CostModel::CostModel(const Plan &plan, const Cluster &cluster)
     std::unordered_map<int64_t, const PlanOp *> byIndex;
     for (const PlanOp &op : phase.ops) {
       byIndex[op.index] = &op;
-      if (op.kind == "copy_start") {
-        for (const char *attr : {"sources", "destinations"})
-          for (const std::string &name : stringsAttr(op, attr))
-            copiedTensors.insert(name);
+      if (op.kind == OpKind::CopyStart) {
+        const CopyAttrs &copy = op.attrsAs<CopyAttrs>();
+        copiedTensors.insert(copy.sources.begin(), copy.sources.end());
+        copiedTensors.insert(copy.destinations.begin(),
+                             copy.destinations.end());
       }
-      if (op.kind != "wait")
+      if (op.kind != OpKind::Wait)
         continue;
       double bytes = 0;
       for (int64_t id : op.outputs)
@@ -210,7 +187,7 @@ CostModel::CostModel(const Plan &plan, const Cluster &cluster)
           bytes += double(v->second->bytes);
       for (int64_t dep : op.deps)
         if (auto d = byIndex.find(dep);
-            d != byIndex.end() && endsWith(d->second->kind, "_start"))
+            d != byIndex.end() && isAsyncStart(d->second->kind))
           info.waitBytes[dep] += bytes;
     }
   }
@@ -281,7 +258,11 @@ OpCost CostModel::collectiveCost(const PhaseInfo &info,
   // Results that land off the device (a host gradient partition) cross PCIe
   // after the collective: the rank's part of a reduce-scatter, all of the
   // others, in the share of targets that live off the device.
-  std::vector<std::string> targets = stringsAttr(op, "targets");
+  std::vector<std::string> targets;
+  if (op.kind == OpKind::ReduceScatterStart)
+    targets = op.attrsAs<ReduceScatterAttrs>().targets;
+  else if (op.kind == OpKind::AllGatherUpdatesStart)
+    targets = op.attrsAs<TargetListAttrs>().targets;
   std::sort(targets.begin(), targets.end());
   targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
   std::map<std::string, int64_t> offDevice;
@@ -315,14 +296,9 @@ OpCost CostModel::fetchCost(const PhaseInfo &info, const PlanOp &op) const {
 OpCost CostModel::copyCost(const PlanOp &op) const {
   OpCost cost;
   cost.cls = OpClass::Offload;
-  std::vector<std::string> sources = stringsAttr(op, "sources");
-  std::vector<std::string> destinations = stringsAttr(op, "destinations");
-  if (sources.empty() && destinations.empty() && op.tensors.size() % 2 == 0) {
-    // The plan lists sources then destinations.
-    size_t half = op.tensors.size() / 2;
-    sources.assign(op.tensors.begin(), op.tensors.begin() + half);
-    destinations.assign(op.tensors.begin() + half, op.tensors.end());
-  }
+  const std::vector<std::string> &sources = op.attrsAs<CopyAttrs>().sources;
+  const std::vector<std::string> &destinations =
+      op.attrsAs<CopyAttrs>().destinations;
   for (size_t i = 0; i < std::min(sources.size(), destinations.size()); ++i) {
     // Converted on the source side: the destination's dtype crosses.
     double bytes = rankElements(sources[i]) *
@@ -334,13 +310,13 @@ OpCost CostModel::copyCost(const PlanOp &op) const {
 }
 
 OpCost CostModel::adamCost(const PlanOp &op) const {
-  std::string grad = stringAttr(op, "grad");
-  std::string param = stringAttr(op, "param");
-  std::vector<std::string> states;
-  for (const char *attr : {"master", "exp_avg", "exp_avg_sq"})
-    if (std::string name = stringAttr(op, attr); !name.empty())
-      states.push_back(name);
-  bool hasMaster = !stringAttr(op, "master").empty();
+  const AdamAttrs &adam = op.attrsAs<AdamAttrs>();
+  const std::string &grad = adam.grad;
+  const std::string &param = adam.param;
+  std::vector<std::string> states = {adam.expAvg, adam.expAvgSq};
+  if (adam.master)
+    states.insert(states.begin(), *adam.master);
+  bool hasMaster = adam.master.has_value();
 
   // Adam reads the gradient, reads and writes each state (the f32 master and
   // both moments) and writes the parameter (reads it too when it is its own
@@ -354,7 +330,7 @@ OpCost CostModel::adamCost(const PlanOp &op) const {
     bytes += (hasMaster ? 1 : 2) * rankBytes(param);
 
   OpCost cost;
-  if (stringAttr(op, "on") != "host") {
+  if (adam.on != Placement::Host) {
     cost.cls = OpClass::Compute;
     cost.seconds = computeTime(clusterRef, 0, bytes, DType::F32);
     return cost;
@@ -396,22 +372,6 @@ OpCost CostModel::cost(const PlanPhase &phase, const PlanOp &op) const {
   static const PhaseInfo empty;
   const PhaseInfo &info = found == phases.end() ? empty : found->second;
 
-  if (!op.collective.empty())
-    return collectiveCost(info, op);
-  if (op.kind == "fetch_start")
-    return fetchCost(info, op);
-  if (op.kind == "copy_start")
-    return copyCost(op);
-  if (op.kind == "adam_update")
-    return adamCost(op);
-  if (op.flops > 0 || op.bytes > 0) {
-    OpCost cost;
-    cost.cls = OpClass::Compute;
-    cost.flops = double(op.flops);
-    cost.seconds = computeTime(clusterRef, double(op.flops), double(op.bytes),
-                               computeDType(info, op));
-    return cost;
-  }
   // Optimizer-phase ops carry no FLOPs or bytes in the plan: each streams
   // over the gradients it names. Clipping and unscaling also agree on a
   // scalar across ranks (the global norm, the overflow flag).
@@ -420,22 +380,58 @@ OpCost CostModel::cost(const PlanPhase &phase, const PlanOp &op) const {
                           plan.worldSize)
         .seconds;
   };
-  if (op.kind == "clip_grad_norm") {
+  // Every kind is decided here: a new one is a compile error (-Wswitch).
+  switch (op.kind) {
+#define ZEROC_COST_MODEL_OP(e, name, attrs) case OpKind::e:
+    ZEROC_PLAN_MODEL_OPS(ZEROC_COST_MODEL_OP)
+#undef ZEROC_COST_MODEL_OP
+    {
+      // A kernel: the roofline of its FLOPs and device-memory bytes.
+      OpCost cost;
+      cost.cls = OpClass::Compute;
+      cost.flops = double(op.flops);
+      cost.seconds = computeTime(clusterRef, double(op.flops),
+                                 double(op.bytes), computeDType(info, op));
+      return cost;
+    }
+  case OpKind::AllGatherStart:
+  case OpKind::ReduceScatterStart:
+  case OpKind::AllReduceStart:
+  case OpKind::AllGatherUpdatesStart:
+    return collectiveCost(info, op);
+  case OpKind::FetchStart:
+    return fetchCost(info, op);
+  case OpKind::CopyStart:
+    return copyCost(op);
+  case OpKind::AdamUpdate:
+    return adamCost(op);
+  case OpKind::ClipGradNorm: {
     OpCost cost = gradientPassCost(op, 1);
     cost.seconds += scalarAllReduce();
     return cost;
   }
-  if (op.kind == "unscale_grads") {
+  case OpKind::UnscaleGrads: {
     OpCost cost = gradientPassCost(op, 2);
     cost.seconds += scalarAllReduce();
     return cost;
   }
-  if (op.kind == "zero_grads")
+  case OpKind::ZeroGrads:
     return gradientPassCost(op, 1);
-  if (op.kind == "accumulate") {
-    // target += value: read the value, read and write the target's part.
-    std::string target =
-        op.tensors.empty() ? stringAttr(op, "tensor") : op.tensors.front();
+  case OpKind::Accumulate:
+    return accumulateCost(info, op);
+  case OpKind::Read:
+  case OpKind::Release:
+  case OpKind::Wait:
+  case OpKind::Return:
+    return {}; // Views, bookkeeping and the waits of timed collectives.
+  }
+  return {};
+}
+
+OpCost CostModel::accumulateCost(const PhaseInfo &info,
+                                 const PlanOp &op) const {
+  // target += value: read the value, read and write the target's part.
+  const std::string &target = op.attrsAs<AccumulateAttrs>().tensor;
     double inBytes = 0, elements = 0;
     for (int64_t id : op.inputs)
       if (auto v = info.values.find(id); v != info.values.end()) {
@@ -460,8 +456,6 @@ OpCost CostModel::cost(const PlanPhase &phase, const PlanOp &op) const {
                : 0);
     }
     return cost;
-  }
-  return {};
 }
 
 } // namespace zeroc

@@ -67,18 +67,15 @@ MemoryCurve deviceMemoryCurve(const Plan &plan,
       const PlanOp &op = phase->ops[i];
       const OpTiming &t = timeline.ops[i];
       double defined = t.start;
-      if (op.kind == "wait")
+      if (op.kind == OpKind::Wait)
         for (int64_t dep : op.deps)
-          if (auto d = position.find(dep); d != position.end()) {
-            const std::string &kind = phase->ops[d->second].kind;
-            if (kind.size() > 6 &&
-                kind.compare(kind.size() - 6, 6, "_start") == 0)
+          if (auto d = position.find(dep); d != position.end())
+            if (isAsyncStart(phase->ops[d->second].kind))
               defined = std::min(defined, timeline.ops[d->second].start);
-          }
       for (int64_t id : op.outputs) {
         alloc[id] = defined;
         free[id] = t.end; // dead unless used later
-        isView[id] = op.kind == "read";
+        isView[id] = op.kind == OpKind::Read;
       }
       for (int64_t id : op.inputs)
         free[id] = std::max(free[id], t.end);
@@ -119,7 +116,8 @@ MemoryCurve deviceMemoryCurve(const Plan &plan,
 namespace {
 
 std::string opLabel(const PlanOp &op) {
-  return op.where.empty() ? op.kind : op.kind + " " + op.where;
+  std::string kind = op.kindName();
+  return op.where.empty() ? kind : kind + " " + op.where;
 }
 
 std::string phaseTitle(const PhaseTimeline &t) {
@@ -163,7 +161,7 @@ json chromeTrace(const Plan &plan, const StepPrediction &prediction) {
       const OpTiming &t = timeline.ops[i];
       const PlanOp &op = phase->ops[i];
       if (t.start > t.ready &&
-          (op.kind == "wait" || t.stream == computeStream)) {
+          (op.kind == OpKind::Wait || t.stream == computeStream)) {
         // The stream sat idle: show what it waited for.
         json args = {{"op", t.op}};
         if (t.blockedBy >= 0)
@@ -461,12 +459,13 @@ std::string scheduleSvg(const Plan &plan, const StepPrediction &prediction) {
       // Other streams idle until their inputs exist; only the compute
       // stream and waits are "blocked".
       bool blocked =
-          t.start > t.ready && (op.kind == "wait" || t.stream == computeStream);
+          t.start > t.ready && (op.kind == OpKind::Wait || t.stream == computeStream);
       if (blocked) {
         double x0 = xOf(offsets[p] + t.ready), x1 = xOf(offsets[p] + t.start);
         svg.rect(x0, y + laneHeight * 0.35, std::max(x1 - x0, 0.3),
                  laneHeight * 0.3, kBlockedFill,
-                 "op " + std::to_string(t.op) + " " + op.kind + " blocked " +
+                 "op " + std::to_string(t.op) + " " + op.kindName() +
+                     " blocked " +
                      durationText(t.start - t.ready) +
                      (t.blockedBy >= 0
                           ? " waiting for op " + std::to_string(t.blockedBy)

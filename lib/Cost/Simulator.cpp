@@ -97,7 +97,7 @@ PhaseTimeline simulatePhase(const PlanPhase &phase, const CostModel &model,
     if (t.start > t.ready && last >= 0) {
       // Look through waits to the op whose work was not done.
       int64_t culprit = last;
-      while (phase.ops[size_t(culprit)].kind == "wait" &&
+      while (phase.ops[size_t(culprit)].kind == OpKind::Wait &&
              critical[size_t(culprit)] >= 0)
         culprit = critical[size_t(culprit)];
       t.blockedBy = phase.ops[size_t(culprit)].index;
@@ -185,7 +185,7 @@ mostExposed(const Plan &plan, const StepPrediction &prediction, size_t limit) {
       e.phase = timeline.name;
       e.op = index;
       if (auto it = byIndex.find(index); it != byIndex.end()) {
-        e.kind = it->second->kind;
+        e.kind = it->second->kindName();
         e.collective = it->second->collective;
         e.commElements = it->second->commElements;
       }

@@ -5,6 +5,7 @@
 #include "model/ModelOps.h"
 #include "sched/SchedOps.h"
 #include "zeroc/Support/Collectives.h"
+#include "zeroc/Support/JsonReader.h"
 
 #include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/DenseMap.h"
@@ -110,7 +111,12 @@ FailureOr<PlanPhase> buildPhase(func::FuncOp func, int64_t runsPerStep,
     PlanOp pop;
     pop.index = int64_t(phase.ops.size());
     // Op names are unique across the dialects a final schedule holds.
-    pop.kind = op.getName().stripDialect().str();
+    std::optional<OpKind> kind = parseOpKind(op.getName().stripDialect());
+    if (!kind)
+      return op.emitOpError()
+             << "has no plan op kind (zeroc/Plan/PlanOps.h): lower it before "
+                "writing the plan, or give it a kind the runtime executes";
+    pop.kind = *kind;
     if (auto loc = dyn_cast<NameLoc>(op.getLoc()))
       pop.where = loc.getName().str();
     if (auto s = dyn_cast<sched::StreamOpInterface>(op))
@@ -159,20 +165,22 @@ FailureOr<PlanPhase> buildPhase(func::FuncOp func, int64_t runsPerStep,
            llvm::zip(op.getResults(), offsets.asArrayRef()))
         if (ids.count(result))
           phase.values[ids[result]].offset = offset;
-    if (auto saved = dyn_cast<model::SavesForBackwardOpInterface>(op))
-      if ((pop.savedBytes = saved.getSavedInternalBytes()))
-        if (auto at = op.getAttrOfType<IntegerAttr>("sched.saved_offset"))
-          pop.savedOffset = at.getInt();
     if (auto at = op.getAttrOfType<IntegerAttr>("sched.workspace_bytes")) {
       pop.workspaceBytes = at.getInt();
       if (auto off = op.getAttrOfType<IntegerAttr>("sched.workspace_offset"))
         pop.workspaceOffset = off.getInt();
     }
+    json attrs = json::object();
     for (NamedAttribute attr : op.getAttrs()) {
       if (attr.getName() == "stream" ||
           attr.getName().getValue().starts_with("sched."))
         continue;
-      pop.attrs[attr.getName().str()] = attrToJson(attr.getValue());
+      if (attr.getName() == "model.recompute") {
+        if (auto layer = dyn_cast<StringAttr>(attr.getValue()))
+          pop.recompute = layer.str();
+        continue;
+      }
+      attrs[attr.getName().str()] = attrToJson(attr.getValue());
       auto collect = [&](Attribute a) {
         if (auto ref = dyn_cast<FlatSymbolRefAttr>(a))
           pop.tensors.push_back(ref.getValue().str());
@@ -181,6 +189,19 @@ FailureOr<PlanPhase> buildPhase(func::FuncOp func, int64_t runsPerStep,
       if (auto array = dyn_cast<ArrayAttr>(attr.getValue()))
         for (Attribute a : array)
           collect(a);
+    }
+    // The attributes as the kind's typed struct: the writer checks them by
+    // the same list the runtime's reader does.
+    Expected<JsonDocument> doc =
+        JsonDocument::parse(attrs.dump(), "plan attributes");
+    if (doc) {
+      JsonFieldReader reader(*doc, "plan");
+      pop.attrs =
+          readOpAttrs(reader, doc->root(), JsonPath(), pop.index, pop.kind);
+      if (reader.error)
+        return op.emitOpError() << "internal error: its attributes do not "
+                                   "match zeroc/Plan/PlanOps.h: "
+                                << reader.error->message;
     }
     if (auto cost = dyn_cast<model::CostOpInterface>(op)) {
       pop.flops = cost.getForwardFlops();

@@ -105,14 +105,18 @@ private:
     int64_t h = spec.hiddenSize;
     Value g = param(prefix + ".weight", {h}, ones());
     Value beta = param(prefix + ".bias", {h}, zeros());
-    return b.create<LayerNormOp>(at(prefix), x.getType(), x, g, beta,
-                                 b.getF64FloatAttr(spec.normEpsilon));
+    return b
+        .create<LayerNormOp>(at(prefix), x.getType(), /*saved=*/Type(), x, g,
+                             beta, b.getF64FloatAttr(spec.normEpsilon))
+        .getResult();
   }
 
   Value rmsNorm(const std::string &prefix, Value x) {
     Value g = param(prefix + ".weight", {spec.hiddenSize}, ones());
-    return b.create<RMSNormOp>(at(prefix), x.getType(), x, g,
-                               b.getF64FloatAttr(spec.normEpsilon));
+    return b
+        .create<RMSNormOp>(at(prefix), x.getType(), /*saved=*/Type(), x, g,
+                           b.getF64FloatAttr(spec.normEpsilon))
+        .getResult();
   }
 
   Value add(const std::string &name, Value lhs, Value rhs) {
@@ -120,9 +124,11 @@ private:
   }
 
   Value attention(const std::string &prefix, Value q, Value k, Value v) {
-    return b.create<CausalAttentionOp>(at(prefix), q.getType(), q, k, v,
-                                       b.getI64IntegerAttr(spec.numHeads),
-                                       b.getI64IntegerAttr(spec.numKVHeads));
+    return b
+        .create<CausalAttentionOp>(at(prefix), q.getType(), /*saved=*/Type(),
+                                   q, k, v, b.getI64IntegerAttr(spec.numHeads),
+                                   b.getI64IntegerAttr(spec.numKVHeads))
+        .getResult();
   }
 
   Value lossHead(Value h, Value targets, const std::string &headName) {

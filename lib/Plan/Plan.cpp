@@ -74,15 +74,17 @@ json toJson(const Plan &plan) {
                         {"offset", v.offset}});
     json ops = json::array();
     for (const PlanOp &op : p.ops) {
-      json j = {{"index", op.index},     {"kind", op.kind},
+      json j = {{"index", op.index},     {"kind", op.kindName()},
                 {"stream", op.stream},   {"inputs", op.inputs},
                 {"outputs", op.outputs}, {"deps", op.deps}};
       if (!op.where.empty())
         j["where"] = op.where;
       if (!op.tensors.empty())
         j["tensors"] = op.tensors;
-      if (!op.attrs.empty())
-        j["attrs"] = op.attrs;
+      if (json attrs = attrsToJson(op.attrs); !attrs.empty())
+        j["attrs"] = std::move(attrs);
+      if (!op.recompute.empty())
+        j["recompute"] = op.recompute;
       if (!op.collective.empty()) {
         j["collective"] = op.collective;
         j["comm_elements"] = op.commElements;
@@ -91,10 +93,6 @@ json toJson(const Plan &plan) {
         j["flops"] = op.flops;
       if (op.bytes)
         j["bytes"] = op.bytes;
-      if (op.savedBytes) {
-        j["saved_bytes"] = op.savedBytes;
-        j["saved_offset"] = op.savedOffset;
-      }
       if (op.workspaceBytes) {
         j["workspace_bytes"] = op.workspaceBytes;
         j["workspace_offset"] = op.workspaceOffset;
@@ -352,7 +350,11 @@ Expected<Plan> readPlan(const JsonDocument &doc) {
       op.index = r.integer(o, oat, "index");
       if (!r.error && op.index != int64_t(i))
         r.fail(oat / "index", "ops must be numbered 0, 1, 2, ... in order");
-      op.kind = r.string(o, oat, "kind");
+      std::string kind = r.string(o, oat, "kind");
+      if (std::optional<OpKind> k = parseOpKind(kind))
+        op.kind = *k;
+      else if (!r.error)
+        r.fail(oat / "kind", "unknown op kind '" + kind + "'");
       op.where = r.string(o, oat, "where", /*optional=*/true);
       op.stream = r.integer(o, oat, "stream");
       if (!r.error && op.stream >= int64_t(plan.streams.size()))
@@ -362,21 +364,14 @@ Expected<Plan> readPlan(const JsonDocument &doc) {
       op.outputs = r.integers(o, oat, "outputs");
       op.deps = r.integers(o, oat, "deps");
       op.tensors = r.strings(o, oat, "tensors", /*optional=*/true);
-      if (o.is_object() && o.contains("attrs")) {
-        if (!o["attrs"].is_object())
-          r.fail(oat / "attrs",
-                 "expected an object, found " + describeJsonType(o["attrs"]));
-        else
-          op.attrs = o["attrs"];
-      }
+      if (!r.error)
+        op.attrs = readOpAttrs(r, o.value("attrs", json::object()),
+                               oat / "attrs", op.index, op.kind);
+      op.recompute = r.string(o, oat, "recompute", /*optional=*/true);
       if (o.is_object() && o.contains("flops"))
         op.flops = r.integer(o, oat, "flops");
       if (o.is_object() && o.contains("bytes"))
         op.bytes = r.integer(o, oat, "bytes");
-      if (o.is_object() && o.contains("saved_bytes")) {
-        op.savedBytes = r.integer(o, oat, "saved_bytes");
-        op.savedOffset = r.integer(o, oat, "saved_offset", -1);
-      }
       if (o.is_object() && o.contains("workspace_bytes")) {
         op.workspaceBytes = r.integer(o, oat, "workspace_bytes");
         op.workspaceOffset = r.integer(o, oat, "workspace_offset", -1);

@@ -85,7 +85,7 @@ MemorySummary summarizeMemory(const Plan &plan) {
     m.peakPhase = phase.name;
     m.peakOp = pm.peakOp;
     if (pm.peakOp < int64_t(phase.ops.size())) {
-      m.peakOpKind = phase.ops[pm.peakOp].kind;
+      m.peakOpKind = phase.ops[pm.peakOp].kindName();
       m.peakOpWhere = phase.ops[pm.peakOp].where;
     }
     m.activations = pm.activations;

@@ -78,6 +78,7 @@ struct ExpandTrainingStep
 private:
   LogicalResult checkOptions(ModuleOp module);
   FailureOr<ForwardInfo> analyzeForward(ModuleOp module);
+  void yieldSavedStates(ForwardInfo &info);
   void findCheckpointedLayers(ModuleOp module, ForwardInfo &info);
   LogicalResult buildMicroStep(ForwardInfo &info);
   void buildOptimizerStep(ForwardInfo &info);
@@ -197,6 +198,34 @@ FailureOr<ForwardInfo> ExpandTrainingStep::analyzeForward(ModuleOp module) {
     info.params.push_back(param);
   }
   return info;
+}
+
+// Forward ops whose backward reads internal state (normalization statistics,
+// attention probabilities) are rebuilt to yield it as a result; their
+// buildBackward passes that value to the backward op, so forward and backward
+// are linked by dataflow (and liveness sees the state), never by location.
+// Ops that do not reach the loss have no backward and keep their form.
+void ExpandTrainingStep::yieldSavedStates(ForwardInfo &info) {
+  for (Operation *&op : info.ops) {
+    auto keeps = dyn_cast<SavesForBackwardOpInterface>(op);
+    if (!keeps || !keeps.getSavedStateType() || keeps.getSavedState() ||
+        !info.reachesLoss.contains(op))
+      continue;
+    OpBuilder builder(op);
+    OperationState state(op->getLoc(), op->getName());
+    state.addOperands(op->getOperands());
+    state.propertiesAttr = op->getPropertiesAsAttribute();
+    state.addAttributes(op->getDiscardableAttrDictionary().getValue());
+    state.addTypes(op->getResultTypes());
+    state.addTypes(keeps.getSavedStateType());
+    Operation *yielding = builder.create(state);
+    op->replaceAllUsesWith(
+        yielding->getResults().take_front(op->getNumResults()));
+    info.reachesLoss.erase(op);
+    info.reachesLoss.insert(yielding);
+    op->erase();
+    op = yielding;
+  }
 }
 
 /// Whether a layer name (layerOfParameter) is a numbered transformer layer,
@@ -447,6 +476,7 @@ void ExpandTrainingStep::runOnOperation() {
   FailureOr<ForwardInfo> info = analyzeForward(module);
   if (failed(info))
     return signalPassFailure();
+  yieldSavedStates(*info);
   if (recompute)
     findCheckpointedLayers(module, *info);
   if (failed(buildMicroStep(*info)))

@@ -124,9 +124,9 @@ private:
   /// for its forward uses and once for the backward of the ops that used it,
   /// each gather released after the phase's last use. Like DeepSpeed, which
   /// fetches a module's parameters for its backward, a parameter is gathered
-  /// for backward even when backward does not read it (a bias): the backward
-  /// ops of a forward op carry the forward op's location, which is how they
-  /// are found.
+  /// for backward even when backward does not read it (a bias): around the
+  /// backward ops that compute its gradient, found by dataflow from its
+  /// model.accumulate_grad.
   LogicalResult lowerParam(StringRef name,
                            MutableArrayRef<model::ParamRefOp> refs,
                            Operation *seed) {
@@ -158,15 +158,8 @@ private:
     // Backward ops of the forward users, for a parameter backward does not
     // read.
     SmallVector<Operation *> backwardOfUsers;
-    if (phases[1].empty()) {
-      llvm::SmallPtrSet<Location, 4> userLocs;
-      for (OpOperand *use : phases[0])
-        if (!isa<UnknownLoc>(use->getOwner()->getLoc()))
-          userLocs.insert(use->getOwner()->getLoc());
-      for (Operation *op = seed->getNextNode(); op; op = op->getNextNode())
-        if (userLocs.contains(op->getLoc()))
-          backwardOfUsers.push_back(op);
-    }
+    if (phases[1].empty())
+      backwardOfUsers = gradientProducers(block, name);
     Location loc = refs.front().getLoc();
     FlatSymbolRefAttr paramRef = refs.front().getParamAttr();
     RankedTensorType fullType = refs.front().getType();
@@ -199,6 +192,32 @@ private:
     for (model::ParamRefOp ref : refs)
       ref.erase();
     return success();
+  }
+
+  /// The ops that compute a parameter's gradient contributions, in block
+  /// order: the producers of what its model.accumulate_grad adds up, seen
+  /// through the sums of several contributions.
+  static SmallVector<Operation *> gradientProducers(Block *block,
+                                                    StringRef param) {
+    SmallVector<Operation *> producers;
+    SmallVector<Value> pending;
+    for (auto acc : block->getOps<model::AccumulateGradOp>())
+      if (acc.getParam() == param)
+        pending.push_back(acc.getGrad());
+    while (!pending.empty()) {
+      Operation *def = pending.pop_back_val().getDefiningOp();
+      if (!def)
+        continue;
+      if (auto sum = dyn_cast<model::AddOp>(def); sum && sum->hasOneUse()) {
+        pending.append({sum.getLhs(), sum.getRhs()});
+        continue;
+      }
+      if (!llvm::is_contained(producers, def))
+        producers.push_back(def);
+    }
+    llvm::sort(producers,
+               [](Operation *a, Operation *c) { return a->isBeforeInBlock(c); });
+    return producers;
   }
 
   LogicalResult lowerAccumulate(model::AccumulateGradOp acc) {

@@ -40,8 +40,7 @@ struct Buffer {
   int64_t offset = -1;
   // Where the offset is recorded.
   Value value;                ///< A result or argument, or
-  Operation *owner = nullptr; ///< the op whose internal state or
-  bool workspace = false;     ///< (if set) workspace this is.
+  Operation *owner = nullptr; ///< the op whose workspace this is.
   /// Every op that writes or reads it (for ordering reuse across streams).
   std::vector<size_t> touches;
 };
@@ -131,29 +130,8 @@ private:
             end = index[waitOf(op)];
           Buffer buffer{bytes, index[op], end, Category::Workspace,
                         -1,    Value(),   op};
-          buffer.workspace = true;
           buffer.touches = {index[op], end};
           buffers.push_back(buffer);
-        }
-      // State kept for backward that is not an SSA value lives until the
-      // last backward op carrying the forward op's location. A later op of
-      // the same name and location is the op's recomputation (activation
-      // checkpointing): from there backward reads the recomputation's state,
-      // and the forward op's dies.
-      if (auto keeps = dyn_cast<model::SavesForBackwardOpInterface>(op))
-        if (int64_t bytes = keeps.getSavedInternalBytes()) {
-          size_t end = index[op];
-          if (!isa<UnknownLoc>(op->getLoc()))
-            for (size_t i = index[op] + 1; i < ops.size(); ++i) {
-              if (ops[i]->getLoc() != op->getLoc())
-                continue;
-              if (ops[i]->getName() == op->getName())
-                break;
-              end = i;
-            }
-          buffers.push_back(
-              {bytes, index[op], end, Category::Activations, -1, Value(), op});
-          buffers.back().touches = {index[op], end};
         }
     }
   }
@@ -286,14 +264,11 @@ private:
     llvm::DenseMap<Operation *, SmallVector<int64_t>> offsets;
     SmallVector<int64_t> argOffsets(func.getNumArguments(), -1);
     for (const Buffer &b : buffers) {
-      if (b.owner && b.workspace) {
+      if (b.owner) {
         b.owner->setAttr("sched.workspace_offset",
                          builder.getI64IntegerAttr(b.offset));
         b.owner->setAttr("sched.workspace_bytes",
                          builder.getI64IntegerAttr(b.bytes));
-      } else if (b.owner) {
-        b.owner->setAttr("sched.saved_offset",
-                         builder.getI64IntegerAttr(b.offset));
       } else if (auto arg = dyn_cast<BlockArgument>(b.value)) {
         argOffsets[arg.getArgNumber()] = b.offset;
       } else {

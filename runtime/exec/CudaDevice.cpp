@@ -199,11 +199,10 @@ public:
   std::optional<cpu::Status> modelOp(const PlanOp &op,
                                      const std::vector<cpu::Tensor> &in,
                                      const std::vector<cpu::Tensor> &out,
-                                     SavedState &saved,
                                      double lossScale) override {
     StreamState &s = state();
     CudaKernels kernels{s.stream, *s.context};
-    return runModelOp(kernels, op, in, out, saved, lossScale);
+    return runModelOp(kernels, op, in, out, lossScale);
   }
   cpu::Status accumulate(const cpu::Tensor &acc,
                          const cpu::Tensor &g) override {

@@ -79,8 +79,7 @@ public:
   // Kernels. Tensors are views of this device's memory.
   virtual std::optional<cpu::Status>
   modelOp(const PlanOp &op, const std::vector<cpu::Tensor> &in,
-          const std::vector<cpu::Tensor> &out, SavedState &saved,
-          double lossScale) = 0;
+          const std::vector<cpu::Tensor> &out, double lossScale) = 0;
   virtual cpu::Status accumulate(const cpu::Tensor &acc,
                                  const cpu::Tensor &g) = 0;
   virtual cpu::Status zeroTensor(const cpu::Tensor &t) = 0;

@@ -60,124 +60,95 @@ struct CpuKernels {
 #undef ZEROC_CPU_KERNEL
 };
 
-namespace dispatch {
-inline double attrF(const PlanOp &op, const char *name, double dflt) {
-  auto it = op.attrs.find(name);
-  return it != op.attrs.end() && it->is_number() ? it->get<double>() : dflt;
-}
-inline int64_t attrI(const PlanOp &op, const char *name, int64_t dflt) {
-  auto it = op.attrs.find(name);
-  return it != op.attrs.end() && it->is_number() ? it->get<int64_t>() : dflt;
-}
-} // namespace dispatch
-
-/// State a forward op keeps for backward (normalization statistics,
-/// attention probabilities), in the arena.
-struct SavedState {
-  float *mine = nullptr;    ///< This op's saved_offset, if it has one.
-  float *forward = nullptr; ///< For a backward op: what its forward saved.
-  int64_t mineBytes = 0;
-  bool kept = false; ///< Set when a forward op wrote `mine` for backward.
-};
-
 /// Runs the kernel of model op `op` (inputs `in(i)`, outputs `out(i)`:
 /// cpu::Tensor views) with kernel set `k`. nullopt: not a model op.
+///
+/// State a forward op keeps for its backward (normalization statistics,
+/// attention probabilities) is a value of the plan like any other: the
+/// forward's second output, read by the backward as its last input.
+/// Attributes come typed and checked from the plan reader (PlanOps.h).
 template <typename K, typename In, typename Out>
 std::optional<cpu::Status> runModelOp(K &k, const PlanOp &op, In in, Out out,
-                                      SavedState &saved, double lossScale) {
-  using dispatch::attrF;
-  using dispatch::attrI;
-  const std::string &kind = op.kind;
-  auto eps = [&]() { return float(attrF(op, "epsilon", 1e-5)); };
-  auto probsOf = [&](float *data, DType dtype) {
-    const cpu::Tensor &q = in(0);
-    return cpu::Tensor{
-        data, dtype, {q.dim(0), attrI(op, "num_heads", 1), q.dim(1), q.dim(1)}};
+                                      double lossScale) {
+  // The state output of a forward op, null in a forward-only plan.
+  auto savedOut = [&]() -> const cpu::Tensor * {
+    return op.outputs.size() > 1 ? &out(1) : nullptr;
   };
-  if (kind == "embedding")
+  auto savedIn = [&]() -> const cpu::Tensor & {
+    return in(op.inputs.size() - 1);
+  };
+  auto eps = [&] { return float(op.attrsAs<NormAttrs>().epsilon); };
+  auto heads = [&] { return op.attrsAs<AttentionAttrs>(); };
+  auto rotary = [&] { return op.attrsAs<RotaryAttrs>(); };
+  // Every model kind has its kernel here: a new one is a compile error.
+  switch (op.kind) {
+  case OpKind::Embedding:
     return k.embeddingForward(in(0), in(1), out(0));
-  if (kind == "position_embedding")
+  case OpKind::PositionEmbedding:
     return k.positionEmbeddingForward(in(0), out(0));
-  if (kind == "linear")
+  case OpKind::Linear:
     return k.linearForward(in(0), in(1),
                            op.inputs.size() > 2 ? &in(2) : nullptr, out(0));
-  if (kind == "layernorm") {
-    saved.kept = saved.mine != nullptr;
-    return k.layerNormForward(in(0), in(1), in(2), eps(), out(0), saved.mine);
-  }
-  if (kind == "rmsnorm") {
-    saved.kept = saved.mine != nullptr;
-    return k.rmsNormForward(in(0), in(1), eps(), out(0), saved.mine);
-  }
-  if (kind == "gelu")
+  case OpKind::LayerNorm:
+    return k.layerNormForward(in(0), in(1), in(2), eps(), out(0),
+                              savedOut() ? savedOut()->f32() : nullptr);
+  case OpKind::RMSNorm:
+    return k.rmsNormForward(in(0), in(1), eps(), out(0),
+                            savedOut() ? savedOut()->f32() : nullptr);
+  case OpKind::Gelu:
     return k.geluForward(in(0), out(0));
-  if (kind == "silu")
+  case OpKind::Silu:
     return k.siluForward(in(0), out(0));
-  if (kind == "add")
+  case OpKind::Add:
     return k.add(in(0), in(1), out(0));
-  if (kind == "mul")
+  case OpKind::Mul:
     return k.mul(in(0), in(1), out(0));
-  if (kind == "rotary")
-    return k.rotaryForward(in(0), attrI(op, "head_dim", 0),
-                           attrF(op, "theta", 10000.0), out(0));
-  if (kind == "causal_attention") {
-    cpu::Tensor probs;
-    cpu::Tensor *keep = nullptr;
-    if (saved.mine) {
-      probs = probsOf(saved.mine, out(0).dtype);
-      if (probs.bytes() <= saved.mineBytes) {
-        keep = &probs;
-        saved.kept = true;
-      }
-    }
-    return k.attentionForward(in(0), in(1), in(2), attrI(op, "num_heads", 1),
-                              attrI(op, "num_kv_heads", 1), out(0), keep);
-  }
-  if (kind == "cross_entropy")
+  case OpKind::Rotary:
+    return k.rotaryForward(in(0), rotary().headDim, rotary().theta, out(0));
+  case OpKind::CausalAttention:
+    return k.attentionForward(in(0), in(1), in(2), heads().numHeads,
+                              heads().numKvHeads, out(0), savedOut());
+  case OpKind::CrossEntropy:
     return k.crossEntropyForward(in(0), in(1), out(0));
-  if (kind == "backward_seed") {
-    bool scaled = op.attrs.contains("loss_scaling") &&
-                  op.attrs["loss_scaling"].is_boolean() &&
-                  op.attrs["loss_scaling"].template get<bool>();
-    return k.backwardSeed(attrI(op, "micro_steps", 1), scaled ? lossScale : 1.0,
-                          out(0));
+  case OpKind::BackwardSeed: {
+    const BackwardSeedAttrs &seed = op.attrsAs<BackwardSeedAttrs>();
+    return k.backwardSeed(seed.microSteps,
+                          seed.lossScaling ? lossScale : 1.0, out(0));
   }
-  if (kind == "cross_entropy_backward")
+  case OpKind::CrossEntropyBackward:
     return k.crossEntropyBackward(in(0), in(1), in(2), out(0));
-  if (kind == "linear_grad_input")
+  case OpKind::LinearGradInput:
     return k.linearGradInput(in(0), in(1), out(0));
-  if (kind == "linear_grad_weight")
+  case OpKind::LinearGradWeight:
     return k.linearGradWeight(in(0), in(1), out(0));
-  if (kind == "linear_grad_bias")
+  case OpKind::LinearGradBias:
     return k.linearGradBias(in(0), out(0));
-  if (kind == "layernorm_backward")
-    return k.layerNormBackward(in(0), in(1), in(2), eps(), saved.forward,
+  case OpKind::LayerNormBackward:
+    return k.layerNormBackward(in(0), in(1), in(2), eps(), savedIn().f32(),
                                out(0), out(1), out(2));
-  if (kind == "rmsnorm_backward")
-    return k.rmsNormBackward(in(0), in(1), in(2), eps(), saved.forward, out(0),
-                             out(1));
-  if (kind == "gelu_backward")
+  case OpKind::RMSNormBackward:
+    return k.rmsNormBackward(in(0), in(1), in(2), eps(), savedIn().f32(),
+                             out(0), out(1));
+  case OpKind::GeluBackward:
     return k.geluBackward(in(0), in(1), out(0));
-  if (kind == "silu_backward")
+  case OpKind::SiluBackward:
     return k.siluBackward(in(0), in(1), out(0));
-  if (kind == "rotary_backward")
-    return k.rotaryBackward(in(0), attrI(op, "head_dim", 0),
-                            attrF(op, "theta", 10000.0), out(0));
-  if (kind == "causal_attention_backward") {
-    cpu::Tensor probs;
-    cpu::Tensor *have = nullptr;
-    if (saved.forward) {
-      probs = probsOf(saved.forward, in(3).dtype);
-      have = &probs;
-    }
-    return k.attentionBackward(
-        in(0), in(1), in(2), in(3), in(4), attrI(op, "num_heads", 1),
-        attrI(op, "num_kv_heads", 1), have, out(0), out(1), out(2));
-  }
-  if (kind == "embedding_backward")
+  case OpKind::RotaryBackward:
+    return k.rotaryBackward(in(0), rotary().headDim, rotary().theta, out(0));
+  case OpKind::CausalAttentionBackward:
+    return k.attentionBackward(in(0), in(1), in(2), in(3), in(4),
+                               heads().numHeads, heads().numKvHeads,
+                               &savedIn(), out(0), out(1), out(2));
+  case OpKind::EmbeddingBackward:
     return k.embeddingBackward(in(0), in(1), out(0));
-  if (kind == "position_embedding_backward")
+  case OpKind::PositionEmbeddingBackward:
     return k.positionEmbeddingBackward(in(0), out(0));
+#define ZEROC_NOT_A_KERNEL(e, name, attrs) case OpKind::e:
+    ZEROC_PLAN_SCHED_OPS(ZEROC_NOT_A_KERNEL)
+#undef ZEROC_NOT_A_KERNEL
+  case OpKind::Return:
+    return std::nullopt;
+  }
   return std::nullopt;
 }
 
@@ -186,11 +157,10 @@ template <typename K>
 std::optional<cpu::Status> runModelOp(K &k, const PlanOp &op,
                                       const std::vector<cpu::Tensor> &in,
                                       const std::vector<cpu::Tensor> &out,
-                                      SavedState &saved, double lossScale) {
+                                      double lossScale) {
   return runModelOp(
       k, op, [&](size_t i) -> const cpu::Tensor & { return in.at(i); },
-      [&](size_t i) -> const cpu::Tensor & { return out.at(i); }, saved,
-      lossScale);
+      [&](size_t i) -> const cpu::Tensor & { return out.at(i); }, lossScale);
 }
 
 } // namespace zeroc::runtime

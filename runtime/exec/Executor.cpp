@@ -95,7 +95,7 @@ struct ExecError : std::runtime_error {
 
 void check(const cpu::Status &status, const PlanOp &op) {
   if (!status.ok())
-    fail("op " + std::to_string(op.index) + " (" + op.kind +
+    fail("op " + std::to_string(op.index) + " (" + std::string(op.kindName()) +
          "): " + status.error);
 }
 
@@ -127,32 +127,6 @@ Tensor slice(const Tensor &t, int64_t offset, int64_t n) {
                 {n}};
 }
 
-using dispatch::attrF;
-using dispatch::attrI;
-
-std::string attrS(const PlanOp &op, const char *name) {
-  auto it = op.attrs.find(name);
-  if (it == op.attrs.end() || !it->is_string())
-    return {};
-  return it->get<std::string>();
-}
-std::vector<std::string> attrSList(const PlanOp &op, const char *name) {
-  std::vector<std::string> out;
-  auto it = op.attrs.find(name);
-  if (it != op.attrs.end() && it->is_array())
-    for (auto &e : *it)
-      if (e.is_string())
-        out.push_back(e.get<std::string>());
-  return out;
-}
-std::vector<int64_t> attrIList(const PlanOp &op, const char *name) {
-  std::vector<int64_t> out;
-  auto it = op.attrs.find(name);
-  if (it != op.attrs.end() && it->is_array())
-    for (auto &e : *it)
-      out.push_back(e.get<int64_t>());
-  return out;
-}
 
 } // namespace
 
@@ -201,7 +175,6 @@ struct Executor::Impl {
   std::map<int64_t, Tensor> values;
   std::vector<std::shared_ptr<char>> unplanned;
   std::map<int64_t, const PlanOp *> waitOf; ///< start index -> wait op.
-  std::map<std::string, float *> saved;     ///< kind/where -> saved state.
 
   // Streams: op completion, the order collectives are issued in, failure.
   std::mutex mutex;
@@ -365,7 +338,7 @@ struct Executor::Impl {
   void unscale(const PlanOp &op);
   double allReduceScalar(const PlanOp &op, double value, ScalarOp kind);
   OpLabel label(const PlanOp &op) {
-    return OpLabel{op.index, phase->name + ", " + op.kind +
+    return OpLabel{op.index, phase->name + ", " + std::string(op.kindName()) +
                                  (op.where.empty() ? "" : ": " + op.where)};
   }
 };
@@ -560,7 +533,6 @@ void Executor::Impl::runPhase(const PlanPhase &ph, const DataLoader *data,
   values.clear();
   unplanned.clear();
   waitOf.clear();
-  saved.clear();
   ticketOf.clear();
   streamOf.clear();
   issued = 0;
@@ -577,7 +549,7 @@ void Executor::Impl::runPhase(const PlanPhase &ph, const DataLoader *data,
     valueInfo[v.id] = &v;
   std::set<int64_t> views;
   for (const PlanOp &op : ph.ops)
-    if (op.kind == "read")
+    if (op.kind == OpKind::Read)
       views.insert(op.outputs.begin(), op.outputs.end());
   for (const PlanValue &v : ph.values)
     if (views.count(v.id))
@@ -589,13 +561,13 @@ void Executor::Impl::runPhase(const PlanPhase &ph, const DataLoader *data,
   int64_t tickets = 0;
   std::map<int64_t, std::vector<const PlanOp *>> streams;
   for (const PlanOp &op : ph.ops) {
-    if (op.kind == "wait")
+    if (op.kind == OpKind::Wait)
       for (int64_t d : op.deps)
         waitOf[d] = &op;
-    if (op.kind == "all_gather_start" || op.kind == "reduce_scatter_start" ||
-        op.kind == "all_reduce_start" ||
-        op.kind == "all_gather_updates_start" ||
-        ((op.kind == "clip_grad_norm" || op.kind == "unscale_grads") && ws > 1))
+    if (op.kind == OpKind::AllGatherStart || op.kind == OpKind::ReduceScatterStart ||
+        op.kind == OpKind::AllReduceStart ||
+        op.kind == OpKind::AllGatherUpdatesStart ||
+        ((op.kind == OpKind::ClipGradNorm || op.kind == OpKind::UnscaleGrads) && ws > 1))
       ticketOf[op.index] = tickets++;
     streams[streamThreads ? op.stream : 0].push_back(&op);
     streamOf[op.index] = streamThreads ? op.stream : 0;
@@ -789,25 +761,25 @@ double Executor::Impl::allReduceScalar(const PlanOp &op, double value,
 }
 
 void Executor::Impl::runOp(const PlanOp &op) {
-  const std::string &k = op.kind;
+  const OpKind k = op.kind;
   // NVMe tensors the op reads or writes are resident while it runs; written
   // back unless it only reads them. Gathers and reductions name tensors
   // whose data they do not touch here.
-  Resident resident{this, {}, k != "fetch_start"};
-  if (k != "all_gather_start" && k != "reduce_scatter_start" && k != "wait")
+  Resident resident{this, {}, k != OpKind::FetchStart};
+  if (k != OpKind::AllGatherStart && k != OpKind::ReduceScatterStart && k != OpKind::Wait)
     for (const std::string &name : op.tensors) {
       auto it = tensors.find(name);
       if (it == tensors.end() || !it->second.file || it->second.data)
         continue;
-      if (k == "read")
+      if (k == OpKind::Read)
         fail("op " + std::to_string(op.index) + " reads " + name +
              ", which is on nvme, as a value: fetch it first");
       swapIn(it->second);
       resident.held.push_back(&it->second);
     }
-  if (k == "wait") {
+  if (k == OpKind::Wait) {
     // Its dependencies (the start) completed: nothing left to do.
-  } else if (k == "read") {
+  } else if (k == OpKind::Read) {
     // A view of a persistent tensor: no copy.
     const PlanValue &v = *valueInfo.at(op.outputs.at(0));
     Stored &s = tensor(op.tensors.at(0));
@@ -815,31 +787,31 @@ void Executor::Impl::runOp(const PlanOp &op) {
       fail("op " + std::to_string(op.index) + " reads " + s.info->name +
            " as a different dtype");
     values.at(v.id).data = s.data.get();
-  } else if (k == "release" || k == "return") {
+  } else if (k == OpKind::Release || k == OpKind::Return) {
     // Arena values need no freeing.
-  } else if (k == "accumulate") {
+  } else if (k == OpKind::Accumulate) {
     Stored &s = tensor(op.tensors.at(0));
     Tensor g = value(op.inputs.at(0));
-    Tensor acc = slice(s.view(), attrI(op, "offset", 0), g.numel());
+    Tensor acc = slice(s.view(), op.attrsAs<AccumulateAttrs>().offset, g.numel());
     check(dev->accumulate(acc, g), op);
-  } else if (k == "zero_grads") {
+  } else if (k == OpKind::ZeroGrads) {
     for (const std::string &name : op.tensors)
       check(dev->zeroTensor(tensor(name).view()), op);
-  } else if (k == "all_gather_start") {
+  } else if (k == OpKind::AllGatherStart) {
     startAllGather(op);
-  } else if (k == "reduce_scatter_start") {
+  } else if (k == OpKind::ReduceScatterStart) {
     startReduceScatter(op);
-  } else if (k == "all_reduce_start") {
+  } else if (k == OpKind::AllReduceStart) {
     startAllReduce(op);
-  } else if (k == "all_gather_updates_start") {
+  } else if (k == OpKind::AllGatherUpdatesStart) {
     startAllGatherUpdates(op);
-  } else if (k == "fetch_start" || k == "copy_start") {
+  } else if (k == OpKind::FetchStart || k == OpKind::CopyStart) {
     startCopy(op);
-  } else if (k == "adam_update") {
+  } else if (k == OpKind::AdamUpdate) {
     adamUpdate(op);
-  } else if (k == "clip_grad_norm") {
+  } else if (k == OpKind::ClipGradNorm) {
     clipGradNorm(op);
-  } else if (k == "unscale_grads") {
+  } else if (k == OpKind::UnscaleGrads) {
     unscale(op);
   } else {
     compute(op);
@@ -847,36 +819,16 @@ void Executor::Impl::runOp(const PlanOp &op) {
 }
 
 void Executor::Impl::compute(const PlanOp &op) {
-  const std::string &k = op.kind;
-  // Saved state is found again by the backward op of the same module.
-  std::string savedKey = (k.size() > 9 && k.substr(k.size() - 9) == "_backward"
-                              ? k.substr(0, k.size() - 9)
-                              : k) +
-                         "@" + op.where;
-  SavedState st;
-  if (op.savedOffset >= 0 && op.savedBytes > 0) {
-    if (op.savedOffset + op.savedBytes > ex.arenaSize)
-      fail("op " + std::to_string(op.index) +
-           ": saved state outside the arena");
-    st.mine = reinterpret_cast<float *>(arenaAt(op.savedOffset, op.savedBytes));
-    st.mineBytes = op.savedBytes;
-  }
-  if (!op.where.empty())
-    if (auto it = saved.find(savedKey); it != saved.end())
-      st.forward = it->second;
   std::vector<Tensor> in, out;
   for (int64_t id : op.inputs)
     in.push_back(value(id));
   for (int64_t id : op.outputs)
     out.push_back(value(id));
-  std::optional<cpu::Status> status =
-      dev->modelOp(op, in, out, st, lossState.scale);
+  std::optional<cpu::Status> status = dev->modelOp(op, in, out, lossState.scale);
   if (!status)
-    fail("op " + std::to_string(op.index) + ": kind '" + k +
+    fail("op " + std::to_string(op.index) + ": kind '" + std::string(op.kindName()) +
          "' is not supported by the " + dev->name() + " executor");
   check(*status, op);
-  if (st.kept && !op.where.empty())
-    saved[savedKey] = st.mine;
 }
 
 void Executor::Impl::startAllGather(const PlanOp &op) {
@@ -920,10 +872,10 @@ void Executor::Impl::startAllGather(const PlanOp &op) {
 }
 
 void Executor::Impl::startReduceScatter(const PlanOp &op) {
-  std::vector<std::string> targets = attrSList(op, "targets");
-  std::vector<int64_t> offsets = attrIList(op, "offsets");
-  if (targets.empty())
-    targets = op.tensors;
+  const std::vector<std::string> &targets =
+      op.attrsAs<ReduceScatterAttrs>().targets;
+  const std::vector<int64_t> &offsets =
+      op.attrsAs<ReduceScatterAttrs>().offsets;
   if (targets.size() != op.inputs.size() || offsets.size() != op.inputs.size())
     fail("op " + std::to_string(op.index) +
          ": reduce_scatter needs one target and offset per input");
@@ -1031,9 +983,7 @@ void Executor::Impl::startAllReduce(const PlanOp &op) {
     fail("op " + std::to_string(op.index) +
          ": all_reduce of transient values (reduce_scatter: false) is not "
          "supported yet");
-  std::vector<std::string> names = attrSList(op, "tensors");
-  if (names.empty())
-    names = op.tensors;
+  const std::vector<std::string> &names = op.attrsAs<TensorListAttrs>().tensors;
   Pending p;
   {
     Ticket t = awaitTicket(op);
@@ -1048,9 +998,7 @@ void Executor::Impl::startAllReduce(const PlanOp &op) {
 }
 
 void Executor::Impl::startAllGatherUpdates(const PlanOp &op) {
-  std::vector<std::string> targets = attrSList(op, "targets");
-  if (targets.empty())
-    targets = op.tensors;
+  std::vector<std::string> targets = op.attrsAs<TargetListAttrs>().targets;
   // Every rank skips it alike after an fp16 overflow (nothing changed), but
   // still takes its turn in the collective order.
   Ticket ticket = awaitTicket(op);
@@ -1104,12 +1052,12 @@ void Executor::Impl::startAllGatherUpdates(const PlanOp &op) {
 }
 
 void Executor::Impl::startCopy(const PlanOp &op) {
-  if (op.kind == "fetch_start") {
+  if (op.kind == OpKind::FetchStart) {
     auto w = waitOf.find(op.index);
     if (w == waitOf.end())
       fail("op " + std::to_string(op.index) + " has no wait");
     const PlanOp &wait = *w->second;
-    std::vector<std::string> names = attrSList(op, "tensors");
+    std::vector<std::string> names = op.attrsAs<TensorListAttrs>().tensors;
     if (names.empty())
       names = op.tensors;
     if (names.size() != wait.outputs.size())
@@ -1120,8 +1068,8 @@ void Executor::Impl::startCopy(const PlanOp &op) {
             op);
     return;
   }
-  std::vector<std::string> src = attrSList(op, "sources");
-  std::vector<std::string> dst = attrSList(op, "destinations");
+  const std::vector<std::string> &src = op.attrsAs<CopyAttrs>().sources;
+  const std::vector<std::string> &dst = op.attrsAs<CopyAttrs>().destinations;
   if (src.size() != dst.size())
     fail("op " + std::to_string(op.index) +
          ": copy_start needs as many "
@@ -1142,18 +1090,17 @@ void Executor::Impl::adamUpdate(const PlanOp &op) {
   if (overflow)
     return;
   cpu::AdamSettings set;
-  set.lr = attrF(op, "lr", 1e-3);
-  set.beta1 = attrF(op, "beta1", 0.9);
-  set.beta2 = attrF(op, "beta2", 0.999);
-  set.eps = attrF(op, "eps", 1e-8);
-  set.weightDecay = attrF(op, "weight_decay", 0.0);
-  set.adamw = op.attrs.contains("adamw") && op.attrs["adamw"].is_boolean() &&
-              op.attrs["adamw"].get<bool>();
-  std::string paramName = attrS(op, "param");
-  Stored &m = tensor(attrS(op, "exp_avg"));
-  Stored &v = tensor(attrS(op, "exp_avg_sq"));
-  Stored &gs = tensor(attrS(op, "grad"));
-  std::string masterName = attrS(op, "master");
+  set.lr = op.attrsAs<AdamAttrs>().lr;
+  set.beta1 = op.attrsAs<AdamAttrs>().beta1;
+  set.beta2 = op.attrsAs<AdamAttrs>().beta2;
+  set.eps = op.attrsAs<AdamAttrs>().eps;
+  set.weightDecay = op.attrsAs<AdamAttrs>().weightDecay;
+  set.adamw = op.attrsAs<AdamAttrs>().adamw;
+  std::string paramName = op.attrsAs<AdamAttrs>().param;
+  Stored &m = tensor(op.attrsAs<AdamAttrs>().expAvg);
+  Stored &v = tensor(op.attrsAs<AdamAttrs>().expAvgSq);
+  Stored &gs = tensor(op.attrsAs<AdamAttrs>().grad);
+  std::string masterName = op.attrsAs<AdamAttrs>().master.value_or("");
   int64_t n = m.info->localNumel;
 
   // The gradient: the whole local tensor, or (stage 1) the owned partition
@@ -1221,9 +1168,8 @@ void Executor::Impl::clipGradNorm(const PlanOp &op) {
     awaitTicket(op);
     return;
   }
-  std::vector<std::string> names = attrSList(op, "grads");
-  if (names.empty())
-    names = op.tensors;
+  const std::vector<std::string> &names =
+      op.attrsAs<ClipGradNormAttrs>().grads;
   drainInflight();
   // Sharded and flat-group gradients: each rank sums what it owns, then the
   // sums are all-reduced. Replicated gradients are the same on every rank.
@@ -1243,16 +1189,14 @@ void Executor::Impl::clipGradNorm(const PlanOp &op) {
     }
   }
   double total = allReduceScalar(op, shared, ScalarOp::Sum) + local;
-  float coef = cpu::clipCoefficient(total, attrF(op, "max_norm", 1.0));
+  float coef = cpu::clipCoefficient(total, op.attrsAs<ClipGradNormAttrs>().maxNorm);
   if (coef != 1.0f)
     for (const std::string &name : names)
       check(dev->scaleInPlace(tensor(name).view(), coef), op);
 }
 
 void Executor::Impl::unscale(const PlanOp &op) {
-  std::vector<std::string> names = attrSList(op, "grads");
-  if (names.empty())
-    names = op.tensors;
+  const std::vector<std::string> &names = op.attrsAs<UnscaleGradsAttrs>().grads;
   drainInflight();
   bool over = false;
   for (const std::string &name : names)
@@ -1302,20 +1246,20 @@ Executor::create(Plan plan, Communicator &comm,
   // The loss scale is needed by the first micro-step's backward seed.
   for (const PlanPhase &ph : ex->thePlan.phases)
     for (const PlanOp &op : ph.ops)
-      if (op.kind == "unscale_grads" && !ex->impl->haveLossState) {
+      if (op.kind == OpKind::UnscaleGrads && !ex->impl->haveLossState) {
         cpu::LossScaleSettings &ls = ex->impl->lossSettings;
-        ls.staticLossScale = attrF(op, "static_loss_scale", 0.0);
-        ls.initialScalePower = attrI(op, "initial_scale_power", 16);
-        ls.lossScaleWindow = attrI(op, "loss_scale_window", 1000);
-        ls.hysteresis = attrI(op, "hysteresis", 2);
-        ls.minLossScale = attrF(op, "min_loss_scale", 1.0);
+        ls.staticLossScale = op.attrsAs<UnscaleGradsAttrs>().staticLossScale;
+        ls.initialScalePower = op.attrsAs<UnscaleGradsAttrs>().initialScalePower;
+        ls.lossScaleWindow = op.attrsAs<UnscaleGradsAttrs>().lossScaleWindow;
+        ls.hysteresis = op.attrsAs<UnscaleGradsAttrs>().hysteresis;
+        ls.minLossScale = op.attrsAs<UnscaleGradsAttrs>().minLossScale;
         ex->impl->lossState = cpu::initialLossScale(ls);
         ex->impl->haveLossState = true;
       }
   // The vocabulary: the logits' last dimension.
   const PlanPhase &micro = *ex->thePlan.findPhase("micro_step");
   for (const PlanOp &op : micro.ops)
-    if (op.kind == "cross_entropy" && !op.inputs.empty())
+    if (op.kind == OpKind::CrossEntropy && !op.inputs.empty())
       for (const PlanValue &v : micro.values)
         if (v.id == op.inputs[0] && !v.shape.empty())
           ex->vocab = v.shape.back();
@@ -1470,7 +1414,7 @@ Expected<StepResult> Executor::runStep(const DataLoader &data, int64_t step) {
     const PlanPhase &opt = *thePlan.findPhase("optimizer_step");
     int64_t lossId = -1;
     for (const PlanOp &op : micro.ops)
-      if (op.kind == "return" && !op.inputs.empty())
+      if (op.kind == OpKind::Return && !op.inputs.empty())
         lossId = op.inputs[0];
     double lossSum = 0;
     for (int64_t m = 0; m < thePlan.gradientAccumulationSteps; ++m) {

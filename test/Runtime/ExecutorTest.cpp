@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "exec/Dispatch.h"
 #include "exec/Executor.h"
 
 #include "comm/Communicator.h"
@@ -155,12 +156,12 @@ TEST(Executor, AFailingOpOnAnotherStreamStopsTheStepWithItsError) {
     Plan plan = tinyPlan();
     PlanOp *broken = nullptr;
     for (PlanOp &op : plan.phases[0].ops)
-      if (op.kind == "reduce_scatter_start" && op.stream != 0) {
+      if (op.kind == OpKind::ReduceScatterStart && op.stream != 0) {
         broken = &op;
         break;
       }
     ASSERT_NE(broken, nullptr);
-    broken->attrs["offsets"] = nlohmann::json::array();
+    std::get<ReduceScatterAttrs>(broken->attrs).offsets.clear();
     TrainRun r = train(std::move(plan), threads, 1);
     EXPECT_NE(r.error.find("op " + std::to_string(broken->index) +
                            ": reduce_scatter needs one target and offset "
@@ -168,5 +169,46 @@ TEST(Executor, AFailingOpOnAnotherStreamStopsTheStepWithItsError) {
               std::string::npos)
         << r.error;
     EXPECT_TRUE(r.losses.empty());
+  }
+}
+
+namespace {
+
+/// A kernel set that records which kernel ran, for the dispatch table test.
+struct RecordingKernels {
+  std::string ran;
+#define ZEROC_RECORD_KERNEL(name)                                              \
+  template <typename... Args> cpu::Status name(Args &&...) {                   \
+    ran = #name;                                                               \
+    return {};                                                                 \
+  }
+  ZEROC_MODEL_KERNELS(ZEROC_RECORD_KERNEL)
+#undef ZEROC_RECORD_KERNEL
+};
+
+} // namespace
+
+// Every model op kind of the plan format has a kernel in the one dispatch
+// both devices use, and nothing else does: adding a kind to PlanOps.h without
+// a kernel fails here (and, through -Wswitch, at compile time).
+TEST(Dispatch, EveryModelOpKindHasAKernel) {
+  cpu::Tensor scratch{nullptr, DType::F32, {1, 1, 1}};
+  auto any = [&](size_t) -> const cpu::Tensor & { return scratch; };
+  std::set<std::string> kernels;
+  for (OpKind kind : kAllOpKinds) {
+    SCOPED_TRACE(opKindName(kind));
+    PlanOp op;
+    op.kind = kind;
+    op.attrs = defaultAttrs(kind);
+    op.inputs = {0, 1, 2, 3, 4, 5};
+    op.outputs = {0, 1, 2};
+    RecordingKernels k;
+    std::optional<cpu::Status> status = runModelOp(k, op, any, any, 1.0);
+    EXPECT_EQ(status.has_value(), isModelOp(kind));
+    EXPECT_EQ(!k.ran.empty(), isModelOp(kind));
+    if (isModelOp(kind)) {
+      EXPECT_TRUE(kernels.insert(k.ran).second)
+          << "two kinds run kernel " << k.ran;
+    }
   }
 }

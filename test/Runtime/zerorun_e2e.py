@@ -39,6 +39,17 @@ Scenarios:
                        plain line per step
   nvme-missing:SPEC    SPEC (with nvme offload) whose nvme_path was removed:
                        zerorun fails with a clear error before any step
+  locations:SPEC       SPEC compiled from the model printed without
+                       locations, with its name locations, and with every
+                       op at one location: the three plans are the same
+                       program (locations are diagnostics only), every
+                       state a forward op yields is read by a backward op,
+                       and the three give bit-identical losses
+  missing-attr:PLAN    PLAN (a checked-in plan, no zeroc needed) with
+                       num_heads deleted from its first causal_attention:
+                       zerorun refuses it before any step with a non-zero
+                       exit and a message naming the op index, its kind
+                       and the attribute
   init-from:SPEC       SPEC and stage 0 on one rank (same global batch) for
                        3 steps: their consolidated checkpoints agree
                        (relative 1e-5); --init-from that file with --steps 0
@@ -49,6 +60,7 @@ Scenarios:
 import argparse
 import json
 import os
+import re
 import shlex
 import shutil
 import struct
@@ -436,6 +448,99 @@ def scenario_progress(args):
     return 0
 
 
+def saved_state_links(plan_path):
+    """(forward op, backward op) index pairs of the micro-step linked by a
+    saved state (a forward op's second output read by a backward op), and
+    the forward ops whose state no op reads."""
+    with open(plan_path) as f:
+        phase = json.load(f)["phases"][0]
+    readers = {}
+    for op in phase["ops"]:
+        for v in op["inputs"]:
+            readers.setdefault(v, []).append(op["index"])
+    links, unread = [], []
+    for op in phase["ops"]:
+        if op["kind"] in ("layernorm", "rmsnorm", "causal_attention") \
+                and len(op["outputs"]) > 1:
+            got = readers.get(op["outputs"][1], [])
+            if not got:
+                unread.append(op["index"])
+            for r in got:
+                links.append((op["index"], r))
+    return links, unread
+
+
+def scenario_locations(args, spec):
+    stage, ws, ga, opts = parse_spec(spec)
+    dtype, name = opts.get("dtype", "f32"), opts.get("model", "gpt2")
+    base = model(args, dtype, name)
+    with_locs = run([args.zeroc, "gen", "--preset", "tiny-" + name,
+                     "--seq-len", str(SEQ), "--micro-batch", str(MICRO),
+                     "--dtype", dtype, "--quiet", "--mlir-print-debuginfo"])
+    if 'loc("h.0' not in with_locs and 'loc("layers.0' not in with_locs:
+        print("FAILED: zeroc gen --mlir-print-debuginfo printed no name "
+              "locations")
+        return 1
+    same = re.sub(r'loc\("[^"]*"\)', 'loc("ln")', with_locs)
+    variants = {"plain": base}
+    for key, text in (("named", with_locs), ("same", same)):
+        path = os.path.join(args.work, "tiny-%s-%s-%s.mlir" % (name, dtype, key))
+        with open(path, "w") as f:
+            f.write(text)
+        variants[key] = path
+    results = {}
+    for key, path in variants.items():
+        cfg = plan(args, stage, ws, ga, opts)  # writes the DeepSpeed config
+        out = os.path.join(args.work, "plan-%s.json" % key)
+        run([args.zeroc, path, "--config", cfg[:-len(".json")] + ".ds.json",
+             "--world-size", str(ws), "-o", out])
+        links, unread = saved_state_links(out)
+        if unread or not links:
+            print("FAILED: %s: forward ops %s yield state no op reads "
+                  "(%d links)" % (key, unread, len(links)))
+            return 1
+        results[key] = (links, losses(args, out, ws, STEPS))
+        print("%-6s %d saved-state links, losses %s" % (key, len(links),
+                                                        results[key][1]))
+    ref_links, ref_losses = results["plain"]
+    for key, (links, ls) in results.items():
+        if links != ref_links:
+            print("FAILED: %s links forward and backward ops differently" % key)
+            return 1
+        if ls != ref_losses:
+            print("FAILED: %s losses differ from the location-free model's" %
+                  key)
+            return 1
+    return 0
+
+
+def scenario_missing_attr(args, plan_path):
+    with open(plan_path) as f:
+        plan = json.load(f)
+    index = None
+    for op in plan["phases"][0]["ops"]:
+        if op["kind"] == "causal_attention":
+            del op["attrs"]["num_heads"]
+            index = op["index"]
+            break
+    if index is None:
+        print("FAILED: %s has no causal_attention op" % plan_path)
+        return 1
+    broken = os.path.join(args.work, "missing-num-heads.json")
+    with open(broken, "w") as f:
+        json.dump(plan, f, indent=1)
+    r = subprocess.run([args.zerorun, broken, "--synthetic", "--steps", "1"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True)
+    print(r.stdout)
+    expected = ("phases[0].ops[%d].attrs: op %d (causal_attention): missing "
+                "attribute 'num_heads'" % (index, index))
+    if r.returncode == 0 or expected not in r.stdout or "step 1" in r.stdout:
+        print("FAILED: expected a non-zero exit and '%s'" % expected)
+        return 1
+    return 0
+
+
 def scenario_reference(args, spec):
     name, ws = spec.split(",")
     p = plan(args, 0, 1, int(ws), {"model": name})
@@ -526,6 +631,10 @@ def main():
         return scenario_reference(args, args.scenario[len("reference:"):])
     if args.scenario.startswith("equiv:"):
         return scenario_equiv(args, args.scenario[len("equiv:"):])
+    if args.scenario.startswith("missing-attr:"):
+        return scenario_missing_attr(args, args.scenario[len("missing-attr:"):])
+    if args.scenario.startswith("locations:"):
+        return scenario_locations(args, args.scenario[len("locations:"):])
     if args.scenario.startswith("init-from:"):
         return scenario_init_from(args, args.scenario[len("init-from:"):])
 

@@ -63,7 +63,8 @@ module @two_layers {
   // h.1 is recomputed from its inputs %x1 and %x0, with new param_refs. Its
   // last linear and residual add are not: backward reads neither result.
   // CHECK-NEXT: %[[G1:.*]] = model.param_ref @h.1.ln.weight {model.recompute = "h.1"} : tensor<8xf32>
-  // CHECK-NEXT: %[[N1:.*]] = model.rmsnorm %[[X1]], %[[G1]] {model.recompute = "h.1"}
+  // The recomputed op yields its own state, which its backward reads.
+  // CHECK-NEXT: %[[N1:[^,]*]], %[[R1:[^ ]*]] = model.rmsnorm %[[X1]], %[[G1]] {model.recompute = "h.1"}
   // CHECK-NEXT: %[[S1:.*]] = model.mul %[[N1]], %[[X0]] {model.recompute = "h.1"}
   // CHECK-NEXT: %[[W1:.*]] = model.param_ref @h.1.fc.weight {model.recompute = "h.1"}
   // CHECK-NEXT: %[[U1:.*]] = model.linear %[[S1]], %[[W1]] {model.recompute = "h.1"}
@@ -79,12 +80,12 @@ module @two_layers {
   // CHECK-NEXT: model.accumulate_grad @h.1.fc.weight, %[[DW1]]
   // CHECK-NEXT: %[[DN1:.*]] = model.mul %[[DS1]], %[[X0]]
   // CHECK-NEXT: %[[DX0_MUL:.*]] = model.mul %[[DS1]], %[[N1]]
-  // CHECK-NEXT: %[[DX1_NORM:.*]], %[[DG1:.*]] = model.rmsnorm_backward %[[X1]], %[[G1]], %[[DN1]]
+  // CHECK-NEXT: %[[DX1_NORM:.*]], %[[DG1:.*]] = model.rmsnorm_backward %[[X1]], %[[G1]], %[[DN1]], %[[R1]]
   // CHECK-NEXT: %[[DX1:.*]] = model.add %[[DX2]], %[[DX1_NORM]]
   // CHECK-NEXT: model.accumulate_grad @h.1.ln.weight, %[[DG1]]
   // Then h.0, from its input %x0.
   // CHECK-NEXT: %[[G0:.*]] = model.param_ref @h.0.ln.weight {model.recompute = "h.0"}
-  // CHECK-NEXT: %[[N0:.*]] = model.rmsnorm %[[X0]], %[[G0]] {model.recompute = "h.0"}
+  // CHECK-NEXT: %[[N0:[^,]*]], %[[R0:[^ ]*]] = model.rmsnorm %[[X0]], %[[G0]] {model.recompute = "h.0"}
   // CHECK-NEXT: %[[W0:.*]] = model.param_ref @h.0.fc.weight {model.recompute = "h.0"}
   // CHECK-NEXT: %[[U0:.*]] = model.linear %[[N0]], %[[W0]] {model.recompute = "h.0"}
   // CHECK-NEXT: %[[A0:.*]] = model.gelu %[[U0]] {model.recompute = "h.0"}
@@ -97,7 +98,7 @@ module @two_layers {
   // CHECK-NEXT: model.linear_grad_input %[[DU0]], %[[W0]]
   // CHECK-NEXT: %[[DW0:.*]] = model.linear_grad_weight %[[DU0]], %[[N0]]
   // CHECK-NEXT: model.accumulate_grad @h.0.fc.weight, %[[DW0]]
-  // CHECK-NEXT: %[[DX0_NORM:.*]], %[[DG0:.*]] = model.rmsnorm_backward %[[X0]], %[[G0]],
+  // CHECK-NEXT: %[[DX0_NORM:.*]], %[[DG0:.*]] = model.rmsnorm_backward %[[X0]], %[[G0]], %{{.*}}, %[[R0]]
   // CHECK-NEXT: %[[DX0:.*]] = model.add %[[DX0_RES]], %[[DX0_NORM]]
   // CHECK-NEXT: model.accumulate_grad @h.0.ln.weight, %[[DG0]]
   // The embedding is not checkpointed either.
@@ -118,7 +119,7 @@ module @two_layers {
   // LIVE-NEXT: model.param_ref @wte
   // LIVE-NEXT: %[[X0:.*]] = model.embedding
   // LIVE-NEXT: %[[G0:.*]] = model.param_ref @h.0.ln.weight
-  // LIVE-NEXT: %[[N0:.*]] = model.rmsnorm
+  // LIVE-NEXT: %[[N0:[^,]*]], %{{.*}} = model.rmsnorm
   // LIVE-NEXT: %[[W0:.*]] = model.param_ref @h.0.fc.weight
   // LIVE-NEXT: %[[U0:.*]] = model.linear
   // LIVE-NEXT: %[[A0:.*]] = model.gelu
@@ -126,7 +127,7 @@ module @two_layers {
   // LIVE-NEXT: %[[M0:.*]] = model.linear
   // LIVE-NEXT: %[[X1:.*]] = model.add
   // LIVE-NEXT: %[[G1:.*]] = model.param_ref @h.1.ln.weight
-  // LIVE-NEXT: %[[N1:.*]] = model.rmsnorm
+  // LIVE-NEXT: %[[N1:[^,]*]], %{{.*}} = model.rmsnorm
   // LIVE-NEXT: %[[S1:.*]] = model.mul
   // LIVE-NEXT: %[[W1:.*]] = model.param_ref @h.1.fc.weight
   // LIVE-NEXT: %[[U1:.*]] = model.linear

@@ -217,15 +217,16 @@ module @every_op {
   // CHECK: %[[POS:.*]] = model.position_embedding
   // CHECK: %[[X:.*]] = model.add %[[TOKX]], %[[POS]]
   // CHECK: %[[LNW:.*]] = model.param_ref @ln.weight
-  // CHECK: %[[H:.*]] = model.layernorm %[[X]], %[[LNW]], %{{.*}} {epsilon = 2.500000e-01 : f64}
+  // Ops whose backward reads internal state yield it as a second result.
+  // CHECK: %[[H:[^,]*]], %[[STATS:[^ ]*]] = model.layernorm %[[X]], %[[LNW]], %{{.*}} {epsilon = 2.500000e-01 : f64} : {{.*}} -> (tensor<2x4x16xf32>, tensor<2x2x4xf32>)
   // CHECK: %[[K:.*]] = model.linear %[[H]]
   // CHECK: %[[Q:.*]] = model.rotary %[[H]] {head_dim = 4 : i64}
   // CHECK: %[[KR:.*]] = model.rotary %[[K]] {head_dim = 4 : i64}
-  // CHECK: %[[A:.*]] = model.causal_attention %[[Q]], %[[KR]], %[[K]]
+  // CHECK: %[[A:[^,]*]], %[[PROBS:[^ ]*]] = model.causal_attention %[[Q]], %[[KR]], %[[K]] {{.*}} -> (tensor<2x4x16xf32>, tensor<2x4x4x4xf32>)
   // CHECK: %[[S:.*]] = model.silu %[[A]]
   // CHECK: %[[DS:.*]] = model.linear_grad_input
   // CHECK: %[[DA:.*]] = model.silu_backward %[[A]], %[[DS]] : tensor<2x4x16xf32>
-  // CHECK-NEXT: %[[DQ:.*]], %[[DK:.*]], %[[DV:.*]] = model.causal_attention_backward %[[Q]], %[[KR]], %[[K]], %[[A]], %[[DA]] {num_heads = 4 : i64, num_kv_heads = 2 : i64} : (tensor<2x4x16xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x16xf32>, tensor<2x4x16xf32>) -> (tensor<2x4x16xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>)
+  // CHECK-NEXT: %[[DQ:.*]], %[[DK:.*]], %[[DV:.*]] = model.causal_attention_backward %[[Q]], %[[KR]], %[[K]], %[[A]], %[[DA]], %[[PROBS]] {num_heads = 4 : i64, num_kv_heads = 2 : i64} : (tensor<2x4x16xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x16xf32>, tensor<2x4x16xf32>, tensor<2x4x4x4xf32>) -> (tensor<2x4x16xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>)
   // CHECK-NEXT: %[[DKR:.*]] = model.rotary_backward %[[DK]] {head_dim = 4 : i64} : tensor<2x4x8xf32>
   // The value input of attention is the un-rotated k: its two gradients sum.
   // CHECK-NEXT: %[[DKSUM:.*]] = model.add %[[DV]], %[[DKR]] : tensor<2x4x8xf32>
@@ -234,7 +235,7 @@ module @every_op {
   // CHECK-NEXT: %[[DWK:.*]] = model.linear_grad_weight %[[DKSUM]], %[[H]]
   // CHECK-NEXT: %[[DH:.*]] = model.add %[[DQR]], %[[DHK]]
   // CHECK-NEXT: model.accumulate_grad @k.weight, %[[DWK]]
-  // CHECK-NEXT: %[[DX:.*]], %[[DLNW:.*]], %[[DLNB:.*]] = model.layernorm_backward %[[X]], %[[LNW]], %[[DH]] {epsilon = 2.500000e-01 : f64}
+  // CHECK-NEXT: %[[DX:.*]], %[[DLNW:.*]], %[[DLNB:.*]] = model.layernorm_backward %[[X]], %[[LNW]], %[[DH]], %[[STATS]] {epsilon = 2.500000e-01 : f64}
   // CHECK-NEXT: model.accumulate_grad @ln.bias, %[[DLNB]]
   // CHECK-NEXT: model.accumulate_grad @ln.weight, %[[DLNW]]
   // CHECK-NEXT: %[[DWPE:.*]] = model.position_embedding_backward %[[DX]] : (tensor<2x4x16xf32>) -> tensor<8x16xf32>

@@ -352,8 +352,9 @@ module @stage3 attributes {sched.stage = 3 : i64, sched.world_size = 4 : i64} {
 
 // Stage 3, per phase and at module granularity: two param_refs of @w (a
 // tied head) share one gather per phase; the bias @b, which no backward op
-// reads, is gathered for the backward of the op that used it (the ops that
-// carry its location, "fc"), as DeepSpeed fetches a module's parameters.
+// reads, is gathered for backward anyway, as DeepSpeed fetches a module's
+// parameters: around the op that computes its gradient, found by dataflow
+// from its accumulate_grad (locations play no part).
 // CHECK-LABEL: module @stage3_module
 // CHECK-LABEL: func.func @micro_step
 // CHECK-NEXT:    sched.read @w : tensor<8xf32>
@@ -372,12 +373,12 @@ module @stage3 attributes {sched.stage = 3 : i64, sched.world_size = 4 : i64} {
 // CHECK-NEXT:    %[[W2:.*]] = sched.wait
 // CHECK-NEXT:    %[[DY:.*]] = model.linear_grad_input %arg1, %[[W2]]
 // CHECK-NEXT:    model.linear_grad_weight %arg1, %[[Y]]
-// CHECK-NEXT:    sched.read @b
-// CHECK-NEXT:    sched.all_gather_start %{{.*}} for [@b]
-// CHECK-NEXT:    %[[B2:.*]] = sched.wait
 // CHECK-NEXT:    model.linear_grad_input %[[DY]], %[[W2]]
 // CHECK-NEXT:    sched.release %[[W2]]
 // CHECK-NEXT:    model.linear_grad_weight
+// CHECK-NEXT:    sched.read @b
+// CHECK-NEXT:    sched.all_gather_start %{{.*}} for [@b]
+// CHECK-NEXT:    %[[B2:.*]] = sched.wait
 // CHECK-NEXT:    model.linear_grad_bias
 // CHECK-NEXT:    sched.release %[[B2]]
 // CHECK-NEXT:    sched.reduce_scatter_start %{{.*}} into [@b.grad]

@@ -52,16 +52,16 @@ module attributes {sched.stage = 3 : i64, sched.world_size = 2 : i64} {
 // -----
 
 // Attention keeps its probabilities for backward: 2 x 2 heads x 4 x 4 f32 =
-// 256 bytes, recorded as the op's saved offset, live until the last op with
-// its location. At the backward: q, the output, the probabilities and three
-// gradients, 6 x 256 bytes.
+// 256 bytes, its second result, placed in the arena like any value and live
+// until its backward reads it (no location is involved). At the backward: q,
+// the output, the probabilities and three gradients, 6 x 256 bytes.
 // CHECK-LABEL: func.func @micro_step
 // CHECK-SAME: activations = 1536 : i64
-// CHECK: model.causal_attention {{.*}}sched.saved_offset =
+// CHECK: model.causal_attention {{.*}}sched.offsets = array<i64: {{[0-9]+}}, {{[0-9]+}}>
 module attributes {sched.stage = 0 : i64, sched.world_size = 1 : i64} {
   func.func @micro_step(%q: tensor<2x4x8xf32>) {
-    %a = model.causal_attention %q, %q, %q {num_heads = 2 : i64, num_kv_heads = 2 : i64} : (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>) -> tensor<2x4x8xf32> loc("h.0.attn")
-    %d:3 = model.causal_attention_backward %q, %q, %q, %a, %a {num_heads = 2 : i64, num_kv_heads = 2 : i64} : (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>) -> (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>) loc("h.0.attn")
+    %a, %p = model.causal_attention %q, %q, %q {num_heads = 2 : i64, num_kv_heads = 2 : i64} : (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>) -> (tensor<2x4x8xf32>, tensor<2x2x4x4xf32>)
+    %d:3 = model.causal_attention_backward %q, %q, %q, %a, %a, %p {num_heads = 2 : i64, num_kv_heads = 2 : i64} : (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x2x4x4xf32>) -> (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>)
     return
   }
 }

@@ -78,7 +78,8 @@ PlanOp op(int64_t index, std::string kind, int64_t stream,
           std::vector<int64_t> deps = {}) {
   PlanOp o;
   o.index = index;
-  o.kind = std::move(kind);
+  o.kind = *parseOpKind(kind);
+  o.attrs = defaultAttrs(o.kind);
   o.stream = stream;
   o.deps = std::move(deps);
   return o;
@@ -308,7 +309,7 @@ Plan offloadPlan() {
                   value(2, DType::BF16, 500000)};
   PlanOp rs = collectiveOp(0, "reduce_scatter_start", "reduce_scatter", 2, 4.0);
   rs.inputs = {1};
-  rs.attrs = {{"targets", {"w.grad"}}};
+  rs.attrs = ReduceScatterAttrs{{"w.grad"}, {0}, false};
   PlanOp fetch = op(1, "fetch_start", 3);
   fetch.tensors = {"v"};
   PlanOp wait = op(2, "wait", 0, {1});
@@ -318,12 +319,14 @@ Plan offloadPlan() {
   PlanPhase optimizer;
   optimizer.name = "optimizer_step";
   PlanOp adam = op(0, "adam_update", 0);
-  adam.attrs = {{"on", "host"},
-                {"grad", "w.grad"},
-                {"master", "w.master"},
-                {"exp_avg", "w.exp_avg"},
-                {"exp_avg_sq", "w.exp_avg_sq"},
-                {"param", "w"}};
+  AdamAttrs adamAttrs;
+  adamAttrs.on = Placement::Host;
+  adamAttrs.grad = "w.grad";
+  adamAttrs.master = "w.master";
+  adamAttrs.expAvg = "w.exp_avg";
+  adamAttrs.expAvgSq = "w.exp_avg_sq";
+  adamAttrs.param = "w";
+  adam.attrs = adamAttrs;
   adam.tensors = {"w.exp_avg", "w.exp_avg_sq", "w.grad"};
   PlanOp zero = op(1, "zero_grads", 0);
   zero.tensors = {"w.grad"};
@@ -381,7 +384,7 @@ TEST(OpCost, DeviceAdamIsMemoryBound) {
   Plan plan = offloadPlan();
   for (PlanTensor &t : plan.tensors)
     t.placement = "device";
-  plan.phases[1].ops[0].attrs["on"] = "device";
+  std::get<AdamAttrs>(plan.phases[1].ops[0].attrs).on = Placement::Device;
   Cluster c = exactCluster();
   CostModel model(plan, c);
   OpCost adam = model.cost(plan.phases[1], plan.phases[1].ops[0]);
@@ -823,3 +826,23 @@ TEST(Presets, PredictTheExamplePlan) {
 }
 
 } // namespace
+
+// Every model op kind is costed as a kernel (the roofline of its FLOPs and
+// bytes), and no other kind is: CostModel::cost decides each kind in one
+// switch, so a new kind is a compile error there and a failure here.
+TEST(OpCost, EveryModelOpKindIsAKernel) {
+  Plan plan = planWith({});
+  Cluster c = exactCluster();
+  CostModel model(plan, c);
+  for (OpKind kind : kAllOpKinds) {
+    if (!isModelOp(kind))
+      continue;
+    SCOPED_TRACE(opKindName(kind));
+    PlanOp o = op(0, opKindName(kind), 0);
+    o.flops = 2'000'000'000;
+    OpCost cost = model.cost(plan.phases[0], o);
+    EXPECT_EQ(cost.cls, OpClass::Compute);
+    EXPECT_NEAR(cost.seconds, 2e-3, kTol); // 2 GFLOP at 1 TFLOP/s
+    EXPECT_EQ(cost.flops, 2e9);
+  }
+}

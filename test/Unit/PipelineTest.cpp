@@ -21,6 +21,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 using namespace zeroc;
 
 namespace {
@@ -236,7 +238,7 @@ TEST_F(PipelineTest, OffloadPlacesStatesOnTheHost) {
   int fetches = 0;
   for (const PlanPhase &p : c->plan.phases)
     for (const PlanOp &op : p.ops)
-      fetches += op.kind == "fetch_start";
+      fetches += op.kind == OpKind::FetchStart;
   EXPECT_GT(fetches, 0);
 }
 
@@ -326,3 +328,35 @@ TEST_F(MemoryTest, FitCheckRefusesAndExplains) {
 }
 
 } // namespace
+
+// Every op of the model and sched dialects either has a plan op kind
+// (zeroc/Plan/PlanOps.h: a kernel or a runtime action, and a cost) or is
+// lowered before the plan is written; the plan's model kinds are exactly the
+// model dialect's compute ops. A new op fails here until it is decided.
+TEST_F(PipelineTest, EveryDialectOpHasAPlanKindOrIsLowered) {
+  const std::set<std::string> lowered = {
+      "model.param",        "model.param_ref",     "model.accumulate_grad",
+      "model.adam_update",  "model.unscale_grads", "model.clip_grad_norm",
+      "sched.tensor",       "sched.flat_group"};
+  std::set<OpKind> seen;
+  for (mlir::RegisteredOperationName name :
+       context.getRegisteredOperations()) {
+    llvm::StringRef dialect = name.getDialectNamespace();
+    if (dialect != "model" && dialect != "sched")
+      continue;
+    std::string full = name.getStringRef().str();
+    SCOPED_TRACE(full);
+    std::optional<OpKind> kind = parseOpKind(name.stripDialect());
+    if (lowered.count(full))
+      continue; // Its name may be the kind of the sched op it becomes.
+    ASSERT_TRUE(kind) << "no plan op kind: add it to PlanOps.h";
+    EXPECT_EQ(isModelOp(*kind), dialect == "model");
+    seen.insert(*kind);
+  }
+  for (OpKind kind : kAllOpKinds) {
+    if (kind == OpKind::Return)
+      continue; // func.return
+    EXPECT_TRUE(seen.count(kind))
+        << opKindName(kind) << " is no op of the dialects";
+  }
+}

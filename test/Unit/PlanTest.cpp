@@ -61,7 +61,8 @@ PlanOp op(int64_t index, std::string kind, int64_t stream,
           std::vector<int64_t> deps = {}) {
   PlanOp o;
   o.index = index;
-  o.kind = std::move(kind);
+  o.kind = *parseOpKind(kind);
+  o.attrs = defaultAttrs(o.kind);
   o.stream = stream;
   o.inputs = std::move(inputs);
   o.outputs = std::move(outputs);
@@ -107,21 +108,30 @@ Plan stage2Plan() {
                   value(3, DType::BF16, {3, 4})};
   micro.ops = {op(0, "read", 0, {}, {1}, {"a.weight"}),
                op(1, "linear", 0, {0, 1}, {2}),
-               op(2, "linear_backward", 0, {0, 2}, {3}),
+               op(2, "linear_grad_input", 0, {0, 2}, {3}),
                op(3, "reduce_scatter_start", 1, {3}, {}, {"g.grad"}, {2}),
                op(4, "wait", 0, {}, {}, {}, {3})};
   micro.ops[1].where = "a";
-  micro.ops[1].attrs = {{"bias", false}};
+  micro.ops[0].attrs = ReadAttrs{"a.weight"};
   micro.ops[3].collective = "reduce_scatter";
   micro.ops[3].commElements = 12;
-  micro.ops[3].attrs = {{"offsets", {0}}};
+  micro.ops[3].attrs = ReduceScatterAttrs{{"g.grad"}, {0}, false};
 
   PlanPhase optimizer;
   optimizer.name = "optimizer_step";
   optimizer.ops = {op(0, "adam_update", 0, {}, {}, {"g", "g.grad"}),
                    op(1, "all_gather_updates_start", 1, {}, {}, {"g"}, {0}),
                    op(2, "wait", 0, {}, {}, {}, {1})};
-  optimizer.ops[0].attrs = {{"lr", 1e-3}, {"adamw", true}};
+  AdamAttrs adam;
+  adam.param = "g";
+  adam.grad = "g.grad";
+  adam.expAvg = "g.grad";
+  adam.expAvgSq = "g.grad";
+  adam.lr = 1e-3;
+  adam.adamw = true;
+  adam.on = Placement::Host;
+  optimizer.ops[0].attrs = adam;
+  optimizer.ops[1].attrs = TargetListAttrs{{"g"}};
   optimizer.ops[1].collective = "all_gather";
   optimizer.ops[1].commElements = 18;
   plan.phases = {micro, optimizer};
@@ -145,7 +155,7 @@ void expectSameTensor(const PlanTensor &a, const PlanTensor &b) {
 }
 
 void expectSameOp(const PlanOp &a, const PlanOp &b) {
-  SCOPED_TRACE("op " + std::to_string(a.index) + " " + a.kind);
+  SCOPED_TRACE("op " + std::to_string(a.index) + " " + a.kindName());
   EXPECT_EQ(a.index, b.index);
   EXPECT_EQ(a.kind, b.kind);
   EXPECT_EQ(a.where, b.where);
@@ -154,7 +164,8 @@ void expectSameOp(const PlanOp &a, const PlanOp &b) {
   EXPECT_EQ(a.outputs, b.outputs);
   EXPECT_EQ(a.tensors, b.tensors);
   EXPECT_EQ(a.deps, b.deps);
-  EXPECT_EQ(a.attrs, b.attrs);
+  EXPECT_EQ(attrsToJson(a.attrs), attrsToJson(b.attrs));
+  EXPECT_EQ(a.recompute, b.recompute);
   EXPECT_EQ(a.collective, b.collective);
   EXPECT_EQ(a.commElements, b.commElements);
 }
@@ -232,7 +243,12 @@ TEST(Plan, WriterOmitsEmptyOptionalFields) {
   EXPECT_EQ(j["tensors"][2]["of"], "g");
   const json &ops = j["phases"][0]["ops"];
   EXPECT_FALSE(ops[0].contains("where"));
-  EXPECT_FALSE(ops[0].contains("attrs"));
+  EXPECT_FALSE(ops[1].contains("attrs")); // linear has none
+  EXPECT_EQ(ops[0]["attrs"], json({{"tensor", "a.weight"}}));
+  // A unit attribute is written only when set.
+  EXPECT_FALSE(ops[3]["attrs"].contains("all_reduce"));
+  EXPECT_EQ(j["phases"][1]["ops"][0]["attrs"]["adamw"], true);
+  EXPECT_EQ(j["phases"][1]["ops"][0]["attrs"]["on"], "host");
   EXPECT_FALSE(ops[0].contains("collective"));
   EXPECT_FALSE(ops[1].contains("tensors"));
   EXPECT_EQ(ops[3]["comm_elements"], 12);
@@ -280,7 +296,7 @@ TEST(Plan, MissingFileIsAnError) {
 /// A valid plan, one item per line so that an edit moves nothing else.
 const char *const kValidPlan = R"({
   "format": "zeroc-plan",
-  "version": 2,
+  "version": 3,
   "generator": "test",
   "model": {"name": "m", "params": 18, "dtype": "bf16", "micro_batch": 2, "seq_len": 3},
   "world_size": 2,
@@ -303,12 +319,12 @@ const char *const kValidPlan = R"({
        {"id": 1, "dtype": "bf16", "shape": [3, 4], "bytes": 24}
      ],
      "ops": [
-       {"index": 0, "kind": "read", "stream": 0, "inputs": [], "outputs": [1], "tensors": ["a"], "deps": []},
-       {"index": 1, "kind": "reduce_scatter_start", "stream": 1, "inputs": [1], "outputs": [], "tensors": ["g.grad"], "deps": [0], "collective": "reduce_scatter", "comm_elements": 12}
+       {"index": 0, "kind": "read", "stream": 0, "inputs": [], "outputs": [1], "tensors": ["a"], "deps": [], "attrs": {"tensor": "a"}},
+       {"index": 1, "kind": "reduce_scatter_start", "stream": 1, "inputs": [1], "outputs": [], "tensors": ["g.grad"], "deps": [0], "collective": "reduce_scatter", "comm_elements": 12, "attrs": {"targets": ["g.grad"], "offsets": [0]}}
      ]},
     {"name": "optimizer_step", "runs_per_step": 1, "args": [], "values": [],
      "ops": [
-       {"index": 0, "kind": "adam_update", "stream": 0, "inputs": [], "outputs": [], "tensors": ["g", "g.grad"], "deps": [], "attrs": {"lr": 0.001}}
+       {"index": 0, "kind": "adam_update", "stream": 0, "inputs": [], "outputs": [], "tensors": ["g", "g.grad"], "deps": [], "attrs": {"param": "g", "grad": "g.grad", "exp_avg": "g.grad", "exp_avg_sq": "g.grad", "lr": 0.001, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.0, "on": "device"}}
      ]}
   ],
   "comm_elements_per_rank_per_step": {"all_gather": 0, "reduce_scatter": 6, "all_reduce": 0, "total": 6}
@@ -357,7 +373,9 @@ TEST(PlanReader, AcceptsTheValidPlan) {
   ASSERT_TRUE(plan) << plan.error().str();
   EXPECT_EQ(plan->flatGroups[0].partition, 10);
   EXPECT_EQ(plan->phases[0].ops[1].collective, "reduce_scatter");
-  EXPECT_EQ(plan->phases[1].ops[0].attrs["lr"], 0.001);
+  EXPECT_EQ(plan->phases[1].ops[0].kind, OpKind::AdamUpdate);
+  EXPECT_EQ(plan->phases[1].ops[0].attrsAs<AdamAttrs>().lr, 0.001);
+  EXPECT_FALSE(plan->phases[1].ops[0].attrsAs<AdamAttrs>().adamw);
   EXPECT_EQ(plan->comm.reduceScatter, 6);
 }
 
@@ -369,9 +387,9 @@ TEST(PlanReader, WrongFormatName) {
 }
 
 TEST(PlanReader, UnsupportedVersion) {
-  expectError(edited(R"("version": 2)", R"("version": 3)"),
-              "3:3: error: plan format version 3 is not supported by this "
-              "build, which reads version 2; recompile the plan with this "
+  expectError(edited(R"("version": 3)", R"("version": 2)"),
+              "3:3: error: plan format version 2 is not supported by this "
+              "build, which reads version 3; recompile the plan with this "
               "zeroc",
               R"("version")");
 }
@@ -460,7 +478,7 @@ TEST(PlanReader, WrongTypes) {
       "27:66: error: plan phases[0].ops[1].inputs: expected an array "
       "of integers, found an integer",
       R"("inputs": 1)");
-  expectError(edited(R"("attrs": {"lr": 0.001})", R"("attrs": [0.001])"),
+  expectError(edited(R"("attrs": {"param": "g",)", R"("attrs": ["g",)"),
               "31:126: error: plan phases[1].ops[0].attrs: expected an "
               "object, found an array",
               R"("attrs")");
@@ -637,6 +655,62 @@ TEST(PlanReader, Collectives) {
               "27:164: error: plan phases[0].ops[1].comm_elements: expected an "
               "integer >= 0, found -12",
               R"("comm_elements")");
+}
+
+// Op kinds and attributes are typed (zeroc/Plan/PlanOps.h): a missing,
+// extra or ill-typed attribute is refused, naming the op, its kind and the
+// field; nothing falls back to a default the plan did not state.
+TEST(PlanReader, UnknownOpKind) {
+  expectError(edited(R"("kind": "read")", R"("kind": "reed")"),
+              "26:21: error: plan phases[0].ops[0].kind: unknown op kind "
+              "'reed'",
+              R"("reed")");
+}
+
+TEST(PlanReader, MissingAttribute) {
+  expectError(edited(R"("lr": 0.001, )", ""),
+              "31:126: error: plan phases[1].ops[0].attrs: op 0 "
+              "(adam_update): missing attribute 'lr'",
+              R"({"param": "g")");
+  // An op whose kind has attributes needs its `attrs`.
+  expectError(edited(R"(, "attrs": {"tensor": "a"})", ""),
+              "26:7: error: plan phases[0].ops[0].attrs: op 0 (read): "
+              "missing attribute 'tensor'",
+              R"({"index": 0, "kind": "read")");
+}
+
+TEST(PlanReader, UnknownAttribute) {
+  expectError(
+      edited(R"("attrs": {"tensor": "a"})",
+             R"("attrs": {"tensor": "a", "num_heads": 4})"),
+      "26:141: error: plan phases[0].ops[0].attrs.num_heads: op 0 (read): "
+      "unknown attribute 'num_heads' (expected tensor)",
+      R"(4})");
+}
+
+TEST(PlanReader, IllTypedAttribute) {
+  expectError(edited(R"("lr": 0.001)", R"("lr": "0.001")"),
+              R"(31:204: error: plan phases[1].ops[0].attrs.lr: op 0 )"
+              R"((adam_update): attribute 'lr' must be a number, found )"
+              R"("0.001")",
+              R"("0.001")");
+  expectError(edited(R"("offsets": [0])", R"("offsets": [0.5])"),
+              "27:232: error: plan phases[0].ops[1].attrs.offsets: op 1 "
+              "(reduce_scatter_start): attribute 'offsets' must be an array "
+              "of integers, found [0.5]",
+              R"([0.5])");
+  expectError(edited(R"("on": "device")", R"("on": "gpu")"),
+              R"(31:305: error: plan phases[1].ops[0].attrs.on: op 0 )"
+              R"((adam_update): attribute 'on' must be device, host or nvme, )"
+              R"(found "gpu")",
+              R"("gpu")");
+  // A unit attribute is true when present.
+  expectError(
+      edited(R"("on": "device")", R"("on": "device", "adamw": false)"),
+      R"(31:324: error: plan phases[1].ops[0].attrs.adamw: op 0 )"
+      R"((adam_update): attribute 'adamw' must be true (a unit attribute, )"
+      R"(absent when unset), found false)",
+      R"(false)");
 }
 
 TEST(PlanReader, DuplicatePhaseName) {

@@ -153,6 +153,7 @@ private:
   OpCost fetchCost(const PhaseInfo &info, const PlanOp &op) const;
   OpCost copyCost(const PlanOp &op) const;
   OpCost adamCost(const PlanOp &op) const;
+  OpCost accumulateCost(const PhaseInfo &info, const PlanOp &op) const;
   OpCost gradientPassCost(const PlanOp &op, double passes) const;
   DType computeDType(const PhaseInfo &info, const PlanOp &op) const;
 };

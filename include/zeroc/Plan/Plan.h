@@ -14,6 +14,7 @@
 #ifndef ZEROC_PLAN_PLAN_H
 #define ZEROC_PLAN_PLAN_H
 
+#include "zeroc/Plan/PlanOps.h"
 #include "zeroc/Support/DType.h"
 #include "zeroc/Support/Diagnostic.h"
 #include "zeroc/Support/Json.h"
@@ -29,7 +30,7 @@ namespace zeroc {
 /// The format name and the version this build reads and writes. A reader
 /// refuses other versions.
 inline constexpr const char *kPlanFormat = "zeroc-plan";
-inline constexpr int kPlanVersion = 2;
+inline constexpr int kPlanVersion = 3;
 
 /// A persistent per-rank tensor (`sched.tensor`).
 struct PlanTensor {
@@ -67,28 +68,30 @@ struct PlanValue {
 /// One op of a phase, in program order.
 struct PlanOp {
   int64_t index = 0;
-  std::string
-      kind; ///< The op name without dialect: "linear", "all_gather_start", ...
-  std::string where; ///< The module it belongs to (its NameLoc), if any.
+  OpKind kind = OpKind::Return;
+  /// The module it belongs to (its NameLoc), if any: for diagnostics only.
+  std::string where;
   int64_t stream = 0;
   std::vector<int64_t> inputs;      ///< Value ids.
   std::vector<int64_t> outputs;     ///< Value ids.
   std::vector<std::string> tensors; ///< Persistent tensors it names, in order.
   std::vector<int64_t> deps;        ///< Indices of ops it must follow.
-  nlohmann::json attrs = nlohmann::json::object();
+  PlanOpAttrs attrs; ///< The struct `kind` takes (PlanOps.h).
+  /// The checkpointed layer a recomputed forward op belongs to, or empty.
+  std::string recompute;
   std::string collective; ///< all_gather, reduce_scatter, all_reduce, or empty.
   int64_t commElements = 0; ///< Logical elements the collective covers.
   int64_t flops = 0;        ///< Compute ops: floating-point operations.
   int64_t bytes = 0;        ///< Compute ops: device memory read and written.
-  /// State a forward op keeps for backward that is not a value (statistics,
-  /// attention probabilities), and where it lives in the arena.
-  int64_t savedBytes = 0;
-  int64_t savedOffset = -1;
   /// Scratch the op needs while it runs (zeroc/Support/Workspace.h: receive
   /// and padded send buffers, gathered flat buffers, update partitions), and
   /// where zero-plan-memory placed it in the arena.
   int64_t workspaceBytes = 0;
   int64_t workspaceOffset = -1;
+
+  const char *kindName() const { return opKindName(kind); }
+  /// The typed attributes; `T` must be the struct of `kind`.
+  template <typename T> const T &attrsAs() const { return std::get<T>(attrs); }
 };
 
 /// What zero-plan-memory found for a phase: its arena, and the peak of
@@ -167,6 +170,12 @@ void readTensorFields(JsonFieldReader &r, const nlohmann::json &j,
 void readFlatGroupFields(JsonFieldReader &r, const nlohmann::json &j,
                          const JsonPath &at, PlanFlatGroup &g);
 Expected<Plan> loadPlan(const std::string &path);
+
+/// The `attrs` object of an op, and back, checked against its kind's
+/// attribute struct: errors name the op's index, kind and the field.
+nlohmann::json attrsToJson(const PlanOpAttrs &attrs);
+PlanOpAttrs readOpAttrs(JsonFieldReader &r, const nlohmann::json &attrs,
+                        const JsonPath &at, int64_t index, OpKind kind);
 
 } // namespace zeroc
 

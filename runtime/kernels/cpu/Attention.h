@@ -12,8 +12,8 @@
 //
 // Four cblas GEMMs a (batch, head) over the full [seq, seq] square, in f32.
 // P is rounded to the activation dtype (out's) before P V, as it is stored:
-// the forward keeps it in `probs` [batch, heads, seq, seq] (the plan's
-// `saved_bytes`: batch * heads * seq^2 elements of the activation dtype), and
+// the forward keeps it in `probs` [batch, heads, seq, seq] (the op's
+// saved-state output in the plan, in the activation dtype), and
 // the backward reads it back, or recomputes it from q and k when `probs` is
 // null, with the same result. Outputs must not alias inputs.
 //

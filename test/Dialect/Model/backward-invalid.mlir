@@ -201,89 +201,89 @@ func.func @f(%dy: tensor<2x3x8xf32>) {
 
 // -----
 
-func.func @f(%x: tensor<f32>, %g: tensor<16xf32>) {
+func.func @f(%x: tensor<f32>, %g: tensor<16xf32>, %s: tensor<1xf32>) {
   // expected-error @+1 {{input must have rank >= 1}}
-  %0:3 = model.layernorm_backward %x, %g, %x : (tensor<f32>, tensor<16xf32>, tensor<f32>) -> (tensor<f32>, tensor<16xf32>, tensor<16xf32>)
+  %0:3 = model.layernorm_backward %x, %g, %x, %s : (tensor<f32>, tensor<16xf32>, tensor<f32>, tensor<1xf32>) -> (tensor<f32>, tensor<16xf32>, tensor<16xf32>)
   return
 }
 
 // -----
 
-func.func @f(%x: tensor<2x3x16xf32>, %g: tensor<8xf32>) {
+func.func @f(%x: tensor<2x3x16xf32>, %g: tensor<8xf32>, %s: tensor<1xf32>) {
   // expected-error @+1 {{weight has shape [8], expected [16] ([hidden], the last dimension of the input)}}
-  %0:3 = model.layernorm_backward %x, %g, %x : (tensor<2x3x16xf32>, tensor<8xf32>, tensor<2x3x16xf32>) -> (tensor<2x3x16xf32>, tensor<16xf32>, tensor<16xf32>)
+  %0:3 = model.layernorm_backward %x, %g, %x, %s : (tensor<2x3x16xf32>, tensor<8xf32>, tensor<2x3x16xf32>, tensor<1xf32>) -> (tensor<2x3x16xf32>, tensor<16xf32>, tensor<16xf32>)
   return
 }
 
 // -----
 
-func.func @f(%x: tensor<2x3x16xf32>, %g: tensor<16xf32>) {
+func.func @f(%x: tensor<2x3x16xf32>, %g: tensor<16xf32>, %s: tensor<1xf32>) {
   // expected-error @+1 {{dweight has shape [3, 16], expected [16] ([hidden], the last dimension of the input)}}
-  %0:3 = model.layernorm_backward %x, %g, %x : (tensor<2x3x16xf32>, tensor<16xf32>, tensor<2x3x16xf32>) -> (tensor<2x3x16xf32>, tensor<3x16xf32>, tensor<16xf32>)
+  %0:3 = model.layernorm_backward %x, %g, %x, %s : (tensor<2x3x16xf32>, tensor<16xf32>, tensor<2x3x16xf32>, tensor<1xf32>) -> (tensor<2x3x16xf32>, tensor<3x16xf32>, tensor<16xf32>)
   return
 }
 
 // -----
 
-func.func @f(%x: tensor<2x3x16xf32>, %g: tensor<16xf32>) {
+func.func @f(%x: tensor<2x3x16xf32>, %g: tensor<16xf32>, %s: tensor<1xf32>) {
   // expected-error @+1 {{dbias has shape [15], expected [16] ([hidden], the last dimension of the input)}}
-  %0:3 = model.layernorm_backward %x, %g, %x : (tensor<2x3x16xf32>, tensor<16xf32>, tensor<2x3x16xf32>) -> (tensor<2x3x16xf32>, tensor<16xf32>, tensor<15xf32>)
+  %0:3 = model.layernorm_backward %x, %g, %x, %s : (tensor<2x3x16xf32>, tensor<16xf32>, tensor<2x3x16xf32>, tensor<1xf32>) -> (tensor<2x3x16xf32>, tensor<16xf32>, tensor<15xf32>)
   return
 }
 
 // -----
 
-func.func @f(%x: tensor<2x3x16xf32>, %g: tensor<16xf32>, %dy: tensor<3x2x16xf32>) {
+func.func @f(%x: tensor<2x3x16xf32>, %g: tensor<16xf32>, %dy: tensor<3x2x16xf32>, %s: tensor<1xf32>) {
   // expected-error @+1 {{dy type 'tensor<3x2x16xf32>' does not match the input type 'tensor<2x3x16xf32>'}}
-  %0:3 = model.layernorm_backward %x, %g, %dy : (tensor<2x3x16xf32>, tensor<16xf32>, tensor<3x2x16xf32>) -> (tensor<2x3x16xf32>, tensor<16xf32>, tensor<16xf32>)
+  %0:3 = model.layernorm_backward %x, %g, %dy, %s : (tensor<2x3x16xf32>, tensor<16xf32>, tensor<3x2x16xf32>, tensor<1xf32>) -> (tensor<2x3x16xf32>, tensor<16xf32>, tensor<16xf32>)
   return
 }
 
 // -----
 
-func.func @f(%x: tensor<2x3x16xf32>, %g: tensor<16xf32>) {
+func.func @f(%x: tensor<2x3x16xf32>, %g: tensor<16xf32>, %s: tensor<1xf32>) {
   // expected-error @+1 {{dinput type 'tensor<2x3x16xbf16>' does not match the input type 'tensor<2x3x16xf32>'}}
-  %0:3 = model.layernorm_backward %x, %g, %x : (tensor<2x3x16xf32>, tensor<16xf32>, tensor<2x3x16xf32>) -> (tensor<2x3x16xbf16>, tensor<16xf32>, tensor<16xf32>)
+  %0:3 = model.layernorm_backward %x, %g, %x, %s : (tensor<2x3x16xf32>, tensor<16xf32>, tensor<2x3x16xf32>, tensor<1xf32>) -> (tensor<2x3x16xbf16>, tensor<16xf32>, tensor<16xf32>)
   return
 }
 
 // -----
 
-func.func @f(%x: tensor<2x3x16xf32>, %g: tensor<16xf32>) {
+func.func @f(%x: tensor<2x3x16xf32>, %g: tensor<16xf32>, %s: tensor<1xf32>) {
   // expected-error @+1 {{epsilon must be positive, found -1}}
-  %0:3 = model.layernorm_backward %x, %g, %x {epsilon = -1.0 : f64} : (tensor<2x3x16xf32>, tensor<16xf32>, tensor<2x3x16xf32>) -> (tensor<2x3x16xf32>, tensor<16xf32>, tensor<16xf32>)
+  %0:3 = model.layernorm_backward %x, %g, %x, %s {epsilon = -1.0 : f64} : (tensor<2x3x16xf32>, tensor<16xf32>, tensor<2x3x16xf32>, tensor<1xf32>) -> (tensor<2x3x16xf32>, tensor<16xf32>, tensor<16xf32>)
   return
 }
 
 // -----
 
-func.func @f(%x: tensor<2x3x16xf32>, %g: tensor<16xf16>) {
+func.func @f(%x: tensor<2x3x16xf32>, %g: tensor<16xf16>, %s: tensor<1xf32>) {
   // expected-error @+1 {{operand #1 has element type 'f16', expected 'f32' (the element type of the input)}}
-  %0:3 = model.layernorm_backward %x, %g, %x : (tensor<2x3x16xf32>, tensor<16xf16>, tensor<2x3x16xf32>) -> (tensor<2x3x16xf32>, tensor<16xf16>, tensor<16xf16>)
+  %0:3 = model.layernorm_backward %x, %g, %x, %s : (tensor<2x3x16xf32>, tensor<16xf16>, tensor<2x3x16xf32>, tensor<1xf32>) -> (tensor<2x3x16xf32>, tensor<16xf16>, tensor<16xf16>)
   return
 }
 
 // -----
 
-func.func @f(%x: tensor<2x3x16xf32>, %g: tensor<16xf32>) {
+func.func @f(%x: tensor<2x3x16xf32>, %g: tensor<16xf32>, %s: tensor<1xf32>) {
   // expected-error @+1 {{dweight has shape [8], expected [16] ([hidden], the last dimension of the input)}}
-  %0:2 = model.rmsnorm_backward %x, %g, %x : (tensor<2x3x16xf32>, tensor<16xf32>, tensor<2x3x16xf32>) -> (tensor<2x3x16xf32>, tensor<8xf32>)
+  %0:2 = model.rmsnorm_backward %x, %g, %x, %s : (tensor<2x3x16xf32>, tensor<16xf32>, tensor<2x3x16xf32>, tensor<1xf32>) -> (tensor<2x3x16xf32>, tensor<8xf32>)
   return
 }
 
 // -----
 
-func.func @f(%x: tensor<2x3x16xf32>, %g: tensor<16xf32>, %dy: tensor<2x3x16xf16>) {
+func.func @f(%x: tensor<2x3x16xf32>, %g: tensor<16xf32>, %dy: tensor<2x3x16xf16>, %s: tensor<1xf32>) {
   // expected-error @+1 {{dy type 'tensor<2x3x16xf16>' does not match the input type 'tensor<2x3x16xf32>'}}
-  %0:2 = model.rmsnorm_backward %x, %g, %dy : (tensor<2x3x16xf32>, tensor<16xf32>, tensor<2x3x16xf16>) -> (tensor<2x3x16xf32>, tensor<16xf32>)
+  %0:2 = model.rmsnorm_backward %x, %g, %dy, %s : (tensor<2x3x16xf32>, tensor<16xf32>, tensor<2x3x16xf16>, tensor<1xf32>) -> (tensor<2x3x16xf32>, tensor<16xf32>)
   return
 }
 
 // -----
 
-func.func @f(%x: tensor<2x3x16xf32>, %g: tensor<16xf32>) {
+func.func @f(%x: tensor<2x3x16xf32>, %g: tensor<16xf32>, %s: tensor<1xf32>) {
   // expected-error @+1 {{epsilon must be positive, found 0}}
-  %0:2 = model.rmsnorm_backward %x, %g, %x {epsilon = 0.0 : f64} : (tensor<2x3x16xf32>, tensor<16xf32>, tensor<2x3x16xf32>) -> (tensor<2x3x16xf32>, tensor<16xf32>)
+  %0:2 = model.rmsnorm_backward %x, %g, %x, %s {epsilon = 0.0 : f64} : (tensor<2x3x16xf32>, tensor<16xf32>, tensor<2x3x16xf32>, tensor<1xf32>) -> (tensor<2x3x16xf32>, tensor<16xf32>)
   return
 }
 
@@ -353,97 +353,97 @@ func.func @f(%dy: tensor<2x3x16xf32>, %x: tensor<2x3x16xf16>) {
 
 // -----
 
-func.func @f(%q: tensor<6x16xf32>, %k: tensor<2x3x8xf32>, %v: tensor<2x3x8xf32>, %o: tensor<2x3x16xf32>, %do: tensor<2x3x16xf32>) {
+func.func @f(%q: tensor<6x16xf32>, %k: tensor<2x3x8xf32>, %v: tensor<2x3x8xf32>, %o: tensor<2x3x16xf32>, %do: tensor<2x3x16xf32>, %s: tensor<1xf32>) {
   // expected-error @+1 {{q must be rank 3 ([batch, seq, heads * head_dim]), found rank 2 [6, 16]}}
-  %0:3 = model.causal_attention_backward %q, %k, %v, %o, %do {num_heads = 4 : i64, num_kv_heads = 2 : i64} : (tensor<6x16xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<2x3x16xf32>, tensor<2x3x16xf32>) -> (tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>)
+  %0:3 = model.causal_attention_backward %q, %k, %v, %o, %do, %s {num_heads = 4 : i64, num_kv_heads = 2 : i64} : (tensor<6x16xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<2x3x16xf32>, tensor<2x3x16xf32>, tensor<1xf32>) -> (tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>)
   return
 }
 
 // -----
 
-func.func @f(%q: tensor<2x3x16xf32>, %k: tensor<2x3x8xf32>, %v: tensor<2x3x8xf32>, %o: tensor<2x3x16xf32>, %do: tensor<2x3x16xf32>) {
+func.func @f(%q: tensor<2x3x16xf32>, %k: tensor<2x3x8xf32>, %v: tensor<2x3x8xf32>, %o: tensor<2x3x16xf32>, %do: tensor<2x3x16xf32>, %s: tensor<1xf32>) {
   // expected-error @+1 {{q width 16 is not a multiple of num_heads 3}}
-  %0:3 = model.causal_attention_backward %q, %k, %v, %o, %do {num_heads = 3 : i64, num_kv_heads = 3 : i64} : (tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<2x3x16xf32>, tensor<2x3x16xf32>) -> (tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>)
+  %0:3 = model.causal_attention_backward %q, %k, %v, %o, %do, %s {num_heads = 3 : i64, num_kv_heads = 3 : i64} : (tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<2x3x16xf32>, tensor<2x3x16xf32>, tensor<1xf32>) -> (tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>)
   return
 }
 
 // -----
 
-func.func @f(%q: tensor<2x3x16xf32>, %k: tensor<2x3x8xf32>, %v: tensor<2x3x8xf32>, %o: tensor<2x3x16xf32>, %do: tensor<2x3x16xf32>) {
+func.func @f(%q: tensor<2x3x16xf32>, %k: tensor<2x3x8xf32>, %v: tensor<2x3x8xf32>, %o: tensor<2x3x16xf32>, %do: tensor<2x3x16xf32>, %s: tensor<1xf32>) {
   // expected-error @+1 {{num_heads 4 is not a multiple of num_kv_heads 3}}
-  %0:3 = model.causal_attention_backward %q, %k, %v, %o, %do {num_heads = 4 : i64, num_kv_heads = 3 : i64} : (tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<2x3x16xf32>, tensor<2x3x16xf32>) -> (tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>)
+  %0:3 = model.causal_attention_backward %q, %k, %v, %o, %do, %s {num_heads = 4 : i64, num_kv_heads = 3 : i64} : (tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<2x3x16xf32>, tensor<2x3x16xf32>, tensor<1xf32>) -> (tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>)
   return
 }
 
 // -----
 
-func.func @f(%q: tensor<2x3x16xf32>, %k: tensor<2x3x16xf32>, %v: tensor<2x3x8xf32>, %o: tensor<2x3x16xf32>, %do: tensor<2x3x16xf32>) {
+func.func @f(%q: tensor<2x3x16xf32>, %k: tensor<2x3x16xf32>, %v: tensor<2x3x8xf32>, %o: tensor<2x3x16xf32>, %do: tensor<2x3x16xf32>, %s: tensor<1xf32>) {
   // expected-error @+1 {{k has shape [2, 3, 16], expected [2, 3, 8] (num_kv_heads 2 x head_dim 4 for batch and seq of q)}}
-  %0:3 = model.causal_attention_backward %q, %k, %v, %o, %do {num_heads = 4 : i64, num_kv_heads = 2 : i64} : (tensor<2x3x16xf32>, tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x3x16xf32>, tensor<2x3x16xf32>) -> (tensor<2x3x16xf32>, tensor<2x3x16xf32>, tensor<2x3x8xf32>)
+  %0:3 = model.causal_attention_backward %q, %k, %v, %o, %do, %s {num_heads = 4 : i64, num_kv_heads = 2 : i64} : (tensor<2x3x16xf32>, tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x3x16xf32>, tensor<2x3x16xf32>, tensor<1xf32>) -> (tensor<2x3x16xf32>, tensor<2x3x16xf32>, tensor<2x3x8xf32>)
   return
 }
 
 // -----
 
-func.func @f(%q: tensor<2x3x16xf32>, %k: tensor<2x3x8xf32>, %v: tensor<2x4x8xf32>, %o: tensor<2x3x16xf32>, %do: tensor<2x3x16xf32>) {
+func.func @f(%q: tensor<2x3x16xf32>, %k: tensor<2x3x8xf32>, %v: tensor<2x4x8xf32>, %o: tensor<2x3x16xf32>, %do: tensor<2x3x16xf32>, %s: tensor<1xf32>) {
   // expected-error @+1 {{v has shape [2, 4, 8], expected [2, 3, 8] (num_kv_heads 2 x head_dim 4 for batch and seq of q)}}
-  %0:3 = model.causal_attention_backward %q, %k, %v, %o, %do {num_heads = 4 : i64, num_kv_heads = 2 : i64} : (tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x4x8xf32>, tensor<2x3x16xf32>, tensor<2x3x16xf32>) -> (tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x4x8xf32>)
+  %0:3 = model.causal_attention_backward %q, %k, %v, %o, %do, %s {num_heads = 4 : i64, num_kv_heads = 2 : i64} : (tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x4x8xf32>, tensor<2x3x16xf32>, tensor<2x3x16xf32>, tensor<1xf32>) -> (tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x4x8xf32>)
   return
 }
 
 // -----
 
-func.func @f(%q: tensor<2x3x16xf32>, %k: tensor<2x3x8xf32>, %v: tensor<2x3x8xf32>, %o: tensor<2x3x8xf32>, %do: tensor<2x3x16xf32>) {
+func.func @f(%q: tensor<2x3x16xf32>, %k: tensor<2x3x8xf32>, %v: tensor<2x3x8xf32>, %o: tensor<2x3x8xf32>, %do: tensor<2x3x16xf32>, %s: tensor<1xf32>) {
   // expected-error @+1 {{out has shape [2, 3, 8], expected [2, 3, 16] (the shape of q)}}
-  %0:3 = model.causal_attention_backward %q, %k, %v, %o, %do {num_heads = 4 : i64, num_kv_heads = 2 : i64} : (tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<2x3x16xf32>) -> (tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>)
+  %0:3 = model.causal_attention_backward %q, %k, %v, %o, %do, %s {num_heads = 4 : i64, num_kv_heads = 2 : i64} : (tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<2x3x16xf32>, tensor<1xf32>) -> (tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>)
   return
 }
 
 // -----
 
-func.func @f(%q: tensor<2x3x16xf32>, %k: tensor<2x3x8xf32>, %v: tensor<2x3x8xf32>, %o: tensor<2x3x16xf32>, %do: tensor<3x2x16xf32>) {
+func.func @f(%q: tensor<2x3x16xf32>, %k: tensor<2x3x8xf32>, %v: tensor<2x3x8xf32>, %o: tensor<2x3x16xf32>, %do: tensor<3x2x16xf32>, %s: tensor<1xf32>) {
   // expected-error @+1 {{dout has shape [3, 2, 16], expected [2, 3, 16] (the shape of q)}}
-  %0:3 = model.causal_attention_backward %q, %k, %v, %o, %do {num_heads = 4 : i64, num_kv_heads = 2 : i64} : (tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<2x3x16xf32>, tensor<3x2x16xf32>) -> (tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>)
+  %0:3 = model.causal_attention_backward %q, %k, %v, %o, %do, %s {num_heads = 4 : i64, num_kv_heads = 2 : i64} : (tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<2x3x16xf32>, tensor<3x2x16xf32>, tensor<1xf32>) -> (tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>)
   return
 }
 
 // -----
 
-func.func @f(%q: tensor<2x3x16xf32>, %k: tensor<2x3x8xf32>, %v: tensor<2x3x8xf32>, %o: tensor<2x3x16xf32>, %do: tensor<2x3x16xf32>) {
+func.func @f(%q: tensor<2x3x16xf32>, %k: tensor<2x3x8xf32>, %v: tensor<2x3x8xf32>, %o: tensor<2x3x16xf32>, %do: tensor<2x3x16xf32>, %s: tensor<1xf32>) {
   // expected-error @+1 {{dq has shape [2, 3, 8], expected [2, 3, 16] (the shape of q)}}
-  %0:3 = model.causal_attention_backward %q, %k, %v, %o, %do {num_heads = 4 : i64, num_kv_heads = 2 : i64} : (tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<2x3x16xf32>, tensor<2x3x16xf32>) -> (tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>)
+  %0:3 = model.causal_attention_backward %q, %k, %v, %o, %do, %s {num_heads = 4 : i64, num_kv_heads = 2 : i64} : (tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<2x3x16xf32>, tensor<2x3x16xf32>, tensor<1xf32>) -> (tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>)
   return
 }
 
 // -----
 
-func.func @f(%q: tensor<2x3x16xf32>, %k: tensor<2x3x8xf32>, %v: tensor<2x3x8xf32>, %o: tensor<2x3x16xf32>, %do: tensor<2x3x16xf32>) {
+func.func @f(%q: tensor<2x3x16xf32>, %k: tensor<2x3x8xf32>, %v: tensor<2x3x8xf32>, %o: tensor<2x3x16xf32>, %do: tensor<2x3x16xf32>, %s: tensor<1xf32>) {
   // expected-error @+1 {{dk has shape [2, 3, 16], expected [2, 3, 8] (the shape of k)}}
-  %0:3 = model.causal_attention_backward %q, %k, %v, %o, %do {num_heads = 4 : i64, num_kv_heads = 2 : i64} : (tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<2x3x16xf32>, tensor<2x3x16xf32>) -> (tensor<2x3x16xf32>, tensor<2x3x16xf32>, tensor<2x3x8xf32>)
+  %0:3 = model.causal_attention_backward %q, %k, %v, %o, %do, %s {num_heads = 4 : i64, num_kv_heads = 2 : i64} : (tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<2x3x16xf32>, tensor<2x3x16xf32>, tensor<1xf32>) -> (tensor<2x3x16xf32>, tensor<2x3x16xf32>, tensor<2x3x8xf32>)
   return
 }
 
 // -----
 
-func.func @f(%q: tensor<2x3x16xf32>, %k: tensor<2x3x8xf32>, %v: tensor<2x3x8xf32>, %o: tensor<2x3x16xf32>, %do: tensor<2x3x16xf32>) {
+func.func @f(%q: tensor<2x3x16xf32>, %k: tensor<2x3x8xf32>, %v: tensor<2x3x8xf32>, %o: tensor<2x3x16xf32>, %do: tensor<2x3x16xf32>, %s: tensor<1xf32>) {
   // expected-error @+1 {{dv has shape [2, 3, 4], expected [2, 3, 8] (the shape of v)}}
-  %0:3 = model.causal_attention_backward %q, %k, %v, %o, %do {num_heads = 4 : i64, num_kv_heads = 2 : i64} : (tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<2x3x16xf32>, tensor<2x3x16xf32>) -> (tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x3x4xf32>)
+  %0:3 = model.causal_attention_backward %q, %k, %v, %o, %do, %s {num_heads = 4 : i64, num_kv_heads = 2 : i64} : (tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<2x3x16xf32>, tensor<2x3x16xf32>, tensor<1xf32>) -> (tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x3x4xf32>)
   return
 }
 
 // -----
 
-func.func @f(%q: tensor<2x3x16xf32>, %k: tensor<2x3x8xf32>, %v: tensor<2x3x8xf32>, %o: tensor<2x3x16xf32>, %do: tensor<2x3x16xf32>) {
+func.func @f(%q: tensor<2x3x16xf32>, %k: tensor<2x3x8xf32>, %v: tensor<2x3x8xf32>, %o: tensor<2x3x16xf32>, %do: tensor<2x3x16xf32>, %s: tensor<1xf32>) {
   // expected-error @+1 {{result #2 has element type 'bf16', expected 'f32' (the element type of q)}}
-  %0:3 = model.causal_attention_backward %q, %k, %v, %o, %do {num_heads = 4 : i64, num_kv_heads = 2 : i64} : (tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<2x3x16xf32>, tensor<2x3x16xf32>) -> (tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x3x8xbf16>)
+  %0:3 = model.causal_attention_backward %q, %k, %v, %o, %do, %s {num_heads = 4 : i64, num_kv_heads = 2 : i64} : (tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<2x3x16xf32>, tensor<2x3x16xf32>, tensor<1xf32>) -> (tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x3x8xbf16>)
   return
 }
 
 // -----
 
-func.func @f(%q: tensor<2x3x16xf32>, %k: tensor<2x3x8xf32>, %v: tensor<2x3x8xf32>, %o: tensor<2x3x16xf32>, %do: tensor<2x3x16xf32>) {
+func.func @f(%q: tensor<2x3x16xf32>, %k: tensor<2x3x8xf32>, %v: tensor<2x3x8xf32>, %o: tensor<2x3x16xf32>, %do: tensor<2x3x16xf32>, %s: tensor<1xf32>) {
   // expected-error @+1 {{attribute 'num_kv_heads' failed to satisfy constraint: 64-bit signless integer attribute whose value is positive}}
-  %0:3 = model.causal_attention_backward %q, %k, %v, %o, %do {num_heads = 4 : i64, num_kv_heads = 0 : i64} : (tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<2x3x16xf32>, tensor<2x3x16xf32>) -> (tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>)
+  %0:3 = model.causal_attention_backward %q, %k, %v, %o, %do, %s {num_heads = 4 : i64, num_kv_heads = 0 : i64} : (tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<2x3x16xf32>, tensor<2x3x16xf32>, tensor<1xf32>) -> (tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>)
   return
 }
 
@@ -685,5 +685,43 @@ model.param @w : tensor<4xf32> init <zeros>
 func.func @f() {
   // expected-error @+1 {{@f is not a model.param}}
   model.adam_update @f {lr = 1.0e-3 : f64, beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 1.0e-8 : f64, weight_decay = 0.0 : f64, adamw}
+  return
+}
+
+// -----
+// A backward op reads the state its forward op yielded, never a value from
+// elsewhere: that dataflow is the link between the two.
+
+func.func @f(%x: tensor<2x3x16xf32>, %g: tensor<16xf32>, %s: tensor<2x2x3xf32>) {
+  // expected-error @+1 {{saved state must be the saved result of a 'model.layernorm'}}
+  %0:3 = model.layernorm_backward %x, %g, %x, %s : (tensor<2x3x16xf32>, tensor<16xf32>, tensor<2x3x16xf32>, tensor<2x2x3xf32>) -> (tensor<2x3x16xf32>, tensor<16xf32>, tensor<16xf32>)
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<2x3x16xf32>, %g: tensor<16xf32>, %z: tensor<2x2x3x16xf32>) {
+  // The statistics of another kind of op, of the expected type.
+  %y, %s = model.rmsnorm %z, %g : (tensor<2x2x3x16xf32>, tensor<16xf32>) -> (tensor<2x2x3x16xf32>, tensor<2x2x3xf32>)
+  // expected-error @+1 {{saved state must be the saved result of a 'model.layernorm'}}
+  %0:3 = model.layernorm_backward %x, %g, %x, %s : (tensor<2x3x16xf32>, tensor<16xf32>, tensor<2x3x16xf32>, tensor<2x2x3xf32>) -> (tensor<2x3x16xf32>, tensor<16xf32>, tensor<16xf32>)
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<2x3x16xbf16>, %g: tensor<16xbf16>, %b: tensor<16xbf16>) {
+  %y, %s = model.layernorm %x, %g, %b : (tensor<2x3x16xbf16>, tensor<16xbf16>, tensor<16xbf16>) -> (tensor<2x3x16xbf16>, tensor<2x2x3xf32>)
+  // expected-error @+1 {{saved state type 'tensor<2x2x3xf32>' does not match the expected 'tensor<2x3xf32>'}}
+  %0:2 = model.rmsnorm_backward %x, %g, %x, %s : (tensor<2x3x16xbf16>, tensor<16xbf16>, tensor<2x3x16xbf16>, tensor<2x2x3xf32>) -> (tensor<2x3x16xbf16>, tensor<16xbf16>)
+  return
+}
+
+// -----
+
+func.func @f(%q: tensor<2x3x16xf32>, %k: tensor<2x3x8xf32>, %v: tensor<2x3x8xf32>, %do: tensor<2x3x16xf32>, %p: tensor<2x4x3x3xf32>) {
+  %o = model.causal_attention %q, %k, %v {num_heads = 4 : i64, num_kv_heads = 2 : i64} : (tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>) -> tensor<2x3x16xf32>
+  // expected-error @+1 {{saved state must be the saved result of a 'model.causal_attention'}}
+  %0:3 = model.causal_attention_backward %q, %k, %v, %o, %do, %p {num_heads = 4 : i64, num_kv_heads = 2 : i64} : (tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<2x3x16xf32>, tensor<2x3x16xf32>, tensor<2x4x3x3xf32>) -> (tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>)
   return
 }

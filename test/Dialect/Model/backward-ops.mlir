@@ -20,11 +20,16 @@ func.func @backward(%x: tensor<2x8x16xf32>, %dy: tensor<2x8x16xf32>, %ids: tenso
   %3 = model.linear_grad_weight %df, %x : (tensor<2x8x32xf32>, tensor<2x8x16xf32>) -> tensor<32x16xf32>
   // CHECK: model.linear_grad_bias %[[DF]] : (tensor<2x8x32xf32>) -> tensor<32xf32>
   %4 = model.linear_grad_bias %df : (tensor<2x8x32xf32>) -> tensor<32xf32>
-  // CHECK: %{{.*}}, %{{.*}}, %{{.*}} = model.layernorm_backward %[[X]], %[[G]], %[[DY]] {epsilon = 6.250000e-02 : f64} : (tensor<2x8x16xf32>, tensor<16xf32>, tensor<2x8x16xf32>) -> (tensor<2x8x16xf32>, tensor<16xf32>, tensor<16xf32>)
-  %5:3 = model.layernorm_backward %x, %g, %dy {epsilon = 0.0625 : f64} : (tensor<2x8x16xf32>, tensor<16xf32>, tensor<2x8x16xf32>) -> (tensor<2x8x16xf32>, tensor<16xf32>, tensor<16xf32>)
+  // The state a forward op yields for its backward is its second result.
+  // CHECK: %{{.*}}, %[[STATS:.*]] = model.layernorm %[[X]], %[[G]], %[[G]] {epsilon = 6.250000e-02 : f64} : (tensor<2x8x16xf32>, tensor<16xf32>, tensor<16xf32>) -> (tensor<2x8x16xf32>, tensor<2x2x8xf32>)
+  %ln, %stats = model.layernorm %x, %g, %g {epsilon = 0.0625 : f64} : (tensor<2x8x16xf32>, tensor<16xf32>, tensor<16xf32>) -> (tensor<2x8x16xf32>, tensor<2x2x8xf32>)
+  // CHECK: %{{.*}}, %{{.*}}, %{{.*}} = model.layernorm_backward %[[X]], %[[G]], %[[DY]], %[[STATS]] {epsilon = 6.250000e-02 : f64} : (tensor<2x8x16xf32>, tensor<16xf32>, tensor<2x8x16xf32>, tensor<2x2x8xf32>) -> (tensor<2x8x16xf32>, tensor<16xf32>, tensor<16xf32>)
+  %5:3 = model.layernorm_backward %x, %g, %dy, %stats {epsilon = 0.0625 : f64} : (tensor<2x8x16xf32>, tensor<16xf32>, tensor<2x8x16xf32>, tensor<2x2x8xf32>) -> (tensor<2x8x16xf32>, tensor<16xf32>, tensor<16xf32>)
   // Default epsilon is not printed.
-  // CHECK: %{{.*}}, %{{.*}} = model.rmsnorm_backward %[[X]], %[[G]], %[[DY]] : (tensor<2x8x16xf32>, tensor<16xf32>, tensor<2x8x16xf32>) -> (tensor<2x8x16xf32>, tensor<16xf32>)
-  %6:2 = model.rmsnorm_backward %x, %g, %dy : (tensor<2x8x16xf32>, tensor<16xf32>, tensor<2x8x16xf32>) -> (tensor<2x8x16xf32>, tensor<16xf32>)
+  // CHECK: %{{.*}}, %[[RRMS:.*]] = model.rmsnorm %[[X]], %[[G]] : (tensor<2x8x16xf32>, tensor<16xf32>) -> (tensor<2x8x16xf32>, tensor<2x8xf32>)
+  %rn, %rrms = model.rmsnorm %x, %g : (tensor<2x8x16xf32>, tensor<16xf32>) -> (tensor<2x8x16xf32>, tensor<2x8xf32>)
+  // CHECK: %{{.*}}, %{{.*}} = model.rmsnorm_backward %[[X]], %[[G]], %[[DY]], %[[RRMS]] : (tensor<2x8x16xf32>, tensor<16xf32>, tensor<2x8x16xf32>, tensor<2x8xf32>) -> (tensor<2x8x16xf32>, tensor<16xf32>)
+  %6:2 = model.rmsnorm_backward %x, %g, %dy, %rrms : (tensor<2x8x16xf32>, tensor<16xf32>, tensor<2x8x16xf32>, tensor<2x8xf32>) -> (tensor<2x8x16xf32>, tensor<16xf32>)
   // CHECK: model.gelu_backward %[[X]], %[[DY]] : tensor<2x8x16xf32>
   %7 = model.gelu_backward %x, %dy : tensor<2x8x16xf32>
   // CHECK: model.silu_backward %[[X]], %[[DY]] : tensor<2x8x16xf32>
@@ -33,10 +38,14 @@ func.func @backward(%x: tensor<2x8x16xf32>, %dy: tensor<2x8x16xf32>, %ids: tenso
   %9 = model.rotary_backward %dy {head_dim = 4 : i64, theta = 500000.0 : f64} : tensor<2x8x16xf32>
   // CHECK: model.rotary_backward %[[K]] {head_dim = 4 : i64} : tensor<2x8x8xf32>
   %10 = model.rotary_backward %k {head_dim = 4 : i64} : tensor<2x8x8xf32>
-  // CHECK: %{{.*}}, %{{.*}}, %{{.*}} = model.causal_attention_backward %[[X]], %[[K]], %[[K]], %[[X]], %[[DY]] {num_heads = 4 : i64, num_kv_heads = 2 : i64}
-  // CHECK-SAME: : (tensor<2x8x16xf32>, tensor<2x8x8xf32>, tensor<2x8x8xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> (tensor<2x8x16xf32>, tensor<2x8x8xf32>, tensor<2x8x8xf32>)
-  %11:3 = model.causal_attention_backward %x, %k, %k, %x, %dy {num_heads = 4 : i64, num_kv_heads = 2 : i64}
-      : (tensor<2x8x16xf32>, tensor<2x8x8xf32>, tensor<2x8x8xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> (tensor<2x8x16xf32>, tensor<2x8x8xf32>, tensor<2x8x8xf32>)
+  // CHECK: %[[OUT:.*]], %[[PROBS:.*]] = model.causal_attention %[[X]], %[[K]], %[[K]] {num_heads = 4 : i64, num_kv_heads = 2 : i64}
+  // CHECK-SAME: : (tensor<2x8x16xf32>, tensor<2x8x8xf32>, tensor<2x8x8xf32>) -> (tensor<2x8x16xf32>, tensor<2x4x8x8xf32>)
+  %out, %probs = model.causal_attention %x, %k, %k {num_heads = 4 : i64, num_kv_heads = 2 : i64}
+      : (tensor<2x8x16xf32>, tensor<2x8x8xf32>, tensor<2x8x8xf32>) -> (tensor<2x8x16xf32>, tensor<2x4x8x8xf32>)
+  // CHECK: %{{.*}}, %{{.*}}, %{{.*}} = model.causal_attention_backward %[[X]], %[[K]], %[[K]], %[[OUT]], %[[DY]], %[[PROBS]] {num_heads = 4 : i64, num_kv_heads = 2 : i64}
+  // CHECK-SAME: : (tensor<2x8x16xf32>, tensor<2x8x8xf32>, tensor<2x8x8xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x4x8x8xf32>) -> (tensor<2x8x16xf32>, tensor<2x8x8xf32>, tensor<2x8x8xf32>)
+  %11:3 = model.causal_attention_backward %x, %k, %k, %out, %dy, %probs {num_heads = 4 : i64, num_kv_heads = 2 : i64}
+      : (tensor<2x8x16xf32>, tensor<2x8x8xf32>, tensor<2x8x8xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x4x8x8xf32>) -> (tensor<2x8x16xf32>, tensor<2x8x8xf32>, tensor<2x8x8xf32>)
   // CHECK: model.cross_entropy_backward %[[LOGITS]], %[[IDS]], %[[SEED]] : (tensor<2x8x64xf32>, tensor<2x8xi32>, tensor<f32>) -> tensor<2x8x64xf32>
   %12 = model.cross_entropy_backward %logits, %ids, %seed : (tensor<2x8x64xf32>, tensor<2x8xi32>, tensor<f32>) -> tensor<2x8x64xf32>
   return

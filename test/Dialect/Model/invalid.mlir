@@ -405,3 +405,21 @@ func.func @f(%a: tensor<2x3xf32>) {
   %0 = model.softmax %a : tensor<2x3xf32>
   return
 }
+
+// -----
+// In a training graph a forward op yields the state its backward reads, of
+// exactly the type the op defines.
+
+func.func @f(%x: tensor<2x3x16xbf16>, %g: tensor<16xbf16>, %b: tensor<16xbf16>) {
+  // expected-error @+1 {{saved state type 'tensor<2x3xf32>' does not match the expected 'tensor<2x2x3xf32>'}}
+  %y, %s = model.layernorm %x, %g, %b : (tensor<2x3x16xbf16>, tensor<16xbf16>, tensor<16xbf16>) -> (tensor<2x3x16xbf16>, tensor<2x3xf32>)
+  return
+}
+
+// -----
+
+func.func @f(%q: tensor<2x3x16xf32>, %k: tensor<2x3x8xf32>) {
+  // expected-error @+1 {{saved state type 'tensor<2x2x3x3xf32>' does not match the expected 'tensor<2x4x3x3xf32>'}}
+  %o, %p = model.causal_attention %q, %k, %k {num_heads = 4 : i64, num_kv_heads = 2 : i64} : (tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>) -> (tensor<2x3x16xf32>, tensor<2x2x3x3xf32>)
+  return
+}

@@ -1,0 +1,249 @@
+//===- PlanOps.h - The op kinds of a plan and their typed attributes -*- C++
+//-*-===//
+//
+// Every op a plan may hold, as an enum, and the attributes of each kind as a
+// struct whose fields are listed once (`fields`): the plan reader checks
+// them by that list (a missing, extra or ill-typed attribute is an error
+// naming the op), the writer writes them by it, and the runtime and the cost
+// model switch over the enum, so a new kind is a compile error (-Wswitch)
+// wherever it is not handled. MLIR-free; the names are the MLIR op names
+// without their dialect.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZEROC_PLAN_PLANOPS_H
+#define ZEROC_PLAN_PLANOPS_H
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace zeroc {
+
+/// Op kinds: X(Enum, "name", Attrs). Model ops first (forward, then
+/// backward and the backward seed), then the sched ops, then func.return.
+#define ZEROC_PLAN_MODEL_OPS(X)                                                \
+  X(Embedding, "embedding", NoAttrs)                                           \
+  X(PositionEmbedding, "position_embedding", NoAttrs)                          \
+  X(Linear, "linear", NoAttrs)                                                 \
+  X(LayerNorm, "layernorm", NormAttrs)                                         \
+  X(RMSNorm, "rmsnorm", NormAttrs)                                             \
+  X(Gelu, "gelu", NoAttrs)                                                     \
+  X(Silu, "silu", NoAttrs)                                                     \
+  X(Add, "add", NoAttrs)                                                       \
+  X(Mul, "mul", NoAttrs)                                                       \
+  X(Rotary, "rotary", RotaryAttrs)                                             \
+  X(CausalAttention, "causal_attention", AttentionAttrs)                       \
+  X(CrossEntropy, "cross_entropy", NoAttrs)                                    \
+  X(EmbeddingBackward, "embedding_backward", NoAttrs)                          \
+  X(PositionEmbeddingBackward, "position_embedding_backward", NoAttrs)         \
+  X(LinearGradInput, "linear_grad_input", NoAttrs)                             \
+  X(LinearGradWeight, "linear_grad_weight", NoAttrs)                           \
+  X(LinearGradBias, "linear_grad_bias", NoAttrs)                               \
+  X(LayerNormBackward, "layernorm_backward", NormAttrs)                        \
+  X(RMSNormBackward, "rmsnorm_backward", NormAttrs)                            \
+  X(GeluBackward, "gelu_backward", NoAttrs)                                    \
+  X(SiluBackward, "silu_backward", NoAttrs)                                    \
+  X(RotaryBackward, "rotary_backward", RotaryAttrs)                            \
+  X(CausalAttentionBackward, "causal_attention_backward", AttentionAttrs)      \
+  X(CrossEntropyBackward, "cross_entropy_backward", NoAttrs)                   \
+  X(BackwardSeed, "backward_seed", BackwardSeedAttrs)
+
+#define ZEROC_PLAN_SCHED_OPS(X)                                                \
+  X(Read, "read", ReadAttrs)                                                   \
+  X(Accumulate, "accumulate", AccumulateAttrs)                                 \
+  X(Release, "release", NoAttrs)                                               \
+  X(ZeroGrads, "zero_grads", TensorListAttrs)                                  \
+  X(AllGatherStart, "all_gather_start", AllGatherAttrs)                        \
+  X(ReduceScatterStart, "reduce_scatter_start", ReduceScatterAttrs)            \
+  X(AllReduceStart, "all_reduce_start", TensorListAttrs)                       \
+  X(AllGatherUpdatesStart, "all_gather_updates_start", TargetListAttrs)        \
+  X(FetchStart, "fetch_start", TensorListAttrs)                                \
+  X(CopyStart, "copy_start", CopyAttrs)                                        \
+  X(Wait, "wait", NoAttrs)                                                     \
+  X(UnscaleGrads, "unscale_grads", UnscaleGradsAttrs)                          \
+  X(ClipGradNorm, "clip_grad_norm", ClipGradNormAttrs)                         \
+  X(AdamUpdate, "adam_update", AdamAttrs)
+
+#define ZEROC_PLAN_OPS(X)                                                      \
+  ZEROC_PLAN_MODEL_OPS(X)                                                      \
+  ZEROC_PLAN_SCHED_OPS(X)                                                      \
+  X(Return, "return", NoAttrs)
+
+enum class OpKind : uint8_t {
+#define ZEROC_PLAN_OP_ENUM(e, name, attrs) e,
+  ZEROC_PLAN_OPS(ZEROC_PLAN_OP_ENUM)
+#undef ZEROC_PLAN_OP_ENUM
+};
+
+inline constexpr OpKind kAllOpKinds[] = {
+#define ZEROC_PLAN_OP_ENUM(e, name, attrs) OpKind::e,
+    ZEROC_PLAN_OPS(ZEROC_PLAN_OP_ENUM)
+#undef ZEROC_PLAN_OP_ENUM
+};
+
+/// Where a persistent tensor lives, spelled as the sched dialect's
+/// placement: device, host (pinned CPU memory) or nvme.
+enum class Placement : uint8_t { Device, Host, Nvme };
+const char *placementName(Placement placement);
+std::optional<Placement> parsePlacement(std::string_view name);
+
+/// The kind's name in the plan ("causal_attention").
+const char *opKindName(OpKind kind);
+std::optional<OpKind> parseOpKind(std::string_view name);
+/// A `model` dialect op: a kernel of the runtime, FLOPs in the cost model.
+bool isModelOp(OpKind kind);
+/// An asynchronous start (`*_start`), completed by a later `wait`.
+bool isAsyncStart(OpKind kind);
+
+// Typed attributes. `fields(v)` lists each attribute once, as v(name, member);
+// a bool is a unit attribute (written only when set, false when absent), a
+// std::optional one that may be absent; every other field is required.
+
+struct NoAttrs {
+  template <typename V> void fields(V &&) {}
+};
+
+/// layernorm, rmsnorm and their backwards.
+struct NormAttrs {
+  double epsilon = 0;
+  template <typename V> void fields(V &&v) { v("epsilon", epsilon); }
+};
+
+struct RotaryAttrs {
+  int64_t headDim = 0;
+  double theta = 0;
+  template <typename V> void fields(V &&v) {
+    v("head_dim", headDim);
+    v("theta", theta);
+  }
+};
+
+struct AttentionAttrs {
+  int64_t numHeads = 0, numKvHeads = 0;
+  template <typename V> void fields(V &&v) {
+    v("num_heads", numHeads);
+    v("num_kv_heads", numKvHeads);
+  }
+};
+
+struct BackwardSeedAttrs {
+  int64_t microSteps = 0;
+  bool lossScaling = false;
+  template <typename V> void fields(V &&v) {
+    v("micro_steps", microSteps);
+    v("loss_scaling", lossScaling);
+  }
+};
+
+struct ReadAttrs {
+  std::string tensor;
+  template <typename V> void fields(V &&v) { v("tensor", tensor); }
+};
+
+struct AccumulateAttrs {
+  std::string tensor;
+  int64_t offset = 0;
+  template <typename V> void fields(V &&v) {
+    v("tensor", tensor);
+    v("offset", offset);
+  }
+};
+
+/// zero_grads, all_reduce_start, fetch_start.
+struct TensorListAttrs {
+  std::vector<std::string> tensors;
+  template <typename V> void fields(V &&v) { v("tensors", tensors); }
+};
+
+struct AllGatherAttrs {
+  std::vector<std::string> params;
+  template <typename V> void fields(V &&v) { v("params", params); }
+};
+
+struct ReduceScatterAttrs {
+  std::vector<std::string> targets;
+  std::vector<int64_t> offsets;
+  bool allReduce = false;
+  template <typename V> void fields(V &&v) {
+    v("targets", targets);
+    v("offsets", offsets);
+    v("all_reduce", allReduce);
+  }
+};
+
+struct TargetListAttrs {
+  std::vector<std::string> targets;
+  template <typename V> void fields(V &&v) { v("targets", targets); }
+};
+
+struct CopyAttrs {
+  std::vector<std::string> sources, destinations;
+  template <typename V> void fields(V &&v) {
+    v("sources", sources);
+    v("destinations", destinations);
+  }
+};
+
+struct UnscaleGradsAttrs {
+  std::vector<std::string> grads;
+  double staticLossScale = 0;
+  int64_t initialScalePower = 0, lossScaleWindow = 0, hysteresis = 0;
+  double minLossScale = 0;
+  template <typename V> void fields(V &&v) {
+    v("grads", grads);
+    v("static_loss_scale", staticLossScale);
+    v("initial_scale_power", initialScalePower);
+    v("loss_scale_window", lossScaleWindow);
+    v("hysteresis", hysteresis);
+    v("min_loss_scale", minLossScale);
+  }
+};
+
+struct ClipGradNormAttrs {
+  std::vector<std::string> grads;
+  double maxNorm = 0;
+  template <typename V> void fields(V &&v) {
+    v("grads", grads);
+    v("max_norm", maxNorm);
+  }
+};
+
+struct AdamAttrs {
+  std::string param, grad;
+  std::optional<std::string> master;
+  std::string expAvg, expAvgSq;
+  double lr = 0, beta1 = 0, beta2 = 0, eps = 0, weightDecay = 0;
+  bool adamw = false;
+  Placement on = Placement::Device; ///< Where the update runs.
+  template <typename V> void fields(V &&v) {
+    v("param", param);
+    v("grad", grad);
+    v("master", master);
+    v("exp_avg", expAvg);
+    v("exp_avg_sq", expAvgSq);
+    v("lr", lr);
+    v("beta1", beta1);
+    v("beta2", beta2);
+    v("eps", eps);
+    v("weight_decay", weightDecay);
+    v("adamw", adamw);
+    v("on", on);
+  }
+};
+
+using PlanOpAttrs =
+    std::variant<NoAttrs, NormAttrs, RotaryAttrs, AttentionAttrs,
+                 BackwardSeedAttrs, ReadAttrs, AccumulateAttrs, TensorListAttrs,
+                 AllGatherAttrs, ReduceScatterAttrs, TargetListAttrs, CopyAttrs,
+                 UnscaleGradsAttrs, ClipGradNormAttrs, AdamAttrs>;
+
+/// The attributes of `kind`, default-initialized (the struct its kind takes).
+PlanOpAttrs defaultAttrs(OpKind kind);
+
+} // namespace zeroc
+
+#endif // ZEROC_PLAN_PLANOPS_H
