@@ -109,10 +109,10 @@ def ZeroPartition : Pass<"zero-partition", "::mlir::ModuleOp"> {
     Stages 1 and 2 flatten the parameters into one `sched.flat_group`
     (DeepSpeed's single parameter group). A 16-bit parameter gets an f32
     master copy; an f32 parameter is its own master (docs/zero-pipeline.md).
-    The module records `sched.world_size` and `sched.stage`. Uses of the
-    parameters (`model.param_ref`, `model.accumulate_grad`,
-    `model.adam_update`) keep naming them; `zero-insert-collectives` lowers
-    them.
+    The module records `sched.world_size` and `sched.stage`, attributes the
+    sched dialect declares and verifies. Uses of the parameters
+    (`model.param_ref`, `model.accumulate_grad`, `model.adam_update`) keep
+    naming them; `zero-insert-collectives` lowers them.
   }];
   let dependentDialects = ["::zeroc::sched::SchedDialect"];
   let options = [
@@ -260,8 +260,10 @@ def ZeroVerifySchedule : Pass<"zero-verify-schedule", "::mlir::ModuleOp"> {
     Run on every plan zeroc writes. Fails with a diagnostic on the offending
     op unless:
 
-    * nothing logical is left: every parameter use, gradient accumulation
-      and optimizer op has been lowered to sched ops;
+    * nothing logical is left: no op with the model dialect's
+      `MustLowerBeforePlan` trait remains (every parameter use, gradient
+      accumulation and optimizer op has been lowered to sched ops), and
+      each parameter or flat group has at most one state of each role;
     * every rank issues the same collectives in the same order: each phase
       is a single block with no rank-dependent control flow, and every
       asynchronous start is waited on exactly once, after it;
