@@ -16,6 +16,19 @@ static std::optional<Precision> precisionOf(const std::string &dtype) {
   return std::nullopt;
 }
 
+/// Where DeepSpeed's offload device puts state.
+static sched::Placement placementOf(OffloadDevice device) {
+  switch (device) {
+  case OffloadDevice::None:
+    return sched::Placement::Device;
+  case OffloadDevice::CPU:
+    return sched::Placement::Host;
+  case OffloadDevice::NVMe:
+    return sched::Placement::NVMe;
+  }
+  llvm_unreachable("unknown offload device");
+}
+
 ConfigContext configContextFor(const ModelStats &stats, int64_t worldSize,
                                std::optional<int64_t> gradientAccumulation) {
   ConfigContext ctx;
@@ -62,7 +75,8 @@ void buildZeroPipeline(mlir::OpPassManager &pm, const DeepSpeedConfig &cfg) {
   expand.hysteresis = cfg.lossScale.hysteresis;
   expand.minLossScale = double(cfg.lossScale.minLossScale);
   expand.gradientClipping = cfg.gradientClipping;
-  expand.optimizer = cfg.optimizer.adamWMode ? "adamw" : "adam";
+  expand.optimizer =
+      cfg.optimizer.adamWMode ? AdamMode::AdamW : AdamMode::Adam;
   expand.lr = cfg.optimizer.lr;
   expand.beta1 = cfg.optimizer.beta1;
   expand.beta2 = cfg.optimizer.beta2;
@@ -84,9 +98,8 @@ void buildZeroPipeline(mlir::OpPassManager &pm, const DeepSpeedConfig &cfg) {
   pm.addPass(createZeroInsertCollectives(collectives));
 
   ZeroOffloadOptions offload;
-  offload.optimizer =
-      std::string(offloadDeviceName(zero.offloadOptimizer.device));
-  offload.param = std::string(offloadDeviceName(zero.offloadParam.device));
+  offload.optimizer = placementOf(zero.offloadOptimizer.device);
+  offload.param = placementOf(zero.offloadParam.device);
   pm.addPass(createZeroOffload(offload));
 
   ZeroBucketOptions bucket;

@@ -19,18 +19,6 @@ using sched::Role;
 
 namespace {
 
-FailureOr<std::optional<Placement>>
-parseDevice(ModuleOp module, StringRef option, StringRef value) {
-  if (value == "none")
-    return std::optional<Placement>();
-  if (value == "cpu")
-    return std::optional<Placement>(Placement::Host);
-  if (value == "nvme")
-    return std::optional<Placement>(Placement::NVMe);
-  return module.emitError() << "zero-offload: unknown " << option << " device '"
-                            << value << "', expected none, cpu or nvme";
-}
-
 struct ZeroOffload : zeroc::impl::ZeroOffloadBase<ZeroOffload> {
   using ZeroOffloadBase::ZeroOffloadBase;
 
@@ -42,26 +30,23 @@ struct ZeroOffload : zeroc::impl::ZeroOffloadBase<ZeroOffload> {
                          << ": run zero-partition first";
       return signalPassFailure();
     }
-    auto states = parseDevice(module, "optimizer", optimizer);
-    auto params = parseDevice(module, "param", param);
-    if (failed(states) || failed(params))
-      return signalPassFailure();
-    if (*params && *stage != 3) {
+    Placement states = optimizer, params = param;
+    if (params != Placement::Device && *stage != 3) {
       module.emitError() << "parameter offload needs ZeRO stage 3, found stage "
                          << *stage
                          << " (offload_param applies to partitioned "
                             "parameters only)";
       return signalPassFailure();
     }
-    if (*states && *stage == 0) {
+    if (states != Placement::Device && *stage == 0) {
       module.emitError() << "optimizer offload needs ZeRO stage 1, 2 or 3, "
                             "found stage 0";
       return signalPassFailure();
     }
-    if (*states)
-      offloadOptimizer(module, **states);
-    if (*params)
-      offloadParams(module, **params);
+    if (states != Placement::Device)
+      offloadOptimizer(module, states);
+    if (params != Placement::Device)
+      offloadParams(module, params);
   }
 
   /// Master copies and moments go to the host (or NVMe); sharded gradient

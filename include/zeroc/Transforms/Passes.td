@@ -75,9 +75,15 @@ def ExpandTrainingStep : Pass<"zero-expand-training-step", "::mlir::ModuleOp"> {
            "Lower bound of the dynamic loss scale">,
     Option<"gradientClipping", "clip", "double", /*default=*/"0.0",
            "Global gradient-norm clipping; 0 disables it">,
-    Option<"optimizer", "optimizer", "std::string", /*default=*/"\"adamw\"",
+    Option<"optimizer", "optimizer", "::zeroc::AdamMode",
+           /*default=*/"::zeroc::AdamMode::AdamW",
            "adam (L2 weight decay added to the gradient) or adamw "
-           "(decoupled weight decay)">,
+           "(decoupled weight decay)",
+           [{::llvm::cl::values(
+             clEnumValN(::zeroc::AdamMode::Adam, "adam",
+                        "L2 weight decay added to the gradient"),
+             clEnumValN(::zeroc::AdamMode::AdamW, "adamw",
+                        "decoupled weight decay"))}]>,
     Option<"lr", "lr", "double", /*default=*/"1.0e-3", "Learning rate">,
     Option<"beta1", "beta1", "double", /*default=*/"0.9", "Adam beta1">,
     Option<"beta2", "beta2", "double", /*default=*/"0.999", "Adam beta2">,
@@ -179,10 +185,14 @@ def ZeroOffload : Pass<"zero-offload", "::mlir::ModuleOp"> {
   }];
   let dependentDialects = ["::zeroc::sched::SchedDialect"];
   let options = [
-    Option<"optimizer", "optimizer", "std::string", /*default=*/"\"none\"",
-           "Where optimizer states live: none, cpu or nvme">,
-    Option<"param", "param", "std::string", /*default=*/"\"none\"",
-           "Where stage-3 parameters live: none, cpu or nvme">,
+    Option<"optimizer", "optimizer", "::zeroc::sched::Placement",
+           /*default=*/"::zeroc::sched::Placement::Device",
+           "Where optimizer states live: none (the device), cpu or nvme",
+           [{::zeroc::offloadTargetValues()}]>,
+    Option<"param", "param", "::zeroc::sched::Placement",
+           /*default=*/"::zeroc::sched::Placement::Device",
+           "Where stage-3 parameters live: none (the device), cpu or nvme",
+           [{::zeroc::offloadTargetValues()}]>,
   ];
 }
 
