@@ -41,6 +41,13 @@ def Model_Dialect : Dialect {
 class Model_Op<string mnemonic, list<Trait> traits = []>
     : Op<Model_Dialect, mnemonic, traits>;
 
+/// An op that names a parameter's logical state (its value, its gradient,
+/// its optimizer update) and that zero-insert-collectives lowers to sched
+/// ops: a schedule that still holds one is not a plan.
+def Model_MustLowerBeforePlan : NativeOpTrait<"MustLowerBeforePlan"> {
+  let cppNamespace = "::zeroc::model";
+}
+
 //===----------------------------------------------------------------------===//
 // Attributes
 //===----------------------------------------------------------------------===//

@@ -40,6 +40,12 @@ namespace detail {
 int64_t operandAndResultBytes(mlir::Operation *op);
 } // namespace detail
 
+/// Marks an op that zero-insert-collectives lowers (ModelDialect.td's
+/// MustLowerBeforePlan): zero-verify-schedule refuses a schedule holding one.
+template <typename ConcreteType>
+class MustLowerBeforePlan
+    : public mlir::OpTrait::TraitBase<ConcreteType, MustLowerBeforePlan> {};
+
 } // namespace zeroc::model
 
 #include "model/ModelInterfaces.h.inc"

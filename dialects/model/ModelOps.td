@@ -75,7 +75,7 @@ def Model_ParamOp : Model_Op<"param", [Symbol, HasParent<"::mlir::ModuleOp">,
 }
 
 def Model_ParamRefOp : Model_Op<"param_ref", [
-    Pure, DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+    Pure, Model_MustLowerBeforePlan, DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "The value of a parameter";
   let description = [{
     Reads the parameter named by `param`. The result type must equal the
@@ -621,7 +621,7 @@ def Model_BackwardSeedOp
 }
 
 def Model_AccumulateGradOp : Model_Op<"accumulate_grad", [
-    MemoryEffects<[MemWrite]>,
+    MemoryEffects<[MemWrite]>, Model_MustLowerBeforePlan,
     DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "Adds a gradient into a parameter's gradient accumulator";
   let description = [{
@@ -640,7 +640,7 @@ def Model_AccumulateGradOp : Model_Op<"accumulate_grad", [
 }
 
 def Model_UnscaleGradsOp : Model_Op<"unscale_grads", [
-    MemoryEffects<[MemRead, MemWrite]>]> {
+    MemoryEffects<[MemRead, MemWrite]>, Model_MustLowerBeforePlan]> {
   let summary = "Unscales the gradients and updates the loss scale";
   let description = [{
     fp16 loss scaling, DeepSpeed's semantics: divides every accumulated
@@ -674,7 +674,7 @@ def Model_UnscaleGradsOp : Model_Op<"unscale_grads", [
 }
 
 def Model_ClipGradNormOp : Model_Op<"clip_grad_norm", [
-    MemoryEffects<[MemRead, MemWrite]>]> {
+    MemoryEffects<[MemRead, MemWrite]>, Model_MustLowerBeforePlan]> {
   let summary = "Clips the global gradient norm";
   let description = [{
     Computes the L2 norm of all parameters' accumulated gradients together
@@ -692,7 +692,7 @@ def Model_ClipGradNormOp : Model_Op<"clip_grad_norm", [
 }
 
 def Model_AdamUpdateOp : Model_Op<"adam_update", [
-    MemoryEffects<[MemRead, MemWrite]>,
+    MemoryEffects<[MemRead, MemWrite]>, Model_MustLowerBeforePlan,
     DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "One Adam or AdamW step of a parameter";
   let description = [{

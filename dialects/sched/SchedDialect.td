@@ -33,10 +33,35 @@ def Sched_Dialect : Dialect {
     scheduler's back, and every rank issues the same collectives in the same
     order because there is only one program.
 
-    Streams are small integers carried by every op: 0 computes, 1 gathers
+    Every op carries its stream (`Stream`): 0 computes, 1 gathers
     parameters, 2 reduces gradients, 3 copies between device, host and NVMe.
+    The plan names the streams with the same enum.
+
+    The module states the schedule's facts as attributes this dialect
+    declares and verifies: `sched.world_size` (ranks, at least 1) and
+    `sched.stage` (the ZeRO stage, 0 to 3). `zero-plan-memory` records the
+    memory plan on the phase functions (`sched.memory`, `sched.arg_offsets`,
+    `sched.live_bytes`) and their ops (`sched.offsets`, `sched.after`,
+    `sched.saved_offset`, `sched.workspace_offset`,
+    `sched.workspace_bytes`). Any other `sched.` attribute is an error.
   }];
   let useDefaultTypePrinterParser = 1;
+  let hasOperationAttrVerify = 1;
+  let discardableAttrs = (ins
+    // The module's facts (zero-partition).
+    "::mlir::IntegerAttr":$world_size,
+    "::mlir::IntegerAttr":$stage,
+    // The memory plan (zero-plan-memory): on phase functions,
+    "::mlir::DictionaryAttr":$memory,
+    "::mlir::DenseI64ArrayAttr":$arg_offsets,
+    "::mlir::DenseI64ArrayAttr":$live_bytes,
+    // and on their ops.
+    "::mlir::DenseI64ArrayAttr":$offsets,
+    "::mlir::DenseI64ArrayAttr":$after,
+    "::mlir::IntegerAttr":$saved_offset,
+    "::mlir::IntegerAttr":$workspace_offset,
+    "::mlir::IntegerAttr":$workspace_bytes
+  );
 }
 
 class Sched_Op<string mnemonic, list<Trait> traits = []>
@@ -61,6 +86,23 @@ def Sched_Placement : I32EnumAttr<"Placement", "where a tensor lives", [
     I32EnumAttrCase<"Device", 0, "device">,
     I32EnumAttrCase<"Host", 1, "host">,
     I32EnumAttrCase<"NVMe", 2, "nvme">,
+  ]> {
+  let cppNamespace = "::zeroc::sched";
+}
+
+def Sched_Stream : I64EnumAttr<"Stream",
+    "a stream: compute (0), gather (1), reduce (2) or copy (3)", [
+    I64EnumAttrCase<"Compute", 0, "compute">,
+    I64EnumAttrCase<"Gather", 1, "gather">,
+    I64EnumAttrCase<"Reduce", 2, "reduce">,
+    I64EnumAttrCase<"Copy", 3, "copy">,
+  ]> {
+  let cppNamespace = "::zeroc::sched";
+}
+
+def Sched_Phase : I32EnumAttr<"Phase", "a function of the training step", [
+    I32EnumAttrCase<"MicroStep", 0, "micro_step">,
+    I32EnumAttrCase<"OptimizerStep", 1, "optimizer_step">,
   ]> {
   let cppNamespace = "::zeroc::sched";
 }

@@ -8,19 +8,18 @@ include "mlir/IR/OpBase.td"
 def Sched_StreamOpInterface : OpInterface<"StreamOpInterface"> {
   let cppNamespace = "::zeroc::sched";
   let description = [{
-    An op that runs on a stream: the `stream` attribute, 0 (compute) when
-    absent. Ops of other dialects inside a schedule run on stream 0.
+    An op that runs on a stream: its `stream` attribute, a `Stream`, compute
+    when absent. Ops of other dialects inside a schedule run on the compute
+    stream.
   }];
   let methods = [
-    InterfaceMethod<"The stream this op runs on.", "int64_t", "getStreamId",
-      (ins), [{}], [{
-        auto attr = $_op->template getAttrOfType<::mlir::IntegerAttr>("stream");
-        return attr ? attr.getInt() : 0;
-      }]>,
-    InterfaceMethod<"Moves this op to another stream.", "void", "setStreamId",
-      (ins "int64_t":$stream), [{}], [{
-        ::mlir::Builder b($_op->getContext());
-        $_op->setAttr("stream", b.getI64IntegerAttr(stream));
+    InterfaceMethod<"The stream this op runs on.", "::zeroc::sched::Stream",
+      "getStream">,
+    InterfaceMethod<"Moves this op to another stream.", "void", "setStream",
+      (ins "::zeroc::sched::Stream":$stream)>,
+    InterfaceMethod<"The stream's index in the plan's list of streams.",
+      "int64_t", "getStreamId", (ins), [{}], [{
+        return static_cast<int64_t>($_op.getStream());
       }]>,
   ];
 }

@@ -29,6 +29,37 @@ int64_t zeroc::sched::getWorldSize(Operation *op) {
   return attr && attr.getInt() > 0 ? attr.getInt() : 1;
 }
 
+std::optional<int64_t> zeroc::sched::getStage(ModuleOp module) {
+  if (auto attr = module->getAttrOfType<IntegerAttr>(kStageAttr))
+    return attr.getInt();
+  return std::nullopt;
+}
+
+void zeroc::sched::setWorldSize(ModuleOp module, int64_t worldSize) {
+  module->setAttr(kWorldSizeAttr,
+                  Builder(module.getContext()).getI64IntegerAttr(worldSize));
+}
+
+void zeroc::sched::setStage(ModuleOp module, int64_t stage) {
+  module->setAttr(kStageAttr,
+                  Builder(module.getContext()).getI64IntegerAttr(stage));
+}
+
+func::FuncOp zeroc::sched::lookupPhase(ModuleOp module, Phase phase) {
+  return module.lookupSymbol<func::FuncOp>(stringifyPhase(phase));
+}
+
+StateTable::StateTable(ModuleOp module) {
+  for (auto t : module.getOps<TensorOp>()) {
+    StringRef owner = t.getOf() ? *t.getOf() : t.getSymName();
+    states.try_emplace({owner, t.getRole()}, t);
+  }
+}
+
+TensorOp StateTable::stateOf(StringRef owner, Role role) const {
+  return states.lookup({owner, role});
+}
+
 void zeroc::sched::getNamedSymbols(Operation *op,
                                    SmallVectorImpl<StringRef> &names) {
   for (NamedAttribute attr : op->getAttrs()) {

@@ -17,6 +17,9 @@
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "model/ModelOps.h"
 #include "zeroc/Support/Collectives.h"
+#include "llvm/ADT/DenseMap.h"
+
+#include <optional>
 
 #include "sched/SchedDialect.h.inc"
 #include "sched/SchedEnums.h.inc"
@@ -31,12 +34,40 @@
 
 namespace zeroc::sched {
 
-/// Module attributes of a schedule.
-constexpr llvm::StringLiteral kWorldSizeAttr = "sched.world_size";
-constexpr llvm::StringLiteral kStageAttr = "sched.stage";
+/// Module attributes of a schedule (SchedDialect.td declares them, the
+/// dialect verifies them).
+constexpr llvm::StringLiteral kWorldSizeAttr =
+    SchedDialect::WorldSizeAttrHelper::getNameStr();
+constexpr llvm::StringLiteral kStageAttr =
+    SchedDialect::StageAttrHelper::getNameStr();
 
 /// The world size of the schedule containing `op` (1 when unset).
 int64_t getWorldSize(mlir::Operation *op);
+
+/// The ZeRO stage of `module`; nothing if zero-partition has not run.
+std::optional<int64_t> getStage(mlir::ModuleOp module);
+
+/// Records the facts zero-partition decides.
+void setWorldSize(mlir::ModuleOp module, int64_t worldSize);
+void setStage(mlir::ModuleOp module, int64_t stage);
+
+/// The function of `module` that runs `phase`, or null.
+mlir::func::FuncOp lookupPhase(mlir::ModuleOp module, Phase phase);
+
+/// The persistent state of parameters and flat groups by what it belongs
+/// to: each `sched.tensor`'s `of` and `role`. Passes find a gradient or an
+/// optimizer state through this relation; tensor names are only display.
+class StateTable {
+public:
+  explicit StateTable(mlir::ModuleOp module);
+
+  /// The `role` tensor of `owner` (a param tensor's or a flat group's
+  /// name); for Role::Param, the param tensor named `owner`. Null if none.
+  TensorOp stateOf(llvm::StringRef owner, Role role) const;
+
+private:
+  llvm::DenseMap<std::pair<llvm::StringRef, Role>, TensorOp> states;
+};
 
 /// Every symbol `op` names in its attributes (flat references, and arrays
 /// of them), in attribute order: the persistent tensors and groups it

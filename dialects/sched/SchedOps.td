@@ -10,12 +10,14 @@ include "mlir/IR/SymbolInterfaces.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 
 def Sched_Tensor : StaticShapeTensorOf<[F32, BF16, F16]>;
-def Sched_Stream : DefaultValuedAttr<ConfinedAttr<I64Attr, [IntNonNegative]>, "0">;
+/// The stream an op runs on: compute unless zero-assign-streams moves it.
+def Sched_OnStream
+    : DefaultValuedAttr<Sched_Stream, "::zeroc::sched::Stream::Compute">;
 
 /// An op inside a schedule function: it runs on a stream.
 class Sched_StreamOp<string mnemonic, list<Trait> traits = []>
     : Sched_Op<mnemonic, !listconcat(traits, [
-        DeclareOpInterfaceMethods<Sched_StreamOpInterface>,
+        Sched_StreamOpInterface,
         HasParent<"::mlir::func::FuncOp">])>;
 
 /// The start of an asynchronous operation.
@@ -106,7 +108,7 @@ def Sched_ReadOp : Sched_StreamOp<"read", [
     A view of a device-resident `sched.tensor`: the whole tensor when it is
     replicated, this rank's 1-D shard when it is sharded. No copy is made.
   }];
-  let arguments = (ins FlatSymbolRefAttr:$tensor, Sched_Stream:$stream);
+  let arguments = (ins FlatSymbolRefAttr:$tensor, Sched_OnStream:$stream);
   let results = (outs Sched_Tensor:$result);
   let assemblyFormat = "$tensor attr-dict `:` type($result)";
 }
@@ -122,7 +124,7 @@ def Sched_AccumulateOp : Sched_StreamOp<"accumulate", [
   }];
   let arguments = (ins Sched_Tensor:$value, FlatSymbolRefAttr:$tensor,
                        DefaultValuedAttr<ConfinedAttr<I64Attr, [IntNonNegative]>, "0">:$offset,
-                       Sched_Stream:$stream);
+                       Sched_OnStream:$stream);
   let assemblyFormat = [{
     $value `into` $tensor (`at` $offset^)? attr-dict `:` type($value)
   }];
@@ -136,7 +138,7 @@ def Sched_ReleaseOp : Sched_StreamOp<"release", [MemoryEffects<[MemFree]>]> {
     verifier checks every gathered buffer is released exactly once and never
     used afterwards.
   }];
-  let arguments = (ins Variadic<Sched_Tensor>:$values, Sched_Stream:$stream);
+  let arguments = (ins Variadic<Sched_Tensor>:$values, Sched_OnStream:$stream);
   let assemblyFormat = "$values attr-dict `:` type($values)";
 }
 
@@ -144,7 +146,7 @@ def Sched_ZeroGradsOp : Sched_StreamOp<"zero_grads", [
     DeclareOpInterfaceMethods<SymbolUserOpInterface>,
     MemoryEffects<[MemWrite]>]> {
   let summary = "Clear gradient accumulators after the optimizer step";
-  let arguments = (ins FlatSymbolRefArrayAttr:$tensors, Sched_Stream:$stream);
+  let arguments = (ins FlatSymbolRefArrayAttr:$tensors, Sched_OnStream:$stream);
   let assemblyFormat = "$tensors attr-dict";
 }
 
@@ -161,7 +163,7 @@ def Sched_AllGatherStartOp : Sched_StartOp<"all_gather_start", [
     new transient buffer that a `sched.release` must free.
   }];
   let arguments = (ins Variadic<Sched_Tensor>:$shards,
-                       FlatSymbolRefArrayAttr:$params, Sched_Stream:$stream);
+                       FlatSymbolRefArrayAttr:$params, Sched_OnStream:$stream);
   let assemblyFormat = [{
     $shards `for` $params attr-dict `:` type($shards)
   }];
@@ -190,7 +192,7 @@ def Sched_ReduceScatterStartOp : Sched_StartOp<"reduce_scatter_start", [
   let arguments = (ins Variadic<Sched_Tensor>:$grads,
                        FlatSymbolRefArrayAttr:$targets,
                        DenseI64ArrayAttr:$offsets, UnitAttr:$all_reduce,
-                       Sched_Stream:$stream);
+                       Sched_OnStream:$stream);
   let assemblyFormat = [{
     $grads `into` $targets `at` $offsets attr-dict `:` type($grads)
   }];
@@ -200,7 +202,7 @@ def Sched_ReduceScatterStartOp : Sched_StartOp<"reduce_scatter_start", [
 def Sched_AllReduceStartOp : Sched_StartOp<"all_reduce_start", [
     DeclareOpInterfaceMethods<Sched_CollectiveOpInterface>]> {
   let summary = "Average replicated gradient accumulators in place";
-  let arguments = (ins FlatSymbolRefArrayAttr:$tensors, Sched_Stream:$stream);
+  let arguments = (ins FlatSymbolRefArrayAttr:$tensors, Sched_OnStream:$stream);
   let assemblyFormat = "$tensors attr-dict";
   let hasVerifier = 1;
 }
@@ -216,7 +218,7 @@ def Sched_AllGatherUpdatesStartOp : Sched_StartOp<"all_gather_updates_start", [
     rank holds the updated whole. `targets` are flat groups or replicated
     parameters.
   }];
-  let arguments = (ins FlatSymbolRefArrayAttr:$targets, Sched_Stream:$stream);
+  let arguments = (ins FlatSymbolRefArrayAttr:$targets, Sched_OnStream:$stream);
   let assemblyFormat = "$targets attr-dict";
   let hasVerifier = 1;
 }
@@ -228,7 +230,7 @@ def Sched_FetchStartOp : Sched_StartOp<"fetch_start"> {
     parameter into a new device buffer, yielded by the matching wait, to be
     all-gathered (and released with it).
   }];
-  let arguments = (ins FlatSymbolRefArrayAttr:$tensors, Sched_Stream:$stream);
+  let arguments = (ins FlatSymbolRefArrayAttr:$tensors, Sched_OnStream:$stream);
   let assemblyFormat = "$tensors attr-dict";
   let hasVerifier = 1;
 }
@@ -242,7 +244,7 @@ def Sched_CopyStartOp : Sched_StartOp<"copy_start"> {
   }];
   let arguments = (ins FlatSymbolRefArrayAttr:$sources,
                        FlatSymbolRefArrayAttr:$destinations,
-                       Sched_Stream:$stream);
+                       Sched_OnStream:$stream);
   let assemblyFormat = "$sources `to` $destinations attr-dict";
   let hasVerifier = 1;
 }
@@ -255,7 +257,7 @@ def Sched_WaitOp : Sched_StreamOp<"wait", [
     and yields its results. A value produced on one stream is read on
     another only through a wait on the reading stream.
   }];
-  let arguments = (ins Sched_TokenType:$token, Sched_Stream:$stream);
+  let arguments = (ins Sched_TokenType:$token, Sched_OnStream:$stream);
   let results = (outs Variadic<Sched_Tensor>:$results);
   let assemblyFormat = "$token attr-dict (`:` type($results)^)?";
   let hasVerifier = 1;
@@ -279,7 +281,7 @@ def Sched_UnscaleGradsOp : Sched_StreamOp<"unscale_grads", [
                        F64Attr:$static_loss_scale,
                        I64Attr:$initial_scale_power, I64Attr:$loss_scale_window,
                        I64Attr:$hysteresis, F64Attr:$min_loss_scale,
-                       Sched_Stream:$stream);
+                       Sched_OnStream:$stream);
   let assemblyFormat = "$grads attr-dict";
 }
 
@@ -294,7 +296,7 @@ def Sched_ClipGradNormOp : Sched_StreamOp<"clip_grad_norm", [
   }];
   let arguments = (ins FlatSymbolRefArrayAttr:$grads,
                        F64Attr:$max_norm,
-                       Sched_Stream:$stream);
+                       Sched_OnStream:$stream);
   let assemblyFormat = "$grads attr-dict";
   let hasVerifier = 1;
 }
@@ -317,7 +319,7 @@ def Sched_AdamUpdateOp : Sched_StreamOp<"adam_update", [
                        FlatSymbolRefAttr:$exp_avg_sq,
                        F64Attr:$lr, F64Attr:$beta1, F64Attr:$beta2,
                        F64Attr:$eps, F64Attr:$weight_decay, UnitAttr:$adamw,
-                       Sched_Placement:$on, Sched_Stream:$stream);
+                       Sched_Placement:$on, Sched_OnStream:$stream);
   let assemblyFormat = [{
     $param `grad` $grad (`master` $master^)? `exp_avg` $exp_avg
     `exp_avg_sq` $exp_avg_sq `on` $on attr-dict

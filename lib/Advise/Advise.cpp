@@ -4,13 +4,11 @@
 
 #include "zeroc/Config/DeepSpeedConfig.h"
 #include "zeroc/Cost/Simulator.h"
-#include "zeroc/Export/PlanWriter.h"
 #include "zeroc/Pipeline/Pipeline.h"
 #include "zeroc/Plan/PlanMemory.h"
 #include "zeroc/Support/Format.h"
 
 #include "mlir/IR/Diagnostics.h"
-#include "mlir/Pass/PassManager.h"
 
 #include <cstdio>
 
@@ -99,44 +97,26 @@ void evaluate(const AdviseRequest &req, int64_t worldSize, AdviseCandidate &c) {
     c.error = doc.error().message;
     return;
   }
-  auto cfg = readDeepSpeedConfig(
-      *doc, configContextFor(*req.stats, worldSize, req.gradientAccumulation));
+  auto cfg = readConfigForModel(*doc, *req.stats, /*modelName=*/"", worldSize,
+                                req.gradientAccumulation);
   if (!cfg) {
     c.error = cfg.error().message;
     return;
   }
-  if (auto problem = checkModelAgainstConfig(*req.stats, *cfg)) {
-    c.error = *problem;
-    return;
-  }
   mlir::ModuleOp model = req.model;
   mlir::OwningOpRef<mlir::ModuleOp> module = model.clone();
-  mlir::MLIRContext *ctx = module->getContext();
   std::string diagnostics;
-  mlir::ScopedDiagnosticHandler handler(ctx, [&](mlir::Diagnostic &d) {
-    if (d.getSeverity() == mlir::DiagnosticSeverity::Error &&
-        diagnostics.empty())
-      diagnostics = d.str();
-    return mlir::success();
-  });
-  mlir::PassManager pm(ctx);
-  buildZeroPipeline(pm, *cfg);
-  if (mlir::failed(pm.run(*module))) {
-    c.error = diagnostics.empty() ? "the pipeline failed" : diagnostics;
-    return;
-  }
-  PlanSource source;
-  source.model.name = req.stats->name;
-  source.model.params = req.stats->params;
-  source.model.dtype = parseDType(req.stats->dtype).value_or(DType::F32);
-  source.model.microBatch = req.stats->batch;
-  source.model.seqLen = req.stats->seqLen;
-  source.gradientAccumulationSteps = cfg->gradientAccumulationSteps;
-  source.config = toDeepSpeedJson(*cfg);
-  mlir::FailureOr<Plan> plan = buildPlan(*module, source);
+  mlir::ScopedDiagnosticHandler handler(
+      module->getContext(), [&](mlir::Diagnostic &d) {
+        if (d.getSeverity() == mlir::DiagnosticSeverity::Error &&
+            diagnostics.empty())
+          diagnostics = d.str();
+        return mlir::success();
+      });
+  mlir::FailureOr<Plan> plan = compilePlan(*module, *req.stats, *cfg);
   if (mlir::failed(plan)) {
     c.error =
-        diagnostics.empty() ? "the plan could not be written" : diagnostics;
+        diagnostics.empty() ? "the pipeline or the plan failed" : diagnostics;
     return;
   }
   MemorySummary memory = summarizeMemory(*plan);
@@ -156,7 +136,7 @@ void evaluate(const AdviseRequest &req, int64_t worldSize, AdviseCandidate &c) {
   c.tflopsPerGpu = prediction->achievedTflopsPerGpu;
   c.commBytesPerStep =
       plan->comm.total() * double(bytesPerElement(plan->model.dtype));
-  c.deepSpeedConfig = source.config;
+  c.deepSpeedConfig = plan->config;
 }
 
 std::string percent(double x) {

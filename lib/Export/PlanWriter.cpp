@@ -18,9 +18,6 @@ using nlohmann::json;
 namespace zeroc {
 namespace {
 
-/// Stream names, by id (the sched dialect's convention).
-const char *const kStreamNames[] = {"compute", "gather", "reduce", "copy"};
-
 std::string printed(Attribute attr) {
   std::string s;
   llvm::raw_string_ostream os(s);
@@ -225,12 +222,6 @@ FailureOr<PlanPhase> buildPhase(func::FuncOp func, int64_t runsPerStep,
         break;
       }
     }
-    int64_t maxStream = pop.stream;
-    while (int64_t(plan.streams.size()) <= maxStream)
-      plan.streams.push_back(plan.streams.size() < std::size(kStreamNames)
-                                 ? kStreamNames[plan.streams.size()]
-                                 : "stream" +
-                                       std::to_string(plan.streams.size()));
     opIndex[&op] = pop.index;
     phase.ops.push_back(std::move(pop));
   }
@@ -267,8 +258,9 @@ FailureOr<Plan> buildPlan(ModuleOp module, const PlanSource &source) {
   if (!stage)
     return module.emitError() << "not a schedule: no " << sched::kStageAttr;
   plan.stage = stage.getInt();
-  for (size_t i = 0; i < std::size(kStreamNames); ++i)
-    plan.streams.push_back(kStreamNames[i]);
+  // The sched dialect's streams, by id.
+  for (unsigned i = 0; i <= sched::getMaxEnumValForStream(); ++i)
+    plan.streams.push_back(sched::stringifyStream(sched::Stream(i)).str());
 
   for (auto t : module.getOps<sched::TensorOp>()) {
     PlanTensor pt;

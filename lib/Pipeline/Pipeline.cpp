@@ -1,7 +1,8 @@
-//===- Pipeline.cpp - The ZeRO pipeline, configured from DeepSpeed --------===//
+//===- Pipeline.cpp - The compile driver ----------------------------------===//
 
 #include "zeroc/Pipeline/Pipeline.h"
 
+#include "zeroc/Export/PlanWriter.h"
 #include "zeroc/Transforms/Passes.h"
 
 namespace zeroc {
@@ -14,6 +15,19 @@ static std::optional<Precision> precisionOf(const std::string &dtype) {
   if (dtype == "f32")
     return Precision::FP32;
   return std::nullopt;
+}
+
+/// Where DeepSpeed's offload device puts state.
+static sched::Placement placementOf(OffloadDevice device) {
+  switch (device) {
+  case OffloadDevice::None:
+    return sched::Placement::Device;
+  case OffloadDevice::CPU:
+    return sched::Placement::Host;
+  case OffloadDevice::NVMe:
+    return sched::Placement::NVMe;
+  }
+  llvm_unreachable("unknown offload device");
 }
 
 ConfigContext configContextFor(const ModelStats &stats, int64_t worldSize,
@@ -62,7 +76,7 @@ void buildZeroPipeline(mlir::OpPassManager &pm, const DeepSpeedConfig &cfg) {
   expand.hysteresis = cfg.lossScale.hysteresis;
   expand.minLossScale = double(cfg.lossScale.minLossScale);
   expand.gradientClipping = cfg.gradientClipping;
-  expand.optimizer = cfg.optimizer.adamWMode ? "adamw" : "adam";
+  expand.optimizer = cfg.optimizer.adamWMode ? AdamMode::AdamW : AdamMode::Adam;
   expand.lr = cfg.optimizer.lr;
   expand.beta1 = cfg.optimizer.beta1;
   expand.beta2 = cfg.optimizer.beta2;
@@ -84,9 +98,8 @@ void buildZeroPipeline(mlir::OpPassManager &pm, const DeepSpeedConfig &cfg) {
   pm.addPass(createZeroInsertCollectives(collectives));
 
   ZeroOffloadOptions offload;
-  offload.optimizer =
-      std::string(offloadDeviceName(zero.offloadOptimizer.device));
-  offload.param = std::string(offloadDeviceName(zero.offloadParam.device));
+  offload.optimizer = placementOf(zero.offloadOptimizer.device);
+  offload.param = placementOf(zero.offloadParam.device);
   pm.addPass(createZeroOffload(offload));
 
   ZeroBucketOptions bucket;
@@ -109,6 +122,53 @@ void buildZeroPipeline(mlir::OpPassManager &pm, const DeepSpeedConfig &cfg) {
 
   pm.addPass(createZeroVerifySchedule());
   pm.addPass(createZeroPlanMemory());
+}
+
+Expected<DeepSpeedConfig>
+readConfigForModel(const JsonDocument &config, const ModelStats &stats,
+                   const std::string &modelName, int64_t worldSize,
+                   std::optional<int64_t> gradientAccumulation) {
+  auto cfg = readDeepSpeedConfig(
+      config, configContextFor(stats, worldSize, gradientAccumulation));
+  if (!cfg)
+    return cfg;
+  if (auto problem = checkModelAgainstConfig(stats, *cfg))
+    return Diagnostic{
+        "", 0, 0, modelName.empty() ? *problem : modelName + ": " + *problem};
+  return cfg;
+}
+
+mlir::LogicalResult runZeroPipeline(mlir::PassManager &pm,
+                                    mlir::ModuleOp module,
+                                    const DeepSpeedConfig &cfg) {
+  buildZeroPipeline(pm, cfg);
+  return pm.run(module);
+}
+
+mlir::FailureOr<Plan> planOfSchedule(mlir::ModuleOp module,
+                                     const ModelStats &stats,
+                                     const DeepSpeedConfig &cfg,
+                                     const std::string &generator) {
+  PlanSource source;
+  source.generator = generator;
+  source.model.name = stats.name;
+  source.model.params = stats.params;
+  source.model.dtype = parseDType(stats.dtype).value_or(DType::F32);
+  source.model.microBatch = stats.batch;
+  source.model.seqLen = stats.seqLen;
+  source.gradientAccumulationSteps = cfg.gradientAccumulationSteps;
+  source.config = toDeepSpeedJson(cfg);
+  return buildPlan(module, source);
+}
+
+mlir::FailureOr<Plan> compilePlan(mlir::ModuleOp module,
+                                  const ModelStats &stats,
+                                  const DeepSpeedConfig &cfg,
+                                  const std::string &generator) {
+  mlir::PassManager pm(module.getContext());
+  if (mlir::failed(runZeroPipeline(pm, module, cfg)))
+    return mlir::failure();
+  return planOfSchedule(module, stats, cfg, generator);
 }
 
 } // namespace zeroc

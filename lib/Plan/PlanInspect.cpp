@@ -4,6 +4,7 @@
 #include "zeroc/Plan/PlanMemory.h"
 
 #include "zeroc/Support/Format.h"
+#include "zeroc/Support/Memory.h"
 
 #include <algorithm>
 #include <cmath>
@@ -65,7 +66,7 @@ int64_t PersistentBytes::total() const {
 PersistentBytes persistentBytesPerRank(const Plan &plan) {
   PersistentBytes out;
   for (const PlanTensor &t : plan.tensors)
-    out.byRole[t.role][t.placement] += t.localNumel * bytesPerElement(t.dtype);
+    out.byRole[t.role][t.placement] += localBytes(t.localNumel, t.dtype);
   return out;
 }
 

@@ -3,6 +3,7 @@
 #include "zeroc/Plan/PlanMemory.h"
 
 #include "zeroc/Support/Format.h"
+#include "zeroc/Support/Memory.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -37,7 +38,7 @@ MemorySummary summarizeMemory(const Plan &plan) {
   int64_t largestNvmeTensor = 0;
   bool paramsOnNvme = false;
   for (const PlanTensor &t : plan.tensors) {
-    int64_t bytes = t.localNumel * bytesPerElement(t.dtype);
+    int64_t bytes = localBytes(t.localNumel, t.dtype);
     if (t.placement == "device") {
       if (t.role == "param")
         m.params += bytes;
@@ -77,10 +78,11 @@ MemorySummary summarizeMemory(const Plan &plan) {
       continue;
     m.planned = true;
     const PlanPhaseMemory &pm = *phase.memory;
-    int64_t transient = std::max(pm.arenaBytes, pm.peakLiveBytes);
-    if (persistent + transient < m.peakDeviceBytes && !m.peakPhase.empty())
+    int64_t transient = phaseTransientBytes(pm.arenaBytes, pm.peakLiveBytes);
+    int64_t peak = predictedPeakBytes(persistent, transient);
+    if (peak < m.peakDeviceBytes && !m.peakPhase.empty())
       continue;
-    m.peakDeviceBytes = persistent + transient;
+    m.peakDeviceBytes = peak;
     m.fragmentation = transient - pm.peakLiveBytes;
     m.peakPhase = phase.name;
     m.peakOp = pm.peakOp;

@@ -93,9 +93,6 @@ LogicalResult ExpandTrainingStep::checkOptions(ModuleOp module) {
   if (gradAccum < 1)
     return emitError() << "grad-accum must be >= 1, found "
                        << gradAccum.getValue();
-  if (optimizer != "adam" && optimizer != "adamw")
-    return emitError() << "unknown optimizer '" << optimizer.getValue()
-                       << "', expected adam or adamw";
   if (!(gradientClipping >= 0.0) || !std::isfinite(gradientClipping))
     return emitError() << "clip must be >= 0 (0 disables clipping), found "
                        << gradientClipping.getValue();
@@ -459,7 +456,8 @@ void ExpandTrainingStep::buildOptimizerStep(ForwardInfo &info) {
   if (gradientClipping > 0.0)
     builder.create<ClipGradNormOp>(loc,
                                    builder.getF64FloatAttr(gradientClipping));
-  UnitAttr adamw = optimizer == "adamw" ? builder.getUnitAttr() : UnitAttr();
+  UnitAttr adamw =
+      optimizer == zeroc::AdamMode::AdamW ? builder.getUnitAttr() : UnitAttr();
   for (ParamOp param : info.params)
     builder.create<AdamUpdateOp>(
         param.getLoc(), FlatSymbolRefAttr::get(param.getSymNameAttr()),

@@ -11,11 +11,9 @@ namespace zeroc {
 
 using namespace mlir;
 using namespace zeroc;
+using sched::Stream;
 
 namespace {
-
-/// Stream ids, as the sched dialect documents them.
-enum Stream : int64_t { Compute = 0, Gather = 1, Reduce = 2, Copy = 3 };
 
 bool isReduction(Operation *op) {
   return isa<sched::ReduceScatterStartOp, sched::AllReduceStartOp>(op);
@@ -59,16 +57,16 @@ struct ZeroAssignStreams
         auto onStream = dyn_cast<sched::StreamOpInterface>(op);
         if (!onStream)
           continue;
-        int64_t stream = Compute;
+        Stream stream = Stream::Compute;
         if (overlapComm) {
           if (isa<sched::AllGatherStartOp, sched::AllGatherUpdatesStartOp>(op))
-            stream = Gather;
+            stream = Stream::Gather;
           else if (isReduction(&op))
-            stream = Reduce;
+            stream = Stream::Reduce;
           else if (isa<sched::FetchStartOp, sched::CopyStartOp>(op))
-            stream = Copy;
+            stream = Stream::Copy;
         }
-        onStream.setStreamId(stream);
+        onStream.setStream(stream);
         if (auto wait = dyn_cast<sched::WaitOp>(op))
           if (overlapComm && isReduction(wait.getToken().getDefiningOp()))
             reductionWaits.push_back(wait);

@@ -35,7 +35,8 @@ class CollectiveInserter {
 public:
   CollectiveInserter(ModuleOp module, int64_t stage, bool reduceScatter)
       : module(module), stage(stage), worldSize(sched::getWorldSize(module)),
-        reduceScatter(reduceScatter), symbols(module), b(module.getContext()) {}
+        reduceScatter(reduceScatter), symbols(module), states(module),
+        b(module.getContext()) {}
 
   LogicalResult run(func::FuncOp micro, func::FuncOp optimizer) {
     if (failed(collectGroupOffsets()) || failed(lowerMicroStep(micro)))
@@ -50,6 +51,14 @@ private:
 
   FlatSymbolRefAttr ref(StringRef name) {
     return FlatSymbolRefAttr::get(module.getContext(), name);
+  }
+
+  /// The `role` tensor of `owner`, found by what it belongs to. A missing
+  /// one keeps its conventional name, for the op verifier to report.
+  FlatSymbolRefAttr state(StringRef owner, Role role) {
+    if (sched::TensorOp t = states.stateOf(owner, role))
+      return ref(t.getSymName());
+    return ref(stateName(owner, role));
   }
 
   /// Where each parameter starts in the flat group (stages 1 and 2).
@@ -82,12 +91,18 @@ private:
     return t;
   }
 
+  /// Every op is created on the compute stream; zero-assign-streams moves
+  /// collectives and copies.
+  sched::StreamAttr computeStream() {
+    return sched::StreamAttr::get(b.getContext(), sched::Stream::Compute);
+  }
+
   /// Starts a collective and waits for it right away on the compute stream;
   /// zero-prefetch and zero-assign-streams move the pair apart.
   sched::WaitOp startAndWait(Location loc, Operation *start,
                              TypeRange results = {}) {
     return b.create<sched::WaitOp>(loc, results, start->getResult(0),
-                                   b.getI64IntegerAttr(0));
+                                   computeStream());
   }
 
   //===--------------------------------------------------------------------===//
@@ -136,9 +151,8 @@ private:
     if (!t->getSharded()) {
       for (model::ParamRefOp ref : refs) {
         b.setInsertionPoint(ref);
-        auto read =
-            b.create<sched::ReadOp>(ref.getLoc(), ref.getType(),
-                                    ref.getParamAttr(), b.getI64IntegerAttr(0));
+        auto read = b.create<sched::ReadOp>(
+            ref.getLoc(), ref.getType(), ref.getParamAttr(), computeStream());
         ref.replaceAllUsesWith(read.getResult());
         ref.erase();
       }
@@ -167,16 +181,15 @@ private:
                             ArrayRef<OpOperand *> uses) {
       b.setInsertionPoint(first);
       auto shard = b.create<sched::ReadOp>(loc, t->getLocalType(worldSize),
-                                           paramRef, b.getI64IntegerAttr(0));
+                                           paramRef, computeStream());
       auto start = b.create<sched::AllGatherStartOp>(
           loc, sched::TokenType::get(b.getContext()), ValueRange{shard},
-          b.getArrayAttr({paramRef}), b.getI64IntegerAttr(0));
+          b.getArrayAttr({paramRef}), computeStream());
       auto wait = startAndWait(loc, start, {fullType});
       for (OpOperand *use : uses)
         use->set(wait.getResult(0));
       b.setInsertionPointAfter(last);
-      b.create<sched::ReleaseOp>(loc, wait.getResults(),
-                                 b.getI64IntegerAttr(0));
+      b.create<sched::ReleaseOp>(loc, wait.getResults(), computeStream());
     };
     for (auto &uses : phases) {
       if (uses.empty())
@@ -227,27 +240,27 @@ private:
     Location loc = acc.getLoc();
     StringRef name = acc.getParam();
     Value grad = acc.getGrad();
-    auto zero = b.getI64IntegerAttr(0);
+    sched::StreamAttr zero = computeStream();
     b.setInsertionPoint(acc);
     switch (stage) {
     case 0:
-      b.create<sched::AccumulateOp>(loc, grad, ref(stateName(name, Role::Grad)),
+      b.create<sched::AccumulateOp>(loc, grad, state(name, Role::Grad),
                                     b.getI64IntegerAttr(0), zero);
       break;
     case 1:
       b.create<sched::AccumulateOp>(
-          loc, grad, ref(stateName(kFlatGroupName, Role::Grad)),
+          loc, grad, state(kFlatGroupName, Role::Grad),
           b.getI64IntegerAttr(groupOffset.lookup(name)), zero);
       break;
     default: {
       // Stage 2 reduces into the flat group's gradient partition, stage 3
       // into the parameter's own gradient shard.
-      std::string target = stage == 2 ? stateName(kFlatGroupName, Role::Grad)
-                                      : stateName(name, Role::Grad);
+      FlatSymbolRefAttr target = stage == 2 ? state(kFlatGroupName, Role::Grad)
+                                            : state(name, Role::Grad);
       int64_t offset = stage == 2 ? groupOffset.lookup(name) : 0;
       auto start = b.create<sched::ReduceScatterStartOp>(
           loc, sched::TokenType::get(b.getContext()), ValueRange{grad},
-          b.getArrayAttr({ref(target)}), b.getDenseI64ArrayAttr({offset}),
+          b.getArrayAttr({target}), b.getDenseI64ArrayAttr({offset}),
           allReduceAttr(), zero);
       startAndWait(loc, start);
     }
@@ -272,15 +285,15 @@ private:
     Block &body = optimizer.getBody().front();
     b.setInsertionPointToStart(&body);
     Location loc = optimizer.getLoc();
-    auto zero = b.getI64IntegerAttr(0);
+    sched::StreamAttr zero = computeStream();
 
     // The gradient tensors the optimizer reads.
     SmallVector<Attribute> grads;
     if (stage == 1 || stage == 2)
-      grads.push_back(ref(stateName(kFlatGroupName, Role::Grad)));
+      grads.push_back(state(kFlatGroupName, Role::Grad));
     else
       for (model::AdamUpdateOp update : updates)
-        grads.push_back(ref(stateName(update.getParam(), Role::Grad)));
+        grads.push_back(state(update.getParam(), Role::Grad));
     ArrayAttr gradList = b.getArrayAttr(grads);
 
     // Boundary reductions, before anything reads the gradients.
@@ -290,13 +303,14 @@ private:
                               loc, sched::TokenType::get(b.getContext()),
                               b.getArrayAttr({g}), zero));
     } else if (stage == 1) {
-      std::string name = stateName(kFlatGroupName, Role::Grad);
-      auto read = b.create<sched::ReadOp>(loc, tensor(name).getTensorType(),
-                                          ref(name), zero);
+      sched::TensorOp grad = states.stateOf(kFlatGroupName, Role::Grad);
+      FlatSymbolRefAttr name = ref(grad.getSymName());
+      auto read =
+          b.create<sched::ReadOp>(loc, grad.getTensorType(), name, zero);
       startAndWait(loc,
                    b.create<sched::ReduceScatterStartOp>(
                        loc, sched::TokenType::get(b.getContext()),
-                       ValueRange{read}, b.getArrayAttr({ref(name)}),
+                       ValueRange{read}, b.getArrayAttr({name}),
                        b.getDenseI64ArrayAttr({0}), allReduceAttr(), zero));
     }
 
@@ -365,17 +379,16 @@ private:
   }
 
   void createAdam(model::AdamUpdateOp update, StringRef owner) {
-    std::string master = stateName(owner, Role::Master);
+    sched::TensorOp master = states.stateOf(owner, Role::Master);
     FlatSymbolRefAttr masterRef =
-        tensor(master) ? ref(master) : FlatSymbolRefAttr();
+        master ? ref(master.getSymName()) : FlatSymbolRefAttr();
     b.create<sched::AdamUpdateOp>(
-        update.getLoc(), ref(owner), ref(stateName(owner, Role::Grad)),
-        masterRef, ref(stateName(owner, Role::ExpAvg)),
-        ref(stateName(owner, Role::ExpAvgSq)), update.getLrAttr(),
-        update.getBeta1Attr(), update.getBeta2Attr(), update.getEpsAttr(),
-        update.getWeightDecayAttr(), update.getAdamwAttr(),
+        update.getLoc(), ref(owner), state(owner, Role::Grad), masterRef,
+        state(owner, Role::ExpAvg), state(owner, Role::ExpAvgSq),
+        update.getLrAttr(), update.getBeta1Attr(), update.getBeta2Attr(),
+        update.getEpsAttr(), update.getWeightDecayAttr(), update.getAdamwAttr(),
         sched::PlacementAttr::get(b.getContext(), Placement::Device),
-        b.getI64IntegerAttr(0));
+        computeStream());
   }
 
   /// Stages 1-2 with reduce_scatter false reduce with all-reduce instead.
@@ -389,6 +402,7 @@ private:
   int64_t worldSize;
   bool reduceScatter;
   SymbolTable symbols;
+  sched::StateTable states;
   OpBuilder b;
   llvm::StringMap<int64_t> groupOffset;
 };

@@ -19,50 +19,34 @@ using sched::Role;
 
 namespace {
 
-FailureOr<std::optional<Placement>>
-parseDevice(ModuleOp module, StringRef option, StringRef value) {
-  if (value == "none")
-    return std::optional<Placement>();
-  if (value == "cpu")
-    return std::optional<Placement>(Placement::Host);
-  if (value == "nvme")
-    return std::optional<Placement>(Placement::NVMe);
-  return module.emitError() << "zero-offload: unknown " << option << " device '"
-                            << value << "', expected none, cpu or nvme";
-}
-
 struct ZeroOffload : zeroc::impl::ZeroOffloadBase<ZeroOffload> {
   using ZeroOffloadBase::ZeroOffloadBase;
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    auto stageAttr = module->getAttrOfType<IntegerAttr>(sched::kStageAttr);
-    if (!stageAttr) {
+    std::optional<int64_t> stage = sched::getStage(module);
+    if (!stage) {
       module.emitError() << "module has no " << sched::kStageAttr
                          << ": run zero-partition first";
       return signalPassFailure();
     }
-    int64_t stage = stageAttr.getInt();
-    auto states = parseDevice(module, "optimizer", optimizer);
-    auto params = parseDevice(module, "param", param);
-    if (failed(states) || failed(params))
-      return signalPassFailure();
-    if (*params && stage != 3) {
+    Placement states = optimizer, params = param;
+    if (params != Placement::Device && *stage != 3) {
       module.emitError() << "parameter offload needs ZeRO stage 3, found stage "
-                         << stage
+                         << *stage
                          << " (offload_param applies to partitioned "
                             "parameters only)";
       return signalPassFailure();
     }
-    if (*states && stage == 0) {
+    if (states != Placement::Device && *stage == 0) {
       module.emitError() << "optimizer offload needs ZeRO stage 1, 2 or 3, "
                             "found stage 0";
       return signalPassFailure();
     }
-    if (*states)
-      offloadOptimizer(module, **states);
-    if (*params)
-      offloadParams(module, **params);
+    if (states != Placement::Device)
+      offloadOptimizer(module, states);
+    if (params != Placement::Device)
+      offloadParams(module, params);
   }
 
   /// Master copies and moments go to the host (or NVMe); sharded gradient
@@ -102,15 +86,16 @@ struct ZeroOffload : zeroc::impl::ZeroOffloadBase<ZeroOffload> {
         reads.push_back(read);
     });
     OpBuilder b(module.getContext());
+    auto compute =
+        sched::StreamAttr::get(b.getContext(), sched::Stream::Compute);
     for (sched::ReadOp read : reads) {
       b.setInsertionPoint(read);
       Location loc = read.getLoc();
       auto fetch = b.create<sched::FetchStartOp>(
           loc, sched::TokenType::get(b.getContext()),
-          b.getArrayAttr({read.getTensorAttr()}), b.getI64IntegerAttr(0));
-      auto shard =
-          b.create<sched::WaitOp>(loc, TypeRange{read.getType()},
-                                  fetch.getToken(), b.getI64IntegerAttr(0));
+          b.getArrayAttr({read.getTensorAttr()}), compute);
+      auto shard = b.create<sched::WaitOp>(loc, TypeRange{read.getType()},
+                                           fetch.getToken(), compute);
       read.replaceAllUsesWith(shard.getResult(0));
       read.erase();
       // The fetched shard is freed once the gathers reading it completed.
@@ -124,8 +109,7 @@ struct ZeroOffload : zeroc::impl::ZeroOffloadBase<ZeroOffload> {
           last = done;
       }
       b.setInsertionPointAfter(last ? last : shard.getOperation());
-      b.create<sched::ReleaseOp>(loc, shard.getResults(),
-                                 b.getI64IntegerAttr(0));
+      b.create<sched::ReleaseOp>(loc, shard.getResults(), compute);
     }
   }
 };

@@ -40,9 +40,8 @@ struct ZeroPartition : zeroc::impl::ZeroPartitionBase<ZeroPartition> {
                             "partition";
       return signalPassFailure();
     }
-    Builder attrs(module.getContext());
-    module->setAttr(sched::kWorldSizeAttr, attrs.getI64IntegerAttr(worldSize));
-    module->setAttr(sched::kStageAttr, attrs.getI64IntegerAttr(stage));
+    sched::setWorldSize(module, worldSize);
+    sched::setStage(module, stage);
 
     SymbolTable symbols(module);
     OpBuilder b(module.getContext());

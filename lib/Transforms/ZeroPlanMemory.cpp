@@ -11,6 +11,7 @@
 #include "zeroc/Transforms/Passes.h"
 
 #include "sched/SchedOps.h"
+#include "zeroc/Support/Memory.h"
 
 #include "mlir/Analysis/Liveness.h"
 #include "mlir/IR/Builders.h"
@@ -29,8 +30,6 @@ using namespace zeroc;
 
 namespace {
 
-constexpr int64_t kAlignment = 256;
-
 enum class Category { Activations, GatherBuffers, ReduceBuckets, Workspace };
 
 struct Buffer {
@@ -45,9 +44,7 @@ struct Buffer {
   std::vector<size_t> touches;
 };
 
-int64_t aligned(int64_t bytes) {
-  return (bytes + kAlignment - 1) / kAlignment * kAlignment;
-}
+int64_t aligned(int64_t bytes) { return arenaAligned(bytes); }
 
 class MemoryPlanner {
 public:

@@ -40,12 +40,15 @@ public:
   }
 
   LogicalResult run() {
-    auto micro = module.lookupSymbol<func::FuncOp>("micro_step");
-    auto optimizer = module.lookupSymbol<func::FuncOp>("optimizer_step");
+    func::FuncOp micro = sched::lookupPhase(module, sched::Phase::MicroStep);
+    func::FuncOp optimizer =
+        sched::lookupPhase(module, sched::Phase::OptimizerStep);
     if (!micro || !optimizer)
       return module.emitError()
              << "a schedule needs the functions @micro_step and "
                 "@optimizer_step";
+    if (failed(checkStates()))
+      return failure();
     for (func::FuncOp f : {micro, optimizer})
       if (failed(checkStructure(f)) || failed(checkReleases(f)) ||
           failed(checkStreams(f)) || failed(checkInFlight(f)))
@@ -54,6 +57,21 @@ public:
   }
 
 private:
+  /// Each parameter or flat group has at most one tensor of each role:
+  /// passes find state by owner and role (sched::StateTable).
+  LogicalResult checkStates() {
+    llvm::DenseMap<std::pair<StringRef, Role>, sched::TensorOp> seen;
+    for (auto t : module.getOps<sched::TensorOp>()) {
+      StringRef owner = t.getOf() ? *t.getOf() : t.getSymName();
+      auto [it, inserted] = seen.try_emplace({owner, t.getRole()}, t);
+      if (!inserted)
+        return t.emitOpError()
+               << "is a second " << sched::stringifyRole(t.getRole()) << " of @"
+               << owner << ", after @" << it->second.getSymName();
+    }
+    return success();
+  }
+
   /// One block, no nested regions, nothing logical left.
   LogicalResult checkStructure(func::FuncOp f) {
     if (!f.getBody().hasOneBlock())
@@ -65,8 +83,7 @@ private:
         return op.emitOpError()
                << "has regions: control flow inside a schedule could make "
                   "ranks issue different collectives";
-      if (isa<model::ParamRefOp, model::AccumulateGradOp, model::AdamUpdateOp,
-              model::UnscaleGradsOp, model::ClipGradNormOp>(op))
+      if (op.hasTrait<model::MustLowerBeforePlan>())
         return op.emitOpError() << "was not lowered to the schedule (run "
                                    "zero-insert-collectives)";
       if (auto start = dyn_cast<sched::AsyncStartOpInterface>(op)) {

@@ -16,7 +16,9 @@
 // Loss-scaling settings are not checked when loss scaling is off.
 // RUN: zeroc-opt %s --zero-expand-training-step="hysteresis=0" | FileCheck %s --check-prefix=UNUSED
 
-// OPTIMIZER: error: zero-expand-training-step: unknown optimizer 'sgd', expected adam or adamw
+// The optimizer is an enum option (adam, adamw): a bad value is refused when
+// the pipeline is parsed.
+// OPTIMIZER: for the --optimizer option: Cannot find option named 'sgd'!
 // ACCUM: error: zero-expand-training-step: grad-accum must be >= 1, found 0
 // CLIP: error: zero-expand-training-step: clip must be >= 0 (0 disables clipping), found -1
 // LR: error: zero-expand-training-step: lr must be >= 0, found -0.5

@@ -9,6 +9,25 @@ module @no_optimizer_step attributes {sched.stage = 0 : i64, sched.world_size = 
 }
 
 //===----------------------------------------------------------------------===//
+// One state of each role per parameter or group
+//===----------------------------------------------------------------------===//
+
+// -----
+
+module @two_grads attributes {sched.stage = 0 : i64, sched.world_size = 1 : i64} {
+  sched.tensor @w : tensor<4xf32> param on device
+  sched.tensor @w.grad : tensor<4xf32> grad of @w on device
+  // expected-error @+1 {{'sched.tensor' op is a second grad of @w, after @w.grad}}
+  sched.tensor @w.grad2 : tensor<4xf32> grad of @w on device
+  func.func @micro_step() {
+    return
+  }
+  func.func @optimizer_step() {
+    return
+  }
+}
+
+//===----------------------------------------------------------------------===//
 // Nothing logical left
 //===----------------------------------------------------------------------===//
 
@@ -402,7 +421,7 @@ module @write_while_gathered attributes {sched.stage = 3 : i64, sched.world_size
 module @write_while_copied attributes {sched.stage = 1 : i64, sched.world_size = 2 : i64} {
   sched.tensor @w : tensor<4xf32> param on device
   sched.tensor @w.grad : tensor<4xf32> grad of @w on device
-  sched.tensor @w.host : tensor<4xf32> grad of @w on host
+  sched.tensor @w.host : tensor<4xf32> master of @w on host
   func.func @micro_step(%g: tensor<4xf32>) {
     sched.accumulate %g into @w.grad : tensor<4xf32>
     return

@@ -1,6 +1,8 @@
 //===- ShardLayoutTest.cpp - DeepSpeed-compatible shard layouts -----------===//
 
 #include "zeroc/Support/ShardLayout.h"
+#include "zeroc/Support/Memory.h"
+#include "zeroc/Support/Workspace.h"
 
 #include <gtest/gtest.h>
 
@@ -48,4 +50,28 @@ TEST(FlatGroupLayout, AlignsToTwiceTheWorldSize) {
   FlatGroupLayout wide({17}, 3);
   EXPECT_EQ(wide.padded, 18);
   EXPECT_EQ(wide.partitionSize(), 6);
+}
+
+TEST(FlatGroupLayout, ReceiveCountsAreTheOwnedPartsOfABucket) {
+  FlatGroupLayout layout({5, 7, 3}, 4);
+  // Parameter 1, elements [5, 12), lands on ranks 1 and 2.
+  EXPECT_EQ(layout.receiveCounts(layout.param(1)),
+            (std::vector<int64_t>{0, 3, 4, 0}));
+  EXPECT_EQ(layout.receiveCount(layout.param(1), 2), 4);
+  // The whole buffer: every rank its partition.
+  EXPECT_EQ(layout.receiveCounts({0, layout.padded}),
+            (std::vector<int64_t>(4, layout.partitionSize())));
+}
+
+TEST(Memory, ArenaBuffersAndWorkspacePartsShareTheAlignment) {
+  EXPECT_EQ(arenaAligned(0), 0);
+  EXPECT_EQ(arenaAligned(1), kArenaAlignment);
+  EXPECT_EQ(arenaAligned(kArenaAlignment), kArenaAlignment);
+  EXPECT_EQ(arenaAligned(kArenaAlignment + 1), 2 * kArenaAlignment);
+  WorkspaceLayout ws;
+  EXPECT_EQ(ws.take(10), 0);
+  EXPECT_EQ(ws.take(10), arenaAligned(10));
+  EXPECT_EQ(localBytes(6, DType::BF16), 12);
+  EXPECT_EQ(phaseTransientBytes(512, 300), 512);
+  EXPECT_EQ(predictedPeakBytes(1000, 512), 1512);
 }

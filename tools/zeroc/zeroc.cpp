@@ -18,7 +18,6 @@
 #ifdef ZEROC_HAVE_CHECKPOINT
 #include "zeroc/Checkpoint/Consolidate.h"
 #endif
-#include "zeroc/Export/PlanWriter.h"
 #include "zeroc/Models/ModelBuilder.h"
 #include "zeroc/Models/ModelSpec.h"
 #include "zeroc/Pipeline/Pipeline.h"
@@ -461,17 +460,16 @@ int runCompile() {
   if (failed(stats))
     return 1;
 
-  zeroc::ConfigContext ctx =
-      zeroc::configContextFor(*stats, compileWorldSize,
-                              compileGradAccum.getNumOccurrences()
-                                  ? std::optional<int64_t>(compileGradAccum)
-                                  : std::nullopt);
   auto doc = compileConfig.empty()
                  ? zeroc::JsonDocument::parse("{}", "(default config)")
                  : zeroc::JsonDocument::load(compileConfig);
   if (!doc)
     return error(doc.error());
-  auto cfg = zeroc::readDeepSpeedConfig(*doc, ctx);
+  auto cfg =
+      zeroc::readConfigForModel(*doc, *stats, compileInput, compileWorldSize,
+                                compileGradAccum.getNumOccurrences()
+                                    ? std::optional<int64_t>(compileGradAccum)
+                                    : std::nullopt);
   if (!cfg)
     return error(cfg.error());
   for (const std::string &n : cfg->notes)
@@ -479,8 +477,6 @@ int runCompile() {
   if (!cfg->ignoredKeys.empty())
     note("ignored (no effect on the schedule): " +
          llvm::join(cfg->ignoredKeys, ", "));
-  if (auto problem = zeroc::checkModelAgainstConfig(*stats, *cfg))
-    return error(compileInput + ": " + *problem);
 
   PassManager pm(&context);
   if (failed(applyPassManagerCLOptions(pm)))
@@ -489,8 +485,7 @@ int runCompile() {
   applyDefaultTimingManagerCLOptions(timing);
   TimingScope root = timing.getRootScope();
   pm.enableTiming(root);
-  zeroc::buildZeroPipeline(pm, *cfg);
-  if (failed(pm.run(*module)))
+  if (failed(zeroc::runZeroPipeline(pm, *module, *cfg)))
     return 1;
 
   std::string message;
@@ -501,17 +496,8 @@ int runCompile() {
     module->print(output->os());
     output->os() << "\n";
   } else {
-    zeroc::PlanSource source;
-    source.generator = std::string("zeroc ") + ZEROC_VERSION;
-    source.model.name = stats->name;
-    source.model.params = stats->params;
-    source.model.dtype =
-        zeroc::parseDType(stats->dtype).value_or(zeroc::DType::F32);
-    source.model.microBatch = stats->batch;
-    source.model.seqLen = stats->seqLen;
-    source.gradientAccumulationSteps = cfg->gradientAccumulationSteps;
-    source.config = zeroc::toDeepSpeedJson(*cfg);
-    FailureOr<zeroc::Plan> plan = zeroc::buildPlan(*module, source);
+    FailureOr<zeroc::Plan> plan = zeroc::planOfSchedule(
+        *module, *stats, *cfg, std::string("zeroc ") + ZEROC_VERSION);
     if (failed(plan))
       return 1;
     if (!compileCluster.empty()) {

@@ -91,6 +91,19 @@ public:
   ElementRange ownedBy(size_t index, int64_t rank) const {
     return param(index).intersect(partition(rank));
   }
+  /// Elements rank `rank` receives of a reduce-scatter over `bucket`, a
+  /// range of the buffer: the part of it the rank owns.
+  int64_t receiveCount(ElementRange bucket, int64_t rank) const {
+    return bucket.intersect(partition(rank)).size();
+  }
+  /// receiveCount for every rank: a reduce-scatter's receive counts.
+  std::vector<int64_t> receiveCounts(ElementRange bucket) const {
+    std::vector<int64_t> counts;
+    counts.reserve(size_t(worldSize));
+    for (int64_t r = 0; r < worldSize; ++r)
+      counts.push_back(receiveCount(bucket, r));
+    return counts;
+  }
 };
 
 } // namespace zeroc

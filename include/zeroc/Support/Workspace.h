@@ -11,13 +11,15 @@
 // so the plan's memory prediction covers what the runtime uses.
 //
 // MLIR-free: the compiler's sched ops and the runtime's executor both call
-// these. Every part starts at a multiple of kWorkspaceAlignment bytes.
+// these. Every part starts at a multiple of kArenaAlignment bytes
+// (Memory.h), as every buffer of the arena does.
 //
 //===----------------------------------------------------------------------===//
 
 #ifndef ZEROC_SUPPORT_WORKSPACE_H
 #define ZEROC_SUPPORT_WORKSPACE_H
 
+#include "zeroc/Support/Memory.h"
 #include "zeroc/Support/ShardLayout.h"
 
 #include <algorithm>
@@ -26,15 +28,12 @@
 
 namespace zeroc {
 
-inline constexpr int64_t kWorkspaceAlignment = 256;
-
 /// A bump allocator over one op's workspace: take() returns a part's byte
 /// offset from the workspace's start; size() is what the op needs in all.
 class WorkspaceLayout {
 public:
   int64_t take(int64_t bytes) {
-    int64_t at = (used + kWorkspaceAlignment - 1) / kWorkspaceAlignment *
-                 kWorkspaceAlignment;
+    int64_t at = arenaAligned(used);
     used = at + std::max<int64_t>(bytes, 0);
     return at;
   }
@@ -76,7 +75,7 @@ reduceScatterFlatParts(WorkspaceLayout &ws,
     for (size_t i = 0; i < shares.size(); ++i) {
       if (r == rank)
         parts[i].recv = total * elementBytes;
-      total += shares[i].range.intersect(shares[i].layout->partition(r)).size();
+      total += shares[i].layout->receiveCount(shares[i].range, r);
     }
     most = std::max(most, total);
   }

@@ -8,6 +8,7 @@
 #define ZEROC_TRANSFORMS_PASSES_H
 
 #include "model/ModelOps.h"
+#include "sched/SchedOps.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -16,6 +17,18 @@
 #include <memory>
 
 namespace zeroc {
+
+/// zero-expand-training-step's `optimizer`: how Adam applies weight decay.
+enum class AdamMode { Adam, AdamW };
+
+/// The values of zero-offload's placements, spelled as DeepSpeed's offload
+/// devices.
+inline llvm::cl::ValuesClass offloadTargetValues() {
+  return llvm::cl::values(
+      clEnumValN(sched::Placement::Device, "none", "on the device"),
+      clEnumValN(sched::Placement::Host, "cpu", "in host memory"),
+      clEnumValN(sched::Placement::NVMe, "nvme", "in NVMe files"));
+}
 
 #define GEN_PASS_DECL
 #include "zeroc/Transforms/Passes.h.inc"

@@ -75,9 +75,15 @@ def ExpandTrainingStep : Pass<"zero-expand-training-step", "::mlir::ModuleOp"> {
            "Lower bound of the dynamic loss scale">,
     Option<"gradientClipping", "clip", "double", /*default=*/"0.0",
            "Global gradient-norm clipping; 0 disables it">,
-    Option<"optimizer", "optimizer", "std::string", /*default=*/"\"adamw\"",
+    Option<"optimizer", "optimizer", "::zeroc::AdamMode",
+           /*default=*/"::zeroc::AdamMode::AdamW",
            "adam (L2 weight decay added to the gradient) or adamw "
-           "(decoupled weight decay)">,
+           "(decoupled weight decay)",
+           [{::llvm::cl::values(
+             clEnumValN(::zeroc::AdamMode::Adam, "adam",
+                        "L2 weight decay added to the gradient"),
+             clEnumValN(::zeroc::AdamMode::AdamW, "adamw",
+                        "decoupled weight decay"))}]>,
     Option<"lr", "lr", "double", /*default=*/"1.0e-3", "Learning rate">,
     Option<"beta1", "beta1", "double", /*default=*/"0.9", "Adam beta1">,
     Option<"beta2", "beta2", "double", /*default=*/"0.999", "Adam beta2">,
@@ -109,10 +115,10 @@ def ZeroPartition : Pass<"zero-partition", "::mlir::ModuleOp"> {
     Stages 1 and 2 flatten the parameters into one `sched.flat_group`
     (DeepSpeed's single parameter group). A 16-bit parameter gets an f32
     master copy; an f32 parameter is its own master (docs/zero-pipeline.md).
-    The module records `sched.world_size` and `sched.stage`. Uses of the
-    parameters (`model.param_ref`, `model.accumulate_grad`,
-    `model.adam_update`) keep naming them; `zero-insert-collectives` lowers
-    them.
+    The module records `sched.world_size` and `sched.stage`, attributes the
+    sched dialect declares and verifies. Uses of the parameters
+    (`model.param_ref`, `model.accumulate_grad`, `model.adam_update`) keep
+    naming them; `zero-insert-collectives` lowers them.
   }];
   let dependentDialects = ["::zeroc::sched::SchedDialect"];
   let options = [
@@ -179,10 +185,14 @@ def ZeroOffload : Pass<"zero-offload", "::mlir::ModuleOp"> {
   }];
   let dependentDialects = ["::zeroc::sched::SchedDialect"];
   let options = [
-    Option<"optimizer", "optimizer", "std::string", /*default=*/"\"none\"",
-           "Where optimizer states live: none, cpu or nvme">,
-    Option<"param", "param", "std::string", /*default=*/"\"none\"",
-           "Where stage-3 parameters live: none, cpu or nvme">,
+    Option<"optimizer", "optimizer", "::zeroc::sched::Placement",
+           /*default=*/"::zeroc::sched::Placement::Device",
+           "Where optimizer states live: none (the device), cpu or nvme",
+           [{::zeroc::offloadTargetValues()}]>,
+    Option<"param", "param", "::zeroc::sched::Placement",
+           /*default=*/"::zeroc::sched::Placement::Device",
+           "Where stage-3 parameters live: none (the device), cpu or nvme",
+           [{::zeroc::offloadTargetValues()}]>,
   ];
 }
 
@@ -260,8 +270,10 @@ def ZeroVerifySchedule : Pass<"zero-verify-schedule", "::mlir::ModuleOp"> {
     Run on every plan zeroc writes. Fails with a diagnostic on the offending
     op unless:
 
-    * nothing logical is left: every parameter use, gradient accumulation
-      and optimizer op has been lowered to sched ops;
+    * nothing logical is left: no op with the model dialect's
+      `MustLowerBeforePlan` trait remains (every parameter use, gradient
+      accumulation and optimizer op has been lowered to sched ops), and
+      each parameter or flat group has at most one state of each role;
     * every rank issues the same collectives in the same order: each phase
       is a single block with no rank-dependent control flow, and every
       asynchronous start is waited on exactly once, after it;

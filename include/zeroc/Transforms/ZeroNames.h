@@ -1,8 +1,8 @@
-//===- ZeroNames.h - Names of the state the ZeRO pipeline declares -*- C++
-//-*-===//
+//===- ZeroNames.h - Names of the state the ZeRO pipeline declares -*- C++ -*-//
 //
-// How the partitioner names gradient and optimizer-state tensors, so later
-// passes find them by name from their owner.
+// How the partitioner names gradient and optimizer-state tensors. The names
+// are for people (diagnostics, the plan): passes find a tensor through what
+// it belongs to, its `of` and `role` (sched::StateTable).
 //
 //===----------------------------------------------------------------------===//
 

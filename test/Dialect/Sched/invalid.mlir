@@ -663,8 +663,17 @@ sched.tensor @w : tensor<4xf32> param on device
 
 sched.tensor @w : tensor<4xf32> param on device
 func.func @f() {
-  // expected-error @+1 {{'sched.read' op attribute 'stream' failed to satisfy constraint: 64-bit signless integer attribute whose value is non-negative}}
+  // expected-error @+1 {{'sched.read' op attribute 'stream' failed to satisfy constraint: a stream: compute (0), gather (1), reduce (2) or copy (3)}}
   %w = sched.read @w {stream = -1 : i64} : tensor<4xf32>
+  return
+}
+
+// -----
+
+sched.tensor @w : tensor<4xf32> param on device
+func.func @f() {
+  // expected-error @+1 {{'sched.read' op attribute 'stream' failed to satisfy constraint: a stream: compute (0), gather (1), reduce (2) or copy (3)}}
+  %w = sched.read @w {stream = 4 : i64} : tensor<4xf32>
   return
 }
 
