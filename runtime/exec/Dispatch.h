@@ -53,7 +53,7 @@ namespace zeroc::runtime {
 /// The CPU kernel set.
 struct CpuKernels {
 #define ZEROC_CPU_KERNEL(name)                                                 \
-  template <typename... Args> cpu::Status name(Args &&...args) {               \
+  template <typename... Args> Status name(Args &&...args) {                    \
     return cpu::name(std::forward<Args>(args)...);                             \
   }
   ZEROC_MODEL_KERNELS(ZEROC_CPU_KERNEL)
@@ -81,17 +81,17 @@ struct SavedState {
 };
 
 /// Runs the kernel of model op `op` (inputs `in(i)`, outputs `out(i)`:
-/// cpu::Tensor views) with kernel set `k`. nullopt: not a model op.
+/// Tensor views) with kernel set `k`. nullopt: not a model op.
 template <typename K, typename In, typename Out>
-std::optional<cpu::Status> runModelOp(K &k, const PlanOp &op, In in, Out out,
-                                      SavedState &saved, double lossScale) {
+std::optional<Status> runModelOp(K &k, const PlanOp &op, In in, Out out,
+                                 SavedState &saved, double lossScale) {
   using dispatch::attrF;
   using dispatch::attrI;
   const std::string &kind = op.kind;
   auto eps = [&]() { return float(attrF(op, "epsilon", 1e-5)); };
   auto probsOf = [&](float *data, DType dtype) {
-    const cpu::Tensor &q = in(0);
-    return cpu::Tensor{
+    const Tensor &q = in(0);
+    return Tensor{
         data, dtype, {q.dim(0), attrI(op, "num_heads", 1), q.dim(1), q.dim(1)}};
   };
   if (kind == "embedding")
@@ -121,8 +121,8 @@ std::optional<cpu::Status> runModelOp(K &k, const PlanOp &op, In in, Out out,
     return k.rotaryForward(in(0), attrI(op, "head_dim", 0),
                            attrF(op, "theta", 10000.0), out(0));
   if (kind == "causal_attention") {
-    cpu::Tensor probs;
-    cpu::Tensor *keep = nullptr;
+    Tensor probs;
+    Tensor *keep = nullptr;
     if (saved.mine) {
       probs = probsOf(saved.mine, out(0).dtype);
       if (probs.bytes() <= saved.mineBytes) {
@@ -164,8 +164,8 @@ std::optional<cpu::Status> runModelOp(K &k, const PlanOp &op, In in, Out out,
     return k.rotaryBackward(in(0), attrI(op, "head_dim", 0),
                             attrF(op, "theta", 10000.0), out(0));
   if (kind == "causal_attention_backward") {
-    cpu::Tensor probs;
-    cpu::Tensor *have = nullptr;
+    Tensor probs;
+    Tensor *have = nullptr;
     if (saved.forward) {
       probs = probsOf(saved.forward, in(3).dtype);
       have = &probs;
@@ -183,14 +183,13 @@ std::optional<cpu::Status> runModelOp(K &k, const PlanOp &op, In in, Out out,
 
 /// runModelOp over the op's input and output tensors in vectors.
 template <typename K>
-std::optional<cpu::Status> runModelOp(K &k, const PlanOp &op,
-                                      const std::vector<cpu::Tensor> &in,
-                                      const std::vector<cpu::Tensor> &out,
-                                      SavedState &saved, double lossScale) {
+std::optional<Status> runModelOp(K &k, const PlanOp &op,
+                                 const std::vector<Tensor> &in,
+                                 const std::vector<Tensor> &out,
+                                 SavedState &saved, double lossScale) {
   return runModelOp(
-      k, op, [&](size_t i) -> const cpu::Tensor & { return in.at(i); },
-      [&](size_t i) -> const cpu::Tensor & { return out.at(i); }, saved,
-      lossScale);
+      k, op, [&](size_t i) -> const Tensor & { return in.at(i); },
+      [&](size_t i) -> const Tensor & { return out.at(i); }, saved, lossScale);
 }
 
 } // namespace zeroc::runtime
