@@ -8,16 +8,11 @@
 
 #include "exec/ExecutorImpl.h"
 
-#include "zeroc/Support/Workspace.h"
-
 #include <algorithm>
-#include <thread>
 
 namespace zeroc::runtime {
 
 using namespace exec;
-using dispatch::attrF;
-using dispatch::attrI;
 
 Executor::Impl::Impl(Executor &ex, Communicator &comm,
                      const ExecutorOptions &options)
@@ -177,12 +172,19 @@ int64_t Executor::persistentDeviceBytes() const {
   return bytes;
 }
 
-int64_t Executor::predictedPeakBytes() const {
-  int64_t arenaMax = 0;
-  for (const PlanPhase &ph : thePlan.phases)
+namespace {
+/// The arena both phases share: the larger phase's.
+int64_t largestArena(const Plan &plan) {
+  int64_t bytes = 0;
+  for (const PlanPhase &ph : plan.phases)
     if (ph.memory)
-      arenaMax = std::max(arenaMax, ph.memory->arenaBytes);
-  return persistentDeviceBytes() + arenaMax;
+      bytes = std::max(bytes, ph.memory->arenaBytes);
+  return bytes;
+}
+} // namespace
+
+int64_t Executor::predictedPeakBytes() const {
+  return persistentDeviceBytes() + largestArena(thePlan);
 }
 
 Expected<std::unique_ptr<Executor>>
@@ -217,9 +219,7 @@ Executor::create(Plan plan, Communicator &comm,
     Impl &s = *ex->impl;
     ex->memory.setDevice(s.dev);
     s.state.allocate();
-    for (const PlanPhase &ph : ex->thePlan.phases)
-      if (ph.memory)
-        ex->arenaSize = std::max(ex->arenaSize, ph.memory->arenaBytes);
+    ex->arenaSize = largestArena(ex->thePlan);
     s.arena = ex->memory.allocateArena(ex->arenaSize);
     s.state.initialize(options.seed);
   } catch (const std::exception &e) {
