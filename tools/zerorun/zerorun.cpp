@@ -1,4 +1,4 @@
-//===- zerorun.cpp - Runs a zeroc plan, one process per rank -------------===//
+//===- zerorun.cpp - Runs a zeroc plan, one process per rank --------------===//
 //
 //   zerorun PLAN.json [--synthetic | --data FILE] [--steps N] [--seed S]
 //           [--log-json PATH] [--comm-timeout SECONDS]
