@@ -383,14 +383,12 @@ template <typename ForwardOp>
 static LogicalResult verifyReadState(Operation *op, Value saved,
                                      RankedTensorType expected) {
   if (saved.getType() != expected)
-    return op->emitOpError()
-           << "saved state type " << saved.getType()
-           << " does not match the expected " << expected;
+    return op->emitOpError() << "saved state type " << saved.getType()
+                             << " does not match the expected " << expected;
   auto forward = saved.getDefiningOp<ForwardOp>();
   if (!forward || forward.getSaved() != saved)
-    return op->emitOpError()
-           << "saved state must be the saved result of a '"
-           << ForwardOp::getOperationName() << "'";
+    return op->emitOpError() << "saved state must be the saved result of a '"
+                             << ForwardOp::getOperationName() << "'";
   return success();
 }
 

@@ -152,9 +152,7 @@ std::string_view opClassName(OpClass cls) {
   return "?";
 }
 
-namespace {
-
-} // namespace
+namespace {} // namespace
 
 CostModel::CostModel(const Plan &plan, const Cluster &cluster)
     : plan(plan), clusterRef(cluster),
@@ -390,8 +388,8 @@ OpCost CostModel::cost(const PlanPhase &phase, const PlanOp &op) const {
       OpCost cost;
       cost.cls = OpClass::Compute;
       cost.flops = double(op.flops);
-      cost.seconds = computeTime(clusterRef, double(op.flops),
-                                 double(op.bytes), computeDType(info, op));
+      cost.seconds = computeTime(clusterRef, double(op.flops), double(op.bytes),
+                                 computeDType(info, op));
       return cost;
     }
   case OpKind::AllGatherStart:
@@ -432,30 +430,29 @@ OpCost CostModel::accumulateCost(const PhaseInfo &info,
                                  const PlanOp &op) const {
   // target += value: read the value, read and write the target's part.
   const std::string &target = op.attrsAs<AccumulateAttrs>().tensor;
-    double inBytes = 0, elements = 0;
-    for (int64_t id : op.inputs)
-      if (auto v = info.values.find(id); v != info.values.end()) {
-        inBytes += double(v->second->bytes);
-        elements += double(v->second->bytes) /
-                    double(bytesPerElement(v->second->dtype));
-      }
-    double targetBytes =
-        2 * elements * double(bytesPerElement(dtypeOf(target)));
-    OpCost cost;
-    std::string placement = target.empty() ? "device" : placementOf(target);
-    if (placement == "device") {
-      cost.cls = OpClass::Compute;
-      cost.seconds = computeTime(clusterRef, 0, inBytes + targetBytes,
-                                 computeDType(info, op));
-    } else {
-      cost.cls = OpClass::Host;
-      cost.seconds =
-          transferTime(rankRatesPerRank, "device", placement, inBytes) +
-          (rankRatesPerRank.hostMemory > 0
-               ? targetBytes / rankRatesPerRank.hostMemory
-               : 0);
+  double inBytes = 0, elements = 0;
+  for (int64_t id : op.inputs)
+    if (auto v = info.values.find(id); v != info.values.end()) {
+      inBytes += double(v->second->bytes);
+      elements +=
+          double(v->second->bytes) / double(bytesPerElement(v->second->dtype));
     }
-    return cost;
+  double targetBytes = 2 * elements * double(bytesPerElement(dtypeOf(target)));
+  OpCost cost;
+  std::string placement = target.empty() ? "device" : placementOf(target);
+  if (placement == "device") {
+    cost.cls = OpClass::Compute;
+    cost.seconds = computeTime(clusterRef, 0, inBytes + targetBytes,
+                               computeDType(info, op));
+  } else {
+    cost.cls = OpClass::Host;
+    cost.seconds =
+        transferTime(rankRatesPerRank, "device", placement, inBytes) +
+        (rankRatesPerRank.hostMemory > 0
+             ? targetBytes / rankRatesPerRank.hostMemory
+             : 0);
+  }
+  return cost;
 }
 
 } // namespace zeroc

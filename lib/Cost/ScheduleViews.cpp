@@ -458,15 +458,14 @@ std::string scheduleSvg(const Plan &plan, const StepPrediction &prediction) {
       double y = laneTop + double(t.stream) * (laneHeight + laneGap);
       // Other streams idle until their inputs exist; only the compute
       // stream and waits are "blocked".
-      bool blocked =
-          t.start > t.ready && (op.kind == OpKind::Wait || t.stream == computeStream);
+      bool blocked = t.start > t.ready &&
+                     (op.kind == OpKind::Wait || t.stream == computeStream);
       if (blocked) {
         double x0 = xOf(offsets[p] + t.ready), x1 = xOf(offsets[p] + t.start);
         svg.rect(x0, y + laneHeight * 0.35, std::max(x1 - x0, 0.3),
                  laneHeight * 0.3, kBlockedFill,
                  "op " + std::to_string(t.op) + " " + op.kindName() +
-                     " blocked " +
-                     durationText(t.start - t.ready) +
+                     " blocked " + durationText(t.start - t.ready) +
                      (t.blockedBy >= 0
                           ? " waiting for op " + std::to_string(t.blockedBy)
                           : ""));

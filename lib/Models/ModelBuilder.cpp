@@ -125,8 +125,8 @@ private:
 
   Value attention(const std::string &prefix, Value q, Value k, Value v) {
     return b
-        .create<CausalAttentionOp>(at(prefix), q.getType(), /*saved=*/Type(),
-                                   q, k, v, b.getI64IntegerAttr(spec.numHeads),
+        .create<CausalAttentionOp>(at(prefix), q.getType(), /*saved=*/Type(), q,
+                                   k, v, b.getI64IntegerAttr(spec.numHeads),
                                    b.getI64IntegerAttr(spec.numKVHeads))
         .getResult();
   }

@@ -132,8 +132,8 @@ struct AttrReader {
     return nullptr;
   }
   void wrong(const char *name, const json &v, const char *expected) {
-    r.fail(at / name, op + ": attribute '" + std::string(name) +
-                          "' must be " + expected + ", found " + v.dump());
+    r.fail(at / name, op + ": attribute '" + std::string(name) + "' must be " +
+                          expected + ", found " + v.dump());
   }
 
   void operator()(const char *name, double &out) {
@@ -239,7 +239,9 @@ PlanOpAttrs readOpAttrs(JsonFieldReader &r, const json &attrs,
     r.fail(at, "expected an object, found " + describeJsonType(attrs));
     return typed;
   }
-  AttrReader reader{r, attrs, at,
+  AttrReader reader{r,
+                    attrs,
+                    at,
                     "op " + std::to_string(index) + " (" + opKindName(kind) +
                         ")",
                     {}};

@@ -228,8 +228,9 @@ private:
       if (!llvm::is_contained(producers, def))
         producers.push_back(def);
     }
-    llvm::sort(producers,
-               [](Operation *a, Operation *c) { return a->isBeforeInBlock(c); });
+    llvm::sort(producers, [](Operation *a, Operation *c) {
+      return a->isBeforeInBlock(c);
+    });
     return producers;
   }
 

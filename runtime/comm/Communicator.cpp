@@ -283,13 +283,4 @@ void LocalCommunicator::abortAll(int exitCode) const {
 // Layout helpers
 //===----------------------------------------------------------------------===//
 
-std::vector<int64_t> bucketCounts(const FlatGroupLayout &layout,
-                                  ElementRange bucket) {
-  std::vector<int64_t> counts;
-  counts.reserve(size_t(layout.worldSize));
-  for (int64_t r = 0; r < layout.worldSize; ++r)
-    counts.push_back(bucket.intersect(layout.partition(r)).size());
-  return counts;
-}
-
 } // namespace zeroc::runtime

@@ -4,8 +4,9 @@
 // all-gather, reduce-scatter (variable counts), all-reduce, broadcast and
 // barrier on f32 / bf16 / f16 buffers, each returning a handle that `wait`
 // completes before a deadline, plus a scalar all-reduce for gradient norms
-// and overflow flags. Two backends: LocalCommunicator (one rank, no MPI) and
-// MpiCommunicator (MpiCommunicator.h).
+// and overflow flags. Three backends: LocalCommunicator (one rank, no MPI),
+// MpiCommunicator (MpiCommunicator.h) and, on GPUs, NcclCommunicator
+// (NcclCommunicator.h).
 //
 // Semantics every backend keeps:
 //  * Averaging is DeepSpeed's: the sum over ranks divided by the world size,
@@ -17,7 +18,7 @@
 //    the wrong partner or deadlock (NCCL has the same rule), and MPI forbids
 //    two threads posting collectives on one communicator at once. So the
 //    executor posts every collective of a phase in program order, whichever
-//    stream's thread runs it, one at a time (exec/Executor.cpp's tickets):
+//    stream's thread runs it, one at a time (exec/StreamScheduler.h):
 //    the same order on every rank. (`duplicate()` gives a communicator per
 //    stream instead, for an executor whose streams order themselves.)
 //  * A communicator is used by one thread at a time, except that with MPI
@@ -148,8 +149,9 @@ public:
   /// `send` holds sum(recvCounts) elements: the block of rank r (its
   /// recvCounts[r] elements, in rank order) is reduced over all ranks into
   /// this rank's `recv`. Counts may differ and be zero (a bucket of a flat
-  /// group: `bucketCounts`). Sum, or sum / size() when `average`. f32, bf16
-  /// or f16; 16-bit inputs are summed in f32 and rounded once.
+  /// group: `FlatGroupLayout::receiveCounts`). Sum, or sum / size() when
+  /// `average`. f32, bf16 or f16; 16-bit inputs are summed in f32 and rounded
+  /// once.
   virtual CommHandle reduceScatter(const void *send,
                                    const std::vector<int64_t> &recvCounts,
                                    void *recv, DType dtype, bool average,
@@ -169,6 +171,12 @@ public:
   /// flags (Max). Doubles, so a norm's square sum does not lose digits.
   virtual CommHandle allReduceScalars(double *values, int64_t count,
                                       ScalarOp op, OpLabel label) = 0;
+
+  /// Collectives started from now on are ordered on `stream`, a device
+  /// stream of this backend (a cudaStream_t for NCCL): they start after the
+  /// work already on it, and work enqueued on it later runs after them.
+  /// Backends that run collectives on the host ignore it.
+  virtual void useStream(void *stream) { (void)stream; }
 
   /// Blocking convenience for one scalar; waits with the default deadline.
   double allReduceScalar(double value, ScalarOp op, OpLabel label);
@@ -273,11 +281,6 @@ std::string describeCollective(const PendingCollective &p);
 /// True when the byte ranges [a, a + aBytes) and [b, b + bBytes) share a
 /// byte: aliasing checks of the backends.
 bool bytesOverlap(const void *a, size_t aBytes, const void *b, size_t bBytes);
-
-/// The per-rank receive counts of a reduce-scatter over `bucket`, a range
-/// of a flat group's buffer: rank r receives bucket ∩ partition(r).
-std::vector<int64_t> bucketCounts(const FlatGroupLayout &layout,
-                                  ElementRange bucket);
 
 } // namespace zeroc::runtime
 

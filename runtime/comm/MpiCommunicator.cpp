@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 
 namespace zeroc::runtime {
 
@@ -37,6 +38,31 @@ MpiSession::~MpiSession() {
   MPI_Finalized(&finalized);
   if (owns && !finalized)
     MPI_Finalize();
+}
+
+MPI_Comm worldIfRunning() {
+  int up = 0, down = 0;
+  MPI_Initialized(&up);
+  if (up)
+    MPI_Finalized(&down);
+  return up && !down ? MPI_COMM_WORLD : MPI_COMM_NULL;
+}
+
+NodeRank nodeRank(MPI_Comm comm) {
+  NodeRank r;
+  if (comm == MPI_COMM_NULL)
+    return r;
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm node = MPI_COMM_NULL;
+  if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL,
+                          &node) != MPI_SUCCESS)
+    throw std::runtime_error("MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) "
+                             "failed while choosing a CUDA device");
+  MPI_Comm_rank(node, &r.rank);
+  MPI_Comm_size(node, &r.size);
+  MPI_Comm_free(&node);
+  return r;
 }
 
 //===----------------------------------------------------------------------===//

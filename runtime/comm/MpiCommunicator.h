@@ -49,6 +49,25 @@ private:
   int provided = MPI_THREAD_SINGLE;
 };
 
+/// This process's place among the ranks of `comm` on its node
+/// (MPI_COMM_TYPE_SHARED); rank 0 of 1 for MPI_COMM_NULL. Collective over
+/// `comm`. Throws std::runtime_error if MPI cannot split `comm`.
+struct NodeRank {
+  int rank = 0;
+  int size = 1;
+};
+NodeRank nodeRank(MPI_Comm comm);
+
+/// The one choice of a rank's GPU among its node's `deviceCount`: a node's
+/// ranks share out its GPUs by node rank.
+inline int localDeviceIndex(const NodeRank &node, int deviceCount) {
+  return deviceCount > 0 ? node.rank % deviceCount : 0;
+}
+
+/// MPI_COMM_WORLD while MPI is initialized and not finalized, else
+/// MPI_COMM_NULL (a process without MPI).
+MPI_Comm worldIfRunning();
+
 class MpiCommunicator final : public Communicator {
 public:
   /// A duplicate of MPI_COMM_WORLD (MPI must be initialized).

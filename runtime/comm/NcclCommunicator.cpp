@@ -2,6 +2,8 @@
 
 #include "comm/NcclCommunicator.h"
 
+#include "comm/MpiCommunicator.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -163,12 +165,8 @@ static thread_local const NcclCommunicator *threadGroupOwner = nullptr;
 
 std::unique_ptr<NcclCommunicator>
 NcclCommunicator::world(CommDuration timeout) {
-  int up = 0, down = 0;
-  MPI_Initialized(&up);
-  if (up)
-    MPI_Finalized(&down);
-  if (up && !down)
-    return create(MPI_COMM_WORLD, timeout);
+  if (MPI_Comm world = worldIfRunning(); world != MPI_COMM_NULL)
+    return create(world, timeout);
   int launched =
       std::max(envCount("OMPI_COMM_WORLD_SIZE"), envCount("PMI_SIZE"));
   if (launched > 1)
@@ -180,20 +178,16 @@ NcclCommunicator::world(CommDuration timeout) {
 
 std::unique_ptr<NcclCommunicator>
 NcclCommunicator::create(MPI_Comm bootstrap, CommDuration timeout) {
-  int rank = 0, size = 1, localRank = 0, localSize = 1;
+  int rank = 0, size = 1;
+  NodeRank node;
   if (bootstrap != MPI_COMM_NULL) {
     MPI_Comm_rank(bootstrap, &rank);
     MPI_Comm_size(bootstrap, &size);
-    // The ranks on this node: a node's GPUs are shared out by local rank.
-    MPI_Comm node = MPI_COMM_NULL;
-    if (MPI_Comm_split_type(bootstrap, MPI_COMM_TYPE_SHARED, rank,
-                            MPI_INFO_NULL, &node) != MPI_SUCCESS)
-      throw std::runtime_error(rankText(rank, size) +
-                               "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) "
-                               "failed while choosing a CUDA device");
-    MPI_Comm_rank(node, &localRank);
-    MPI_Comm_size(node, &localSize);
-    MPI_Comm_free(&node);
+    try {
+      node = nodeRank(bootstrap);
+    } catch (const std::runtime_error &e) {
+      throw std::runtime_error(rankText(rank, size) + e.what());
+    }
   }
 
   // This rank's device and (on rank 0) the NCCL id. A failure is agreed on
@@ -208,7 +202,7 @@ NcclCommunicator::create(MPI_Comm bootstrap, CommDuration timeout) {
   else if (devices == 0)
     problem = "no usable CUDA device: cudaGetDeviceCount found none";
   else {
-    device = localRank % devices;
+    device = localDeviceIndex(node, devices);
     cuda = cudaSetDevice(device);
     if (cuda != cudaSuccess)
       problem = "cudaSetDevice(" + std::to_string(device) +
@@ -251,8 +245,8 @@ NcclCommunicator::create(MPI_Comm bootstrap, CommDuration timeout) {
                  "; another rank did not join";
     else
       message += "failed: " + ncclErrorText(rc, comm);
-    if (localSize > devices)
-      message += "; " + std::to_string(localSize) +
+    if (node.size > devices)
+      message += "; " + std::to_string(node.size) +
                  " ranks share this node and see " + std::to_string(devices) +
                  " CUDA devices, but NCCL needs a GPU of its own per rank";
     message += " (NCCL_DEBUG=INFO shows NCCL's view)";

@@ -82,6 +82,10 @@ public:
   /// device(); 0 is the legacy default stream). They start after the work
   /// already on it, and work enqueued on it later runs after them.
   void setStream(cudaStream_t stream) { current = stream; }
+  /// setStream, for callers that know only the Communicator interface.
+  void useStream(void *stream) override {
+    setStream(static_cast<cudaStream_t>(stream));
+  }
   cudaStream_t stream() const { return current; }
   /// The non-blocking stream this communicator owns: the default of
   /// setStream.

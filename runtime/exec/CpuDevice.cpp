@@ -25,6 +25,10 @@ public:
     return p;
   }
   void release(char *p, bool) override { std::free(p); }
+  bool hostAddressable() const override { return true; }
+  StreamScheduling scheduling() const override {
+    return StreamScheduling::ThreadPerStream;
+  }
 
   void copy(void *dst, const void *src, int64_t bytes) override {
     if (bytes > 0 && dst != src)
@@ -41,48 +45,40 @@ public:
     copy(dst, hostSrc, bytes);
   }
 
-  std::optional<cpu::Status> modelOp(const PlanOp &op,
-                                     const std::vector<cpu::Tensor> &in,
-                                     const std::vector<cpu::Tensor> &out,
-                                     double lossScale) override {
+  std::optional<Status> modelOp(const PlanOp &op, const std::vector<Tensor> &in,
+                                const std::vector<Tensor> &out,
+                                double lossScale) override {
     CpuKernels kernels;
     return runModelOp(kernels, op, in, out, lossScale);
   }
-  cpu::Status accumulate(const cpu::Tensor &acc,
-                         const cpu::Tensor &g) override {
+  Status accumulate(const Tensor &acc, const Tensor &g) override {
     return cpu::accumulate(acc, g);
   }
-  cpu::Status zeroTensor(const cpu::Tensor &t) override {
-    return cpu::zeroTensor(t);
-  }
-  cpu::Status castTensor(const cpu::Tensor &src,
-                         const cpu::Tensor &dst) override {
+  Status zeroTensor(const Tensor &t) override { return cpu::zeroTensor(t); }
+  Status castTensor(const Tensor &src, const Tensor &dst) override {
     return cpu::castTensor(src, dst);
   }
-  cpu::Status copyElements(const cpu::Tensor &src, int64_t srcOffset,
-                           const cpu::Tensor &dst, int64_t dstOffset,
-                           int64_t n) override {
+  Status copyElements(const Tensor &src, int64_t srcOffset, const Tensor &dst,
+                      int64_t dstOffset, int64_t n) override {
     cpu::copyElements(src, srcOffset, dst, dstOffset, n);
     return {};
   }
-  cpu::Status adamUpdate(const cpu::AdamSettings &settings, int64_t step,
-                         const cpu::Tensor &grad, const cpu::Tensor &master,
-                         const cpu::Tensor &expAvg, const cpu::Tensor &expAvgSq,
-                         const cpu::Tensor *param16) override {
+  Status adamUpdate(const cpu::AdamSettings &settings, int64_t step,
+                    const Tensor &grad, const Tensor &master,
+                    const Tensor &expAvg, const Tensor &expAvgSq,
+                    const Tensor *param16) override {
     return cpu::adamUpdate(settings, step, grad, master, expAvg, expAvgSq,
                            param16);
   }
-  cpu::Status scaleInPlace(const cpu::Tensor &t, float factor) override {
+  Status scaleInPlace(const Tensor &t, float factor) override {
     return cpu::scaleInPlace(t, factor);
   }
-  double sumOfSquares(const cpu::Tensor &g) override {
-    return cpu::sumOfSquares(g);
-  }
-  cpu::Status unscaleGrads(const cpu::Tensor &g, double lossScale,
-                           bool &overflow) override {
+  double sumOfSquares(const Tensor &g) override { return cpu::sumOfSquares(g); }
+  Status unscaleGrads(const Tensor &g, double lossScale,
+                      bool &overflow) override {
     return cpu::unscaleGrads(g, lossScale, overflow);
   }
-  float loadElement(const cpu::Tensor &t, int64_t i) override {
+  float loadElement(const Tensor &t, int64_t i) override {
     return cpu::loadElement(t, i);
   }
 };

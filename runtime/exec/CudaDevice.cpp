@@ -1,14 +1,15 @@
 //===- CudaDevice.cpp - Device memory, CUDA streams and kernels -----------===//
 //
 // The CUDA device of the executor (exec/Device.h). Each plan stream is a
-// CUDA stream; the worker thread of a plan stream binds to it and enqueues
-// its ops there. A dependency on an op of another stream is a CUDA event
-// that op recorded (one event per op index, reused every phase run).
-// Collectives are NCCL calls on the issuing stream (NcclCommunicator), and
-// their epilogues (accumulating the received shard) follow in stream order.
-// Persistent tensors on `host` are pinned memory that kernels read and write
-// over PCIe (unified addressing); an Adam step whose states are on the host
-// runs on the CPU (the vectorized, multi-threaded hostAdamUpdate) after the
+// CUDA stream; one host thread issues every op in program order, binding
+// to the op's stream first (StreamScheduling::OneIssuingThread). A
+// dependency on an op of another stream is a CUDA event that op recorded
+// (one event per op index, reused every phase run). Collectives are NCCL
+// calls on the issuing stream (NcclCommunicator), and their epilogues
+// (accumulating the received shard) follow in stream order. Persistent
+// tensors on `host` are pinned memory that kernels read and write over PCIe
+// (unified addressing); an Adam step whose states are on the host runs on
+// the CPU (cpu::adamUpdate, vectorized and multi-threaded) after the
 // stream's earlier work, as ZeRO-Offload does.
 //
 // Built only with the CUDA backend; nothing here has run on a GPU yet
@@ -16,9 +17,9 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "comm/NcclCommunicator.h"
+#include "comm/Communicator.h"
+#include "comm/MpiCommunicator.h"
 #include "cuda/CudaKernels.h"
-#include "cuda/HostAdam.h"
 #include "exec/Device.h"
 
 #include <cuda_runtime_api.h>
@@ -46,11 +47,11 @@ struct CudaKernels {
   cudaStream_t stream;
   cuda::KernelContext &ctx;
 #define ZEROC_CUDA_KERNEL(name)                                                \
-  template <typename... Args> cpu::Status name(Args &&...args) {               \
+  template <typename... Args> Status name(Args &&...args) {                    \
     return cuda::name(std::forward<Args>(args)..., stream);                    \
   }
 #define ZEROC_CUDA_GEMM_KERNEL(name)                                           \
-  template <typename... Args> cpu::Status name(Args &&...args) {               \
+  template <typename... Args> Status name(Args &&...args) {                    \
     return cuda::name(std::forward<Args>(args)..., ctx, stream);               \
   }
   ZEROC_CUDA_KERNEL(embeddingForward)
@@ -141,6 +142,10 @@ public:
     else
       cudaFreeHost(p);
   }
+  bool hostAddressable() const override { return false; }
+  StreamScheduling scheduling() const override {
+    return StreamScheduling::OneIssuingThread;
+  }
 
   void bindStream(int64_t stream) override {
     ok(cudaSetDevice(deviceId), "cudaSetDevice");
@@ -173,10 +178,7 @@ public:
     ok(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
   }
   bool streamOrderedCollectives() const override { return true; }
-  void useStreamFor(Communicator &comm) override {
-    if (auto *nccl = dynamic_cast<NcclCommunicator *>(&comm))
-      nccl->setStream(stream());
-  }
+  void useStreamFor(Communicator &comm) override { comm.useStream(stream()); }
 
   void copy(void *dst, const void *src, int64_t bytes) override {
     if (bytes > 0 && dst != src)
@@ -196,34 +198,30 @@ public:
     ok(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
   }
 
-  std::optional<cpu::Status> modelOp(const PlanOp &op,
-                                     const std::vector<cpu::Tensor> &in,
-                                     const std::vector<cpu::Tensor> &out,
-                                     double lossScale) override {
+  std::optional<Status> modelOp(const PlanOp &op, const std::vector<Tensor> &in,
+                                const std::vector<Tensor> &out,
+                                double lossScale) override {
     StreamState &s = state();
     CudaKernels kernels{s.stream, *s.context};
     return runModelOp(kernels, op, in, out, lossScale);
   }
-  cpu::Status accumulate(const cpu::Tensor &acc,
-                         const cpu::Tensor &g) override {
+  Status accumulate(const Tensor &acc, const Tensor &g) override {
     return cuda::accumulate(acc, g, stream());
   }
-  cpu::Status zeroTensor(const cpu::Tensor &t) override {
+  Status zeroTensor(const Tensor &t) override {
     return cuda::zeroTensor(t, stream());
   }
-  cpu::Status castTensor(const cpu::Tensor &src,
-                         const cpu::Tensor &dst) override {
+  Status castTensor(const Tensor &src, const Tensor &dst) override {
     return cuda::castTensor(src, dst, stream());
   }
-  cpu::Status copyElements(const cpu::Tensor &src, int64_t srcOffset,
-                           const cpu::Tensor &dst, int64_t dstOffset,
-                           int64_t n) override {
+  Status copyElements(const Tensor &src, int64_t srcOffset, const Tensor &dst,
+                      int64_t dstOffset, int64_t n) override {
     return cuda::copyElements(src, srcOffset, dst, dstOffset, n, stream());
   }
-  cpu::Status adamUpdate(const cpu::AdamSettings &settings, int64_t step,
-                         const cpu::Tensor &grad, const cpu::Tensor &master,
-                         const cpu::Tensor &expAvg, const cpu::Tensor &expAvgSq,
-                         const cpu::Tensor *param16) override {
+  Status adamUpdate(const cpu::AdamSettings &settings, int64_t step,
+                    const Tensor &grad, const Tensor &master,
+                    const Tensor &expAvg, const Tensor &expAvgSq,
+                    const Tensor *param16) override {
     if (onDevice(expAvg.data))
       return cuda::adamUpdate(settings, step, grad, master, expAvg, expAvgSq,
                               param16, stream());
@@ -232,7 +230,7 @@ public:
     // host copies.
     ok(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
     std::vector<char> gradHost, paramHost;
-    cpu::Tensor g = grad, p16;
+    Tensor g = grad, p16;
     if (onDevice(grad.data)) {
       gradHost.resize(size_t(grad.bytes()));
       toHost(gradHost.data(), grad.data, grad.bytes());
@@ -241,35 +239,34 @@ public:
     // An f32 parameter without a master copy is its own master, on the
     // device: through host memory too.
     std::vector<char> masterHost;
-    cpu::Tensor m = master;
+    Tensor m = master;
     bool masterOnDevice = onDevice(master.data);
     if (masterOnDevice) {
       masterHost.resize(size_t(master.bytes()));
       toHost(masterHost.data(), master.data, master.bytes());
       m.data = masterHost.data();
     }
-    const cpu::Tensor *out16 = param16;
+    const Tensor *out16 = param16;
     if (param16 && onDevice(param16->data)) {
       paramHost.resize(size_t(param16->bytes()));
       p16 = *param16;
       p16.data = paramHost.data();
       out16 = &p16;
     }
-    cpu::Status st =
-        cuda::hostAdamUpdate(settings, step, g, m, expAvg, expAvgSq, out16);
+    Status st = cpu::adamUpdate(settings, step, g, m, expAvg, expAvgSq, out16);
     if (st.ok() && masterOnDevice)
       fromHost(master.data, masterHost.data(), master.bytes());
     if (st.ok() && out16 == &p16)
       fromHost(param16->data, paramHost.data(), param16->bytes());
     return st;
   }
-  cpu::Status scaleInPlace(const cpu::Tensor &t, float factor) override {
+  Status scaleInPlace(const Tensor &t, float factor) override {
     return cuda::scaleInPlace(t, factor, stream());
   }
-  double sumOfSquares(const cpu::Tensor &g) override {
+  double sumOfSquares(const Tensor &g) override {
     StreamState &s = state();
     zero(s.scratch, sizeof(double));
-    cpu::Status st =
+    Status st =
         cuda::sumOfSquares(g, static_cast<double *>(s.scratch), s.stream);
     if (!st.ok())
       throw std::runtime_error(st.error);
@@ -277,12 +274,12 @@ public:
     toHost(&sum, s.scratch, sizeof(double));
     return sum;
   }
-  cpu::Status unscaleGrads(const cpu::Tensor &g, double lossScale,
-                           bool &overflow) override {
+  Status unscaleGrads(const Tensor &g, double lossScale,
+                      bool &overflow) override {
     StreamState &s = state();
     int *flag = reinterpret_cast<int *>(static_cast<char *>(s.scratch) + 8);
     zero(flag, sizeof(int));
-    cpu::Status st = cuda::unscaleGrads(g, lossScale, flag, s.stream);
+    Status st = cuda::unscaleGrads(g, lossScale, flag, s.stream);
     if (!st.ok())
       return st;
     int host = 0;
@@ -290,11 +287,11 @@ public:
     overflow = overflow || host != 0;
     return st;
   }
-  float loadElement(const cpu::Tensor &t, int64_t i) override {
+  float loadElement(const Tensor &t, int64_t i) override {
     int64_t es = bytesPerElement(t.dtype);
     char bytes[8] = {};
     toHost(bytes, static_cast<const char *>(t.data) + i * es, es);
-    return cpu::loadElement(cpu::Tensor{bytes, t.dtype, {1}}, 0);
+    return cpu::loadElement(Tensor{bytes, t.dtype, {1}}, 0);
   }
   int64_t memoryInUse() const override {
     size_t freeBytes = 0, total = 0;
@@ -318,7 +315,7 @@ private:
     ok(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking),
        "cudaStreamCreate");
     s.context = std::make_unique<cuda::KernelContext>();
-    cpu::Status st = s.context->init();
+    Status st = s.context->init();
     if (!st.ok())
       throw std::runtime_error(st.error);
     ok(cudaMalloc(&s.scratch, 16), "cudaMalloc");
@@ -335,6 +332,15 @@ private:
 } // namespace
 
 std::unique_ptr<Device> makeCudaDevice(std::string &why) {
+  // This rank's place on its node first: every rank joins that collective
+  // (over MPI_COMM_WORLD while MPI runs), whatever it finds next.
+  NodeRank node;
+  try {
+    node = nodeRank(worldIfRunning());
+  } catch (const std::exception &err) {
+    why = err.what();
+    return nullptr;
+  }
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {
@@ -343,15 +349,8 @@ std::unique_ptr<Device> makeCudaDevice(std::string &why) {
     (void)cudaGetLastError();
     return nullptr;
   }
-  // The rank's GPU on its node, as NcclCommunicator picks it.
-  int local = 0;
-  for (const char *var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
-                          "SLURM_LOCALID", "LOCAL_RANK"})
-    if (const char *v = std::getenv(var)) {
-      local = std::atoi(v);
-      break;
-    }
-  int device = local % count;
+  // The rank's GPU on its node, chosen as the NCCL communicator chooses it.
+  int device = localDeviceIndex(node, count);
   if ((e = cudaSetDevice(device)) != cudaSuccess) {
     why = std::string("cudaSetDevice(") + std::to_string(device) +
           "): " + cudaGetErrorString(e);

@@ -1,17 +1,19 @@
-//===- Device.h - Where an executor's data lives and its ops run -*- C++
-//-*-===//
+//===- Device.h - Where the executor's data lives and ops run ---*- C++ -*-===//
 //
 // The executor (exec/Executor.h) walks a plan the same way on every
-// backend; a Device is what differs: memory, kernels, data movement, and
-// how an op waits for one of another stream.
+// backend; a Device is what differs: memory, kernels, data movement, how
+// the plan's streams are scheduled and how an op waits for one of another
+// stream.
 //
-//  * The CPU device: host memory; kernels run on the calling thread (the
-//    plan stream's worker), so an op is complete when its call returns.
+//  * The CPU device: host memory; kernels run on the calling thread, so an
+//    op is complete when its call returns, and each plan stream gets a
+//    worker thread (exec/StreamScheduler.h).
 //  * The CUDA device (exec/CudaDevice.cpp, built with the CUDA backend):
-//    device memory (pinned host memory for offloaded tensors); each worker
-//    thread enqueues its plan stream's ops on a CUDA stream of its own;
-//    `deps` across streams become CUDA events; collectives (NCCL) and their
-//    epilogues are enqueued in stream order, without host waits.
+//    device memory (pinned host memory for offloaded tensors); one host
+//    thread issues every op in program order onto the CUDA stream of its
+//    plan stream; `deps` across streams become CUDA events; collectives
+//    (NCCL) and their epilogues are enqueued in stream order, without host
+//    waits.
 //
 // Every method that returns a value to the host (sums, flags, loss) is
 // synchronous; the rest are ordered on the calling thread's stream.
@@ -34,6 +36,16 @@ namespace zeroc::runtime {
 
 class Communicator;
 
+/// How a device wants the plan's streams issued (exec/StreamScheduler.h).
+enum class StreamScheduling {
+  /// A host thread per plan stream, each blocking until its op's
+  /// dependencies completed: for kernels that run on the calling thread.
+  ThreadPerStream,
+  /// One host thread issuing every op in program order on its stream's
+  /// queue; dependencies across streams wait on the device.
+  OneIssuingThread,
+};
+
 class Device {
 public:
   virtual ~Device() = default;
@@ -46,8 +58,14 @@ public:
   virtual char *allocate(int64_t bytes, bool onDevice,
                          int64_t alignment = 64) = 0;
   virtual void release(char *p, bool onDevice) = 0;
+  /// Whether the host reads and writes `onDevice` memory directly (else
+  /// through toHost and fromHost).
+  virtual bool hostAddressable() const = 0;
 
-  /// Binds the calling thread to plan stream `stream` for the ops it runs.
+  virtual StreamScheduling scheduling() const = 0;
+
+  /// Binds the calling thread to plan stream `stream` for the ops it runs
+  /// next.
   virtual void bindStream(int64_t stream) { (void)stream; }
   /// Called once per phase run with its number of op indices.
   virtual void beginPhase(int64_t opCount) { (void)opCount; }
@@ -77,29 +95,26 @@ public:
   virtual void fromHost(void *dst, const void *hostSrc, int64_t bytes) = 0;
 
   // Kernels. Tensors are views of this device's memory.
-  virtual std::optional<cpu::Status>
-  modelOp(const PlanOp &op, const std::vector<cpu::Tensor> &in,
-          const std::vector<cpu::Tensor> &out, double lossScale) = 0;
-  virtual cpu::Status accumulate(const cpu::Tensor &acc,
-                                 const cpu::Tensor &g) = 0;
-  virtual cpu::Status zeroTensor(const cpu::Tensor &t) = 0;
-  virtual cpu::Status castTensor(const cpu::Tensor &src,
-                                 const cpu::Tensor &dst) = 0;
-  virtual cpu::Status copyElements(const cpu::Tensor &src, int64_t srcOffset,
-                                   const cpu::Tensor &dst, int64_t dstOffset,
-                                   int64_t n) = 0;
-  virtual cpu::Status adamUpdate(const cpu::AdamSettings &settings,
-                                 int64_t step, const cpu::Tensor &grad,
-                                 const cpu::Tensor &master,
-                                 const cpu::Tensor &expAvg,
-                                 const cpu::Tensor &expAvgSq,
-                                 const cpu::Tensor *param16) = 0;
-  virtual cpu::Status scaleInPlace(const cpu::Tensor &t, float factor) = 0;
+  virtual std::optional<Status> modelOp(const PlanOp &op,
+                                        const std::vector<Tensor> &in,
+                                        const std::vector<Tensor> &out,
+                                        double lossScale) = 0;
+  virtual Status accumulate(const Tensor &acc, const Tensor &g) = 0;
+  virtual Status zeroTensor(const Tensor &t) = 0;
+  virtual Status castTensor(const Tensor &src, const Tensor &dst) = 0;
+  virtual Status copyElements(const Tensor &src, int64_t srcOffset,
+                              const Tensor &dst, int64_t dstOffset,
+                              int64_t n) = 0;
+  virtual Status adamUpdate(const cpu::AdamSettings &settings, int64_t step,
+                            const Tensor &grad, const Tensor &master,
+                            const Tensor &expAvg, const Tensor &expAvgSq,
+                            const Tensor *param16) = 0;
+  virtual Status scaleInPlace(const Tensor &t, float factor) = 0;
   /// Synchronous.
-  virtual double sumOfSquares(const cpu::Tensor &g) = 0;
-  virtual cpu::Status unscaleGrads(const cpu::Tensor &g, double lossScale,
-                                   bool &overflow) = 0;
-  virtual float loadElement(const cpu::Tensor &t, int64_t i) = 0;
+  virtual double sumOfSquares(const Tensor &g) = 0;
+  virtual Status unscaleGrads(const Tensor &g, double lossScale,
+                              bool &overflow) = 0;
+  virtual float loadElement(const Tensor &t, int64_t i) = 0;
 
   /// Device memory in use by everything on this device (allocator pools,
   /// libraries), where the device can tell; -1 where it cannot.

@@ -53,7 +53,7 @@ namespace zeroc::runtime {
 /// The CPU kernel set.
 struct CpuKernels {
 #define ZEROC_CPU_KERNEL(name)                                                 \
-  template <typename... Args> cpu::Status name(Args &&...args) {               \
+  template <typename... Args> Status name(Args &&...args) {                    \
     return cpu::name(std::forward<Args>(args)...);                             \
   }
   ZEROC_MODEL_KERNELS(ZEROC_CPU_KERNEL)
@@ -61,22 +61,20 @@ struct CpuKernels {
 };
 
 /// Runs the kernel of model op `op` (inputs `in(i)`, outputs `out(i)`:
-/// cpu::Tensor views) with kernel set `k`. nullopt: not a model op.
+/// Tensor views) with kernel set `k`. nullopt: not a model op.
 ///
 /// State a forward op keeps for its backward (normalization statistics,
 /// attention probabilities) is a value of the plan like any other: the
 /// forward's second output, read by the backward as its last input.
 /// Attributes come typed and checked from the plan reader (PlanOps.h).
 template <typename K, typename In, typename Out>
-std::optional<cpu::Status> runModelOp(K &k, const PlanOp &op, In in, Out out,
-                                      double lossScale) {
+std::optional<Status> runModelOp(K &k, const PlanOp &op, In in, Out out,
+                                 double lossScale) {
   // The state output of a forward op, null in a forward-only plan.
-  auto savedOut = [&]() -> const cpu::Tensor * {
+  auto savedOut = [&]() -> const Tensor * {
     return op.outputs.size() > 1 ? &out(1) : nullptr;
   };
-  auto savedIn = [&]() -> const cpu::Tensor & {
-    return in(op.inputs.size() - 1);
-  };
+  auto savedIn = [&]() -> const Tensor & { return in(op.inputs.size() - 1); };
   auto eps = [&] { return float(op.attrsAs<NormAttrs>().epsilon); };
   auto heads = [&] { return op.attrsAs<AttentionAttrs>(); };
   auto rotary = [&] { return op.attrsAs<RotaryAttrs>(); };
@@ -112,8 +110,8 @@ std::optional<cpu::Status> runModelOp(K &k, const PlanOp &op, In in, Out out,
     return k.crossEntropyForward(in(0), in(1), out(0));
   case OpKind::BackwardSeed: {
     const BackwardSeedAttrs &seed = op.attrsAs<BackwardSeedAttrs>();
-    return k.backwardSeed(seed.microSteps,
-                          seed.lossScaling ? lossScale : 1.0, out(0));
+    return k.backwardSeed(seed.microSteps, seed.lossScaling ? lossScale : 1.0,
+                          out(0));
   }
   case OpKind::CrossEntropyBackward:
     return k.crossEntropyBackward(in(0), in(1), in(2), out(0));
@@ -137,8 +135,8 @@ std::optional<cpu::Status> runModelOp(K &k, const PlanOp &op, In in, Out out,
     return k.rotaryBackward(in(0), rotary().headDim, rotary().theta, out(0));
   case OpKind::CausalAttentionBackward:
     return k.attentionBackward(in(0), in(1), in(2), in(3), in(4),
-                               heads().numHeads, heads().numKvHeads,
-                               &savedIn(), out(0), out(1), out(2));
+                               heads().numHeads, heads().numKvHeads, &savedIn(),
+                               out(0), out(1), out(2));
   case OpKind::EmbeddingBackward:
     return k.embeddingBackward(in(0), in(1), out(0));
   case OpKind::PositionEmbeddingBackward:
@@ -154,13 +152,12 @@ std::optional<cpu::Status> runModelOp(K &k, const PlanOp &op, In in, Out out,
 
 /// runModelOp over the op's input and output tensors in vectors.
 template <typename K>
-std::optional<cpu::Status> runModelOp(K &k, const PlanOp &op,
-                                      const std::vector<cpu::Tensor> &in,
-                                      const std::vector<cpu::Tensor> &out,
-                                      double lossScale) {
+std::optional<Status>
+runModelOp(K &k, const PlanOp &op, const std::vector<Tensor> &in,
+           const std::vector<Tensor> &out, double lossScale) {
   return runModelOp(
-      k, op, [&](size_t i) -> const cpu::Tensor & { return in.at(i); },
-      [&](size_t i) -> const cpu::Tensor & { return out.at(i); }, lossScale);
+      k, op, [&](size_t i) -> const Tensor & { return in.at(i); },
+      [&](size_t i) -> const Tensor & { return out.at(i); }, lossScale);
 }
 
 } // namespace zeroc::runtime

@@ -1,15 +1,14 @@
-//===- Executor.h - Runs a plan's training steps on the CPU -----*- C++ -*-===//
+//===- Executor.h - Runs a plan's training steps ----------------*- C++ -*-===//
 //
-// The executor of zerorun's CPU backend: it loads a plan (zeroc::loadPlan),
-// allocates this rank's persistent tensors and the phases' transient arena,
+// zerorun's executor, the same for every backend: it loads a plan
+// (zeroc::loadPlan), allocates this rank's persistent tensors and the
+// phases' transient arena on a Device (exec/Device.h: the CPU, or a GPU),
 // initializes the parameters (runtime/init), and runs training steps:
 // `micro_step` gradient_accumulation_steps times, fed by the data loader,
-// then `optimizer_step`. Each plan stream has a worker thread that runs its
-// ops in program order, each op once its dependencies have completed (so a
-// `*_start` on the gather stream runs its collective while the compute
-// stream computes, and the compute stream's `wait` blocks until it is done);
-// collectives are issued in program order across streams, as on every rank.
-// docs/zerorun.md.
+// then `optimizer_step`. Each op runs once its dependencies have completed,
+// on its plan stream, as the device schedules streams
+// (exec/StreamScheduler.h); collectives are issued in program order across
+// streams, as on every rank. docs/zerorun.md.
 //
 //===----------------------------------------------------------------------===//
 
@@ -18,61 +17,30 @@
 
 #include "comm/Communicator.h"
 #include "data/DataLoader.h"
+#include "exec/MemoryTracker.h"
 #include "zeroc/Checkpoint/Checkpoint.h"
 #include "zeroc/Plan/Plan.h"
 #include "zeroc/Support/Diagnostic.h"
 
-#include <algorithm>
 #include <cstdint>
-#include <map>
 #include <memory>
-#include <mutex>
-#include <optional>
 #include <string>
 #include <vector>
 
 namespace zeroc::runtime {
 
-/// Counts the bytes the executor allocates, by placement, and the device
-/// high-water mark. The arena is allocated once but counted as it is used:
-/// its high-water mark is the highest arena byte any buffer, saved state or
-/// workspace has occupied, so memory the plan reserved but the run never
-/// touched does not count, and memory outside the plan shows as the excess
-/// over the prediction. Thread-safe.
-class MemoryTracker {
-public:
-  /// `alignment`-byte aligned (a power of two, at least 64), zero-filled.
-  /// `device` selects the counter.
-  std::shared_ptr<char> allocate(int64_t bytes, bool device,
-                                 int64_t alignment = 64);
-  /// The arena: allocated like allocate(bytes, true), counted by useArena.
-  std::shared_ptr<char> allocateArena(int64_t bytes);
-  /// Allocations go through `device` (else aligned host memory); it must
-  /// outlive every allocation.
-  void setDevice(class Device *device) { owner = device; }
-  /// Records that arena bytes [0, end) may be in use.
-  void useArena(int64_t end);
-  int64_t deviceBytes() const;
-  int64_t hostBytes() const;
-  int64_t devicePeak() const;
-
-private:
-  void notePeak() { peak = std::max(peak, device + arenaHigh); }
-  mutable std::mutex mutex;
-  class Device *owner = nullptr;
-  int64_t device = 0, host = 0, peak = 0, arenaHigh = 0;
-};
+class Device;
 
 struct ExecutorOptions {
   uint64_t seed = 0;
-  /// A worker thread per plan stream (true), or every op on the calling
-  /// thread in program order (for debugging and comparisons).
+  /// The plan's streams (true), or every op on one stream in program order
+  /// (for debugging and comparisons).
   bool streamThreads = true;
   /// Where `nvme` tensors' files go; empty: the config's `nvme_path`s.
   std::string nvmePath;
   /// Where data lives and kernels run (exec/Device.h); it must outlive the
   /// executor. Null: the CPU.
-  class Device *device = nullptr;
+  Device *device = nullptr;
 };
 
 struct NvmeStats {

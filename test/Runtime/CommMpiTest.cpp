@@ -160,7 +160,7 @@ TEST(MpiComm, ReduceScatterOfAFlatGroupBucket) {
   int n = comm->size(), r = comm->rank();
   FlatGroupLayout layout({5, 7, 3}, n);
   ElementRange bucket{2, layout.padded - 1};
-  std::vector<int64_t> counts = bucketCounts(layout, bucket);
+  std::vector<int64_t> counts = layout.receiveCounts(bucket);
   std::vector<float> send;
   for (int64_t i = bucket.begin; i < bucket.end; ++i)
     send.push_back(float(i + r));

@@ -176,10 +176,10 @@ TEST(BucketCounts, SplitABucketAtPartitionBoundaries) {
   // 5 + 7 + 3 = 15 elements, padded to 16 over 2 ranks (P = 8) and to 18
   // over 3 (P = 6).
   FlatGroupLayout two({5, 7, 3}, 2), three({5, 7, 3}, 3);
-  EXPECT_EQ(bucketCounts(two, {0, 16}), (std::vector<int64_t>{8, 8}));
-  EXPECT_EQ(bucketCounts(two, {2, 10}), (std::vector<int64_t>{6, 2}));
-  EXPECT_EQ(bucketCounts(two, {12, 15}), (std::vector<int64_t>{0, 3}));
-  EXPECT_EQ(bucketCounts(three, {5, 12}), (std::vector<int64_t>{1, 6, 0}));
+  EXPECT_EQ(two.receiveCounts({0, 16}), (std::vector<int64_t>{8, 8}));
+  EXPECT_EQ(two.receiveCounts({2, 10}), (std::vector<int64_t>{6, 2}));
+  EXPECT_EQ(two.receiveCounts({12, 15}), (std::vector<int64_t>{0, 3}));
+  EXPECT_EQ(three.receiveCounts({5, 12}), (std::vector<int64_t>{1, 6, 0}));
 }
 
 //===----------------------------------------------------------------------===//

@@ -6,8 +6,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "exec/Dispatch.h"
 #include "exec/Executor.h"
+#include "exec/Dispatch.h"
 
 #include "comm/Communicator.h"
 #include "data/DataLoader.h"

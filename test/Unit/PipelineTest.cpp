@@ -9,11 +9,11 @@
 //===----------------------------------------------------------------------===//
 
 #include "zeroc/Pipeline/Pipeline.h"
-#include "zeroc/Plan/PlanMemory.h"
 #include "model/ModelOps.h"
 #include "sched/SchedOps.h"
 #include "zeroc/Export/PlanWriter.h"
 #include "zeroc/Models/ModelBuilder.h"
+#include "zeroc/Plan/PlanMemory.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
@@ -79,8 +79,8 @@ protected:
     std::string block = precision == "fp32" ? "fp16" : precision;
     std::string enabled = precision == "fp32" ? "false" : "true";
     return R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": )" +
-           std::to_string(gradAccum) + R"(, ")" + block +
-           R"(": {"enabled": )" + enabled + R"(}, "zero_optimization": {"stage": )" +
+           std::to_string(gradAccum) + R"(, ")" + block + R"(": {"enabled": )" +
+           enabled + R"(}, "zero_optimization": {"stage": )" +
            std::to_string(stage) +
            R"(, "stage3_param_persistence_threshold": 0)" + zeroExtra + "}}";
   }
@@ -295,7 +295,8 @@ TEST_F(MemoryTest, ActivationsFollowKorthikanti) {
   mlir::FailureOr<ModelStats> stats = computeModelStats(*module);
   ASSERT_TRUE(mlir::succeeded(stats));
   auto doc = JsonDocument::parse(config(0, 1, "", "bf16"), "ds.json");
-  auto cfg = readDeepSpeedConfig(*doc, configContextFor(*stats, 1, std::nullopt));
+  auto cfg =
+      readDeepSpeedConfig(*doc, configContextFor(*stats, 1, std::nullopt));
   ASSERT_TRUE(bool(cfg));
   mlir::PassManager pm(&context);
   buildZeroPipeline(pm, *cfg);
@@ -335,12 +336,11 @@ TEST_F(MemoryTest, FitCheckRefusesAndExplains) {
 // model dialect's compute ops. A new op fails here until it is decided.
 TEST_F(PipelineTest, EveryDialectOpHasAPlanKindOrIsLowered) {
   const std::set<std::string> lowered = {
-      "model.param",        "model.param_ref",     "model.accumulate_grad",
-      "model.adam_update",  "model.unscale_grads", "model.clip_grad_norm",
-      "sched.tensor",       "sched.flat_group"};
+      "model.param",       "model.param_ref",     "model.accumulate_grad",
+      "model.adam_update", "model.unscale_grads", "model.clip_grad_norm",
+      "sched.tensor",      "sched.flat_group"};
   std::set<OpKind> seen;
-  for (mlir::RegisteredOperationName name :
-       context.getRegisteredOperations()) {
+  for (mlir::RegisteredOperationName name : context.getRegisteredOperations()) {
     llvm::StringRef dialect = name.getDialectNamespace();
     if (dialect != "model" && dialect != "sched")
       continue;

@@ -478,10 +478,10 @@ TEST(PlanReader, WrongTypes) {
       "27:66: error: plan phases[0].ops[1].inputs: expected an array "
       "of integers, found an integer",
       R"("inputs": 1)");
-  expectError(edited(R"("attrs": {"param": "g",)", R"("attrs": ["g",)"),
-              "31:126: error: plan phases[1].ops[0].attrs: expected an "
+  expectError(edited(R"("attrs": {"tensor": "a"})", R"("attrs": ["a"])"),
+              "26:110: error: plan phases[0].ops[0].attrs: expected an "
               "object, found an array",
-              R"("attrs")");
+              R"("attrs": ["a"])");
   expectError(
       edited(R"("reduce_scatter": 6,)", R"("reduce_scatter": "6",)"),
       R"(34:56: error: plan comm_elements_per_rank_per_step.reduce_scatter: expected a number, found "6")",
@@ -664,17 +664,17 @@ TEST(PlanReader, UnknownOpKind) {
   expectError(edited(R"("kind": "read")", R"("kind": "reed")"),
               "26:21: error: plan phases[0].ops[0].kind: unknown op kind "
               "'reed'",
-              R"("reed")");
+              R"("kind": "reed")");
 }
 
 TEST(PlanReader, MissingAttribute) {
   expectError(edited(R"("lr": 0.001, )", ""),
               "31:126: error: plan phases[1].ops[0].attrs: op 0 "
               "(adam_update): missing attribute 'lr'",
-              R"({"param": "g")");
+              R"("attrs": {"param": "g")");
   // An op whose kind has attributes needs its `attrs`.
   expectError(edited(R"(, "attrs": {"tensor": "a"})", ""),
-              "26:7: error: plan phases[0].ops[0].attrs: op 0 (read): "
+              "26:8: error: plan phases[0].ops[0].attrs: op 0 (read): "
               "missing attribute 'tensor'",
               R"({"index": 0, "kind": "read")");
 }
@@ -683,34 +683,34 @@ TEST(PlanReader, UnknownAttribute) {
   expectError(
       edited(R"("attrs": {"tensor": "a"})",
              R"("attrs": {"tensor": "a", "num_heads": 4})"),
-      "26:141: error: plan phases[0].ops[0].attrs.num_heads: op 0 (read): "
+      "26:135: error: plan phases[0].ops[0].attrs.num_heads: op 0 (read): "
       "unknown attribute 'num_heads' (expected tensor)",
-      R"(4})");
+      R"("num_heads": 4)");
 }
 
 TEST(PlanReader, IllTypedAttribute) {
   expectError(edited(R"("lr": 0.001)", R"("lr": "0.001")"),
-              R"(31:204: error: plan phases[1].ops[0].attrs.lr: op 0 )"
+              R"(31:213: error: plan phases[1].ops[0].attrs.lr: op 0 )"
               R"((adam_update): attribute 'lr' must be a number, found )"
               R"("0.001")",
-              R"("0.001")");
+              R"("lr": "0.001")");
   expectError(edited(R"("offsets": [0])", R"("offsets": [0.5])"),
-              "27:232: error: plan phases[0].ops[1].attrs.offsets: op 1 "
+              "27:218: error: plan phases[0].ops[1].attrs.offsets: op 1 "
               "(reduce_scatter_start): attribute 'offsets' must be an array "
               "of integers, found [0.5]",
-              R"([0.5])");
+              R"("offsets": [0.5])");
   expectError(edited(R"("on": "device")", R"("on": "gpu")"),
-              R"(31:305: error: plan phases[1].ops[0].attrs.on: op 0 )"
+              R"(31:290: error: plan phases[1].ops[0].attrs.on: op 0 )"
               R"((adam_update): attribute 'on' must be device, host or nvme, )"
               R"(found "gpu")",
-              R"("gpu")");
+              R"("on": "gpu")");
   // A unit attribute is true when present.
   expectError(
       edited(R"("on": "device")", R"("on": "device", "adamw": false)"),
-      R"(31:324: error: plan phases[1].ops[0].attrs.adamw: op 0 )"
+      R"(31:306: error: plan phases[1].ops[0].attrs.adamw: op 0 )"
       R"((adam_update): attribute 'adamw' must be true (a unit attribute, )"
       R"(absent when unset), found false)",
-      R"(false)");
+      R"("adamw": false)");
 }
 
 TEST(PlanReader, DuplicatePhaseName) {

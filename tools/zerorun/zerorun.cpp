@@ -1,15 +1,18 @@
-//===- zerorun.cpp - Runs a zeroc plan on the CPU, one process per rank ---===//
+//===- zerorun.cpp - Runs a zeroc plan, one process per rank --------------===//
 //
 //   zerorun PLAN.json [--synthetic | --data FILE] [--steps N] [--seed S]
 //           [--log-json PATH] [--comm-timeout SECONDS]
 //           [--checkpoint-dir DIR [--save-every N] [--resume]]
 //           [--init-from MODEL.safetensors]
 //
-// Launched by mpirun (one process per rank) or alone for a one-rank plan.
-// docs/zerorun.md.
+// Launched by mpirun (one process per rank) or alone for a one-rank plan;
+// on CPU ranks or (--device cuda) one GPU per rank. Options, the progress
+// display and the run loop live here; the executor, the checkpoint
+// protocol and the devices are in runtime/. docs/zerorun.md.
 //
 //===----------------------------------------------------------------------===//
 
+#include "checkpoint/TrainingCheckpoint.h"
 #include "comm/Communicator.h"
 #include "comm/MpiCommunicator.h"
 #include "data/DataLoader.h"
@@ -18,8 +21,6 @@
 #ifdef ZEROC_HAVE_CUDA
 #include "comm/NcclCommunicator.h"
 #endif
-#include "zeroc/Checkpoint/Checkpoint.h"
-#include "zeroc/Checkpoint/Consolidate.h"
 #include "zeroc/Plan/Plan.h"
 
 #include <nlohmann/json.hpp>
@@ -228,50 +229,6 @@ std::string formatBytes(double b) {
   return buf;
 }
 
-/// Whether every rank succeeded: an all-reduce (max) of the failure flag.
-bool allRanksOk(Communicator &comm, bool ok, const char *what) {
-  if (comm.size() == 1)
-    return ok;
-  return comm.allReduceScalar(ok ? 0.0 : 1.0, ScalarOp::Max,
-                              OpLabel{-1, what}) == 0.0;
-}
-
-/// The checkpoint protocol (docs/checkpoint-format.md): every rank saves
-/// its shard, a barrier, an all-reduce of success, then rank 0 finalizes
-/// (manifest, then `latest`). On any failure every rank returns an error
-/// and `latest` is untouched.
-Expected<Done> saveAll(Executor &e, Communicator &comm, const std::string &dir,
-                       int64_t stepsDone) {
-  std::string tag = "step" + std::to_string(stepsDone);
-  TrainingState state = e.trainingState(stepsDone);
-  auto rec =
-      saveCheckpoint(dir, tag, e.plan(), comm.rank(), e.tensorData(), state);
-  std::string mine = rec ? "" : rec.error().str();
-  if (comm.size() > 1) {
-    CommHandle h = comm.barrier(OpLabel{-1, "checkpoint barrier"});
-    comm.wait(h);
-  }
-  if (!allRanksOk(comm, bool(rec), "checkpoint save")) {
-    if (!mine.empty())
-      return Diagnostic{"", 0, 0, "saving checkpoint " + tag + ": " + mine};
-    return Diagnostic{"", 0, 0,
-                      "saving checkpoint " + tag +
-                          ": another rank failed to write its shard; '" + dir +
-                          "/latest' is unchanged"};
-  }
-  std::string fin;
-  if (comm.rank() == 0) {
-    auto m = finalizeCheckpoint(dir, tag, e.plan(), state);
-    if (!m)
-      fin = m.error().str();
-  }
-  if (!allRanksOk(comm, fin.empty(), "checkpoint finalize"))
-    return Diagnostic{"", 0, 0,
-                      "finalizing checkpoint " + tag + ": " +
-                          (fin.empty() ? "rank 0 failed" : fin)};
-  return Done{};
-}
-
 int run(const Options &o, Communicator &comm, Device *device) {
   bool root = comm.rank() == 0;
   auto err = [&](const std::string &msg) {
@@ -315,33 +272,18 @@ int run(const Options &o, Communicator &comm, Device *device) {
   // everything in scratch memory before writing a byte of the tensors.
   int64_t firstStep = 0;
   if (o.resume) {
-    auto st = loadCheckpointInto(o.checkpointDir, kLatestTag, p, comm.rank(),
-                                 e.mutableTensorData());
-    std::string mine;
-    if (!st)
-      mine = st.error().str();
-    else if (auto ok = e.restoreTrainingState(*st); !ok)
-      mine = ok.error().str();
-    if (!allRanksOk(comm, mine.empty(), "checkpoint load"))
+    auto resumed = resumeTraining(e, comm, o.checkpointDir);
+    if (!resumed)
       return err("--resume from " + o.checkpointDir + ": " +
-                 (mine.empty() ? std::string("another rank failed to load "
-                                             "its shard")
-                               : mine));
-    firstStep = st->step;
-    if (root) {
-      auto tag = resolveCheckpointTag(o.checkpointDir, kLatestTag);
+                 resumed.error().message);
+    firstStep = resumed->step;
+    if (root)
       std::printf("zerorun: resumed from %s at step %lld\n",
-                  tag ? checkpointTagDir(o.checkpointDir, *tag).c_str()
-                      : o.checkpointDir.c_str(),
-                  (long long)firstStep);
-    }
+                  resumed->checkpoint.c_str(), (long long)firstStep);
   } else if (!o.initFrom.empty()) {
-    auto names =
-        loadSafetensorsInto(o.initFrom, p, comm.rank(), e.mutableTensorData());
-    std::string mine = names ? "" : names.error().str();
-    if (!allRanksOk(comm, mine.empty(), "init-from load"))
-      return err("--init-from: " +
-                 (mine.empty() ? std::string("another rank failed") : mine));
+    auto names = initFromSafetensors(e, comm, o.initFrom);
+    if (!names)
+      return err("--init-from: " + names.error().message);
     if (root)
       std::printf("zerorun: initialized %zu tensor(s) from %s\n", names->size(),
                   o.initFrom.c_str());
@@ -366,16 +308,14 @@ int run(const Options &o, Communicator &comm, Device *device) {
   // file, CI) one plain line per step.
   bool bar = root && !o.plainLog && ::isatty(::fileno(stdout));
   auto save = [&](int64_t done) -> bool {
-    if (auto ok = saveAll(e, comm, o.checkpointDir, done); !ok) {
+    if (auto ok = saveTrainingCheckpoint(e, comm, o.checkpointDir, done); !ok) {
       err(ok.error().message);
       return false;
     }
     lastSaved = done;
     if (root) {
-      std::printf(
-          "%szerorun: saved checkpoint %s\n", bar ? "\r\033[K" : "",
-          checkpointTagDir(o.checkpointDir, "step" + std::to_string(done))
-              .c_str());
+      std::printf("%szerorun: saved checkpoint %s\n", bar ? "\r\033[K" : "",
+                  checkpointTagDir(o.checkpointDir, stepTag(done)).c_str());
       std::fflush(stdout);
     }
     return true;
@@ -481,8 +421,12 @@ int run(const Options &o, Communicator &comm, Device *device) {
 
 } // namespace
 
-/// `--device cuda`: the CUDA device and NCCL (MPI only to bootstrap it).
+/// `--device cuda`: the CUDA device and NCCL (MPI only to bootstrap it and
+/// to pick each rank's GPU on its node).
 static int runCuda(Options &o, int &argc, char **&argv) {
+  std::optional<MpiSession> session;
+  if (launchedByMpi())
+    session.emplace(&argc, &argv);
   std::string why;
   std::unique_ptr<Device> device = makeCudaDevice(why);
   if (!device) {
@@ -490,9 +434,6 @@ static int runCuda(Options &o, int &argc, char **&argv) {
     return 1;
   }
 #ifdef ZEROC_HAVE_CUDA
-  std::optional<MpiSession> session;
-  if (launchedByMpi())
-    session.emplace(&argc, &argv);
   int rc;
   try {
     auto comm = NcclCommunicator::world();
@@ -510,7 +451,6 @@ static int runCuda(Options &o, int &argc, char **&argv) {
   }
   return rc;
 #else
-  (void)o, (void)argc, (void)argv;
   return 1;
 #endif
 }

@@ -76,7 +76,7 @@ struct PlanOp {
   std::vector<int64_t> outputs;     ///< Value ids.
   std::vector<std::string> tensors; ///< Persistent tensors it names, in order.
   std::vector<int64_t> deps;        ///< Indices of ops it must follow.
-  PlanOpAttrs attrs; ///< The struct `kind` takes (PlanOps.h).
+  PlanOpAttrs attrs;                ///< The struct `kind` takes (PlanOps.h).
   /// The checkpointed layer a recomputed forward op belongs to, or empty.
   std::string recompute;
   std::string collective; ///< all_gather, reduce_scatter, all_reduce, or empty.

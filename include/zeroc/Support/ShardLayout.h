@@ -1,4 +1,5 @@
-//===- ShardLayout.h - Which elements of a tensor each rank holds -*- C++ -*-===//
+//===- ShardLayout.h - Which elements of a tensor each rank holds -*- C++
+//-*-===//
 //
 // The one place that computes ZeRO shard layouts, DeepSpeed-compatible, for
 // the partitioning pass, the plan file, the inspector and the runtime alike.
@@ -48,8 +49,8 @@ struct ParamShardLayout {
   int64_t paddedNumel() const { return shardSize() * worldSize; }
   /// Elements of the real (unpadded) tensor that rank `rank` owns.
   ElementRange ownedBy(int64_t rank) const {
-    return ElementRange{rank * shardSize(), (rank + 1) * shardSize()}
-        .intersect({0, numel});
+    return ElementRange{rank * shardSize(), (rank + 1) * shardSize()}.intersect(
+        {0, numel});
   }
 };
 

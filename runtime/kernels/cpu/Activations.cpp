@@ -67,8 +67,7 @@ Status checkMul(const Tensor &lhs, const Tensor &rhs, const Tensor &out) {
 }
 
 Status geluForward(const Tensor &x, const Tensor &y) {
-  if (Status s = checkGeluForward(x, y); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(checkGeluForward(x, y));
   // The second operand is x again, ignored.
   binaryMap(x, x, y, [](float v, float) {
     float u = kSqrt2OverPi * (v + kGeluCubic * v * v * v);
@@ -78,8 +77,7 @@ Status geluForward(const Tensor &x, const Tensor &y) {
 }
 
 Status geluBackward(const Tensor &x, const Tensor &dy, const Tensor &dx) {
-  if (Status s = checkGeluBackward(x, dy, dx); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(checkGeluBackward(x, dy, dx));
   binaryMap(x, dy, dx, [](float v, float g) {
     float u = kSqrt2OverPi * (v + kGeluCubic * v * v * v);
     float t = std::tanh(u);
@@ -90,15 +88,13 @@ Status geluBackward(const Tensor &x, const Tensor &dy, const Tensor &dx) {
 }
 
 Status siluForward(const Tensor &x, const Tensor &y) {
-  if (Status s = checkSiluForward(x, y); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(checkSiluForward(x, y));
   binaryMap(x, x, y, [](float v, float) { return v * sigmoid(v); });
   return {};
 }
 
 Status siluBackward(const Tensor &x, const Tensor &dy, const Tensor &dx) {
-  if (Status s = checkSiluBackward(x, dy, dx); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(checkSiluBackward(x, dy, dx));
   binaryMap(x, dy, dx, [](float v, float g) {
     float s = sigmoid(v);
     return g * s * (1.0f + v * (1.0f - s));
@@ -107,15 +103,13 @@ Status siluBackward(const Tensor &x, const Tensor &dy, const Tensor &dx) {
 }
 
 Status add(const Tensor &lhs, const Tensor &rhs, const Tensor &out) {
-  if (Status s = checkAdd(lhs, rhs, out); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(checkAdd(lhs, rhs, out));
   binaryMap(lhs, rhs, out, [](float a, float b) { return a + b; });
   return {};
 }
 
 Status mul(const Tensor &lhs, const Tensor &rhs, const Tensor &out) {
-  if (Status s = checkMul(lhs, rhs, out); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(checkMul(lhs, rhs, out));
   binaryMap(lhs, rhs, out, [](float a, float b) { return a * b; });
   return {};
 }

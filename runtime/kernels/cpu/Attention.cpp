@@ -16,10 +16,9 @@ Status checkAttention(const char *op, const Tensor &q, const Tensor &k,
                       std::initializer_list<NamedTensor> likeQ,
                       std::initializer_list<NamedTensor> likeK,
                       const Tensor *probs, AttentionShape &shape) {
-  if (Status s = firstError({checkFloat(op, "q", q), checkRank(op, "q", q, 3),
-                             checkFloat(op, "k", k), checkFloat(op, "v", v)});
-      !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(
+      firstError({checkFloat(op, "q", q), checkRank(op, "q", q, 3),
+                  checkFloat(op, "k", k), checkFloat(op, "v", v)}));
   std::string name(op);
   if (heads <= 0 || kvHeads <= 0 || heads % kvHeads != 0 ||
       q.dim(2) % heads != 0)
@@ -35,18 +34,13 @@ Status checkAttention(const char *op, const Tensor &q, const Tensor &k,
             std::to_string(shape.batch) + ", " + std::to_string(shape.seq) +
             ", " + std::to_string(shape.kvWidth()) + "]"};
   for (auto [n, t] : likeQ)
-    if (Status s = firstError(
-            {checkFloat(op, n, *t), checkSameShape(op, n, *t, "q", q)});
-        !s.ok())
-      return s;
+    ZEROC_RETURN_IF_ERROR(
+        firstError({checkFloat(op, n, *t), checkSameShape(op, n, *t, "q", q)}));
   for (auto [n, t] : likeK)
-    if (Status s = firstError(
-            {checkFloat(op, n, *t), checkSameShape(op, n, *t, "k", k)});
-        !s.ok())
-      return s;
+    ZEROC_RETURN_IF_ERROR(
+        firstError({checkFloat(op, n, *t), checkSameShape(op, n, *t, "k", k)}));
   if (probs) {
-    if (Status s = firstError({checkFloat(op, "probs", *probs)}); !s.ok())
-      return s;
+    ZEROC_RETURN_IF_ERROR(firstError({checkFloat(op, "probs", *probs)}));
     std::vector<int64_t> expected = {shape.batch, heads, shape.seq, shape.seq};
     if (probs->shape != expected)
       return {name + ": probs must be [batch, num_heads, seq, seq] = [" +
@@ -108,10 +102,8 @@ Status attentionForward(const Tensor &q, const Tensor &k, const Tensor &v,
                         int64_t numHeads, int64_t numKvHeads, const Tensor &out,
                         const Tensor *probs) {
   AttentionShape a;
-  if (Status s =
-          checkAttentionForward(q, k, v, numHeads, numKvHeads, out, probs, a);
-      !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(
+      checkAttentionForward(q, k, v, numHeads, numKvHeads, out, probs, a));
   std::vector<float> qScratch, kScratch, vScratch, outScratch;
   const float *qf = readF32(q, qScratch);
   const float *kf = readF32(k, kScratch);
@@ -141,10 +133,8 @@ Status attentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
                          const Tensor *probs, const Tensor &dq,
                          const Tensor &dk, const Tensor &dv) {
   AttentionShape a;
-  if (Status s = checkAttentionBackward(q, k, v, out, dout, numHeads,
-                                        numKvHeads, probs, dq, dk, dv, a);
-      !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(checkAttentionBackward(
+      q, k, v, out, dout, numHeads, numKvHeads, probs, dq, dk, dv, a));
   std::vector<float> qScratch, kScratch, vScratch, oScratch, doScratch;
   std::vector<float> dqScratch, dkScratch, dvScratch;
   const float *qf = readF32(q, qScratch);

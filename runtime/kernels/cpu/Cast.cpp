@@ -35,15 +35,13 @@ Status checkZeroTensor(const Tensor &t) {
 }
 
 Status castTensor(const Tensor &src, const Tensor &dst) {
-  if (Status s = checkCastTensor(src, dst); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(checkCastTensor(src, dst));
   copyElements(src, 0, dst, 0, src.numel());
   return {};
 }
 
 Status accumulate(const Tensor &acc, const Tensor &g) {
-  if (Status s = checkAccumulate(acc, g); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(checkAccumulate(acc, g));
   // An elementwise add in place, with g viewed in acc's shape.
   Tensor reshaped = g;
   reshaped.shape = acc.shape;
@@ -51,8 +49,7 @@ Status accumulate(const Tensor &acc, const Tensor &g) {
 }
 
 Status zeroTensor(const Tensor &t) {
-  if (Status s = checkZeroTensor(t); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(checkZeroTensor(t));
   zeroElements(t, 0, t.numel());
   return {};
 }

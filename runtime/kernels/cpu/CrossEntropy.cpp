@@ -19,11 +19,9 @@ static std::string checkScalar(const char *op, const char *name,
 
 static Status checkCrossEntropy(const char *op, const Tensor &logits,
                                 const Tensor &targets) {
-  if (Status s = firstError({checkFloat(op, "logits", logits),
-                             checkRank(op, "logits", logits, 3),
-                             checkIds(op, "targets", targets)});
-      !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(firstError({checkFloat(op, "logits", logits),
+                                    checkRank(op, "logits", logits, 3),
+                                    checkIds(op, "targets", targets)}));
   if (targets.shape != std::vector<int64_t>{logits.dim(0), logits.dim(1)})
     return {std::string(op) + ": targets must be [batch, seq] of logits " +
             describe(logits) + ", found " + describe(targets)};
@@ -57,16 +55,14 @@ static float softmaxInPlace(float *row, int64_t n) {
 Status checkCrossEntropyForward(const Tensor &logits, const Tensor &targets,
                                 const Tensor &loss) {
   const char *op = "cross_entropy";
-  if (Status s = checkCrossEntropy(op, logits, targets); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(checkCrossEntropy(op, logits, targets));
   return firstError({checkScalar(op, "loss", loss)});
 }
 
 Status checkCrossEntropyBackward(const Tensor &logits, const Tensor &targets,
                                  const Tensor &dloss, const Tensor &dlogits) {
   const char *op = "cross_entropy_backward";
-  if (Status s = checkCrossEntropy(op, logits, targets); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(checkCrossEntropy(op, logits, targets));
   return firstError({checkScalar(op, "dloss", dloss),
                      checkFloat(op, "result", dlogits),
                      checkSameShape(op, "result", dlogits, "logits", logits)});
@@ -74,9 +70,8 @@ Status checkCrossEntropyBackward(const Tensor &logits, const Tensor &targets,
 
 Status checkBackwardSeed(int64_t microSteps, double lossScale,
                          const Tensor &seed) {
-  if (Status s = firstError({checkScalar("backward_seed", "seed", seed)});
-      !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(
+      firstError({checkScalar("backward_seed", "seed", seed)}));
   if (microSteps < 1 || !(lossScale > 0.0))
     return {"backward_seed: micro_steps must be >= 1 and the loss scale "
             "positive, found " +
@@ -86,10 +81,8 @@ Status checkBackwardSeed(int64_t microSteps, double lossScale,
 
 Status crossEntropyForward(const Tensor &logits, const Tensor &targets,
                            const Tensor &loss) {
-  if (Status s = checkCrossEntropyForward(logits, targets, loss); !s.ok())
-    return s;
-  if (Status s = checkTargetsInRange("cross_entropy", logits, targets); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(checkCrossEntropyForward(logits, targets, loss));
+  ZEROC_RETURN_IF_ERROR(checkTargetsInRange("cross_entropy", logits, targets));
   int64_t rows = targets.numel(), vocab = logits.dim(2);
   const int32_t *t = targets.i32();
   std::vector<float> row(vocab);
@@ -105,12 +98,10 @@ Status crossEntropyForward(const Tensor &logits, const Tensor &targets,
 
 Status crossEntropyBackward(const Tensor &logits, const Tensor &targets,
                             const Tensor &dloss, const Tensor &dlogits) {
-  if (Status s = checkCrossEntropyBackward(logits, targets, dloss, dlogits);
-      !s.ok())
-    return s;
-  if (Status s = checkTargetsInRange("cross_entropy_backward", logits, targets);
-      !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(
+      checkCrossEntropyBackward(logits, targets, dloss, dlogits));
+  ZEROC_RETURN_IF_ERROR(
+      checkTargetsInRange("cross_entropy_backward", logits, targets));
   int64_t rows = targets.numel(), vocab = logits.dim(2);
   const int32_t *t = targets.i32();
   float factor = *dloss.f32() / float(std::max<int64_t>(rows, 1));
@@ -127,8 +118,7 @@ Status crossEntropyBackward(const Tensor &logits, const Tensor &targets,
 }
 
 Status backwardSeed(int64_t microSteps, double lossScale, const Tensor &seed) {
-  if (Status s = checkBackwardSeed(microSteps, lossScale, seed); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(checkBackwardSeed(microSteps, lossScale, seed));
   *seed.f32() = float(lossScale / double(microSteps));
   return {};
 }

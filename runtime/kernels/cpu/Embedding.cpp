@@ -11,12 +11,10 @@ namespace zeroc::cpu {
 static Status checkEmbedding(const char *op, const Tensor &table,
                              const char *tableName, const Tensor &ids,
                              const Tensor &act, const char *actName) {
-  if (Status s = firstError(
-          {checkFloat(op, tableName, table), checkRank(op, tableName, table, 2),
-           checkIds(op, "ids", ids), checkRank(op, "ids", ids, 2),
-           checkFloat(op, actName, act), checkRank(op, actName, act, 3)});
-      !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(firstError(
+      {checkFloat(op, tableName, table), checkRank(op, tableName, table, 2),
+       checkIds(op, "ids", ids), checkRank(op, "ids", ids, 2),
+       checkFloat(op, actName, act), checkRank(op, actName, act, 3)}));
   std::vector<int64_t> expected = {ids.dim(0), ids.dim(1), table.dim(1)};
   if (act.shape != expected)
     return {std::string(op) + ": " + actName +
@@ -47,10 +45,8 @@ Status checkEmbeddingBackward(const Tensor &dy, const Tensor &ids,
 
 Status embeddingForward(const Tensor &table, const Tensor &ids,
                         const Tensor &out) {
-  if (Status s = checkEmbeddingForward(table, ids, out); !s.ok())
-    return s;
-  if (Status s = checkIdsInRange("embedding", table, ids); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(checkEmbeddingForward(table, ids, out));
+  ZEROC_RETURN_IF_ERROR(checkIdsInRange("embedding", table, ids));
   int64_t hidden = table.dim(1);
   const int32_t *id = ids.i32();
   for (int64_t t = 0, n = ids.numel(); t < n; ++t)
@@ -60,10 +56,8 @@ Status embeddingForward(const Tensor &table, const Tensor &ids,
 
 Status embeddingBackward(const Tensor &dy, const Tensor &ids,
                          const Tensor &dtable) {
-  if (Status s = checkEmbeddingBackward(dy, ids, dtable); !s.ok())
-    return s;
-  if (Status s = checkIdsInRange("embedding_backward", dtable, ids); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(checkEmbeddingBackward(dy, ids, dtable));
+  ZEROC_RETURN_IF_ERROR(checkIdsInRange("embedding_backward", dtable, ids));
   int64_t vocab = dtable.dim(0), hidden = dtable.dim(1), tokens = ids.numel();
   const int32_t *id = ids.i32();
   // Bucket the token positions by id (a counting sort), so that each table
@@ -99,11 +93,9 @@ Status embeddingBackward(const Tensor &dy, const Tensor &ids,
 static Status checkPositionEmbedding(const char *op, const Tensor &table,
                                      const char *tableName, const Tensor &act,
                                      const char *actName) {
-  if (Status s = firstError(
-          {checkFloat(op, tableName, table), checkRank(op, tableName, table, 2),
-           checkFloat(op, actName, act), checkRank(op, actName, act, 3)});
-      !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(firstError(
+      {checkFloat(op, tableName, table), checkRank(op, tableName, table, 2),
+       checkFloat(op, actName, act), checkRank(op, actName, act, 3)}));
   if (act.dim(2) != table.dim(1) || act.dim(1) > table.dim(0))
     return {std::string(op) + ": " + actName +
             " must be [batch, seq, hidden] with seq <= max_positions of " +
@@ -122,8 +114,7 @@ Status checkPositionEmbeddingBackward(const Tensor &dy, const Tensor &dtable) {
 }
 
 Status positionEmbeddingForward(const Tensor &table, const Tensor &out) {
-  if (Status s = checkPositionEmbeddingForward(table, out); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(checkPositionEmbeddingForward(table, out));
   int64_t batch = out.dim(0), seq = out.dim(1), hidden = out.dim(2);
   for (int64_t b = 0; b < batch; ++b)
     copyElements(table, 0, out, b * seq * hidden, seq * hidden);
@@ -131,8 +122,7 @@ Status positionEmbeddingForward(const Tensor &table, const Tensor &out) {
 }
 
 Status positionEmbeddingBackward(const Tensor &dy, const Tensor &dtable) {
-  if (Status s = checkPositionEmbeddingBackward(dy, dtable); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(checkPositionEmbeddingBackward(dy, dtable));
   int64_t batch = dy.dim(0), seq = dy.dim(1), hidden = dy.dim(2);
   std::vector<float> sum(hidden), row(hidden);
   for (int64_t s = 0; s < seq; ++s) {

@@ -31,22 +31,16 @@ static std::string checkWeight(const char *op, const Tensor &weight,
 Status checkLinearForward(const Tensor &x, const Tensor &weight,
                           const Tensor *bias, const Tensor &y) {
   const char *op = "linear";
-  if (Status s = firstError({checkFloat(op, "input", x),
-                             checkFloat(op, "weight", weight),
-                             checkFloat(op, "result", y),
-                             checkSameRows(op, "input", x, "result", y)});
-      !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(
+      firstError({checkFloat(op, "input", x), checkFloat(op, "weight", weight),
+                  checkFloat(op, "result", y),
+                  checkSameRows(op, "input", x, "result", y)}));
   int64_t rows = x.rows(), in = x.dim(-1), out = y.dim(-1);
-  if (Status s = firstError({checkWeight(op, weight, out, in),
-                             checkGemmDims(op, {rows, in, out})});
-      !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(firstError(
+      {checkWeight(op, weight, out, in), checkGemmDims(op, {rows, in, out})}));
   if (bias) {
-    if (Status s = firstError(
-            {checkFloat(op, "bias", *bias), checkRank(op, "bias", *bias, 1)});
-        !s.ok())
-      return s;
+    ZEROC_RETURN_IF_ERROR(firstError(
+        {checkFloat(op, "bias", *bias), checkRank(op, "bias", *bias, 1)}));
     if (bias->dim(0) != out)
       return {"linear: bias must be [" + std::to_string(out) + "], found " +
               describe(*bias)};
@@ -57,11 +51,9 @@ Status checkLinearForward(const Tensor &x, const Tensor &weight,
 Status checkLinearGradInput(const Tensor &dy, const Tensor &weight,
                             const Tensor &dx) {
   const char *op = "linear_grad_input";
-  if (Status s = firstError(
-          {checkFloat(op, "dy", dy), checkFloat(op, "weight", weight),
-           checkFloat(op, "dx", dx), checkSameRows(op, "dy", dy, "dx", dx)});
-      !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(firstError(
+      {checkFloat(op, "dy", dy), checkFloat(op, "weight", weight),
+       checkFloat(op, "dx", dx), checkSameRows(op, "dy", dy, "dx", dx)}));
   int64_t rows = dy.rows(), out = dy.dim(-1), in = dx.dim(-1);
   return firstError(
       {checkWeight(op, weight, out, in), checkGemmDims(op, {rows, in, out})});
@@ -70,12 +62,10 @@ Status checkLinearGradInput(const Tensor &dy, const Tensor &weight,
 Status checkLinearGradWeight(const Tensor &dy, const Tensor &x,
                              const Tensor &dw) {
   const char *op = "linear_grad_weight";
-  if (Status s =
-          firstError({checkFloat(op, "dy", dy), checkFloat(op, "input", x),
-                      checkFloat(op, "dweight", dw),
-                      checkSameRows(op, "dy", dy, "input", x)});
-      !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(
+      firstError({checkFloat(op, "dy", dy), checkFloat(op, "input", x),
+                  checkFloat(op, "dweight", dw),
+                  checkSameRows(op, "dy", dy, "input", x)}));
   int64_t rows = dy.rows(), out = dy.dim(-1), in = x.dim(-1);
   if (dw.rank() != 2 || dw.dim(0) != out || dw.dim(1) != in)
     return {std::string(op) + ": dweight must be [out, in] = [" +
@@ -86,11 +76,9 @@ Status checkLinearGradWeight(const Tensor &dy, const Tensor &x,
 
 Status checkLinearGradBias(const Tensor &dy, const Tensor &db) {
   const char *op = "linear_grad_bias";
-  if (Status s =
-          firstError({checkFloat(op, "dy", dy), checkFloat(op, "dbias", db),
-                      checkRank(op, "dbias", db, 1)});
-      !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(
+      firstError({checkFloat(op, "dy", dy), checkFloat(op, "dbias", db),
+                  checkRank(op, "dbias", db, 1)}));
   if (dy.rank() < 1 || dy.dim(-1) != db.dim(0))
     return {std::string(op) + ": dy must be [..., " +
             std::to_string(db.dim(0)) + "], found " + describe(dy)};
@@ -99,8 +87,7 @@ Status checkLinearGradBias(const Tensor &dy, const Tensor &db) {
 
 Status linearForward(const Tensor &x, const Tensor &weight, const Tensor *bias,
                      const Tensor &y) {
-  if (Status s = checkLinearForward(x, weight, bias, y); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(checkLinearForward(x, weight, bias, y));
   int64_t rows = x.rows(), in = x.dim(-1), out = y.dim(-1);
   std::vector<float> xScratch, wScratch, yScratch;
   const float *xf = readF32(x, xScratch);
@@ -120,8 +107,7 @@ Status linearForward(const Tensor &x, const Tensor &weight, const Tensor *bias,
 
 Status linearGradInput(const Tensor &dy, const Tensor &weight,
                        const Tensor &dx) {
-  if (Status s = checkLinearGradInput(dy, weight, dx); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(checkLinearGradInput(dy, weight, dx));
   int64_t rows = dy.rows(), out = dy.dim(-1), in = dx.dim(-1);
   std::vector<float> dyScratch, wScratch, dxScratch;
   const float *dyf = readF32(dy, dyScratch);
@@ -133,8 +119,7 @@ Status linearGradInput(const Tensor &dy, const Tensor &weight,
 }
 
 Status linearGradWeight(const Tensor &dy, const Tensor &x, const Tensor &dw) {
-  if (Status s = checkLinearGradWeight(dy, x, dw); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(checkLinearGradWeight(dy, x, dw));
   int64_t rows = dy.rows(), out = dy.dim(-1), in = x.dim(-1);
   std::vector<float> dyScratch, xScratch, dwScratch;
   const float *dyf = readF32(dy, dyScratch);
@@ -146,8 +131,7 @@ Status linearGradWeight(const Tensor &dy, const Tensor &x, const Tensor &dw) {
 }
 
 Status linearGradBias(const Tensor &dy, const Tensor &db) {
-  if (Status s = checkLinearGradBias(dy, db); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(checkLinearGradBias(dy, db));
   int64_t rows = dy.rows(), out = db.dim(0);
   std::vector<float> sum(out, 0.0f), row(out);
   for (int64_t r = 0; r < rows; ++r) {

@@ -11,19 +11,15 @@ namespace zeroc::cpu {
 static Status checkNorm(const char *op, const Tensor &x,
                         std::initializer_list<NamedTensor> others,
                         std::initializer_list<NamedTensor> params) {
-  if (Status s = firstError({checkFloat(op, "input", x)}); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(firstError({checkFloat(op, "input", x)}));
   if (x.rank() < 1)
     return {std::string(op) + ": input must be [..., hidden], found " +
             describe(x)};
   for (auto [name, t] : others)
-    if (Status s = firstError({checkFloat(op, name, *t),
-                               checkSameShape(op, name, *t, "input", x)});
-        !s.ok())
-      return s;
+    ZEROC_RETURN_IF_ERROR(firstError(
+        {checkFloat(op, name, *t), checkSameShape(op, name, *t, "input", x)}));
   for (auto [name, t] : params) {
-    if (Status s = firstError({checkFloat(op, name, *t)}); !s.ok())
-      return s;
+    ZEROC_RETURN_IF_ERROR(firstError({checkFloat(op, name, *t)}));
     if (t->rank() != 1 || t->dim(0) != x.dim(-1))
       return {std::string(op) + ": " + name + " must be [" +
               std::to_string(x.dim(-1)) + "], found " + describe(*t)};
@@ -80,8 +76,7 @@ Status checkRmsNormBackward(const Tensor &x, const Tensor &weight,
 Status layerNormForward(const Tensor &x, const Tensor &weight,
                         const Tensor &bias, float eps, const Tensor &y,
                         float *saved) {
-  if (Status s = checkLayerNormForward(x, weight, bias, y); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(checkLayerNormForward(x, weight, bias, y));
   int64_t rows = x.rows(), n = x.dim(-1);
   std::vector<float> w(n), b(n), row(n);
   loadF32(weight, 0, n, w.data());
@@ -105,9 +100,8 @@ Status layerNormBackward(const Tensor &x, const Tensor &weight,
                          const Tensor &dy, float eps, const float *saved,
                          const Tensor &dx, const Tensor &dweight,
                          const Tensor &dbias) {
-  if (Status s = checkLayerNormBackward(x, weight, dy, dx, dweight, dbias);
-      !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(
+      checkLayerNormBackward(x, weight, dy, dx, dweight, dbias));
   int64_t rows = x.rows(), n = x.dim(-1);
   std::vector<float> w(n), dw(n, 0.0f), db(n, 0.0f);
   std::vector<float> xrow(n), dyrow(n);
@@ -147,8 +141,7 @@ Status layerNormBackward(const Tensor &x, const Tensor &weight,
 
 Status rmsNormForward(const Tensor &x, const Tensor &weight, float eps,
                       const Tensor &y, float *saved) {
-  if (Status s = checkRmsNormForward(x, weight, y); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(checkRmsNormForward(x, weight, y));
   int64_t rows = x.rows(), n = x.dim(-1);
   std::vector<float> w(n), row(n);
   loadF32(weight, 0, n, w.data());
@@ -167,8 +160,7 @@ Status rmsNormForward(const Tensor &x, const Tensor &weight, float eps,
 Status rmsNormBackward(const Tensor &x, const Tensor &weight, const Tensor &dy,
                        float eps, const float *saved, const Tensor &dx,
                        const Tensor &dweight) {
-  if (Status s = checkRmsNormBackward(x, weight, dy, dx, dweight); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(checkRmsNormBackward(x, weight, dy, dx, dweight));
   int64_t rows = x.rows(), n = x.dim(-1);
   std::vector<float> w(n), dw(n, 0.0f);
   std::vector<float> xrow(n), dyrow(n);

@@ -13,10 +13,10 @@
 //
 // Statistics are f32 whatever the storage dtype (two passes: mean, then the
 // variance about it). What the forward keeps for backward (the op's
-// saved-state output in the plan) is f32 per row: layernorm `mean[rows]` followed by
-// `rstd[rows]` (8 bytes a row), rmsnorm `rrms[rows]` (4 bytes a row). The
-// backward uses them when given and recomputes them from x otherwise, with
-// the same result. y may be x, and dx may be dy (in place).
+// saved-state output in the plan) is f32 per row: layernorm `mean[rows]`
+// followed by `rstd[rows]` (8 bytes a row), rmsnorm `rrms[rows]` (4 bytes a
+// row). The backward uses them when given and recomputes them from x otherwise,
+// with the same result. y may be x, and dx may be dy (in place).
 //
 //===----------------------------------------------------------------------===//
 

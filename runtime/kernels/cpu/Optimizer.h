@@ -63,13 +63,30 @@ inline void adamElement(const AdamStepConstants &c, float g, float &p, float &m,
   p -= c.stepSize * m / (std::sqrt(v) * c.rootCorrection2 + c.eps);
 }
 
+/// How adamUpdate runs; every choice gives the same bits.
+struct AdamOptions {
+  /// At most this many threads (0: std::thread::hardware_concurrency());
+  /// fewer for small tensors, each thread taking at least 64 Ki elements.
+  unsigned threads = 0;
+  /// false runs the portable loop even where AVX2 is available (tests).
+  bool simd = true;
+};
+
 /// `master`, `expAvg`, `expAvgSq` are f32 and have the element count of
 /// `grad` (their shapes may differ: flat shards). `param16` (may be null)
 /// receives the updated master in its own dtype. `step` is t >= 1.
+/// Vectorized (AVX2 when the CPU has it, chosen at run time, else the
+/// compiler's vectorization of the portable loop of adamElement) and split
+/// over std::threads in contiguous ranges; the CPU backend's Adam and, with
+/// the optimizer offloaded (ZeRO-Offload), the CUDA backend's for states in
+/// host memory.
 Status adamUpdate(const AdamSettings &settings, int64_t step,
                   const Tensor &grad, const Tensor &master,
                   const Tensor &expAvg, const Tensor &expAvgSq,
-                  const Tensor *param16);
+                  const Tensor *param16, const AdamOptions &options = {});
+
+/// Whether adamUpdate runs its AVX2 loop on this CPU.
+bool adamUsesAvx2();
 
 /// Sum of g^2 over `grad`, in f64: one term of the global norm's square.
 double sumOfSquares(const Tensor &grad);

@@ -8,12 +8,10 @@ namespace zeroc::cpu {
 
 static Status checkRotary(const char *op, const Tensor &in, int64_t headDim,
                           double theta, const Tensor &out) {
-  if (Status s = firstError({checkFloat(op, "input", in),
-                             checkRank(op, "input", in, 3),
-                             checkFloat(op, "result", out),
-                             checkSameShape(op, "result", out, "input", in)});
-      !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(
+      firstError({checkFloat(op, "input", in), checkRank(op, "input", in, 3),
+                  checkFloat(op, "result", out),
+                  checkSameShape(op, "result", out, "input", in)}));
   if (headDim <= 0 || headDim % 2 != 0 || in.dim(2) % headDim != 0)
     return {std::string(op) + ": head_dim " + std::to_string(headDim) +
             " must be even and divide the last dimension of " + describe(in)};
@@ -71,16 +69,14 @@ static void rotate(const Tensor &in, int64_t headDim, double theta,
 
 Status rotaryForward(const Tensor &x, int64_t headDim, double theta,
                      const Tensor &y) {
-  if (Status s = checkRotaryForward(x, headDim, theta, y); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(checkRotaryForward(x, headDim, theta, y));
   rotate(x, headDim, theta, y, 1.0f);
   return {};
 }
 
 Status rotaryBackward(const Tensor &dy, int64_t headDim, double theta,
                       const Tensor &dx) {
-  if (Status s = checkRotaryBackward(dy, headDim, theta, dx); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(checkRotaryBackward(dy, headDim, theta, dx));
   rotate(dy, headDim, theta, dx, -1.0f);
   return {};
 }

@@ -1,16 +1,17 @@
 //===- Tensor.h - Tensor views and 16-bit storage ---------------*- C++ -*-===//
 //
-// What every CPU kernel takes: a non-owning view of a row-major tensor
-// (pointer, dtype, shape), the f32 <-> bf16 / f16 conversions (our own, no
-// external library), and the error a kernel returns when its arguments do
-// not fit together. Kernels compute in f32 whatever the storage dtype and
-// round once when they store.
+// What every CPU kernel uses besides the tensor view and Status of
+// KernelTypes.h: the f32 <-> bf16 / f16 conversions (our own, no external
+// library), f32 loads and stores of any float dtype, and the argument
+// checks. Kernels compute in f32 whatever the storage dtype and round once
+// when they store.
 //
 //===----------------------------------------------------------------------===//
 
 #ifndef ZEROC_RUNTIME_KERNELS_CPU_TENSOR_H
 #define ZEROC_RUNTIME_KERNELS_CPU_TENSOR_H
 
+#include "KernelTypes.h"
 #include "zeroc/Support/DType.h"
 #include "zeroc/Support/Float16.h"
 
@@ -23,40 +24,10 @@
 
 namespace zeroc::cpu {
 
-/// A row-major tensor the caller owns. `data` points at `numel()` elements of
-/// `dtype`; a 0-d tensor (empty shape) has one element.
-struct Tensor {
-  void *data = nullptr;
-  DType dtype = DType::F32;
-  std::vector<int64_t> shape;
-
-  int64_t rank() const { return static_cast<int64_t>(shape.size()); }
-  int64_t numel() const {
-    int64_t n = 1;
-    for (int64_t d : shape)
-      n *= d;
-    return n;
-  }
-  /// The size of dimension `i`; negative `i` counts from the end.
-  int64_t dim(int64_t i) const { return shape[i < 0 ? rank() + i : i]; }
-  /// The product of all dimensions but the last: the rows of a [..., n] view.
-  int64_t rows() const {
-    int64_t n = 1;
-    for (size_t i = 0; i + 1 < shape.size(); ++i)
-      n *= shape[i];
-    return n;
-  }
-  int64_t bytes() const { return numel() * bytesPerElement(dtype); }
-  float *f32() const { return static_cast<float *>(data); }
-  int32_t *i32() const { return static_cast<int32_t *>(data); }
-};
-
-/// What a kernel returns: empty `error` when it ran, otherwise what was wrong
-/// with its arguments (nothing was written then).
-struct Status {
-  std::string error;
-  bool ok() const { return error.empty(); }
-};
+// The tensor view and Status are the runtime's one definition
+// (KernelTypes.h), shared with the CUDA kernels and the executor.
+using runtime::Status;
+using runtime::Tensor;
 
 //===----------------------------------------------------------------------===//
 // 16-bit storage

@@ -66,42 +66,36 @@ Status binary(const char *op, const Tensor &a, const Tensor &b,
 } // namespace
 
 Status geluForward(const Tensor &x, const Tensor &y, cudaStream_t stream) {
-  if (Status s = cpu::checkGeluForward(x, y); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(cpu::checkGeluForward(x, y));
   return unary("gelu", x, y, GeluForward{}, stream);
 }
 
 Status geluBackward(const Tensor &x, const Tensor &dy, const Tensor &dx,
                     cudaStream_t stream) {
-  if (Status s = cpu::checkGeluBackward(x, dy, dx); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(cpu::checkGeluBackward(x, dy, dx));
   return binary("gelu_backward", x, dy, dx, GeluBackward{}, stream);
 }
 
 Status siluForward(const Tensor &x, const Tensor &y, cudaStream_t stream) {
-  if (Status s = cpu::checkSiluForward(x, y); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(cpu::checkSiluForward(x, y));
   return unary("silu", x, y, SiluForward{}, stream);
 }
 
 Status siluBackward(const Tensor &x, const Tensor &dy, const Tensor &dx,
                     cudaStream_t stream) {
-  if (Status s = cpu::checkSiluBackward(x, dy, dx); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(cpu::checkSiluBackward(x, dy, dx));
   return binary("silu_backward", x, dy, dx, SiluBackward{}, stream);
 }
 
 Status add(const Tensor &lhs, const Tensor &rhs, const Tensor &out,
            cudaStream_t stream) {
-  if (Status s = cpu::checkAdd(lhs, rhs, out); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(cpu::checkAdd(lhs, rhs, out));
   return binary("add", lhs, rhs, out, Add{}, stream);
 }
 
 Status mul(const Tensor &lhs, const Tensor &rhs, const Tensor &out,
            cudaStream_t stream) {
-  if (Status s = cpu::checkMul(lhs, rhs, out); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(cpu::checkMul(lhs, rhs, out));
   return binary("mul", lhs, rhs, out, Mul{}, stream);
 }
 

@@ -121,13 +121,11 @@ struct Heads {
     int64_t k = transA ? a.seq : columns(lx);
     for (int64_t b = first; b < first + count; ++b)
       for (int64_t r = 0; r < a.group(); ++r)
-        if (Status s = gemmF32Batched(
-                op, ctx, stream, transA, transB, a.seq, columns(lc), k, alpha,
-                x + offset(lx, first, b, r), ld(lx), stride(lx),
-                y + offset(ly, first, b, r), ld(ly), stride(ly), beta,
-                c + offset(lc, first, b, r), ld(lc), stride(lc), a.kvHeads);
-            !s.ok())
-          return s;
+        ZEROC_RETURN_IF_ERROR(gemmF32Batched(
+            op, ctx, stream, transA, transB, a.seq, columns(lc), k, alpha,
+            x + offset(lx, first, b, r), ld(lx), stride(lx),
+            y + offset(ly, first, b, r), ld(ly), stride(ly), beta,
+            c + offset(lc, first, b, r), ld(lc), stride(lc), a.kvHeads));
     return {};
   }
 
@@ -136,10 +134,9 @@ struct Heads {
   Status probabilities(const float *q, const float *k, int64_t first,
                        int64_t count, float *scores, DType roundType,
                        const Tensor *probs) const {
-    if (Status s = product(first, count, false, true, a.scale(), q, Layout::Q,
-                           k, Layout::KV, 0.0f, scores, Layout::Scores);
-        !s.ok())
-      return s;
+    ZEROC_RETURN_IF_ERROR(product(first, count, false, true, a.scale(), q,
+                                  Layout::Q, k, Layout::KV, 0.0f, scores,
+                                  Layout::Scores));
     int64_t rows = count * a.heads * a.seq;
     int threads = int(std::min<int64_t>(256, (a.seq + 31) / 32 * 32));
     causalSoftmaxKernel<<<rowGrid(rows), threads, 0, stream>>>(
@@ -164,42 +161,30 @@ Status attentionForward(const Tensor &q, const Tensor &k, const Tensor &v,
                         cudaStream_t stream) {
   const char *op = "causal_attention";
   cpu::AttentionShape a;
-  if (Status s = cpu::checkAttentionForward(q, k, v, numHeads, numKvHeads, out,
-                                            probs, a);
-      !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(
+      cpu::checkAttentionForward(q, k, v, numHeads, numKvHeads, out, probs, a));
   if (a.batch == 0 || a.seq == 0)
     return {};
   Heads heads{op, a, ctx, stream};
   Scratch qScratch, kScratch, vScratch, outScratch, scores;
   const float *qf, *kf, *vf;
   float *of;
-  if (Status s = f32View(op, q, qScratch, stream, qf); !s.ok())
-    return s;
-  if (Status s = f32View(op, k, kScratch, stream, kf); !s.ok())
-    return s;
-  if (Status s = f32View(op, v, vScratch, stream, vf); !s.ok())
-    return s;
-  if (Status s = f32Output(op, out, outScratch, stream, of); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(f32View(op, q, qScratch, stream, qf));
+  ZEROC_RETURN_IF_ERROR(f32View(op, k, kScratch, stream, kf));
+  ZEROC_RETURN_IF_ERROR(f32View(op, v, vScratch, stream, vf));
+  ZEROC_RETURN_IF_ERROR(f32Output(op, out, outScratch, stream, of));
   int64_t chunk = batchChunk(a);
-  if (Status s =
-          scores.allocate(op, size_t(chunk * heads.perBatch()) * 4, stream);
-      !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(
+      scores.allocate(op, size_t(chunk * heads.perBatch()) * 4, stream));
   float *p = scores.get<float>();
   for (int64_t first = 0; first < a.batch; first += chunk) {
     int64_t count = std::min(chunk, a.batch - first);
-    if (Status s =
-            heads.probabilities(qf, kf, first, count, p, out.dtype, probs);
-        !s.ok())
-      return s;
+    ZEROC_RETURN_IF_ERROR(
+        heads.probabilities(qf, kf, first, count, p, out.dtype, probs));
     // out = P V.
-    if (Status s =
-            heads.product(first, count, false, false, 1.0f, p, Layout::Scores,
-                          vf, Layout::KV, 0.0f, of, Layout::Q);
-        !s.ok())
-      return s;
+    ZEROC_RETURN_IF_ERROR(heads.product(first, count, false, false, 1.0f, p,
+                                        Layout::Scores, vf, Layout::KV, 0.0f,
+                                        of, Layout::Q));
   }
   return commitOutput(op, of, out, stream);
 }
@@ -212,10 +197,8 @@ Status attentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
                          cudaStream_t stream) {
   const char *op = "causal_attention_backward";
   cpu::AttentionShape a;
-  if (Status s = cpu::checkAttentionBackward(q, k, v, out, dout, numHeads,
-                                             numKvHeads, probs, dq, dk, dv, a);
-      !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(cpu::checkAttentionBackward(
+      q, k, v, out, dout, numHeads, numKvHeads, probs, dq, dk, dv, a));
   if (a.batch == 0 || a.seq == 0)
     return {};
   Heads heads{op, a, ctx, stream};
@@ -223,51 +206,36 @@ Status attentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
       dvScratch;
   const float *qf, *kf, *vf, *dof;
   float *dqf, *dkf, *dvf;
-  if (Status s = f32View(op, q, qScratch, stream, qf); !s.ok())
-    return s;
-  if (Status s = f32View(op, k, kScratch, stream, kf); !s.ok())
-    return s;
-  if (Status s = f32View(op, v, vScratch, stream, vf); !s.ok())
-    return s;
-  if (Status s = f32View(op, dout, doScratch, stream, dof); !s.ok())
-    return s;
-  if (Status s = f32Output(op, dq, dqScratch, stream, dqf); !s.ok())
-    return s;
-  if (Status s = f32Output(op, dk, dkScratch, stream, dkf); !s.ok())
-    return s;
-  if (Status s = f32Output(op, dv, dvScratch, stream, dvf); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(f32View(op, q, qScratch, stream, qf));
+  ZEROC_RETURN_IF_ERROR(f32View(op, k, kScratch, stream, kf));
+  ZEROC_RETURN_IF_ERROR(f32View(op, v, vScratch, stream, vf));
+  ZEROC_RETURN_IF_ERROR(f32View(op, dout, doScratch, stream, dof));
+  ZEROC_RETURN_IF_ERROR(f32Output(op, dq, dqScratch, stream, dqf));
+  ZEROC_RETURN_IF_ERROR(f32Output(op, dk, dkScratch, stream, dkf));
+  ZEROC_RETURN_IF_ERROR(f32Output(op, dv, dvScratch, stream, dvf));
   // dK and dV accumulate over the query heads of a group.
   size_t kvBytes = size_t(dk.numel()) * 4;
-  if (Status s = cudaStatus(op, "cudaMemsetAsync",
-                            cudaMemsetAsync(dkf, 0, kvBytes, stream));
-      !s.ok())
-    return s;
-  if (Status s = cudaStatus(op, "cudaMemsetAsync",
-                            cudaMemsetAsync(dvf, 0, kvBytes, stream));
-      !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(cudaStatus(op, "cudaMemsetAsync",
+                                   cudaMemsetAsync(dkf, 0, kvBytes, stream)));
+  ZEROC_RETURN_IF_ERROR(cudaStatus(op, "cudaMemsetAsync",
+                                   cudaMemsetAsync(dvf, 0, kvBytes, stream)));
 
   int64_t seq = a.seq, d = a.headDim, rows = a.batch * a.heads * seq;
   Scratch rowDotScratch;
-  if (Status s = rowDotScratch.allocate(op, size_t(rows) * 4, stream); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(rowDotScratch.allocate(op, size_t(rows) * 4, stream));
   float *rowDot = rowDotScratch.get<float>();
   rowDotKernel<<<gridFor(rows * 32), kThreads, 0, stream>>>(
       dout.data, dout.dtype, out.data, out.dtype, a.batch, seq, a.heads, d,
       rowDot);
-  if (Status s = launchStatus(op); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(launchStatus(op));
 
   int64_t chunk = batchChunk(a);
   bool probsInPlace = probs && probs->dtype == DType::F32;
   Scratch pScratch, dpScratch;
   size_t chunkBytes = size_t(chunk * heads.perBatch()) * 4;
   if (!probsInPlace)
-    if (Status s = pScratch.allocate(op, chunkBytes, stream); !s.ok())
-      return s;
-  if (Status s = dpScratch.allocate(op, chunkBytes, stream); !s.ok())
-    return s;
+    ZEROC_RETURN_IF_ERROR(pScratch.allocate(op, chunkBytes, stream));
+  ZEROC_RETURN_IF_ERROR(dpScratch.allocate(op, chunkBytes, stream));
   float *dp = dpScratch.get<float>();
   for (int64_t first = 0; first < a.batch; first += chunk) {
     int64_t count = std::min(chunk, a.batch - first);
@@ -275,49 +243,35 @@ Status attentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
     if (probsInPlace)
       p = probs->f32() + first * heads.perBatch();
     else if (probs) {
-      if (Status s =
-              widenToF32(op, offsetData(*probs, first * heads.perBatch()),
-                         probs->dtype, p, count * heads.perBatch(), stream);
-          !s.ok())
-        return s;
-    } else if (Status s = heads.probabilities(qf, kf, first, count, p,
-                                              out.dtype, nullptr);
-               !s.ok())
-      return s;
+      ZEROC_RETURN_IF_ERROR(
+          widenToF32(op, offsetData(*probs, first * heads.perBatch()),
+                     probs->dtype, p, count * heads.perBatch(), stream));
+    } else
+      ZEROC_RETURN_IF_ERROR(
+          heads.probabilities(qf, kf, first, count, p, out.dtype, nullptr));
 
     // dV += P^T dout; dP = dout V^T.
-    if (Status s =
-            heads.product(first, count, true, false, 1.0f, p, Layout::Scores,
-                          dof, Layout::Q, 1.0f, dvf, Layout::KV);
-        !s.ok())
-      return s;
-    if (Status s =
-            heads.product(first, count, false, true, 1.0f, dof, Layout::Q, vf,
-                          Layout::KV, 0.0f, dp, Layout::Scores);
-        !s.ok())
-      return s;
+    ZEROC_RETURN_IF_ERROR(heads.product(first, count, true, false, 1.0f, p,
+                                        Layout::Scores, dof, Layout::Q, 1.0f,
+                                        dvf, Layout::KV));
+    ZEROC_RETURN_IF_ERROR(heads.product(first, count, false, true, 1.0f, dof,
+                                        Layout::Q, vf, Layout::KV, 0.0f, dp,
+                                        Layout::Scores));
     // dS = P * (dP - D) * scale, in place of dP.
     int64_t chunkRows = count * a.heads * seq;
     scoreGradKernel<<<gridFor(chunkRows * seq), kThreads, 0, stream>>>(
         p, dp, rowDot + first * a.heads * seq, chunkRows, seq, a.scale());
-    if (Status s = launchStatus(op); !s.ok())
-      return s;
+    ZEROC_RETURN_IF_ERROR(launchStatus(op));
     // dQ = dS K; dK += dS^T Q.
-    if (Status s =
-            heads.product(first, count, false, false, 1.0f, dp, Layout::Scores,
-                          kf, Layout::KV, 0.0f, dqf, Layout::Q);
-        !s.ok())
-      return s;
-    if (Status s =
-            heads.product(first, count, true, false, 1.0f, dp, Layout::Scores,
-                          qf, Layout::Q, 1.0f, dkf, Layout::KV);
-        !s.ok())
-      return s;
+    ZEROC_RETURN_IF_ERROR(heads.product(first, count, false, false, 1.0f, dp,
+                                        Layout::Scores, kf, Layout::KV, 0.0f,
+                                        dqf, Layout::Q));
+    ZEROC_RETURN_IF_ERROR(heads.product(first, count, true, false, 1.0f, dp,
+                                        Layout::Scores, qf, Layout::Q, 1.0f,
+                                        dkf, Layout::KV));
   }
-  if (Status s = commitOutput(op, dqf, dq, stream); !s.ok())
-    return s;
-  if (Status s = commitOutput(op, dkf, dk, stream); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(commitOutput(op, dqf, dq, stream));
+  ZEROC_RETURN_IF_ERROR(commitOutput(op, dkf, dk, stream));
   return commitOutput(op, dvf, dv, stream);
 }
 

@@ -34,13 +34,10 @@ Status convertElements(const char *op, const void *src, DType srcType,
          b = reinterpret_cast<uintptr_t>(dst);
     if (a < b + bytes && b < a + bytes) {
       Scratch tmp;
-      if (Status s = tmp.allocate(op, bytes, stream); !s.ok())
-        return s;
-      if (Status s = cudaStatus(op, "cudaMemcpyAsync",
-                                cudaMemcpyAsync(tmp.get(), src, bytes,
-                                                cudaMemcpyDefault, stream));
-          !s.ok())
-        return s;
+      ZEROC_RETURN_IF_ERROR(tmp.allocate(op, bytes, stream));
+      ZEROC_RETURN_IF_ERROR(cudaStatus(
+          op, "cudaMemcpyAsync",
+          cudaMemcpyAsync(tmp.get(), src, bytes, cudaMemcpyDefault, stream)));
       src = tmp.get();
       return cudaStatus(
           op, "cudaMemcpyAsync",
@@ -55,22 +52,19 @@ Status convertElements(const char *op, const void *src, DType srcType,
 }
 
 Status castTensor(const Tensor &src, const Tensor &dst, cudaStream_t stream) {
-  if (Status s = cpu::checkCastTensor(src, dst); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(cpu::checkCastTensor(src, dst));
   return convertElements("cast", src.data, src.dtype, dst.data, dst.dtype,
                          src.numel(), stream);
 }
 
 Status accumulate(const Tensor &acc, const Tensor &g, cudaStream_t stream) {
-  if (Status s = cpu::checkAccumulate(acc, g); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(cpu::checkAccumulate(acc, g));
   return launchMap("accumulate", acc.data, acc.dtype, g.data, g.dtype, acc.data,
                    acc.dtype, acc.numel(), Add{}, stream);
 }
 
 Status zeroTensor(const Tensor &t, cudaStream_t stream) {
-  if (Status s = cpu::checkZeroTensor(t); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(cpu::checkZeroTensor(t));
   if (t.numel() == 0)
     return {};
   return cudaStatus("zero", "cudaMemsetAsync",

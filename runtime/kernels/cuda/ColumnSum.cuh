@@ -77,16 +77,13 @@ Status columnSums(const char *op, int64_t rows, int64_t cols, F f, Store store,
   int64_t chunks = (rows + rowsPerChunk - 1) / rowsPerChunk;
   Scratch partials;
   if (chunks > 0) {
-    if (Status s = partials.allocate(op, size_t(chunks * cols) * sizeof(float2),
-                                     stream);
-        !s.ok())
-      return s;
+    ZEROC_RETURN_IF_ERROR(
+        partials.allocate(op, size_t(chunks * cols) * sizeof(float2), stream));
     dim3 grid(unsigned((cols + kColumnTile - 1) / kColumnTile),
               unsigned(chunks));
     columnPartialsKernel<<<grid, dim3(kColumnTile, kRowLanes), 0, stream>>>(
         rows, cols, rowsPerChunk, f, partials.get<float2>());
-    if (Status s = launchStatus(op); !s.ok())
-      return s;
+    ZEROC_RETURN_IF_ERROR(launchStatus(op));
   }
   columnFinishKernel<<<gridFor(cols), kThreads, 0, stream>>>(
       partials.get<float2>(), chunks, cols, store);

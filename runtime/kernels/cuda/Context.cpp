@@ -35,22 +35,16 @@ Status KernelContext::init() {
   if (s.ready)
     return {};
   if (!s.workspace && s.workspaceBytes > 0)
-    if (Status st = cudaStatus("cuda context", "cudaMalloc of the workspace",
-                               cudaMalloc(&s.workspace, s.workspaceBytes));
-        !st.ok())
-      return st;
+    ZEROC_RETURN_IF_ERROR(
+        cudaStatus("cuda context", "cudaMalloc of the workspace",
+                   cudaMalloc(&s.workspace, s.workspaceBytes)));
   if (!s.lt)
-    if (Status st = blasStatus("cublasLtCreate", cublasLtCreate(&s.lt));
-        !st.ok())
-      return st;
+    ZEROC_RETURN_IF_ERROR(blasStatus("cublasLtCreate", cublasLtCreate(&s.lt)));
   if (!s.blas) {
-    if (Status st = blasStatus("cublasCreate", cublasCreate(&s.blas)); !st.ok())
-      return st;
+    ZEROC_RETURN_IF_ERROR(blasStatus("cublasCreate", cublasCreate(&s.blas)));
     // f32 GEMMs stay f32: no TF32 tensor cores behind our back.
-    if (Status st = blasStatus("cublasSetMathMode",
-                               cublasSetMathMode(s.blas, CUBLAS_DEFAULT_MATH));
-        !st.ok())
-      return st;
+    ZEROC_RETURN_IF_ERROR(blasStatus(
+        "cublasSetMathMode", cublasSetMathMode(s.blas, CUBLAS_DEFAULT_MATH)));
   }
   // Keep freed scratch in the stream-ordered pool across synchronizations
   // (the default threshold of 0 returns it to the OS at every sync, and the

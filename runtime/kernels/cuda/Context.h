@@ -12,7 +12,7 @@
 #ifndef ZEROC_RUNTIME_KERNELS_CUDA_CONTEXT_H
 #define ZEROC_RUNTIME_KERNELS_CUDA_CONTEXT_H
 
-#include "cpu/Tensor.h"
+#include "KernelTypes.h"
 
 #include <cstddef>
 #include <memory>
@@ -33,7 +33,7 @@ public:
   /// Creates the handles and allocates the workspace on the current device
   /// (cudaMalloc synchronizes: call it before the first step). The GEMM
   /// kernels call it on first use; later calls return at once.
-  cpu::Status init();
+  runtime::Status init();
 
   /// The handles, workspace and algorithm cache (cuda/ContextImpl.h).
   struct Impl;

@@ -79,18 +79,15 @@ __global__ void fillKernel(float *out, float value) { *out = value; }
 Status crossEntropyForward(const Tensor &logits, const Tensor &targets,
                            const Tensor &loss, cudaStream_t stream) {
   const char *op = "cross_entropy";
-  if (Status s = cpu::checkCrossEntropyForward(logits, targets, loss); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(cpu::checkCrossEntropyForward(logits, targets, loss));
   int64_t rows = targets.numel(), vocab = logits.dim(2);
   Scratch rowLoss;
   if (rows > 0) {
-    if (Status s = rowLoss.allocate(op, size_t(rows) * 4, stream); !s.ok())
-      return s;
+    ZEROC_RETURN_IF_ERROR(rowLoss.allocate(op, size_t(rows) * 4, stream));
     rowLossKernel<<<rowGrid(rows), kThreads, 0, stream>>>(
         logits.data, logits.dtype, targets.i32(), rows, vocab,
         rowLoss.get<float>());
-    if (Status s = launchStatus(op); !s.ok())
-      return s;
+    ZEROC_RETURN_IF_ERROR(launchStatus(op));
   }
   meanLossKernel<<<1, kSumThreads, 0, stream>>>(rowLoss.get<float>(), rows,
                                                 loss.f32());
@@ -100,10 +97,8 @@ Status crossEntropyForward(const Tensor &logits, const Tensor &targets,
 Status crossEntropyBackward(const Tensor &logits, const Tensor &targets,
                             const Tensor &dloss, const Tensor &dlogits,
                             cudaStream_t stream) {
-  if (Status s =
-          cpu::checkCrossEntropyBackward(logits, targets, dloss, dlogits);
-      !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(
+      cpu::checkCrossEntropyBackward(logits, targets, dloss, dlogits));
   int64_t rows = targets.numel(), vocab = logits.dim(2);
   if (rows == 0 || vocab == 0)
     return {};
@@ -115,8 +110,7 @@ Status crossEntropyBackward(const Tensor &logits, const Tensor &targets,
 
 Status backwardSeed(int64_t microSteps, double lossScale, const Tensor &seed,
                     cudaStream_t stream) {
-  if (Status s = cpu::checkBackwardSeed(microSteps, lossScale, seed); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(cpu::checkBackwardSeed(microSteps, lossScale, seed));
   fillKernel<<<1, 1, 0, stream>>>(seed.f32(),
                                   float(lossScale / double(microSteps)));
   return launchStatus("backward_seed");

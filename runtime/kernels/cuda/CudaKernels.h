@@ -16,7 +16,6 @@
 #include "cuda/Context.h"
 #include "cuda/CrossEntropy.h"
 #include "cuda/Embedding.h"
-#include "cuda/HostAdam.h"
 #include "cuda/Linear.h"
 #include "cuda/Norms.h"
 #include "cuda/Optimizer.h"

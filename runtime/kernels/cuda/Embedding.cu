@@ -99,8 +99,7 @@ size_t roundUp256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 Status embeddingForward(const Tensor &table, const Tensor &ids,
                         const Tensor &out, cudaStream_t stream) {
-  if (Status s = cpu::checkEmbeddingForward(table, ids, out); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(cpu::checkEmbeddingForward(table, ids, out));
   int64_t tokens = ids.numel(), hidden = table.dim(1);
   if (tokens == 0 || hidden == 0)
     return {};
@@ -113,8 +112,7 @@ Status embeddingForward(const Tensor &table, const Tensor &ids,
 Status embeddingBackward(const Tensor &dy, const Tensor &ids,
                          const Tensor &dtable, cudaStream_t stream) {
   const char *op = "embedding_backward";
-  if (Status s = cpu::checkEmbeddingBackward(dy, ids, dtable); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(cpu::checkEmbeddingBackward(dy, ids, dtable));
   int64_t vocab = dtable.dim(0), hidden = dtable.dim(1), tokens = ids.numel();
   if (tokens > INT_MAX)
     return {std::string(op) + ": " + std::to_string(tokens) +
@@ -122,11 +120,9 @@ Status embeddingBackward(const Tensor &dy, const Tensor &ids,
             std::to_string(INT_MAX) + ")"};
   // Rows no token names stay zero.
   if (dtable.numel() > 0)
-    if (Status s = cudaStatus(
-            op, "cudaMemsetAsync",
-            cudaMemsetAsync(dtable.data, 0, size_t(dtable.bytes()), stream));
-        !s.ok())
-      return s;
+    ZEROC_RETURN_IF_ERROR(cudaStatus(
+        op, "cudaMemsetAsync",
+        cudaMemsetAsync(dtable.data, 0, size_t(dtable.bytes()), stream)));
   if (tokens == 0 || hidden == 0)
     return {};
 
@@ -134,21 +130,18 @@ Status embeddingBackward(const Tensor &dy, const Tensor &ids,
   while (endBit < 32 && (uint64_t(1) << endBit) <= uint64_t(vocab))
     ++endBit;
   size_t sortBytes = 0;
-  if (Status s = cudaStatus(
-          op, "cub::DeviceRadixSort::SortPairs (size query)",
-          cub::DeviceRadixSort::SortPairs(
-              nullptr, sortBytes, static_cast<const uint32_t *>(nullptr),
-              static_cast<uint32_t *>(nullptr),
-              static_cast<const int32_t *>(nullptr),
-              static_cast<int32_t *>(nullptr), int(tokens), 0, endBit, stream));
-      !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(cudaStatus(
+      op, "cub::DeviceRadixSort::SortPairs (size query)",
+      cub::DeviceRadixSort::SortPairs(
+          nullptr, sortBytes, static_cast<const uint32_t *>(nullptr),
+          static_cast<uint32_t *>(nullptr),
+          static_cast<const int32_t *>(nullptr),
+          static_cast<int32_t *>(nullptr), int(tokens), 0, endBit, stream)));
   // One allocation: keys and positions before and after the sort, then the
   // sort's temporary storage.
   size_t array = roundUp256(size_t(tokens) * 4);
   Scratch scratch;
-  if (Status s = scratch.allocate(op, 4 * array + sortBytes, stream); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(scratch.allocate(op, 4 * array + sortBytes, stream));
   char *base = scratch.get<char>();
   auto *keys = reinterpret_cast<uint32_t *>(base);
   auto *positions = reinterpret_cast<int32_t *>(base + array);
@@ -156,15 +149,12 @@ Status embeddingBackward(const Tensor &dy, const Tensor &ids,
   auto *sortedPositions = reinterpret_cast<int32_t *>(base + 3 * array);
   sortKeysKernel<<<gridFor(tokens), kThreads, 0, stream>>>(
       ids.i32(), tokens, vocab, keys, positions);
-  if (Status s = launchStatus(op); !s.ok())
-    return s;
-  if (Status s = cudaStatus(op, "cub::DeviceRadixSort::SortPairs",
-                            cub::DeviceRadixSort::SortPairs(
-                                base + 4 * array, sortBytes, keys, sortedKeys,
-                                positions, sortedPositions, int(tokens), 0,
-                                endBit, stream));
-      !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(launchStatus(op));
+  ZEROC_RETURN_IF_ERROR(cudaStatus(
+      op, "cub::DeviceRadixSort::SortPairs",
+      cub::DeviceRadixSort::SortPairs(base + 4 * array, sortBytes, keys,
+                                      sortedKeys, positions, sortedPositions,
+                                      int(tokens), 0, endBit, stream)));
   embeddingBackwardKernel<<<rowGrid(tokens), kThreads, 0, stream>>>(
       sortedKeys, sortedPositions, tokens, vocab, dy.data, dy.dtype,
       dtable.data, dtable.dtype, hidden);
@@ -173,8 +163,7 @@ Status embeddingBackward(const Tensor &dy, const Tensor &ids,
 
 Status positionEmbeddingForward(const Tensor &table, const Tensor &out,
                                 cudaStream_t stream) {
-  if (Status s = cpu::checkPositionEmbeddingForward(table, out); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(cpu::checkPositionEmbeddingForward(table, out));
   int64_t n = out.numel();
   if (n == 0)
     return {};
@@ -187,14 +176,12 @@ Status positionEmbeddingForward(const Tensor &table, const Tensor &out,
 Status positionEmbeddingBackward(const Tensor &dy, const Tensor &dtable,
                                  cudaStream_t stream) {
   const char *op = "position_embedding_backward";
-  if (Status s = cpu::checkPositionEmbeddingBackward(dy, dtable); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(cpu::checkPositionEmbeddingBackward(dy, dtable));
   int64_t batch = dy.dim(0), seq = dy.dim(1), hidden = dy.dim(2);
   if (seq * hidden > 0) {
     positionBackwardKernel<<<gridFor(seq * hidden), kThreads, 0, stream>>>(
         dy.data, dy.dtype, dtable.data, dtable.dtype, batch, seq, hidden);
-    if (Status s = launchStatus(op); !s.ok())
-      return s;
+    ZEROC_RETURN_IF_ERROR(launchStatus(op));
   }
   int64_t tail = (dtable.dim(0) - seq) * hidden;
   if (tail == 0)

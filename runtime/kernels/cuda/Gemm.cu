@@ -153,8 +153,7 @@ Status ltMatmul(const char *op, KernelContext::Impl &impl, cudaStream_t stream,
                                    a.trans ? m : k, a.trans ? k : m, a.ld);
   if (s == CUBLAS_STATUS_SUCCESS)
     s = cublasLtMatrixLayoutCreate(&out.layout, cudaType(dType), n, m, ldd);
-  if (Status st = blasStatus(op, "cuBLASLt descriptor setup", s); !st.ok())
-    return st;
+  ZEROC_RETURN_IF_ERROR(blasStatus(op, "cuBLASLt descriptor setup", s));
 
   KernelContext::Impl::AlgoKey key = {m,
                                       n,
@@ -191,8 +190,7 @@ Status ltMatmul(const char *op, KernelContext::Impl &impl, cudaStream_t stream,
     if (s == CUBLAS_STATUS_SUCCESS)
       s = setPref(pref.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                   uint32_t(alignmentOf(d)));
-    if (Status st = blasStatus(op, "cuBLASLt preference setup", s); !st.ok())
-      return st;
+    ZEROC_RETURN_IF_ERROR(blasStatus(op, "cuBLASLt preference setup", s));
     cublasLtMatmulHeuristicResult_t result = {};
     int count = 0;
     s = cublasLtMatmulAlgoGetHeuristic(impl.lt, desc.desc, first.layout,
@@ -216,8 +214,7 @@ Status ltMatmul(const char *op, KernelContext::Impl &impl, cudaStream_t stream,
     found->second.reset();
     return {};
   }
-  if (Status st = blasStatus(op, "cublasLtMatmul", s); !st.ok())
-    return st;
+  ZEROC_RETURN_IF_ERROR(blasStatus(op, "cublasLtMatmul", s));
   done = true;
   return {};
 }
@@ -234,8 +231,7 @@ Status f32Output(const char *op, const Tensor &t, Scratch &scratch,
   view = t.f32();
   if (t.dtype == DType::F32)
     return {};
-  if (Status s = scratch.allocate(op, size_t(t.numel()) * 4, stream); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(scratch.allocate(op, size_t(t.numel()) * 4, stream));
   view = scratch.get<float>();
   return {};
 }
@@ -243,8 +239,7 @@ Status f32Output(const char *op, const Tensor &t, Scratch &scratch,
 Status f32View(const char *op, const Tensor &t, Scratch &scratch,
                cudaStream_t stream, const float *&view) {
   float *f32;
-  if (Status s = f32Output(op, t, scratch, stream, f32); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(f32Output(op, t, scratch, stream, f32));
   view = f32;
   if (t.dtype == DType::F32)
     return {};
@@ -266,8 +261,7 @@ Status linearGemm(const char *op, KernelContext &ctx, cudaStream_t stream,
     return {};
   if (k == 0)
     return finishRows(op, nullptr, 0, bias, c, cType, ldc, m, n, stream);
-  if (Status s = ctx.init(); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(ctx.init());
   KernelContext::Impl &impl = ctx.impl();
 
   // cuBLAS multiplies operands of one dtype: widen the 16-bit one(s) of a
@@ -278,21 +272,16 @@ Status linearGemm(const char *op, KernelContext &ctx, cudaStream_t stream,
     if (x.dtype == DType::F32)
       return {};
     int64_t count = (rows - 1) * x.ld + cols;
-    if (Status s = scratch.allocate(op, size_t(count) * 4, stream); !s.ok())
-      return s;
-    if (Status s = widenToF32(op, x.data, x.dtype, scratch.get<float>(), count,
-                              stream);
-        !s.ok())
-      return s;
+    ZEROC_RETURN_IF_ERROR(scratch.allocate(op, size_t(count) * 4, stream));
+    ZEROC_RETURN_IF_ERROR(
+        widenToF32(op, x.data, x.dtype, scratch.get<float>(), count, stream));
     x.data = scratch.get();
     x.dtype = DType::F32;
     return {};
   };
   if (a.dtype != b.dtype) {
-    if (Status s = widen(a, a.trans ? k : m, a.trans ? m : k, wideA); !s.ok())
-      return s;
-    if (Status s = widen(b, b.trans ? n : k, b.trans ? k : n, wideB); !s.ok())
-      return s;
+    ZEROC_RETURN_IF_ERROR(widen(a, a.trans ? k : m, a.trans ? m : k, wideA));
+    ZEROC_RETURN_IF_ERROR(widen(b, b.trans ? n : k, b.trans ? k : n, wideB));
   }
 
   // cuBLASLt writes D in the operands' dtype or f32, and takes a bias of
@@ -303,12 +292,9 @@ Status linearGemm(const char *op, KernelContext &ctx, cudaStream_t stream,
   DType biasType = bias ? bias->dtype : DType::F32;
   Scratch wideBias;
   if (bias && (biasType != dType || alignmentOf(biasData) < 16)) {
-    if (Status s = wideBias.allocate(op, size_t(n) * 4, stream); !s.ok())
-      return s;
-    if (Status s = widenToF32(op, biasData, biasType, wideBias.get<float>(), n,
-                              stream);
-        !s.ok())
-      return s;
+    ZEROC_RETURN_IF_ERROR(wideBias.allocate(op, size_t(n) * 4, stream));
+    ZEROC_RETURN_IF_ERROR(
+        widenToF32(op, biasData, biasType, wideBias.get<float>(), n, stream));
     biasData = wideBias.get();
     biasType = DType::F32;
     dType = DType::F32;
@@ -317,17 +303,14 @@ Status linearGemm(const char *op, KernelContext &ctx, cudaStream_t stream,
   void *d = c;
   int64_t ldd = ldc;
   if (dType != cType) {
-    if (Status s = dScratch.allocate(op, size_t(m * n) * 4, stream); !s.ok())
-      return s;
+    ZEROC_RETURN_IF_ERROR(dScratch.allocate(op, size_t(m * n) * 4, stream));
     d = dScratch.get();
     ldd = n;
   }
 
   bool done = false;
-  if (Status s = ltMatmul(op, impl, stream, m, n, k, a, b, biasData, biasType,
-                          d, dType, ldd, done);
-      !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(ltMatmul(op, impl, stream, m, n, k, a, b, biasData,
+                                 biasType, d, dType, ldd, done));
   if (done)
     return d == c ? Status{}
                   : finishRows(op, static_cast<const float *>(d), n, nullptr, c,
@@ -339,8 +322,7 @@ Status linearGemm(const char *op, KernelContext &ctx, cudaStream_t stream,
                                  : static_cast<float *>(dScratch.get());
   int64_t ldf = cType == DType::F32 ? ldc : n;
   if (!f) {
-    if (Status s = dScratch.allocate(op, size_t(m * n) * 4, stream); !s.ok())
-      return s;
+    ZEROC_RETURN_IF_ERROR(dScratch.allocate(op, size_t(m * n) * 4, stream));
     f = dScratch.get<float>();
   }
   cublasStatus_t s = bindStream(impl, stream);
@@ -351,8 +333,7 @@ Status linearGemm(const char *op, KernelContext &ctx, cudaStream_t stream,
                      int(k), &alpha, b.data, cudaType(b.dtype), int(b.ld),
                      a.data, cudaType(a.dtype), int(a.ld), &beta, f, CUDA_R_32F,
                      int(ldf), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-  if (Status st = blasStatus(op, "cublasGemmEx", s); !st.ok())
-    return st;
+  ZEROC_RETURN_IF_ERROR(blasStatus(op, "cublasGemmEx", s));
   return finishRows(op, f, ldf, bias, c, cType, ldc, m, n, stream);
 }
 
@@ -370,8 +351,7 @@ Status gemmF32Batched(const char *op, KernelContext &ctx, cudaStream_t stream,
         c, ldc, strideC, m, n, batch, beta);
     return launchStatus(op);
   }
-  if (Status s = ctx.init(); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(ctx.init());
   KernelContext::Impl &impl = ctx.impl();
   cublasStatus_t s = bindStream(impl, stream);
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T.

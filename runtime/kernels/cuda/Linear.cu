@@ -32,8 +32,7 @@ struct StoreFirst {
 // The row-major products are those of cpu/Linear.cpp's cblas calls.
 Status linearForward(const Tensor &x, const Tensor &weight, const Tensor *bias,
                      const Tensor &y, KernelContext &ctx, cudaStream_t stream) {
-  if (Status s = cpu::checkLinearForward(x, weight, bias, y); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(cpu::checkLinearForward(x, weight, bias, y));
   int64_t rows = x.rows(), in = x.dim(-1), out = y.dim(-1);
   return linearGemm(
       "linear", ctx, stream, rows, out, in, {x.data, x.dtype, in, false},
@@ -42,8 +41,7 @@ Status linearForward(const Tensor &x, const Tensor &weight, const Tensor *bias,
 
 Status linearGradInput(const Tensor &dy, const Tensor &weight, const Tensor &dx,
                        KernelContext &ctx, cudaStream_t stream) {
-  if (Status s = cpu::checkLinearGradInput(dy, weight, dx); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(cpu::checkLinearGradInput(dy, weight, dx));
   int64_t rows = dy.rows(), out = dy.dim(-1), in = dx.dim(-1);
   return linearGemm("linear_grad_input", ctx, stream, rows, in, out,
                     {dy.data, dy.dtype, out, false},
@@ -53,8 +51,7 @@ Status linearGradInput(const Tensor &dy, const Tensor &weight, const Tensor &dx,
 
 Status linearGradWeight(const Tensor &dy, const Tensor &x, const Tensor &dw,
                         KernelContext &ctx, cudaStream_t stream) {
-  if (Status s = cpu::checkLinearGradWeight(dy, x, dw); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(cpu::checkLinearGradWeight(dy, x, dw));
   int64_t rows = dy.rows(), out = dy.dim(-1), in = x.dim(-1);
   return linearGemm("linear_grad_weight", ctx, stream, out, in, rows,
                     {dy.data, dy.dtype, out, true},
@@ -63,8 +60,7 @@ Status linearGradWeight(const Tensor &dy, const Tensor &x, const Tensor &dw,
 }
 
 Status linearGradBias(const Tensor &dy, const Tensor &db, cudaStream_t stream) {
-  if (Status s = cpu::checkLinearGradBias(dy, db); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(cpu::checkLinearGradBias(dy, db));
   int64_t out = db.dim(0);
   return columnSums("linear_grad_bias", dy.rows(), out,
                     RowValue{dy.data, dy.dtype, out},

@@ -178,9 +178,8 @@ Status statistics(const char *op, const Tensor &x, float eps, bool rms,
   int64_t rows = x.rows();
   if (saved || rows == 0)
     return {};
-  if (Status s = scratch.allocate(op, size_t(rows) * (rms ? 4 : 8), stream);
-      !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(
+      scratch.allocate(op, size_t(rows) * (rms ? 4 : 8), stream));
   normStatsKernel<<<rowGrid(rows), kNormThreads, 0, stream>>>(
       x.data, x.dtype, rows, x.dim(-1), eps, rms, scratch.get<float>());
   stats = scratch.get<float>();
@@ -192,8 +191,7 @@ Status statistics(const char *op, const Tensor &x, float eps, bool rms,
 Status layerNormForward(const Tensor &x, const Tensor &weight,
                         const Tensor &bias, float eps, const Tensor &y,
                         float *saved, cudaStream_t stream) {
-  if (Status s = cpu::checkLayerNormForward(x, weight, bias, y); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(cpu::checkLayerNormForward(x, weight, bias, y));
   int64_t rows = x.rows(), n = x.dim(-1);
   if (rows == 0)
     return {};
@@ -208,26 +206,21 @@ Status layerNormBackward(const Tensor &x, const Tensor &weight,
                          const Tensor &dx, const Tensor &dweight,
                          const Tensor &dbias, cudaStream_t stream) {
   const char *op = "layernorm_backward";
-  if (Status s = cpu::checkLayerNormBackward(x, weight, dy, dx, dweight, dbias);
-      !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(
+      cpu::checkLayerNormBackward(x, weight, dy, dx, dweight, dbias));
   int64_t rows = x.rows(), n = x.dim(-1);
   Scratch recomputed;
   const float *stats;
-  if (Status s =
-          statistics(op, x, eps, false, saved, recomputed, stream, stats);
-      !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(
+      statistics(op, x, eps, false, saved, recomputed, stream, stats));
   // The column sums read dy before the row kernel may overwrite it (dx may
   // be dy).
-  if (Status s = columnSums(
-          op, rows, n,
-          NormParamTerms{x.data, dy.data, x.dtype, dy.dtype, n, stats,
-                         stats ? stats + rows : nullptr},
-          StoreParamGrads{dweight.data, dbias.data, dweight.dtype, dbias.dtype},
-          stream);
-      !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(columnSums(
+      op, rows, n,
+      NormParamTerms{x.data, dy.data, x.dtype, dy.dtype, n, stats,
+                     stats ? stats + rows : nullptr},
+      StoreParamGrads{dweight.data, dbias.data, dweight.dtype, dbias.dtype},
+      stream));
   if (rows == 0)
     return {};
   layerNormBackwardKernel<<<rowGrid(rows), kNormThreads, 0, stream>>>(
@@ -238,8 +231,7 @@ Status layerNormBackward(const Tensor &x, const Tensor &weight,
 
 Status rmsNormForward(const Tensor &x, const Tensor &weight, float eps,
                       const Tensor &y, float *saved, cudaStream_t stream) {
-  if (Status s = cpu::checkRmsNormForward(x, weight, y); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(cpu::checkRmsNormForward(x, weight, y));
   int64_t rows = x.rows(), n = x.dim(-1);
   if (rows == 0)
     return {};
@@ -253,21 +245,17 @@ Status rmsNormBackward(const Tensor &x, const Tensor &weight, const Tensor &dy,
                        float eps, const float *saved, const Tensor &dx,
                        const Tensor &dweight, cudaStream_t stream) {
   const char *op = "rmsnorm_backward";
-  if (Status s = cpu::checkRmsNormBackward(x, weight, dy, dx, dweight); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(cpu::checkRmsNormBackward(x, weight, dy, dx, dweight));
   int64_t rows = x.rows(), n = x.dim(-1);
   Scratch recomputed;
   const float *stats;
-  if (Status s = statistics(op, x, eps, true, saved, recomputed, stream, stats);
-      !s.ok())
-    return s;
-  if (Status s = columnSums(
-          op, rows, n,
-          NormParamTerms{x.data, dy.data, x.dtype, dy.dtype, n, nullptr, stats},
-          StoreParamGrads{dweight.data, nullptr, dweight.dtype, DType::F32},
-          stream);
-      !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(
+      statistics(op, x, eps, true, saved, recomputed, stream, stats));
+  ZEROC_RETURN_IF_ERROR(columnSums(
+      op, rows, n,
+      NormParamTerms{x.data, dy.data, x.dtype, dy.dtype, n, nullptr, stats},
+      StoreParamGrads{dweight.data, nullptr, dweight.dtype, DType::F32},
+      stream));
   if (rows == 0)
     return {};
   rmsNormBackwardKernel<<<rowGrid(rows), kNormThreads, 0, stream>>>(

@@ -107,8 +107,7 @@ Status launchAdam(const cpu::AdamSettings &settings, int64_t step,
     if (chunks == 0)
       continue;
     adamKernel<<<gridFor(chunks, 1), kThreads, 0, stream>>>(launch, c);
-    if (Status s = launchStatus("adam_update"); !s.ok())
-      return s;
+    ZEROC_RETURN_IF_ERROR(launchStatus("adam_update"));
   }
   return {};
 }
@@ -167,10 +166,8 @@ Status adamUpdate(const cpu::AdamSettings &settings, int64_t step,
                   const Tensor &grad, const Tensor &master,
                   const Tensor &expAvg, const Tensor &expAvgSq,
                   const Tensor *param16, cudaStream_t stream) {
-  if (Status s =
-          cpu::checkAdamUpdate(step, grad, master, expAvg, expAvgSq, param16);
-      !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(
+      cpu::checkAdamUpdate(step, grad, master, expAvg, expAvgSq, param16));
   return launchAdam(settings, step, {{grad, master, expAvg, expAvgSq, param16}},
                     stream);
 }
@@ -191,20 +188,17 @@ Status multiTensorAdamUpdate(const cpu::AdamSettings &settings, int64_t step,
 
 Status sumOfSquares(const Tensor &grad, double *sum, cudaStream_t stream) {
   const char *op = "sum_of_squares";
-  if (Status s = cpu::firstError({cpu::checkFloat(op, "grad", grad)}); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(cpu::firstError({cpu::checkFloat(op, "grad", grad)}));
   int64_t n = grad.numel();
   if (n == 0)
     return {};
   // The block count depends on n only: the same order for the same shape.
   unsigned blocks = gridFor(n, kThreads * 16, kMaxSumBlocks);
   Scratch partials;
-  if (Status s = partials.allocate(op, size_t(blocks) * 8, stream); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(partials.allocate(op, size_t(blocks) * 8, stream));
   squaresKernel<<<blocks, kThreads, 0, stream>>>(grad.data, grad.dtype, n,
                                                  partials.get<double>());
-  if (Status s = launchStatus(op); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(launchStatus(op));
   addPartialsKernel<<<1, kSumThreads, 0, stream>>>(partials.get<double>(),
                                                    blocks, sum);
   return launchStatus(op);
@@ -212,8 +206,7 @@ Status sumOfSquares(const Tensor &grad, double *sum, cudaStream_t stream) {
 
 Status clipGradNormInPlace(const Tensor &grad, const double *totalSumOfSquares,
                            double maxNorm, cudaStream_t stream) {
-  if (Status s = cpu::checkScaleInPlace(grad); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(cpu::checkScaleInPlace(grad));
   int64_t n = grad.numel();
   if (n == 0)
     return {};
@@ -223,8 +216,7 @@ Status clipGradNormInPlace(const Tensor &grad, const double *totalSumOfSquares,
 }
 
 Status scaleInPlace(const Tensor &t, float factor, cudaStream_t stream) {
-  if (Status s = cpu::checkScaleInPlace(t); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(cpu::checkScaleInPlace(t));
   int64_t n = t.numel();
   if (n == 0)
     return {};
@@ -234,8 +226,7 @@ Status scaleInPlace(const Tensor &t, float factor, cudaStream_t stream) {
 
 Status unscaleGrads(const Tensor &grad, double lossScale, int *overflow,
                     cudaStream_t stream) {
-  if (Status s = cpu::checkUnscaleGrads(grad, lossScale); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(cpu::checkUnscaleGrads(grad, lossScale));
   int64_t n = grad.numel();
   if (n == 0)
     return {};

@@ -45,15 +45,13 @@ Status rotate(const char *op, const Tensor &in, int64_t headDim, double theta,
 
 Status rotaryForward(const Tensor &x, int64_t headDim, double theta,
                      const Tensor &y, cudaStream_t stream) {
-  if (Status s = cpu::checkRotaryForward(x, headDim, theta, y); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(cpu::checkRotaryForward(x, headDim, theta, y));
   return rotate("rotary", x, headDim, theta, y, 1.0f, stream);
 }
 
 Status rotaryBackward(const Tensor &dy, int64_t headDim, double theta,
                       const Tensor &dx, cudaStream_t stream) {
-  if (Status s = cpu::checkRotaryBackward(dy, headDim, theta, dx); !s.ok())
-    return s;
+  ZEROC_RETURN_IF_ERROR(cpu::checkRotaryBackward(dy, headDim, theta, dx));
   return rotate("rotary_backward", dy, headDim, theta, dx, -1.0f, stream);
 }
 

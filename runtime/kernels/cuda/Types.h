@@ -1,9 +1,9 @@
 //===- Types.h - What the CUDA kernels share with the CPU's -----*- C++ -*-===//
 //
-// The CUDA kernels take the CPU kernels' tensor view (cpu/Tensor.h), with
-// `data` a device pointer, and return their Status: the same argument checks
-// give the same messages. Every kernel enqueues its work on a stream and
-// returns without synchronizing.
+// The CUDA kernels take the runtime's tensor view (KernelTypes.h), with
+// `data` a device pointer, and return its Status; they share the CPU
+// kernels' argument checks (cpu/Tensor.h), so both give the same messages.
+// Every kernel enqueues its work on a stream and returns without synchronizing.
 //
 //===----------------------------------------------------------------------===//
 
@@ -16,8 +16,8 @@
 
 namespace zeroc::cuda {
 
-using cpu::Status;
-using cpu::Tensor;
+using runtime::Status;
+using runtime::Tensor;
 
 } // namespace zeroc::cuda
 

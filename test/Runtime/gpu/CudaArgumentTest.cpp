@@ -13,8 +13,8 @@
 #include <gtest/gtest.h>
 
 using namespace zeroc;
-using cpu::Status;
-using cpu::Tensor;
+using runtime::Status;
+using runtime::Tensor;
 
 namespace {
 

@@ -34,8 +34,8 @@
 #include <sstream>
 
 using namespace zeroc;
-using cpu::Status;
-using cpu::Tensor;
+using runtime::Status;
+using runtime::Tensor;
 
 namespace zeroc {
 // Readable test parameters in test names and failures.

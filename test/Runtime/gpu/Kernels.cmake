@@ -5,10 +5,7 @@
 zeroc_gpu_test(ZerocCudaKernelTests SOURCES CudaKernelTest.cpp
                LIBS ZerocCudaKernels)
 
-# These need no GPU and run everywhere the backend builds (no `gpu` label):
-# the offload path's host Adam bit for bit against cpu::adamUpdate, and the
-# CUDA kernels' argument checks against the CPU kernels' messages.
-zeroc_runtime_test(ZerocHostAdamTests SOURCES HostAdamTest.cpp
-                   LIBS ZerocHostAdam)
+# This needs no GPU and runs everywhere the backend builds (no `gpu` label):
+# the CUDA kernels' argument checks against the CPU kernels' messages.
 zeroc_runtime_test(ZerocCudaArgumentTests SOURCES CudaArgumentTest.cpp
                    LIBS ZerocCudaKernels)

@@ -150,14 +150,15 @@ TEST(NcclMpiComm, ReduceScatterEqualCountsInPlace) {
   EXPECT_EQ(got[size_t(2 * r + 1)], float(n * (2 * r + 1)) + rankSum);
 }
 
-// A flat group's bucket (ShardLayout.h): counts from bucketCounts, which
-// are unequal for a bucket that does not start at a partition boundary.
+// A flat group's bucket (ShardLayout.h): counts from
+// FlatGroupLayout::receiveCounts, which are unequal for a bucket that does not
+// start at a partition boundary.
 TEST(NcclMpiComm, ReduceScatterOfAFlatGroupBucket) {
   auto comm = world();
   int n = comm->size(), r = comm->rank();
   FlatGroupLayout layout({5, 7, 3}, n);
   ElementRange bucket{2, layout.padded - 1};
-  std::vector<int64_t> counts = bucketCounts(layout, bucket);
+  std::vector<int64_t> counts = layout.receiveCounts(bucket);
   std::vector<float> values;
   for (int64_t i = bucket.begin; i < bucket.end; ++i)
     values.push_back(float(i + r));

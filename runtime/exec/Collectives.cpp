@@ -1,0 +1,330 @@
+//===- Collectives.cpp - Gathers, reductions and their epilogues ----------===//
+//
+// The collectives of a plan (parameter gathers, gradient reduce-scatters
+// and all-reduces, the gathers of updated parameters after the optimizer
+// step, the scalar all-reduces of norms and overflow flags), each taking
+// its turn in the program-order issue of collectives (StreamScheduler's
+// tickets), with the epilogue that puts what arrived in place: the padding
+// dropped from a gathered parameter, the owned part of a reduced gradient
+// accumulated into its shard or partition. Where the device orders
+// collectives on its streams (a GPU), an epilogue is issued right after its
+// collective; otherwise it runs once the host saw the collective complete.
+//
+//===----------------------------------------------------------------------===//
+
+#include "exec/ExecutorImpl.h"
+
+#include "zeroc/Support/ShardLayout.h"
+#include "zeroc/Support/Workspace.h"
+
+namespace zeroc::runtime {
+
+using namespace exec;
+
+//===----------------------------------------------------------------------===//
+// Completion
+//===----------------------------------------------------------------------===//
+
+void Executor::Impl::complete(Pending &p, bool hostWait) {
+  if (!hostWait && dev->streamOrderedCollectives()) {
+    // The epilogue follows the collective on this stream.
+    for (auto &f : p.after)
+      f();
+    std::lock_guard<std::mutex> lock(inflightMutex);
+    for (CommHandle &h : p.handles)
+      inflight.push_back(std::move(h));
+    for (auto &buf : p.scratch)
+      inflightScratch.push_back(std::move(buf));
+    return;
+  }
+  for (CommHandle &h : p.handles)
+    if (!comm.wait(h, scheduler.failedFlag())) {
+      // Another stream failed; this rank is about to abort the job, and an
+      // MPI collective cannot be cancelled: leave it.
+      for (CommHandle &left : p.handles)
+        left.abandon();
+      for (auto &buf : p.scratch)
+        new std::shared_ptr<char>(buf); // Keeps its buffer alive.
+      throw ExecError("stopped: another stream failed");
+    }
+  for (auto &f : p.after)
+    f();
+}
+
+void Executor::Impl::drainInflight() {
+  std::unique_lock<std::mutex> access = scheduler.communicatorAccess();
+  std::vector<CommHandle *> pending;
+  {
+    std::lock_guard<std::mutex> lock(inflightMutex);
+    for (CommHandle &h : inflight)
+      if (h.pending())
+        pending.push_back(&h);
+  }
+  // Handles are only appended (a deque keeps their addresses).
+  for (CommHandle *h : pending)
+    if (!comm.wait(*h, scheduler.failedFlag()))
+      throw ExecError("stopped: another stream failed");
+}
+
+double Executor::Impl::allReduceScalar(const PlanOp &op, double value,
+                                       ScalarOp kind) {
+  if (ws == 1)
+    return value;
+  auto t0 = Clock::now();
+  Pending p;
+  {
+    // Held through the wait: the communicator serves one thread at a time.
+    StreamScheduler::Ticket t = scheduler.awaitTicket(op);
+    dev->useStreamFor(comm);
+    p.handles.push_back(comm.allReduceScalars(&value, 1, kind, label(op)));
+    complete(p, /*hostWait=*/true);
+  }
+  scheduler.noteScalarWait(since(t0));
+  return value;
+}
+
+void Executor::Impl::finishCollectives() {
+  // Collectives completed in stream order: waited for with their deadlines
+  // first, so a rank that skipped one times out instead of hanging in a
+  // device synchronization.
+  if (!scheduler.failedFlag()) {
+    try {
+      drainInflight();
+      dev->synchronize();
+    } catch (const std::exception &e) {
+      scheduler.recordFailure(e.what());
+    }
+  }
+  if (scheduler.failedFlag())
+    for (CommHandle &h : inflight)
+      h.abandon();
+  inflight.clear();
+  inflightScratch.clear();
+}
+
+//===----------------------------------------------------------------------===//
+// Gathers and reductions
+//===----------------------------------------------------------------------===//
+
+void Executor::Impl::startAllGather(const PlanOp &op) {
+  // Stage 3: each input is this rank's shard of a parameter; the matching
+  // wait's outputs are the gathered (unpadded) parameters, whose buffers the
+  // plan sizes for the padded gather (sched::bufferBytes).
+  auto w = phase->waitOf.find(op.index);
+  if (w == phase->waitOf.end())
+    fail("op " + std::to_string(op.index) + " has no wait");
+  const PlanOp &wait = *w->second;
+  if (wait.outputs.size() != op.inputs.size())
+    fail("op " + std::to_string(op.index) + ": gathers " +
+         std::to_string(op.inputs.size()) + " shards, but its wait yields " +
+         std::to_string(wait.outputs.size()) + " values");
+  Pending p;
+  {
+    StreamScheduler::Ticket t = scheduler.awaitTicket(op);
+    dev->useStreamFor(comm);
+    for (size_t i = 0; i < op.inputs.size(); ++i) {
+      Tensor shard = value(op.inputs[i]);
+      Tensor full = value(wait.outputs[i]);
+      int64_t s = shard.numel();
+      int64_t paddedBytes = s * ws * bytesPerElement(full.dtype);
+      if (s * ws == full.numel() ||
+          phase->valueInfo.at(wait.outputs[i])->bytes >= paddedBytes) {
+        p.handles.push_back(
+            comm.allGather(shard.data, s, full.data, full.dtype, label(op)));
+        continue;
+      }
+      // A plan that did not size the buffer for the padding.
+      p.scratch.push_back(ex.memory.allocate(paddedBytes, true));
+      Tensor padded{p.scratch.back().get(), full.dtype, {s * ws}};
+      p.handles.push_back(
+          comm.allGather(shard.data, s, padded.data, full.dtype, label(op)));
+      p.after.push_back([this, &op, padded, full]() {
+        check(dev->copyElements(padded, 0, full, 0, full.numel()), op);
+      });
+    }
+  }
+  complete(p);
+}
+
+void Executor::Impl::startReduceScatter(const PlanOp &op) {
+  const std::vector<std::string> &targets =
+      op.attrsAs<ReduceScatterAttrs>().targets;
+  const std::vector<int64_t> &offsets =
+      op.attrsAs<ReduceScatterAttrs>().offsets;
+  if (targets.size() != op.inputs.size() || offsets.size() != op.inputs.size())
+    fail("op " + std::to_string(op.index) +
+         ": reduce_scatter needs one target and offset per input");
+  // The workspace's parts, laid out as zero-plan-memory sized them: the
+  // flat-group inputs' shares packed first, then each parameter's.
+  std::vector<FlatShare> shares;
+  std::vector<size_t> flatInputs, paramInputs;
+  int64_t flatElementBytes = 0;
+  for (size_t i = 0; i < op.inputs.size(); ++i) {
+    Tensor g = value(op.inputs[i]);
+    if (const PlanFlatGroup *grp = state.groupOf(*tensor(targets[i]).info)) {
+      shares.push_back(
+          {&state.layout(*grp), {offsets[i], offsets[i] + g.numel()}});
+      flatInputs.push_back(i);
+      if (!flatElementBytes)
+        flatElementBytes = bytesPerElement(g.dtype);
+      else if (flatElementBytes != bytesPerElement(g.dtype))
+        fail("op " + std::to_string(op.index) +
+             ": reduce_scatter of flat-group gradients of different dtypes");
+    } else {
+      paramInputs.push_back(i);
+    }
+  }
+  WorkspaceLayout layout;
+  std::vector<ReduceScatterParts> parts(op.inputs.size());
+  std::vector<ReduceScatterParts> flat =
+      reduceScatterFlatParts(layout, shares, flatElementBytes, rank);
+  for (size_t k = 0; k < flatInputs.size(); ++k)
+    parts[flatInputs[k]] = flat[k];
+  for (size_t i : paramInputs)
+    parts[i] = reduceScatterParamParts(
+        layout, ParamShardLayout{tensor(targets[i]).info->numel, ws},
+        bytesPerElement(value(op.inputs[i]).dtype));
+  Pending p;
+  char *scratch = workspace(op, layout.size(), p.scratch);
+  StreamScheduler::Ticket ticket = scheduler.awaitTicket(op);
+  dev->useStreamFor(comm);
+  for (size_t i = 0; i < op.inputs.size(); ++i) {
+    Tensor g = value(op.inputs[i]);
+    Stored &target = tensor(targets[i]);
+    const PlanTensor &t = *target.info;
+    int64_t n = g.numel(), off = offsets[i];
+    DType dt = g.dtype;
+    int64_t esize = bytesPerElement(dt);
+    char *recvBuf = scratch + parts[i].recv;
+    Tensor dst = target.view();
+    if (const PlanFlatGroup *grp = state.groupOf(t)) {
+      const FlatGroupLayout &l = state.layout(*grp);
+      ElementRange range{off, off + n};
+      std::vector<int64_t> counts = l.receiveCounts(range);
+      ElementRange mine = range.intersect(l.partition(rank));
+      int64_t recvN = counts[size_t(rank)];
+      p.handles.push_back(
+          comm.reduceScatter(g.data, counts, recvBuf, dt, true, label(op)));
+      Tensor recv{recvBuf, dt, {recvN}};
+      if (t.sharded) {
+        // Stage 2: accumulate the owned part into the gradient partition.
+        int64_t at = mine.begin - l.partition(rank).begin;
+        p.after.push_back([this, &op, recv, dst, at, recvN]() {
+          if (recvN > 0)
+            check(dev->accumulate(slice(dst, at, recvN), recv), op);
+        });
+      } else {
+        // Stage 1: in place on the replicated flat buffer; keep the owned
+        // partition.
+        int64_t at = mine.begin;
+        p.after.push_back([this, &op, recv, dst, at, recvN]() {
+          if (recvN > 0)
+            check(dev->copyElements(recv, 0, dst, at, recvN), op);
+        });
+      }
+    } else {
+      // Stage 3: the gradient of a whole parameter into its shard.
+      ParamShardLayout l{t.numel, ws};
+      int64_t s = l.shardSize();
+      if (!t.sharded)
+        fail("op " + std::to_string(op.index) + ": reduce_scatter into " +
+             t.name + ", which is neither sharded nor in a flat group");
+      if (off != 0 || n != t.numel)
+        fail("op " + std::to_string(op.index) + ": reduce_scatter of " +
+             std::to_string(n) + " elements at offset " + std::to_string(off) +
+             " into " + t.name + " of " + std::to_string(t.numel));
+      const void *send = g.data;
+      if (parts[i].send >= 0) {
+        // Padded with zeros to shard x world size.
+        char *padded = scratch + parts[i].send;
+        dev->copy(padded, g.data, n * esize);
+        dev->zero(padded + n * esize, (s * ws - n) * esize);
+        send = padded;
+      }
+      p.handles.push_back(
+          comm.reduceScatter(send, std::vector<int64_t>(size_t(ws), s), recvBuf,
+                             dt, true, label(op)));
+      Tensor recv{recvBuf, dt, {s}};
+      p.after.push_back(
+          [this, &op, recv, dst]() { check(dev->accumulate(dst, recv), op); });
+    }
+  }
+  { StreamScheduler::Ticket issuedAll = std::move(ticket); }
+  complete(p);
+}
+
+void Executor::Impl::startAllReduce(const PlanOp &op) {
+  if (!op.inputs.empty())
+    fail("op " + std::to_string(op.index) +
+         ": all_reduce of transient values (reduce_scatter: false) is not "
+         "supported yet");
+  const std::vector<std::string> &names = op.attrsAs<TensorListAttrs>().tensors;
+  Pending p;
+  {
+    StreamScheduler::Ticket t = scheduler.awaitTicket(op);
+    dev->useStreamFor(comm);
+    for (const std::string &name : names) {
+      Stored &s = tensor(name);
+      p.handles.push_back(comm.allReduce(s.data.get(), s.info->localNumel,
+                                         s.info->dtype, true, label(op)));
+    }
+  }
+  complete(p);
+}
+
+void Executor::Impl::startAllGatherUpdates(const PlanOp &op) {
+  const std::vector<std::string> &targets =
+      op.attrsAs<TargetListAttrs>().targets;
+  // Every rank skips it alike after an fp16 overflow (nothing changed), but
+  // still takes its turn in the collective order.
+  StreamScheduler::Ticket ticket = scheduler.awaitTicket(op);
+  if (overflow)
+    return;
+  dev->useStreamFor(comm);
+  WorkspaceLayout layout;
+  std::vector<int64_t> at(targets.size(), -1);
+  for (size_t i = 0; i < targets.size(); ++i) {
+    if (state.group(targets[i])) {
+      at[i] = -2; // In place: no workspace.
+    } else if (const PlanTensor &t = *tensor(targets[i]).info; !t.sharded) {
+      at[i] = gatherUpdatesParamPart(layout, ParamShardLayout{t.numel, ws},
+                                     bytesPerElement(t.dtype));
+    }
+  }
+  Pending p;
+  char *scratch = workspace(op, layout.size(), p.scratch);
+  for (size_t i = 0; i < targets.size(); ++i) {
+    if (at[i] == -1)
+      continue; // A sharded parameter is gathered when used.
+    if (const PlanFlatGroup *g = state.group(targets[i])) {
+      // In place in the flat buffer: every rank sends its partition.
+      const FlatGroupLayout &l = state.layout(*g);
+      Tensor flat = state.flatView(*g);
+      int64_t P = l.partitionSize();
+      char *base = static_cast<char *>(flat.data);
+      p.handles.push_back(
+          comm.allGather(base + rank * P * bytesPerElement(flat.dtype), P, base,
+                         flat.dtype, label(op)));
+    } else {
+      char *buf = scratch + at[i];
+      Stored &s = tensor(targets[i]);
+      const PlanTensor &t = *s.info;
+      ParamShardLayout l{t.numel, ws};
+      int64_t sz = l.shardSize();
+      int64_t es = bytesPerElement(t.dtype);
+      ElementRange own = l.ownedBy(rank);
+      dev->copy(buf + rank * sz * es, s.data.get() + own.begin * es,
+                own.size() * es);
+      p.handles.push_back(
+          comm.allGather(buf + rank * sz * es, sz, buf, t.dtype, label(op)));
+      char *dst = s.data.get();
+      int64_t bytes = t.numel * es;
+      p.after.push_back(
+          [this, dst, buf, bytes]() { dev->copy(dst, buf, bytes); });
+    }
+  }
+  { StreamScheduler::Ticket issuedAll = std::move(ticket); }
+  complete(p);
+}
+
+} // namespace zeroc::runtime

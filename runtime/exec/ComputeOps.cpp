@@ -1,0 +1,100 @@
+//===- ComputeOps.cpp - Model ops, reads, accumulation, copies ------------===//
+//
+// The ops that are neither collectives nor optimizer steps: model ops
+// (forward and backward) through the device's kernels (exec/Dispatch.h),
+// with the state a forward op saves for its backward op; views of
+// persistent tensors; gradient accumulation and zeroing; copies between
+// placements (fetches of offloaded parameters, copies of updated masters).
+//
+//===----------------------------------------------------------------------===//
+
+#include "exec/ExecutorImpl.h"
+
+namespace zeroc::runtime {
+
+using namespace exec;
+
+//===----------------------------------------------------------------------===//
+// Model ops
+//===----------------------------------------------------------------------===//
+
+// A forward op's saved state (statistics, probabilities) is one of its
+// outputs and its backward op's last input: plain values of the plan.
+void Executor::Impl::compute(const PlanOp &op) {
+  std::vector<Tensor> in, out;
+  for (int64_t id : op.inputs)
+    in.push_back(value(id));
+  for (int64_t id : op.outputs)
+    out.push_back(value(id));
+  std::optional<Status> status = dev->modelOp(op, in, out, lossState.scale);
+  if (!status)
+    fail("op " + std::to_string(op.index) + ": kind '" + op.kindName() +
+         "' is not supported by the " + dev->name() + " executor");
+  check(*status, op);
+}
+
+//===----------------------------------------------------------------------===//
+// Persistent tensors as values, gradients
+//===----------------------------------------------------------------------===//
+
+void Executor::Impl::read(const PlanOp &op) {
+  // A view of a persistent tensor: no copy.
+  const PlanValue &v = *phase->valueInfo.at(op.outputs.at(0));
+  Stored &s = tensor(op.tensors.at(0));
+  if (v.dtype != s.info->dtype)
+    fail("op " + std::to_string(op.index) + " reads " + s.info->name +
+         " as a different dtype");
+  phase->values.at(v.id).data = s.data.get();
+}
+
+void Executor::Impl::accumulate(const PlanOp &op) {
+  Stored &s = tensor(op.tensors.at(0));
+  Tensor g = value(op.inputs.at(0));
+  Tensor acc = slice(s.view(), op.attrsAs<AccumulateAttrs>().offset, g.numel());
+  check(dev->accumulate(acc, g), op);
+}
+
+void Executor::Impl::zeroGrads(const PlanOp &op) {
+  for (const std::string &name : op.tensors)
+    check(dev->zeroTensor(tensor(name).view()), op);
+}
+
+//===----------------------------------------------------------------------===//
+// Copies between placements
+//===----------------------------------------------------------------------===//
+
+void Executor::Impl::startCopy(const PlanOp &op) {
+  if (op.kind == OpKind::FetchStart) {
+    auto w = phase->waitOf.find(op.index);
+    if (w == phase->waitOf.end())
+      fail("op " + std::to_string(op.index) + " has no wait");
+    const PlanOp &wait = *w->second;
+    const std::vector<std::string> &names =
+        op.attrsAs<TensorListAttrs>().tensors;
+    if (names.size() != wait.outputs.size())
+      fail("op " + std::to_string(op.index) +
+           ": fetch_start and its wait disagree on the tensor count");
+    for (size_t i = 0; i < names.size(); ++i)
+      check(dev->castTensor(tensor(names[i]).view(), value(wait.outputs[i])),
+            op);
+    return;
+  }
+  const std::vector<std::string> &src = op.attrsAs<CopyAttrs>().sources;
+  const std::vector<std::string> &dst = op.attrsAs<CopyAttrs>().destinations;
+  if (src.size() != dst.size())
+    fail("op " + std::to_string(op.index) +
+         ": copy_start needs as many "
+         "sources as destinations");
+  if (overflow)
+    return;
+  for (size_t i = 0; i < src.size(); ++i) {
+    Tensor a = tensor(src[i]).view(), b = tensor(dst[i]).view();
+    if (a.numel() == b.numel())
+      check(dev->castTensor(a, b), op);
+    else
+      fail("op " + std::to_string(op.index) + ": copy_start from " + src[i] +
+           " to " + dst[i] + " of different sizes is not supported yet");
+  }
+}
+
+} // namespace zeroc::runtime

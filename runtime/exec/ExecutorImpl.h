@@ -1,0 +1,154 @@
+//===- ExecutorImpl.h - The executor's parts, put together ------*- C++ -*-===//
+//
+// Internal to runtime/exec. Executor::Impl holds the parts (persistent
+// state, prepared phases, the stream scheduler, the device) and runs a
+// phase's ops; its op methods are defined by concern:
+//
+//   Executor.cpp       the step: phases in order, data, the op dispatch
+//   ComputeOps.cpp     model ops (kernels and the state a forward op saves
+//                      for its backward op), reads, accumulation, copies
+//   Collectives.cpp    gathers, reductions and their epilogues
+//   OptimizerOps.cpp   Adam, gradient clipping, loss scaling
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZEROC_RUNTIME_EXEC_EXECUTORIMPL_H
+#define ZEROC_RUNTIME_EXEC_EXECUTORIMPL_H
+
+#include "Kernels.h"
+#include "exec/Device.h"
+#include "exec/ExecError.h"
+#include "exec/Executor.h"
+#include "exec/PersistentState.h"
+#include "exec/PreparedPhase.h"
+#include "exec/StreamScheduler.h"
+
+#include <atomic>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace zeroc::runtime {
+
+struct Executor::Impl {
+  /// On `options.device`, else a CPU device of its own.
+  Impl(Executor &ex, Communicator &comm, const ExecutorOptions &options);
+
+  Executor &ex;
+  const Plan &plan;
+  Communicator &comm;
+  std::unique_ptr<Device> ownDevice; ///< The CPU device, when none is given.
+  Device *dev = nullptr;
+  int64_t rank, ws;
+  bool streamThreads = true;
+  exec::PersistentState state;
+  exec::StreamScheduler scheduler;
+  /// One arena serves both phases: they never run at once.
+  std::shared_ptr<char> arena;
+  /// Each phase, prepared on its first run.
+  std::map<const PlanPhase *, exec::PreparedPhase> prepared;
+
+  //===--------------------------------------------------------------------===//
+  // The step (Executor.cpp)
+  //===--------------------------------------------------------------------===//
+
+  /// Runs `ph` once: micro-step `micro` of optimizer step `step` with its
+  /// inputs from `data`, or (null `data`) the optimizer step.
+  void runPhase(const PlanPhase &ph, const DataLoader *data, int64_t step,
+                int64_t micro);
+  void runOp(const PlanOp &op);
+
+  // The phase being run. Its `values` map is complete from the phase's
+  // start, so that the streams only read it.
+  exec::PreparedPhase *phase = nullptr;
+  std::vector<std::shared_ptr<char>> unplanned;
+  Tensor &value(int64_t id);
+  /// Arena memory at [offset, offset + bytes), recorded as used.
+  char *arenaAt(int64_t offset, int64_t bytes);
+  /// `op`'s planned workspace if it holds `bytes` (Workspace.h's layout);
+  /// otherwise (a plan without one) a separate allocation kept in `keep`,
+  /// which the measured peak then shows above the prediction.
+  char *workspace(const PlanOp &op, int64_t bytes,
+                  std::vector<std::shared_ptr<char>> &keep);
+  exec::Stored &tensor(const std::string &name) { return state.tensor(name); }
+  OpLabel label(const PlanOp &op) const;
+
+  /// The NVMe tensors an op uses, resident while it runs.
+  struct Resident {
+    Impl *impl = nullptr;
+    std::vector<exec::Stored *> held;
+    bool writeBack = true;
+    ~Resident();
+  };
+
+  //===--------------------------------------------------------------------===//
+  // Compute ops (ComputeOps.cpp)
+  //===--------------------------------------------------------------------===//
+
+  /// A model op (forward or backward) through the device's kernels.
+  void compute(const PlanOp &op);
+  void read(const PlanOp &op);
+  void accumulate(const PlanOp &op);
+  void zeroGrads(const PlanOp &op);
+  /// fetch_start (persistent tensors into the values of its wait) and
+  /// copy_start (between persistent tensors).
+  void startCopy(const PlanOp &op);
+
+  //===--------------------------------------------------------------------===//
+  // Collectives (Collectives.cpp)
+  //===--------------------------------------------------------------------===//
+
+  /// A started collective: its handles, and what runs once all completed.
+  struct Pending {
+    std::vector<CommHandle> handles;
+    std::vector<std::function<void()>> after;
+    std::vector<std::shared_ptr<char>> scratch; ///< Unplanned workspace.
+  };
+  void startAllGather(const PlanOp &op);
+  void startReduceScatter(const PlanOp &op);
+  void startAllReduce(const PlanOp &op);
+  void startAllGatherUpdates(const PlanOp &op);
+  /// Waits for `p`'s collectives (giving up if another stream failed),
+  /// then runs its epilogue; where the device orders collectives on its
+  /// streams (and not `hostWait`), issues the epilogue at once instead.
+  void complete(Pending &p, bool hostWait = false);
+  /// Waits for the collectives completed in stream order so far (their
+  /// --comm-timeout applies), before the host blocks on a stream.
+  void drainInflight();
+  /// After a phase's ops: the stream-ordered collectives waited for (or,
+  /// after a failure, abandoned) and the device synchronized.
+  void finishCollectives();
+  double allReduceScalar(const PlanOp &op, double value, ScalarOp kind);
+  /// Collectives whose epilogue was issued in stream order (GPU): their
+  /// handles and scratch live until the phase's end.
+  std::mutex inflightMutex;
+  std::deque<CommHandle> inflight;
+  std::vector<std::shared_ptr<char>> inflightScratch;
+
+  //===--------------------------------------------------------------------===//
+  // Optimizer ops (OptimizerOps.cpp)
+  //===--------------------------------------------------------------------===//
+
+  void adamUpdate(const PlanOp &op);
+  void clipGradNorm(const PlanOp &op);
+  void unscale(const PlanOp &op);
+  /// The loss-scale settings of the plan's unscale_grads, if it has one.
+  void initLossScale();
+  /// After the optimizer step: the loss scale moves, the Adam step counts.
+  void finishOptimizerStep();
+  int64_t adamSteps = 0;
+  cpu::LossScaleSettings lossSettings;
+  cpu::LossScaleState lossState;
+  bool haveLossState = false;
+  /// Set by unscale_grads when a gradient overflowed (fp16): every rank
+  /// skips the update alike.
+  std::atomic<bool> overflow{false};
+};
+
+} // namespace zeroc::runtime
+
+#endif // ZEROC_RUNTIME_EXEC_EXECUTORIMPL_H

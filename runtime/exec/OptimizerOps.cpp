@@ -1,0 +1,159 @@
+//===- OptimizerOps.cpp - Adam, gradient clipping, loss scaling -----------===//
+//
+// The optimizer step's own ops: adam_update on this rank's part of a
+// parameter (a whole tensor, a stage-3 shard, or a flat group's owned
+// partition in place), clip_grad_norm over the global gradient norm, and
+// unscale_grads with the dynamic loss scale that moves between steps.
+//
+//===----------------------------------------------------------------------===//
+
+#include "exec/ExecutorImpl.h"
+
+#include "zeroc/Support/ShardLayout.h"
+#include "zeroc/Support/Workspace.h"
+
+namespace zeroc::runtime {
+
+using namespace exec;
+void Executor::Impl::initLossScale() {
+  // The first unscale_grads of the plan carries the settings.
+  for (const PlanPhase &ph : plan.phases)
+    for (const PlanOp &op : ph.ops)
+      if (op.kind == OpKind::UnscaleGrads && !haveLossState) {
+        cpu::LossScaleSettings &ls = lossSettings;
+        ls.staticLossScale = op.attrsAs<UnscaleGradsAttrs>().staticLossScale;
+        ls.initialScalePower =
+            op.attrsAs<UnscaleGradsAttrs>().initialScalePower;
+        ls.lossScaleWindow = op.attrsAs<UnscaleGradsAttrs>().lossScaleWindow;
+        ls.hysteresis = op.attrsAs<UnscaleGradsAttrs>().hysteresis;
+        ls.minLossScale = op.attrsAs<UnscaleGradsAttrs>().minLossScale;
+        lossState = cpu::initialLossScale(ls);
+        haveLossState = true;
+      }
+}
+
+void Executor::Impl::finishOptimizerStep() {
+  if (haveLossState)
+    cpu::updateLossScale(lossSettings, overflow.load(), lossState);
+  if (!overflow)
+    ++adamSteps;
+  overflow = false;
+}
+
+void Executor::Impl::adamUpdate(const PlanOp &op) {
+  if (overflow)
+    return;
+  cpu::AdamSettings set;
+  set.lr = op.attrsAs<AdamAttrs>().lr;
+  set.beta1 = op.attrsAs<AdamAttrs>().beta1;
+  set.beta2 = op.attrsAs<AdamAttrs>().beta2;
+  set.eps = op.attrsAs<AdamAttrs>().eps;
+  set.weightDecay = op.attrsAs<AdamAttrs>().weightDecay;
+  set.adamw = op.attrsAs<AdamAttrs>().adamw;
+  std::string paramName = op.attrsAs<AdamAttrs>().param;
+  Stored &m = tensor(op.attrsAs<AdamAttrs>().expAvg);
+  Stored &v = tensor(op.attrsAs<AdamAttrs>().expAvgSq);
+  Stored &gs = tensor(op.attrsAs<AdamAttrs>().grad);
+  std::string masterName = op.attrsAs<AdamAttrs>().master.value_or("");
+  int64_t n = m.info->localNumel;
+
+  // The gradient: the whole local tensor, or (stage 1) the owned partition
+  // of the replicated flat buffer.
+  Tensor grad = gs.view();
+  const PlanFlatGroup *grp = state.group(paramName);
+  if (grad.numel() != n) {
+    if (!grp)
+      fail("op " + std::to_string(op.index) + ": gradient " + gs.info->name +
+           " does not match its optimizer state");
+    grad = slice(grad, state.layout(*grp).partition(rank).begin, n);
+  }
+
+  // This rank's part of the parameter, in its own dtype.
+  Tensor param;
+  std::vector<std::shared_ptr<char>> keep;
+  std::function<void()> writeBack;
+  WorkspaceLayout layout; // One part at most (Workspace.h).
+  if (grp) {
+    // The owned partition of the flat parameter buffer, in place.
+    const FlatGroupLayout &l = state.layout(*grp);
+    param = slice(state.flatView(*grp), l.partition(rank).begin, n);
+  } else {
+    Stored &ps = tensor(paramName);
+    if (ps.info->localNumel == n) {
+      param = ps.view();
+    } else {
+      // A persistent (whole) stage-3 parameter with sharded states.
+      ParamShardLayout l{ps.info->numel, ws};
+      ElementRange own = l.ownedBy(rank);
+      DType dt = ps.info->dtype;
+      int64_t at = adamPartitionPart(layout, n, bytesPerElement(dt));
+      param = Tensor{workspace(op, layout.size(), keep) + at, dt, {n}};
+      Tensor full = ps.view();
+      if (own.size() > 0)
+        check(dev->copyElements(full, own.begin, param, 0, own.size()), op);
+      writeBack = [this, &op, param, full, own]() {
+        if (own.size() > 0)
+          check(dev->copyElements(param, 0, full, own.begin, own.size()), op);
+      };
+    }
+  }
+  Tensor master = param;
+  const Tensor *param16 = nullptr;
+  Tensor masterView;
+  if (!masterName.empty()) {
+    masterView = tensor(masterName).view();
+    master = masterView;
+    param16 = &param;
+  } else if (param.dtype != DType::F32) {
+    fail("op " + std::to_string(op.index) + ": a 16-bit parameter " +
+         paramName + " without a master copy");
+  }
+  check(dev->adamUpdate(set, adamSteps + 1, grad, master, m.view(), v.view(),
+                        param16),
+        op);
+  if (writeBack)
+    writeBack();
+}
+
+void Executor::Impl::clipGradNorm(const PlanOp &op) {
+  if (overflow) { // Every rank skips the update alike; keep the order.
+    scheduler.awaitTicket(op);
+    return;
+  }
+  std::vector<std::string> names = op.attrsAs<ClipGradNormAttrs>().grads;
+  drainInflight();
+  // Sharded and flat-group gradients: each rank sums what it owns, then the
+  // sums are all-reduced. Replicated gradients are the same on every rank.
+  double shared = 0, local = 0;
+  for (const std::string &name : names) {
+    Stored &s = tensor(name);
+    Tensor g = s.view();
+    if (const PlanFlatGroup *grp = state.groupOf(*s.info)) {
+      const FlatGroupLayout &l = state.layout(*grp);
+      if (!s.info->sharded)
+        g = slice(g, l.partition(rank).begin, l.partitionSize());
+      shared += dev->sumOfSquares(g);
+    } else if (s.info->sharded) {
+      shared += dev->sumOfSquares(g);
+    } else {
+      local += dev->sumOfSquares(g);
+    }
+  }
+  double total = allReduceScalar(op, shared, ScalarOp::Sum) + local;
+  float coef =
+      cpu::clipCoefficient(total, op.attrsAs<ClipGradNormAttrs>().maxNorm);
+  if (coef != 1.0f)
+    for (const std::string &name : names)
+      check(dev->scaleInPlace(tensor(name).view(), coef), op);
+}
+
+void Executor::Impl::unscale(const PlanOp &op) {
+  std::vector<std::string> names = op.attrsAs<UnscaleGradsAttrs>().grads;
+  drainInflight();
+  bool over = false;
+  for (const std::string &name : names)
+    check(dev->unscaleGrads(tensor(name).view(), lossState.scale, over), op);
+  overflow = allReduceScalar(op, over ? 1.0 : 0.0, ScalarOp::Max) > 0;
+}
+
+} // namespace zeroc::runtime
