@@ -17,7 +17,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/MapVector.h"
-#include "llvm/ADT/SmallPtrSet.h"
+#include "llvm/ADT/StringMap.h"
 
 namespace zeroc {
 #define GEN_PASS_DEF_ZEROINSERTCOLLECTIVES
@@ -126,6 +126,11 @@ private:
     llvm::MapVector<StringRef, SmallVector<model::ParamRefOp>> refsOf;
     for (auto ref : micro.getOps<model::ParamRefOp>())
       refsOf[ref.getParam()].push_back(ref);
+    // What each parameter's accumulate_grad adds up, looked up per
+    // parameter below.
+    gradientsOf.clear();
+    for (auto acc : micro.getOps<model::AccumulateGradOp>())
+      gradientsOf[acc.getParam()].push_back(acc.getGrad());
     for (auto &[name, refs] : refsOf)
       if (failed(lowerParam(name, refs, seed)))
         return failure();
@@ -173,7 +178,7 @@ private:
     // read.
     SmallVector<Operation *> backwardOfUsers;
     if (phases[1].empty())
-      backwardOfUsers = gradientProducers(block, name);
+      backwardOfUsers = gradientProducers(gradientsOf.lookup(name));
     Location loc = refs.front().getLoc();
     FlatSymbolRefAttr paramRef = refs.front().getParamAttr();
     RankedTensorType fullType = refs.front().getType();
@@ -207,16 +212,15 @@ private:
     return success();
   }
 
+  /// Per parameter, the gradients its model.accumulate_grad ops add up.
+  llvm::StringMap<SmallVector<Value, 1>> gradientsOf;
+
   /// The ops that compute a parameter's gradient contributions, in block
-  /// order: the producers of what its model.accumulate_grad adds up, seen
-  /// through the sums of several contributions.
-  static SmallVector<Operation *> gradientProducers(Block *block,
-                                                    StringRef param) {
+  /// order: the producers of `pending` (what its model.accumulate_grad adds
+  /// up), seen through the sums of several contributions.
+  static SmallVector<Operation *>
+  gradientProducers(SmallVector<Value, 1> pending) {
     SmallVector<Operation *> producers;
-    SmallVector<Value> pending;
-    for (auto acc : block->getOps<model::AccumulateGradOp>())
-      if (acc.getParam() == param)
-        pending.push_back(acc.getGrad());
     while (!pending.empty()) {
       Operation *def = pending.pop_back_val().getDefiningOp();
       if (!def)

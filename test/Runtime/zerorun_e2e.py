@@ -110,7 +110,8 @@ def parse_spec(spec):
     return stage, ws, ga, opts
 
 
-def plan(args, stage, ws, ga, opts):
+def write_config(args, stage, ws, ga, opts):
+    """The DeepSpeed config of SPEC, written to --work: (name, path)."""
     dtype = opts.get("dtype", "f32")
     zero = {"stage": stage,
             "stage3_param_persistence_threshold": int(opts.get("persist", 100))}
@@ -140,6 +141,12 @@ def plan(args, stage, ws, ga, opts):
     cfg_path = os.path.join(args.work, name + ".ds.json")
     with open(cfg_path, "w") as f:
         json.dump(cfg, f)
+    return name, cfg_path
+
+
+def plan(args, stage, ws, ga, opts):
+    dtype = opts.get("dtype", "f32")
+    name, cfg_path = write_config(args, stage, ws, ga, opts)
     out = os.path.join(args.work, name + ".json")
     run([args.zeroc, model(args, dtype, opts.get("model", "gpt2")), "--config",
          cfg_path, "--world-size",
@@ -488,12 +495,12 @@ def scenario_locations(args, spec):
         with open(path, "w") as f:
             f.write(text)
         variants[key] = path
+    _, cfg = write_config(args, stage, ws, ga, opts)
     results = {}
     for key, path in variants.items():
-        cfg = plan(args, stage, ws, ga, opts)  # writes the DeepSpeed config
         out = os.path.join(args.work, "plan-%s.json" % key)
-        run([args.zeroc, path, "--config", cfg[:-len(".json")] + ".ds.json",
-             "--world-size", str(ws), "-o", out])
+        run([args.zeroc, path, "--config", cfg, "--world-size", str(ws), "-o",
+             out])
         links, unread = saved_state_links(out)
         if unread or not links:
             print("FAILED: %s: forward ops %s yield state no op reads "
