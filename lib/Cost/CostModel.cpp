@@ -122,13 +122,13 @@ RankRates rankRates(const Cluster &cluster, int64_t worldSize) {
   return rates;
 }
 
-double transferTime(const RankRates &rates, const std::string &from,
-                    const std::string &to, double bytes) {
+double transferTime(const RankRates &rates, Placement from, Placement to,
+                    double bytes) {
   if (from == to || bytes <= 0)
     return 0;
   auto over = [&](double rate) { return rate > 0 ? bytes / rate : 0.0; };
-  bool pcie = from == "device" || to == "device";
-  bool nvme = from == "nvme" || to == "nvme";
+  bool pcie = from == Placement::Device || to == Placement::Device;
+  bool nvme = from == Placement::Nvme || to == Placement::Nvme;
   return (pcie ? over(rates.pcie) : 0) + (nvme ? over(rates.nvme) : 0);
 }
 
@@ -214,18 +214,18 @@ DType CostModel::dtypeOf(const std::string &name) const {
   return t ? t->dtype : plan.model.dtype;
 }
 
-std::string CostModel::placementOf(const std::string &name) const {
+Placement CostModel::placementOf(const std::string &name) const {
   const PlanTensor *t = representative(name);
-  return t ? t->placement : "device";
+  return t ? t->placement : Placement::Device;
 }
 
 double CostModel::stateTrafficTime(const std::string &name,
                                    double passes) const {
   double bytes = rankBytes(name) * passes;
-  std::string placement = placementOf(name);
-  if (placement == "device")
+  Placement placement = placementOf(name);
+  if (placement == Placement::Device)
     return computeTime(clusterRef, 0, bytes, dtypeOf(name));
-  if (placement == "host")
+  if (placement == Placement::Host)
     return rankRatesPerRank.hostMemory > 0 ? bytes / rankRatesPerRank.hostMemory
                                            : 0;
   return rankRatesPerRank.nvme > 0 ? bytes / rankRatesPerRank.nvme : 0;
@@ -263,16 +263,17 @@ OpCost CostModel::collectiveCost(const PhaseInfo &info,
     targets = op.attrsAs<TargetListAttrs>().targets;
   std::sort(targets.begin(), targets.end());
   targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
-  std::map<std::string, int64_t> offDevice;
+  std::map<Placement, int64_t> offDevice;
   for (const std::string &t : targets)
-    if (std::string p = placementOf(t); p != "device")
+    if (Placement p = placementOf(t); p != Placement::Device)
       ++offDevice[p];
   for (const auto &[placement, count] : offDevice) {
     double part = double(op.commElements) * elementBytes;
     if (*kind == CollectiveKind::ReduceScatter)
       part /= double(std::max<int64_t>(1, plan.worldSize));
     part *= double(count) / double(targets.size());
-    cost.seconds += transferTime(rankRatesPerRank, "device", placement, part);
+    cost.seconds +=
+        transferTime(rankRatesPerRank, Placement::Device, placement, part);
   }
   return cost;
 }
@@ -286,8 +287,9 @@ OpCost CostModel::fetchCost(const PhaseInfo &info, const PlanOp &op) const {
   if (bytes <= 0)
     for (const std::string &name : op.tensors)
       bytes += rankBytes(name);
-  std::string from = op.tensors.empty() ? "host" : placementOf(op.tensors[0]);
-  cost.seconds = transferTime(rankRatesPerRank, from, "device", bytes);
+  Placement from =
+      op.tensors.empty() ? Placement::Host : placementOf(op.tensors[0]);
+  cost.seconds = transferTime(rankRatesPerRank, from, Placement::Device, bytes);
   return cost;
 }
 
@@ -343,14 +345,14 @@ OpCost CostModel::adamCost(const PlanOp &op) const {
     return copiedTensors.count(name) != 0;
   };
   if (!grad.empty() && !copied(grad))
-    cost.seconds +=
-        transferTime(rates, placementOf(grad), "host", rankBytes(grad));
+    cost.seconds += transferTime(rates, placementOf(grad), Placement::Host,
+                                 rankBytes(grad));
   for (const std::string &s : states)
     cost.seconds +=
-        2 * transferTime(rates, placementOf(s), "host", rankBytes(s));
+        2 * transferTime(rates, placementOf(s), Placement::Host, rankBytes(s));
   if (!param.empty() && !copied(param))
-    cost.seconds +=
-        transferTime(rates, "host", placementOf(param), rankBytes(param));
+    cost.seconds += transferTime(rates, Placement::Host, placementOf(param),
+                                 rankBytes(param));
   return cost;
 }
 
@@ -359,7 +361,7 @@ OpCost CostModel::gradientPassCost(const PlanOp &op, double passes) const {
   cost.cls = OpClass::Compute;
   for (const std::string &name : op.tensors) {
     cost.seconds += stateTrafficTime(name, passes);
-    if (placementOf(name) != "device")
+    if (placementOf(name) != Placement::Device)
       cost.cls = OpClass::Host;
   }
   return cost;
@@ -439,15 +441,16 @@ OpCost CostModel::accumulateCost(const PhaseInfo &info,
     }
   double targetBytes = 2 * elements * double(bytesPerElement(dtypeOf(target)));
   OpCost cost;
-  std::string placement = target.empty() ? "device" : placementOf(target);
-  if (placement == "device") {
+  Placement placement =
+      target.empty() ? Placement::Device : placementOf(target);
+  if (placement == Placement::Device) {
     cost.cls = OpClass::Compute;
     cost.seconds = computeTime(clusterRef, 0, inBytes + targetBytes,
                                computeDType(info, op));
   } else {
     cost.cls = OpClass::Host;
     cost.seconds =
-        transferTime(rankRatesPerRank, "device", placement, inBytes) +
+        transferTime(rankRatesPerRank, Placement::Device, placement, inBytes) +
         (rankRatesPerRank.hostMemory > 0
              ? targetBytes / rankRatesPerRank.hostMemory
              : 0);

@@ -31,14 +31,14 @@ MemoryCurve deviceMemoryCurve(const Plan &plan,
                               const StepPrediction &prediction) {
   MemoryCurve curve;
   curve.persistentBytes =
-      double(persistentBytesPerRank(plan).placement("device"));
+      double(persistentBytesPerRank(plan).placement(Placement::Device));
   // (time, change); frees sort before allocations at the same time, so a
   // buffer released by a zero-time op is not counted twice.
   std::vector<std::pair<double, double>> changes;
   std::vector<double> offsets = phaseOffsets(prediction);
   for (size_t p = 0; p < prediction.phases.size(); ++p) {
     const PhaseTimeline &timeline = prediction.phases[p];
-    const PlanPhase *phase = plan.findPhase(timeline.name);
+    const PlanPhase *phase = plan.findPhase(timeline.kind);
     if (!phase || phase->ops.size() != timeline.ops.size())
       continue;
     // The memory planner's own profile, when the plan has one: the live
@@ -121,8 +121,8 @@ std::string opLabel(const PlanOp &op) {
 }
 
 std::string phaseTitle(const PhaseTimeline &t) {
-  return t.name + " (" + std::to_string(t.runsPerStep) + " run" +
-         (t.runsPerStep == 1 ? "" : "s") + " per step; one shown)";
+  return std::string(phaseName(t.kind)) + " (" + std::to_string(t.runsPerStep) +
+         " run" + (t.runsPerStep == 1 ? "" : "s") + " per step; one shown)";
 }
 
 } // namespace
@@ -133,7 +133,7 @@ json chromeTrace(const Plan &plan, const StepPrediction &prediction) {
   std::vector<double> offsets = phaseOffsets(prediction);
   for (size_t p = 0; p < prediction.phases.size(); ++p) {
     const PhaseTimeline &timeline = prediction.phases[p];
-    const PlanPhase *phase = plan.findPhase(timeline.name);
+    const PlanPhase *phase = plan.findPhase(timeline.kind);
     int pid = int(p) + 1;
     events.push_back({{"name", "process_name"},
                       {"ph", "M"},
@@ -447,7 +447,7 @@ std::string scheduleSvg(const Plan &plan, const StepPrediction &prediction) {
   }
   for (size_t p = 0; p < prediction.phases.size(); ++p) {
     const PhaseTimeline &timeline = prediction.phases[p];
-    const PlanPhase *phase = plan.findPhase(timeline.name);
+    const PlanPhase *phase = plan.findPhase(timeline.kind);
     if (!phase || phase->ops.size() != timeline.ops.size())
       continue;
     for (size_t i = 0; i < timeline.ops.size(); ++i) {

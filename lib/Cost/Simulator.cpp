@@ -49,7 +49,7 @@ size_t streamCount(const Plan &plan) {
 PhaseTimeline simulatePhase(const PlanPhase &phase, const CostModel &model,
                             size_t streams, int64_t compute) {
   PhaseTimeline out;
-  out.name = phase.name;
+  out.kind = phase.kind;
   out.runsPerStep = phase.runsPerStep;
   out.streamBusy.assign(streams, 0.0);
   out.ops.reserve(phase.ops.size());
@@ -174,7 +174,7 @@ std::vector<StepTimeReport::ExposedCollective>
 mostExposed(const Plan &plan, const StepPrediction &prediction, size_t limit) {
   std::vector<StepTimeReport::ExposedCollective> out;
   for (const PhaseTimeline &timeline : prediction.phases) {
-    const PlanPhase *phase = plan.findPhase(timeline.name);
+    const PlanPhase *phase = plan.findPhase(timeline.kind);
     if (!phase)
       continue;
     std::unordered_map<int64_t, const PlanOp *> byIndex;
@@ -182,7 +182,7 @@ mostExposed(const Plan &plan, const StepPrediction &prediction, size_t limit) {
       byIndex[op.index] = &op;
     for (const auto &[index, seconds] : timeline.exposedBy) {
       StepTimeReport::ExposedCollective e;
-      e.phase = timeline.name;
+      e.phase = phaseName(timeline.kind);
       e.op = index;
       if (auto it = byIndex.find(index); it != byIndex.end()) {
         e.kind = it->second->kindName();
@@ -218,7 +218,7 @@ StepTimeReport stepTimeReport(const Plan &plan, const Cluster &cluster,
     report.streamBusySeconds.emplace_back(prediction.streams[s],
                                           prediction.streamBusy[s]);
   for (const PhaseTimeline &t : prediction.phases)
-    report.phases.push_back({t.name, t.runsPerStep, t.seconds});
+    report.phases.push_back({phaseName(t.kind), t.runsPerStep, t.seconds});
   report.flopsPerStep = prediction.flops;
   report.achievedTflopsPerGpu = prediction.achievedTflopsPerGpu;
   report.mfu = prediction.mfu;

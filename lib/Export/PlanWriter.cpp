@@ -16,6 +16,45 @@ using namespace mlir;
 using nlohmann::json;
 
 namespace zeroc {
+
+TensorRole planRole(sched::Role role) {
+  switch (role) {
+  case sched::Role::Param:
+    return TensorRole::Param;
+  case sched::Role::Grad:
+    return TensorRole::Grad;
+  case sched::Role::Master:
+    return TensorRole::Master;
+  case sched::Role::ExpAvg:
+    return TensorRole::ExpAvg;
+  case sched::Role::ExpAvgSq:
+    return TensorRole::ExpAvgSq;
+  }
+  llvm_unreachable("unknown sched::Role");
+}
+
+Placement planPlacement(sched::Placement placement) {
+  switch (placement) {
+  case sched::Placement::Device:
+    return Placement::Device;
+  case sched::Placement::Host:
+    return Placement::Host;
+  case sched::Placement::NVMe:
+    return Placement::Nvme;
+  }
+  llvm_unreachable("unknown sched::Placement");
+}
+
+PhaseKind planPhaseKind(sched::Phase phase) {
+  switch (phase) {
+  case sched::Phase::MicroStep:
+    return PhaseKind::MicroStep;
+  case sched::Phase::OptimizerStep:
+    return PhaseKind::OptimizerStep;
+  }
+  llvm_unreachable("unknown sched::Phase");
+}
+
 namespace {
 
 std::string printed(Attribute attr) {
@@ -29,9 +68,9 @@ json attrToJson(Attribute attr) {
   if (auto b = dyn_cast<BoolAttr>(attr))
     return b.getValue();
   if (auto p = dyn_cast<sched::PlacementAttr>(attr))
-    return sched::stringifyPlacement(p.getValue()).str();
+    return placementName(planPlacement(p.getValue()));
   if (auto r = dyn_cast<sched::RoleAttr>(attr))
-    return sched::stringifyRole(r.getValue()).str();
+    return roleName(planRole(r.getValue()));
   if (auto i = dyn_cast<IntegerAttr>(attr))
     return i.getInt();
   if (auto f = dyn_cast<FloatAttr>(attr))
@@ -67,11 +106,11 @@ std::string initString(Attribute init) {
   return kind + "(" + std::to_string(attr.getStdDouble()) + ")";
 }
 
-FailureOr<PlanPhase> buildPhase(func::FuncOp func, int64_t runsPerStep,
-                                int64_t worldSize,
+FailureOr<PlanPhase> buildPhase(func::FuncOp func, PhaseKind kind,
+                                int64_t runsPerStep, int64_t worldSize,
                                 SymbolTableCollection &symbols, Plan &plan) {
   PlanPhase phase;
-  phase.name = func.getSymName().str();
+  phase.kind = kind;
   phase.runsPerStep = runsPerStep;
   llvm::DenseMap<Value, int64_t> ids;
   llvm::DenseMap<Operation *, int64_t> opIndex;
@@ -265,7 +304,7 @@ FailureOr<Plan> buildPlan(ModuleOp module, const PlanSource &source) {
   for (auto t : module.getOps<sched::TensorOp>()) {
     PlanTensor pt;
     pt.name = t.getSymName().str();
-    pt.role = sched::stringifyRole(t.getRole()).str();
+    pt.role = planRole(t.getRole());
     if (t.getOf())
       pt.of = t.getOf()->str();
     pt.dtype = dtypeOf(t.getTensorType().getElementType());
@@ -273,7 +312,7 @@ FailureOr<Plan> buildPlan(ModuleOp module, const PlanSource &source) {
     pt.numel = t.getNumElements();
     pt.sharded = t.getSharded();
     pt.localNumel = t.getLocalNumElements(plan.worldSize);
-    pt.placement = sched::stringifyPlacement(t.getPlacement()).str();
+    pt.placement = planPlacement(t.getPlacement());
     pt.init = initString(t.getInitAttr());
     plan.tensors.push_back(std::move(pt));
   }
@@ -294,17 +333,16 @@ FailureOr<Plan> buildPlan(ModuleOp module, const PlanSource &source) {
   }
 
   SymbolTableCollection symbols;
-  struct {
-    const char *name;
-    int64_t runs;
-  } phases[] = {{"micro_step", source.gradientAccumulationSteps},
-                {"optimizer_step", 1}};
-  for (auto &p : phases) {
-    auto func = module.lookupSymbol<func::FuncOp>(p.name);
+  for (sched::Phase p :
+       {sched::Phase::MicroStep, sched::Phase::OptimizerStep}) {
+    func::FuncOp func = sched::lookupPhase(module, p);
     if (!func)
-      return module.emitError() << "not a schedule: no @" << p.name;
+      return module.emitError()
+             << "not a schedule: no @" << sched::stringifyPhase(p);
+    int64_t runs =
+        p == sched::Phase::MicroStep ? source.gradientAccumulationSteps : 1;
     FailureOr<PlanPhase> phase =
-        buildPhase(func, p.runs, plan.worldSize, symbols, plan);
+        buildPhase(func, planPhaseKind(p), runs, plan.worldSize, symbols, plan);
     if (failed(phase))
       return failure();
     plan.phases.push_back(std::move(*phase));

@@ -20,9 +20,9 @@ const PlanTensor *Plan::findTensor(const std::string &name) const {
   return nullptr;
 }
 
-const PlanPhase *Plan::findPhase(const std::string &name) const {
+const PlanPhase *Plan::findPhase(PhaseKind kind) const {
   for (const PlanPhase &p : phases)
-    if (p.name == name)
+    if (p.kind == kind)
       return &p;
   return nullptr;
 }
@@ -42,13 +42,13 @@ json toJson(const Plan &plan) {
   json tensors = json::array();
   for (const PlanTensor &t : plan.tensors) {
     json j = {{"name", t.name},
-              {"role", t.role},
+              {"role", roleName(t.role)},
               {"dtype", std::string(dtypeName(t.dtype))},
               {"shape", t.shape},
               {"numel", t.numel},
               {"sharded", t.sharded},
               {"local_numel", t.localNumel},
-              {"placement", t.placement}};
+              {"placement", placementName(t.placement)}};
     if (!t.of.empty())
       j["of"] = t.of;
     if (!t.init.empty())
@@ -99,7 +99,7 @@ json toJson(const Plan &plan) {
       }
       ops.push_back(std::move(j));
     }
-    json phase = {{"name", p.name},
+    json phase = {{"name", phaseName(p.kind)},
                   {"runs_per_step", p.runsPerStep},
                   {"args", p.args},
                   {"values", std::move(values)},
@@ -151,8 +151,7 @@ namespace {
 void readTensorFields(JsonFieldReader &r, const json &j, const JsonPath &at,
                       int64_t worldSize, bool planFields, PlanTensor &t) {
   t.name = r.string(j, at, "name");
-  t.role = r.oneOf(j, at, "role",
-                   {"param", "grad", "master", "exp_avg", "exp_avg_sq"});
+  t.role = r.enumOf(j, at, "role", kAllTensorRoles, roleName);
   t.of = r.string(j, at, "of", /*optional=*/true);
   t.dtype = r.dtype(j, at);
   t.shape = r.integers(j, at, "shape");
@@ -160,7 +159,7 @@ void readTensorFields(JsonFieldReader &r, const json &j, const JsonPath &at,
   t.sharded = r.boolean(j, at, "sharded");
   t.localNumel = r.integer(j, at, "local_numel", 1);
   if (planFields) {
-    t.placement = r.oneOf(j, at, "placement", {"device", "host", "nvme"});
+    t.placement = r.enumOf(j, at, "placement", kAllPlacements, placementName);
     t.init = r.string(j, at, "init", /*optional=*/true);
   }
   if (r.error)
@@ -273,9 +272,9 @@ Expected<Plan> readPlan(const JsonDocument &doc) {
       if (it == byName.end())
         r.fail(at / "params" / std::to_string(k),
                "unknown parameter \"" + g.params[k] + "\"");
-      else if (it->second->role != "param")
+      else if (it->second->role != TensorRole::Param)
         r.fail(at / "params" / std::to_string(k),
-               "\"" + g.params[k] + "\" is a " + it->second->role +
+               "\"" + g.params[k] + "\" is a " + roleName(it->second->role) +
                    " tensor, not a parameter");
       else
         numels.push_back(it->second->numel);
@@ -314,14 +313,15 @@ Expected<Plan> readPlan(const JsonDocument &doc) {
              "unknown owner \"" + plan.tensors[i].of + "\"");
 
   const json &phases = r.array(root, JsonPath(), "phases");
-  std::set<std::string> phaseNames;
+  std::set<PhaseKind> phaseKinds;
   for (size_t p = 0; p < phases.size() && !r.error; ++p) {
     const json &j = phases[p];
     JsonPath at = JsonPath() / "phases" / std::to_string(p);
     PlanPhase phase;
-    phase.name = r.string(j, at, "name");
-    if (!r.error && !phaseNames.insert(phase.name).second)
-      r.fail(at / "name", "duplicate phase name \"" + phase.name + "\"");
+    phase.kind = r.enumOf(j, at, "name", kAllPhaseKinds, phaseName);
+    if (!r.error && !phaseKinds.insert(phase.kind).second)
+      r.fail(at / "name", "duplicate phase name \"" +
+                              std::string(phaseName(phase.kind)) + "\"");
     phase.runsPerStep = r.integer(j, at, "runs_per_step", 1);
     phase.args = r.integers(j, at, "args");
     std::set<int64_t> ids;
@@ -436,6 +436,10 @@ Expected<Plan> readPlan(const JsonDocument &doc) {
     }
     plan.phases.push_back(std::move(phase));
   }
+  for (PhaseKind kind : kAllPhaseKinds)
+    if (!r.error && !phaseKinds.count(kind))
+      r.fail(JsonPath() / "phases", "the plan has no phase named \"" +
+                                        std::string(phaseName(kind)) + "\"");
 
   if (const json *comm =
           r.member(root, JsonPath(), "comm_elements_per_rank_per_step")) {

@@ -19,12 +19,6 @@ static constexpr CollectiveKind kCollectiveKinds[] = {
     CollectiveKind::AllGather, CollectiveKind::ReduceScatter,
     CollectiveKind::AllReduce};
 
-/// Roles and placements in the order tables list them; readPlan accepts no
-/// others.
-static const char *const kRoles[] = {"param", "grad", "master", "exp_avg",
-                                     "exp_avg_sq"};
-static const char *const kPlacements[] = {"device", "host", "nvme"};
-
 std::optional<CollectiveKind> parseCollectiveKind(const std::string &name) {
   for (CollectiveKind kind : kCollectiveKinds)
     if (name == collectiveName(kind))
@@ -36,37 +30,34 @@ std::optional<CollectiveKind> parseCollectiveKind(const std::string &name) {
 // Persistent state
 //===----------------------------------------------------------------------===//
 
-int64_t PersistentBytes::role(const std::string &role) const {
+int64_t PersistentBytes::role(TensorRole role) const {
   int64_t sum = 0;
-  auto it = byRole.find(role);
-  if (it != byRole.end())
-    for (const auto &[placement, bytes] : it->second)
-      sum += bytes;
+  for (Placement p : kAllPlacements)
+    sum += at(role, p);
   return sum;
 }
 
-int64_t PersistentBytes::placement(const std::string &placement) const {
+int64_t PersistentBytes::placement(Placement placement) const {
   int64_t sum = 0;
-  for (const auto &[role, placements] : byRole) {
-    auto it = placements.find(placement);
-    if (it != placements.end())
-      sum += it->second;
-  }
+  for (TensorRole r : kAllTensorRoles)
+    sum += at(r, placement);
   return sum;
 }
 
 int64_t PersistentBytes::total() const {
   int64_t sum = 0;
-  for (const auto &[role, placements] : byRole)
-    for (const auto &[placement, bytes] : placements)
-      sum += bytes;
+  for (TensorRole r : kAllTensorRoles)
+    sum += role(r);
   return sum;
 }
 
 PersistentBytes persistentBytesPerRank(const Plan &plan) {
   PersistentBytes out;
-  for (const PlanTensor &t : plan.tensors)
-    out.byRole[t.role][t.placement] += localBytes(t.localNumel, t.dtype);
+  for (const PlanTensor &t : plan.tensors) {
+    out.byRole[size_t(t.role)][size_t(t.placement)] +=
+        localBytes(t.localNumel, t.dtype);
+    out.hasRole[size_t(t.role)] = true;
+  }
   return out;
 }
 
@@ -252,8 +243,8 @@ void summaryJson(const Plan &plan, const InspectOptions &, json &out) {
   json ops = json::object();
   json runs = json::object();
   for (const PlanPhase &phase : plan.phases) {
-    ops[phase.name] = phase.ops.size();
-    runs[phase.name] = phase.runsPerStep;
+    ops[phaseName(phase.kind)] = phase.ops.size();
+    runs[phaseName(phase.kind)] = phase.runsPerStep;
   }
   out["ops_per_phase"] = std::move(ops);
   out["runs_per_step"] = std::move(runs);
@@ -280,7 +271,7 @@ void summaryText(const Plan &plan, const InspectOptions &, std::string &out) {
     streams += (streams.empty() ? "" : ", ") + s;
   addField(out, "streams", streams.empty() ? "(none)" : streams);
   for (const PlanPhase &phase : plan.phases)
-    addField(out, ("phase " + phase.name).c_str(),
+    addField(out, ("phase " + std::string(phaseName(phase.kind))).c_str(),
              groupDigits(int64_t(phase.ops.size())) +
                  (phase.ops.size() == 1 ? " op, " : " ops, ") +
                  std::to_string(phase.runsPerStep) + " run" +
@@ -290,18 +281,18 @@ void summaryText(const Plan &plan, const InspectOptions &, std::string &out) {
 void persistentJson(const Plan &plan, const InspectOptions &, json &out) {
   PersistentBytes bytes = persistentBytesPerRank(plan);
   json byRole = json::object();
-  for (const auto &[role, placements] : bytes.byRole) {
+  for (TensorRole role : kAllTensorRoles) {
+    if (!bytes.hasRole[size_t(role)])
+      continue;
     json row = json::object();
-    for (const char *p : kPlacements) {
-      auto it = placements.find(p);
-      row[p] = it == placements.end() ? 0 : it->second;
-    }
+    for (Placement p : kAllPlacements)
+      row[placementName(p)] = bytes.at(role, p);
     row["total"] = bytes.role(role);
-    byRole[role] = std::move(row);
+    byRole[roleName(role)] = std::move(row);
   }
   json byPlacement = json::object();
-  for (const char *p : kPlacements)
-    byPlacement[p] = bytes.placement(p);
+  for (Placement p : kAllPlacements)
+    byPlacement[placementName(p)] = bytes.placement(p);
   out["persistent_bytes_per_rank"] = {{"by_role", std::move(byRole)},
                                       {"by_placement", std::move(byPlacement)},
                                       {"total", bytes.total()}};
@@ -312,31 +303,22 @@ void persistentText(const Plan &plan, const InspectOptions &,
   PersistentBytes bytes = persistentBytesPerRank(plan);
   out += "\npersistent state per rank\n";
   Table table({"role", "device", "host", "nvme", "total", "bytes"});
-  auto cell = [&](const std::string &role, const char *placement) {
-    auto r = bytes.byRole.find(role);
-    if (r == bytes.byRole.end())
-      return humanBytes(0);
-    auto p = r->second.find(placement);
-    return humanBytes(p == r->second.end() ? 0.0 : double(p->second));
-  };
-  // The known roles in their usual order, then any others a hand-built plan
-  // may hold.
-  std::vector<std::string> roles;
-  for (const char *role : kRoles)
-    if (bytes.byRole.count(role))
-      roles.push_back(role);
-  for (const auto &[role, placements] : bytes.byRole)
-    if (std::find(roles.begin(), roles.end(), role) == roles.end())
-      roles.push_back(role);
-  for (const std::string &role : roles) {
-    table.row({role, cell(role, "device"), cell(role, "host"),
-               cell(role, "nvme"), humanBytes(double(bytes.role(role))),
-               groupDigits(bytes.role(role))});
+  for (TensorRole role : kAllTensorRoles) {
+    if (!bytes.hasRole[size_t(role)])
+      continue;
+    std::vector<std::string> row = {roleName(role)};
+    for (Placement p : kAllPlacements)
+      row.push_back(humanBytes(double(bytes.at(role, p))));
+    row.push_back(humanBytes(double(bytes.role(role))));
+    row.push_back(groupDigits(bytes.role(role)));
+    table.row(row);
   }
-  table.row({"total", humanBytes(double(bytes.placement("device"))),
-             humanBytes(double(bytes.placement("host"))),
-             humanBytes(double(bytes.placement("nvme"))),
-             humanBytes(double(bytes.total())), groupDigits(bytes.total())});
+  std::vector<std::string> total = {"total"};
+  for (Placement p : kAllPlacements)
+    total.push_back(humanBytes(double(bytes.placement(p))));
+  total.push_back(humanBytes(double(bytes.total())));
+  total.push_back(groupDigits(bytes.total()));
+  table.row(total);
   out += table.str();
 }
 

@@ -39,23 +39,27 @@ MemorySummary summarizeMemory(const Plan &plan) {
   bool paramsOnNvme = false;
   for (const PlanTensor &t : plan.tensors) {
     int64_t bytes = localBytes(t.localNumel, t.dtype);
-    if (t.placement == "device") {
-      if (t.role == "param")
+    bool isParam = t.role == TensorRole::Param;
+    switch (t.placement) {
+    case Placement::Device:
+      if (isParam)
         m.params += bytes;
-      else if (t.role == "grad")
+      else if (t.role == TensorRole::Grad)
         m.grads += bytes;
       else
         m.optimizerStates += bytes;
-    } else if (t.placement == "host") {
-      bool isParam = t.role == "param";
+      break;
+    case Placement::Host:
       if (pinned(plan, isParam ? "offload_param" : "offload_optimizer"))
         m.hostPinnedBytes += bytes;
       else
         m.hostPageableBytes += bytes;
-    } else {
+      break;
+    case Placement::Nvme:
       m.nvmeBytes += bytes;
       largestNvmeTensor = std::max(largestNvmeTensor, bytes);
-      paramsOnNvme |= t.role == "param";
+      paramsOnNvme |= isParam;
+      break;
     }
   }
   // NVMe traffic goes through pinned host buffers: buffer_count x
@@ -84,7 +88,7 @@ MemorySummary summarizeMemory(const Plan &plan) {
       continue;
     m.peakDeviceBytes = peak;
     m.fragmentation = transient - pm.peakLiveBytes;
-    m.peakPhase = phase.name;
+    m.peakPhase = phaseName(phase.kind);
     m.peakOp = pm.peakOp;
     if (pm.peakOp < int64_t(phase.ops.size())) {
       m.peakOpKind = phase.ops[pm.peakOp].kindName();

@@ -67,8 +67,48 @@ const char *placementName(Placement placement) {
 }
 
 std::optional<Placement> parsePlacement(std::string_view name) {
-  for (Placement p : {Placement::Device, Placement::Host, Placement::Nvme})
+  for (Placement p : kAllPlacements)
     if (name == placementName(p))
+      return p;
+  return std::nullopt;
+}
+
+const char *roleName(TensorRole role) {
+  switch (role) {
+  case TensorRole::Param:
+    return "param";
+  case TensorRole::Grad:
+    return "grad";
+  case TensorRole::Master:
+    return "master";
+  case TensorRole::ExpAvg:
+    return "exp_avg";
+  case TensorRole::ExpAvgSq:
+    return "exp_avg_sq";
+  }
+  return "?";
+}
+
+std::optional<TensorRole> parseRole(std::string_view name) {
+  for (TensorRole r : kAllTensorRoles)
+    if (name == roleName(r))
+      return r;
+  return std::nullopt;
+}
+
+const char *phaseName(PhaseKind phase) {
+  switch (phase) {
+  case PhaseKind::MicroStep:
+    return "micro_step";
+  case PhaseKind::OptimizerStep:
+    return "optimizer_step";
+  }
+  return "?";
+}
+
+std::optional<PhaseKind> parsePhase(std::string_view name) {
+  for (PhaseKind p : kAllPhaseKinds)
+    if (name == phaseName(p))
       return p;
   return std::nullopt;
 }

@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "sched/SchedOps.h"
 #include "zeroc/Analysis/ModelStats.h"
 #include "zeroc/Transforms/Passes.h"
 
@@ -30,8 +31,10 @@ using namespace zeroc::model;
 
 namespace {
 
-constexpr llvm::StringLiteral kMicroStep = "micro_step";
-constexpr llvm::StringLiteral kOptimizerStep = "optimizer_step";
+/// The functions it defines, named as the sched dialect's phases.
+StringRef phaseFunction(zeroc::sched::Phase phase) {
+  return zeroc::sched::stringifyPhase(phase);
+}
 /// Names the checkpointed layer on each recomputed op. Besides telling the
 /// reader (and the plan) what is recomputed, it keeps CSE from folding a
 /// recomputed op into the forward op it duplicates.
@@ -143,7 +146,9 @@ FailureOr<ForwardInfo> ExpandTrainingStep::analyzeForward(ModuleOp module) {
            << "forward function @" << name << " must return the loss, a single "
            << Type(loss) << ", found (" << type.getResults() << ")";
 
-  for (StringRef defined : {kMicroStep, kOptimizerStep}) {
+  for (StringRef defined :
+       {phaseFunction(zeroc::sched::Phase::MicroStep),
+        phaseFunction(zeroc::sched::Phase::OptimizerStep)}) {
     Operation *existing = SymbolTable::lookupSymbolIn(module, defined);
     if (existing && existing != func)
       return existing->emitError()
@@ -443,8 +448,9 @@ void ExpandTrainingStep::buildOptimizerStep(ForwardInfo &info) {
   OpBuilder builder(info.func.getContext());
   builder.setInsertionPointAfter(info.func);
   Location loc = info.func.getLoc();
-  auto step = builder.create<func::FuncOp>(loc, kOptimizerStep,
-                                           builder.getFunctionType({}, {}));
+  auto step = builder.create<func::FuncOp>(
+      loc, phaseFunction(zeroc::sched::Phase::OptimizerStep),
+      builder.getFunctionType({}, {}));
   builder.setInsertionPointToStart(step.addEntryBlock());
   if (lossScaling)
     builder.create<UnscaleGradsOp>(loc,
@@ -479,6 +485,6 @@ void ExpandTrainingStep::runOnOperation() {
     findCheckpointedLayers(module, *info);
   if (failed(buildMicroStep(*info)))
     return signalPassFailure();
-  info->func.setSymName(kMicroStep);
+  info->func.setSymName(phaseFunction(zeroc::sched::Phase::MicroStep));
   buildOptimizerStep(*info);
 }

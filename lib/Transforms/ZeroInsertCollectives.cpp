@@ -423,8 +423,9 @@ struct ZeroInsertCollectives
                          << ": run zero-partition first";
       return signalPassFailure();
     }
-    auto micro = module.lookupSymbol<func::FuncOp>("micro_step");
-    auto optimizer = module.lookupSymbol<func::FuncOp>("optimizer_step");
+    func::FuncOp micro = sched::lookupPhase(module, sched::Phase::MicroStep);
+    func::FuncOp optimizer =
+        sched::lookupPhase(module, sched::Phase::OptimizerStep);
     if (!micro || !optimizer) {
       module.emitError() << "expected functions @micro_step and "
                             "@optimizer_step: run zero-expand-training-step "

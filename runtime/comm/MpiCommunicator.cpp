@@ -2,7 +2,7 @@
 
 #include "comm/MpiCommunicator.h"
 
-#include "comm/HalfFloat.h"
+#include "zeroc/Support/Float16.h"
 
 #include <algorithm>
 #include <climits>

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "exec/ExecutorImpl.h"
+#include "zeroc/Plan/PlanInspect.h"
 
 #include <algorithm>
 
@@ -26,8 +27,8 @@ Executor::Impl::Impl(Executor &ex, Communicator &comm,
 Tensor &Executor::Impl::value(int64_t id) {
   auto it = phase->values.find(id);
   if (it == phase->values.end() || !it->second.data)
-    fail("value " + std::to_string(id) + " of phase " + phase->phase->name +
-         " is used before it is defined");
+    fail("value " + std::to_string(id) + " of phase " +
+         phaseName(phase->phase->kind) + " is used before it is defined");
   return it->second;
 }
 
@@ -51,7 +52,7 @@ char *Executor::Impl::workspace(const PlanOp &op, int64_t bytes,
 }
 
 OpLabel Executor::Impl::label(const PlanOp &op) const {
-  return OpLabel{op.index, phase->phase->name + ", " +
+  return OpLabel{op.index, std::string(phaseName(phase->phase->kind)) + ", " +
                                std::string(op.kindName()) +
                                (op.where.empty() ? "" : ": " + op.where)};
 }
@@ -166,11 +167,7 @@ Executor::Executor(Plan plan, Communicator &comm)
 Executor::~Executor() = default;
 
 int64_t Executor::persistentDeviceBytes() const {
-  int64_t bytes = 0;
-  for (const PlanTensor &t : thePlan.tensors)
-    if (t.placement == "device")
-      bytes += localBytes(t.localNumel, t.dtype);
-  return bytes;
+  return persistentBytesPerRank(thePlan).placement(Placement::Device);
 }
 
 namespace {
@@ -209,7 +206,8 @@ Executor::create(Plan plan, Communicator &comm,
             " ranks, but mpirun started " + std::to_string(comm.size()) +
             " (recompile it with --world-size " + std::to_string(comm.size()) +
             " or run mpirun -np " + std::to_string(plan.worldSize) + ")"};
-  if (!plan.findPhase("micro_step") || !plan.findPhase("optimizer_step"))
+  if (!plan.findPhase(PhaseKind::MicroStep) ||
+      !plan.findPhase(PhaseKind::OptimizerStep))
     return Diagnostic{"", 0, 0,
                       "the plan lacks a micro_step or optimizer_step phase"};
   std::unique_ptr<Executor> ex(new Executor(std::move(plan), comm));
@@ -217,7 +215,7 @@ Executor::create(Plan plan, Communicator &comm,
   // The loss scale is needed by the first micro-step's backward seed.
   ex->impl->initLossScale();
   // The vocabulary: the logits' last dimension.
-  const PlanPhase &micro = *ex->thePlan.findPhase("micro_step");
+  const PlanPhase &micro = *ex->thePlan.findPhase(PhaseKind::MicroStep);
   for (const PlanOp &op : micro.ops)
     if (op.kind == OpKind::CrossEntropy && !op.inputs.empty())
       for (const PlanValue &v : micro.values)
@@ -327,8 +325,8 @@ Expected<StepResult> Executor::runStep(const DataLoader &data, int64_t step) {
   try {
     // Host copies and NVMe tensors left by checkpointing go back.
     s.state.prepareForStep();
-    const PlanPhase &micro = *thePlan.findPhase("micro_step");
-    const PlanPhase &opt = *thePlan.findPhase("optimizer_step");
+    const PlanPhase &micro = *thePlan.findPhase(PhaseKind::MicroStep);
+    const PlanPhase &opt = *thePlan.findPhase(PhaseKind::OptimizerStep);
     int64_t lossId = -1;
     for (const PlanOp &op : micro.ops)
       if (op.kind == OpKind::Return && !op.inputs.empty())

@@ -74,17 +74,18 @@ void PersistentState::allocate() {
              ": its parameters must be whole and "
              "share one dtype and placement");
     }
-    if (first.placement == "nvme")
+    if (first.placement == Placement::Nvme)
       fail("flat group " + g.name +
            ": parameters on nvme (stages 1-2 keep "
            "parameters on the device)");
     int64_t bytes = l.padded * bytesPerElement(first.dtype);
-    flatParams[g.name] = memory.allocate(bytes, first.placement == "device");
+    flatParams[g.name] =
+        memory.allocate(bytes, first.placement == Placement::Device);
   }
   for (const PlanTensor &t : plan.tensors) {
     Stored s;
     s.info = &t;
-    bool device = t.placement == "device";
+    bool device = t.placement == Placement::Device;
     int64_t bytes = s.bytes();
     if (auto m = memberOf.find(t.name); m != memberOf.end()) {
       const std::shared_ptr<char> &flat = flatParams.at(m->second.first->name);
@@ -95,7 +96,7 @@ void PersistentState::allocate() {
       tensors[t.name] = std::move(s);
       continue;
     }
-    if (t.placement == "nvme") {
+    if (t.placement == Placement::Nvme) {
       std::string name = t.name;
       std::replace(name.begin(), name.end(), '/', '_');
       auto file = NvmeFile::create(nvmeDirFor(t), name + ".swp", bytes);
@@ -128,11 +129,11 @@ void PersistentState::initialize(uint64_t seed) {
   };
   for (auto &[name, s] : tensors) {
     const PlanTensor &t = *s.info;
-    if (t.role != "param" && t.role != "master")
+    if (t.role != TensorRole::Param && t.role != TensorRole::Master)
       continue;
     bool swapped = s.file && !s.data;
     swapIn(s);
-    if (t.role == "param") {
+    if (t.role == TensorRole::Param) {
       fill(s, t, t.sharded);
     } else if (const PlanFlatGroup *g = group(t.of)) {
       buf.assign(size_t(t.localNumel), 0.0f);
@@ -155,7 +156,7 @@ void PersistentState::initialize(uint64_t seed) {
 
 std::string PersistentState::nvmeDirFor(const PlanTensor &t) {
   const char *section =
-      t.role == "param" ? "offload_param" : "offload_optimizer";
+      t.role == TensorRole::Param ? "offload_param" : "offload_optimizer";
   std::string key = std::string("zero_optimization.") + section + ".nvme_path";
   std::string root = nvmeOverride;
   if (root.empty()) {
@@ -228,7 +229,7 @@ NvmeCounters PersistentState::nvmeCounters() const {
 //===----------------------------------------------------------------------===//
 
 char *PersistentState::hostMirror(Stored &s) {
-  if (dev.hostAddressable() || s.file || s.info->placement != "device")
+  if (dev.hostAddressable() || s.file || s.info->placement != Placement::Device)
     return nullptr;
   if (s.mirror && s.mirrorDirty)
     return s.mirror.get(); // Loaded into, not yet written back.

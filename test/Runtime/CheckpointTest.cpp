@@ -16,7 +16,7 @@
 #include "zeroc/Checkpoint/Crc32c.h"
 #include "zeroc/Checkpoint/Safetensors.h"
 
-#include "comm/HalfFloat.h"
+#include "zeroc/Support/Float16.h"
 
 #include <gtest/gtest.h>
 
@@ -31,7 +31,7 @@
 
 using namespace zeroc;
 using nlohmann::json;
-using zeroc::runtime::floatToBf16;
+using zeroc::floatToBf16;
 namespace fs = std::filesystem;
 
 namespace {
@@ -80,7 +80,7 @@ PlanTensor tensor(std::string name, std::string role, std::string of,
                   int64_t worldSize) {
   PlanTensor t;
   t.name = std::move(name);
-  t.role = std::move(role);
+  t.role = *parseRole(role);
   t.of = std::move(of);
   t.dtype = dtype;
   t.shape = std::move(shape);
@@ -90,7 +90,7 @@ PlanTensor tensor(std::string name, std::string role, std::string of,
   t.sharded = sharded;
   t.localNumel =
       sharded ? ParamShardLayout{t.numel, worldSize}.shardSize() : t.numel;
-  t.placement = "device";
+  t.placement = Placement::Device;
   return t;
 }
 
@@ -101,6 +101,12 @@ Plan basePlan(int64_t worldSize, int64_t stage) {
   plan.worldSize = worldSize;
   plan.stage = stage;
   plan.streams = {"compute"};
+  // Empty programs: a plan has both phases; checkpoints need neither.
+  for (PhaseKind kind : kAllPhaseKinds) {
+    PlanPhase phase;
+    phase.kind = kind;
+    plan.phases.push_back(std::move(phase));
+  }
   return plan;
 }
 
@@ -195,7 +201,7 @@ std::map<std::string, std::vector<float>> wholeParams(const Plan &plan,
   std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
   std::map<std::string, std::vector<float>> out;
   for (const PlanTensor &t : plan.tensors)
-    if (t.role == "param") {
+    if (t.role == TensorRole::Param) {
       std::vector<float> &v = out[t.name];
       for (int64_t i = 0; i < t.numel; ++i)
         v.push_back(dist(rng) + 0x1p-12f);
@@ -210,8 +216,8 @@ std::vector<std::byte> encode(const std::vector<float> &values, DType dtype) {
     if (dtype == DType::F32) {
       std::memcpy(out.data() + 4 * i, &values[i], 4);
     } else {
-      uint16_t h = dtype == DType::BF16 ? floatToBf16(values[i])
-                                        : runtime::floatToF16(values[i]);
+      uint16_t h =
+          dtype == DType::BF16 ? floatToBf16(values[i]) : floatToF16(values[i]);
       std::memcpy(out.data() + 2 * i, &h, 2);
     }
   }
@@ -245,11 +251,11 @@ rankData(const Plan &plan, const std::map<std::string, std::vector<float>> &w,
       static_cast<size_t>(plan.worldSize));
   for (const PlanTensor &t : plan.tensors) {
     std::vector<float> whole;
-    if (t.role == "param") {
+    if (t.role == TensorRole::Param) {
       whole = w.at(t.name);
-    } else if (t.role == "master" && w.count(t.of)) {
+    } else if (t.role == TensorRole::Master && w.count(t.of)) {
       whole = w.at(t.of);
-    } else if (t.role == "master") {
+    } else if (t.role == TensorRole::Master) {
       for (const PlanFlatGroup &g : plan.flatGroups)
         if (g.name == t.of) {
           whole.assign(static_cast<size_t>(g.padded), 0.0f);
@@ -891,7 +897,7 @@ TEST_P(Consolidation, GivesBackTheWholeParameters) {
   EXPECT_EQ(file->metadata().at("zeroc_step"), "7");
   size_t params = 0;
   for (const PlanTensor &t : plan.tensors) {
-    if (t.role != "param")
+    if (t.role != TensorRole::Param)
       continue;
     ++params;
     SCOPED_TRACE(t.name);
@@ -904,7 +910,7 @@ TEST_P(Consolidation, GivesBackTheWholeParameters) {
     if (t.dtype == DType::BF16) {
       std::vector<float> widened;
       for (float x : w[t.name])
-        widened.push_back(runtime::bf16ToFloat(floatToBf16(x)));
+        widened.push_back(bf16ToFloat(floatToBf16(x)));
       EXPECT_NE(values, widened);
     }
   }
@@ -964,7 +970,7 @@ TEST_P(InitFrom, UndoesConsolidationOnEveryRank) {
     for (size_t i = 0; i < plan.tensors.size(); ++i) {
       const PlanTensor &t = plan.tensors[i];
       SCOPED_TRACE(t.name);
-      if (t.role == "param" || t.role == "master")
+      if (t.role == TensorRole::Param || t.role == TensorRole::Master)
         EXPECT_EQ(init->tensors[i], data[r][i]);
       else
         EXPECT_TRUE(init->tensors[i].empty());
@@ -987,8 +993,8 @@ TEST(InitFrom, IntoBuffersWritesOnlyParametersAndMasters) {
   ASSERT_TRUE(names) << names.error().str();
   EXPECT_EQ(names->size(), 6u);
   for (size_t i = 0; i < plan.tensors.size(); ++i) {
-    const std::string &role = plan.tensors[i].role;
-    if (role == "param" || role == "master")
+    TensorRole role = plan.tensors[i].role;
+    if (role == TensorRole::Param || role == TensorRole::Master)
       EXPECT_EQ(buffers[i], data[2][i]) << plan.tensors[i].name;
     else
       EXPECT_EQ(buffers[i],
@@ -1061,7 +1067,7 @@ TEST(InitFrom, AcceptsTheParametersOwnDtype) {
   std::vector<SafetensorsTensor> tensors;
   std::map<std::string, std::vector<std::byte>> bytes;
   for (const PlanTensor &t : plan.tensors)
-    if (t.role == "param") {
+    if (t.role == TensorRole::Param) {
       bytes[t.name] = encode(w[t.name], DType::BF16);
       tensors.push_back(
           {t.name, DType::BF16, t.shape, constBytesOf(bytes[t.name])});
@@ -1076,7 +1082,7 @@ TEST(InitFrom, AcceptsTheParametersOwnDtype) {
   std::memcpy(master.data(), init->tensors[2].data(), 28);
   for (int i = 0; i < 7; ++i) {
     EXPECT_EQ(param[i], floatToBf16(w["wte.weight"][7 + i]));
-    EXPECT_EQ(master[i], runtime::bf16ToFloat(param[i]));
+    EXPECT_EQ(master[i], bf16ToFloat(param[i]));
   }
 }
 

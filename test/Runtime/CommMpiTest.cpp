@@ -10,8 +10,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "comm/HalfFloat.h"
 #include "comm/MpiCommunicator.h"
+#include "zeroc/Support/Float16.h"
 
 #include "MpiTestMain.h"
 

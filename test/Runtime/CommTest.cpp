@@ -8,7 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "comm/Communicator.h"
-#include "comm/HalfFloat.h"
+#include "zeroc/Support/Float16.h"
 
 #include <gtest/gtest.h>
 

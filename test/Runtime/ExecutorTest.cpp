@@ -113,7 +113,7 @@ TrainRun train(Plan plan, bool threads, int steps) {
 TEST(Executor, StreamWorkersGiveTheSingleThreadLossesBitForBit) {
   Plan plan = tinyPlan();
   std::set<int64_t> streams;
-  for (const PlanOp &op : plan.findPhase("micro_step")->ops)
+  for (const PlanOp &op : plan.findPhase(PhaseKind::MicroStep)->ops)
     streams.insert(op.stream);
   ASSERT_GE(streams.size(), 3u) << "the plan should use three streams";
   TrainRun single = train(plan, false, 4);

@@ -14,7 +14,7 @@ namespace {
 PlanTensor param(std::string name, int64_t numel, std::string init) {
   PlanTensor t;
   t.name = std::move(name);
-  t.role = "param";
+  t.role = TensorRole::Param;
   t.shape = {numel};
   t.numel = numel;
   t.localNumel = numel;

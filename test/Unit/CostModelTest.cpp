@@ -112,7 +112,7 @@ Plan planWith(std::vector<PlanOp> ops, int64_t runs = 1) {
   plan.gradientAccumulationSteps = runs;
   plan.streams = {"compute", "gather", "reduce", "copy"};
   PlanPhase phase;
-  phase.name = "micro_step";
+  phase.kind = PhaseKind::MicroStep;
   phase.runsPerStep = runs;
   phase.ops = std::move(ops);
   plan.phases.push_back(std::move(phase));
@@ -269,11 +269,16 @@ TEST(OffloadTime, RatesAndPaths) {
   EXPECT_DOUBLE_EQ(one.hostMemory, 80e9);
   EXPECT_DOUBLE_EQ(one.nvme, 4e9);
 
-  EXPECT_NEAR(transferTime(eight, "device", "host", 1e9), 0.05, kTol);
-  EXPECT_NEAR(transferTime(eight, "host", "device", 1e9), 0.05, kTol);
-  EXPECT_NEAR(transferTime(eight, "nvme", "host", 1e9), 2.0, kTol);
-  EXPECT_NEAR(transferTime(eight, "nvme", "device", 1e9), 2.05, kTol);
-  EXPECT_EQ(transferTime(eight, "device", "device", 1e9), 0.0);
+  EXPECT_NEAR(transferTime(eight, Placement::Device, Placement::Host, 1e9),
+              0.05, kTol);
+  EXPECT_NEAR(transferTime(eight, Placement::Host, Placement::Device, 1e9),
+              0.05, kTol);
+  EXPECT_NEAR(transferTime(eight, Placement::Nvme, Placement::Host, 1e9), 2.0,
+              kTol);
+  EXPECT_NEAR(transferTime(eight, Placement::Nvme, Placement::Device, 1e9),
+              2.05, kTol);
+  EXPECT_EQ(transferTime(eight, Placement::Device, Placement::Device, 1e9),
+            0.0);
 }
 
 //===----------------------------------------------------------------------===//
@@ -288,13 +293,13 @@ Plan offloadPlan() {
                    int64_t local, std::string placement) {
     PlanTensor t;
     t.name = std::move(name);
-    t.role = std::move(role);
+    t.role = *parseRole(role);
     t.dtype = dtype;
     t.shape = {local * 2};
     t.numel = local * 2;
     t.sharded = true;
     t.localNumel = local;
-    t.placement = std::move(placement);
+    t.placement = *parsePlacement(placement);
     return t;
   };
   plan.tensors = {
@@ -317,7 +322,7 @@ Plan offloadPlan() {
   micro.ops = {rs, fetch, wait};
 
   PlanPhase optimizer;
-  optimizer.name = "optimizer_step";
+  optimizer.kind = PhaseKind::OptimizerStep;
   PlanOp adam = op(0, "adam_update", 0);
   AdamAttrs adamAttrs;
   adamAttrs.on = Placement::Host;
@@ -383,7 +388,7 @@ TEST(OpCost, HostAdam) {
 TEST(OpCost, DeviceAdamIsMemoryBound) {
   Plan plan = offloadPlan();
   for (PlanTensor &t : plan.tensors)
-    t.placement = "device";
+    t.placement = Placement::Device;
   std::get<AdamAttrs>(plan.phases[1].ops[0].attrs).on = Placement::Device;
   Cluster c = exactCluster();
   CostModel model(plan, c);
@@ -468,7 +473,7 @@ TEST(Simulator, WaitOnAWaitChargesTheCollective) {
 TEST(Simulator, RunsPerStepMultiply) {
   Plan plan = planWith({computeOp(0, 10.0)}, /*runs=*/4);
   PlanPhase optimizer;
-  optimizer.name = "optimizer_step";
+  optimizer.kind = PhaseKind::OptimizerStep;
   optimizer.ops = {computeOp(0, 1.0)};
   plan.phases.push_back(optimizer);
   StepPrediction p = predict(plan, exactCluster());
@@ -526,12 +531,12 @@ TEST(MemoryCurve, PersistentPlusLiveValues) {
                 op(4, "release", 0)});
   PlanTensor t;
   t.name = "p";
-  t.role = "param";
+  t.role = TensorRole::Param;
   t.dtype = DType::BF16;
   t.shape = {500};
   t.numel = 500;
   t.localNumel = 500;
-  t.placement = "device";
+  t.placement = Placement::Device;
   plan.tensors = {t};
   PlanPhase &phase = plan.phases[0];
   phase.values = {value(10, DType::BF16, 50), value(11, DType::BF16, 200)};
@@ -741,7 +746,7 @@ TEST(ScheduleSvg, WellFormedSelfContainedAndEscaped) {
   plan.model.name = "tiny <&> \"model\"";
   plan.phases[0].ops[1].where = "h.0 <attn> & 'mlp'";
   PlanPhase optimizer;
-  optimizer.name = "optimizer_step";
+  optimizer.kind = PhaseKind::OptimizerStep;
   optimizer.ops = {computeOp(0, 1.0)};
   plan.phases.push_back(optimizer);
   StepPrediction p = predict(plan, exactCluster());

@@ -30,7 +30,7 @@ PlanTensor tensor(std::string name, std::string role, std::string of,
                   std::string init = "") {
   PlanTensor t;
   t.name = std::move(name);
-  t.role = std::move(role);
+  t.role = *parseRole(role);
   t.of = std::move(of);
   t.dtype = dtype;
   t.shape = std::move(shape);
@@ -39,7 +39,7 @@ PlanTensor tensor(std::string name, std::string role, std::string of,
     t.numel *= d;
   t.sharded = sharded;
   t.localNumel = sharded ? (t.numel + worldSize - 1) / worldSize : t.numel;
-  t.placement = std::move(placement);
+  t.placement = *parsePlacement(placement);
   t.init = std::move(init);
   return t;
 }
@@ -100,7 +100,7 @@ Plan stage2Plan() {
   plan.flatGroups = {group};
 
   PlanPhase micro;
-  micro.name = "micro_step";
+  micro.kind = PhaseKind::MicroStep;
   micro.runsPerStep = 2;
   micro.args = {0};
   micro.values = {value(0, DType::I32, {2, 3}), value(1, DType::BF16, {3, 4}),
@@ -118,7 +118,7 @@ Plan stage2Plan() {
   micro.ops[3].attrs = ReduceScatterAttrs{{"g.grad"}, {0}, false};
 
   PlanPhase optimizer;
-  optimizer.name = "optimizer_step";
+  optimizer.kind = PhaseKind::OptimizerStep;
   optimizer.ops = {op(0, "adam_update", 0, {}, {}, {"g", "g.grad"}),
                    op(1, "all_gather_updates_start", 1, {}, {}, {"g"}, {0}),
                    op(2, "wait", 0, {}, {}, {}, {1})};
@@ -198,8 +198,8 @@ void expectSamePlan(const Plan &a, const Plan &b) {
   ASSERT_EQ(a.phases.size(), b.phases.size());
   for (size_t p = 0; p < a.phases.size(); ++p) {
     const PlanPhase &x = a.phases[p], &y = b.phases[p];
-    SCOPED_TRACE("phase " + x.name);
-    EXPECT_EQ(x.name, y.name);
+    SCOPED_TRACE("phase " + std::string(phaseName(x.kind)));
+    EXPECT_EQ(x.kind, y.kind);
     EXPECT_EQ(x.runsPerStep, y.runsPerStep);
     EXPECT_EQ(x.args, y.args);
     ASSERT_EQ(x.values.size(), y.values.size());
@@ -261,9 +261,8 @@ TEST(Plan, FindsTensorsAndPhases) {
   ASSERT_NE(plan.findTensor("g.grad"), nullptr);
   EXPECT_EQ(plan.findTensor("g.grad")->localNumel, 10);
   EXPECT_EQ(plan.findTensor("g"), nullptr);
-  ASSERT_NE(plan.findPhase("optimizer_step"), nullptr);
-  EXPECT_EQ(plan.findPhase("optimizer_step")->ops.size(), 3u);
-  EXPECT_EQ(plan.findPhase("backward"), nullptr);
+  ASSERT_NE(plan.findPhase(PhaseKind::OptimizerStep), nullptr);
+  EXPECT_EQ(plan.findPhase(PhaseKind::OptimizerStep)->ops.size(), 3u);
 }
 
 TEST(Plan, LoadsTheExamplePlanOfTheLitTests) {
@@ -720,6 +719,27 @@ TEST(PlanReader, DuplicatePhaseName) {
       R"("name": "micro_step", "runs_per_step": 1, "args": [],)");
 }
 
+TEST(PlanReader, UnknownPhaseName) {
+  expectError(edited(R"("name": "optimizer_step")", R"("name": "backward")"),
+              R"(29:6: error: plan phases[1].name: unknown value "backward", )"
+              R"(expected one of micro_step, optimizer_step)",
+              R"("name": "backward")");
+}
+
+TEST(PlanReader, MissingPhase) {
+  std::string text = kValidPlan;
+  size_t from = text.find(R"(,
+    {"name": "optimizer_step")");
+  size_t to = text.find("\n  ],\n  \"comm_elements", from);
+  ASSERT_NE(from, std::string::npos);
+  ASSERT_NE(to, std::string::npos);
+  text.erase(from, to - from);
+  expectError(text,
+              R"(19:3: error: plan phases: the plan has no phase named )"
+              R"("optimizer_step")",
+              R"("phases": [)");
+}
+
 TEST(PlanReader, NeverThrows) {
   for (const char *text :
        {"null", "3", "\"plan\"", "{}", R"({"format": 3})",
@@ -755,7 +775,7 @@ Plan commPlan() {
       tensor("w.master", "master", "w", DType::F32, {100}, true, 4, "host"),
       tensor("w.exp_avg", "exp_avg", "w", DType::F32, {100}, true, 4, "nvme")};
   PlanPhase micro;
-  micro.name = "micro_step";
+  micro.kind = PhaseKind::MicroStep;
   micro.runsPerStep = 4;
   micro.values = {value(0, DType::BF16, {25}), value(1, DType::BF16, {100})};
   micro.ops = {op(0, "all_gather_start", 0, {0}, {}, {"w"}),
@@ -765,7 +785,7 @@ Plan commPlan() {
   micro.ops[1].collective = "reduce_scatter";
   micro.ops[1].commElements = 100;
   PlanPhase optimizer;
-  optimizer.name = "optimizer_step";
+  optimizer.kind = PhaseKind::OptimizerStep;
   optimizer.ops = {op(0, "all_reduce_start", 0, {}, {}, {"w.grad"})};
   optimizer.ops[0].collective = "all_reduce";
   optimizer.ops[0].commElements = 10;
@@ -853,13 +873,13 @@ TEST(PlanInspect, FlatGroupsStandForTheirParameters) {
 TEST(PlanInspect, PersistentBytesByRoleAndPlacement) {
   PersistentBytes bytes = persistentBytesPerRank(commPlan());
   // 25 elements per rank each: bf16 parameter, f32 states.
-  EXPECT_EQ(bytes.byRole.at("param").at("device"), 50);
-  EXPECT_EQ(bytes.byRole.at("grad").at("device"), 100);
-  EXPECT_EQ(bytes.byRole.at("master").at("host"), 100);
-  EXPECT_EQ(bytes.role("exp_avg"), 100);
-  EXPECT_EQ(bytes.role("exp_avg_sq"), 0);
-  EXPECT_EQ(bytes.placement("device"), 150);
-  EXPECT_EQ(bytes.placement("nvme"), 100);
+  EXPECT_EQ(bytes.at(TensorRole::Param, Placement::Device), 50);
+  EXPECT_EQ(bytes.at(TensorRole::Grad, Placement::Device), 100);
+  EXPECT_EQ(bytes.at(TensorRole::Master, Placement::Host), 100);
+  EXPECT_EQ(bytes.role(TensorRole::ExpAvg), 100);
+  EXPECT_EQ(bytes.role(TensorRole::ExpAvgSq), 0);
+  EXPECT_EQ(bytes.placement(Placement::Device), 150);
+  EXPECT_EQ(bytes.placement(Placement::Nvme), 100);
   EXPECT_EQ(bytes.total(), 350);
   json j = inspectJson(commPlan())["persistent_bytes_per_rank"];
   EXPECT_EQ(j["by_role"]["master"],

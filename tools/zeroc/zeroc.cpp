@@ -12,12 +12,10 @@
 #include "sched/SchedOps.h"
 #include "zeroc/Advise/Advise.h"
 #include "zeroc/Analysis/ModelStats.h"
+#include "zeroc/Checkpoint/Consolidate.h"
 #include "zeroc/Config/Cluster.h"
 #include "zeroc/Cost/ScheduleViews.h"
 #include "zeroc/Cost/Simulator.h"
-#ifdef ZEROC_HAVE_CHECKPOINT
-#include "zeroc/Checkpoint/Consolidate.h"
-#endif
 #include "zeroc/Models/ModelBuilder.h"
 #include "zeroc/Models/ModelSpec.h"
 #include "zeroc/Pipeline/Pipeline.h"
@@ -140,7 +138,6 @@ cl::opt<bool> compileAllowOom(
 // zeroc consolidate
 //===----------------------------------------------------------------------===//
 
-#ifdef ZEROC_HAVE_CHECKPOINT
 cl::SubCommand
     consolidateCmd("consolidate",
                    "Write a sharded zerorun checkpoint as one safetensors file "
@@ -156,7 +153,6 @@ cl::opt<std::string> consolidateOutput("o", cl::sub(consolidateCmd),
                                        cl::desc("The safetensors file"),
                                        cl::value_desc("model.safetensors"),
                                        cl::cat(zerocCategory));
-#endif
 
 //===----------------------------------------------------------------------===//
 // zeroc advise
@@ -420,7 +416,6 @@ int runAdvise() {
   return result->best ? 0 : 1;
 }
 
-#ifdef ZEROC_HAVE_CHECKPOINT
 int runConsolidate() {
   auto result = zeroc::consolidateCheckpoint(consolidateDir, consolidateTag,
                                              consolidateOutput);
@@ -431,7 +426,6 @@ int runConsolidate() {
                << result->tag << " (step " << result->step << ")\n";
   return 0;
 }
-#endif
 
 void note(const std::string &message) {
   if (!compileQuiet)
@@ -568,10 +562,8 @@ int main(int argc, char **argv) {
     return runInspect();
   if (adviseCmd)
     return runAdvise();
-#ifdef ZEROC_HAVE_CHECKPOINT
   if (consolidateCmd)
     return runConsolidate();
-#endif
   if (!compileInput.empty())
     return runCompile();
   cl::PrintHelpMessage();

@@ -78,11 +78,11 @@ struct RankRates {
 };
 RankRates rankRates(const Cluster &cluster, int64_t worldSize);
 
-/// Seconds to move `bytes` between placements ("device", "host", "nvme"):
+/// Seconds to move `bytes` between placements:
 /// device<->host over PCIe, host<->nvme over NVMe, device<->nvme both,
 /// staged through host memory one after the other.
-double transferTime(const RankRates &rates, const std::string &from,
-                    const std::string &to, double bytes);
+double transferTime(const RankRates &rates, Placement from, Placement to,
+                    double bytes);
 
 //===----------------------------------------------------------------------===//
 // Plan ops
@@ -142,7 +142,7 @@ private:
   /// The tensor itself, or a flat group's first parameter.
   const PlanTensor *representative(const std::string &name) const;
   DType dtypeOf(const std::string &name) const;
-  std::string placementOf(const std::string &name) const;
+  Placement placementOf(const std::string &name) const;
   double rankBytes(const std::string &name) const {
     return rankElements(name) * double(bytesPerElement(dtypeOf(name)));
   }

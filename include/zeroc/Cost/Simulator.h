@@ -39,7 +39,7 @@ struct OpTiming {
 
 /// One run of one phase.
 struct PhaseTimeline {
-  std::string name;
+  PhaseKind kind = PhaseKind::MicroStep;
   int64_t runsPerStep = 1;
   double seconds = 0; ///< From the first op's start to the last op's end.
   std::vector<OpTiming> ops; ///< In program order.

@@ -9,6 +9,7 @@
 #ifndef ZEROC_EXPORT_PLANWRITER_H
 #define ZEROC_EXPORT_PLANWRITER_H
 
+#include "sched/SchedOps.h"
 #include "zeroc/Plan/Plan.h"
 
 #include "mlir/IR/BuiltinOps.h"
@@ -23,6 +24,12 @@ struct PlanSource {
   int64_t gradientAccumulationSteps = 1;
   nlohmann::json config = nlohmann::json::object();
 };
+
+/// The sched dialect's enums as the plan spells them (PlanOps.h); the names
+/// agree (PipelineTest.SchedEnumsArePlanEnums).
+TensorRole planRole(sched::Role role);
+Placement planPlacement(sched::Placement placement);
+PhaseKind planPhaseKind(sched::Phase phase);
 
 /// Fails with a diagnostic on the module if it is not a final schedule.
 mlir::FailureOr<Plan> buildPlan(mlir::ModuleOp module,

@@ -35,15 +35,15 @@ inline constexpr int kPlanVersion = 3;
 /// A persistent per-rank tensor (`sched.tensor`).
 struct PlanTensor {
   std::string name;
-  std::string role; ///< param, grad, master, exp_avg, exp_avg_sq
-  std::string of;   ///< Owning parameter or flat group; empty for params.
+  TensorRole role = TensorRole::Param;
+  std::string of; ///< Owning parameter or flat group; empty for params.
   DType dtype = DType::F32;
   std::vector<int64_t> shape;
   int64_t numel = 0;      ///< Of the full tensor.
   bool sharded = false;   ///< Split across ranks (ShardLayout.h).
   int64_t localNumel = 0; ///< Elements each rank stores, padding included.
-  std::string placement;  ///< device, host, nvme
-  std::string init;       ///< Parameters: "zeros", "ones", "normal(STD)".
+  Placement placement = Placement::Device;
+  std::string init; ///< Parameters: "zeros", "ones", "normal(STD)".
 };
 
 /// Stages 1 and 2: parameters flattened into one partitioned buffer.
@@ -109,7 +109,7 @@ struct PlanPhaseMemory {
 };
 
 struct PlanPhase {
-  std::string name; ///< "micro_step" or "optimizer_step".
+  PhaseKind kind = PhaseKind::MicroStep;
   int64_t runsPerStep = 1;
   std::vector<int64_t> args; ///< Value ids of the function arguments.
   std::vector<PlanValue> values;
@@ -147,7 +147,8 @@ struct Plan {
   CommVolume comm;
 
   const PlanTensor *findTensor(const std::string &name) const;
-  const PlanPhase *findPhase(const std::string &name) const;
+  /// Every plan read by readPlan has each phase once.
+  const PlanPhase *findPhase(PhaseKind kind) const;
 };
 
 nlohmann::json toJson(const Plan &plan);

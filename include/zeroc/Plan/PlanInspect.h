@@ -32,10 +32,18 @@ std::optional<CollectiveKind> parseCollectiveKind(const std::string &name);
 /// summed by role (param, grad, master, ...) and placement (device, host,
 /// nvme).
 struct PersistentBytes {
-  std::map<std::string, std::map<std::string, int64_t>> byRole;
+  /// Indexed by TensorRole, then by Placement.
+  std::array<std::array<int64_t, std::size(kAllPlacements)>,
+             std::size(kAllTensorRoles)>
+      byRole{};
+  /// Whether the plan has a tensor of the role (of any size).
+  std::array<bool, std::size(kAllTensorRoles)> hasRole{};
 
-  int64_t role(const std::string &role) const;
-  int64_t placement(const std::string &placement) const;
+  int64_t at(TensorRole role, Placement placement) const {
+    return byRole[size_t(role)][size_t(placement)];
+  }
+  int64_t role(TensorRole role) const;
+  int64_t placement(Placement placement) const;
   int64_t total() const;
 };
 

@@ -88,8 +88,28 @@ inline constexpr OpKind kAllOpKinds[] = {
 /// Where a persistent tensor lives, spelled as the sched dialect's
 /// placement: device, host (pinned CPU memory) or nvme.
 enum class Placement : uint8_t { Device, Host, Nvme };
+inline constexpr Placement kAllPlacements[] = {
+    Placement::Device, Placement::Host, Placement::Nvme};
 const char *placementName(Placement placement);
 std::optional<Placement> parsePlacement(std::string_view name);
+
+/// What a persistent tensor holds, spelled as the sched dialect's role:
+/// param, grad, master (fp32 weights), exp_avg, exp_avg_sq (Adam moments).
+enum class TensorRole : uint8_t { Param, Grad, Master, ExpAvg, ExpAvgSq };
+inline constexpr TensorRole kAllTensorRoles[] = {
+    TensorRole::Param, TensorRole::Grad, TensorRole::Master, TensorRole::ExpAvg,
+    TensorRole::ExpAvgSq};
+const char *roleName(TensorRole role);
+std::optional<TensorRole> parseRole(std::string_view name);
+
+/// A phase of the training step, named as the sched dialect's phase
+/// functions: micro_step (forward and backward of one micro-batch, run
+/// gradient_accumulation_steps times) and optimizer_step.
+enum class PhaseKind : uint8_t { MicroStep, OptimizerStep };
+inline constexpr PhaseKind kAllPhaseKinds[] = {PhaseKind::MicroStep,
+                                               PhaseKind::OptimizerStep};
+const char *phaseName(PhaseKind phase);
+std::optional<PhaseKind> parsePhase(std::string_view name);
 
 /// The kind's name in the plan ("causal_attention").
 const char *opKindName(OpKind kind);

@@ -56,6 +56,22 @@ public:
   std::string oneOf(const nlohmann::json &obj, const JsonPath &at,
                     const std::string &key,
                     std::initializer_list<const char *> allowed);
+  /// A string naming one of `all` (an enum's values, spelled by `name`);
+  /// `all[0]` after a failure.
+  template <typename E, size_t N>
+  E enumOf(const nlohmann::json &obj, const JsonPath &at,
+           const std::string &key, const E (&all)[N], const char *(*name)(E)) {
+    std::string s = string(obj, at, key);
+    std::string list;
+    for (E e : all) {
+      if (!error && s == name(e))
+        return e;
+      list += (list.empty() ? "" : ", ") + std::string(name(e));
+    }
+    if (!error)
+      fail(at / key, "unknown value \"" + s + "\", expected one of " + list);
+    return all[0];
+  }
   /// The member "dtype": f32, bf16, f16 or i32.
   DType dtype(const nlohmann::json &obj, const JsonPath &at);
   /// An array (an empty one after a failure).

@@ -11,9 +11,9 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "comm/HalfFloat.h"
 #include "comm/MpiCommunicator.h"
 #include "comm/NcclCommunicator.h"
+#include "zeroc/Support/Float16.h"
 
 #include "../MpiTestMain.h"
 

@@ -10,8 +10,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "comm/HalfFloat.h"
 #include "comm/NcclCommunicator.h"
+#include "zeroc/Support/Float16.h"
 
 #include <gtest/gtest.h>
 

@@ -12,7 +12,7 @@
 #include "zeroc/Checkpoint/Safetensors.h"
 
 #include "Messages.h"
-#include "comm/HalfFloat.h"
+#include "zeroc/Support/Float16.h"
 
 #include <algorithm>
 #include <cstring>
@@ -53,7 +53,7 @@ public:
   /// The master copy of a parameter or flat group, if any.
   const PlanTensor *masterOf(const std::string &owner) const {
     for (const PlanTensor &t : tensors)
-      if (t.role == "master" && t.of == owner)
+      if (t.role == TensorRole::Master && t.of == owner)
         return &t;
     return nullptr;
   }
@@ -122,10 +122,10 @@ size_t byteCount(int64_t elements, DType dtype) {
 }
 
 /// Converts `n` elements between the float dtypes, widening exactly and
-/// narrowing to nearest even (runtime/comm/HalfFloat.h); I32 only to I32.
+/// narrowing to nearest even (zeroc/Support/Float16.h); I32 only to I32.
 bool convertElements(DType from, const std::byte *in, DType to, std::byte *out,
                      size_t n) {
-  using namespace zeroc::runtime;
+
   if (from == to) {
     std::memcpy(out, in, byteCount(static_cast<int64_t>(n), from));
     return true;
@@ -174,7 +174,7 @@ consolidateCheckpoint(const std::string &dir, const std::string &tagOrLatest,
                     manifest->flatGroups);
   std::vector<SafetensorsDeclaration> decls;
   for (const PlanTensor &p : model.tensors) {
-    if (p.role != "param")
+    if (p.role != TensorRole::Param)
       continue;
     const PlanTensor &source = model.sourceOf(p);
     if (&source != &p && !model.group(source.of) && source.numel != p.numel)
@@ -247,7 +247,7 @@ Expected<InitialTensors> loadSafetensorsShard(const std::string &path,
 
   std::vector<std::string> missing, extra, wrong;
   for (const PlanTensor &t : plan.tensors) {
-    if (t.role != "param")
+    if (t.role != TensorRole::Param)
       continue;
     const SafetensorsEntry *e = file->find(t.name);
     if (!e) {
@@ -270,7 +270,7 @@ Expected<InitialTensors> loadSafetensorsShard(const std::string &path,
   }
   for (const SafetensorsEntry &e : file->tensors()) {
     const PlanTensor *t = plan.findTensor(e.name);
-    if (!t || t->role != "param")
+    if (!t || t->role != TensorRole::Param)
       extra.push_back(e.name);
   }
   Differences problems;
@@ -286,9 +286,9 @@ Expected<InitialTensors> loadSafetensorsShard(const std::string &path,
   for (size_t i = 0; i < plan.tensors.size(); ++i) {
     const PlanTensor &holder = plan.tensors[i];
     std::vector<const PlanTensor *> params;
-    if (holder.role == "param") {
+    if (holder.role == TensorRole::Param) {
       params.push_back(&holder);
-    } else if (holder.role == "master") {
+    } else if (holder.role == TensorRole::Master) {
       if (const PlanFlatGroup *g = model.group(holder.of))
         for (const std::string &p : g->params)
           params.push_back(plan.findTensor(p));

@@ -171,8 +171,8 @@ Expected<Done> checkRank(const Plan &plan, int64_t rank) {
 /// "master f32 [4, 3] sharded of 'w'": what must agree between a plan and
 /// a checkpoint.
 std::string describe(const PlanTensor &t) {
-  std::string s = t.role + " " + std::string(dtypeName(t.dtype)) + " " +
-                  shapeString(t.shape) +
+  std::string s = std::string(roleName(t.role)) + " " +
+                  std::string(dtypeName(t.dtype)) + " " + shapeString(t.shape) +
                   (t.sharded ? " sharded" : " replicated");
   if (!t.of.empty())
     s += " of '" + t.of + "'";
@@ -186,7 +186,7 @@ std::string describe(const PlanTensor &t) {
 json tensorJson(const CheckpointTensor &ct) {
   const PlanTensor &t = ct.tensor;
   json j = {{"name", t.name},
-            {"role", t.role},
+            {"role", roleName(t.role)},
             {"dtype", std::string(dtypeName(t.dtype))},
             {"shape", t.shape},
             {"numel", t.numel},
@@ -339,7 +339,7 @@ void readFlatGroups(JsonFieldReader &r, const json &root,
     std::vector<int64_t> numels;
     for (size_t k = 0; k < g.params.size() && !r.error; ++k) {
       const CheckpointTensor *p = m.findTensor(g.params[k]);
-      if (!p || p->tensor.role != "param")
+      if (!p || p->tensor.role != TensorRole::Param)
         r.fail(at / "params" / std::to_string(k),
                "\"" + g.params[k] + "\" is not a parameter of the manifest");
       else
