@@ -154,6 +154,24 @@ std::string seconds(double s) {
 
 } // namespace
 
+std::optional<size_t>
+recommend(const std::vector<AdviseCandidate> &candidates) {
+  auto usable = [](const AdviseCandidate &c) {
+    return c.error.empty() && c.fits;
+  };
+  std::optional<double> fastest;
+  for (const AdviseCandidate &c : candidates)
+    if (usable(c) && (!fastest || c.stepSeconds < *fastest))
+      fastest = c.stepSeconds;
+  if (!fastest)
+    return std::nullopt;
+  for (size_t i = 0; i < candidates.size(); ++i)
+    if (usable(candidates[i]) &&
+        candidates[i].stepSeconds <= *fastest * (1 + kAdviseTieFraction))
+      return i;
+  return std::nullopt;
+}
+
 Expected<AdviseResult> advise(const AdviseRequest &req) {
   AdviseResult result;
   result.cluster = req.cluster->name;
@@ -165,15 +183,7 @@ Expected<AdviseResult> advise(const AdviseRequest &req) {
   for (AdviseCandidate &c : result.candidates)
     evaluate(req, result.worldSize, c);
 
-  // The fastest that fits; on a tie, the lower stage (less to go wrong).
-  for (size_t i = 0; i < result.candidates.size(); ++i) {
-    const AdviseCandidate &c = result.candidates[i];
-    if (!c.error.empty() || !c.fits)
-      continue;
-    if (!result.best ||
-        c.stepSeconds < result.candidates[*result.best].stepSeconds * 0.999)
-      result.best = i;
-  }
+  result.best = recommend(result.candidates);
 
   // Reasons: the capacity decision first, then the price of each stage.
   for (int stage = 0; stage <= 3; ++stage) {

@@ -29,7 +29,10 @@ Scenarios:
                        --resume for 3 more: steps 4-6 losses and the
                        consolidated final weights bit-identical; then a
                        flipped byte in a shard makes --resume fail cleanly
-  gpu-match:SPEC       (ctest label gpu) SPEC on --device cuda against the
+  emit-plan:SPEC       with --out FILE: compiles SPEC's plan to FILE (how
+                       scripts/gen-test-plans.sh writes the checked-in plans)
+  gpu-match:SPEC|PLAN  (ctest label gpu) SPEC, or a checked-in PLAN file
+                       (then no --zeroc is needed), on --device cuda against the
                        same plan on the CPU for 5 steps: losses within
                        relative 1e-4 (f32; 3e-2 bf16), and the GPU run's
                        measured peak within 2% of the plan's prediction;
@@ -145,6 +148,9 @@ def write_config(args, stage, ws, ga, opts):
 
 
 def plan(args, stage, ws, ga, opts):
+    if not args.zeroc:
+        print("FAILED: this scenario compiles a plan: pass --zeroc")
+        sys.exit(2)
     dtype = opts.get("dtype", "f32")
     name, cfg_path = write_config(args, stage, ws, ga, opts)
     out = os.path.join(args.work, name + ".json")
@@ -388,8 +394,17 @@ def scenario_nvme_missing(args, spec):
 
 
 def scenario_gpu_match(args, spec):
-    stage, ws, ga, opts = parse_spec(spec)
-    p = plan(args, stage, ws, ga, opts)
+    if spec.endswith(".json"):
+        # A checked-in plan (test/Runtime/Inputs/gpu-match): no zeroc needed,
+        # so the runtime-only build on a GPU machine runs it.
+        p = spec
+        with open(p) as f:
+            meta = json.load(f)
+        ws = meta["world_size"]
+        opts = {"dtype": meta["model"]["dtype"]}
+    else:
+        stage, ws, ga, opts = parse_spec(spec)
+        p = plan(args, stage, ws, ga, opts)
     probe = subprocess.run([args.zerorun, p, "--device", "cuda", "--steps",
                             "0"], stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True)
@@ -591,11 +606,12 @@ def scenario_equiv(args, spec):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--zeroc", required=True)
+    ap.add_argument("--zeroc", help="needed by every scenario that compiles")
     ap.add_argument("--zerorun", required=True)
     ap.add_argument("--mpirun", required=True)
     ap.add_argument("--work", required=True)
     ap.add_argument("--ref", help="the reference directory of equiv:")
+    ap.add_argument("--out", help="where emit-plan: writes the plan")
     ap.add_argument("scenario")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
@@ -630,6 +646,10 @@ def main():
         return scenario_resume(args, args.scenario[len("resume:"):])
     if args.scenario == "progress":
         return scenario_progress(args)
+    if args.scenario.startswith("emit-plan:"):
+        stage, ws, ga, opts = parse_spec(args.scenario[len("emit-plan:"):])
+        shutil.copyfile(plan(args, stage, ws, ga, opts), args.out)
+        return 0
     if args.scenario.startswith("gpu-match:"):
         return scenario_gpu_match(args, args.scenario[len("gpu-match:"):])
     if args.scenario.startswith("nvme-missing:"):

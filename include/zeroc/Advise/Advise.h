@@ -64,6 +64,16 @@ struct AdviseRequest {
   std::optional<int64_t> gradientAccumulation;
 };
 
+/// Step times within this fraction of the fastest's count as a tie: the
+/// cost model is not that precise (docs/cost-model.md).
+inline constexpr double kAdviseTieFraction = 0.001;
+
+/// The recommendation: the fastest candidate that was planned and fits;
+/// among those within kAdviseTieFraction of the fastest, the first in table
+/// order (lower stage, then no offload before offload, then smaller buckets:
+/// the simpler setup, less to go wrong). None when nothing fits.
+std::optional<size_t> recommend(const std::vector<AdviseCandidate> &candidates);
+
 /// Plans every candidate. Fails only on a base config that cannot be read;
 /// a candidate that cannot be planned is reported in the table.
 Expected<AdviseResult> advise(const AdviseRequest &request);
