@@ -158,6 +158,21 @@ void Executor::Impl::runOp(const PlanOp &op) {
   }
 }
 
+double Executor::Impl::runMicroSteps(const DataLoader &data, int64_t step) {
+  const PlanPhase &micro = *plan.findPhase(PhaseKind::MicroStep);
+  int64_t lossId = -1;
+  for (const PlanOp &op : micro.ops)
+    if (op.kind == OpKind::Return && !op.inputs.empty())
+      lossId = op.inputs[0];
+  double lossSum = 0;
+  for (int64_t m = 0; m < plan.gradientAccumulationSteps; ++m) {
+    runPhase(micro, &data, step, m);
+    if (lossId >= 0)
+      lossSum += dev->loadElement(value(lossId), 0);
+  }
+  return lossSum / double(plan.gradientAccumulationSteps);
+}
+
 //===----------------------------------------------------------------------===//
 // Executor
 //===----------------------------------------------------------------------===//
@@ -315,6 +330,15 @@ Expected<Done> Executor::restoreTrainingState(const TrainingState &st) {
   return Done{};
 }
 
+Expected<double> Executor::runMicroSteps(const DataLoader &data, int64_t step) {
+  try {
+    impl->state.prepareForStep();
+    return impl->runMicroSteps(data, step);
+  } catch (const std::exception &e) {
+    return Diagnostic{"", 0, 0, e.what()};
+  }
+}
+
 Expected<StepResult> Executor::runStep(const DataLoader &data, int64_t step) {
   Impl &s = *impl;
   StepResult r;
@@ -325,19 +349,8 @@ Expected<StepResult> Executor::runStep(const DataLoader &data, int64_t step) {
   try {
     // Host copies and NVMe tensors left by checkpointing go back.
     s.state.prepareForStep();
-    const PlanPhase &micro = *thePlan.findPhase(PhaseKind::MicroStep);
+    double localMean = s.runMicroSteps(data, step);
     const PlanPhase &opt = *thePlan.findPhase(PhaseKind::OptimizerStep);
-    int64_t lossId = -1;
-    for (const PlanOp &op : micro.ops)
-      if (op.kind == OpKind::Return && !op.inputs.empty())
-        lossId = op.inputs[0];
-    double lossSum = 0;
-    for (int64_t m = 0; m < thePlan.gradientAccumulationSteps; ++m) {
-      s.runPhase(micro, &data, step, m);
-      if (lossId >= 0)
-        lossSum += s.dev->loadElement(s.value(lossId), 0);
-    }
-    double localMean = lossSum / double(thePlan.gradientAccumulationSteps);
     r.lossScale = s.lossState.scale;
     s.runPhase(opt, nullptr, step, 0);
     r.skipped = s.overflow;

@@ -73,6 +73,13 @@ public:
   /// Runs one training step: micro-steps (inputs from `data`) then the
   /// optimizer step. `step` is 0-based (the data loader's step).
   Expected<StepResult> runStep(const DataLoader &data, int64_t step);
+  /// Runs only the micro-steps of step `step` (forward and backward, no
+  /// optimizer step): the `grad` tensors then hold the gradient of the
+  /// step's loss as the plan's backward computes it, before reduction
+  /// epilogues, unscaling and clipping. Returns this rank's mean loss over
+  /// its micro-steps. A later runStep would add to those gradients: this is
+  /// for inspecting them (exec/GradientDump.h), not for training.
+  Expected<double> runMicroSteps(const DataLoader &data, int64_t step);
 
   const Plan &plan() const { return thePlan; }
 

@@ -61,6 +61,8 @@ struct Executor::Impl {
   void runPhase(const PlanPhase &ph, const DataLoader *data, int64_t step,
                 int64_t micro);
   void runOp(const PlanOp &op);
+  /// The micro-steps of optimizer step `step`: this rank's mean loss.
+  double runMicroSteps(const DataLoader &data, int64_t step);
 
   // The phase being run. Its `values` map is complete from the phase's
   // start, so that the streams only read it.

@@ -58,17 +58,32 @@ Scenarios:
                        (relative 1e-5); --init-from that file with --steps 0
                        saves exactly those weights; SPEC and stage 0 started
                        --init-from it have the same first loss
+  grad-check:MODEL     tiny-MODEL (gpt2 or llama, from
+                       examples/configs/tiny-MODEL/config.json), f32, stage 0
+                       on one rank, on random weights and tokens: the float64
+                       reference forward of reference_model.py gives
+                       zerorun's first loss, and for every parameter the
+                       gradient of `zerorun --dump-grads` agrees with central
+                       finite differences of the reference loss along a
+                       random unit direction and at its largest element,
+                       within bounds derived from the step size and f32
+                       rounding (derived above scenario_grad_check)
 """
 
 import argparse
 import json
+import math
 import os
+import random
 import re
 import shlex
 import shutil
 import struct
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import reference_model  # noqa: E402
 
 SEQ, MICRO, STEPS = 16, 2, 8
 EQUIV_STEPS = 5
@@ -197,20 +212,7 @@ def consolidate(args, ckpt, out):
 
 def read_safetensors(path):
     """{name: (shape, [floats])} of an F32 safetensors file."""
-    with open(path, "rb") as f:
-        blob = f.read()
-    (n,) = struct.unpack("<Q", blob[:8])
-    header = json.loads(blob[8:8 + n])
-    out = {}
-    for name, e in header.items():
-        if name == "__metadata__":
-            continue
-        b, end = e["data_offsets"]
-        data = blob[8 + n + b:8 + n + end]
-        assert e["dtype"] == "F32", (name, e["dtype"])
-        out[name] = (e["shape"],
-                     struct.unpack("<%df" % (len(data) // 4), data))
-    return out
+    return reference_model.read_safetensors(path)[0]
 
 
 def compare_weights(a, b):
@@ -604,6 +606,213 @@ def scenario_equiv(args, spec):
     return 0 if memory_matches(log) else 1
 
 
+# The gradient check (grad-check:MODEL). Its batch is smaller than the other
+# scenarios' so that the float64 reference, pure Python, stays fast: a
+# forward costs ~0.1 s (less from a cached block), and the check runs 8 per
+# parameter tensor (~300 for GPT-2, ~170 for Llama).
+GRAD_SEQ, GRAD_MICRO = 8, 2
+# Central differences: step h along a unit vector of a tensor's weights
+# (f64). Small enough that the 3-point difference's truncation (h^2/6 times
+# the third derivative; up to 1e-8 observed for single elements) stays below
+# f32's rounding, large enough that f64's rounding divided by h does too.
+GRAD_H = 2.5e-4
+# Unit roundoffs: f32's (u) and f64's (eps).
+F32_U, F64_EPS = 2.0 ** -24, 2.0 ** -52
+#
+# The bounds. Each check passes when |zerorun - reference| <= bound.
+#
+# The loss: zerorun's forward rounds every op to f32; the reference computes
+# in f64 from the same f32 weights, so their difference is zerorun's
+# rounding error, a few u relative to the loss when the rounding errors of
+# the reductions behave as independent (the probabilistic analysis of
+# Higham and Mary, 2019: error ~ u sqrt(n) per n-term sum, the log-softmax
+# contributing u |L| itself). GRAD_LOSS_ULPS u |L|; observed: 0.27 to 0.76
+# u |L| over both models and three seeds of weights and tokens (19, 5, 77),
+# so the bound is 5.3 times the worst observed error.
+GRAD_LOSS_ULPS = 4
+# The gradient (per tensor: the derivative along a random unit direction v,
+# <g, v>, and the element of largest |g|) is the sum of three terms:
+#  - f32: zerorun's gradient rounds every op of forward and backward to f32.
+#    Each element's error is a few u times the magnitude of the values that
+#    are summed into it, which cancellation can make far larger than the
+#    element itself (a key projection's bias has gradient 0 in exact
+#    arithmetic, softmax ignoring a constant added to every score, yet
+#    holds f32 noise of the size of its neighbours'): the scale is the
+#    largest gradient element of the model, S (as the reference's finite
+#    differences give it at each tensor's largest element), and the bound
+#    GRAD_F32_ULPS u S. For <g, v> the errors of the n elements add in
+#    quadrature, weighted by v (unit norm), so the same bound holds.
+#    Observed: up to 5.0 u S for directions and 8.2 u S for elements over
+#    both models and three seeds: the bound is 3.9 times the worst.
+#  - truncation of the finite difference: central_difference's estimate,
+#    from h and 2h (Richardson).
+#  - f64 rounding of the differences: each reference loss carries a relative
+#    error of at most F64_FORWARD_ULPS eps (a generous first-order bound for
+#    a forward of ~10^3 dependent roundings); the 5-point stencil's weights
+#    (8, 8, 1, 1) / 12h turn that into 18/12 F64_FORWARD_ULPS eps |L| / h,
+#    ~1e-8, about 1% of the f32 term.
+GRAD_F32_ULPS = 32
+F64_FORWARD_ULPS = 1000
+
+
+def grad_check_weights(plan_path, rnd):
+    """Random f32 weights for every parameter of the plan, away from the
+    special point of zeroc's init (zero biases, unit norm gains, tiny
+    matrices), so that every term of every gradient is exercised:
+    {name: (shape, values)}."""
+    with open(plan_path) as f:
+        tensors = json.load(f)["tensors"]
+    weights = {}
+    for t in tensors:
+        if t["role"] != "param":
+            continue
+        shape, n, name = t["shape"], t["numel"], t["name"]
+        if name in ("wte.weight", "wpe.weight", "embed_tokens.weight"):
+            vals = [rnd.gauss(0, 0.3) for _ in range(n)]
+        elif len(shape) == 2:
+            # Unit-variance outputs for unit-variance inputs.
+            vals = [rnd.gauss(0, 1 / math.sqrt(shape[1])) for _ in range(n)]
+        elif name.endswith(".weight"):  # norm gains
+            vals = [1 + rnd.gauss(0, 0.2) for _ in range(n)]
+        else:  # biases
+            vals = [rnd.gauss(0, 0.1) for _ in range(n)]
+        weights[name] = (shape, vals)
+    return weights
+
+
+def central_difference(loss_at, h):
+    """The derivative of t -> loss_at(t) at 0 by the 5-point stencil, whose
+    error is O(h^4), and a bound on that error: the stencil's difference
+    from the 3-point central difference, whose error (h^2/6 times the third
+    derivative, + O(h^4)) is far larger: Richardson's estimate."""
+    fp, fm = loss_at(h), loss_at(-h)
+    fp2, fm2 = loss_at(2 * h), loss_at(-2 * h)
+    d3 = (fp - fm) / (2 * h)
+    d5 = (8 * (fp - fm) - (fp2 - fm2)) / (12 * h)
+    return d5, abs(d3 - d5)
+
+
+def scenario_grad_check(args, name):
+    here = os.path.dirname(os.path.abspath(__file__))
+    config_path = os.path.join(here, "..", "..", "examples", "configs",
+                               "tiny-" + name, "config.json")
+    if not os.path.exists(config_path):
+        print("unknown model %r (gpt2 or llama)" % name)
+        return 2
+    with open(config_path) as f:
+        config = reference_model.Config(json.load(f))
+    mlir = os.path.join(args.work, "grad-%s.mlir" % name)
+    run([args.zeroc, "gen", config_path, "--seq-len", str(GRAD_SEQ),
+         "--micro-batch", str(GRAD_MICRO), "--dtype", "f32", "--quiet", "-o",
+         mlir])
+    _, cfg = write_config(args, 0, 1, 1, {})
+    with open(cfg) as f:
+        ds = json.load(f)
+    ds["train_micro_batch_size_per_gpu"] = GRAD_MICRO
+    with open(cfg, "w") as f:
+        json.dump(ds, f)
+    plan_path = os.path.join(args.work, "grad-%s-plan.json" % name)
+    run([args.zeroc, mlir, "--config", cfg, "--world-size", "1", "-o",
+         plan_path])
+
+    rnd = random.Random(19)
+    weights = grad_check_weights(plan_path, rnd)
+    shapes = {n: s for n, (s, _) in weights.items()}
+    if shapes != config.parameter_shapes():
+        print("FAILED: the plan's parameters %s are not the reference's %s" %
+              (shapes, config.parameter_shapes()))
+        return 1
+    weights_path = os.path.join(args.work, "grad-%s-weights.safetensors" %
+                                name)
+    reference_model.write_safetensors(weights_path, weights)
+    # Read back: the reference sees exactly the f32 values zerorun loads.
+    params, _ = reference_model.read_safetensors(weights_path)
+    tokens_path = os.path.join(args.work, "grad-tokens.u16")
+    toks = [rnd.randrange(config.vocab)
+            for _ in range(GRAD_MICRO * GRAD_SEQ + 1)]
+    with open(tokens_path, "wb") as f:
+        f.write(struct.pack("<%dH" % len(toks), *toks))
+    grads_path = os.path.join(args.work, "grad-%s-grads.safetensors" % name)
+    print(run([args.zerorun, plan_path, "--data", tokens_path, "--init-from",
+               weights_path, "--dump-grads", grads_path]), end="")
+    grads, meta = reference_model.read_safetensors(grads_path)
+    if sorted(grads) != sorted(params):
+        print("FAILED: gradients of %s, expected %s" % (sorted(grads),
+                                                        sorted(params)))
+        return 1
+
+    model = reference_model.Model(config, GRAD_MICRO, GRAD_SEQ)
+    inputs, targets = reference_model.step_batch(toks, GRAD_MICRO, GRAD_SEQ)
+    cached = model.residuals(params, inputs)
+    ref_loss = model.head(params, cached[-1], targets)
+    rt_loss = float(meta["zeroc_loss"])
+    loss_tol = GRAD_LOSS_ULPS * F32_U * abs(ref_loss)
+    print("loss: zerorun %.9g, float64 reference %.12g: difference %.3g "
+          "(%.2f u |L|; bound %.3g)" % (
+              rt_loss, ref_loss, rt_loss - ref_loss,
+              abs(rt_loss - ref_loss) / (F32_U * abs(ref_loss)), loss_tol))
+    failed = []
+    if not abs(rt_loss - ref_loss) <= loss_tol:
+        failed.append("the loss")
+
+    # Every finite difference first; then the bounds, whose f32 term scales
+    # with the largest gradient element as the reference computes it (so a
+    # wrong, large runtime gradient cannot loosen its own bound).
+    results = []  # (parameter, what, finite difference, truncation, zerorun)
+    for pname in sorted(params, key=lambda n: (config.layer_of(n), n)):
+        shape, w = params[pname]
+        g = grads[pname][1]
+        start = config.layer_of(pname)
+
+        def loss_along(direction):
+            def at(t):
+                moved = dict(params)
+                moved[pname] = (shape, [a + t * b
+                                        for a, b in zip(w, direction)])
+                return model.loss(moved, inputs, targets, start, cached)
+            return at
+
+        v = [rnd.gauss(0, 1) for _ in w]
+        norm = math.sqrt(math.fsum(x * x for x in v))
+        v = [x / norm for x in v]
+        results.append((pname, "direction") +
+                       central_difference(loss_along(v), GRAD_H) +
+                       (math.fsum(a * b for a, b in zip(g, v)),))
+        i = max(range(len(g)), key=lambda j: abs(g[j]))
+        e = [0.0] * len(w)
+        e[i] = 1.0
+        results.append((pname, "element %d" % i) +
+                       central_difference(loss_along(e), GRAD_H) + (g[i],))
+
+    scale = max(abs(fd) for _, what, fd, _, _ in results
+                if what.startswith("element"))
+    f32_tol = GRAD_F32_ULPS * F32_U * scale
+    round64 = 18 / 12 * F64_FORWARD_ULPS * F64_EPS * abs(ref_loss) / GRAD_H
+    print("bounds: f32 %.2e (%g u x S, the largest gradient element, %.3g), "
+          "f64 rounding of the differences %.1e, + each one's truncation" % (
+              f32_tol, GRAD_F32_ULPS, scale, round64))
+    worst = {}  # the largest |error| / (u S) of directions and of elements
+    for pname, what, fd, trunc, got in results:
+        err, tol = abs(fd - got), trunc + round64 + f32_tol
+        kind = what.split()[0]
+        worst[kind] = max(worst.get(kind, 0.0), err / (F32_U * scale))
+        ok = err <= tol
+        print("%-4s %-40s %-13s fd %+.8e zerorun %+.8e error %.1e (%5.2f u S)"
+              " bound %.1e (truncation %.0e)" % (
+                  "ok" if ok else "FAIL", pname, what, fd, got, err,
+                  err / (F32_U * scale), tol, trunc))
+        if not ok:
+            failed.append("%s (%s)" % (pname, what))
+    print("largest errors: direction %.2f u S, element %.2f u S (the bound "
+          "allows %g u S)" % (worst["direction"], worst["element"],
+                              GRAD_F32_ULPS))
+    if failed:
+        print("FAILED: zerorun's gradients disagree with the float64 "
+              "reference's finite differences: %s" % ", ".join(failed))
+        return 1
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--zeroc", help="needed by every scenario that compiles")
@@ -664,6 +873,8 @@ def main():
         return scenario_locations(args, args.scenario[len("locations:"):])
     if args.scenario.startswith("init-from:"):
         return scenario_init_from(args, args.scenario[len("init-from:"):])
+    if args.scenario.startswith("grad-check:"):
+        return scenario_grad_check(args, args.scenario[len("grad-check:"):])
 
     print("unknown scenario " + args.scenario)
     return 2

@@ -3,7 +3,7 @@
 //   zerorun PLAN.json [--synthetic | --data FILE] [--steps N] [--seed S]
 //           [--log-json PATH] [--comm-timeout SECONDS]
 //           [--checkpoint-dir DIR [--save-every N] [--resume]]
-//           [--init-from MODEL.safetensors]
+//           [--init-from MODEL.safetensors] [--dump-grads GRADS.safetensors]
 //
 // Launched by mpirun (one process per rank) or alone for a one-rank plan;
 // on CPU ranks or (--device cuda) one GPU per rank. Options, the progress
@@ -18,6 +18,7 @@
 #include "data/DataLoader.h"
 #include "exec/Device.h"
 #include "exec/Executor.h"
+#include "exec/GradientDump.h"
 #ifdef ZEROC_HAVE_CUDA
 #include "comm/NcclCommunicator.h"
 #endif
@@ -68,6 +69,11 @@ OPTIONS:
   --init-from FILE        Initialize parameters and master copies from a
                           whole-model safetensors file (e.g. from `zeroc
                           consolidate`) instead of random init
+  --dump-grads FILE       Run the first step's micro-steps (forward and
+                          backward, no optimizer step) and write every
+                          parameter's gradient, under the parameter's name,
+                          to FILE (safetensors; the loss in its metadata);
+                          needs a stage-0 plan for one rank
   --nvme-path DIR          Keep tensors the plan places on nvme in files under
                           DIR (default: the config's nvme_path)
   --device cpu|cuda       Where to train: CPU ranks (BLAS, MPI; the default)
@@ -93,7 +99,7 @@ struct Options {
   std::string nvmePath;
   std::string device = "cpu";
   bool plainLog = false;
-  std::string checkpointDir, initFrom;
+  std::string checkpointDir, initFrom, dumpGrads;
   int64_t saveEvery = 0;
   bool resume = false;
 };
@@ -175,6 +181,8 @@ Options parseArgs(int argc, char **argv) {
       o.resume = true;
     } else if (a == "--init-from") {
       o.initFrom = value();
+    } else if (a == "--dump-grads") {
+      o.dumpGrads = value();
     } else if (!a.empty() && a[0] == '-') {
       usageError("unknown option '" + a + "'");
     } else if (o.plan.empty()) {
@@ -195,6 +203,9 @@ Options parseArgs(int argc, char **argv) {
     usageError("--resume needs --checkpoint-dir");
   if (o.resume && !o.initFrom.empty())
     usageError("--resume and --init-from exclude each other");
+  if (!o.dumpGrads.empty() && !o.checkpointDir.empty())
+    usageError("--dump-grads runs no optimizer step: it saves no checkpoint "
+               "(--checkpoint-dir)");
   return o;
 }
 
@@ -245,6 +256,9 @@ int run(const Options &o, Communicator &comm, Device *device) {
   auto plan = loadPlan(o.plan);
   if (!plan)
     return err(plan.error().str());
+  if (!o.dumpGrads.empty())
+    if (std::string why = gradientDumpRefusal(*plan); !why.empty())
+      return err(why);
   ExecutorOptions eo;
   eo.seed = o.seed;
   eo.streamThreads = !o.singleThread;
@@ -287,6 +301,17 @@ int run(const Options &o, Communicator &comm, Device *device) {
     if (root)
       std::printf("zerorun: initialized %zu tensor(s) from %s\n", names->size(),
                   o.initFrom.c_str());
+  }
+
+  if (!o.dumpGrads.empty()) {
+    auto dumped = dumpGradients(e, *loader, firstStep, o.dumpGrads);
+    if (!dumped)
+      return err("--dump-grads: " + dumped.error().str());
+    std::printf("zerorun: step %lld  loss %.9g: the gradients of %zu "
+                "parameter(s) written to %s\n",
+                (long long)firstStep + 1, dumped->loss,
+                dumped->parameters.size(), o.dumpGrads.c_str());
+    return 0;
   }
 
   std::ofstream log;
