@@ -173,6 +173,103 @@ bool bytesOverlap(const void *a, size_t aBytes, const void *b, size_t bBytes) {
   return aBytes && bBytes && x < y + bBytes && y < x + aBytes;
 }
 
+//===----------------------------------------------------------------------===//
+// The public collectives: traffic counted once for every backend
+//===----------------------------------------------------------------------===//
+
+CommHandle Communicator::allGather(const void *send, int64_t sendCount,
+                                   void *recv, DType dtype, OpLabel label) {
+  CommHandle h = startAllGather(send, sendCount, recv, dtype, std::move(label));
+  count(CollectiveKind::AllGather, sendCount * size(), dtype);
+  return h;
+}
+
+CommHandle Communicator::reduceScatter(const void *send,
+                                       const std::vector<int64_t> &recvCounts,
+                                       void *recv, DType dtype, bool average,
+                                       OpLabel label) {
+  CommHandle h = startReduceScatter(send, recvCounts, recv, dtype, average,
+                                    std::move(label));
+  int64_t elements = 0;
+  for (int64_t c : recvCounts)
+    elements += c;
+  count(CollectiveKind::ReduceScatter, elements, dtype);
+  return h;
+}
+
+CommHandle Communicator::allReduce(void *buf, int64_t n, DType dtype,
+                                   bool average, OpLabel label) {
+  CommHandle h = startAllReduce(buf, n, dtype, average, std::move(label));
+  count(CollectiveKind::AllReduce, n, dtype);
+  return h;
+}
+
+CommHandle Communicator::broadcast(void *buf, int64_t n, DType dtype, int root,
+                                   OpLabel label) {
+  CommHandle h = startBroadcast(buf, n, dtype, root, std::move(label));
+  std::lock_guard<std::mutex> lock(trafficMutex);
+  counted.broadcast.collectives += 1;
+  counted.broadcast.elements += n;
+  return h;
+}
+
+CommHandle Communicator::barrier(OpLabel label) {
+  CommHandle h = startBarrier(std::move(label));
+  std::lock_guard<std::mutex> lock(trafficMutex);
+  counted.barrier.collectives += 1;
+  return h;
+}
+
+CommHandle Communicator::allReduceScalars(double *values, int64_t n,
+                                          ScalarOp op, OpLabel label) {
+  CommHandle h = startAllReduceScalars(values, n, op, std::move(label));
+  std::lock_guard<std::mutex> lock(trafficMutex);
+  counted.scalarAllReduce.collectives += 1;
+  counted.scalarAllReduce.elements += n;
+  return h;
+}
+
+void Communicator::count(CollectiveKind kind, int64_t elements, DType dtype) {
+  double perRank = commElementsPerRank(kind, double(elements), size());
+  std::lock_guard<std::mutex> lock(trafficMutex);
+  CommTraffic::Volume &v = counted.byKind[size_t(kind)];
+  v.collectives += 1;
+  v.elements += elements;
+  v.elementsPerRank += perRank;
+  v.bytesPerRank += perRank * double(bytesPerElement(dtype));
+}
+
+CommTraffic Communicator::traffic() const {
+  std::lock_guard<std::mutex> lock(trafficMutex);
+  return counted;
+}
+
+CommTraffic::Volume CommTraffic::total() const {
+  Volume t;
+  for (const Volume &v : byKind) {
+    t.collectives += v.collectives;
+    t.elements += v.elements;
+    t.elementsPerRank += v.elementsPerRank;
+    t.bytesPerRank += v.bytesPerRank;
+  }
+  return t;
+}
+
+CommTraffic CommTraffic::since(const CommTraffic &earlier) const {
+  auto minus = [](const Volume &a, const Volume &b) {
+    return Volume{a.collectives - b.collectives, a.elements - b.elements,
+                  a.elementsPerRank - b.elementsPerRank,
+                  a.bytesPerRank - b.bytesPerRank};
+  };
+  CommTraffic d;
+  for (size_t i = 0; i < byKind.size(); ++i)
+    d.byKind[i] = minus(byKind[i], earlier.byKind[i]);
+  d.scalarAllReduce = minus(scalarAllReduce, earlier.scalarAllReduce);
+  d.broadcast = minus(broadcast, earlier.broadcast);
+  d.barrier = minus(barrier, earlier.barrier);
+  return d;
+}
+
 double Communicator::allReduceScalar(double value, ScalarOp op, OpLabel label) {
   CommHandle h = allReduceScalars(&value, 1, op, std::move(label));
   wait(h);
@@ -221,8 +318,9 @@ static void copyElements(const void *src, void *dst, int64_t count,
     std::memmove(dst, src, size_t(count * bytesPerElement(dtype)));
 }
 
-CommHandle LocalCommunicator::allGather(const void *send, int64_t sendCount,
-                                        void *recv, DType dtype, OpLabel) {
+CommHandle LocalCommunicator::startAllGather(const void *send,
+                                             int64_t sendCount, void *recv,
+                                             DType dtype, OpLabel) {
   checkCount(sendCount, "allGather");
   copyElements(send, recv, sendCount, dtype);
   return {};
@@ -231,33 +329,33 @@ CommHandle LocalCommunicator::allGather(const void *send, int64_t sendCount,
 // With one rank the sum is the input and the average divides by 1: both are
 // the identity, for 16-bit buffers too (an f32 round trip is exact).
 CommHandle
-LocalCommunicator::reduceScatter(const void *send,
-                                 const std::vector<int64_t> &recvCounts,
-                                 void *recv, DType dtype, bool, OpLabel) {
+LocalCommunicator::startReduceScatter(const void *send,
+                                      const std::vector<int64_t> &recvCounts,
+                                      void *recv, DType dtype, bool, OpLabel) {
   checkReducible(dtype, "reduceScatter");
   checkRecvCounts(recvCounts);
   copyElements(send, recv, recvCounts[0], dtype);
   return {};
 }
 
-CommHandle LocalCommunicator::allReduce(void *, int64_t count, DType dtype,
-                                        bool, OpLabel) {
+CommHandle LocalCommunicator::startAllReduce(void *, int64_t count, DType dtype,
+                                             bool, OpLabel) {
   checkReducible(dtype, "allReduce");
   checkCount(count, "allReduce");
   return {};
 }
 
-CommHandle LocalCommunicator::broadcast(void *, int64_t count, DType, int root,
-                                        OpLabel) {
+CommHandle LocalCommunicator::startBroadcast(void *, int64_t count, DType,
+                                             int root, OpLabel) {
   checkCount(count, "broadcast");
   checkRoot(root);
   return {};
 }
 
-CommHandle LocalCommunicator::barrier(OpLabel) { return {}; }
+CommHandle LocalCommunicator::startBarrier(OpLabel) { return {}; }
 
-CommHandle LocalCommunicator::allReduceScalars(double *, int64_t count,
-                                               ScalarOp, OpLabel) {
+CommHandle LocalCommunicator::startAllReduceScalars(double *, int64_t count,
+                                                    ScalarOp, OpLabel) {
   checkCount(count, "allReduceScalars");
   return {};
 }

@@ -35,15 +35,18 @@
 #ifndef ZEROC_RUNTIME_COMM_COMMUNICATOR_H
 #define ZEROC_RUNTIME_COMM_COMMUNICATOR_H
 
+#include "zeroc/Support/Collectives.h"
 #include "zeroc/Support/DType.h"
 #include "zeroc/Support/Diagnostic.h"
 #include "zeroc/Support/ShardLayout.h"
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -83,6 +86,37 @@ public:
 };
 
 class Communicator;
+
+/// What a communicator's collectives moved: per kind, the collectives
+/// started, their elements (the whole buffer: an all-gather's output, a
+/// reduce-scatter's input, an all-reduce's buffer) and the elements and
+/// bytes each rank sends by the plan's accounting,
+/// commElementsPerRank(kind, elements, size()) (zeroc/Support/Collectives.h:
+/// (n-1)/n of the elements for all-gather and reduce-scatter, twice that
+/// for all-reduce). The scalar all-reduces of norms, overflow flags and
+/// logs, broadcasts and barriers are control traffic, which the plan does
+/// not count: kept apart (docs/zerorun.md, "Traffic").
+struct CommTraffic {
+  struct Volume {
+    int64_t collectives = 0;
+    int64_t elements = 0;
+    double elementsPerRank = 0;
+    double bytesPerRank = 0;
+  };
+  /// By CollectiveKind.
+  std::array<Volume, 3> byKind{};
+  /// allReduceScalars: `elements` doubles; broadcast: `elements` of the
+  /// root's buffer; barrier: collectives only.
+  Volume scalarAllReduce, broadcast, barrier;
+
+  const Volume &operator[](CollectiveKind kind) const {
+    return byKind[size_t(kind)];
+  }
+  /// The sum over the three plan kinds.
+  Volume total() const;
+  /// `this` minus `earlier` (what was moved in between).
+  CommTraffic since(const CommTraffic &earlier) const;
+};
 
 /// A started collective, backend-specific. Internal to the backends.
 class PendingCollective {
@@ -143,8 +177,8 @@ public:
 
   /// Rank r's `sendCount` elements land at recv[r * sendCount]. `send` may
   /// alias that slot of `recv` (in place). Any dtype (bits are copied).
-  virtual CommHandle allGather(const void *send, int64_t sendCount, void *recv,
-                               DType dtype, OpLabel label) = 0;
+  CommHandle allGather(const void *send, int64_t sendCount, void *recv,
+                       DType dtype, OpLabel label);
 
   /// `send` holds sum(recvCounts) elements: the block of rank r (its
   /// recvCounts[r] elements, in rank order) is reduced over all ranks into
@@ -152,25 +186,27 @@ public:
   /// group: `FlatGroupLayout::receiveCounts`). Sum, or sum / size() when
   /// `average`. f32, bf16 or f16; 16-bit inputs are summed in f32 and rounded
   /// once.
-  virtual CommHandle reduceScatter(const void *send,
-                                   const std::vector<int64_t> &recvCounts,
-                                   void *recv, DType dtype, bool average,
-                                   OpLabel label) = 0;
+  CommHandle reduceScatter(const void *send,
+                           const std::vector<int64_t> &recvCounts, void *recv,
+                           DType dtype, bool average, OpLabel label);
 
   /// In place over `count` elements; same arithmetic as reduceScatter.
-  virtual CommHandle allReduce(void *buf, int64_t count, DType dtype,
-                               bool average, OpLabel label) = 0;
+  CommHandle allReduce(void *buf, int64_t count, DType dtype, bool average,
+                       OpLabel label);
 
   /// `root`'s `count` elements to every rank. Any dtype.
-  virtual CommHandle broadcast(void *buf, int64_t count, DType dtype, int root,
-                               OpLabel label) = 0;
+  CommHandle broadcast(void *buf, int64_t count, DType dtype, int root,
+                       OpLabel label);
 
-  virtual CommHandle barrier(OpLabel label) = 0;
+  CommHandle barrier(OpLabel label);
 
   /// In place over `count` doubles: global gradient-norm sums, overflow
   /// flags (Max). Doubles, so a norm's square sum does not lose digits.
-  virtual CommHandle allReduceScalars(double *values, int64_t count,
-                                      ScalarOp op, OpLabel label) = 0;
+  CommHandle allReduceScalars(double *values, int64_t count, ScalarOp op,
+                              OpLabel label);
+
+  /// What this communicator's collectives moved so far (started ones).
+  CommTraffic traffic() const;
 
   /// Collectives started from now on are ordered on `stream`, a device
   /// stream of this backend (a cudaStream_t for NCCL): they start after the
@@ -207,6 +243,22 @@ public:
   }
 
 protected:
+  // The backend's collectives, behind the public ones above (which count
+  // their traffic once, here, for every backend).
+  virtual CommHandle startAllGather(const void *send, int64_t sendCount,
+                                    void *recv, DType dtype, OpLabel label) = 0;
+  virtual CommHandle startReduceScatter(const void *send,
+                                        const std::vector<int64_t> &recvCounts,
+                                        void *recv, DType dtype, bool average,
+                                        OpLabel label) = 0;
+  virtual CommHandle startAllReduce(void *buf, int64_t count, DType dtype,
+                                    bool average, OpLabel label) = 0;
+  virtual CommHandle startBroadcast(void *buf, int64_t count, DType dtype,
+                                    int root, OpLabel label) = 0;
+  virtual CommHandle startBarrier(OpLabel label) = 0;
+  virtual CommHandle startAllReduceScalars(double *values, int64_t count,
+                                           ScalarOp op, OpLabel label) = 0;
+
   /// Ends every rank's process with `exitCode`. Does not return.
   [[noreturn]] virtual void abortAll(int exitCode) const = 0;
   /// A pending collective of this communicator, started now.
@@ -243,8 +295,13 @@ private:
   bool waitUntil(CommHandle &handle, CommDeadline deadline,
                  const std::atomic<bool> &cancel);
 
+  /// Adds a started collective's traffic.
+  void count(CollectiveKind kind, int64_t elements, DType dtype);
+
   CommDuration commTimeout = kDefaultCommTimeout;
   TimeoutHandler timeoutHandler;
+  mutable std::mutex trafficMutex;
+  CommTraffic counted;
 };
 
 /// World size 1: every collective is a copy (or nothing) and completes when
@@ -255,22 +312,23 @@ public:
   int size() const override { return 1; }
   std::string_view backend() const override { return "local"; }
 
-  CommHandle allGather(const void *send, int64_t sendCount, void *recv,
-                       DType dtype, OpLabel label) override;
-  CommHandle reduceScatter(const void *send,
-                           const std::vector<int64_t> &recvCounts, void *recv,
-                           DType dtype, bool average, OpLabel label) override;
-  CommHandle allReduce(void *buf, int64_t count, DType dtype, bool average,
-                       OpLabel label) override;
-  CommHandle broadcast(void *buf, int64_t count, DType dtype, int root,
-                       OpLabel label) override;
-  CommHandle barrier(OpLabel label) override;
-  CommHandle allReduceScalars(double *values, int64_t count, ScalarOp op,
-                              OpLabel label) override;
   std::unique_ptr<Communicator> duplicate() const override;
   std::unique_ptr<Communicator> split(int color, int key) const override;
 
 protected:
+  CommHandle startAllGather(const void *send, int64_t sendCount, void *recv,
+                            DType dtype, OpLabel label) override;
+  CommHandle startReduceScatter(const void *send,
+                                const std::vector<int64_t> &recvCounts,
+                                void *recv, DType dtype, bool average,
+                                OpLabel label) override;
+  CommHandle startAllReduce(void *buf, int64_t count, DType dtype, bool average,
+                            OpLabel label) override;
+  CommHandle startBroadcast(void *buf, int64_t count, DType dtype, int root,
+                            OpLabel label) override;
+  CommHandle startBarrier(OpLabel label) override;
+  CommHandle startAllReduceScalars(double *values, int64_t count, ScalarOp op,
+                                   OpLabel label) override;
   [[noreturn]] void abortAll(int exitCode) const override;
 };
 

@@ -2,6 +2,7 @@
 
 #include "comm/MpiCommunicator.h"
 
+#include "memory/MemoryCounter.h"
 #include "zeroc/Support/Float16.h"
 
 #include <algorithm>
@@ -75,8 +76,8 @@ struct MpiPending : PendingCollective {
   const MpiCommunicator *comm = nullptr;
   std::vector<MPI_Request> requests;
   std::vector<int> counts;        // MPI reads count arrays until completion.
-  std::vector<float> wideSend;    // f32 copies of 16-bit inputs.
-  std::vector<float> wideRecv;    // f32 results before rounding or copying.
+  StagingVector<float> wideSend;  // f32 copies of 16-bit inputs.
+  StagingVector<float> wideRecv;  // f32 results before rounding or copying.
   std::function<void()> complete; // Averaging, rounding, copying out.
 
   bool test() override {
@@ -189,8 +190,9 @@ int MpiCommunicator::intCount(int64_t count, std::string_view what) const {
   return int(count);
 }
 
-CommHandle MpiCommunicator::allGather(const void *send, int64_t sendCount,
-                                      void *recv, DType dtype, OpLabel label) {
+CommHandle MpiCommunicator::startAllGather(const void *send, int64_t sendCount,
+                                           void *recv, DType dtype,
+                                           OpLabel label) {
   int count = intCount(sendCount, "allGather");
   auto p = makePending<MpiPending>("all_gather", std::move(label));
   p->comm = this;
@@ -205,7 +207,7 @@ CommHandle MpiCommunicator::allGather(const void *send, int64_t sendCount,
   return CommHandle(std::move(p));
 }
 
-CommHandle MpiCommunicator::reduceScatter(
+CommHandle MpiCommunicator::startReduceScatter(
     const void *send, const std::vector<int64_t> &recvCounts, void *recv,
     DType dtype, bool average, OpLabel label) {
   checkReducible(dtype, "reduceScatter");
@@ -246,8 +248,9 @@ CommHandle MpiCommunicator::reduceScatter(
   return CommHandle(std::move(p));
 }
 
-CommHandle MpiCommunicator::allReduce(void *buf, int64_t count, DType dtype,
-                                      bool average, OpLabel label) {
+CommHandle MpiCommunicator::startAllReduce(void *buf, int64_t count,
+                                           DType dtype, bool average,
+                                           OpLabel label) {
   checkReducible(dtype, "allReduce");
   checkCount(count, "allReduce");
   auto p = makePending<MpiPending>("all_reduce", std::move(label));
@@ -274,8 +277,9 @@ CommHandle MpiCommunicator::allReduce(void *buf, int64_t count, DType dtype,
   return CommHandle(std::move(p));
 }
 
-CommHandle MpiCommunicator::broadcast(void *buf, int64_t count, DType dtype,
-                                      int root, OpLabel label) {
+CommHandle MpiCommunicator::startBroadcast(void *buf, int64_t count,
+                                           DType dtype, int root,
+                                           OpLabel label) {
   checkCount(count, "broadcast");
   checkRoot(root);
   auto p = makePending<MpiPending>("broadcast", std::move(label));
@@ -292,7 +296,7 @@ CommHandle MpiCommunicator::broadcast(void *buf, int64_t count, DType dtype,
   return CommHandle(std::move(p));
 }
 
-CommHandle MpiCommunicator::barrier(OpLabel label) {
+CommHandle MpiCommunicator::startBarrier(OpLabel label) {
   auto p = makePending<MpiPending>("barrier", std::move(label));
   p->comm = this;
   p->requests.resize(1);
@@ -300,8 +304,8 @@ CommHandle MpiCommunicator::barrier(OpLabel label) {
   return CommHandle(std::move(p));
 }
 
-CommHandle MpiCommunicator::allReduceScalars(double *values, int64_t count,
-                                             ScalarOp op, OpLabel label) {
+CommHandle MpiCommunicator::startAllReduceScalars(double *values, int64_t count,
+                                                  ScalarOp op, OpLabel label) {
   int n = intCount(count, "allReduceScalars");
   auto p = makePending<MpiPending>(op == ScalarOp::Sum ? "all_reduce(sum)"
                                                        : "all_reduce(max)",

@@ -87,22 +87,23 @@ public:
   /// of the splitting.
   void setMaxMessageElements(int64_t n) { maxMessage = n; }
 
-  CommHandle allGather(const void *send, int64_t sendCount, void *recv,
-                       DType dtype, OpLabel label) override;
-  CommHandle reduceScatter(const void *send,
-                           const std::vector<int64_t> &recvCounts, void *recv,
-                           DType dtype, bool average, OpLabel label) override;
-  CommHandle allReduce(void *buf, int64_t count, DType dtype, bool average,
-                       OpLabel label) override;
-  CommHandle broadcast(void *buf, int64_t count, DType dtype, int root,
-                       OpLabel label) override;
-  CommHandle barrier(OpLabel label) override;
-  CommHandle allReduceScalars(double *values, int64_t count, ScalarOp op,
-                              OpLabel label) override;
   std::unique_ptr<Communicator> duplicate() const override;
   std::unique_ptr<Communicator> split(int color, int key) const override;
 
 protected:
+  CommHandle startAllGather(const void *send, int64_t sendCount, void *recv,
+                            DType dtype, OpLabel label) override;
+  CommHandle startReduceScatter(const void *send,
+                                const std::vector<int64_t> &recvCounts,
+                                void *recv, DType dtype, bool average,
+                                OpLabel label) override;
+  CommHandle startAllReduce(void *buf, int64_t count, DType dtype, bool average,
+                            OpLabel label) override;
+  CommHandle startBroadcast(void *buf, int64_t count, DType dtype, int root,
+                            OpLabel label) override;
+  CommHandle startBarrier(OpLabel label) override;
+  CommHandle startAllReduceScalars(double *values, int64_t count, ScalarOp op,
+                                   OpLabel label) override;
   [[noreturn]] void abortAll(int exitCode) const override;
 
 private:

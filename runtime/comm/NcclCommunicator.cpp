@@ -1,6 +1,7 @@
 //===- NcclCommunicator.cpp - Collectives over NCCL -----------------------===//
 
 #include "comm/NcclCommunicator.h"
+#include "memory/MemoryCounter.h"
 
 #include "comm/MpiCommunicator.h"
 
@@ -133,8 +134,11 @@ struct NcclCommunicator::ScalarScratch {
   ~ScalarScratch() {
     if (host)
       cudaFreeHost(host);
-    if (device)
+    if (device) {
       cudaFree(device);
+      deviceMemory().released(MemoryUse::CollectiveStaging,
+                              capacity * int64_t(sizeof(double)));
+    }
   }
 };
 
@@ -558,6 +562,7 @@ NcclCommunicator::takeScalars(int64_t count) {
             "cudaMallocHost", "scalar scratch");
   checkCuda(cudaMalloc(reinterpret_cast<void **>(&s->device), bytes),
             "cudaMalloc", "scalar scratch");
+  deviceMemory().allocated(MemoryUse::CollectiveStaging, int64_t(bytes));
   checkCuda(cudaMemsetAsync(s->device, 0, bytes, current), "cudaMemsetAsync",
             "scalar scratch");
   return s;
@@ -636,8 +641,9 @@ void NcclCommunicator::streamWait(cudaStream_t stream,
 // Collectives
 //===----------------------------------------------------------------------===//
 
-CommHandle NcclCommunicator::allGather(const void *send, int64_t sendCount,
-                                       void *recv, DType dtype, OpLabel label) {
+CommHandle NcclCommunicator::startAllGather(const void *send, int64_t sendCount,
+                                            void *recv, DType dtype,
+                                            OpLabel label) {
   checkCount(sendCount, "allGather");
   auto p = newPending("all_gather", std::move(label));
   ncclComm_t comm = nccl;
@@ -652,7 +658,7 @@ CommHandle NcclCommunicator::allGather(const void *send, int64_t sendCount,
       nullptr);
 }
 
-CommHandle NcclCommunicator::reduceScatter(
+CommHandle NcclCommunicator::startReduceScatter(
     const void *send, const std::vector<int64_t> &recvCounts, void *recv,
     DType dtype, bool average, OpLabel label) {
   checkReducible(dtype, "reduceScatter");
@@ -679,10 +685,12 @@ CommHandle NcclCommunicator::reduceScatter(
   if (recv != myBlock && bytesOverlap(send, total * elt, recv, mine * elt)) {
     checkCuda(cudaMallocAsync(&out, mine * elt, current), "cudaMallocAsync",
               describeCollective(*p));
+    deviceMemory().allocated(MemoryUse::CollectiveStaging, int64_t(mine * elt));
     epilogue = [out, recv, bytes = mine * elt](cudaStream_t s) {
       cudaError_t rc =
           cudaMemcpyAsync(recv, out, bytes, cudaMemcpyDeviceToDevice, s);
       cudaError_t freed = cudaFreeAsync(out, s);
+      deviceMemory().released(MemoryUse::CollectiveStaging, int64_t(bytes));
       return rc != cudaSuccess ? rc : freed;
     };
   }
@@ -721,8 +729,9 @@ CommHandle NcclCommunicator::reduceScatter(
       std::move(epilogue));
 }
 
-CommHandle NcclCommunicator::allReduce(void *buf, int64_t count, DType dtype,
-                                       bool average, OpLabel label) {
+CommHandle NcclCommunicator::startAllReduce(void *buf, int64_t count,
+                                            DType dtype, bool average,
+                                            OpLabel label) {
   checkReducible(dtype, "allReduce");
   checkCount(count, "allReduce");
   auto p = newPending("all_reduce", std::move(label));
@@ -739,8 +748,9 @@ CommHandle NcclCommunicator::allReduce(void *buf, int64_t count, DType dtype,
       nullptr);
 }
 
-CommHandle NcclCommunicator::broadcast(void *buf, int64_t count, DType dtype,
-                                       int root, OpLabel label) {
+CommHandle NcclCommunicator::startBroadcast(void *buf, int64_t count,
+                                            DType dtype, int root,
+                                            OpLabel label) {
   checkCount(count, "broadcast");
   checkRoot(root);
   auto p = newPending("broadcast", std::move(label));
@@ -757,7 +767,7 @@ CommHandle NcclCommunicator::broadcast(void *buf, int64_t count, DType dtype,
       nullptr);
 }
 
-CommHandle NcclCommunicator::barrier(OpLabel label) {
+CommHandle NcclCommunicator::startBarrier(OpLabel label) {
   auto p = newPending("barrier", std::move(label));
   p->scalars = takeScalars(1);
   double *scratch = p->scalars->device;
@@ -772,8 +782,9 @@ CommHandle NcclCommunicator::barrier(OpLabel label) {
       nullptr);
 }
 
-CommHandle NcclCommunicator::allReduceScalars(double *values, int64_t count,
-                                              ScalarOp op, OpLabel label) {
+CommHandle NcclCommunicator::startAllReduceScalars(double *values,
+                                                   int64_t count, ScalarOp op,
+                                                   OpLabel label) {
   checkCount(count, "allReduceScalars");
   auto p =
       newPending(op == ScalarOp::Sum ? "all_reduce(sum)" : "all_reduce(max)",

@@ -112,29 +112,6 @@ public:
   /// size 1 with it.
   void setReducePerRoot(bool always) { reducePerRoot = always; }
 
-  /// Device pointers; `send` may be this rank's slot of `recv` (NCCL's
-  /// in-place all-gather).
-  CommHandle allGather(const void *send, int64_t sendCount, void *recv,
-                       DType dtype, OpLabel label) override;
-  /// Equal counts: one ncclReduceScatter. Unequal counts: one ncclReduce
-  /// per rank with a nonzero count, that rank as root, in one group
-  /// (zero-count ranks are skipped; every rank skips the same ones). `recv`
-  /// may be this rank's block of `send` (in place); a `recv` that
-  /// overlaps `send` elsewhere is received into stream-ordered scratch.
-  CommHandle reduceScatter(const void *send,
-                           const std::vector<int64_t> &recvCounts, void *recv,
-                           DType dtype, bool average, OpLabel label) override;
-  CommHandle allReduce(void *buf, int64_t count, DType dtype, bool average,
-                       OpLabel label) override;
-  CommHandle broadcast(void *buf, int64_t count, DType dtype, int root,
-                       OpLabel label) override;
-  /// An all-reduce of one element of device scratch.
-  CommHandle barrier(OpLabel label) override;
-  /// `values` are HOST doubles (as for the other backends): copied to
-  /// device scratch, all-reduced as ncclFloat64, copied back; `values` is
-  /// written when the handle completes (test / wait), not before.
-  CommHandle allReduceScalars(double *values, int64_t count, ScalarOp op,
-                              OpLabel label) override;
   /// ncclCommSplit with the same color for all: a new NCCL communicator on
   /// the same device, with its own internal stream (collective).
   std::unique_ptr<Communicator> duplicate() const override;
@@ -142,6 +119,30 @@ public:
   std::unique_ptr<Communicator> split(int color, int key) const override;
 
 protected:
+  /// Device pointers; `send` may be this rank's slot of `recv` (NCCL's
+  /// in-place all-gather).
+  CommHandle startAllGather(const void *send, int64_t sendCount, void *recv,
+                            DType dtype, OpLabel label) override;
+  /// Equal counts: one ncclReduceScatter. Unequal counts: one ncclReduce
+  /// per rank with a nonzero count, that rank as root, in one group
+  /// (zero-count ranks are skipped; every rank skips the same ones). `recv`
+  /// may be this rank's block of `send` (in place); a `recv` that
+  /// overlaps `send` elsewhere is received into stream-ordered scratch.
+  CommHandle startReduceScatter(const void *send,
+                                const std::vector<int64_t> &recvCounts,
+                                void *recv, DType dtype, bool average,
+                                OpLabel label) override;
+  CommHandle startAllReduce(void *buf, int64_t count, DType dtype, bool average,
+                            OpLabel label) override;
+  CommHandle startBroadcast(void *buf, int64_t count, DType dtype, int root,
+                            OpLabel label) override;
+  /// An all-reduce of one element of device scratch.
+  CommHandle startBarrier(OpLabel label) override;
+  /// `values` are HOST doubles (as for the other backends): copied to
+  /// device scratch, all-reduced as ncclFloat64, copied back; `values` is
+  /// written when the handle completes (test / wait), not before.
+  CommHandle startAllReduceScalars(double *values, int64_t count, ScalarOp op,
+                                   OpLabel label) override;
   /// ncclCommAbort (given up after a grace period, as it may itself hang
   /// behind a stuck peer), then MPI_Abort if MPI is running, else _Exit.
   [[noreturn]] void abortAll(int exitCode) const override;

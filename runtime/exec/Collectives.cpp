@@ -134,7 +134,8 @@ void Executor::Impl::startAllGather(const PlanOp &op) {
         continue;
       }
       // A plan that did not size the buffer for the padding.
-      p.scratch.push_back(ex.memory.allocate(paddedBytes, true));
+      p.scratch.push_back(ex.memory.allocate(paddedBytes, true, 64,
+                                             MemoryUse::UnplannedWorkspace));
       Tensor padded{p.scratch.back().get(), full.dtype, {s * ws}};
       p.handles.push_back(
           comm.allGather(shard.data, s, padded.data, full.dtype, label(op)));

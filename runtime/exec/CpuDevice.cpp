@@ -14,7 +14,7 @@ class CpuDevice final : public Device {
 public:
   std::string name() const override { return "cpu"; }
 
-  char *allocate(int64_t bytes, bool, int64_t alignment) override {
+  char *allocateMemory(int64_t bytes, bool, int64_t alignment) override {
     alignment = std::max<int64_t>(alignment, 64);
     size_t size = size_t((std::max<int64_t>(bytes, 1) + alignment - 1) /
                          alignment * alignment);
@@ -24,7 +24,7 @@ public:
     std::memset(p, 0, size);
     return p;
   }
-  void release(char *p, bool) override { std::free(p); }
+  void releaseMemory(char *p, bool) override { std::free(p); }
   bool hostAddressable() const override { return true; }
   StreamScheduling scheduling() const override {
     return StreamScheduling::ThreadPerStream;

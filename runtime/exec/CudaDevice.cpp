@@ -97,13 +97,15 @@ bool onDevice(const void *p) {
 
 class CudaDevice final : public Device {
 public:
-  explicit CudaDevice(int device) : deviceId(device) {}
+  explicit CudaDevice(int device)
+      : deviceId(device), inUseAtStart(memoryInUse()) {}
   ~CudaDevice() override {
     cudaSetDevice(deviceId);
     for (auto &[id, s] : streams) {
       cudaStreamSynchronize(s.stream);
       cudaStreamDestroy(s.stream);
       cudaFree(s.scratch);
+      deviceMemory().released(MemoryUse::DeviceRuntime, kStreamRuntimeBytes);
     }
     for (cudaEvent_t e : events)
       cudaEventDestroy(e);
@@ -111,7 +113,7 @@ public:
 
   std::string name() const override { return "cuda"; }
 
-  char *allocate(int64_t bytes, bool device, int64_t alignment) override {
+  char *allocateMemory(int64_t bytes, bool device, int64_t alignment) override {
     ok(cudaSetDevice(deviceId), "cudaSetDevice");
     size_t size = size_t(std::max<int64_t>(bytes, 1));
     void *p = nullptr;
@@ -135,7 +137,7 @@ public:
     }
     return static_cast<char *>(p);
   }
-  void release(char *p, bool device) override {
+  void releaseMemory(char *p, bool device) override {
     cudaSetDevice(deviceId);
     if (device)
       cudaFree(p);
@@ -299,6 +301,7 @@ public:
       return -1;
     return int64_t(total - freeBytes);
   }
+  int64_t memoryInUseAtStart() const override { return inUseAtStart; }
 
 private:
   struct StreamState {
@@ -319,11 +322,17 @@ private:
     if (!st.ok())
       throw std::runtime_error(st.error);
     ok(cudaMalloc(&s.scratch, 16), "cudaMalloc");
+    deviceMemory().allocated(MemoryUse::DeviceRuntime, kStreamRuntimeBytes);
     return streams.emplace(boundStream, std::move(s)).first->second;
   }
   cudaStream_t stream() { return state().stream; }
 
+  /// What a stream's state allocates: its readback scratch and its
+  /// cuBLASLt workspace.
+  static constexpr int64_t kStreamRuntimeBytes =
+      16 + int64_t(cuda::KernelContext::kDefaultWorkspaceBytes);
   int deviceId;
+  int64_t inUseAtStart = -1;
   std::mutex mutex;
   std::map<int64_t, StreamState> streams;
   std::vector<cudaEvent_t> events;

@@ -25,11 +25,14 @@
 
 #include "Kernels.h"
 #include "exec/Dispatch.h"
+#include "memory/MemoryCounter.h"
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace zeroc::runtime {
@@ -54,10 +57,12 @@ public:
 
   /// Zero-filled memory: on the device (`onDevice`), or host memory the
   /// device can copy to and from (pinned on a GPU). 64-byte aligned at
-  /// least; `alignment` (a power of two) where more is needed.
-  virtual char *allocate(int64_t bytes, bool onDevice,
-                         int64_t alignment = 64) = 0;
-  virtual void release(char *p, bool onDevice) = 0;
+  /// least; `alignment` (a power of two) where more is needed. Device
+  /// memory counts in deviceMemory() (memory/MemoryCounter.h) as `use`,
+  /// by the bytes asked for (not the backend's rounding).
+  char *allocate(int64_t bytes, bool onDevice, int64_t alignment = 64,
+                 MemoryUse use = MemoryUse::PlannedTensors);
+  void release(char *p, bool onDevice);
   /// Whether the host reads and writes `onDevice` memory directly (else
   /// through toHost and fromHost).
   virtual bool hostAddressable() const = 0;
@@ -117,8 +122,24 @@ public:
   virtual float loadElement(const Tensor &t, int64_t i) = 0;
 
   /// Device memory in use by everything on this device (allocator pools,
-  /// libraries), where the device can tell; -1 where it cannot.
+  /// libraries), where the device can tell (cudaMemGetInfo); -1 where it
+  /// cannot.
   virtual int64_t memoryInUse() const { return -1; }
+  /// memoryInUse() when the device was created, before this process
+  /// allocated anything on it (other processes' memory included); -1 where
+  /// the device cannot tell.
+  virtual int64_t memoryInUseAtStart() const { return -1; }
+
+protected:
+  /// The backend's allocation and release behind allocate and release.
+  virtual char *allocateMemory(int64_t bytes, bool onDevice,
+                               int64_t alignment) = 0;
+  virtual void releaseMemory(char *p, bool onDevice) = 0;
+
+private:
+  /// Each live device allocation's size and use, for its release.
+  std::mutex allocationsMutex;
+  std::unordered_map<char *, std::pair<int64_t, MemoryUse>> allocations;
 };
 
 /// Host memory and the CPU kernels (runtime/kernels/cpu).

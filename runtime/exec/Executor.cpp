@@ -47,7 +47,8 @@ char *Executor::Impl::workspace(const PlanOp &op, int64_t bytes,
            ": its workspace lies outside the arena");
     return arenaAt(op.workspaceOffset, bytes);
   }
-  keep.push_back(ex.memory.allocate(bytes, true));
+  keep.push_back(
+      ex.memory.allocate(bytes, true, 64, MemoryUse::UnplannedWorkspace));
   return keep.back().get();
 }
 

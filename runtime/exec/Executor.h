@@ -18,6 +18,7 @@
 #include "comm/Communicator.h"
 #include "data/DataLoader.h"
 #include "exec/MemoryTracker.h"
+#include "memory/MemoryCounter.h"
 #include "zeroc/Checkpoint/Checkpoint.h"
 #include "zeroc/Plan/Plan.h"
 #include "zeroc/Support/Diagnostic.h"
@@ -105,9 +106,15 @@ public:
   Expected<Done> restoreTrainingState(const TrainingState &state);
   /// The vocabulary size (the logits' last dimension).
   int64_t vocabSize() const { return vocab; }
-  /// Device high-water mark: persistent device tensors, the arena, and the
-  /// staging buffers of collectives.
+  /// The tracker's device high-water mark (MemoryTracker.h): persistent
+  /// device tensors, the arena as far as its buffers reached, and buffers
+  /// the plan did not size.
   int64_t measuredPeakBytes() const { return memory.devicePeak(); }
+  /// What the counting allocator saw (memory/MemoryCounter.h): every
+  /// device allocation of this process, kernel scratch and communicator
+  /// staging included, by use. Its tensorPeak is the measured peak zerorun
+  /// compares with predictedPeakBytes().
+  MemoryCounts allocatedMemory() const { return deviceMemory().counts(); }
   /// The plan's: persistent device bytes plus the larger phase arena.
   int64_t predictedPeakBytes() const;
   /// The plan's persistent device bytes (local_numel x dtype size).

@@ -15,9 +15,10 @@ Device &hostDevice() {
 } // namespace
 
 std::shared_ptr<char> MemoryTracker::allocate(int64_t bytes, bool onDevice,
-                                              int64_t alignment) {
+                                              int64_t alignment,
+                                              MemoryUse use) {
   Device *dev = owner ? owner : &hostDevice();
-  char *p = dev->allocate(bytes, onDevice, alignment);
+  char *p = dev->allocate(bytes, onDevice, alignment, use);
   std::lock_guard<std::mutex> lock(mutex);
   int64_t *counter = onDevice ? &device : &host;
   *counter += bytes;

@@ -1,13 +1,19 @@
 //===- MemoryTracker.h - The executor's allocations, counted ----*- C++ -*-===//
 //
 // Every byte the executor allocates goes through a MemoryTracker, which
-// counts it by placement and keeps the device high-water mark that zerorun
-// compares with the plan's prediction (docs/zerorun.md, "Memory").
+// counts it by placement and keeps a device high-water mark by the plan's
+// own accounting (the arena counted as far as it is used): the tracker's
+// figure in zerorun's log. The memory actually allocated is counted below
+// it, by the device's counting allocator (memory/MemoryCounter.h), whose
+// high-water mark zerorun compares with the plan's prediction
+// (docs/zerorun.md, "Memory").
 //
 //===----------------------------------------------------------------------===//
 
 #ifndef ZEROC_RUNTIME_EXEC_MEMORYTRACKER_H
 #define ZEROC_RUNTIME_EXEC_MEMORYTRACKER_H
+
+#include "memory/MemoryCounter.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -27,9 +33,11 @@ class Device;
 class MemoryTracker {
 public:
   /// `alignment`-byte aligned (a power of two, at least 64), zero-filled.
-  /// `device` selects the counter.
+  /// `device` selects the counter; `use` is what the device's counting
+  /// allocator files device memory under (memory/MemoryCounter.h).
   std::shared_ptr<char> allocate(int64_t bytes, bool device,
-                                 int64_t alignment = 64);
+                                 int64_t alignment = 64,
+                                 MemoryUse use = MemoryUse::PlannedTensors);
   /// The arena: allocated like allocate(bytes, true), counted by useArena.
   std::shared_ptr<char> allocateArena(int64_t bytes);
   /// Allocations go through `device` (else aligned host memory); it must

@@ -81,8 +81,9 @@ void PreparedPhase::bind(MemoryTracker &memory,
   memory.useArena(arenaEnd);
   for (int64_t id : unplanned) {
     Tensor &t = values.at(id);
-    keep.push_back(memory.allocate(
-        std::max<int64_t>(t.bytes(), valueInfo.at(id)->bytes), true));
+    keep.push_back(
+        memory.allocate(std::max<int64_t>(t.bytes(), valueInfo.at(id)->bytes),
+                        true, 64, MemoryUse::UnplannedWorkspace));
     t.data = keep.back().get();
   }
 }

@@ -199,33 +199,35 @@ public:
   int rank() const override { return 1; }
   int size() const override { return 2; }
   std::string_view backend() const override { return "stuck"; }
-  CommHandle allGather(const void *, int64_t, void *, DType,
-                       OpLabel label) override {
-    return stuck("all_gather", std::move(label));
-  }
-  CommHandle reduceScatter(const void *, const std::vector<int64_t> &, void *,
-                           DType, bool, OpLabel label) override {
-    return stuck("reduce_scatter", std::move(label));
-  }
-  CommHandle allReduce(void *, int64_t, DType, bool, OpLabel label) override {
-    return stuck("all_reduce", std::move(label));
-  }
-  CommHandle broadcast(void *, int64_t, DType, int, OpLabel label) override {
-    return stuck("broadcast", std::move(label));
-  }
-  CommHandle barrier(OpLabel label) override {
-    return stuck("barrier", std::move(label));
-  }
-  CommHandle allReduceScalars(double *, int64_t, ScalarOp,
-                              OpLabel label) override {
-    return stuck("all_reduce(sum)", std::move(label));
-  }
   std::unique_ptr<Communicator> duplicate() const override { return nullptr; }
   std::unique_ptr<Communicator> split(int, int) const override {
     return nullptr;
   }
 
 protected:
+  CommHandle startAllGather(const void *, int64_t, void *, DType,
+                            OpLabel label) override {
+    return stuck("all_gather", std::move(label));
+  }
+  CommHandle startReduceScatter(const void *, const std::vector<int64_t> &,
+                                void *, DType, bool, OpLabel label) override {
+    return stuck("reduce_scatter", std::move(label));
+  }
+  CommHandle startAllReduce(void *, int64_t, DType, bool,
+                            OpLabel label) override {
+    return stuck("all_reduce", std::move(label));
+  }
+  CommHandle startBroadcast(void *, int64_t, DType, int,
+                            OpLabel label) override {
+    return stuck("broadcast", std::move(label));
+  }
+  CommHandle startBarrier(OpLabel label) override {
+    return stuck("barrier", std::move(label));
+  }
+  CommHandle startAllReduceScalars(double *, int64_t, ScalarOp,
+                                   OpLabel label) override {
+    return stuck("all_reduce(sum)", std::move(label));
+  }
   [[noreturn]] void abortAll(int exitCode) const override {
     std::fflush(nullptr);
     std::_Exit(exitCode);
@@ -274,4 +276,69 @@ TEST(CommTimeoutDeathTest, DefaultHandlerPrintsOneLineAndAborts) {
       ::testing::ExitedWithCode(kCommTimeoutExitCode),
       "zerorun: rank 1 of 2: barrier of plan op 3 \\(optimizer_step\\) did "
       "not complete within 0.01 s");
+}
+
+// Traffic is counted once, in Communicator, by the plan's accounting
+// (zeroc/Support/Collectives.h): (n-1)/n of the whole buffer for
+// all-gather and reduce-scatter, 2 (n-1)/n for all-reduce; scalar
+// all-reduces, broadcasts and barriers apart, outside the total.
+TEST(CommTraffic, CountsEachKindByThePlansAccounting) {
+  StuckCommunicator comm; // Two ranks.
+  std::vector<float> buf(64);
+  std::vector<uint16_t> half(64);
+  double scalar = 0;
+  std::vector<CommHandle> handles;
+  handles.push_back(
+      comm.allGather(buf.data(), 3, buf.data() + 8, DType::F32, {}));
+  handles.push_back(comm.reduceScatter(buf.data(), {5, 3}, buf.data() + 32,
+                                       DType::F32, true, {}));
+  handles.push_back(comm.allReduce(half.data(), 10, DType::BF16, true, {}));
+  handles.push_back(comm.allReduceScalars(&scalar, 1, ScalarOp::Sum, {}));
+  handles.push_back(comm.broadcast(buf.data(), 7, DType::F32, 0, {}));
+  handles.push_back(comm.barrier({}));
+  CommTraffic t = comm.traffic();
+  for (CommHandle &h : handles)
+    h.abandon(); // They never complete.
+
+  // All-gather: 3 per rank, 6 in all; each rank sends 6 x 1/2.
+  EXPECT_EQ(t[CollectiveKind::AllGather].collectives, 1);
+  EXPECT_EQ(t[CollectiveKind::AllGather].elements, 6);
+  EXPECT_DOUBLE_EQ(t[CollectiveKind::AllGather].elementsPerRank, 3.0);
+  EXPECT_DOUBLE_EQ(t[CollectiveKind::AllGather].bytesPerRank, 12.0);
+  // Reduce-scatter: the input, 5 + 3 (unequal counts), x 1/2.
+  EXPECT_EQ(t[CollectiveKind::ReduceScatter].elements, 8);
+  EXPECT_DOUBLE_EQ(t[CollectiveKind::ReduceScatter].elementsPerRank, 4.0);
+  // All-reduce: 2 x 10 x 1/2, bf16 bytes.
+  EXPECT_EQ(t[CollectiveKind::AllReduce].elements, 10);
+  EXPECT_DOUBLE_EQ(t[CollectiveKind::AllReduce].elementsPerRank, 10.0);
+  EXPECT_DOUBLE_EQ(t[CollectiveKind::AllReduce].bytesPerRank, 20.0);
+  EXPECT_DOUBLE_EQ(t.total().elementsPerRank, 17.0);
+  EXPECT_EQ(t.total().collectives, 3);
+  // Control traffic: apart.
+  EXPECT_EQ(t.scalarAllReduce.collectives, 1);
+  EXPECT_EQ(t.scalarAllReduce.elements, 1);
+  EXPECT_EQ(t.broadcast.elements, 7);
+  EXPECT_EQ(t.barrier.collectives, 1);
+
+  CommTraffic later = comm.traffic();
+  EXPECT_EQ(later.since(t).total().collectives, 0);
+}
+
+TEST(CommTraffic, OneRankSendsNothing) {
+  LocalCommunicator comm;
+  std::vector<float> a(4), b(4);
+  comm.allGather(a.data(), 4, b.data(), DType::F32, {});
+  CommTraffic t = comm.traffic();
+  EXPECT_EQ(t[CollectiveKind::AllGather].collectives, 1);
+  EXPECT_EQ(t[CollectiveKind::AllGather].elements, 4);
+  EXPECT_DOUBLE_EQ(t[CollectiveKind::AllGather].elementsPerRank, 0.0);
+}
+
+// A collective whose arguments are refused moves nothing.
+TEST(CommTraffic, RefusedCollectivesAreNotCounted) {
+  LocalCommunicator comm;
+  std::vector<int32_t> buf(4);
+  EXPECT_THROW(comm.allReduce(buf.data(), 4, DType::I32, false, {}),
+               std::invalid_argument);
+  EXPECT_EQ(comm.traffic().total().collectives, 0);
 }

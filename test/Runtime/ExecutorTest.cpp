@@ -76,10 +76,13 @@ struct TrainRun {
   std::vector<double> losses;
   std::string error;
   int64_t measured = 0, predicted = 0;
+  MemoryCounts allocated; ///< The counting allocator's, over the run.
 };
 
 TrainRun train(Plan plan, bool threads, int steps) {
   TrainRun r;
+  // One counter per process: this run's high-water marks from here.
+  deviceMemory().resetPeaks();
   LocalCommunicator comm;
   ExecutorOptions options;
   options.streamThreads = threads;
@@ -105,6 +108,7 @@ TrainRun train(Plan plan, bool threads, int steps) {
   }
   r.measured = (*ex)->measuredPeakBytes();
   r.predicted = (*ex)->predictedPeakBytes();
+  r.allocated = (*ex)->allocatedMemory();
   return r;
 }
 
@@ -132,6 +136,40 @@ TEST(Executor, MeasuredPeakMatchesThePrediction) {
   EXPECT_GE(double(r.measured), 0.98 * double(r.predicted));
 }
 
+// The counting allocator sees the device memory itself: the plan's tensors
+// (persistent state and the whole arena) at exactly the predicted peak,
+// nothing unplanned, and the kernels' scratch apart, outside the plan.
+TEST(Executor, AllocatorPeakIsThePredictionAndScratchIsNamedApart) {
+  TrainRun r = train(tinyPlan(), true, 2);
+  ASSERT_EQ(r.error, "");
+  EXPECT_EQ(r.allocated.tensorPeak, r.predicted);
+  EXPECT_EQ(r.allocated.peakOf(MemoryUse::PlannedTensors), r.predicted);
+  EXPECT_EQ(r.allocated.peakOf(MemoryUse::UnplannedWorkspace), 0);
+  EXPECT_GT(r.allocated.peakOf(MemoryUse::KernelScratch), 0);
+  EXPECT_GE(r.allocated.totalPeak, r.allocated.tensorPeak);
+  // Everything is released with the executor.
+  EXPECT_EQ(deviceMemory().counts().of(MemoryUse::PlannedTensors), 0);
+  EXPECT_EQ(deviceMemory().counts().of(MemoryUse::KernelScratch), 0);
+}
+
+TEST(MemoryCounter, KeepsPeaksByUseAndOfTheTensors) {
+  MemoryCounter c;
+  c.allocated(MemoryUse::PlannedTensors, 100);
+  c.allocated(MemoryUse::KernelScratch, 50);
+  c.released(MemoryUse::KernelScratch, 50);
+  c.allocated(MemoryUse::UnplannedWorkspace, 30);
+  c.released(MemoryUse::UnplannedWorkspace, 30);
+  MemoryCounts k = c.counts();
+  EXPECT_EQ(k.tensorPeak, 130);
+  EXPECT_EQ(k.totalPeak, 150);
+  EXPECT_EQ(k.peakOf(MemoryUse::KernelScratch), 50);
+  EXPECT_EQ(k.of(MemoryUse::PlannedTensors), 100);
+  c.resetPeaks();
+  EXPECT_EQ(c.counts().tensorPeak, 100);
+  EXPECT_EQ(c.counts().peakOf(MemoryUse::KernelScratch), 0);
+  EXPECT_EQ(memoryUseName(MemoryUse::CollectiveStaging), "collective_staging");
+}
+
 TEST(Executor, APlanWithoutWorkspacesShowsTheUnplannedMemory) {
   Plan plan = tinyPlan();
   int64_t stripped = 0;
@@ -149,6 +187,9 @@ TEST(Executor, APlanWithoutWorkspacesShowsTheUnplannedMemory) {
   // Same training; the scratch is allocated on its own and shows.
   EXPECT_EQ(planned.losses, unplanned.losses);
   EXPECT_GT(unplanned.measured, unplanned.predicted);
+  // The allocator names it.
+  EXPECT_GT(unplanned.allocated.peakOf(MemoryUse::UnplannedWorkspace), 0);
+  EXPECT_GT(unplanned.allocated.tensorPeak, unplanned.predicted);
 }
 
 TEST(Executor, AFailingOpOnAnotherStreamStopsTheStepWithItsError) {

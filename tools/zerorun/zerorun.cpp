@@ -56,8 +56,10 @@ OPTIONS:
   --steps N               Optimizer steps to run (default 10)
   --seed S                Seed of parameter init and synthetic data (default 0)
   --log-json PATH         Write one JSON object per step ({"step", "loss",
-                          ...}) and a final one with "measured_peak_bytes" and
-                          "predicted_peak_bytes" (rank 0)
+                          ...}) and a final one with the measured memory
+                          ("measured_peak_bytes", the counting allocator's),
+                          "predicted_peak_bytes" and the measured traffic
+                          ("measured_comm_elements_per_rank_per_step") (rank 0)
   --comm-timeout T        Abort every rank when a collective takes longer
                           than T (seconds, or 500ms, 90s, 30m, 2h; default 30m)
   --checkpoint-dir DIR    Save checkpoints to DIR (tag step<N>; DIR/latest
@@ -346,6 +348,8 @@ int run(const Options &o, Communicator &comm, Device *device) {
     return true;
   };
   double elapsed = 0;
+  // The steps' traffic: what the communicator moves from here on.
+  const CommTraffic trafficBefore = comm.traffic();
   for (int64_t s = firstStep; s < o.steps; ++s) {
     auto r = e.runStep(*loader, s);
     if (!r) {
@@ -370,7 +374,7 @@ int run(const Options &o, Communicator &comm, Device *device) {
                     std::string(size_t(kWidth - filled), '.').c_str(),
                     (long long)r->step, (long long)o.steps, r->loss,
                     tokensPerSecond, r->computeSeconds, r->waitSeconds,
-                    formatBytes(double(e.measuredPeakBytes())).c_str(),
+                    formatBytes(double(e.allocatedMemory().tensorPeak)).c_str(),
                     formatSeconds(eta).c_str(),
                     r->skipped ? "  (overflow: skipped)" : "");
       } else {
@@ -378,20 +382,21 @@ int run(const Options &o, Communicator &comm, Device *device) {
                     "wait %.3f s  memory %s%s\n",
                     (long long)r->step, r->loss, tokensPerSecond,
                     r->computeSeconds, r->waitSeconds,
-                    formatBytes(double(e.measuredPeakBytes())).c_str(),
+                    formatBytes(double(e.allocatedMemory().tensorPeak)).c_str(),
                     r->skipped ? "  (overflow: step skipped)" : "");
       }
       std::fflush(stdout);
       if (log) {
-        nlohmann::json j = {{"step", r->step},
-                            {"loss", r->loss},
-                            {"seconds", r->seconds},
-                            {"compute_seconds", r->computeSeconds},
-                            {"wait_seconds", r->waitSeconds},
-                            {"tokens", r->tokens},
-                            {"loss_scale", r->lossScale},
-                            {"skipped", r->skipped},
-                            {"measured_peak_bytes", e.measuredPeakBytes()}};
+        nlohmann::json j = {
+            {"step", r->step},
+            {"loss", r->loss},
+            {"seconds", r->seconds},
+            {"compute_seconds", r->computeSeconds},
+            {"wait_seconds", r->waitSeconds},
+            {"tokens", r->tokens},
+            {"loss_scale", r->lossScale},
+            {"skipped", r->skipped},
+            {"measured_peak_bytes", e.allocatedMemory().tensorPeak}};
         log << j.dump() << "\n";
         log.flush();
       }
@@ -406,38 +411,121 @@ int run(const Options &o, Communicator &comm, Device *device) {
   int64_t done = std::max(firstStep, o.steps);
   if (!o.checkpointDir.empty() && lastSaved != done && !save(done))
     return 1;
-  double peakMax =
-      comm.size() > 1
-          ? comm.allReduceScalar(double(e.measuredPeakBytes()), ScalarOp::Max,
-                                 OpLabel{-1, "peak memory"})
-          : double(e.measuredPeakBytes());
+  // Traffic per step (this process's steps), and every rank's memory.
+  const CommTraffic traffic = comm.traffic().since(trafficBefore);
+  const int64_t stepsRun = std::max<int64_t>(o.steps - firstStep, 0);
+  const MemoryCounts allocated = e.allocatedMemory();
+  auto overRanks = [&](double value, ScalarOp op, const char *what) {
+    return comm.size() > 1 ? comm.allReduceScalar(value, op, OpLabel{-1, what})
+                           : value;
+  };
+  double peakMax = overRanks(double(allocated.tensorPeak), ScalarOp::Max,
+                             "peak memory (max)");
+  double peakMin = -overRanks(-double(allocated.tensorPeak), ScalarOp::Max,
+                              "peak memory (min)");
+  double trackerMax = overRanks(double(e.measuredPeakBytes()), ScalarOp::Max,
+                                "tracker peak memory");
+  // What the device holds beyond the counting allocator (GPU:
+  // cudaMemGetInfo before and after, less what the allocator holds now).
+  int64_t inUse = device ? device->memoryInUse() : -1;
+  int64_t inUseAtStart = device ? device->memoryInUseAtStart() : -1;
+  int64_t outsideAllocator = inUse >= 0 && inUseAtStart >= 0
+                                 ? inUse - inUseAtStart - allocated.total()
+                                 : -1;
   if (root) {
-    std::printf("memory: measured peak %s (rank 0; max over ranks %s), "
-                "predicted %s (persistent %s + arena %s)\n",
-                formatBytes(double(e.measuredPeakBytes())).c_str(),
-                formatBytes(peakMax).c_str(),
+    std::printf("memory: allocator peak %s (rank 0; max over ranks %s, min "
+                "%s), predicted %s (persistent %s + arena %s), tracker %s "
+                "(max over ranks)\n",
+                formatBytes(double(allocated.tensorPeak)).c_str(),
+                formatBytes(peakMax).c_str(), formatBytes(peakMin).c_str(),
                 formatBytes(double(e.predictedPeakBytes())).c_str(),
                 formatBytes(double(e.persistentDeviceBytes())).c_str(),
-                formatBytes(double(e.arenaBytes())).c_str());
+                formatBytes(double(e.arenaBytes())).c_str(),
+                formatBytes(trackerMax).c_str());
+    std::string outside;
+    for (size_t i = 1; i < kMemoryUses; ++i)
+      outside += std::string(i > 1 ? ", " : "") +
+                 std::string(memoryUseName(MemoryUse(i))) + " " +
+                 formatBytes(double(allocated.peak[i]));
+    std::printf(
+        "memory outside the plan (rank 0, peaks): %s; all counted "
+        "together peak at %s%s\n",
+        outside.c_str(), formatBytes(double(allocated.totalPeak)).c_str(),
+        outsideAllocator >= 0 ? ("; device memory outside the allocator " +
+                                 formatBytes(double(outsideAllocator)))
+                                    .c_str()
+                              : "");
+    if (stepsRun > 0) {
+      CommTraffic::Volume total = traffic.total();
+      std::printf(
+          "traffic per rank per step: all_gather %.0f, "
+          "reduce_scatter %.0f, all_reduce %.0f, total %.0f "
+          "elements (%s)\n",
+          traffic[CollectiveKind::AllGather].elementsPerRank / double(stepsRun),
+          traffic[CollectiveKind::ReduceScatter].elementsPerRank /
+              double(stepsRun),
+          traffic[CollectiveKind::AllReduce].elementsPerRank / double(stepsRun),
+          total.elementsPerRank / double(stepsRun),
+          formatBytes(total.bytesPerRank / double(stepsRun)).c_str());
+    }
     if (!e.nvmeDirectory().empty())
       std::printf("nvme: %s read, %s written in %s (rank 0)\n",
                   formatBytes(double(e.nvmeStats().bytesRead)).c_str(),
                   formatBytes(double(e.nvmeStats().bytesWritten)).c_str(),
                   e.nvmeDirectory().c_str());
     if (log) {
+      nlohmann::json outsidePlan = nlohmann::json::object();
+      for (size_t i = 1; i < kMemoryUses; ++i)
+        outsidePlan[std::string(memoryUseName(MemoryUse(i)))] =
+            allocated.peak[i];
+      auto perStep = [&](auto field) {
+        nlohmann::json j = nlohmann::json::object();
+        for (CollectiveKind kind :
+             {CollectiveKind::AllGather, CollectiveKind::ReduceScatter,
+              CollectiveKind::AllReduce})
+          j[std::string(collectiveName(kind))] =
+              stepsRun ? field(traffic[kind]) / double(stepsRun) : 0.0;
+        j["total"] = stepsRun ? field(traffic.total()) / double(stepsRun) : 0.0;
+        return j;
+      };
+      auto control = [](const CommTraffic::Volume &v) {
+        return nlohmann::json{{"collectives", v.collectives},
+                              {"elements", v.elements}};
+      };
       nlohmann::json j = {
           {"final", true},
           {"nvme_bytes_read", e.nvmeStats().bytesRead},
           {"nvme_bytes_written", e.nvmeStats().bytesWritten},
           {"steps", o.steps},
-          {"measured_peak_bytes", e.measuredPeakBytes()},
+          {"measured_peak_bytes", allocated.tensorPeak},
           {"measured_peak_bytes_max_rank", int64_t(peakMax)},
+          {"measured_peak_bytes_min_rank", int64_t(peakMin)},
+          {"measured_total_peak_bytes", allocated.totalPeak},
+          {"outside_plan_peak_bytes", outsidePlan},
+          {"tracker_peak_bytes", e.measuredPeakBytes()},
+          {"tracker_peak_bytes_max_rank", int64_t(trackerMax)},
           {"predicted_peak_bytes", e.predictedPeakBytes()},
           {"device", device ? device->name() : std::string("cpu")},
-          {"device_memory_in_use_bytes",
-           device ? device->memoryInUse() : int64_t(-1)},
+          {"device_memory_in_use_bytes", inUse},
+          {"device_memory_in_use_at_start_bytes", inUseAtStart},
+          {"device_memory_outside_allocator_bytes", outsideAllocator},
           {"persistent_device_bytes", e.persistentDeviceBytes()},
-          {"arena_bytes", e.arenaBytes()}};
+          {"arena_bytes", e.arenaBytes()},
+          {"measured_steps", stepsRun},
+          {"measured_comm_elements_per_rank_per_step",
+           perStep(
+               [](const CommTraffic::Volume &v) { return v.elementsPerRank; })},
+          {"measured_comm_bytes_per_rank_per_step",
+           perStep(
+               [](const CommTraffic::Volume &v) { return v.bytesPerRank; })},
+          {"measured_collectives_per_step",
+           perStep([](const CommTraffic::Volume &v) {
+             return double(v.collectives);
+           })},
+          {"measured_control_collectives",
+           {{"scalar_all_reduce", control(traffic.scalarAllReduce)},
+            {"broadcast", control(traffic.broadcast)},
+            {"barrier", control(traffic.barrier)}}}};
       log << j.dump() << "\n";
     }
   }

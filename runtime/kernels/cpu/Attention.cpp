@@ -104,13 +104,13 @@ Status attentionForward(const Tensor &q, const Tensor &k, const Tensor &v,
   AttentionShape a;
   ZEROC_RETURN_IF_ERROR(
       checkAttentionForward(q, k, v, numHeads, numKvHeads, out, probs, a));
-  std::vector<float> qScratch, kScratch, vScratch, outScratch;
+  ScratchVector<float> qScratch, kScratch, vScratch, outScratch;
   const float *qf = readF32(q, qScratch);
   const float *kf = readF32(k, kScratch);
   const float *vf = readF32(v, vScratch);
   float *of = writeF32(out, outScratch);
   int64_t seq = a.seq, d = a.headDim, qw = a.qWidth(), kw = a.kvWidth();
-  std::vector<float> p(seq * seq);
+  ScratchVector<float> p(seq * seq);
   for (int64_t b = 0; b < a.batch; ++b)
     for (int64_t h = 0; h < a.heads; ++h) {
       int64_t g = h / a.group();
@@ -135,8 +135,8 @@ Status attentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
   AttentionShape a;
   ZEROC_RETURN_IF_ERROR(checkAttentionBackward(
       q, k, v, out, dout, numHeads, numKvHeads, probs, dq, dk, dv, a));
-  std::vector<float> qScratch, kScratch, vScratch, oScratch, doScratch;
-  std::vector<float> dqScratch, dkScratch, dvScratch;
+  ScratchVector<float> qScratch, kScratch, vScratch, oScratch, doScratch;
+  ScratchVector<float> dqScratch, dkScratch, dvScratch;
   const float *qf = readF32(q, qScratch);
   const float *kf = readF32(k, kScratch);
   const float *vf = readF32(v, vScratch);
@@ -151,8 +151,8 @@ Status attentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
 
   int64_t seq = a.seq, d = a.headDim, qw = a.qWidth(), kw = a.kvWidth();
   float scale = a.scale();
-  std::vector<float> p(seq * seq), dp(seq * seq);
-  std::vector<float> rowDot(seq);
+  ScratchVector<float> p(seq * seq), dp(seq * seq);
+  ScratchVector<float> rowDot(seq);
   for (int64_t b = 0; b < a.batch; ++b)
     for (int64_t h = 0; h < a.heads; ++h) {
       int64_t g = h / a.group();

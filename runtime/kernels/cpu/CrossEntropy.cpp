@@ -85,7 +85,7 @@ Status crossEntropyForward(const Tensor &logits, const Tensor &targets,
   ZEROC_RETURN_IF_ERROR(checkTargetsInRange("cross_entropy", logits, targets));
   int64_t rows = targets.numel(), vocab = logits.dim(2);
   const int32_t *t = targets.i32();
-  std::vector<float> row(vocab);
+  ScratchVector<float> row(vocab);
   double total = 0.0;
   for (int64_t r = 0; r < rows; ++r) {
     loadF32(logits, r * vocab, vocab, row.data());
@@ -105,7 +105,7 @@ Status crossEntropyBackward(const Tensor &logits, const Tensor &targets,
   int64_t rows = targets.numel(), vocab = logits.dim(2);
   const int32_t *t = targets.i32();
   float factor = *dloss.f32() / float(std::max<int64_t>(rows, 1));
-  std::vector<float> row(vocab);
+  ScratchVector<float> row(vocab);
   for (int64_t r = 0; r < rows; ++r) {
     loadF32(logits, r * vocab, vocab, row.data());
     softmaxInPlace(row.data(), vocab);

@@ -62,16 +62,16 @@ Status embeddingBackward(const Tensor &dy, const Tensor &ids,
   const int32_t *id = ids.i32();
   // Bucket the token positions by id (a counting sort), so that each table
   // row is summed in f32 and rounded once, in position order.
-  std::vector<int64_t> start(vocab + 1, 0), order(tokens);
+  ScratchVector<int64_t> start(vocab + 1, 0), order(tokens);
   for (int64_t t = 0; t < tokens; ++t)
     ++start[id[t] + 1];
   for (int64_t v = 0; v < vocab; ++v)
     start[v + 1] += start[v];
-  std::vector<int64_t> next(start.begin(), start.end() - 1);
+  ScratchVector<int64_t> next(start.begin(), start.end() - 1);
   for (int64_t t = 0; t < tokens; ++t)
     order[next[id[t]]++] = t;
 
-  std::vector<float> sum(hidden), row(hidden);
+  ScratchVector<float> sum(hidden), row(hidden);
   for (int64_t v = 0; v < vocab; ++v) {
     int64_t begin = start[v], end = start[v + 1];
     if (begin == end) {
@@ -124,7 +124,7 @@ Status positionEmbeddingForward(const Tensor &table, const Tensor &out) {
 Status positionEmbeddingBackward(const Tensor &dy, const Tensor &dtable) {
   ZEROC_RETURN_IF_ERROR(checkPositionEmbeddingBackward(dy, dtable));
   int64_t batch = dy.dim(0), seq = dy.dim(1), hidden = dy.dim(2);
-  std::vector<float> sum(hidden), row(hidden);
+  ScratchVector<float> sum(hidden), row(hidden);
   for (int64_t s = 0; s < seq; ++s) {
     std::fill(sum.begin(), sum.end(), 0.0f);
     for (int64_t b = 0; b < batch; ++b) {

@@ -89,13 +89,13 @@ Status linearForward(const Tensor &x, const Tensor &weight, const Tensor *bias,
                      const Tensor &y) {
   ZEROC_RETURN_IF_ERROR(checkLinearForward(x, weight, bias, y));
   int64_t rows = x.rows(), in = x.dim(-1), out = y.dim(-1);
-  std::vector<float> xScratch, wScratch, yScratch;
+  ScratchVector<float> xScratch, wScratch, yScratch;
   const float *xf = readF32(x, xScratch);
   const float *wf = readF32(weight, wScratch);
   float *yf = writeF32(y, yScratch);
   gemm(false, true, rows, out, in, 1.0f, xf, in, wf, in, 0.0f, yf, out);
   if (bias) {
-    std::vector<float> b(out);
+    ScratchVector<float> b(out);
     loadF32(*bias, 0, out, b.data());
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t o = 0; o < out; ++o)
@@ -109,7 +109,7 @@ Status linearGradInput(const Tensor &dy, const Tensor &weight,
                        const Tensor &dx) {
   ZEROC_RETURN_IF_ERROR(checkLinearGradInput(dy, weight, dx));
   int64_t rows = dy.rows(), out = dy.dim(-1), in = dx.dim(-1);
-  std::vector<float> dyScratch, wScratch, dxScratch;
+  ScratchVector<float> dyScratch, wScratch, dxScratch;
   const float *dyf = readF32(dy, dyScratch);
   const float *wf = readF32(weight, wScratch);
   float *dxf = writeF32(dx, dxScratch);
@@ -121,7 +121,7 @@ Status linearGradInput(const Tensor &dy, const Tensor &weight,
 Status linearGradWeight(const Tensor &dy, const Tensor &x, const Tensor &dw) {
   ZEROC_RETURN_IF_ERROR(checkLinearGradWeight(dy, x, dw));
   int64_t rows = dy.rows(), out = dy.dim(-1), in = x.dim(-1);
-  std::vector<float> dyScratch, xScratch, dwScratch;
+  ScratchVector<float> dyScratch, xScratch, dwScratch;
   const float *dyf = readF32(dy, dyScratch);
   const float *xf = readF32(x, xScratch);
   float *dwf = writeF32(dw, dwScratch);
@@ -133,7 +133,7 @@ Status linearGradWeight(const Tensor &dy, const Tensor &x, const Tensor &dw) {
 Status linearGradBias(const Tensor &dy, const Tensor &db) {
   ZEROC_RETURN_IF_ERROR(checkLinearGradBias(dy, db));
   int64_t rows = dy.rows(), out = db.dim(0);
-  std::vector<float> sum(out, 0.0f), row(out);
+  ScratchVector<float> sum(out, 0.0f), row(out);
   for (int64_t r = 0; r < rows; ++r) {
     loadF32(dy, r * out, out, row.data());
     for (int64_t o = 0; o < out; ++o)

@@ -78,7 +78,7 @@ Status layerNormForward(const Tensor &x, const Tensor &weight,
                         float *saved) {
   ZEROC_RETURN_IF_ERROR(checkLayerNormForward(x, weight, bias, y));
   int64_t rows = x.rows(), n = x.dim(-1);
-  std::vector<float> w(n), b(n), row(n);
+  ScratchVector<float> w(n), b(n), row(n);
   loadF32(weight, 0, n, w.data());
   loadF32(bias, 0, n, b.data());
   for (int64_t r = 0; r < rows; ++r) {
@@ -103,8 +103,8 @@ Status layerNormBackward(const Tensor &x, const Tensor &weight,
   ZEROC_RETURN_IF_ERROR(
       checkLayerNormBackward(x, weight, dy, dx, dweight, dbias));
   int64_t rows = x.rows(), n = x.dim(-1);
-  std::vector<float> w(n), dw(n, 0.0f), db(n, 0.0f);
-  std::vector<float> xrow(n), dyrow(n);
+  ScratchVector<float> w(n), dw(n, 0.0f), db(n, 0.0f);
+  ScratchVector<float> xrow(n), dyrow(n);
   loadF32(weight, 0, n, w.data());
   for (int64_t r = 0; r < rows; ++r) {
     loadF32(x, r * n, n, xrow.data());
@@ -143,7 +143,7 @@ Status rmsNormForward(const Tensor &x, const Tensor &weight, float eps,
                       const Tensor &y, float *saved) {
   ZEROC_RETURN_IF_ERROR(checkRmsNormForward(x, weight, y));
   int64_t rows = x.rows(), n = x.dim(-1);
-  std::vector<float> w(n), row(n);
+  ScratchVector<float> w(n), row(n);
   loadF32(weight, 0, n, w.data());
   for (int64_t r = 0; r < rows; ++r) {
     loadF32(x, r * n, n, row.data());
@@ -162,8 +162,8 @@ Status rmsNormBackward(const Tensor &x, const Tensor &weight, const Tensor &dy,
                        const Tensor &dweight) {
   ZEROC_RETURN_IF_ERROR(checkRmsNormBackward(x, weight, dy, dx, dweight));
   int64_t rows = x.rows(), n = x.dim(-1);
-  std::vector<float> w(n), dw(n, 0.0f);
-  std::vector<float> xrow(n), dyrow(n);
+  ScratchVector<float> w(n), dw(n, 0.0f);
+  ScratchVector<float> xrow(n), dyrow(n);
   loadF32(weight, 0, n, w.data());
   for (int64_t r = 0; r < rows; ++r) {
     loadF32(x, r * n, n, xrow.data());

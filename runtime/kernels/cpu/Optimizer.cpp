@@ -90,7 +90,7 @@ __attribute__((target("avx2"))) void adamAvx2(const AdamStepConstants &c,
 void updateRange(const AdamStepConstants &c, AdamLoop loop, const Tensor &grad,
                  float *p, float *m, float *v, const Tensor *param16,
                  int64_t begin, int64_t end) {
-  std::vector<float> buffer(grad.dtype == DType::F32 ? 0 : kChunk);
+  ScratchVector<float> buffer(grad.dtype == DType::F32 ? 0 : kChunk);
   for (int64_t done = begin; done < end; done += kChunk) {
     int64_t count = std::min(kChunk, end - done);
     const float *g = buffer.data();

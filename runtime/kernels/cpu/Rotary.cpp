@@ -39,7 +39,7 @@ static void rotate(const Tensor &in, int64_t headDim, double theta,
   int64_t half = headDim / 2;
 
   // cos and sin of pos * theta^(-2i / head_dim), per position and pair.
-  std::vector<float> cosines(seq * half), sines(seq * half);
+  ScratchVector<float> cosines(seq * half), sines(seq * half);
   for (int64_t s = 0; s < seq; ++s)
     for (int64_t i = 0; i < half; ++i) {
       double angle =
@@ -48,7 +48,7 @@ static void rotate(const Tensor &in, int64_t headDim, double theta,
       sines[s * half + i] = direction * float(std::sin(angle));
     }
 
-  std::vector<float> row(width);
+  ScratchVector<float> row(width);
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t s = 0; s < seq; ++s) {
       int64_t offset = (b * seq + s) * width;

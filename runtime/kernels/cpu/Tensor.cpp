@@ -88,7 +88,7 @@ void copyElements(const Tensor &src, int64_t srcOffset, const Tensor &dst,
   }
 }
 
-const float *readF32(const Tensor &t, std::vector<float> &scratch) {
+const float *readF32(const Tensor &t, ScratchVector<float> &scratch) {
   if (t.dtype == DType::F32)
     return t.f32();
   scratch.resize(t.numel());
@@ -96,14 +96,14 @@ const float *readF32(const Tensor &t, std::vector<float> &scratch) {
   return scratch.data();
 }
 
-float *writeF32(const Tensor &t, std::vector<float> &scratch) {
+float *writeF32(const Tensor &t, ScratchVector<float> &scratch) {
   if (t.dtype == DType::F32)
     return t.f32();
   scratch.assign(t.numel(), 0.0f);
   return scratch.data();
 }
 
-void commitF32(const Tensor &t, const std::vector<float> &scratch) {
+void commitF32(const Tensor &t, const ScratchVector<float> &scratch) {
   if (t.dtype != DType::F32)
     storeF32(t, 0, t.numel(), scratch.data());
 }

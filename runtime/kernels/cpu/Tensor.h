@@ -12,6 +12,7 @@
 #define ZEROC_RUNTIME_KERNELS_CPU_TENSOR_H
 
 #include "KernelTypes.h"
+#include "memory/MemoryCounter.h"
 #include "zeroc/Support/DType.h"
 #include "zeroc/Support/Float16.h"
 
@@ -23,6 +24,10 @@
 #include <vector>
 
 namespace zeroc::cpu {
+
+/// A kernel's per-call scratch: counted as kernel scratch in the device
+/// memory (memory/MemoryCounter.h), outside the plan.
+using runtime::ScratchVector;
 
 // The tensor view and Status are the runtime's one definition
 // (KernelTypes.h), shared with the CUDA kernels and the executor.
@@ -79,12 +84,12 @@ inline void zeroElements(const Tensor &t, int64_t offset, int64_t n) {
 
 /// `t`'s elements as f32: its own memory when it is f32, otherwise a
 /// converted copy in `scratch`.
-const float *readF32(const Tensor &t, std::vector<float> &scratch);
+const float *readF32(const Tensor &t, ScratchVector<float> &scratch);
 
 /// Where a kernel writes `t`'s elements in f32: `t`'s own memory when it is
 /// f32, otherwise `scratch`, which `commitF32` then rounds into `t`.
-float *writeF32(const Tensor &t, std::vector<float> &scratch);
-void commitF32(const Tensor &t, const std::vector<float> &scratch);
+float *writeF32(const Tensor &t, ScratchVector<float> &scratch);
+void commitF32(const Tensor &t, const ScratchVector<float> &scratch);
 
 //===----------------------------------------------------------------------===//
 // Argument checks shared by the kernels

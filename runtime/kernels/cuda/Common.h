@@ -9,6 +9,7 @@
 #define ZEROC_RUNTIME_KERNELS_CUDA_COMMON_H
 
 #include "cuda/Types.h"
+#include "memory/MemoryCounter.h"
 
 #include <algorithm>
 #include <string>
@@ -38,23 +39,34 @@ public:
   Scratch(const Scratch &) = delete;
   Scratch &operator=(const Scratch &) = delete;
   ~Scratch() {
-    if (ptr_)
+    if (ptr_) {
       cudaFreeAsync(ptr_, stream_);
+      runtime::deviceMemory().released(runtime::MemoryUse::KernelScratch,
+                                       int64_t(bytes_));
+    }
   }
 
-  /// Allocates `bytes` (nothing for 0) on `stream`.
+  /// Allocates `bytes` (nothing for 0) on `stream`. Counted as kernel
+  /// scratch (memory/MemoryCounter.h) from the enqueue to the free's.
   Status allocate(const char *op, size_t bytes, cudaStream_t stream) {
     stream_ = stream;
     if (bytes == 0)
       return {};
-    return cudaStatus(op, "cudaMallocAsync of scratch memory",
-                      cudaMallocAsync(&ptr_, bytes, stream));
+    Status st = cudaStatus(op, "cudaMallocAsync of scratch memory",
+                           cudaMallocAsync(&ptr_, bytes, stream));
+    if (ptr_) {
+      bytes_ = bytes;
+      runtime::deviceMemory().allocated(runtime::MemoryUse::KernelScratch,
+                                        int64_t(bytes));
+    }
+    return st;
   }
 
   template <typename T = void> T *get() const { return static_cast<T *>(ptr_); }
 
 private:
   void *ptr_ = nullptr;
+  size_t bytes_ = 0;
   cudaStream_t stream_ = nullptr;
 };
 

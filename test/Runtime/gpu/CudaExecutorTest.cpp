@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <iostream>
 #include <ostream>
 
 using namespace zeroc;
@@ -32,6 +33,8 @@ struct Trained {
 Trained train(const std::string &input, Communicator &comm, Device *device,
               int steps) {
   Trained t;
+  // One counter per process: this run's high-water marks from here.
+  deviceMemory().resetPeaks();
   auto plan =
       loadPlan(std::string(ZEROC_SOURCE_DIR) + "/test/Runtime/Inputs/" + input);
   EXPECT_TRUE(bool(plan)) << plan.error().str();
@@ -56,8 +59,13 @@ Trained train(const std::string &input, Communicator &comm, Device *device,
       break;
     t.losses.push_back(step->loss);
   }
-  t.measured = (*ex)->measuredPeakBytes();
+  t.measured = (*ex)->allocatedMemory().tensorPeak;
   t.predicted = (*ex)->predictedPeakBytes();
+  if (device && device->memoryInUseAtStart() >= 0)
+    std::cout << "device memory outside the counting allocator: "
+              << device->memoryInUse() - device->memoryInUseAtStart() -
+                     (*ex)->allocatedMemory().total()
+              << " bytes (cudaMemGetInfo)\n";
   return t;
 }
 
