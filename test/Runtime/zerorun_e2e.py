@@ -9,7 +9,7 @@ per-step losses, the final weights and the memory with the plan's.
 Scenarios:
   loss-falls           stage 0, one rank: the loss falls over 20 steps
   match:SPEC           SPEC's per-step losses equal those of stage 0 on one
-                       rank with the same global batch (relative 1e-5)
+                       rank with the same global batch (relative LOSS_TOL)
   SPEC = stage,world_size,grad_accum[,key=value...] with keys
          offload=cpu|nvme (offload_optimizer), param_offload=cpu|nvme
          (stage 3; nvme: files under --work/nvme, checked to be used and
@@ -23,7 +23,7 @@ Scenarios:
   equiv:SPEC           with --ref DIR (a reference of SPEC's model and world
                        size): 5 steps of SPEC give the reference's losses and
                        consolidated final weights (fp32: max relative
-                       difference 1e-5), every rank's measured peak
+                       difference WEIGHT_TOL_F32), every rank's measured peak
                        memory (the counting allocator's high-water mark of
                        tensor memory) is no more than the plan's prediction
                        and not more than 2% less, and the communicator's
@@ -37,6 +37,7 @@ Scenarios:
                        --resume for 3 more: steps 4-6 losses and the
                        consolidated final weights bit-identical; then a
                        flipped byte in a shard makes --resume fail cleanly
+  dump-grads-fp16      --dump-grads on an fp16 plan: refused, nothing written
   emit-plan:SPEC       with --out FILE: compiles SPEC's plan to FILE (how
                        scripts/gen-test-plans.sh writes the checked-in plans)
   gpu-match:SPEC|PLAN  (ctest label gpu) SPEC, or a checked-in PLAN file
@@ -65,7 +66,7 @@ Scenarios:
                        and the attribute
   init-from:SPEC       SPEC and stage 0 on one rank (same global batch) for
                        3 steps: their consolidated checkpoints agree
-                       (relative 1e-5); --init-from that file with --steps 0
+                       (relative WEIGHT_TOL_F32); --init-from that file with --steps 0
                        saves exactly those weights; SPEC and stage 0 started
                        --init-from it have the same first loss
   grad-check:MODEL     tiny-MODEL (gpt2 or llama, from
@@ -96,6 +97,24 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference_model  # noqa: E402
 
 SEQ, MICRO, STEPS = 16, 2, 8
+
+# Loss and weight tolerances of the comparisons between runs. The runs
+# compared execute the same arithmetic except the order and grouping of the
+# gradient sums (across ranks, in buckets, over micro-steps) and where a
+# 16-bit sum is rounded; step 1's forward is bit-identical. So they agree
+# to a fraction of one rounding of the loss in its own dtype. Observed worst
+# over the whole ctest matrix (2026-11-25, CPU build): f32 losses 6.6e-8
+# (match:3,3,1,persist=0; 4.7e-8 over the 84 equiv cases), bf16 losses
+# 3.96e-5 (match:3,2,2,dtype=bf16,offload=nvme), f16 losses 1.47e-5
+# (match:3,2,2,dtype=f16,offload=cpu), f32 final weights 5.7e-6 (relative
+# per element, largest on weights near zero; equiv stage 3, full offload).
+UNIT_ROUNDOFF = {"f32": 2.0 ** -24, "bf16": 2.0 ** -8, "f16": 2.0 ** -11}
+LOSS_TOL = {
+    "f32": 16 * UNIT_ROUNDOFF["f32"],    # 9.5e-7: 14x the observed worst
+    "bf16": 0.1 * UNIT_ROUNDOFF["bf16"],  # 3.9e-4: 9.9x the observed worst
+    "f16": 0.3 * UNIT_ROUNDOFF["f16"],    # 1.5e-4: 10x the observed worst
+}
+WEIGHT_TOL_F32 = 1e-5                     # 1.8x the observed worst
 EQUIV_STEPS = 5
 
 
@@ -325,7 +344,7 @@ def scenario_init_from(args, spec):
     worst = compare_weights(a, b)
     print("consolidated sharded vs unsharded: largest relative difference",
           worst)
-    if worst is None or worst > 1e-5:
+    if worst is None or worst > WEIGHT_TOL_F32:
         print("FAILED: consolidating the sharded checkpoint does not give the "
               "unsharded weights")
         return 1
@@ -345,7 +364,8 @@ def scenario_init_from(args, spec):
     fresh = losses(args, p0, 1, 1, log=os.path.join(args.work, "fresh.jsonl"))
     print("first loss --init-from: %r (this plan), %r (stage 0); random "
           "init: %r" % (l1[0], l0[0], fresh[0]))
-    if abs(l1[0] - l0[0]) > 1e-5 * abs(l0[0]) or l0[0] == fresh[0]:
+    if abs(l1[0] - l0[0]) > LOSS_TOL["f32"] * abs(l0[0]) or \
+            l0[0] == fresh[0]:
         print("FAILED: --init-from first losses")
         return 1
     return 0
@@ -582,6 +602,11 @@ def scenario_gpu_match(args, spec):
                  log=os.path.join(args.work, "cpu.jsonl"))
     log = os.path.join(args.work, "cuda.jsonl")
     got = losses(args, p, ws, EQUIV_STEPS, ["--device", "cuda"], log=log)
+    # Not yet measured: no GPU run so far (issue #17). The GPU's kernels sum
+    # in another order than the CPU's (tiled matmuls, warp reductions), so
+    # every op differs by rounding, not only the gradient sums: f32 allows
+    # 100x the CPU matrix's f32 bound, bf16 a few roundings of the loss.
+    # Tighten both to 10x the first observed worst.
     tol = 1e-4 if opts.get("dtype", "f32") == "f32" else 3e-2
     worst = max(abs(a - b) / abs(a) for a, b in zip(ref, got))
     print("cpu: ", ref)
@@ -729,6 +754,23 @@ def scenario_missing_attr(args, plan_path):
     return 0
 
 
+def scenario_dump_grads_fp16(args):
+    """--dump-grads on an fp16 plan (dynamic loss scaling): refused before
+    any step, with a non-zero exit and no file written."""
+    p = plan(args, 0, 1, 1, {"dtype": "f16"})
+    out = os.path.join(args.work, "never-written.safetensors")
+    r = subprocess.run([args.zerorun, p, "--synthetic", "--dump-grads", out],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True)
+    print(r.stdout)
+    expected = ("--dump-grads needs unscaled gradients, but this plan scales "
+                "the loss (fp16)")
+    if r.returncode == 0 or expected not in r.stdout or os.path.exists(out):
+        print("FAILED: expected a non-zero exit, '%s' and no file" % expected)
+        return 1
+    return 0
+
+
 def scenario_reference(args, spec):
     name, ws = spec.split(",")
     p = plan(args, 0, 1, int(ws), {"model": name})
@@ -756,15 +798,16 @@ def scenario_equiv(args, spec):
     worst = max(abs(a - b) / abs(a) for a, b in zip(ref, got))
     print("reference:", ref)
     print("this run: ", got)
-    print("losses: largest relative difference %g (tolerance 1e-5)" % worst)
-    if len(ref) != len(got) or worst > 1e-5:
+    print("losses: largest relative difference %g (tolerance %g)" % (
+        worst, LOSS_TOL["f32"]))
+    if len(ref) != len(got) or worst > LOSS_TOL["f32"]:
         print("FAILED: losses differ")
         return 1
     mine = consolidate(args, ckpt, os.path.join(args.work, "final.safetensors"))
     wworst = compare_weights(os.path.join(args.ref, "reference.safetensors"),
                              mine)
     print("final weights: largest relative difference", wworst)
-    if wworst is None or wworst > 1e-5:
+    if wworst is None or wworst > WEIGHT_TOL_F32:
         print("FAILED: the final weights differ from the reference's")
         return 1
     # The paper's formula assumes every parameter sharded (stage 3) and one
@@ -1008,6 +1051,9 @@ def main():
     if args.scenario == "loss-falls":
         ls = losses(args, plan(args, 0, 1, 1, {}), 1, 20)
         print("losses:", ls)
+        # Learning, not noise: the periodic stream's loss falls 1.32 nats
+        # in 20 steps (5.65 -> 4.33, 2026-11-25), step-to-step noise is
+        # under 0.25; 0.5 nats is twice that noise and 38% of the fall.
         if not (ls[-1] < ls[0] - 0.5):
             print("FAILED: the loss did not fall: %g -> %g" % (ls[0], ls[-1]))
             return 1
@@ -1019,7 +1065,7 @@ def main():
         ref = losses(args, plan(args, 0, 1, ws * ga, ref_opts), 1, STEPS)
         p = plan(args, stage, ws, ga, opts)
         got = losses(args, p, ws, STEPS)
-        tol = 1e-5 if opts.get("dtype", "f32") == "f32" else 2e-2
+        tol = LOSS_TOL[opts.get("dtype", "f32")]
         worst = max(abs(a - b) / abs(a) for a, b in zip(ref, got))
         print("reference:", ref)
         print("this run: ", got)
@@ -1035,6 +1081,8 @@ def main():
         return scenario_resume(args, args.scenario[len("resume:"):])
     if args.scenario == "progress":
         return scenario_progress(args)
+    if args.scenario == "dump-grads-fp16":
+        return scenario_dump_grads_fp16(args)
     if args.scenario.startswith("emit-plan:"):
         stage, ws, ga, opts = parse_spec(args.scenario[len("emit-plan:"):])
         shutil.copyfile(plan(args, stage, ws, ga, opts), args.out)
