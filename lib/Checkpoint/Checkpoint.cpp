@@ -184,18 +184,9 @@ std::string describe(const PlanTensor &t) {
 //===----------------------------------------------------------------------===//
 
 json tensorJson(const CheckpointTensor &ct) {
-  const PlanTensor &t = ct.tensor;
-  json j = {{"name", t.name},
-            {"role", roleName(t.role)},
-            {"dtype", std::string(dtypeName(t.dtype))},
-            {"shape", t.shape},
-            {"numel", t.numel},
-            {"sharded", t.sharded},
-            {"local_numel", t.localNumel},
-            {"offset", ct.offset},
-            {"bytes", ct.bytes}};
-  if (!t.of.empty())
-    j["of"] = t.of;
+  json j = tensorFieldsJson(ct.tensor, /*planFields=*/false);
+  j["offset"] = ct.offset;
+  j["bytes"] = ct.bytes;
   return j;
 }
 
@@ -205,12 +196,7 @@ json manifestJson(const CheckpointManifest &m) {
     tensors.push_back(tensorJson(t));
   json groups = json::array();
   for (const PlanFlatGroup &g : m.flatGroups)
-    groups.push_back({{"name", g.name},
-                      {"params", g.params},
-                      {"offsets", g.offsets},
-                      {"numel", g.numel},
-                      {"padded", g.padded},
-                      {"partition", g.partition}});
+    groups.push_back(flatGroupFieldsJson(g));
   json shards = json::array();
   for (const ShardRecord &s : m.shards)
     shards.push_back({{"rank", s.rank},

@@ -38,31 +38,36 @@ static json commJson(const CommVolume &c) {
           {"total", c.total()}};
 }
 
-json toJson(const Plan &plan) {
-  json tensors = json::array();
-  for (const PlanTensor &t : plan.tensors) {
-    json j = {{"name", t.name},
-              {"role", roleName(t.role)},
-              {"dtype", std::string(dtypeName(t.dtype))},
-              {"shape", t.shape},
-              {"numel", t.numel},
-              {"sharded", t.sharded},
-              {"local_numel", t.localNumel},
-              {"placement", placementName(t.placement)}};
-    if (!t.of.empty())
-      j["of"] = t.of;
+json tensorFieldsJson(const PlanTensor &t, bool planFields) {
+  json j = {{"name", t.name},
+            {"role", roleName(t.role)},
+            {"dtype", std::string(dtypeName(t.dtype))},
+            {"shape", t.shape},
+            {"numel", t.numel},
+            {"sharded", t.sharded},
+            {"local_numel", t.localNumel}};
+  if (!t.of.empty())
+    j["of"] = t.of;
+  if (planFields) {
+    j["placement"] = placementName(t.placement);
     if (!t.init.empty())
       j["init"] = t.init;
-    tensors.push_back(std::move(j));
   }
+  return j;
+}
+
+json flatGroupFieldsJson(const PlanFlatGroup &g) {
+  return {{"name", g.name},   {"params", g.params}, {"offsets", g.offsets},
+          {"numel", g.numel}, {"padded", g.padded}, {"partition", g.partition}};
+}
+
+json toJson(const Plan &plan) {
+  json tensors = json::array();
+  for (const PlanTensor &t : plan.tensors)
+    tensors.push_back(tensorFieldsJson(t, /*planFields=*/true));
   json groups = json::array();
   for (const PlanFlatGroup &g : plan.flatGroups)
-    groups.push_back({{"name", g.name},
-                      {"params", g.params},
-                      {"offsets", g.offsets},
-                      {"numel", g.numel},
-                      {"padded", g.padded},
-                      {"partition", g.partition}});
+    groups.push_back(flatGroupFieldsJson(g));
   json phases = json::array();
   for (const PlanPhase &p : plan.phases) {
     json values = json::array();

@@ -166,6 +166,9 @@ class JsonFieldReader;
 void readTensorFields(JsonFieldReader &r, const nlohmann::json &j,
                       const JsonPath &at, int64_t worldSize, bool planFields,
                       PlanTensor &t);
+/// The same fields written back (readTensorFields reads them).
+nlohmann::json tensorFieldsJson(const PlanTensor &t, bool planFields);
+nlohmann::json flatGroupFieldsJson(const PlanFlatGroup &g);
 /// The fields of a flat group (its parameters are checked by the caller,
 /// against its own tensors).
 void readFlatGroupFields(JsonFieldReader &r, const nlohmann::json &j,
