@@ -135,7 +135,21 @@ const OpTiming &timingOf(const StepPrediction &p, int64_t op) {
 }
 
 constexpr double kMs = 1e-3;
-constexpr double kTol = 1e-12;
+
+// Tolerances. The cost model's arithmetic is exact up to double rounding: a
+// figure here takes at most about ten operations in the model and as many in
+// the expected expression, each off by at most u = 2^-53 relative (Higham,
+// Accuracy and Stability, 2.2). Every time here is at most 2.05 s, so the two
+// sides differ by at most about 20 x 2^-53 x 2.05 s = 4.6e-15 s; hence kTol
+// (absolute, seconds). The presets' steps (about 0.1 ms, sums of fewer than
+// 10^4 op times) err by less than 10^4 x 2^-53 x 0.1 ms = 1.1e-16 s. Ratios
+// and rates of such figures (bus bandwidth, TFLOP/s, MFU, tokens/s,
+// microseconds) are within 20 u each plus a few more roundings: kRelTol,
+// 40 u relative. Observed: every figure equal to the last bit but one,
+// 3.5e-18 s (the 31.093 ms all-reduce), and the bus bandwidth one ulp
+// (3.1e-5 B/s, 1.5e-16 relative) from 200e9.
+constexpr double kTol = 1e-14;
+constexpr double kRelTol = 40 * 0x1p-53; // 4.4e-15
 
 //===----------------------------------------------------------------------===//
 // Collectives
@@ -178,7 +192,7 @@ TEST(CollectiveTime, BusBandwidthAsNcclTestsDefinesIt) {
       double algbw = size / t;
       double factor = (kind == CollectiveKind::AllReduce ? 2.0 : 1.0) *
                       double(n - 1) / double(n);
-      EXPECT_NEAR(algbw * factor, 200e9, 1e-3) << n;
+      EXPECT_NEAR(algbw * factor, 200e9, 200e9 * kRelTol) << n;
     }
   }
 }
@@ -209,7 +223,7 @@ TEST(CollectiveTime, HierarchicalAcrossNodes) {
   EXPECT_NEAR(rs.latency, 5e-6 + intraLat + interLat, kTol);
   EXPECT_NEAR(rs.intraNode, intraBw, kTol);
   EXPECT_NEAR(rs.interNode, interBw, kTol);
-  EXPECT_NEAR(rs.seconds, 15.549e-3, 1e-12);
+  EXPECT_NEAR(rs.seconds, 15.549e-3, kTol);
 
   CollectiveTime ag = collectiveTime(c, CollectiveKind::AllGather, 800e6, 32);
   EXPECT_NEAR(ag.seconds, rs.seconds, kTol);
@@ -219,7 +233,7 @@ TEST(CollectiveTime, HierarchicalAcrossNodes) {
   EXPECT_NEAR(ar.latency, 5e-6 + 2 * intraLat + 2 * interLat, kTol);
   EXPECT_NEAR(ar.intraNode, 2 * intraBw, kTol);
   EXPECT_NEAR(ar.interNode, 2 * interBw, kTol);
-  EXPECT_NEAR(ar.seconds, 31.093e-3, 1e-12);
+  EXPECT_NEAR(ar.seconds, 31.093e-3, kTol);
 }
 
 TEST(CollectiveTime, OneGpuPerNodeIsAllNetwork) {
@@ -481,11 +495,12 @@ TEST(Simulator, RunsPerStepMultiply) {
   EXPECT_NEAR(p.phases[0].seconds, 10 * kMs, kTol);
   EXPECT_NEAR(p.stepSeconds, 41 * kMs, kTol);
   EXPECT_NEAR(p.streamBusy[0], 41 * kMs, kTol);
-  EXPECT_NEAR(p.flops, 41e9, 1);
-  EXPECT_NEAR(p.achievedTflopsPerGpu, 1.0, 1e-9);
-  EXPECT_NEAR(p.mfu, 1.0, 1e-9);
+  // A sum of integer FLOP counts below 2^53: exact.
+  EXPECT_EQ(p.flops, 41e9);
+  EXPECT_NEAR(p.achievedTflopsPerGpu, 1.0, kRelTol);
+  EXPECT_NEAR(p.mfu, 1.0, kRelTol);
   // 1 x 8 tokens x 4 micro-steps x 2 ranks per 41 ms.
-  EXPECT_NEAR(p.tokensPerSecond, 64 / 0.041, 1e-6);
+  EXPECT_NEAR(p.tokensPerSecond, 64 / 0.041, 64 / 0.041 * kRelTol);
 }
 
 TEST(Simulator, CollectiveOnTheComputeStreamIsAllExposed) {
@@ -598,8 +613,9 @@ TEST(ChromeTrace, ParsesBackWithEveryField) {
   for (const json &e : events)
     if (e["ph"] == "X" && e["cat"] == "blocked") {
       sawBlocked = true;
-      EXPECT_NEAR(e["ts"].get<double>(), 4000, 1e-6);
-      EXPECT_NEAR(e["dur"].get<double>(), 2000, 1e-6);
+      // nlohmann::json writes doubles with 17 digits: they read back exact.
+      EXPECT_NEAR(e["ts"].get<double>(), 4000, 4000 * kRelTol);
+      EXPECT_NEAR(e["dur"].get<double>(), 2000, 2000 * kRelTol);
       EXPECT_EQ(e["args"]["waiting_for_op"], 0);
     }
   EXPECT_TRUE(sawBlocked);
@@ -787,7 +803,7 @@ TEST(InspectTime, SectionsAppearWithACluster) {
   EXPECT_NEAR(j["exposed_comm_s"].get<double>(), 2 * kMs, kTol);
   EXPECT_NEAR(j["stream_busy_s"]["compute"].get<double>(), 8 * kMs, kTol);
   EXPECT_NEAR(j["stream_busy_s"]["gather"].get<double>(), 6 * kMs, kTol);
-  EXPECT_NEAR(j["achieved_tflops_per_gpu"].get<double>(), 0.8, 1e-9);
+  EXPECT_NEAR(j["achieved_tflops_per_gpu"].get<double>(), 0.8, 0.8 * kRelTol);
   ASSERT_EQ(j["most_exposed_collectives"].size(), 1u);
   EXPECT_EQ(j["most_exposed_collectives"][0]["op"], 0);
   EXPECT_EQ(j["most_exposed_collectives"][0]["comm_elements"], 6000000);

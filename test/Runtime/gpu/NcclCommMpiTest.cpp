@@ -103,7 +103,12 @@ TEST(NcclMpiComm, AllGatherF32AndInPlaceBf16) {
 
 // Rank p sends (p + 1) + j at index j; rank r receives r elements (rank 0
 // none): unequal counts, so one ncclReduce per root. The sum over ranks is
-// n(n+1)/2 + n j (exact); the average multiplies by fl(1/n) first.
+// n(n+1)/2 + n j (exact); the average multiplies by fl(1/n) first
+// (ncclAvg is NCCL's PreMulSum for floats). So each term is off by 2 u
+// relative (u = 2^-24), the n - 1 additions by u each and the test's
+// sum / n by u: at most (n + 2) u sum / n, 1.2e-7 sum at n = 2. The
+// tolerance, 1e-6 sum, is 8 to 13 times that for n = 2 to 8; not measured
+// (written without a GPU), so left as it was.
 TEST(NcclMpiComm, ReduceScatterVariableCounts) {
   auto comm = world();
   int n = comm->size(), r = comm->rank();
@@ -177,7 +182,11 @@ TEST(NcclMpiComm, ReduceScatterOfAFlatGroupBucket) {
 // bf16 sums accumulate in bf16 in NCCL: rank 0 sends 256, the others 0.75.
 // The exact sum is 256 + 0.75 (n - 1); each partial sum rounds to bf16
 // (spacing 2 in [256, 512)), so the result may differ from the MPI
-// backend's single rounding by up to about (n - 1) roundings.
+// backend's single rounding by up to about (n - 1) roundings: (n - 1) u
+// exact with u = 2^-8; the tolerance is n u exact. A chain that starts at
+// 256 rounds every 256.75 back to 256, an error of 0.75 (n - 1), that is
+// 0.75 (n - 1) / n of the tolerance; one that starts elsewhere errs less
+// (0.75 + 0.75 + 256 = 257.5 rounds to 258). Not run here (no GPU).
 TEST(NcclMpiComm, Bf16SumsRoundAtEachHop) {
   auto comm = world();
   int n = comm->size(), r = comm->rank();

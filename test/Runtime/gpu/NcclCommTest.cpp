@@ -417,6 +417,9 @@ TEST(NcclComm, CallerStreamAndStreamWait) {
   comm->streamWait(consumer, h);
   CUDA_OK(cudaMemcpyAsync(copy.get(), buf.get(), copy.bytes(),
                           cudaMemcpyDeviceToDevice, consumer));
+  // A blocking streamWait would hold until the gate opens, that is forever
+  // (or the communicator's timeout); a non-blocking one takes microseconds.
+  // 5 s tells them apart on any machine.
   EXPECT_LT(CommClock::now() - before, std::chrono::seconds(5));
   EXPECT_FALSE(comm->test(h)); // Held behind the gate.
   EXPECT_EQ(cudaStreamQuery(consumer), cudaErrorNotReady);
