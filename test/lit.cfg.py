@@ -20,7 +20,3 @@ config.substitutions.append(("%examples", os.path.join(config.zeroc_src_root, "e
 
 tools = ["zeroc", "zeroc-opt"]
 llvm_config.add_tool_substitutions(tools, [config.zeroc_tools_dir])
-
-# zeroc consolidate exists when the runtime's checkpoint library is built.
-if getattr(config, "zeroc_have_checkpoint", "OFF") in ("ON", "1", "TRUE"):
-    config.available_features.add("zeroc-checkpoint")

@@ -9,8 +9,12 @@
 #include "zeroc/Support/Format.h"
 
 #include "mlir/IR/Diagnostics.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringRef.h"
 
 #include <cstdio>
+#include <map>
+#include <set>
 
 using nlohmann::json;
 
@@ -63,12 +67,27 @@ json configFor(const json &base, const AdviseCandidate &c) {
   json &zero = cfg["zero_optimization"];
   if (!zero.is_object())
     zero = json::object();
-  // Keys the candidate decides, and their deprecated spellings, go.
+  // Keys the candidate decides, and their deprecated spellings, go; so do
+  // the keys of stage 3 (stage3_*, and their prefix-less aliases) below
+  // stage 3, where DeepSpeed reads none of them.
   for (const char *key :
        {"stage", "offload_optimizer", "offload_param", "cpu_offload",
         "cpu_offload_param", "reduce_bucket_size",
         "stage3_prefetch_bucket_size", "prefetch_bucket_size"})
     zero.erase(key);
+  if (c.stage < 3) {
+    std::vector<std::string> stage3;
+    for (const auto &[key, value] : zero.items())
+      if (llvm::StringRef(key).starts_with("stage3_") ||
+          llvm::is_contained(
+              {"param_persistence_threshold", "max_live_parameters",
+               "max_reuse_distance", "model_persistence_threshold",
+               "gather_16bit_weights_on_model_save", "sub_group_size"},
+              key))
+        stage3.push_back(key);
+    for (const std::string &key : stage3)
+      zero.erase(key);
+  }
   zero["stage"] = c.stage;
   // Overlapping communication with compute is what every stage wants on a
   // GPU (DeepSpeed defaults it on only for stage 3); a base config that
@@ -82,6 +101,10 @@ json configFor(const json &base, const AdviseCandidate &c) {
     zero["offload_param"] = {{"device", c.offloadParam}};
   if (c.stage == 3)
     zero["stage3_prefetch_bucket_size"] = c.prefetchBucketSize;
+  // No batch at all: the micro batch is the launcher's ("auto").
+  if (!cfg.contains("train_batch_size") &&
+      !cfg.contains("train_micro_batch_size_per_gpu"))
+    cfg["train_micro_batch_size_per_gpu"] = "auto";
   for (const char *precision : {"bf16", "fp16"})
     if (!cfg.contains(precision))
       cfg[precision] = {{"enabled", "auto"}};
@@ -97,8 +120,8 @@ void evaluate(const AdviseRequest &req, int64_t worldSize, AdviseCandidate &c) {
     c.error = doc.error().message;
     return;
   }
-  auto cfg = readConfigForModel(*doc, *req.stats, /*modelName=*/"", worldSize,
-                                req.gradientAccumulation);
+  auto cfg = readConfigForModel(*doc, *req.stats, worldSize,
+                                {req.microBatch, req.gradientAccumulation});
   if (!cfg) {
     c.error = cfg.error().message;
     return;
@@ -137,6 +160,7 @@ void evaluate(const AdviseRequest &req, int64_t worldSize, AdviseCandidate &c) {
   c.commBytesPerStep =
       plan->comm.total() * double(bytesPerElement(plan->model.dtype));
   c.deepSpeedConfig = plan->config;
+  c.launchConfig = configFor(base, c);
 }
 
 std::string percent(double x) {
@@ -222,6 +246,42 @@ Expected<AdviseResult> advise(const AdviseRequest &req) {
   return result;
 }
 
+namespace {
+
+void flatten(const json &j, const std::string &at,
+             std::map<std::string, std::string> &out) {
+  if (j.is_object() && !j.empty()) {
+    for (const auto &[key, value] : j.items())
+      flatten(value, at.empty() ? key : at + "." + key, out);
+    return;
+  }
+  out[at] = j.dump();
+}
+
+} // namespace
+
+std::string configDiff(const json &base, const json &launch) {
+  std::map<std::string, std::string> before, after;
+  flatten(base.is_object() ? base : json::object(), "", before);
+  flatten(launch, "", after);
+  std::set<std::string> keys;
+  for (const auto &[k, v] : before)
+    keys.insert(k);
+  for (const auto &[k, v] : after)
+    keys.insert(k);
+  std::string out;
+  for (const std::string &k : keys) {
+    auto b = before.find(k), a = after.find(k);
+    if (b != before.end() && a != after.end() && b->second == a->second)
+      continue;
+    if (b != before.end())
+      out += "- " + k + ": " + b->second + "\n";
+    if (a != after.end())
+      out += "+ " + k + ": " + a->second + "\n";
+  }
+  return out;
+}
+
 std::string adviseText(const AdviseResult &r) {
   std::string out = "zeroc advise: " + r.cluster + ", " +
                     std::to_string(r.worldSize) + " ranks, " +
@@ -289,7 +349,8 @@ json adviseJson(const AdviseResult &r) {
               {"reasons", r.reasons}};
   if (r.best) {
     out["recommended"] = r.candidates[*r.best].label();
-    out["recommended_config"] = r.candidates[*r.best].deepSpeedConfig;
+    out["recommended_config"] = r.candidates[*r.best].launchConfig;
+    out["recommended_resolved_config"] = r.candidates[*r.best].deepSpeedConfig;
   }
   return out;
 }

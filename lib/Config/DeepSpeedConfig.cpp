@@ -1059,10 +1059,12 @@ bool Reader::readAio(const json &root) {
 
 /// train_batch_size = train_micro_batch_size_per_gpu x
 /// gradient_accumulation_steps x world size. The Trainer fills "auto" values
-/// from its arguments (trainer_config_process); zeroc takes the micro batch
-/// from the model graph and the accumulation count from the command line,
-/// then derives what is still missing as DeepSpeed does
-/// (_set_batch_related_parameters), but insists on exact division.
+/// from its arguments (trainer_config_process); zeroc takes them from
+/// --micro-batch and --grad-accum, the launcher's arguments, then derives
+/// what is still missing as DeepSpeed does (_set_batch_related_parameters),
+/// but insists on exact division. Only a micro batch that is "auto" and
+/// that neither the command line nor DeepSpeed's rules decide takes the
+/// model file's batch dimension, with a note saying so.
 bool Reader::readBatch(const json &root) {
   struct Entry {
     explicit Entry(const char *key) : key(key), at(JsonPath() / key) {}
@@ -1098,9 +1100,9 @@ bool Reader::readBatch(const json &root) {
     const char *source;
   };
   const Fact facts[] = {
-      {micro, ctx.microBatch, "the model's batch dimension"},
+      {micro, ctx.microBatch, "--micro-batch on the command line"},
       {accumulation, ctx.gradientAccumulation,
-       "--gradient-accumulation on the command line"},
+       "--grad-accum on the command line"},
   };
   for (const Fact &fact : facts) {
     if (fact.value && *fact.value < 1)
@@ -1142,6 +1144,16 @@ bool Reader::readBatch(const json &root) {
 
   std::string microText = "train_micro_batch_size_per_gpu";
   std::string accText = "gradient_accumulation_steps";
+  // "auto" with nothing to derive it from: the Trainer would fill it from
+  // --per_device_train_batch_size; zeroc's stand-in for that argument is
+  // the batch the model file was generated with.
+  if (micro.wasAuto && !micro.value && !train.value && ctx.modelBatch) {
+    micro.value = ctx.modelBatch;
+    note(std::string(micro.key) + ": \"auto\" -> " +
+         std::to_string(*ctx.modelBatch) +
+         " (the model file's batch dimension; pass --micro-batch for the "
+         "launcher's per-device batch)");
+  }
   if (train.value && micro.value && !accumulation.value) {
     if (!divide(accumulation, *train.value, *micro.value * world,
                 microText + " " + std::to_string(*micro.value) + " x " +
@@ -1169,8 +1181,8 @@ bool Reader::readBatch(const json &root) {
   } else if (!train.value && !micro.value) {
     return fail(micro.at, "either 'train_batch_size' or "
                           "'train_micro_batch_size_per_gpu' must be given "
-                          "(or be \"auto\" with the model's batch dimension "
-                          "known)");
+                          "(DeepSpeed's _batch_assertion), or --micro-batch "
+                          "on the command line");
   }
 
   if (*train.value != *micro.value * *accumulation.value * world)

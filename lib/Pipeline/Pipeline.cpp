@@ -31,42 +31,48 @@ static sched::Placement placementOf(OffloadDevice device) {
 }
 
 ConfigContext configContextFor(const ModelStats &stats, int64_t worldSize,
-                               std::optional<int64_t> gradientAccumulation) {
+                               const LauncherArgs &launcher) {
   ConfigContext ctx;
   ctx.worldSize = worldSize;
   ctx.hiddenSize = stats.hiddenSize;
-  ctx.microBatch = stats.batch;
-  ctx.gradientAccumulation = gradientAccumulation;
+  ctx.microBatch = launcher.microBatch;
+  ctx.modelBatch = stats.batch;
+  ctx.gradientAccumulation = launcher.gradientAccumulation;
   ctx.modelPrecision = precisionOf(stats.dtype);
   return ctx;
 }
 
-std::optional<std::string> checkModelAgainstConfig(const ModelStats &stats,
-                                                   const DeepSpeedConfig &cfg) {
-  if (cfg.microBatchPerGpu != stats.batch)
-    return "the config's train_micro_batch_size_per_gpu is " +
-           std::to_string(cfg.microBatchPerGpu) +
-           " but the model's tokens "
-           "are tensor<" +
-           std::to_string(stats.batch) + "x" + std::to_string(stats.seqLen) +
-           "xi32>: regenerate the model with "
-           "`zeroc gen ... --micro-batch " +
-           std::to_string(cfg.microBatchPerGpu) + "`";
-  std::optional<Precision> model = precisionOf(stats.dtype);
-  if (model && *model != cfg.precision) {
-    const char *flag = cfg.precision == Precision::BF16   ? "bf16"
-                       : cfg.precision == Precision::FP16 ? "f16"
-                                                          : "f32";
-    return "the config trains in " + std::string(precisionName(cfg.precision)) +
-           " but the model's parameters are " + stats.dtype +
-           ": regenerate the model with `zeroc gen ... --dtype " + flag +
-           "` or change the config's fp16/bf16 blocks";
+std::string trainingDType(const DeepSpeedConfig &cfg) {
+  switch (cfg.precision) {
+  case Precision::BF16:
+    return "bf16";
+  case Precision::FP16:
+    return "f16";
+  case Precision::FP32:
+    return "f32";
   }
-  return std::nullopt;
+  return "f32";
+}
+
+static TrainingDType specializedDType(Precision precision) {
+  switch (precision) {
+  case Precision::BF16:
+    return TrainingDType::BF16;
+  case Precision::FP16:
+    return TrainingDType::F16;
+  case Precision::FP32:
+    return TrainingDType::F32;
+  }
+  return TrainingDType::F32;
 }
 
 void buildZeroPipeline(mlir::OpPassManager &pm, const DeepSpeedConfig &cfg) {
   const ZeroConfig &zero = cfg.zero;
+  ModelSpecializeOptions specialize;
+  specialize.microBatch = cfg.microBatchPerGpu;
+  specialize.dtype = specializedDType(cfg.precision);
+  pm.addPass(createModelSpecialize(specialize));
+
   ExpandTrainingStepOptions expand;
   expand.gradAccum = cfg.gradientAccumulationSteps;
   expand.lossScaling = cfg.precision == Precision::FP16;
@@ -124,18 +130,12 @@ void buildZeroPipeline(mlir::OpPassManager &pm, const DeepSpeedConfig &cfg) {
   pm.addPass(createZeroPlanMemory());
 }
 
-Expected<DeepSpeedConfig>
-readConfigForModel(const JsonDocument &config, const ModelStats &stats,
-                   const std::string &modelName, int64_t worldSize,
-                   std::optional<int64_t> gradientAccumulation) {
-  auto cfg = readDeepSpeedConfig(
-      config, configContextFor(stats, worldSize, gradientAccumulation));
-  if (!cfg)
-    return cfg;
-  if (auto problem = checkModelAgainstConfig(stats, *cfg))
-    return Diagnostic{
-        "", 0, 0, modelName.empty() ? *problem : modelName + ": " + *problem};
-  return cfg;
+Expected<DeepSpeedConfig> readConfigForModel(const JsonDocument &config,
+                                             const ModelStats &stats,
+                                             int64_t worldSize,
+                                             const LauncherArgs &launcher) {
+  return readDeepSpeedConfig(config,
+                             configContextFor(stats, worldSize, launcher));
 }
 
 mlir::LogicalResult runZeroPipeline(mlir::PassManager &pm,
@@ -153,8 +153,8 @@ mlir::FailureOr<Plan> planOfSchedule(mlir::ModuleOp module,
   source.generator = generator;
   source.model.name = stats.name;
   source.model.params = stats.params;
-  source.model.dtype = parseDType(stats.dtype).value_or(DType::F32);
-  source.model.microBatch = stats.batch;
+  source.model.dtype = parseDType(trainingDType(cfg)).value_or(DType::F32);
+  source.model.microBatch = cfg.microBatchPerGpu;
   source.model.seqLen = stats.seqLen;
   source.gradientAccumulationSteps = cfg.gradientAccumulationSteps;
   source.config = toDeepSpeedJson(cfg);

@@ -500,7 +500,7 @@ TEST(DeepSpeedConfigBatch, WorldSizeZeroIsAnError) {
   EXPECT_EQ(cfg.error().file, "ds.json");
 }
 
-TEST(DeepSpeedConfigBatch, ModelBatchFillsAnAbsentMicroBatch) {
+TEST(DeepSpeedConfigBatch, CommandLineFillsAnAbsentMicroBatch) {
   ConfigContext ctx = worldOf(4);
   ctx.microBatch = 2;
   auto cfg = readText(R"({"train_batch_size": 32})", ctx);
@@ -508,16 +508,60 @@ TEST(DeepSpeedConfigBatch, ModelBatchFillsAnAbsentMicroBatch) {
   EXPECT_EQ(cfg->microBatchPerGpu, 2);
   EXPECT_EQ(cfg->gradientAccumulationSteps, 4);
   EXPECT_TRUE(hasNote(*cfg, {"train_micro_batch_size_per_gpu (absent) = 2",
-                             "the model's batch dimension"}));
+                             "--micro-batch on the command line"}));
 }
 
-TEST(DeepSpeedConfigBatch, GivenValuesMustAgreeWithModelAndCommandLine) {
+// The model file's batch never decides what DeepSpeed's rules decide: with
+// train_batch_size 32 and 4 accumulation steps on one rank the micro batch
+// is 8, whatever batch the model was generated with ("auto" or absent).
+TEST(DeepSpeedConfigBatch, DeepSpeedsRulesBeforeTheModelFile) {
+  for (const char *micro :
+       {"", R"("train_micro_batch_size_per_gpu": "auto",)"}) {
+    SCOPED_TRACE(micro);
+    ConfigContext ctx = worldOf(1);
+    ctx.modelBatch = 1;
+    auto cfg = readText(std::string("{") + micro +
+                            R"("train_batch_size": 32,
+                                "gradient_accumulation_steps": 4})",
+                        ctx);
+    ASSERT_READ(cfg);
+    EXPECT_EQ(cfg->microBatchPerGpu, 8);
+    EXPECT_EQ(cfg->gradientAccumulationSteps, 4);
+  }
+  // Only train_batch_size: DeepSpeed's accumulation 1 and micro 32.
+  ConfigContext ctx = worldOf(1);
+  ctx.modelBatch = 1;
+  auto cfg = readText(R"({"train_batch_size": 32})", ctx);
+  ASSERT_READ(cfg);
+  EXPECT_EQ(cfg->microBatchPerGpu, 32);
+  // Nothing at all: DeepSpeed's error, not the model's batch.
+  EXPECT_TRUE(failsWith(readText(R"({"zero_optimization": {"stage": 1}})", ctx),
+                        {"either 'train_batch_size' or "
+                         "'train_micro_batch_size_per_gpu' must be given",
+                         "_batch_assertion"}));
+  // "auto" that nothing else decides: the model file's batch, with a note.
+  auto fallback =
+      readText(R"({"train_micro_batch_size_per_gpu": "auto"})", ctx);
+  ASSERT_READ(fallback);
+  EXPECT_EQ(fallback->microBatchPerGpu, 1);
+  EXPECT_TRUE(
+      hasNote(*fallback, {"train_micro_batch_size_per_gpu: \"auto\" -> 1",
+                          "the model file's batch dimension"}));
+}
+
+TEST(DeepSpeedConfigBatch, GivenValuesMustAgreeWithTheCommandLine) {
   ConfigContext ctx = worldOf(1);
   ctx.microBatch = 4;
   EXPECT_TRUE(
       failsWith(readText(R"({"train_micro_batch_size_per_gpu": 8})", ctx),
                 {"'train_micro_batch_size_per_gpu' is 8",
-                 "the model's batch dimension is 4"}));
+                 "--micro-batch on the command line is 4"}));
+  // The model file's batch is no such fact: the config wins.
+  ctx = worldOf(1);
+  ctx.modelBatch = 4;
+  auto cfg = readText(R"({"train_micro_batch_size_per_gpu": 8})", ctx);
+  ASSERT_READ(cfg);
+  EXPECT_EQ(cfg->microBatchPerGpu, 8);
   ctx = worldOf(1);
   ctx.gradientAccumulation = 2;
   EXPECT_TRUE(failsWith(readText(R"({"train_micro_batch_size_per_gpu": 8,
@@ -592,7 +636,7 @@ TEST(DeepSpeedConfigAuto, HiddenSizeIsNeededForAutoBuckets) {
                          "hidden size is unknown"}));
 }
 
-TEST(DeepSpeedConfigAuto, BatchValuesComeFromModelAndCommandLine) {
+TEST(DeepSpeedConfigAuto, BatchValuesComeFromTheCommandLine) {
   ConfigContext ctx = hfContext();
   ctx.gradientAccumulation = 2;
   auto cfg = readText(R"({"train_batch_size": "auto",
@@ -604,7 +648,7 @@ TEST(DeepSpeedConfigAuto, BatchValuesComeFromModelAndCommandLine) {
   EXPECT_EQ(cfg->gradientAccumulationSteps, 2);
   EXPECT_EQ(cfg->trainBatchSize, 64);
   EXPECT_TRUE(hasNote(*cfg, {"train_micro_batch_size_per_gpu: \"auto\" -> 4",
-                             "the model's batch dimension"}));
+                             "--micro-batch on the command line"}));
   EXPECT_TRUE(hasNote(
       *cfg, {"gradient_accumulation_steps: \"auto\" -> 2", "command line"}));
   EXPECT_TRUE(hasNote(*cfg, {"train_batch_size: \"auto\" -> 64, derived"}));

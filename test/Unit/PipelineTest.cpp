@@ -53,13 +53,11 @@ protected:
       return std::nullopt;
     auto doc = JsonDocument::parse(json, "ds.json");
     EXPECT_TRUE(bool(doc));
-    auto cfg = readDeepSpeedConfig(
-        *doc, configContextFor(*stats, worldSize, std::nullopt));
+    auto cfg = readDeepSpeedConfig(*doc, configContextFor(*stats, worldSize));
     if (!cfg) {
       ADD_FAILURE() << cfg.error().str();
       return std::nullopt;
     }
-    EXPECT_EQ(checkModelAgainstConfig(*stats, *cfg), std::nullopt);
     mlir::PassManager pm(&context);
     buildZeroPipeline(pm, *cfg);
     if (mlir::failed(pm.run(*module))) {
@@ -329,8 +327,7 @@ TEST_F(MemoryTest, ActivationsFollowKorthikanti) {
   mlir::FailureOr<ModelStats> stats = computeModelStats(*module);
   ASSERT_TRUE(mlir::succeeded(stats));
   auto doc = JsonDocument::parse(config(0, 1, "", "bf16"), "ds.json");
-  auto cfg =
-      readDeepSpeedConfig(*doc, configContextFor(*stats, 1, std::nullopt));
+  auto cfg = readDeepSpeedConfig(*doc, configContextFor(*stats, 1));
   ASSERT_TRUE(bool(cfg));
   mlir::PassManager pm(&context);
   buildZeroPipeline(pm, *cfg);

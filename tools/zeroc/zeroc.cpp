@@ -64,12 +64,15 @@ cl::opt<int64_t> genSeqLen("seq-len", cl::sub(genCmd),
                            cl::value_desc("n"), cl::cat(zerocCategory));
 cl::opt<int64_t> genMicroBatch("micro-batch", cl::sub(genCmd),
                                cl::desc("Sequences per micro-batch (default: "
-                                        "1)"),
+                                        "1); a default only: the DeepSpeed "
+                                        "config decides when compiling"),
                                cl::value_desc("n"), cl::cat(zerocCategory));
 cl::opt<std::string> genDType("dtype", cl::sub(genCmd),
                               cl::desc("Parameter and activation dtype: f32, "
                                        "bf16 or f16 (default: the config's "
-                                       "torch_dtype, else f32)"),
+                                       "torch_dtype, else f32); a default "
+                                       "only: the DeepSpeed config's "
+                                       "fp16/bf16 decide when compiling"),
                               cl::value_desc("type"), cl::cat(zerocCategory));
 cl::opt<std::string> genOutput("o", cl::sub(genCmd),
                                cl::desc("Output file (default: stdout)"),
@@ -100,12 +103,20 @@ cl::opt<std::string> compileInput(cl::Positional,
                                   cl::desc("<model.mlir>"), cl::init(""));
 cl::opt<std::string> compileConfig(
     "config", cl::sub(cl::SubCommand::getTopLevel()),
-    cl::desc("DeepSpeed config JSON (default: DeepSpeed's defaults, stage 0)"),
+    cl::desc("DeepSpeed config JSON (default: DeepSpeed's defaults, stage 0, "
+             "with train_micro_batch_size_per_gpu \"auto\")"),
     cl::value_desc("ds_config.json"), cl::cat(zerocCategory));
 cl::opt<int64_t> compileWorldSize("world-size",
                                   cl::sub(cl::SubCommand::getTopLevel()),
                                   cl::desc("Data-parallel ranks"),
                                   cl::value_desc("n"), cl::cat(zerocCategory));
+cl::opt<int64_t> compileMicroBatch(
+    "micro-batch", cl::sub(cl::SubCommand::getTopLevel()),
+    cl::desc("Sequences per GPU per micro-step, where the config leaves "
+             "train_micro_batch_size_per_gpu \"auto\" or out (the launcher's "
+             "per-device batch, as the Hugging Face Trainer's "
+             "--per_device_train_batch_size)"),
+    cl::value_desc("n"), cl::cat(zerocCategory));
 cl::opt<int64_t> compileGradAccum(
     "grad-accum", cl::sub(cl::SubCommand::getTopLevel()),
     cl::desc("Gradient accumulation steps, where the config leaves them "
@@ -175,6 +186,11 @@ cl::opt<int64_t> adviseWorldSize(
     "world-size", cl::sub(adviseCmd),
     cl::desc("Ranks to plan for (default: every GPU of the cluster)"),
     cl::value_desc("n"), cl::cat(zerocCategory));
+cl::opt<int64_t> adviseMicroBatch(
+    "micro-batch", cl::sub(adviseCmd),
+    cl::desc("Sequences per GPU per micro-step, where the config leaves "
+             "train_micro_batch_size_per_gpu \"auto\" or out"),
+    cl::value_desc("n"), cl::cat(zerocCategory));
 cl::opt<int64_t> adviseGradAccum(
     "grad-accum", cl::sub(adviseCmd),
     cl::desc("Gradient accumulation steps, where the config leaves them "
@@ -194,6 +210,13 @@ cl::opt<bool> adviseJson("json", cl::sub(adviseCmd),
 
 cl::SubCommand inspectCmd("inspect", "Memory, communication and (with "
                                      "--cluster) step time of a plan file");
+// Where a command takes a model, a Hugging Face config.json does too.
+cl::opt<int64_t> modelSeqLen(
+    "seq-len", cl::sub(cl::SubCommand::getTopLevel()), cl::sub(statsCmd),
+    cl::sub(adviseCmd),
+    cl::desc("With a config.json for the model: the sequence length "
+             "(default: the model's maximum positions)"),
+    cl::value_desc("n"), cl::cat(zerocCategory));
 cl::opt<std::string> inspectInput(cl::Positional, cl::sub(inspectCmd),
                                   cl::desc("<plan.json>"), cl::Required);
 cl::opt<bool> inspectAsJson("json", cl::sub(inspectCmd),
@@ -287,9 +310,46 @@ int runGen() {
   return 0;
 }
 
-/// Parses and verifies a model file, printing diagnostics with file:line:col.
+/// Parses and verifies a model file, printing diagnostics with file:line:col;
+/// or, for a Hugging Face config.json, generates the model as `zeroc gen`
+/// does, with --seq-len.
 OwningOpRef<ModuleOp> loadModel(MLIRContext &context, llvm::SourceMgr &sources,
                                 const std::string &path) {
+  std::optional<int64_t> seqLen;
+  if (modelSeqLen.getNumOccurrences())
+    seqLen = modelSeqLen;
+  if (llvm::StringRef(path).ends_with(".json")) {
+    auto doc = zeroc::JsonDocument::load(path);
+    if (!doc) {
+      error(doc.error());
+      return nullptr;
+    }
+    std::vector<std::string> notes;
+    auto spec = zeroc::readHFConfig(*doc, &notes);
+    if (!spec) {
+      error(spec.error());
+      return nullptr;
+    }
+    auto shaped =
+        zeroc::withBatchShape(*spec, seqLen, std::nullopt, std::nullopt);
+    if (!shaped) {
+      error(path + ": " + shaped.error().message);
+      return nullptr;
+    }
+    OwningOpRef<ModuleOp> module = zeroc::buildModel(context, *shaped);
+    if (failed(verify(*module))) {
+      error("internal error: the model generated from " + path +
+            " does not verify");
+      return nullptr;
+    }
+    return module;
+  }
+  if (seqLen) {
+    error("--seq-len applies to a config.json; " + path +
+          " is a model file and has its own sequence length (regenerate it "
+          "with `zeroc gen --seq-len`)");
+    return nullptr;
+  }
   std::string message;
   auto file = openInputFile(path, &message);
   if (!file) {
@@ -391,6 +451,8 @@ int runAdvise() {
   request.worldSize = adviseWorldSize.getNumOccurrences() ? adviseWorldSize : 0;
   if (adviseGradAccum.getNumOccurrences())
     request.gradientAccumulation = adviseGradAccum;
+  if (adviseMicroBatch.getNumOccurrences())
+    request.microBatch = adviseMicroBatch;
   // Candidates that cannot be planned are reported in the table, not here.
   ScopedDiagnosticHandler quiet(&context,
                                 [](Diagnostic &) { return success(); });
@@ -409,9 +471,18 @@ int runAdvise() {
     auto output = openOutputFile(adviseOutput, &message);
     if (!output)
       return error(message);
-    output->os() << result->candidates[*result->best].deepSpeedConfig.dump(2)
-                 << "\n";
+    const zeroc::AdviseCandidate &best = result->candidates[*result->best];
+    output->os() << best.launchConfig.dump(2) << "\n";
     output->keep();
+    if (!adviseJson) {
+      llvm::outs() << "\nwrote " << adviseOutput << ", "
+                   << (base ? "changed against " + adviseConfig
+                            : std::string("from DeepSpeed's defaults"))
+                   << ":\n"
+                   << zeroc::configDiff(base ? base->root()
+                                             : nlohmann::json::object(),
+                                        best.launchConfig);
+    }
   }
   return result->best ? 0 : 1;
 }
@@ -439,6 +510,9 @@ int runCompile() {
   if (compileWorldSize < 1)
     return error("--world-size must be at least 1, found " +
                  std::to_string(compileWorldSize));
+  if (compileMicroBatch.getNumOccurrences() && compileMicroBatch < 1)
+    return error("--micro-batch must be at least 1, found " +
+                 std::to_string(compileMicroBatch));
   if (compileGradAccum.getNumOccurrences() && compileGradAccum < 1)
     return error("--grad-accum must be at least 1, found " +
                  std::to_string(compileGradAccum));
@@ -455,15 +529,19 @@ int runCompile() {
     return 1;
 
   auto doc = compileConfig.empty()
-                 ? zeroc::JsonDocument::parse("{}", "(default config)")
+                 ? zeroc::JsonDocument::parse(
+                       R"({"train_micro_batch_size_per_gpu": "auto"})",
+                       "(default config)")
                  : zeroc::JsonDocument::load(compileConfig);
   if (!doc)
     return error(doc.error());
+  zeroc::LauncherArgs launcher;
+  if (compileMicroBatch.getNumOccurrences())
+    launcher.microBatch = compileMicroBatch;
+  if (compileGradAccum.getNumOccurrences())
+    launcher.gradientAccumulation = compileGradAccum;
   auto cfg =
-      zeroc::readConfigForModel(*doc, *stats, compileInput, compileWorldSize,
-                                compileGradAccum.getNumOccurrences()
-                                    ? std::optional<int64_t>(compileGradAccum)
-                                    : std::nullopt);
+      zeroc::readConfigForModel(*doc, *stats, compileWorldSize, launcher);
   if (!cfg)
     return error(cfg.error());
   for (const std::string &n : cfg->notes)

@@ -41,6 +41,12 @@ struct AdviseCandidate {
   double commBytesPerStep = 0; ///< Per rank.
   double tflopsPerGpu = 0;
   nlohmann::json deepSpeedConfig; ///< The resolved config, as DeepSpeed JSON.
+  /// The config to launch with: the base config with only what advise
+  /// decides changed (zero_optimization's stage, offload, bucket and
+  /// prefetch sizes, overlap_comm), every other block and every "auto"
+  /// kept, and no key of another stage (stage3_* and offload_param below
+  /// stage 3).
+  nlohmann::json launchConfig;
 
   std::string label() const;
 };
@@ -62,6 +68,7 @@ struct AdviseRequest {
   const Cluster *cluster = nullptr;
   int64_t worldSize = 0; ///< 0: every GPU of the cluster.
   std::optional<int64_t> gradientAccumulation;
+  std::optional<int64_t> microBatch; ///< --micro-batch, for "auto".
 };
 
 /// Step times within this fraction of the fastest's count as a tie: the
@@ -79,6 +86,11 @@ std::optional<size_t> recommend(const std::vector<AdviseCandidate> &candidates);
 Expected<AdviseResult> advise(const AdviseRequest &request);
 
 std::string adviseText(const AdviseResult &result);
+
+/// What `launch` changes in `base`, one line per key, as a unified diff's
+/// body: "- key: old" and "+ key: new", dotted paths, in key order.
+std::string configDiff(const nlohmann::json &base,
+                       const nlohmann::json &launch);
 nlohmann::json adviseJson(const AdviseResult &result);
 
 } // namespace zeroc

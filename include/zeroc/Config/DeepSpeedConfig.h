@@ -235,8 +235,12 @@ bool operator==(const OffloadConfig &a, const OffloadConfig &b);
 struct ConfigContext {
   int64_t worldSize = 0;  ///< From --world-size; must be at least 1.
   int64_t hiddenSize = 0; ///< The model's hidden size, for "auto" buckets.
-  /// The model graph's batch dimension, for an "auto" or absent micro batch.
+  /// From the command line (--micro-batch, the launcher's per-device batch),
+  /// for an "auto" or absent micro batch.
   std::optional<int64_t> microBatch;
+  /// The model file's batch dimension: an "auto" micro batch that nothing
+  /// else decides takes it (with a note).
+  std::optional<int64_t> modelBatch;
   /// From the command line, for an "auto" or absent accumulation count.
   std::optional<int64_t> gradientAccumulation;
   /// The model's dtype, for "auto" in fp16.enabled / bf16.enabled.

@@ -20,16 +20,20 @@
 
 namespace zeroc {
 
-/// The facts a DeepSpeed config needs from the model: hidden size for
-/// "auto" buckets, batch dimension, precision.
-ConfigContext configContextFor(const ModelStats &stats, int64_t worldSize,
-                               std::optional<int64_t> gradientAccumulation);
+/// What the launcher decides where a config says "auto": the Hugging Face
+/// Trainer's --per_device_train_batch_size and --gradient_accumulation_steps,
+/// zeroc's --micro-batch and --grad-accum.
+struct LauncherArgs {
+  std::optional<int64_t> microBatch;
+  std::optional<int64_t> gradientAccumulation;
+};
 
-/// Checks that the model graph can be trained as the config says: its
-/// micro-batch and dtype match the config's. Returns a message naming what
-/// to change, or nothing.
-std::optional<std::string> checkModelAgainstConfig(const ModelStats &stats,
-                                                   const DeepSpeedConfig &cfg);
+/// The facts a DeepSpeed config needs from the model and the launcher:
+/// hidden size for "auto" buckets, the launcher's batch arguments, and the
+/// model file's batch and dtype as the defaults of an "auto" micro batch and
+/// fp16/bf16 `enabled`.
+ConfigContext configContextFor(const ModelStats &stats, int64_t worldSize,
+                               const LauncherArgs &launcher = {});
 
 /// Adds the ZeRO pipeline, from training-step expansion to the schedule
 /// verifier, with the options `cfg` implies.
@@ -39,15 +43,17 @@ void buildZeroPipeline(mlir::OpPassManager &pm, const DeepSpeedConfig &cfg);
 // The compile driver: config -> model check -> pipeline -> plan
 //===----------------------------------------------------------------------===//
 
-/// Config and model check: reads `config` for the model `stats` describes,
-/// at `worldSize` ranks, and checks the model against it. The config's
-/// errors carry its file and line; a model that does not match the config
-/// fails with checkModelAgainstConfig's message, after `modelName` and ": "
-/// when one is given.
-Expected<DeepSpeedConfig>
-readConfigForModel(const JsonDocument &config, const ModelStats &stats,
-                   const std::string &modelName, int64_t worldSize,
-                   std::optional<int64_t> gradientAccumulation);
+/// Config: reads `config` for the model `stats` describes, at `worldSize`
+/// ranks. The config decides the micro batch and the precision; the
+/// pipeline specialises the model for them (model-specialize). Errors carry
+/// the config's file and line.
+Expected<DeepSpeedConfig> readConfigForModel(const JsonDocument &config,
+                                             const ModelStats &stats,
+                                             int64_t worldSize,
+                                             const LauncherArgs &launcher = {});
+
+/// The model's dtype as the config trains it: "bf16", "f16" or "f32".
+std::string trainingDType(const DeepSpeedConfig &cfg);
 
 /// Pipeline: rewrites the model `module` into the final schedule in `pm`,
 /// which the caller may have set up (timing, IR printing). Errors are
@@ -57,7 +63,9 @@ mlir::LogicalResult runZeroPipeline(mlir::PassManager &pm,
                                     const DeepSpeedConfig &cfg);
 
 /// Plan: the plan of the final schedule `module`, compiled from the model
-/// `stats` describes with `cfg`; `generator` names the compiler.
+/// `stats` describes (its name, parameters and sequence length; the micro
+/// batch and dtype are the config's) with `cfg`; `generator` names the
+/// compiler.
 mlir::FailureOr<Plan> planOfSchedule(mlir::ModuleOp module,
                                      const ModelStats &stats,
                                      const DeepSpeedConfig &cfg,

@@ -18,6 +18,9 @@
 
 namespace zeroc {
 
+/// model-specialize's `dtype`: the element type training uses.
+enum class TrainingDType { Keep, F32, BF16, F16 };
+
 /// zero-expand-training-step's `optimizer`: how Adam applies weight decay.
 enum class AdamMode { Adam, AdamW };
 

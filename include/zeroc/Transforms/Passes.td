@@ -11,6 +11,53 @@
 
 include "mlir/Pass/PassBase.td"
 
+def ModelSpecialize : Pass<"model-specialize", "::mlir::ModuleOp"> {
+  let summary = "Give the model the micro-batch and precision it trains with";
+  let description = [{
+    A model file describes an architecture and a sequence length; its batch
+    dimension and element type are defaults. The DeepSpeed config decides
+    both, as DeepSpeed decides them for a PyTorch module: the micro-batch
+    (`train_micro_batch_size_per_gpu`, or what DeepSpeed's batch rules
+    derive) and the training precision (`bf16` or `fp16` enabled: 16-bit
+    weights and activations with f32 masters; neither: f32, the engine casts
+    the module). This pass rewrites the forward function for them, before
+    anything else of the pipeline looks at it:
+
+    * `micro-batch`: the first dimension of the token arguments and of every
+      value computed in the forward (their batch dimension), except the
+      parameters (`model.param_ref`) and the 0-d loss;
+    * `dtype`: the element type of every parameter, parameter reference and
+      floating-point activation; the loss stays f32.
+
+    A value that should carry the batch dimension but whose first dimension
+    is not the model's batch is an error (the model is not batched the way
+    the pass assumes), as is a micro-batch below 1. With neither option set
+    the module is unchanged.
+
+    ```mlir
+    // model-specialize{micro-batch=4 dtype=bf16}
+    func.func @forward(%ids: tensor<1x8xi32>, ...)      // before
+    func.func @forward(%ids: tensor<4x8xi32>, ...)      // after
+    model.param @w : tensor<64x64xf32> ...   ->   tensor<64x64xbf16>
+    ```
+  }];
+  let dependentDialects = ["::zeroc::model::ModelDialect",
+                           "::mlir::func::FuncDialect"];
+  let options = [
+    Option<"microBatch", "micro-batch", "int64_t", /*default=*/"0",
+           "Sequences per micro-batch; 0 keeps the model's">,
+    Option<"dtype", "dtype", "::zeroc::TrainingDType",
+           /*default=*/"::zeroc::TrainingDType::Keep",
+           "Element type of parameters and activations",
+           [{::llvm::cl::values(
+             clEnumValN(::zeroc::TrainingDType::Keep, "keep",
+                        "the model's own"),
+             clEnumValN(::zeroc::TrainingDType::F32, "f32", "fp32"),
+             clEnumValN(::zeroc::TrainingDType::BF16, "bf16", "bf16"),
+             clEnumValN(::zeroc::TrainingDType::F16, "f16", "fp16"))}]>,
+  ];
+}
+
 def ExpandTrainingStep : Pass<"zero-expand-training-step", "::mlir::ModuleOp"> {
   let summary = "Expand the forward graph into one training step";
   let description = [{
