@@ -23,7 +23,24 @@ std::string Diagnostic::str() const {
     }
     s += ": ";
   }
-  return s + "error: " + message;
+  s += "error: " + message;
+  for (const Diagnostic &more : moreErrors)
+    s += "\n" + more.str();
+  return s;
+}
+
+Diagnostic Diagnostic::combine(std::vector<Diagnostic> errors) {
+  assert(!errors.empty() && "no error to combine");
+  Diagnostic first = std::move(errors.front());
+  for (size_t i = 1; i < errors.size(); ++i) {
+    Diagnostic &more = errors[i];
+    std::vector<Diagnostic> nested = std::move(more.moreErrors);
+    more.moreErrors.clear();
+    first.moreErrors.push_back(std::move(more));
+    for (Diagnostic &n : nested)
+      first.moreErrors.push_back(std::move(n));
+  }
+  return first;
 }
 
 namespace {
@@ -280,6 +297,44 @@ JsonDocument::locate(const std::string &pointer) const {
   if (text.empty())
     return std::nullopt;
   return lineColumn(text, best);
+}
+
+std::optional<size_t>
+JsonDocument::valueOffset(const std::string &pointer) const {
+  Scanner scanner(text);
+  scanner.skipSpace();
+  const json *node = &value;
+  for (const std::string &token : pointerTokens(pointer)) {
+    if (node->is_object()) {
+      auto it = node->find(token);
+      size_t keyPos = 0;
+      if (it == node->end() || !scanner.enterMember(token, keyPos))
+        return std::nullopt;
+      node = &*it;
+    } else if (node->is_array()) {
+      char *end = nullptr;
+      unsigned long index = std::strtoul(token.c_str(), &end, 10);
+      if (token.empty() || *end != '\0' || index >= node->size() ||
+          !scanner.enterElement(index))
+        return std::nullopt;
+      node = &(*node)[index];
+    } else {
+      return std::nullopt;
+    }
+  }
+  scanner.skipSpace();
+  return scanner.pos;
+}
+
+std::optional<std::string>
+JsonDocument::spelling(const std::string &pointer) const {
+  std::optional<size_t> start = valueOffset(pointer);
+  if (!start || *start >= text.size())
+    return std::nullopt;
+  Scanner scanner(text);
+  scanner.pos = *start;
+  scanner.skipValue();
+  return text.substr(*start, scanner.pos - *start);
 }
 
 Diagnostic JsonDocument::error(const std::string &pointer,
