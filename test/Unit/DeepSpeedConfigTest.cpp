@@ -961,11 +961,12 @@ TEST(DeepSpeedConfigErrors, SyntaxErrorReportsFileLineAndColumn) {
   auto cfg = loadDeepSpeedConfig(testConfig("syntax_error.json"), worldOf(1));
   ASSERT_FALSE(cfg);
   EXPECT_EQ(cfg.error().file, testConfig("syntax_error.json"));
-  EXPECT_EQ(cfg.error().line, 6);
-  EXPECT_EQ(cfg.error().column, 3);
-  EXPECT_TRUE(contains(cfg.error().message, "invalid JSON"));
+  // At the trailing comma, not at the '}' where the parser gave up.
+  EXPECT_EQ(cfg.error().line, 5);
+  EXPECT_EQ(cfg.error().column, 25);
+  EXPECT_EQ(cfg.error().message, "invalid JSON: trailing ',' before '}'");
   EXPECT_TRUE(contains(cfg.error().str(),
-                       testConfig("syntax_error.json") + ":6:3: error:"));
+                       testConfig("syntax_error.json") + ":5:25: error:"));
 }
 
 TEST(DeepSpeedConfigErrors, MissingFileIsAnError) {
