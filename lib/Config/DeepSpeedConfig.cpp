@@ -84,12 +84,25 @@ public:
 private:
   //===--- Reporting ------------------------------------------------------===//
 
-  /// Records the first error; always returns false so callers can
+  /// Records an error and goes on: the reader reports every error of a
+  /// config in one run. Always returns false so callers can
   /// `return fail(...)`.
   bool fail(const JsonPath &at, const std::string &message) {
-    if (!error)
-      error = doc.error(at.pointer(), message);
+    Diagnostic diag = doc.error(at.pointer(), message);
+    for (const Diagnostic &seen : errors)
+      if (seen.line == diag.line && seen.column == diag.column &&
+          seen.message == diag.message)
+        return false;
+    errors.push_back(std::move(diag));
     return false;
+  }
+  /// A value for a message: numbers as the file spells them
+  /// (18446744073709551615 stays that, not -1 or 1.8e19).
+  std::string shown(const json &v, const JsonPath &at) const {
+    if (v.is_number())
+      if (std::optional<std::string> text = doc.spelling(at.pointer()))
+        return *text;
+    return describe(v);
   }
   void note(std::string line) { cfg.notes.push_back(std::move(line)); }
   void ignore(const JsonPath &at) { ignored.push_back(at); }
@@ -135,7 +148,7 @@ private:
 
   bool readTopLevelKeys(const json &root);
   bool readZero(const json &root);
-  bool readHiddenSizeAuto(const json &zero, const JsonPath &at,
+  bool readHiddenSizeAuto(const json &zero, const JsonPath &at, bool stageKnown,
                           std::set<std::string> &done);
   bool readDeprecatedZeroKeys(const json &zero, const JsonPath &at);
   bool readOffload(const json &zero, const JsonPath &at, const char *key,
@@ -143,7 +156,7 @@ private:
                    OffloadConfig &out);
   bool checkOffloadStages(const JsonPath &at);
   bool readZeroSubBlocks(const json &zero, const JsonPath &at);
-  bool readPrecision(const json &root);
+  bool readPrecision(const json &root, bool stageKnown);
   bool readEnabled(const json &block, const JsonPath &at, Precision precision,
                    bool &enabled);
   template <typename S>
@@ -160,8 +173,12 @@ private:
   const JsonDocument &doc;
   const ConfigContext &ctx;
   DeepSpeedConfig cfg;
-  std::optional<Diagnostic> error;
+  std::vector<Diagnostic> errors;
   std::vector<JsonPath> ignored;
+  /// Top-level keys that a misspelt key probably meant: checks that need
+  /// their values are skipped, so a typo is reported once, not again as
+  /// the missing setting's consequences.
+  std::set<std::string> misspelt;
   /// Where each offload block came from: the block itself or the
   /// deprecated flag that stood for it.
   JsonPath offloadParamAt, offloadOptimizerAt;
@@ -182,7 +199,8 @@ bool Reader::readBool(const json &v, const JsonPath &at, bool &out) {
     out = v == 1;
     return true;
   }
-  return fail(at, at.quoted() + " must be true or false; found " + describe(v));
+  return fail(at,
+              at.quoted() + " must be true or false; found " + shown(v, at));
 }
 
 bool Reader::readInt(const json &v, const JsonPath &at, int64_t min,
@@ -190,23 +208,28 @@ bool Reader::readInt(const json &v, const JsonPath &at, int64_t min,
   std::string expected = min == 0   ? "a non-negative integer"
                          : min == 1 ? "a positive integer"
                                     : "an integer";
+  // zeroc keeps counts in int64_t; pydantic's Python int has no bound.
+  std::string tooLarge = at.quoted() + " must be " + expected +
+                         " no larger than 2^63-1; found " + shown(v, at);
   int64_t value = 0;
-  if (v.is_number_integer()) {
-    value = v.get<int64_t>();
-  } else if (v.is_number_unsigned()) {
+  // nlohmann's is_number_integer() is true for unsigned values too; ask
+  // about those first, or 2^64-1 reads as -1.
+  if (v.is_number_unsigned()) {
     if (v.get<uint64_t>() >
         static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-      return fail(at, at.quoted() + " is too large; found " + describe(v));
+      return fail(at, tooLarge);
     value = static_cast<int64_t>(v.get<uint64_t>());
+  } else if (v.is_number_integer()) {
+    value = v.get<int64_t>();
   } else if (v.is_number_float()) {
     // DeepSpeed's own examples write sizes as 5e8, which JSON makes a float;
     // pydantic accepts floats without a fraction for integer fields.
     double d = v.get<double>();
     if (!std::isfinite(d) || d != std::floor(d))
       return fail(at, at.quoted() + " must be " + expected + "; found " +
-                          describe(v) + ", which has a fraction");
+                          shown(v, at) + ", which has a fraction");
     if (std::fabs(d) >= 9.2e18)
-      return fail(at, at.quoted() + " is too large; found " + describe(v));
+      return fail(at, tooLarge);
     value = static_cast<int64_t>(d);
   } else {
     std::string hint =
@@ -216,7 +239,7 @@ bool Reader::readInt(const json &v, const JsonPath &at, int64_t min,
   }
   if (value < min)
     return fail(at, at.quoted() + " must be " + expected + "; found " +
-                        std::to_string(value));
+                        shown(v, at));
   out = value;
   return true;
 }
@@ -233,7 +256,7 @@ bool Reader::readReal(const json &v, const JsonPath &at, double min, double max,
   double value = v.get<double>();
   if (!std::isfinite(value) || value < min || value > max)
     return fail(at, at.quoted() + " must be " + expected + "; found " +
-                        describe(v));
+                        shown(v, at));
   out = value;
   return true;
 }
@@ -251,25 +274,41 @@ bool Reader::expectObject(const json &v, const JsonPath &at) {
 bool Reader::checkKeys(const json &object, const JsonPath &at,
                        const std::vector<std::string> &known,
                        UnknownKeys policy) {
+  bool ok = true;
   for (const auto &item : object.items()) {
     const std::string &key = item.key();
     if (std::find(known.begin(), known.end(), key) != known.end())
       continue;
     JsonPath where = at / key;
+    std::optional<std::string> typo = typoOf(key, known);
     if (policy == UnknownKeys::Reject) {
+      // DeepSpeedConfigModel.__init__ drops "auto" entries before pydantic
+      // looks for extra keys, so DeepSpeed accepts an unknown key set to
+      // "auto". zeroc does too, unless the key looks like a misspelling.
+      if (isAuto(item.value()) && !typo) {
+        ignore(where);
+        note(where.quoted() + " is not a key of " + at.quoted() +
+             "; DeepSpeed drops it because its value is \"auto\"");
+        continue;
+      }
       std::string message = "unknown key " + where.quoted();
       if (auto match = closestMatch(key, known))
         message += "; did you mean '" + *match + "'?";
       message += " (DeepSpeed rejects unknown keys in " + at.quoted() + ")";
-      return fail(where, message);
+      ok = fail(where, message);
+      continue;
     }
-    if (auto match = typoOf(key, known))
-      return fail(where, "unknown key " + where.quoted() + "; did you mean '" +
-                             *match + "'?");
+    if (typo) {
+      if (at.keys().empty())
+        misspelt.insert(*typo);
+      ok = fail(where, "unknown key " + where.quoted() + "; did you mean '" +
+                           *typo + "'?");
+      continue;
+    }
     ignore(where);
     note(where.quoted() + " is not a key DeepSpeed reads; ignored");
   }
-  return true;
+  return ok;
 }
 
 const json *Reader::lookup(const json &object, const JsonPath &at,
@@ -301,16 +340,19 @@ bool Reader::readScalars(const json &object, const JsonPath &at,
          " (DeepSpeed drops \"auto\" and keeps its default)");
     return true;
   };
+  // Each field is read on its own, so that every bad one is reported.
   bool ok = true;
   schema.forEachField([&](const auto &f) {
     JsonPath where;
-    const json *v = ok ? lookup(object, at, f.key, f.alias, where) : nullptr;
-    if (error)
+    size_t errorsBefore = errors.size();
+    const json *v = lookup(object, at, f.key, f.alias, where);
+    if (errors.size() != errorsBefore)
       ok = false;
-    if (!ok || !v || skip.count(f.key))
+    if (!v || skip.count(f.key))
       return;
-    ok = isAuto(*v) ? takeAuto(where, showValue(out.*f.member))
-                    : readField(*v, where, f, out.*f.member);
+    bool fieldOk = isAuto(*v) ? takeAuto(where, showValue(out.*f.member))
+                              : readField(*v, where, f, out.*f.member);
+    ok = fieldOk && ok;
   });
   return ok;
 }
@@ -326,6 +368,15 @@ bool Reader::readTopLevelKeys(const json &root) {
   for (const std::string &key : ignorable)
     if (root.contains(key))
       ignore(JsonPath() / key);
+  // DeepSpeed reads `eigenvalue` inside `quantize_training`
+  // (get_eigenvalue_config); its docs show the block at the top level,
+  // where its code never looks.
+  if (root.contains("eigenvalue")) {
+    known.push_back("eigenvalue");
+    ignore(JsonPath() / "eigenvalue");
+    note("'eigenvalue' has no effect at the top level: DeepSpeed reads it "
+         "inside 'quantize_training' (get_eigenvalue_config)");
+  }
   // DeepSpeed reads the keys it knows and never looks at the others; zeroc
   // does the same unless the key looks like a misspelt DeepSpeed key.
   return checkKeys(root, JsonPath(), known, UnknownKeys::IgnoreUnlessTypo);
@@ -337,18 +388,38 @@ Expected<DeepSpeedConfig> Reader::read() {
     return doc.error("", "a DeepSpeed config must be a JSON object; found " +
                              describeJsonType(root));
   if (ctx.worldSize < 1)
-    return Diagnostic{doc.name(), 0, 0,
-                      "the world size (--world-size) must be at least 1; "
-                      "found " +
-                          std::to_string(ctx.worldSize)};
+    errors.push_back(Diagnostic{doc.name(), 0, 0,
+                                "the world size (--world-size) must be at "
+                                "least 1; found " +
+                                    std::to_string(ctx.worldSize)});
   cfg.worldSize = ctx.worldSize;
 
-  bool ok = readTopLevelKeys(root) && readZero(root) && readPrecision(root) &&
-            readOptimizer(root) && readGradientClipping(root) &&
-            readActivationCheckpointing(root) && readAio(root) &&
-            readBatch(root);
-  if (!ok)
-    return *error;
+  // The blocks are independent: each is read even when another failed, so
+  // that one run reports every error. A check that needs a value an error
+  // left unknown (the stage, a misspelt key's setting) is skipped instead
+  // of reporting that error's consequences.
+  readTopLevelKeys(root);
+  bool stageKnown = readZero(root) && !misspelt.count("zero_optimization");
+  readPrecision(root, stageKnown);
+  readOptimizer(root);
+  readGradientClipping(root);
+  readActivationCheckpointing(root);
+  readAio(root);
+  bool batchKnown = ctx.worldSize >= 1;
+  for (const char *key : {"train_batch_size", "train_micro_batch_size_per_gpu",
+                          "gradient_accumulation_steps"})
+    batchKnown = batchKnown && !misspelt.count(key);
+  if (batchKnown)
+    readBatch(root);
+  if (!errors.empty()) {
+    // In the order of the file, as a compiler reports them.
+    std::stable_sort(errors.begin(), errors.end(),
+                     [](const Diagnostic &a, const Diagnostic &b) {
+                       return std::make_pair(a.line, a.column) <
+                              std::make_pair(b.line, b.column);
+                     });
+    return Diagnostic::combine(std::move(errors));
+  }
 
   // Report ignored keys in the order the file has them.
   auto position = [&](const JsonPath &at) {
@@ -379,7 +450,7 @@ bool Reader::readZero(const json &root) {
     if (cfg.zero.stage == 1 && allgatherSize &&
         !readInt(*allgatherSize, JsonPath() / "allgather_size", 0,
                  cfg.zero.allgatherBucketSize))
-      return false;
+      return true; // The stage is known all the same.
     if (cfg.zero.stage == 1 && allgatherSize)
       note("allgather_size (deprecated) rewritten as "
            "zero_optimization.allgather_bucket_size = " +
@@ -393,29 +464,34 @@ bool Reader::readZero(const json &root) {
   if (!found)
     return true;
   const json &zero = *found;
-  if (!expectObject(zero, at) ||
-      !checkKeys(zero, at, zeroSchema().keys(), UnknownKeys::Reject))
+  if (!expectObject(zero, at))
     return false;
+  // Every key is read even after an error; `ok` says whether the block, and
+  // so the stage the checks below depend on, is as the user meant it.
+  bool ok = checkKeys(zero, at, zeroSchema().keys(), UnknownKeys::Reject);
 
+  bool stageKnown = true;
   if (const json *stage = member(zero, "stage")) {
     int64_t value = 0;
     if (isAuto(*stage))
       note(at.dotted() + ".stage: \"auto\" -> 0 (DeepSpeed drops \"auto\" "
                          "and keeps its default)");
     else if (!readInt(*stage, at / "stage", 0, value))
-      return false;
-    if (value > 3)
-      return fail(at / "stage", (at / "stage").quoted() +
-                                    " must be 0, 1, 2 or 3; found " +
-                                    std::to_string(value));
-    cfg.zero.stage = static_cast<int>(value);
+      stageKnown = false;
+    if (stageKnown && value > 3)
+      stageKnown = fail(at / "stage", (at / "stage").quoted() +
+                                          " must be 0, 1, 2 or 3; found " +
+                                          shown(*stage, at / "stage"));
+    if (stageKnown)
+      cfg.zero.stage = static_cast<int>(value);
   }
+  ok = stageKnown && ok;
 
   std::set<std::string> done;
-  if (!readHiddenSizeAuto(zero, at, done) ||
-      !readScalars(zero, at, zeroSchema(), AutoValues::MeanDefault, cfg.zero,
-                   done))
-    return false;
+  ok = readHiddenSizeAuto(zero, at, stageKnown, done) && ok;
+  ok = readScalars(zero, at, zeroSchema(), AutoValues::MeanDefault, cfg.zero,
+                   done) &&
+       ok;
 
   // DeepSpeed's default overlaps communication only for stage 3.
   cfg.zero.overlapComm = cfg.zero.stage == 3;
@@ -426,17 +502,24 @@ bool Reader::readZero(const json &root) {
            " (DeepSpeed drops \"auto\"; its default is true for stage 3 "
            "only)");
     else if (!readBool(*overlap, at / "overlap_comm", cfg.zero.overlapComm))
-      return false;
+      ok = false;
   }
 
   offloadParamAt = at / "offload_param";
   offloadOptimizerAt = at / "offload_optimizer";
-  return readOffload(zero, at, "offload_param", offloadParamSchema(),
-                     cfg.zero.offloadParam) &&
-         readOffload(zero, at, "offload_optimizer", offloadOptimizerSchema(),
-                     cfg.zero.offloadOptimizer) &&
-         readDeprecatedZeroKeys(zero, at) && checkOffloadStages(at) &&
-         readZeroSubBlocks(zero, at);
+  ok = readOffload(zero, at, "offload_param", offloadParamSchema(),
+                   cfg.zero.offloadParam) &&
+       ok;
+  ok = readOffload(zero, at, "offload_optimizer", offloadOptimizerSchema(),
+                   cfg.zero.offloadOptimizer) &&
+       ok;
+  ok = readDeprecatedZeroKeys(zero, at) && ok;
+  // The offload rules relate the stage to the offload blocks: only when
+  // all of them are known.
+  if (ok)
+    ok = checkOffloadStages(at);
+  ok = readZeroSubBlocks(zero, at) && ok;
+  return ok;
 }
 
 /// The Hugging Face Trainer fills three bucket keys from the model's hidden
@@ -444,7 +527,7 @@ bool Reader::readZero(const json &root) {
 /// and only under those exact names. Elsewhere DeepSpeed drops the "auto"
 /// and keeps its default, which readScalars does.
 bool Reader::readHiddenSizeAuto(const json &zero, const JsonPath &at,
-                                std::set<std::string> &done) {
+                                bool stageKnown, std::set<std::string> &done) {
   struct Rule {
     const char *key;
     int64_t ZeroConfig::*member;
@@ -464,28 +547,34 @@ bool Reader::readHiddenSizeAuto(const json &zero, const JsonPath &at,
        &ZeroConfig::paramPersistenceThreshold, "10 x hidden_size",
        [](int64_t h) { return 10 * h; }, true},
   };
+  bool ok = true;
   for (const Rule &rule : rules) {
     const json *v = member(zero, rule.key);
-    if (!v || !isAuto(*v) || (rule.stage3Only && cfg.zero.stage != 3))
+    if (!v || !isAuto(*v) ||
+        (rule.stage3Only && (!stageKnown || cfg.zero.stage != 3)))
       continue;
     JsonPath where = at / rule.key;
     int64_t h = ctx.hiddenSize;
-    if (h < 1)
-      return fail(where, where.quoted() +
-                             " is \"auto\", which Hugging Face "
-                             "sets to " +
-                             rule.formula +
-                             ", but the model's hidden size is unknown");
-    if (h > 1000000000)
-      return fail(where, where.quoted() + " is \"auto\" and the hidden size " +
-                             std::to_string(h) + " is too large");
+    done.insert(rule.key);
+    if (h < 1) {
+      ok = fail(where, where.quoted() +
+                           " is \"auto\", which Hugging Face "
+                           "sets to " +
+                           rule.formula +
+                           ", but the model's hidden size is unknown");
+      continue;
+    }
+    if (h > 1000000000) {
+      ok = fail(where, where.quoted() + " is \"auto\" and the hidden size " +
+                           std::to_string(h) + " is too large");
+      continue;
+    }
     int64_t value = rule.compute(h);
     cfg.zero.*rule.member = value;
-    done.insert(rule.key);
     note(where.dotted() + ": \"auto\" -> " + std::to_string(value) + " (" +
          rule.formula + ", hidden_size " + std::to_string(h) + ")");
   }
-  return true;
+  return ok;
 }
 
 bool Reader::readDeprecatedZeroKeys(const json &zero, const JsonPath &at) {
@@ -503,19 +592,24 @@ bool Reader::readDeprecatedZeroKeys(const json &zero, const JsonPath &at) {
       {"cpu_offload_param", "offload_param", &ZeroConfig::offloadParam,
        &offloadParamAt},
   };
+  bool ok = true;
   for (const OffloadFlag &flag : flags) {
     const json *v = member(zero, flag.key);
     if (!v || isAuto(*v))
       continue;
     JsonPath where = at / flag.key;
-    if (zero.contains(flag.replacement))
-      return fail(where, where.quoted() + " is deprecated and replaced by " +
-                             (at / flag.replacement).quoted() +
-                             "; give only the latter (DeepSpeed rejects "
-                             "both together)");
+    if (zero.contains(flag.replacement)) {
+      ok = fail(where, where.quoted() + " is deprecated and replaced by " +
+                           (at / flag.replacement).quoted() +
+                           "; give only the latter (DeepSpeed rejects "
+                           "both together)");
+      continue;
+    }
     bool on = false;
-    if (!v->is_null() && !readBool(*v, where, on))
-      return false;
+    if (!v->is_null() && !readBool(*v, where, on)) {
+      ok = false;
+      continue;
+    }
     if (on) {
       (cfg.zero.*flag.block).device = OffloadDevice::CPU;
       *flag.origin = where;
@@ -530,18 +624,20 @@ bool Reader::readDeprecatedZeroKeys(const json &zero, const JsonPath &at) {
   const char *oldGather = "stage3_gather_fp16_weights_on_model_save";
   if (const json *v = member(zero, oldGather); v && !isAuto(*v)) {
     JsonPath where = at / oldGather;
+    bool both = false;
     for (const char *replacement : {"stage3_gather_16bit_weights_on_model_save",
                                     "gather_16bit_weights_on_model_save"})
-      if (zero.contains(replacement))
-        return fail(where, where.quoted() + " is deprecated and replaced by " +
-                               (at / replacement).quoted() +
-                               "; give only the latter (DeepSpeed rejects "
-                               "both together)");
-    if (!readBool(*v, where, cfg.zero.gather16bitWeightsOnModelSave))
-      return false;
-    note(where.dotted() + " (deprecated) rewritten as " + at.dotted() +
-         ".stage3_gather_16bit_weights_on_model_save = " +
-         (cfg.zero.gather16bitWeightsOnModelSave ? "true" : "false"));
+      if (!both && zero.contains(replacement))
+        both = !fail(where, where.quoted() + " is deprecated and replaced by " +
+                                (at / replacement).quoted() +
+                                "; give only the latter (DeepSpeed rejects "
+                                "both together)");
+    if (both || !readBool(*v, where, cfg.zero.gather16bitWeightsOnModelSave))
+      ok = false;
+    else
+      note(where.dotted() + " (deprecated) rewritten as " + at.dotted() +
+           ".stage3_gather_16bit_weights_on_model_save = " +
+           (cfg.zero.gather16bitWeightsOnModelSave ? "true" : "false"));
   }
 
   // Deprecated without a replacement DeepSpeed would set: a warning there.
@@ -555,7 +651,7 @@ bool Reader::readDeprecatedZeroKeys(const json &zero, const JsonPath &at) {
                           "set pin_memory in offload_param or "
                           "offload_optimizer instead");
   }
-  return true;
+  return ok;
 }
 
 bool Reader::readOffload(const json &zero, const JsonPath &zeroAt,
@@ -573,9 +669,9 @@ bool Reader::readOffload(const json &zero, const JsonPath &zeroAt,
   }
   if (&out == &cfg.zero.offloadOptimizer)
     offloadOptimizerGiven = true;
-  if (!expectObject(*v, at) ||
-      !checkKeys(*v, at, schema.keys(), UnknownKeys::Reject))
+  if (!expectObject(*v, at))
     return false;
+  bool ok = checkKeys(*v, at, schema.keys(), UnknownKeys::Reject);
 
   if (const json *device = member(*v, "device"); device && !isAuto(*device)) {
     JsonPath where = at / "device";
@@ -590,9 +686,10 @@ bool Reader::readOffload(const json &zero, const JsonPath &zeroAt,
       if (device->is_string())
         if (auto match = closestMatch(device->get<std::string>(), names))
           message += "; did you mean \"" + *match + "\"?";
-      return fail(where, message);
+      ok = fail(where, message);
+    } else {
+      out.device = static_cast<OffloadDevice>(it - names.begin());
     }
-    out.device = static_cast<OffloadDevice>(it - names.begin());
   } else if (device) {
     note((at / "device").dotted() + ": \"auto\" -> none (DeepSpeed drops "
                                     "\"auto\" and keeps its default)");
@@ -601,99 +698,117 @@ bool Reader::readOffload(const json &zero, const JsonPath &zeroAt,
   if (const json *path = member(*v, "nvme_path");
       path && !path->is_null() && !isAuto(*path)) {
     if (!path->is_string())
-      return fail(at / "nvme_path", (at / "nvme_path").quoted() +
-                                        " must be a directory path; found " +
-                                        describe(*path));
-    out.nvmePath = path->get<std::string>();
+      ok = fail(at / "nvme_path", (at / "nvme_path").quoted() +
+                                      " must be a directory path; found " +
+                                      describe(*path));
+    else
+      out.nvmePath = path->get<std::string>();
   }
 
-  if (!readScalars(*v, at, schema, AutoValues::MeanDefault, out))
-    return false;
+  ok = readScalars(*v, at, schema, AutoValues::MeanDefault, out) && ok;
 
-  if (out.device == OffloadDevice::NVMe && out.nvmePath.empty())
+  if (ok && out.device == OffloadDevice::NVMe && out.nvmePath.empty())
     return fail(at / "device",
                 (at / "device").quoted() +
                     " is \"nvme\" but no 'nvme_path' is given; NVMe offload "
                     "needs the directory on the NVMe device to swap to");
-  return true;
+  return ok;
 }
 
 bool Reader::checkOffloadStages(const JsonPath &at) {
-  const ZeroConfig &z = cfg.zero;
-  if (z.offloadParam.enabled() && z.stage < 3)
-    return fail(offloadParamAt,
-                offloadParamAt.quoted() + " offloads parameters to " +
-                    std::string(offloadDeviceName(z.offloadParam.device)) +
-                    ", which needs ZeRO stage 3; " + (at / "stage").quoted() +
-                    " is " + std::to_string(z.stage));
+  ZeroConfig &z = cfg.zero;
+  // DeepSpeedZeroConfig has no rule on offload_param and the stage; only
+  // stage 3's optimizer (engine.py, _configure_zero_optimizer) is given
+  // the block. Below stage 3 DeepSpeed validates it and offloads nothing.
+  if (z.offloadParam.enabled() && z.stage < 3) {
+    note(offloadParamAt.dotted() + " has no effect with ZeRO stage " +
+         std::to_string(z.stage) +
+         ": DeepSpeed offloads parameters only at stage 3; no parameter "
+         "offload is planned");
+    z.offloadParam = OffloadConfig::forParameters();
+  }
+  // Stricter than DeepSpeed's config, which accepts this: at stage 0 the
+  // engine builds DeepSpeedCPUAdam (_configure_basic_optimizer) over
+  // parameters no ZeRO optimizer moved to the CPU, and its step asserts
+  // that they are there. zeroc says so before launch.
+  bool ok = true;
   if (z.offloadOptimizer.enabled() && z.stage == 0)
-    return fail(offloadOptimizerAt,
-                offloadOptimizerAt.quoted() + " offloads optimizer states to " +
-                    std::string(offloadDeviceName(z.offloadOptimizer.device)) +
-                    ", which needs ZeRO stage 1, 2 or 3; " +
-                    (at / "stage").quoted() + " is 0");
+    ok = fail(offloadOptimizerAt,
+              offloadOptimizerAt.quoted() + " offloads optimizer states to " +
+                  std::string(offloadDeviceName(z.offloadOptimizer.device)) +
+                  ", which needs ZeRO stage 1, 2 or 3; " +
+                  (at / "stage").quoted() + " is 0");
   // DeepSpeedZeroConfig.offload_ratio_check.
   if (offloadOptimizerGiven && z.offloadOptimizer.ratio < 1.0 && z.stage != 3)
-    return fail(at / "offload_optimizer" / "ratio",
-                (at / "offload_optimizer" / "ratio").quoted() + " is " +
-                    formatReal(z.offloadOptimizer.ratio) +
-                    ", but partial optimizer offload needs ZeRO stage 3; "
-                    "stage is " +
-                    std::to_string(z.stage));
-  return true;
+    ok = fail(at / "offload_optimizer" / "ratio",
+              (at / "offload_optimizer" / "ratio").quoted() + " is " +
+                  formatReal(z.offloadOptimizer.ratio) +
+                  ", but partial optimizer offload needs ZeRO stage 3; "
+                  "stage is " +
+                  std::to_string(z.stage));
+  return ok;
 }
 
 bool Reader::readZeroSubBlocks(const json &zero, const JsonPath &at) {
+  bool ok = true;
   if (const json *v = member(zero, "leaf_module"); v && !v->is_null()) {
     JsonPath where = at / "leaf_module";
-    if (!expectObject(*v, where) ||
-        !checkKeys(*v, where, leafModuleKeys(), UnknownKeys::Reject))
-      return false;
-    LeafModuleConfig &leaf = cfg.zero.leafModule;
-    std::pair<const char *, std::vector<std::string> *> lists[] = {
-        {"classes", &leaf.classes},
-        {"names", &leaf.names},
-        {"name_suffixes", &leaf.nameSuffixes}};
-    for (auto &[key, list] : lists) {
-      const json *entry = member(*v, key);
-      if (!entry)
-        continue;
-      JsonPath listAt = where / key;
-      // DeepSpeed takes a lone string as a one-element list and drops
-      // repeats.
-      std::vector<std::string> values;
-      if (entry->is_string()) {
-        values.push_back(entry->get<std::string>());
-      } else if (entry->is_array()) {
-        for (const json &item : *entry) {
-          if (!item.is_string())
-            return fail(listAt, listAt.quoted() + " must list strings; found " +
-                                    describe(item));
-          if (std::find(values.begin(), values.end(), item) == values.end())
-            values.push_back(item.get<std::string>());
-        }
-      } else {
-        return fail(listAt, listAt.quoted() +
+    if (expectObject(*v, where)) {
+      ok = checkKeys(*v, where, leafModuleKeys(), UnknownKeys::Reject);
+      LeafModuleConfig &leaf = cfg.zero.leafModule;
+      std::pair<const char *, std::vector<std::string> *> lists[] = {
+          {"classes", &leaf.classes},
+          {"names", &leaf.names},
+          {"name_suffixes", &leaf.nameSuffixes}};
+      for (auto &[key, list] : lists) {
+        const json *entry = member(*v, key);
+        if (!entry)
+          continue;
+        JsonPath listAt = where / key;
+        // DeepSpeed takes a lone string as a one-element list and drops
+        // repeats.
+        std::vector<std::string> values;
+        if (entry->is_string()) {
+          values.push_back(entry->get<std::string>());
+        } else if (entry->is_array()) {
+          for (size_t i = 0; i < entry->size(); ++i) {
+            const json &item = (*entry)[i];
+            if (!item.is_string())
+              ok = fail(listAt / std::to_string(i),
+                        listAt.quoted() + " must list strings; found " +
+                            shown(item, listAt / std::to_string(i)));
+            else if (std::find(values.begin(), values.end(), item) ==
+                     values.end())
+              values.push_back(item.get<std::string>());
+          }
+        } else {
+          ok = fail(listAt, listAt.quoted() +
                                 " must be a string or a list of strings; "
                                 "found " +
                                 describe(*entry));
+          continue;
+        }
+        *list = std::move(values);
       }
-      *list = std::move(values);
+    } else {
+      ok = false;
     }
   }
   if (const json *v = member(zero, "zenflow"); v && !v->is_null()) {
     JsonPath where = at / "zenflow";
-    if (!expectObject(*v, where) ||
-        !checkKeys(*v, where, zenflowKeys(), UnknownKeys::Reject))
-      return false;
-    cfg.zero.zenflow = *v;
+    if (expectObject(*v, where) &&
+        checkKeys(*v, where, zenflowKeys(), UnknownKeys::Reject))
+      cfg.zero.zenflow = *v;
+    else
+      ok = false;
   }
   if (const json *v = member(zero, "zeropp_loco_param"); v && !v->is_null()) {
-    if (!expectObject(*v, at / "zeropp_loco_param"))
-      return false;
-    cfg.zero.zeroppLocoParam = *v;
+    if (expectObject(*v, at / "zeropp_loco_param"))
+      cfg.zero.zeroppLocoParam = *v;
+    else
+      ok = false;
   }
-  return true;
+  return ok;
 }
 
 //===----------------------------------------------------------------------===//
@@ -726,19 +841,25 @@ template <typename S>
 bool Reader::readPrecisionBlock(const json &block, const JsonPath &at,
                                 const BlockSchema<S> &schema,
                                 Precision precision, bool &enabled, S &out) {
-  return expectObject(block, at) &&
-         checkKeys(block, at, schema.keys(), UnknownKeys::Reject) &&
-         readEnabled(block, at, precision, enabled) &&
-         readScalars(block, at, schema, AutoValues::MeanDefault, out);
+  if (!expectObject(block, at))
+    return false;
+  bool ok = checkKeys(block, at, schema.keys(), UnknownKeys::Reject);
+  ok = readEnabled(block, at, precision, enabled) && ok;
+  return readScalars(block, at, schema, AutoValues::MeanDefault, out) && ok;
 }
 
-bool Reader::readPrecision(const json &root) {
+/// `stageKnown`: the ZeRO stage was read without error, so the rules that
+/// need a stage can be checked.
+bool Reader::readPrecision(const json &root, bool stageKnown) {
   bool fp16 = false, bf16 = false;
+  // Each block is read even when the other failed; the rules that relate
+  // them are checked only when both were read.
+  bool ok = !misspelt.count("fp16") && !misspelt.count("bf16");
   JsonPath fp16At = JsonPath() / "fp16";
   if (const json *block = member(root, "fp16");
       block && !readPrecisionBlock(*block, fp16At, fp16Schema(),
                                    Precision::FP16, fp16, cfg.lossScale))
-    return false;
+    ok = false;
 
   // get_bfloat16_config: "bf16", else the old name "bfloat16".
   const json *block = member(root, "bf16");
@@ -758,13 +879,13 @@ bool Reader::readPrecision(const json &root) {
   }
   if (block && !readPrecisionBlock(*block, bf16At, bf16Schema(),
                                    Precision::BF16, bf16, cfg.bf16))
-    return false;
+    ok = false;
 
-  if (fp16 && bf16)
-    return fail(bf16At / "enabled",
-                "fp16 and bf16 cannot both be enabled; " +
-                    (fp16At / "enabled").quoted() + " and " +
-                    (bf16At / "enabled").quoted() + " are both true");
+  if (ok && fp16 && bf16)
+    ok = fail(bf16At / "enabled", "fp16 and bf16 cannot both be enabled; " +
+                                      (fp16At / "enabled").quoted() + " and " +
+                                      (bf16At / "enabled").quoted() +
+                                      " are both true");
   cfg.precision = fp16   ? Precision::FP16
                   : bf16 ? Precision::BF16
                          : Precision::FP32;
@@ -776,19 +897,19 @@ bool Reader::readPrecision(const json &root) {
 
   // DeepSpeedFP16Config._validate_dynamic_loss_scale_params.
   const LossScaleConfig &ls = cfg.lossScale;
-  if (fp16 && ls.dynamic()) {
+  if (ok && fp16 && ls.dynamic()) {
     if (ls.lossScaleWindow <= 0)
-      return fail(fp16At / "loss_scale_window",
-                  (fp16At / "loss_scale_window").quoted() +
-                      " must be positive with dynamic loss scaling "
-                      "(loss_scale 0); found " +
-                      std::to_string(ls.lossScaleWindow));
+      ok = fail(fp16At / "loss_scale_window",
+                (fp16At / "loss_scale_window").quoted() +
+                    " must be positive with dynamic loss scaling "
+                    "(loss_scale 0); found " +
+                    std::to_string(ls.lossScaleWindow));
     if (ls.minLossScale <= 0)
-      return fail(fp16At / "min_loss_scale",
-                  (fp16At / "min_loss_scale").quoted() +
-                      " must be positive with dynamic loss scaling "
-                      "(loss_scale 0); found " +
-                      std::to_string(ls.minLossScale));
+      ok = fail(fp16At / "min_loss_scale",
+                (fp16At / "min_loss_scale").quoted() +
+                    " must be positive with dynamic loss scaling "
+                    "(loss_scale 0); found " +
+                    std::to_string(ls.minLossScale));
   }
   // DeepSpeedConfig._do_error_check.
   struct NeedsZero {
@@ -802,13 +923,13 @@ bool Reader::readPrecision(const json &root) {
       {cfg.bf16.bf16OptimizerStates, bf16At / "bf16_optimizer_states"},
   };
   for (const NeedsZero &n : needsZero)
-    if (n.on && cfg.zero.stage == 0)
-      return fail(n.at, n.at.quoted() + " needs ZeRO stage 1, 2 or 3; "
-                                        "'zero_optimization.stage' is 0");
-  if (cfg.bf16.bf16OptimizerStates && !cfg.bf16.bf16MasterWeightsAndGrads)
-    return fail(bf16At / "bf16_optimizer_states",
-                (bf16At / "bf16_optimizer_states").quoted() +
-                    " needs 'bf16_master_weights_and_grads' to be true");
+    if (ok && stageKnown && n.on && cfg.zero.stage == 0)
+      ok = fail(n.at, n.at.quoted() + " needs ZeRO stage 1, 2 or 3; "
+                                      "'zero_optimization.stage' is 0");
+  if (ok && cfg.bf16.bf16OptimizerStates && !cfg.bf16.bf16MasterWeightsAndGrads)
+    ok = fail(bf16At / "bf16_optimizer_states",
+              (bf16At / "bf16_optimizer_states").quoted() +
+                  " needs 'bf16_master_weights_and_grads' to be true");
 
   // Apex AMP: the Trainer sets an "auto" amp.enabled to false unless asked
   // for the apex backend. zeroc does not model apex.
@@ -816,18 +937,19 @@ bool Reader::readPrecision(const json &root) {
     JsonPath at = JsonPath() / "amp";
     bool on = false;
     if (!expectObject(*amp, at))
-      return false;
-    if (const json *v = member(*amp, "enabled")) {
+      ok = false;
+    else if (const json *v = member(*amp, "enabled")) {
       if (isAuto(*v))
         note("amp.enabled: \"auto\" -> false (Hugging Face enables apex AMP "
              "only for --fp16_backend apex)");
       else if (!readBool(*v, at / "enabled", on))
-        return false;
+        ok = false;
     }
     if (on)
-      return fail(at / "enabled", "zeroc does not model apex AMP ('amp."
-                                  "enabled' is true); use 'fp16' or 'bf16'");
-    ignore(at);
+      ok = fail(at / "enabled", "zeroc does not model apex AMP ('amp."
+                                "enabled' is true); use 'fp16' or 'bf16'");
+    else if (amp->is_object())
+      ignore(at);
   }
 
   if (const json *v = member(root, "communication_data_type");
@@ -843,11 +965,11 @@ bool Reader::readPrecision(const json &root) {
     else if (name == "bf16")
       cfg.communicationDataType = Precision::BF16;
     else
-      return fail(at, at.quoted() +
-                          " must be \"fp32\", \"fp16\" or \"bf16\"; found " +
-                          describe(*v));
+      ok = fail(at, at.quoted() +
+                        " must be \"fp32\", \"fp16\" or \"bf16\"; found " +
+                        describe(*v));
   }
-  return true;
+  return ok;
 }
 
 //===----------------------------------------------------------------------===//
@@ -907,16 +1029,18 @@ bool Reader::readAdamParams(const json &params, const JsonPath &at) {
   OptimizerConfig &opt = cfg.optimizer;
   if (!expectObject(params, at))
     return false;
+  bool ok = true;
+  // engine.py, _configure_basic_optimizer, raises ValueError for it.
   if (params.contains("max_grad_norm"))
-    return fail(at / "max_grad_norm",
-                (at / "max_grad_norm").quoted() +
-                    " is not an optimizer parameter in DeepSpeed; use the "
-                    "top-level 'gradient_clipping'");
+    ok = fail(at / "max_grad_norm",
+              (at / "max_grad_norm").quoted() +
+                  " is not an optimizer parameter in DeepSpeed; use the "
+                  "top-level 'gradient_clipping'");
   std::vector<std::string> known = adamParamKeys();
   const std::vector<std::string> &ignorable = ignoredAdamParamKeys();
   known.insert(known.end(), ignorable.begin(), ignorable.end());
-  if (!checkKeys(params, at, known, UnknownKeys::Reject))
-    return false;
+  known.push_back("max_grad_norm"); // Reported above.
+  ok = checkKeys(params, at, known, UnknownKeys::Reject) && ok;
   for (const std::string &key : ignorable)
     if (params.contains(key))
       ignore(at / key);
@@ -939,12 +1063,11 @@ bool Reader::readAdamParams(const json &params, const JsonPath &at) {
     return readReal(*v, at / key, 0.0, std::numeric_limits<double>::infinity(),
                     out);
   };
-  if (!readScalar("lr", opt.lr, 5e-5) || !readScalar("eps", opt.eps, 1e-8))
-    return false;
+  ok = readScalar("lr", opt.lr, 5e-5) && ok;
+  ok = readScalar("eps", opt.eps, 1e-8) && ok;
 
   bool weightDecayGiven = params.contains("weight_decay");
-  if (!readScalar("weight_decay", opt.weightDecay, 0.0))
-    return false;
+  ok = readScalar("weight_decay", opt.weightDecay, 0.0) && ok;
 
   if (const json *betas = member(params, "betas")) {
     JsonPath where = at / "betas";
@@ -953,14 +1076,15 @@ bool Reader::readAdamParams(const json &params, const JsonPath &at) {
       opt.beta2 = 0.999;
       fromTrainer("betas", "[0.9, 0.999]");
     } else {
-      if (!betas->is_array() || betas->size() != 2)
-        return fail(where, where.quoted() +
-                               " must be a list of two numbers, such as "
-                               "[0.9, 0.999]; found " +
-                               describe(*betas));
-      if (!readReal((*betas)[0], where / "0", 0.0, 1.0, opt.beta1) ||
-          !readReal((*betas)[1], where / "1", 0.0, 1.0, opt.beta2))
-        return false;
+      if (!betas->is_array() || betas->size() != 2) {
+        ok = fail(where, where.quoted() +
+                             " must be a list of two numbers, such as "
+                             "[0.9, 0.999]; found " +
+                             describe(*betas));
+      } else {
+        ok = readReal((*betas)[0], where / "0", 0.0, 1.0, opt.beta1) && ok;
+        ok = readReal((*betas)[1], where / "1", 0.0, 1.0, opt.beta2) && ok;
+      }
     }
   }
 
@@ -975,20 +1099,19 @@ bool Reader::readAdamParams(const json &params, const JsonPath &at) {
         Flag{"adam_w_mode", &adamWMode}, Flag{"torch_adam", &opt.torchAdam},
         Flag{"amsgrad", &amsgrad}})
     if (const json *v = member(params, flag.key))
-      if (!readBool(*v, at / flag.key, *flag.out))
-        return false;
+      ok = readBool(*v, at / flag.key, *flag.out) && ok;
   if (amsgrad)
-    return fail(at / "amsgrad", "zeroc does not support AMSGrad ('" +
-                                    (at / "amsgrad").dotted() +
-                                    "' is true); neither does DeepSpeed's "
-                                    "FusedAdam");
+    ok = fail(at / "amsgrad", "zeroc does not support AMSGrad ('" +
+                                  (at / "amsgrad").dotted() +
+                                  "' is true); neither does DeepSpeed's "
+                                  "FusedAdam");
   // "AdamW" always decouples weight decay; "Adam" does unless adam_w_mode is
   // false.
   opt.adamWMode = opt.type == "AdamW" || adamWMode;
   // torch.optim.AdamW's own default weight decay.
   if (opt.torchAdam && opt.adamWMode && !weightDecayGiven)
     opt.weightDecay = 0.01;
-  return true;
+  return ok;
 }
 
 bool Reader::readGradientClipping(const json &root) {
@@ -1016,20 +1139,22 @@ bool Reader::readActivationCheckpointing(const json &root) {
   if (!block)
     return true;
   const auto &schema = activationCheckpointingSchema();
-  if (!expectObject(*block, at) ||
-      !checkKeys(*block, at, schema.keys(), UnknownKeys::IgnoreUnlessTypo) ||
-      !readScalars(*block, at, schema, AutoValues::Reject,
-                   cfg.activationCheckpointing))
+  if (!expectObject(*block, at))
     return false;
+  bool ok = checkKeys(*block, at, schema.keys(), UnknownKeys::IgnoreUnlessTypo);
+  ok = readScalars(*block, at, schema, AutoValues::Reject,
+                   cfg.activationCheckpointing) &&
+       ok;
   if (const json *v = member(*block, "number_checkpoints");
       v && !v->is_null()) {
     int64_t count = 0;
-    if (!readInt(*v, at / "number_checkpoints", 1, count))
-      return false;
-    cfg.activationCheckpointing.numberCheckpoints = count;
+    if (readInt(*v, at / "number_checkpoints", 1, count))
+      cfg.activationCheckpointing.numberCheckpoints = count;
+    else
+      ok = false;
   }
   cfg.activationCheckpointing.present = true;
-  return true;
+  return ok;
 }
 
 bool Reader::readAio(const json &root) {
@@ -1041,16 +1166,16 @@ bool Reader::readAio(const json &root) {
   // Older DeepSpeed's name for intra_op_parallelism, still in Hugging Face's
   // NVMe examples; DeepSpeed now ignores it.
   known.push_back("thread_count");
-  if (!expectObject(*block, at) ||
-      !checkKeys(*block, at, known, UnknownKeys::IgnoreUnlessTypo) ||
-      !readScalars(*block, at, aioSchema(), AutoValues::Reject, cfg.aio))
+  if (!expectObject(*block, at))
     return false;
+  bool ok = checkKeys(*block, at, known, UnknownKeys::IgnoreUnlessTypo);
+  ok = readScalars(*block, at, aioSchema(), AutoValues::Reject, cfg.aio) && ok;
   if (block->contains("thread_count")) {
     ignore(at / "thread_count");
     note("aio.thread_count is the old name of aio.intra_op_parallelism; "
          "DeepSpeed no longer reads it");
   }
-  return true;
+  return ok;
 }
 
 //===----------------------------------------------------------------------===//

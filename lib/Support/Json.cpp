@@ -23,7 +23,24 @@ std::string Diagnostic::str() const {
     }
     s += ": ";
   }
-  return s + "error: " + message;
+  s += "error: " + message;
+  for (const Diagnostic &more : moreErrors)
+    s += "\n" + more.str();
+  return s;
+}
+
+Diagnostic Diagnostic::combine(std::vector<Diagnostic> errors) {
+  assert(!errors.empty() && "no error to combine");
+  Diagnostic first = std::move(errors.front());
+  for (size_t i = 1; i < errors.size(); ++i) {
+    Diagnostic &more = errors[i];
+    std::vector<Diagnostic> nested = std::move(more.moreErrors);
+    more.moreErrors.clear();
+    first.moreErrors.push_back(std::move(more));
+    for (Diagnostic &n : nested)
+      first.moreErrors.push_back(std::move(n));
+  }
+  return first;
 }
 
 namespace {
@@ -40,6 +57,267 @@ std::pair<int, int> lineColumn(const std::string &text, size_t offset) {
     }
   return {line, static_cast<int>(offset - lineStart) + 1};
 }
+
+/// Finds the first syntax error in text that nlohmann rejected and says
+/// what is missing, at the place a reader would fix it: a missing ',' where
+/// the comma belongs, a trailing ',' at the comma, an unterminated string at
+/// its opening quote. nlohmann reports only where it gave up.
+class SyntaxChecker {
+public:
+  struct Error {
+    size_t offset;
+    std::string message;
+  };
+
+  explicit SyntaxChecker(const std::string &text) : text(text) {}
+
+  /// The first error; nullopt when this checker finds none (nlohmann's
+  /// message is used then, e.g. for a number out of range).
+  std::optional<Error> check() {
+    skipSpace();
+    if (atEnd())
+      return Error{pos, "the document is empty; expected a JSON value"};
+    if (value("a JSON value")) {
+      skipSpace();
+      if (!atEnd())
+        fail(pos, "unexpected " + found() + " after the end of the document");
+    }
+    return error;
+  }
+
+private:
+  bool atEnd() const { return pos >= text.size(); }
+  char peek() const { return atEnd() ? '\0' : text[pos]; }
+
+  void skipSpace() {
+    while (!atEnd() && std::strchr(" \t\r\n", text[pos]))
+      ++pos;
+  }
+
+  bool fail(size_t at, std::string message) {
+    if (!error)
+      error = Error{at, std::move(message)};
+    return false;
+  }
+
+  /// The character at `pos` as a message names it.
+  std::string found() const {
+    if (atEnd())
+      return "the end of the file";
+    return std::string("'") + text[pos] + "'";
+  }
+
+  std::string where(size_t offset) const {
+    auto [line, column] = lineColumn(text, offset);
+    return std::to_string(line) + ":" + std::to_string(column);
+  }
+
+  bool commentAt() const {
+    return peek() == '/' && pos + 1 < text.size() &&
+           (text[pos + 1] == '/' || text[pos + 1] == '*');
+  }
+
+  bool startsValue(char c) const {
+    return c == '"' || c == '{' || c == '[' || c == '-' ||
+           std::isdigit(static_cast<unsigned char>(c)) ||
+           std::isalpha(static_cast<unsigned char>(c)) || c == '\'';
+  }
+
+  /// A value at `pos`; `what` names it when none is there.
+  bool value(const std::string &what) {
+    skipSpace();
+    if (++depth > 10000)
+      return false; // Too deep to diagnose; nlohmann's message stands.
+    bool ok = valueAtPos(what);
+    --depth;
+    return ok;
+  }
+
+  bool valueAtPos(const std::string &what) {
+    char c = peek();
+    if (c == '{')
+      return object();
+    if (c == '[')
+      return array();
+    if (c == '"')
+      return string();
+    if (c == '-' || std::isdigit(static_cast<unsigned char>(c)))
+      return number();
+    if (commentAt())
+      return fail(pos, "comments are not allowed in JSON");
+    if (c == '\'')
+      return fail(pos, "strings need double quotes, not single quotes");
+    if (std::isalpha(static_cast<unsigned char>(c))) {
+      size_t start = pos;
+      while (!atEnd() && std::isalnum(static_cast<unsigned char>(peek())))
+        ++pos;
+      std::string word = text.substr(start, pos - start);
+      if (word == "true" || word == "false" || word == "null")
+        return true;
+      if (word == "NaN" || word == "Infinity")
+        return fail(start, word + " is not a JSON number");
+      return fail(start, "unexpected '" + word + "'; expected " + what +
+                             " (JSON's words are true, false and null; a "
+                             "string needs double quotes)");
+    }
+    return fail(pos, "expected " + what + ", found " + found());
+  }
+
+  bool string() {
+    size_t open = pos++;
+    while (true) {
+      if (atEnd() || peek() == '\n')
+        return fail(open, "unterminated string: missing closing '\"'");
+      char c = text[pos];
+      if (c == '"') {
+        ++pos;
+        return true;
+      }
+      if (c == '\\') {
+        char e = pos + 1 < text.size() ? text[pos + 1] : '\0';
+        if (!std::strchr("\"\\/bfnrtu", e) || e == '\0')
+          return fail(pos,
+                      std::string("invalid escape '\\") + e + "' in a string");
+        if (e == 'u') {
+          for (size_t i = 2; i < 6; ++i)
+            if (pos + i >= text.size() ||
+                !std::isxdigit(static_cast<unsigned char>(text[pos + i])))
+              return fail(pos, "invalid escape: '\\u' needs four hex digits");
+          pos += 6;
+        } else {
+          pos += 2;
+        }
+        continue;
+      }
+      if (static_cast<unsigned char>(c) < 0x20)
+        return fail(pos, "control character in a string; write it as an "
+                         "escape such as \\t");
+      ++pos;
+    }
+  }
+
+  bool number() {
+    size_t start = pos;
+    auto digits = [&] {
+      size_t from = pos;
+      while (!atEnd() && std::isdigit(static_cast<unsigned char>(peek())))
+        ++pos;
+      return pos > from;
+    };
+    if (peek() == '-')
+      ++pos;
+    if (peek() == '0' && pos + 1 < text.size() &&
+        std::isdigit(static_cast<unsigned char>(text[pos + 1])))
+      return fail(start, "a number cannot start with 0");
+    if (!digits())
+      return fail(start, "invalid number: expected a digit after '-'");
+    if (peek() == '.') {
+      ++pos;
+      if (!digits())
+        return fail(start, "invalid number: expected a digit after '.'");
+    }
+    if (peek() == 'e' || peek() == 'E') {
+      ++pos;
+      if (peek() == '+' || peek() == '-')
+        ++pos;
+      if (!digits())
+        return fail(start, "invalid number: expected a digit in the "
+                           "exponent");
+    }
+    return true;
+  }
+
+  /// An object or an array: `close` ends it, members are `key: value`
+  /// when `isObject`.
+  bool container(bool isObject) {
+    size_t open = pos++;
+    const char close = isObject ? '}' : ']';
+    const std::string kind = isObject ? "object" : "array";
+    const std::string items = isObject ? "members" : "elements";
+    auto unclosed = [&](size_t at) {
+      return fail(at, std::string("missing closing '") + close + "' for the " +
+                          kind + " opened at " + where(open));
+    };
+    skipSpace();
+    if (peek() == close) {
+      ++pos;
+      return true;
+    }
+    while (true) {
+      skipSpace();
+      if (atEnd())
+        return unclosed(pos);
+      std::string key;
+      if (isObject) {
+        if (peek() != '"') {
+          if (commentAt())
+            return fail(pos, "comments are not allowed in JSON");
+          if (peek() == '\'')
+            return fail(pos, "keys need double quotes, not single quotes");
+          if (std::isalpha(static_cast<unsigned char>(peek())))
+            return fail(pos, "keys need double quotes");
+          return fail(pos, "expected a key in double quotes, found " + found());
+        }
+        size_t keyStart = pos;
+        if (!string())
+          return false;
+        key = text.substr(keyStart, pos - keyStart);
+        skipSpace();
+        if (peek() != ':')
+          return fail(pos, "missing ':' after the key " + key);
+        ++pos;
+        skipSpace();
+        if (atEnd() || peek() == ',' || peek() == '}' || peek() == ']')
+          return fail(pos, "missing the value of " + key);
+      }
+      if (!value(isObject ? "the value of " + key : "an element"))
+        return false;
+      size_t valueEnd = pos;
+      skipSpace();
+      if (atEnd())
+        return unclosed(valueEnd);
+      char c = peek();
+      if (c == close) {
+        ++pos;
+        return true;
+      }
+      if (c == ',') {
+        size_t comma = pos++;
+        skipSpace();
+        if (peek() == close)
+          return fail(comma,
+                      std::string("trailing ',' before '") + close + "'");
+        continue;
+      }
+      if (c == '}' || c == ']')
+        return unclosed(valueEnd);
+      if (commentAt())
+        return fail(pos, "comments are not allowed in JSON");
+      if (isObject ? c == '"' : startsValue(c)) {
+        if (!isObject)
+          return fail(valueEnd, "missing ',' between elements");
+        size_t next = pos;
+        std::string nextKey;
+        if (string())
+          nextKey = " and " + text.substr(next, pos - next);
+        error.reset();
+        return fail(valueEnd, "missing ',' between members " + key + nextKey);
+      }
+      return fail(pos, std::string("expected ',' or '") + close + "' after " +
+                           (isObject ? "the member " + key
+                                     : std::string("an element")) +
+                           ", found " + found());
+    }
+  }
+
+  bool object() { return container(true); }
+  bool array() { return container(false); }
+
+  const std::string &text;
+  size_t pos = 0;
+  int depth = 0;
+  std::optional<Error> error;
+};
 
 /// Walks well-formed JSON text (the parser has accepted it already) to find
 /// where a value starts. Positions only; values are never built.
@@ -224,6 +502,12 @@ Expected<JsonDocument> JsonDocument::parse(std::string text, std::string name) {
   try {
     doc.value = json::parse(doc.text);
   } catch (const json::parse_error &e) {
+    if (std::optional<SyntaxChecker::Error> found =
+            SyntaxChecker(doc.text).check()) {
+      auto [line, column] = lineColumn(doc.text, found->offset);
+      return Diagnostic{doc.file, line, column,
+                        "invalid JSON: " + found->message};
+    }
     // nlohmann reports the last byte of the offending token; point at its
     // start, where a reader looks.
     size_t offset = e.byte > 0 ? std::min(e.byte - 1, doc.text.size()) : 0;
@@ -247,6 +531,22 @@ Expected<JsonDocument> JsonDocument::parse(std::string text, std::string name) {
     std::string detail =
         colon == std::string::npos ? what : what.substr(colon + 2);
     return Diagnostic{doc.file, line, column, "invalid JSON: " + detail};
+  } catch (const json::out_of_range &e) {
+    // A number too large for a double ("number overflow parsing '1e999'"):
+    // nlohmann gives no position, so find the number as written.
+    std::string what = e.what();
+    size_t open = what.find('\'');
+    size_t close = what.rfind('\'');
+    std::string number = open != std::string::npos && close > open
+                             ? what.substr(open + 1, close - open - 1)
+                             : "";
+    size_t offset = number.empty() ? std::string::npos : doc.text.find(number);
+    if (offset == std::string::npos)
+      return Diagnostic{doc.file, 0, 0, "invalid JSON: a number is too large"};
+    auto [line, column] = lineColumn(doc.text, offset);
+    return Diagnostic{doc.file, line, column,
+                      "invalid JSON: the number " + number +
+                          " is too large for a double"};
   }
   return doc;
 }
@@ -280,6 +580,44 @@ JsonDocument::locate(const std::string &pointer) const {
   if (text.empty())
     return std::nullopt;
   return lineColumn(text, best);
+}
+
+std::optional<size_t>
+JsonDocument::valueOffset(const std::string &pointer) const {
+  Scanner scanner(text);
+  scanner.skipSpace();
+  const json *node = &value;
+  for (const std::string &token : pointerTokens(pointer)) {
+    if (node->is_object()) {
+      auto it = node->find(token);
+      size_t keyPos = 0;
+      if (it == node->end() || !scanner.enterMember(token, keyPos))
+        return std::nullopt;
+      node = &*it;
+    } else if (node->is_array()) {
+      char *end = nullptr;
+      unsigned long index = std::strtoul(token.c_str(), &end, 10);
+      if (token.empty() || *end != '\0' || index >= node->size() ||
+          !scanner.enterElement(index))
+        return std::nullopt;
+      node = &(*node)[index];
+    } else {
+      return std::nullopt;
+    }
+  }
+  scanner.skipSpace();
+  return scanner.pos;
+}
+
+std::optional<std::string>
+JsonDocument::spelling(const std::string &pointer) const {
+  std::optional<size_t> start = valueOffset(pointer);
+  if (!start || *start >= text.size())
+    return std::nullopt;
+  Scanner scanner(text);
+  scanner.pos = *start;
+  scanner.skipValue();
+  return text.substr(*start, scanner.pos - *start);
 }
 
 Diagnostic JsonDocument::error(const std::string &pointer,

@@ -17,6 +17,75 @@ TEST(JsonDocument, SyntaxErrorReportsLineAndColumn) {
       << doc.error().str();
 }
 
+// Each syntax error names what is missing, at the place to fix it.
+TEST(JsonDocument, SyntaxErrorsSayWhatIsMissingAndWhere) {
+  struct Case {
+    const char *text;
+    const char *error; ///< Without "t.json:" and "error: invalid JSON: ".
+  };
+  const Case cases[] = {
+      // Where the comma belongs: after the value of "a".
+      {"{\n  \"a\": 1\n  \"b\": 2\n}\n",
+       "2:9: missing ',' between members \"a\" and \"b\""},
+      // At the comma itself.
+      {"{\n  \"a\": 1,\n  \"b\": 2,\n}\n", "3:9: trailing ',' before '}'"},
+      {"{\"a\": [1, 2,]}", "1:12: trailing ',' before ']'"},
+      {"{\"a\": [1 2]}", "1:9: missing ',' between elements"},
+      {"{\"a\": [1, 2}",
+       "1:12: missing closing ']' for the array opened at 1:7"},
+      {"{\"a\": {\"b\": 1}",
+       "1:15: missing closing '}' for the object opened at 1:1"},
+      // At the opening quote.
+      {"{\"a\": \"abc}\n", "1:7: unterminated string: missing closing '\"'"},
+      {"{\"a\" 1}", "1:6: missing ':' after the key \"a\""},
+      {"{a: 1}", "1:2: keys need double quotes"},
+      {"{\"a\": 1,, \"b\": 2}",
+       "1:9: expected a key in double quotes, found ','"},
+      {"{\"a\": }", "1:7: missing the value of \"a\""},
+      {"{\n  \"a\": 1 // why\n}", "2:10: comments are not allowed in JSON"},
+      {"{\"a\": 01}", "1:7: a number cannot start with 0"},
+      {"{} x", "1:4: unexpected 'x' after the end of the document"},
+      {"", "1:1: the document is empty; expected a JSON value"},
+      // Not a syntax error for the checker; nlohmann throws out_of_range.
+      {"{\"a\": 1e999}", "1:7: the number 1e999 is too large for a double"},
+  };
+  for (const Case &c : cases) {
+    SCOPED_TRACE(c.text);
+    auto doc = JsonDocument::parse(c.text, "t.json");
+    ASSERT_FALSE(doc);
+    std::string expected = c.error;
+    size_t space = expected.find(' ');
+    EXPECT_EQ(doc.error().str(),
+              "t.json:" + expected.substr(0, space - 1) +
+                  ": error: invalid JSON: " + expected.substr(space + 1));
+  }
+}
+
+TEST(Diagnostic, CarriesFurtherErrorsAndPrintsThemAll) {
+  Diagnostic all = Diagnostic::combine({Diagnostic{"a.json", 2, 3, "first"},
+                                        Diagnostic{"a.json", 5, 1, "second"},
+                                        Diagnostic{"", 0, 0, "third"}});
+  EXPECT_EQ(all.count(), 3u);
+  EXPECT_EQ(all.message, "first");
+  EXPECT_EQ(all.str(), "a.json:2:3: error: first\n"
+                       "a.json:5:1: error: second\n"
+                       "error: third");
+  // A single error prints as before.
+  EXPECT_EQ(Diagnostic({"a.json", 1, 1, "only"}).str(),
+            "a.json:1:1: error: only");
+}
+
+TEST(JsonDocument, SpellingQuotesAValueAsWritten) {
+  auto doc = JsonDocument::parse(
+      "{\"a\": {\"n\": 18446744073709551615, \"f\": 5e8, \"l\": [1.50]}}",
+      "t.json");
+  ASSERT_TRUE(doc) << doc.error().str();
+  EXPECT_EQ(doc->spelling("/a/n"), "18446744073709551615");
+  EXPECT_EQ(doc->spelling("/a/f"), "5e8");
+  EXPECT_EQ(doc->spelling("/a/l/0"), "1.50");
+  EXPECT_EQ(doc->spelling("/a/missing"), std::nullopt);
+}
+
 TEST(JsonDocument, LocatesNestedMembersAndElements) {
   const char *text = R"({
   "name": "x",

@@ -2,7 +2,9 @@
 //
 // The error currency of zeroc's MLIR-free code (config readers, model
 // generators, the runtime's plan reader): a message with the file, line and
-// column it concerns, and a small Expected<T> to carry either.
+// column it concerns, and a small Expected<T> to carry either. A reader that
+// finds several independent errors in one file returns them together: the
+// first is the Diagnostic itself, the others are in `moreErrors`.
 //
 //===----------------------------------------------------------------------===//
 
@@ -13,6 +15,7 @@
 #include <string>
 #include <utility>
 #include <variant>
+#include <vector>
 
 namespace zeroc {
 
@@ -21,9 +24,18 @@ struct Diagnostic {
   int line = 0;        ///< 1-based; 0 when unknown.
   int column = 0;      ///< 1-based; 0 when unknown.
   std::string message; ///< What is wrong and what was expected.
+  /// Further errors of the same input, each located by itself; empty when
+  /// there is only this one.
+  std::vector<Diagnostic> moreErrors = {};
 
-  /// "file:line:col: error: message", dropping the parts that are unknown.
+  /// "file:line:col: error: message", dropping the parts that are unknown;
+  /// one such line per error, `moreErrors` included.
   std::string str() const;
+  /// How many errors this stands for: 1 + moreErrors.size().
+  size_t count() const { return 1 + moreErrors.size(); }
+
+  /// The first of `errors` carrying the others; `errors` must not be empty.
+  static Diagnostic combine(std::vector<Diagnostic> errors);
 };
 
 /// Either a value or the diagnostic explaining why there is none.

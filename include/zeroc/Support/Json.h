@@ -37,7 +37,15 @@ public:
   /// 1-based line and column of the value at `pointer`, if it is in the text.
   std::optional<std::pair<int, int>> locate(const std::string &pointer) const;
 
+  /// The value at `pointer` as the text spells it ("18446744073709551615",
+  /// "5e8"), so that a message can quote a number exactly as written rather
+  /// than as it was parsed; nullopt when the pointer does not resolve.
+  std::optional<std::string> spelling(const std::string &pointer) const;
+
 private:
+  /// Byte offset of the value at `pointer`, when the whole pointer resolves.
+  std::optional<size_t> valueOffset(const std::string &pointer) const;
+
   std::string file;
   std::string text;
   nlohmann::json value;
