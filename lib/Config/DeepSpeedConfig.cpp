@@ -147,6 +147,7 @@ private:
   //===--- Blocks ---------------------------------------------------------===//
 
   bool readTopLevelKeys(const json &root);
+  bool checkUnmodelled(const json &root);
   bool readZero(const json &root);
   bool readHiddenSizeAuto(const json &zero, const JsonPath &at, bool stageKnown,
                           std::set<std::string> &done);
@@ -377,9 +378,102 @@ bool Reader::readTopLevelKeys(const json &root) {
     note("'eigenvalue' has no effect at the top level: DeepSpeed reads it "
          "inside 'quantize_training' (get_eigenvalue_config)");
   }
+  bool ok = checkUnmodelled(root);
   // DeepSpeed reads the keys it knows and never looks at the others; zeroc
   // does the same unless the key looks like a misspelt DeepSpeed key.
-  return checkKeys(root, JsonPath(), known, UnknownKeys::IgnoreUnlessTypo);
+  return checkKeys(root, JsonPath(), known, UnknownKeys::IgnoreUnlessTypo) &&
+         ok;
+}
+
+/// Top-level blocks zeroc does not model. Those that change what each rank
+/// holds, computes or sends when they are on (other parallel dimensions,
+/// another gradient dtype, autocast, elastic batch sizes, the hybrid and
+/// DeepCompile engines) are errors naming the key: a plan without them
+/// would be a silent wrong answer. Those that act only through model code
+/// built for them (sparse attention, layer drop, curriculum, compression,
+/// pipeline modules) get a note saying what zeroc plans instead.
+bool Reader::checkUnmodelled(const json &root) {
+  bool ok = true;
+  auto number = [&](const json &block, const char *key) -> double {
+    const json *v = block.is_object() ? member(block, key) : nullptr;
+    return v && v->is_number() ? v->get<double>() : 0.0;
+  };
+  auto enabled = [&](const json &block) {
+    const json *v = block.is_object() ? member(block, "enabled") : nullptr;
+    return v && v->is_boolean() && v->get<bool>();
+  };
+  auto refuse = [&](const JsonPath &at, const std::string &what) {
+    ok = fail(at, at.quoted() + " " + what +
+                      "; zeroc plans data parallelism alone over the world "
+                      "size and would misstate memory, FLOPs or traffic, so "
+                      "it refuses the key rather than drop it") &&
+         ok;
+  };
+  if (const json *tp = member(root, "tensor_parallel"))
+    for (const char *key : {"autotp_size", "tp_size"})
+      if (number(*tp, key) > 1)
+        refuse(JsonPath() / "tensor_parallel" / key,
+               "splits the model over tensor-parallel ranks (ZeRO then runs "
+               "over world size / " +
+                   shown((*tp)[key], JsonPath() / "tensor_parallel" / key) +
+                   ")");
+  if (const json *sp = member(root, "sequence_parallel_size");
+      sp && sp->is_number() && sp->get<double>() > 1)
+    refuse(JsonPath() / "sequence_parallel_size",
+           "splits each sequence over ranks (DeepSpeed divides the world "
+           "size by it in the batch arithmetic)");
+  if (const json *dp = member(root, "data_parallel_size");
+      dp && dp->is_number() && dp->get<double>() != double(ctx.worldSize))
+    refuse(JsonPath() / "data_parallel_size",
+           "is " + shown(*dp, JsonPath() / "data_parallel_size") +
+               ", not the world size " + std::to_string(ctx.worldSize));
+  if (const json *ep = member(root, "expert_parallel");
+      ep && ep->is_object() && !ep->empty() &&
+      !(member(*ep, "enabled") && !enabled(*ep)))
+    refuse(JsonPath() / "expert_parallel",
+           "places mixture-of-experts layers on expert-parallel ranks");
+  if (const json *types = member(root, "data_types"))
+    if (const json *acc =
+            types->is_object() ? member(*types, "grad_accum_dtype") : nullptr;
+        acc && acc->is_string() && *acc != "bf16" && *acc != "fp16")
+      ok = fail(JsonPath() / "data_types" / "grad_accum_dtype",
+                "'data_types.grad_accum_dtype' " + describe(*acc) +
+                    " keeps gradients in that dtype, which zeroc does not "
+                    "model (it accumulates gradients in the training "
+                    "dtype); remove the key to plan that") &&
+           ok;
+  for (const char *key : {"torch_autocast", "elasticity", "hybrid_engine"})
+    if (const json *block = member(root, key); block && enabled(*block))
+      ok = fail(JsonPath() / key / "enabled",
+                (JsonPath() / key / "enabled").quoted() + " is true: " +
+                    (std::string(key) == "torch_autocast"
+                         ? "autocast computes in another precision than "
+                           "the parameters', which zeroc does not model"
+                     : std::string(key) == "elasticity"
+                         ? "the batch size is chosen at launch, while "
+                           "zeroc plans the config's fixed batch"
+                         : "the hybrid engine's inference containers and "
+                           "generation are not modelled") +
+                    "; zeroc refuses it rather than plan something else") &&
+           ok;
+  if (const json *compile = member(root, "compile"))
+    if (const json *dc =
+            compile->is_object() ? member(*compile, "deepcompile") : nullptr;
+        dc && dc->is_boolean() && dc->get<bool>())
+      ok = fail(JsonPath() / "compile" / "deepcompile",
+                "'compile.deepcompile' is true: DeepCompile reschedules "
+                "ZeRO-3's gathers and releases, which zeroc does not model; "
+                "zeroc refuses it rather than plan something else") &&
+           ok;
+  for (const char *key :
+       {"sparse_attention", "progressive_layer_drop", "curriculum_learning",
+        "compression_training", "weight_quantization", "quantize_training",
+        "pipeline"})
+    if (member(root, key))
+      note("'" + std::string(key) +
+           "' acts only through model code built for it (DeepSpeed's own "
+           "modules); zeroc plans the model as its graph says");
+  return ok;
 }
 
 Expected<DeepSpeedConfig> Reader::read() {
@@ -393,6 +487,14 @@ Expected<DeepSpeedConfig> Reader::read() {
                                 "least 1; found " +
                                     std::to_string(ctx.worldSize)});
   cfg.worldSize = ctx.worldSize;
+  // DeepSpeed loads its config with object_pairs_hook=
+  // dict_raise_error_on_duplicate_keys: a repeated key is an error there,
+  // where JSON parsers keep the last value.
+  for (Diagnostic &d : doc.duplicateKeys()) {
+    d.message += "; DeepSpeed refuses a config with duplicate keys "
+                 "(dict_raise_error_on_duplicate_keys)";
+    errors.push_back(std::move(d));
+  }
 
   // The blocks are independent: each is read even when another failed, so
   // that one run reports every error. A check that needs a value an error
@@ -1259,9 +1361,11 @@ bool Reader::readBatch(const json &root) {
       return fail(train.at,
                   "the batch triple does not divide: " + train.at.quoted() +
                       " " + std::to_string(dividend) +
-                      " is not a multiple of " + how + " = " +
-                      std::to_string(divisor) + ", so there is no whole " +
-                      e.key);
+                      " is not a multiple of " + how +
+                      (how.find(" x ") == std::string::npos
+                           ? std::string()
+                           : " = " + std::to_string(divisor)) +
+                      ", so there is no whole " + e.key);
     derived(e, dividend / divisor,
             std::to_string(dividend) + " / (" + how + ")");
     return true;

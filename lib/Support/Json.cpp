@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 using nlohmann::json;
@@ -70,6 +71,14 @@ public:
   };
 
   explicit SyntaxChecker(const std::string &text) : text(text) {}
+
+  /// A key that an object repeats: where the repetition is, and the key as
+  /// written (quotes included). Filled by check().
+  struct Duplicate {
+    size_t offset;
+    std::string key;
+  };
+  std::vector<Duplicate> duplicates;
 
   /// The first error; nullopt when this checker finds none (nlohmann's
   /// message is used then, e.g. for a number out of range).
@@ -243,6 +252,7 @@ private:
       ++pos;
       return true;
     }
+    std::set<std::string> keys;
     while (true) {
       skipSpace();
       if (atEnd())
@@ -262,6 +272,8 @@ private:
         if (!string())
           return false;
         key = text.substr(keyStart, pos - keyStart);
+        if (!keys.insert(key).second)
+          duplicates.push_back({keyStart, key});
         skipSpace();
         if (peek() != ':')
           return fail(pos, "missing ':' after the key " + key);
@@ -493,6 +505,19 @@ Expected<JsonDocument> JsonDocument::load(const std::string &path) {
   std::ostringstream buffer;
   buffer << in.rdbuf();
   return parse(buffer.str(), path);
+}
+
+std::vector<Diagnostic> JsonDocument::duplicateKeys() const {
+  SyntaxChecker checker(text);
+  checker.check();
+  std::vector<Diagnostic> out;
+  for (const SyntaxChecker::Duplicate &d : checker.duplicates) {
+    auto [line, column] = lineColumn(text, d.offset);
+    out.push_back(Diagnostic{file, line, column,
+                             "duplicate key " + d.key +
+                                 " in one object (JSON keeps only the last)"});
+  }
+  return out;
 }
 
 Expected<JsonDocument> JsonDocument::parse(std::string text, std::string name) {

@@ -82,7 +82,7 @@ std::string joined(const std::vector<std::string> &lines) {
 
 /// The read failed, and its message contains every one of `parts`.
 ::testing::AssertionResult failsWith(const Expected<DeepSpeedConfig> &result,
-                                     std::initializer_list<std::string> parts) {
+                                     const std::vector<std::string> &parts) {
   if (result)
     return ::testing::AssertionFailure() << "the config was accepted";
   const std::string &message = result.error().message;
@@ -1440,4 +1440,87 @@ TEST(DeepSpeedConfigKeys, UnknownAutoKeysInPydanticBlocksAreDropped) {
   EXPECT_TRUE(failsWith(readText(R"({"train_batch_size": 8,
       "zero_optimization": {"reduce_bucket_sise": "auto"}})"),
                         {"did you mean 'reduce_bucket_size'?"}));
+}
+
+// DeepSpeed's json.load(..., object_pairs_hook=
+// dict_raise_error_on_duplicate_keys) refuses a repeated key; each one is
+// reported where it repeats, with the config's other errors.
+TEST(DeepSpeedConfigAllErrors, DuplicateKeysAreErrors) {
+  auto cfg = readText(R"({
+  "train_micro_batch_size_per_gpu": 2,
+  "zero_optimization": {"stage": 2, "stage": 3},
+  "train_micro_batch_size_per_gpu": 4
+})");
+  ASSERT_FALSE(cfg);
+  std::string all = cfg.error().str();
+  EXPECT_TRUE(contains(all, "ds.json:3:37: error: duplicate key \"stage\""))
+      << all;
+  EXPECT_TRUE(contains(all, "ds.json:4:3: error: duplicate key "
+                            "\"train_micro_batch_size_per_gpu\""))
+      << all;
+  EXPECT_TRUE(contains(all, "dict_raise_error_on_duplicate_keys")) << all;
+  // The same key in two different objects is no duplicate.
+  ASSERT_READ(readText(R"({"train_micro_batch_size_per_gpu": 2,
+      "fp16": {"enabled": false}, "bf16": {"enabled": false}})"));
+}
+
+// Features that change what each rank holds, computes or sends, and that
+// zeroc does not model, are refused by name when they are on (found in
+// public configs: DeepSpeedExamples' tensor_parallel and autosp configs,
+// Megatron-DeepSpeed's grad_accum_dtype); off or trivial, they are not.
+TEST(DeepSpeedConfigUnmodelled, ParallelismAndPrecisionFeaturesAreRefused) {
+  struct Case {
+    const char *json;
+    std::vector<std::string> parts;
+  } cases[] = {
+      {R"("tensor_parallel": {"autotp_size": 4})",
+       {"'tensor_parallel.autotp_size'", "world size / 4", "refuses the key"}},
+      {R"("sequence_parallel_size": 2)",
+       {"'sequence_parallel_size'", "splits each sequence"}},
+      {R"("data_parallel_size": 4)",
+       {"'data_parallel_size' is 4, not the world size 8"}},
+      {R"("expert_parallel": {"enabled": true})",
+       {"'expert_parallel'", "mixture-of-experts"}},
+      {R"("data_types": {"grad_accum_dtype": "fp32"})",
+       {"'data_types.grad_accum_dtype' \"fp32\"", "does not model"}},
+      {R"("torch_autocast": {"enabled": true})",
+       {"'torch_autocast.enabled' is true", "autocast"}},
+      {R"("elasticity": {"enabled": true})",
+       {"'elasticity.enabled' is true", "chosen at launch"}},
+      {R"("hybrid_engine": {"enabled": true})",
+       {"'hybrid_engine.enabled' is true"}},
+      {R"("compile": {"deepcompile": true})",
+       {"'compile.deepcompile' is true", "DeepCompile"}},
+  };
+  for (const Case &c : cases) {
+    SCOPED_TRACE(c.json);
+    EXPECT_TRUE(failsWith(
+        readText(std::string(R"({"train_micro_batch_size_per_gpu": 1, )") +
+                     c.json + "}",
+                 worldOf(8)),
+        c.parts));
+  }
+  for (const char *inert :
+       {R"("tensor_parallel": {"autotp_size": 1})",
+        R"("sequence_parallel_size": 1)", R"("data_parallel_size": 8)",
+        R"("data_types": {"grad_accum_dtype": "bf16"})",
+        R"("torch_autocast": {"enabled": false})",
+        R"("elasticity": {"enabled": false})",
+        R"("compile": {"deepcompile": false})"}) {
+    SCOPED_TRACE(inert);
+    ASSERT_READ(readText(
+        std::string(R"({"train_micro_batch_size_per_gpu": 1, )") + inert + "}",
+        worldOf(8)));
+  }
+  auto sparse = readText(R"({"train_micro_batch_size_per_gpu": 1,
+                             "sparse_attention": {"mode": "fixed"}})");
+  ASSERT_READ(sparse);
+  EXPECT_TRUE(hasNote(*sparse, {"'sparse_attention' acts only through model "
+                                "code built for it"}));
+}
+
+TEST(DeepSpeedConfigBatch, OneFactorNeedsNoProduct) {
+  EXPECT_TRUE(failsWith(readText(R"({"train_batch_size": 1})", worldOf(8)),
+                        {"'train_batch_size' 1 is not a multiple of world "
+                         "size 8, so there is no whole"}));
 }

@@ -16,6 +16,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace zeroc {
 
@@ -41,6 +42,11 @@ public:
   /// "5e8"), so that a message can quote a number exactly as written rather
   /// than as it was parsed; nullopt when the pointer does not resolve.
   std::optional<std::string> spelling(const std::string &pointer) const;
+
+  /// Keys repeated within one object, each located at its repetition
+  /// (parsing keeps the last value silently; DeepSpeed refuses a config
+  /// that repeats a key).
+  std::vector<Diagnostic> duplicateKeys() const;
 
 private:
   /// Byte offset of the value at `pointer`, when the whole pointer resolves.
