@@ -1009,11 +1009,35 @@ AdamUpdateOp::verifySettings(function_ref<InFlightDiagnostic()> emitError,
                               weightDecay >= 0.0, ">= 0")));
 }
 
+LogicalResult
+AdamUpdateOp::verifyLambSettings(function_ref<InFlightDiagnostic()> emitError,
+                                 double maxCoeff, double minCoeff) {
+  return success(
+      succeeded(expectInRange(emitError, "min_coeff", minCoeff, minCoeff >= 0.0,
+                              ">= 0")) &&
+      succeeded(expectInRange(emitError, "max_coeff", maxCoeff,
+                              maxCoeff >= minCoeff, ">= min_coeff")));
+}
+
 LogicalResult AdamUpdateOp::verify() {
-  return verifySettings(
-      [&] { return emitOpError(); }, getLr().convertToDouble(),
-      getBeta1().convertToDouble(), getBeta2().convertToDouble(),
-      getEps().convertToDouble(), getWeightDecay().convertToDouble());
+  auto emitError = [&] { return emitOpError(); };
+  if (failed(verifySettings(
+          emitError, getLr().convertToDouble(), getBeta1().convertToDouble(),
+          getBeta2().convertToDouble(), getEps().convertToDouble(),
+          getWeightDecay().convertToDouble())))
+    return failure();
+  if (!getLamb()) {
+    if (getMaxCoeff() || getMinCoeff())
+      return emitOpError("max_coeff and min_coeff need lamb");
+    return success();
+  }
+  if (getAdamw())
+    return emitOpError("lamb applies its own weight decay; adamw must not be "
+                       "set with it");
+  if (!getMaxCoeff() || !getMinCoeff())
+    return emitOpError("lamb needs max_coeff and min_coeff");
+  return verifyLambSettings(emitError, getMaxCoeff()->convertToDouble(),
+                            getMinCoeff()->convertToDouble());
 }
 
 LogicalResult
