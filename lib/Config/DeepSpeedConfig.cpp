@@ -1045,13 +1045,13 @@ bool Reader::readOptimizerParams(const json &params, const JsonPath &at) {
       return false;
 
   bool adamWMode = true; // ADAM_W_MODE_DEFAULT
-  bool amsgrad = false, epsInsideSqrt = false;
+  bool biasCorrection = true, amsgrad = false, epsInsideSqrt = false;
   struct Flag {
     const char *key;
     bool *out;
   };
   for (const Flag &flag :
-       {Flag{"bias_correction", &opt.biasCorrection},
+       {Flag{"bias_correction", &biasCorrection},
         Flag{"adam_w_mode", &adamWMode}, Flag{"torch_adam", &opt.torchAdam},
         Flag{"amsgrad", &amsgrad}, Flag{"eps_inside_sqrt", &epsInsideSqrt}})
     if (const json *v = member(params, flag.key))
@@ -1067,7 +1067,9 @@ bool Reader::readOptimizerParams(const json &params, const JsonPath &at) {
     return fail(at / "eps_inside_sqrt",
                 "zeroc does not model eps inside the square root ('" +
                     (at / "eps_inside_sqrt").dotted() + "' is true)");
-  if (!adam && !opt.biasCorrection)
+  // Neither the passes nor zerorun model an uncorrected step: refused rather
+  // than silently run with the correction.
+  if (!biasCorrection)
     return fail(at / "bias_correction",
                 "zeroc's " + opt.type +
                     " always corrects the moments' bias ('" +

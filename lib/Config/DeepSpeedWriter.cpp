@@ -80,8 +80,6 @@ json writeOptimizer(const OptimizerConfig &optimizer) {
   // DeepSpeed's adam_w_mode defaults to true; only "Adam" can turn it off.
   if (!optimizer.adamWMode && optimizer.type == "Adam")
     params["adam_w_mode"] = false;
-  if (optimizer.biasCorrection != defaults.biasCorrection)
-    params["bias_correction"] = optimizer.biasCorrection;
   if (optimizer.torchAdam != defaults.torchAdam)
     params["torch_adam"] = optimizer.torchAdam;
   if (optimizer.lamb()) {

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 
 using namespace zeroc;
@@ -980,6 +981,25 @@ TEST(DeepSpeedConfigOptimizer, OneBitFamilyOnlyWithoutZero) {
   }
 }
 
+// No pass and no kernel models an uncorrected step; running it corrected
+// would be a silently different optimizer.
+TEST(DeepSpeedConfigOptimizer, BiasCorrectionFalseIsRefused) {
+  for (const char *type :
+       {"Adam", "AdamW", "Lamb", "OneBitAdam", "ZeroOneAdam", "OneBitLamb"}) {
+    auto cfg = readText(std::string(R"({"train_batch_size": 8,
+  "optimizer": {"type": ")") +
+                        type + R"(", "params": {"bias_correction": false}}})");
+    EXPECT_TRUE(failsAt(cfg, 2, 40 + int(std::strlen(type)))) << type;
+    EXPECT_TRUE(failsWith(cfg, {"always corrects the moments' bias",
+                                "'optimizer.params.bias_correction' is "
+                                "false"}))
+        << type;
+  }
+  auto cfg = readText(R"({"train_batch_size": 8,
+      "optimizer": {"type": "Adam", "params": {"bias_correction": true}}})");
+  ASSERT_READ(cfg);
+}
+
 TEST(DeepSpeedConfigErrors, OtherDeepSpeedChecks) {
   EXPECT_TRUE(failsWith(
       readText(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2,
@@ -1233,7 +1253,7 @@ TEST(DeepSpeedConfigRoundTrip, NonDefaultValuesSurvive) {
   "fp16": {"enabled": true, "loss_scale": 1024, "initial_scale_power": 8,
            "hysteresis": 4, "consecutive_hysteresis": true},
   "optimizer": {"type": "Adam", "params": {"adam_w_mode": false,
-                "bias_correction": false, "lr": 0.01}},
+                "torch_adam": true, "lr": 0.01}},
   "zero_optimization": {
     "stage": 3, "overlap_comm": false, "reduce_scatter": false,
     "offload_optimizer": {"device": "cpu", "ratio": 0.25, "pin_memory": false},

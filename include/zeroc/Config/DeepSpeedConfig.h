@@ -167,7 +167,6 @@ struct OptimizerConfig {
   /// Decoupled weight decay. DeepSpeed uses it for "Adam" too unless
   /// `adam_w_mode` is false, and always for "AdamW".
   bool adamWMode = true;
-  bool biasCorrection = true;
   /// `torch_adam`: torch.optim.Adam(W) instead of DeepSpeed's fused/CPU Adam.
   bool torchAdam = false;
   /// Lamb and 1-bit Lamb: the trust ratio ||w|| / ||update|| is clamped to
