@@ -735,6 +735,13 @@ def Model_AdamUpdateOp : Model_Op<"adam_update", [
     static ::mlir::LogicalResult verifyLambSettings(
         ::llvm::function_ref<::mlir::InFlightDiagnostic()> emitError,
         double maxCoeff, double minCoeff);
+    /// Which step the attributes select: the trust-ratio bounds exactly
+    /// with `lamb`, not `adamw` with it, and the bounds in range. Shared
+    /// with sched.adam_update.
+    static ::mlir::LogicalResult verifyStepKind(
+        ::llvm::function_ref<::mlir::InFlightDiagnostic()> emitError,
+        bool adamw, bool lamb, ::mlir::FloatAttr maxCoeff,
+        ::mlir::FloatAttr minCoeff);
   }];
 }
 

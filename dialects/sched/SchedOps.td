@@ -332,6 +332,7 @@ def Sched_AdamUpdateOp : Sched_StreamOp<"adam_update", [
     $param `grad` $grad (`master` $master^)? `exp_avg` $exp_avg
     `exp_avg_sq` $exp_avg_sq `on` $on attr-dict
   }];
+  let hasVerifier = 1;
 }
 
 #endif // ZEROC_SCHED_OPS
