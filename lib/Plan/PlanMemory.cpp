@@ -1,6 +1,7 @@
 //===- PlanMemory.cpp - A plan's memory per rank, and whether it fits -----===//
 
 #include "zeroc/Plan/PlanMemory.h"
+#include "zeroc/Plan/PlanInspect.h"
 
 #include "zeroc/Support/Format.h"
 #include "zeroc/Support/Memory.h"
@@ -75,6 +76,9 @@ MemorySummary summarizeMemory(const Plan &plan) {
         configInt(plan, "offload_optimizer", "buffer_count", 4) *
         largestNvmeTensor;
 
+  // The 1-bit optimizers' buffers, allocated when compression starts and
+  // kept from then on.
+  m.optimizerStates += oneBitStateBytes(plan);
   int64_t persistent = m.modelStateBytes();
   m.peakDeviceBytes = persistent;
   for (const PlanPhase &phase : plan.phases) {
