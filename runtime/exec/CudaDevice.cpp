@@ -347,7 +347,9 @@ private:
   struct StreamState {
     cudaStream_t stream = nullptr;
     std::unique_ptr<cuda::KernelContext> context;
-    void *scratch = nullptr; ///< A double and an int, for host readbacks.
+    /// 16 bytes for host readbacks: a double and an int, or LAMB's two
+    /// doubles; each use is synchronous.
+    void *scratch = nullptr;
   };
   StreamState &state() {
     std::lock_guard<std::mutex> lock(mutex);
