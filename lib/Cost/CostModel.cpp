@@ -162,12 +162,7 @@ CostModel::CostModel(const Plan &plan, const Cluster &cluster)
       collectiveDTypes(plan) {
   for (const PlanTensor &t : plan.tensors)
     tensors[t.name] = &t;
-  if (const auto optimizer = plan.config.find("optimizer");
-      optimizer != plan.config.end() && optimizer->is_object()) {
-    OptimizerConfig named;
-    named.type = optimizer->value("type", "");
-    oneBitOptimizer = named.oneBit();
-  }
+  oneBitOptimizer = OptimizerConfig::oneBitType(planOptimizerType(plan));
   for (const PlanFlatGroup &g : plan.flatGroups)
     groups[g.name] = &g;
   for (const PlanPhase &phase : plan.phases) {

@@ -64,16 +64,22 @@ PersistentBytes persistentBytesPerRank(const Plan &plan) {
   return out;
 }
 
+std::string planOptimizerType(const Plan &plan) {
+  auto block = plan.config.find("optimizer");
+  if (block == plan.config.end() || !block->is_object())
+    return "";
+  auto type = block->find("type");
+  return type != block->end() && type->is_string() ? type->get<std::string>()
+                                                   : "";
+}
+
 int64_t oneBitStateBytes(const Plan &plan) {
-  OptimizerConfig optimizer;
-  const json &block = plan.config.value("optimizer", json::object());
-  optimizer.type = block.is_object() ? block.value("type", "") : "";
-  if (!optimizer.oneBit())
+  std::string type = planOptimizerType(plan);
+  if (!OptimizerConfig::oneBitType(type))
     return 0;
   int64_t w = std::max<int64_t>(1, plan.worldSize);
   int64_t unit = w * (w * 8 / std::gcd(w, int64_t(8)));
-  bool perElementState =
-      optimizer.type == "ZeroOneAdam" || optimizer.type == "OneBitLamb";
+  bool perElementState = type == "ZeroOneAdam" || type == "OneBitLamb";
   int64_t bytes = 0;
   for (const PlanTensor &t : plan.tensors) {
     if (t.role != TensorRole::Param)

@@ -114,6 +114,20 @@ TrainRun train(Plan plan, bool threads, int steps) {
 
 } // namespace
 
+TEST(Executor, RefusesOneBitOptimizers) {
+  // zeroc plans them for their cost; zerorun has no compressed collectives.
+  for (const char *type : {"OneBitAdam", "ZeroOneAdam", "OneBitLamb"}) {
+    Plan plan = tinyPlan();
+    plan.config["optimizer"] = {{"type", type}};
+    TrainRun r = train(std::move(plan), false, 1);
+    EXPECT_NE(r.error.find(std::string("the plan's optimizer is ") + type +
+                           "; zerorun does not implement 1-bit compressed "
+                           "communication"),
+              std::string::npos)
+        << r.error;
+  }
+}
+
 TEST(Executor, StreamWorkersGiveTheSingleThreadLossesBitForBit) {
   Plan plan = tinyPlan();
   std::set<int64_t> streams;

@@ -180,7 +180,9 @@ struct OptimizerConfig {
   /// Lamb or 1-bit Lamb: the update is scaled by the trust ratio.
   bool lamb() const { return type == "Lamb" || type == "OneBitLamb"; }
   /// 1-bit Adam, 0/1 Adam or 1-bit Lamb: compressed gradient communication.
-  bool oneBit() const {
+  bool oneBit() const { return oneBitType(type); }
+  /// oneBit() of a `type` as zeroc spells it (a plan's config, for one).
+  static bool oneBitType(std::string_view type) {
     return type == "OneBitAdam" || type == "ZeroOneAdam" ||
            type == "OneBitLamb";
   }

@@ -52,6 +52,10 @@ struct PersistentBytes {
 
 PersistentBytes persistentBytesPerRank(const Plan &plan);
 
+/// The `optimizer.type` of the plan's resolved config ("Adam", "Lamb",
+/// "OneBitAdam", ... as zeroc spells it), or "" when it has none.
+std::string planOptimizerType(const Plan &plan);
+
 /// What the 1-bit optimizers (OneBitAdam, ZeroOneAdam, OneBitLamb; DeepSpeed
 /// runs them at stage 0 only, on the device) allocate per rank beyond
 /// Adam's state when their compressed phase starts
