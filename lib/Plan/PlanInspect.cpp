@@ -3,7 +3,7 @@
 #include "zeroc/Plan/PlanInspect.h"
 #include "zeroc/Plan/PlanMemory.h"
 
-#include "zeroc/Config/DeepSpeedConfig.h" // OptimizerConfig::oneBit, inline
+#include "zeroc/Config/DeepSpeedConfig.h" // OptimizerConfig::oneBitType, inline
 #include "zeroc/Support/Format.h"
 #include "zeroc/Support/Memory.h"
 
