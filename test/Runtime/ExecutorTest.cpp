@@ -220,8 +220,10 @@ TEST(Executor, AFailingOpOnAnotherStreamStopsTheStepWithItsError) {
       }
     ASSERT_NE(broken, nullptr);
     std::get<ReduceScatterAttrs>(broken->attrs).offsets.clear();
+    // `broken` points into `plan`, which train() takes and frees.
+    int64_t brokenIndex = broken->index;
     TrainRun r = train(std::move(plan), threads, 1);
-    EXPECT_NE(r.error.find("op " + std::to_string(broken->index) +
+    EXPECT_NE(r.error.find("op " + std::to_string(brokenIndex) +
                            ": reduce_scatter needs one target and offset "
                            "per input"),
               std::string::npos)
