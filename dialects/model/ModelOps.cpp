@@ -1009,11 +1009,46 @@ AdamUpdateOp::verifySettings(function_ref<InFlightDiagnostic()> emitError,
                               weightDecay >= 0.0, ">= 0")));
 }
 
+LogicalResult
+AdamUpdateOp::verifyLambSettings(function_ref<InFlightDiagnostic()> emitError,
+                                 double maxCoeff, double minCoeff) {
+  if (failed(expectInRange(emitError, "min_coeff", minCoeff, minCoeff >= 0.0,
+                           ">= 0")))
+    return failure();
+  SmallString<16> min; // The bound in the message, as `found` prints it.
+  APFloat(minCoeff).toString(min, /*FormatPrecision=*/6);
+  std::string range = ">= min_coeff (" + std::string(min) + ")";
+  return expectInRange(emitError, "max_coeff", maxCoeff, maxCoeff >= minCoeff,
+                       range);
+}
+
+LogicalResult
+AdamUpdateOp::verifyStepKind(function_ref<InFlightDiagnostic()> emitError,
+                             bool adamw, bool lamb, FloatAttr maxCoeff,
+                             FloatAttr minCoeff) {
+  if (!lamb) {
+    if (maxCoeff || minCoeff)
+      return emitError() << "max_coeff and min_coeff need lamb";
+    return success();
+  }
+  if (adamw)
+    return emitError() << "lamb applies its own weight decay; adamw must not "
+                          "be set with it";
+  if (!maxCoeff || !minCoeff)
+    return emitError() << "lamb needs max_coeff and min_coeff";
+  return verifyLambSettings(emitError, maxCoeff.getValueAsDouble(),
+                            minCoeff.getValueAsDouble());
+}
+
 LogicalResult AdamUpdateOp::verify() {
-  return verifySettings(
-      [&] { return emitOpError(); }, getLr().convertToDouble(),
-      getBeta1().convertToDouble(), getBeta2().convertToDouble(),
-      getEps().convertToDouble(), getWeightDecay().convertToDouble());
+  auto emitError = [&] { return emitOpError(); };
+  if (failed(verifySettings(
+          emitError, getLr().convertToDouble(), getBeta1().convertToDouble(),
+          getBeta2().convertToDouble(), getEps().convertToDouble(),
+          getWeightDecay().convertToDouble())))
+    return failure();
+  return verifyStepKind(emitError, getAdamw(), getLamb(), getMaxCoeffAttr(),
+                        getMinCoeffAttr());
 }
 
 LogicalResult

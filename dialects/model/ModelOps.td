@@ -694,7 +694,7 @@ def Model_ClipGradNormOp : Model_Op<"clip_grad_norm", [
 def Model_AdamUpdateOp : Model_Op<"adam_update", [
     MemoryEffects<[MemRead, MemWrite]>, Model_MustLowerBeforePlan,
     DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
-  let summary = "One Adam or AdamW step of a parameter";
+  let summary = "One Adam, AdamW or LAMB step of a parameter";
   let description = [{
     Updates `param` from its accumulated gradient `g`, then clears the
     accumulator. With step count `t` (kept by the runtime, advanced once per
@@ -703,6 +703,12 @@ def Model_AdamUpdateOp : Model_Op<"adam_update", [
     `p -= lr * (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps)`.
     Weight decay is decoupled with `adamw` (`p -= lr * weight_decay * p`
     first) and otherwise added to the gradient (`g += weight_decay * p`).
+
+    With `lamb` it is DeepSpeed's FusedLamb step instead:
+    `u = m / (sqrt(v) + eps) + weight_decay p`,
+    `r = clamp(||p|| / ||u||, min_coeff, max_coeff)` (1 when either norm is
+    0), `p -= lr sqrt(1 - beta2^t) / (1 - beta1^t) r u`. The norms are the
+    whole parameter's, however its state is sharded.
 
     The optimizer state (`exp_avg` and `exp_avg_sq` in f32, plus an f32
     master copy of a 16-bit parameter) is implied; where it lives and how it
@@ -714,7 +720,9 @@ def Model_AdamUpdateOp : Model_Op<"adam_update", [
   }];
   let arguments = (ins FlatSymbolRefAttr:$param, F64Attr:$lr, F64Attr:$beta1,
                        F64Attr:$beta2, F64Attr:$eps, F64Attr:$weight_decay,
-                       UnitAttr:$adamw);
+                       UnitAttr:$adamw, UnitAttr:$lamb,
+                       OptionalAttr<F64Attr>:$max_coeff,
+                       OptionalAttr<F64Attr>:$min_coeff);
   let assemblyFormat = "$param attr-dict";
   let hasVerifier = 1;
   let extraClassDeclaration = [{
@@ -723,6 +731,17 @@ def Model_AdamUpdateOp : Model_Op<"adam_update", [
     static ::mlir::LogicalResult verifySettings(
         ::llvm::function_ref<::mlir::InFlightDiagnostic()> emitError,
         double lr, double beta1, double beta2, double eps, double weightDecay);
+    /// LAMB's trust-ratio bounds, checked by the verifier and the expansion.
+    static ::mlir::LogicalResult verifyLambSettings(
+        ::llvm::function_ref<::mlir::InFlightDiagnostic()> emitError,
+        double maxCoeff, double minCoeff);
+    /// Which step the attributes select: the trust-ratio bounds exactly
+    /// with `lamb`, not `adamw` with it, and the bounds in range. Shared
+    /// with sched.adam_update.
+    static ::mlir::LogicalResult verifyStepKind(
+        ::llvm::function_ref<::mlir::InFlightDiagnostic()> emitError,
+        bool adamw, bool lamb, ::mlir::FloatAttr maxCoeff,
+        ::mlir::FloatAttr minCoeff);
   }];
 }
 

@@ -578,6 +578,12 @@ LogicalResult ClipGradNormOp::verifySymbolUses(SymbolTableCollection &symbols) {
   return verifyGradList(*this, getGrads(), symbols);
 }
 
+LogicalResult AdamUpdateOp::verify() {
+  return model::AdamUpdateOp::verifyStepKind(
+      [&] { return emitOpError(); }, getAdamw(), getLamb(), getMaxCoeffAttr(),
+      getMinCoeffAttr());
+}
+
 LogicalResult AdamUpdateOp::verifySymbolUses(SymbolTableCollection &symbols) {
   Operation *target = symbols.lookupNearestSymbolFrom(*this, getParamAttr());
   auto param = dyn_cast_or_null<TensorOp>(target);

@@ -305,13 +305,19 @@ def Sched_AdamUpdateOp : Sched_StreamOp<"adam_update", [
     DeclareOpInterfaceMethods<SymbolUserOpInterface>,
     DeclareOpInterfaceMethods<Sched_WorkspaceOpInterface>,
     MemoryEffects<[MemRead, MemWrite]>]> {
-  let summary = "One Adam or AdamW step on this rank's part of the state";
+  let summary = "One Adam, AdamW or LAMB step on this rank's part of the state";
   let description = [{
     Updates `param` (this rank's owned part) from `grad`, `exp_avg`,
     `exp_avg_sq` and, for 16-bit parameters, the f32 `master` copy, on the
     device or the host (ZeRO-Offload). `adamw` selects decoupled weight
-    decay. For a stage 1-2 flat group, `param` names the group and the
-    states are the group's partitions.
+    decay; `lamb`, `max_coeff` and `min_coeff` the LAMB step of
+    `model.adam_update`. For a stage 1-2 flat group, `param` names the group
+    and the states are the group's partitions.
+
+    LAMB's trust ratio needs each parameter's whole weight and update norms:
+    with sharded states every rank sums the squares over its part, per
+    parameter, and the ranks all-reduce those sums (two numbers per
+    parameter) inside the op.
   }];
   let arguments = (ins FlatSymbolRefAttr:$param, FlatSymbolRefAttr:$grad,
                        OptionalAttr<FlatSymbolRefAttr>:$master,
@@ -319,11 +325,14 @@ def Sched_AdamUpdateOp : Sched_StreamOp<"adam_update", [
                        FlatSymbolRefAttr:$exp_avg_sq,
                        F64Attr:$lr, F64Attr:$beta1, F64Attr:$beta2,
                        F64Attr:$eps, F64Attr:$weight_decay, UnitAttr:$adamw,
+                       UnitAttr:$lamb, OptionalAttr<F64Attr>:$max_coeff,
+                       OptionalAttr<F64Attr>:$min_coeff,
                        Sched_Placement:$on, Sched_OnStream:$stream);
   let assemblyFormat = [{
     $param `grad` $grad (`master` $master^)? `exp_avg` $exp_avg
     `exp_avg_sq` $exp_avg_sq `on` $on attr-dict
   }];
+  let hasVerifier = 1;
 }
 
 #endif // ZEROC_SCHED_OPS

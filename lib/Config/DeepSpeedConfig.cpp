@@ -165,7 +165,7 @@ private:
                           const BlockSchema<S> &schema, Precision precision,
                           bool &enabled, S &out);
   bool readOptimizer(const json &root);
-  bool readAdamParams(const json &params, const JsonPath &at);
+  bool readOptimizerParams(const json &params, const JsonPath &at);
   bool readGradientClipping(const json &root);
   bool readActivationCheckpointing(const json &root);
   bool readAio(const json &root);
@@ -1083,6 +1083,13 @@ bool Reader::readOptimizer(const json &root) {
   const json *block = member(root, "optimizer");
   const json *type =
       block && block->is_object() ? member(*block, "type") : nullptr;
+  // Read with the optimizer: it only matters for an optimizer that ZeRO has
+  // not been tested with.
+  JsonPath untestedAt = JsonPath() / "zero_allow_untested_optimizer";
+  bool allowUntested = false;
+  if (const json *v = member(root, "zero_allow_untested_optimizer"))
+    if (!readBool(*v, untestedAt, allowUntested))
+      return false;
   if (block && !expectObject(*block, at))
     return false;
   if (!type) {
@@ -1096,6 +1103,8 @@ bool Reader::readOptimizer(const json &root) {
       return false;
     if (block)
       ignore(at);
+    if (root.contains("zero_allow_untested_optimizer"))
+      ignore(untestedAt);
     return true;
   }
   if (!checkKeys(*block, at, {"type", "params", "legacy_fusion"},
@@ -1105,30 +1114,75 @@ bool Reader::readOptimizer(const json &root) {
     ignore(at / "legacy_fusion");
 
   JsonPath typeAt = at / "type";
-  // DeepSpeed lower-cases the names of its own optimizers.
+  // DeepSpeed lower-cases the names of its own optimizers (config.py).
   std::string lower = type->is_string() ? type->get<std::string>() : "";
   std::transform(lower.begin(), lower.end(), lower.begin(),
                  [](unsigned char c) { return std::tolower(c); });
-  if (lower == "adam")
-    cfg.optimizer.type = "Adam";
-  else if (lower == "adamw")
-    cfg.optimizer.type = "AdamW";
-  else
-    return fail(typeAt, "zeroc supports the optimizers \"Adam\" and "
-                        "\"AdamW\"; " +
+  static const std::pair<const char *, const char *> kTypes[] = {
+      {"adam", "Adam"},
+      {"adamw", "AdamW"},
+      {"lamb", "Lamb"},
+      {"onebitadam", "OneBitAdam"},
+      {"zerooneadam", "ZeroOneAdam"},
+      {"onebitlamb", "OneBitLamb"}};
+  auto known = std::find_if(std::begin(kTypes), std::end(kTypes),
+                            [&](const auto &t) { return lower == t.first; });
+  if (known == std::end(kTypes))
+    return fail(typeAt, "zeroc supports the optimizers \"Adam\", \"AdamW\", "
+                        "\"Lamb\", \"OneBitAdam\", \"ZeroOneAdam\" and "
+                        "\"OneBitLamb\"; " +
                             typeAt.quoted() + " is " + describe(*type));
+  OptimizerConfig &opt = cfg.optimizer;
+  opt.type = known->second;
+  int64_t stage = cfg.zero.stage;
+
+  // DeepSpeed's own refusals, in its words (engine.py).
+  if (opt.oneBit() && stage > 0) {
+    const char *reason = opt.type == "OneBitAdam"    ? "1bit-Adam"
+                         : opt.type == "ZeroOneAdam" ? "0/1 Adam"
+                                                     : "1bit-Lamb";
+    return fail(typeAt, typeAt.quoted() + " is \"" + opt.type +
+                            "\" with ZeRO stage " + std::to_string(stage) +
+                            "; DeepSpeed refuses it: \"" + reason +
+                            " is not compatible with ZeRO\" "
+                            "(_configure_basic_optimizer); use stage 0");
+  }
+  if (opt.lamb() && !cfg.lossScale.dynamic())
+    return fail(typeAt, typeAt.quoted() + " is \"" + opt.type +
+                            "\" with the static loss scale " +
+                            formatReal(cfg.lossScale.lossScale) +
+                            "; DeepSpeed refuses it: \"DeepSpeed " + lower +
+                            " optimizer requires dynamic loss scaling\" "
+                            "(_do_sanity_check)");
+  // FusedLamb is not in ZERO_SUPPORTED_OPTIMIZERS (zero/utils.py).
+  if (opt.type == "Lamb" && stage > 0 && !allowUntested)
+    return fail(typeAt,
+                typeAt.quoted() + " is \"Lamb\" with ZeRO stage " +
+                    std::to_string(stage) +
+                    "; DeepSpeed refuses it: \"You are using an untested "
+                    "ZeRO Optimizer. Please add "
+                    "<\"zero_allow_untested_optimizer\": true> in the "
+                    "configuration file to use it.\"");
+  if (root.contains("zero_allow_untested_optimizer") &&
+      !(opt.type == "Lamb" && stage > 0))
+    ignore(untestedAt);
+  if (opt.type == "Lamb" && stage > 0)
+    note("Lamb with ZeRO: DeepSpeed computes the trust ratio over each "
+         "rank's flat partition; zeroc computes it per parameter, as "
+         "without ZeRO (docs/ds-config.md)");
 
   if (const json *params = member(*block, "params");
       params && !params->is_null())
-    return readAdamParams(*params, at / "params");
+    return readOptimizerParams(*params, at / "params");
   return true;
 }
 
-/// The keyword arguments DeepSpeed passes to FusedAdam, DeepSpeedCPUAdam or
-/// torch.optim.Adam(W) (engine.py, _configure_basic_optimizer); a key none
-/// of them takes is a TypeError there, so an error here.
-bool Reader::readAdamParams(const json &params, const JsonPath &at) {
+/// The keyword arguments DeepSpeed passes to its optimizer's constructor
+/// (engine.py, _configure_basic_optimizer); a key it does not take is a
+/// TypeError there, so an error here.
+bool Reader::readOptimizerParams(const json &params, const JsonPath &at) {
   OptimizerConfig &opt = cfg.optimizer;
+  bool adam = opt.type == "Adam" || opt.type == "AdamW";
   if (!expectObject(params, at))
     return false;
   bool ok = true;
@@ -1138,12 +1192,22 @@ bool Reader::readAdamParams(const json &params, const JsonPath &at) {
               (at / "max_grad_norm").quoted() +
                   " is not an optimizer parameter in DeepSpeed; use the "
                   "top-level 'gradient_clipping'");
-  std::vector<std::string> known = adamParamKeys();
-  const std::vector<std::string> &ignorable = ignoredAdamParamKeys();
+  std::vector<std::string> known = optimizerParamKeys(opt.type);
+  const std::vector<std::string> noneIgnored;
+  const std::vector<std::string> &ignorable =
+      adam ? ignoredAdamParamKeys() : noneIgnored;
   known.insert(known.end(), ignorable.begin(), ignorable.end());
   known.push_back("max_grad_norm"); // Reported above.
   ok = checkKeys(params, at, known, UnknownKeys::Reject) && ok;
   for (const std::string &key : ignorable)
+    if (params.contains(key))
+      ignore(at / key);
+  // Keys of the 1-bit optimizers that tune their compression or their
+  // transport, not the math or the volumes zeroc plans.
+  for (const char *key :
+       {"cuda_aware", "comm_backend_name", "var_update_scaler",
+        "local_step_scaler", "local_step_clipper", "coeff_beta", "factor_max",
+        "factor_min", "factor_threshold"})
     if (params.contains(key))
       ignore(at / key);
 
@@ -1190,23 +1254,50 @@ bool Reader::readAdamParams(const json &params, const JsonPath &at) {
     }
   }
 
+  for (auto [key, out] : {std::pair{"max_coeff", &opt.maxCoeff},
+                          std::pair{"min_coeff", &opt.minCoeff}})
+    if (const json *v = member(params, key))
+      if (!readReal(*v, at / key, 0.0, std::numeric_limits<double>::infinity(),
+                    *out))
+        return false;
+  if (opt.minCoeff > opt.maxCoeff)
+    return fail(at / "min_coeff",
+                (at / "min_coeff").quoted() + " (" + formatReal(opt.minCoeff) +
+                    ") exceeds 'max_coeff' (" + formatReal(opt.maxCoeff) + ")");
+  const char *freezeKey =
+      opt.type == "ZeroOneAdam" ? "var_freeze_step" : "freeze_step";
+  if (const json *v = member(params, freezeKey))
+    if (!readInt(*v, at / freezeKey, 0, opt.freezeStep))
+      return false;
+
   bool adamWMode = true; // ADAM_W_MODE_DEFAULT
-  bool amsgrad = false;
+  bool biasCorrection = true, amsgrad = false, epsInsideSqrt = false;
   struct Flag {
     const char *key;
     bool *out;
   };
   for (const Flag &flag :
-       {Flag{"bias_correction", &opt.biasCorrection},
+       {Flag{"bias_correction", &biasCorrection},
         Flag{"adam_w_mode", &adamWMode}, Flag{"torch_adam", &opt.torchAdam},
-        Flag{"amsgrad", &amsgrad}})
+        Flag{"amsgrad", &amsgrad}, Flag{"eps_inside_sqrt", &epsInsideSqrt}})
     if (const json *v = member(params, flag.key))
       ok = readBool(*v, at / flag.key, *flag.out) && ok;
   if (amsgrad)
     ok = fail(at / "amsgrad", "zeroc does not support AMSGrad ('" +
                                   (at / "amsgrad").dotted() +
                                   "' is true); neither does DeepSpeed's "
-                                  "FusedAdam");
+                                  "Fused" +
+                                  (adam ? "Adam" : opt.type));
+  if (epsInsideSqrt)
+    ok = fail(at / "eps_inside_sqrt",
+              "zeroc does not model eps inside the square root ('" +
+                  (at / "eps_inside_sqrt").dotted() + "' is true)");
+  // Neither the passes nor zerorun model an uncorrected step: refused rather
+  // than silently run with the correction.
+  if (!biasCorrection)
+    ok = fail(at / "bias_correction",
+              "zeroc's " + opt.type + " always corrects the moments' bias ('" +
+                  (at / "bias_correction").dotted() + "' is false)");
   // "AdamW" always decouples weight decay; "Adam" does unless adam_w_mode is
   // false.
   opt.adamWMode = opt.type == "AdamW" || adamWMode;

@@ -224,6 +224,7 @@ const std::vector<std::string> &modelledTopLevelKeys() {
       "amp",
       "communication_data_type",
       "optimizer",
+      "zero_allow_untested_optimizer", // read with the optimizer
       "gradient_clipping",
       "activation_checkpointing",
       "aio",
@@ -257,7 +258,6 @@ const std::vector<std::string> &ignoredTopLevelKeys() {
       "torch_autocast",
       "compression_training",
       "graph_harvesting",
-      "zero_allow_untested_optimizer",
       "zero_force_ds_cpu_optimizer",
       "quantize_training",
       "use_data_before_expert_parallelism",
@@ -291,6 +291,47 @@ const std::vector<std::string> &adamParamKeys() {
       "lr",      "betas",       "eps",       "weight_decay", "bias_correction",
       "amsgrad", "adam_w_mode", "torch_adam"};
   return keys;
+}
+
+const std::vector<std::string> &optimizerParamKeys(const std::string &type) {
+  // The keyword arguments of FusedLamb (deepspeed/ops/lamb/fused_lamb.py)
+  // and of the 1-bit optimizers (deepspeed/runtime/fp16/onebit/*.py) other
+  // than max_grad_norm, which the engine refuses first.
+  static const std::vector<std::string> lamb = {
+      "lr",        "bias_correction", "betas",
+      "eps",       "eps_inside_sqrt", "weight_decay",
+      "max_coeff", "min_coeff",       "amsgrad"};
+  static const std::vector<std::string> oneBitAdam = {
+      "lr",         "freeze_step",      "bias_correction", "betas",
+      "eps",        "eps_inside_sqrt",  "weight_decay",    "amsgrad",
+      "cuda_aware", "comm_backend_name"};
+  static const std::vector<std::string> zeroOneAdam = {"lr",
+                                                       "bias_correction",
+                                                       "betas",
+                                                       "eps",
+                                                       "eps_inside_sqrt",
+                                                       "weight_decay",
+                                                       "var_freeze_step",
+                                                       "var_update_scaler",
+                                                       "local_step_scaler",
+                                                       "local_step_clipper",
+                                                       "amsgrad",
+                                                       "cuda_aware",
+                                                       "comm_backend_name"};
+  static const std::vector<std::string> oneBitLamb = {
+      "lr",         "freeze_step",     "bias_correction", "betas",
+      "eps",        "eps_inside_sqrt", "weight_decay",    "max_coeff",
+      "min_coeff",  "amsgrad",         "cuda_aware",      "comm_backend_name",
+      "coeff_beta", "factor_max",      "factor_min",      "factor_threshold"};
+  if (type == "Lamb")
+    return lamb;
+  if (type == "OneBitAdam")
+    return oneBitAdam;
+  if (type == "ZeroOneAdam")
+    return zeroOneAdam;
+  if (type == "OneBitLamb")
+    return oneBitLamb;
+  return adamParamKeys();
 }
 
 const std::vector<std::string> &ignoredAdamParamKeys() {
@@ -368,7 +409,8 @@ static bool operator==(const OptimizerConfig &a, const OptimizerConfig &b) {
   return a.type == b.type && a.lr == b.lr && a.beta1 == b.beta1 &&
          a.beta2 == b.beta2 && a.eps == b.eps &&
          a.weightDecay == b.weightDecay && a.adamWMode == b.adamWMode &&
-         a.biasCorrection == b.biasCorrection && a.torchAdam == b.torchAdam;
+         a.torchAdam == b.torchAdam && a.maxCoeff == b.maxCoeff &&
+         a.minCoeff == b.minCoeff && a.freezeStep == b.freezeStep;
 }
 
 bool operator==(const DeepSpeedConfig &a, const DeepSpeedConfig &b) {

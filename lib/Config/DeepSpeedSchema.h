@@ -117,6 +117,9 @@ const std::vector<std::string> &ignoredTopLevelKeys();
 /// change neither the math zeroc models nor the schedule).
 const std::vector<std::string> &adamParamKeys();
 const std::vector<std::string> &ignoredAdamParamKeys();
+/// The `optimizer.params` keys DeepSpeed's constructor for `type` takes
+/// ("Adam"/"AdamW": adamParamKeys()).
+const std::vector<std::string> &optimizerParamKeys(const std::string &type);
 
 } // namespace zeroc::detail
 

@@ -78,12 +78,18 @@ json writeOptimizer(const OptimizerConfig &optimizer) {
                  {"eps", optimizer.eps},
                  {"weight_decay", optimizer.weightDecay}};
   // DeepSpeed's adam_w_mode defaults to true; only "Adam" can turn it off.
-  if (!optimizer.adamWMode)
+  if (!optimizer.adamWMode && optimizer.type == "Adam")
     params["adam_w_mode"] = false;
-  if (optimizer.biasCorrection != defaults.biasCorrection)
-    params["bias_correction"] = optimizer.biasCorrection;
   if (optimizer.torchAdam != defaults.torchAdam)
     params["torch_adam"] = optimizer.torchAdam;
+  if (optimizer.lamb()) {
+    params["max_coeff"] = optimizer.maxCoeff;
+    params["min_coeff"] = optimizer.minCoeff;
+  }
+  if (optimizer.oneBit())
+    params[optimizer.type == "ZeroOneAdam" ? "var_freeze_step"
+                                           : "freeze_step"] =
+        optimizer.freezeStep;
   return {{"type", optimizer.type}, {"params", params}};
 }
 
@@ -96,6 +102,9 @@ json toDeepSpeedJson(const DeepSpeedConfig &cfg) {
               {"gradient_clipping", cfg.gradientClipping},
               {"zero_optimization", writeZero(cfg.zero)},
               {"optimizer", writeOptimizer(cfg.optimizer)}};
+  // DeepSpeed runs Lamb under ZeRO only when told to (zero/utils.py).
+  if (cfg.optimizer.type == "Lamb" && cfg.zero.stage > 0)
+    out["zero_allow_untested_optimizer"] = true;
 
   bool fp16 = cfg.precision == Precision::FP16;
   json fp16Block = {{"enabled", fp16}};

@@ -2,6 +2,8 @@
 
 #include "zeroc/Cost/CostModel.h"
 
+#include "zeroc/Config/DeepSpeedConfig.h"
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -160,6 +162,7 @@ CostModel::CostModel(const Plan &plan, const Cluster &cluster)
       collectiveDTypes(plan) {
   for (const PlanTensor &t : plan.tensors)
     tensors[t.name] = &t;
+  oneBitOptimizer = OptimizerConfig::oneBitType(planOptimizerType(plan));
   for (const PlanFlatGroup &g : plan.flatGroups)
     groups[g.name] = &g;
   for (const PlanPhase &phase : plan.phases) {
@@ -250,6 +253,14 @@ OpCost CostModel::collectiveCost(const PhaseInfo &info,
   DType dtype = collectiveDTypes.of(info.dtypes, op).value_or(plan.model.dtype);
   double elementBytes = double(bytesPerElement(dtype));
   double bytes = double(op.commElements) * elementBytes;
+  // 1-bit Adam, 0/1 Adam and 1-bit LAMB (stage 0 only) replace the
+  // gradient all-reduce by their compressed one once warmed up: one sign
+  // bit per element through an all-to-all and an all-gather (Tang et al.
+  // 2021, "1-bit Adam", Sec. 4; DeepSpeed's NcclBackend.compressed_allreduce),
+  // which moves what a ring all-reduce of n/8 bytes moves; the per-chunk
+  // scales are negligible. The first freeze_step steps cost Adam's.
+  if (oneBitOptimizer && op.kind == OpKind::AllReduceStart)
+    bytes = double(op.commElements) / 8.0;
   cost.seconds =
       collectiveTime(clusterRef, *kind, bytes, plan.worldSize).seconds;
 

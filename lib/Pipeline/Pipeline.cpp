@@ -82,7 +82,14 @@ void buildZeroPipeline(mlir::OpPassManager &pm, const DeepSpeedConfig &cfg) {
   expand.hysteresis = cfg.lossScale.hysteresis;
   expand.minLossScale = double(cfg.lossScale.minLossScale);
   expand.gradientClipping = cfg.gradientClipping;
-  expand.optimizer = cfg.optimizer.adamWMode ? AdamMode::AdamW : AdamMode::Adam;
+  // The 1-bit optimizers plan as the optimizer of their warm-up (uncompressed)
+  // phase; the cost model prices their compressed communication from the
+  // plan's config.
+  expand.optimizer = cfg.optimizer.lamb()      ? AdamMode::Lamb
+                     : cfg.optimizer.adamWMode ? AdamMode::AdamW
+                                               : AdamMode::Adam;
+  expand.maxCoeff = cfg.optimizer.maxCoeff;
+  expand.minCoeff = cfg.optimizer.minCoeff;
   expand.lr = cfg.optimizer.lr;
   expand.beta1 = cfg.optimizer.beta1;
   expand.beta2 = cfg.optimizer.beta2;

@@ -3,12 +3,14 @@
 #include "zeroc/Plan/PlanInspect.h"
 #include "zeroc/Plan/PlanMemory.h"
 
+#include "zeroc/Config/DeepSpeedConfig.h" // OptimizerConfig::oneBitType, inline
 #include "zeroc/Support/Format.h"
 #include "zeroc/Support/Memory.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <numeric>
 #include <unordered_map>
 
 using nlohmann::json;
@@ -38,14 +40,14 @@ int64_t PersistentBytes::role(TensorRole role) const {
 }
 
 int64_t PersistentBytes::placement(Placement placement) const {
-  int64_t sum = 0;
+  int64_t sum = placement == Placement::Device ? oneBitState : 0;
   for (TensorRole r : kAllTensorRoles)
     sum += at(r, placement);
   return sum;
 }
 
 int64_t PersistentBytes::total() const {
-  int64_t sum = 0;
+  int64_t sum = oneBitState;
   for (TensorRole r : kAllTensorRoles)
     sum += role(r);
   return sum;
@@ -58,7 +60,34 @@ PersistentBytes persistentBytesPerRank(const Plan &plan) {
         localBytes(t.localNumel, t.dtype);
     out.hasRole[size_t(t.role)] = true;
   }
+  out.oneBitState = oneBitStateBytes(plan);
   return out;
+}
+
+std::string planOptimizerType(const Plan &plan) {
+  auto block = plan.config.find("optimizer");
+  if (block == plan.config.end() || !block->is_object())
+    return "";
+  auto type = block->find("type");
+  return type != block->end() && type->is_string() ? type->get<std::string>()
+                                                   : "";
+}
+
+int64_t oneBitStateBytes(const Plan &plan) {
+  std::string type = planOptimizerType(plan);
+  if (!OptimizerConfig::oneBitType(type))
+    return 0;
+  int64_t w = std::max<int64_t>(1, plan.worldSize);
+  int64_t unit = w * (w * 8 / std::gcd(w, int64_t(8)));
+  bool perElementState = type == "ZeroOneAdam" || type == "OneBitLamb";
+  int64_t bytes = 0;
+  for (const PlanTensor &t : plan.tensors) {
+    if (t.role != TensorRole::Param)
+      continue;
+    int64_t padded = (t.numel + unit - 1) / unit * unit;
+    bytes += 4 * (padded + padded / w + (perElementState ? t.numel : 0));
+  }
+  return bytes;
 }
 
 //===----------------------------------------------------------------------===//
@@ -290,6 +319,11 @@ void persistentJson(const Plan &plan, const InspectOptions &, json &out) {
     row["total"] = bytes.role(role);
     byRole[roleName(role)] = std::move(row);
   }
+  if (bytes.oneBitState)
+    byRole["one_bit_state"] = {{"device", bytes.oneBitState},
+                               {"host", 0},
+                               {"nvme", 0},
+                               {"total", bytes.oneBitState}};
   json byPlacement = json::object();
   for (Placement p : kAllPlacements)
     byPlacement[placementName(p)] = bytes.placement(p);
@@ -313,6 +347,11 @@ void persistentText(const Plan &plan, const InspectOptions &,
     row.push_back(groupDigits(bytes.role(role)));
     table.row(row);
   }
+  if (bytes.oneBitState)
+    table.row({"1-bit state", humanBytes(double(bytes.oneBitState)),
+               humanBytes(0), humanBytes(0),
+               humanBytes(double(bytes.oneBitState)),
+               groupDigits(bytes.oneBitState)});
   std::vector<std::string> total = {"total"};
   for (Placement p : kAllPlacements)
     total.push_back(humanBytes(double(bytes.placement(p))));

@@ -1,6 +1,9 @@
 //===- PlanMemory.cpp - A plan's memory per rank, and whether it fits -----===//
 
 #include "zeroc/Plan/PlanMemory.h"
+#include "zeroc/Plan/PlanInspect.h"
+
+#include "zeroc/Config/DeepSpeedConfig.h" // OptimizerConfig::oneBitType, inline
 
 #include "zeroc/Support/Format.h"
 #include "zeroc/Support/Memory.h"
@@ -75,6 +78,9 @@ MemorySummary summarizeMemory(const Plan &plan) {
         configInt(plan, "offload_optimizer", "buffer_count", 4) *
         largestNvmeTensor;
 
+  // The 1-bit optimizers' buffers, allocated when compression starts and
+  // kept from then on.
+  m.optimizerStates += oneBitStateBytes(plan);
   int64_t persistent = m.modelStateBytes();
   m.peakDeviceBytes = persistent;
   for (const PlanPhase &phase : plan.phases) {
@@ -201,12 +207,20 @@ std::optional<std::string> checkFit(const Plan &plan, int64_t gpuMemoryBytes,
   auto saving = [&](double bytes) {
     return " (saves about " + humanBytes(bytes) + ")";
   };
-  for (int stage = int(plan.stage) + 1; stage <= 3; ++stage) {
-    double saved = double(m.modelStateBytes()) - stateAt(stage);
-    if (saved > 0)
-      msg += "  - ZeRO stage " + std::to_string(stage) +
-             " partitions more model state" + saving(saved) + "\n";
-  }
+  // DeepSpeed runs the 1-bit optimizers only at stage 0: a higher stage is
+  // no way out for them.
+  if (std::string type = planOptimizerType(plan);
+      OptimizerConfig::oneBitType(type))
+    msg += "  - " + type +
+           " runs only without ZeRO (stage 0); Adam, AdamW or Lamb with a "
+           "ZeRO stage partitions the model state\n";
+  else
+    for (int stage = int(plan.stage) + 1; stage <= 3; ++stage) {
+      double saved = double(m.modelStateBytes()) - stateAt(stage);
+      if (saved > 0)
+        msg += "  - ZeRO stage " + std::to_string(stage) +
+               " partitions more model state" + saving(saved) + "\n";
+    }
   const json &zero = plan.config.value("zero_optimization", json::object());
   auto offloaded = [&](const char *block) {
     const json &b = zero.value(block, json::object());

@@ -140,6 +140,10 @@ struct AttrWriter {
     if (v)
       out[name] = *v;
   }
+  void operator()(const char *name, const std::optional<double> &v) {
+    if (v)
+      out[name] = *v;
+  }
   void operator()(const char *name, const std::vector<std::string> &v) {
     out[name] = v;
   }
@@ -209,6 +213,13 @@ struct AttrReader {
       if (!v->is_string())
         return wrong(name, *v, "a tensor name (a string)");
       out = v->get<std::string>();
+    }
+  }
+  void operator()(const char *name, std::optional<double> &out) {
+    if (const json *v = find(name, true)) {
+      if (!v->is_number())
+        return wrong(name, *v, "a number");
+      out = v->get<double>();
     }
   }
   void operator()(const char *name, std::vector<std::string> &out) {

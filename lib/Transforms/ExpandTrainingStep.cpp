@@ -102,6 +102,9 @@ LogicalResult ExpandTrainingStep::checkOptions(ModuleOp module) {
   if (failed(AdamUpdateOp::verifySettings(emitError, lr, beta1, beta2, eps,
                                           weightDecay)))
     return failure();
+  if (optimizer == zeroc::AdamMode::Lamb &&
+      failed(AdamUpdateOp::verifyLambSettings(emitError, maxCoeff, minCoeff)))
+    return failure();
   if (lossScaling && failed(UnscaleGradsOp::verifySettings(
                          emitError, staticLossScale, initialScalePower,
                          lossScaleWindow, hysteresis, minLossScale)))
@@ -464,12 +467,17 @@ void ExpandTrainingStep::buildOptimizerStep(ForwardInfo &info) {
                                    builder.getF64FloatAttr(gradientClipping));
   UnitAttr adamw =
       optimizer == zeroc::AdamMode::AdamW ? builder.getUnitAttr() : UnitAttr();
+  bool isLamb = optimizer == zeroc::AdamMode::Lamb;
+  UnitAttr lamb = isLamb ? builder.getUnitAttr() : UnitAttr();
+  FloatAttr maxCoeffAttr = isLamb ? builder.getF64FloatAttr(maxCoeff) : nullptr;
+  FloatAttr minCoeffAttr = isLamb ? builder.getF64FloatAttr(minCoeff) : nullptr;
   for (ParamOp param : info.params)
     builder.create<AdamUpdateOp>(
         param.getLoc(), FlatSymbolRefAttr::get(param.getSymNameAttr()),
         builder.getF64FloatAttr(lr), builder.getF64FloatAttr(beta1),
         builder.getF64FloatAttr(beta2), builder.getF64FloatAttr(eps),
-        builder.getF64FloatAttr(weightDecay), adamw);
+        builder.getF64FloatAttr(weightDecay), adamw, lamb, maxCoeffAttr,
+        minCoeffAttr);
   builder.create<func::ReturnOp>(loc);
 }
 

@@ -380,7 +380,9 @@ private:
            a.getBeta2Attr() == c.getBeta2Attr() &&
            a.getEpsAttr() == c.getEpsAttr() &&
            a.getWeightDecayAttr() == c.getWeightDecayAttr() &&
-           a.getAdamw() == c.getAdamw();
+           a.getAdamw() == c.getAdamw() && a.getLamb() == c.getLamb() &&
+           a.getMaxCoeffAttr() == c.getMaxCoeffAttr() &&
+           a.getMinCoeffAttr() == c.getMinCoeffAttr();
   }
 
   void createAdam(model::AdamUpdateOp update, StringRef owner) {
@@ -392,6 +394,8 @@ private:
         state(owner, Role::ExpAvg), state(owner, Role::ExpAvgSq),
         update.getLrAttr(), update.getBeta1Attr(), update.getBeta2Attr(),
         update.getEpsAttr(), update.getWeightDecayAttr(), update.getAdamwAttr(),
+        update.getLambAttr(), update.getMaxCoeffAttr(),
+        update.getMinCoeffAttr(),
         sched::PlacementAttr::get(b.getContext(), Placement::Device),
         computeStream());
   }

@@ -83,6 +83,23 @@ double Executor::Impl::allReduceScalar(const PlanOp &op, double value,
   return value;
 }
 
+void Executor::Impl::allReduceScalars(const PlanOp &op,
+                                      std::vector<double> &values,
+                                      ScalarOp kind) {
+  if (ws == 1)
+    return;
+  auto t0 = Clock::now();
+  Pending p;
+  {
+    StreamScheduler::Ticket t = scheduler.awaitTicket(op);
+    dev->useStreamFor(comm);
+    p.handles.push_back(comm.allReduceScalars(
+        values.data(), int64_t(values.size()), kind, label(op)));
+    complete(p, /*hostWait=*/true);
+  }
+  scheduler.noteScalarWait(since(t0));
+}
+
 void Executor::Impl::finishCollectives() {
   // Collectives completed in stream order: waited for with their deadlines
   // first, so a rank that skipped one times out instead of hanging in a

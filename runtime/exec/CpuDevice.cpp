@@ -70,6 +70,17 @@ public:
     return cpu::adamUpdate(settings, step, grad, master, expAvg, expAvgSq,
                            param16);
   }
+  Status lambMoments(const cpu::AdamSettings &settings, const Tensor &grad,
+                     const Tensor &master, const Tensor &expAvg,
+                     const Tensor &expAvgSq, cpu::LambSums &sums) override {
+    return cpu::lambMoments(settings, grad, master, expAvg, expAvgSq, sums);
+  }
+  Status lambApply(const cpu::AdamSettings &settings, int64_t step,
+                   float trustRatio, const Tensor &master, const Tensor &expAvg,
+                   const Tensor &expAvgSq, const Tensor *param16) override {
+    return cpu::lambApply(settings, step, trustRatio, master, expAvg, expAvgSq,
+                          param16);
+  }
   Status scaleInPlace(const Tensor &t, float factor) override {
     return cpu::scaleInPlace(t, factor);
   }

@@ -227,21 +227,61 @@ public:
     if (onDevice(expAvg.data))
       return cuda::adamUpdate(settings, step, grad, master, expAvg, expAvgSq,
                               param16, stream());
-    // ZeRO-Offload: the states are on the host. The gradient (reduced on
-    // this stream) and the 16-bit parameter may be device memory: through
-    // host copies.
+    return onHost(&grad, master, param16,
+                  [&](const Tensor &g, const Tensor &m, const Tensor *out16) {
+                    return cpu::adamUpdate(settings, step, g, m, expAvg,
+                                           expAvgSq, out16);
+                  });
+  }
+  Status lambMoments(const cpu::AdamSettings &settings, const Tensor &grad,
+                     const Tensor &master, const Tensor &expAvg,
+                     const Tensor &expAvgSq, cpu::LambSums &sums) override {
+    if (!onDevice(expAvg.data))
+      return onHost(&grad, master, nullptr,
+                    [&](const Tensor &g, const Tensor &m, const Tensor *) {
+                      return cpu::lambMoments(settings, g, m, expAvg, expAvgSq,
+                                              sums);
+                    });
+    StreamState &s = state();
+    double *device = static_cast<double *>(s.scratch);
+    zero(device, 2 * sizeof(double));
+    Status st = cuda::lambMoments(settings, grad, master, expAvg, expAvgSq,
+                                  device, s.stream);
+    if (!st.ok())
+      return st;
+    double host[2] = {0, 0};
+    toHost(host, device, sizeof(host));
+    sums = {host[0], host[1]};
+    return st;
+  }
+  Status lambApply(const cpu::AdamSettings &settings, int64_t step,
+                   float trustRatio, const Tensor &master, const Tensor &expAvg,
+                   const Tensor &expAvgSq, const Tensor *param16) override {
+    if (onDevice(expAvg.data))
+      return cuda::lambApply(settings, step, trustRatio, master, expAvg,
+                             expAvgSq, param16, stream());
+    return onHost(nullptr, master, param16,
+                  [&](const Tensor &, const Tensor &m, const Tensor *out16) {
+                    return cpu::lambApply(settings, step, trustRatio, m, expAvg,
+                                          expAvgSq, out16);
+                  });
+  }
+  /// ZeRO-Offload: the states are on the host, and so runs the optimizer.
+  /// The gradient (reduced on this stream), an f32 parameter that is its own
+  /// master, and the 16-bit parameter may be device memory: `update` gets
+  /// host copies of those, and the master and the 16-bit parameter are
+  /// copied back after it.
+  template <typename Update>
+  Status onHost(const Tensor *grad, const Tensor &master, const Tensor *param16,
+                Update update) {
     ok(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
-    std::vector<char> gradHost, paramHost;
-    Tensor g = grad, p16;
-    if (onDevice(grad.data)) {
-      gradHost.resize(size_t(grad.bytes()));
-      toHost(gradHost.data(), grad.data, grad.bytes());
+    std::vector<char> gradHost, masterHost, paramHost;
+    Tensor g = grad ? *grad : master, m = master, p16;
+    if (grad && onDevice(grad->data)) {
+      gradHost.resize(size_t(grad->bytes()));
+      toHost(gradHost.data(), grad->data, grad->bytes());
       g.data = gradHost.data();
     }
-    // An f32 parameter without a master copy is its own master, on the
-    // device: through host memory too.
-    std::vector<char> masterHost;
-    Tensor m = master;
     bool masterOnDevice = onDevice(master.data);
     if (masterOnDevice) {
       masterHost.resize(size_t(master.bytes()));
@@ -255,7 +295,7 @@ public:
       p16.data = paramHost.data();
       out16 = &p16;
     }
-    Status st = cpu::adamUpdate(settings, step, g, m, expAvg, expAvgSq, out16);
+    Status st = update(g, m, out16);
     if (st.ok() && masterOnDevice)
       fromHost(master.data, masterHost.data(), master.bytes());
     if (st.ok() && out16 == &p16)
@@ -307,7 +347,9 @@ private:
   struct StreamState {
     cudaStream_t stream = nullptr;
     std::unique_ptr<cuda::KernelContext> context;
-    void *scratch = nullptr; ///< A double and an int, for host readbacks.
+    /// 16 bytes for host readbacks: a double and an int, or LAMB's two
+    /// doubles; each use is synchronous.
+    void *scratch = nullptr;
   };
   StreamState &state() {
     std::lock_guard<std::mutex> lock(mutex);

@@ -114,6 +114,17 @@ public:
                             const Tensor &grad, const Tensor &master,
                             const Tensor &expAvg, const Tensor &expAvgSq,
                             const Tensor *param16) = 0;
+  /// LAMB's halves (cpu/Optimizer.h), on the device or, with the states on
+  /// the host, on the CPU. lambMoments is synchronous: the caller needs the
+  /// sums on the host for the trust ratio.
+  virtual Status lambMoments(const cpu::AdamSettings &settings,
+                             const Tensor &grad, const Tensor &master,
+                             const Tensor &expAvg, const Tensor &expAvgSq,
+                             cpu::LambSums &sums) = 0;
+  virtual Status lambApply(const cpu::AdamSettings &settings, int64_t step,
+                           float trustRatio, const Tensor &master,
+                           const Tensor &expAvg, const Tensor &expAvgSq,
+                           const Tensor *param16) = 0;
   virtual Status scaleInPlace(const Tensor &t, float factor) = 0;
   /// Synchronous.
   virtual double sumOfSquares(const Tensor &g) = 0;

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "exec/ExecutorImpl.h"
+#include "zeroc/Config/DeepSpeedConfig.h" // OptimizerConfig::oneBitType
 #include "zeroc/Plan/PlanInspect.h"
 
 #include <algorithm>
@@ -226,6 +227,15 @@ Executor::create(Plan plan, Communicator &comm,
       !plan.findPhase(PhaseKind::OptimizerStep))
     return Diagnostic{"", 0, 0,
                       "the plan lacks a micro_step or optimizer_step phase"};
+  // zeroc plans the 1-bit optimizers for their cost (the communication
+  // compressed after freeze_step); zerorun runs neither their compression
+  // nor their error feedback.
+  if (std::string type = planOptimizerType(plan);
+      OptimizerConfig::oneBitType(type))
+    return Diagnostic{"", 0, 0,
+                      "the plan's optimizer is " + type +
+                          "; zerorun does not implement 1-bit compressed "
+                          "communication (zeroc plans it for its cost only)"};
   std::unique_ptr<Executor> ex(new Executor(std::move(plan), comm));
   ex->impl = std::make_unique<Impl>(*ex, comm, options);
   // The loss scale is needed by the first micro-step's backward seed.

@@ -125,6 +125,9 @@ struct Executor::Impl {
   /// after a failure, abandoned) and the device synchronized.
   void finishCollectives();
   double allReduceScalar(const PlanOp &op, double value, ScalarOp kind);
+  /// allReduceScalar on several values at once, in place.
+  void allReduceScalars(const PlanOp &op, std::vector<double> &values,
+                        ScalarOp kind);
   /// Collectives whose epilogue was issued in stream order (GPU): their
   /// handles and scratch live until the phase's end.
   std::mutex inflightMutex;
@@ -136,6 +139,11 @@ struct Executor::Impl {
   //===--------------------------------------------------------------------===//
 
   void adamUpdate(const PlanOp &op);
+  /// adam_update with `lamb`: the trust ratio per parameter, its norms
+  /// summed over the ranks when the states are sharded.
+  void lambUpdate(const PlanOp &op, const cpu::AdamSettings &settings,
+                  const Tensor &grad, const Tensor &master, const Tensor &m,
+                  const Tensor &v, const Tensor *param16);
   void clipGradNorm(const PlanOp &op);
   void unscale(const PlanOp &op);
   /// The loss-scale settings of the plan's unscale_grads, if it has one.

@@ -1,9 +1,9 @@
 //===- OptimizerOps.cpp - Adam, gradient clipping, loss scaling -----------===//
 //
-// The optimizer step's own ops: adam_update on this rank's part of a
-// parameter (a whole tensor, a stage-3 shard, or a flat group's owned
-// partition in place), clip_grad_norm over the global gradient norm, and
-// unscale_grads with the dynamic loss scale that moves between steps.
+// The optimizer step's own ops: adam_update (Adam, AdamW or LAMB) on this
+// rank's part of a parameter (a whole tensor, a stage-3 shard, or a flat
+// group's owned partition in place), clip_grad_norm over the global gradient
+// norm, and unscale_grads with the dynamic loss scale that moves between steps.
 //
 //===----------------------------------------------------------------------===//
 
@@ -41,8 +41,10 @@ void Executor::Impl::finishOptimizerStep() {
 }
 
 void Executor::Impl::adamUpdate(const PlanOp &op) {
-  if (overflow)
+  if (overflow) { // Every rank skips the update alike; keep the order.
+    scheduler.awaitTicket(op);
     return;
+  }
   cpu::AdamSettings set;
   set.lr = op.attrsAs<AdamAttrs>().lr;
   set.beta1 = op.attrsAs<AdamAttrs>().beta1;
@@ -108,11 +110,82 @@ void Executor::Impl::adamUpdate(const PlanOp &op) {
     fail("op " + std::to_string(op.index) + ": a 16-bit parameter " +
          paramName + " without a master copy");
   }
-  check(dev->adamUpdate(set, adamSteps + 1, grad, master, m.view(), v.view(),
-                        param16),
-        op);
+  if (op.attrsAs<AdamAttrs>().lamb)
+    lambUpdate(op, set, grad, master, m.view(), v.view(), param16);
+  else
+    check(dev->adamUpdate(set, adamSteps + 1, grad, master, m.view(), v.view(),
+                          param16),
+          op);
   if (writeBack)
     writeBack();
+}
+
+void Executor::Impl::lambUpdate(const PlanOp &op,
+                                const cpu::AdamSettings &settings,
+                                const Tensor &grad, const Tensor &master,
+                                const Tensor &m, const Tensor &v,
+                                const Tensor *param16) {
+  const AdamAttrs &attrs = op.attrsAs<AdamAttrs>();
+  if (!attrs.maxCoeff || !attrs.minCoeff)
+    fail("op " + std::to_string(op.index) +
+         ": lamb without max_coeff and min_coeff");
+  // The parts of whole parameters this rank updates, as [begin, end) of its
+  // state: one whole parameter or shard, or each member's piece of the
+  // owned flat-group partition.
+  struct Piece {
+    int64_t begin, end;
+  };
+  drainInflight(); // The host blocks on the device below.
+  std::vector<Piece> pieces;
+  bool sharded = tensor(attrs.expAvg).info->sharded;
+  if (const PlanFlatGroup *grp = state.group(attrs.param)) {
+    const FlatGroupLayout &l = state.layout(*grp);
+    int64_t base = l.partition(rank).begin;
+    for (size_t k = 0; k < grp->params.size(); ++k) {
+      ElementRange own = l.ownedBy(k, rank);
+      pieces.push_back(own.size() > 0 ? Piece{own.begin - base, own.end - base}
+                                      : Piece{0, 0});
+    }
+  } else {
+    pieces.push_back({0, m.numel()});
+  }
+
+  // Part 1 on each piece; the norms' squares all-reduced when sharded.
+  std::vector<double> sums(2 * pieces.size(), 0.0);
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    int64_t n = pieces[k].end - pieces[k].begin;
+    if (n == 0)
+      continue;
+    cpu::LambSums part;
+    check(dev->lambMoments(settings, slice(grad, pieces[k].begin, n),
+                           slice(master, pieces[k].begin, n),
+                           slice(m, pieces[k].begin, n),
+                           slice(v, pieces[k].begin, n), part),
+          op);
+    sums[2 * k] = part.weight;
+    sums[2 * k + 1] = part.update;
+  }
+  if (sharded)
+    allReduceScalars(op, sums, ScalarOp::Sum);
+  else
+    scheduler.awaitTicket(op); // Replicated: every rank has the whole norms.
+
+  // Part 3 with each parameter's trust ratio.
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    int64_t n = pieces[k].end - pieces[k].begin;
+    if (n == 0)
+      continue;
+    float ratio = cpu::lambTrustRatio({sums[2 * k], sums[2 * k + 1]},
+                                      *attrs.maxCoeff, *attrs.minCoeff);
+    Tensor p16;
+    if (param16)
+      p16 = slice(*param16, pieces[k].begin, n);
+    check(dev->lambApply(
+              settings, adamSteps + 1, ratio, slice(master, pieces[k].begin, n),
+              slice(m, pieces[k].begin, n), slice(v, pieces[k].begin, n),
+              param16 ? &p16 : nullptr),
+          op);
+  }
 }
 
 void Executor::Impl::clipGradNorm(const PlanOp &op) {

@@ -17,6 +17,9 @@ bool issuesCollective(const PlanOp &op, int64_t worldSize) {
          k == OpKind::AllReduceStart || k == OpKind::AllGatherUpdatesStart ||
          // Scalar all-reduces, at more than one rank.
          ((k == OpKind::ClipGradNorm || k == OpKind::UnscaleGrads) &&
+          worldSize > 1) ||
+         // LAMB's per-parameter norms over sharded states.
+         (k == OpKind::AdamUpdate && op.attrsAs<AdamAttrs>().lamb &&
           worldSize > 1);
 }
 } // namespace

@@ -114,6 +114,20 @@ TrainRun train(Plan plan, bool threads, int steps) {
 
 } // namespace
 
+TEST(Executor, RefusesOneBitOptimizers) {
+  // zeroc plans them for their cost; zerorun has no compressed collectives.
+  for (const char *type : {"OneBitAdam", "ZeroOneAdam", "OneBitLamb"}) {
+    Plan plan = tinyPlan();
+    plan.config["optimizer"] = {{"type", type}};
+    TrainRun r = train(std::move(plan), false, 1);
+    EXPECT_NE(r.error.find(std::string("the plan's optimizer is ") + type +
+                           "; zerorun does not implement 1-bit compressed "
+                           "communication"),
+              std::string::npos)
+        << r.error;
+  }
+}
+
 TEST(Executor, StreamWorkersGiveTheSingleThreadLossesBitForBit) {
   Plan plan = tinyPlan();
   std::set<int64_t> streams;
@@ -206,8 +220,10 @@ TEST(Executor, AFailingOpOnAnotherStreamStopsTheStepWithItsError) {
       }
     ASSERT_NE(broken, nullptr);
     std::get<ReduceScatterAttrs>(broken->attrs).offsets.clear();
+    // `broken` points into `plan`, which train() takes and frees.
+    int64_t brokenIndex = broken->index;
     TrainRun r = train(std::move(plan), threads, 1);
-    EXPECT_NE(r.error.find("op " + std::to_string(broken->index) +
+    EXPECT_NE(r.error.find("op " + std::to_string(brokenIndex) +
                            ": reduce_scatter needs one target and offset "
                            "per input"),
               std::string::npos)

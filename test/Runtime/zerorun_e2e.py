@@ -16,7 +16,8 @@ Scenarios:
          removed),
          bucket=N (reduce and allgather bucket sizes), persist=N (stage-3
          persistence threshold), clip=X, dtype=f32|bf16|f16,
-         model=gpt2|llama (tiny-gpt2, the default, or tiny-llama)
+         model=gpt2|llama (tiny-gpt2, the default, or tiny-llama),
+         optimizer=lamb (DeepSpeed's Lamb; AdamW otherwise)
   reference:MODEL,N    stage 0 on one rank with N micro-steps (the global
                        batch of N ranks) for 5 steps: writes the losses and
                        the consolidated final weights to --work, for equiv
@@ -179,6 +180,11 @@ def write_config(args, stage, ws, ga, opts):
            "gradient_clipping": float(opts.get("clip", 1.0)),
            "zero_optimization": zero,
            "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}
+    if opts.get("optimizer") == "lamb":
+        cfg["optimizer"] = {"type": "Lamb",
+                            "params": {"lr": 1e-3, "weight_decay": 0.01}}
+        if stage > 0:  # DeepSpeed runs Lamb under ZeRO only when told to.
+            cfg["zero_allow_untested_optimizer"] = True
     if dtype == "bf16":
         cfg["bf16"] = {"enabled": True}
     if dtype == "f16":
@@ -1061,7 +1067,8 @@ def main():
 
     if args.scenario.startswith("match:"):
         stage, ws, ga, opts = parse_spec(args.scenario[len("match:"):])
-        ref_opts = {k: v for k, v in opts.items() if k in ("clip", "dtype")}
+        ref_opts = {k: v for k, v in opts.items()
+                    if k in ("clip", "dtype", "optimizer")}
         ref = losses(args, plan(args, 0, 1, ws * ga, ref_opts), 1, STEPS)
         p = plan(args, stage, ws, ga, opts)
         got = losses(args, p, ws, STEPS)

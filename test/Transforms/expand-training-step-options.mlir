@@ -13,11 +13,17 @@
 // RUN: not zeroc-opt %s --zero-expand-training-step="loss-scaling=true loss-scale-window=0" 2>&1 | FileCheck %s --check-prefix=WINDOW
 // RUN: not zeroc-opt %s --zero-expand-training-step="loss-scaling=true hysteresis=0" 2>&1 | FileCheck %s --check-prefix=HYSTERESIS
 // RUN: not zeroc-opt %s --zero-expand-training-step="loss-scaling=true min-loss-scale=0" 2>&1 | FileCheck %s --check-prefix=MINSCALE
-// Loss-scaling settings are not checked when loss scaling is off.
+// RUN: not zeroc-opt %s --zero-expand-training-step="optimizer=lamb min-coeff=-0.5" 2>&1 | FileCheck %s --check-prefix=MINCOEFF
+// RUN: not zeroc-opt %s --zero-expand-training-step="optimizer=lamb max-coeff=0.001" 2>&1 | FileCheck %s --check-prefix=MAXCOEFF
+// Loss-scaling settings are not checked when loss scaling is off, nor LAMB's
+// bounds without LAMB.
 // RUN: zeroc-opt %s --zero-expand-training-step="hysteresis=0" | FileCheck %s --check-prefix=UNUSED
+// RUN: zeroc-opt %s --zero-expand-training-step="optimizer=adamw max-coeff=0.001" | FileCheck %s --check-prefix=ADAMW
+// LAMB with its bounds on every update, and no adamw.
+// RUN: zeroc-opt %s --zero-expand-training-step="optimizer=lamb weight-decay=0.01 max-coeff=5 min-coeff=0.1" | FileCheck %s --check-prefix=LAMB
 
-// The optimizer is an enum option (adam, adamw): a bad value is refused when
-// the pipeline is parsed.
+// The optimizer is an enum option (adam, adamw, lamb): a bad value is refused
+// when the pipeline is parsed.
 // OPTIMIZER: for the --optimizer option: Cannot find option named 'sgd'!
 // ACCUM: error: zero-expand-training-step: grad-accum must be >= 1, found 0
 // CLIP: error: zero-expand-training-step: clip must be >= 0 (0 disables clipping), found -1
@@ -33,6 +39,12 @@
 // MINSCALE: error: zero-expand-training-step: min_loss_scale must be positive, found 0
 // UNUSED: func.func @optimizer_step
 // UNUSED-NOT: model.unscale_grads
+// MINCOEFF: error: zero-expand-training-step: min_coeff must be >= 0, found -0.5
+// MAXCOEFF: error: zero-expand-training-step: max_coeff must be >= min_coeff (0.01), found 0.001
+// ADAMW: model.adam_update @wte {adamw,
+// ADAMW-NOT: lamb
+// LAMB-LABEL: func.func @optimizer_step
+// LAMB: model.adam_update @wte {beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, eps = 1.000000e-08 : f64, lamb, lr = 1.000000e-03 : f64, max_coeff = 5.000000e+00 : f64, min_coeff = 1.000000e-01 : f64, weight_decay = 1.000000e-02 : f64}
 
 module @options {
   model.param @wte : tensor<32x8xf32> init <normal(0.02)>

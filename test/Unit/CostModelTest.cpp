@@ -411,6 +411,40 @@ TEST(OpCost, DeviceAdamIsMemoryBound) {
   EXPECT_NEAR(adam.seconds, 1e6 * 28 / 1e15, kTol);
 }
 
+TEST(OpCost, OneBitOptimizersCompressTheGradientAllReduce) {
+  // Stage 0: a bf16 gradient all-reduce of 1e6 elements and, for contrast,
+  // an all-gather, with 2 ranks on exactCluster() (1 GB/s bus bandwidth,
+  // no latency).
+  auto stage0 = [](const char *optimizer) {
+    PlanOp allReduce = op(0, "all_reduce_start", 2);
+    allReduce.collective = "all_reduce";
+    allReduce.commElements = 1000000;
+    Plan plan = planWith(
+        {allReduce, collectiveOp(1, "all_gather_start", "all_gather", 1, 1.0)});
+    plan.stage = 0;
+    plan.config = {{"optimizer", {{"type", optimizer}}}};
+    return plan;
+  };
+  Cluster c = exactCluster();
+  // A ring all-reduce moves 2 (w - 1) / w of its bytes over the bus: 2e6 B
+  // of bf16 takes 2 ms with Adam.
+  Plan adam = stage0("AdamW");
+  CostModel adamModel(adam, c);
+  const PlanPhase &adamPhase = adam.phases[0];
+  EXPECT_NEAR(adamModel.cost(adamPhase, adamPhase.ops[0]).seconds, 2e-3, kTol);
+  for (const char *oneBit : {"OneBitAdam", "ZeroOneAdam", "OneBitLamb"}) {
+    SCOPED_TRACE(oneBit);
+    Plan plan = stage0(oneBit);
+    CostModel model(plan, c);
+    const PlanPhase &phase = plan.phases[0];
+    // One bit per element: 1e6 / 8 B, 16x less than bf16.
+    EXPECT_NEAR(model.cost(phase, phase.ops[0]).seconds, 2e-3 / 16, kTol);
+    // Nothing else is compressed.
+    EXPECT_NEAR(model.cost(phase, phase.ops[1]).seconds,
+                adamModel.cost(adamPhase, adamPhase.ops[1]).seconds, kTol);
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // Simulator
 //===----------------------------------------------------------------------===//

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 
 using namespace zeroc;
@@ -952,14 +953,97 @@ TEST(DeepSpeedConfigErrors, UnknownDeviceIsRejected) {
       {"found \"CPU\"", "did you mean \"cpu\"?"}));
 }
 
-TEST(DeepSpeedConfigErrors, OnlyAdamAndAdamWAreSupported) {
+TEST(DeepSpeedConfigErrors, UnsupportedOptimizerTypes) {
   auto cfg = readText(R"({
   "train_batch_size": 8,
-  "optimizer": {"type": "Lamb", "params": {"lr": 1e-3}}
+  "optimizer": {"type": "Lion", "params": {"lr": 1e-3}}
 })");
   EXPECT_TRUE(failsAt(cfg, 3, 17));
-  EXPECT_TRUE(failsWith(cfg, {"zeroc supports the optimizers \"Adam\" and "
-                              "\"AdamW\"; 'optimizer.type' is \"Lamb\""}));
+  EXPECT_TRUE(failsWith(cfg, {"zeroc supports the optimizers \"Adam\", "
+                              "\"AdamW\", \"Lamb\"",
+                              "'optimizer.type' is \"Lion\""}));
+}
+
+TEST(DeepSpeedConfigOptimizer, LambWithoutZeroAndItsDefaults) {
+  auto cfg = readText(R"({"train_batch_size": 8,
+      "optimizer": {"type": "LAMB", "params": {"lr": 2e-3}}})");
+  ASSERT_READ(cfg);
+  EXPECT_EQ(cfg->optimizer.type, "Lamb");
+  EXPECT_TRUE(cfg->optimizer.lamb());
+  EXPECT_EQ(cfg->optimizer.lr, 2e-3);
+  EXPECT_EQ(cfg->optimizer.maxCoeff, 10.0);
+  EXPECT_EQ(cfg->optimizer.minCoeff, 0.01);
+  // Adam's keys are FusedLamb TypeErrors.
+  EXPECT_TRUE(failsWith(
+      readText(R"({"train_batch_size": 8, "optimizer": {"type": "Lamb",
+          "params": {"adam_w_mode": false}}})"),
+      {"adam_w_mode"}));
+}
+
+TEST(DeepSpeedConfigOptimizer, LambUnderZeroNeedsZeroAllowUntestedOptimizer) {
+  EXPECT_TRUE(failsWith(
+      readText(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2},
+          "optimizer": {"type": "Lamb"}})"),
+      {"'optimizer.type' is \"Lamb\" with ZeRO stage 2",
+       "You are using an untested ZeRO Optimizer. Please add "
+       "<\"zero_allow_untested_optimizer\": true> in the configuration "
+       "file to use it."}));
+  auto cfg = readText(R"({"train_batch_size": 8, "zero_optimization": {
+      "stage": 3}, "zero_allow_untested_optimizer": true,
+      "optimizer": {"type": "Lamb", "params": {"max_coeff": 5,
+      "min_coeff": 0.1}}})");
+  ASSERT_READ(cfg);
+  EXPECT_EQ(cfg->optimizer.maxCoeff, 5.0);
+  EXPECT_EQ(cfg->optimizer.minCoeff, 0.1);
+  EXPECT_TRUE(hasNote(*cfg, {"trust ratio", "per parameter"}));
+}
+
+TEST(DeepSpeedConfigOptimizer, LambNeedsDynamicLossScaling) {
+  EXPECT_TRUE(
+      failsWith(readText(R"({"train_batch_size": 8, "fp16": {"enabled": true,
+          "loss_scale": 128}, "optimizer": {"type": "Lamb"}})"),
+                {"DeepSpeed lamb optimizer requires dynamic loss scaling"}));
+}
+
+TEST(DeepSpeedConfigOptimizer, OneBitFamilyOnlyWithoutZero) {
+  struct Case {
+    const char *type, *reason;
+  };
+  for (Case c : {Case{"OneBitAdam", "1bit-Adam is not compatible with ZeRO"},
+                 Case{"ZeroOneAdam", "0/1 Adam is not compatible with ZeRO"},
+                 Case{"OneBitLamb", "1bit-Lamb is not compatible with ZeRO"}}) {
+    std::string type = c.type;
+    EXPECT_TRUE(failsWith(
+        readText(R"({"train_batch_size": 8, "zero_optimization": {"stage": 1},
+            "optimizer": {"type": ")" +
+                 type + R"("}})"),
+        {c.reason}))
+        << type;
+    auto cfg = readText(R"({"train_batch_size": 8, "optimizer": {"type": ")" +
+                        type + R"(", "params": {"cuda_aware": false}}})");
+    ASSERT_READ(cfg);
+    EXPECT_TRUE(cfg->optimizer.oneBit());
+    EXPECT_EQ(cfg->optimizer.freezeStep, 100000);
+  }
+}
+
+// No pass and no kernel models an uncorrected step; running it corrected
+// would be a silently different optimizer.
+TEST(DeepSpeedConfigOptimizer, BiasCorrectionFalseIsRefused) {
+  for (const char *type :
+       {"Adam", "AdamW", "Lamb", "OneBitAdam", "ZeroOneAdam", "OneBitLamb"}) {
+    auto cfg = readText(std::string(R"({"train_batch_size": 8,
+  "optimizer": {"type": ")") +
+                        type + R"(", "params": {"bias_correction": false}}})");
+    EXPECT_TRUE(failsAt(cfg, 2, 40 + int(std::strlen(type)))) << type;
+    EXPECT_TRUE(failsWith(cfg, {"always corrects the moments' bias",
+                                "'optimizer.params.bias_correction' is "
+                                "false"}))
+        << type;
+  }
+  auto cfg = readText(R"({"train_batch_size": 8,
+      "optimizer": {"type": "Adam", "params": {"bias_correction": true}}})");
+  ASSERT_READ(cfg);
 }
 
 TEST(DeepSpeedConfigErrors, OtherDeepSpeedChecks) {
@@ -1216,7 +1300,7 @@ TEST(DeepSpeedConfigRoundTrip, NonDefaultValuesSurvive) {
   "fp16": {"enabled": true, "loss_scale": 1024, "initial_scale_power": 8,
            "hysteresis": 4, "consecutive_hysteresis": true},
   "optimizer": {"type": "Adam", "params": {"adam_w_mode": false,
-                "bias_correction": false, "lr": 0.01}},
+                "torch_adam": true, "lr": 0.01}},
   "zero_optimization": {
     "stage": 3, "overlap_comm": false, "reduce_scatter": false,
     "offload_optimizer": {"device": "cpu", "ratio": 0.25, "pin_memory": false},

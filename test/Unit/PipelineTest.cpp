@@ -13,6 +13,7 @@
 #include "sched/SchedOps.h"
 #include "zeroc/Export/PlanWriter.h"
 #include "zeroc/Models/ModelBuilder.h"
+#include "zeroc/Plan/PlanInspect.h"
 #include "zeroc/Plan/PlanMemory.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -66,6 +67,7 @@ protected:
     }
     PlanSource source;
     source.gradientAccumulationSteps = cfg->gradientAccumulationSteps;
+    source.config = toDeepSpeedJson(*cfg); // As the pipeline writes it.
     mlir::FailureOr<Plan> plan = buildPlan(*module, source);
     if (mlir::failed(plan))
       return std::nullopt;
@@ -365,6 +367,29 @@ TEST_F(MemoryTest, FitCheckRefusesAndExplains) {
   EXPECT_NE(refusal->find("ZeRO stage 3"), std::string::npos) << *refusal;
   EXPECT_NE(refusal->find("activation_checkpointing"), std::string::npos);
   EXPECT_NE(refusal->find("--allow-oom"), std::string::npos);
+}
+
+TEST_F(MemoryTest, OneBitStateCountsAndNoZeroStageIsSuggested) {
+  std::string adamConfig = config(0, 1);
+  std::string oneBitConfig = adamConfig.substr(0, adamConfig.size() - 1) +
+                             R"(, "optimizer": {"type": "OneBitAdam"}})";
+  std::optional<Compiled> adam = compile("tiny-llama", adamConfig, 4);
+  std::optional<Compiled> oneBit = compile("tiny-llama", oneBitConfig, 4);
+  ASSERT_TRUE(adam.has_value() && oneBit.has_value());
+  MemorySummary a = summarizeMemory(adam->plan);
+  MemorySummary m = summarizeMemory(oneBit->plan);
+  EXPECT_GT(oneBitStateBytes(oneBit->plan), 0);
+  EXPECT_EQ(m.optimizerStates,
+            a.optimizerStates + oneBitStateBytes(oneBit->plan));
+  EXPECT_EQ(m.peakDeviceBytes,
+            a.peakDeviceBytes + oneBitStateBytes(oneBit->plan));
+  std::optional<std::string> refusal =
+      checkFit(oneBit->plan, m.peakDeviceBytes - 1, "A GPU");
+  ASSERT_TRUE(refusal.has_value());
+  EXPECT_EQ(refusal->find("ZeRO stage 1"), std::string::npos) << *refusal;
+  EXPECT_NE(refusal->find("OneBitAdam runs only without ZeRO (stage 0)"),
+            std::string::npos)
+      << *refusal;
 }
 
 } // namespace

@@ -9,6 +9,7 @@
 
 #include "zeroc/Plan/Plan.h"
 #include "zeroc/Plan/PlanInspect.h"
+#include "zeroc/Plan/PlanMemory.h"
 
 #include <gtest/gtest.h>
 
@@ -887,6 +888,43 @@ TEST(PlanInspect, PersistentBytesByRoleAndPlacement) {
   EXPECT_EQ(j["by_placement"],
             json({{"device", 150}, {"host", 100}, {"nvme", 100}}));
   EXPECT_EQ(j["total"], 350);
+}
+
+TEST(PlanInspect, OneBitOptimizersStateIsCounted) {
+  // Stage 0 on 3 ranks: each parameter padded to a multiple of
+  // 3 x lcm(3, 8) = 72 elements, as DeepSpeed's 1-bit optimizers pad it.
+  Plan plan;
+  plan.model = {"onebit", 124, DType::F32, 1, 4};
+  plan.worldSize = 3;
+  plan.stage = 0;
+  plan.tensors = {
+      tensor("a", "param", "", DType::F32, {100}, false, 3, "device"),
+      tensor("b", "param", "", DType::F32, {24}, false, 3, "device"),
+      tensor("a.grad", "grad", "a", DType::F32, {100}, false, 3, "device")};
+  auto withOptimizer = [&](const char *type) {
+    Plan p = plan;
+    p.config = {{"optimizer", {{"type", type}}}};
+    return p;
+  };
+  // worker_error 144 + 72, server_error 48 + 24 f32.
+  const int64_t errorFeedback = 4 * (144 + 48 + 72 + 24);
+  EXPECT_EQ(oneBitStateBytes(withOptimizer("AdamW")), 0);
+  EXPECT_EQ(oneBitStateBytes(plan), 0);
+  EXPECT_EQ(oneBitStateBytes(withOptimizer("OneBitAdam")), errorFeedback);
+  // Plus one f32 per element: momentum_accumulator, exp_avg_sq_fresh.
+  EXPECT_EQ(oneBitStateBytes(withOptimizer("ZeroOneAdam")),
+            errorFeedback + 4 * 124);
+  EXPECT_EQ(oneBitStateBytes(withOptimizer("OneBitLamb")),
+            errorFeedback + 4 * 124);
+
+  Plan oneBit = withOptimizer("OneBitAdam");
+  PersistentBytes bytes = persistentBytesPerRank(oneBit);
+  EXPECT_EQ(bytes.placement(Placement::Device), 4 * 124 + 400 + errorFeedback);
+  EXPECT_EQ(bytes.total(), 4 * 124 + 400 + errorFeedback);
+  EXPECT_EQ(summarizeMemory(oneBit).optimizerStates, errorFeedback);
+  EXPECT_EQ(inspectJson(oneBit)["persistent_bytes_per_rank"]["by_role"]
+                               ["one_bit_state"]["device"],
+            errorFeedback);
 }
 
 TEST(PlanInspect, JsonSummary) {

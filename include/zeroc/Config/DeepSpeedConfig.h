@@ -154,9 +154,11 @@ struct Bf16Config {
   bool bf16OptimizerStates = false;
 };
 
-/// `optimizer`: zeroc supports DeepSpeed's Adam and AdamW.
+/// `optimizer`: DeepSpeed's Adam, AdamW and Lamb (FusedLamb), and its 1-bit
+/// family, which DeepSpeed runs only without ZeRO (docs/ds-config.md).
 struct OptimizerConfig {
-  std::string type = "AdamW"; ///< "Adam" or "AdamW".
+  /// "Adam", "AdamW", "Lamb", "OneBitAdam", "ZeroOneAdam" or "OneBitLamb".
+  std::string type = "AdamW";
   double lr = 1e-3;
   double beta1 = 0.9;
   double beta2 = 0.999;
@@ -165,9 +167,25 @@ struct OptimizerConfig {
   /// Decoupled weight decay. DeepSpeed uses it for "Adam" too unless
   /// `adam_w_mode` is false, and always for "AdamW".
   bool adamWMode = true;
-  bool biasCorrection = true;
   /// `torch_adam`: torch.optim.Adam(W) instead of DeepSpeed's fused/CPU Adam.
   bool torchAdam = false;
+  /// Lamb and 1-bit Lamb: the trust ratio ||w|| / ||update|| is clamped to
+  /// [minCoeff, maxCoeff] (FusedLamb's defaults).
+  double maxCoeff = 10.0;
+  double minCoeff = 0.01;
+  /// The 1-bit family: steps of uncompressed communication before the
+  /// compressed phase (`freeze_step`; 0/1 Adam's `var_freeze_step`).
+  int64_t freezeStep = 100000;
+
+  /// Lamb or 1-bit Lamb: the update is scaled by the trust ratio.
+  bool lamb() const { return type == "Lamb" || type == "OneBitLamb"; }
+  /// 1-bit Adam, 0/1 Adam or 1-bit Lamb: compressed gradient communication.
+  bool oneBit() const { return oneBitType(type); }
+  /// oneBit() of a `type` as zeroc spells it (a plan's config, for one).
+  static bool oneBitType(std::string_view type) {
+    return type == "OneBitAdam" || type == "ZeroOneAdam" ||
+           type == "OneBitLamb";
+  }
 };
 
 /// `activation_checkpointing`.

@@ -129,6 +129,9 @@ private:
   const Cluster &clusterRef;
   RankRates rankRatesPerRank;
   CollectiveDTypes collectiveDTypes;
+  /// The plan's optimizer compresses its gradient all-reduces to one bit
+  /// per element (OptimizerConfig::oneBit).
+  bool oneBitOptimizer = false;
   std::unordered_map<std::string, const PlanTensor *> tensors;
   std::unordered_map<std::string, const PlanFlatGroup *> groups;
   std::unordered_map<const PlanPhase *, PhaseInfo> phases;

@@ -38,6 +38,9 @@ struct PersistentBytes {
       byRole{};
   /// Whether the plan has a tensor of the role (of any size).
   std::array<bool, std::size(kAllTensorRoles)> hasRole{};
+  /// Device state that is no plan tensor: the 1-bit optimizers'
+  /// (oneBitStateBytes). Counted in placement(Device) and total().
+  int64_t oneBitState = 0;
 
   int64_t at(TensorRole role, Placement placement) const {
     return byRole[size_t(role)][size_t(placement)];
@@ -48,6 +51,22 @@ struct PersistentBytes {
 };
 
 PersistentBytes persistentBytesPerRank(const Plan &plan);
+
+/// The `optimizer.type` of the plan's resolved config ("Adam", "Lamb",
+/// "OneBitAdam", ... as zeroc spells it), or "" when it has none.
+std::string planOptimizerType(const Plan &plan);
+
+/// What the 1-bit optimizers (OneBitAdam, ZeroOneAdam, OneBitLamb; DeepSpeed
+/// runs them at stage 0 only, on the device) allocate per rank beyond
+/// Adam's state when their compressed phase starts
+/// (deepspeed/runtime/fp16/onebit/*.py): for each parameter of n elements,
+/// padded to a multiple of w lcm(w, 8) elements on w ranks, the error
+/// feedback `worker_error` (padded n f32) and `server_error` (padded n / w
+/// f32); ZeroOneAdam's `momentum_accumulator` and OneBitLamb's
+/// `exp_avg_sq_fresh` (n f32 each). OneBitLamb pads its flattened momenta
+/// once rather than per parameter: less than w lcm(w, 8) elements per
+/// parameter apart. 0 for any other optimizer.
+int64_t oneBitStateBytes(const Plan &plan);
 
 /// What one rank sends per step for one collective kind: every op of that
 /// kind counted once per run of its phase.

@@ -24,7 +24,9 @@ struct MemorySummary {
   // Persistent device bytes per rank, held across the whole step.
   int64_t params = 0; ///< This rank's parameters (shards or whole).
   int64_t grads = 0;
-  int64_t optimizerStates = 0; ///< Master copies and Adam moments.
+  /// Master copies, Adam moments, and the 1-bit optimizers' error feedback
+  /// and extra state (oneBitStateBytes).
+  int64_t optimizerStates = 0;
   /// params + grads + optimizerStates: the ZeRO paper's model states.
   int64_t modelStateBytes() const { return params + grads + optimizerStates; }
 

@@ -238,6 +238,9 @@ struct AdamAttrs {
   std::string expAvg, expAvgSq;
   double lr = 0, beta1 = 0, beta2 = 0, eps = 0, weightDecay = 0;
   bool adamw = false;
+  /// LAMB (model.adam_update's description) with its trust-ratio bounds.
+  bool lamb = false;
+  std::optional<double> maxCoeff, minCoeff;
   Placement on = Placement::Device; ///< Where the update runs.
   template <typename V> void fields(V &&v) {
     v("param", param);
@@ -251,6 +254,9 @@ struct AdamAttrs {
     v("eps", eps);
     v("weight_decay", weightDecay);
     v("adamw", adamw);
+    v("lamb", lamb);
+    v("max_coeff", maxCoeff);
+    v("min_coeff", minCoeff);
     v("on", on);
   }
 };

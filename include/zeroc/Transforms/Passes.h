@@ -21,8 +21,9 @@ namespace zeroc {
 /// model-specialize's `dtype`: the element type training uses.
 enum class TrainingDType { Keep, F32, BF16, F16 };
 
-/// zero-expand-training-step's `optimizer`: how Adam applies weight decay.
-enum class AdamMode { Adam, AdamW };
+/// zero-expand-training-step's `optimizer`: how Adam applies weight decay,
+/// or LAMB (Adam's update scaled by the per-parameter trust ratio).
+enum class AdamMode { Adam, AdamW, Lamb };
 
 /// The values of zero-offload's placements, spelled as DeepSpeed's offload
 /// devices.

@@ -124,19 +124,25 @@ def ExpandTrainingStep : Pass<"zero-expand-training-step", "::mlir::ModuleOp"> {
            "Global gradient-norm clipping; 0 disables it">,
     Option<"optimizer", "optimizer", "::zeroc::AdamMode",
            /*default=*/"::zeroc::AdamMode::AdamW",
-           "adam (L2 weight decay added to the gradient) or adamw "
-           "(decoupled weight decay)",
+           "adam (L2 weight decay added to the gradient), adamw "
+           "(decoupled weight decay) or lamb (DeepSpeed's FusedLamb)",
            [{::llvm::cl::values(
              clEnumValN(::zeroc::AdamMode::Adam, "adam",
                         "L2 weight decay added to the gradient"),
              clEnumValN(::zeroc::AdamMode::AdamW, "adamw",
-                        "decoupled weight decay"))}]>,
+                        "decoupled weight decay"),
+             clEnumValN(::zeroc::AdamMode::Lamb, "lamb",
+                        "Adam's update scaled by the trust ratio"))}]>,
     Option<"lr", "lr", "double", /*default=*/"1.0e-3", "Learning rate">,
     Option<"beta1", "beta1", "double", /*default=*/"0.9", "Adam beta1">,
     Option<"beta2", "beta2", "double", /*default=*/"0.999", "Adam beta2">,
     Option<"eps", "eps", "double", /*default=*/"1.0e-8", "Adam epsilon">,
     Option<"weightDecay", "weight-decay", "double", /*default=*/"0.0",
            "Weight decay">,
+    Option<"maxCoeff", "max-coeff", "double", /*default=*/"10.0",
+           "LAMB: upper bound of the trust ratio">,
+    Option<"minCoeff", "min-coeff", "double", /*default=*/"0.01",
+           "LAMB: lower bound of the trust ratio">,
     Option<"recompute", "recompute", "bool", /*default=*/"false",
            "Activation checkpointing: keep only each transformer layer's "
            "inputs for backward and recompute the layer's forward ops right "

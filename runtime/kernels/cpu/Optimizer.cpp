@@ -196,6 +196,59 @@ Status adamUpdate(const AdamSettings &settings, int64_t step,
   return {};
 }
 
+float lambStepSize(const AdamSettings &settings, int64_t step) {
+  return float(settings.lr *
+               std::sqrt(1.0 - std::pow(settings.beta2, double(step))) /
+               (1.0 - std::pow(settings.beta1, double(step))));
+}
+
+float lambTrustRatio(const LambSums &total, double maxCoeff, double minCoeff) {
+  double w = std::sqrt(total.weight), u = std::sqrt(total.update);
+  if (w == 0 || u == 0)
+    return 1.0f;
+  return float(std::clamp(w / u, minCoeff, maxCoeff));
+}
+
+Status lambMoments(const AdamSettings &settings, const Tensor &grad,
+                   const Tensor &master, const Tensor &expAvg,
+                   const Tensor &expAvgSq, LambSums &sums) {
+  ZEROC_RETURN_IF_ERROR(
+      checkAdamUpdate(1, grad, master, expAvg, expAvgSq, nullptr));
+  AdamStepConstants c = adamStepConstants(settings, 1);
+  float *p = master.f32(), *m = expAvg.f32(), *v = expAvgSq.f32();
+  float g[kChunk];
+  sums = {};
+  for (int64_t done = 0, n = grad.numel(); done < n; done += kChunk) {
+    int64_t count = std::min(kChunk, n - done);
+    loadF32(grad, done, count, g);
+    for (int64_t i = 0; i < count; ++i) {
+      int64_t j = done + i;
+      m[j] = c.beta1 * m[j] + c.oneMinusBeta1 * g[i];
+      v[j] = c.beta2 * v[j] + c.oneMinusBeta2 * g[i] * g[i];
+      float u = lambUpdateElement(c.decay, c.eps, p[j], m[j], v[j]);
+      sums.weight += double(p[j]) * double(p[j]);
+      sums.update += double(u) * double(u);
+    }
+  }
+  return {};
+}
+
+Status lambApply(const AdamSettings &settings, int64_t step, float trustRatio,
+                 const Tensor &master, const Tensor &expAvg,
+                 const Tensor &expAvgSq, const Tensor *param16) {
+  ZEROC_RETURN_IF_ERROR(
+      checkAdamUpdate(step, master, master, expAvg, expAvgSq, param16));
+  AdamStepConstants c = adamStepConstants(settings, step);
+  float scale = lambStepSize(settings, step) * trustRatio;
+  float *p = master.f32(), *m = expAvg.f32(), *v = expAvgSq.f32();
+  int64_t n = master.numel();
+  for (int64_t j = 0; j < n; ++j)
+    p[j] -= scale * lambUpdateElement(c.decay, c.eps, p[j], m[j], v[j]);
+  if (param16)
+    storeF32(*param16, 0, n, p);
+  return {};
+}
+
 double sumOfSquares(const Tensor &grad) {
   float g[kChunk];
   double sum = 0.0;

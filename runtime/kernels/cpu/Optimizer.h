@@ -88,6 +88,40 @@ Status adamUpdate(const AdamSettings &settings, int64_t step,
 /// Whether adamUpdate runs its AVX2 loop on this CPU.
 bool adamUsesAvx2();
 
+// LAMB (DeepSpeed's FusedLamb, csrc/lamb/fused_lamb_cuda_kernel.cu), in two
+// halves around the trust ratio, because under ZeRO the norms it needs are
+// sums over every rank's part of a parameter:
+//   lambMoments: m = beta1 m + (1 - beta1) g, v = beta2 v + (1 - beta2) g^2,
+//     u = m / (sqrt(v) + eps) + weight_decay p; returns sum p^2 and sum u^2
+//     (p before the step) in f64.
+//   lambTrustRatio: r = clamp(sqrt(P) / sqrt(U), min_coeff, max_coeff), or 1
+//     when either norm is 0.
+//   lambApply: p -= lr sqrt(1 - beta2^t) / (1 - beta1^t) r u (u recomputed
+//     from the stored m, v), then the 16-bit copy when there is one.
+// `settings.adamw` plays no part: LAMB adds the decay to the update.
+
+/// The two sums of lambMoments over a parameter or a part of it.
+struct LambSums {
+  double weight = 0;
+  double update = 0;
+};
+/// The f32 form of lambApply's step size, lr sqrt(1 - beta2^t) / (1 -
+/// beta1^t), computed in f64 and rounded once, shared by every backend.
+float lambStepSize(const AdamSettings &settings, int64_t step);
+/// FusedLamb's clamp of ||p|| / ||u||.
+float lambTrustRatio(const LambSums &total, double maxCoeff, double minCoeff);
+/// One element of u, in the order every backend computes it.
+inline float lambUpdateElement(float decay, float eps, float p, float m,
+                               float v) {
+  return m / (std::sqrt(v) + eps) + decay * p;
+}
+Status lambMoments(const AdamSettings &settings, const Tensor &grad,
+                   const Tensor &master, const Tensor &expAvg,
+                   const Tensor &expAvgSq, LambSums &sums);
+Status lambApply(const AdamSettings &settings, int64_t step, float trustRatio,
+                 const Tensor &master, const Tensor &expAvg,
+                 const Tensor &expAvgSq, const Tensor *param16);
+
 /// Sum of g^2 over `grad`, in f64: one term of the global norm's square.
 double sumOfSquares(const Tensor &grad);
 

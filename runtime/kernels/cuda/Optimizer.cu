@@ -112,6 +112,61 @@ Status launchAdam(const cpu::AdamSettings &settings, int64_t step,
   return {};
 }
 
+// FusedLamb's part 1: the moments, and per block the sums of p^2 and u^2.
+__global__ void lambMomentsKernel(const void *g, DType type, float *p, float *m,
+                                  float *v, int64_t n, cpu::AdamStepConstants c,
+                                  double *partials) {
+  double weight = 0.0, update = 0.0;
+  for (int64_t e = globalThread(); e < n; e += globalThreads()) {
+    float x = loadAsFloat(g, type, e);
+    float me =
+        __fadd_rn(__fmul_rn(c.beta1, m[e]), __fmul_rn(c.oneMinusBeta1, x));
+    float ve = __fadd_rn(__fmul_rn(c.beta2, v[e]),
+                         __fmul_rn(__fmul_rn(c.oneMinusBeta2, x), x));
+    m[e] = me;
+    v[e] = ve;
+    float u = __fadd_rn(__fdiv_rn(me, __fadd_rn(__fsqrt_rn(ve), c.eps)),
+                        __fmul_rn(c.decay, p[e]));
+    weight += double(p[e]) * double(p[e]);
+    update += double(u) * double(u);
+  }
+  weight = blockSum(weight);
+  update = blockSum(update);
+  if (threadIdx.x == 0) {
+    partials[2 * blockIdx.x] = weight;
+    partials[2 * blockIdx.x + 1] = update;
+  }
+}
+
+__global__ void addPairsKernel(const double *partials, int64_t count,
+                               double *sums) {
+  double weight = 0.0, update = 0.0;
+  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
+    weight += partials[2 * i];
+    update += partials[2 * i + 1];
+  }
+  weight = blockSum(weight);
+  update = blockSum(update);
+  if (threadIdx.x == 0) {
+    sums[0] += weight;
+    sums[1] += update;
+  }
+}
+
+// FusedLamb's part 3: p -= (step size x trust ratio) u.
+__global__ void lambApplyKernel(float *p, const float *m, const float *v,
+                                int64_t n, float decay, float eps, float scale,
+                                void *param16, DType paramType) {
+  for (int64_t e = globalThread(); e < n; e += globalThreads()) {
+    float u = __fadd_rn(__fdiv_rn(m[e], __fadd_rn(__fsqrt_rn(v[e]), eps)),
+                        __fmul_rn(decay, p[e]));
+    float pe = __fsub_rn(p[e], __fmul_rn(scale, u));
+    p[e] = pe;
+    if (param16)
+      storeFromFloat(param16, paramType, e, pe);
+  }
+}
+
 __global__ void squaresKernel(const void *g, DType type, int64_t n,
                               double *partials) {
   double sum = 0.0;
@@ -184,6 +239,44 @@ Status multiTensorAdamUpdate(const cpu::AdamSettings &settings, int64_t step,
               std::to_string(tensors.size()) + ")"};
   }
   return launchAdam(settings, step, tensors, stream);
+}
+
+Status lambMoments(const cpu::AdamSettings &settings, const Tensor &grad,
+                   const Tensor &master, const Tensor &expAvg,
+                   const Tensor &expAvgSq, double *sums, cudaStream_t stream) {
+  const char *op = "lamb_moments";
+  ZEROC_RETURN_IF_ERROR(
+      cpu::checkAdamUpdate(1, grad, master, expAvg, expAvgSq, nullptr));
+  int64_t n = grad.numel();
+  if (n == 0)
+    return {};
+  unsigned blocks = gridFor(n, kThreads * 16, kMaxSumBlocks);
+  Scratch partials;
+  ZEROC_RETURN_IF_ERROR(partials.allocate(op, size_t(blocks) * 16, stream));
+  lambMomentsKernel<<<blocks, kThreads, 0, stream>>>(
+      grad.data, grad.dtype, master.f32(), expAvg.f32(), expAvgSq.f32(), n,
+      cpu::adamStepConstants(settings, 1), partials.get<double>());
+  ZEROC_RETURN_IF_ERROR(launchStatus(op));
+  addPairsKernel<<<1, kSumThreads, 0, stream>>>(partials.get<double>(), blocks,
+                                                sums);
+  return launchStatus(op);
+}
+
+Status lambApply(const cpu::AdamSettings &settings, int64_t step,
+                 float trustRatio, const Tensor &master, const Tensor &expAvg,
+                 const Tensor &expAvgSq, const Tensor *param16,
+                 cudaStream_t stream) {
+  ZEROC_RETURN_IF_ERROR(
+      cpu::checkAdamUpdate(step, master, master, expAvg, expAvgSq, param16));
+  int64_t n = master.numel();
+  if (n == 0)
+    return {};
+  cpu::AdamStepConstants c = cpu::adamStepConstants(settings, step);
+  float scale = cpu::lambStepSize(settings, step) * trustRatio;
+  lambApplyKernel<<<gridFor(n, kThreads), kThreads, 0, stream>>>(
+      master.f32(), expAvg.f32(), expAvgSq.f32(), n, c.decay, c.eps, scale,
+      param16 ? param16->data : nullptr, param16 ? param16->dtype : DType::F32);
+  return launchStatus("lamb_apply");
 }
 
 Status sumOfSquares(const Tensor &grad, double *sum, cudaStream_t stream) {

@@ -12,6 +12,11 @@
 //   device f64 scalar (zero it first; sum every gradient or shard into it;
 //   all-reduce it; then clip with clipGradNormInPlace, which computes the
 //   CPU's clipCoefficient on the device, or copy it to the host).
+// - lambMoments and lambApply: the two halves of LAMB (cpu/Optimizer.h),
+//   FusedLamb's part 1 (moments and the two squared norms, reduced per block
+//   and then over blocks) and part 3 (the scaled update); the trust ratio
+//   between them is the caller's, on the host, because under ZeRO it needs
+//   the other ranks' sums.
 // - unscaleGrads divides by the loss scale and sets a device int flag to 1
 //   when an element is then inf or NaN as stored (it never clears it).
 //
@@ -44,6 +49,18 @@ Status multiTensorAdamUpdate(const cpu::AdamSettings &settings, int64_t step,
                              const std::vector<AdamTensors> &tensors,
                              cudaStream_t stream);
 
+/// cpu::lambMoments on the device: m and v updated, and sums[0] += sum p^2,
+/// sums[1] += sum u^2 (f64, device memory, zeroed by the caller), in a fixed
+/// order for a given size. Each element rounded as on the CPU; the sums'
+/// order differs from the CPU's.
+Status lambMoments(const cpu::AdamSettings &settings, const Tensor &grad,
+                   const Tensor &master, const Tensor &expAvg,
+                   const Tensor &expAvgSq, double *sums, cudaStream_t stream);
+/// cpu::lambApply on the device, bit for bit.
+Status lambApply(const cpu::AdamSettings &settings, int64_t step,
+                 float trustRatio, const Tensor &master, const Tensor &expAvg,
+                 const Tensor &expAvgSq, const Tensor *param16,
+                 cudaStream_t stream);
 /// *sum += sum of g^2 over `grad` (f64; `sum` is device memory).
 Status sumOfSquares(const Tensor &grad, double *sum, cudaStream_t stream);
 

@@ -674,6 +674,51 @@ func.func @f() {
 
 model.param @w : tensor<4xf32> init <zeros>
 func.func @f() {
+  // expected-error @+1 {{lamb applies its own weight decay; adamw must not be set with it}}
+  model.adam_update @w {lr = 1.0e-3 : f64, beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 1.0e-8 : f64, weight_decay = 0.01 : f64, adamw, lamb, max_coeff = 10.0 : f64, min_coeff = 0.01 : f64}
+  return
+}
+
+// -----
+
+model.param @w : tensor<4xf32> init <zeros>
+func.func @f() {
+  // expected-error @+1 {{lamb needs max_coeff and min_coeff}}
+  model.adam_update @w {lr = 1.0e-3 : f64, beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 1.0e-8 : f64, weight_decay = 0.01 : f64, lamb, max_coeff = 10.0 : f64}
+  return
+}
+
+// -----
+
+model.param @w : tensor<4xf32> init <zeros>
+func.func @f() {
+  // expected-error @+1 {{max_coeff and min_coeff need lamb}}
+  model.adam_update @w {lr = 1.0e-3 : f64, beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 1.0e-8 : f64, weight_decay = 0.01 : f64, max_coeff = 10.0 : f64, min_coeff = 0.01 : f64}
+  return
+}
+
+// -----
+
+model.param @w : tensor<4xf32> init <zeros>
+func.func @f() {
+  // expected-error @+1 {{min_coeff must be >= 0, found -1}}
+  model.adam_update @w {lr = 1.0e-3 : f64, beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 1.0e-8 : f64, weight_decay = 0.01 : f64, lamb, max_coeff = 10.0 : f64, min_coeff = -1.0 : f64}
+  return
+}
+
+// -----
+
+model.param @w : tensor<4xf32> init <zeros>
+func.func @f() {
+  // expected-error @+1 {{max_coeff must be >= min_coeff (0.5), found 0.1}}
+  model.adam_update @w {lr = 1.0e-3 : f64, beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 1.0e-8 : f64, weight_decay = 0.01 : f64, lamb, max_coeff = 0.1 : f64, min_coeff = 0.5 : f64}
+  return
+}
+
+// -----
+
+model.param @w : tensor<4xf32> init <zeros>
+func.func @f() {
   // expected-error @+1 {{@missing does not name a model.param in the enclosing module}}
   model.adam_update @missing {lr = 1.0e-3 : f64, beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 1.0e-8 : f64, weight_decay = 0.0 : f64, adamw}
   return

@@ -621,6 +621,54 @@ func.func @f() {
   return
 }
 
+// -----
+
+sched.tensor @w : tensor<4xf32> param on device
+sched.tensor @w.grad : tensor<4xf32> grad of @w on device
+sched.tensor @w.exp_avg : tensor<4xf32> exp_avg of @w on device
+sched.tensor @w.exp_avg_sq : tensor<4xf32> exp_avg_sq of @w on device
+func.func @f() {
+  // expected-error @+1 {{'sched.adam_update' op lamb applies its own weight decay; adamw must not be set with it}}
+  sched.adam_update @w grad @w.grad exp_avg @w.exp_avg exp_avg_sq @w.exp_avg_sq on device {lr = 1.0e-3 : f64, beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 1.0e-8 : f64, weight_decay = 0.0 : f64, adamw, lamb, max_coeff = 10.0 : f64, min_coeff = 0.01 : f64}
+  return
+}
+
+// -----
+
+sched.tensor @w : tensor<4xf32> param on device
+sched.tensor @w.grad : tensor<4xf32> grad of @w on device
+sched.tensor @w.exp_avg : tensor<4xf32> exp_avg of @w on device
+sched.tensor @w.exp_avg_sq : tensor<4xf32> exp_avg_sq of @w on device
+func.func @f() {
+  // expected-error @+1 {{'sched.adam_update' op lamb needs max_coeff and min_coeff}}
+  sched.adam_update @w grad @w.grad exp_avg @w.exp_avg exp_avg_sq @w.exp_avg_sq on device {lr = 1.0e-3 : f64, beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 1.0e-8 : f64, weight_decay = 0.0 : f64, lamb, min_coeff = 0.01 : f64}
+  return
+}
+
+// -----
+
+sched.tensor @w : tensor<4xf32> param on device
+sched.tensor @w.grad : tensor<4xf32> grad of @w on device
+sched.tensor @w.exp_avg : tensor<4xf32> exp_avg of @w on device
+sched.tensor @w.exp_avg_sq : tensor<4xf32> exp_avg_sq of @w on device
+func.func @f() {
+  // expected-error @+1 {{'sched.adam_update' op max_coeff and min_coeff need lamb}}
+  sched.adam_update @w grad @w.grad exp_avg @w.exp_avg exp_avg_sq @w.exp_avg_sq on device {lr = 1.0e-3 : f64, beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 1.0e-8 : f64, weight_decay = 0.0 : f64, min_coeff = 0.01 : f64}
+  return
+}
+
+// -----
+
+sched.tensor @w : tensor<4xf32> param on device
+sched.tensor @w.grad : tensor<4xf32> grad of @w on device
+sched.tensor @w.exp_avg : tensor<4xf32> exp_avg of @w on device
+sched.tensor @w.exp_avg_sq : tensor<4xf32> exp_avg_sq of @w on device
+func.func @f() {
+  // expected-error @+1 {{'sched.adam_update' op max_coeff must be >= min_coeff (0.5), found 0.1}}
+  sched.adam_update @w grad @w.grad exp_avg @w.exp_avg exp_avg_sq @w.exp_avg_sq on device {lr = 1.0e-3 : f64, beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 1.0e-8 : f64, weight_decay = 0.0 : f64, lamb, max_coeff = 0.1 : f64, min_coeff = 0.5 : f64}
+  return
+}
+
 //===----------------------------------------------------------------------===//
 // ODS constraints
 //===----------------------------------------------------------------------===//

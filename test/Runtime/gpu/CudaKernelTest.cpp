@@ -6,7 +6,8 @@
 // results come back and are compared:
 // - bit for bit where the GPU does the CPU's arithmetic in the CPU's order:
 //   casts, copies, add, mul, accumulate, the embeddings (sums in position
-//   order), scale, unscale, clipping, and Adam (no fused multiply-adds);
+//   order), scale, unscale, clipping, Adam and LAMB's elementwise halves
+//   (no fused multiply-adds);
 // - f32 results elsewhere within `tol * max |cpu|`, tol 1e-5 (2e-6 for the
 //   elementwise kernels, 5e-5 for the backwards of the norms and attention):
 //   only summation orders and the last bits of expf / tanhf differ;
@@ -831,6 +832,58 @@ TEST_F(CudaKernels, AdamOverManyLaunchesAndOneTensor) {
   ASSERT_OK(cuda::adamUpdate(settings, 2, *gpuState[0], *gpuState[1],
                              *gpuState[2], *gpuState[3], nullptr, stream));
   expectExact(down(*gpuState[1]), cpuState[1], "master, single tensor");
+}
+
+TEST_F(CudaKernels, LambMatchesTheCpu) {
+  // Three steps of LAMB's two halves on one parameter, with the trust ratio
+  // between them taken from the CPU's sums on both sides (as the executor
+  // takes one ratio for every rank): the moments and the update bit for
+  // bit, the two sums within the tolerance of SumOfSquaresClipAndScale.
+  const int64_t n = 10000;
+  for (DType gradType : {DType::F32, DType::BF16})
+    for (int param : {-1, int(DType::BF16)}) {
+      SCOPED_TRACE("grad " + name(gradType) + " param " +
+                   (param < 0 ? "none" : name(DType(param))));
+      cpu::AdamSettings settings;
+      settings.lr = 3e-3;
+      settings.weightDecay = 0.01;
+      Host grad = random({n}, gradType, 60);
+      Host master = random({n}, DType::F32, 61);
+      Host m = random({n}, DType::F32, 62, -0.1f, 0.1f);
+      Host v = random({n}, DType::F32, 63, 0.0f, 0.01f);
+      Host p16({n}, param < 0 ? DType::BF16 : DType(param));
+      auto gradD = up(grad), masterD = up(master), mD = up(m), vD = up(v),
+           p16D = up(p16);
+      auto sums = floats(4); // Two device doubles.
+      for (int64_t step = 1; step <= 3; ++step) {
+        cpu::LambSums cpuSums;
+        ASSERT_OK(cpu::lambMoments(settings, grad, master, m, v, cpuSums));
+        ASSERT_CUDA(cudaMemset(sums->ptr, 0, 16));
+        ASSERT_OK(cuda::lambMoments(settings, *gradD, *masterD, *mD, *vD,
+                                    static_cast<double *>(sums->ptr), stream));
+        double gpuSums[2] = {0, 0};
+        ASSERT_CUDA(cudaStreamSynchronize(stream));
+        ASSERT_CUDA(cudaMemcpy(gpuSums, sums->ptr, 16, cudaMemcpyDeviceToHost));
+        // Squares of floats are exact in f64; 1e4 terms, summed in order
+        // on the CPU and in a tree on the GPU (the reasoning of
+        // SumOfSquaresClipAndScale). Not measured.
+        EXPECT_NEAR(gpuSums[0], cpuSums.weight, 1e-12 * cpuSums.weight);
+        EXPECT_NEAR(gpuSums[1], cpuSums.update, 1e-12 * cpuSums.update);
+        expectExact(down(*mD), m, "exp_avg step " + std::to_string(step));
+        expectExact(down(*vD), v, "exp_avg_sq step " + std::to_string(step));
+
+        float ratio = cpu::lambTrustRatio(cpuSums, 10.0, 0.01);
+        const Tensor *cpu16 = param < 0 ? nullptr : &p16.view;
+        const Tensor *gpu16 = param < 0 ? nullptr : &p16D->view;
+        ASSERT_OK(cpu::lambApply(settings, step, ratio, master, m, v, cpu16));
+        ASSERT_OK(cuda::lambApply(settings, step, ratio, *masterD, *mD, *vD,
+                                  gpu16, stream));
+        expectExact(down(*masterD), master,
+                    "master step " + std::to_string(step));
+        if (param >= 0)
+          expectExact(down(*p16D), p16, "param step " + std::to_string(step));
+      }
+    }
 }
 
 TEST_F(CudaKernels, SumOfSquaresClipAndScale) {
