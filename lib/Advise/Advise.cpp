@@ -3,6 +3,7 @@
 #include "zeroc/Advise/Advise.h"
 
 #include "zeroc/Config/DeepSpeedConfig.h"
+#include "zeroc/Cost/FitCheck.h"
 #include "zeroc/Cost/Simulator.h"
 #include "zeroc/Pipeline/Pipeline.h"
 #include "zeroc/Plan/PlanMemory.h"
@@ -145,10 +146,9 @@ void evaluate(const AdviseRequest &req, int64_t worldSize, AdviseCandidate &c) {
   MemorySummary memory = summarizeMemory(*plan);
   c.peakDeviceBytes = memory.peakDeviceBytes;
   c.hostBytes = memory.hostPinnedBytes + memory.hostPageableBytes;
-  // Host memory is shared by the ranks of a node.
-  c.fits = double(memory.peakDeviceBytes) <= req.cluster->gpu.memoryBytes &&
-           double(c.hostBytes) * double(req.cluster->gpusPerNode) <=
-               req.cluster->host.memoryBytes;
+  // Every memory: the GPU's budget (usable less the runtime reserve), the
+  // node's host memory over its ranks, its NVMe (FitCheck.h).
+  c.fits = !checkClusterFit(*plan, *req.cluster);
   auto prediction = predictStep(*plan, *req.cluster);
   if (!prediction) {
     c.error = prediction.error().message;
@@ -200,7 +200,8 @@ Expected<AdviseResult> advise(const AdviseRequest &req) {
   AdviseResult result;
   result.cluster = req.cluster->name;
   result.worldSize = req.worldSize ? req.worldSize : req.cluster->gpus();
-  result.gpuMemoryBytes = int64_t(req.cluster->gpu.memoryBytes);
+  // What a plan's peak may use: usable memory less the runtime reserve.
+  result.gpuMemoryBytes = int64_t(req.cluster->gpu.planBudgetBytes());
   if (auto problem = checkFits(*req.cluster, result.worldSize))
     return *problem;
   result.candidates = candidateSetups();

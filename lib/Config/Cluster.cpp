@@ -102,6 +102,12 @@ const FigureSpec kFigures[] = {
      [](Cluster &, Counts &n) -> double & { return n.gpusPerNode; }},
     {"gpu.memory_gib", kGiB, Bound::Positive, false,
      [](Cluster &c, Counts &) -> double & { return c.gpu.memoryBytes; }},
+    {"gpu.usable_memory_gib", kGiB, Bound::Positive, true,
+     [](Cluster &c, Counts &) -> double & { return c.gpu.usableMemoryBytes; }},
+    {"gpu.runtime_reserve_gib", kGiB, Bound::NonNegative, true,
+     [](Cluster &c, Counts &) -> double & {
+       return c.gpu.runtimeReserveBytes;
+     }},
     {"gpu.peak_tflops.bf16", kTFlops, Bound::Positive, false,
      [](Cluster &c, Counts &) -> double & { return c.gpu.peak.bf16; }},
     {"gpu.peak_tflops.f16", kTFlops, Bound::Positive, false,
@@ -126,6 +132,10 @@ const FigureSpec kFigures[] = {
      [](Cluster &c, Counts &) -> double & { return c.collectiveLatency; }},
     {"host.memory_gib", kGiB, Bound::Positive, false,
      [](Cluster &c, Counts &) -> double & { return c.host.memoryBytes; }},
+    {"host.reserve_gib", kGiB, Bound::NonNegative, true,
+     [](Cluster &c, Counts &) -> double & { return c.host.reserveBytes; }},
+    {"host.nvme_capacity_gib", kGiB, Bound::Positive, true,
+     [](Cluster &c, Counts &) -> double & { return c.host.nvmeCapacityBytes; }},
     {"host.memory_gb_per_s", kGBPerS, Bound::Positive, false,
      [](Cluster &c, Counts &) -> double & { return c.host.memoryBandwidth; }},
     {"host.pcie_gb_per_s", kGBPerS, Bound::Positive, false,
@@ -384,6 +394,13 @@ json toJson(const Cluster &c) {
   for (const FigureSpec &spec : kFigures) {
     if (parentOf(spec.key) == "inter_node" && !c.interNode)
       continue;
+    // An optional figure at its default, with no source: left out, so that
+    // a file without it reads back equal.
+    Cluster defaults;
+    Counts defaultCounts;
+    if (spec.optional && !c.sources.count(spec.key) &&
+        spec.field(copy, counts) == spec.field(defaults, defaultCounts))
+      continue;
     double v = inUnits(spec.field(copy, counts), spec.scale);
     json value = (v == std::floor(v) && std::fabs(v) < 9e15) ? json(int64_t(v))
                                                              : json(v);
@@ -471,6 +488,21 @@ Expected<Cluster> loadCluster(const std::string &spec) {
   if (looksLikePath)
     return loadClusterFile(spec); // reports "cannot open file"
   return clusterPreset(spec);
+}
+
+Expected<Cluster> withNodes(Cluster cluster, int64_t nodes) {
+  if (nodes < 1)
+    return Diagnostic{
+        "", 0, 0, "--nodes must be at least 1, found " + std::to_string(nodes)};
+  if (nodes > 1 && !cluster.interNode)
+    return Diagnostic{"", 0, 0,
+                      "--nodes " + std::to_string(nodes) + ": " + cluster.name +
+                          " describes one machine with no inter_node link; "
+                          "write a cluster file with inter_node for more "
+                          "nodes"};
+  cluster.nodes = nodes;
+  cluster.sources["nodes"] = "--nodes on the command line";
+  return cluster;
 }
 
 std::optional<Diagnostic> checkFits(const Cluster &cluster, int64_t worldSize) {

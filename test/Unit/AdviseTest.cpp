@@ -105,8 +105,13 @@ TEST_F(AdviseTest, RecommendsTheFastestSetupThatFits) {
   for (const AdviseCandidate &c : r.candidates) {
     ASSERT_TRUE(c.error.empty()) << c.label() << ": " << c.error;
     ASSERT_GT(c.stepSeconds, 0) << c.label();
-    EXPECT_EQ(c.fits, double(c.peakDeviceBytes) <= cluster.gpu.memoryBytes &&
-                          double(c.hostBytes * cluster.gpusPerNode) <=
+    // The GPU's budget is its memory less the runtime reserve; host memory
+    // is the node's, over its 8 ranks, less the node's reserve.
+    EXPECT_EQ(c.fits, double(c.peakDeviceBytes) <=
+                              cluster.gpu.memoryBytes -
+                                  cluster.gpu.runtimeReserveBytes &&
+                          double(c.hostBytes * cluster.gpusPerNode) +
+                                  cluster.host.reserveBytes <=
                               cluster.host.memoryBytes)
         << c.label();
     if (c.fits) {
@@ -133,6 +138,8 @@ TEST_F(AdviseTest, NeverRecommendsWhatDoesNotFit) {
   // One byte less than the recommendation's peak: it no longer fits, and
   // neither does any setup that needs as much.
   Cluster tight = cluster;
+  tight.gpu.runtimeReserveBytes = 0;
+  tight.gpu.usableMemoryBytes = 0;
   tight.gpu.memoryBytes = double(first.peakDeviceBytes - 1);
   AdviseResult r = run(tight);
   ASSERT_EQ(r.candidates.size(), roomy.candidates.size());

@@ -237,7 +237,8 @@ TEST(ClusterReader, FigureWithSource) {
 TEST(ClusterReader, MissingKey) {
   EXPECT_EQ(errorOf("\"hbm_gb_per_s\": 1000", "\"hbm\": 1000"),
             "c.json:9:5: error: cluster gpu: unknown key 'hbm'; expected "
-            "one of 'model', 'memory_gib', 'hbm_gb_per_s', 'peak_tflops'");
+            "one of 'model', 'memory_gib', 'usable_memory_gib', "
+            "'runtime_reserve_gib', 'hbm_gb_per_s', 'peak_tflops'");
   EXPECT_EQ(errorOf(",\n    \"hbm_gb_per_s\": 1000", ""),
             "c.json:5:3: error: cluster gpu: missing required key "
             "'hbm_gb_per_s'");

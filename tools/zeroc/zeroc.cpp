@@ -14,6 +14,7 @@
 #include "zeroc/Analysis/ModelStats.h"
 #include "zeroc/Checkpoint/Consolidate.h"
 #include "zeroc/Config/Cluster.h"
+#include "zeroc/Cost/FitCheck.h"
 #include "zeroc/Cost/ScheduleViews.h"
 #include "zeroc/Cost/Simulator.h"
 #include "zeroc/Models/ModelBuilder.h"
@@ -210,6 +211,13 @@ cl::opt<bool> adviseJson("json", cl::sub(adviseCmd),
 
 cl::SubCommand inspectCmd("inspect", "Memory, communication and (with "
                                      "--cluster) step time of a plan file");
+// Where a command takes a cluster: size a preset without editing its JSON.
+cl::opt<int64_t> clusterNodes(
+    "nodes", cl::sub(cl::SubCommand::getTopLevel()), cl::sub(adviseCmd),
+    cl::sub(inspectCmd),
+    cl::desc("With --cluster: the number of nodes (default: the cluster's)"),
+    cl::value_desc("n"), cl::cat(zerocCategory));
+
 // Where a command takes a model, a Hugging Face config.json does too.
 cl::opt<int64_t> modelSeqLen(
     "seq-len", cl::sub(cl::SubCommand::getTopLevel()), cl::sub(statsCmd),
@@ -237,6 +245,14 @@ cl::opt<std::string> inspectSvg(
     cl::desc("Draw memory over the schedule and the stream timeline of the "
              "simulated step (needs --cluster)"),
     cl::value_desc("out.svg"), cl::cat(zerocCategory));
+
+/// --cluster SPEC, with --nodes applied.
+zeroc::Expected<zeroc::Cluster> loadClusterArg(const std::string &spec) {
+  auto cluster = zeroc::loadCluster(spec);
+  if (!cluster || !clusterNodes.getNumOccurrences())
+    return cluster;
+  return zeroc::withNodes(*cluster, clusterNodes);
+}
 
 int error(const std::string &message) {
   llvm::WithColor::error(llvm::errs(), "zeroc") << message << "\n";
@@ -397,7 +413,7 @@ int runInspect() {
     return error("--trace and --svg need --cluster: the timeline is "
                  "simulated on a cluster");
   if (!inspectCluster.empty()) {
-    auto cluster = zeroc::loadCluster(inspectCluster);
+    auto cluster = loadClusterArg(inspectCluster);
     if (!cluster)
       return error(cluster.error());
     auto step = zeroc::predictStep(*plan, *cluster);
@@ -430,7 +446,7 @@ int runAdvise() {
   FailureOr<zeroc::ModelStats> stats = zeroc::computeModelStats(*module);
   if (failed(stats))
     return 1;
-  auto cluster = zeroc::loadCluster(adviseCluster);
+  auto cluster = loadClusterArg(adviseCluster);
   if (!cluster)
     return error(cluster.error());
   std::optional<zeroc::JsonDocument> base;
@@ -573,12 +589,10 @@ int runCompile() {
     if (failed(plan))
       return 1;
     if (!compileCluster.empty()) {
-      auto cluster = zeroc::loadCluster(compileCluster);
+      auto cluster = loadClusterArg(compileCluster);
       if (!cluster)
         return error(cluster.error());
-      if (auto refusal =
-              zeroc::checkFit(*plan, int64_t(cluster->gpu.memoryBytes),
-                              cluster->name + "'s " + cluster->gpu.model)) {
+      if (auto refusal = zeroc::checkClusterFit(*plan, *cluster)) {
         if (!compileAllowOom)
           return error(*refusal);
         llvm::WithColor::warning(llvm::errs(), "zeroc")

@@ -54,7 +54,7 @@ struct AdviseCandidate {
 struct AdviseResult {
   std::string cluster;
   int64_t worldSize = 0;
-  int64_t gpuMemoryBytes = 0;
+  int64_t gpuMemoryBytes = 0; ///< The plan's budget per GPU (FitCheck.h).
   std::vector<AdviseCandidate> candidates;
   std::optional<size_t> best; ///< The fastest candidate that fits.
   std::vector<std::string> reasons;

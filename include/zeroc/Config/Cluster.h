@@ -38,9 +38,26 @@ struct ClusterPeakFlops {
   double bf16 = 0, f16 = 0, tf32 = 0, f32 = 0;
 };
 
+/// The default of `gpu.runtime_reserve_gib`: device memory a training
+/// process holds outside its tensors (docs/cluster-format.md derives it).
+inline constexpr double kDefaultRuntimeReserveBytes = 2.0 * (1ull << 30);
+/// The default of `host.reserve_gib`: host memory a node keeps for itself.
+inline constexpr double kDefaultHostReserveBytes = 32.0 * (1ull << 30);
+
 struct ClusterGpu {
   std::string model;
-  double memoryBytes = 0;
+  double memoryBytes = 0; ///< The datasheet's figure.
+  /// What the driver lets a process allocate (PyTorch's "total capacity");
+  /// 0 when not given: then memoryBytes.
+  double usableMemoryBytes = 0;
+  /// Held outside the plan's tensors: CUDA context, NCCL buffers, cuBLAS
+  /// workspaces, allocator slack.
+  double runtimeReserveBytes = kDefaultRuntimeReserveBytes;
+  /// What the plan's peak may use: usable memory less the reserve.
+  double planBudgetBytes() const {
+    return (usableMemoryBytes > 0 ? usableMemoryBytes : memoryBytes) -
+           runtimeReserveBytes;
+  }
   ClusterPeakFlops peak;
   double hbmBandwidth = 0; ///< Bytes/s.
 };
@@ -51,6 +68,9 @@ struct ClusterHost {
   double memoryBandwidth = 0; ///< Bytes/s, all sockets.
   double pcieBandwidth = 0;   ///< Bytes/s per GPU and direction.
   double nvmeBandwidth = 0;   ///< Bytes/s, all drives.
+  /// Kept by the node itself (OS, page cache, each rank's process).
+  double reserveBytes = kDefaultHostReserveBytes;
+  double nvmeCapacityBytes = 0; ///< All drives; 0 when not given.
 };
 
 /// The default of `compute_efficiency`: the share of peak FLOP/s that
@@ -100,6 +120,10 @@ Expected<Cluster> clusterPreset(const std::string &name);
 /// `--cluster SPEC`: a file when one exists at SPEC, else a preset name.
 /// An error lists the presets and suggests the closest one.
 Expected<Cluster> loadCluster(const std::string &spec);
+
+/// `cluster` with `nodes` nodes (`--nodes`): a preset sized without editing
+/// its JSON. More than one node needs the cluster's inter_node link.
+Expected<Cluster> withNodes(Cluster cluster, int64_t nodes);
 
 /// Checks that `worldSize` ranks fit on the cluster (ranks fill nodes in
 /// order, gpusPerNode per node).
