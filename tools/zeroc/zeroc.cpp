@@ -15,6 +15,7 @@
 #include "zeroc/Checkpoint/Consolidate.h"
 #include "zeroc/Config/Cluster.h"
 #include "zeroc/Cost/FitCheck.h"
+#include "zeroc/Support/Format.h"
 #include "zeroc/Cost/ScheduleViews.h"
 #include "zeroc/Cost/Simulator.h"
 #include "zeroc/Models/ModelBuilder.h"
@@ -412,10 +413,35 @@ int runInspect() {
   if (inspectCluster.empty() && (!inspectTrace.empty() || !inspectSvg.empty()))
     return error("--trace and --svg need --cluster: the timeline is "
                  "simulated on a cluster");
+  std::optional<nlohmann::json> fit;
+  std::string fitText;
   if (!inspectCluster.empty()) {
     auto cluster = loadClusterArg(inspectCluster);
     if (!cluster)
       return error(cluster.error());
+    // Every memory of the cluster (FitCheck.h): the node's host total too.
+    zeroc::NodeMemory node = zeroc::nodeMemory(*plan, *cluster);
+    std::optional<std::string> refusal =
+        zeroc::checkClusterFit(*plan, *cluster);
+    fit = nlohmann::json{
+        {"gpu_budget_bytes", cluster->gpu.planBudgetBytes()},
+        {"ranks_per_node", node.ranksPerNode},
+        {"host_bytes_per_node", node.hostBytes},
+        {"host_reserve_bytes", cluster->host.reserveBytes},
+        {"host_memory_bytes", cluster->host.memoryBytes},
+        {"nvme_bytes_per_node", node.nvmeBytes},
+        {"fits", !refusal}};
+    if (refusal)
+      (*fit)["refusal"] = *refusal;
+    fitText = "\nmemory per node on " + cluster->name + " (" +
+              std::to_string(node.ranksPerNode) + " ranks)\n  host: " +
+              zeroc::humanBytes(node.hostBytes) + " of the ranks + " +
+              zeroc::humanBytes(cluster->host.reserveBytes) + " reserve, of " +
+              zeroc::humanBytes(cluster->host.memoryBytes) + "\n  NVMe: " +
+              zeroc::humanBytes(node.nvmeBytes) + "\n  fits: " +
+              (refusal ? "no: " + refusal->substr(0, refusal->find('\n'))
+                       : std::string("yes")) +
+              "\n";
     auto step = zeroc::predictStep(*plan, *cluster);
     if (!step)
       return error(step.error());
@@ -428,10 +454,14 @@ int runInspect() {
       if (int rc = writeText(inspectSvg, zeroc::scheduleSvg(*plan, *step)))
         return rc;
   }
-  if (inspectAsJson)
-    llvm::outs() << zeroc::inspectJson(*plan, options).dump(2) << "\n";
-  else
-    llvm::outs() << zeroc::inspectText(*plan, options);
+  if (inspectAsJson) {
+    nlohmann::json out = zeroc::inspectJson(*plan, options);
+    if (fit)
+      out["cluster_fit"] = *fit;
+    llvm::outs() << out.dump(2) << "\n";
+  } else {
+    llvm::outs() << zeroc::inspectText(*plan, options) << fitText;
+  }
   return 0;
 }
 
