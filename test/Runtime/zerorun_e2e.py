@@ -16,7 +16,9 @@ Scenarios:
          removed),
          bucket=N (reduce and allgather bucket sizes), persist=N (stage-3
          persistence threshold), clip=X, dtype=f32|bf16|f16,
-         model=gpt2|llama (tiny-gpt2, the default, or tiny-llama)
+         model=gpt2|llama (tiny-gpt2, the default, or tiny-llama),
+         attention=flash|materialized (the attention kernel; flash, the
+         default, keeps the row log-sum-exp, materialized the probabilities)
   reference:MODEL,N    stage 0 on one rank with N micro-steps (the global
                        batch of N ranks) for 5 steps: writes the losses and
                        the consolidated final weights to --work, for equiv
@@ -37,6 +39,11 @@ Scenarios:
                        --resume for 3 more: steps 4-6 losses and the
                        consolidated final weights bit-identical; then a
                        flipped byte in a shard makes --resume fail cleanly
+  attention:SPEC       SPEC with the flash and with the materialized
+                       attention kernel for 5 steps: per-step losses equal
+                       within LOSS_TOL of SPEC's dtype (relative), and each
+                       run's measured peak memory no more than its plan's
+                       prediction and not more than 2% less
   dump-grads-fp16      --dump-grads on an fp16 plan: refused, nothing written
   emit-plan:SPEC       with --out FILE: compiles SPEC's plan to FILE (how
                        scripts/gen-test-plans.sh writes the checked-in plans)
@@ -138,15 +145,16 @@ def data_file(work):
     return path
 
 
-def model(args, dtype, name="gpt2"):
+def model(args, dtype, name="gpt2", attention="flash"):
     if name not in ("gpt2", "llama"):
         print("unknown model %r (gpt2 or llama)" % name)
         sys.exit(2)
-    path = os.path.join(args.work, "tiny-%s-%s.mlir" % (name, dtype))
+    path = os.path.join(args.work, "tiny-%s-%s%s.mlir" % (
+        name, dtype, "" if attention == "flash" else "-" + attention))
     if not os.path.exists(path):
         run([args.zeroc, "gen", "--preset", "tiny-" + name, "--seq-len", str(SEQ),
-             "--micro-batch", str(MICRO), "--dtype", dtype, "--quiet", "-o",
-             path])
+             "--micro-batch", str(MICRO), "--dtype", dtype,
+             "--attention-kernel", attention, "--quiet", "-o", path])
     return path
 
 
@@ -198,7 +206,8 @@ def plan(args, stage, ws, ga, opts):
     dtype = opts.get("dtype", "f32")
     name, cfg_path = write_config(args, stage, ws, ga, opts)
     out = os.path.join(args.work, name + ".json")
-    run([args.zeroc, model(args, dtype, opts.get("model", "gpt2")), "--config",
+    run([args.zeroc, model(args, dtype, opts.get("model", "gpt2"),
+                           opts.get("attention", "flash")), "--config",
          cfg_path, "--world-size",
          str(ws), "-o", out], env=dict(os.environ))
     return out
@@ -817,6 +826,27 @@ def scenario_equiv(args, spec):
     return 0 if traffic_matches(p, log, paper) and mem else 1
 
 
+def scenario_attention(args, spec):
+    stage, ws, ga, opts = parse_spec(spec)
+    runs = {}
+    ok = True
+    for kernel in ("flash", "materialized"):
+        p = plan(args, stage, ws, ga, dict(opts, attention=kernel))
+        log = p + ".log.jsonl"
+        runs[kernel] = losses(args, p, ws, EQUIV_STEPS, log=log)
+        ok = memory_matches(log) and ok
+    tol = LOSS_TOL[opts.get("dtype", "f32")]
+    flash, materialized = runs["flash"], runs["materialized"]
+    worst = max(abs(a - b) / abs(b) for a, b in zip(flash, materialized))
+    print("flash:       ", flash)
+    print("materialized:", materialized)
+    print("largest relative difference: %g (tolerance %g)" % (worst, tol))
+    if len(flash) != len(materialized) or worst > tol:
+        print("FAILED: the attention kernels' losses differ")
+        ok = False
+    return 0 if ok else 1
+
+
 def scenario_traffic(args, spec):
     """SPEC for EQUIV_STEPS steps: the measured memory (both ways) and the
     traffic against the plan and the ZeRO paper."""
@@ -1095,6 +1125,8 @@ def main():
         return scenario_reference(args, args.scenario[len("reference:"):])
     if args.scenario.startswith("equiv:"):
         return scenario_equiv(args, args.scenario[len("equiv:"):])
+    if args.scenario.startswith("attention:"):
+        return scenario_attention(args, args.scenario[len("attention:"):])
     if args.scenario.startswith("traffic:"):
         return scenario_traffic(args, args.scenario[len("traffic:"):])
     if args.scenario.startswith("missing-attr:"):
