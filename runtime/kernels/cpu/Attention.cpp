@@ -75,6 +75,34 @@ void causalProbs(const AttentionShape &a, const float *qh, int64_t qld,
   }
 }
 
+// A backward's operands as f32 (16-bit ones widened into scratch) and the
+// f32 buffers of its gradients, dk and dv zeroed: they accumulate over the
+// query heads of a group. commit() rounds the gradients into their tensors.
+struct BackwardBuffers {
+  ScratchVector<float> scratch[8];
+  const float *q, *k, *v, *out, *dout;
+  float *dq, *dk, *dv;
+
+  BackwardBuffers(const Tensor &qT, const Tensor &kT, const Tensor &vT,
+                  const Tensor &outT, const Tensor &doutT, const Tensor &dqT,
+                  const Tensor &dkT, const Tensor &dvT)
+      : q(readF32(qT, scratch[0])), k(readF32(kT, scratch[1])),
+        v(readF32(vT, scratch[2])), out(readF32(outT, scratch[3])),
+        dout(readF32(doutT, scratch[4])), dq(writeF32(dqT, scratch[5])),
+        dk(writeF32(dkT, scratch[6])), dv(writeF32(dvT, scratch[7])) {
+    std::fill(dk, dk + dkT.numel(), 0.0f);
+    std::fill(dv, dv + dvT.numel(), 0.0f);
+  }
+  BackwardBuffers(const BackwardBuffers &) = delete;
+  BackwardBuffers &operator=(const BackwardBuffers &) = delete;
+
+  void commit(const Tensor &dqT, const Tensor &dkT, const Tensor &dvT) {
+    commitF32(dqT, scratch[5]);
+    commitF32(dkT, scratch[6]);
+    commitF32(dvT, scratch[7]);
+  }
+};
+
 Status checkLse(const char *op, const Tensor *lse, const AttentionShape &a) {
   if (!lse)
     return {};
@@ -212,19 +240,9 @@ Status attentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
   AttentionShape a;
   ZEROC_RETURN_IF_ERROR(checkAttentionBackward(
       q, k, v, out, dout, numHeads, numKvHeads, probs, dq, dk, dv, a));
-  ScratchVector<float> qScratch, kScratch, vScratch, oScratch, doScratch;
-  ScratchVector<float> dqScratch, dkScratch, dvScratch;
-  const float *qf = readF32(q, qScratch);
-  const float *kf = readF32(k, kScratch);
-  const float *vf = readF32(v, vScratch);
-  const float *of = readF32(out, oScratch);
-  const float *dof = readF32(dout, doScratch);
-  float *dqf = writeF32(dq, dqScratch);
-  float *dkf = writeF32(dk, dkScratch);
-  float *dvf = writeF32(dv, dvScratch);
-  // dk and dv accumulate over the query heads of a group.
-  std::fill(dkf, dkf + dk.numel(), 0.0f);
-  std::fill(dvf, dvf + dv.numel(), 0.0f);
+  BackwardBuffers f(q, k, v, out, dout, dq, dk, dv);
+  const float *qf = f.q, *kf = f.k, *vf = f.v, *of = f.out, *dof = f.dout;
+  float *dqf = f.dq, *dkf = f.dk, *dvf = f.dv;
 
   int64_t seq = a.seq, d = a.headDim, qw = a.qWidth(), kw = a.kvWidth();
   float scale = a.scale();
@@ -264,9 +282,7 @@ Status attentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
       gemm(true, false, seq, d, seq, 1.0f, dp.data(), seq, qh, qw, 1.0f,
            dkf + kOffset, kw);
     }
-  commitF32(dq, dqScratch);
-  commitF32(dk, dkScratch);
-  commitF32(dv, dvScratch);
+  f.commit(dq, dk, dv);
   return {};
 }
 
@@ -332,21 +348,11 @@ Status flashAttentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
   AttentionShape a;
   ZEROC_RETURN_IF_ERROR(checkFlashAttentionBackward(
       q, k, v, out, dout, numHeads, numKvHeads, lse, dq, dk, dv, a));
-  ScratchVector<float> qScratch, kScratch, vScratch, oScratch, doScratch;
-  ScratchVector<float> dqScratch, dkScratch, dvScratch;
-  const float *qf = readF32(q, qScratch);
-  const float *kf = readF32(k, kScratch);
-  const float *vf = readF32(v, vScratch);
-  const float *of = readF32(out, oScratch);
-  const float *dof = readF32(dout, doScratch);
-  float *dqf = writeF32(dq, dqScratch);
-  float *dkf = writeF32(dk, dkScratch);
-  float *dvf = writeF32(dv, dvScratch);
-  // dq accumulates over key tiles, dk and dv over query tiles and the query
-  // heads of a group.
+  BackwardBuffers f(q, k, v, out, dout, dq, dk, dv);
+  const float *qf = f.q, *kf = f.k, *vf = f.v, *of = f.out, *dof = f.dout;
+  float *dqf = f.dq, *dkf = f.dk, *dvf = f.dv;
+  // dq accumulates over key tiles, dk and dv over query tiles too.
   std::fill(dqf, dqf + dq.numel(), 0.0f);
-  std::fill(dkf, dkf + dk.numel(), 0.0f);
-  std::fill(dvf, dvf + dv.numel(), 0.0f);
 
   int64_t seq = a.seq, d = a.headDim, qw = a.qWidth(), kw = a.kvWidth();
   float scale = a.scale();
@@ -400,9 +406,7 @@ Status flashAttentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
         }
       }
     }
-  commitF32(dq, dqScratch);
-  commitF32(dk, dkScratch);
-  commitF32(dv, dvScratch);
+  f.commit(dq, dk, dv);
   return {};
 }
 
