@@ -113,15 +113,20 @@ SEQ, MICRO, STEPS = 16, 2, 8
 # over the whole ctest matrix (2026-11-25, CPU build): f32 losses 6.6e-8
 # (match:3,3,1,persist=0; 4.7e-8 over the 84 equiv cases), bf16 losses
 # 3.96e-5 (match:3,2,2,dtype=bf16,offload=nvme), f16 losses 1.47e-5
-# (match:3,2,2,dtype=f16,offload=cpu), f32 final weights 5.7e-6 (relative
-# per element, largest on weights near zero; equiv stage 3, full offload).
+# (match:3,2,2,dtype=f16,offload=cpu), f32 final weights 1.13e-5 (relative
+# per element, largest on weights near zero; every equiv case of tiny-gpt2
+# on 2 ranks, and init-from stage 3 on 2 ranks; 2026-11-25, with the flash
+# attention, the default since; 5.7e-6 with the materialized attention).
+# Both worst elements lie in h.1.mlp.c_fc.weight: a weight whose gradient is
+# near zero, where Adam's normalization turns summation-order noise into
+# most of a step, so the kernel's rounding moves it by a factor of two.
 UNIT_ROUNDOFF = {"f32": 2.0 ** -24, "bf16": 2.0 ** -8, "f16": 2.0 ** -11}
 LOSS_TOL = {
     "f32": 16 * UNIT_ROUNDOFF["f32"],    # 9.5e-7: 14x the observed worst
     "bf16": 0.1 * UNIT_ROUNDOFF["bf16"],  # 3.9e-4: 9.9x the observed worst
     "f16": 0.3 * UNIT_ROUNDOFF["f16"],    # 1.5e-4: 10x the observed worst
 }
-WEIGHT_TOL_F32 = 1e-5                     # 1.8x the observed worst
+WEIGHT_TOL_F32 = 2e-5                     # 1.8x the observed worst
 EQUIV_STEPS = 5
 
 
