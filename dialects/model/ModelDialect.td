@@ -61,6 +61,14 @@ def Model_InitKind : I32EnumAttr<"InitKind", "parameter initialization", [
   let genSpecializedAttr = 0;
 }
 
+def Model_AttentionKernel : I32EnumAttr<"AttentionKernel",
+    "the kernel family of an attention and its backward", [
+    I32EnumAttrCase<"Flash", 0, "flash">,
+    I32EnumAttrCase<"Materialized", 1, "materialized">,
+  ]> {
+  let cppNamespace = "::zeroc::model";
+}
+
 def Model_InitAttr : AttrDef<Model_Dialect, "Init"> {
   let mnemonic = "init";
   let summary = "How a parameter is initialized";

@@ -624,7 +624,7 @@ LogicalResult CausalAttentionOp::verify() {
                                    getNumKvHeads())) ||
       failed(expectShape(*this, "result", getResult(),
                          tensorOf(getQ()).getShape(), "the shape of q")) ||
-      failed(expectSameElementType(*this, "q", getQ())))
+      failed(expectSameElementType(*this, "q", getQ(), getSaved())))
     return failure();
   return verifyYieldedState(*this);
 }
@@ -635,16 +635,27 @@ static int64_t attentionScores(Value q, int64_t heads) {
   return shape[0] * heads * shape[1] * shape[1];
 }
 
-/// The softmax probabilities, [batch, heads, seq, seq] in q's dtype.
-static RankedTensorType attentionProbabilities(Value q, int64_t heads) {
+/// What attention's `kernel` keeps for its backward: the softmax
+/// probabilities [batch, heads, seq, seq] in q's dtype (materialized), or the
+/// row log-sum-exp of the scaled scores, f32 [batch, heads, seq] (flash).
+static RankedTensorType attentionState(Value q, int64_t heads,
+                                       AttentionKernel kernel) {
   RankedTensorType type = tensorOf(q);
   ArrayRef<int64_t> shape = type.getShape();
-  return RankedTensorType::get({shape[0], heads, shape[1], shape[1]},
-                               type.getElementType());
+  switch (kernel) {
+  case AttentionKernel::Flash:
+    return RankedTensorType::get({shape[0], heads, shape[1]},
+                                 Float32Type::get(type.getContext()));
+  case AttentionKernel::Materialized:
+    return RankedTensorType::get({shape[0], heads, shape[1], shape[1]},
+                                 type.getElementType());
+  }
+  llvm_unreachable("unknown attention kernel");
 }
 
 // Q K^T and P V are 2 * scores * head_dim each (the full square, as in the
-// usual 6N + 12 L H S accounting); the softmax is 5 per score.
+// usual 6N + 12 L H S accounting); the softmax is 5 per score. Both kernels
+// do this work (flash in tiles, with an online softmax).
 int64_t CausalAttentionOp::getForwardFlops() {
   int64_t scores = attentionScores(getQ(), getNumHeads());
   return 4 * scores * getHeadDim() + 5 * scores;
@@ -654,9 +665,9 @@ void CausalAttentionOp::getSavedValues(SmallVectorImpl<Value> &saved) {
   saved.append({getQ(), getK(), getV(), getResult()});
 }
 
-// The softmax probabilities, in the activation dtype.
+// The row log-sum-exp (flash) or the probabilities (materialized).
 RankedTensorType CausalAttentionOp::getSavedStateType() {
-  return attentionProbabilities(getQ(), getNumHeads());
+  return attentionState(getQ(), getNumHeads(), getKernel());
 }
 
 Value CausalAttentionOp::getSavedState() { return getSaved(); }
@@ -673,7 +684,7 @@ CausalAttentionOp::buildBackward(OpBuilder &builder, ValueRange resultGrads,
   auto backward = builder.create<CausalAttentionBackwardOp>(
       getLoc(), getQ().getType(), getK().getType(), getV().getType(), getQ(),
       getK(), getV(), getResult(), *dy, *saved, getNumHeadsAttr(),
-      getNumKvHeadsAttr());
+      getNumKvHeadsAttr(), getKernelAttr());
   operandGrads.append(backward->result_begin(), backward->result_end());
   return success();
 }
@@ -890,18 +901,25 @@ LogicalResult CausalAttentionBackwardOp::verify() {
       failed(expectShape(*this, "dq", getDq(), q, "the shape of q")) ||
       failed(expectShape(*this, "dk", getDk(), k, "the shape of k")) ||
       failed(expectShape(*this, "dv", getDv(), k, "the shape of v")) ||
-      failed(expectSameElementType(*this, "q", getQ())))
+      failed(expectSameElementType(*this, "q", getQ(), getSaved())))
     return failure();
+  // The kernels' states differ in rank: a state of the right type comes from
+  // a forward of the same kernel.
   return verifyReadState<CausalAttentionOp>(
-      *this, getSaved(), attentionProbabilities(getQ(), getNumHeads()));
+      *this, getSaved(), attentionState(getQ(), getNumHeads(), getKernel()));
 }
 
 // dV = P^T dO, dP = dO V^T, dQ = dS K and dK = dS^T Q are 2 * scores *
 // head_dim each, over the full square like the forward; the softmax
-// backward is twice the forward's 5 per score.
+// backward is twice the forward's 5 per score. The flash kernel first
+// recomputes S = Q K^T (2 * scores * head_dim) and P = exp(S - L) (2 per
+// score) from the saved log-sum-exp L.
 int64_t CausalAttentionBackwardOp::getForwardFlops() {
   int64_t scores = attentionScores(getQ(), getNumHeads());
-  return 8 * scores * getHeadDim() + 10 * scores;
+  int64_t flops = 8 * scores * getHeadDim() + 10 * scores;
+  if (getKernel() == AttentionKernel::Flash)
+    flops += 2 * scores * getHeadDim() + 2 * scores;
+  return flops;
 }
 
 LogicalResult CrossEntropyBackwardOp::verify() {

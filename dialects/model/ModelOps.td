@@ -22,6 +22,10 @@ def Model_FloatTensor : StaticShapeTensorOf<[F32, BF16, F16]>;
 def Model_TokenTensor : StaticShapeTensorOf<[I32]>;
 def Model_LossTensor : 0DTensorOf<[F32]>;
 
+// Attention's kernel family; flash when absent.
+def Model_AttentionKernelDefault
+    : DefaultValuedAttr<Model_AttentionKernel, "AttentionKernel::Flash">;
+
 // A compute op: no side effects, costed, explicit about what it keeps for
 // backward, and differentiable. `costOverrides` and `savedOverrides` name
 // interface methods with defaults that the op implements itself.
@@ -265,24 +269,36 @@ def Model_CausalAttentionOp : Model_ComputeOp<"causal_attention", [], [],
     earlier positions with scale `1 / sqrt(head_dim)`. The result has the
     shape of `q`, heads concatenated.
 
-    For backward it keeps q, k, v, its result, and the softmax probabilities
-    (`[batch, num_heads, seq, seq]` in the activation dtype, yielded as
-    `saved` in a training graph), the accounting of Korthikanti et al. (2022)
-    without dropout.
+    `kernel` names the kernel family, which decides what the op keeps for
+    backward besides q, k, v and its result (yielded as `saved` in a
+    training graph) and what its backward costs:
+
+    - `flash` (the default, elided when printed): a tiled online-softmax
+      kernel that never materialises the probabilities. It keeps the
+      per-row log-sum-exp of the scaled scores, f32 `[batch, num_heads,
+      seq]`; its backward recomputes the scores and probabilities from it.
+    - `materialized`: the probabilities `[batch, num_heads, seq, seq]` in
+      the activation dtype, the accounting of Korthikanti et al. (2022)
+      without dropout; its backward reads them back.
+
+    The forward FLOPs are the same for both.
 
     ```mlir
     %a = model.causal_attention %q, %k, %v {num_heads = 32 : i64, num_kv_heads = 8 : i64}
+        : (tensor<1x8192x4096xbf16>, tensor<1x8192x1024xbf16>, tensor<1x8192x1024xbf16>) -> tensor<1x8192x4096xbf16>
+    %m = model.causal_attention %q, %k, %v kernel = materialized {num_heads = 32 : i64, num_kv_heads = 8 : i64}
         : (tensor<1x8192x4096xbf16>, tensor<1x8192x1024xbf16>, tensor<1x8192x1024xbf16>) -> tensor<1x8192x4096xbf16>
     ```
   }];
   let arguments = (ins Model_FloatTensor:$q, Model_FloatTensor:$k,
                        Model_FloatTensor:$v,
                        ConfinedAttr<I64Attr, [IntPositive]>:$num_heads,
-                       ConfinedAttr<I64Attr, [IntPositive]>:$num_kv_heads);
+                       ConfinedAttr<I64Attr, [IntPositive]>:$num_kv_heads,
+                       Model_AttentionKernelDefault:$kernel);
   let results = (outs Model_FloatTensor:$result,
                       Optional<Model_FloatTensor>:$saved);
   let assemblyFormat = [{
-    $q `,` $k `,` $v attr-dict `:` functional-type(operands, results)
+    $q `,` $k `,` $v (`kernel` `=` $kernel^)? attr-dict `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;
   let extraClassDeclaration = [{
@@ -534,18 +550,24 @@ def Model_CausalAttentionBackwardOp
     From the forward operands `q`, `k`, `v`, the forward result `out` and its
     gradient `dout` (both the shape of `q`), computes `dq`, `dk` and `dv`
     with the shapes of `q`, `k` and `v`. With `P` the causal softmax
-    probabilities (`saved`, yielded by the forward `model.causal_attention`)
-    and `D = rowsum(dout * out)`:
+    probabilities and `D = rowsum(dout * out)`:
     `dv = P^T dout`, `dP = dout v^T`, `dS = P * (dP - D) / sqrt(head_dim)`,
     `dq = dS k`, `dk = dS^T q`. A key/value head shared by several query
     heads receives the sum of their contributions in `dk` and `dv`.
 
+    `saved` is what the forward `model.causal_attention` of the same
+    `kernel` yielded: for `flash` the row log-sum-exp `L` (f32 `[batch,
+    num_heads, seq]`), from which the backward recomputes `S = q k^T /
+    sqrt(head_dim)` and `P = exp(S - L)`; for `materialized`, `P` itself.
+
     FLOPs: `8 * batch * num_heads * seq^2 * head_dim` for the four products
-    (over the full square, like the forward) + 10 per score.
+    (over the full square, like the forward) + 10 per score; `flash` adds
+    the recomputation, `2 * batch * num_heads * seq^2 * head_dim` for
+    `q k^T` + 2 per score for `exp(S - L)`.
 
     ```mlir
-    %dq, %dk, %dv = model.causal_attention_backward %q, %k, %v, %out, %dout, %probs {num_heads = 32 : i64, num_kv_heads = 8 : i64}
-        : (tensor<1x8192x4096xbf16>, tensor<1x8192x1024xbf16>, tensor<1x8192x1024xbf16>, tensor<1x8192x4096xbf16>, tensor<1x8192x4096xbf16>, tensor<1x32x8192x8192xbf16>)
+    %dq, %dk, %dv = model.causal_attention_backward %q, %k, %v, %out, %dout, %lse {num_heads = 32 : i64, num_kv_heads = 8 : i64}
+        : (tensor<1x8192x4096xbf16>, tensor<1x8192x1024xbf16>, tensor<1x8192x1024xbf16>, tensor<1x8192x4096xbf16>, tensor<1x8192x4096xbf16>, tensor<1x32x8192xf32>)
         -> (tensor<1x8192x4096xbf16>, tensor<1x8192x1024xbf16>, tensor<1x8192x1024xbf16>)
     ```
   }];
@@ -553,11 +575,12 @@ def Model_CausalAttentionBackwardOp
                        Model_FloatTensor:$v, Model_FloatTensor:$out,
                        Model_FloatTensor:$dout, Model_FloatTensor:$saved,
                        ConfinedAttr<I64Attr, [IntPositive]>:$num_heads,
-                       ConfinedAttr<I64Attr, [IntPositive]>:$num_kv_heads);
+                       ConfinedAttr<I64Attr, [IntPositive]>:$num_kv_heads,
+                       Model_AttentionKernelDefault:$kernel);
   let results = (outs Model_FloatTensor:$dq, Model_FloatTensor:$dk,
                       Model_FloatTensor:$dv);
   let assemblyFormat = [{
-    $q `,` $k `,` $v `,` $out `,` $dout `,` $saved attr-dict `:` functional-type(operands, results)
+    $q `,` $k `,` $v `,` $out `,` $dout `,` $saved (`kernel` `=` $kernel^)? attr-dict `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;
   let extraClassDeclaration = [{

@@ -119,6 +119,13 @@ FailureOr<ModelStats> computeModelStats(ModuleOp module) {
           cast<RankedTensorType>(embedding.getTable().getType()).getDimSize(1);
     if (auto attention = dyn_cast<CausalAttentionOp>(op)) {
       ++stats.numLayers;
+      std::string kernel =
+          stringifyAttentionKernel(attention.getKernel()).str();
+      ++stats.attentionKernels[kernel];
+      row.attentionKernel =
+          row.attentionKernel.empty() || row.attentionKernel == kernel
+              ? kernel
+              : "mixed";
       stats.attentionFlopsPerToken +=
           12 * stats.seqLen * attention.getNumHeads() * attention.getHeadDim();
     }
@@ -147,18 +154,23 @@ FailureOr<ModelStats> computeModelStats(ModuleOp module) {
 
 nlohmann::json toJson(const ModelStats &stats) {
   nlohmann::json layers = nlohmann::json::array();
-  for (const LayerStats &l : stats.layers)
-    layers.push_back({{"name", l.name},
-                      {"params", l.params},
-                      {"param_bytes", l.paramBytes},
-                      {"forward_flops", l.forwardFlops},
-                      {"saved_bytes", l.savedBytes}});
+  for (const LayerStats &l : stats.layers) {
+    nlohmann::json layer = {{"name", l.name},
+                            {"params", l.params},
+                            {"param_bytes", l.paramBytes},
+                            {"forward_flops", l.forwardFlops},
+                            {"saved_bytes", l.savedBytes}};
+    if (!l.attentionKernel.empty())
+      layer["attention_kernel"] = l.attentionKernel;
+    layers.push_back(std::move(layer));
+  }
   return {{"model", stats.name},
           {"params", stats.params},
           {"param_bytes", stats.paramBytes},
           {"micro_batch", stats.batch},
           {"seq_len", stats.seqLen},
           {"num_layers", stats.numLayers},
+          {"attention_kernels", stats.attentionKernels},
           {"hidden_size", stats.hiddenSize},
           {"dtype", stats.dtype},
           {"tokens_per_micro_batch", stats.tokens()},
@@ -183,7 +195,12 @@ std::string formatModelStats(const ModelStats &s) {
   add("micro-batch x sequence", std::to_string(s.batch) + " x " +
                                     std::to_string(s.seqLen) + " = " +
                                     groupDigits(s.tokens()) + " tokens");
-  add("attention layers", std::to_string(s.numLayers));
+  std::string kernels;
+  for (const auto &[kernel, count] : s.attentionKernels)
+    kernels +=
+        (kernels.empty() ? "" : ", ") + kernel + " x " + std::to_string(count);
+  add("attention layers", std::to_string(s.numLayers) +
+                              (kernels.empty() ? "" : " (" + kernels + ")"));
   add("train FLOPs / token (graph)",
       humanCount(s.trainFlopsPerToken) + "FLOP  (3 x forward ops)");
   add("train FLOPs / token (6N + 12LHS)",
@@ -192,15 +209,17 @@ std::string formatModelStats(const ModelStats &s) {
   add("train FLOPs / micro-batch", humanCount(3.0 * s.forwardFlops) + "FLOP");
   add("saved for backward / micro-batch", humanBytes(s.savedBytes));
   out += "\n";
-  std::snprintf(line, sizeof line, "  %-18s %15s %12s %14s %14s\n", "layer",
-                "params", "param bytes", "fwd FLOPs", "saved bytes");
+  std::snprintf(line, sizeof line, "  %-18s %15s %12s %14s %14s  %s\n", "layer",
+                "params", "param bytes", "fwd FLOPs", "saved bytes",
+                "attention");
   out += line;
   for (const LayerStats &l : s.layers) {
     std::snprintf(
-        line, sizeof line, "  %-18s %15s %12s %14s %14s\n", l.name.c_str(),
+        line, sizeof line, "  %-18s %15s %12s %14s %14s", l.name.c_str(),
         groupDigits(l.params).c_str(), humanBytes(l.paramBytes).c_str(),
         humanCount(l.forwardFlops).c_str(), humanBytes(l.savedBytes).c_str());
     out += line;
+    out += l.attentionKernel.empty() ? "\n" : "  " + l.attentionKernel + "\n";
   }
   return out;
 }

@@ -216,6 +216,13 @@ FailureOr<PlanPhase> buildPhase(func::FuncOp func, PhaseKind kind,
           pop.recompute = layer.str();
         continue;
       }
+      // An I32 enum attribute is an integer of a range: told apart by name.
+      if (auto kernel = dyn_cast<model::AttentionKernelAttr>(attr.getValue());
+          kernel && attr.getName() == "kernel") {
+        attrs["kernel"] =
+            model::stringifyAttentionKernel(kernel.getValue()).str();
+        continue;
+      }
       attrs[attr.getName().str()] = attrToJson(attr.getValue());
       auto collect = [&](Attribute a) {
         if (auto ref = dyn_cast<FlatSymbolRefAttr>(a))

@@ -123,11 +123,19 @@ private:
     return b.create<AddOp>(at(name), lhs, rhs);
   }
 
+  AttentionKernelAttr modelKernel(zeroc::AttentionKernel kernel) {
+    return AttentionKernelAttr::get(b.getContext(),
+                                    kernel == zeroc::AttentionKernel::Flash
+                                        ? model::AttentionKernel::Flash
+                                        : model::AttentionKernel::Materialized);
+  }
+
   Value attention(const std::string &prefix, Value q, Value k, Value v) {
     return b
         .create<CausalAttentionOp>(at(prefix), q.getType(), /*saved=*/Type(), q,
                                    k, v, b.getI64IntegerAttr(spec.numHeads),
-                                   b.getI64IntegerAttr(spec.numKVHeads))
+                                   b.getI64IntegerAttr(spec.numKVHeads),
+                                   modelKernel(spec.attentionKernel))
         .getResult();
   }
 

@@ -153,6 +153,9 @@ struct AttrWriter {
   void operator()(const char *name, Placement v) {
     out[name] = placementName(v);
   }
+  void operator()(const char *name, AttentionKernel v) {
+    out[name] = attentionKernelName(v);
+  }
 };
 
 /// Reads and checks each field of a typed attribute struct from the op's
@@ -249,6 +252,16 @@ struct AttrReader {
       if (!p)
         return wrong(name, *v, "device, host or nvme");
       out = *p;
+    }
+  }
+  void operator()(const char *name, AttentionKernel &out) {
+    if (const json *v = find(name, false)) {
+      std::optional<AttentionKernel> k =
+          v->is_string() ? parseAttentionKernel(v->get<std::string>())
+                         : std::nullopt;
+      if (!k)
+        return wrong(name, *v, "flash or materialized");
+      out = *k;
     }
   }
 

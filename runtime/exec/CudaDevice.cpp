@@ -76,6 +76,8 @@ struct CudaKernels {
   ZEROC_CUDA_KERNEL(rotaryBackward)
   ZEROC_CUDA_GEMM_KERNEL(attentionForward)
   ZEROC_CUDA_GEMM_KERNEL(attentionBackward)
+  ZEROC_CUDA_GEMM_KERNEL(flashAttentionForward)
+  ZEROC_CUDA_GEMM_KERNEL(flashAttentionBackward)
   ZEROC_CUDA_KERNEL(crossEntropyForward)
   ZEROC_CUDA_KERNEL(crossEntropyBackward)
   ZEROC_CUDA_KERNEL(backwardSeed)

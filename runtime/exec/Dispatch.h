@@ -46,6 +46,8 @@ namespace zeroc::runtime {
   X(rotaryBackward)                                                            \
   X(attentionForward)                                                          \
   X(attentionBackward)                                                         \
+  X(flashAttentionForward)                                                     \
+  X(flashAttentionBackward)                                                    \
   X(crossEntropyForward)                                                       \
   X(crossEntropyBackward)                                                      \
   X(backwardSeed)
@@ -64,9 +66,10 @@ struct CpuKernels {
 /// Tensor views) with kernel set `k`. nullopt: not a model op.
 ///
 /// State a forward op keeps for its backward (normalization statistics,
-/// attention probabilities) is a value of the plan like any other: the
-/// forward's second output, read by the backward as its last input.
-/// Attributes come typed and checked from the plan reader (PlanOps.h).
+/// attention's row log-sum-exp or probabilities, by its `kernel`) is a value of
+/// the plan like any other: the forward's second output, read by the backward
+/// as its last input. Attributes come typed and checked from the plan reader
+/// (PlanOps.h).
 template <typename K, typename In, typename Out>
 std::optional<Status> runModelOp(K &k, const PlanOp &op, In in, Out out,
                                  double lossScale) {
@@ -104,6 +107,9 @@ std::optional<Status> runModelOp(K &k, const PlanOp &op, In in, Out out,
   case OpKind::Rotary:
     return k.rotaryForward(in(0), rotary().headDim, rotary().theta, out(0));
   case OpKind::CausalAttention:
+    if (heads().kernel == AttentionKernel::Flash)
+      return k.flashAttentionForward(in(0), in(1), in(2), heads().numHeads,
+                                     heads().numKvHeads, out(0), savedOut());
     return k.attentionForward(in(0), in(1), in(2), heads().numHeads,
                               heads().numKvHeads, out(0), savedOut());
   case OpKind::CrossEntropy:
@@ -134,6 +140,10 @@ std::optional<Status> runModelOp(K &k, const PlanOp &op, In in, Out out,
   case OpKind::RotaryBackward:
     return k.rotaryBackward(in(0), rotary().headDim, rotary().theta, out(0));
   case OpKind::CausalAttentionBackward:
+    if (heads().kernel == AttentionKernel::Flash)
+      return k.flashAttentionBackward(in(0), in(1), in(2), in(3), in(4),
+                                      heads().numHeads, heads().numKvHeads,
+                                      &savedIn(), out(0), out(1), out(2));
     return k.attentionBackward(in(0), in(1), in(2), in(3), in(4),
                                heads().numHeads, heads().numKvHeads, &savedIn(),
                                out(0), out(1), out(2));

@@ -828,6 +828,199 @@ TEST(Attention, RejectsBadHeadCounts) {
 }
 
 //===----------------------------------------------------------------------===//
+// Flash attention
+//===----------------------------------------------------------------------===//
+
+// The row log-sum-exp of the scaled scores in f64, [batch, heads, seq].
+std::vector<double> referenceLse(const Owned &q, const Owned &k, int64_t heads,
+                                 int64_t kvHeads) {
+  int64_t batch = q.view.dim(0), seq = q.view.dim(1);
+  int64_t d = q.view.dim(2) / heads, qw = heads * d, kw = kvHeads * d;
+  std::vector<double> lse(batch * heads * seq);
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t i = 0; i < seq; ++i) {
+        std::vector<double> s(i + 1);
+        double max = -INFINITY, sum = 0;
+        for (int64_t j = 0; j <= i; ++j) {
+          double dotQK = 0;
+          for (int64_t c = 0; c < d; ++c)
+            dotQK += double(q.at((b * seq + i) * qw + h * d + c)) *
+                     k.at((b * seq + j) * kw + h / (heads / kvHeads) * d + c);
+          s[j] = dotQK / std::sqrt(double(d));
+          max = std::max(max, s[j]);
+        }
+        for (double x : s)
+          sum += std::exp(x - max);
+        lse[(b * heads + h) * seq + i] = max + std::log(sum);
+      }
+  return lse;
+}
+
+void checkFlashGradients(const AttentionCase &c, unsigned seed) {
+  int64_t qw = c.heads * c.headDim, kw = c.kvHeads * c.headDim;
+  Owned q = random({c.batch, c.seq, qw}, seed);
+  Owned k = random({c.batch, c.seq, kw}, seed + 1);
+  Owned v = random({c.batch, c.seq, kw}, seed + 2);
+  Owned out({c.batch, c.seq, qw}), lse({c.batch, c.heads, c.seq});
+  ASSERT_OK(flashAttentionForward(q, k, v, c.heads, c.kvHeads, out, &lse.view));
+  Owned dout = random({c.batch, c.seq, qw}, seed + 3);
+  Owned dq({c.batch, c.seq, qw}), dk({c.batch, c.seq, kw}),
+      dv({c.batch, c.seq, kw});
+  ASSERT_OK(flashAttentionBackward(q, k, v, out, dout, c.heads, c.kvHeads,
+                                   &lse.view, dq, dk, dv));
+  std::vector<float> r = dout.values();
+  Owned y({c.batch, c.seq, qw});
+  auto objective = [&] {
+    EXPECT_TRUE(
+        flashAttentionForward(q, k, v, c.heads, c.kvHeads, y, nullptr).ok());
+    return dot(y.values(), r);
+  };
+  EXPECT_GRAD_NEAR(dq.values(), numericGradient(q, objective));
+  EXPECT_GRAD_NEAR(dk.values(), numericGradient(k, objective));
+  EXPECT_GRAD_NEAR(dv.values(), numericGradient(v, objective));
+
+  // Without the saved log-sum-exp the backward recomputes it, bit for bit.
+  Owned dq2({c.batch, c.seq, qw}), dk2({c.batch, c.seq, kw}),
+      dv2({c.batch, c.seq, kw});
+  ASSERT_OK(flashAttentionBackward(q, k, v, out, dout, c.heads, c.kvHeads,
+                                   nullptr, dq2, dk2, dv2));
+  EXPECT_EQ(dq2.values(), dq.values());
+  EXPECT_EQ(dk2.values(), dk.values());
+  EXPECT_EQ(dv2.values(), dv.values());
+}
+
+TEST(FlashAttention, GroupedQueryBackwardMatchesFiniteDifferences) {
+  checkFlashGradients({2, 5, 4, 2, 4}, 140);
+}
+
+TEST(FlashAttention, MultiQueryBackwardMatchesFiniteDifferences) {
+  checkFlashGradients({1, 4, 3, 1, 2}, 160);
+}
+
+// Two query and key tiles, the second partial.
+TEST(FlashAttention, TiledBackwardMatchesFiniteDifferences) {
+  checkFlashGradients({1, kFlashTile + 3, 2, 1, 2}, 170);
+}
+
+// Against the f64 reference and the materialized kernels over three tiles
+// (the last partial), with grouped-query heads.
+TEST(FlashAttention, MatchesReferenceAndMaterializedAcrossTiles) {
+  const AttentionCase c{2, 2 * kFlashTile + 22, 4, 2, 8};
+  int64_t qw = c.heads * c.headDim, kw = c.kvHeads * c.headDim;
+  Owned q = random({c.batch, c.seq, qw}, 180);
+  Owned k = random({c.batch, c.seq, kw}, 181);
+  Owned v = random({c.batch, c.seq, kw}, 182);
+  Owned flash({c.batch, c.seq, qw}), lse({c.batch, c.heads, c.seq});
+  Owned materialized({c.batch, c.seq, qw});
+  Owned probs({c.batch, c.heads, c.seq, c.seq});
+  ASSERT_OK(
+      flashAttentionForward(q, k, v, c.heads, c.kvHeads, flash, &lse.view));
+  ASSERT_OK(
+      attentionForward(q, k, v, c.heads, c.kvHeads, materialized, &probs.view));
+  std::vector<double> ref =
+      referenceAttention(q, k, v, c.heads, c.kvHeads, nullptr);
+  std::vector<double> refLse = referenceLse(q, k, c.heads, c.kvHeads);
+  // Sums over up to 150 keys in f32, each term within ~20 u (see
+  // checkAttentionGradients), the online rescaling adding a few u per tile:
+  // 1e-5 (168 u) leaves room over the observed error.
+  for (int64_t i = 0; i < flash.numel(); ++i) {
+    EXPECT_NEAR(flash.at(i), ref[i], 1e-5) << "at " << i;
+    EXPECT_NEAR(flash.at(i), materialized.at(i), 1e-5) << "at " << i;
+  }
+  for (int64_t i = 0; i < lse.numel(); ++i)
+    EXPECT_NEAR(lse.at(i), refLse[i], 1e-5) << "at " << i;
+
+  Owned dout = random({c.batch, c.seq, qw}, 183);
+  Owned dq({c.batch, c.seq, qw}), dk({c.batch, c.seq, kw}),
+      dv({c.batch, c.seq, kw});
+  Owned mdq({c.batch, c.seq, qw}), mdk({c.batch, c.seq, kw}),
+      mdv({c.batch, c.seq, kw});
+  ASSERT_OK(flashAttentionBackward(q, k, v, flash, dout, c.heads, c.kvHeads,
+                                   &lse.view, dq, dk, dv));
+  ASSERT_OK(attentionBackward(q, k, v, materialized, dout, c.heads, c.kvHeads,
+                              &probs.view, mdq, mdk, mdv));
+  // The same sums in another order and tiling; relative to the largest
+  // gradient element, as the finite-difference checks are.
+  auto asDouble = [](const Owned &t) {
+    std::vector<float> v = t.values();
+    return std::vector<double>(v.begin(), v.end());
+  };
+  EXPECT_LE(gradientError(dq.values(), asDouble(mdq)), 1e-5);
+  EXPECT_LE(gradientError(dk.values(), asDouble(mdk)), 1e-5);
+  EXPECT_LE(gradientError(dv.values(), asDouble(mdv)), 1e-5);
+}
+
+TEST(FlashAttention, CausalMaskingAcrossTiles) {
+  const int64_t heads = 2, kvHeads = 1, d = 4, seq = kFlashTile + 8;
+  Owned q = random({1, seq, heads * d}, 190);
+  Owned k = random({1, seq, kvHeads * d}, 191);
+  Owned v = random({1, seq, kvHeads * d}, 192);
+  Owned before({1, seq, heads * d}), after({1, seq, heads * d});
+  ASSERT_OK(flashAttentionForward(q, k, v, heads, kvHeads, before, nullptr));
+  // Changing q, k and v at a position in the second tile leaves every
+  // earlier position bit-identical and changes that one.
+  const int64_t pos = kFlashTile + 2;
+  for (int64_t c = 0; c < kvHeads * d; ++c) {
+    k.view.f32()[pos * kvHeads * d + c] += 0.5f;
+    v.view.f32()[pos * kvHeads * d + c] -= 0.5f;
+  }
+  for (int64_t c = 0; c < heads * d; ++c)
+    q.view.f32()[pos * heads * d + c] += 0.5f;
+  ASSERT_OK(flashAttentionForward(q, k, v, heads, kvHeads, after, nullptr));
+  for (int64_t i = 0; i < pos * heads * d; ++i)
+    EXPECT_EQ(after.at(i), before.at(i)) << "at " << i;
+  bool changed = false;
+  for (int64_t i = pos * heads * d; i < (pos + 1) * heads * d; ++i)
+    changed |= after.at(i) != before.at(i);
+  EXPECT_TRUE(changed);
+  // An output's gradient reaches no later key or value.
+  Owned dout({1, seq, heads * d}), dq({1, seq, heads * d});
+  Owned dk({1, seq, kvHeads * d}), dv({1, seq, kvHeads * d});
+  for (int64_t c = 0; c < heads * d; ++c)
+    dout.view.f32()[2 * heads * d + c] = 1.0f;
+  ASSERT_OK(flashAttentionBackward(q, k, v, after, dout, heads, kvHeads,
+                                   nullptr, dq, dk, dv));
+  for (int64_t i = 3 * kvHeads * d; i < seq * kvHeads * d; ++i) {
+    EXPECT_EQ(dk.at(i), 0.0f);
+    EXPECT_EQ(dv.at(i), 0.0f);
+  }
+}
+
+TEST(FlashAttention, Bf16StorageMatchesF32) {
+  const int64_t heads = 4, kvHeads = 2, d = 8, seq = 7;
+  Owned q = random({2, seq, heads * d}, 200, DType::BF16);
+  Owned k = random({2, seq, kvHeads * d}, 201, DType::BF16);
+  Owned v = random({2, seq, kvHeads * d}, 202, DType::BF16);
+  Owned out({2, seq, heads * d}, DType::BF16), lse({2, heads, seq});
+  ASSERT_OK(flashAttentionForward(q, k, v, heads, kvHeads, out, &lse.view));
+  std::vector<double> ref =
+      referenceAttention(q, k, v, heads, kvHeads, nullptr);
+  // P stays in f32: only the result's rounding (u |out| <= u) and the f32
+  // arithmetic's 1e-6.
+  for (int64_t i = 0; i < out.numel(); ++i)
+    EXPECT_NEAR(out.at(i), ref[i], 0x1p-8 + 1e-6);
+}
+
+TEST(FlashAttention, RejectsBadLse) {
+  Owned q = random({1, 3, 12}, 1), k = random({1, 3, 6}, 2);
+  Owned v = random({1, 3, 6}, 3), out({1, 3, 12});
+  Owned good({1, 4, 3}), wrongShape({1, 4, 3, 3}),
+      wrongType({1, 4, 3}, DType::BF16);
+  EXPECT_TRUE(flashAttentionForward(q, k, v, 4, 2, out, &good.view).ok());
+  Status st = flashAttentionForward(q, k, v, 4, 2, out, &wrongShape.view);
+  EXPECT_NE(st.error.find("lse must be f32 [batch, num_heads, seq] = [1, 4, "
+                          "3]"),
+            std::string::npos)
+      << st.error;
+  EXPECT_FALSE(flashAttentionForward(q, k, v, 4, 2, out, &wrongType.view).ok());
+  EXPECT_FALSE(flashAttentionForward(q, k, v, 4, 3, out, nullptr).ok());
+  Owned none({0, 3, 12}), kNone({0, 3, 6}), vNone({0, 3, 6}), oNone({0, 3, 12});
+  EXPECT_TRUE(
+      flashAttentionForward(none, kNone, vNone, 4, 2, oNone, nullptr).ok());
+}
+
+//===----------------------------------------------------------------------===//
 // Cross-entropy and the backward seed
 //===----------------------------------------------------------------------===//
 

@@ -17,7 +17,9 @@ Scenarios:
          bucket=N (reduce and allgather bucket sizes), persist=N (stage-3
          persistence threshold), clip=X, dtype=f32|bf16|f16,
          model=gpt2|llama (tiny-gpt2, the default, or tiny-llama),
-         optimizer=lamb (DeepSpeed's Lamb; AdamW otherwise)
+         optimizer=lamb (DeepSpeed's Lamb; AdamW otherwise),
+         attention=flash|materialized (the attention kernel; flash, the
+         default, keeps the row log-sum-exp, materialized the probabilities)
   reference:MODEL,N    stage 0 on one rank with N micro-steps (the global
                        batch of N ranks) for 5 steps: writes the losses and
                        the consolidated final weights to --work, for equiv
@@ -38,6 +40,11 @@ Scenarios:
                        --resume for 3 more: steps 4-6 losses and the
                        consolidated final weights bit-identical; then a
                        flipped byte in a shard makes --resume fail cleanly
+  attention:SPEC       SPEC with the flash and with the materialized
+                       attention kernel for 5 steps: per-step losses equal
+                       within LOSS_TOL of SPEC's dtype (relative), and each
+                       run's measured peak memory no more than its plan's
+                       prediction and not more than 2% less
   dump-grads-fp16      --dump-grads on an fp16 plan: refused, nothing written
   emit-plan:SPEC       with --out FILE: compiles SPEC's plan to FILE (how
                        scripts/gen-test-plans.sh writes the checked-in plans)
@@ -107,15 +114,20 @@ SEQ, MICRO, STEPS = 16, 2, 8
 # over the whole ctest matrix (2026-11-25, CPU build): f32 losses 6.6e-8
 # (match:3,3,1,persist=0; 4.7e-8 over the 84 equiv cases), bf16 losses
 # 3.96e-5 (match:3,2,2,dtype=bf16,offload=nvme), f16 losses 1.47e-5
-# (match:3,2,2,dtype=f16,offload=cpu), f32 final weights 5.7e-6 (relative
-# per element, largest on weights near zero; equiv stage 3, full offload).
+# (match:3,2,2,dtype=f16,offload=cpu), f32 final weights 1.13e-5 (relative
+# per element, largest on weights near zero; every equiv case of tiny-gpt2
+# on 2 ranks, and init-from stage 3 on 2 ranks; 2026-11-25, with the flash
+# attention, the default since; 5.7e-6 with the materialized attention).
+# Both worst elements lie in h.1.mlp.c_fc.weight: a weight whose gradient is
+# near zero, where Adam's normalization turns summation-order noise into
+# most of a step, so the kernel's rounding moves it by a factor of two.
 UNIT_ROUNDOFF = {"f32": 2.0 ** -24, "bf16": 2.0 ** -8, "f16": 2.0 ** -11}
 LOSS_TOL = {
     "f32": 16 * UNIT_ROUNDOFF["f32"],    # 9.5e-7: 14x the observed worst
     "bf16": 0.1 * UNIT_ROUNDOFF["bf16"],  # 3.9e-4: 9.9x the observed worst
     "f16": 0.3 * UNIT_ROUNDOFF["f16"],    # 1.5e-4: 10x the observed worst
 }
-WEIGHT_TOL_F32 = 1e-5                     # 1.8x the observed worst
+WEIGHT_TOL_F32 = 2e-5                     # 1.8x the observed worst
 EQUIV_STEPS = 5
 
 
@@ -139,15 +151,16 @@ def data_file(work):
     return path
 
 
-def model(args, dtype, name="gpt2"):
+def model(args, dtype, name="gpt2", attention="flash"):
     if name not in ("gpt2", "llama"):
         print("unknown model %r (gpt2 or llama)" % name)
         sys.exit(2)
-    path = os.path.join(args.work, "tiny-%s-%s.mlir" % (name, dtype))
+    path = os.path.join(args.work, "tiny-%s-%s%s.mlir" % (
+        name, dtype, "" if attention == "flash" else "-" + attention))
     if not os.path.exists(path):
         run([args.zeroc, "gen", "--preset", "tiny-" + name, "--seq-len", str(SEQ),
-             "--micro-batch", str(MICRO), "--dtype", dtype, "--quiet", "-o",
-             path])
+             "--micro-batch", str(MICRO), "--dtype", dtype,
+             "--attention-kernel", attention, "--quiet", "-o", path])
     return path
 
 
@@ -204,7 +217,8 @@ def plan(args, stage, ws, ga, opts):
     dtype = opts.get("dtype", "f32")
     name, cfg_path = write_config(args, stage, ws, ga, opts)
     out = os.path.join(args.work, name + ".json")
-    run([args.zeroc, model(args, dtype, opts.get("model", "gpt2")), "--config",
+    run([args.zeroc, model(args, dtype, opts.get("model", "gpt2"),
+                           opts.get("attention", "flash")), "--config",
          cfg_path, "--world-size",
          str(ws), "-o", out], env=dict(os.environ))
     return out
@@ -823,6 +837,27 @@ def scenario_equiv(args, spec):
     return 0 if traffic_matches(p, log, paper) and mem else 1
 
 
+def scenario_attention(args, spec):
+    stage, ws, ga, opts = parse_spec(spec)
+    runs = {}
+    ok = True
+    for kernel in ("flash", "materialized"):
+        p = plan(args, stage, ws, ga, dict(opts, attention=kernel))
+        log = p + ".log.jsonl"
+        runs[kernel] = losses(args, p, ws, EQUIV_STEPS, log=log)
+        ok = memory_matches(log) and ok
+    tol = LOSS_TOL[opts.get("dtype", "f32")]
+    flash, materialized = runs["flash"], runs["materialized"]
+    worst = max(abs(a - b) / abs(b) for a, b in zip(flash, materialized))
+    print("flash:       ", flash)
+    print("materialized:", materialized)
+    print("largest relative difference: %g (tolerance %g)" % (worst, tol))
+    if len(flash) != len(materialized) or worst > tol:
+        print("FAILED: the attention kernels' losses differ")
+        ok = False
+    return 0 if ok else 1
+
+
 def scenario_traffic(args, spec):
     """SPEC for EQUIV_STEPS steps: the measured memory (both ways) and the
     traffic against the plan and the ZeRO paper."""
@@ -1102,6 +1137,8 @@ def main():
         return scenario_reference(args, args.scenario[len("reference:"):])
     if args.scenario.startswith("equiv:"):
         return scenario_equiv(args, args.scenario[len("equiv:"):])
+    if args.scenario.startswith("attention:"):
+        return scenario_attention(args, args.scenario[len("attention:"):])
     if args.scenario.startswith("traffic:"):
         return scenario_traffic(args, args.scenario[len("traffic:"):])
     if args.scenario.startswith("missing-attr:"):

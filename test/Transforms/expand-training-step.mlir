@@ -222,11 +222,12 @@ module @every_op {
   // CHECK: %[[K:.*]] = model.linear %[[H]]
   // CHECK: %[[Q:.*]] = model.rotary %[[H]] {head_dim = 4 : i64}
   // CHECK: %[[KR:.*]] = model.rotary %[[K]] {head_dim = 4 : i64}
-  // CHECK: %[[A:[^,]*]], %[[PROBS:[^ ]*]] = model.causal_attention %[[Q]], %[[KR]], %[[K]] {{.*}} -> (tensor<2x4x16xf32>, tensor<2x4x4x4xf32>)
+  // Flash attention (the default) keeps the row log-sum-exp, f32 [b, heads, s].
+  // CHECK: %[[A:[^,]*]], %[[LSE:[^ ]*]] = model.causal_attention %[[Q]], %[[KR]], %[[K]] {{.*}} -> (tensor<2x4x16xf32>, tensor<2x4x4xf32>)
   // CHECK: %[[S:.*]] = model.silu %[[A]]
   // CHECK: %[[DS:.*]] = model.linear_grad_input
   // CHECK: %[[DA:.*]] = model.silu_backward %[[A]], %[[DS]] : tensor<2x4x16xf32>
-  // CHECK-NEXT: %[[DQ:.*]], %[[DK:.*]], %[[DV:.*]] = model.causal_attention_backward %[[Q]], %[[KR]], %[[K]], %[[A]], %[[DA]], %[[PROBS]] {num_heads = 4 : i64, num_kv_heads = 2 : i64} : (tensor<2x4x16xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x16xf32>, tensor<2x4x16xf32>, tensor<2x4x4x4xf32>) -> (tensor<2x4x16xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>)
+  // CHECK-NEXT: %[[DQ:.*]], %[[DK:.*]], %[[DV:.*]] = model.causal_attention_backward %[[Q]], %[[KR]], %[[K]], %[[A]], %[[DA]], %[[LSE]] {num_heads = 4 : i64, num_kv_heads = 2 : i64} : (tensor<2x4x16xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x16xf32>, tensor<2x4x16xf32>, tensor<2x4x4xf32>) -> (tensor<2x4x16xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>)
   // CHECK-NEXT: %[[DKR:.*]] = model.rotary_backward %[[DK]] {head_dim = 4 : i64} : tensor<2x4x8xf32>
   // The value input of attention is the un-rotated k: its two gradients sum.
   // CHECK-NEXT: %[[DKSUM:.*]] = model.add %[[DV]], %[[DKR]] : tensor<2x4x8xf32>

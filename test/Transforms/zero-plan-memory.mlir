@@ -60,8 +60,8 @@ module attributes {sched.stage = 3 : i64, sched.world_size = 2 : i64} {
 // CHECK: model.causal_attention {{.*}}sched.offsets = array<i64: {{[0-9]+}}, {{[0-9]+}}>
 module attributes {sched.stage = 0 : i64, sched.world_size = 1 : i64} {
   func.func @micro_step(%q: tensor<2x4x8xf32>) {
-    %a, %p = model.causal_attention %q, %q, %q {num_heads = 2 : i64, num_kv_heads = 2 : i64} : (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>) -> (tensor<2x4x8xf32>, tensor<2x2x4x4xf32>)
-    %d:3 = model.causal_attention_backward %q, %q, %q, %a, %a, %p {num_heads = 2 : i64, num_kv_heads = 2 : i64} : (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x2x4x4xf32>) -> (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>)
+    %a, %p = model.causal_attention %q, %q, %q kernel = materialized {num_heads = 2 : i64, num_kv_heads = 2 : i64} : (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>) -> (tensor<2x4x8xf32>, tensor<2x2x4x4xf32>)
+    %d:3 = model.causal_attention_backward %q, %q, %q, %a, %a, %p kernel = materialized {num_heads = 2 : i64, num_kv_heads = 2 : i64} : (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x2x4x4xf32>) -> (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>)
     return
   }
 }

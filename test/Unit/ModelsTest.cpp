@@ -95,28 +95,46 @@ TEST_F(ModelsTest, ShippedConfigsMatchPresets) {
 // Korthikanti et al. (2022): a GPT layer in 16-bit keeps s b h (34 + 5 a s / h)
 // bytes without recomputation. Without dropout (two masks of s b h bytes, the
 // a s^2 b mask and the 2 a s^2 b dropout output) that is 32 s b h + 2 a s^2 b,
-// plus the two layernorms' f32 statistics (16 s b).
+// plus the two layernorms' f32 statistics (16 s b), with the materialized
+// attention. The flash attention keeps an f32 log-sum-exp per row and head
+// (4 a s b) instead of the probabilities.
 TEST_F(ModelsTest, GPT2LayerActivationsFollowKorthikanti) {
   ModelSpec spec = preset("gpt2", 512, 4, DType::BF16);
+  spec.attentionKernel = AttentionKernel::Materialized;
   int64_t s = 512, b = 4, h = 768, a = 12;
   ModelStats stats = statsOf(spec);
   int64_t expected = 32 * s * b * h + 2 * a * s * s * b + 16 * s * b;
   EXPECT_EQ(layer(stats, "h.0").savedBytes, expected);
   EXPECT_EQ(layer(stats, "h.11").savedBytes, expected);
+  EXPECT_EQ(layer(stats, "h.0").attentionKernel, "materialized");
+
+  spec.attentionKernel = AttentionKernel::Flash;
+  ModelStats flash = statsOf(spec);
+  int64_t expectedFlash = 32 * s * b * h + 4 * a * s * b + 16 * s * b;
+  EXPECT_EQ(layer(flash, "h.0").savedBytes, expectedFlash);
+  EXPECT_EQ(layer(flash, "h.11").savedBytes, expectedFlash);
+  EXPECT_EQ(layer(flash, "h.0").attentionKernel, "flash");
+  EXPECT_EQ(layer(flash, "wte").attentionKernel, "");
 }
 
 // A Llama layer keeps: norm inputs and outputs (4 s b h), the rotated q and
 // k and v (2 s b (q + 2 kv)), the attention output (2 s b q), the residual
 // (2 s b h -- the second norm's input), four s b I tensors of the gated MLP,
-// the probabilities (2 a s^2 b) and two f32 RMS statistics (8 s b).
+// two f32 RMS statistics (8 s b), and attention's state: the f32 row
+// log-sum-exp (4 a s b, flash, the default) or the probabilities
+// (2 a s^2 b, materialized).
 TEST_F(ModelsTest, LlamaLayerActivations) {
   ModelSpec spec = preset("tiny-llama", 32, 3, DType::BF16);
   int64_t s = 32, b = 3, h = 64, a = 4, I = 176;
   int64_t q = 64, kv = 32;
-  int64_t expected = 2 * s * b * (h + h + q + 2 * kv + q + h + h) +
-                     4 * 2 * s * b * I + 2 * a * s * s * b + 8 * s * b;
+  int64_t values = 2 * s * b * (h + h + q + 2 * kv + q + h + h) +
+                   4 * 2 * s * b * I + 8 * s * b;
   ModelStats stats = statsOf(spec);
-  EXPECT_EQ(layer(stats, "layers.0").savedBytes, expected);
+  EXPECT_EQ(layer(stats, "layers.0").savedBytes, values + 4 * a * s * b);
+  spec.attentionKernel = AttentionKernel::Materialized;
+  ModelStats materialized = statsOf(spec);
+  EXPECT_EQ(layer(materialized, "layers.0").savedBytes,
+            values + 2 * a * s * s * b);
 }
 
 TEST_F(ModelsTest, TrainingFlopsMatchTheUsualEstimate) {

@@ -296,7 +296,7 @@ TEST(Plan, MissingFileIsAnError) {
 /// A valid plan, one item per line so that an edit moves nothing else.
 const char *const kValidPlan = R"({
   "format": "zeroc-plan",
-  "version": 3,
+  "version": 4,
   "generator": "test",
   "model": {"name": "m", "params": 18, "dtype": "bf16", "micro_batch": 2, "seq_len": 3},
   "world_size": 2,
@@ -387,9 +387,9 @@ TEST(PlanReader, WrongFormatName) {
 }
 
 TEST(PlanReader, UnsupportedVersion) {
-  expectError(edited(R"("version": 3)", R"("version": 2)"),
+  expectError(edited(R"("version": 4)", R"("version": 2)"),
               "3:3: error: plan format version 2 is not supported by this "
-              "build, which reads version 3; recompile the plan with this "
+              "build, which reads version 4; recompile the plan with this "
               "zeroc",
               R"("version")");
 }

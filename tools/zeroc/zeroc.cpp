@@ -76,6 +76,12 @@ cl::opt<std::string> genDType("dtype", cl::sub(genCmd),
                                        "only: the DeepSpeed config's "
                                        "fp16/bf16 decide when compiling"),
                               cl::value_desc("type"), cl::cat(zerocCategory));
+cl::opt<std::string> genAttentionKernel(
+    "attention-kernel", cl::sub(genCmd),
+    cl::desc("Attention kernel family: flash (the default; keeps the row "
+             "log-sum-exp for backward) or materialized (keeps the softmax "
+             "probabilities)"),
+    cl::value_desc("kind"), cl::init("flash"), cl::cat(zerocCategory));
 cl::opt<std::string> genOutput("o", cl::sub(genCmd),
                                cl::desc("Output file (default: stdout)"),
                                cl::value_desc("file"), cl::init("-"),
@@ -307,6 +313,12 @@ int runGen() {
       dtype);
   if (!shaped)
     return error(shaped.error().message);
+  std::optional<zeroc::AttentionKernel> kernel =
+      zeroc::parseAttentionKernel(genAttentionKernel);
+  if (!kernel)
+    return error("--attention-kernel must be flash or materialized, found '" +
+                 genAttentionKernel + "'");
+  shaped->attentionKernel = *kernel;
 
   MLIRContext context;
   loadDialects(context);

@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -29,15 +30,20 @@ struct LayerStats {
   int64_t paramBytes = 0;
   int64_t forwardFlops = 0; ///< Per micro-batch.
   int64_t savedBytes = 0;   ///< Kept for backward, per micro-batch.
+  /// The kernel family of the layer's attention ("flash", "materialized"),
+  /// empty where the layer has none.
+  std::string attentionKernel;
 };
 
 struct ModelStats {
   std::string name;
   int64_t params = 0;
   int64_t paramBytes = 0;
-  int64_t batch = 0;        ///< Micro-batch size (tokens argument, dim 0).
-  int64_t seqLen = 0;       ///< Sequence length (tokens argument, dim 1).
-  int64_t numLayers = 0;    ///< Attention layers.
+  int64_t batch = 0;     ///< Micro-batch size (tokens argument, dim 0).
+  int64_t seqLen = 0;    ///< Sequence length (tokens argument, dim 1).
+  int64_t numLayers = 0; ///< Attention layers.
+  /// Attention layers by kernel family ("flash" -> 32), in name order.
+  std::map<std::string, int64_t> attentionKernels;
   int64_t hiddenSize = 0;   ///< Width of the token embedding.
   std::string dtype;        ///< Element type of the parameters ("bf16", ...).
   int64_t forwardFlops = 0; ///< Per micro-batch, sum over ops.

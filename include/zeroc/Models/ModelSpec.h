@@ -10,6 +10,7 @@
 #ifndef ZEROC_MODELS_MODELSPEC_H
 #define ZEROC_MODELS_MODELSPEC_H
 
+#include "zeroc/Support/AttentionKernel.h"
 #include "zeroc/Support/DType.h"
 #include "zeroc/Support/Diagnostic.h"
 #include "zeroc/Support/Json.h"
@@ -41,6 +42,9 @@ struct ModelSpec {
   double ropeTheta = 10000.0;
   double initializerRange = 0.02;
   DType dtype = DType::F32; ///< From `torch_dtype` when present.
+  /// The attention kernel family (not in the Hugging Face config): flash
+  /// unless asked otherwise (`zeroc gen --attention-kernel`).
+  AttentionKernel attentionKernel = AttentionKernel::Flash;
 
   // Shape of one micro-batch (not in the Hugging Face config).
   int64_t seqLen = 0; ///< Defaults to maxPositions.

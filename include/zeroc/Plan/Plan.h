@@ -30,7 +30,7 @@ namespace zeroc {
 /// The format name and the version this build reads and writes. A reader
 /// refuses other versions.
 inline constexpr const char *kPlanFormat = "zeroc-plan";
-inline constexpr int kPlanVersion = 3;
+inline constexpr int kPlanVersion = 4;
 
 /// A persistent per-rank tensor (`sched.tensor`).
 struct PlanTensor {

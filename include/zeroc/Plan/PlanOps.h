@@ -14,6 +14,8 @@
 #ifndef ZEROC_PLAN_PLANOPS_H
 #define ZEROC_PLAN_PLANOPS_H
 
+#include "zeroc/Support/AttentionKernel.h"
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -144,9 +146,11 @@ struct RotaryAttrs {
 
 struct AttentionAttrs {
   int64_t numHeads = 0, numKvHeads = 0;
+  AttentionKernel kernel = AttentionKernel::Flash;
   template <typename V> void fields(V &&v) {
     v("num_heads", numHeads);
     v("num_kv_heads", numKvHeads);
+    v("kernel", kernel);
   }
 };
 

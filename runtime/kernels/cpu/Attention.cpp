@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 namespace zeroc::cpu {
 
@@ -74,6 +75,110 @@ void causalProbs(const AttentionShape &a, const float *qh, int64_t qld,
   }
 }
 
+// A backward's operands as f32 (16-bit ones widened into scratch) and the
+// f32 buffers of its gradients, dk and dv zeroed: they accumulate over the
+// query heads of a group. commit() rounds the gradients into their tensors.
+struct BackwardBuffers {
+  ScratchVector<float> scratch[8];
+  const float *q, *k, *v, *out, *dout;
+  float *dq, *dk, *dv;
+
+  BackwardBuffers(const Tensor &qT, const Tensor &kT, const Tensor &vT,
+                  const Tensor &outT, const Tensor &doutT, const Tensor &dqT,
+                  const Tensor &dkT, const Tensor &dvT)
+      : q(readF32(qT, scratch[0])), k(readF32(kT, scratch[1])),
+        v(readF32(vT, scratch[2])), out(readF32(outT, scratch[3])),
+        dout(readF32(doutT, scratch[4])), dq(writeF32(dqT, scratch[5])),
+        dk(writeF32(dkT, scratch[6])), dv(writeF32(dvT, scratch[7])) {
+    std::fill(dk, dk + dkT.numel(), 0.0f);
+    std::fill(dv, dv + dvT.numel(), 0.0f);
+  }
+  BackwardBuffers(const BackwardBuffers &) = delete;
+  BackwardBuffers &operator=(const BackwardBuffers &) = delete;
+
+  void commit(const Tensor &dqT, const Tensor &dkT, const Tensor &dvT) {
+    commitF32(dqT, scratch[5]);
+    commitF32(dkT, scratch[6]);
+    commitF32(dvT, scratch[7]);
+  }
+};
+
+Status checkLse(const char *op, const Tensor *lse, const AttentionShape &a) {
+  if (!lse)
+    return {};
+  std::vector<int64_t> expected = {a.batch, a.heads, a.seq};
+  if (lse->dtype != DType::F32 || lse->shape != expected)
+    return {std::string(op) + ": lse must be f32 [batch, num_heads, seq] = [" +
+            std::to_string(a.batch) + ", " + std::to_string(a.heads) + ", " +
+            std::to_string(a.seq) + "], found " + describe(*lse)};
+  return {};
+}
+
+// One tile of scaled scores, S = scale * Q[i0, i0 + rows) K[j0, j0 + cols)^T,
+// [rows, cols], -inf where the key comes after the query.
+void scoreTile(const AttentionShape &a, const float *qh, int64_t qld,
+               const float *kh, int64_t kld, int64_t i0, int64_t rows,
+               int64_t j0, int64_t cols, float *s) {
+  gemm(false, true, rows, cols, a.headDim, a.scale(), qh + i0 * qld, qld,
+       kh + j0 * kld, kld, 0.0f, s, cols);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = std::max<int64_t>(i0 + r + 1 - j0, 0); c < cols; ++c)
+      s[r * cols + c] = -INFINITY;
+}
+
+// Scratch of the flash kernels for one tile (no larger than the sequence).
+struct FlashScratch {
+  ScratchVector<float> scores, dscores, acc, max, sum;
+  FlashScratch(const AttentionShape &a, bool backward)
+      : scores(tile(a) * tile(a)), dscores(backward ? tile(a) * tile(a) : 0),
+        acc(tile(a) * a.headDim), max(tile(a)), sum(tile(a)) {}
+  static int64_t tile(const AttentionShape &a) {
+    return std::min(kFlashTile, a.seq);
+  }
+};
+
+// The online softmax over the keys of query rows [i0, i0 + rows) of one
+// (batch, head): their log-sum-exp into `lse`, and with `o` (rows `qld`
+// apart) their output.
+void flashRows(const AttentionShape &a, const float *qh, int64_t qld,
+               const float *kh, const float *vh, int64_t kld, int64_t i0,
+               int64_t rows, FlashScratch &w, float *o, float *lse) {
+  int64_t d = a.headDim, keys = i0 + rows;
+  float *s = w.scores.data(), *acc = w.acc.data();
+  float *m = w.max.data(), *l = w.sum.data();
+  std::fill(m, m + rows, -INFINITY);
+  std::fill(l, l + rows, 0.0f);
+  std::fill(acc, acc + rows * d, 0.0f);
+  for (int64_t j0 = 0; j0 < keys; j0 += kFlashTile) {
+    int64_t cols = std::min(kFlashTile, keys - j0);
+    scoreTile(a, qh, qld, kh, kld, i0, rows, j0, cols, s);
+    for (int64_t r = 0; r < rows; ++r) {
+      float *row = s + r * cols;
+      // Key 0 precedes every query: m is finite after the first tile.
+      float next = std::max(m[r], *std::max_element(row, row + cols));
+      float correction = std::exp(m[r] - next), sum = 0.0f;
+      for (int64_t c = 0; c < cols; ++c) {
+        row[c] = std::exp(row[c] - next);
+        sum += row[c];
+      }
+      l[r] = l[r] * correction + sum;
+      m[r] = next;
+      if (o)
+        for (int64_t c = 0; c < d; ++c)
+          acc[r * d + c] *= correction;
+    }
+    if (o)
+      gemm(false, false, rows, d, cols, 1.0f, s, cols, vh + j0 * kld, kld, 1.0f,
+           acc, d);
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    lse[r] = m[r] + std::log(l[r]);
+    if (o)
+      for (int64_t c = 0; c < d; ++c)
+        o[r * qld + c] = acc[r * d + c] / l[r];
+  }
+}
+
 } // namespace
 
 float AttentionShape::scale() const { return 1.0f / std::sqrt(float(headDim)); }
@@ -135,19 +240,9 @@ Status attentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
   AttentionShape a;
   ZEROC_RETURN_IF_ERROR(checkAttentionBackward(
       q, k, v, out, dout, numHeads, numKvHeads, probs, dq, dk, dv, a));
-  ScratchVector<float> qScratch, kScratch, vScratch, oScratch, doScratch;
-  ScratchVector<float> dqScratch, dkScratch, dvScratch;
-  const float *qf = readF32(q, qScratch);
-  const float *kf = readF32(k, kScratch);
-  const float *vf = readF32(v, vScratch);
-  const float *of = readF32(out, oScratch);
-  const float *dof = readF32(dout, doScratch);
-  float *dqf = writeF32(dq, dqScratch);
-  float *dkf = writeF32(dk, dkScratch);
-  float *dvf = writeF32(dv, dvScratch);
-  // dk and dv accumulate over the query heads of a group.
-  std::fill(dkf, dkf + dk.numel(), 0.0f);
-  std::fill(dvf, dvf + dv.numel(), 0.0f);
+  BackwardBuffers f(q, k, v, out, dout, dq, dk, dv);
+  const float *qf = f.q, *kf = f.k, *vf = f.v, *of = f.out, *dof = f.dout;
+  float *dqf = f.dq, *dkf = f.dk, *dvf = f.dv;
 
   int64_t seq = a.seq, d = a.headDim, qw = a.qWidth(), kw = a.kvWidth();
   float scale = a.scale();
@@ -187,9 +282,131 @@ Status attentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
       gemm(true, false, seq, d, seq, 1.0f, dp.data(), seq, qh, qw, 1.0f,
            dkf + kOffset, kw);
     }
-  commitF32(dq, dqScratch);
-  commitF32(dk, dkScratch);
-  commitF32(dv, dvScratch);
+  f.commit(dq, dk, dv);
+  return {};
+}
+
+//===----------------------------------------------------------------------===//
+// Flash attention
+//===----------------------------------------------------------------------===//
+
+Status checkFlashAttentionForward(const Tensor &q, const Tensor &k,
+                                  const Tensor &v, int64_t numHeads,
+                                  int64_t numKvHeads, const Tensor &out,
+                                  const Tensor *lse, AttentionShape &shape) {
+  ZEROC_RETURN_IF_ERROR(checkAttentionForward(q, k, v, numHeads, numKvHeads,
+                                              out, nullptr, shape));
+  return checkLse("causal_attention", lse, shape);
+}
+
+Status checkFlashAttentionBackward(const Tensor &q, const Tensor &k,
+                                   const Tensor &v, const Tensor &out,
+                                   const Tensor &dout, int64_t numHeads,
+                                   int64_t numKvHeads, const Tensor *lse,
+                                   const Tensor &dq, const Tensor &dk,
+                                   const Tensor &dv, AttentionShape &shape) {
+  ZEROC_RETURN_IF_ERROR(checkAttentionBackward(
+      q, k, v, out, dout, numHeads, numKvHeads, nullptr, dq, dk, dv, shape));
+  return checkLse("causal_attention_backward", lse, shape);
+}
+
+Status flashAttentionForward(const Tensor &q, const Tensor &k, const Tensor &v,
+                             int64_t numHeads, int64_t numKvHeads,
+                             const Tensor &out, const Tensor *lse) {
+  AttentionShape a;
+  ZEROC_RETURN_IF_ERROR(
+      checkFlashAttentionForward(q, k, v, numHeads, numKvHeads, out, lse, a));
+  ScratchVector<float> qScratch, kScratch, vScratch, outScratch;
+  const float *qf = readF32(q, qScratch);
+  const float *kf = readF32(k, kScratch);
+  const float *vf = readF32(v, vScratch);
+  float *of = writeF32(out, outScratch);
+  int64_t seq = a.seq, d = a.headDim, qw = a.qWidth(), kw = a.kvWidth();
+  FlashScratch w(a, false);
+  ScratchVector<float> rowLse(FlashScratch::tile(a));
+  for (int64_t b = 0; b < a.batch; ++b)
+    for (int64_t h = 0; h < a.heads; ++h) {
+      int64_t qOffset = b * seq * qw + h * d;
+      int64_t kOffset = b * seq * kw + h / a.group() * d;
+      for (int64_t i0 = 0; i0 < seq; i0 += kFlashTile) {
+        int64_t rows = std::min(kFlashTile, seq - i0);
+        flashRows(a, qf + qOffset, qw, kf + kOffset, vf + kOffset, kw, i0, rows,
+                  w, of + qOffset + i0 * qw, rowLse.data());
+        if (lse)
+          storeF32(*lse, (b * a.heads + h) * seq + i0, rows, rowLse.data());
+      }
+    }
+  commitF32(out, outScratch);
+  return {};
+}
+
+Status flashAttentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
+                              const Tensor &out, const Tensor &dout,
+                              int64_t numHeads, int64_t numKvHeads,
+                              const Tensor *lse, const Tensor &dq,
+                              const Tensor &dk, const Tensor &dv) {
+  AttentionShape a;
+  ZEROC_RETURN_IF_ERROR(checkFlashAttentionBackward(
+      q, k, v, out, dout, numHeads, numKvHeads, lse, dq, dk, dv, a));
+  BackwardBuffers f(q, k, v, out, dout, dq, dk, dv);
+  const float *qf = f.q, *kf = f.k, *vf = f.v, *of = f.out, *dof = f.dout;
+  float *dqf = f.dq, *dkf = f.dk, *dvf = f.dv;
+  // dq accumulates over key tiles, dk and dv over query tiles too.
+  std::fill(dqf, dqf + dq.numel(), 0.0f);
+
+  int64_t seq = a.seq, d = a.headDim, qw = a.qWidth(), kw = a.kvWidth();
+  float scale = a.scale();
+  FlashScratch w(a, true);
+  ScratchVector<float> rowLse(seq), rowDot(seq);
+  float *p = w.scores.data(), *ds = w.dscores.data();
+  for (int64_t b = 0; b < a.batch; ++b)
+    for (int64_t h = 0; h < a.heads; ++h) {
+      int64_t qOffset = b * seq * qw + h * d;
+      int64_t kOffset = b * seq * kw + h / a.group() * d;
+      const float *qh = qf + qOffset, *kh = kf + kOffset, *vh = vf + kOffset;
+      const float *oh = of + qOffset, *doh = dof + qOffset;
+      if (lse)
+        loadF32(*lse, (b * a.heads + h) * seq, seq, rowLse.data());
+      else
+        for (int64_t i0 = 0; i0 < seq; i0 += kFlashTile)
+          flashRows(a, qh, qw, kh, vh, kw, i0, std::min(kFlashTile, seq - i0),
+                    w, nullptr, rowLse.data() + i0);
+      for (int64_t i = 0; i < seq; ++i) {
+        float sum = 0.0f;
+        for (int64_t c = 0; c < d; ++c)
+          sum += doh[i * qw + c] * oh[i * qw + c];
+        rowDot[i] = sum;
+      }
+      // Key tile j0 is seen by query tiles from j0 on (causal).
+      for (int64_t j0 = 0; j0 < seq; j0 += kFlashTile) {
+        int64_t cols = std::min(kFlashTile, seq - j0);
+        for (int64_t i0 = j0; i0 < seq; i0 += kFlashTile) {
+          int64_t rows = std::min(kFlashTile, seq - i0);
+          // P = exp(S - L), 0 above the diagonal.
+          scoreTile(a, qh, qw, kh, kw, i0, rows, j0, cols, p);
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t c = 0; c < cols; ++c)
+              p[r * cols + c] = std::exp(p[r * cols + c] - rowLse[i0 + r]);
+          // dV += P^T dout; dP = dout V^T.
+          gemm(true, false, cols, d, rows, 1.0f, p, cols, doh + i0 * qw, qw,
+               1.0f, dvf + kOffset + j0 * kw, kw);
+          gemm(false, true, rows, cols, d, 1.0f, doh + i0 * qw, qw,
+               vh + j0 * kw, kw, 0.0f, ds, cols);
+          // dS = P * (dP - D) * scale, in place of dP.
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t c = 0; c < cols; ++c) {
+              float &x = ds[r * cols + c];
+              x = p[r * cols + c] * (x - rowDot[i0 + r]) * scale;
+            }
+          // dQ += dS K; dK += dS^T Q.
+          gemm(false, false, rows, d, cols, 1.0f, ds, cols, kh + j0 * kw, kw,
+               1.0f, dqf + qOffset + i0 * qw, qw);
+          gemm(true, false, cols, d, rows, 1.0f, ds, cols, qh + i0 * qw, qw,
+               1.0f, dkf + kOffset + j0 * kw, kw);
+        }
+      }
+    }
+  f.commit(dq, dk, dv);
   return {};
 }
 

@@ -17,6 +17,16 @@
 // the backward reads it back, or recomputes it from q and k when `probs` is
 // null, with the same result. Outputs must not alias inputs.
 //
+// The flash kernels (`flashAttention*`) compute the same function in tiles of
+// kFlashTile queries x kFlashTile keys, never holding more than one tile of
+// scores: the forward keeps a running row maximum m and sum l (the online
+// softmax) and rescales its accumulator as m grows; it keeps for the
+// backward only L = m + log l, the log-sum-exp of the scaled scores, f32
+// [batch, heads, seq]. The backward recomputes each tile's S and
+// P = exp(S - L) from q, k and L, then forms dV, dS, dQ and dK tile by tile.
+// P stays in f32 (it is never stored), so flash and materialized outputs
+// agree to f32 rounding in f32 and to the activation dtype's in 16 bits.
+//
 //===----------------------------------------------------------------------===//
 
 #ifndef ZEROC_RUNTIME_KERNELS_CPU_ATTENTION_H
@@ -37,6 +47,22 @@ Status attentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
                          int64_t numHeads, int64_t numKvHeads,
                          const Tensor *probs, const Tensor &dq,
                          const Tensor &dk, const Tensor &dv);
+
+/// Flash attention: `lse` [batch, heads, seq] f32 may be null (nothing
+/// saved).
+Status flashAttentionForward(const Tensor &q, const Tensor &k, const Tensor &v,
+                             int64_t numHeads, int64_t numKvHeads,
+                             const Tensor &out, const Tensor *lse);
+
+/// `out` is the forward's result, `lse` what it saved (or null: recomputed).
+Status flashAttentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
+                              const Tensor &out, const Tensor &dout,
+                              int64_t numHeads, int64_t numKvHeads,
+                              const Tensor *lse, const Tensor &dq,
+                              const Tensor &dk, const Tensor &dv);
+
+/// Queries and keys per tile of the flash kernels.
+inline constexpr int64_t kFlashTile = 64;
 
 /// The sizes of one attention call, once its operands are checked.
 struct AttentionShape {
@@ -59,6 +85,19 @@ Status checkAttentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
                               const Tensor *probs, const Tensor &dq,
                               const Tensor &dk, const Tensor &dv,
                               AttentionShape &shape);
+
+/// The checks of the flash kernels: those above, and `lse` f32
+/// [batch, num_heads, seq] where given.
+Status checkFlashAttentionForward(const Tensor &q, const Tensor &k,
+                                  const Tensor &v, int64_t numHeads,
+                                  int64_t numKvHeads, const Tensor &out,
+                                  const Tensor *lse, AttentionShape &shape);
+Status checkFlashAttentionBackward(const Tensor &q, const Tensor &k,
+                                   const Tensor &v, const Tensor &out,
+                                   const Tensor &dout, int64_t numHeads,
+                                   int64_t numKvHeads, const Tensor *lse,
+                                   const Tensor &dq, const Tensor &dk,
+                                   const Tensor &dv, AttentionShape &shape);
 
 } // namespace zeroc::cpu
 

@@ -39,6 +39,21 @@ Status attentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
                          const Tensor &dk, const Tensor &dv, KernelContext &ctx,
                          cudaStream_t stream);
 
+/// cpu::flashAttentionForward on the GPU (FlashAttention.cu): `lse`
+/// [batch, heads, seq] f32 may be null.
+Status flashAttentionForward(const Tensor &q, const Tensor &k, const Tensor &v,
+                             int64_t numHeads, int64_t numKvHeads,
+                             const Tensor &out, const Tensor *lse,
+                             KernelContext &ctx, cudaStream_t stream);
+
+/// cpu::flashAttentionBackward on the GPU; `lse` null recomputes it.
+Status flashAttentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
+                              const Tensor &out, const Tensor &dout,
+                              int64_t numHeads, int64_t numKvHeads,
+                              const Tensor *lse, const Tensor &dq,
+                              const Tensor &dk, const Tensor &dv,
+                              KernelContext &ctx, cudaStream_t stream);
+
 } // namespace zeroc::cuda
 
 #endif // ZEROC_RUNTIME_KERNELS_CUDA_ATTENTION_H

@@ -765,8 +765,18 @@ func.func @f(%x: tensor<2x3x16xbf16>, %g: tensor<16xbf16>, %b: tensor<16xbf16>) 
 // -----
 
 func.func @f(%q: tensor<2x3x16xf32>, %k: tensor<2x3x8xf32>, %v: tensor<2x3x8xf32>, %do: tensor<2x3x16xf32>, %p: tensor<2x4x3x3xf32>) {
-  %o = model.causal_attention %q, %k, %v {num_heads = 4 : i64, num_kv_heads = 2 : i64} : (tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>) -> tensor<2x3x16xf32>
+  %o = model.causal_attention %q, %k, %v kernel = materialized {num_heads = 4 : i64, num_kv_heads = 2 : i64} : (tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>) -> tensor<2x3x16xf32>
   // expected-error @+1 {{saved state must be the saved result of a 'model.causal_attention'}}
+  %0:3 = model.causal_attention_backward %q, %k, %v, %o, %do, %p kernel = materialized {num_heads = 4 : i64, num_kv_heads = 2 : i64} : (tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<2x3x16xf32>, tensor<2x3x16xf32>, tensor<2x4x3x3xf32>) -> (tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>)
+  return
+}
+
+// -----
+
+// A flash backward reads the row log-sum-exp.
+func.func @f(%q: tensor<2x3x16xf32>, %k: tensor<2x3x8xf32>, %v: tensor<2x3x8xf32>, %do: tensor<2x3x16xf32>) {
+  %o, %p = model.causal_attention %q, %k, %v kernel = materialized {num_heads = 4 : i64, num_kv_heads = 2 : i64} : (tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>) -> (tensor<2x3x16xf32>, tensor<2x4x3x3xf32>)
+  // expected-error @+1 {{saved state type 'tensor<2x4x3x3xf32>' does not match the expected 'tensor<2x4x3xf32>'}}
   %0:3 = model.causal_attention_backward %q, %k, %v, %o, %do, %p {num_heads = 4 : i64, num_kv_heads = 2 : i64} : (tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<2x3x16xf32>, tensor<2x3x16xf32>, tensor<2x4x3x3xf32>) -> (tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>)
   return
 }

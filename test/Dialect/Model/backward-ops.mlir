@@ -38,14 +38,24 @@ func.func @backward(%x: tensor<2x8x16xf32>, %dy: tensor<2x8x16xf32>, %ids: tenso
   %9 = model.rotary_backward %dy {head_dim = 4 : i64, theta = 500000.0 : f64} : tensor<2x8x16xf32>
   // CHECK: model.rotary_backward %[[K]] {head_dim = 4 : i64} : tensor<2x8x8xf32>
   %10 = model.rotary_backward %k {head_dim = 4 : i64} : tensor<2x8x8xf32>
-  // CHECK: %[[OUT:.*]], %[[PROBS:.*]] = model.causal_attention %[[X]], %[[K]], %[[K]] {num_heads = 4 : i64, num_kv_heads = 2 : i64}
+  // The materialized kernel keeps the probabilities [batch, heads, seq, seq].
+  // CHECK: %[[OUT:.*]], %[[PROBS:.*]] = model.causal_attention %[[X]], %[[K]], %[[K]] kernel = materialized {num_heads = 4 : i64, num_kv_heads = 2 : i64}
   // CHECK-SAME: : (tensor<2x8x16xf32>, tensor<2x8x8xf32>, tensor<2x8x8xf32>) -> (tensor<2x8x16xf32>, tensor<2x4x8x8xf32>)
-  %out, %probs = model.causal_attention %x, %k, %k {num_heads = 4 : i64, num_kv_heads = 2 : i64}
+  %out, %probs = model.causal_attention %x, %k, %k kernel = materialized {num_heads = 4 : i64, num_kv_heads = 2 : i64}
       : (tensor<2x8x16xf32>, tensor<2x8x8xf32>, tensor<2x8x8xf32>) -> (tensor<2x8x16xf32>, tensor<2x4x8x8xf32>)
-  // CHECK: %{{.*}}, %{{.*}}, %{{.*}} = model.causal_attention_backward %[[X]], %[[K]], %[[K]], %[[OUT]], %[[DY]], %[[PROBS]] {num_heads = 4 : i64, num_kv_heads = 2 : i64}
+  // CHECK: %{{.*}}, %{{.*}}, %{{.*}} = model.causal_attention_backward %[[X]], %[[K]], %[[K]], %[[OUT]], %[[DY]], %[[PROBS]] kernel = materialized {num_heads = 4 : i64, num_kv_heads = 2 : i64}
   // CHECK-SAME: : (tensor<2x8x16xf32>, tensor<2x8x8xf32>, tensor<2x8x8xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x4x8x8xf32>) -> (tensor<2x8x16xf32>, tensor<2x8x8xf32>, tensor<2x8x8xf32>)
-  %11:3 = model.causal_attention_backward %x, %k, %k, %out, %dy, %probs {num_heads = 4 : i64, num_kv_heads = 2 : i64}
+  %11:3 = model.causal_attention_backward %x, %k, %k, %out, %dy, %probs kernel = materialized {num_heads = 4 : i64, num_kv_heads = 2 : i64}
       : (tensor<2x8x16xf32>, tensor<2x8x8xf32>, tensor<2x8x8xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x4x8x8xf32>) -> (tensor<2x8x16xf32>, tensor<2x8x8xf32>, tensor<2x8x8xf32>)
+  // Flash, the default (elided when printed, accepted when spelled), keeps
+  // the row log-sum-exp, f32 [batch, heads, seq].
+  // CHECK: %[[FOUT:.*]], %[[LSE:.*]] = model.causal_attention %[[X]], %[[K]], %[[K]] {num_heads = 4 : i64, num_kv_heads = 2 : i64}
+  // CHECK-SAME: -> (tensor<2x8x16xf32>, tensor<2x4x8xf32>)
+  %fout, %lse = model.causal_attention %x, %k, %k kernel = flash {num_heads = 4 : i64, num_kv_heads = 2 : i64}
+      : (tensor<2x8x16xf32>, tensor<2x8x8xf32>, tensor<2x8x8xf32>) -> (tensor<2x8x16xf32>, tensor<2x4x8xf32>)
+  // CHECK: model.causal_attention_backward %[[X]], %[[K]], %[[K]], %[[FOUT]], %[[DY]], %[[LSE]] {num_heads = 4 : i64, num_kv_heads = 2 : i64}
+  %13:3 = model.causal_attention_backward %x, %k, %k, %fout, %dy, %lse {num_heads = 4 : i64, num_kv_heads = 2 : i64}
+      : (tensor<2x8x16xf32>, tensor<2x8x8xf32>, tensor<2x8x8xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x4x8xf32>) -> (tensor<2x8x16xf32>, tensor<2x8x8xf32>, tensor<2x8x8xf32>)
   // CHECK: model.cross_entropy_backward %[[LOGITS]], %[[IDS]], %[[SEED]] : (tensor<2x8x64xf32>, tensor<2x8xi32>, tensor<f32>) -> tensor<2x8x64xf32>
   %12 = model.cross_entropy_backward %logits, %ids, %seed : (tensor<2x8x64xf32>, tensor<2x8xi32>, tensor<f32>) -> tensor<2x8x64xf32>
   return

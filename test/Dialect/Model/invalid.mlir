@@ -420,6 +420,23 @@ func.func @f(%x: tensor<2x3x16xbf16>, %g: tensor<16xbf16>, %b: tensor<16xbf16>) 
 
 func.func @f(%q: tensor<2x3x16xf32>, %k: tensor<2x3x8xf32>) {
   // expected-error @+1 {{saved state type 'tensor<2x2x3x3xf32>' does not match the expected 'tensor<2x4x3x3xf32>'}}
-  %o, %p = model.causal_attention %q, %k, %k {num_heads = 4 : i64, num_kv_heads = 2 : i64} : (tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>) -> (tensor<2x3x16xf32>, tensor<2x2x3x3xf32>)
+  %o, %p = model.causal_attention %q, %k, %k kernel = materialized {num_heads = 4 : i64, num_kv_heads = 2 : i64} : (tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>) -> (tensor<2x3x16xf32>, tensor<2x2x3x3xf32>)
+  return
+}
+
+// -----
+
+// Flash (the default) keeps the row log-sum-exp, not the probabilities.
+func.func @f(%q: tensor<2x3x16xbf16>, %k: tensor<2x3x8xbf16>) {
+  // expected-error @+1 {{saved state type 'tensor<2x4x3x3xbf16>' does not match the expected 'tensor<2x4x3xf32>'}}
+  %o, %p = model.causal_attention %q, %k, %k {num_heads = 4 : i64, num_kv_heads = 2 : i64} : (tensor<2x3x16xbf16>, tensor<2x3x8xbf16>, tensor<2x3x8xbf16>) -> (tensor<2x3x16xbf16>, tensor<2x4x3x3xbf16>)
+  return
+}
+
+// -----
+
+func.func @f(%q: tensor<2x3x16xf32>, %k: tensor<2x3x8xf32>) {
+  // expected-error @+1 {{expected string or keyword containing one of the following enum values for attribute 'kernel' [flash, materialized]}}
+  %o = model.causal_attention %q, %k, %k kernel = tiled {num_heads = 4 : i64, num_kv_heads = 2 : i64} : (tensor<2x3x16xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>) -> tensor<2x3x16xf32>
   return
 }

@@ -95,6 +95,15 @@ TEST_F(CudaArguments, RotaryAndAttention) {
                                           nullptr, q, badK, badK, ctx, stream),
                   cpu::attentionBackward(q, badK, badK, out, out, 2, 1, nullptr,
                                          q, badK, badK));
+  Tensor lse = fake({1, 2, 5});
+  expectSameError(
+      cuda::flashAttentionForward(q, k, k, 2, 1, out, &lse, ctx, stream),
+      cpu::flashAttentionForward(q, k, k, 2, 1, out, &lse));
+  expectSameError(cuda::flashAttentionBackward(q, badK, badK, out, out, 2, 1,
+                                               nullptr, q, badK, badK, ctx,
+                                               stream),
+                  cpu::flashAttentionBackward(q, badK, badK, out, out, 2, 1,
+                                              nullptr, q, badK, badK));
 }
 
 TEST_F(CudaArguments, EmbeddingsAndLoss) {

@@ -675,6 +675,53 @@ TEST_P(CudaAttention, MatchesTheCpu) {
   expectExact(down(dv2), gdv, "dv recomputed");
 }
 
+// The flash kernels against the CPU's flash kernels (which are tested
+// against the materialized ones and finite differences): outputs and the
+// log-sum-exp, gradients from the saved and from a recomputed log-sum-exp.
+TEST_P(CudaAttention, FlashMatchesTheCpu) {
+  const AttentionCase &c = GetParam();
+  DType t = c.dtype;
+  int64_t qw = c.heads * c.headDim, kw = c.kvHeads * c.headDim;
+  Host q = random({c.batch, c.seq, qw}, t, 40, -2.0f, 2.0f);
+  Host k = random({c.batch, c.seq, kw}, t, 41, -2.0f, 2.0f);
+  Host v = random({c.batch, c.seq, kw}, t, 42);
+  Host dout = random({c.batch, c.seq, qw}, t, 43);
+  auto qd = up(q), kd = up(k), vd = up(v), doutd = up(dout);
+
+  Host out(q.view.shape, t), lse({c.batch, c.heads, c.seq}, DType::F32);
+  ASSERT_OK(
+      cpu::flashAttentionForward(q, k, v, c.heads, c.kvHeads, out, &lse.view));
+  Device outd(out.view), lsed(lse.view), outNoLse(out.view);
+  ASSERT_OK(cuda::flashAttentionForward(*qd, *kd, *vd, c.heads, c.kvHeads, outd,
+                                        &lsed.view, ctx, stream));
+  ASSERT_OK(cuda::flashAttentionForward(*qd, *kd, *vd, c.heads, c.kvHeads,
+                                        outNoLse, nullptr, ctx, stream));
+  Host gout = down(outd);
+  expectClose(gout, out, kF32Tolerance, "flash out");
+  expectClose(down(lsed), lse, kF32Tolerance, "flash lse");
+  expectExact(down(outNoLse), gout, "flash out without lse");
+
+  Host dq(q.view.shape, t), dk(k.view.shape, t), dv(v.view.shape, t);
+  ASSERT_OK(cpu::flashAttentionBackward(q, k, v, out, dout, c.heads, c.kvHeads,
+                                        &lse.view, dq, dk, dv));
+  Device dqd(dq.view), dkd(dk.view), dvd(dv.view);
+  ASSERT_OK(cuda::flashAttentionBackward(*qd, *kd, *vd, outd, *doutd, c.heads,
+                                         c.kvHeads, &lsed.view, dqd, dkd, dvd,
+                                         ctx, stream));
+  Host gdq = down(dqd), gdk = down(dkd), gdv = down(dvd);
+  expectClose(gdq, dq, kBackwardTolerance, "flash dq");
+  expectClose(gdk, dk, kBackwardTolerance, "flash dk");
+  expectClose(gdv, dv, kBackwardTolerance, "flash dv");
+
+  Device dq2(dq.view), dk2(dk.view), dv2(dv.view);
+  ASSERT_OK(cuda::flashAttentionBackward(*qd, *kd, *vd, outd, *doutd, c.heads,
+                                         c.kvHeads, nullptr, dq2, dk2, dv2, ctx,
+                                         stream));
+  expectExact(down(dq2), gdq, "flash dq recomputed");
+  expectExact(down(dk2), gdk, "flash dk recomputed");
+  expectExact(down(dv2), gdv, "flash dv recomputed");
+}
+
 INSTANTIATE_TEST_SUITE_P(
     HeadsAndDtypes, CudaAttention,
     ::testing::Values(AttentionCase{DType::F32, 2, 33, 4, 4, 16},
