@@ -12,11 +12,13 @@ out="$build/demo"
 mkdir -p "$out"
 set -x
 "$build/bin/zeroc" gen "$root/examples/configs/gpt2/config.json" \
-  --seq-len 1024 --micro-batch 4 --dtype bf16 --quiet -o "$out/gpt2.mlir"
+  --seq-len 1024 --quiet -o "$out/gpt2.mlir"
 "$build/bin/zeroc" stats "$out/gpt2.mlir"
+# The DeepSpeed config decides micro-batch (4) and precision (bf16); the fit
+# check covers every memory of the cluster.
 "$build/bin/zeroc" "$out/gpt2.mlir" --config "$root/examples/ds_configs/zero3.json" \
-  --world-size 8 -o "$out/gpt2-zero3.plan.json"
-"$build/bin/zeroc" inspect "$out/gpt2-zero3.plan.json"
+  --world-size 8 --cluster h100-sxm-8 -o "$out/gpt2-zero3.plan.json"
+"$build/bin/zeroc" inspect "$out/gpt2-zero3.plan.json" --cluster h100-sxm-8
 
 # Then train a tiny model for real on one rank (mpirun -np N for more).
 "$build/bin/zeroc" gen --preset tiny-gpt2 --seq-len 16 --micro-batch 2 --quiet \
