@@ -9,8 +9,10 @@
 
 namespace zeroc {
 
-NodeMemory nodeMemory(const Plan &plan, const Cluster &cluster) {
-  MemorySummary m = summarizeMemory(plan);
+namespace {
+
+NodeMemory nodeMemoryOf(const MemorySummary &m, const Plan &plan,
+                        const Cluster &cluster) {
   NodeMemory node;
   node.ranksPerNode = std::max<int64_t>(
       1, std::min<int64_t>(cluster.gpusPerNode, plan.worldSize));
@@ -18,6 +20,12 @@ NodeMemory nodeMemory(const Plan &plan, const Cluster &cluster) {
                    double(node.ranksPerNode);
   node.nvmeBytes = double(m.nvmeBytes) * double(node.ranksPerNode);
   return node;
+}
+
+} // namespace
+
+NodeMemory nodeMemory(const Plan &plan, const Cluster &cluster) {
+  return nodeMemoryOf(summarizeMemory(plan), plan, cluster);
 }
 
 std::optional<std::string> checkClusterFit(const Plan &plan,
@@ -36,7 +44,7 @@ std::optional<std::string> checkClusterFit(const Plan &plan,
     return gpuRefusal;
 
   MemorySummary m = summarizeMemory(plan);
-  NodeMemory node = nodeMemory(plan, cluster);
+  NodeMemory node = nodeMemoryOf(m, plan, cluster);
   const ClusterHost &host = cluster.host;
   double hostNeed = node.hostBytes + host.reserveBytes;
   if (hostNeed > host.memoryBytes) {
