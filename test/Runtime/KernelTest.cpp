@@ -742,12 +742,54 @@ TEST(Attention, MultiQueryBackwardMatchesFiniteDifferences) {
   checkAttentionGradients({1, 4, 3, 1, 2}, 60);
 }
 
+/// The causal mask of an attention kernel pair (materialized or flash):
+/// changing q, k and v at `pos` leaves every earlier output bit-identical to
+/// `before` (the outputs of the unchanged q, k, v) and changes the output at
+/// `pos`; the gradient of output 2 reaches no key or value after position 2.
+using AttentionForwardFn = Status (*)(const Tensor &, const Tensor &,
+                                      const Tensor &, int64_t, int64_t,
+                                      const Tensor &, const Tensor *);
+using AttentionBackwardFn = Status (*)(const Tensor &, const Tensor &,
+                                       const Tensor &, const Tensor &,
+                                       const Tensor &, int64_t, int64_t,
+                                       const Tensor *, const Tensor &,
+                                       const Tensor &, const Tensor &);
+void expectCausal(AttentionForwardFn forward, AttentionBackwardFn backward,
+                  Owned &q, Owned &k, Owned &v, int64_t heads, int64_t kvHeads,
+                  int64_t d, int64_t pos, const Owned &before) {
+  const int64_t seq = q.view.shape[1];
+  for (int64_t c = 0; c < kvHeads * d; ++c) {
+    k.view.f32()[pos * kvHeads * d + c] += 0.5f;
+    v.view.f32()[pos * kvHeads * d + c] -= 0.5f;
+  }
+  for (int64_t c = 0; c < heads * d; ++c)
+    q.view.f32()[pos * heads * d + c] += 0.5f;
+  Owned after({1, seq, heads * d});
+  ASSERT_OK(forward(q, k, v, heads, kvHeads, after, nullptr));
+  for (int64_t i = 0; i < pos * heads * d; ++i)
+    EXPECT_EQ(after.at(i), before.at(i)) << "at " << i;
+  bool changed = false;
+  for (int64_t i = pos * heads * d; i < (pos + 1) * heads * d; ++i)
+    changed |= after.at(i) != before.at(i);
+  EXPECT_TRUE(changed);
+  Owned dout({1, seq, heads * d}), dq({1, seq, heads * d});
+  Owned dk({1, seq, kvHeads * d}), dv({1, seq, kvHeads * d});
+  for (int64_t c = 0; c < heads * d; ++c)
+    dout.view.f32()[2 * heads * d + c] = 1.0f;
+  ASSERT_OK(
+      backward(q, k, v, after, dout, heads, kvHeads, nullptr, dq, dk, dv));
+  for (int64_t i = 3 * kvHeads * d; i < seq * kvHeads * d; ++i) {
+    EXPECT_EQ(dk.at(i), 0.0f);
+    EXPECT_EQ(dv.at(i), 0.0f);
+  }
+}
+
 TEST(Attention, CausalMasking) {
   const int64_t heads = 4, kvHeads = 2, d = 4, seq = 6;
   Owned q = random({1, seq, heads * d}, 70);
   Owned k = random({1, seq, kvHeads * d}, 71);
   Owned v = random({1, seq, kvHeads * d}, 72);
-  Owned before({1, seq, heads * d}), after({1, seq, heads * d});
+  Owned before({1, seq, heads * d});
   Owned probs({1, heads, seq, seq});
   ASSERT_OK(attentionForward(q, k, v, heads, kvHeads, before, &probs.view));
   // The probabilities are zero above the diagonal and sum to 1 below it.
@@ -768,31 +810,8 @@ TEST(Attention, CausalMasking) {
     }
   // Changing k and v at position 4 (and q there) leaves positions 0..3
   // exactly as they were, and changes position 4.
-  const int64_t pos = 4;
-  for (int64_t c = 0; c < kvHeads * d; ++c) {
-    k.view.f32()[pos * kvHeads * d + c] += 0.5f;
-    v.view.f32()[pos * kvHeads * d + c] -= 0.5f;
-  }
-  for (int64_t c = 0; c < heads * d; ++c)
-    q.view.f32()[pos * heads * d + c] += 0.5f;
-  ASSERT_OK(attentionForward(q, k, v, heads, kvHeads, after, nullptr));
-  for (int64_t i = 0; i < pos * heads * d; ++i)
-    EXPECT_EQ(after.at(i), before.at(i)) << "at " << i;
-  bool changed = false;
-  for (int64_t i = pos * heads * d; i < (pos + 1) * heads * d; ++i)
-    changed |= after.at(i) != before.at(i);
-  EXPECT_TRUE(changed);
-  // The gradient of an earlier output has no part in later positions.
-  Owned dout({1, seq, heads * d}), dq({1, seq, heads * d});
-  Owned dk({1, seq, kvHeads * d}), dv({1, seq, kvHeads * d});
-  for (int64_t c = 0; c < heads * d; ++c)
-    dout.view.f32()[2 * heads * d + c] = 1.0f;
-  ASSERT_OK(attentionBackward(q, k, v, after, dout, heads, kvHeads, nullptr, dq,
-                              dk, dv));
-  for (int64_t i = 3 * kvHeads * d; i < seq * kvHeads * d; ++i) {
-    EXPECT_EQ(dk.at(i), 0.0f);
-    EXPECT_EQ(dv.at(i), 0.0f);
-  }
+  expectCausal(attentionForward, attentionBackward, q, k, v, heads, kvHeads, d,
+               /*pos=*/4, before);
 }
 
 TEST(Attention, Bf16StorageMatchesF32) {
@@ -956,35 +975,12 @@ TEST(FlashAttention, CausalMaskingAcrossTiles) {
   Owned q = random({1, seq, heads * d}, 190);
   Owned k = random({1, seq, kvHeads * d}, 191);
   Owned v = random({1, seq, kvHeads * d}, 192);
-  Owned before({1, seq, heads * d}), after({1, seq, heads * d});
+  Owned before({1, seq, heads * d});
   ASSERT_OK(flashAttentionForward(q, k, v, heads, kvHeads, before, nullptr));
   // Changing q, k and v at a position in the second tile leaves every
   // earlier position bit-identical and changes that one.
-  const int64_t pos = kFlashTile + 2;
-  for (int64_t c = 0; c < kvHeads * d; ++c) {
-    k.view.f32()[pos * kvHeads * d + c] += 0.5f;
-    v.view.f32()[pos * kvHeads * d + c] -= 0.5f;
-  }
-  for (int64_t c = 0; c < heads * d; ++c)
-    q.view.f32()[pos * heads * d + c] += 0.5f;
-  ASSERT_OK(flashAttentionForward(q, k, v, heads, kvHeads, after, nullptr));
-  for (int64_t i = 0; i < pos * heads * d; ++i)
-    EXPECT_EQ(after.at(i), before.at(i)) << "at " << i;
-  bool changed = false;
-  for (int64_t i = pos * heads * d; i < (pos + 1) * heads * d; ++i)
-    changed |= after.at(i) != before.at(i);
-  EXPECT_TRUE(changed);
-  // An output's gradient reaches no later key or value.
-  Owned dout({1, seq, heads * d}), dq({1, seq, heads * d});
-  Owned dk({1, seq, kvHeads * d}), dv({1, seq, kvHeads * d});
-  for (int64_t c = 0; c < heads * d; ++c)
-    dout.view.f32()[2 * heads * d + c] = 1.0f;
-  ASSERT_OK(flashAttentionBackward(q, k, v, after, dout, heads, kvHeads,
-                                   nullptr, dq, dk, dv));
-  for (int64_t i = 3 * kvHeads * d; i < seq * kvHeads * d; ++i) {
-    EXPECT_EQ(dk.at(i), 0.0f);
-    EXPECT_EQ(dv.at(i), 0.0f);
-  }
+  expectCausal(flashAttentionForward, flashAttentionBackward, q, k, v, heads,
+               kvHeads, d, /*pos=*/kFlashTile + 2, before);
 }
 
 TEST(FlashAttention, Bf16StorageMatchesF32) {
