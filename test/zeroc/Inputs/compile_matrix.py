@@ -45,7 +45,9 @@ for model in models:
         micro = ds.get("train_micro_batch_size_per_gpu", "auto")
         want_micro = 2 if micro == "auto" else micro
         if "train_micro_batch_size_per_gpu" not in ds:
-            want_micro = plan["model"]["micro_batch"]  # derived; checked below
+            # DeepSpeed's derivation: train / (accumulation x world size).
+            want_micro = ds["train_batch_size"] // (
+                ds.get("gradient_accumulation_steps", 1) * 8)
         bf16 = ds.get("bf16", {}).get("enabled") is True
         fp16 = ds.get("fp16", {}).get("enabled") is True
         want_dtype = "bf16" if bf16 else "f16" if fp16 else None
