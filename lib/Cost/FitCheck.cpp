@@ -31,8 +31,7 @@ NodeMemory nodeMemory(const Plan &plan, const Cluster &cluster) {
 std::optional<std::string> checkClusterFit(const Plan &plan,
                                            const Cluster &cluster) {
   const ClusterGpu &gpu = cluster.gpu;
-  double usable =
-      gpu.usableMemoryBytes > 0 ? gpu.usableMemoryBytes : gpu.memoryBytes;
+  double usable = gpu.usableBytes();
   if (auto gpuRefusal = checkFit(
           plan, int64_t(gpu.planBudgetBytes()),
           cluster.name + "'s " + gpu.model + " (" + humanBytes(usable) +

@@ -54,10 +54,10 @@ struct ClusterGpu {
   /// workspaces, allocator slack.
   double runtimeReserveBytes = kDefaultRuntimeReserveBytes;
   /// What the plan's peak may use: usable memory less the reserve.
-  double planBudgetBytes() const {
-    return (usableMemoryBytes > 0 ? usableMemoryBytes : memoryBytes) -
-           runtimeReserveBytes;
+  double usableBytes() const {
+    return usableMemoryBytes > 0 ? usableMemoryBytes : memoryBytes;
   }
+  double planBudgetBytes() const { return usableBytes() - runtimeReserveBytes; }
   ClusterPeakFlops peak;
   double hbmBandwidth = 0; ///< Bytes/s.
 };
