@@ -69,6 +69,15 @@ def Model_SavesForBackwardOpInterface : OpInterface<"SavesForBackwardOpInterface
         training graph); null otherwise.
       }],
       "::mlir::Value", "getSavedState", (ins), [{}], [{ return {}; }]>,
+    InterfaceMethod<[{
+        Whether selective recomputation keeps this op's outputs instead of
+        recomputing it: true for the matrix products, whose FLOPs dominate
+        a layer and whose outputs are small next to them; false for the
+        element-wise, normalisation and materialised-attention ops, whose
+        outputs are large for their FLOPs (Korthikanti et al. 2022).
+      }],
+      "bool", "isKeptBySelectiveRecompute", (ins), [{}],
+      [{ return false; }]>,
   ];
   let extraSharedClassDeclaration = [{
     /// Bytes of the internal state, whether or not the op yields it.

@@ -308,6 +308,9 @@ void LinearOp::getSavedValues(SmallVectorImpl<Value> &saved) {
   saved.push_back(getWeight());
 }
 
+// A matrix product: selective recomputation keeps its output.
+bool LinearOp::isKeptBySelectiveRecompute() { return true; }
+
 LogicalResult LinearOp::buildBackward(OpBuilder &builder,
                                       ValueRange resultGrads,
                                       SmallVectorImpl<Value> &operandGrads) {
@@ -671,6 +674,13 @@ RankedTensorType CausalAttentionOp::getSavedStateType() {
 }
 
 Value CausalAttentionOp::getSavedState() { return getSaved(); }
+
+// A flash kernel keeps only its output and the row log-sum-exp, small for
+// its FLOPs, so selective recomputation keeps them; the materialised
+// probabilities are the large, cheap activation Korthikanti et al. recompute.
+bool CausalAttentionOp::isKeptBySelectiveRecompute() {
+  return getKernel() == AttentionKernel::Flash;
+}
 
 LogicalResult
 CausalAttentionOp::buildBackward(OpBuilder &builder, ValueRange resultGrads,

@@ -140,7 +140,8 @@ def Model_PositionEmbeddingOp
 // Linear layers and normalization
 //===----------------------------------------------------------------------===//
 
-def Model_LinearOp : Model_ComputeOp<"linear"> {
+def Model_LinearOp : Model_ComputeOp<"linear", [], [],
+    ["isKeptBySelectiveRecompute"]> {
   let summary = "Affine map y = x W^T + b";
   let description = [{
     `input` is `[..., in]`, `weight` is `[out, in]`, the optional `bias` is
@@ -259,7 +260,7 @@ def Model_RotaryOp : Model_ComputeOp<"rotary", [SameOperandsAndResultType]> {
 //===----------------------------------------------------------------------===//
 
 def Model_CausalAttentionOp : Model_ComputeOp<"causal_attention", [], [],
-    ["getSavedStateType", "getSavedState"]> {
+    ["getSavedStateType", "getSavedState", "isKeptBySelectiveRecompute"]> {
   let summary = "Causal scaled dot-product self-attention with grouped-query heads";
   let description = [{
     `q` is `[batch, seq, num_heads * head_dim]`; `k` and `v` are

@@ -506,6 +506,10 @@ Expected<DeepSpeedConfig> Reader::read() {
   readOptimizer(root);
   readGradientClipping(root);
   readActivationCheckpointing(root);
+  if (ctx.recompute)
+    cfg.recompute = *ctx.recompute;
+  else if (cfg.activationCheckpointing.present)
+    cfg.recompute = {RecomputeMode::Full, 1};
   readAio(root);
   bool batchKnown = ctx.worldSize >= 1;
   for (const char *key : {"train_batch_size", "train_micro_batch_size_per_gpu",

@@ -298,6 +298,7 @@ FailureOr<Plan> buildPlan(ModuleOp module, const PlanSource &source) {
   plan.generator = source.generator;
   plan.model = source.model;
   plan.gradientAccumulationSteps = source.gradientAccumulationSteps;
+  plan.recompute = source.recompute;
   plan.config = source.config;
   plan.worldSize = sched::getWorldSize(module);
   auto stage = module->getAttrOfType<IntegerAttr>(sched::kStageAttr);

@@ -39,6 +39,7 @@ ConfigContext configContextFor(const ModelStats &stats, int64_t worldSize,
   ctx.modelBatch = stats.batch;
   ctx.gradientAccumulation = launcher.gradientAccumulation;
   ctx.modelPrecision = precisionOf(stats.dtype);
+  ctx.recompute = launcher.recompute;
   return ctx;
 }
 
@@ -95,9 +96,10 @@ void buildZeroPipeline(mlir::OpPassManager &pm, const DeepSpeedConfig &cfg) {
   expand.beta2 = cfg.optimizer.beta2;
   expand.eps = cfg.optimizer.eps;
   expand.weightDecay = cfg.optimizer.weightDecay;
-  // The block's presence, whatever it holds, means that every transformer
-  // layer is checkpointed (docs/ds-config.md).
-  expand.recompute = cfg.activationCheckpointing.present;
+  // --recompute, or the activation_checkpointing block's presence (every
+  // transformer layer, fully; docs/ds-config.md).
+  expand.recompute = cfg.recompute.mode;
+  expand.recomputeEvery = cfg.recompute.every;
   pm.addPass(createExpandTrainingStep(expand));
 
   ZeroPartitionOptions partition;
@@ -164,6 +166,7 @@ mlir::FailureOr<Plan> planOfSchedule(mlir::ModuleOp module,
   source.model.microBatch = cfg.microBatchPerGpu;
   source.model.seqLen = stats.seqLen;
   source.gradientAccumulationSteps = cfg.gradientAccumulationSteps;
+  source.recompute = cfg.recompute;
   source.config = toDeepSpeedJson(cfg);
   return buildPlan(module, source);
 }

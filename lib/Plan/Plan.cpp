@@ -135,6 +135,9 @@ json toJson(const Plan &plan) {
           {"world_size", plan.worldSize},
           {"stage", plan.stage},
           {"gradient_accumulation_steps", plan.gradientAccumulationSteps},
+          {"recompute",
+           {{"mode", recomputeModeName(plan.recompute.mode)},
+            {"every", plan.recompute.every}}},
           {"config", plan.config},
           {"streams", std::move(streams)},
           {"tensors", std::move(tensors)},
@@ -237,6 +240,17 @@ Expected<Plan> readPlan(const JsonDocument &doc) {
              "expected an object, found " + describeJsonType(*config));
     else
       plan.config = *config;
+  }
+  // Plans written before the key existed recomputed every layer fully
+  // exactly when their config had activation_checkpointing.
+  if (const json *recompute =
+          r.member(root, JsonPath(), "recompute", /*optional=*/true)) {
+    JsonPath at = JsonPath() / "recompute";
+    plan.recompute.mode = r.enumOf(*recompute, at, "mode", kAllRecomputeModes,
+                                   recomputeModeName);
+    plan.recompute.every = r.integer(*recompute, at, "every", 1);
+  } else if (plan.config.contains("activation_checkpointing")) {
+    plan.recompute = {RecomputeMode::Full, 1};
   }
 
   const json &streams = r.array(root, JsonPath(), "streams");

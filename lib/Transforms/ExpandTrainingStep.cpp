@@ -44,11 +44,13 @@ constexpr llvm::StringLiteral kRecomputeAttr = "model.recompute";
 struct CheckpointedLayer {
   std::string name;
   /// What is emitted again before the layer's backward, in program order:
-  /// the layer's ops that reach the loss and the param_refs they read.
+  /// the layer's ops that reach the loss, but for those selective
+  /// recomputation keeps, and the param_refs they all read.
   SmallVector<Operation *> recomputed;
   /// The forward values the layer's backward must not read: the results of
-  /// the layer's ops and of the param_refs it reads. Its inputs are the
-  /// other values its ops read.
+  /// the layer's recomputed ops and of the param_refs it reads. Its inputs
+  /// are the other values its ops read; the kept ops' results stay
+  /// readable.
   llvm::DenseSet<Value> forwardValues;
 };
 
@@ -70,6 +72,9 @@ struct ForwardInfo {
   /// op that belongs to one (param_refs excluded).
   SmallVector<CheckpointedLayer> layers;
   llvm::DenseMap<Operation *, unsigned> checkpointedLayerOf;
+  /// The ops of checkpointed layers whose outputs selective recomputation
+  /// keeps from forward.
+  llvm::DenseSet<Operation *> kept;
 };
 
 struct ExpandTrainingStep
@@ -96,6 +101,9 @@ LogicalResult ExpandTrainingStep::checkOptions(ModuleOp module) {
   if (gradAccum < 1)
     return emitError() << "grad-accum must be >= 1, found "
                        << gradAccum.getValue();
+  if (recomputeEvery < 1)
+    return emitError() << "recompute-every must be >= 1, found "
+                       << recomputeEvery.getValue();
   if (!(gradientClipping >= 0.0) || !std::isfinite(gradientClipping))
     return emitError() << "clip must be >= 0 (0 disables clipping), found "
                        << gradientClipping.getValue();
@@ -233,11 +241,15 @@ void ExpandTrainingStep::yieldSavedStates(ForwardInfo &info) {
   }
 }
 
-/// Whether a layer name (layerOfParameter) is a numbered transformer layer,
-/// "h.3" or "layers.3", rather than "wte", "ln_f" or "lm_head".
-static bool isNumberedLayer(StringRef layer) {
+/// The number of a numbered transformer layer (layerOfParameter), 3 for
+/// "h.3" or "layers.3"; none for "wte", "ln_f" or "lm_head".
+static std::optional<int64_t> layerNumber(StringRef layer) {
   StringRef last = layer.substr(layer.rfind('.') + 1);
-  return !last.empty() && llvm::all_of(last, llvm::isDigit);
+  int64_t number = 0;
+  if (last.empty() || !llvm::all_of(last, llvm::isDigit) ||
+      last.getAsInteger(10, number))
+    return std::nullopt;
+  return number;
 }
 
 // Attributes the forward ops to layers exactly as computeModelStats does, so
@@ -277,7 +289,10 @@ void ExpandTrainingStep::findCheckpointedLayers(ModuleOp module,
     }
     for (Value result : op->getResults())
       layerOfValue[result] = layer;
-    if (layer == inputs || !isNumberedLayer(names[layer]))
+    if (layer == inputs)
+      continue;
+    std::optional<int64_t> number = layerNumber(names[layer]);
+    if (!number || *number % recomputeEvery != 0)
       continue;
 
     auto [it, inserted] =
@@ -291,12 +306,22 @@ void ExpandTrainingStep::findCheckpointedLayers(ModuleOp module,
     info.checkpointedLayerOf[op] = it->second;
     if (!info.reachesLoss.count(op))
       continue; // No backward, nothing to recompute.
+    // Its backward, built from the recomputation, reads the parameters
+    // again, kept or not.
     for (Value operand : op->getOperands())
       if (auto ref = operand.getDefiningOp<ParamRefOp>()) {
         checkpoint.forwardValues.insert(ref.getResult());
         if (!llvm::is_contained(checkpoint.recomputed, ref.getOperation()))
           checkpoint.recomputed.push_back(ref);
       }
+    auto keeps = dyn_cast<SavesForBackwardOpInterface>(op);
+    if (recompute == zeroc::RecomputeMode::Selective && keeps &&
+        keeps.isKeptBySelectiveRecompute()) {
+      for (Value result : op->getResults())
+        checkpoint.forwardValues.erase(result);
+      info.kept.insert(op);
+      continue;
+    }
     checkpoint.recomputed.push_back(op);
   }
   // A param_ref read by the layer may precede the layer's first op.
@@ -349,7 +374,9 @@ LogicalResult ExpandTrainingStep::buildMicroStep(ForwardInfo &info) {
   // when the layer's backward begins.
   SmallVector<IRMapping> recomputation(info.layers.size());
   SmallVector<SmallVector<Operation *>> clones(info.layers.size());
+  SmallVector<bool> emitted(info.layers.size(), false);
   auto emitRecomputation = [&](unsigned index) {
+    emitted[index] = true;
     CheckpointedLayer &layer = info.layers[index];
     auto name = builder.getStringAttr(layer.name);
     for (Operation *op : layer.recomputed) {
@@ -395,13 +422,22 @@ LogicalResult ExpandTrainingStep::buildMicroStep(ForwardInfo &info) {
     operandGrads.clear();
     Operation *before = info.ret->getPrevNode();
     Operation *differentiated = op;
+    Operation *keptCopy = nullptr;
     std::optional<unsigned> layer;
     if (auto it = info.checkpointedLayerOf.find(op);
         it != info.checkpointedLayerOf.end()) {
       layer = it->second;
-      if (clones[*layer].empty())
+      if (!emitted[*layer])
         emitRecomputation(*layer);
-      differentiated = recomputation[*layer].lookupOrNull(op);
+      if (info.kept.contains(op)) {
+        // Selective: a copy reading the recomputed operands, never run;
+        // its results become the kept forward results below.
+        IRMapping operands = recomputation[*layer];
+        keptCopy = builder.clone(*op, operands);
+        differentiated = keptCopy;
+      } else {
+        differentiated = recomputation[*layer].lookupOrNull(op);
+      }
       if (!differentiated)
         return op->emitError()
                << "internal error: op of checkpointed layer '"
@@ -411,6 +447,10 @@ LogicalResult ExpandTrainingStep::buildMicroStep(ForwardInfo &info) {
     if (failed(cast<DifferentiableOpInterface>(differentiated)
                    .buildBackward(builder, resultGrads, operandGrads)))
       return failure();
+    if (keptCopy) {
+      keptCopy->replaceAllUsesWith(op->getResults());
+      keptCopy->erase();
+    }
     if (layer && failed(checkBackward(*layer, op, before->getNextNode())))
       return failure();
     if (operandGrads.size() != op->getNumOperands())
@@ -489,7 +529,7 @@ void ExpandTrainingStep::runOnOperation() {
   if (failed(info))
     return signalPassFailure();
   yieldSavedStates(*info);
-  if (recompute)
+  if (recompute != zeroc::RecomputeMode::None)
     findCheckpointedLayers(module, *info);
   if (failed(buildMicroStep(*info)))
     return signalPassFailure();

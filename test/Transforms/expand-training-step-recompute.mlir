@@ -1,13 +1,13 @@
-// zero-expand-training-step=recompute=true: activation checkpointing. Each
+// zero-expand-training-step=recompute=full: activation checkpointing. Each
 // numbered layer is emitted again right before its backward, and its
 // backward reads only the recomputation, the layer's inputs and gradients.
-// RUN: zeroc-opt %s -split-input-file --zero-expand-training-step=recompute=true | FileCheck %s
-// RUN: zeroc-opt %s -split-input-file --zero-expand-training-step=recompute=true | FileCheck %s --check-prefix=LIVE
+// RUN: zeroc-opt %s -split-input-file --zero-expand-training-step=recompute=full | FileCheck %s
+// RUN: zeroc-opt %s -split-input-file --zero-expand-training-step=recompute=full | FileCheck %s --check-prefix=LIVE
 // Without the option nothing is recomputed.
 // RUN: zeroc-opt %s -split-input-file --zero-expand-training-step | FileCheck %s --check-prefix=OFF
-// RUN: zeroc-opt %s -split-input-file --zero-expand-training-step=recompute=false | FileCheck %s --check-prefix=OFF
+// RUN: zeroc-opt %s -split-input-file --zero-expand-training-step=recompute=none | FileCheck %s --check-prefix=OFF
 // CSE does not fold a recomputed op into the forward op it duplicates.
-// RUN: zeroc-opt %s -split-input-file --zero-expand-training-step=recompute=true --cse --canonicalize | FileCheck %s --check-prefix=CSE
+// RUN: zeroc-opt %s -split-input-file --zero-expand-training-step=recompute=full --cse --canonicalize | FileCheck %s --check-prefix=CSE
 
 // Two layers between an embedding and a tied head. h.1 reads two values from
 // outside: the residual stream %x1 and the embedding output %x0.

@@ -130,6 +130,26 @@ cl::opt<int64_t> compileGradAccum(
     cl::desc("Gradient accumulation steps, where the config leaves them "
              "\"auto\" or out"),
     cl::value_desc("n"), cl::cat(zerocCategory));
+cl::opt<zeroc::RecomputeMode> compileRecompute(
+    "recompute", cl::sub(cl::SubCommand::getTopLevel()),
+    cl::desc("Activation recomputation (default: full when the config has "
+             "activation_checkpointing, none otherwise; docs/ds-config.md)"),
+    cl::values(clEnumValN(zeroc::RecomputeMode::None, "none",
+                          "keep every activation backward reads"),
+               clEnumValN(zeroc::RecomputeMode::Full, "full",
+                          "keep each layer's inputs, recompute the layer "
+                          "(activation checkpointing)"),
+               clEnumValN(zeroc::RecomputeMode::Selective, "selective",
+                          "keep each layer's inputs and matrix-product "
+                          "outputs, recompute the element-wise ops and "
+                          "norms (Megatron's selective)")),
+    cl::cat(zerocCategory));
+cl::opt<int64_t> compileRecomputeEvery(
+    "recompute-every", cl::sub(cl::SubCommand::getTopLevel()),
+    cl::desc("Recompute only the layers whose index is a multiple of k "
+             "(layers 0, k, 2k, ...; default 1, every layer); needs "
+             "--recompute full or selective"),
+    cl::value_desc("k"), cl::cat(zerocCategory));
 cl::opt<std::string> compileOutput("o", cl::sub(cl::SubCommand::getTopLevel()),
                                    cl::desc("Output file (default: stdout)"),
                                    cl::value_desc("plan.json"), cl::init("-"),
@@ -574,6 +594,14 @@ int runCompile() {
   if (compileGradAccum.getNumOccurrences() && compileGradAccum < 1)
     return error("--grad-accum must be at least 1, found " +
                  std::to_string(compileGradAccum));
+  if (compileRecomputeEvery.getNumOccurrences() && compileRecomputeEvery < 1)
+    return error("--recompute-every must be at least 1, found " +
+                 std::to_string(compileRecomputeEvery));
+  if (compileRecomputeEvery.getNumOccurrences() &&
+      (!compileRecompute.getNumOccurrences() ||
+       compileRecompute == zeroc::RecomputeMode::None))
+    return error("--recompute-every needs --recompute full or selective: it "
+                 "says which layers those recompute");
 
   MLIRContext context;
   loadDialects(context);
@@ -598,6 +626,11 @@ int runCompile() {
     launcher.microBatch = compileMicroBatch;
   if (compileGradAccum.getNumOccurrences())
     launcher.gradientAccumulation = compileGradAccum;
+  if (compileRecompute.getNumOccurrences())
+    launcher.recompute = zeroc::RecomputePolicy{
+        compileRecompute, compileRecomputeEvery.getNumOccurrences()
+                              ? int64_t(compileRecomputeEvery)
+                              : int64_t(1)};
   auto cfg =
       zeroc::readConfigForModel(*doc, *stats, compileWorldSize, launcher);
   if (!cfg)

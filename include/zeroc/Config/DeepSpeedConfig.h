@@ -13,6 +13,7 @@
 
 #include "zeroc/Support/Diagnostic.h"
 #include "zeroc/Support/Json.h"
+#include "zeroc/Support/Recompute.h"
 
 #include <nlohmann/json.hpp>
 
@@ -229,6 +230,10 @@ struct DeepSpeedConfig {
   /// 0 disables clipping. DeepSpeed's default since v0.19.3 (was 0).
   double gradientClipping = 1.0;
   ActivationCheckpointingConfig activationCheckpointing;
+  /// What the step recomputes: zeroc's --recompute when given, else full
+  /// recomputation of every layer when `activation_checkpointing` is
+  /// present, else none (docs/ds-config.md).
+  RecomputePolicy recompute;
   AioConfig aio;
 
   /// Dotted JSON paths ("scheduler", "aio.thread_count") that were accepted
@@ -263,6 +268,9 @@ struct ConfigContext {
   std::optional<int64_t> gradientAccumulation;
   /// The model's dtype, for "auto" in fp16.enabled / bf16.enabled.
   std::optional<Precision> modelPrecision;
+  /// From the command line (--recompute); decides over the config's
+  /// `activation_checkpointing` block.
+  std::optional<RecomputePolicy> recompute;
 };
 
 /// Reads and resolves a parsed config. Every error names the file, the

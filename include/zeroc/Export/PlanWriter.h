@@ -22,6 +22,7 @@ struct PlanSource {
   std::string generator;
   PlanModel model;
   int64_t gradientAccumulationSteps = 1;
+  RecomputePolicy recompute;
   nlohmann::json config = nlohmann::json::object();
 };
 

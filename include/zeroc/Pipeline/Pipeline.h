@@ -26,6 +26,8 @@ namespace zeroc {
 struct LauncherArgs {
   std::optional<int64_t> microBatch;
   std::optional<int64_t> gradientAccumulation;
+  /// --recompute / --recompute-every; none: the config decides.
+  std::optional<RecomputePolicy> recompute;
 };
 
 /// The facts a DeepSpeed config needs from the model and the launcher:

@@ -18,6 +18,7 @@
 #include "zeroc/Support/DType.h"
 #include "zeroc/Support/Diagnostic.h"
 #include "zeroc/Support/Json.h"
+#include "zeroc/Support/Recompute.h"
 
 #include <cstdint>
 #include <map>
@@ -138,6 +139,9 @@ struct Plan {
   int64_t worldSize = 1;
   int64_t stage = 0;
   int64_t gradientAccumulationSteps = 1;
+  /// What the micro-step recomputes (Recompute.h); the ops it recomputes
+  /// carry PlanOp::recompute.
+  RecomputePolicy recompute;
   nlohmann::json config =
       nlohmann::json::object();     ///< Resolved DeepSpeed JSON.
   std::vector<std::string> streams; ///< Name of each stream id.

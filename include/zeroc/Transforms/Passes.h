@@ -9,6 +9,7 @@
 
 #include "model/ModelOps.h"
 #include "sched/SchedOps.h"
+#include "zeroc/Support/Recompute.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"

@@ -79,10 +79,12 @@ def ExpandTrainingStep : Pass<"zero-expand-training-step", "::mlir::ModuleOp"> {
     Gradients of a value used several times are summed; a tied parameter
     receives the sum of its uses' gradients.
 
-    With `recompute` (activation checkpointing, DeepSpeed's
+    With `recompute=full` (activation checkpointing, DeepSpeed's
     `activation_checkpointing` with the Hugging Face Trainer's
     `gradient_checkpointing`), every transformer layer is a checkpointed
-    segment. Forward ops are attributed to layers as `zeroc stats` does: a
+    segment; with `recompute-every=k`, only the layers whose index is a
+    multiple of k are (layers 0, k, 2k, ...), and the others keep all they
+    save. Forward ops are attributed to layers as `zeroc stats` does: a
     `model.param_ref` belongs to its parameter's layer (the name up to its
     first numeric component, `h.3`, `layers.3`), any other op to the latest
     layer among its operands', in parameter declaration order. A layer is
@@ -101,6 +103,16 @@ def ExpandTrainingStep : Pass<"zero-expand-training-step", "::mlir::ModuleOp"> {
     ops whose results the backward does not read (a layer's last projection
     and residual add) are dropped again. The step costs the recomputed ops'
     FLOPs more; gradients and their accumulation are unchanged.
+
+    With `recompute=selective` (Megatron's selective recomputation), a
+    checkpointed layer also keeps the outputs of the ops that report
+    `isKeptBySelectiveRecompute` (the matrix products: `model.linear`, and
+    `model.causal_attention` with the flash kernel) and recomputes only the
+    others (norms, activations, element-wise products and sums, rotary, a
+    materialised attention). A kept op is not run again: its backward is
+    built from a temporary copy reading the recomputed operands, whose
+    results are then replaced by the kept forward results, so the backward
+    reads the kept outputs, the recomputation and the layer's inputs.
   }];
   let dependentDialects = ["::zeroc::model::ModelDialect",
                            "::mlir::func::FuncDialect"];
@@ -143,10 +155,21 @@ def ExpandTrainingStep : Pass<"zero-expand-training-step", "::mlir::ModuleOp"> {
            "LAMB: upper bound of the trust ratio">,
     Option<"minCoeff", "min-coeff", "double", /*default=*/"0.01",
            "LAMB: lower bound of the trust ratio">,
-    Option<"recompute", "recompute", "bool", /*default=*/"false",
-           "Activation checkpointing: keep only each transformer layer's "
-           "inputs for backward and recompute the layer's forward ops right "
-           "before its backward">,
+    Option<"recompute", "recompute", "::zeroc::RecomputeMode",
+           /*default=*/"::zeroc::RecomputeMode::None",
+           "Activation recomputation of the checkpointed layers",
+           [{::llvm::cl::values(
+             clEnumValN(::zeroc::RecomputeMode::None, "none",
+                        "keep every activation backward reads"),
+             clEnumValN(::zeroc::RecomputeMode::Full, "full",
+                        "keep only the layer's inputs and recompute all "
+                        "its forward ops before its backward"),
+             clEnumValN(::zeroc::RecomputeMode::Selective, "selective",
+                        "keep the layer's inputs and its matrix products' "
+                        "outputs; recompute the rest"))}]>,
+    Option<"recomputeEvery", "recompute-every", "int64_t", /*default=*/"1",
+           "Checkpoint the numbered layers whose index is a multiple of "
+           "this (1: every layer)">,
   ];
 }
 
