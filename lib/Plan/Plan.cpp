@@ -246,8 +246,8 @@ Expected<Plan> readPlan(const JsonDocument &doc) {
   if (const json *recompute =
           r.member(root, JsonPath(), "recompute", /*optional=*/true)) {
     JsonPath at = JsonPath() / "recompute";
-    plan.recompute.mode = r.enumOf(*recompute, at, "mode", kAllRecomputeModes,
-                                   recomputeModeName);
+    plan.recompute.mode =
+        r.enumOf(*recompute, at, "mode", kAllRecomputeModes, recomputeModeName);
     plan.recompute.every = r.integer(*recompute, at, "every", 1);
   } else if (plan.config.contains("activation_checkpointing")) {
     plan.recompute = {RecomputeMode::Full, 1};

@@ -268,6 +268,8 @@ void summaryJson(const Plan &plan, const InspectOptions &, json &out) {
   out["world_size"] = plan.worldSize;
   out["stage"] = plan.stage;
   out["gradient_accumulation_steps"] = plan.gradientAccumulationSteps;
+  out["recompute"] = {{"mode", recomputeModeName(plan.recompute.mode)},
+                      {"every", plan.recompute.every}};
   out["streams"] = plan.streams;
   json ops = json::object();
   json runs = json::object();
@@ -295,6 +297,7 @@ void summaryText(const Plan &plan, const InspectOptions &, std::string &out) {
   addField(out, "micro-batch x sequence",
            std::to_string(m.microBatch) + " x " + std::to_string(m.seqLen) +
                " = " + groupDigits(m.microBatch * m.seqLen) + " tokens");
+  addField(out, "recompute", plan.recompute.describe());
   std::string streams;
   for (const std::string &s : plan.streams)
     streams += (streams.empty() ? "" : ", ") + s;

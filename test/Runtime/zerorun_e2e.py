@@ -19,7 +19,9 @@ Scenarios:
          model=gpt2|llama (tiny-gpt2, the default, or tiny-llama),
          optimizer=lamb (DeepSpeed's Lamb; AdamW otherwise),
          attention=flash|materialized (the attention kernel; flash, the
-         default, keeps the row log-sum-exp, materialized the probabilities)
+         default, keeps the row log-sum-exp, materialized the probabilities),
+         recompute=none|full|selective and recompute_every=K (zeroc's
+         --recompute and --recompute-every)
   reference:MODEL,N    stage 0 on one rank with N micro-steps (the global
                        batch of N ranks) for 5 steps: writes the losses and
                        the consolidated final weights to --work, for equiv
@@ -40,6 +42,18 @@ Scenarios:
                        --resume for 3 more: steps 4-6 losses and the
                        consolidated final weights bit-identical; then a
                        flipped byte in a shard makes --resume fail cleanly
+  recompute:SPEC       SPEC with each recomputation policy (none, full,
+                       selective, full and selective every 2nd layer) for
+                       5 steps: per-step losses and consolidated final
+                       weights equal to those without recomputation
+                       (LOSS_TOL of SPEC's dtype; WEIGHT_TOL_F32, f32 only),
+                       each run's measured peak no more than its plan's
+                       prediction and not more than 2% less; at stage 0,
+                       where the activations decide the peak, the measured
+                       peaks ordered as the policies keep less: none >
+                       every 2nd > every layer, selective > full (above
+                       stage 0 the tiny models peak on gradients, buckets
+                       or gathers, which recomputation does not shrink)
   attention:SPEC       SPEC with the flash and with the materialized
                        attention kernel for 5 steps: per-step losses equal
                        within LOSS_TOL of SPEC's dtype (relative), and each
@@ -217,10 +231,15 @@ def plan(args, stage, ws, ga, opts):
     dtype = opts.get("dtype", "f32")
     name, cfg_path = write_config(args, stage, ws, ga, opts)
     out = os.path.join(args.work, name + ".json")
+    recompute = []
+    if "recompute" in opts:
+        recompute = ["--recompute", opts["recompute"]]
+    if "recompute_every" in opts:
+        recompute += ["--recompute-every", opts["recompute_every"]]
     run([args.zeroc, model(args, dtype, opts.get("model", "gpt2"),
                            opts.get("attention", "flash")), "--config",
          cfg_path, "--world-size",
-         str(ws), "-o", out], env=dict(os.environ))
+         str(ws), "-o", out] + recompute, env=dict(os.environ))
     return out
 
 
@@ -837,6 +856,64 @@ def scenario_equiv(args, spec):
     return 0 if traffic_matches(p, log, paper) and mem else 1
 
 
+# Policies of scenario_recompute, from keeping everything to keeping least.
+RECOMPUTE_POLICIES = (("none", {"recompute": "none"}),
+                      ("selective/2", {"recompute": "selective",
+                                       "recompute_every": "2"}),
+                      ("selective", {"recompute": "selective"}),
+                      ("full/2", {"recompute": "full",
+                                  "recompute_every": "2"}),
+                      ("full", {"recompute": "full"}))
+# Measured peaks that must strictly fall: (more kept, less kept).
+RECOMPUTE_ORDER = (("none", "full/2"), ("full/2", "full"),
+                   ("none", "selective/2"), ("selective/2", "selective"),
+                   ("selective", "full"))
+
+
+def scenario_recompute(args, spec):
+    stage, ws, ga, opts = parse_spec(spec)
+    dtype = opts.get("dtype", "f32")
+    runs, peaks, weights = {}, {}, {}
+    ok = True
+    for name, policy in RECOMPUTE_POLICIES:
+        p = plan(args, stage, ws, ga, dict(opts, **policy))
+        log = p + ".log.jsonl"
+        ckpt = fresh_dir(args, "ckpt-" + name.replace("/", "-"))
+        runs[name] = losses(args, p, ws, EQUIV_STEPS,
+                            ["--checkpoint-dir", ckpt], log=log)
+        ok = memory_matches(log) and ok
+        peaks[name] = final_record(log)["measured_peak_bytes_max_rank"]
+        weights[name] = consolidate(
+            args, ckpt, os.path.join(args.work,
+                                     name.replace("/", "-") + ".safetensors"))
+    tol = LOSS_TOL[dtype]
+    base = runs["none"]
+    for name, _ in RECOMPUTE_POLICIES[1:]:
+        got = runs[name]
+        worst = max(abs(a - b) / abs(b) for a, b in zip(got, base))
+        print("%-12s losses %s: largest relative difference to none %g "
+              "(tolerance %g); measured peak %d bytes (none: %d)" % (
+                  name, got, worst, tol, peaks[name], peaks["none"]))
+        if len(got) != len(base) or worst > tol:
+            print("FAILED: recomputation (%s) changed the losses" % name)
+            ok = False
+        if dtype == "f32":
+            wworst = compare_weights(weights["none"], weights[name])
+            print("%-12s final weights: largest relative difference %s" % (
+                name, wworst))
+            if wworst is None or wworst > WEIGHT_TOL_F32:
+                print("FAILED: recomputation (%s) changed the final weights"
+                      % name)
+                ok = False
+    for more, less in RECOMPUTE_ORDER if stage == 0 else ():
+        if not peaks[less] < peaks[more]:
+            print("FAILED: %s keeps less than %s but its measured peak is "
+                  "not lower (%d >= %d bytes)" % (less, more, peaks[less],
+                                                 peaks[more]))
+            ok = False
+    return 0 if ok else 1
+
+
 def scenario_attention(args, spec):
     stage, ws, ga, opts = parse_spec(spec)
     runs = {}
@@ -1121,6 +1198,8 @@ def main():
 
     if args.scenario.startswith("resume:"):
         return scenario_resume(args, args.scenario[len("resume:"):])
+    if args.scenario.startswith("recompute:"):
+        return scenario_recompute(args, args.scenario[len("recompute:"):])
     if args.scenario == "progress":
         return scenario_progress(args)
     if args.scenario == "dump-grads-fp16":

@@ -248,6 +248,44 @@ TEST(DeepSpeedConfigDefaults, ActivationCheckpointingPresenceIsDetected) {
   ASSERT_READ(absent);
   EXPECT_FALSE(absent->activationCheckpointing.present);
   EXPECT_NE(*absent, *empty);
+  // The block means full recomputation of every layer; no block, none.
+  EXPECT_EQ(empty->recompute, (RecomputePolicy{RecomputeMode::Full, 1}));
+  EXPECT_EQ(absent->recompute.mode, RecomputeMode::None);
+}
+
+// --recompute decides over the block, either way.
+TEST(DeepSpeedConfigDefaults, LauncherRecomputationDecidesOverTheBlock) {
+  ConfigContext ctx = worldOf(1);
+  ctx.recompute = RecomputePolicy{RecomputeMode::Selective, 2};
+  auto selective = readText(R"({"train_batch_size": 8})", ctx);
+  ASSERT_READ(selective);
+  EXPECT_EQ(selective->recompute,
+            (RecomputePolicy{RecomputeMode::Selective, 2}));
+  ctx.recompute = RecomputePolicy{RecomputeMode::None, 1};
+  auto none = readText(R"({"train_batch_size": 8,
+      "activation_checkpointing": {}})",
+                       ctx);
+  ASSERT_READ(none);
+  EXPECT_EQ(none->recompute.mode, RecomputeMode::None);
+  EXPECT_TRUE(none->activationCheckpointing.present);
+}
+
+TEST(RecomputePolicy, NamesAndLayers) {
+  RecomputePolicy every3{RecomputeMode::Full, 3};
+  EXPECT_TRUE(every3.checkpoints(0));
+  EXPECT_FALSE(every3.checkpoints(1));
+  EXPECT_TRUE(every3.checkpoints(6));
+  EXPECT_FALSE(RecomputePolicy{}.checkpoints(0));
+  EXPECT_EQ(every3.describe(), "full every 3rd layer");
+  EXPECT_EQ((RecomputePolicy{RecomputeMode::Selective, 11}).describe(),
+            "selective every 11th layer");
+  EXPECT_EQ((RecomputePolicy{RecomputeMode::Full, 22}).describe(),
+            "full every 22nd layer");
+  EXPECT_EQ((RecomputePolicy{RecomputeMode::Selective, 1}).describe(),
+            "selective");
+  for (RecomputeMode m : kAllRecomputeModes)
+    EXPECT_EQ(parseRecomputeMode(recomputeModeName(m)), m);
+  EXPECT_FALSE(parseRecomputeMode("partial"));
 }
 
 //===----------------------------------------------------------------------===//

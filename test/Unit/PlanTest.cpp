@@ -181,6 +181,8 @@ void expectSamePlan(const Plan &a, const Plan &b) {
   EXPECT_EQ(a.worldSize, b.worldSize);
   EXPECT_EQ(a.stage, b.stage);
   EXPECT_EQ(a.gradientAccumulationSteps, b.gradientAccumulationSteps);
+  EXPECT_EQ(a.recompute.mode, b.recompute.mode);
+  EXPECT_EQ(a.recompute.every, b.recompute.every);
   EXPECT_EQ(a.config, b.config);
   EXPECT_EQ(a.streams, b.streams);
   ASSERT_EQ(a.tensors.size(), b.tensors.size());
@@ -234,6 +236,40 @@ TEST(Plan, RoundTripsFieldByField) {
   expectSamePlan(plan, *read);
   // And writing it again gives the same document.
   EXPECT_EQ(toJson(*read), toJson(plan));
+}
+
+TEST(Plan, RoundTripsTheRecomputationPolicy) {
+  Plan plan = stage2Plan();
+  plan.recompute = {RecomputeMode::Selective, 3};
+  Expected<Plan> read = readText(toJson(plan).dump(2));
+  ASSERT_TRUE(read) << read.error().str();
+  EXPECT_EQ(read->recompute.mode, RecomputeMode::Selective);
+  EXPECT_EQ(read->recompute.every, 3);
+}
+
+// Plans written before the key existed: full recomputation exactly when the
+// config they record has activation_checkpointing.
+TEST(Plan, PolicyOfAnOlderPlanFollowsItsConfig) {
+  Plan plan = stage2Plan();
+  json j = toJson(plan);
+  j.erase("recompute");
+  Expected<Plan> none = readText(j.dump(2));
+  ASSERT_TRUE(none) << none.error().str();
+  EXPECT_EQ(none->recompute.mode, RecomputeMode::None);
+  j["config"]["activation_checkpointing"] = json::object();
+  Expected<Plan> full = readText(j.dump(2));
+  ASSERT_TRUE(full) << full.error().str();
+  EXPECT_EQ(full->recompute.mode, RecomputeMode::Full);
+  EXPECT_EQ(full->recompute.every, 1);
+}
+
+TEST(Plan, RejectsABadRecomputationPolicy) {
+  json j = toJson(stage2Plan());
+  j["recompute"]["every"] = 0;
+  Expected<Plan> read = readText(j.dump(2));
+  ASSERT_FALSE(read);
+  EXPECT_NE(read.error().message.find("recompute.every"), std::string::npos)
+      << read.error().str();
 }
 
 TEST(Plan, WriterOmitsEmptyOptionalFields) {

@@ -15,7 +15,6 @@
 #include "zeroc/Checkpoint/Consolidate.h"
 #include "zeroc/Config/Cluster.h"
 #include "zeroc/Cost/FitCheck.h"
-#include "zeroc/Support/Format.h"
 #include "zeroc/Cost/ScheduleViews.h"
 #include "zeroc/Cost/Simulator.h"
 #include "zeroc/Models/ModelBuilder.h"
@@ -24,6 +23,7 @@
 #include "zeroc/Plan/Plan.h"
 #include "zeroc/Plan/PlanInspect.h"
 #include "zeroc/Plan/PlanMemory.h"
+#include "zeroc/Support/Format.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/AsmState.h"
@@ -455,22 +455,22 @@ int runInspect() {
     zeroc::NodeMemory node = zeroc::nodeMemory(*plan, *cluster);
     std::optional<std::string> refusal =
         zeroc::checkClusterFit(*plan, *cluster);
-    fit = nlohmann::json{
-        {"gpu_budget_bytes", cluster->gpu.planBudgetBytes()},
-        {"ranks_per_node", node.ranksPerNode},
-        {"host_bytes_per_node", node.hostBytes},
-        {"host_reserve_bytes", cluster->host.reserveBytes},
-        {"host_memory_bytes", cluster->host.memoryBytes},
-        {"nvme_bytes_per_node", node.nvmeBytes},
-        {"fits", !refusal}};
+    fit = nlohmann::json{{"gpu_budget_bytes", cluster->gpu.planBudgetBytes()},
+                         {"ranks_per_node", node.ranksPerNode},
+                         {"host_bytes_per_node", node.hostBytes},
+                         {"host_reserve_bytes", cluster->host.reserveBytes},
+                         {"host_memory_bytes", cluster->host.memoryBytes},
+                         {"nvme_bytes_per_node", node.nvmeBytes},
+                         {"fits", !refusal}};
     if (refusal)
       (*fit)["refusal"] = *refusal;
     fitText = "\nmemory per node on " + cluster->name + " (" +
-              std::to_string(node.ranksPerNode) + " ranks)\n  host: " +
-              zeroc::humanBytes(node.hostBytes) + " of the ranks + " +
+              std::to_string(node.ranksPerNode) +
+              " ranks)\n  host: " + zeroc::humanBytes(node.hostBytes) +
+              " of the ranks + " +
               zeroc::humanBytes(cluster->host.reserveBytes) + " reserve, of " +
-              zeroc::humanBytes(cluster->host.memoryBytes) + "\n  NVMe: " +
-              zeroc::humanBytes(node.nvmeBytes) + "\n  fits: " +
+              zeroc::humanBytes(cluster->host.memoryBytes) +
+              "\n  NVMe: " + zeroc::humanBytes(node.nvmeBytes) + "\n  fits: " +
               (refusal ? "no: " + refusal->substr(0, refusal->find('\n'))
                        : std::string("yes")) +
               "\n";
