@@ -12,7 +12,9 @@
 
 #include <cctype>
 #include <cstdio>
+#include <functional>
 #include <map>
+#include <optional>
 
 using namespace mlir;
 using namespace zeroc::model;
@@ -39,6 +41,47 @@ FailureOr<Operation *> findForwardFunction(ModuleOp module) {
             "found "
          << funcs.size() << " functions and none named 'forward'";
 }
+
+namespace {
+
+/// Attributes ops to layer rows: a param_ref to its parameter's layer, any
+/// other op to the latest layer among its operands', and an op fed only by
+/// the function arguments to a pseudo-layer "(inputs)".
+class LayerAttribution {
+public:
+  /// `layerFor` numbers a layer name, creating its row on first sight.
+  explicit LayerAttribution(std::function<unsigned(llvm::StringRef)> layerFor)
+      : layerFor(std::move(layerFor)) {}
+
+  unsigned attribute(Operation *op) {
+    if (auto ref = dyn_cast<ParamRefOp>(op)) {
+      unsigned layer = layerFor(layerOfParameter(ref.getParam()));
+      valueLayer[ref.getResult()] = layer;
+      return layer;
+    }
+    int layer = -1;
+    for (Value operand : op->getOperands()) {
+      auto it = valueLayer.find(operand);
+      if (it != valueLayer.end())
+        layer = std::max(layer, int(it->second));
+    }
+    if (layer < 0) {
+      if (!inputs)
+        inputs = layerFor("(inputs)");
+      layer = *inputs;
+    }
+    for (Value result : op->getResults())
+      valueLayer[result] = layer;
+    return layer;
+  }
+
+private:
+  std::function<unsigned(llvm::StringRef)> layerFor;
+  llvm::DenseMap<Value, unsigned> valueLayer;
+  std::optional<unsigned> inputs;
+};
+
+} // namespace
 
 FailureOr<ModelStats> computeModelStats(ModuleOp module) {
   ModelStats stats;
@@ -85,28 +128,12 @@ FailureOr<ModelStats> computeModelStats(ModuleOp module) {
   // An op belongs to the latest layer among its operands' layers; parameters
   // carry the layer of their name. Ops fed only by the function arguments
   // fall into the first layer that follows.
-  llvm::DenseMap<Value, int> valueLayer;
   llvm::DenseSet<Value> saved;
-  int otherLayer = -1;
+  LayerAttribution attribution(layerFor);
   forward.walk([&](Operation *op) {
-    int layer = -1;
-    if (auto ref = dyn_cast<ParamRefOp>(op)) {
-      layer = layerFor(layerOfParameter(ref.getParam()));
-      valueLayer[ref.getResult()] = layer;
+    unsigned layer = attribution.attribute(op);
+    if (isa<ParamRefOp>(op))
       return;
-    }
-    for (Value operand : op->getOperands()) {
-      auto it = valueLayer.find(operand);
-      if (it != valueLayer.end())
-        layer = std::max(layer, it->second);
-    }
-    if (layer < 0) {
-      if (otherLayer < 0)
-        otherLayer = layerFor("(inputs)");
-      layer = otherLayer;
-    }
-    for (Value result : op->getResults())
-      valueLayer[result] = layer;
 
     LayerStats &row = layers[layer];
     if (auto cost = dyn_cast<CostOpInterface>(op)) {
@@ -152,6 +179,60 @@ FailureOr<ModelStats> computeModelStats(ModuleOp module) {
   return stats;
 }
 
+FailureOr<std::map<std::string, int64_t>>
+savedBytesOfTrainingStep(ModuleOp module) {
+  auto step = module.lookupSymbol<func::FuncOp>("micro_step");
+  if (!step || step.isExternal())
+    return module.emitError() << "expected a training step (@micro_step, after "
+                                 "zero-expand-training-step)";
+  Operation *seed = nullptr;
+  step.walk([&](BackwardSeedOp op) { seed = op; });
+  if (!seed)
+    return step.emitError() << "@micro_step has no model.backward_seed";
+
+  std::vector<std::string> names;
+  llvm::StringMap<unsigned> index;
+  LayerAttribution attribution([&](llvm::StringRef key) {
+    auto [it, inserted] = index.try_emplace(key, names.size());
+    if (inserted)
+      names.push_back(key.str());
+    return it->second;
+  });
+  // Each forward value backward reads, counted in the layer of its first
+  // forward reader (computeModelStats counts a value in the layer of the
+  // first op that saves it, which reads it first), or of its producer.
+  llvm::DenseMap<Value, unsigned> firstReader;
+  llvm::SmallVector<std::pair<Value, unsigned>> produced;
+  // The token ids and targets count like computeModelStats counts them,
+  // where an op saves them (embedding, cross-entropy).
+  for (Value arg : step.getArguments())
+    produced.push_back({arg, ~0u});
+  for (Operation &op : step.getBody().front()) {
+    if (&op == seed)
+      break;
+    unsigned layer = attribution.attribute(&op);
+    for (Value operand : op.getOperands())
+      firstReader.try_emplace(operand, layer);
+    if (!isa<ParamRefOp>(op))
+      for (Value result : op.getResults())
+        produced.push_back({result, layer});
+  }
+  std::map<std::string, int64_t> bytes;
+  for (auto [value, producer] : produced) {
+    bool readByBackward = llvm::any_of(value.getUsers(), [&](Operation *user) {
+      return !isa<func::ReturnOp>(user) && !user->isBeforeInBlock(seed);
+    });
+    if (!readByBackward)
+      continue;
+    auto it = firstReader.find(value);
+    if (it == firstReader.end() && producer == ~0u)
+      continue; // An argument only the backward reads.
+    unsigned layer = it != firstReader.end() ? it->second : producer;
+    bytes[names[layer]] += tensorBytes(value.getType());
+  }
+  return bytes;
+}
+
 nlohmann::json toJson(const ModelStats &stats) {
   nlohmann::json layers = nlohmann::json::array();
   for (const LayerStats &l : stats.layers) {
@@ -179,6 +260,9 @@ nlohmann::json toJson(const ModelStats &stats) {
           {"train_flops_per_token_formula", stats.formulaFlopsPerToken},
           {"attention_flops_per_token", stats.attentionFlopsPerToken},
           {"saved_bytes_per_micro_batch", stats.savedBytes},
+          {"recompute",
+           {{"mode", recomputeModeName(stats.recompute.mode)},
+            {"every", stats.recompute.every}}},
           {"layers", layers}};
 }
 
@@ -207,7 +291,11 @@ std::string formatModelStats(const ModelStats &s) {
       humanCount(s.formulaFlopsPerToken) + "FLOP  (attention term " +
           humanCount(s.attentionFlopsPerToken) + ")");
   add("train FLOPs / micro-batch", humanCount(3.0 * s.forwardFlops) + "FLOP");
-  add("saved for backward / micro-batch", humanBytes(s.savedBytes));
+  add("saved for backward / micro-batch",
+      humanBytes(s.savedBytes) +
+          (s.recompute.mode == RecomputeMode::None
+               ? std::string()
+               : " (recompute " + s.recompute.describe() + ")"));
   out += "\n";
   std::snprintf(line, sizeof line, "  %-18s %15s %12s %14s %14s  %s\n", "layer",
                 "params", "param bytes", "fwd FLOPs", "saved bytes",

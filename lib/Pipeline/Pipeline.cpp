@@ -67,6 +67,33 @@ static TrainingDType specializedDType(Precision precision) {
   return TrainingDType::F32;
 }
 
+mlir::LogicalResult applyRecomputation(mlir::ModuleOp model,
+                                       RecomputePolicy policy,
+                                       ModelStats &stats) {
+  if (policy.mode == RecomputeMode::None)
+    return mlir::success();
+  mlir::OwningOpRef<mlir::ModuleOp> step = model.clone();
+  mlir::PassManager pm(model.getContext());
+  ExpandTrainingStepOptions expand;
+  expand.recompute = policy.mode;
+  expand.recomputeEvery = policy.every;
+  pm.addPass(createExpandTrainingStep(expand));
+  if (mlir::failed(pm.run(*step)))
+    return mlir::failure();
+  mlir::FailureOr<std::map<std::string, int64_t>> saved =
+      savedBytesOfTrainingStep(*step);
+  if (mlir::failed(saved))
+    return mlir::failure();
+  stats.savedBytes = 0;
+  for (LayerStats &layer : stats.layers) {
+    auto it = saved->find(layer.name);
+    layer.savedBytes = it == saved->end() ? 0 : it->second;
+    stats.savedBytes += layer.savedBytes;
+  }
+  stats.recompute = policy;
+  return mlir::success();
+}
+
 void buildZeroPipeline(mlir::OpPassManager &pm, const DeepSpeedConfig &cfg) {
   const ZeroConfig &zero = cfg.zero;
   ModelSpecializeOptions specialize;

@@ -4,10 +4,13 @@
 #include "zeroc/Analysis/ModelStats.h"
 #include "zeroc/Models/ModelBuilder.h"
 #include "zeroc/Models/ModelSpec.h"
+#include "zeroc/Pipeline/Pipeline.h"
+#include "zeroc/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/Verifier.h"
+#include "mlir/Pass/PassManager.h"
 
 #include <gtest/gtest.h>
 
@@ -27,6 +30,28 @@ protected:
     mlir::FailureOr<ModelStats> stats = computeModelStats(*module);
     EXPECT_TRUE(mlir::succeeded(stats));
     return *stats;
+  }
+
+  /// The statistics with the saved bytes of the training step under
+  /// `policy` (applyRecomputation).
+  ModelStats statsOf(const ModelSpec &spec, RecomputePolicy policy) {
+    mlir::OwningOpRef<mlir::ModuleOp> module = buildModel(context, spec);
+    mlir::FailureOr<ModelStats> stats = computeModelStats(*module);
+    EXPECT_TRUE(mlir::succeeded(stats));
+    EXPECT_TRUE(mlir::succeeded(applyRecomputation(*module, policy, *stats)));
+    return *stats;
+  }
+
+  /// Per layer, the bytes the expanded step's backward reads from forward
+  /// without recomputation (savedBytesOfTrainingStep), or an empty map.
+  std::map<std::string, int64_t> stepSavedBytes(const ModelSpec &spec) {
+    mlir::OwningOpRef<mlir::ModuleOp> module = buildModel(context, spec);
+    mlir::PassManager pm(&context);
+    pm.addPass(createExpandTrainingStep());
+    EXPECT_TRUE(mlir::succeeded(pm.run(*module)));
+    auto saved = savedBytesOfTrainingStep(*module);
+    EXPECT_TRUE(mlir::succeeded(saved));
+    return mlir::succeeded(saved) ? *saved : std::map<std::string, int64_t>();
   }
 
   static ModelSpec preset(const std::string &name, int64_t seq, int64_t batch,
@@ -135,6 +160,61 @@ TEST_F(ModelsTest, LlamaLayerActivations) {
   ModelStats materialized = statsOf(spec);
   EXPECT_EQ(layer(materialized, "layers.0").savedBytes,
             values + 2 * a * s * s * b);
+}
+
+// Two readings of "saved for backward" agree: the ops' interfaces
+// (getSavedValues, getSavedStateType) as `zeroc stats` sums them, and the
+// dataflow of the expanded training step (the forward values its backward
+// reads), layer by layer, for each model family and attention kernel.
+TEST_F(ModelsTest, SavedBytesOfTheStepAreTheInterfaces) {
+  for (const char *name : {"tiny-gpt2", "tiny-llama"})
+    for (AttentionKernel kernel : kAllAttentionKernels) {
+      ModelSpec spec = preset(name, 16, 2, DType::BF16);
+      spec.attentionKernel = kernel;
+      ModelStats stats = statsOf(spec);
+      std::map<std::string, int64_t> step = stepSavedBytes(spec);
+      int64_t total = 0;
+      for (const LayerStats &l : stats.layers) {
+        EXPECT_EQ(step[l.name], l.savedBytes)
+            << name << " " << attentionKernelName(kernel) << " " << l.name;
+        total += step[l.name];
+      }
+      EXPECT_EQ(total, stats.savedBytes) << name;
+    }
+}
+
+// Under recomputation a Llama layer keeps (bf16, flash attention):
+// - full: only its input, the residual stream (2 s b h);
+// - selective: its input, the outputs of its matrix products -- q, k, v
+//   (2 s b (q + 2 kv)), o_proj (2 s b h), gate and up (2 x 2 s b I) -- and
+//   the attention's output (2 s b q) and row log-sum-exp (4 a s b); the
+//   norms, RoPE, SiLU and the gate product are recomputed.
+// Every k-th layer: the others keep what they keep without recomputation.
+TEST_F(ModelsTest, LlamaLayerActivationsUnderRecomputation) {
+  ModelSpec spec = preset("tiny-llama", 32, 3, DType::BF16);
+  int64_t s = 32, b = 3, h = 64, a = 4, I = 176;
+  int64_t q = 64, kv = 32;
+  ModelStats none = statsOf(spec);
+
+  ModelStats full = statsOf(spec, {RecomputeMode::Full, 1});
+  EXPECT_EQ(layer(full, "layers.0").savedBytes, 2 * s * b * h);
+  EXPECT_EQ(layer(full, "layers.1").savedBytes, 2 * s * b * h);
+  EXPECT_EQ(full.recompute.mode, RecomputeMode::Full);
+
+  ModelStats selective = statsOf(spec, {RecomputeMode::Selective, 1});
+  int64_t kept =
+      2 * s * b * (h + q + 2 * kv + q + h) + 2 * 2 * s * b * I + 4 * a * s * b;
+  EXPECT_EQ(layer(selective, "layers.0").savedBytes, kept);
+  EXPECT_EQ(layer(selective, "layers.1").savedBytes, kept);
+
+  ModelStats every2 = statsOf(spec, {RecomputeMode::Full, 2});
+  EXPECT_EQ(layer(every2, "layers.0").savedBytes, 2 * s * b * h);
+  EXPECT_EQ(layer(every2, "layers.1").savedBytes,
+            layer(none, "layers.1").savedBytes);
+  // The embedding, the final norm and the head are never recomputed.
+  for (const char *other : {"embed_tokens", "norm", "lm_head"})
+    EXPECT_EQ(layer(full, other).savedBytes, layer(none, other).savedBytes)
+        << other;
 }
 
 TEST_F(ModelsTest, TrainingFlopsMatchTheUsualEstimate) {

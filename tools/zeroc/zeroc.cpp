@@ -131,7 +131,7 @@ cl::opt<int64_t> compileGradAccum(
              "\"auto\" or out"),
     cl::value_desc("n"), cl::cat(zerocCategory));
 cl::opt<zeroc::RecomputeMode> compileRecompute(
-    "recompute", cl::sub(cl::SubCommand::getTopLevel()),
+    "recompute", cl::sub(cl::SubCommand::getTopLevel()), cl::sub(statsCmd),
     cl::desc("Activation recomputation (default: full when the config has "
              "activation_checkpointing, none otherwise; docs/ds-config.md)"),
     cl::values(clEnumValN(zeroc::RecomputeMode::None, "none",
@@ -146,6 +146,7 @@ cl::opt<zeroc::RecomputeMode> compileRecompute(
     cl::cat(zerocCategory));
 cl::opt<int64_t> compileRecomputeEvery(
     "recompute-every", cl::sub(cl::SubCommand::getTopLevel()),
+    cl::sub(statsCmd),
     cl::desc("Recompute only the layers whose index is a multiple of k "
              "(layers 0, k, 2k, ...; default 1, every layer); needs "
              "--recompute full or selective"),
@@ -409,7 +410,33 @@ OwningOpRef<ModuleOp> loadModel(MLIRContext &context, llvm::SourceMgr &sources,
   return parseSourceFile<ModuleOp>(sources, &context);
 }
 
+/// --recompute and --recompute-every: the policy they give (none when
+/// --recompute is absent); false after reporting an error.
+bool recomputeFlags(std::optional<zeroc::RecomputePolicy> &policy) {
+  if (compileRecomputeEvery.getNumOccurrences() && compileRecomputeEvery < 1) {
+    error("--recompute-every must be at least 1, found " +
+          std::to_string(compileRecomputeEvery));
+    return false;
+  }
+  if (compileRecomputeEvery.getNumOccurrences() &&
+      (!compileRecompute.getNumOccurrences() ||
+       compileRecompute == zeroc::RecomputeMode::None)) {
+    error("--recompute-every needs --recompute full or selective: it says "
+          "which layers those recompute");
+    return false;
+  }
+  if (compileRecompute.getNumOccurrences())
+    policy = zeroc::RecomputePolicy{compileRecompute,
+                                    compileRecomputeEvery.getNumOccurrences()
+                                        ? int64_t(compileRecomputeEvery)
+                                        : int64_t(1)};
+  return true;
+}
+
 int runStats() {
+  std::optional<zeroc::RecomputePolicy> recompute;
+  if (!recomputeFlags(recompute))
+    return 1;
   MLIRContext context;
   loadDialects(context);
   llvm::SourceMgr sources;
@@ -419,6 +446,9 @@ int runStats() {
     return 1;
   FailureOr<zeroc::ModelStats> stats = zeroc::computeModelStats(*module);
   if (failed(stats))
+    return 1;
+  if (recompute &&
+      failed(zeroc::applyRecomputation(*module, *recompute, *stats)))
     return 1;
   if (statsJson)
     llvm::outs() << zeroc::toJson(*stats).dump(2) << "\n";
@@ -594,14 +624,9 @@ int runCompile() {
   if (compileGradAccum.getNumOccurrences() && compileGradAccum < 1)
     return error("--grad-accum must be at least 1, found " +
                  std::to_string(compileGradAccum));
-  if (compileRecomputeEvery.getNumOccurrences() && compileRecomputeEvery < 1)
-    return error("--recompute-every must be at least 1, found " +
-                 std::to_string(compileRecomputeEvery));
-  if (compileRecomputeEvery.getNumOccurrences() &&
-      (!compileRecompute.getNumOccurrences() ||
-       compileRecompute == zeroc::RecomputeMode::None))
-    return error("--recompute-every needs --recompute full or selective: it "
-                 "says which layers those recompute");
+  std::optional<zeroc::RecomputePolicy> recompute;
+  if (!recomputeFlags(recompute))
+    return 1;
 
   MLIRContext context;
   loadDialects(context);
@@ -626,11 +651,7 @@ int runCompile() {
     launcher.microBatch = compileMicroBatch;
   if (compileGradAccum.getNumOccurrences())
     launcher.gradientAccumulation = compileGradAccum;
-  if (compileRecompute.getNumOccurrences())
-    launcher.recompute = zeroc::RecomputePolicy{
-        compileRecompute, compileRecomputeEvery.getNumOccurrences()
-                              ? int64_t(compileRecomputeEvery)
-                              : int64_t(1)};
+  launcher.recompute = recompute;
   auto cfg =
       zeroc::readConfigForModel(*doc, *stats, compileWorldSize, launcher);
   if (!cfg)

@@ -10,6 +10,8 @@
 #ifndef ZEROC_ANALYSIS_MODELSTATS_H
 #define ZEROC_ANALYSIS_MODELSTATS_H
 
+#include "zeroc/Support/Recompute.h"
+
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Support/LogicalResult.h"
 
@@ -54,6 +56,9 @@ struct ModelStats {
   /// Its attention term, 12 L H S, with H = heads * head_dim.
   int64_t attentionFlopsPerToken = 0;
   int64_t savedBytes = 0; ///< Kept for backward, per micro-batch.
+  /// The recomputation the saved bytes assume (none unless
+  /// applyRecomputation, Pipeline.h, says otherwise).
+  RecomputePolicy recompute;
   std::vector<LayerStats> layers;
 
   int64_t tokens() const { return batch * seqLen; }
@@ -69,6 +74,15 @@ mlir::FailureOr<mlir::Operation *> findForwardFunction(mlir::ModuleOp module);
 /// Computes the statistics; emits a diagnostic and fails on IR that is not a
 /// model (no forward function, unexpected arguments).
 mlir::FailureOr<ModelStats> computeModelStats(mlir::ModuleOp module);
+
+/// Bytes per layer of the forward values the backward of a training step
+/// (@micro_step, after zero-expand-training-step) reads: what stays alive
+/// from forward to backward under the step's recomputation policy. A value
+/// counts in the layer of its first forward reader, else of its producer;
+/// parameters do not count. Without recomputation it equals each layer's
+/// LayerStats::savedBytes (ModelsTest).
+mlir::FailureOr<std::map<std::string, int64_t>>
+savedBytesOfTrainingStep(mlir::ModuleOp module);
 
 nlohmann::json toJson(const ModelStats &stats);
 

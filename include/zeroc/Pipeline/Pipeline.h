@@ -37,6 +37,16 @@ struct LauncherArgs {
 ConfigContext configContextFor(const ModelStats &stats, int64_t worldSize,
                                const LauncherArgs &launcher = {});
 
+/// The saved bytes of `stats` (per layer and in total) under `policy`: the
+/// forward values the backward of the training step reads once
+/// zero-expand-training-step has applied the policy to a copy of `model`
+/// (savedBytesOfTrainingStep). Transient memory of a recomputation (one
+/// layer's recomputed values while its backward runs) is the plan's, not
+/// counted here. No change for RecomputeMode::None.
+mlir::LogicalResult applyRecomputation(mlir::ModuleOp model,
+                                       RecomputePolicy policy,
+                                       ModelStats &stats);
+
 /// Adds the ZeRO pipeline, from training-step expansion to the schedule
 /// verifier, with the options `cfg` implies.
 void buildZeroPipeline(mlir::OpPassManager &pm, const DeepSpeedConfig &cfg);
