@@ -241,16 +241,11 @@ Expected<Plan> readPlan(const JsonDocument &doc) {
     else
       plan.config = *config;
   }
-  // Plans written before the key existed recomputed every layer fully
-  // exactly when their config had activation_checkpointing.
-  if (const json *recompute =
-          r.member(root, JsonPath(), "recompute", /*optional=*/true)) {
+  if (const json *recompute = r.member(root, JsonPath(), "recompute")) {
     JsonPath at = JsonPath() / "recompute";
     plan.recompute.mode =
         r.enumOf(*recompute, at, "mode", kAllRecomputeModes, recomputeModeName);
     plan.recompute.every = r.integer(*recompute, at, "every", 1);
-  } else if (plan.config.contains("activation_checkpointing")) {
-    plan.recompute = {RecomputeMode::Full, 1};
   }
 
   const json &streams = r.array(root, JsonPath(), "streams");

@@ -217,6 +217,20 @@ TEST_F(ModelsTest, LlamaLayerActivationsUnderRecomputation) {
         << other;
 }
 
+// A GPT-2 layer under selective recomputation keeps its input (2 s b h),
+// q, k, v (6 s b h), the attention output and log-sum-exp (2 s b h +
+// 4 a s b), the attention projection's output (2 s b h: the second residual
+// sum is recomputed from it) and the MLP's first projection (8 s b h, GELU's
+// input); the layernorms, their statistics and GELU are recomputed.
+TEST_F(ModelsTest, GPT2LayerActivationsUnderSelectiveRecomputation) {
+  ModelSpec spec = preset("gpt2", 512, 4, DType::BF16);
+  int64_t s = 512, b = 4, h = 768, a = 12;
+  ModelStats selective = statsOf(spec, {RecomputeMode::Selective, 1});
+  EXPECT_EQ(layer(selective, "h.0").savedBytes, 20 * s * b * h + 4 * a * s * b);
+  EXPECT_EQ(layer(selective, "h.11").savedBytes,
+            20 * s * b * h + 4 * a * s * b);
+}
+
 TEST_F(ModelsTest, TrainingFlopsMatchTheUsualEstimate) {
   // Graph FLOPs differ from 6N + 12LHS only by the non-matmul work and the
   // embedding lookups, about 0.1% for GPT-2.

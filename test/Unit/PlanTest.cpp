@@ -247,23 +247,14 @@ TEST(Plan, RoundTripsTheRecomputationPolicy) {
   EXPECT_EQ(read->recompute.every, 3);
 }
 
-// Plans written before the key existed: full recomputation exactly when the
-// config they record has activation_checkpointing.
-TEST(Plan, PolicyOfAnOlderPlanFollowsItsConfig) {
-  Plan plan = stage2Plan();
-  json j = toJson(plan);
-  j.erase("recompute");
-  Expected<Plan> none = readText(j.dump(2));
-  ASSERT_TRUE(none) << none.error().str();
-  EXPECT_EQ(none->recompute.mode, RecomputeMode::None);
-  j["config"]["activation_checkpointing"] = json::object();
-  Expected<Plan> full = readText(j.dump(2));
-  ASSERT_TRUE(full) << full.error().str();
-  EXPECT_EQ(full->recompute.mode, RecomputeMode::Full);
-  EXPECT_EQ(full->recompute.every, 1);
-}
-
 TEST(Plan, RejectsABadRecomputationPolicy) {
+  json missing = toJson(stage2Plan());
+  missing.erase("recompute");
+  Expected<Plan> noPolicy = readText(missing.dump(2));
+  ASSERT_FALSE(noPolicy);
+  EXPECT_NE(noPolicy.error().message.find("missing required key 'recompute'"),
+            std::string::npos)
+      << noPolicy.error().str();
   json j = toJson(stage2Plan());
   j["recompute"]["every"] = 0;
   Expected<Plan> read = readText(j.dump(2));
@@ -332,12 +323,12 @@ TEST(Plan, MissingFileIsAnError) {
 /// A valid plan, one item per line so that an edit moves nothing else.
 const char *const kValidPlan = R"({
   "format": "zeroc-plan",
-  "version": 4,
+  "version": 5,
   "generator": "test",
   "model": {"name": "m", "params": 18, "dtype": "bf16", "micro_batch": 2, "seq_len": 3},
   "world_size": 2,
   "stage": 2,
-  "gradient_accumulation_steps": 1,
+  "gradient_accumulation_steps": 1, "recompute": {"mode": "none", "every": 1},
   "config": {},
   "streams": [{"id": 0, "name": "compute"}, {"id": 1, "name": "comm"}],
   "tensors": [
@@ -423,9 +414,9 @@ TEST(PlanReader, WrongFormatName) {
 }
 
 TEST(PlanReader, UnsupportedVersion) {
-  expectError(edited(R"("version": 4)", R"("version": 2)"),
+  expectError(edited(R"("version": 5)", R"("version": 2)"),
               "3:3: error: plan format version 2 is not supported by this "
-              "build, which reads version 4; recompile the plan with this "
+              "build, which reads version 5; recompile the plan with this "
               "zeroc",
               R"("version")");
 }
