@@ -246,9 +246,19 @@ std::optional<std::string> checkFit(const Plan &plan, int64_t gpuMemoryBytes,
              std::to_string(plan.model.microBatch / 2) +
              " (with more gradient accumulation) halves the activations" +
              saving(double(m.activations) / 2) + "\n";
-    if (!plan.config.contains("activation_checkpointing"))
+    if (plan.recompute.mode == RecomputeMode::None)
       msg += "  - activation_checkpointing keeps only each layer's input for "
-             "backward and recomputes the rest\n";
+             "backward and recomputes the rest (zeroc --recompute full); "
+             "--recompute selective also keeps its matrix products' outputs "
+             "and recomputes only norms and activations\n";
+    else if (plan.recompute.every > 1)
+      msg += "  - --recompute-every 1 recomputes every layer instead of " +
+             plan.recompute.describe().substr(
+                 plan.recompute.describe().find("every")) +
+             "\n";
+    else if (plan.recompute.mode == RecomputeMode::Selective)
+      msg += "  - --recompute full (activation_checkpointing) keeps only each "
+             "layer's input, not its matrix products' outputs\n";
   }
   msg += "(zeroc --allow-oom writes the plan anyway)";
   return msg;
