@@ -234,6 +234,21 @@ def Model_SiluOp : Model_UnaryOp<"silu"> {
 
 def Model_AddOp : Model_BinaryOp<"add", [Commutative]> {
   let summary = "Elementwise sum of two tensors of one type (residuals)";
+  let description = [{
+    `in_place` marks a sum of gradients (emitted by
+    `zero-expand-training-step` where a value or a parameter has several
+    uses): where `lhs` dies at this op, the result takes its memory, as
+    PyTorch's autograd accumulates a gradient into the one that arrived
+    first. `zero-plan-memory` gives the result `lhs`'s offset then; the
+    kernels are element-wise, so the aliasing is safe. A forward residual
+    sum has no `in_place`: PyTorch computes it out of place.
+
+    ```mlir
+    %g = model.add %g1, %g2 {in_place} : tensor<50257x768xbf16>
+    ```
+  }];
+  let arguments = (ins Model_FloatTensor:$lhs, Model_FloatTensor:$rhs,
+                       UnitAttr:$in_place);
 }
 
 def Model_MulOp : Model_BinaryOp<"mul", [Commutative]> {

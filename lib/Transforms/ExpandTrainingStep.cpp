@@ -358,7 +358,9 @@ LogicalResult ExpandTrainingStep::buildMicroStep(ForwardInfo &info) {
   llvm::DenseMap<Value, Value> grads;
   auto addGradient = [&](Value value, Value grad, Location loc) {
     Value &sum = grads[value];
-    sum = sum ? builder.create<AddOp>(loc, sum, grad).getResult() : grad;
+    sum = sum ? builder.create<AddOp>(loc, sum, grad, /*in_place=*/true)
+                    .getResult()
+              : grad;
   };
 
   Value loss = info.ret.getOperand(0);
@@ -407,7 +409,10 @@ LogicalResult ExpandTrainingStep::buildMicroStep(ForwardInfo &info) {
         continue; // A use that does not reach the loss.
       StringAttr param = ref.getParamAttr().getAttr();
       Value &sum = paramGrads[param];
-      sum = sum ? builder.create<AddOp>(ref.getLoc(), sum, grad).getResult()
+      sum = sum ? builder
+                      .create<AddOp>(ref.getLoc(), sum, grad,
+                                     /*in_place=*/true)
+                      .getResult()
                 : grad;
       if (--info.contributions[param] == 0)
         builder.create<AccumulateGradOp>(ref.getLoc(), ref.getParamAttr(), sum);

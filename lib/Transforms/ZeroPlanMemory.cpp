@@ -42,6 +42,8 @@ struct Buffer {
   Operation *owner = nullptr; ///< the op whose workspace this is.
   /// Every op that writes or reads it (for ordering reuse across streams).
   std::vector<size_t> touches;
+  /// Results that took over this buffer when it died (in-place sums).
+  std::vector<Value> aliases;
 };
 
 int64_t aligned(int64_t bytes) { return arenaAligned(bytes); }
@@ -90,11 +92,22 @@ private:
         addUsers(block, arg, buffers.back());
       }
 
+    llvm::DenseMap<Value, size_t> bufferOf;
     for (Operation *op : ops) {
       for (Value result : op->getResults()) {
         int64_t bytes = sched::bufferBytes(result);
         if (!bytes || isa<sched::ReadOp>(op))
           continue;
+        if (std::optional<size_t> into = inPlaceTarget(op, bytes, bufferOf)) {
+          Buffer &taken = buffers[*into];
+          taken.aliases.push_back(result);
+          if (Operation *end = info->getEndOperation(result, op))
+            taken.end =
+                std::max(taken.end, index[block.findAncestorOpInBlock(*end)]);
+          addUsers(block, result, taken);
+          bufferOf[result] = *into;
+          continue;
+        }
         Buffer buffer{bytes, index[op], index[op], Category::Activations,
                       -1,    result};
         // A collective writes its result from the moment it starts.
@@ -116,6 +129,7 @@ private:
         }
         buffer.touches.push_back(buffer.start);
         addUsers(block, result, buffer);
+        bufferOf[result] = buffers.size();
         buffers.push_back(buffer);
       }
       // Scratch an op needs while it runs (Workspace.h): from the op to its
@@ -131,6 +145,25 @@ private:
           buffers.push_back(buffer);
         }
     }
+  }
+
+  /// The buffer an `in_place` sum's result takes over: its lhs's, when the
+  /// lhs dies at the sum (read by nothing later, no asynchronous reader)
+  /// and is a transient buffer of the same size; none otherwise.
+  std::optional<size_t>
+  inPlaceTarget(Operation *op, int64_t bytes,
+                const llvm::DenseMap<Value, size_t> &bufferOf) const {
+    auto add = dyn_cast<model::AddOp>(op);
+    if (!add || !add.getInPlace())
+      return std::nullopt;
+    auto it = bufferOf.find(add.getLhs());
+    if (it == bufferOf.end())
+      return std::nullopt;
+    const Buffer &lhs = buffers[it->second];
+    if (lhs.end != index.lookup(op) || lhs.bytes != bytes || lhs.owner ||
+        lhs.category != Category::Activations || isa<BlockArgument>(lhs.value))
+      return std::nullopt;
+    return it->second;
   }
 
   /// A first-fit allocator run over the schedule: at each op, the buffers
@@ -269,11 +302,14 @@ private:
       } else if (auto arg = dyn_cast<BlockArgument>(b.value)) {
         argOffsets[arg.getArgNumber()] = b.offset;
       } else {
-        Operation *def = b.value.getDefiningOp();
-        auto &list = offsets[def];
-        if (list.empty())
-          list.assign(def->getNumResults(), -1);
-        list[cast<OpResult>(b.value).getResultNumber()] = b.offset;
+        for (Value v : llvm::concat<const Value>(ArrayRef(b.value),
+                                                 ArrayRef(b.aliases))) {
+          Operation *def = v.getDefiningOp();
+          auto &list = offsets[def];
+          if (list.empty())
+            list.assign(def->getNumResults(), -1);
+          list[cast<OpResult>(v).getResultNumber()] = b.offset;
+        }
       }
     }
     for (auto &[op, list] : offsets)

@@ -116,7 +116,7 @@ module @tied {
   // CHECK: model.accumulate_grad @ln.weight
   // CHECK-NOT: model.accumulate_grad @wte
   // CHECK: %[[EMB:.*]] = model.embedding_backward %{{.*}}, %{{.*}} : (tensor<2x4x8xbf16>, tensor<2x4xi32>) -> tensor<32x8xbf16>
-  // CHECK-NEXT: %[[SUM:.*]] = model.add %[[HEAD]], %[[EMB]] : tensor<32x8xbf16>
+  // CHECK-NEXT: %[[SUM:.*]] = model.add %[[HEAD]], %[[EMB]] {in_place} : tensor<32x8xbf16>
   // CHECK-NEXT: model.accumulate_grad @wte, %[[SUM]] : tensor<32x8xbf16>
   // CHECK-NEXT: return
   // CHECK-LABEL: func.func @optimizer_step
@@ -144,7 +144,7 @@ module @tied_one_ref {
   // CHECK-LABEL: func.func @micro_step
   // CHECK: %[[HEAD:.*]] = model.linear_grad_weight
   // CHECK-NEXT: %[[EMB:.*]] = model.embedding_backward
-  // CHECK-NEXT: %[[SUM:.*]] = model.add %[[HEAD]], %[[EMB]] : tensor<32x8xf32>
+  // CHECK-NEXT: %[[SUM:.*]] = model.add %[[HEAD]], %[[EMB]] {in_place} : tensor<32x8xf32>
   // CHECK-NEXT: model.accumulate_grad @wte, %[[SUM]] : tensor<32x8xf32>
   // CHECK-NEXT: return
   func.func @forward(%tokens: tensor<2x4xi32>, %targets: tensor<2x4xi32>) -> tensor<f32> {
@@ -176,10 +176,10 @@ module @residual {
   // CHECK: model.accumulate_grad @head.weight
   // CHECK-NEXT: %[[DF1:.*]] = model.mul %[[DR]], %[[F]] : tensor<2x4x8xf32>
   // CHECK-NEXT: %[[DF2:.*]] = model.mul %[[DR]], %[[F]] : tensor<2x4x8xf32>
-  // CHECK-NEXT: %[[DF:.*]] = model.add %[[DF1]], %[[DF2]] : tensor<2x4x8xf32>
+  // CHECK-NEXT: %[[DF:.*]] = model.add %[[DF1]], %[[DF2]] {in_place} : tensor<2x4x8xf32>
   // CHECK-NEXT: %[[DXB:.*]] = model.linear_grad_input %[[DF]], %{{.*}}
   // CHECK-NEXT: %[[DW:.*]] = model.linear_grad_weight %[[DF]], %[[X]]
-  // CHECK-NEXT: %[[DX:.*]] = model.add %[[DR]], %[[DXB]] : tensor<2x4x8xf32>
+  // CHECK-NEXT: %[[DX:.*]] = model.add %[[DR]], %[[DXB]] {in_place} : tensor<2x4x8xf32>
   // CHECK-NEXT: model.accumulate_grad @fc.weight, %[[DW]]
   // CHECK-NEXT: model.embedding_backward %[[DX]], %{{.*}}
   // CHECK-NEXT: model.accumulate_grad @wte
@@ -230,7 +230,7 @@ module @every_op {
   // CHECK-NEXT: %[[DQ:.*]], %[[DK:.*]], %[[DV:.*]] = model.causal_attention_backward %[[Q]], %[[KR]], %[[K]], %[[A]], %[[DA]], %[[LSE]] {num_heads = 4 : i64, num_kv_heads = 2 : i64} : (tensor<2x4x16xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x16xf32>, tensor<2x4x16xf32>, tensor<2x4x4xf32>) -> (tensor<2x4x16xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>)
   // CHECK-NEXT: %[[DKR:.*]] = model.rotary_backward %[[DK]] {head_dim = 4 : i64} : tensor<2x4x8xf32>
   // The value input of attention is the un-rotated k: its two gradients sum.
-  // CHECK-NEXT: %[[DKSUM:.*]] = model.add %[[DV]], %[[DKR]] : tensor<2x4x8xf32>
+  // CHECK-NEXT: %[[DKSUM:.*]] = model.add %[[DV]], %[[DKR]] {in_place} : tensor<2x4x8xf32>
   // CHECK-NEXT: %[[DQR:.*]] = model.rotary_backward %[[DQ]] {head_dim = 4 : i64} : tensor<2x4x16xf32>
   // CHECK-NEXT: %[[DHK:.*]] = model.linear_grad_input %[[DKSUM]], %{{.*}} : (tensor<2x4x8xf32>, tensor<8x16xf32>) -> tensor<2x4x16xf32>
   // CHECK-NEXT: %[[DWK:.*]] = model.linear_grad_weight %[[DKSUM]], %[[H]]

@@ -155,3 +155,31 @@ module attributes {sched.stage = 2 : i64, sched.world_size = 1 : i64} {
     return %b : tensor<4x4xf32>
   }
 }
+
+// -----
+
+// An in_place sum of gradients takes its lhs's memory when the lhs dies
+// there (PyTorch accumulates a gradient into the one that came first): %s
+// gets %a's offset, and at the sum (op 2) x, %c and %a-then-%s are live,
+// 192 bytes, not 256. An lhs that lives on (%b is read after) or a sum
+// without in_place gets its own buffer.
+// CHECK-LABEL: func.func @micro_step
+// CHECK-SAME: sched.live_bytes = array<i64: 128, 192, 192, 192, 256,
+// CHECK: %[[A:.*]] = model.mul {{.*}} {sched.offsets = array<i64: [[OA:[0-9]+]]>}
+// CHECK: model.add %[[A]], {{.*}} {in_place, sched.offsets = array<i64: [[OA]]>}
+// CHECK: %[[B:.*]] = model.mul {{.*}} {sched.offsets = array<i64: [[OB:[0-9]+]]>}
+// CHECK: model.add %[[B]], {{.*}} {in_place, sched.offsets = array<i64: [[OS:[0-9]+]]>}
+// CHECK-NOT: sched.offsets = array<i64: [[OB]]>}
+// CHECK: model.add {{.*}} {sched.offsets
+module attributes {sched.stage = 0 : i64, sched.world_size = 1 : i64} {
+  func.func @micro_step(%x: tensor<4x4xf32>) -> tensor<4x4xf32> {
+    %a = model.mul %x, %x : tensor<4x4xf32>
+    %c = model.mul %x, %x : tensor<4x4xf32>
+    %s = model.add %a, %c {in_place} : tensor<4x4xf32>
+    %b = model.mul %s, %x : tensor<4x4xf32>
+    %t = model.add %b, %s {in_place} : tensor<4x4xf32>
+    %u = model.mul %b, %t : tensor<4x4xf32>
+    %v = model.add %u, %u : tensor<4x4xf32>
+    return %v : tensor<4x4xf32>
+  }
+}

@@ -35,7 +35,7 @@ namespace zeroc {
   X(RMSNorm, "rmsnorm", NormAttrs)                                             \
   X(Gelu, "gelu", NoAttrs)                                                     \
   X(Silu, "silu", NoAttrs)                                                     \
-  X(Add, "add", NoAttrs)                                                       \
+  X(Add, "add", AddAttrs)                                                      \
   X(Mul, "mul", NoAttrs)                                                       \
   X(Rotary, "rotary", RotaryAttrs)                                             \
   X(CausalAttention, "causal_attention", AttentionAttrs)                       \
@@ -127,6 +127,13 @@ bool isAsyncStart(OpKind kind);
 
 struct NoAttrs {
   template <typename V> void fields(V &&) {}
+};
+
+/// add: `in_place`, a gradient sum that may take its lhs's memory
+/// (zero-plan-memory decides; the op's offsets say).
+struct AddAttrs {
+  bool inPlace = false;
+  template <typename V> void fields(V &&v) { v("in_place", inPlace); }
 };
 
 /// layernorm, rmsnorm and their backwards.
@@ -266,7 +273,7 @@ struct AdamAttrs {
 };
 
 using PlanOpAttrs =
-    std::variant<NoAttrs, NormAttrs, RotaryAttrs, AttentionAttrs,
+    std::variant<NoAttrs, AddAttrs, NormAttrs, RotaryAttrs, AttentionAttrs,
                  BackwardSeedAttrs, ReadAttrs, AccumulateAttrs, TensorListAttrs,
                  AllGatherAttrs, ReduceScatterAttrs, TargetListAttrs, CopyAttrs,
                  UnscaleGradsAttrs, ClipGradNormAttrs, AdamAttrs>;
