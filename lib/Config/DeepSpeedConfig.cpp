@@ -1397,6 +1397,10 @@ bool Reader::readBatch(const json &root) {
   };
   Entry train("train_batch_size"), micro("train_micro_batch_size_per_gpu"),
       accumulation("gradient_accumulation_steps");
+  // Each value and each agreement with the command line is checked on its
+  // own, so that one run reports all of them; the derivation below needs
+  // them all.
+  bool ok = true;
   for (Entry *e : {&train, &micro, &accumulation}) {
     // DeepSpeed reads these with get_scalar_param: null is as good as absent.
     const json *v = member(root, e->key);
@@ -1407,8 +1411,10 @@ bool Reader::readBatch(const json &root) {
       continue;
     }
     int64_t value = 0;
-    if (!readInt(*v, e->at, 1, value))
-      return false;
+    if (!readInt(*v, e->at, 1, value)) {
+      ok = false;
+      continue;
+    }
     e->value = value;
   }
   const int64_t world = ctx.worldSize;
@@ -1427,16 +1433,20 @@ bool Reader::readBatch(const json &root) {
        "--grad-accum on the command line"},
   };
   for (const Fact &fact : facts) {
-    if (fact.value && *fact.value < 1)
-      return fail(fact.entry.at, std::string(fact.source) +
-                                     " must be at least 1; found " +
-                                     std::to_string(*fact.value));
-    if (fact.entry.value && fact.value && *fact.entry.value != *fact.value)
-      return fail(fact.entry.at,
-                  fact.entry.at.quoted() + " is " +
-                      std::to_string(*fact.entry.value) + " but " +
-                      fact.source + " is " + std::to_string(*fact.value) +
-                      "; make them agree or set the key to \"auto\"");
+    if (fact.value && *fact.value < 1) {
+      ok = fail(fact.entry.at, std::string(fact.source) +
+                                   " must be at least 1; found " +
+                                   std::to_string(*fact.value));
+      continue;
+    }
+    if (fact.entry.value && fact.value && *fact.entry.value != *fact.value) {
+      ok = fail(fact.entry.at,
+                fact.entry.at.quoted() + " is " +
+                    std::to_string(*fact.entry.value) + " but " + fact.source +
+                    " is " + std::to_string(*fact.value) +
+                    "; make them agree or set the key to \"auto\"");
+      continue;
+    }
     if (!fact.entry.value && fact.value) {
       fact.entry.value = fact.value;
       note(std::string(fact.entry.key) +
@@ -1444,6 +1454,8 @@ bool Reader::readBatch(const json &root) {
            std::to_string(*fact.value) + " (" + fact.source + ")");
     }
   }
+  if (!ok)
+    return false;
 
   auto derived = [&](Entry &e, int64_t value, const std::string &how) {
     e.value = value;

@@ -1449,6 +1449,64 @@ TEST(DeepSpeedConfigAllErrors, IndependentErrorsAreAllReportedInFileOrder) {
             static_cast<long>(expected.size() - 1));
 }
 
+// The batch keys' values and their agreement with the command line are
+// independent checks: all of their errors come out of one run.
+TEST(DeepSpeedConfigAllErrors, EveryBatchErrorIsReported) {
+  auto bad = readText(R"({
+  "train_batch_size": 0,
+  "train_micro_batch_size_per_gpu": 2,
+  "gradient_accumulation_steps": "many"
+})");
+  std::vector<std::string> lines = errorLines(bad);
+  ASSERT_EQ(lines.size(), 2u) << bad.error().str();
+  EXPECT_EQ(lines[0].rfind("ds.json:2:3: error: 'train_batch_size' must be a "
+                           "positive integer; found 0",
+                           0),
+            0u)
+      << lines[0];
+  EXPECT_EQ(lines[1].rfind("ds.json:4:3: error: 'gradient_accumulation_steps' "
+                           "must be a positive integer; found \"many\"",
+                           0),
+            0u)
+      << lines[1];
+
+  ConfigContext ctx = worldOf(1);
+  ctx.microBatch = 4;
+  ctx.gradientAccumulation = 2;
+  auto mismatched = readText(R"({
+  "train_micro_batch_size_per_gpu": 8,
+  "gradient_accumulation_steps": 3
+})",
+                             ctx);
+  lines = errorLines(mismatched);
+  ASSERT_EQ(lines.size(), 2u) << mismatched.error().str();
+  EXPECT_TRUE(contains(lines[0], "'train_micro_batch_size_per_gpu' is 8 but "
+                                 "--micro-batch on the command line is 4"))
+      << lines[0];
+  EXPECT_TRUE(contains(lines[1], "'gradient_accumulation_steps' is 3 but "
+                                 "--grad-accum on the command line is 2"))
+      << lines[1];
+
+  // A bad value and a disagreement of another key, both reported; the
+  // triple's arithmetic, which needs every value, is not checked.
+  auto both = readText(R"({
+  "train_batch_size": 7,
+  "train_micro_batch_size_per_gpu": -1,
+  "gradient_accumulation_steps": 3
+})",
+                       ctx);
+  lines = errorLines(both);
+  ASSERT_EQ(lines.size(), 2u) << both.error().str();
+  EXPECT_TRUE(contains(lines[0], "ds.json:3:3: error: "
+                                 "'train_micro_batch_size_per_gpu' must be a "
+                                 "positive integer; found -1"))
+      << lines[0];
+  EXPECT_TRUE(contains(lines[1], "ds.json:4:3: error: "
+                                 "'gradient_accumulation_steps' is 3 but "
+                                 "--grad-accum on the command line is 2"))
+      << lines[1];
+}
+
 TEST(DeepSpeedConfigAllErrors, ConsequencesOfAnErrorAreNotReported) {
   struct Case {
     const char *config;
