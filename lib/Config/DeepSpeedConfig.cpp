@@ -1138,6 +1138,8 @@ bool Reader::readOptimizer(const json &root) {
                             typeAt.quoted() + " is " + describe(*type));
   OptimizerConfig &opt = cfg.optimizer;
   opt.type = known->second;
+  // The 1-bit family never corrects (readOptimizerParams).
+  opt.biasCorrection = !opt.oneBit();
   int64_t stage = cfg.zero.stage;
 
   // DeepSpeed's own refusals, in its words (engine.py).
@@ -1275,13 +1277,13 @@ bool Reader::readOptimizerParams(const json &params, const JsonPath &at) {
       return false;
 
   bool adamWMode = true; // ADAM_W_MODE_DEFAULT
-  bool biasCorrection = true, amsgrad = false, epsInsideSqrt = false;
+  bool amsgrad = false, epsInsideSqrt = false;
   struct Flag {
     const char *key;
     bool *out;
   };
   for (const Flag &flag :
-       {Flag{"bias_correction", &biasCorrection},
+       {Flag{"bias_correction", &opt.biasCorrection},
         Flag{"adam_w_mode", &adamWMode}, Flag{"torch_adam", &opt.torchAdam},
         Flag{"amsgrad", &amsgrad}, Flag{"eps_inside_sqrt", &epsInsideSqrt}})
     if (const json *v = member(params, flag.key))
@@ -1296,12 +1298,29 @@ bool Reader::readOptimizerParams(const json &params, const JsonPath &at) {
     ok = fail(at / "eps_inside_sqrt",
               "zeroc does not model eps inside the square root ('" +
                   (at / "eps_inside_sqrt").dotted() + "' is true)");
-  // Neither the passes nor zerorun model an uncorrected step: refused rather
-  // than silently run with the correction.
-  if (!biasCorrection)
-    ok = fail(at / "bias_correction",
-              "zeroc's " + opt.type + " always corrects the moments' bias ('" +
-                  (at / "bias_correction").dotted() + "' is false)");
+  JsonPath biasAt = at / "bias_correction";
+  if (opt.oneBit()) {
+    // OnebitAdam, ZeroOneAdam and OnebitLamb (deepspeed/runtime/fp16/onebit)
+    // take bias_correction and never use it: every step, the warm-up's
+    // included, divides the raw moments (exp_avg / (exp_avg_sq.sqrt() +
+    // eps)).
+    if (params.contains("bias_correction")) {
+      ignore(biasAt);
+      note(biasAt.dotted() + ": DeepSpeed's " + opt.type +
+           " takes it but never corrects the moments' bias; zeroc plans "
+           "the uncorrected step");
+    }
+    opt.biasCorrection = false; // Whatever the key said.
+  } else if (!opt.biasCorrection && opt.torchAdam) {
+    // torch.optim.Adam(W) has no such argument and always corrects.
+    ok =
+        fail(biasAt, biasAt.quoted() +
+                         " is false with 'torch_adam'; DeepSpeed passes it "
+                         "to torch.optim." +
+                         (opt.type == "AdamW" || adamWMode ? "AdamW" : "Adam") +
+                         ", which takes no 'bias_correction' (TypeError) and "
+                         "always corrects the moments' bias");
+  }
   // "AdamW" always decouples weight decay; "Adam" does unless adam_w_mode is
   // false.
   opt.adamWMode = opt.type == "AdamW" || adamWMode;

@@ -1027,23 +1027,81 @@ TEST(DeepSpeedConfigOptimizer, OneBitFamilyOnlyWithoutZero) {
   }
 }
 
-// No pass and no kernel models an uncorrected step; running it corrected
-// would be a silently different optimizer.
-TEST(DeepSpeedConfigOptimizer, BiasCorrectionFalseIsRefused) {
-  for (const char *type :
-       {"Adam", "AdamW", "Lamb", "OneBitAdam", "ZeroOneAdam", "OneBitLamb"}) {
-    auto cfg = readText(std::string(R"({"train_batch_size": 8,
+// FusedAdam, DeepSpeedCPUAdam and FusedLamb take bias_correction (default
+// true); false steps on the raw moments.
+TEST(DeepSpeedConfigOptimizer, BiasCorrectionIsRead) {
+  for (const char *type : {"Adam", "AdamW", "Lamb"}) {
+    SCOPED_TRACE(type);
+    std::string head = std::string(R"({"train_batch_size": 8,
   "optimizer": {"type": ")") +
-                        type + R"(", "params": {"bias_correction": false}}})");
-    EXPECT_TRUE(failsAt(cfg, 2, 40 + int(std::strlen(type)))) << type;
-    EXPECT_TRUE(failsWith(cfg, {"always corrects the moments' bias",
-                                "'optimizer.params.bias_correction' is "
-                                "false"}))
-        << type;
+                       type + R"(", "params": {)";
+    auto off = readText(head + R"("bias_correction": false}}})");
+    ASSERT_READ(off);
+    EXPECT_FALSE(off->optimizer.biasCorrection);
+    EXPECT_TRUE(off->ignoredKeys.empty());
+    auto on = readText(head + R"("bias_correction": true}}})");
+    ASSERT_READ(on);
+    EXPECT_TRUE(on->optimizer.biasCorrection);
+    auto absent = readText(head + R"("lr": 0.01}}})");
+    ASSERT_READ(absent);
+    EXPECT_TRUE(absent->optimizer.biasCorrection);
+    // Not a boolean: an error at the key.
+    auto bad = readText(head + R"("bias_correction": "no"}}})");
+    EXPECT_TRUE(failsAt(bad, 2, 40 + int(std::strlen(type))));
+    EXPECT_TRUE(failsWith(bad, {"'optimizer.params.bias_correction' must be "
+                                "true or false; found \"no\""}));
   }
+  // No optimizer block, or no params: DeepSpeed's default.
+  auto none = readText(R"({"train_batch_size": 8})");
+  ASSERT_READ(none);
+  EXPECT_TRUE(none->optimizer.biasCorrection);
+  auto noParams =
+      readText(R"({"train_batch_size": 8, "optimizer": {"type": "Lamb"}})");
+  ASSERT_READ(noParams);
+  EXPECT_TRUE(noParams->optimizer.biasCorrection);
+}
+
+// The 1-bit optimizers take the key and never correct, warm-up included
+// (deepspeed/runtime/fp16/onebit): their step is planned uncorrected.
+TEST(DeepSpeedConfigOptimizer, OneBitFamilyNeverCorrects) {
+  for (const char *type : {"OneBitAdam", "ZeroOneAdam", "OneBitLamb"}) {
+    SCOPED_TRACE(type);
+    std::string head =
+        std::string(R"({"train_batch_size": 8, "optimizer": {"type": ")") +
+        type + "\"";
+    auto absent = readText(head + "}}");
+    ASSERT_READ(absent);
+    EXPECT_FALSE(absent->optimizer.biasCorrection);
+    for (const char *value : {"true", "false"}) {
+      auto cfg = readText(head + R"(, "params": {"bias_correction": )" + value +
+                          "}}}");
+      ASSERT_READ(cfg);
+      EXPECT_FALSE(cfg->optimizer.biasCorrection);
+      EXPECT_EQ(cfg->ignoredKeys,
+                std::vector<std::string>{"optimizer.params.bias_correction"});
+      EXPECT_TRUE(hasNote(*cfg, {"optimizer.params.bias_correction",
+                                 "never corrects the moments' bias"}))
+          << joined(cfg->notes);
+    }
+    EXPECT_TRUE(failsWith(
+        readText(head + R"(, "params": {"bias_correction": 2}}})"),
+        {"'optimizer.params.bias_correction' must be true or false"}));
+  }
+}
+
+// torch_adam hands the params to torch.optim.Adam(W), which has no
+// bias_correction (a TypeError in DeepSpeed) and always corrects.
+TEST(DeepSpeedConfigOptimizer, BiasCorrectionFalseWithTorchAdamIsRefused) {
   auto cfg = readText(R"({"train_batch_size": 8,
-      "optimizer": {"type": "Adam", "params": {"bias_correction": true}}})");
-  ASSERT_READ(cfg);
+  "optimizer": {"type": "Adam", "params": {"torch_adam": true, "bias_correction": false}}})");
+  EXPECT_TRUE(failsAt(cfg, 2, 64));
+  EXPECT_TRUE(failsWith(cfg, {"'optimizer.params.bias_correction' is false "
+                              "with 'torch_adam'",
+                              "torch.optim.AdamW", "TypeError"}));
+  EXPECT_TRUE(failsWith(readText(R"({"train_batch_size": 8,
+      "optimizer": {"type": "Adam", "params": {"torch_adam": true,
+      "adam_w_mode": false, "bias_correction": false}}})"),
+                        {"torch.optim.Adam,"}));
 }
 
 TEST(DeepSpeedConfigErrors, OtherDeepSpeedChecks) {
@@ -1335,6 +1393,38 @@ TEST(DeepSpeedConfigRoundTrip, NonDefaultValuesSurvive) {
   changed = *cfg;
   changed.lossScale.hysteresis = 1;
   EXPECT_NE(changed, *cfg);
+}
+
+TEST(DeepSpeedConfigRoundTrip, BiasCorrectionFalseSurvives) {
+  auto cfg = readText(R"({"train_batch_size": 8, "fp16": {"enabled": true},
+      "optimizer": {"type": "Lamb", "params": {"bias_correction": false}}})");
+  ASSERT_READ(cfg);
+  nlohmann::json out = toDeepSpeedJson(*cfg);
+  EXPECT_EQ(out["optimizer"]["params"]["bias_correction"], false);
+  auto again = roundTrip(*cfg, worldOf(1));
+  ASSERT_READ(again);
+  EXPECT_FALSE(again->optimizer.biasCorrection);
+  EXPECT_EQ(*again, *cfg);
+  // The comparison sees it.
+  DeepSpeedConfig changed = *cfg;
+  changed.optimizer.biasCorrection = true;
+  EXPECT_NE(changed, *cfg);
+
+  // The default is not written; nor is the 1-bit family's, which their type
+  // implies.
+  for (const char *type : {"AdamW", "OneBitAdam"}) {
+    SCOPED_TRACE(type);
+    auto plain = readText(std::string(R"({"train_batch_size": 8,
+        "optimizer": {"type": ")") +
+                          type + R"("}})");
+    ASSERT_READ(plain);
+    EXPECT_FALSE(toDeepSpeedJson(*plain)["optimizer"]["params"].contains(
+        "bias_correction"));
+    auto back = roundTrip(*plain, worldOf(1));
+    ASSERT_READ(back);
+    EXPECT_EQ(*back, *plain);
+    EXPECT_TRUE(back->ignoredKeys.empty());
+  }
 }
 
 TEST(DeepSpeedConfigRoundTrip, EmptyActivationCheckpointingSurvives) {
