@@ -749,6 +749,10 @@ def Model_AdamUpdateOp : Model_Op<"adam_update", [
     0), `p -= lr sqrt(1 - beta2^t) / (1 - beta1^t) r u`. The norms are the
     whole parameter's, however its state is sharded.
 
+    `no_bias_correction` (DeepSpeed's `bias_correction: false`) drops the
+    correction of the moments: Adam's step is
+    `p -= lr * m / (sqrt(v) + eps)` and LAMB's `p -= lr r u`.
+
     The optimizer state (`exp_avg` and `exp_avg_sq` in f32, plus an f32
     master copy of a 16-bit parameter) is implied; where it lives and how it
     is sharded is the partitioner's business.
@@ -761,7 +765,8 @@ def Model_AdamUpdateOp : Model_Op<"adam_update", [
                        F64Attr:$beta2, F64Attr:$eps, F64Attr:$weight_decay,
                        UnitAttr:$adamw, UnitAttr:$lamb,
                        OptionalAttr<F64Attr>:$max_coeff,
-                       OptionalAttr<F64Attr>:$min_coeff);
+                       OptionalAttr<F64Attr>:$min_coeff,
+                       UnitAttr:$no_bias_correction);
   let assemblyFormat = "$param attr-dict";
   let hasVerifier = 1;
   let extraClassDeclaration = [{

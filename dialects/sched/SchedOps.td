@@ -311,8 +311,9 @@ def Sched_AdamUpdateOp : Sched_StreamOp<"adam_update", [
     `exp_avg_sq` and, for 16-bit parameters, the f32 `master` copy, on the
     device or the host (ZeRO-Offload). `adamw` selects decoupled weight
     decay; `lamb`, `max_coeff` and `min_coeff` the LAMB step of
-    `model.adam_update`. For a stage 1-2 flat group, `param` names the group
-    and the states are the group's partitions.
+    `model.adam_update`; `no_bias_correction` its step on the raw moments.
+    For a stage 1-2 flat group, `param` names the group and the states are
+    the group's partitions.
 
     LAMB's trust ratio needs each parameter's whole weight and update norms:
     with sharded states every rank sums the squares over its part, per
@@ -327,6 +328,7 @@ def Sched_AdamUpdateOp : Sched_StreamOp<"adam_update", [
                        F64Attr:$eps, F64Attr:$weight_decay, UnitAttr:$adamw,
                        UnitAttr:$lamb, OptionalAttr<F64Attr>:$max_coeff,
                        OptionalAttr<F64Attr>:$min_coeff,
+                       UnitAttr:$no_bias_correction,
                        Sched_Placement:$on, Sched_OnStream:$stream);
   let assemblyFormat = [{
     $param `grad` $grad (`master` $master^)? `exp_avg` $exp_avg

@@ -1138,6 +1138,8 @@ bool Reader::readOptimizer(const json &root) {
                             typeAt.quoted() + " is " + describe(*type));
   OptimizerConfig &opt = cfg.optimizer;
   opt.type = known->second;
+  // The 1-bit family never corrects (readOptimizerParams).
+  opt.biasCorrection = !opt.oneBit();
   int64_t stage = cfg.zero.stage;
 
   // DeepSpeed's own refusals, in its words (engine.py).
@@ -1275,13 +1277,13 @@ bool Reader::readOptimizerParams(const json &params, const JsonPath &at) {
       return false;
 
   bool adamWMode = true; // ADAM_W_MODE_DEFAULT
-  bool biasCorrection = true, amsgrad = false, epsInsideSqrt = false;
+  bool amsgrad = false, epsInsideSqrt = false;
   struct Flag {
     const char *key;
     bool *out;
   };
   for (const Flag &flag :
-       {Flag{"bias_correction", &biasCorrection},
+       {Flag{"bias_correction", &opt.biasCorrection},
         Flag{"adam_w_mode", &adamWMode}, Flag{"torch_adam", &opt.torchAdam},
         Flag{"amsgrad", &amsgrad}, Flag{"eps_inside_sqrt", &epsInsideSqrt}})
     if (const json *v = member(params, flag.key))
@@ -1296,12 +1298,29 @@ bool Reader::readOptimizerParams(const json &params, const JsonPath &at) {
     ok = fail(at / "eps_inside_sqrt",
               "zeroc does not model eps inside the square root ('" +
                   (at / "eps_inside_sqrt").dotted() + "' is true)");
-  // Neither the passes nor zerorun model an uncorrected step: refused rather
-  // than silently run with the correction.
-  if (!biasCorrection)
-    ok = fail(at / "bias_correction",
-              "zeroc's " + opt.type + " always corrects the moments' bias ('" +
-                  (at / "bias_correction").dotted() + "' is false)");
+  JsonPath biasAt = at / "bias_correction";
+  if (opt.oneBit()) {
+    // OnebitAdam, ZeroOneAdam and OnebitLamb (deepspeed/runtime/fp16/onebit)
+    // take bias_correction and never use it: every step, the warm-up's
+    // included, divides the raw moments (exp_avg / (exp_avg_sq.sqrt() +
+    // eps)).
+    if (params.contains("bias_correction")) {
+      ignore(biasAt);
+      note(biasAt.dotted() + ": DeepSpeed's " + opt.type +
+           " takes it but never corrects the moments' bias; zeroc plans "
+           "the uncorrected step");
+    }
+    opt.biasCorrection = false; // Whatever the key said.
+  } else if (!opt.biasCorrection && opt.torchAdam) {
+    // torch.optim.Adam(W) has no such argument and always corrects.
+    ok =
+        fail(biasAt, biasAt.quoted() +
+                         " is false with 'torch_adam'; DeepSpeed passes it "
+                         "to torch.optim." +
+                         (opt.type == "AdamW" || adamWMode ? "AdamW" : "Adam") +
+                         ", which takes no 'bias_correction' (TypeError) and "
+                         "always corrects the moments' bias");
+  }
   // "AdamW" always decouples weight decay; "Adam" does unless adam_w_mode is
   // false.
   opt.adamWMode = opt.type == "AdamW" || adamWMode;
@@ -1397,6 +1416,10 @@ bool Reader::readBatch(const json &root) {
   };
   Entry train("train_batch_size"), micro("train_micro_batch_size_per_gpu"),
       accumulation("gradient_accumulation_steps");
+  // Each value and each agreement with the command line is checked on its
+  // own, so that one run reports all of them; the derivation below needs
+  // them all.
+  bool ok = true;
   for (Entry *e : {&train, &micro, &accumulation}) {
     // DeepSpeed reads these with get_scalar_param: null is as good as absent.
     const json *v = member(root, e->key);
@@ -1407,8 +1430,10 @@ bool Reader::readBatch(const json &root) {
       continue;
     }
     int64_t value = 0;
-    if (!readInt(*v, e->at, 1, value))
-      return false;
+    if (!readInt(*v, e->at, 1, value)) {
+      ok = false;
+      continue;
+    }
     e->value = value;
   }
   const int64_t world = ctx.worldSize;
@@ -1427,16 +1452,20 @@ bool Reader::readBatch(const json &root) {
        "--grad-accum on the command line"},
   };
   for (const Fact &fact : facts) {
-    if (fact.value && *fact.value < 1)
-      return fail(fact.entry.at, std::string(fact.source) +
-                                     " must be at least 1; found " +
-                                     std::to_string(*fact.value));
-    if (fact.entry.value && fact.value && *fact.entry.value != *fact.value)
-      return fail(fact.entry.at,
-                  fact.entry.at.quoted() + " is " +
-                      std::to_string(*fact.entry.value) + " but " +
-                      fact.source + " is " + std::to_string(*fact.value) +
-                      "; make them agree or set the key to \"auto\"");
+    if (fact.value && *fact.value < 1) {
+      ok = fail(fact.entry.at, std::string(fact.source) +
+                                   " must be at least 1; found " +
+                                   std::to_string(*fact.value));
+      continue;
+    }
+    if (fact.entry.value && fact.value && *fact.entry.value != *fact.value) {
+      ok = fail(fact.entry.at,
+                fact.entry.at.quoted() + " is " +
+                    std::to_string(*fact.entry.value) + " but " + fact.source +
+                    " is " + std::to_string(*fact.value) +
+                    "; make them agree or set the key to \"auto\"");
+      continue;
+    }
     if (!fact.entry.value && fact.value) {
       fact.entry.value = fact.value;
       note(std::string(fact.entry.key) +
@@ -1444,6 +1473,8 @@ bool Reader::readBatch(const json &root) {
            std::to_string(*fact.value) + " (" + fact.source + ")");
     }
   }
+  if (!ok)
+    return false;
 
   auto derived = [&](Entry &e, int64_t value, const std::string &how) {
     e.value = value;

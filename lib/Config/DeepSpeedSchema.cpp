@@ -409,8 +409,9 @@ static bool operator==(const OptimizerConfig &a, const OptimizerConfig &b) {
   return a.type == b.type && a.lr == b.lr && a.beta1 == b.beta1 &&
          a.beta2 == b.beta2 && a.eps == b.eps &&
          a.weightDecay == b.weightDecay && a.adamWMode == b.adamWMode &&
-         a.torchAdam == b.torchAdam && a.maxCoeff == b.maxCoeff &&
-         a.minCoeff == b.minCoeff && a.freezeStep == b.freezeStep;
+         a.torchAdam == b.torchAdam && a.biasCorrection == b.biasCorrection &&
+         a.maxCoeff == b.maxCoeff && a.minCoeff == b.minCoeff &&
+         a.freezeStep == b.freezeStep;
 }
 
 bool operator==(const DeepSpeedConfig &a, const DeepSpeedConfig &b) {

@@ -82,6 +82,9 @@ json writeOptimizer(const OptimizerConfig &optimizer) {
     params["adam_w_mode"] = false;
   if (optimizer.torchAdam != defaults.torchAdam)
     params["torch_adam"] = optimizer.torchAdam;
+  // The 1-bit family never corrects: their type says it.
+  if (!optimizer.biasCorrection && !optimizer.oneBit())
+    params["bias_correction"] = false;
   if (optimizer.lamb()) {
     params["max_coeff"] = optimizer.maxCoeff;
     params["min_coeff"] = optimizer.minCoeff;

@@ -111,7 +111,8 @@ void buildZeroPipeline(mlir::OpPassManager &pm, const DeepSpeedConfig &cfg) {
   expand.minLossScale = double(cfg.lossScale.minLossScale);
   expand.gradientClipping = cfg.gradientClipping;
   // The 1-bit optimizers plan as the optimizer of their warm-up (uncompressed)
-  // phase; the cost model prices their compressed communication from the
+  // phase, which never corrects the moments' bias (biasCorrection is false
+  // for them); the cost model prices their compressed communication from the
   // plan's config.
   expand.optimizer = cfg.optimizer.lamb()      ? AdamMode::Lamb
                      : cfg.optimizer.adamWMode ? AdamMode::AdamW
@@ -123,6 +124,7 @@ void buildZeroPipeline(mlir::OpPassManager &pm, const DeepSpeedConfig &cfg) {
   expand.beta2 = cfg.optimizer.beta2;
   expand.eps = cfg.optimizer.eps;
   expand.weightDecay = cfg.optimizer.weightDecay;
+  expand.biasCorrection = cfg.optimizer.biasCorrection;
   // --recompute, or the activation_checkpointing block's presence (every
   // transformer layer, fully; docs/ds-config.md).
   expand.recompute = cfg.recompute.mode;

@@ -516,13 +516,15 @@ void ExpandTrainingStep::buildOptimizerStep(ForwardInfo &info) {
   UnitAttr lamb = isLamb ? builder.getUnitAttr() : UnitAttr();
   FloatAttr maxCoeffAttr = isLamb ? builder.getF64FloatAttr(maxCoeff) : nullptr;
   FloatAttr minCoeffAttr = isLamb ? builder.getF64FloatAttr(minCoeff) : nullptr;
+  UnitAttr noBiasCorrection =
+      biasCorrection ? UnitAttr() : builder.getUnitAttr();
   for (ParamOp param : info.params)
     builder.create<AdamUpdateOp>(
         param.getLoc(), FlatSymbolRefAttr::get(param.getSymNameAttr()),
         builder.getF64FloatAttr(lr), builder.getF64FloatAttr(beta1),
         builder.getF64FloatAttr(beta2), builder.getF64FloatAttr(eps),
         builder.getF64FloatAttr(weightDecay), adamw, lamb, maxCoeffAttr,
-        minCoeffAttr);
+        minCoeffAttr, noBiasCorrection);
   builder.create<func::ReturnOp>(loc);
 }
 

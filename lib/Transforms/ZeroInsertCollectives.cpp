@@ -382,7 +382,8 @@ private:
            a.getWeightDecayAttr() == c.getWeightDecayAttr() &&
            a.getAdamw() == c.getAdamw() && a.getLamb() == c.getLamb() &&
            a.getMaxCoeffAttr() == c.getMaxCoeffAttr() &&
-           a.getMinCoeffAttr() == c.getMinCoeffAttr();
+           a.getMinCoeffAttr() == c.getMinCoeffAttr() &&
+           a.getNoBiasCorrection() == c.getNoBiasCorrection();
   }
 
   void createAdam(model::AdamUpdateOp update, StringRef owner) {
@@ -395,7 +396,7 @@ private:
         update.getLrAttr(), update.getBeta1Attr(), update.getBeta2Attr(),
         update.getEpsAttr(), update.getWeightDecayAttr(), update.getAdamwAttr(),
         update.getLambAttr(), update.getMaxCoeffAttr(),
-        update.getMinCoeffAttr(),
+        update.getMinCoeffAttr(), update.getNoBiasCorrectionAttr(),
         sched::PlacementAttr::get(b.getContext(), Placement::Device),
         computeStream());
   }

@@ -52,6 +52,7 @@ void Executor::Impl::adamUpdate(const PlanOp &op) {
   set.eps = op.attrsAs<AdamAttrs>().eps;
   set.weightDecay = op.attrsAs<AdamAttrs>().weightDecay;
   set.adamw = op.attrsAs<AdamAttrs>().adamw;
+  set.biasCorrection = !op.attrsAs<AdamAttrs>().noBiasCorrection;
   std::string paramName = op.attrsAs<AdamAttrs>().param;
   Stored &m = tensor(op.attrsAs<AdamAttrs>().expAvg);
   Stored &v = tensor(op.attrsAs<AdamAttrs>().expAvgSq);

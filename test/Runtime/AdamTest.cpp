@@ -6,7 +6,9 @@
 // master weights, both moments and the 16-bit copy, for Adam and AdamW,
 // every gradient and parameter dtype, any thread count, with the AVX2 loop
 // and the portable one, over sizes that leave partial vectors, chunks and
-// thread ranges.
+// thread ranges. And, with and without bias correction, the update against
+// an f64 transcription of DeepSpeed's FusedAdam step written here from
+// DeepSpeed's source, not from the kernel.
 //
 //===----------------------------------------------------------------------===//
 
@@ -15,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -145,6 +148,143 @@ TEST(Adam, EveryOptionRejectsAlike) {
   both(grad.view, good.view, wrong.view, v.view, nullptr, 1);
   both(grad.view, good.view, m.view, v.view, &param.view, 1);
   both(grad.view, good.view, m.view, v.view, nullptr, 0);
+}
+
+/// One element of DeepSpeed's FusedAdam step (csrc/adam/multi_tensor_adam.cu,
+/// multi_tensor_adam_cuda and AdamFunctor), in f64: bias_correction1 =
+/// 1 - beta1^t and bias_correction2 = 1 - beta2^t, both 1 when
+/// bias_correction is off;
+///   L2 (ADAM_MODE_0):    g += decay p
+///   m = beta1 m + (1 - beta1) g,  v = beta2 v + (1 - beta2) g^2
+///   denom = sqrt(v / bias_correction2) + eps
+///   update = (m / bias_correction1) / denom
+///   AdamW (ADAM_MODE_1): update += decay p
+///   p -= lr update
+/// DeepSpeedCPUAdam (csrc/includes/cpu_adam.h, cpu_adam_impl.cpp) computes the
+/// same with the corrections folded into its step size and the root of v
+/// (and 1 for both when bias_correction is off).
+struct FusedAdamReference {
+  double p, m = 0, v = 0;
+  void step(const cpu::AdamSettings &s, int t, double g) {
+    double correction1 = 1, correction2 = 1;
+    if (s.biasCorrection) {
+      correction1 = 1 - std::pow(s.beta1, t);
+      correction2 = 1 - std::pow(s.beta2, t);
+    }
+    if (!s.adamw)
+      g += s.weightDecay * p;
+    m = s.beta1 * m + (1 - s.beta1) * g;
+    v = s.beta2 * v + (1 - s.beta2) * g * g;
+    double denom = std::sqrt(v / correction2) + s.eps;
+    double update = (m / correction1) / denom;
+    if (s.adamw)
+      update += s.weightDecay * p;
+    p -= s.lr * update;
+  }
+};
+
+/// Settings every f32 kernel holds exactly (powers of two and their
+/// complements), so the reference and the kernel start from the same
+/// numbers: 1 - beta1 = 1/8 and 1 - beta2 = 1/1024, which makes the
+/// uncorrected first step (1 - beta1) / sqrt(1 - beta2) = 4 times the
+/// corrected one.
+cpu::AdamSettings exactSettings(bool adamw, bool biasCorrection) {
+  cpu::AdamSettings s;
+  s.lr = 1.0 / 128;
+  s.beta1 = 0.875;
+  s.beta2 = 1.0 - 1.0 / 1024;
+  s.eps = 1e-8;
+  s.weightDecay = 1.0 / 16;
+  s.adamw = adamw;
+  s.biasCorrection = biasCorrection;
+  return s;
+}
+
+TEST(Adam, MatchesDeepSpeedsStepWithAndWithoutBiasCorrection) {
+  // 21 elements: two AVX2 vectors and a tail. Weights in [-1, 1],
+  // gradients of either sign away from 0 (eps plays no part).
+  const int64_t n = 21;
+  std::vector<float> p0(n), grads[3];
+  for (int64_t i = 0; i < n; ++i) {
+    p0[i] = float(i - 10) / 10;
+    for (int t = 0; t < 3; ++t)
+      grads[t].push_back(
+          float((i % 2 ? 1 : -1) * (0.05 + 0.1 * ((i + t) % 7))));
+  }
+  for (bool adamw : {true, false})
+    for (bool biasCorrection : {true, false}) {
+      SCOPED_TRACE(std::string(adamw ? "adamw" : "adam") +
+                   (biasCorrection ? " corrected" : " uncorrected"));
+      cpu::AdamSettings s = exactSettings(adamw, biasCorrection);
+      Owned master(n), m(n), v(n), plainMaster(n), plainM(n), plainV(n);
+      cpu::storeF32(master.view, 0, n, p0.data());
+      cpu::storeF32(plainMaster.view, 0, n, p0.data());
+      std::vector<FusedAdamReference> ref;
+      for (float p : p0)
+        ref.push_back({p});
+      for (int t = 1; t <= 3; ++t) {
+        Owned grad(n);
+        cpu::storeF32(grad.view, 0, n, grads[t - 1].data());
+        ASSERT_TRUE(cpu::adamUpdate(s, t, grad.view, master.view, m.view,
+                                    v.view, nullptr)
+                        .ok());
+        ASSERT_TRUE(cpu::adamUpdate(s, t, grad.view, plainMaster.view,
+                                    plainM.view, plainV.view, nullptr, kPlain)
+                        .ok());
+        for (int64_t i = 0; i < n; ++i) {
+          ref[i].step(s, t, grads[t - 1][i]);
+          // f32 against f64 on the same inputs: each step rounds p (|p| <=
+          // 1.2) once, u = 6e-8 of it, and subtracts a step of at most
+          // lr 6.2 = 0.048 (uncorrected at t = 3, |m| / sqrt(v) <=
+          // sqrt(sum (1 - beta1)^2 beta1^2k / (1 - beta2)) = 6.1 by
+          // Cauchy-Schwarz, plus the decay) carrying about 15 roundings
+          // (4.3e-8 in all); m and v stay below 0.3 and 0.002 with a few
+          // roundings each. Three steps: 3 x (7.2e-8 + 4.3e-8) = 3.5e-7,
+          // hence 5e-7. Measured: 1.3e-7 (p), 2.0e-8 (m), 1.1e-10 (v).
+          EXPECT_NEAR(master.view.f32()[i], ref[i].p, 5e-7)
+              << "element " << i << " step " << t;
+          EXPECT_NEAR(m.view.f32()[i], ref[i].m, 5e-7) << "element " << i;
+          EXPECT_NEAR(v.view.f32()[i], ref[i].v, 5e-7) << "element " << i;
+        }
+      }
+      // The vector loop and threads, uncorrected too, give the plain bits.
+      EXPECT_TRUE(master.sameBits(plainMaster));
+      EXPECT_TRUE(m.sameBits(plainM));
+      EXPECT_TRUE(v.sameBits(plainV));
+    }
+}
+
+TEST(Adam, UncorrectedFirstStepIsLargerByTheRootOfTheMoments) {
+  // No decay: at t = 1, m = (1 - beta1) g and v = (1 - beta2) g^2, so the
+  // corrected step is lr sign(g) and the uncorrected one
+  // lr (1 - beta1) / sqrt(1 - beta2) sign(g) = 4 lr sign(g) here (3.16 lr
+  // with DeepSpeed's default betas), both off by lr eps / |g| at most.
+  for (bool biasCorrection : {true, false}) {
+    cpu::AdamSettings s = exactSettings(true, biasCorrection);
+    s.weightDecay = 0;
+    Owned grad(2), master(2), m(2), v(2);
+    float g[2] = {0.5f, -2.0f}, p[2] = {1.0f, 1.0f};
+    cpu::storeF32(grad.view, 0, 2, g);
+    cpu::storeF32(master.view, 0, 2, p);
+    ASSERT_TRUE(
+        cpu::adamUpdate(s, 1, grad.view, master.view, m.view, v.view, nullptr)
+            .ok());
+    double step = biasCorrection ? s.lr : 4 * s.lr;
+    EXPECT_NEAR(master.view.f32()[0], 1.0 - step, 1e-7) << biasCorrection;
+    EXPECT_NEAR(master.view.f32()[1], 1.0 + step, 1e-7) << biasCorrection;
+  }
+  // The per-step constants DeepSpeed's CPU Adam uses: without correction,
+  // lr and 1 at every step.
+  for (int64_t t : {1, 2, 3, 1000}) {
+    cpu::AdamStepConstants c =
+        cpu::adamStepConstants(exactSettings(true, false), t);
+    EXPECT_EQ(c.stepSize, 1.0f / 128);
+    EXPECT_EQ(c.rootCorrection2, 1.0f);
+  }
+  cpu::AdamStepConstants c =
+      cpu::adamStepConstants(exactSettings(true, true), 1);
+  EXPECT_EQ(c.stepSize, 1.0f / 16);    // lr / (1 - beta1) = 2^-7 / 2^-3
+  EXPECT_EQ(c.rootCorrection2, 32.0f); // 1 / sqrt(2^-10)
 }
 
 TEST(Adam, ReportsItsSpeed) {

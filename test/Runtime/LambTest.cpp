@@ -5,7 +5,8 @@
 // part 1's moments and norms, part 3's clamped trust ratio and update),
 // written here independently of the kernels: over several steps, on a whole
 // tensor and on the same tensor cut into shards whose sums are added (what
-// the executor's all-reduce does under ZeRO), with both clamps reached.
+// the executor's all-reduce does under ZeRO), with both clamps reached, with
+// and without bias correction.
 //
 //===----------------------------------------------------------------------===//
 
@@ -27,12 +28,14 @@ struct Reference {
   std::vector<double> p, m, v;
 };
 
-/// One FusedLamb step in float64 (bias correction on, eps outside the root,
-/// grad_scale 1). FusedLamb's kernel takes beta1, beta2, eps and the decay
-/// as float (fused_lamb_cuda's signature), and so do the kernels here: the
-/// reference starts from the same rounded values. Otherwise 1 - beta2 alone
-/// would differ by 4.7e-5 relative (float(0.999) is 0.999 - 4.7e-8), and
-/// the test would measure that instead of the kernels' arithmetic.
+/// One FusedLamb step in float64 (eps outside the root, grad_scale 1):
+/// fused_lamb_cuda's step_size is lr sqrt(1 - beta2^t) / (1 - beta1^t) with
+/// bias_correction and lr without it. FusedLamb's kernel takes beta1, beta2,
+/// eps and the decay as float (fused_lamb_cuda's signature), and so do the
+/// kernels here: the reference starts from the same rounded values. Otherwise 1
+/// - beta2 alone would differ by 4.7e-5 relative (float(0.999) is 0.999
+/// - 4.7e-8), and the test would measure that instead of the kernels'
+/// arithmetic.
 void referenceStep(const cpu::AdamSettings &s, double maxCoeff, double minCoeff,
                    int step, const std::vector<double> &g, Reference &r) {
   const double beta1 = float(s.beta1), beta2 = float(s.beta2),
@@ -49,8 +52,10 @@ void referenceStep(const cpu::AdamSettings &s, double maxCoeff, double minCoeff,
   double coeff = 1.0;
   if (w2 != 0 && u2 != 0)
     coeff = std::min(maxCoeff, std::max(minCoeff, std::sqrt(w2 / u2)));
-  double stepSize = s.lr * std::sqrt(1 - std::pow(s.beta2, step)) /
-                    (1 - std::pow(s.beta1, step));
+  double stepSize = s.lr;
+  if (s.biasCorrection)
+    stepSize = s.lr * std::sqrt(1 - std::pow(s.beta2, step)) /
+               (1 - std::pow(s.beta1, step));
   for (size_t i = 0; i < g.size(); ++i)
     r.p[i] -= stepSize * coeff * u[i];
 }
@@ -62,11 +67,13 @@ Tensor view(std::vector<float> &x, int64_t begin, int64_t n) {
 /// Runs `steps` steps of the kernels with the parameter cut at `cuts`, and
 /// the reference, and returns the largest |p - p_ref| / max |p_ref|.
 double lambError(double weightScale, double maxCoeff, double minCoeff,
-                 std::vector<int64_t> cuts, int steps = 5) {
+                 std::vector<int64_t> cuts, int steps = 5,
+                 bool biasCorrection = true) {
   const int64_t n = 1000;
   cpu::AdamSettings s;
   s.lr = 1e-2;
   s.weightDecay = 0.01;
+  s.biasCorrection = biasCorrection;
   std::mt19937 gen(7);
   std::normal_distribution<double> dist(0.0, 1.0);
   std::vector<float> p(n), m(n, 0.0f), v(n, 0.0f), g(n);
@@ -129,6 +136,28 @@ TEST(Lamb, ShardedSumsGiveTheWholeTensorsStep) {
   // Uneven shards, one of them empty-adjacent: the summed norms give the
   // whole tensor's ratio.
   EXPECT_LT(lambError(0.5, 10.0, 0.01, {1, 333, 334, 999}), kTolerance);
+}
+
+// bias_correction: false, FusedLamb's step_size = lr. The uncorrected step
+// is lr r |u| where the corrected one is at most 0.32 of it (lr sqrt(1 -
+// beta2^t) / (1 - beta1^t) is 0.32 lr at t = 1): 3.2 times the update of
+// the tolerance's reasoning, 5 x (6e-8 + 0.1 x 20 x 6e-8) = 9e-7, hence
+// 1e-6. Measured: 1.1e-7 within the clamp and with shards, 1.5e-7 at
+// max_coeff, 1.4e-7 at min_coeff.
+TEST(Lamb, MatchesFloat64FusedLambWithoutBiasCorrection) {
+  EXPECT_LT(lambError(0.5, 10.0, 0.01, {}, 5, false), 1e-6);
+  EXPECT_LT(lambError(0.5, 10.0, 0.01, {1, 333, 334, 999}, 5, false), 1e-6);
+  EXPECT_LT(lambError(50.0, 10.0, 0.01, {500}, 5, false), 1e-6);
+  EXPECT_LT(lambError(1e-3, 10.0, 0.01, {500}, 5, false), 1e-6);
+  cpu::AdamSettings s;
+  s.lr = 1e-2;
+  s.biasCorrection = false;
+  for (int64_t t : {1, 2, 3})
+    EXPECT_EQ(cpu::lambStepSize(s, t), float(1e-2)) << t;
+  // Corrected, the first step is lr sqrt(1 - 0.999) / (1 - 0.9): 0.316 lr.
+  s.biasCorrection = true;
+  EXPECT_FLOAT_EQ(cpu::lambStepSize(s, 1),
+                  float(1e-2 * std::sqrt(0.001) / 0.1));
 }
 
 TEST(Lamb, ClampsAtMaxCoeffAndMinCoeff) {

@@ -18,6 +18,9 @@ Scenarios:
          persistence threshold), clip=X, dtype=f32|bf16|f16,
          model=gpt2|llama (tiny-gpt2, the default, or tiny-llama),
          optimizer=lamb (DeepSpeed's Lamb; AdamW otherwise),
+         bias_correction=false (the optimizer's, DeepSpeed's key; with it
+         the stage-0 run of match: is also checked to differ from the
+         corrected one from step 2 on, by more than 100 LOSS_TOL),
          attention=flash|materialized (the attention kernel; flash, the
          default, keeps the row log-sum-exp, materialized the probabilities),
          recompute=none|full|selective and recompute_every=K (zeroc's
@@ -212,6 +215,9 @@ def write_config(args, stage, ws, ga, opts):
                             "params": {"lr": 1e-3, "weight_decay": 0.01}}
         if stage > 0:  # DeepSpeed runs Lamb under ZeRO only when told to.
             cfg["zero_allow_untested_optimizer"] = True
+    if "bias_correction" in opts:
+        cfg["optimizer"]["params"]["bias_correction"] = {
+            "true": True, "false": False}[opts["bias_correction"]]
     if dtype == "bf16":
         cfg["bf16"] = {"enabled": True}
     if dtype == "f16":
@@ -1180,11 +1186,26 @@ def main():
     if args.scenario.startswith("match:"):
         stage, ws, ga, opts = parse_spec(args.scenario[len("match:"):])
         ref_opts = {k: v for k, v in opts.items()
-                    if k in ("clip", "dtype", "optimizer")}
+                    if k in ("clip", "dtype", "optimizer", "bias_correction")}
         ref = losses(args, plan(args, 0, 1, ws * ga, ref_opts), 1, STEPS)
         p = plan(args, stage, ws, ga, opts)
         got = losses(args, p, ws, STEPS)
         tol = LOSS_TOL[opts.get("dtype", "f32")]
+        if opts.get("bias_correction") == "false":
+            # The setting reaches zerorun: the uncorrected steps are up to
+            # (1 - beta1) / sqrt(1 - beta2) = 3.16 times the corrected ones,
+            # so from step 2 on the losses leave the corrected run's.
+            corrected = dict(ref_opts, bias_correction="true")
+            other = losses(args, plan(args, 0, 1, ws * ga, corrected), 1,
+                           STEPS)
+            apart = min(abs(a - b) / abs(a)
+                        for a, b in zip(ref[1:], other[1:]))
+            print("corrected:", other)
+            print("smallest relative difference from step 2 on: %g" % apart)
+            if ref[0] != other[0] or apart < 100 * tol:
+                print("FAILED: bias_correction=false does not change the "
+                      "steps as it should")
+                return 1
         worst = max(abs(a - b) / abs(a) for a, b in zip(ref, got))
         print("reference:", ref)
         print("this run: ", got)

@@ -21,6 +21,11 @@
 // RUN: zeroc-opt %s --zero-expand-training-step="optimizer=adamw max-coeff=0.001" | FileCheck %s --check-prefix=ADAMW
 // LAMB with its bounds on every update, and no adamw.
 // RUN: zeroc-opt %s --zero-expand-training-step="optimizer=lamb weight-decay=0.01 max-coeff=5 min-coeff=0.1" | FileCheck %s --check-prefix=LAMB
+// bias-correction=false (DeepSpeed's bias_correction: false) marks every
+// update no_bias_correction, Adam and LAMB alike; the default marks none.
+// RUN: zeroc-opt %s --zero-expand-training-step="bias-correction=false" | FileCheck %s --check-prefix=NOBIAS
+// RUN: zeroc-opt %s --zero-expand-training-step="optimizer=lamb bias-correction=false" | FileCheck %s --check-prefix=NOBIAS-LAMB
+// RUN: zeroc-opt %s --zero-expand-training-step="bias-correction=true" | FileCheck %s --check-prefix=BIAS
 
 // The optimizer is an enum option (adam, adamw, lamb): a bad value is refused
 // when the pipeline is parsed.
@@ -45,6 +50,11 @@
 // ADAMW-NOT: lamb
 // LAMB-LABEL: func.func @optimizer_step
 // LAMB: model.adam_update @wte {beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, eps = 1.000000e-08 : f64, lamb, lr = 1.000000e-03 : f64, max_coeff = 5.000000e+00 : f64, min_coeff = 1.000000e-01 : f64, weight_decay = 1.000000e-02 : f64}
+// NOBIAS-LABEL: func.func @optimizer_step
+// NOBIAS: model.adam_update @wte {adamw, beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, eps = 1.000000e-08 : f64, lr = 1.000000e-03 : f64, no_bias_correction, weight_decay = 0.000000e+00 : f64}
+// NOBIAS-LAMB: model.adam_update @wte {{{.*}}lamb, {{.*}}min_coeff = 1.000000e-02 : f64, no_bias_correction, weight_decay
+// BIAS-LABEL: func.func @optimizer_step
+// BIAS-NOT: no_bias_correction
 
 module @options {
   model.param @wte : tensor<32x8xf32> init <normal(0.02)>

@@ -138,3 +138,25 @@ module @mixed_adamw attributes {sched.stage = 2 : i64, sched.world_size = 2 : i6
     return
   }
 }
+
+// -----
+
+// bias_correction is one of the flat group's settings.
+module @mixed_bias_correction attributes {sched.stage = 2 : i64, sched.world_size = 2 : i64} {
+  sched.tensor @a : tensor<4xf32> param on device
+  sched.tensor @b : tensor<4xf32> param on device
+  sched.flat_group @zero.flat0 [@a, @b] numel 8 padded 8
+  sched.tensor @zero.flat0.grad : tensor<8xf32> grad of @zero.flat0 sharded on device
+  sched.tensor @zero.flat0.exp_avg : tensor<8xf32> exp_avg of @zero.flat0 sharded on device
+  sched.tensor @zero.flat0.exp_avg_sq : tensor<8xf32> exp_avg_sq of @zero.flat0 sharded on device
+  func.func @micro_step() {
+    %seed = model.backward_seed {micro_steps = 1 : i64} : tensor<f32>
+    return
+  }
+  func.func @optimizer_step() {
+    model.adam_update @a {adamw, beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 1.0e-8 : f64, lr = 1.0e-3 : f64, weight_decay = 0.0 : f64}
+    // expected-error @+1 {{'model.adam_update' op differs from the optimizer settings of @a: stage 2 updates}}
+    model.adam_update @b {adamw, beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 1.0e-8 : f64, lr = 1.0e-3 : f64, weight_decay = 0.0 : f64, no_bias_correction}
+    return
+  }
+}

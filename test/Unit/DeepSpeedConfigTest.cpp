@@ -1065,23 +1065,81 @@ TEST(DeepSpeedConfigOptimizer, OneBitFamilyOnlyWithoutZero) {
   }
 }
 
-// No pass and no kernel models an uncorrected step; running it corrected
-// would be a silently different optimizer.
-TEST(DeepSpeedConfigOptimizer, BiasCorrectionFalseIsRefused) {
-  for (const char *type :
-       {"Adam", "AdamW", "Lamb", "OneBitAdam", "ZeroOneAdam", "OneBitLamb"}) {
-    auto cfg = readText(std::string(R"({"train_batch_size": 8,
+// FusedAdam, DeepSpeedCPUAdam and FusedLamb take bias_correction (default
+// true); false steps on the raw moments.
+TEST(DeepSpeedConfigOptimizer, BiasCorrectionIsRead) {
+  for (const char *type : {"Adam", "AdamW", "Lamb"}) {
+    SCOPED_TRACE(type);
+    std::string head = std::string(R"({"train_batch_size": 8,
   "optimizer": {"type": ")") +
-                        type + R"(", "params": {"bias_correction": false}}})");
-    EXPECT_TRUE(failsAt(cfg, 2, 40 + int(std::strlen(type)))) << type;
-    EXPECT_TRUE(failsWith(cfg, {"always corrects the moments' bias",
-                                "'optimizer.params.bias_correction' is "
-                                "false"}))
-        << type;
+                       type + R"(", "params": {)";
+    auto off = readText(head + R"("bias_correction": false}}})");
+    ASSERT_READ(off);
+    EXPECT_FALSE(off->optimizer.biasCorrection);
+    EXPECT_TRUE(off->ignoredKeys.empty());
+    auto on = readText(head + R"("bias_correction": true}}})");
+    ASSERT_READ(on);
+    EXPECT_TRUE(on->optimizer.biasCorrection);
+    auto absent = readText(head + R"("lr": 0.01}}})");
+    ASSERT_READ(absent);
+    EXPECT_TRUE(absent->optimizer.biasCorrection);
+    // Not a boolean: an error at the key.
+    auto bad = readText(head + R"("bias_correction": "no"}}})");
+    EXPECT_TRUE(failsAt(bad, 2, 40 + int(std::strlen(type))));
+    EXPECT_TRUE(failsWith(bad, {"'optimizer.params.bias_correction' must be "
+                                "true or false; found \"no\""}));
   }
+  // No optimizer block, or no params: DeepSpeed's default.
+  auto none = readText(R"({"train_batch_size": 8})");
+  ASSERT_READ(none);
+  EXPECT_TRUE(none->optimizer.biasCorrection);
+  auto noParams =
+      readText(R"({"train_batch_size": 8, "optimizer": {"type": "Lamb"}})");
+  ASSERT_READ(noParams);
+  EXPECT_TRUE(noParams->optimizer.biasCorrection);
+}
+
+// The 1-bit optimizers take the key and never correct, warm-up included
+// (deepspeed/runtime/fp16/onebit): their step is planned uncorrected.
+TEST(DeepSpeedConfigOptimizer, OneBitFamilyNeverCorrects) {
+  for (const char *type : {"OneBitAdam", "ZeroOneAdam", "OneBitLamb"}) {
+    SCOPED_TRACE(type);
+    std::string head =
+        std::string(R"({"train_batch_size": 8, "optimizer": {"type": ")") +
+        type + "\"";
+    auto absent = readText(head + "}}");
+    ASSERT_READ(absent);
+    EXPECT_FALSE(absent->optimizer.biasCorrection);
+    for (const char *value : {"true", "false"}) {
+      auto cfg = readText(head + R"(, "params": {"bias_correction": )" + value +
+                          "}}}");
+      ASSERT_READ(cfg);
+      EXPECT_FALSE(cfg->optimizer.biasCorrection);
+      EXPECT_EQ(cfg->ignoredKeys,
+                std::vector<std::string>{"optimizer.params.bias_correction"});
+      EXPECT_TRUE(hasNote(*cfg, {"optimizer.params.bias_correction",
+                                 "never corrects the moments' bias"}))
+          << joined(cfg->notes);
+    }
+    EXPECT_TRUE(failsWith(
+        readText(head + R"(, "params": {"bias_correction": 2}}})"),
+        {"'optimizer.params.bias_correction' must be true or false"}));
+  }
+}
+
+// torch_adam hands the params to torch.optim.Adam(W), which has no
+// bias_correction (a TypeError in DeepSpeed) and always corrects.
+TEST(DeepSpeedConfigOptimizer, BiasCorrectionFalseWithTorchAdamIsRefused) {
   auto cfg = readText(R"({"train_batch_size": 8,
-      "optimizer": {"type": "Adam", "params": {"bias_correction": true}}})");
-  ASSERT_READ(cfg);
+  "optimizer": {"type": "Adam", "params": {"torch_adam": true, "bias_correction": false}}})");
+  EXPECT_TRUE(failsAt(cfg, 2, 64));
+  EXPECT_TRUE(failsWith(cfg, {"'optimizer.params.bias_correction' is false "
+                              "with 'torch_adam'",
+                              "torch.optim.AdamW", "TypeError"}));
+  EXPECT_TRUE(failsWith(readText(R"({"train_batch_size": 8,
+      "optimizer": {"type": "Adam", "params": {"torch_adam": true,
+      "adam_w_mode": false, "bias_correction": false}}})"),
+                        {"torch.optim.Adam,"}));
 }
 
 TEST(DeepSpeedConfigErrors, OtherDeepSpeedChecks) {
@@ -1375,6 +1433,38 @@ TEST(DeepSpeedConfigRoundTrip, NonDefaultValuesSurvive) {
   EXPECT_NE(changed, *cfg);
 }
 
+TEST(DeepSpeedConfigRoundTrip, BiasCorrectionFalseSurvives) {
+  auto cfg = readText(R"({"train_batch_size": 8, "fp16": {"enabled": true},
+      "optimizer": {"type": "Lamb", "params": {"bias_correction": false}}})");
+  ASSERT_READ(cfg);
+  nlohmann::json out = toDeepSpeedJson(*cfg);
+  EXPECT_EQ(out["optimizer"]["params"]["bias_correction"], false);
+  auto again = roundTrip(*cfg, worldOf(1));
+  ASSERT_READ(again);
+  EXPECT_FALSE(again->optimizer.biasCorrection);
+  EXPECT_EQ(*again, *cfg);
+  // The comparison sees it.
+  DeepSpeedConfig changed = *cfg;
+  changed.optimizer.biasCorrection = true;
+  EXPECT_NE(changed, *cfg);
+
+  // The default is not written; nor is the 1-bit family's, which their type
+  // implies.
+  for (const char *type : {"AdamW", "OneBitAdam"}) {
+    SCOPED_TRACE(type);
+    auto plain = readText(std::string(R"({"train_batch_size": 8,
+        "optimizer": {"type": ")") +
+                          type + R"("}})");
+    ASSERT_READ(plain);
+    EXPECT_FALSE(toDeepSpeedJson(*plain)["optimizer"]["params"].contains(
+        "bias_correction"));
+    auto back = roundTrip(*plain, worldOf(1));
+    ASSERT_READ(back);
+    EXPECT_EQ(*back, *plain);
+    EXPECT_TRUE(back->ignoredKeys.empty());
+  }
+}
+
 TEST(DeepSpeedConfigRoundTrip, EmptyActivationCheckpointingSurvives) {
   auto cfg = readText(R"({"train_batch_size": 8,
       "activation_checkpointing": {}})");
@@ -1485,6 +1575,64 @@ TEST(DeepSpeedConfigAllErrors, IndependentErrorsAreAllReportedInFileOrder) {
   std::string all = cfg.error().str();
   EXPECT_EQ(std::count(all.begin(), all.end(), '\n'),
             static_cast<long>(expected.size() - 1));
+}
+
+// The batch keys' values and their agreement with the command line are
+// independent checks: all of their errors come out of one run.
+TEST(DeepSpeedConfigAllErrors, EveryBatchErrorIsReported) {
+  auto bad = readText(R"({
+  "train_batch_size": 0,
+  "train_micro_batch_size_per_gpu": 2,
+  "gradient_accumulation_steps": "many"
+})");
+  std::vector<std::string> lines = errorLines(bad);
+  ASSERT_EQ(lines.size(), 2u) << bad.error().str();
+  EXPECT_EQ(lines[0].rfind("ds.json:2:3: error: 'train_batch_size' must be a "
+                           "positive integer; found 0",
+                           0),
+            0u)
+      << lines[0];
+  EXPECT_EQ(lines[1].rfind("ds.json:4:3: error: 'gradient_accumulation_steps' "
+                           "must be a positive integer; found \"many\"",
+                           0),
+            0u)
+      << lines[1];
+
+  ConfigContext ctx = worldOf(1);
+  ctx.microBatch = 4;
+  ctx.gradientAccumulation = 2;
+  auto mismatched = readText(R"({
+  "train_micro_batch_size_per_gpu": 8,
+  "gradient_accumulation_steps": 3
+})",
+                             ctx);
+  lines = errorLines(mismatched);
+  ASSERT_EQ(lines.size(), 2u) << mismatched.error().str();
+  EXPECT_TRUE(contains(lines[0], "'train_micro_batch_size_per_gpu' is 8 but "
+                                 "--micro-batch on the command line is 4"))
+      << lines[0];
+  EXPECT_TRUE(contains(lines[1], "'gradient_accumulation_steps' is 3 but "
+                                 "--grad-accum on the command line is 2"))
+      << lines[1];
+
+  // A bad value and a disagreement of another key, both reported; the
+  // triple's arithmetic, which needs every value, is not checked.
+  auto both = readText(R"({
+  "train_batch_size": 7,
+  "train_micro_batch_size_per_gpu": -1,
+  "gradient_accumulation_steps": 3
+})",
+                       ctx);
+  lines = errorLines(both);
+  ASSERT_EQ(lines.size(), 2u) << both.error().str();
+  EXPECT_TRUE(contains(lines[0], "ds.json:3:3: error: "
+                                 "'train_micro_batch_size_per_gpu' must be a "
+                                 "positive integer; found -1"))
+      << lines[0];
+  EXPECT_TRUE(contains(lines[1], "ds.json:4:3: error: "
+                                 "'gradient_accumulation_steps' is 3 but "
+                                 "--grad-accum on the command line is 2"))
+      << lines[1];
 }
 
 TEST(DeepSpeedConfigAllErrors, ConsequencesOfAnErrorAreNotReported) {

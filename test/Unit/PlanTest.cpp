@@ -740,6 +740,34 @@ TEST(PlanReader, IllTypedAttribute) {
       R"("adamw": false)");
 }
 
+// DeepSpeed's bias_correction: false, a unit attribute of adam_update. A plan
+// without it (every plan written before it existed) corrects the moments.
+TEST(PlanReader, NoBiasCorrection) {
+  Expected<Plan> old = readText(kValidPlan);
+  ASSERT_TRUE(old) << old.error().str();
+  EXPECT_FALSE(old->phases[1].ops[0].attrsAs<AdamAttrs>().noBiasCorrection);
+  Expected<Plan> set = readText(edited(
+      R"("on": "device")", R"("on": "device", "no_bias_correction": true)"));
+  ASSERT_TRUE(set) << set.error().str();
+  EXPECT_TRUE(set->phases[1].ops[0].attrsAs<AdamAttrs>().noBiasCorrection);
+  // Written only when set, and read back.
+  json j = toJson(*set);
+  EXPECT_EQ(j["phases"][1]["ops"][0]["attrs"]["no_bias_correction"], true);
+  EXPECT_FALSE(toJson(*old)["phases"][1]["ops"][0]["attrs"].contains(
+      "no_bias_correction"));
+
+  for (const char *bad : {"false", "\"yes\"", "1"})
+    expectError(
+        edited(R"("on": "device")",
+               std::string(R"("on": "device", "no_bias_correction": )") + bad),
+        std::string(R"(31:306: error: plan phases[1].ops[0].attrs.)"
+                    R"(no_bias_correction: op 0 (adam_update): attribute )"
+                    R"('no_bias_correction' must be true (a unit attribute, )"
+                    R"(absent when unset), found )") +
+            bad,
+        std::string(R"("no_bias_correction": )") + bad);
+}
+
 TEST(PlanReader, DuplicatePhaseName) {
   expectError(
       edited(R"("name": "optimizer_step")", R"("name": "micro_step")"),

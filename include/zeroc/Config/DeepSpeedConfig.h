@@ -170,6 +170,11 @@ struct OptimizerConfig {
   bool adamWMode = true;
   /// `torch_adam`: torch.optim.Adam(W) instead of DeepSpeed's fused/CPU Adam.
   bool torchAdam = false;
+  /// `bias_correction`: Adam, AdamW and Lamb divide the moments by
+  /// 1 - beta^t (FusedAdam, DeepSpeedCPUAdam and FusedLamb's default);
+  /// false uses the raw moments. Always false for the 1-bit family, whose
+  /// steps never correct whatever the key says.
+  bool biasCorrection = true;
   /// Lamb and 1-bit Lamb: the trust ratio ||w|| / ||update|| is clamped to
   /// [minCoeff, maxCoeff] (FusedLamb's defaults).
   double maxCoeff = 10.0;

@@ -252,6 +252,10 @@ struct AdamAttrs {
   /// LAMB (model.adam_update's description) with its trust-ratio bounds.
   bool lamb = false;
   std::optional<double> maxCoeff, minCoeff;
+  /// The step on the raw moments (DeepSpeed's `bias_correction: false`);
+  /// absent, as in plans written before it existed, the moments are
+  /// corrected.
+  bool noBiasCorrection = false;
   Placement on = Placement::Device; ///< Where the update runs.
   template <typename V> void fields(V &&v) {
     v("param", param);
@@ -268,6 +272,7 @@ struct AdamAttrs {
     v("lamb", lamb);
     v("max_coeff", maxCoeff);
     v("min_coeff", minCoeff);
+    v("no_bias_correction", noBiasCorrection);
     v("on", on);
   }
 };

@@ -74,7 +74,9 @@ def ExpandTrainingStep : Pass<"zero-expand-training-step", "::mlir::ModuleOp"> {
       mean loss over the global batch.
     * `func.func @optimizer_step()`: under fp16 loss scaling, unscale and
       check for overflow (`model.unscale_grads`); with a clipping norm,
-      `model.clip_grad_norm`; then one `model.adam_update` per parameter.
+      `model.clip_grad_norm`; then one `model.adam_update` per parameter
+      (`no_bias_correction` on each with `bias-correction=false`, DeepSpeed's
+      `bias_correction: false`: the step divides the raw moments).
 
     Gradients of a value used several times are summed; a tied parameter
     receives the sum of its uses' gradients.
@@ -170,6 +172,9 @@ def ExpandTrainingStep : Pass<"zero-expand-training-step", "::mlir::ModuleOp"> {
     Option<"recomputeEvery", "recompute-every", "int64_t", /*default=*/"1",
            "Checkpoint the numbered layers whose index is a multiple of "
            "this (1: every layer)">,
+    Option<"biasCorrection", "bias-correction", "bool", /*default=*/"true",
+           "Adam and LAMB divide the moments by 1 - beta^t (DeepSpeed's "
+           "bias_correction); false uses the raw moments">,
   ];
 }
 

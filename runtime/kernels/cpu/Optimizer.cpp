@@ -136,10 +136,15 @@ AdamStepConstants adamStepConstants(const AdamSettings &settings,
   c.decay = float(settings.weightDecay);
   c.oneMinusBeta1 = 1.0f - c.beta1;
   c.oneMinusBeta2 = 1.0f - c.beta2;
-  c.stepSize =
-      float(settings.lr / (1.0 - std::pow(settings.beta1, double(step))));
-  c.rootCorrection2 =
-      float(1.0 / std::sqrt(1.0 - std::pow(settings.beta2, double(step))));
+  if (settings.biasCorrection) {
+    c.stepSize =
+        float(settings.lr / (1.0 - std::pow(settings.beta1, double(step))));
+    c.rootCorrection2 =
+        float(1.0 / std::sqrt(1.0 - std::pow(settings.beta2, double(step))));
+  } else {
+    c.stepSize = c.lr;
+    c.rootCorrection2 = 1.0f;
+  }
   c.adamw = settings.adamw;
   return c;
 }
@@ -197,6 +202,8 @@ Status adamUpdate(const AdamSettings &settings, int64_t step,
 }
 
 float lambStepSize(const AdamSettings &settings, int64_t step) {
+  if (!settings.biasCorrection)
+    return float(settings.lr);
   return float(settings.lr *
                std::sqrt(1.0 - std::pow(settings.beta2, double(step))) /
                (1.0 - std::pow(settings.beta1, double(step))));

@@ -6,6 +6,7 @@
 //   adam:  g += weight_decay * p             (L2, added to the gradient)
 //   m = beta1 m + (1 - beta1) g,  v = beta2 v + (1 - beta2) g^2
 //   p -= lr * (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps)
+//   (without bias correction: p -= lr * m / (sqrt(v) + eps))
 // then the 16-bit copy of the parameter, when there is one, is p rounded.
 // clip_grad_norm: norm = sqrt(sum over all gradients of g^2) (each rank sums
 //   its shards, the caller all-reduces), then every g *= max_norm /
@@ -36,12 +37,18 @@ struct AdamSettings {
   double eps = 1e-8;
   double weightDecay = 0.0;
   bool adamw = false;
+  /// Divide the moments by 1 - beta^t; false (no_bias_correction, DeepSpeed's
+  /// `bias_correction: false`) steps on the raw moments, Adam and LAMB alike.
+  bool biasCorrection = true;
 };
 
 /// The per-step constants of adam_update in the f32 (and f64-derived) form
 /// every backend uses, so that the CPU, host and CUDA updates agree bit for
 /// bit: `stepSize = lr / (1 - beta1^t)` and `rootCorrection2 =
-/// 1 / sqrt(1 - beta2^t)` are computed in f64 and rounded once.
+/// 1 / sqrt(1 - beta2^t)` are computed in f64 and rounded once. Without bias
+/// correction they are `lr` and 1, as DeepSpeed's CPU Adam sets them (its
+/// `_bias_correction1` and `_bias_correction2` stay 1), so the step is
+/// exactly `lr * m / (sqrt(v) + eps)`.
 struct AdamStepConstants {
   float lr, beta1, beta2, eps, decay;
   float oneMinusBeta1, oneMinusBeta2;
@@ -97,7 +104,8 @@ bool adamUsesAvx2();
 //   lambTrustRatio: r = clamp(sqrt(P) / sqrt(U), min_coeff, max_coeff), or 1
 //     when either norm is 0.
 //   lambApply: p -= lr sqrt(1 - beta2^t) / (1 - beta1^t) r u (u recomputed
-//     from the stored m, v), then the 16-bit copy when there is one.
+//     from the stored m, v), then the 16-bit copy when there is one; without
+//     bias correction, p -= lr r u (FusedLamb's step_size = lr).
 // `settings.adamw` plays no part: LAMB adds the decay to the update.
 
 /// The two sums of lambMoments over a parameter or a part of it.
@@ -106,7 +114,8 @@ struct LambSums {
   double update = 0;
 };
 /// The f32 form of lambApply's step size, lr sqrt(1 - beta2^t) / (1 -
-/// beta1^t), computed in f64 and rounded once, shared by every backend.
+/// beta1^t) (lr without bias correction), computed in f64 and rounded once,
+/// shared by every backend.
 float lambStepSize(const AdamSettings &settings, int64_t step);
 /// FusedLamb's clamp of ||p|| / ||u||.
 float lambTrustRatio(const LambSums &total, double maxCoeff, double minCoeff);

@@ -105,6 +105,8 @@ module @training {
     model.adam_update @"h.0.b" {lr = 0.0 : f64, beta1 = 0.0 : f64, beta2 = 0.0 : f64, eps = 1.0 : f64, weight_decay = 0.0 : f64}
     // CHECK: model.adam_update @w {beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, eps = 9.9999999999999995E-7 : f64, lamb, lr = 2.000000e-03 : f64, max_coeff = 1.000000e+01 : f64, min_coeff = 0.000000e+00 : f64, weight_decay = 0.000000e+00 : f64}
     model.adam_update @w {lr = 2.0e-3 : f64, beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 1.0e-6 : f64, weight_decay = 0.0 : f64, lamb, max_coeff = 10.0 : f64, min_coeff = 0.0 : f64}
+    // CHECK: model.adam_update @w {adamw, beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, eps = 1.000000e-08 : f64, lr = 1.000000e-03 : f64, no_bias_correction, weight_decay = 1.000000e-02 : f64}
+    model.adam_update @w {lr = 1.0e-3 : f64, beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 1.0e-8 : f64, weight_decay = 0.01 : f64, adamw, no_bias_correction}
     return
   }
 }

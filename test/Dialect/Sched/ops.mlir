@@ -54,6 +54,8 @@ module @stage3 attributes {sched.stage = 3 : i64, sched.world_size = 4 : i64} {
     sched.adam_update @v grad @v.grad master @v.master exp_avg @v.exp_avg exp_avg_sq @v.exp_avg_sq on host {lr = 1.0e-3, beta1 = 0.9, beta2 = 0.999, eps = 1.0e-8, weight_decay = 0.1}
     // CHECK: sched.adam_update @v grad @v.grad master @v.master exp_avg @v.exp_avg exp_avg_sq @v.exp_avg_sq on device {{{.*}}lamb, {{.*}}max_coeff = 1.000000e+01 : f64, min_coeff = 0.000000e+00 : f64
     sched.adam_update @v grad @v.grad master @v.master exp_avg @v.exp_avg exp_avg_sq @v.exp_avg_sq on device {lr = 1.0e-3, beta1 = 0.9, beta2 = 0.999, eps = 1.0e-8, weight_decay = 0.1, lamb, max_coeff = 10.0, min_coeff = 0.0}
+    // CHECK: sched.adam_update @w grad @w.grad master @w.master exp_avg @w.exp_avg exp_avg_sq @w.exp_avg_sq on device {adamw, {{.*}}lr = 1.000000e-03 : f64, no_bias_correction, weight_decay
+    sched.adam_update @w grad @w.grad master @w.master exp_avg @w.exp_avg exp_avg_sq @w.exp_avg_sq on device {lr = 1.0e-3, beta1 = 0.9, beta2 = 0.999, eps = 1.0e-8, weight_decay = 0.1, adamw, no_bias_correction}
     // CHECK: sched.zero_grads [@w.grad, @v.grad]
     sched.zero_grads [@w.grad, @v.grad]
     return

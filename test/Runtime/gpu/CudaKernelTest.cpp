@@ -798,16 +798,20 @@ TEST_F(CudaKernels, BackwardSeed) {
 
 TEST_F(CudaKernels, AdamMatchesTheCpuBitForBit) {
   const std::vector<int64_t> sizes = {10000, 1, 0, 4096, 5000};
-  for (bool adamw : {true, false})
+  for (int mode = 0; mode < 3; ++mode)
     for (DType gradType : {DType::F32, DType::BF16, DType::F16})
       for (int param : {-1, int(DType::BF16), int(DType::F16)}) {
-        SCOPED_TRACE(std::string(adamw ? "adamw" : "adam") + " grad " +
+        // AdamW, Adam, and AdamW without bias correction.
+        bool adamw = mode != 1, biasCorrection = mode != 2;
+        SCOPED_TRACE(std::string(adamw ? "adamw" : "adam") +
+                     (biasCorrection ? "" : " uncorrected") + " grad " +
                      name(gradType) + " param " +
                      (param < 0 ? "none" : name(DType(param))));
         cpu::AdamSettings settings;
         settings.lr = 3e-3;
         settings.weightDecay = 0.1;
         settings.adamw = adamw;
+        settings.biasCorrection = biasCorrection;
         std::vector<Host> cpuState;
         std::vector<std::unique_ptr<Device>> gpuState;
         std::vector<cuda::AdamTensors> list;
@@ -887,50 +891,55 @@ TEST_F(CudaKernels, LambMatchesTheCpu) {
   // takes one ratio for every rank): the moments and the update bit for
   // bit, the two sums within the tolerance of SumOfSquaresClipAndScale.
   const int64_t n = 10000;
-  for (DType gradType : {DType::F32, DType::BF16})
-    for (int param : {-1, int(DType::BF16)}) {
-      SCOPED_TRACE("grad " + name(gradType) + " param " +
-                   (param < 0 ? "none" : name(DType(param))));
-      cpu::AdamSettings settings;
-      settings.lr = 3e-3;
-      settings.weightDecay = 0.01;
-      Host grad = random({n}, gradType, 60);
-      Host master = random({n}, DType::F32, 61);
-      Host m = random({n}, DType::F32, 62, -0.1f, 0.1f);
-      Host v = random({n}, DType::F32, 63, 0.0f, 0.01f);
-      Host p16({n}, param < 0 ? DType::BF16 : DType(param));
-      auto gradD = up(grad), masterD = up(master), mD = up(m), vD = up(v),
-           p16D = up(p16);
-      auto sums = floats(4); // Two device doubles.
-      for (int64_t step = 1; step <= 3; ++step) {
-        cpu::LambSums cpuSums;
-        ASSERT_OK(cpu::lambMoments(settings, grad, master, m, v, cpuSums));
-        ASSERT_CUDA(cudaMemset(sums->ptr, 0, 16));
-        ASSERT_OK(cuda::lambMoments(settings, *gradD, *masterD, *mD, *vD,
-                                    static_cast<double *>(sums->ptr), stream));
-        double gpuSums[2] = {0, 0};
-        ASSERT_CUDA(cudaStreamSynchronize(stream));
-        ASSERT_CUDA(cudaMemcpy(gpuSums, sums->ptr, 16, cudaMemcpyDeviceToHost));
-        // Squares of floats are exact in f64; 1e4 terms, summed in order
-        // on the CPU and in a tree on the GPU (the reasoning of
-        // SumOfSquaresClipAndScale). Not measured.
-        EXPECT_NEAR(gpuSums[0], cpuSums.weight, 1e-12 * cpuSums.weight);
-        EXPECT_NEAR(gpuSums[1], cpuSums.update, 1e-12 * cpuSums.update);
-        expectExact(down(*mD), m, "exp_avg step " + std::to_string(step));
-        expectExact(down(*vD), v, "exp_avg_sq step " + std::to_string(step));
+  for (bool biasCorrection : {true, false})
+    for (DType gradType : {DType::F32, DType::BF16})
+      for (int param : {-1, int(DType::BF16)}) {
+        SCOPED_TRACE(std::string(biasCorrection ? "" : "uncorrected ") +
+                     "grad " + name(gradType) + " param " +
+                     (param < 0 ? "none" : name(DType(param))));
+        cpu::AdamSettings settings;
+        settings.lr = 3e-3;
+        settings.weightDecay = 0.01;
+        settings.biasCorrection = biasCorrection;
+        Host grad = random({n}, gradType, 60);
+        Host master = random({n}, DType::F32, 61);
+        Host m = random({n}, DType::F32, 62, -0.1f, 0.1f);
+        Host v = random({n}, DType::F32, 63, 0.0f, 0.01f);
+        Host p16({n}, param < 0 ? DType::BF16 : DType(param));
+        auto gradD = up(grad), masterD = up(master), mD = up(m), vD = up(v),
+             p16D = up(p16);
+        auto sums = floats(4); // Two device doubles.
+        for (int64_t step = 1; step <= 3; ++step) {
+          cpu::LambSums cpuSums;
+          ASSERT_OK(cpu::lambMoments(settings, grad, master, m, v, cpuSums));
+          ASSERT_CUDA(cudaMemset(sums->ptr, 0, 16));
+          ASSERT_OK(cuda::lambMoments(settings, *gradD, *masterD, *mD, *vD,
+                                      static_cast<double *>(sums->ptr),
+                                      stream));
+          double gpuSums[2] = {0, 0};
+          ASSERT_CUDA(cudaStreamSynchronize(stream));
+          ASSERT_CUDA(
+              cudaMemcpy(gpuSums, sums->ptr, 16, cudaMemcpyDeviceToHost));
+          // Squares of floats are exact in f64; 1e4 terms, summed in order
+          // on the CPU and in a tree on the GPU (the reasoning of
+          // SumOfSquaresClipAndScale). Not measured.
+          EXPECT_NEAR(gpuSums[0], cpuSums.weight, 1e-12 * cpuSums.weight);
+          EXPECT_NEAR(gpuSums[1], cpuSums.update, 1e-12 * cpuSums.update);
+          expectExact(down(*mD), m, "exp_avg step " + std::to_string(step));
+          expectExact(down(*vD), v, "exp_avg_sq step " + std::to_string(step));
 
-        float ratio = cpu::lambTrustRatio(cpuSums, 10.0, 0.01);
-        const Tensor *cpu16 = param < 0 ? nullptr : &p16.view;
-        const Tensor *gpu16 = param < 0 ? nullptr : &p16D->view;
-        ASSERT_OK(cpu::lambApply(settings, step, ratio, master, m, v, cpu16));
-        ASSERT_OK(cuda::lambApply(settings, step, ratio, *masterD, *mD, *vD,
-                                  gpu16, stream));
-        expectExact(down(*masterD), master,
-                    "master step " + std::to_string(step));
-        if (param >= 0)
-          expectExact(down(*p16D), p16, "param step " + std::to_string(step));
+          float ratio = cpu::lambTrustRatio(cpuSums, 10.0, 0.01);
+          const Tensor *cpu16 = param < 0 ? nullptr : &p16.view;
+          const Tensor *gpu16 = param < 0 ? nullptr : &p16D->view;
+          ASSERT_OK(cpu::lambApply(settings, step, ratio, master, m, v, cpu16));
+          ASSERT_OK(cuda::lambApply(settings, step, ratio, *masterD, *mD, *vD,
+                                    gpu16, stream));
+          expectExact(down(*masterD), master,
+                      "master step " + std::to_string(step));
+          if (param >= 0)
+            expectExact(down(*p16D), p16, "param step " + std::to_string(step));
+        }
       }
-    }
 }
 
 TEST_F(CudaKernels, SumOfSquaresClipAndScale) {
