@@ -1429,8 +1429,9 @@ std::string row(const AdviseResult &r, size_t i) {
 }
 
 /// The rows the table shows without --all: the recommendation, the base,
-/// the ways out, the fastest and the smallest of each stage, and the
-/// fastest others, at most a dozen in all.
+/// the ways out, the fastest (or, where nothing fits, the smallest) of each
+/// stage, and the fastest others, one per setup whatever its bucket sizes,
+/// at most a dozen in all.
 std::vector<size_t> shownRows(const AdviseResult &r) {
   std::set<size_t> shown;
   if (r.best)
@@ -1464,8 +1465,16 @@ std::vector<size_t> shownRows(const AdviseResult &r) {
   std::stable_sort(byTokens.begin(), byTokens.end(), [&](size_t a, size_t b) {
     return r.candidates[a].tokensPerSecond > r.candidates[b].tokensPerSecond;
   });
+  // The fastest others, one per setup whatever its bucket sizes.
+  auto sameButBuckets = [&](size_t a, size_t b) {
+    AdviseSetup x = r.candidates[a], y = r.candidates[b];
+    x.reduceBucketSize = y.reduceBucketSize;
+    x.prefetchBucketSize = y.prefetchBucketSize;
+    return x == y;
+  };
   for (size_t i : byTokens)
-    if (shown.size() < 12)
+    if (shown.size() < 12 &&
+        llvm::none_of(shown, [&](size_t j) { return sameButBuckets(i, j); }))
       shown.insert(i);
   return std::vector<size_t>(shown.begin(), shown.end());
 }

@@ -226,15 +226,15 @@ struct AdviseRequest {
   int64_t maxMicroBatch = 16;
 };
 
-/// Step times within this fraction of the fastest's count as a tie: the
-/// cost model is not that precise (docs/cost-model.md).
+/// Tokens per second within this fraction of the fastest's count as a tie:
+/// the cost model is not that precise (docs/cost-model.md).
 inline constexpr double kAdviseTieFraction = 0.001;
 
 /// The recommendation: the candidate with the most tokens per second that
 /// was planned and fits; among those within kAdviseTieFraction of it, the
-/// first in table order (lower stage, less offload, less recomputation,
-/// smaller micro-batch: the simpler setup, less to go wrong). None when
-/// nothing fits.
+/// first in table order (lower stage, less offload, recomputation none,
+/// full, selective, every 2nd, every 4th layer, smaller micro-batch, smaller
+/// buckets: the simpler setup, less to go wrong). None when nothing fits.
 std::optional<size_t> recommend(const std::vector<AdviseCandidate> &candidates);
 
 /// Reads the base config at the request's world size: its setup and the
