@@ -372,11 +372,8 @@ json configFor(const json &baseRoot, const AdviseBase &base,
     };
     write("train_micro_batch_size_per_gpu", c.microBatch, microChanged);
     write("gradient_accumulation_steps", c.gradientAccumulation, accChanged);
-    // A train_batch_size that is a number stays: the global batch is kept.
-    if (cfg.contains("train_batch_size") &&
-        cfg["train_batch_size"].is_number() && !base.globalBatchFixed)
-      cfg["train_batch_size"] =
-          c.microBatch * c.gradientAccumulation * base.worldSize;
+    // A train_batch_size that is a number stays: it fixes the global batch,
+    // which every candidate keeps.
   }
 
   // Recomputation: the config says only full recomputation of every layer
@@ -417,29 +414,34 @@ std::string tokens(double perSecond) {
 Expected<AdviseBase> readAdviseBase(const AdviseRequest &req) {
   AdviseBase base;
   base.worldSize = req.worldSize ? req.worldSize : req.cluster->gpus();
-  json root = req.baseConfig ? req.baseConfig->root() : json::object();
-  if (!root.is_object())
-    root = json::object();
-  // No batch at all: the launcher's micro-batch ("auto"); no precision:
-  // the model file's.
-  const JsonDocument *doc = req.baseConfig;
-  std::optional<JsonDocument> patched;
-  bool noBatch = !root.contains("train_batch_size") &&
-                 !root.contains("train_micro_batch_size_per_gpu");
-  bool noPrecision = !root.contains("bf16") || !root.contains("fp16");
-  if (!doc || noBatch || noPrecision) {
-    if (noBatch)
-      root["train_micro_batch_size_per_gpu"] = "auto";
-    addPrecisionDefaults(root);
-    auto parsed = JsonDocument::parse(
-        root.dump(2), req.baseConfig ? req.baseConfig->name() : "(advise)");
-    if (!parsed)
-      return parsed.error();
-    patched = std::move(*parsed);
-    doc = &*patched;
+  const json original = req.baseConfig && req.baseConfig->root().is_object()
+                            ? req.baseConfig->root()
+                            : json::object();
+  LauncherArgs launcher{req.microBatch, req.gradientAccumulation, {}};
+  bool noBatch = !original.contains("train_batch_size") &&
+                 !original.contains("train_micro_batch_size_per_gpu");
+  if (req.baseConfig) {
+    // The base's own errors, at its own lines (a missing batch is the
+    // launcher's, below).
+    LauncherArgs own = launcher;
+    if (noBatch && !own.microBatch)
+      own.microBatch = req.stats->batch;
+    auto cfg =
+        readConfigForModel(*req.baseConfig, *req.stats, base.worldSize, own);
+    if (!cfg)
+      return cfg.error();
   }
-  auto cfg = readConfigForModel(*doc, *req.stats, base.worldSize,
-                                {req.microBatch, req.gradientAccumulation, {}});
+  // No batch at all: the launcher's micro-batch ("auto"); no precision:
+  // the model file's (as every candidate's config has it).
+  json root = original;
+  if (noBatch)
+    root["train_micro_batch_size_per_gpu"] = "auto";
+  addPrecisionDefaults(root);
+  auto doc = JsonDocument::parse(
+      root.dump(2), req.baseConfig ? req.baseConfig->name() : "(advise)");
+  if (!doc)
+    return doc.error();
+  auto cfg = readConfigForModel(*doc, *req.stats, base.worldSize, launcher);
   if (!cfg)
     return cfg.error();
   base.trainingDType = trainingDType(*cfg);
@@ -458,9 +460,10 @@ Expected<AdviseBase> readAdviseBase(const AdviseRequest &req) {
   s.prefetchBucketSize = s.stage == 3 ? cfg->zero.prefetchBucketSize : 0;
   base.prefetchBucketSize = cfg->zero.prefetchBucketSize;
 
+  // What the base itself says, before the defaults above.
   auto given = [&](const char *key, const std::optional<int64_t> &flag,
                    bool &isAuto) {
-    const json *v = root.contains(key) ? &root[key] : nullptr;
+    const json *v = original.contains(key) ? &original[key] : nullptr;
     isAuto = v && isAutoValue(*v);
     return (v && v->is_number()) || ((!v || isAuto || v->is_null()) && flag);
   };
@@ -468,11 +471,9 @@ Expected<AdviseBase> readAdviseBase(const AdviseRequest &req) {
                           base.microBatchAuto);
   bool accGiven = given("gradient_accumulation_steps", req.gradientAccumulation,
                         base.accumulationAuto);
-  if (!req.baseConfig)
-    base.microBatchAuto = base.accumulationAuto = false;
   std::string configName = req.baseConfig ? req.baseConfig->name() : "";
-  if (root.contains("train_batch_size") &&
-      root["train_batch_size"].is_number()) {
+  if (original.contains("train_batch_size") &&
+      original["train_batch_size"].is_number()) {
     base.globalBatchFixed = true;
     base.globalBatchReason = "train_batch_size in " + configName;
   } else if (microGiven && accGiven) {
@@ -1255,7 +1256,6 @@ Expected<AdviseResult> advise(const AdviseRequest &req) {
   result.marginBytes =
       int64_t(std::llround(req.margin.bytesOf(double(result.gpuMemoryBytes))));
   result.fitBytes = result.gpuMemoryBytes - result.marginBytes;
-  result.model = req.stats->name;
   result.seqLen = req.stats->seqLen;
   result.numLayers = req.stats->numLayers;
   if (req.baseConfig)

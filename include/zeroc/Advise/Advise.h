@@ -195,7 +195,6 @@ struct AdviseResult {
   int64_t fitBytes = 0; ///< gpuMemoryBytes - marginBytes: what fits.
   AdviseBase base;
   std::string baseName; ///< The base config's file; empty without one.
-  std::string model;
   int64_t seqLen = 0;
   int64_t numLayers = 0;
   std::vector<AdviseCandidate> candidates; ///< In table order.
