@@ -28,20 +28,8 @@ NodeMemory nodeMemory(const Plan &plan, const Cluster &cluster) {
   return nodeMemoryOf(summarizeMemory(plan), plan, cluster);
 }
 
-std::optional<std::string> checkClusterFit(const Plan &plan,
-                                           const Cluster &cluster) {
-  const ClusterGpu &gpu = cluster.gpu;
-  double usable = gpu.usableBytes();
-  if (auto gpuRefusal = checkFit(
-          plan, int64_t(gpu.planBudgetBytes()),
-          cluster.name + "'s " + gpu.model + " (" + humanBytes(usable) +
-              " usable less a runtime reserve "
-              "of " +
-              humanBytes(gpu.runtimeReserveBytes) +
-              " for the CUDA context, NCCL and cuBLAS buffers and "
-              "allocator slack)"))
-    return gpuRefusal;
-
+std::optional<std::string> checkNodeFit(const Plan &plan,
+                                        const Cluster &cluster) {
   MemorySummary m = summarizeMemory(plan);
   NodeMemory node = nodeMemoryOf(m, plan, cluster);
   const ClusterHost &host = cluster.host;
@@ -79,6 +67,23 @@ std::optional<std::string> checkClusterFit(const Plan &plan,
            "the optimizer states to NVMe, the parameters to host memory\n"
            "(zeroc --allow-oom writes the plan anyway)";
   return std::nullopt;
+}
+
+std::optional<std::string> checkClusterFit(const Plan &plan,
+                                           const Cluster &cluster) {
+  const ClusterGpu &gpu = cluster.gpu;
+  double usable = gpu.usableBytes();
+  if (auto gpuRefusal = checkFit(
+          plan, int64_t(gpu.planBudgetBytes()),
+          cluster.name + "'s " + gpu.model + " (" + humanBytes(usable) +
+              " usable less a runtime reserve "
+              "of " +
+              humanBytes(gpu.runtimeReserveBytes) +
+              " for the CUDA context, NCCL and cuBLAS buffers and "
+              "allocator slack)"))
+    return gpuRefusal;
+
+  return checkNodeFit(plan, cluster);
 }
 
 } // namespace zeroc

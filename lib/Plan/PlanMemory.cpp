@@ -260,6 +260,9 @@ std::optional<std::string> checkFit(const Plan &plan, int64_t gpuMemoryBytes,
       msg += "  - --recompute full (activation_checkpointing) keeps only each "
              "layer's input, not its matrix products' outputs\n";
   }
+  msg += "  - where none of these is enough alone, several together: zeroc "
+         "advise searches the combinations and names those that fit "
+         "(docs/advise.md)\n";
   msg += "(zeroc --allow-oom writes the plan anyway)";
   return msg;
 }

@@ -48,6 +48,52 @@ struct Buffer {
 
 int64_t aligned(int64_t bytes) { return arenaAligned(bytes); }
 
+/// The largest value written over any part of a range of `width` segments:
+/// update(lo, hi, v) writes v over [lo, hi), query(lo, hi) is the largest
+/// value written over any segment of [lo, hi), -1 if none. A segment tree
+/// whose nodes keep the largest value written over all of their range and
+/// over any part of it.
+class RangeMax {
+public:
+  explicit RangeMax(size_t width)
+      : width(std::max<size_t>(width, 1)), whole(4 * this->width, -1),
+        part(4 * this->width, -1) {}
+  void update(size_t lo, size_t hi, int64_t v) {
+    if (lo < hi)
+      update(1, 0, width, lo, hi, v);
+  }
+  int64_t query(size_t lo, size_t hi) const {
+    return lo < hi ? query(1, 0, width, lo, hi) : -1;
+  }
+
+private:
+  void update(size_t node, size_t l, size_t r, size_t lo, size_t hi,
+              int64_t v) {
+    if (hi <= l || r <= lo)
+      return;
+    part[node] = std::max(part[node], v);
+    if (lo <= l && r <= hi) {
+      whole[node] = std::max(whole[node], v);
+      return;
+    }
+    size_t mid = (l + r) / 2;
+    update(2 * node, l, mid, lo, hi, v);
+    update(2 * node + 1, mid, r, lo, hi, v);
+  }
+  int64_t query(size_t node, size_t l, size_t r, size_t lo, size_t hi) const {
+    if (hi <= l || r <= lo)
+      return -1;
+    if (lo <= l && r <= hi)
+      return part[node];
+    size_t mid = (l + r) / 2;
+    return std::max({whole[node], query(2 * node, l, mid, lo, hi),
+                     query(2 * node + 1, mid, r, lo, hi)});
+  }
+
+  size_t width;
+  std::vector<int64_t> whole, part;
+};
+
 class MemoryPlanner {
 public:
   explicit MemoryPlanner(func::FuncOp func) : func(func) {}
@@ -236,31 +282,84 @@ private:
   /// on another stream must wait for the last such use on each other stream
   /// (the runtime turns these into dependencies, CUDA events on a GPU).
   /// Recorded as `sched.after`, the indices of the ops to follow.
+  ///
+  /// A previous occupant of buffer b is a buffer whose life ended before b
+  /// starts and whose arena bytes overlap b's; its uses that count are those
+  /// before b starts. Buffers are visited in the order they start; a use
+  /// becomes visible once both its buffer's life and the use itself are
+  /// over, and is recorded, per stream, as a maximum over the arena range
+  /// of its buffer (RangeMax), so that each buffer asks each other stream
+  /// for the last use over its own range: O(n log n) where comparing every
+  /// pair of buffers is quadratic.
   void orderReuseAcrossStreams() {
-    auto streamOf = [&](size_t i) -> int64_t {
+    std::vector<int64_t> streamIds(ops.size(), 0);
+    std::map<int64_t, size_t> streamIndex;
+    for (size_t i = 0; i < ops.size(); ++i) {
       if (auto s = dyn_cast<sched::StreamOpInterface>(ops[i]))
-        return s.getStreamId();
-      return 0;
-    };
-    std::map<size_t, std::set<size_t>> after;
+        streamIds[i] = s.getStreamId();
+      streamIndex.emplace(streamIds[i], 0);
+    }
+    std::vector<int64_t> streamOfIndex;
+    for (auto &[id, index] : streamIndex) {
+      index = streamOfIndex.size();
+      streamOfIndex.push_back(id);
+    }
+
+    // Arena coordinates, compressed: a half-open byte range maps to the
+    // elementary segments between consecutive buffer boundaries.
+    std::vector<int64_t> bounds;
     for (const Buffer &b : buffers) {
+      bounds.push_back(b.offset);
+      bounds.push_back(b.offset + aligned(b.bytes));
+    }
+    llvm::sort(bounds);
+    bounds.erase(std::unique(bounds.begin(), bounds.end()), bounds.end());
+    auto segments = [&](const Buffer &b) {
+      auto at = [&](int64_t x) {
+        return size_t(llvm::lower_bound(bounds, x) - bounds.begin());
+      };
+      return std::make_pair(at(b.offset), at(b.offset + aligned(b.bytes)));
+    };
+    size_t width = bounds.empty() ? 1 : bounds.size() - 1;
+    std::vector<RangeMax> lastUse(streamOfIndex.size(), RangeMax(width));
+
+    // A use (op t of buffer a) counts for buffers starting after both.
+    struct Use {
+      size_t visible, buffer, op;
+    };
+    std::vector<Use> uses;
+    for (size_t i = 0; i < buffers.size(); ++i)
+      for (size_t t : buffers[i].touches)
+        uses.push_back({std::max(buffers[i].end, t) + 1, i, t});
+    llvm::stable_sort(
+        uses, [](const Use &x, const Use &y) { return x.visible < y.visible; });
+    std::vector<size_t> byStart(buffers.size());
+    for (size_t i = 0; i < buffers.size(); ++i)
+      byStart[i] = i;
+    llvm::stable_sort(byStart, [&](size_t x, size_t y) {
+      return buffers[x].start < buffers[y].start;
+    });
+
+    std::map<size_t, std::set<size_t>> after;
+    size_t next = 0;
+    for (size_t i : byStart) {
+      const Buffer &b = buffers[i];
       if (b.start >= ops.size())
         continue;
-      int64_t stream = streamOf(b.start);
-      int64_t bEnd = b.offset + aligned(b.bytes);
-      std::map<int64_t, size_t> lastUse; // Other stream -> last op.
-      for (const Buffer &a : buffers) {
-        if (a.end >= b.start || a.offset >= bEnd ||
-            b.offset >= a.offset + aligned(a.bytes))
-          continue;
-        for (size_t t : a.touches)
-          if (t < b.start && streamOf(t) != stream) {
-            size_t &last = lastUse[streamOf(t)];
-            last = std::max(last, t);
-          }
+      for (; next < uses.size() && uses[next].visible <= b.start; ++next) {
+        const Use &u = uses[next];
+        auto [lo, hi] = segments(buffers[u.buffer]);
+        lastUse[streamIndex[streamIds[u.op]]].update(lo, hi, int64_t(u.op));
       }
-      for (auto &[other, op] : lastUse)
-        after[b.start].insert(op);
+      auto [lo, hi] = segments(b);
+      int64_t stream = streamIds[b.start];
+      for (size_t s = 0; s < streamOfIndex.size(); ++s) {
+        if (streamOfIndex[s] == stream)
+          continue;
+        int64_t last = lastUse[s].query(lo, hi);
+        if (last >= 0)
+          after[b.start].insert(size_t(last));
+      }
     }
     Builder builder(func.getContext());
     for (auto &[i, list] : after)

@@ -198,8 +198,10 @@ cl::opt<std::string> consolidateOutput("o", cl::sub(consolidateCmd),
 // zeroc advise
 //===----------------------------------------------------------------------===//
 
-cl::SubCommand adviseCmd("advise", "Which ZeRO stage, offload and bucket "
-                                   "sizes suit a model on a cluster");
+cl::SubCommand adviseCmd("advise",
+                         "Which ZeRO stage, offload, recomputation, "
+                         "micro-batch and bucket sizes suit a model on a "
+                         "cluster");
 cl::opt<std::string> adviseInput(cl::Positional, cl::sub(adviseCmd),
                                  cl::desc("<model.mlir>"), cl::Required);
 cl::opt<std::string>
@@ -217,21 +219,37 @@ cl::opt<int64_t> adviseWorldSize(
     cl::value_desc("n"), cl::cat(zerocCategory));
 cl::opt<int64_t> adviseMicroBatch(
     "micro-batch", cl::sub(adviseCmd),
-    cl::desc("Sequences per GPU per micro-step, where the config leaves "
-             "train_micro_batch_size_per_gpu \"auto\" or out"),
+    cl::desc("The base's sequences per GPU per micro-step, where the config "
+             "leaves train_micro_batch_size_per_gpu \"auto\" or out; with "
+             "--grad-accum it fixes the global batch the search keeps"),
     cl::value_desc("n"), cl::cat(zerocCategory));
 cl::opt<int64_t> adviseGradAccum(
     "grad-accum", cl::sub(adviseCmd),
-    cl::desc("Gradient accumulation steps, where the config leaves them "
-             "\"auto\" or out"),
+    cl::desc("The base's gradient accumulation steps, where the config "
+             "leaves them \"auto\" or out"),
     cl::value_desc("n"), cl::cat(zerocCategory));
 cl::opt<std::string>
     adviseOutput("o", cl::sub(adviseCmd),
                  cl::desc("Write the recommended DeepSpeed config here"),
                  cl::value_desc("ds_config.json"), cl::cat(zerocCategory));
 cl::opt<bool> adviseJson("json", cl::sub(adviseCmd),
-                         cl::desc("Print one JSON object instead of tables"),
+                         cl::desc("Print one JSON object instead of tables "
+                                  "(every candidate)"),
                          cl::cat(zerocCategory));
+cl::opt<std::string> adviseMargin(
+    "margin", cl::sub(adviseCmd),
+    cl::desc("Headroom a plan's peak must leave below the GPU budget: a "
+             "share of the budget (5%, 0.05) or a size (2GiB, 512MiB); "
+             "default 5%"),
+    cl::value_desc("share|size"), cl::init("5%"), cl::cat(zerocCategory));
+cl::opt<bool> adviseAll("all", cl::sub(adviseCmd),
+                        cl::desc("Show every candidate in the table"),
+                        cl::cat(zerocCategory));
+cl::opt<int64_t> adviseMaxMicroBatch(
+    "max-micro-batch", cl::sub(adviseCmd),
+    cl::desc("The largest micro-batch to try (powers of two up to it, and "
+             "the base's own); default 16"),
+    cl::value_desc("n"), cl::init(16), cl::cat(zerocCategory));
 
 //===----------------------------------------------------------------------===//
 // zeroc inspect
@@ -551,7 +569,15 @@ int runAdvise() {
   if (adviseWorldSize.getNumOccurrences() && adviseWorldSize < 1)
     return error("--world-size must be at least 1, found " +
                  std::to_string(adviseWorldSize));
+  if (adviseMaxMicroBatch < 1)
+    return error("--max-micro-batch must be at least 1, found " +
+                 std::to_string(adviseMaxMicroBatch));
+  auto margin = zeroc::parseAdviseMargin(adviseMargin);
+  if (!margin)
+    return error(margin.error().message);
   zeroc::AdviseRequest request;
+  request.margin = *margin;
+  request.maxMicroBatch = adviseMaxMicroBatch;
   request.model = *module;
   request.stats = &*stats;
   request.baseConfig = base ? &*base : nullptr;
@@ -570,7 +596,7 @@ int runAdvise() {
   if (adviseJson)
     llvm::outs() << zeroc::adviseJson(*result).dump(2) << "\n";
   else
-    llvm::outs() << zeroc::adviseText(*result);
+    llvm::outs() << zeroc::adviseText(*result, adviseAll);
   if (!adviseOutput.empty()) {
     if (!result->best)
       return error("nothing fits " + result->cluster +

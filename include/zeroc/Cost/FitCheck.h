@@ -32,6 +32,13 @@ NodeMemory nodeMemory(const Plan &plan, const Cluster &cluster);
 std::optional<std::string> checkClusterFit(const Plan &plan,
                                            const Cluster &cluster);
 
+/// The node's part of checkClusterFit, without the GPU: nothing when a
+/// node's host memory holds its ranks' offloaded state and its reserve, and
+/// its NVMe their files; else why not. `zeroc advise` checks the GPU against
+/// its own, smaller budget (the margin).
+std::optional<std::string> checkNodeFit(const Plan &plan,
+                                        const Cluster &cluster);
+
 } // namespace zeroc
 
 #endif // ZEROC_COST_FITCHECK_H

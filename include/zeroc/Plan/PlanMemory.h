@@ -67,7 +67,8 @@ std::string memoryText(const MemorySummary &memory);
 /// Nothing if the plan's peak fits `gpuMemoryBytes`; otherwise the message
 /// that refuses it: where the peak occurs, what is live there, and concrete
 /// ways out (a higher stage, offload, smaller buckets, a smaller micro-batch,
-/// activation checkpointing), each with the bytes it would save.
+/// activation checkpointing), each with the bytes it would save, and `zeroc
+/// advise` for the combinations where none is enough alone.
 std::optional<std::string> checkFit(const Plan &plan, int64_t gpuMemoryBytes,
                                     const std::string &gpuName);
 
