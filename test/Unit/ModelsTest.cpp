@@ -135,6 +135,34 @@ TEST_F(ModelsTest, ShippedConfigsMatchPresets) {
   }
 }
 
+// Two more published sizes, with the features the presets lack: Gemma-2B's
+// single key/value head (2,506,172,416) and Qwen2-0.5B's tied head
+// (494,032,768), the Hugging Face model pages' totals.
+TEST(HFConfig, MoreSizesOfTheFamilies) {
+  auto gemma2b = JsonDocument::parse(
+      R"({"model_type": "gemma", "vocab_size": 256000, "hidden_size": 2048,
+      "intermediate_size": 16384, "num_hidden_layers": 18,
+      "num_attention_heads": 8, "num_key_value_heads": 1, "head_dim": 256,
+      "max_position_embeddings": 8192, "hidden_act": "gelu"})",
+      "gemma-2b");
+  ASSERT_TRUE(bool(gemma2b));
+  auto gemma = readHFConfig(*gemma2b);
+  ASSERT_TRUE(bool(gemma)) << gemma.error().str();
+  EXPECT_EQ(gemma->parameterCount(), 2506172416);
+  auto qwen05b = JsonDocument::parse(
+      R"({"model_type": "qwen2", "vocab_size": 151936, "hidden_size": 896,
+      "intermediate_size": 4864, "num_hidden_layers": 24,
+      "num_attention_heads": 14, "num_key_value_heads": 2,
+      "max_position_embeddings": 32768, "tie_word_embeddings": true,
+      "use_sliding_window": false, "sliding_window": 32768,
+      "max_window_layers": 21})",
+      "qwen2-0.5b");
+  ASSERT_TRUE(bool(qwen05b));
+  auto qwen = readHFConfig(*qwen05b);
+  ASSERT_TRUE(bool(qwen)) << qwen.error().str();
+  EXPECT_EQ(qwen->parameterCount(), 494032768);
+}
+
 // What sets each family apart, as its published config gives it.
 TEST_F(ModelsTest, FamilyFeaturesOfThePublicConfigs) {
   ModelSpec mistral = *presetSpec("mistral-7b");
