@@ -471,7 +471,7 @@ LogicalResult RMSNormOp::buildBackward(OpBuilder &builder,
     return failure();
   auto backward = builder.create<RMSNormBackwardOp>(
       getLoc(), getInput().getType(), getWeight().getType(), getInput(),
-      getWeight(), *dy, *saved, getEpsilonAttr());
+      getWeight(), *dy, *saved, getEpsilonAttr(), getUnitOffsetAttr());
   operandGrads.append(backward->result_begin(), backward->result_end());
   return success();
 }
@@ -591,6 +591,93 @@ LogicalResult RotaryOp::buildBackward(OpBuilder &builder,
   return success();
 }
 
+LogicalResult ScaleOp::verify() {
+  double factor = getFactor().convertToDouble();
+  if (!std::isfinite(factor))
+    return emitOpError() << "factor must be finite, found " << factor;
+  return success();
+}
+
+// One product per element.
+int64_t ScaleOp::getForwardFlops() { return numElements(getInput()); }
+
+void ScaleOp::getSavedValues(SmallVectorImpl<Value> &) {}
+
+// Linear: dx = dy * c, the same op.
+LogicalResult ScaleOp::buildBackward(OpBuilder &builder, ValueRange resultGrads,
+                                     SmallVectorImpl<Value> &operandGrads) {
+  FailureOr<Value> dy = resultGradient(*this, resultGrads, operandGrads);
+  if (failed(dy) || !*dy)
+    return dy;
+  operandGrads.push_back(
+      builder.create<ScaleOp>(getLoc(), *dy, getFactorAttr()));
+  return success();
+}
+
+/// The rules of split and split_backward: `pieces` cut the last dimension
+/// of `whole` in order (same leading dimensions and element type, widths
+/// summing to its width).
+static LogicalResult verifySplit(Operation *op, StringRef wholeName,
+                                 Value whole, StringRef pieceKind,
+                                 ValueRange pieces) {
+  if (pieces.empty())
+    return op->emitOpError() << "expects at least one " << pieceKind;
+  RankedTensorType type = tensorOf(whole);
+  if (type.getRank() < 1)
+    return op->emitOpError() << wholeName << " must have rank >= 1";
+  int64_t width = 0;
+  for (auto [i, piece] : llvm::enumerate(pieces)) {
+    RankedTensorType p = tensorOf(piece);
+    SmallVector<int64_t> expected(type.getShape());
+    expected.back() = p.getRank() == type.getRank() ? p.getShape().back() : 0;
+    if (p.getShape() != ArrayRef<int64_t>(expected) ||
+        p.getElementType() != type.getElementType())
+      return op->emitOpError()
+             << pieceKind << " #" << i << " has type " << p << ", expected "
+             << "the leading dimensions and element type of the " << wholeName
+             << " " << type << " with any last dimension";
+    width += p.getShape().back();
+  }
+  if (width != type.getShape().back())
+    return op->emitOpError()
+           << "the " << pieceKind << "s' last dimensions sum to " << width
+           << ", expected " << type.getShape().back() << " (the last dimension "
+           << "of the " << wholeName << ")";
+  return success();
+}
+
+LogicalResult SplitOp::verify() {
+  return verifySplit(*this, "input", getInput(), "result", getPieces());
+}
+
+// A copy.
+int64_t SplitOp::getForwardFlops() { return 0; }
+
+void SplitOp::getSavedValues(SmallVectorImpl<Value> &) {}
+
+// The pieces' gradients concatenated. Every piece must receive one: a
+// partial gradient would need zeros for the others, which no generated
+// model needs.
+LogicalResult SplitOp::buildBackward(OpBuilder &builder, ValueRange resultGrads,
+                                     SmallVectorImpl<Value> &operandGrads) {
+  if (resultGrads.size() != getNumResults())
+    return emitOpError() << "buildBackward expects one gradient per result ("
+                         << getNumResults() << "), found "
+                         << resultGrads.size();
+  if (llvm::all_of(resultGrads, [](Value g) { return !g; })) {
+    operandGrads.push_back(Value());
+    return success();
+  }
+  for (auto [i, g] : llvm::enumerate(resultGrads))
+    if (!g)
+      return emitOpError() << "result #" << i
+                           << " does not reach the loss while others do: "
+                              "split's backward needs every piece's gradient";
+  operandGrads.push_back(builder.create<SplitBackwardOp>(
+      getLoc(), getInput().getType(), resultGrads));
+  return success();
+}
+
 //===----------------------------------------------------------------------===//
 // CausalAttentionOp
 //===----------------------------------------------------------------------===//
@@ -623,6 +710,9 @@ static LogicalResult verifyAttentionInputs(Operation *op, Value qv, Value kv,
 }
 
 LogicalResult CausalAttentionOp::verify() {
+  // I64Attr's getter is unsigned: the signed value is its cast.
+  if (int64_t window = int64_t(getWindow()); window < 0)
+    return emitOpError() << "window must be >= 0 (0: none), found " << window;
   if (failed(verifyAttentionInputs(*this, getQ(), getK(), getV(), getNumHeads(),
                                    getNumKvHeads())) ||
       failed(expectShape(*this, "result", getResult(),
@@ -632,10 +722,17 @@ LogicalResult CausalAttentionOp::verify() {
   return verifyYieldedState(*this);
 }
 
-/// Attention scores: batch * heads * seq^2.
-static int64_t attentionScores(Value q, int64_t heads) {
+/// Attention scores as the FLOP convention counts them: seq^2 per (batch,
+/// head) without a window, the full square (twice the causal triangle's
+/// s (s + 1) / 2 query-key pairs, less the diagonal, as in 6N + 12 L H S).
+/// With a window w < seq, the same count of the pairs the window leaves:
+/// twice its w (w + 1) / 2 + (s - w) w pairs less the diagonal,
+/// (2w - 1) s - w (w - 1), which is s^2 at w = s.
+static int64_t attentionScores(Value q, int64_t heads, int64_t window) {
   ArrayRef<int64_t> shape = tensorOf(q).getShape();
-  return shape[0] * heads * shape[1] * shape[1];
+  int64_t s = shape[1], w = window;
+  int64_t perHead = w > 0 && w < s ? (2 * w - 1) * s - w * (w - 1) : s * s;
+  return shape[0] * heads * perHead;
 }
 
 /// What attention's `kernel` keeps for its backward: the softmax
@@ -660,7 +757,7 @@ static RankedTensorType attentionState(Value q, int64_t heads,
 // usual 6N + 12 L H S accounting); the softmax is 5 per score. Both kernels
 // do this work (flash in tiles, with an online softmax).
 int64_t CausalAttentionOp::getForwardFlops() {
-  int64_t scores = attentionScores(getQ(), getNumHeads());
+  int64_t scores = attentionScores(getQ(), getNumHeads(), int64_t(getWindow()));
   return 4 * scores * getHeadDim() + 5 * scores;
 }
 
@@ -694,7 +791,7 @@ CausalAttentionOp::buildBackward(OpBuilder &builder, ValueRange resultGrads,
   auto backward = builder.create<CausalAttentionBackwardOp>(
       getLoc(), getQ().getType(), getK().getType(), getV().getType(), getQ(),
       getK(), getV(), getResult(), *dy, *saved, getNumHeadsAttr(),
-      getNumKvHeadsAttr(), getKernelAttr());
+      getNumKvHeadsAttr(), getKernelAttr(), getWindowAttr());
   operandGrads.append(backward->result_begin(), backward->result_end());
   return success();
 }
@@ -873,8 +970,12 @@ LogicalResult RMSNormBackwardOp::verify() {
                         {{"dy", getDy()}, {"dinput", getDinput()}},
                         getEpsilon().convertToDouble(), getSaved())))
     return failure();
-  return verifyReadState<RMSNormOp>(*this, getSaved(),
-                                    normStatistics(getInput(), 1));
+  if (failed(verifyReadState<RMSNormOp>(*this, getSaved(),
+                                        normStatistics(getInput(), 1))))
+    return failure();
+  if (getSaved().getDefiningOp<RMSNormOp>().getUnitOffset() != getUnitOffset())
+    return emitOpError() << "unit_offset must be its forward model.rmsnorm's";
+  return success();
 }
 
 // Twice the forward's 4 per element.
@@ -915,8 +1016,17 @@ LogicalResult CausalAttentionBackwardOp::verify() {
     return failure();
   // The kernels' states differ in rank: a state of the right type comes from
   // a forward of the same kernel.
-  return verifyReadState<CausalAttentionOp>(
-      *this, getSaved(), attentionState(getQ(), getNumHeads(), getKernel()));
+  if (failed(verifyReadState<CausalAttentionOp>(
+          *this, getSaved(),
+          attentionState(getQ(), getNumHeads(), getKernel()))))
+    return failure();
+  int64_t window = int64_t(getWindow());
+  int64_t forwardWindow =
+      int64_t(getSaved().getDefiningOp<CausalAttentionOp>().getWindow());
+  if (forwardWindow != window)
+    return emitOpError() << "window " << window << " is not its forward's ("
+                         << forwardWindow << ")";
+  return success();
 }
 
 // dV = P^T dO, dP = dO V^T, dQ = dS K and dK = dS^T Q are 2 * scores *
@@ -925,12 +1035,19 @@ LogicalResult CausalAttentionBackwardOp::verify() {
 // recomputes S = Q K^T (2 * scores * head_dim) and P = exp(S - L) (2 per
 // score) from the saved log-sum-exp L.
 int64_t CausalAttentionBackwardOp::getForwardFlops() {
-  int64_t scores = attentionScores(getQ(), getNumHeads());
+  int64_t scores = attentionScores(getQ(), getNumHeads(), int64_t(getWindow()));
   int64_t flops = 8 * scores * getHeadDim() + 10 * scores;
   if (getKernel() == AttentionKernel::Flash)
     flops += 2 * scores * getHeadDim() + 2 * scores;
   return flops;
 }
+
+LogicalResult SplitBackwardOp::verify() {
+  return verifySplit(*this, "result", getResult(), "operand", getDpieces());
+}
+
+// A copy.
+int64_t SplitBackwardOp::getForwardFlops() { return 0; }
 
 LogicalResult CrossEntropyBackwardOp::verify() {
   if (failed(

@@ -1,7 +1,7 @@
 //===- ModelOps.td - Ops of the model dialect ---------------*- tablegen -*-===//
 //
 // Parameters, their uses, and the layer-granularity compute ops of GPT-2 and
-// Llama-family decoders.
+// Llama-family decoders (Llama, Mistral, Qwen2, Gemma, Phi-3).
 //
 //===----------------------------------------------------------------------===//
 
@@ -188,12 +188,19 @@ def Model_RMSNormOp : Model_ComputeOp<"rmsnorm", [], [],
   let summary = "Root-mean-square normalization over the last dimension";
   let description = [{
     `x / sqrt(mean(x^2) + epsilon) * weight` over the last dimension (Llama),
-    with `weight` of shape `[hidden]`. In a training graph the op also yields
-    `saved`, the reciprocal RMS of every row (f32, `[rows...]`), which its
-    backward reads.
+    with `weight` of shape `[hidden]`; with `unit_offset`, the scale is
+    `1 + weight` (Gemma, whose weights start at zero). The normalization and
+    the scaling are computed in f32 and the result rounded once, as Hugging
+    Face's Gemma does. In a training graph the op also yields `saved`, the
+    reciprocal RMS of every row (f32, `[rows...]`), which its backward reads.
+
+    ```mlir
+    %y = model.rmsnorm %x, %w {unit_offset} : (tensor<1x8192x3072xbf16>, tensor<3072xbf16>) -> tensor<1x8192x3072xbf16>
+    ```
   }];
   let arguments = (ins Model_FloatTensor:$input, Model_FloatTensor:$weight,
-                       DefaultValuedAttr<F64Attr, "1.0e-5">:$epsilon);
+                       DefaultValuedAttr<F64Attr, "1.0e-5">:$epsilon,
+                       UnitAttr:$unit_offset);
   let results = (outs Model_FloatTensor:$result,
                       Optional<Model_FloatTensor>:$saved);
   let assemblyFormat = [{
@@ -270,6 +277,50 @@ def Model_RotaryOp : Model_ComputeOp<"rotary", [SameOperandsAndResultType]> {
   let hasVerifier = 1;
 }
 
+def Model_ScaleOp : Model_ComputeOp<"scale", [SameOperandsAndResultType]> {
+  let summary = "Multiplication by a constant (Gemma's embedding scale)";
+  let description = [{
+    `input * c`, where `c` is `factor` rounded to the element type of
+    `input` first: Hugging Face's Gemma multiplies its embeddings by
+    `sqrt(hidden_size)` cast to the activation dtype (55.5 for 3072 in
+    bf16, not 55.4256). Its gradient is the same op, `dy * c`, so it has no
+    backward op of its own and keeps nothing for backward.
+
+    FLOPs: 1 per element.
+
+    ```mlir
+    %x = model.scale %e {factor = 55.425625842204074 : f64} : tensor<1x8192x3072xbf16>
+    ```
+  }];
+  let arguments = (ins Model_FloatTensor:$input, F64Attr:$factor);
+  let results = (outs Model_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Model_SplitOp : Model_ComputeOp<"split"> {
+  let summary = "Consecutive slices of the last dimension (fused projections)";
+  let description = [{
+    Cuts `input` (`[..., n]`) into consecutive pieces along its last
+    dimension, one per result, in order: result `r` is columns
+    `[o_r, o_r + n_r)` of `input`, `n_r` its last dimension and `o_r` the
+    sum of the widths before it. The other dimensions are `input`'s, and
+    the widths sum to `n`. Phi-3's fused `qkv_proj` and `gate_up_proj`
+    produce one tensor that the model splits into q, k, v (or gate, up),
+    the checkpoint's layout. A copy: no FLOPs, nothing kept for backward;
+    its backward is `model.split_backward`.
+
+    ```mlir
+    %q, %k, %v = model.split %qkv : (tensor<1x4096x9216xbf16>) -> (tensor<1x4096x3072xbf16>, tensor<1x4096x3072xbf16>, tensor<1x4096x3072xbf16>)
+    ```
+  }];
+  let arguments = (ins Model_FloatTensor:$input);
+  let results = (outs Variadic<Model_FloatTensor>:$pieces);
+  let assemblyFormat =
+      "$input attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
 //===----------------------------------------------------------------------===//
 // Attention and loss
 //===----------------------------------------------------------------------===//
@@ -299,6 +350,12 @@ def Model_CausalAttentionOp : Model_ComputeOp<"causal_attention", [], [],
 
     The forward FLOPs are the same for both.
 
+    `window` (Mistral's and Phi-3's sliding window, 0 or absent: none,
+    elided when printed) limits each query to the `window` most recent
+    positions, itself included: query `i` attends to keys `j` with
+    `i - window < j <= i` (Hugging Face's sliding-window mask). A window of
+    at least `seq` is no window.
+
     ```mlir
     %a = model.causal_attention %q, %k, %v {num_heads = 32 : i64, num_kv_heads = 8 : i64}
         : (tensor<1x8192x4096xbf16>, tensor<1x8192x1024xbf16>, tensor<1x8192x1024xbf16>) -> tensor<1x8192x4096xbf16>
@@ -310,7 +367,8 @@ def Model_CausalAttentionOp : Model_ComputeOp<"causal_attention", [], [],
                        Model_FloatTensor:$v,
                        ConfinedAttr<I64Attr, [IntPositive]>:$num_heads,
                        ConfinedAttr<I64Attr, [IntPositive]>:$num_kv_heads,
-                       Model_AttentionKernelDefault:$kernel);
+                       Model_AttentionKernelDefault:$kernel,
+                       DefaultValuedAttr<I64Attr, "0">:$window);
   let results = (outs Model_FloatTensor:$result,
                       Optional<Model_FloatTensor>:$saved);
   let assemblyFormat = [{
@@ -485,7 +543,8 @@ def Model_RMSNormBackwardOp : Model_BackwardOp<"rmsnorm_backward"> {
     `xhat = x * rrms` per row and `g = dy * weight`:
     `dx = rrms * (g - xhat * mean(g * xhat))`,
     `dweight = sum over rows of dy * xhat`, with `rrms` from `saved`, the
-    state the forward `model.rmsnorm` yielded.
+    state the forward `model.rmsnorm` yielded. With `unit_offset` (which
+    must be its forward's), `g = dy * (1 + weight)`.
 
     FLOPs: 8 per element of `x`.
 
@@ -495,7 +554,8 @@ def Model_RMSNormBackwardOp : Model_BackwardOp<"rmsnorm_backward"> {
   }];
   let arguments = (ins Model_FloatTensor:$input, Model_FloatTensor:$weight,
                        Model_FloatTensor:$dy, Model_FloatTensor:$saved,
-                       DefaultValuedAttr<F64Attr, "1.0e-5">:$epsilon);
+                       DefaultValuedAttr<F64Attr, "1.0e-5">:$epsilon,
+                       UnitAttr:$unit_offset);
   let results = (outs Model_FloatTensor:$dinput, Model_FloatTensor:$dweight);
   let assemblyFormat = [{
     $input `,` $weight `,` $dy `,` $saved attr-dict `:` functional-type(operands, results)
@@ -559,6 +619,25 @@ def Model_RotaryBackwardOp
   let hasVerifier = 1;
 }
 
+def Model_SplitBackwardOp : Model_BackwardOp<"split_backward"> {
+  let summary = "Gradient of a split: its pieces' gradients, concatenated";
+  let description = [{
+    The gradients of a `model.split`'s results, in order, concatenated
+    along the last dimension into the gradient of its input.
+
+    FLOPs: none (a copy).
+
+    ```mlir
+    %dqkv = model.split_backward %dq, %dk, %dv : (tensor<1x4096x3072xbf16>, tensor<1x4096x3072xbf16>, tensor<1x4096x3072xbf16>) -> tensor<1x4096x9216xbf16>
+    ```
+  }];
+  let arguments = (ins Variadic<Model_FloatTensor>:$dpieces);
+  let results = (outs Model_FloatTensor:$result);
+  let assemblyFormat =
+      "$dpieces attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
 def Model_CausalAttentionBackwardOp
     : Model_BackwardOp<"causal_attention_backward"> {
   let summary = "Gradients of causal grouped-query attention";
@@ -575,6 +654,7 @@ def Model_CausalAttentionBackwardOp
     `kernel` yielded: for `flash` the row log-sum-exp `L` (f32 `[batch,
     num_heads, seq]`), from which the backward recomputes `S = q k^T /
     sqrt(head_dim)` and `P = exp(S - L)`; for `materialized`, `P` itself.
+    `window` must be its forward's: keys outside it have `P = 0`.
 
     FLOPs: `8 * batch * num_heads * seq^2 * head_dim` for the four products
     (over the full square, like the forward) + 10 per score; `flash` adds
@@ -592,7 +672,8 @@ def Model_CausalAttentionBackwardOp
                        Model_FloatTensor:$dout, Model_FloatTensor:$saved,
                        ConfinedAttr<I64Attr, [IntPositive]>:$num_heads,
                        ConfinedAttr<I64Attr, [IntPositive]>:$num_kv_heads,
-                       Model_AttentionKernelDefault:$kernel);
+                       Model_AttentionKernelDefault:$kernel,
+                       DefaultValuedAttr<I64Attr, "0">:$window);
   let results = (outs Model_FloatTensor:$dq, Model_FloatTensor:$dk,
                       Model_FloatTensor:$dv);
   let assemblyFormat = [{

@@ -171,7 +171,11 @@ FailureOr<ModelStats> computeModelStats(ModuleOp module) {
   int64_t tokenCount = stats.tokens();
   stats.trainFlopsPerToken =
       tokenCount ? 3 * stats.forwardFlops / tokenCount : 0;
-  stats.formulaFlopsPerToken = 6 * stats.params + stats.attentionFlopsPerToken;
+  // Every op of these dense graphs runs for every token: all parameters are
+  // active.
+  stats.activeParams = stats.params;
+  stats.formulaFlopsPerToken =
+      6 * stats.activeParams + stats.attentionFlopsPerToken;
   // Drop layers that hold nothing (an unused "(inputs)" row).
   for (LayerStats &layer : layers)
     if (layer.params || layer.forwardFlops || layer.savedBytes)
@@ -247,6 +251,8 @@ nlohmann::json toJson(const ModelStats &stats) {
   }
   return {{"model", stats.name},
           {"params", stats.params},
+          {"total_params", stats.params},
+          {"active_params", stats.activeParams},
           {"param_bytes", stats.paramBytes},
           {"micro_batch", stats.batch},
           {"seq_len", stats.seqLen},
@@ -275,6 +281,9 @@ std::string formatModelStats(const ModelStats &s) {
   };
   out += "model " + s.name + "\n";
   add("parameters", groupDigits(s.params) + " (" + humanCount(s.params) + ")");
+  add("active parameters / token",
+      groupDigits(s.activeParams) + " (" + humanCount(s.activeParams) + ")" +
+          (s.activeParams == s.params ? ", all: dense" : ""));
   add("parameter bytes", humanBytes(s.paramBytes));
   add("micro-batch x sequence", std::to_string(s.batch) + " x " +
                                     std::to_string(s.seqLen) + " = " +
@@ -288,7 +297,7 @@ std::string formatModelStats(const ModelStats &s) {
   add("train FLOPs / token (graph)",
       humanCount(s.trainFlopsPerToken) + "FLOP  (3 x forward ops)");
   add("train FLOPs / token (6N + 12LHS)",
-      humanCount(s.formulaFlopsPerToken) + "FLOP  (attention term " +
+      humanCount(s.formulaFlopsPerToken) + "FLOP  (N active; attention term " +
           humanCount(s.attentionFlopsPerToken) + ")");
   add("train FLOPs / micro-batch", humanCount(3.0 * s.forwardFlops) + "FLOP");
   add("saved for backward / micro-batch",

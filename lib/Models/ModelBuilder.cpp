@@ -1,4 +1,9 @@
 //===- ModelBuilder.cpp - ModelSpec to a model-dialect module -------------===//
+//
+// GPT-2, and the Llama-style decoders (Llama, Mistral, Qwen2, Gemma, Phi-3)
+// with their parameter names, layouts and numerics from Hugging Face.
+//
+//===----------------------------------------------------------------------===//
 
 #include "zeroc/Models/ModelBuilder.h"
 
@@ -111,11 +116,15 @@ private:
         .getResult();
   }
 
+  /// Gemma's norms scale by 1 + weight, so their weights start at zero.
   Value rmsNorm(const std::string &prefix, Value x) {
-    Value g = param(prefix + ".weight", {spec.hiddenSize}, ones());
+    bool offset = spec.normUnitOffset;
+    Value g =
+        param(prefix + ".weight", {spec.hiddenSize}, offset ? zeros() : ones());
     return b
         .create<RMSNormOp>(at(prefix), x.getType(), /*saved=*/Type(), x, g,
-                           b.getF64FloatAttr(spec.normEpsilon))
+                           b.getF64FloatAttr(spec.normEpsilon),
+                           offset ? b.getUnitAttr() : UnitAttr())
         .getResult();
   }
 
@@ -135,8 +144,20 @@ private:
         .create<CausalAttentionOp>(at(prefix), q.getType(), /*saved=*/Type(), q,
                                    k, v, b.getI64IntegerAttr(spec.numHeads),
                                    b.getI64IntegerAttr(spec.numKVHeads),
-                                   modelKernel(spec.attentionKernel))
+                                   modelKernel(spec.attentionKernel),
+                                   b.getI64IntegerAttr(spec.slidingWindow))
         .getResult();
+  }
+
+  /// The pieces of a fused projection's output, of the given widths, in
+  /// order (Phi-3's qkv_proj and gate_up_proj).
+  SmallVector<Value> split(const std::string &name, Value fused,
+                           ArrayRef<int64_t> widths) {
+    SmallVector<Type> types;
+    for (int64_t w : widths)
+      types.push_back(activation(w));
+    auto op = b.create<SplitOp>(at(name), types, fused);
+    return SmallVector<Value>(op.getResults());
   }
 
   Value lossHead(Value h, Value targets, const std::string &headName) {
@@ -183,6 +204,8 @@ private:
     return lossHead(h, targets, "lm_head");
   }
 
+  /// Llama and the families built like it (Mistral, Qwen2, Gemma, Phi-3),
+  /// as their Hugging Face modeling_*.py lay them out.
   Value llama(Value tokens, Value targets) {
     int64_t d = spec.hiddenSize, ff = spec.intermediateSize;
     int64_t qWidth = spec.numHeads * spec.headDim;
@@ -192,24 +215,47 @@ private:
         param("embed_tokens.weight", {spec.vocabSize, d}, normal(std));
     Value x =
         b.create<EmbeddingOp>(at("embed_tokens"), activation(d), table, tokens);
+    if (spec.scaleEmbeddings)
+      x = b.create<ScaleOp>(at("embed_scale"), x,
+                            b.getF64FloatAttr(std::sqrt(double(d))));
     auto headDim = b.getI64IntegerAttr(spec.headDim);
     auto theta = b.getF64FloatAttr(spec.ropeTheta);
     for (int64_t l = 0; l < spec.numLayers; ++l) {
       std::string p = "layers." + std::to_string(l);
-      bool ab = spec.attentionBias, mb = spec.mlpBias;
+      bool qkvb = spec.qkvBias, ob = spec.outputBias, mb = spec.mlpBias;
       Value h = rmsNorm(p + ".input_layernorm", x);
-      Value q = linear(p + ".self_attn.q_proj", h, d, qWidth, ab, std);
-      Value k = linear(p + ".self_attn.k_proj", h, d, kvWidth, ab, std);
-      Value v = linear(p + ".self_attn.v_proj", h, d, kvWidth, ab, std);
+      Value q, k, v;
+      if (spec.fusedProjections) {
+        Value qkv = linear(p + ".self_attn.qkv_proj", h, d,
+                           qWidth + 2 * kvWidth, qkvb, std);
+        SmallVector<Value> pieces =
+            split(p + ".self_attn.qkv_split", qkv, {qWidth, kvWidth, kvWidth});
+        q = pieces[0], k = pieces[1], v = pieces[2];
+      } else {
+        q = linear(p + ".self_attn.q_proj", h, d, qWidth, qkvb, std);
+        k = linear(p + ".self_attn.k_proj", h, d, kvWidth, qkvb, std);
+        v = linear(p + ".self_attn.v_proj", h, d, kvWidth, qkvb, std);
+      }
       q = b.create<RotaryOp>(at(p + ".self_attn.rotary_q"), q, headDim, theta);
       k = b.create<RotaryOp>(at(p + ".self_attn.rotary_k"), k, headDim, theta);
       Value a = attention(p + ".self_attn", q, k, v);
-      Value o = linear(p + ".self_attn.o_proj", a, qWidth, d, ab, std);
+      Value o = linear(p + ".self_attn.o_proj", a, qWidth, d, ob, std);
       x = add(p + ".self_attn.residual", x, o);
       h = rmsNorm(p + ".post_attention_layernorm", x);
-      Value gate = linear(p + ".mlp.gate_proj", h, d, ff, mb, std);
-      Value up = linear(p + ".mlp.up_proj", h, d, ff, mb, std);
-      gate = b.create<SiluOp>(at(p + ".mlp.act"), gate);
+      Value gate, up;
+      if (spec.fusedProjections) {
+        Value gateUp = linear(p + ".mlp.gate_up_proj", h, d, 2 * ff, mb, std);
+        SmallVector<Value> pieces =
+            split(p + ".mlp.gate_up_split", gateUp, {ff, ff});
+        gate = pieces[0], up = pieces[1];
+      } else {
+        gate = linear(p + ".mlp.gate_proj", h, d, ff, mb, std);
+        up = linear(p + ".mlp.up_proj", h, d, ff, mb, std);
+      }
+      if (spec.gegluMlp)
+        gate = b.create<GeluOp>(at(p + ".mlp.act"), gate);
+      else
+        gate = b.create<SiluOp>(at(p + ".mlp.act"), gate);
       Value prod = b.create<MulOp>(at(p + ".mlp.gated"), gate, up);
       Value down = linear(p + ".mlp.down_proj", prod, ff, d, mb, std);
       x = add(p + ".mlp.residual", x, down);

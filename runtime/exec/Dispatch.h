@@ -42,6 +42,9 @@ namespace zeroc::runtime {
   X(siluBackward)                                                              \
   X(add)                                                                       \
   X(mul)                                                                       \
+  X(scale)                                                                     \
+  X(split)                                                                     \
+  X(splitBackward)                                                             \
   X(rotaryForward)                                                             \
   X(rotaryBackward)                                                            \
   X(attentionForward)                                                          \
@@ -79,6 +82,7 @@ std::optional<Status> runModelOp(K &k, const PlanOp &op, In in, Out out,
   };
   auto savedIn = [&]() -> const Tensor & { return in(op.inputs.size() - 1); };
   auto eps = [&] { return float(op.attrsAs<NormAttrs>().epsilon); };
+  auto rms = [&] { return op.attrsAs<RMSNormAttrs>(); };
   auto heads = [&] { return op.attrsAs<AttentionAttrs>(); };
   auto rotary = [&] { return op.attrsAs<RotaryAttrs>(); };
   // Every model kind has its kernel here: a new one is a compile error.
@@ -94,7 +98,8 @@ std::optional<Status> runModelOp(K &k, const PlanOp &op, In in, Out out,
     return k.layerNormForward(in(0), in(1), in(2), eps(), out(0),
                               savedOut() ? savedOut()->f32() : nullptr);
   case OpKind::RMSNorm:
-    return k.rmsNormForward(in(0), in(1), eps(), out(0),
+    return k.rmsNormForward(in(0), in(1), float(rms().epsilon),
+                            rms().unitOffset, out(0),
                             savedOut() ? savedOut()->f32() : nullptr);
   case OpKind::Gelu:
     return k.geluForward(in(0), out(0));
@@ -106,12 +111,28 @@ std::optional<Status> runModelOp(K &k, const PlanOp &op, In in, Out out,
     return k.mul(in(0), in(1), out(0));
   case OpKind::Rotary:
     return k.rotaryForward(in(0), rotary().headDim, rotary().theta, out(0));
+  case OpKind::Scale:
+    return k.scale(in(0), op.attrsAs<ScaleAttrs>().factor, out(0));
+  case OpKind::Split: {
+    std::vector<Tensor> pieces;
+    for (size_t i = 0; i < op.outputs.size(); ++i)
+      pieces.push_back(out(i));
+    return k.split(in(0), pieces);
+  }
+  case OpKind::SplitBackward: {
+    std::vector<Tensor> dpieces;
+    for (size_t i = 0; i < op.inputs.size(); ++i)
+      dpieces.push_back(in(i));
+    return k.splitBackward(dpieces, out(0));
+  }
   case OpKind::CausalAttention:
     if (heads().kernel == AttentionKernel::Flash)
       return k.flashAttentionForward(in(0), in(1), in(2), heads().numHeads,
-                                     heads().numKvHeads, out(0), savedOut());
+                                     heads().numKvHeads, heads().window, out(0),
+                                     savedOut());
     return k.attentionForward(in(0), in(1), in(2), heads().numHeads,
-                              heads().numKvHeads, out(0), savedOut());
+                              heads().numKvHeads, heads().window, out(0),
+                              savedOut());
   case OpKind::CrossEntropy:
     return k.crossEntropyForward(in(0), in(1), out(0));
   case OpKind::BackwardSeed: {
@@ -131,8 +152,8 @@ std::optional<Status> runModelOp(K &k, const PlanOp &op, In in, Out out,
     return k.layerNormBackward(in(0), in(1), in(2), eps(), savedIn().f32(),
                                out(0), out(1), out(2));
   case OpKind::RMSNormBackward:
-    return k.rmsNormBackward(in(0), in(1), in(2), eps(), savedIn().f32(),
-                             out(0), out(1));
+    return k.rmsNormBackward(in(0), in(1), in(2), float(rms().epsilon),
+                             rms().unitOffset, savedIn().f32(), out(0), out(1));
   case OpKind::GeluBackward:
     return k.geluBackward(in(0), in(1), out(0));
   case OpKind::SiluBackward:
@@ -143,10 +164,11 @@ std::optional<Status> runModelOp(K &k, const PlanOp &op, In in, Out out,
     if (heads().kernel == AttentionKernel::Flash)
       return k.flashAttentionBackward(in(0), in(1), in(2), in(3), in(4),
                                       heads().numHeads, heads().numKvHeads,
-                                      &savedIn(), out(0), out(1), out(2));
-    return k.attentionBackward(in(0), in(1), in(2), in(3), in(4),
-                               heads().numHeads, heads().numKvHeads, &savedIn(),
-                               out(0), out(1), out(2));
+                                      heads().window, &savedIn(), out(0),
+                                      out(1), out(2));
+    return k.attentionBackward(
+        in(0), in(1), in(2), in(3), in(4), heads().numHeads, heads().numKvHeads,
+        heads().window, &savedIn(), out(0), out(1), out(2));
   case OpKind::EmbeddingBackward:
     return k.embeddingBackward(in(0), in(1), out(0));
   case OpKind::PositionEmbeddingBackward:

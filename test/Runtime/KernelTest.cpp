@@ -495,9 +495,101 @@ TEST(RMSNorm, BackwardMatchesFiniteDifferences) {
   EXPECT_EQ(dx2.values(), dx.values());
 }
 
+// Gemma's RMSNorm scales by 1 + weight, in f32: equal to the plain norm of
+// the weight plus one, and its backward to finite differences.
+TEST(RMSNorm, UnitOffsetIsOnePlusWeight) {
+  Owned x = random({2, 3, 8}, 26), w = random({8}, 27);
+  std::vector<float> plusOne = w.values();
+  for (float &v : plusOne)
+    v += 1.0f;
+  Owned w1({8}, plusOne);
+  Owned y({2, 3, 8}), y1({2, 3, 8});
+  const float eps = 1e-6f;
+  ASSERT_OK(rmsNormForward(x, w, eps, /*unitOffset=*/true, y, nullptr));
+  ASSERT_OK(rmsNormForward(x, w1, eps, y1, nullptr));
+  // The kernel forms 1 + w in f32 as the test does: the same arithmetic.
+  EXPECT_EQ(y.values(), y1.values());
+
+  Owned dy = random({2, 3, 8}, 28), dx({2, 3, 8}), dw({8});
+  std::vector<float> saved(6);
+  ASSERT_OK(rmsNormForward(x, w, eps, true, y, saved.data()));
+  ASSERT_OK(rmsNormBackward(x, w, dy, eps, true, saved.data(), dx, dw));
+  std::vector<float> r = dy.values();
+  auto objective = [&] {
+    EXPECT_TRUE(rmsNormForward(x, w, eps, true, y, nullptr).ok());
+    return dot(y.values(), r);
+  };
+  EXPECT_GRAD_NEAR(dx.values(), numericGradient(x, objective));
+  EXPECT_GRAD_NEAR(dw.values(), numericGradient(w, objective));
+}
+
+// bf16: the normalization and the 1 + weight scale in f32, one rounding.
+TEST(RMSNorm, UnitOffsetBf16RoundsOnce) {
+  Owned x = random({2, 16}, 29, DType::BF16), w = random({16}, 30, DType::BF16);
+  Owned y({2, 16}, DType::BF16);
+  ASSERT_OK(rmsNormForward(x, w, 1e-6f, true, y, nullptr));
+  for (int64_t r = 0; r < 2; ++r) {
+    double ms = 0;
+    for (int64_t i = 0; i < 16; ++i)
+      ms += std::pow(x.at(r * 16 + i), 2) / 16.0;
+    double rrms = 1.0 / std::sqrt(ms + 1e-6);
+    for (int64_t i = 0; i < 16; ++i) {
+      double exact = x.at(r * 16 + i) * rrms * (1.0 + w.at(i));
+      // One bf16 rounding (u = 2^-8 relative) plus f32 noise.
+      EXPECT_NEAR(y.at(r * 16 + i), exact, 0x1p-8 * std::abs(exact) + 1e-6);
+    }
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // Elementwise
 //===----------------------------------------------------------------------===//
+
+// Gemma's embedding scale: the factor is rounded to the tensor's dtype
+// first, as Hugging Face casts its normalizer (sqrt(3072) = 55.43 is 55.5 in
+// bf16); the gradient is the same op.
+TEST(Scale, FactorRoundedToTheDtype) {
+  const double factor = std::sqrt(3072.0);
+  EXPECT_EQ(scaleFactor(factor, DType::BF16), 55.5f);
+  EXPECT_EQ(scaleFactor(factor, DType::F32), float(factor));
+  Owned x({3}, {1.0f, -2.0f, 0.25f}, DType::BF16), y({3}, DType::BF16);
+  ASSERT_OK(scale(x, factor, y));
+  EXPECT_EQ(y.values(), (std::vector<float>{55.5f, -111.0f, 13.875f}));
+  Owned xf = random({4, 5}, 31), yf({4, 5});
+  ASSERT_OK(scale(xf, 8.0, yf));
+  for (int64_t i = 0; i < xf.numel(); ++i)
+    EXPECT_EQ(yf.at(i), 8.0f * xf.at(i));
+  EXPECT_FALSE(scale(xf, INFINITY, yf).ok());
+  Owned wrong({5, 4});
+  EXPECT_FALSE(scale(xf, 2.0, wrong).ok());
+}
+
+// Phi-3's fused projections: split cuts the last dimension into pieces in
+// order, its backward concatenates them back, in any mix of dtypes.
+TEST(Split, PiecesInOrderAndBackwardConcatenates) {
+  Owned x = random({2, 3, 10}, 32);
+  Owned a({2, 3, 4}), b({2, 3, 2}), c({2, 3, 4});
+  ASSERT_OK(split(x, {a.view, b.view, c.view}));
+  for (int64_t r = 0; r < 6; ++r)
+    for (int64_t i = 0; i < 10; ++i) {
+      float expected = x.at(r * 10 + i);
+      float got = i < 4   ? a.at(r * 4 + i)
+                  : i < 6 ? b.at(r * 2 + i - 4)
+                          : c.at(r * 4 + i - 6);
+      EXPECT_EQ(got, expected) << r << ", " << i;
+    }
+  Owned back({2, 3, 10});
+  ASSERT_OK(splitBackward({a.view, b.view, c.view}, back));
+  EXPECT_EQ(back.values(), x.values());
+  // bf16 pieces from an f32 whole: rounded once each way.
+  Owned h({2, 3, 4}, DType::BF16), rest({2, 3, 6}, DType::BF16);
+  ASSERT_OK(split(x, {h.view, rest.view}));
+  EXPECT_EQ(h.at(5), roundToDType(x.at(11), DType::BF16));
+  Owned narrow({2, 3, 3});
+  EXPECT_FALSE(split(x, {a.view, narrow.view}).ok());
+  Owned otherRows({3, 2, 10});
+  EXPECT_FALSE(splitBackward({otherRows.view}, x).ok());
+}
 
 TEST(Gelu, KnownValuesAndGradient) {
   // The references are printed to 10 digits; the f32 formula takes about ten
@@ -642,11 +734,13 @@ TEST(Rotary, RejectsOddOrNonDividingHeadDim) {
 // Attention
 //===----------------------------------------------------------------------===//
 
-// Causal attention in f64 loops, the reference for the GEMM kernel.
+// Causal attention in f64 loops, the reference for the GEMM kernel; with a
+// `window` w > 0, query i sees keys i - w < j <= i only.
 std::vector<double> referenceAttention(const Owned &q, const Owned &k,
                                        const Owned &v, int64_t heads,
                                        int64_t kvHeads,
-                                       std::vector<double> *probs) {
+                                       std::vector<double> *probs,
+                                       int64_t window = 0) {
   int64_t batch = q.view.dim(0), seq = q.view.dim(1);
   int64_t d = q.view.dim(2) / heads, qw = heads * d, kw = kvHeads * d;
   std::vector<double> out(q.numel(), 0.0);
@@ -656,9 +750,10 @@ std::vector<double> referenceAttention(const Owned &q, const Owned &k,
     for (int64_t h = 0; h < heads; ++h) {
       int64_t g = h / (heads / kvHeads);
       for (int64_t i = 0; i < seq; ++i) {
-        std::vector<double> p(i + 1);
+        int64_t first = window > 0 ? std::max<int64_t>(0, i - window + 1) : 0;
+        std::vector<double> p(i + 1, -INFINITY);
         double max = -INFINITY, sum = 0;
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = first; j <= i; ++j) {
           double s = 0;
           for (int64_t c = 0; c < d; ++c)
             s += double(q.at((b * seq + i) * qw + h * d + c)) *
@@ -668,7 +763,7 @@ std::vector<double> referenceAttention(const Owned &q, const Owned &k,
         }
         for (double &x : p)
           sum += (x = std::exp(x - max));
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = first; j <= i; ++j) {
           p[j] /= sum;
           if (probs)
             (*probs)[((b * heads + h) * seq + i) * seq + j] = p[j];
@@ -996,6 +1091,195 @@ TEST(FlashAttention, Bf16StorageMatchesF32) {
   // arithmetic's 1e-6.
   for (int64_t i = 0; i < out.numel(); ++i)
     EXPECT_NEAR(out.at(i), ref[i], 0x1p-8 + 1e-6);
+}
+
+//===----------------------------------------------------------------------===//
+// Sliding-window attention (Mistral, Phi-3)
+//===----------------------------------------------------------------------===//
+
+/// Both kernels with a window against the f64 reference, and their
+/// backwards against finite differences of their own forward.
+void checkWindowedAttention(const AttentionCase &c, int64_t window,
+                            unsigned seed) {
+  int64_t qw = c.heads * c.headDim, kw = c.kvHeads * c.headDim;
+  Owned q = random({c.batch, c.seq, qw}, seed);
+  Owned k = random({c.batch, c.seq, kw}, seed + 1);
+  Owned v = random({c.batch, c.seq, kw}, seed + 2);
+  Owned dout = random({c.batch, c.seq, qw}, seed + 3);
+  std::vector<double> ref =
+      referenceAttention(q, k, v, c.heads, c.kvHeads, nullptr, window);
+  std::vector<float> r = dout.values();
+  for (bool flash : {false, true}) {
+    SCOPED_TRACE(flash ? "flash" : "materialized");
+    auto forward = [&](const Tensor &out, const Tensor *state) {
+      return flash ? flashAttentionForward(q, k, v, c.heads, c.kvHeads, window,
+                                           out, state)
+                   : attentionForward(q, k, v, c.heads, c.kvHeads, window, out,
+                                      state);
+    };
+    Owned out({c.batch, c.seq, qw});
+    Owned state(flash ? std::vector<int64_t>{c.batch, c.heads, c.seq}
+                      : std::vector<int64_t>{c.batch, c.heads, c.seq, c.seq});
+    ASSERT_OK(forward(out, &state.view));
+    // As checkAttentionGradients: 1e-6 is 17 u of the f32 arithmetic.
+    for (int64_t i = 0; i < out.numel(); ++i)
+      EXPECT_NEAR(out.at(i), ref[i], 1e-6) << "at " << i;
+    Owned dq({c.batch, c.seq, qw}), dk({c.batch, c.seq, kw}),
+        dv({c.batch, c.seq, kw});
+    ASSERT_OK(flash ? flashAttentionBackward(q, k, v, out, dout, c.heads,
+                                             c.kvHeads, window, &state.view, dq,
+                                             dk, dv)
+                    : attentionBackward(q, k, v, out, dout, c.heads, c.kvHeads,
+                                        window, &state.view, dq, dk, dv));
+    Owned y({c.batch, c.seq, qw});
+    auto objective = [&] {
+      EXPECT_TRUE(forward(y, nullptr).ok());
+      return dot(y.values(), r);
+    };
+    EXPECT_GRAD_NEAR(dq.values(), numericGradient(q, objective));
+    EXPECT_GRAD_NEAR(dk.values(), numericGradient(k, objective));
+    EXPECT_GRAD_NEAR(dv.values(), numericGradient(v, objective));
+  }
+}
+
+TEST(SlidingWindow, GroupedQueryMatchesReferenceAndFiniteDifferences) {
+  checkWindowedAttention({2, 7, 4, 2, 4}, 3, 300);
+}
+
+TEST(SlidingWindow, WindowOfOneSeesOnlyItself) {
+  checkWindowedAttention({1, 5, 2, 1, 4}, 1, 310);
+}
+
+// A key outside a query's window does not reach it: changing k and v at
+// position 1 leaves outputs from position 1 + window on bit-identical, and
+// the gradient of output 6 reaches no key or value before 6 - window + 1.
+TEST(SlidingWindow, KeysBeforeTheWindowAreMasked) {
+  const int64_t heads = 2, kvHeads = 1, d = 4, seq = 8, window = 3;
+  Owned q = random({1, seq, heads * d}, 320);
+  Owned k = random({1, seq, kvHeads * d}, 321);
+  Owned v = random({1, seq, kvHeads * d}, 322);
+  for (bool flash : {false, true}) {
+    SCOPED_TRACE(flash ? "flash" : "materialized");
+    auto forward = [&](const Tensor &out) {
+      return flash ? flashAttentionForward(q, k, v, heads, kvHeads, window, out,
+                                           nullptr)
+                   : attentionForward(q, k, v, heads, kvHeads, window, out,
+                                      nullptr);
+    };
+    Owned before({1, seq, heads * d}), after({1, seq, heads * d});
+    ASSERT_OK(forward(before));
+    for (int64_t c = 0; c < kvHeads * d; ++c) {
+      k.view.f32()[1 * kvHeads * d + c] += 0.5f;
+      v.view.f32()[1 * kvHeads * d + c] -= 0.5f;
+    }
+    ASSERT_OK(forward(after));
+    for (int64_t i = (1 + window) * heads * d; i < seq * heads * d; ++i)
+      EXPECT_EQ(after.at(i), before.at(i)) << "at " << i;
+    bool changed = false;
+    for (int64_t i = heads * d; i < (1 + window) * heads * d; ++i)
+      changed |= after.at(i) != before.at(i);
+    EXPECT_TRUE(changed);
+    Owned dout({1, seq, heads * d}), dq({1, seq, heads * d});
+    Owned dk({1, seq, kvHeads * d}), dv({1, seq, kvHeads * d});
+    for (int64_t c = 0; c < heads * d; ++c)
+      dout.view.f32()[6 * heads * d + c] = 1.0f;
+    ASSERT_OK(flash
+                  ? flashAttentionBackward(q, k, v, after, dout, heads, kvHeads,
+                                           window, nullptr, dq, dk, dv)
+                  : attentionBackward(q, k, v, after, dout, heads, kvHeads,
+                                      window, nullptr, dq, dk, dv));
+    for (int64_t i = 0; i < (6 - window + 1) * kvHeads * d; ++i) {
+      EXPECT_EQ(dk.at(i), 0.0f) << "at " << i;
+      EXPECT_EQ(dv.at(i), 0.0f) << "at " << i;
+    }
+  }
+}
+
+// A window of seq or more is no window: forward and backward bit-identical
+// to the unwindowed kernels, both kernels, across flash tiles.
+TEST(SlidingWindow, WindowOfSeqOrMoreEqualsNoWindow) {
+  const AttentionCase c{1, kFlashTile + 9, 4, 2, 4};
+  int64_t qw = c.heads * c.headDim, kw = c.kvHeads * c.headDim;
+  Owned q = random({c.batch, c.seq, qw}, 330);
+  Owned k = random({c.batch, c.seq, kw}, 331);
+  Owned v = random({c.batch, c.seq, kw}, 332);
+  Owned dout = random({c.batch, c.seq, qw}, 333);
+  for (bool flash : {false, true}) {
+    SCOPED_TRACE(flash ? "flash" : "materialized");
+    std::vector<std::vector<float>> results[2];
+    for (int64_t window : {int64_t(0), c.seq, c.seq + 5}) {
+      Owned out({c.batch, c.seq, qw}), dq({c.batch, c.seq, qw});
+      Owned dk({c.batch, c.seq, kw}), dv({c.batch, c.seq, kw});
+      if (flash) {
+        ASSERT_OK(flashAttentionForward(q, k, v, c.heads, c.kvHeads, window,
+                                        out, nullptr));
+        ASSERT_OK(flashAttentionBackward(q, k, v, out, dout, c.heads, c.kvHeads,
+                                         window, nullptr, dq, dk, dv));
+      } else {
+        ASSERT_OK(attentionForward(q, k, v, c.heads, c.kvHeads, window, out,
+                                   nullptr));
+        ASSERT_OK(attentionBackward(q, k, v, out, dout, c.heads, c.kvHeads,
+                                    window, nullptr, dq, dk, dv));
+      }
+      std::vector<std::vector<float>> got = {out.values(), dq.values(),
+                                             dk.values(), dv.values()};
+      if (window == 0)
+        results[0] = got;
+      else
+        EXPECT_EQ(got, results[0]) << "window " << window;
+    }
+  }
+}
+
+// Flash against the reference and the materialized kernel over three tiles,
+// windows shorter and longer than a tile (whole key tiles skipped).
+TEST(SlidingWindow, FlashMatchesMaterializedAcrossTiles) {
+  const AttentionCase c{1, 2 * kFlashTile + 22, 4, 2, 8};
+  int64_t qw = c.heads * c.headDim, kw = c.kvHeads * c.headDim;
+  Owned q = random({c.batch, c.seq, qw}, 340);
+  Owned k = random({c.batch, c.seq, kw}, 341);
+  Owned v = random({c.batch, c.seq, kw}, 342);
+  Owned dout = random({c.batch, c.seq, qw}, 343);
+  auto asDouble = [](const Owned &t) {
+    std::vector<float> v = t.values();
+    return std::vector<double>(v.begin(), v.end());
+  };
+  for (int64_t window : {int64_t(17), kFlashTile + 5}) {
+    SCOPED_TRACE("window " + std::to_string(window));
+    Owned flash({c.batch, c.seq, qw}), lse({c.batch, c.heads, c.seq});
+    Owned materialized({c.batch, c.seq, qw});
+    ASSERT_OK(flashAttentionForward(q, k, v, c.heads, c.kvHeads, window, flash,
+                                    &lse.view));
+    ASSERT_OK(attentionForward(q, k, v, c.heads, c.kvHeads, window,
+                               materialized, nullptr));
+    std::vector<double> ref =
+        referenceAttention(q, k, v, c.heads, c.kvHeads, nullptr, window);
+    // As MatchesReferenceAndMaterializedAcrossTiles: 1e-5.
+    for (int64_t i = 0; i < flash.numel(); ++i) {
+      EXPECT_NEAR(flash.at(i), ref[i], 1e-5) << "at " << i;
+      EXPECT_NEAR(flash.at(i), materialized.at(i), 1e-5) << "at " << i;
+    }
+    Owned dq({c.batch, c.seq, qw}), dk({c.batch, c.seq, kw}),
+        dv({c.batch, c.seq, kw});
+    Owned mdq({c.batch, c.seq, qw}), mdk({c.batch, c.seq, kw}),
+        mdv({c.batch, c.seq, kw});
+    ASSERT_OK(flashAttentionBackward(q, k, v, flash, dout, c.heads, c.kvHeads,
+                                     window, &lse.view, dq, dk, dv));
+    ASSERT_OK(attentionBackward(q, k, v, materialized, dout, c.heads, c.kvHeads,
+                                window, nullptr, mdq, mdk, mdv));
+    EXPECT_LE(gradientError(dq.values(), asDouble(mdq)), 1e-5);
+    EXPECT_LE(gradientError(dk.values(), asDouble(mdk)), 1e-5);
+    EXPECT_LE(gradientError(dv.values(), asDouble(mdv)), 1e-5);
+  }
+}
+
+TEST(SlidingWindow, RejectsNegativeWindow) {
+  Owned q = random({1, 3, 8}, 1), k = random({1, 3, 4}, 2);
+  Owned v = random({1, 3, 4}, 3), out({1, 3, 8});
+  Status s = flashAttentionForward(q, k, v, 2, 1, -1, out, nullptr);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.error.find("window must be >= 0"), std::string::npos) << s.error;
+  EXPECT_FALSE(attentionForward(q, k, v, 2, 1, -1, out, nullptr).ok());
 }
 
 TEST(FlashAttention, RejectsBadLse) {

@@ -3,8 +3,10 @@
 with the Python standard library only.
 
 Written from the published model definitions, not from zeroc's kernels:
-Hugging Face's GPT2LMHeadModel and LlamaForCausalLM, read from a Hugging
-Face config.json with the Hugging Face defaults. It is the independent side
+Hugging Face's GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM,
+Qwen2ForCausalLM, GemmaForCausalLM and Phi3ForCausalLM (transformers'
+modeling_*.py), read from a Hugging Face config.json with the Hugging Face
+defaults. It is the independent side
 of test/Runtime/zerorun_e2e.py's grad-check scenario: its loss must equal
 zerorun's on the same weights and tokens, and its central finite
 differences must equal the gradients zerorun computes with the compiled
@@ -13,8 +15,8 @@ backward (`zerorun --dump-grads`).
 What zeroc's models fix beyond the configs (docs/model-dialect.md): linear
 weights are [out, in] (nn.Linear, not GPT-2's Conv1D [in, out]); GPT-2 has
 separate q_proj, k_proj, v_proj where Hugging Face fuses c_attn, and no
-dropout. Activations here are lists of rows, one row per token, the batch's
-sequences one after another.
+dropout; names drop the `model.` prefix. Activations here are lists of
+rows, one row per token, the batch's sequences one after another.
 
   reference_model.py CONFIG.json WEIGHTS.safetensors TOKENS.u16 \\
       --micro-batch B --seq-len S     # prints the loss of step 1's batch
@@ -25,6 +27,8 @@ import json
 import math
 import struct
 from operator import mul
+
+LLAMA_LIKE = ("llama", "mistral", "qwen2", "gemma", "phi3")
 
 
 # ----------------------------------------------------------------------------
@@ -107,18 +111,34 @@ class Config:
             if hf.get("activation_function", "gelu_new") not in (
                     "gelu_new", "gelu_pytorch_tanh"):
                 raise ValueError("only the tanh GELU is modelled")
-        elif self.family == "llama":
+        elif self.family in LLAMA_LIKE:
+            f = self.family
             self.vocab = hf["vocab_size"]
             self.hidden = hf["hidden_size"]
             self.layers = hf["num_hidden_layers"]
             self.heads = hf["num_attention_heads"]
             self.kv_heads = hf.get("num_key_value_heads", self.heads)
             self.ff = hf["intermediate_size"]
-            self.eps = hf.get("rms_norm_eps", 1e-6)
+            self.eps = hf.get("rms_norm_eps", 1e-5 if f == "phi3" else 1e-6)
             self.theta = hf.get("rope_theta", 10000.0)
-            self.tied = hf.get("tie_word_embeddings", False)
+            self.tied = hf.get("tie_word_embeddings", f == "gemma")
             if hf.get("attention_bias") or hf.get("mlp_bias"):
                 raise ValueError("attention_bias / mlp_bias are not modelled")
+            # Qwen2Attention: q, k and v with bias, o without.
+            self.qkv_bias = f == "qwen2"
+            # MistralConfig's default window is 4096; Phi3Config has none.
+            if f == "mistral":
+                self.window = hf.get("sliding_window", 4096)
+            elif f == "phi3":
+                self.window = hf.get("sliding_window")
+            else:
+                self.window = None
+            # GemmaMLP: gelu_pytorch_tanh(gate) * up; GemmaModel scales the
+            # embeddings by sqrt(hidden) in the activation dtype;
+            # GemmaRMSNorm multiplies by (1 + weight) in f32.
+            self.gemma = f == "gemma"
+            # Phi3Attention.qkv_proj and Phi3MLP.gate_up_proj.
+            self.fused = f == "phi3"
         else:
             raise ValueError("unknown model_type %r" % self.family)
         self.head_dim = hf.get("head_dim") or self.hidden // self.heads
@@ -151,12 +171,22 @@ class Config:
                 p = "layers.%d." % l
                 shapes[p + "input_layernorm.weight"] = [d]
                 shapes[p + "post_attention_layernorm.weight"] = [d]
-                shapes[p + "self_attn.q_proj.weight"] = [q, d]
-                shapes[p + "self_attn.k_proj.weight"] = [kv, d]
-                shapes[p + "self_attn.v_proj.weight"] = [kv, d]
+                if self.fused:
+                    shapes[p + "self_attn.qkv_proj.weight"] = [q + 2 * kv, d]
+                else:
+                    shapes[p + "self_attn.q_proj.weight"] = [q, d]
+                    shapes[p + "self_attn.k_proj.weight"] = [kv, d]
+                    shapes[p + "self_attn.v_proj.weight"] = [kv, d]
+                if self.qkv_bias:
+                    shapes[p + "self_attn.q_proj.bias"] = [q]
+                    shapes[p + "self_attn.k_proj.bias"] = [kv]
+                    shapes[p + "self_attn.v_proj.bias"] = [kv]
                 shapes[p + "self_attn.o_proj.weight"] = [d, q]
-                shapes[p + "mlp.gate_proj.weight"] = [ff, d]
-                shapes[p + "mlp.up_proj.weight"] = [ff, d]
+                if self.fused:
+                    shapes[p + "mlp.gate_up_proj.weight"] = [2 * ff, d]
+                else:
+                    shapes[p + "mlp.gate_proj.weight"] = [ff, d]
+                    shapes[p + "mlp.up_proj.weight"] = [ff, d]
                 shapes[p + "mlp.down_proj.weight"] = [d, ff]
             shapes["norm.weight"] = [d]
         if not self.tied:
@@ -203,12 +233,18 @@ def layer_norm(x, g, b, eps):
     return out
 
 
-def rms_norm(x, g, eps):
+def rms_norm(x, g, eps, offset=0.0):
+    """LlamaRMSNorm; GemmaRMSNorm with offset 1 (scale by 1 + weight)."""
     out = []
     for r in x:
         inv = 1.0 / math.sqrt(sum(v * v for v in r) / len(r) + eps)
-        out.append([v * inv * gi for v, gi in zip(r, g)])
+        out.append([v * inv * (offset + gi) for v, gi in zip(r, g)])
     return out
+
+
+def f32(v):
+    """v rounded to float32, as torch.tensor(v, dtype=float32)."""
+    return struct.unpack("<f", struct.pack("<f", v))[0]
 
 
 def gelu_tanh(v):
@@ -246,9 +282,12 @@ def rotate(x, seq, heads, head_dim, theta):
     return out
 
 
-def causal_attention(q, k, v, batch, seq, heads, kv_heads, head_dim):
+def causal_attention(q, k, v, batch, seq, heads, kv_heads, head_dim,
+                     window=None):
     """softmax(q k^T / sqrt(head_dim)) v over the positions up to each
-    query's; query head h reads kv head h // (heads / kv_heads) (repeat_kv)."""
+    query's (with a sliding window w, the w latest: Hugging Face's
+    sliding_window_overlay, kv_idx > q_idx - w); query head h reads kv head
+    h // (heads / kv_heads) (repeat_kv)."""
     scale = 1.0 / math.sqrt(head_dim)
     group = heads // kv_heads
     out = [[0.0] * (heads * head_dim) for _ in range(batch * seq)]
@@ -259,16 +298,17 @@ def causal_attention(q, k, v, batch, seq, heads, kv_heads, head_dim):
             ks = [k[t0 + j][ko:ko + head_dim] for j in range(seq)]
             vs = [v[t0 + j][ko:ko + head_dim] for j in range(seq)]
             for i in range(seq):
+                first = max(0, i - window + 1) if window else 0
+                keys = range(first, i + 1)
                 qi = q[t0 + i][qo:qo + head_dim]
-                scores = [sum(map(mul, qi, ks[j])) * scale
-                          for j in range(i + 1)]
+                scores = [sum(map(mul, qi, ks[j])) * scale for j in keys]
                 top = max(scores)
                 p = [math.exp(x - top) for x in scores]
                 z = sum(p)
                 row = out[t0 + i]
                 for d in range(head_dim):
-                    row[qo + d] = sum(p[j] * vs[j][d]
-                                      for j in range(i + 1)) / z
+                    row[qo + d] = sum(pj * vs[j][d]
+                                      for pj, j in zip(p, keys)) / z
     return out
 
 
@@ -303,6 +343,11 @@ class Model:
             return [[a + b for a, b in zip(wte[tok], wpe[t % self.seq])]
                     for t, tok in enumerate(inputs)]
         table = self.weights(params, "embed_tokens.weight")
+        if c.gemma:
+            # GemmaTextScaledWordEmbedding: times sqrt(hidden) in the
+            # weights' dtype (f32 here).
+            scale = f32(math.sqrt(c.hidden))
+            return [[x * scale for x in table[tok]] for tok in inputs]
         return [list(table[tok]) for tok in inputs]
 
     def block(self, params, l, x):
@@ -323,19 +368,38 @@ class Model:
             return add(x, linear(f, w(p + "mlp.c_proj.weight"),
                                  w(p + "mlp.c_proj.bias")))
         p = "layers.%d." % l
-        h = rms_norm(x, w(p + "input_layernorm.weight"), c.eps)
-        q = linear(h, w(p + "self_attn.q_proj.weight"))
-        k = linear(h, w(p + "self_attn.k_proj.weight"))
-        v = linear(h, w(p + "self_attn.v_proj.weight"))
+        offset = 1.0 if c.gemma else 0.0
+        qw, kvw = c.heads * c.head_dim, c.kv_heads * c.head_dim
+        h = rms_norm(x, w(p + "input_layernorm.weight"), c.eps, offset)
+        if c.fused:
+            # Phi3Attention: qkv[..., :q], then k, then v.
+            qkv = linear(h, w(p + "self_attn.qkv_proj.weight"))
+            q = [r[:qw] for r in qkv]
+            k = [r[qw:qw + kvw] for r in qkv]
+            v = [r[qw + kvw:] for r in qkv]
+        else:
+            bias = (lambda n: w(p + "self_attn.%s.bias" % n)) \
+                if c.qkv_bias else (lambda n: None)
+            q = linear(h, w(p + "self_attn.q_proj.weight"), bias("q_proj"))
+            k = linear(h, w(p + "self_attn.k_proj.weight"), bias("k_proj"))
+            v = linear(h, w(p + "self_attn.v_proj.weight"), bias("v_proj"))
         q = rotate(q, self.seq, c.heads, c.head_dim, c.theta)
         k = rotate(k, self.seq, c.kv_heads, c.head_dim, c.theta)
         a = causal_attention(q, k, v, self.batch, self.seq, c.heads,
-                             c.kv_heads, c.head_dim)
+                             c.kv_heads, c.head_dim, c.window)
         x = add(x, linear(a, w(p + "self_attn.o_proj.weight")))
-        h = rms_norm(x, w(p + "post_attention_layernorm.weight"), c.eps)
-        gate = linear(h, w(p + "mlp.gate_proj.weight"))
-        up = linear(h, w(p + "mlp.up_proj.weight"))
-        prod = [[silu(g) * u for g, u in zip(gr, ur)]
+        h = rms_norm(x, w(p + "post_attention_layernorm.weight"), c.eps,
+                     offset)
+        if c.fused:
+            # Phi3MLP: gate, up = gate_up_proj(x).chunk(2, dim=-1).
+            gate_up = linear(h, w(p + "mlp.gate_up_proj.weight"))
+            gate = [r[:c.ff] for r in gate_up]
+            up = [r[c.ff:] for r in gate_up]
+        else:
+            gate = linear(h, w(p + "mlp.gate_proj.weight"))
+            up = linear(h, w(p + "mlp.up_proj.weight"))
+        act = gelu_tanh if c.gemma else silu
+        prod = [[act(g) * u for g, u in zip(gr, ur)]
                 for gr, ur in zip(gate, up)]
         return add(x, linear(prod, w(p + "mlp.down_proj.weight")))
 
@@ -345,7 +409,8 @@ class Model:
             h = layer_norm(x, self.weights(params, "ln_f.weight"),
                            self.weights(params, "ln_f.bias"), c.eps)
         else:
-            h = rms_norm(x, self.weights(params, "norm.weight"), c.eps)
+            h = rms_norm(x, self.weights(params, "norm.weight"), c.eps,
+                         1.0 if c.gemma else 0.0)
         table = "lm_head.weight" if not c.tied else (
             "wte.weight" if c.family == "gpt2" else "embed_tokens.weight")
         return cross_entropy(linear(h, self.weights(params, table)), targets)

@@ -14,6 +14,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 using namespace zeroc;
 
 namespace {
@@ -79,10 +81,19 @@ TEST_F(ModelsTest, ExactParameterCountsOfPublicModels) {
   struct Case {
     const char *name;
     int64_t params;
-  } cases[] = {{"gpt2", 124439808},        {"gpt2-medium", 354823168},
-               {"gpt2-large", 774030080},  {"gpt2-xl", 1557611200},
-               {"llama-2-7b", 6738415616}, {"llama-2-13b", 13015864320},
-               {"llama-3-8b", 8030261248}, {"llama-3-70b", 70553706496}};
+  } cases[] = {{"gpt2", 124439808},
+               {"gpt2-medium", 354823168},
+               {"gpt2-large", 774030080},
+               {"gpt2-xl", 1557611200},
+               {"llama-2-7b", 6738415616},
+               {"llama-2-13b", 13015864320},
+               {"llama-3-8b", 8030261248},
+               {"llama-3-70b", 70553706496},
+               // The Hugging Face model pages' safetensors totals.
+               {"mistral-7b", 7241732096},
+               {"qwen2-7b", 7615616512},
+               {"gemma-7b", 8537680896},
+               {"phi-3-mini", 3821079552}};
   for (const Case &c : cases) {
     ModelSpec spec = preset(c.name, 8, 1, DType::BF16);
     EXPECT_EQ(spec.parameterCount(), c.params) << c.name;
@@ -101,8 +112,10 @@ TEST_F(ModelsTest, SpecCountAgreesWithGraphForEveryPreset) {
 }
 
 TEST_F(ModelsTest, ShippedConfigsMatchPresets) {
-  for (const char *name : {"gpt2", "gpt2-medium", "llama-2-7b", "llama-3-8b",
-                           "tiny-gpt2", "tiny-llama"}) {
+  for (const char *name :
+       {"gpt2", "gpt2-medium", "llama-2-7b", "llama-3-8b", "mistral-7b",
+        "qwen2-7b", "gemma-7b", "phi-3-mini", "tiny-gpt2", "tiny-llama",
+        "tiny-mistral", "tiny-qwen2", "tiny-gemma", "tiny-phi3"}) {
     std::string path = std::string(ZEROC_SOURCE_DIR) + "/examples/configs/" +
                        name + "/config.json";
     auto doc = JsonDocument::load(path);
@@ -114,7 +127,123 @@ TEST_F(ModelsTest, ShippedConfigsMatchPresets) {
     EXPECT_EQ(fromFile->numKVHeads, fromPreset.numKVHeads) << name;
     EXPECT_EQ(fromFile->dtype, fromPreset.dtype) << name;
     EXPECT_EQ(fromFile->ropeTheta, fromPreset.ropeTheta) << name;
+    EXPECT_EQ(fromFile->headDim, fromPreset.headDim) << name;
+    EXPECT_EQ(fromFile->slidingWindow, fromPreset.slidingWindow) << name;
+    EXPECT_EQ(fromFile->tieWordEmbeddings, fromPreset.tieWordEmbeddings)
+        << name;
+    EXPECT_EQ(fromFile->normEpsilon, fromPreset.normEpsilon) << name;
   }
+}
+
+// Two more published sizes, with the features the presets lack: Gemma-2B's
+// single key/value head (2,506,172,416) and Qwen2-0.5B's tied head
+// (494,032,768), the Hugging Face model pages' totals.
+TEST(HFConfig, MoreSizesOfTheFamilies) {
+  auto gemma2b = JsonDocument::parse(
+      R"({"model_type": "gemma", "vocab_size": 256000, "hidden_size": 2048,
+      "intermediate_size": 16384, "num_hidden_layers": 18,
+      "num_attention_heads": 8, "num_key_value_heads": 1, "head_dim": 256,
+      "max_position_embeddings": 8192, "hidden_act": "gelu"})",
+      "gemma-2b");
+  ASSERT_TRUE(bool(gemma2b));
+  auto gemma = readHFConfig(*gemma2b);
+  ASSERT_TRUE(bool(gemma)) << gemma.error().str();
+  EXPECT_EQ(gemma->parameterCount(), 2506172416);
+  auto qwen05b = JsonDocument::parse(
+      R"({"model_type": "qwen2", "vocab_size": 151936, "hidden_size": 896,
+      "intermediate_size": 4864, "num_hidden_layers": 24,
+      "num_attention_heads": 14, "num_key_value_heads": 2,
+      "max_position_embeddings": 32768, "tie_word_embeddings": true,
+      "use_sliding_window": false, "sliding_window": 32768,
+      "max_window_layers": 21})",
+      "qwen2-0.5b");
+  ASSERT_TRUE(bool(qwen05b));
+  auto qwen = readHFConfig(*qwen05b);
+  ASSERT_TRUE(bool(qwen)) << qwen.error().str();
+  EXPECT_EQ(qwen->parameterCount(), 494032768);
+}
+
+// What sets each family apart, as its published config gives it.
+TEST_F(ModelsTest, FamilyFeaturesOfThePublicConfigs) {
+  ModelSpec mistral = *presetSpec("mistral-7b");
+  EXPECT_EQ(mistral.family, ModelFamily::Mistral);
+  EXPECT_EQ(mistral.slidingWindow, 4096);
+  EXPECT_FALSE(mistral.qkvBias || mistral.outputBias);
+
+  ModelSpec qwen = *presetSpec("qwen2-7b");
+  EXPECT_TRUE(qwen.qkvBias);
+  EXPECT_FALSE(qwen.outputBias);
+  EXPECT_EQ(qwen.slidingWindow, 0);
+
+  ModelSpec gemma = *presetSpec("gemma-7b");
+  EXPECT_EQ(gemma.headDim, 256); // not 3072 / 16
+  EXPECT_TRUE(gemma.tieWordEmbeddings && gemma.gegluMlp &&
+              gemma.scaleEmbeddings && gemma.normUnitOffset);
+
+  ModelSpec phi = *presetSpec("phi-3-mini");
+  EXPECT_TRUE(phi.fusedProjections);
+  EXPECT_EQ(phi.slidingWindow, 2047);
+}
+
+// Phi-3's parameters are the checkpoint's: fused qkv_proj [q + 2 kv, h] and
+// gate_up_proj [2 I, h]; Qwen2's biases are on q, k and v only.
+TEST_F(ModelsTest, CheckpointNamesAndLayouts) {
+  auto shapes = [&](const std::string &name) {
+    mlir::OwningOpRef<mlir::ModuleOp> module =
+        buildModel(context, preset(name, 8, 1, DType::F32));
+    std::map<std::string, std::vector<int64_t>> out;
+    for (auto param : module->getOps<model::ParamOp>())
+      out[param.getSymName().str()] = param.getTensorType().getShape().vec();
+    return out;
+  };
+  auto phi = shapes("tiny-phi3");
+  EXPECT_EQ(phi["layers.0.self_attn.qkv_proj.weight"],
+            (std::vector<int64_t>{64 + 2 * 32, 64}));
+  EXPECT_EQ(phi["layers.1.mlp.gate_up_proj.weight"],
+            (std::vector<int64_t>{2 * 96, 64}));
+  EXPECT_EQ(phi.count("layers.0.self_attn.q_proj.weight"), 0u);
+  auto qwen = shapes("tiny-qwen2");
+  EXPECT_EQ(qwen["layers.0.self_attn.k_proj.bias"], (std::vector<int64_t>{32}));
+  EXPECT_EQ(qwen.count("layers.0.self_attn.o_proj.bias"), 0u);
+  EXPECT_EQ(qwen.count("lm_head.weight"), 0u); // tied
+  auto gemma = shapes("tiny-gemma");
+  EXPECT_EQ(gemma["layers.0.self_attn.q_proj.weight"],
+            (std::vector<int64_t>{4 * 32, 64}));
+  EXPECT_EQ(gemma["layers.0.self_attn.o_proj.weight"],
+            (std::vector<int64_t>{64, 4 * 32}));
+}
+
+// The windowed attention's FLOPs: per (batch, head), the band of
+// w (w + 1) / 2 + (s - w) w query-key pairs counted as the full square
+// counts the causal triangle (twice, less the diagonal); s^2 from w = s on.
+TEST_F(ModelsTest, SlidingWindowFlops) {
+  auto attentionFlops = [&](int64_t window, int64_t seq) {
+    ModelSpec spec = preset("tiny-mistral", seq, 2, DType::F32);
+    spec.slidingWindow = window;
+    mlir::OwningOpRef<mlir::ModuleOp> module = buildModel(context, spec);
+    int64_t flops = -1;
+    module->walk([&](model::CausalAttentionOp op) {
+      flops = mlir::cast<model::CostOpInterface>(op.getOperation())
+                  .getForwardFlops();
+    });
+    return flops;
+  };
+  const int64_t b = 2, heads = 4, d = 16, s = 32;
+  auto expected = [&](int64_t perHead) {
+    int64_t scores = b * heads * perHead;
+    return 4 * scores * d + 5 * scores;
+  };
+  EXPECT_EQ(attentionFlops(0, s), expected(s * s));
+  EXPECT_EQ(attentionFlops(s, s), expected(s * s));
+  EXPECT_EQ(attentionFlops(s + 7, s), expected(s * s));
+  // w = 6: 21 + 26 * 6 = 177 pairs; 2 * 177 - 32 = 322 = 11 * 32 - 30.
+  EXPECT_EQ(attentionFlops(6, s), expected(322));
+  EXPECT_EQ(attentionFlops(1, s), expected(s));
+  // The window shrinks the whole step's FLOPs accordingly.
+  ModelSpec windowed = preset("mistral-7b", 8192, 1, DType::BF16);
+  ModelSpec full = windowed;
+  full.slidingWindow = 0;
+  EXPECT_LT(statsOf(windowed).forwardFlops, statsOf(full).forwardFlops);
 }
 
 // Korthikanti et al. (2022): a GPT layer in 16-bit keeps s b h (34 + 5 a s / h)
@@ -167,7 +296,8 @@ TEST_F(ModelsTest, LlamaLayerActivations) {
 // dataflow of the expanded training step (the forward values its backward
 // reads), layer by layer, for each model family and attention kernel.
 TEST_F(ModelsTest, SavedBytesOfTheStepAreTheInterfaces) {
-  for (const char *name : {"tiny-gpt2", "tiny-llama"})
+  for (const char *name : {"tiny-gpt2", "tiny-llama", "tiny-mistral",
+                           "tiny-qwen2", "tiny-gemma", "tiny-phi3"})
     for (AttentionKernel kernel : kAllAttentionKernels) {
       ModelSpec spec = preset(name, 16, 2, DType::BF16);
       spec.attentionKernel = kernel;
@@ -324,6 +454,57 @@ TEST(HFConfig, BatchShapeIsChecked) {
   EXPECT_EQ(ok->seqLen, 256);
   EXPECT_EQ(ok->microBatch, 8);
   EXPECT_EQ(ok->dtype, DType::F16);
+}
+
+// A Mixtral config relabelled llama is refused, naming the expert count,
+// rather than planned as a 7.24 B dense model (the real one has 46.7 B).
+TEST(HFConfig, MixtureOfExpertsIsRefused) {
+  auto spec = read("{\"model_type\": \"llama\", \"vocab_size\": 32000,\n"
+                   "\"hidden_size\": 4096, \"intermediate_size\": 14336,\n"
+                   "\"num_hidden_layers\": 32, \"num_attention_heads\": 32,\n"
+                   "\"num_key_value_heads\": 8, \"num_experts_per_tok\": 2,\n"
+                   "\"max_position_embeddings\": 32768,\n"
+                   "\"num_local_experts\": 8}");
+  ASSERT_FALSE(bool(spec));
+  EXPECT_EQ(spec.error().str(),
+            "config.json:6:1: error: 'num_local_experts' is 8, 2 active per "
+            "token: a mixture-of-experts model, which model_type \"llama\" "
+            "does not describe; planning it as a dense model would count the "
+            "wrong parameters, FLOPs and memory");
+}
+
+// Every key is modelled, noted or refused: an unknown key is an error, a
+// key without effect a note, a null value Hugging Face's "unset".
+TEST(HFConfig, EveryKeyIsAccountedFor) {
+  const char *base = R"({"model_type": "mistral", "vocab_size": 100,
+      "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+      "num_attention_heads": 8, "max_position_embeddings": 32)";
+  auto with = [&](const std::string &extra,
+                  std::vector<std::string> *notes = nullptr) {
+    return read(std::string(base) + extra + "}", notes);
+  };
+  std::vector<std::string> notes;
+  auto ok = with(R"(, "bos_token_id": 1, "use_cache": true,
+      "quantization_config": null, "attention_dropout": 0.0)",
+                 &notes);
+  ASSERT_TRUE(bool(ok)) << ok.error().str();
+  EXPECT_EQ(ok->slidingWindow, 4096); // MistralConfig's default
+  EXPECT_NE(std::find(notes.begin(), notes.end(),
+                      "keys without effect on training, ignored: "
+                      "bos_token_id, quantization_config, use_cache"),
+            notes.end());
+  auto unknown = with(R"(, "gate_temperature": 0.5)");
+  ASSERT_FALSE(bool(unknown));
+  EXPECT_NE(unknown.error().message.find(
+                "unknown key 'gate_temperature' for model_type \"mistral\""),
+            std::string::npos);
+  auto dropout = with(R"(, "attention_dropout": 0.1)");
+  ASSERT_FALSE(bool(dropout));
+  EXPECT_NE(dropout.error().message.find("'attention_dropout' is 0.1"),
+            std::string::npos);
+  auto none = with(R"(, "sliding_window": null)");
+  ASSERT_TRUE(bool(none)) << none.error().str();
+  EXPECT_EQ(none->slidingWindow, 0);
 }
 
 TEST(HFConfig, UnknownPresetIsNullopt) {

@@ -39,7 +39,11 @@ struct LayerStats {
 
 struct ModelStats {
   std::string name;
-  int64_t params = 0;
+  int64_t params = 0; ///< Every parameter (the total).
+  /// The parameters one token's forward uses: all of them in a dense model;
+  /// a mixture of experts would count only the experts a token is routed
+  /// to. The FLOPs formula below uses these.
+  int64_t activeParams = 0;
   int64_t paramBytes = 0;
   int64_t batch = 0;     ///< Micro-batch size (tokens argument, dim 0).
   int64_t seqLen = 0;    ///< Sequence length (tokens argument, dim 1).
@@ -51,7 +55,8 @@ struct ModelStats {
   int64_t forwardFlops = 0; ///< Per micro-batch, sum over ops.
   /// 3x the forward FLOPs per token (backward costs twice the forward).
   int64_t trainFlopsPerToken = 0;
-  /// The usual estimate 6 N + 12 L H S (PaLM, appendix B), N = params.
+  /// The usual estimate 6 N + 12 L H S (PaLM, appendix B), N the active
+  /// parameters.
   int64_t formulaFlopsPerToken = 0;
   /// Its attention term, 12 L H S, with H = heads * head_dim.
   int64_t attentionFlopsPerToken = 0;

@@ -1,9 +1,10 @@
 //===- ModelSpec.h - A decoder's shape, from a Hugging Face config -*- C++
 //-*-===//
 //
-// The handful of numbers that define a GPT-2 or Llama-family decoder, read
-// from a Hugging Face `config.json` or a named preset. MLIR-free; the MLIR
-// generator (ModelBuilder.h) turns a spec into a `model` dialect module.
+// The handful of numbers that define a GPT-2 or Llama-family decoder (Llama,
+// Mistral, Qwen2, Gemma, Phi-3), read from a Hugging Face `config.json` or a
+// named preset. MLIR-free; the MLIR generator (ModelBuilder.h) turns a spec
+// into a `model` dialect module.
 //
 //===----------------------------------------------------------------------===//
 
@@ -22,7 +23,13 @@
 
 namespace zeroc {
 
-enum class ModelFamily { GPT2, Llama };
+/// The Hugging Face `model_type`s zeroc generates. Every family but GPT-2 is
+/// a Llama-style decoder (RMSNorm, rotary embeddings, gated MLP) that
+/// differs in the ModelSpec flags below.
+enum class ModelFamily { GPT2, Llama, Mistral, Qwen2, Gemma, Phi3 };
+
+/// The `model_type` of a family ("gpt2", "llama", "mistral", ...).
+const char *familyName(ModelFamily family);
 
 struct ModelSpec {
   std::string name; ///< Module name in the generated IR, e.g. "gpt2".
@@ -36,8 +43,23 @@ struct ModelSpec {
   int64_t intermediateSize = 0; ///< MLP width.
   int64_t maxPositions = 0;
   bool tieWordEmbeddings = false;
-  bool attentionBias = false; ///< Llama: biases on q, k, v, o projections.
-  bool mlpBias = false;       ///< Llama: biases on gate, up, down projections.
+  bool qkvBias = false;    ///< Biases on q, k, v (Llama attention_bias, Qwen2).
+  bool outputBias = false; ///< Bias on o_proj (Llama, Gemma attention_bias).
+  bool mlpBias = false;    ///< Llama: biases on gate, up, down projections.
+  /// Sliding-window attention (Mistral, Phi-3): each query sees itself and
+  /// the slidingWindow - 1 positions before it; 0 for none.
+  int64_t slidingWindow = 0;
+  /// The gated MLP's activation: SiLU (SwiGLU) or, for Gemma, the tanh GELU
+  /// (GeGLU).
+  bool gegluMlp = false;
+  /// Gemma: the embeddings are multiplied by sqrt(hiddenSize), rounded to
+  /// the activation dtype.
+  bool scaleEmbeddings = false;
+  /// Gemma: RMSNorm scales by 1 + weight (weights start at zero).
+  bool normUnitOffset = false;
+  /// Phi-3: q, k, v come from one `qkv_proj` and gate, up from one
+  /// `gate_up_proj`, as in the checkpoint.
+  bool fusedProjections = false;
   double normEpsilon = 1e-5;
   double ropeTheta = 10000.0;
   double initializerRange = 0.02;
@@ -54,10 +76,14 @@ struct ModelSpec {
   int64_t parameterCount() const;
 };
 
-/// Reads a Hugging Face `config.json` (`model_type` "gpt2" or "llama").
-/// Errors name the file, the line and column of the offending key, and what
-/// was expected. `notes` receives one line per default that was filled in
-/// or key that was ignored.
+/// Reads a Hugging Face `config.json` (`model_type` "gpt2", "llama",
+/// "mistral", "qwen2", "gemma" or "phi3"). Every key is accounted for
+/// (docs/model-dialect.md, "Config keys"): modelled; known to have no effect
+/// on training (a note); or an error that names the key: one that changes
+/// the parameters, the FLOPs or the numerics in a way zeroc does not model,
+/// and any key zeroc does not know. Errors name the file, the line and
+/// column of the offending key, and what was expected. `notes` receives one
+/// line per default that was filled in or key that was ignored.
 Expected<ModelSpec> readHFConfig(const JsonDocument &doc,
                                  std::vector<std::string> *notes = nullptr);
 

@@ -32,12 +32,14 @@ namespace zeroc {
   X(PositionEmbedding, "position_embedding", NoAttrs)                          \
   X(Linear, "linear", NoAttrs)                                                 \
   X(LayerNorm, "layernorm", NormAttrs)                                         \
-  X(RMSNorm, "rmsnorm", NormAttrs)                                             \
+  X(RMSNorm, "rmsnorm", RMSNormAttrs)                                          \
   X(Gelu, "gelu", NoAttrs)                                                     \
   X(Silu, "silu", NoAttrs)                                                     \
   X(Add, "add", AddAttrs)                                                      \
   X(Mul, "mul", NoAttrs)                                                       \
   X(Rotary, "rotary", RotaryAttrs)                                             \
+  X(Scale, "scale", ScaleAttrs)                                                \
+  X(Split, "split", NoAttrs)                                                   \
   X(CausalAttention, "causal_attention", AttentionAttrs)                       \
   X(CrossEntropy, "cross_entropy", NoAttrs)                                    \
   X(EmbeddingBackward, "embedding_backward", NoAttrs)                          \
@@ -46,10 +48,11 @@ namespace zeroc {
   X(LinearGradWeight, "linear_grad_weight", NoAttrs)                           \
   X(LinearGradBias, "linear_grad_bias", NoAttrs)                               \
   X(LayerNormBackward, "layernorm_backward", NormAttrs)                        \
-  X(RMSNormBackward, "rmsnorm_backward", NormAttrs)                            \
+  X(RMSNormBackward, "rmsnorm_backward", RMSNormAttrs)                         \
   X(GeluBackward, "gelu_backward", NoAttrs)                                    \
   X(SiluBackward, "silu_backward", NoAttrs)                                    \
   X(RotaryBackward, "rotary_backward", RotaryAttrs)                            \
+  X(SplitBackward, "split_backward", NoAttrs)                                  \
   X(CausalAttentionBackward, "causal_attention_backward", AttentionAttrs)      \
   X(CrossEntropyBackward, "cross_entropy_backward", NoAttrs)                   \
   X(BackwardSeed, "backward_seed", BackwardSeedAttrs)
@@ -136,10 +139,26 @@ struct AddAttrs {
   template <typename V> void fields(V &&v) { v("in_place", inPlace); }
 };
 
-/// layernorm, rmsnorm and their backwards.
+/// layernorm and its backward.
 struct NormAttrs {
   double epsilon = 0;
   template <typename V> void fields(V &&v) { v("epsilon", epsilon); }
+};
+
+/// rmsnorm and its backward: `unit_offset` scales by 1 + weight (Gemma).
+struct RMSNormAttrs {
+  double epsilon = 0;
+  bool unitOffset = false;
+  template <typename V> void fields(V &&v) {
+    v("epsilon", epsilon);
+    v("unit_offset", unitOffset);
+  }
+};
+
+/// scale: the factor, rounded to the tensor's dtype by the kernel.
+struct ScaleAttrs {
+  double factor = 0;
+  template <typename V> void fields(V &&v) { v("factor", factor); }
 };
 
 struct RotaryAttrs {
@@ -151,13 +170,16 @@ struct RotaryAttrs {
   }
 };
 
+/// causal_attention and its backward; `window` 0 is no sliding window.
 struct AttentionAttrs {
   int64_t numHeads = 0, numKvHeads = 0;
   AttentionKernel kernel = AttentionKernel::Flash;
+  int64_t window = 0;
   template <typename V> void fields(V &&v) {
     v("num_heads", numHeads);
     v("num_kv_heads", numKvHeads);
     v("kernel", kernel);
+    v("window", window);
   }
 };
 
@@ -278,10 +300,11 @@ struct AdamAttrs {
 };
 
 using PlanOpAttrs =
-    std::variant<NoAttrs, AddAttrs, NormAttrs, RotaryAttrs, AttentionAttrs,
-                 BackwardSeedAttrs, ReadAttrs, AccumulateAttrs, TensorListAttrs,
-                 AllGatherAttrs, ReduceScatterAttrs, TargetListAttrs, CopyAttrs,
-                 UnscaleGradsAttrs, ClipGradNormAttrs, AdamAttrs>;
+    std::variant<NoAttrs, AddAttrs, NormAttrs, RMSNormAttrs, ScaleAttrs, RotaryAttrs,
+                 AttentionAttrs, BackwardSeedAttrs, ReadAttrs, AccumulateAttrs,
+                 TensorListAttrs, AllGatherAttrs, ReduceScatterAttrs,
+                 TargetListAttrs, CopyAttrs, UnscaleGradsAttrs,
+                 ClipGradNormAttrs, AdamAttrs>;
 
 /// The attributes of `kind`, default-initialized (the struct its kind takes).
 PlanOpAttrs defaultAttrs(OpKind kind);

@@ -1,4 +1,4 @@
-//===- Activations.cpp - Elementwise ops: GELU, SiLU, add, mul ------------===//
+//===- Activations.cpp - Elementwise ops and copies ----------------------===//
 
 #include "cpu/Activations.h"
 
@@ -66,6 +66,45 @@ Status checkMul(const Tensor &lhs, const Tensor &rhs, const Tensor &out) {
   return checkBinary("mul", "lhs", lhs, "rhs", rhs, "result", out);
 }
 
+Status checkScale(const Tensor &x, double factor, const Tensor &y) {
+  ZEROC_RETURN_IF_ERROR(
+      checkBinary("scale", "input", x, "input", x, "result", y));
+  if (!std::isfinite(factor))
+    return {"scale: factor must be finite, found " + std::to_string(factor)};
+  return {};
+}
+
+float scaleFactor(double factor, DType dtype) {
+  return roundToDType(float(factor), dtype);
+}
+
+Status checkSplit(const char *op, const Tensor &whole,
+                  const std::vector<Tensor> &pieces) {
+  ZEROC_RETURN_IF_ERROR(firstError({checkFloat(op, "input", whole)}));
+  std::string name(op);
+  if (pieces.empty() || whole.shape.empty())
+    return {name +
+            ": needs at least one piece and an input of rank >= 1, "
+            "found " +
+            std::to_string(pieces.size()) + " pieces of " + describe(whole)};
+  int64_t width = 0;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const Tensor &p = pieces[i];
+    std::vector<int64_t> lead(whole.shape.begin(), whole.shape.end() - 1);
+    if (!isFloat(p.dtype) || p.shape.size() != whole.shape.size() ||
+        !std::equal(lead.begin(), lead.end(), p.shape.begin()))
+      return {name + ": piece " + std::to_string(i) + " " + describe(p) +
+              " must be a float tensor with the leading dimensions of " +
+              describe(whole)};
+    width += p.shape.back();
+  }
+  if (width != whole.shape.back())
+    return {name + ": the pieces' last dimensions sum to " +
+            std::to_string(width) + ", expected " +
+            std::to_string(whole.shape.back())};
+  return {};
+}
+
 Status geluForward(const Tensor &x, const Tensor &y) {
   ZEROC_RETURN_IF_ERROR(checkGeluForward(x, y));
   // The second operand is x again, ignored.
@@ -111,6 +150,47 @@ Status add(const Tensor &lhs, const Tensor &rhs, const Tensor &out) {
 Status mul(const Tensor &lhs, const Tensor &rhs, const Tensor &out) {
   ZEROC_RETURN_IF_ERROR(checkMul(lhs, rhs, out));
   binaryMap(lhs, rhs, out, [](float a, float b) { return a * b; });
+  return {};
+}
+
+Status scale(const Tensor &x, double factor, const Tensor &y) {
+  ZEROC_RETURN_IF_ERROR(checkScale(x, factor, y));
+  float c = scaleFactor(factor, x.dtype);
+  binaryMap(x, x, y, [c](float v, float) { return v * c; });
+  return {};
+}
+
+namespace {
+
+// Copies columns between `whole` [rows, n] and its pieces [rows, n_r]: out
+// of `whole` (split) or into it (its backward).
+void copyPieces(const Tensor &whole, const std::vector<Tensor> &pieces,
+                bool intoPieces) {
+  int64_t n = whole.shape.back(), rows = n ? whole.numel() / n : 0;
+  int64_t offset = 0;
+  for (const Tensor &p : pieces) {
+    int64_t w = p.shape.back();
+    for (int64_t r = 0; r < rows; ++r) {
+      if (intoPieces)
+        copyElements(whole, r * n + offset, p, r * w, w);
+      else
+        copyElements(p, r * w, whole, r * n + offset, w);
+    }
+    offset += w;
+  }
+}
+
+} // namespace
+
+Status split(const Tensor &x, const std::vector<Tensor> &pieces) {
+  ZEROC_RETURN_IF_ERROR(checkSplit("split", x, pieces));
+  copyPieces(x, pieces, true);
+  return {};
+}
+
+Status splitBackward(const std::vector<Tensor> &dpieces, const Tensor &dx) {
+  ZEROC_RETURN_IF_ERROR(checkSplit("split_backward", dx, dpieces));
+  copyPieces(dx, dpieces, false);
   return {};
 }
 

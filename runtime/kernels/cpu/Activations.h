@@ -1,4 +1,4 @@
-//===- Activations.h - Elementwise ops: GELU, SiLU, add, mul ----*- C++ -*-===//
+//===- Activations.h - Elementwise ops and copies -------------*- C++ -*-===//
 //
 // gelu (tanh):  y = 0.5 x (1 + tanh u),  u = sqrt(2/pi) (x + 0.044715 x^3)
 //   backward:   dx = dy (0.5 (1 + tanh u)
@@ -8,6 +8,10 @@
 //   backward:   dx = dy sigmoid(x) (1 + x (1 - sigmoid(x)))
 // add, mul:     out = lhs + rhs, out = lhs * rhs
 //   (their gradients are dy itself and `mul(dy, other operand)`: no kernel)
+// scale:        y = x * c, c = factor rounded to x's dtype (Gemma's embedding
+//               scale); its gradient is scale(dy, factor)
+// split:        pieces[r] = columns [o_r, o_r + n_r) of x's last dimension
+//   backward:   splitBackward concatenates the pieces' gradients
 //
 // All operands have one shape; dtypes may differ (each is read as f32 and the
 // result rounded once). The forwards of gelu and silu keep only their input.
@@ -31,6 +35,13 @@ Status siluBackward(const Tensor &x, const Tensor &dy, const Tensor &dx);
 Status add(const Tensor &lhs, const Tensor &rhs, const Tensor &out);
 Status mul(const Tensor &lhs, const Tensor &rhs, const Tensor &out);
 
+Status scale(const Tensor &x, double factor, const Tensor &y);
+
+/// x [..., n] into `pieces` [..., n_r], sum of n_r = n; no aliasing.
+Status split(const Tensor &x, const std::vector<Tensor> &pieces);
+/// The inverse: `dpieces` concatenated along the last dimension into `dx`.
+Status splitBackward(const std::vector<Tensor> &dpieces, const Tensor &dx);
+
 /// The argument checks of the kernels above (dtypes and shapes, never the
 /// data), shared with the CUDA backend so that both report the same errors.
 Status checkGeluForward(const Tensor &x, const Tensor &y);
@@ -39,6 +50,13 @@ Status checkSiluForward(const Tensor &x, const Tensor &y);
 Status checkSiluBackward(const Tensor &x, const Tensor &dy, const Tensor &dx);
 Status checkAdd(const Tensor &lhs, const Tensor &rhs, const Tensor &out);
 Status checkMul(const Tensor &lhs, const Tensor &rhs, const Tensor &out);
+Status checkScale(const Tensor &x, double factor, const Tensor &y);
+Status checkSplit(const char *op, const Tensor &whole,
+                  const std::vector<Tensor> &pieces);
+
+/// c of scale: the factor rounded to `dtype`, as Hugging Face's Gemma casts
+/// its normalizer to the activation dtype.
+float scaleFactor(double factor, DType dtype);
 
 } // namespace zeroc::cpu
 

@@ -54,8 +54,9 @@ Status checkAttention(const char *op, const Tensor &q, const Tensor &k,
 }
 
 // P = causal softmax(scale * Q K^T) of one (batch, head), [seq, seq], rounded
-// to `dtype`, the dtype it is stored in. `qh` and `kh` point at the head's
-// first column; rows are `qld` and `kld` apart.
+// to `dtype`, the dtype it is stored in; 0 outside the keys each query sees
+// (after it, or before its window). `qh` and `kh` point at the head's first
+// column; rows are `qld` and `kld` apart.
 void causalProbs(const AttentionShape &a, const float *qh, int64_t qld,
                  const float *kh, int64_t kld, DType dtype, float *p) {
   int64_t seq = a.seq;
@@ -63,14 +64,16 @@ void causalProbs(const AttentionShape &a, const float *qh, int64_t qld,
        seq);
   for (int64_t i = 0; i < seq; ++i) {
     float *row = p + i * seq;
-    float max = *std::max_element(row, row + i + 1);
+    int64_t first = a.firstKey(i);
+    float max = *std::max_element(row + first, row + i + 1);
     float sum = 0.0f;
-    for (int64_t j = 0; j <= i; ++j) {
+    for (int64_t j = first; j <= i; ++j) {
       row[j] = std::exp(row[j] - max);
       sum += row[j];
     }
-    for (int64_t j = 0; j <= i; ++j)
+    for (int64_t j = first; j <= i; ++j)
       row[j] = roundToDType(row[j] / sum, dtype);
+    std::fill(row, row + first, 0.0f);
     std::fill(row + i + 1, row + seq, 0.0f);
   }
 }
@@ -115,15 +118,20 @@ Status checkLse(const char *op, const Tensor *lse, const AttentionShape &a) {
 }
 
 // One tile of scaled scores, S = scale * Q[i0, i0 + rows) K[j0, j0 + cols)^T,
-// [rows, cols], -inf where the key comes after the query.
+// [rows, cols], -inf where the key comes after the query or before its
+// window.
 void scoreTile(const AttentionShape &a, const float *qh, int64_t qld,
                const float *kh, int64_t kld, int64_t i0, int64_t rows,
                int64_t j0, int64_t cols, float *s) {
   gemm(false, true, rows, cols, a.headDim, a.scale(), qh + i0 * qld, qld,
        kh + j0 * kld, kld, 0.0f, s, cols);
-  for (int64_t r = 0; r < rows; ++r)
+  for (int64_t r = 0; r < rows; ++r) {
+    float *row = s + r * cols;
+    int64_t before = std::clamp<int64_t>(a.firstKey(i0 + r) - j0, 0, cols);
+    std::fill(row, row + before, -INFINITY);
     for (int64_t c = std::max<int64_t>(i0 + r + 1 - j0, 0); c < cols; ++c)
-      s[r * cols + c] = -INFINITY;
+      row[c] = -INFINITY;
+  }
 }
 
 // Scratch of the flash kernels for one tile (no larger than the sequence).
@@ -149,13 +157,19 @@ void flashRows(const AttentionShape &a, const float *qh, int64_t qld,
   std::fill(m, m + rows, -INFINITY);
   std::fill(l, l + rows, 0.0f);
   std::fill(acc, acc + rows * d, 0.0f);
-  for (int64_t j0 = 0; j0 < keys; j0 += kFlashTile) {
+  // The tiles before the first one holding a key of query i0 are masked.
+  int64_t first = a.firstKey(i0) / kFlashTile * kFlashTile;
+  for (int64_t j0 = first; j0 < keys; j0 += kFlashTile) {
     int64_t cols = std::min(kFlashTile, keys - j0);
     scoreTile(a, qh, qld, kh, kld, i0, rows, j0, cols, s);
     for (int64_t r = 0; r < rows; ++r) {
       float *row = s + r * cols;
-      // Key 0 precedes every query: m is finite after the first tile.
       float next = std::max(m[r], *std::max_element(row, row + cols));
+      if (next == -INFINITY) {
+        // No key of this row yet (its window starts in a later tile).
+        std::fill(row, row + cols, 0.0f);
+        continue;
+      }
       float correction = std::exp(m[r] - next), sum = 0.0f;
       for (int64_t c = 0; c < cols; ++c) {
         row[c] = std::exp(row[c] - next);
@@ -183,6 +197,15 @@ void flashRows(const AttentionShape &a, const float *qh, int64_t qld,
 
 float AttentionShape::scale() const { return 1.0f / std::sqrt(float(headDim)); }
 
+Status checkAttentionWindow(const char *op, int64_t window,
+                            AttentionShape &shape) {
+  if (window < 0)
+    return {std::string(op) + ": window must be >= 0 (0: none), found " +
+            std::to_string(window)};
+  shape.window = window;
+  return {};
+}
+
 Status checkAttentionForward(const Tensor &q, const Tensor &k, const Tensor &v,
                              int64_t numHeads, int64_t numKvHeads,
                              const Tensor &out, const Tensor *probs,
@@ -204,11 +227,12 @@ Status checkAttentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
 }
 
 Status attentionForward(const Tensor &q, const Tensor &k, const Tensor &v,
-                        int64_t numHeads, int64_t numKvHeads, const Tensor &out,
-                        const Tensor *probs) {
+                        int64_t numHeads, int64_t numKvHeads, int64_t window,
+                        const Tensor &out, const Tensor *probs) {
   AttentionShape a;
   ZEROC_RETURN_IF_ERROR(
       checkAttentionForward(q, k, v, numHeads, numKvHeads, out, probs, a));
+  ZEROC_RETURN_IF_ERROR(checkAttentionWindow("causal_attention", window, a));
   ScratchVector<float> qScratch, kScratch, vScratch, outScratch;
   const float *qf = readF32(q, qScratch);
   const float *kf = readF32(k, kScratch);
@@ -234,12 +258,14 @@ Status attentionForward(const Tensor &q, const Tensor &k, const Tensor &v,
 
 Status attentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
                          const Tensor &out, const Tensor &dout,
-                         int64_t numHeads, int64_t numKvHeads,
+                         int64_t numHeads, int64_t numKvHeads, int64_t window,
                          const Tensor *probs, const Tensor &dq,
                          const Tensor &dk, const Tensor &dv) {
   AttentionShape a;
   ZEROC_RETURN_IF_ERROR(checkAttentionBackward(
       q, k, v, out, dout, numHeads, numKvHeads, probs, dq, dk, dv, a));
+  ZEROC_RETURN_IF_ERROR(
+      checkAttentionWindow("causal_attention_backward", window, a));
   BackwardBuffers f(q, k, v, out, dout, dq, dk, dv);
   const float *qf = f.q, *kf = f.k, *vf = f.v, *of = f.out, *dof = f.dout;
   float *dqf = f.dq, *dkf = f.dk, *dvf = f.dv;
@@ -270,7 +296,8 @@ Status attentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
            dvf + kOffset, kw);
       gemm(false, true, seq, seq, d, 1.0f, doh, qw, vh, kw, 0.0f, dp.data(),
            seq);
-      // dS = P * (dP - D) * scale, in place of dP; zero above the diagonal.
+      // dS = P * (dP - D) * scale, in place of dP; zero above the diagonal
+      // (and before the window, where P is 0).
       for (int64_t i = 0; i < seq; ++i)
         for (int64_t j = 0; j < seq; ++j) {
           float &ds = dp[i * seq + j];
@@ -312,10 +339,12 @@ Status checkFlashAttentionBackward(const Tensor &q, const Tensor &k,
 
 Status flashAttentionForward(const Tensor &q, const Tensor &k, const Tensor &v,
                              int64_t numHeads, int64_t numKvHeads,
-                             const Tensor &out, const Tensor *lse) {
+                             int64_t window, const Tensor &out,
+                             const Tensor *lse) {
   AttentionShape a;
   ZEROC_RETURN_IF_ERROR(
       checkFlashAttentionForward(q, k, v, numHeads, numKvHeads, out, lse, a));
+  ZEROC_RETURN_IF_ERROR(checkAttentionWindow("causal_attention", window, a));
   ScratchVector<float> qScratch, kScratch, vScratch, outScratch;
   const float *qf = readF32(q, qScratch);
   const float *kf = readF32(k, kScratch);
@@ -343,11 +372,14 @@ Status flashAttentionForward(const Tensor &q, const Tensor &k, const Tensor &v,
 Status flashAttentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
                               const Tensor &out, const Tensor &dout,
                               int64_t numHeads, int64_t numKvHeads,
-                              const Tensor *lse, const Tensor &dq,
-                              const Tensor &dk, const Tensor &dv) {
+                              int64_t window, const Tensor *lse,
+                              const Tensor &dq, const Tensor &dk,
+                              const Tensor &dv) {
   AttentionShape a;
   ZEROC_RETURN_IF_ERROR(checkFlashAttentionBackward(
       q, k, v, out, dout, numHeads, numKvHeads, lse, dq, dk, dv, a));
+  ZEROC_RETURN_IF_ERROR(
+      checkAttentionWindow("causal_attention_backward", window, a));
   BackwardBuffers f(q, k, v, out, dout, dq, dk, dv);
   const float *qf = f.q, *kf = f.k, *vf = f.v, *of = f.out, *dof = f.dout;
   float *dqf = f.dq, *dkf = f.dk, *dvf = f.dv;
@@ -377,10 +409,12 @@ Status flashAttentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
           sum += doh[i * qw + c] * oh[i * qw + c];
         rowDot[i] = sum;
       }
-      // Key tile j0 is seen by query tiles from j0 on (causal).
+      // Key tile j0 is seen by query tiles from j0 on (causal), up to the
+      // last whose first query's window reaches into it.
       for (int64_t j0 = 0; j0 < seq; j0 += kFlashTile) {
         int64_t cols = std::min(kFlashTile, seq - j0);
-        for (int64_t i0 = j0; i0 < seq; i0 += kFlashTile) {
+        for (int64_t i0 = j0; i0 < seq && a.firstKey(i0) < j0 + cols;
+             i0 += kFlashTile) {
           int64_t rows = std::min(kFlashTile, seq - i0);
           // P = exp(S - L), 0 above the diagonal.
           scoreTile(a, qh, qw, kh, kw, i0, rows, j0, cols, p);

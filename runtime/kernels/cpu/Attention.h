@@ -27,6 +27,10 @@
 // P stays in f32 (it is never stored), so flash and materialized outputs
 // agree to f32 rounding in f32 and to the activation dtype's in 16 bits.
 //
+// A sliding window w > 0 (Mistral, Phi-3) limits query i to the keys
+// i - w < j <= i: P is 0 outside, and the flash kernels skip the tiles that
+// hold no visible key. w >= seq is no window; w = 0 means none.
+//
 //===----------------------------------------------------------------------===//
 
 #ifndef ZEROC_RUNTIME_KERNELS_CPU_ATTENTION_H
@@ -36,15 +40,15 @@
 
 namespace zeroc::cpu {
 
-/// `probs` may be null (nothing saved).
+/// `probs` may be null (nothing saved). `window` 0: none.
 Status attentionForward(const Tensor &q, const Tensor &k, const Tensor &v,
-                        int64_t numHeads, int64_t numKvHeads, const Tensor &out,
-                        const Tensor *probs);
+                        int64_t numHeads, int64_t numKvHeads, int64_t window,
+                        const Tensor &out, const Tensor *probs);
 
 /// `out` is the forward's result, `probs` what it saved (or null).
 Status attentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
                          const Tensor &out, const Tensor &dout,
-                         int64_t numHeads, int64_t numKvHeads,
+                         int64_t numHeads, int64_t numKvHeads, int64_t window,
                          const Tensor *probs, const Tensor &dq,
                          const Tensor &dk, const Tensor &dv);
 
@@ -52,14 +56,48 @@ Status attentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
 /// saved).
 Status flashAttentionForward(const Tensor &q, const Tensor &k, const Tensor &v,
                              int64_t numHeads, int64_t numKvHeads,
-                             const Tensor &out, const Tensor *lse);
+                             int64_t window, const Tensor &out,
+                             const Tensor *lse);
 
 /// `out` is the forward's result, `lse` what it saved (or null: recomputed).
 Status flashAttentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
                               const Tensor &out, const Tensor &dout,
                               int64_t numHeads, int64_t numKvHeads,
-                              const Tensor *lse, const Tensor &dq,
-                              const Tensor &dk, const Tensor &dv);
+                              int64_t window, const Tensor *lse,
+                              const Tensor &dq, const Tensor &dk,
+                              const Tensor &dv);
+
+/// The kernels above without a window.
+inline Status attentionForward(const Tensor &q, const Tensor &k,
+                               const Tensor &v, int64_t numHeads,
+                               int64_t numKvHeads, const Tensor &out,
+                               const Tensor *probs) {
+  return attentionForward(q, k, v, numHeads, numKvHeads, 0, out, probs);
+}
+inline Status attentionBackward(const Tensor &q, const Tensor &k,
+                                const Tensor &v, const Tensor &out,
+                                const Tensor &dout, int64_t numHeads,
+                                int64_t numKvHeads, const Tensor *probs,
+                                const Tensor &dq, const Tensor &dk,
+                                const Tensor &dv) {
+  return attentionBackward(q, k, v, out, dout, numHeads, numKvHeads, 0, probs,
+                           dq, dk, dv);
+}
+inline Status flashAttentionForward(const Tensor &q, const Tensor &k,
+                                    const Tensor &v, int64_t numHeads,
+                                    int64_t numKvHeads, const Tensor &out,
+                                    const Tensor *lse) {
+  return flashAttentionForward(q, k, v, numHeads, numKvHeads, 0, out, lse);
+}
+inline Status flashAttentionBackward(const Tensor &q, const Tensor &k,
+                                     const Tensor &v, const Tensor &out,
+                                     const Tensor &dout, int64_t numHeads,
+                                     int64_t numKvHeads, const Tensor *lse,
+                                     const Tensor &dq, const Tensor &dk,
+                                     const Tensor &dv) {
+  return flashAttentionBackward(q, k, v, out, dout, numHeads, numKvHeads, 0,
+                                lse, dq, dk, dv);
+}
 
 /// Queries and keys per tile of the flash kernels.
 inline constexpr int64_t kFlashTile = 64;
@@ -67,11 +105,20 @@ inline constexpr int64_t kFlashTile = 64;
 /// The sizes of one attention call, once its operands are checked.
 struct AttentionShape {
   int64_t batch = 0, seq = 0, heads = 0, kvHeads = 0, headDim = 0;
+  int64_t window = 0; ///< Sliding window; 0: none.
   int64_t qWidth() const { return heads * headDim; }
   int64_t kvWidth() const { return kvHeads * headDim; }
   int64_t group() const { return heads / kvHeads; }
   float scale() const;
+  /// The first key query i sees (its last is i).
+  int64_t firstKey(int64_t i) const {
+    return window > 0 && i >= window ? i - window + 1 : 0;
+  }
 };
+
+/// Checks a sliding window (>= 0) and records it in `shape`.
+Status checkAttentionWindow(const char *op, int64_t window,
+                            AttentionShape &shape);
 
 /// The argument checks of the kernels above, shared with the CUDA backend;
 /// on success `shape` holds the call's sizes.

@@ -139,12 +139,21 @@ Status layerNormBackward(const Tensor &x, const Tensor &weight,
   return {};
 }
 
+// The scale of an RMS norm: the weight, or 1 + weight (unit offset), f32.
+static void loadRmsScale(const Tensor &weight, int64_t n, bool unitOffset,
+                         float *w) {
+  loadF32(weight, 0, n, w);
+  if (unitOffset)
+    for (int64_t i = 0; i < n; ++i)
+      w[i] += 1.0f;
+}
+
 Status rmsNormForward(const Tensor &x, const Tensor &weight, float eps,
-                      const Tensor &y, float *saved) {
+                      bool unitOffset, const Tensor &y, float *saved) {
   ZEROC_RETURN_IF_ERROR(checkRmsNormForward(x, weight, y));
   int64_t rows = x.rows(), n = x.dim(-1);
   ScratchVector<float> w(n), row(n);
-  loadF32(weight, 0, n, w.data());
+  loadRmsScale(weight, n, unitOffset, w.data());
   for (int64_t r = 0; r < rows; ++r) {
     loadF32(x, r * n, n, row.data());
     float rrms = rmsNormStat(row.data(), n, eps);
@@ -158,13 +167,13 @@ Status rmsNormForward(const Tensor &x, const Tensor &weight, float eps,
 }
 
 Status rmsNormBackward(const Tensor &x, const Tensor &weight, const Tensor &dy,
-                       float eps, const float *saved, const Tensor &dx,
-                       const Tensor &dweight) {
+                       float eps, bool unitOffset, const float *saved,
+                       const Tensor &dx, const Tensor &dweight) {
   ZEROC_RETURN_IF_ERROR(checkRmsNormBackward(x, weight, dy, dx, dweight));
   int64_t rows = x.rows(), n = x.dim(-1);
   ScratchVector<float> w(n), dw(n, 0.0f);
   ScratchVector<float> xrow(n), dyrow(n);
-  loadF32(weight, 0, n, w.data());
+  loadRmsScale(weight, n, unitOffset, w.data());
   for (int64_t r = 0; r < rows; ++r) {
     loadF32(x, r * n, n, xrow.data());
     loadF32(dy, r * n, n, dyrow.data());

@@ -7,8 +7,9 @@
 //             dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),
 //             dweight = sum over rows of dy * xhat, dbias = sum of dy
 // rmsnorm:    xhat = x * rrms, rrms = 1 / sqrt(mean(x^2) + eps),
-//             y = xhat * weight
-//   backward: dx = rrms * (g - xhat * mean(g * xhat)),
+//             y = xhat * w, w = weight (or 1 + weight with unit_offset,
+//             Gemma's), all in f32 and y rounded once
+//   backward: g = dy * w, dx = rrms * (g - xhat * mean(g * xhat)),
 //             dweight = sum over rows of dy * xhat
 //
 // Statistics are f32 whatever the storage dtype (two passes: mean, then the
@@ -38,13 +39,25 @@ Status layerNormBackward(const Tensor &x, const Tensor &weight,
                          const Tensor &dx, const Tensor &dweight,
                          const Tensor &dbias);
 
-/// `saved` (rows floats: rrms) may be null.
+/// `saved` (rows floats: rrms) may be null. `unitOffset` scales by
+/// 1 + weight.
 Status rmsNormForward(const Tensor &x, const Tensor &weight, float eps,
-                      const Tensor &y, float *saved);
+                      bool unitOffset, const Tensor &y, float *saved);
 
 Status rmsNormBackward(const Tensor &x, const Tensor &weight, const Tensor &dy,
-                       float eps, const float *saved, const Tensor &dx,
-                       const Tensor &dweight);
+                       float eps, bool unitOffset, const float *saved,
+                       const Tensor &dx, const Tensor &dweight);
+
+/// Without unit offset (Llama's).
+inline Status rmsNormForward(const Tensor &x, const Tensor &weight, float eps,
+                             const Tensor &y, float *saved) {
+  return rmsNormForward(x, weight, eps, false, y, saved);
+}
+inline Status rmsNormBackward(const Tensor &x, const Tensor &weight,
+                              const Tensor &dy, float eps, const float *saved,
+                              const Tensor &dx, const Tensor &dweight) {
+  return rmsNormBackward(x, weight, dy, eps, false, saved, dx, dweight);
+}
 
 /// The argument checks of the kernels above, shared with the CUDA backend.
 Status checkLayerNormForward(const Tensor &x, const Tensor &weight,

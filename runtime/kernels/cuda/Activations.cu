@@ -1,4 +1,4 @@
-//===- Activations.cu - Elementwise ops on the GPU: GELU, SiLU, add, mul --===//
+//===- Activations.cu - Elementwise ops and copies on the GPU ------------===//
 
 #include "cuda/Activations.h"
 
@@ -49,6 +49,43 @@ struct Mul {
   __device__ float operator()(float a, float b) const { return a * b; }
 };
 
+struct Scale {
+  float c;
+  __device__ float operator()(float v, float) const { return v * c; }
+};
+
+// Columns [offset, offset + w) of `whole` [rows, n] to or from `piece`
+// [rows, w], one thread per element of the piece.
+__global__ void copyPieceKernel(void *whole, DType wholeType, int64_t n,
+                                int64_t offset, void *piece, DType pieceType,
+                                int64_t rows, int64_t w, bool intoPiece) {
+  for (int64_t e = globalThread(); e < rows * w; e += globalThreads()) {
+    int64_t at = e / w * n + offset + e % w;
+    if (intoPiece)
+      storeFromFloat(piece, pieceType, e, loadAsFloat(whole, wholeType, at));
+    else
+      storeFromFloat(whole, wholeType, at, loadAsFloat(piece, pieceType, e));
+  }
+}
+
+Status copyPieces(const char *op, const Tensor &whole,
+                  const std::vector<Tensor> &pieces, bool intoPieces,
+                  cudaStream_t stream) {
+  int64_t n = whole.shape.back(), rows = n ? whole.numel() / n : 0;
+  int64_t offset = 0;
+  for (const Tensor &p : pieces) {
+    int64_t w = p.shape.back();
+    if (rows * w > 0) {
+      copyPieceKernel<<<gridFor(rows * w), kThreads, 0, stream>>>(
+          whole.data, whole.dtype, n, offset, p.data, p.dtype, rows, w,
+          intoPieces);
+      ZEROC_RETURN_IF_ERROR(launchStatus(op));
+    }
+    offset += w;
+  }
+  return {};
+}
+
 template <typename F>
 Status unary(const char *op, const Tensor &x, const Tensor &y, F f,
              cudaStream_t stream) {
@@ -97,6 +134,24 @@ Status mul(const Tensor &lhs, const Tensor &rhs, const Tensor &out,
            cudaStream_t stream) {
   ZEROC_RETURN_IF_ERROR(cpu::checkMul(lhs, rhs, out));
   return binary("mul", lhs, rhs, out, Mul{}, stream);
+}
+
+Status scale(const Tensor &x, double factor, const Tensor &y,
+             cudaStream_t stream) {
+  ZEROC_RETURN_IF_ERROR(cpu::checkScale(x, factor, y));
+  return unary("scale", x, y, Scale{cpu::scaleFactor(factor, x.dtype)}, stream);
+}
+
+Status split(const Tensor &x, const std::vector<Tensor> &pieces,
+             cudaStream_t stream) {
+  ZEROC_RETURN_IF_ERROR(cpu::checkSplit("split", x, pieces));
+  return copyPieces("split", x, pieces, true, stream);
+}
+
+Status splitBackward(const std::vector<Tensor> &dpieces, const Tensor &dx,
+                     cudaStream_t stream) {
+  ZEROC_RETURN_IF_ERROR(cpu::checkSplit("split_backward", dx, dpieces));
+  return copyPieces("split_backward", dx, dpieces, false, stream);
 }
 
 } // namespace zeroc::cuda

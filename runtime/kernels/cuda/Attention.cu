@@ -13,26 +13,28 @@ namespace {
 constexpr int64_t kScoreBudgetBytes = int64_t(256) << 20;
 
 // P = causal softmax of each row of `scores` [rows, seq] (row R is query
-// position R % seq), in place, rounded to `roundType`, zero above the
-// diagonal; also stored into `probs` (its own dtype) when given. Each entry
-// is read and written by one thread.
+// position R % seq) over the keys it sees (its window's, with `window` > 0),
+// in place, rounded to `roundType`, zero elsewhere; also stored into `probs`
+// (its own dtype) when given. Each entry is read and written by one thread.
 __global__ void causalSoftmaxKernel(float *scores, int64_t rows, int64_t seq,
-                                    DType roundType, void *probs,
-                                    DType probsType) {
+                                    int64_t window, DType roundType,
+                                    void *probs, DType probsType) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     int64_t i = r % seq;
+    int64_t first = window > 0 && i >= window ? i - window + 1 : 0;
     float *row = scores + r * seq;
     float max = -INFINITY;
-    for (int64_t j = threadIdx.x; j <= i; j += blockDim.x)
+    for (int64_t j = first + threadIdx.x; j <= i; j += blockDim.x)
       max = fmaxf(max, row[j]);
     max = blockMax(max);
     float sum = 0.0f;
-    for (int64_t j = threadIdx.x; j <= i; j += blockDim.x)
+    for (int64_t j = first + threadIdx.x; j <= i; j += blockDim.x)
       sum += expf(row[j] - max);
     sum = blockSum(sum);
     for (int64_t j = threadIdx.x; j < seq; j += blockDim.x) {
-      float p =
-          j <= i ? roundToStorage(expf(row[j] - max) / sum, roundType) : 0.0f;
+      float p = j >= first && j <= i
+                    ? roundToStorage(expf(row[j] - max) / sum, roundType)
+                    : 0.0f;
       row[j] = p;
       if (probs)
         storeFromFloat(probs, probsType, r * seq + j, p);
@@ -61,7 +63,7 @@ __global__ void rowDotKernel(const void *dout, DType doutType, const void *out,
 }
 
 // dS = P * (dP - rowDot) * scale on and below the diagonal, 0 above, in
-// place of dP [rows, seq].
+// place of dP [rows, seq] (P is 0 before a window, and so is dS).
 __global__ void scoreGradKernel(const float *p, float *dp, const float *rowDot,
                                 int64_t rows, int64_t seq, float scale) {
   for (int64_t e = globalThread(); e < rows * seq; e += globalThreads()) {
@@ -140,7 +142,7 @@ struct Heads {
     int64_t rows = count * a.heads * a.seq;
     int threads = int(std::min<int64_t>(256, (a.seq + 31) / 32 * 32));
     causalSoftmaxKernel<<<rowGrid(rows), threads, 0, stream>>>(
-        scores, rows, a.seq, roundType,
+        scores, rows, a.seq, a.window, roundType,
         probs ? offsetData(*probs, first * perBatch()) : nullptr,
         probs ? probs->dtype : DType::F32);
     return launchStatus(op);
@@ -156,13 +158,14 @@ int64_t batchChunk(const cpu::AttentionShape &a) {
 } // namespace
 
 Status attentionForward(const Tensor &q, const Tensor &k, const Tensor &v,
-                        int64_t numHeads, int64_t numKvHeads, const Tensor &out,
-                        const Tensor *probs, KernelContext &ctx,
-                        cudaStream_t stream) {
+                        int64_t numHeads, int64_t numKvHeads, int64_t window,
+                        const Tensor &out, const Tensor *probs,
+                        KernelContext &ctx, cudaStream_t stream) {
   const char *op = "causal_attention";
   cpu::AttentionShape a;
   ZEROC_RETURN_IF_ERROR(
       cpu::checkAttentionForward(q, k, v, numHeads, numKvHeads, out, probs, a));
+  ZEROC_RETURN_IF_ERROR(cpu::checkAttentionWindow(op, window, a));
   if (a.batch == 0 || a.seq == 0)
     return {};
   Heads heads{op, a, ctx, stream};
@@ -191,7 +194,7 @@ Status attentionForward(const Tensor &q, const Tensor &k, const Tensor &v,
 
 Status attentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
                          const Tensor &out, const Tensor &dout,
-                         int64_t numHeads, int64_t numKvHeads,
+                         int64_t numHeads, int64_t numKvHeads, int64_t window,
                          const Tensor *probs, const Tensor &dq,
                          const Tensor &dk, const Tensor &dv, KernelContext &ctx,
                          cudaStream_t stream) {
@@ -199,6 +202,7 @@ Status attentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
   cpu::AttentionShape a;
   ZEROC_RETURN_IF_ERROR(cpu::checkAttentionBackward(
       q, k, v, out, dout, numHeads, numKvHeads, probs, dq, dk, dv, a));
+  ZEROC_RETURN_IF_ERROR(cpu::checkAttentionWindow(op, window, a));
   if (a.batch == 0 || a.seq == 0)
     return {};
   Heads heads{op, a, ctx, stream};

@@ -3,8 +3,9 @@
 // cpu/Attention.h on device data: the same math, head layout, grouped-query
 // sharing, checks, and the same saved state: `probs` [batch, heads, seq, seq]
 // in its own dtype, P rounded to the activation dtype (out's) before P V,
-// zeros above the diagonal. The backward reads `probs` or, when null,
-// recomputes P with the forward's own calls (the same result).
+// zeros above the diagonal (and before a sliding window). The backward reads
+// `probs` or, when null, recomputes P with the forward's own calls (the same
+// result).
 //
 // Like the CPU kernels, this computes in f32 throughout: 16-bit operands are
 // widened into f32 scratch, the six products per (batch, head) are strided
@@ -25,16 +26,16 @@
 
 namespace zeroc::cuda {
 
-/// `probs` may be null (nothing saved).
+/// `probs` may be null (nothing saved). `window` 0: none.
 Status attentionForward(const Tensor &q, const Tensor &k, const Tensor &v,
-                        int64_t numHeads, int64_t numKvHeads, const Tensor &out,
-                        const Tensor *probs, KernelContext &ctx,
-                        cudaStream_t stream);
+                        int64_t numHeads, int64_t numKvHeads, int64_t window,
+                        const Tensor &out, const Tensor *probs,
+                        KernelContext &ctx, cudaStream_t stream);
 
 /// `out` is the forward's result, `probs` what it saved (or null).
 Status attentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
                          const Tensor &out, const Tensor &dout,
-                         int64_t numHeads, int64_t numKvHeads,
+                         int64_t numHeads, int64_t numKvHeads, int64_t window,
                          const Tensor *probs, const Tensor &dq,
                          const Tensor &dk, const Tensor &dv, KernelContext &ctx,
                          cudaStream_t stream);
@@ -43,16 +44,56 @@ Status attentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
 /// [batch, heads, seq] f32 may be null.
 Status flashAttentionForward(const Tensor &q, const Tensor &k, const Tensor &v,
                              int64_t numHeads, int64_t numKvHeads,
-                             const Tensor &out, const Tensor *lse,
-                             KernelContext &ctx, cudaStream_t stream);
+                             int64_t window, const Tensor &out,
+                             const Tensor *lse, KernelContext &ctx,
+                             cudaStream_t stream);
 
 /// cpu::flashAttentionBackward on the GPU; `lse` null recomputes it.
 Status flashAttentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
                               const Tensor &out, const Tensor &dout,
                               int64_t numHeads, int64_t numKvHeads,
-                              const Tensor *lse, const Tensor &dq,
-                              const Tensor &dk, const Tensor &dv,
-                              KernelContext &ctx, cudaStream_t stream);
+                              int64_t window, const Tensor *lse,
+                              const Tensor &dq, const Tensor &dk,
+                              const Tensor &dv, KernelContext &ctx,
+                              cudaStream_t stream);
+
+/// The kernels above without a window.
+inline Status attentionForward(const Tensor &q, const Tensor &k,
+                               const Tensor &v, int64_t numHeads,
+                               int64_t numKvHeads, const Tensor &out,
+                               const Tensor *probs, KernelContext &ctx,
+                               cudaStream_t stream) {
+  return attentionForward(q, k, v, numHeads, numKvHeads, 0, out, probs, ctx,
+                          stream);
+}
+inline Status attentionBackward(const Tensor &q, const Tensor &k,
+                                const Tensor &v, const Tensor &out,
+                                const Tensor &dout, int64_t numHeads,
+                                int64_t numKvHeads, const Tensor *probs,
+                                const Tensor &dq, const Tensor &dk,
+                                const Tensor &dv, KernelContext &ctx,
+                                cudaStream_t stream) {
+  return attentionBackward(q, k, v, out, dout, numHeads, numKvHeads, 0, probs,
+                           dq, dk, dv, ctx, stream);
+}
+inline Status flashAttentionForward(const Tensor &q, const Tensor &k,
+                                    const Tensor &v, int64_t numHeads,
+                                    int64_t numKvHeads, const Tensor &out,
+                                    const Tensor *lse, KernelContext &ctx,
+                                    cudaStream_t stream) {
+  return flashAttentionForward(q, k, v, numHeads, numKvHeads, 0, out, lse, ctx,
+                               stream);
+}
+inline Status flashAttentionBackward(const Tensor &q, const Tensor &k,
+                                     const Tensor &v, const Tensor &out,
+                                     const Tensor &dout, int64_t numHeads,
+                                     int64_t numKvHeads, const Tensor *lse,
+                                     const Tensor &dq, const Tensor &dk,
+                                     const Tensor &dv, KernelContext &ctx,
+                                     cudaStream_t stream) {
+  return flashAttentionBackward(q, k, v, out, dout, numHeads, numKvHeads, 0,
+                                lse, dq, dk, dv, ctx, stream);
+}
 
 } // namespace zeroc::cuda
 

@@ -8,7 +8,9 @@
 // training call takes no scratch memory. Written for correctness first:
 // no shared-memory tiling or tensor cores yet (docs/gpu-kernels.md).
 // Deterministic: dK and dV are summed per key row by one warp, over the
-// query heads of a group in head order, then the queries in order.
+// query heads of a group in head order, then the queries in order. A
+// sliding window (`window` > 0) bounds each row's loop to the keys (or, for
+// dK and dV, the queries) it pairs with: i - window < j <= i.
 //
 //===----------------------------------------------------------------------===//
 
@@ -28,9 +30,17 @@ constexpr int64_t kMaxHeadDim = 32 * kMaxColumnsPerLane;
 struct FlashArgs {
   const void *q, *k, *v, *out, *dout;
   DType qType, kType, vType, outType, doutType;
-  int64_t batch, seq, heads, kvHeads, headDim;
+  int64_t batch, seq, heads, kvHeads, headDim, window;
   float scale;
 
+  // The keys query i sees are firstKey(i) .. i; the queries key j is seen
+  // by are j .. lastQuery(j).
+  __device__ int64_t firstKey(int64_t i) const {
+    return window > 0 && i >= window ? i - window + 1 : 0;
+  }
+  __device__ int64_t lastQuery(int64_t j) const {
+    return window > 0 && j + window < seq ? j + window - 1 : seq - 1;
+  }
   __device__ int64_t qWidth() const { return heads * headDim; }
   __device__ int64_t kvWidth() const { return kvHeads * headDim; }
   __device__ int64_t group() const { return heads / kvHeads; }
@@ -84,8 +94,8 @@ __device__ __forceinline__ void storeRow(void *p, DType t, int64_t base,
   }
 }
 
-// Row r = (b * heads + h) * seq + i: the online softmax over keys 0..i,
-// lse[r] = m + log l, and with `out` the output row.
+// Row r = (b * heads + h) * seq + i: the online softmax over the keys
+// firstKey(i)..i, lse[r] = m + log l, and with `out` the output row.
 __global__ void flashForwardKernel(FlashArgs a, void *out, DType outType,
                                    float *lse) {
   int64_t rows = a.batch * a.heads * a.seq, d = a.headDim;
@@ -96,7 +106,7 @@ __global__ void flashForwardKernel(FlashArgs a, void *out, DType outType,
     float q[kMaxColumnsPerLane], acc[kMaxColumnsPerLane] = {};
     loadRow(a.q, a.qType, qBase, d, q);
     float m = -INFINITY, l = 0.0f;
-    for (int64_t j = 0; j <= i; ++j) {
+    for (int64_t j = a.firstKey(i); j <= i; ++j) {
       int64_t kBase = (b * a.seq + j) * a.kvWidth() + kvHead;
       float s = dotRow(q, a.k, a.kType, kBase, d) * a.scale;
       float next = fmaxf(m, s), correction = expf(m - next);
@@ -121,7 +131,7 @@ __global__ void flashForwardKernel(FlashArgs a, void *out, DType outType,
   }
 }
 
-// dQ of row r: sum over keys j <= i of dS[i, j] K[j], with
+// dQ of row r: sum over keys firstKey(i) <= j <= i of dS[i, j] K[j], with
 // P = exp(S - L), dS = P * (dout . v_j - D) * scale, D = dout . out.
 __global__ void flashGradQueryKernel(FlashArgs a, const float *lse, void *dq,
                                      DType dqType) {
@@ -135,7 +145,7 @@ __global__ void flashGradQueryKernel(FlashArgs a, const float *lse, void *dq,
     loadRow(a.q, a.qType, qBase, d, q);
     loadRow(a.dout, a.doutType, qBase, d, dout);
     float rowDot = dotRow(dout, a.out, a.outType, qBase, d);
-    for (int64_t j = 0; j <= i; ++j) {
+    for (int64_t j = a.firstKey(i); j <= i; ++j) {
       int64_t kBase = (b * a.seq + j) * a.kvWidth() + kvHead;
       float p = expf(dotRow(q, a.k, a.kType, kBase, d) * a.scale - lse[r]);
       float dp = dotRow(dout, a.v, a.vType, kBase, d);
@@ -146,7 +156,8 @@ __global__ void flashGradQueryKernel(FlashArgs a, const float *lse, void *dq,
 }
 
 // dK and dV of key row (b, g, j): over the query heads h of kv head g and
-// the queries i >= j, dV += P[i, j] dout_i and dK += dS[i, j] q_i.
+// the queries j <= i <= lastQuery(j), dV += P[i, j] dout_i and
+// dK += dS[i, j] q_i.
 __global__ void flashGradKeyValueKernel(FlashArgs a, const float *lse, void *dk,
                                         DType dkType, void *dv, DType dvType) {
   int64_t rows = a.batch * a.kvHeads * a.seq, d = a.headDim;
@@ -159,7 +170,7 @@ __global__ void flashGradKeyValueKernel(FlashArgs a, const float *lse, void *dk,
     loadRow(a.k, a.kType, kBase, d, k);
     loadRow(a.v, a.vType, kBase, d, v);
     for (int64_t h = g * a.group(); h < (g + 1) * a.group(); ++h)
-      for (int64_t i = j; i < a.seq; ++i) {
+      for (int64_t i = j; i <= a.lastQuery(j); ++i) {
         int64_t qBase = (b * a.seq + i) * a.qWidth() + h * d;
         float L = lse[(b * a.heads + h) * a.seq + i];
         float p = expf(dotRow(k, a.q, a.qType, qBase, d) * a.scale - L);
@@ -202,6 +213,7 @@ FlashArgs flashArgs(const cpu::AttentionShape &a, const Tensor &q,
           a.heads,
           a.kvHeads,
           a.headDim,
+          a.window,
           a.scale()};
 }
 
@@ -211,12 +223,14 @@ unsigned warpGrid(int64_t rows) { return gridFor(rows * 32); }
 
 Status flashAttentionForward(const Tensor &q, const Tensor &k, const Tensor &v,
                              int64_t numHeads, int64_t numKvHeads,
-                             const Tensor &out, const Tensor *lse,
-                             KernelContext &, cudaStream_t stream) {
+                             int64_t window, const Tensor &out,
+                             const Tensor *lse, KernelContext &,
+                             cudaStream_t stream) {
   const char *op = "causal_attention";
   cpu::AttentionShape a;
   ZEROC_RETURN_IF_ERROR(cpu::checkFlashAttentionForward(
       q, k, v, numHeads, numKvHeads, out, lse, a));
+  ZEROC_RETURN_IF_ERROR(cpu::checkAttentionWindow(op, window, a));
   ZEROC_RETURN_IF_ERROR(checkHeadDim(op, a));
   int64_t rows = a.batch * a.heads * a.seq;
   if (rows == 0)
@@ -230,13 +244,15 @@ Status flashAttentionForward(const Tensor &q, const Tensor &k, const Tensor &v,
 Status flashAttentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
                               const Tensor &out, const Tensor &dout,
                               int64_t numHeads, int64_t numKvHeads,
-                              const Tensor *lse, const Tensor &dq,
-                              const Tensor &dk, const Tensor &dv,
-                              KernelContext &, cudaStream_t stream) {
+                              int64_t window, const Tensor *lse,
+                              const Tensor &dq, const Tensor &dk,
+                              const Tensor &dv, KernelContext &,
+                              cudaStream_t stream) {
   const char *op = "causal_attention_backward";
   cpu::AttentionShape a;
   ZEROC_RETURN_IF_ERROR(cpu::checkFlashAttentionBackward(
       q, k, v, out, dout, numHeads, numKvHeads, lse, dq, dk, dv, a));
+  ZEROC_RETURN_IF_ERROR(cpu::checkAttentionWindow(op, window, a));
   ZEROC_RETURN_IF_ERROR(checkHeadDim(op, a));
   int64_t rows = a.batch * a.heads * a.seq;
   if (rows == 0)

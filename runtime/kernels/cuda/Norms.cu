@@ -109,15 +109,21 @@ __global__ void layerNormBackwardKernel(const void *x, DType xType,
   }
 }
 
+// The scale of an RMS norm, f32: the weight, or 1 + weight (unit offset).
+__device__ __forceinline__ float rmsScale(const void *w, DType wType, int64_t i,
+                                          float offset) {
+  return loadAsFloat(w, wType, i) + offset;
+}
+
 __global__ void rmsNormForwardKernel(const void *x, DType xType, const void *w,
-                                     DType wType, void *y, DType yType,
-                                     int64_t rows, int64_t n, float eps,
-                                     float *saved) {
+                                     DType wType, float offset, void *y,
+                                     DType yType, int64_t rows, int64_t n,
+                                     float eps, float *saved) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     float rrms = rmsNormStat(x, xType, r * n, n, eps);
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
       float v = loadAsFloat(x, xType, r * n + i) * rrms;
-      storeFromFloat(y, yType, r * n + i, v * loadAsFloat(w, wType, i));
+      storeFromFloat(y, yType, r * n + i, v * rmsScale(w, wType, i, offset));
     }
     if (saved && threadIdx.x == 0)
       saved[r] = rrms;
@@ -125,21 +131,23 @@ __global__ void rmsNormForwardKernel(const void *x, DType xType, const void *w,
 }
 
 __global__ void rmsNormBackwardKernel(const void *x, DType xType, const void *w,
-                                      DType wType, const void *dy, DType dyType,
-                                      void *dx, DType dxType, int64_t rows,
-                                      int64_t n, const float *stats) {
+                                      DType wType, float offset, const void *dy,
+                                      DType dyType, void *dx, DType dxType,
+                                      int64_t rows, int64_t n,
+                                      const float *stats) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     float rrms = stats[r];
     float sumGXhat = 0.0f;
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
       float xhat = loadAsFloat(x, xType, r * n + i) * rrms;
-      sumGXhat +=
-          loadAsFloat(dy, dyType, r * n + i) * loadAsFloat(w, wType, i) * xhat;
+      sumGXhat += loadAsFloat(dy, dyType, r * n + i) *
+                  rmsScale(w, wType, i, offset) * xhat;
     }
     float meanGXhat = blockSum(sumGXhat) / float(n);
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
       float xhat = loadAsFloat(x, xType, r * n + i) * rrms;
-      float g = loadAsFloat(dy, dyType, r * n + i) * loadAsFloat(w, wType, i);
+      float g =
+          loadAsFloat(dy, dyType, r * n + i) * rmsScale(w, wType, i, offset);
       storeFromFloat(dx, dxType, r * n + i, rrms * (g - xhat * meanGXhat));
     }
   }
@@ -230,20 +238,22 @@ Status layerNormBackward(const Tensor &x, const Tensor &weight,
 }
 
 Status rmsNormForward(const Tensor &x, const Tensor &weight, float eps,
-                      const Tensor &y, float *saved, cudaStream_t stream) {
+                      bool unitOffset, const Tensor &y, float *saved,
+                      cudaStream_t stream) {
   ZEROC_RETURN_IF_ERROR(cpu::checkRmsNormForward(x, weight, y));
   int64_t rows = x.rows(), n = x.dim(-1);
   if (rows == 0)
     return {};
   rmsNormForwardKernel<<<rowGrid(rows), kNormThreads, 0, stream>>>(
-      x.data, x.dtype, weight.data, weight.dtype, y.data, y.dtype, rows, n, eps,
-      saved);
+      x.data, x.dtype, weight.data, weight.dtype, unitOffset ? 1.0f : 0.0f,
+      y.data, y.dtype, rows, n, eps, saved);
   return launchStatus("rmsnorm");
 }
 
 Status rmsNormBackward(const Tensor &x, const Tensor &weight, const Tensor &dy,
-                       float eps, const float *saved, const Tensor &dx,
-                       const Tensor &dweight, cudaStream_t stream) {
+                       float eps, bool unitOffset, const float *saved,
+                       const Tensor &dx, const Tensor &dweight,
+                       cudaStream_t stream) {
   const char *op = "rmsnorm_backward";
   ZEROC_RETURN_IF_ERROR(cpu::checkRmsNormBackward(x, weight, dy, dx, dweight));
   int64_t rows = x.rows(), n = x.dim(-1);
@@ -259,8 +269,8 @@ Status rmsNormBackward(const Tensor &x, const Tensor &weight, const Tensor &dy,
   if (rows == 0)
     return {};
   rmsNormBackwardKernel<<<rowGrid(rows), kNormThreads, 0, stream>>>(
-      x.data, x.dtype, weight.data, weight.dtype, dy.data, dy.dtype, dx.data,
-      dx.dtype, rows, n, stats);
+      x.data, x.dtype, weight.data, weight.dtype, unitOffset ? 1.0f : 0.0f,
+      dy.data, dy.dtype, dx.data, dx.dtype, rows, n, stats);
   return launchStatus(op);
 }
 

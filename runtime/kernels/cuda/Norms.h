@@ -28,13 +28,29 @@ Status layerNormBackward(const Tensor &x, const Tensor &weight,
                          const Tensor &dx, const Tensor &dweight,
                          const Tensor &dbias, cudaStream_t stream);
 
-/// `saved` (device, rows floats: rrms) may be null.
+/// `saved` (device, rows floats: rrms) may be null; `unitOffset` scales by
+/// 1 + weight (Gemma).
 Status rmsNormForward(const Tensor &x, const Tensor &weight, float eps,
-                      const Tensor &y, float *saved, cudaStream_t stream);
+                      bool unitOffset, const Tensor &y, float *saved,
+                      cudaStream_t stream);
 
 Status rmsNormBackward(const Tensor &x, const Tensor &weight, const Tensor &dy,
-                       float eps, const float *saved, const Tensor &dx,
-                       const Tensor &dweight, cudaStream_t stream);
+                       float eps, bool unitOffset, const float *saved,
+                       const Tensor &dx, const Tensor &dweight,
+                       cudaStream_t stream);
+
+/// Without unit offset (Llama's).
+inline Status rmsNormForward(const Tensor &x, const Tensor &weight, float eps,
+                             const Tensor &y, float *saved,
+                             cudaStream_t stream) {
+  return rmsNormForward(x, weight, eps, false, y, saved, stream);
+}
+inline Status rmsNormBackward(const Tensor &x, const Tensor &weight,
+                              const Tensor &dy, float eps, const float *saved,
+                              const Tensor &dx, const Tensor &dweight,
+                              cudaStream_t stream) {
+  return rmsNormBackward(x, weight, dy, eps, false, saved, dx, dweight, stream);
+}
 
 } // namespace zeroc::cuda
 

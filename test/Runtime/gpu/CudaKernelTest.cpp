@@ -336,6 +336,58 @@ TEST_F(CudaKernels, ActivationsMatchTheCpu) {
   }
 }
 
+// Gemma's embedding scale and Phi-3's split and its backward: one rounding
+// (or a copy), so bit for bit.
+TEST_F(CudaKernels, ScaleAndSplitMatchTheCpuBitForBit) {
+  for (DType t : {DType::F32, DType::BF16, DType::F16}) {
+    Host x = random({3, 5, 24}, t, 9, -4.0f, 4.0f);
+    auto xd = up(x);
+    Host y(x.view.shape, t);
+    ASSERT_OK(cpu::scale(x, std::sqrt(3072.0), y));
+    Device yd(y.view);
+    ASSERT_OK(cuda::scale(*xd, std::sqrt(3072.0), yd, stream));
+    expectExact(down(yd), y, "scale " + name(t));
+
+    Host a({3, 5, 16}, t), b({3, 5, 4}, t), c({3, 5, 4}, t);
+    ASSERT_OK(cpu::split(x, {a.view, b.view, c.view}));
+    Device ad(a.view), bd(b.view), cd(c.view);
+    ASSERT_OK(cuda::split(*xd, {ad.view, bd.view, cd.view}, stream));
+    expectExact(down(ad), a, "split piece 0 " + name(t));
+    expectExact(down(bd), b, "split piece 1 " + name(t));
+    expectExact(down(cd), c, "split piece 2 " + name(t));
+    Device back(x.view);
+    ASSERT_OK(
+        cuda::splitBackward({ad.view, bd.view, cd.view}, back.view, stream));
+    expectExact(down(back), x, "split_backward " + name(t));
+  }
+}
+
+// Gemma's RMSNorm (scale 1 + weight) against the CPU's.
+TEST_F(CudaKernels, RmsNormUnitOffsetMatchesTheCpu) {
+  for (DType t : {DType::F32, DType::BF16}) {
+    const float eps = 1e-6f;
+    Host x = random({3, 13, 300}, t, 22, -2.0f, 3.0f);
+    Host w = random({300}, t, 23);
+    Host dy = random({3, 13, 300}, t, 24);
+    auto xd = up(x), wd = up(w), dyd = up(dy);
+    Host y(x.view.shape, t), saved({39});
+    ASSERT_OK(cpu::rmsNormForward(x, w, eps, true, y, saved.view.f32()));
+    Device yd(y.view);
+    auto savedD = floats(39);
+    ASSERT_OK(cuda::rmsNormForward(*xd, *wd, eps, true, yd, savedD->view.f32(),
+                                   stream));
+    expectClose(down(yd), y, kF32Tolerance, "y " + name(t));
+    Host dx(x.view.shape, t), dw(w.view.shape, t);
+    ASSERT_OK(
+        cpu::rmsNormBackward(x, w, dy, eps, true, saved.view.f32(), dx, dw));
+    Device dxd(dx.view), dwd(dw.view);
+    ASSERT_OK(cuda::rmsNormBackward(*xd, *wd, *dyd, eps, true,
+                                    savedD->view.f32(), dxd, dwd, stream));
+    expectClose(down(dxd), dx, kBackwardTolerance, "dx " + name(t));
+    expectClose(down(dwd), dw, kBackwardTolerance, "dweight " + name(t));
+  }
+}
+
 TEST_F(CudaKernels, ElementwiseInPlaceEqualsOutOfPlace) {
   Host x = random({5, 77}, DType::BF16, 9, -3.0f, 3.0f);
   Host dy = random({5, 77}, DType::F32, 10);
@@ -619,12 +671,13 @@ TEST_F(CudaKernels, RotaryMatchesTheCpu) {
 struct AttentionCase {
   DType dtype;
   int64_t batch, seq, heads, kvHeads, headDim;
+  int64_t window = 0; ///< Sliding window (Mistral, Phi-3); 0: none.
 };
 
 void PrintTo(const AttentionCase &c, std::ostream *os) {
   *os << dtypeName(c.dtype) << " batch " << c.batch << " seq " << c.seq
       << " heads " << c.heads << " kv heads " << c.kvHeads << " head dim "
-      << c.headDim;
+      << c.headDim << " window " << c.window;
 }
 
 class CudaAttention : public CudaKernels,
@@ -641,12 +694,12 @@ TEST_P(CudaAttention, MatchesTheCpu) {
   auto qd = up(q), kd = up(k), vd = up(v), doutd = up(dout);
 
   Host out(q.view.shape, t), probs({c.batch, c.heads, c.seq, c.seq}, t);
-  ASSERT_OK(
-      cpu::attentionForward(q, k, v, c.heads, c.kvHeads, out, &probs.view));
+  ASSERT_OK(cpu::attentionForward(q, k, v, c.heads, c.kvHeads, c.window, out,
+                                  &probs.view));
   Device outd(out.view), probsd(probs.view), outNoProbs(out.view);
-  ASSERT_OK(cuda::attentionForward(*qd, *kd, *vd, c.heads, c.kvHeads, outd,
-                                   &probsd.view, ctx, stream));
-  ASSERT_OK(cuda::attentionForward(*qd, *kd, *vd, c.heads, c.kvHeads,
+  ASSERT_OK(cuda::attentionForward(*qd, *kd, *vd, c.heads, c.kvHeads, c.window,
+                                   outd, &probsd.view, ctx, stream));
+  ASSERT_OK(cuda::attentionForward(*qd, *kd, *vd, c.heads, c.kvHeads, c.window,
                                    outNoProbs, nullptr, ctx, stream));
   Host gout = down(outd);
   expectClose(gout, out, kF32Tolerance, "out");
@@ -655,12 +708,12 @@ TEST_P(CudaAttention, MatchesTheCpu) {
 
   Host dq(q.view.shape, t), dk(k.view.shape, t), dv(v.view.shape, t);
   ASSERT_OK(cpu::attentionBackward(q, k, v, out, dout, c.heads, c.kvHeads,
-                                   &probs.view, dq, dk, dv));
+                                   c.window, &probs.view, dq, dk, dv));
   // The backward reads the GPU's own forward, as a runtime would.
   Device dqd(dq.view), dkd(dk.view), dvd(dv.view);
   ASSERT_OK(cuda::attentionBackward(*qd, *kd, *vd, outd, *doutd, c.heads,
-                                    c.kvHeads, &probsd.view, dqd, dkd, dvd, ctx,
-                                    stream));
+                                    c.kvHeads, c.window, &probsd.view, dqd, dkd,
+                                    dvd, ctx, stream));
   Host gdq = down(dqd), gdk = down(dkd), gdv = down(dvd);
   expectClose(gdq, dq, kBackwardTolerance, "dq");
   expectClose(gdk, dk, kBackwardTolerance, "dk");
@@ -668,8 +721,8 @@ TEST_P(CudaAttention, MatchesTheCpu) {
 
   Device dq2(dq.view), dk2(dk.view), dv2(dv.view);
   ASSERT_OK(cuda::attentionBackward(*qd, *kd, *vd, outd, *doutd, c.heads,
-                                    c.kvHeads, nullptr, dq2, dk2, dv2, ctx,
-                                    stream));
+                                    c.kvHeads, c.window, nullptr, dq2, dk2, dv2,
+                                    ctx, stream));
   expectExact(down(dq2), gdq, "dq recomputed");
   expectExact(down(dk2), gdk, "dk recomputed");
   expectExact(down(dv2), gdv, "dv recomputed");
@@ -689,13 +742,15 @@ TEST_P(CudaAttention, FlashMatchesTheCpu) {
   auto qd = up(q), kd = up(k), vd = up(v), doutd = up(dout);
 
   Host out(q.view.shape, t), lse({c.batch, c.heads, c.seq}, DType::F32);
-  ASSERT_OK(
-      cpu::flashAttentionForward(q, k, v, c.heads, c.kvHeads, out, &lse.view));
+  ASSERT_OK(cpu::flashAttentionForward(q, k, v, c.heads, c.kvHeads, c.window,
+                                       out, &lse.view));
   Device outd(out.view), lsed(lse.view), outNoLse(out.view);
-  ASSERT_OK(cuda::flashAttentionForward(*qd, *kd, *vd, c.heads, c.kvHeads, outd,
-                                        &lsed.view, ctx, stream));
   ASSERT_OK(cuda::flashAttentionForward(*qd, *kd, *vd, c.heads, c.kvHeads,
-                                        outNoLse, nullptr, ctx, stream));
+                                        c.window, outd, &lsed.view, ctx,
+                                        stream));
+  ASSERT_OK(cuda::flashAttentionForward(*qd, *kd, *vd, c.heads, c.kvHeads,
+                                        c.window, outNoLse, nullptr, ctx,
+                                        stream));
   Host gout = down(outd);
   expectClose(gout, out, kF32Tolerance, "flash out");
   expectClose(down(lsed), lse, kF32Tolerance, "flash lse");
@@ -703,11 +758,11 @@ TEST_P(CudaAttention, FlashMatchesTheCpu) {
 
   Host dq(q.view.shape, t), dk(k.view.shape, t), dv(v.view.shape, t);
   ASSERT_OK(cpu::flashAttentionBackward(q, k, v, out, dout, c.heads, c.kvHeads,
-                                        &lse.view, dq, dk, dv));
+                                        c.window, &lse.view, dq, dk, dv));
   Device dqd(dq.view), dkd(dk.view), dvd(dv.view);
   ASSERT_OK(cuda::flashAttentionBackward(*qd, *kd, *vd, outd, *doutd, c.heads,
-                                         c.kvHeads, &lsed.view, dqd, dkd, dvd,
-                                         ctx, stream));
+                                         c.kvHeads, c.window, &lsed.view, dqd,
+                                         dkd, dvd, ctx, stream));
   Host gdq = down(dqd), gdk = down(dkd), gdv = down(dvd);
   expectClose(gdq, dq, kBackwardTolerance, "flash dq");
   expectClose(gdk, dk, kBackwardTolerance, "flash dk");
@@ -715,8 +770,8 @@ TEST_P(CudaAttention, FlashMatchesTheCpu) {
 
   Device dq2(dq.view), dk2(dk.view), dv2(dv.view);
   ASSERT_OK(cuda::flashAttentionBackward(*qd, *kd, *vd, outd, *doutd, c.heads,
-                                         c.kvHeads, nullptr, dq2, dk2, dv2, ctx,
-                                         stream));
+                                         c.kvHeads, c.window, nullptr, dq2, dk2,
+                                         dv2, ctx, stream));
   expectExact(down(dq2), gdq, "flash dq recomputed");
   expectExact(down(dk2), gdk, "flash dk recomputed");
   expectExact(down(dv2), gdv, "flash dv recomputed");
@@ -731,12 +786,19 @@ INSTANTIATE_TEST_SUITE_P(
                       AttentionCase{DType::BF16, 2, 33, 4, 2, 16},
                       AttentionCase{DType::F16, 2, 40, 2, 2, 32},
                       // Rows longer than a softmax block (256 threads).
-                      AttentionCase{DType::F32, 2, 300, 2, 1, 16}),
+                      AttentionCase{DType::F32, 2, 300, 2, 1, 16},
+                      // Sliding windows: shorter than the sequence, of one
+                      // position, and longer than it (no window).
+                      AttentionCase{DType::F32, 2, 33, 4, 2, 16, 7},
+                      AttentionCase{DType::F32, 1, 20, 4, 1, 8, 1},
+                      AttentionCase{DType::BF16, 2, 33, 4, 2, 16, 40},
+                      AttentionCase{DType::F32, 2, 300, 2, 1, 16, 257}),
     [](const auto &info) {
       const AttentionCase &c = info.param;
       return name(c.dtype) + "_b" + std::to_string(c.batch) + "_s" +
              std::to_string(c.seq) + "_h" + std::to_string(c.heads) + "_kv" +
-             std::to_string(c.kvHeads) + "_d" + std::to_string(c.headDim);
+             std::to_string(c.kvHeads) + "_d" + std::to_string(c.headDim) +
+             (c.window ? "_w" + std::to_string(c.window) : "");
     });
 
 //===----------------------------------------------------------------------===//
