@@ -300,11 +300,11 @@ struct AdamAttrs {
 };
 
 using PlanOpAttrs =
-    std::variant<NoAttrs, AddAttrs, NormAttrs, RMSNormAttrs, ScaleAttrs, RotaryAttrs,
-                 AttentionAttrs, BackwardSeedAttrs, ReadAttrs, AccumulateAttrs,
-                 TensorListAttrs, AllGatherAttrs, ReduceScatterAttrs,
-                 TargetListAttrs, CopyAttrs, UnscaleGradsAttrs,
-                 ClipGradNormAttrs, AdamAttrs>;
+    std::variant<NoAttrs, AddAttrs, NormAttrs, RMSNormAttrs, ScaleAttrs,
+                 RotaryAttrs, AttentionAttrs, BackwardSeedAttrs, ReadAttrs,
+                 AccumulateAttrs, TensorListAttrs, AllGatherAttrs,
+                 ReduceScatterAttrs, TargetListAttrs, CopyAttrs,
+                 UnscaleGradsAttrs, ClipGradNormAttrs, AdamAttrs>;
 
 /// The attributes of `kind`, default-initialized (the struct its kind takes).
 PlanOpAttrs defaultAttrs(OpKind kind);
