@@ -916,12 +916,8 @@ std::optional<int64_t> Search::keptAtLeast(const RecomputePolicy &policy,
     return std::nullopt;
   int64_t bytes = 0;
   for (const LayerStats &layer : req.stats->layers) {
-    llvm::StringRef last =
-        llvm::StringRef(layer.name).substr(layer.name.rfind('.') + 1);
-    int64_t index = 0;
-    bool numbered = !last.empty() && llvm::all_of(last, llvm::isDigit) &&
-                    !last.getAsInteger(10, index);
-    if (!numbered || !policy.checkpoints(index))
+    std::optional<int64_t> index = layerNumber(layer.name);
+    if (!index || !policy.checkpoints(*index))
       bytes += layer.savedBytes;
   }
   return bytes / req.stats->batch * micro;

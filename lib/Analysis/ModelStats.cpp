@@ -30,6 +30,15 @@ std::string layerOfParameter(llvm::StringRef name) {
   return parts.size() > 1 ? parts.front().str() : name.str();
 }
 
+std::optional<int64_t> layerNumber(llvm::StringRef layer) {
+  llvm::StringRef last = layer.substr(layer.rfind('.') + 1);
+  int64_t number = 0;
+  if (last.empty() || !llvm::all_of(last, llvm::isDigit) ||
+      last.getAsInteger(10, number))
+    return std::nullopt;
+  return number;
+}
+
 FailureOr<Operation *> findForwardFunction(ModuleOp module) {
   if (auto forward = module.lookupSymbol<func::FuncOp>("forward"))
     return forward.getOperation();

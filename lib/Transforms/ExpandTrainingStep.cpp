@@ -241,17 +241,6 @@ void ExpandTrainingStep::yieldSavedStates(ForwardInfo &info) {
   }
 }
 
-/// The number of a numbered transformer layer (layerOfParameter), 3 for
-/// "h.3" or "layers.3"; none for "wte", "ln_f" or "lm_head".
-static std::optional<int64_t> layerNumber(StringRef layer) {
-  StringRef last = layer.substr(layer.rfind('.') + 1);
-  int64_t number = 0;
-  if (last.empty() || !llvm::all_of(last, llvm::isDigit) ||
-      last.getAsInteger(10, number))
-    return std::nullopt;
-  return number;
-}
-
 // Attributes the forward ops to layers exactly as computeModelStats does, so
 // that a checkpointed segment is a row of `zeroc stats`: layers rank in
 // parameter declaration order; a param_ref belongs to its parameter's layer,
@@ -291,7 +280,7 @@ void ExpandTrainingStep::findCheckpointedLayers(ModuleOp module,
       layerOfValue[result] = layer;
     if (layer == inputs)
       continue;
-    std::optional<int64_t> number = layerNumber(names[layer]);
+    std::optional<int64_t> number = zeroc::layerNumber(names[layer]);
     if (!number || *number % recomputeEvery != 0)
       continue;
 

@@ -361,6 +361,15 @@ TEST_F(ModelsTest, GPT2LayerActivationsUnderSelectiveRecomputation) {
             20 * s * b * h + 4 * a * s * b);
 }
 
+TEST(LayerNumber, NumberedLayersOnly) {
+  EXPECT_EQ(layerNumber("h.3"), 3);
+  EXPECT_EQ(layerNumber("model.layers.17"), 17);
+  EXPECT_FALSE(layerNumber("wte"));
+  EXPECT_FALSE(layerNumber("ln_f"));
+  EXPECT_FALSE(layerNumber("h."));
+  EXPECT_FALSE(layerNumber("layers.3a"));
+}
+
 TEST_F(ModelsTest, TrainingFlopsMatchTheUsualEstimate) {
   // Graph FLOPs differ from 6N + 12LHS only by the non-matmul work and the
   // embedding lookups, about 0.1% for GPT-2.

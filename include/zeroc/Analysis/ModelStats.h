@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,10 @@ struct ModelStats {
 
 /// The layer a parameter belongs to (see LayerStats).
 std::string layerOfParameter(llvm::StringRef name);
+
+/// The number of a numbered (transformer) layer, 3 for "h.3" or "layers.3";
+/// none for "wte", "ln_f" or "lm_head". Recomputation applies to these.
+std::optional<int64_t> layerNumber(llvm::StringRef layer);
 
 /// The function `forward`, or the module's only function. Emits an error on
 /// the module otherwise.
