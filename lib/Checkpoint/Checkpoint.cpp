@@ -208,6 +208,7 @@ json manifestJson(const CheckpointManifest &m) {
           {"version", kCheckpointVersion},
           {"tag", m.tag},
           {"model", m.model},
+          {"hf_config", m.hfConfig},
           {"world_size", m.worldSize},
           {"stage", m.stage},
           {"training_state",
@@ -228,18 +229,12 @@ json manifestJson(const CheckpointManifest &m) {
 /// The manifest as people read it: keys in a fixed order, one tensor,
 /// flat group or shard per line.
 std::string manifestText(const json &m) {
-  static const char *order[] = {"format",
-                                "version",
-                                "tag",
-                                "model",
-                                "world_size",
-                                "stage",
-                                "training_state",
-                                "shard_header_bytes",
-                                "shard_alignment",
-                                "tensors",
-                                "flat_groups",
-                                "shards"};
+  static const char *order[] = {
+      "format",          "version",        "tag",
+      "model",           "hf_config",      "world_size",
+      "stage",           "training_state", "shard_header_bytes",
+      "shard_alignment", "tensors",        "flat_groups",
+      "shards"};
   std::string text = "{";
   for (const char *key : order) {
     const json &value = m.at(key);
@@ -415,6 +410,13 @@ Expected<CheckpointManifest> parseManifest(const JsonDocument &doc) {
                                      std::to_string(kCheckpointVersion));
   m.tag = r.string(root, JsonPath(), "tag");
   m.model = r.string(root, JsonPath(), "model");
+  if (const json *hf = r.member(root, JsonPath(), "hf_config")) {
+    if (!hf->is_null() && !hf->is_object())
+      r.fail(JsonPath() / "hf_config",
+             "expected a Hugging Face config object or null");
+    else
+      m.hfConfig = *hf;
+  }
   m.worldSize = r.integer(root, JsonPath(), "world_size", 1);
   m.stage = r.integer(root, JsonPath(), "stage");
   if (!r.error && m.stage > 3)
@@ -792,6 +794,7 @@ Expected<CheckpointManifest> finalizeCheckpoint(const std::string &dir,
   CheckpointManifest m;
   m.tag = tag;
   m.model = plan.model.name;
+  m.hfConfig = plan.model.hfConfig;
   m.worldSize = plan.worldSize;
   m.stage = plan.stage;
   m.state = state;

@@ -9,6 +9,7 @@
 
 #include "zeroc/Checkpoint/Consolidate.h"
 
+#include "zeroc/Checkpoint/HFCheckpoint.h"
 #include "zeroc/Checkpoint/Safetensors.h"
 
 #include "Messages.h"
@@ -16,6 +17,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <set>
 
 namespace zeroc {
@@ -151,6 +153,37 @@ bool convertElements(DType from, const std::byte *in, DType to, std::byte *out,
   return true;
 }
 
+/// Parameter `name` whole, in `dtype`, from the f32 copy that holds it
+/// (ModelLayout::sourceOf), reassembled from every rank's shard.
+Expected<std::vector<std::byte>>
+wholeParameter(const std::string &dir, const CheckpointManifest &manifest,
+               const ModelLayout &model, const std::string &name, DType dtype) {
+  const PlanTensor &param = *model.find(name);
+  const PlanTensor &source = model.sourceOf(param);
+  const CheckpointTensor &stored = *manifest.findTensor(source.name);
+  std::vector<std::byte> whole(byteCount(param.numel, dtype));
+  // A replicated holder is whole on rank 0; a sharded one is spread.
+  int64_t ranks = source.sharded ? manifest.worldSize : 1;
+  for (int64_t rank = 0; rank < ranks; ++rank) {
+    std::optional<Piece> piece = model.pieceOn(source, param, rank);
+    if (!piece)
+      continue;
+    auto bytes = readShardElements(
+        dir, manifest, rank, stored,
+        {piece->localBegin, piece->localBegin + piece->params.size()});
+    if (!bytes)
+      return bytes.error();
+    if (!convertElements(source.dtype, bytes->data(), dtype,
+                         whole.data() + byteCount(piece->params.begin, dtype),
+                         static_cast<size_t>(piece->params.size())))
+      return Diagnostic{dir, 0, 0,
+                        "cannot convert '" + name + "' from " +
+                            std::string(dtypeName(source.dtype)) + " to " +
+                            std::string(dtypeName(dtype))};
+  }
+  return whole;
+}
+
 } // namespace
 
 //===----------------------------------------------------------------------===//
@@ -201,26 +234,10 @@ consolidateCheckpoint(const std::string &dir, const std::string &tagOrLatest,
   result.tag = *tag;
   result.step = manifest->state.step;
   for (const SafetensorsDeclaration &d : writer->order()) {
-    const PlanTensor &param = *model.find(d.name);
-    const PlanTensor &source = model.sourceOf(param);
-    const CheckpointTensor &stored = *manifest->findTensor(source.name);
-    std::vector<std::byte> whole(byteCount(param.numel, d.dtype));
-    // A replicated holder is whole on rank 0; a sharded one is spread.
-    int64_t ranks = source.sharded ? manifest->worldSize : 1;
-    for (int64_t rank = 0; rank < ranks; ++rank) {
-      std::optional<Piece> piece = model.pieceOn(source, param, rank);
-      if (!piece)
-        continue;
-      auto bytes = readShardElements(
-          dir, *manifest, rank, stored,
-          {piece->localBegin, piece->localBegin + piece->params.size()});
-      if (!bytes)
-        return bytes.error();
-      convertElements(source.dtype, bytes->data(), d.dtype,
-                      whole.data() + byteCount(piece->params.begin, d.dtype),
-                      static_cast<size_t>(piece->params.size()));
-    }
-    if (auto ok = writer->write(d.name, constBytesOf(whole)); !ok)
+    auto whole = wholeParameter(dir, *manifest, model, d.name, d.dtype);
+    if (!whole)
+      return whole.error();
+    if (auto ok = writer->write(d.name, constBytesOf(*whole)); !ok)
       return ok.error();
     result.parameters.push_back(d.name);
   }
@@ -233,45 +250,109 @@ consolidateCheckpoint(const std::string &dir, const std::string &tagOrLatest,
 // safetensors -> one rank's tensors
 //===----------------------------------------------------------------------===//
 
-Expected<InitialTensors> loadSafetensorsShard(const std::string &path,
-                                              const Plan &plan, int64_t rank) {
-  if (rank < 0 || rank >= plan.worldSize)
-    return Diagnostic{"", 0, 0,
-                      "rank " + std::to_string(rank) +
-                          " is out of range for a plan of world size " +
-                          std::to_string(plan.worldSize)};
-  auto file = SafetensorsFile::open(path);
-  if (!file)
-    return file.error();
-  ModelLayout model(plan.worldSize, plan.tensors, plan.flatGroups);
+namespace {
 
+/// Where a parameter's elements are in a file: the elements of HF tensor
+/// `entry` at output index `offset` on (HFPart), or the whole entry.
+struct ParamSource {
+  const SafetensorsFile *file = nullptr;
+  const SafetensorsEntry *entry = nullptr;
+  bool transposed = false;
+  int64_t offset = 0;
+  int64_t inner = 1;   ///< Elements per output row of the parameter.
+  int64_t columns = 0; ///< Transposed: the file tensor's second dimension.
+};
+
+bool isFloat(DType t) { return t != DType::I32; }
+
+/// Elements `range` of the parameter, converted to `to`. A transposed
+/// source is read one run of output columns per input row, so that only
+/// the elements asked for are read.
+Expected<std::vector<std::byte>> readParam(const ParamSource &s,
+                                           ElementRange range, DType to) {
+  size_t size = static_cast<size_t>(bytesPerElement(to));
+  std::vector<std::byte> out(static_cast<size_t>(range.size()) * size);
+  if (range.empty())
+    return out;
+  if (!s.transposed) {
+    int64_t base = s.offset * s.inner;
+    auto raw = s.file->read(*s.entry, {base + range.begin, base + range.end});
+    if (!raw)
+      return raw.error();
+    convertElements(s.entry->dtype, raw->data(), to, out.data(),
+                    static_cast<size_t>(range.size()));
+    return out;
+  }
+  int64_t in = s.inner;
+  std::vector<std::byte> run;
+  for (int64_t i = 0; i < in && i < range.end; ++i) {
+    // Parameter element o * in + i is file element i * columns + offset + o.
+    int64_t oLo = range.begin <= i ? 0 : (range.begin - i + in - 1) / in;
+    int64_t oHi = (range.end - 1 - i) / in + 1;
+    if (oLo >= oHi)
+      continue;
+    int64_t at = i * s.columns + s.offset;
+    auto raw = s.file->read(*s.entry, {at + oLo, at + oHi});
+    if (!raw)
+      return raw.error();
+    run.resize(static_cast<size_t>(oHi - oLo) * size);
+    convertElements(s.entry->dtype, raw->data(), to, run.data(),
+                    static_cast<size_t>(oHi - oLo));
+    for (int64_t o = oLo; o < oHi; ++o)
+      std::memcpy(out.data() +
+                      static_cast<size_t>(o * in + i - range.begin) * size,
+                  run.data() + static_cast<size_t>(o - oLo) * size, size);
+  }
+  return out;
+}
+
+int64_t innerOf(const std::vector<int64_t> &shape) {
+  int64_t n = 1;
+  for (size_t d = 1; d < shape.size(); ++d)
+    n *= shape[d];
+  return n;
+}
+
+std::string dtypeProblem(const std::string &name, const std::string &file,
+                         DType found, DType want) {
+  if (isFloat(found) == isFloat(want))
+    return "";
+  return "'" + name + "' in " + file + " is " +
+         std::string(safetensorsDTypeName(found)) + ", the plan's " +
+         std::string(dtypeName(want)) + " parameter cannot be read from it";
+}
+
+/// The sources of every parameter under zeroc's own names; an error lists
+/// every missing, extra and mis-shaped tensor.
+Expected<std::map<std::string, ParamSource>>
+zerocSources(const SafetensorsSet &set, const Plan &plan,
+             const std::string &hint) {
+  std::map<std::string, ParamSource> sources;
   std::vector<std::string> missing, extra, wrong;
   for (const PlanTensor &t : plan.tensors) {
     if (t.role != TensorRole::Param)
       continue;
-    const SafetensorsEntry *e = file->find(t.name);
-    if (!e) {
+    const SafetensorsSet::Located *at = set.find(t.name);
+    if (!at) {
       missing.push_back(t.name);
       continue;
     }
-    std::string fileType(safetensorsDTypeName(e->dtype));
-    if (e->shape != t.shape)
-      wrong.push_back("'" + t.name + "' has shape " + shapeString(e->shape) +
-                      " in the file, " + shapeString(t.shape) + " in the plan");
-    else if (e->dtype != t.dtype && e->dtype != DType::F32)
-      wrong.push_back("'" + t.name + "' is " + fileType +
-                      " in the file; the plan's parameter is " +
-                      std::string(dtypeName(t.dtype)) +
-                      ", which reads F32 or " +
-                      std::string(safetensorsDTypeName(t.dtype)));
-    else if (t.dtype == DType::I32 && e->dtype != DType::I32)
-      wrong.push_back("'" + t.name + "' is " + fileType +
-                      " in the file; the plan's parameter is i32");
+    const SafetensorsEntry &e = *at->entry;
+    if (e.shape != t.shape)
+      wrong.push_back("'" + t.name + "' has shape " + shapeString(e.shape) +
+                      " in " + at->file->path() + ", " + shapeString(t.shape) +
+                      " in the plan");
+    else if (std::string d =
+                 dtypeProblem(t.name, at->file->path(), e.dtype, t.dtype);
+             !d.empty())
+      wrong.push_back(d);
+    else
+      sources[t.name] = {at->file, &e, false, 0, innerOf(t.shape), 0};
   }
-  for (const SafetensorsEntry &e : file->tensors()) {
-    const PlanTensor *t = plan.findTensor(e.name);
+  for (const auto &[name, at] : set.tensors()) {
+    const PlanTensor *t = plan.findTensor(name);
     if (!t || t->role != TensorRole::Param)
-      extra.push_back(e.name);
+      extra.push_back(name);
   }
   Differences problems;
   problems.addNames("the plan's parameters ", missing, " are missing");
@@ -279,46 +360,175 @@ Expected<InitialTensors> loadSafetensorsShard(const std::string &path,
   for (const std::string &w : wrong)
     problems.add(w);
   if (!problems.empty())
-    return Diagnostic{path, 0, 0, "does not fit the plan: " + problems.str()};
+    return Diagnostic{set.path(), 0, 0,
+                      "does not fit the plan: " + problems.str() + hint};
+  return sources;
+}
 
+/// The sources of every parameter under the Hugging Face names of
+/// `mapping`.
+Expected<std::map<std::string, ParamSource>>
+hfSources(const SafetensorsSet &set, const Plan &plan,
+          const HFMapping &mapping) {
+  std::map<std::string, ParamSource> sources;
+  Differences problems;
+  std::set<const HFTensor *> seen;
+  for (const HFTensor &t : mapping.tensors) {
+    const SafetensorsSet::Located *at = set.find(t.name);
+    const SafetensorsSet::Located *bare = set.find(t.bareName);
+    std::string partNames;
+    for (const HFPart &p : t.parts)
+      partNames += (partNames.empty() ? "" : ", ") + p.param;
+    if (at && bare && at != bare) {
+      problems.add("'" + t.name + "' is in the file both as '" + t.name +
+                   "' and as '" + t.bareName + "'");
+      continue;
+    }
+    if (!at)
+      at = bare;
+    if (!at) {
+      problems.add("'" + t.name + "' " + shapeString(t.shape) + " (for " +
+                   partNames + ") is missing");
+      continue;
+    }
+    const SafetensorsEntry &e = *at->entry;
+    if (e.shape != t.shape) {
+      problems.add(
+          "'" + e.name + "' in " + at->file->path() + " has shape " +
+          shapeString(e.shape) + ", the plan needs " + shapeString(t.shape) +
+          " (for " + partNames +
+          (t.parts.front().transposed ? ", stored as Conv1D [in, out]" : "") +
+          ")");
+      continue;
+    }
+    for (const HFPart &part : t.parts) {
+      const PlanTensor &p = *plan.findTensor(part.param);
+      if (std::string d =
+              dtypeProblem(e.name, at->file->path(), e.dtype, p.dtype);
+          !d.empty()) {
+        problems.add(d);
+        break;
+      }
+      sources[p.name] = {at->file,         &e,
+                         part.transposed,  part.offset,
+                         innerOf(p.shape), part.transposed ? t.shape[1] : 0};
+    }
+  }
+  for (const auto &[name, at] : set.tensors()) {
+    if (mapping.find(name) || mapping.isBuffer(name))
+      continue;
+    std::string why = "'" + name + "' in " + at.file->path() +
+                      " is not a tensor of the plan's " + mapping.modelType +
+                      " model";
+    if (mapping.find("lm_head.weight") == nullptr && (name == "lm_head.weight"))
+      why += " (the plan ties the output layer to the token embedding: "
+             "tie_word_embeddings)";
+    problems.add(why);
+  }
+  if (!problems.empty())
+    return Diagnostic{set.path(), 0, 0,
+                      "does not fit the plan (Hugging Face " +
+                          mapping.modelType + " names): " + problems.str()};
+  return sources;
+}
+
+} // namespace
+
+Expected<InitialTensors> loadSafetensorsShard(const std::string &path,
+                                              const Plan &plan, int64_t rank) {
+  if (rank < 0 || rank >= plan.worldSize)
+    return Diagnostic{"", 0, 0,
+                      "rank " + std::to_string(rank) +
+                          " is out of range for a plan of world size " +
+                          std::to_string(plan.worldSize)};
+  auto set = SafetensorsSet::open(path);
+  if (!set)
+    return set.error();
+  ModelLayout model(plan.worldSize, plan.tensors, plan.flatGroups);
+
+  // Which names the file has: zeroc's, or Hugging Face's for the plan's
+  // architecture, whichever more of its tensors match.
+  auto mapping = hfMapping(plan.model.hfConfig, plan.tensors);
+  size_t zerocNames = 0, hfNames = 0;
+  for (const auto &[name, at] : set->tensors()) {
+    const PlanTensor *t = plan.findTensor(name);
+    zerocNames += t && t->role == TensorRole::Param;
+    hfNames += mapping && (mapping->find(name) || mapping->isBuffer(name));
+  }
   InitialTensors out;
+  Expected<std::map<std::string, ParamSource>> sources =
+      std::map<std::string, ParamSource>();
+  if (mapping && hfNames > zerocNames) {
+    out.naming = mapping->modelType;
+    sources = hfSources(*set, plan, *mapping);
+  } else {
+    out.naming = "zeroc";
+    sources = zerocSources(
+        *set, plan,
+        mapping || zerocNames == set->tensors().size()
+            ? std::string()
+            : "; the names are not zeroc's, and Hugging Face names cannot "
+              "be mapped: " +
+                  mapping.error().message);
+  }
+  if (!sources)
+    return sources.error();
+
+  // Every holder (a parameter, or the master copy of a parameter or a flat
+  // group) starts zero; each parameter is read once, over the hull of the
+  // elements its holders keep on this rank.
   out.tensors.resize(plan.tensors.size());
+  std::map<std::string, std::vector<size_t>> holdersOf;
   for (size_t i = 0; i < plan.tensors.size(); ++i) {
     const PlanTensor &holder = plan.tensors[i];
-    std::vector<const PlanTensor *> params;
+    std::vector<std::string> params;
     if (holder.role == TensorRole::Param) {
-      params.push_back(&holder);
+      params.push_back(holder.name);
     } else if (holder.role == TensorRole::Master) {
       if (const PlanFlatGroup *g = model.group(holder.of))
-        for (const std::string &p : g->params)
-          params.push_back(plan.findTensor(p));
-      else if (const PlanTensor *p = plan.findTensor(holder.of))
-        params.push_back(p);
+        params = g->params;
+      else if (plan.findTensor(holder.of))
+        params.push_back(holder.of);
     }
     if (params.empty())
       continue;
-    std::vector<std::byte> &local = out.tensors[i];
-    local.assign(byteCount(holder.localNumel, holder.dtype), std::byte{0});
-    for (const PlanTensor *param : params) {
-      std::optional<Piece> piece = model.pieceOn(holder, *param, rank);
-      if (!piece)
-        continue;
-      const SafetensorsEntry &entry = *file->find(param->name);
-      auto bytes = file->read(entry, piece->params);
-      if (!bytes)
-        return bytes.error();
-      if (!convertElements(entry.dtype, bytes->data(), holder.dtype,
-                           local.data() +
-                               byteCount(piece->localBegin, holder.dtype),
-                           static_cast<size_t>(piece->params.size())))
-        return Diagnostic{path, 0, 0,
-                          "cannot convert '" + param->name + "' from " +
-                              std::string(safetensorsDTypeName(entry.dtype)) +
-                              " to " + std::string(dtypeName(holder.dtype)) +
-                              " for '" + holder.name + "'"};
-    }
+    for (const std::string &p : params)
+      holdersOf[p].push_back(i);
+    out.tensors[i].assign(byteCount(holder.localNumel, holder.dtype),
+                          std::byte{0});
     out.initialized.push_back(holder.name);
   }
+  for (const PlanTensor &param : plan.tensors) {
+    if (param.role != TensorRole::Param)
+      continue;
+    std::vector<std::pair<size_t, Piece>> pieces;
+    ElementRange hull{0, 0};
+    for (size_t i : holdersOf[param.name])
+      if (std::optional<Piece> piece =
+              model.pieceOn(plan.tensors[i], param, rank)) {
+        hull = hull.empty()
+                   ? piece->params
+                   : ElementRange{std::min(hull.begin, piece->params.begin),
+                                  std::max(hull.end, piece->params.end)};
+        pieces.push_back({i, *piece});
+      }
+    if (hull.empty())
+      continue;
+    const ParamSource &source = sources->at(param.name);
+    DType via = isFloat(param.dtype) ? DType::F32 : DType::I32;
+    auto values = readParam(source, hull, via);
+    if (!values)
+      return values.error();
+    for (const auto &[i, piece] : pieces) {
+      const PlanTensor &holder = plan.tensors[i];
+      convertElements(
+          via, values->data() + byteCount(piece.params.begin - hull.begin, via),
+          holder.dtype,
+          out.tensors[i].data() + byteCount(piece.localBegin, holder.dtype),
+          static_cast<size_t>(piece.params.size()));
+    }
+  }
+  out.bytesRead = set->bytesRead();
   return out;
 }
 
@@ -334,6 +544,194 @@ loadSafetensorsInto(const std::string &path, const Plan &plan, int64_t rank,
     if (!loaded->tensors[i].empty())
       std::memcpy(out[i].data, loaded->tensors[i].data(), out[i].size);
   return loaded->initialized;
+}
+
+//===----------------------------------------------------------------------===//
+// Checkpoint -> Hugging Face safetensors and config.json
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+const char *hfDTypeName(DType t) {
+  switch (t) {
+  case DType::BF16:
+    return "bfloat16";
+  case DType::F16:
+    return "float16";
+  case DType::I32:
+    return "int32";
+  default:
+    return "float32";
+  }
+}
+
+/// Puts a parameter's elements (`whole`, in the tensor's dtype) where
+/// `part` says they lie in the HF tensor `data` of shape `shape`.
+void placePart(const HFPart &part, const PlanTensor &param,
+               const std::vector<int64_t> &shape,
+               const std::vector<std::byte> &whole, size_t size,
+               std::vector<std::byte> &data) {
+  if (!part.transposed) {
+    std::memcpy(data.data() +
+                    static_cast<size_t>(part.offset * innerOf(param.shape)) *
+                        size,
+                whole.data(), whole.size());
+    return;
+  }
+  int64_t outs = param.shape[0], in = param.shape[1], columns = shape[1];
+  for (int64_t o = 0; o < outs; ++o)
+    for (int64_t i = 0; i < in; ++i)
+      std::memcpy(data.data() +
+                      static_cast<size_t>(i * columns + part.offset + o) * size,
+                  whole.data() + static_cast<size_t>(o * in + i) * size, size);
+}
+
+} // namespace
+
+Expected<HFExportResult> consolidateToHF(const std::string &dir,
+                                         const std::string &tagOrLatest,
+                                         const std::string &outDir,
+                                         const HFExportOptions &options) {
+  auto tag = resolveCheckpointTag(dir, tagOrLatest);
+  if (!tag)
+    return tag.error();
+  auto manifest = readCheckpointManifest(dir, *tag);
+  if (!manifest)
+    return manifest.error();
+  ModelLayout model(manifest->worldSize, manifest->planTensors(),
+                    manifest->flatGroups);
+  auto mapping = hfMapping(manifest->hfConfig, model.tensors);
+  if (!mapping)
+    return Diagnostic{dir, 0, 0,
+                      "checkpoint '" + *tag +
+                          "' cannot be written with Hugging Face names: " +
+                          mapping.error().message};
+  if (options.dtype && !isFloat(*options.dtype))
+    return Diagnostic{"", 0, 0, "--dtype must be f32, bf16 or f16"};
+  if (options.maxShardBytes == 0)
+    return Diagnostic{"", 0, 0, "--max-shard-size must be at least 1 byte"};
+  for (int64_t rank = 0; rank < manifest->worldSize; ++rank)
+    if (auto ok = verifyShardFile(dir, *manifest, rank); !ok)
+      return ok.error();
+
+  // The tensors, their dtype (the training dtype, or --dtype) and shards.
+  struct Out {
+    const HFTensor *tensor;
+    DType dtype;
+    uint64_t bytes;
+  };
+  std::vector<std::vector<Out>> shards(1);
+  uint64_t shardBytes = 0, total = 0;
+  std::optional<DType> written;
+  for (const HFTensor &t : mapping->tensors) {
+    DType own = model.find(t.parts.front().param)->dtype;
+    DType dtype = options.dtype && isFloat(own) ? *options.dtype : own;
+    if (isFloat(dtype))
+      written = written.value_or(dtype);
+    int64_t numel = 1;
+    for (int64_t d : t.shape)
+      numel *= d;
+    uint64_t bytes = byteCount(numel, dtype);
+    if (!shards.back().empty() && shardBytes + bytes > options.maxShardBytes) {
+      shards.emplace_back();
+      shardBytes = 0;
+    }
+    shards.back().push_back({&t, dtype, bytes});
+    shardBytes += bytes;
+    total += bytes;
+  }
+  std::vector<std::string> names;
+  if (shards.size() == 1) {
+    names.push_back("model.safetensors");
+  } else {
+    auto number = [](size_t n) {
+      std::string s = std::to_string(n);
+      return std::string(s.size() < 5 ? 5 - s.size() : 0, '0') + s;
+    };
+    for (size_t k = 0; k < shards.size(); ++k)
+      names.push_back("model-" + number(k + 1) + "-of-" +
+                      number(shards.size()) + ".safetensors");
+  }
+
+  if (auto ok = makeDirectories(outDir); !ok)
+    return ok.error();
+  // A weights file of another export would be read alongside these.
+  std::set<std::string> ours(names.begin(), names.end());
+  ours.insert("model.safetensors.index.json");
+  std::error_code ec;
+  for (const auto &e : std::filesystem::directory_iterator(outDir, ec)) {
+    std::string f = e.path().filename().string();
+    bool weights = f.rfind("model", 0) == 0 &&
+                   f.find(".safetensors") != std::string::npos &&
+                   f.find(".tmp") == std::string::npos;
+    if (weights && !ours.count(f))
+      return Diagnostic{joinPath(outDir, f), 0, 0,
+                        "is in the output directory but not part of this "
+                        "export (" +
+                            std::to_string(names.size()) +
+                            " file(s)); remove it or write elsewhere"};
+  }
+  if (shards.size() == 1 &&
+      pathExists(joinPath(outDir, "model.safetensors.index.json")))
+    return Diagnostic{joinPath(outDir, "model.safetensors.index.json"), 0, 0,
+                      "is in the output directory but this export writes a "
+                      "single file; remove it or write elsewhere"};
+
+  HFExportResult result;
+  result.tag = *tag;
+  result.step = manifest->state.step;
+  nlohmann::json weightMap = nlohmann::json::object();
+  for (size_t k = 0; k < shards.size(); ++k) {
+    std::vector<SafetensorsDeclaration> decls;
+    std::map<std::string, const Out *> byName;
+    for (const Out &o : shards[k]) {
+      decls.push_back({o.tensor->name, o.dtype, o.tensor->shape});
+      byName[o.tensor->name] = &o;
+      weightMap[o.tensor->name] = names[k];
+    }
+    std::string path = joinPath(outDir, names[k]);
+    auto writer = SafetensorsWriter::create(path, decls, {{"format", "pt"}});
+    if (!writer)
+      return writer.error();
+    for (const SafetensorsDeclaration &d : writer->order()) {
+      const Out &o = *byName.at(d.name);
+      std::vector<std::byte> data(static_cast<size_t>(o.bytes));
+      size_t size = static_cast<size_t>(bytesPerElement(o.dtype));
+      for (const HFPart &part : o.tensor->parts) {
+        auto whole = wholeParameter(dir, *manifest, model, part.param, o.dtype);
+        if (!whole)
+          return whole.error();
+        placePart(part, *model.find(part.param), o.tensor->shape, *whole, size,
+                  data);
+      }
+      if (auto ok = writer->write(d.name, constBytesOf(data)); !ok)
+        return ok.error();
+      ++result.tensors;
+    }
+    if (auto ok = writer->commit(); !ok)
+      return ok.error();
+    result.files.push_back(path);
+    ++result.shards;
+  }
+  if (shards.size() > 1) {
+    nlohmann::json index = {{"metadata", {{"total_size", total}}},
+                            {"weight_map", weightMap}};
+    std::string path = joinPath(outDir, "model.safetensors.index.json");
+    if (auto ok = writeFileAtomically(path, index.dump(2) + "\n"); !ok)
+      return ok.error();
+    result.files.push_back(path);
+  }
+  nlohmann::json config = manifest->hfConfig;
+  // transformers 5 writes `dtype` where 4.x wrote `torch_dtype`.
+  const char *key = config.contains("dtype") && !config.contains("torch_dtype")
+                        ? "dtype"
+                        : "torch_dtype";
+  config[key] = hfDTypeName(written.value_or(DType::F32));
+  std::string path = joinPath(outDir, "config.json");
+  if (auto ok = writeFileAtomically(path, config.dump(2) + "\n"); !ok)
+    return ok.error();
+  result.files.push_back(path);
+  return result;
 }
 
 } // namespace zeroc

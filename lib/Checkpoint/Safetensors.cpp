@@ -248,6 +248,7 @@ SafetensorsFile::read(const SafetensorsEntry &entry, ElementRange range) const {
                             out.data(), out.size());
       !ok)
     return ok.error();
+  readBytes += out.size();
   return out;
 }
 

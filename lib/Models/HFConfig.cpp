@@ -694,6 +694,7 @@ Expected<ModelSpec> readHFConfig(const JsonDocument &doc,
     return *r.error;
   spec.name = type;
   spec.seqLen = spec.maxPositions;
+  spec.hfConfig = doc.root();
   return spec;
 }
 

@@ -31,6 +31,8 @@ public:
     OwningOpRef<ModuleOp> module =
         ModuleOp::create(UnknownLoc::get(&ctx), StringRef(spec.name));
     moduleBody = module->getBody();
+    if (spec.hfConfig.is_object())
+      (*module)->setAttr(kHFConfigAttr, b.getStringAttr(spec.hfConfig.dump()));
     b.setInsertionPointToEnd(moduleBody);
 
     auto ids =

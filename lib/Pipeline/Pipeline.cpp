@@ -3,6 +3,7 @@
 #include "zeroc/Pipeline/Pipeline.h"
 
 #include "zeroc/Export/PlanWriter.h"
+#include "zeroc/Models/ModelSpec.h"
 #include "zeroc/Transforms/Passes.h"
 
 namespace zeroc {
@@ -194,6 +195,18 @@ mlir::FailureOr<Plan> planOfSchedule(mlir::ModuleOp module,
   source.model.dtype = parseDType(trainingDType(cfg)).value_or(DType::F32);
   source.model.microBatch = cfg.microBatchPerGpu;
   source.model.seqLen = stats.seqLen;
+  // The generator's record of the Hugging Face config (ModelBuilder.cpp).
+  if (auto hf = module->getAttrOfType<mlir::StringAttr>(kHFConfigAttr)) {
+    nlohmann::json config =
+        nlohmann::json::parse(hf.getValue().str(), nullptr, false);
+    if (!config.is_object()) {
+      module.emitError() << kHFConfigAttr
+                         << ": expected the JSON text of a Hugging Face "
+                            "config object";
+      return mlir::failure();
+    }
+    source.model.hfConfig = std::move(config);
+  }
   source.gradientAccumulationSteps = cfg.gradientAccumulationSteps;
   source.recompute = cfg.recompute;
   source.config = toDeepSpeedJson(cfg);

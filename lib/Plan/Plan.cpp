@@ -131,7 +131,8 @@ json toJson(const Plan &plan) {
             {"params", plan.model.params},
             {"dtype", std::string(dtypeName(plan.model.dtype))},
             {"micro_batch", plan.model.microBatch},
-            {"seq_len", plan.model.seqLen}}},
+            {"seq_len", plan.model.seqLen},
+            {"hf_config", plan.model.hfConfig}}},
           {"world_size", plan.worldSize},
           {"stage", plan.stage},
           {"gradient_accumulation_steps", plan.gradientAccumulationSteps},
@@ -226,6 +227,13 @@ Expected<Plan> readPlan(const JsonDocument &doc) {
     plan.model.microBatch =
         r.integer(*model, JsonPath() / "model", "micro_batch", 1);
     plan.model.seqLen = r.integer(*model, JsonPath() / "model", "seq_len", 1);
+    if (const json *hf = r.member(*model, JsonPath() / "model", "hf_config")) {
+      if (!hf->is_null() && !hf->is_object())
+        r.fail(JsonPath() / "model" / "hf_config",
+               "expected a Hugging Face config object or null");
+      else
+        plan.model.hfConfig = *hf;
+    }
   }
   plan.worldSize = r.integer(root, JsonPath(), "world_size", 1);
   plan.stage = r.integer(root, JsonPath(), "stage");

@@ -14,6 +14,7 @@
 #include "zeroc/Checkpoint/Checkpoint.h"
 #include "zeroc/Checkpoint/Consolidate.h"
 #include "zeroc/Checkpoint/Crc32c.h"
+#include "zeroc/Checkpoint/HFCheckpoint.h"
 #include "zeroc/Checkpoint/Safetensors.h"
 
 #include "zeroc/Support/Float16.h"
@@ -482,7 +483,8 @@ TEST(Checkpoint, ShardFilesAndManifestFollowTheFormat) {
   }
   json j = json::parse(readText(dir / "s1/manifest.json"));
   EXPECT_EQ(j["format"], "zeroc-checkpoint");
-  EXPECT_EQ(j["version"], 1);
+  EXPECT_EQ(j["version"], 2);
+  EXPECT_TRUE(j["hf_config"].is_null()); // a hand-built plan
   EXPECT_EQ(j["shards"][1]["file"], "rank1.shard");
   EXPECT_EQ(j["shards"][1]["crc32c"], crc32cHex(m->shards[1].crc32c));
   EXPECT_EQ(j["tensors"][1]["of"], "wte.weight");
@@ -1038,7 +1040,7 @@ TEST(InitFrom, NamesMissingExtraAndMismatchedTensors) {
   TempDir dir;
   Plan plan = stage2Plan();
   std::vector<float> nine(9), five(5), two(2);
-  std::vector<uint16_t> f16(3);
+  std::vector<int32_t> i32(3);
   ASSERT_TRUE(writeSafetensors(
       dir / "m.safetensors",
       {{"a", DType::F32, {9}, constBytesOf(nine)},
@@ -1047,15 +1049,16 @@ TEST(InitFrom, NamesMissingExtraAndMismatchedTensors) {
   EXPECT_ERROR(loadSafetensorsShard(dir / "m.safetensors", plan, 0),
                "m.safetensors: error: does not fit the plan: the plan's "
                "parameters 'c' are missing; 'lm_head.weight' are not "
-               "parameters of the plan; 'a' has shape [9] in the file, "
-               "[3, 3] in the plan");
+               "parameters of the plan; 'a' has shape [9] in " +
+                   dir / "m.safetensors" + ", [3, 3] in the plan");
   ASSERT_TRUE(writeSafetensors(dir / "n.safetensors",
                                {{"a", DType::F32, {3, 3}, constBytesOf(nine)},
                                 {"b", DType::F32, {5}, constBytesOf(five)},
-                                {"c", DType::F16, {3}, constBytesOf(f16)}}));
+                                {"c", DType::I32, {3}, constBytesOf(i32)}}));
   EXPECT_ERROR(loadSafetensorsShard(dir / "n.safetensors", plan, 0),
-               "'c' is F16 in the file; the plan's parameter is bf16, which "
-               "reads F32 or BF16");
+               "'c' in " + dir / "n.safetensors" +
+                   " is I32, the plan's bf16 parameter cannot be read from "
+                   "it");
   EXPECT_ERROR(loadSafetensorsShard(dir / "n.safetensors", plan, 3),
                "rank 3 is out of range");
 }
@@ -1084,6 +1087,481 @@ TEST(InitFrom, AcceptsTheParametersOwnDtype) {
     EXPECT_EQ(param[i], floatToBf16(w["wte.weight"][7 + i]));
     EXPECT_EQ(master[i], bf16ToFloat(param[i]));
   }
+}
+
+//===----------------------------------------------------------------------===//
+// Hugging Face checkpoints (HFCheckpoint.h)
+//===----------------------------------------------------------------------===//
+
+/// A one-layer GPT-2 (d 4, MLP 8, vocabulary 6, 5 positions, tied) as zeroc
+/// generates it: stage 3 on `worldSize` ranks, every parameter sharded, in
+/// `dtype` with f32 masters when 16-bit.
+Plan gpt2Plan(int64_t worldSize, DType dtype = DType::BF16) {
+  Plan plan = basePlan(worldSize, 3);
+  plan.model.name = "gpt2";
+  plan.model.hfConfig = {{"model_type", "gpt2"}, {"n_embd", 4},
+                         {"n_layer", 1},         {"n_head", 2},
+                         {"vocab_size", 6},      {"n_positions", 5}};
+  struct P {
+    std::string name;
+    std::vector<int64_t> shape;
+  };
+  std::vector<P> params = {{"wte.weight", {6, 4}},
+                           {"wpe.weight", {5, 4}},
+                           {"h.0.ln_1.weight", {4}},
+                           {"h.0.ln_1.bias", {4}}};
+  for (const char *x : {"q", "k", "v"}) {
+    params.push_back({std::string("h.0.attn.") + x + "_proj.weight", {4, 4}});
+    params.push_back({std::string("h.0.attn.") + x + "_proj.bias", {4}});
+  }
+  std::vector<P> rest = {{"h.0.attn.c_proj.weight", {4, 4}},
+                         {"h.0.attn.c_proj.bias", {4}},
+                         {"h.0.ln_2.weight", {4}},
+                         {"h.0.ln_2.bias", {4}},
+                         {"h.0.mlp.c_fc.weight", {8, 4}},
+                         {"h.0.mlp.c_fc.bias", {8}},
+                         {"h.0.mlp.c_proj.weight", {4, 8}},
+                         {"h.0.mlp.c_proj.bias", {4}},
+                         {"ln_f.weight", {4}},
+                         {"ln_f.bias", {4}}};
+  params.insert(params.end(), rest.begin(), rest.end());
+  for (const P &p : params) {
+    plan.tensors.push_back(
+        tensor(p.name, "param", "", dtype, p.shape, true, worldSize));
+    addState(plan, p.name, dtype, p.shape, true, true);
+  }
+  return plan;
+}
+
+/// The tensors of a Hugging Face GPT-2 state dict for gpt2Plan, as
+/// transformers lays them out (Conv1D weights [in, out], q, k, v fused
+/// along the output), with values exact in bf16: name -> (shape, values).
+std::map<std::string, std::pair<std::vector<int64_t>, std::vector<float>>>
+hfGPT2Tensors() {
+  std::map<std::string, std::vector<int64_t>> shapes = {
+      {"wte.weight", {6, 4}},
+      {"wpe.weight", {5, 4}},
+      {"h.0.ln_1.weight", {4}},
+      {"h.0.ln_1.bias", {4}},
+      {"h.0.attn.c_attn.weight", {4, 12}},
+      {"h.0.attn.c_attn.bias", {12}},
+      {"h.0.attn.c_proj.weight", {4, 4}},
+      {"h.0.attn.c_proj.bias", {4}},
+      {"h.0.ln_2.weight", {4}},
+      {"h.0.ln_2.bias", {4}},
+      {"h.0.mlp.c_fc.weight", {4, 8}},
+      {"h.0.mlp.c_fc.bias", {8}},
+      {"h.0.mlp.c_proj.weight", {8, 4}},
+      {"h.0.mlp.c_proj.bias", {4}},
+      {"ln_f.weight", {4}},
+      {"ln_f.bias", {4}}};
+  std::map<std::string, std::pair<std::vector<int64_t>, std::vector<float>>>
+      out;
+  int salt = 0;
+  for (const auto &[name, shape] : shapes) {
+    int64_t n = 1;
+    for (int64_t d : shape)
+      n *= d;
+    std::vector<float> v;
+    for (int64_t j = 0; j < n; ++j)
+      v.push_back(static_cast<float>((j * 7 + salt * 13) % 200 - 100) / 64);
+    ++salt;
+    out[name] = {shape, v};
+  }
+  return out;
+}
+
+/// What each zeroc parameter must hold, from the HF tensors by
+/// transformers' semantics: Conv1D computes x W + b with W [in, out], a
+/// Linear x w^T + b with w [out, in], so w[o][i] = W[i][o]; c_attn's
+/// output splits into q, k, v of n_embd each.
+std::map<std::string, std::vector<float>> expectedGPT2Params(
+    const std::map<std::string,
+                   std::pair<std::vector<int64_t>, std::vector<float>>> &hf) {
+  std::map<std::string, std::vector<float>> out;
+  auto transposed = [&](const std::string &name, int64_t column, int64_t outs) {
+    const auto &[shape, v] = hf.at(name);
+    std::vector<float> w;
+    for (int64_t o = 0; o < outs; ++o)
+      for (int64_t i = 0; i < shape[0]; ++i)
+        w.push_back(v[static_cast<size_t>(i * shape[1] + column + o)]);
+    return w;
+  };
+  for (const auto &[name, tensor] : hf)
+    out[name] = tensor.second;
+  out.erase("h.0.attn.c_attn.weight");
+  out.erase("h.0.attn.c_attn.bias");
+  const std::vector<float> &bias = hf.at("h.0.attn.c_attn.bias").second;
+  int part = 0;
+  for (const char *x : {"q", "k", "v"}) {
+    std::string p = std::string("h.0.attn.") + x + "_proj.";
+    out[p + "weight"] = transposed("h.0.attn.c_attn.weight", 4 * part, 4);
+    out[p + "bias"] = std::vector<float>(bias.begin() + 4 * part,
+                                         bias.begin() + 4 * part + 4);
+    ++part;
+  }
+  out["h.0.attn.c_proj.weight"] = transposed("h.0.attn.c_proj.weight", 0, 4);
+  out["h.0.mlp.c_fc.weight"] = transposed("h.0.mlp.c_fc.weight", 0, 8);
+  out["h.0.mlp.c_proj.weight"] = transposed("h.0.mlp.c_proj.weight", 0, 4);
+  return out;
+}
+
+/// Writes the HF tensors (names with `prefix`) in `dtype`; with `shards`
+/// > 1, as that many files and a model.safetensors.index.json.
+void writeHF(
+    const std::string &dir,
+    const std::map<std::string,
+                   std::pair<std::vector<int64_t>, std::vector<float>>> &hf,
+    const std::string &prefix, DType dtype, int shards = 1) {
+  std::vector<std::vector<SafetensorsTensor>> files(shards);
+  std::vector<std::vector<std::byte>> keep;
+  keep.reserve(hf.size());
+  json weightMap = json::object();
+  int k = 0;
+  for (const auto &[name, tensor] : hf) {
+    keep.push_back(encode(tensor.second, dtype));
+    int shard = k++ % shards;
+    files[shard].push_back(
+        {prefix + name, dtype, tensor.first, constBytesOf(keep.back())});
+    weightMap[prefix + name] = "part" + std::to_string(shard) + ".safetensors";
+  }
+  fs::create_directories(dir);
+  if (shards == 1) {
+    ASSERT_TRUE(writeSafetensors(dir + "/model.safetensors", files[0]));
+    return;
+  }
+  for (int f = 0; f < shards; ++f)
+    ASSERT_TRUE(writeSafetensors(
+        dir + "/part" + std::to_string(f) + ".safetensors", files[f]));
+  writeText(
+      dir + "/model.safetensors.index.json",
+      json{{"metadata", json::object()}, {"weight_map", weightMap}}.dump());
+}
+
+TEST(HFMapping, GPT2FusesQKVAndTransposesConv1D) {
+  Plan plan = gpt2Plan(1);
+  auto m = hfMapping(plan.model.hfConfig, plan.tensors);
+  ASSERT_TRUE(m) << m.error().str();
+  EXPECT_EQ(m->tensors.size(), 16u); // tied: no lm_head
+  const HFTensor *qkv = m->find("transformer.h.0.attn.c_attn.weight");
+  ASSERT_NE(qkv, nullptr);
+  EXPECT_EQ(m->find("h.0.attn.c_attn.weight"), qkv); // older files
+  EXPECT_EQ(qkv->shape, (std::vector<int64_t>{4, 12}));
+  ASSERT_EQ(qkv->parts.size(), 3u);
+  EXPECT_EQ(qkv->parts[1].param, "h.0.attn.k_proj.weight");
+  EXPECT_TRUE(qkv->parts[1].transposed);
+  EXPECT_EQ(qkv->parts[2].offset, 8);
+  EXPECT_EQ(m->find("transformer.h.0.mlp.c_fc.weight")->shape,
+            (std::vector<int64_t>{4, 8}));
+  EXPECT_EQ(m->find("transformer.h.0.attn.c_attn.bias")->shape,
+            (std::vector<int64_t>{12}));
+  EXPECT_TRUE(m->isBuffer("transformer.h.0.attn.masked_bias"));
+  EXPECT_TRUE(m->isBuffer("h.0.attn.bias"));
+  EXPECT_FALSE(m->isBuffer("h.0.attn.c_attn.bias"));
+}
+
+TEST(HFMapping, LlamaFamilyKeepsNamesUnderModelAndLmHeadOutside) {
+  Plan plan = basePlan(1, 0);
+  for (auto [name, shape] :
+       std::vector<std::pair<std::string, std::vector<int64_t>>>{
+           {"embed_tokens.weight", {6, 4}},
+           {"layers.0.self_attn.qkv_proj.weight", {12, 4}},
+           {"layers.0.mlp.gate_up_proj.weight", {16, 4}},
+           {"norm.weight", {4}},
+           {"lm_head.weight", {6, 4}}})
+    plan.tensors.push_back(
+        tensor(name, "param", "", DType::F32, shape, false, 1));
+  for (const char *type : {"llama", "mistral", "qwen2", "gemma", "phi3"}) {
+    auto m = hfMapping({{"model_type", type}}, plan.tensors);
+    ASSERT_TRUE(m) << m.error().str();
+    // Phi-3's fused projections are fused in zeroc too: one part each.
+    const HFTensor *qkv = m->find("model.layers.0.self_attn.qkv_proj.weight");
+    ASSERT_NE(qkv, nullptr);
+    EXPECT_EQ(qkv->shape, (std::vector<int64_t>{12, 4}));
+    EXPECT_FALSE(qkv->parts[0].transposed);
+    EXPECT_NE(m->find("lm_head.weight"), nullptr);
+    EXPECT_EQ(m->find("model.lm_head.weight"), nullptr);
+    EXPECT_TRUE(m->isBuffer("model.layers.3.self_attn.rotary_emb.inv_freq"));
+  }
+}
+
+TEST(HFMapping, RefusesWhatItCannotMap) {
+  Plan plan = gpt2Plan(1);
+  EXPECT_ERROR(hfMapping({{"model_type", "mixtral"}}, plan.tensors),
+               "no Hugging Face checkpoint mapping for model_type "
+               "\"mixtral\"; zeroc maps gpt2, llama, mistral, qwen2, gemma, "
+               "phi3");
+  EXPECT_ERROR(hfMapping(nullptr, plan.tensors),
+               "the plan records no Hugging Face config");
+  plan.tensors.push_back(
+      tensor("h.0.attn.rotary.weight", "param", "", DType::F32, {4}, true, 1));
+  EXPECT_ERROR(hfMapping(plan.model.hfConfig, plan.tensors),
+               "parameter 'h.0.attn.rotary.weight' has no Hugging Face name "
+               "in the gpt2 mapping");
+}
+
+/// Checks every rank's parameters and masters against the expected whole
+/// values (exact in bf16).
+void expectGPT2Loaded(const Plan &plan, const std::string &path,
+                      const std::string &naming) {
+  auto expected = expectedGPT2Params(hfGPT2Tensors());
+  for (int64_t r = 0; r < plan.worldSize; ++r) {
+    auto init = loadSafetensorsShard(path, plan, r);
+    ASSERT_TRUE(init) << init.error().str();
+    EXPECT_EQ(init->naming, naming);
+    for (size_t i = 0; i < plan.tensors.size(); ++i) {
+      const PlanTensor &t = plan.tensors[i];
+      if (t.role != TensorRole::Param && t.role != TensorRole::Master)
+        continue;
+      const std::string &param = t.role == TensorRole::Param ? t.name : t.of;
+      SCOPED_TRACE(t.name + " on rank " + std::to_string(r));
+      EXPECT_EQ(init->tensors[i], localPart(encode(expected.at(param), t.dtype),
+                                            t, r, plan.worldSize));
+    }
+  }
+}
+
+TEST(InitFromHF, GPT2WithAndWithoutPrefixAndSharded) {
+  TempDir dir;
+  auto hf = hfGPT2Tensors();
+  Plan plan = gpt2Plan(3);
+  writeHF(dir / "new", hf, "transformer.", DType::BF16);
+  expectGPT2Loaded(plan, dir / "new", "gpt2");
+  writeHF(dir / "old", hf, "", DType::F32);
+  expectGPT2Loaded(plan, dir / "old/model.safetensors", "gpt2");
+  writeHF(dir / "sharded", hf, "transformer.", DType::F16, 3);
+  expectGPT2Loaded(plan, dir / "sharded/model.safetensors.index.json", "gpt2");
+  expectGPT2Loaded(gpt2Plan(2, DType::F32), dir / "sharded", "gpt2");
+}
+
+TEST(InitFromHF, EachRankReadsOnlyItsShare) {
+  // Stage 3 on 4 ranks: each rank reads its elements of each tensor, once
+  // for the parameter and its master, and the ranks together read the
+  // file's data exactly once.
+  TempDir dir;
+  writeHF(dir.path, hfGPT2Tensors(), "transformer.", DType::BF16);
+  auto file = SafetensorsFile::open(dir / "model.safetensors");
+  ASSERT_TRUE(file);
+  uint64_t data = 0;
+  for (const SafetensorsEntry &e : file->tensors())
+    data += e.end - e.begin;
+  Plan plan = gpt2Plan(4);
+  uint64_t sum = 0;
+  for (int64_t r = 0; r < 4; ++r) {
+    auto init = loadSafetensorsShard(dir.path, plan, r);
+    ASSERT_TRUE(init) << init.error().str();
+    EXPECT_LE(init->bytesRead, data / 4 + 2 * 16) << "rank " << r;
+    sum += init->bytesRead;
+  }
+  EXPECT_EQ(sum, data);
+}
+
+TEST(InitFromHF, NamesMissingExtraAndMisShapedTensors) {
+  TempDir dir;
+  Plan plan = gpt2Plan(2);
+  auto hf = hfGPT2Tensors();
+  auto broken = hf;
+  broken.erase("h.0.mlp.c_fc.bias");
+  broken["h.0.attn.c_attn.weight"].first = {12, 4}; // a Linear's layout
+  broken["h.0.attn.rotary.weight"] = {{4}, std::vector<float>(4)};
+  broken["lm_head.weight"] = {{6, 4}, std::vector<float>(24)};
+  broken["h.0.attn.bias"] = {{1}, {1.0f}}; // an old file's mask: skipped
+  writeHF(dir / "a", broken, "transformer.", DType::F32);
+  std::string file = dir / "a/model.safetensors";
+  auto result = loadSafetensorsShard(dir / "a", plan, 0);
+  ASSERT_FALSE(result);
+  std::string e = result.error().str();
+  for (std::string want :
+       {file + ": error: does not fit the plan (Hugging Face gpt2 names): ",
+        "'transformer.h.0.attn.c_attn.weight' in " + file +
+            " has shape [12, 4], the plan needs [4, 12] (for "
+            "h.0.attn.q_proj.weight, h.0.attn.k_proj.weight, "
+            "h.0.attn.v_proj.weight, stored as Conv1D [in, out])",
+        std::string("'transformer.h.0.mlp.c_fc.bias' [8] (for "
+                    "h.0.mlp.c_fc.bias) is missing"),
+        "'transformer.h.0.attn.rotary.weight' in " + file +
+            " is not a tensor of the plan's gpt2 model",
+        "'transformer.lm_head.weight' in " + file +
+            " is not a tensor of the plan's gpt2 model"})
+    EXPECT_NE(e.find(want), std::string::npos) << want << "\nin: " << e;
+  EXPECT_EQ(e.find("attn.bias'"), std::string::npos) << e;
+
+  // The tied output layer named as such.
+  auto tied = hf;
+  tied["lm_head.weight"] = {{6, 4}, std::vector<float>(24)};
+  writeHF(dir / "b", tied, "", DType::F32);
+  EXPECT_ERROR(loadSafetensorsShard(dir / "b", plan, 0),
+               "'lm_head.weight' in " + dir / "b/model.safetensors" +
+                   " is not a tensor of the plan's gpt2 model (the plan ties "
+                   "the output layer to the token embedding: "
+                   "tie_word_embeddings)");
+
+  // One tensor under both names.
+  auto twice = hf;
+  twice["transformer.wte.weight"] = hf["wte.weight"];
+  writeHF(dir / "c", twice, "", DType::F32);
+  EXPECT_ERROR(loadSafetensorsShard(dir / "c", plan, 0),
+               "'transformer.wte.weight' is in the file both as "
+               "'transformer.wte.weight' and as 'wte.weight'");
+
+  // An integer tensor where a float parameter belongs.
+  fs::create_directories(dir / "d");
+  std::vector<SafetensorsTensor> ints;
+  std::vector<int32_t> zeros(48);
+  std::vector<std::vector<std::byte>> keep;
+  for (const auto &[name, t] : hf) {
+    keep.push_back(encode(t.second, DType::F32));
+    if (name == "h.0.attn.c_attn.weight")
+      ints.push_back({name, DType::I32, t.first, constBytesOf(zeros)});
+    else
+      ints.push_back({name, DType::F32, t.first, constBytesOf(keep.back())});
+  }
+  ASSERT_TRUE(writeSafetensors(dir / "d/model.safetensors", ints));
+  EXPECT_ERROR(loadSafetensorsShard(dir / "d", plan, 0),
+               "'h.0.attn.c_attn.weight' in " + dir / "d/model.safetensors" +
+                   " is I32, the plan's bf16 parameter cannot be read from "
+                   "it");
+
+  // A plan without a mapping: the zeroc-name errors, and why HF names
+  // cannot be used.
+  Plan mixtral = gpt2Plan(2);
+  mixtral.model.hfConfig["model_type"] = "mixtral";
+  writeHF(dir / "e", hf, "transformer.", DType::F32);
+  EXPECT_ERROR(loadSafetensorsShard(dir / "e", mixtral, 0),
+               "; the names are not zeroc's, and Hugging Face names cannot "
+               "be mapped: no Hugging Face checkpoint mapping for "
+               "model_type \"mixtral\"");
+  EXPECT_ERROR(loadSafetensorsShard(dir / "nowhere", plan, 0), "nowhere");
+  fs::create_directories(dir / "empty");
+  EXPECT_ERROR(loadSafetensorsShard(dir / "empty", plan, 0),
+               "is a directory with neither model.safetensors.index.json "
+               "nor model.safetensors");
+}
+
+TEST(InitFromHF, InconsistentShardIndexIsRefused) {
+  TempDir dir;
+  Plan plan = gpt2Plan(2);
+  writeHF(dir.path, hfGPT2Tensors(), "transformer.", DType::F32, 2);
+  std::string index = dir / "model.safetensors.index.json";
+  json j = json::parse(readText(index));
+  j["weight_map"]["transformer.wte.weight"] =
+      j["weight_map"]["transformer.wte.weight"] == "part0.safetensors"
+          ? "part1.safetensors"
+          : "part0.safetensors";
+  writeText(index, j.dump());
+  EXPECT_ERROR(loadSafetensorsShard(index, plan, 0),
+               "inconsistent shards: 'transformer.wte.weight' is in ");
+  EXPECT_ERROR(loadSafetensorsShard(index, plan, 0), "which does not hold it");
+  j["weight_map"].erase("transformer.wte.weight");
+  writeText(index, j.dump());
+  EXPECT_ERROR(loadSafetensorsShard(index, plan, 0),
+               " but not in the index's weight_map");
+  writeText(index, R"({"weight_map": {"a": "../x.safetensors"}})");
+  EXPECT_ERROR(loadSafetensorsShard(index, plan, 0),
+               "expected the file name of a shard in the index's directory");
+  writeText(index, R"({"metadata": {}})");
+  EXPECT_ERROR(loadSafetensorsShard(index, plan, 0),
+               "a safetensors index needs an object \"weight_map\"");
+}
+
+/// Every rank's tensors loaded from `path`, the rest zero: what
+/// `zerorun --init-from --steps 0` checkpoints.
+std::vector<std::vector<std::vector<std::byte>>>
+initialData(const Plan &plan, const std::string &path) {
+  std::vector<std::vector<std::vector<std::byte>>> data;
+  for (int64_t r = 0; r < plan.worldSize; ++r) {
+    auto init = loadSafetensorsShard(path, plan, r);
+    EXPECT_TRUE(init) << init.error().str();
+    for (size_t i = 0; i < plan.tensors.size(); ++i)
+      if (init->tensors[i].empty())
+        init->tensors[i].assign(localBytes(plan.tensors[i]), std::byte{0});
+    data.push_back(std::move(init->tensors));
+  }
+  return data;
+}
+
+/// name -> (dtype, shape, bytes) of a file or of an index's shards.
+std::map<std::string,
+         std::tuple<DType, std::vector<int64_t>, std::vector<std::byte>>>
+contents(const std::string &path) {
+  auto set = SafetensorsSet::open(path);
+  EXPECT_TRUE(set) << set.error().str();
+  std::map<std::string,
+           std::tuple<DType, std::vector<int64_t>, std::vector<std::byte>>>
+      out;
+  for (const auto &[name, at] : set->tensors())
+    out[name] = {at.entry->dtype, at.entry->shape, *at.file->read(*at.entry)};
+  return out;
+}
+
+TEST(ConsolidateHF, RoundTripsTheFileByteForByte) {
+  for (DType dtype : {DType::BF16, DType::F32}) {
+    TempDir dir;
+    Plan plan = gpt2Plan(3, dtype);
+    writeHF(dir / "in", hfGPT2Tensors(), "transformer.", dtype);
+    ASSERT_TRUE(saveAll(dir / "ckpt", "step0", plan,
+                        initialData(plan, dir / "in"), stateAt(0)));
+    auto out = consolidateToHF(dir / "ckpt", "latest", dir / "out");
+    ASSERT_TRUE(out) << out.error().str();
+    EXPECT_EQ(out->tensors, 16);
+    EXPECT_EQ(out->shards, 1);
+    EXPECT_EQ(contents(dir / "out"), contents(dir / "in"));
+    json config = json::parse(readText(dir / "out/config.json"));
+    EXPECT_EQ(config["torch_dtype"],
+              dtype == DType::BF16 ? "bfloat16" : "float32");
+    EXPECT_EQ(config["n_embd"], 4);
+
+    // Sharded: every file at most 100 bytes of data but for a bigger
+    // tensor alone, and the index names each tensor's file.
+    HFExportOptions small;
+    small.maxShardBytes = 100;
+    auto sharded = consolidateToHF(dir / "ckpt", "latest", dir / "sh", small);
+    ASSERT_TRUE(sharded) << sharded.error().str();
+    EXPECT_GT(sharded->shards, 3);
+    char last[64];
+    std::snprintf(last, sizeof last, "sh/model-%05lld-of-%05lld.safetensors",
+                  (long long)sharded->shards, (long long)sharded->shards);
+    EXPECT_TRUE(fs::exists(dir / last)) << last;
+    json index = json::parse(readText(dir / "sh/model.safetensors.index.json"));
+    EXPECT_EQ(index["weight_map"].size(), 16u);
+    EXPECT_EQ(contents(dir / "sh/model.safetensors.index.json"),
+              contents(dir / "in"));
+    // A stale single file beside a sharded export would be loaded too.
+    fs::copy(dir / "out/model.safetensors", dir / "sh/model.safetensors");
+    EXPECT_ERROR(consolidateToHF(dir / "ckpt", "latest", dir / "sh", small),
+                 "model.safetensors: error: is in the output directory but "
+                 "not part of this export");
+  }
+}
+
+TEST(ConsolidateHF, F32FromBf16TrainingAndRefusals) {
+  TempDir dir;
+  Plan plan = gpt2Plan(2);
+  auto hf = hfGPT2Tensors();
+  writeHF(dir / "in", hf, "", DType::BF16);
+  ASSERT_TRUE(saveAll(dir / "ckpt", "s", plan, initialData(plan, dir / "in"),
+                      stateAt(3)));
+  HFExportOptions f32;
+  f32.dtype = DType::F32;
+  ASSERT_TRUE(consolidateToHF(dir / "ckpt", "s", dir / "out", f32));
+  auto got = contents(dir / "out");
+  for (const auto &[name, t] : hf) {
+    SCOPED_TRACE(name);
+    ASSERT_TRUE(got.count("transformer." + name));
+    EXPECT_EQ(std::get<0>(got["transformer." + name]), DType::F32);
+    EXPECT_EQ(std::get<2>(got["transformer." + name]),
+              encode(t.second, DType::F32));
+  }
+  EXPECT_EQ(json::parse(readText(dir / "out/config.json"))["torch_dtype"],
+            "float32");
+
+  Plan handWritten = gpt2Plan(2);
+  handWritten.model.hfConfig = nullptr;
+  ASSERT_TRUE(saveAll(dir / "hand", "s", handWritten,
+                      initialData(plan, dir / "in"), stateAt(3)));
+  EXPECT_ERROR(consolidateToHF(dir / "hand", "s", dir / "x"),
+               "checkpoint 's' cannot be written with Hugging Face names: "
+               "the plan records no Hugging Face config");
 }
 
 //===----------------------------------------------------------------------===//

@@ -323,9 +323,9 @@ TEST(Plan, MissingFileIsAnError) {
 /// A valid plan, one item per line so that an edit moves nothing else.
 const char *const kValidPlan = R"({
   "format": "zeroc-plan",
-  "version": 6,
+  "version": 7,
   "generator": "test",
-  "model": {"name": "m", "params": 18, "dtype": "bf16", "micro_batch": 2, "seq_len": 3},
+  "model": {"name": "m", "params": 18, "dtype": "bf16", "micro_batch": 2, "seq_len": 3, "hf_config": null},
   "world_size": 2,
   "stage": 2,
   "gradient_accumulation_steps": 1, "recompute": {"mode": "none", "every": 1},
@@ -406,6 +406,18 @@ TEST(PlanReader, AcceptsTheValidPlan) {
   EXPECT_EQ(plan->comm.reduceScatter, 6);
 }
 
+TEST(PlanReader, HFConfigIsAnObjectOrNull) {
+  expectError(edited(R"("hf_config": null)", R"("hf_config": [1])"),
+              "5:89: error: plan model.hf_config: expected a Hugging Face "
+              "config object or null",
+              R"("hf_config")");
+  Expected<Plan> plan = readText(
+      edited(R"("hf_config": null)", R"("hf_config": {"model_type": "gpt2"})"));
+  ASSERT_TRUE(plan) << plan.error().str();
+  EXPECT_EQ(plan->model.hfConfig["model_type"], "gpt2");
+  EXPECT_EQ(toJson(*plan)["model"]["hf_config"], plan->model.hfConfig);
+}
+
 TEST(PlanReader, WrongFormatName) {
   expectError(
       edited(R"("format": "zeroc-plan")", R"("format": "onnx")"),
@@ -414,9 +426,9 @@ TEST(PlanReader, WrongFormatName) {
 }
 
 TEST(PlanReader, UnsupportedVersion) {
-  expectError(edited(R"("version": 6)", R"("version": 2)"),
+  expectError(edited(R"("version": 7)", R"("version": 2)"),
               "3:3: error: plan format version 2 is not supported by this "
-              "build, which reads version 6; recompile the plan with this "
+              "build, which reads version 7; recompile the plan with this "
               "zeroc",
               R"("version")");
 }

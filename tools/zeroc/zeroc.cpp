@@ -13,6 +13,7 @@
 #include "zeroc/Advise/Advise.h"
 #include "zeroc/Analysis/ModelStats.h"
 #include "zeroc/Checkpoint/Consolidate.h"
+#include "zeroc/Checkpoint/HFCheckpoint.h"
 #include "zeroc/Config/Cluster.h"
 #include "zeroc/Cost/FitCheck.h"
 #include "zeroc/Cost/ScheduleViews.h"
@@ -188,11 +189,33 @@ cl::opt<std::string> consolidateTag(
     "tag", cl::sub(consolidateCmd),
     cl::desc("Checkpoint tag (default: the one named by <dir>/latest)"),
     cl::value_desc("tag"), cl::init("latest"), cl::cat(zerocCategory));
-cl::opt<std::string> consolidateOutput("o", cl::sub(consolidateCmd),
-                                       cl::Required,
-                                       cl::desc("The safetensors file"),
-                                       cl::value_desc("model.safetensors"),
-                                       cl::cat(zerocCategory));
+cl::opt<std::string> consolidateOutput(
+    "o", cl::sub(consolidateCmd), cl::Required,
+    cl::desc("The safetensors file (--format zeroc) or the directory "
+             "(--format hf)"),
+    cl::value_desc("model.safetensors | dir"), cl::cat(zerocCategory));
+enum class ConsolidateFormat { Zeroc, HF };
+cl::opt<ConsolidateFormat> consolidateFormat(
+    "format", cl::sub(consolidateCmd),
+    cl::desc("What to write (default zeroc)"),
+    cl::values(clEnumValN(ConsolidateFormat::Zeroc, "zeroc",
+                          "one safetensors file, zeroc's names, f32"),
+               clEnumValN(ConsolidateFormat::HF, "hf",
+                          "a Hugging Face model directory: safetensors "
+                          "under the architecture's names, sharded above "
+                          "--max-shard-size, and config.json")),
+    cl::init(ConsolidateFormat::Zeroc), cl::cat(zerocCategory));
+cl::opt<std::string> consolidateDType(
+    "dtype", cl::sub(consolidateCmd),
+    cl::desc("--format hf: the dtype written, f32, bf16 or f16 (default: "
+             "the training dtype)"),
+    cl::value_desc("f32"), cl::cat(zerocCategory));
+cl::opt<std::string> consolidateMaxShard(
+    "max-shard-size", cl::sub(consolidateCmd),
+    cl::desc("--format hf: the most bytes of one shard file's tensors, "
+             "e.g. 5GB, 500MB, 2GiB or a byte count (default 5GB, as "
+             "save_pretrained)"),
+    cl::value_desc("size"), cl::cat(zerocCategory));
 
 //===----------------------------------------------------------------------===//
 // zeroc advise
@@ -621,13 +644,67 @@ int runAdvise() {
   return result->best ? 0 : 1;
 }
 
+/// "5GB", "500MB", "2GiB", "100KB", "123" -> bytes (the units of
+/// save_pretrained's max_shard_size: powers of 1000, or 1024 with "i").
+std::optional<uint64_t> parseByteSize(const std::string &text) {
+  size_t digits = 0;
+  while (digits < text.size() && std::isdigit((unsigned char)text[digits]))
+    ++digits;
+  if (digits == 0 || digits > 15)
+    return std::nullopt;
+  uint64_t n = std::stoull(text.substr(0, digits));
+  std::string unit = text.substr(digits);
+  static const std::map<std::string, uint64_t> units = {
+      {"", 1},          {"B", 1},           {"KB", 1000},
+      {"MB", 1000000},  {"GB", 1000000000}, {"KiB", 1024},
+      {"MiB", 1 << 20}, {"GiB", 1 << 30}};
+  auto it = units.find(unit);
+  if (it == units.end())
+    return std::nullopt;
+  return n * it->second;
+}
+
 int runConsolidate() {
-  auto result = zeroc::consolidateCheckpoint(consolidateDir, consolidateTag,
-                                             consolidateOutput);
+  if (consolidateFormat == ConsolidateFormat::Zeroc) {
+    if (consolidateDType.getNumOccurrences() ||
+        consolidateMaxShard.getNumOccurrences())
+      return error(std::string(consolidateDType.getNumOccurrences()
+                                   ? "--dtype"
+                                   : "--max-shard-size") +
+                   " applies to --format hf; --format zeroc writes f32 into "
+                   "one file");
+    auto result = zeroc::consolidateCheckpoint(consolidateDir, consolidateTag,
+                                               consolidateOutput);
+    if (!result)
+      return error(result.error());
+    llvm::outs() << "wrote " << consolidateOutput << ": "
+                 << result->parameters.size() << " parameters of checkpoint "
+                 << result->tag << " (step " << result->step << ")\n";
+    return 0;
+  }
+  zeroc::HFExportOptions options;
+  if (consolidateDType.getNumOccurrences()) {
+    std::optional<zeroc::DType> dtype = zeroc::parseDType(consolidateDType);
+    if (!dtype || *dtype == zeroc::DType::I32)
+      return error("--dtype must be f32, bf16 or f16, found \"" +
+                   consolidateDType + "\"");
+    options.dtype = dtype;
+  }
+  if (consolidateMaxShard.getNumOccurrences()) {
+    std::optional<uint64_t> bytes = parseByteSize(consolidateMaxShard);
+    if (!bytes || *bytes == 0)
+      return error("--max-shard-size: expected a positive size such as 5GB, "
+                   "500MB, 2GiB or a byte count, found \"" +
+                   consolidateMaxShard + "\"");
+    options.maxShardBytes = *bytes;
+  }
+  auto result = zeroc::consolidateToHF(consolidateDir, consolidateTag,
+                                       consolidateOutput, options);
   if (!result)
     return error(result.error());
-  llvm::outs() << "wrote " << consolidateOutput << ": "
-               << result->parameters.size() << " parameters of checkpoint "
+  llvm::outs() << "wrote " << consolidateOutput << ": " << result->tensors
+               << " Hugging Face tensors in " << result->shards
+               << " safetensors file(s) and config.json, from checkpoint "
                << result->tag << " (step " << result->step << ")\n";
   return 0;
 }
@@ -766,7 +843,8 @@ int main(int argc, char **argv) {
       "  zeroc inspect plan.json [--json]       memory, communication per "
       "rank\n"
       "  zeroc advise model.mlir --cluster C    which ZeRO setup to use\n"
-      "  zeroc consolidate ckpt/ -o m.safetensors  whole f32 weights\n\n"
+      "  zeroc consolidate ckpt/ -o m.safetensors  whole f32 weights\n"
+      "  zeroc consolidate ckpt/ --format hf -o out/  for transformers\n\n"
       "Run 'zeroc <subcommand> --help' for a subcommand's options.\n");
   if (genCmd)
     return runGen();

@@ -68,9 +68,12 @@ OPTIONS:
   --save-every N          Also save every N steps (needs --checkpoint-dir)
   --resume                Continue from DIR/latest: tensors, step, loss-scale
                           state and data position; --steps stays the total
-  --init-from FILE        Initialize parameters and master copies from a
-                          whole-model safetensors file (e.g. from `zeroc
-                          consolidate`) instead of random init
+  --init-from PATH        Initialize parameters and master copies from a
+                          whole-model safetensors checkpoint instead of
+                          random init: zeroc's names (`zeroc consolidate`)
+                          or Hugging Face's for the plan's architecture; a
+                          file, a model.safetensors.index.json of shards,
+                          or a directory holding either
   --dump-grads FILE       Run the first step's micro-steps (forward and
                           backward, no optimizer step) and write every
                           parameter's gradient, under the parameter's name,

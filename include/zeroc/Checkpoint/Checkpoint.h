@@ -33,7 +33,7 @@ namespace zeroc {
 
 /// The manifest's format name and the version this build reads and writes.
 inline constexpr const char *kCheckpointFormat = "zeroc-checkpoint";
-inline constexpr int kCheckpointVersion = 1;
+inline constexpr int kCheckpointVersion = 2;
 /// Pass as `tagOrLatest` to load what `<dir>/latest` names.
 inline constexpr const char *kLatestTag = "latest";
 
@@ -70,6 +70,9 @@ struct ShardRecord {
 struct CheckpointManifest {
   std::string tag;
   std::string model; ///< The plan's model name (informational).
+  /// The plan's Hugging Face config (null when it has none): what
+  /// `zeroc consolidate --format hf` maps names by and writes as config.json.
+  nlohmann::json hfConfig;
   int64_t worldSize = 1;
   int64_t stage = 0;
   TrainingState state;

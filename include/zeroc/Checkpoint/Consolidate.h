@@ -42,12 +42,21 @@ consolidateCheckpoint(const std::string &dir, const std::string &tagOrLatest,
 struct InitialTensors {
   std::vector<std::vector<std::byte>> tensors;
   std::vector<std::string> initialized; ///< Names of the tensors filled.
+  /// "zeroc" or the Hugging Face model_type whose names the file has.
+  std::string naming;
+  /// Bytes of tensor data this rank read from the file(s).
+  uint64_t bytesRead = 0;
 };
 
-/// Reads `path` for rank `rank` of `plan`. Every parameter must be in the
-/// file with its shape, as F32 or the parameter's own dtype (converted,
-/// rounding to nearest even); a file tensor that is no parameter is an
-/// error too. Errors name every missing and extra tensor.
+/// Reads `path` for rank `rank` of `plan`: a safetensors file, an
+/// `*.index.json` of shards, or a directory with either
+/// (SafetensorsSet::open). Its names are zeroc's, or Hugging Face's for the
+/// plan's architecture (HFCheckpoint.h), whichever matches more of the
+/// file's tensors. Every parameter must be in the file with its shape, in
+/// F32, BF16 or F16 (converted to the parameter's dtype, rounding to
+/// nearest even); a file tensor that is no parameter is an error too.
+/// Errors name every missing, extra and mis-shaped tensor, with the file
+/// and both shapes. The rank reads only the elements it keeps.
 Expected<InitialTensors> loadSafetensorsShard(const std::string &path,
                                               const Plan &plan, int64_t rank);
 

@@ -68,6 +68,8 @@ public:
   Expected<std::vector<std::byte>> read(const SafetensorsEntry &entry) const {
     return read(entry, {0, entry.numel});
   }
+  /// Bytes of tensor data read so far (what a rank's share costs).
+  uint64_t bytesRead() const { return readBytes; }
 
 private:
   FileHandle file;
@@ -75,6 +77,7 @@ private:
   std::vector<SafetensorsEntry> entries;
   std::map<std::string, size_t> byName;
   std::map<std::string, std::string> meta;
+  mutable uint64_t readBytes = 0;
 };
 
 struct SafetensorsDeclaration {

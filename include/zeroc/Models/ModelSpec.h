@@ -31,6 +31,9 @@ enum class ModelFamily { GPT2, Llama, Mistral, Qwen2, Gemma, Phi3 };
 /// The `model_type` of a family ("gpt2", "llama", "mistral", ...).
 const char *familyName(ModelFamily family);
 
+/// The module attribute holding ModelSpec::hfConfig (a JSON string).
+inline constexpr const char *kHFConfigAttr = "model.hf_config";
+
 struct ModelSpec {
   std::string name; ///< Module name in the generated IR, e.g. "gpt2".
   ModelFamily family = ModelFamily::GPT2;
@@ -64,6 +67,12 @@ struct ModelSpec {
   double ropeTheta = 10000.0;
   double initializerRange = 0.02;
   DType dtype = DType::F32; ///< From `torch_dtype` when present.
+  /// The Hugging Face config.json the spec was read from, verbatim (a
+  /// preset's too). The generator records it on the module
+  /// (`model.hf_config`), the compiler in the plan (`model.hf_config`): it
+  /// names the architecture whose checkpoints `--init-from` reads and
+  /// `zeroc consolidate --format hf` writes (HFCheckpoint.h).
+  nlohmann::json hfConfig;
   /// The attention kernel family (not in the Hugging Face config): flash
   /// unless asked otherwise (`zeroc gen --attention-kernel`).
   AttentionKernel attentionKernel = AttentionKernel::Flash;

@@ -31,7 +31,7 @@ namespace zeroc {
 /// The format name and the version this build reads and writes. A reader
 /// refuses other versions.
 inline constexpr const char *kPlanFormat = "zeroc-plan";
-inline constexpr int kPlanVersion = 6;
+inline constexpr int kPlanVersion = 7;
 
 /// A persistent per-rank tensor (`sched.tensor`).
 struct PlanTensor {
@@ -131,6 +131,10 @@ struct PlanModel {
   DType dtype = DType::F32;
   int64_t microBatch = 0;
   int64_t seqLen = 0;
+  /// The Hugging Face config.json the model was generated from (null for a
+  /// hand-written model): its `model_type` picks the checkpoint name
+  /// mapping (zeroc/Checkpoint/HFCheckpoint.h).
+  nlohmann::json hfConfig;
 };
 
 struct Plan {

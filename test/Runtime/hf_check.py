@@ -1,0 +1,250 @@
+#!/usr/bin/env python3
+"""zerorun against transformers on real Hugging Face checkpoints.
+
+Live (torch, transformers and safetensors installed):
+
+    hf_check.py --zeroc build/bin/zeroc --zerorun build/bin/zerorun \\
+        --work /tmp/hf [--write-golden test/Runtime/Inputs/hf]
+
+creates small random GPT-2 and Llama models with transformers (f32 and
+bf16), saves them with save_pretrained (safetensors), and for each:
+
+1. compiles the saved config.json with zeroc (stage 0, one rank) and runs
+   zerorun's first forward from the saved weights on fixed tokens
+   (`--init-from DIR --dump-grads`, which prints the loss);
+2. compares that loss with transformers' on the same tokens: relative
+   1e-4 in f32, 2e-2 in bf16 (every activation rounded to bf16, in a
+   different order of operations than torch's);
+3. runs `zerorun --init-from DIR --steps 0 --checkpoint-dir` and
+   `zeroc consolidate --format hf`, checks that the output has the same
+   tensor names and bytes as the saved model and the same config, and that
+   transformers loads it (AutoModelForCausalLM.from_pretrained) to the same
+   loss.
+
+--write-golden copies each saved model, the tokens and the losses to
+test/Runtime/Inputs/hf/<model>-<dtype>/ (expected.json).
+
+Golden (CI; the standard library only):
+
+    hf_check.py --zeroc ... --zerorun ... --work DIR --golden test/Runtime/Inputs/hf
+
+runs steps 1 and 3 on the checked-in models and compares the loss with the
+transformers loss recorded in expected.json, within the same tolerances.
+
+Without torch, the live mode exits 77 (ctest's skip code).
+"""
+
+import argparse
+import json
+import math
+import os
+import shutil
+import struct
+import subprocess
+import sys
+
+MICRO_BATCH = 2
+SEQ_LEN = 16
+# Relative tolerances of zerorun's loss against transformers'.
+TOLERANCE = {"f32": 1e-4, "bf16": 2e-2}
+SKIP = 77
+
+
+def safetensors_contents(path):
+    """name -> (dtype, shape, raw bytes) of a file, an index or a directory."""
+    if os.path.isdir(path):
+        index = os.path.join(path, "model.safetensors.index.json")
+        path = index if os.path.exists(index) else os.path.join(path, "model.safetensors")
+    if path.endswith(".json"):
+        with open(path) as f:
+            weight_map = json.load(f)["weight_map"]
+        out = {}
+        for shard in sorted(set(weight_map.values())):
+            out.update(safetensors_contents(os.path.join(os.path.dirname(path), shard)))
+        return out
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    header.pop("__metadata__", None)
+    base = 8 + n
+    return {k: (v["dtype"], v["shape"], data[base + v["data_offsets"][0]:base + v["data_offsets"][1]])
+            for k, v in header.items()}
+
+
+def run(cmd, cwd=None):
+    p = subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if p.returncode != 0:
+        sys.exit("FAILED: %s\n%s" % (" ".join(cmd), p.stdout))
+    return p.stdout
+
+
+def write_tokens(path, tokens):
+    with open(path, "wb") as f:
+        f.write(struct.pack("<%dI" % len(tokens), *tokens))
+
+
+def ds_config(path, dtype):
+    cfg = {"train_micro_batch_size_per_gpu": MICRO_BATCH, "gradient_accumulation_steps": 1,
+           "zero_optimization": {"stage": 0},
+           "optimizer": {"type": "Adam", "params": {"lr": 1e-3}}}
+    if dtype == "bf16":
+        cfg["bf16"] = {"enabled": True}
+    with open(path, "w") as f:
+        json.dump(cfg, f)
+
+
+def zerorun_checks(args, name, model_dir, tokens_path, dtype, work):
+    """Steps 1 and 3: zerorun's loss from the HF files, and the round trip.
+    Returns the loss."""
+    ds = os.path.join(work, "ds.json")
+    ds_config(ds, dtype)
+    plan = os.path.join(work, "plan.json")
+    run([args.zeroc, os.path.join(model_dir, "config.json"), "--seq-len", str(SEQ_LEN),
+         "--config", ds, "--world-size", "1", "--quiet", "-o", plan])
+    out = run([args.zerorun, plan, "--data", tokens_path, "--init-from", model_dir,
+               "--dump-grads", os.path.join(work, "grads.safetensors")])
+    loss = float(out.split(" loss ")[1].split(":")[0])
+
+    ckpt = os.path.join(work, "ckpt")
+    back = os.path.join(work, "consolidated")
+    shutil.rmtree(ckpt, ignore_errors=True)
+    shutil.rmtree(back, ignore_errors=True)
+    run([args.zerorun, plan, "--data", tokens_path, "--init-from", model_dir, "--steps", "0",
+         "--checkpoint-dir", ckpt, "--plain"])
+    run([args.zeroc, "consolidate", ckpt, "--format", "hf", "-o", back])
+    original, written = safetensors_contents(model_dir), safetensors_contents(back)
+    if sorted(original) != sorted(written):
+        sys.exit("%s: consolidate --format hf names differ: %s" % (name, sorted(set(original) ^ set(written))))
+    for t in original:
+        if original[t][:2] != written[t][:2]:
+            sys.exit("%s: '%s' is %s in the model, %s after the round trip" % (name, t, original[t][:2], written[t][:2]))
+        if original[t][2] != written[t][2]:
+            sys.exit("%s: '%s' has other bytes after the round trip" % (name, t))
+    with open(os.path.join(model_dir, "config.json")) as f:
+        config_in = json.load(f)
+    with open(os.path.join(back, "config.json")) as f:
+        config_out = json.load(f)
+    if config_in != config_out:
+        sys.exit("%s: config.json differs after the round trip:\n%s\n%s" % (name, config_in, config_out))
+    print("%s: round trip: %d tensors, same names, shapes, dtypes and bytes; same config.json"
+          % (name, len(original)))
+    return loss, back
+
+
+def check_loss(name, dtype, zerorun_loss, reference):
+    rel = abs(zerorun_loss - reference) / abs(reference)
+    ok = rel <= TOLERANCE[dtype]
+    print("%s: zerorun loss %.9g, transformers %.9g, relative difference %.2e (tolerance %.0e): %s"
+          % (name, zerorun_loss, reference, rel, TOLERANCE[dtype], "ok" if ok else "FAIL"))
+    return ok
+
+
+def golden(args):
+    ok = True
+    names = sorted(d for d in os.listdir(args.golden) if os.path.isdir(os.path.join(args.golden, d)))
+    if not names:
+        sys.exit("no golden models in " + args.golden)
+    for name in names:
+        src = os.path.join(args.golden, name)
+        with open(os.path.join(src, "expected.json")) as f:
+            expected = json.load(f)
+        work = os.path.join(args.work, name)
+        os.makedirs(work, exist_ok=True)
+        loss, _ = zerorun_checks(args, name, src, os.path.join(src, "tokens.u32"), expected["dtype"], work)
+        ok &= check_loss(name, expected["dtype"], loss, expected["loss_transformers"])
+    print("%d passed, %d failed" % (len(names) if ok else 0, 0 if ok else 1))
+    return 0 if ok else 1
+
+
+def live(args):
+    try:
+        import torch
+        import transformers
+        from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig
+    except ImportError as e:
+        print("skipped: %s (the live check needs torch and transformers)" % e)
+        return SKIP
+    torch.manual_seed(0)
+    vocab = 64
+    configs = {
+        "gpt2": GPT2Config(vocab_size=vocab, n_positions=32, n_embd=32, n_layer=2, n_head=4,
+                           activation_function="gelu_new"),
+        "llama": LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64,
+                             num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                             max_position_embeddings=32, rms_norm_eps=1e-5,
+                             tie_word_embeddings=False),
+    }
+    g = torch.Generator().manual_seed(1)
+    tokens = torch.randint(0, vocab, (MICRO_BATCH * SEQ_LEN + 1,), generator=g).tolist()
+    batch = torch.tensor([tokens[k * SEQ_LEN:k * SEQ_LEN + SEQ_LEN + 1] for k in range(MICRO_BATCH)])
+
+    def hf_loss(model):
+        with torch.no_grad():
+            logits = model(batch[:, :-1]).logits.float()
+            return torch.nn.functional.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1)).item()
+
+    ok = True
+    count = 0
+    for arch, config in configs.items():
+        for dtype in ("f32", "bf16"):
+            name = "%s-%s" % (arch, dtype)
+            work = os.path.join(args.work, name)
+            shutil.rmtree(work, ignore_errors=True)
+            os.makedirs(work)
+            torch.manual_seed(2)
+            model = AutoModelForCausalLM.from_config(config)
+            # Random norms and biases too, and weights large enough that
+            # the loss is far from log(vocab).
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.add_(torch.randn_like(p) * 0.2)
+            model.eval()
+            if dtype == "bf16":
+                model = model.to(torch.bfloat16)
+            model_dir = os.path.join(work, "model")
+            model.save_pretrained(model_dir, safe_serialization=True)
+            reference = hf_loss(model)
+            tokens_path = os.path.join(work, "tokens.u32")
+            write_tokens(tokens_path, tokens)
+            loss, back = zerorun_checks(args, name, model_dir, tokens_path, dtype, work)
+            ok &= check_loss(name, dtype, loss, reference)
+            reloaded = AutoModelForCausalLM.from_pretrained(back).eval()
+            reloaded_loss = hf_loss(reloaded)
+            same = reloaded_loss == reference
+            print("%s: transformers loads the consolidated model: loss %.9g (%s)"
+                  % (name, reloaded_loss, "same" if same else "DIFFERENT"))
+            ok &= same
+            count += 1
+            if args.write_golden:
+                dst = os.path.join(args.write_golden, name)
+                shutil.rmtree(dst, ignore_errors=True)
+                os.makedirs(dst)
+                for f in os.listdir(model_dir):
+                    shutil.copy(os.path.join(model_dir, f), dst)
+                shutil.copy(tokens_path, dst)
+                with open(os.path.join(dst, "expected.json"), "w") as f:
+                    json.dump({"dtype": dtype, "micro_batch": MICRO_BATCH, "seq_len": SEQ_LEN,
+                               "loss_transformers": reference, "loss_zerorun_when_written": loss,
+                               "torch": torch.__version__, "transformers": transformers.__version__},
+                              f, indent=1)
+                    f.write("\n")
+    print("%d passed, %d failed" % (count if ok else 0, 0 if ok else 1))
+    return 0 if ok else 1
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--zeroc", required=True)
+    ap.add_argument("--zerorun", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--golden", help="check the checked-in models (no torch needed)")
+    ap.add_argument("--write-golden", help="live: write the models and losses here")
+    args = ap.parse_args()
+    os.makedirs(args.work, exist_ok=True)
+    return golden(args) if args.golden else live(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
