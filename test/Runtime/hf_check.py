@@ -13,7 +13,7 @@ bf16), saves them with save_pretrained (safetensors), and for each:
    zerorun's first forward from the saved weights on fixed tokens
    (`--init-from DIR --dump-grads`, which prints the loss);
 2. compares that loss with transformers' on the same tokens: relative
-   1e-4 in f32, 2e-2 in bf16 (every activation rounded to bf16, in a
+   1e-5 in f32, 1e-2 in bf16 (every activation rounded to bf16, in a
    different order of operations than torch's);
 3. runs `zerorun --init-from DIR --steps 0 --checkpoint-dir` and
    `zeroc consolidate --format hf`, checks that the output has the same
@@ -46,7 +46,7 @@ import sys
 MICRO_BATCH = 2
 SEQ_LEN = 16
 # Relative tolerances of zerorun's loss against transformers'.
-TOLERANCE = {"f32": 1e-4, "bf16": 2e-2}
+TOLERANCE = {"f32": 1e-5, "bf16": 1e-2}
 SKIP = 77
 
 
@@ -169,11 +169,11 @@ def live(args):
     vocab = 64
     configs = {
         "gpt2": GPT2Config(vocab_size=vocab, n_positions=32, n_embd=32, n_layer=2, n_head=4,
-                           activation_function="gelu_new"),
+                           activation_function="gelu_new", bos_token_id=0, eos_token_id=0),
         "llama": LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64,
                              num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                              max_position_embeddings=32, rms_norm_eps=1e-5,
-                             tie_word_embeddings=False),
+                             tie_word_embeddings=False, bos_token_id=0, eos_token_id=0),
     }
     g = torch.Generator().manual_seed(1)
     tokens = torch.randint(0, vocab, (MICRO_BATCH * SEQ_LEN + 1,), generator=g).tolist()
@@ -205,7 +205,10 @@ def live(args):
                 model = model.to(torch.bfloat16)
             model_dir = os.path.join(work, "model")
             model.save_pretrained(model_dir, safe_serialization=True)
-            reference = hf_loss(model)
+            # The reference is the saved model as transformers loads it
+            # (buffers such as Llama's rotary inv_freq are recomputed on
+            # loading, not saved).
+            reference = hf_loss(AutoModelForCausalLM.from_pretrained(model_dir).eval())
             tokens_path = os.path.join(work, "tokens.u32")
             write_tokens(tokens_path, tokens)
             loss, back = zerorun_checks(args, name, model_dir, tokens_path, dtype, work)
