@@ -38,6 +38,7 @@ import argparse
 import json
 import math
 import os
+import shlex
 import shutil
 import struct
 import subprocess
@@ -84,9 +85,9 @@ def write_tokens(path, tokens):
         f.write(struct.pack("<%dI" % len(tokens), *tokens))
 
 
-def ds_config(path, dtype):
-    cfg = {"train_micro_batch_size_per_gpu": MICRO_BATCH, "gradient_accumulation_steps": 1,
-           "zero_optimization": {"stage": 0},
+def ds_config(path, dtype, stage=0, micro_batch=MICRO_BATCH):
+    cfg = {"train_micro_batch_size_per_gpu": micro_batch, "gradient_accumulation_steps": 1,
+           "zero_optimization": {"stage": stage, "stage3_param_persistence_threshold": 0},
            "optimizer": {"type": "Adam", "params": {"lr": 1e-3}}}
     if dtype == "bf16":
         cfg["bf16"] = {"enabled": True}
@@ -94,24 +95,18 @@ def ds_config(path, dtype):
         json.dump(cfg, f)
 
 
-def zerorun_checks(args, name, model_dir, tokens_path, dtype, work):
-    """Steps 1 and 3: zerorun's loss from the HF files, and the round trip.
-    Returns the loss."""
-    ds = os.path.join(work, "ds.json")
-    ds_config(ds, dtype)
-    plan = os.path.join(work, "plan.json")
-    run([args.zeroc, os.path.join(model_dir, "config.json"), "--seq-len", str(SEQ_LEN),
-         "--config", ds, "--world-size", "1", "--quiet", "-o", plan])
-    out = run([args.zerorun, plan, "--data", tokens_path, "--init-from", model_dir,
-               "--dump-grads", os.path.join(work, "grads.safetensors")])
-    loss = float(out.split(" loss ")[1].split(":")[0])
-
-    ckpt = os.path.join(work, "ckpt")
-    back = os.path.join(work, "consolidated")
+def round_trip(args, name, plan, model_dir, tokens_path, work, ranks=1):
+    """zerorun --init-from --steps 0 with a checkpoint, then consolidate
+    --format hf: the same names, dtypes, shapes, bytes and config.json."""
+    ckpt = os.path.join(work, "ckpt%d" % ranks)
+    back = os.path.join(work, "consolidated%d" % ranks)
     shutil.rmtree(ckpt, ignore_errors=True)
     shutil.rmtree(back, ignore_errors=True)
-    run([args.zerorun, plan, "--data", tokens_path, "--init-from", model_dir, "--steps", "0",
-         "--checkpoint-dir", ckpt, "--plain"])
+    cmd = [args.zerorun, plan, "--data", tokens_path, "--init-from", model_dir, "--steps", "0",
+           "--checkpoint-dir", ckpt, "--plain"]
+    if ranks > 1:
+        cmd = shlex.split(args.mpirun) + ["-np", str(ranks)] + cmd
+    run(cmd)
     run([args.zeroc, "consolidate", ckpt, "--format", "hf", "-o", back])
     original, written = safetensors_contents(model_dir), safetensors_contents(back)
     if sorted(original) != sorted(written):
@@ -127,8 +122,32 @@ def zerorun_checks(args, name, model_dir, tokens_path, dtype, work):
         config_out = json.load(f)
     if config_in != config_out:
         sys.exit("%s: config.json differs after the round trip:\n%s\n%s" % (name, config_in, config_out))
-    print("%s: round trip: %d tensors, same names, shapes, dtypes and bytes; same config.json"
-          % (name, len(original)))
+    print("%s: round trip on %d rank(s): %d tensors, same names, shapes, dtypes and bytes; same config.json"
+          % (name, ranks, len(original)))
+    return back
+
+
+def zerorun_checks(args, name, model_dir, tokens_path, dtype, work):
+    """Steps 1 and 3: zerorun's loss from the HF files, and the round trip
+    (also at stage 3 on 2 ranks, each reading its slices, with --mpirun).
+    Returns the loss and the consolidated directory."""
+    ds = os.path.join(work, "ds.json")
+    ds_config(ds, dtype)
+    plan = os.path.join(work, "plan.json")
+    run([args.zeroc, os.path.join(model_dir, "config.json"), "--seq-len", str(SEQ_LEN),
+         "--config", ds, "--world-size", "1", "--quiet", "-o", plan])
+    out = run([args.zerorun, plan, "--data", tokens_path, "--init-from", model_dir,
+               "--dump-grads", os.path.join(work, "grads.safetensors")])
+    loss = float(out.split(" loss ")[1].split(":")[0])
+
+    back = round_trip(args, name, plan, model_dir, tokens_path, work)
+    if args.mpirun:
+        ds3 = os.path.join(work, "ds3.json")
+        ds_config(ds3, dtype, stage=3, micro_batch=1)
+        plan3 = os.path.join(work, "plan3.json")
+        run([args.zeroc, os.path.join(model_dir, "config.json"), "--seq-len", str(SEQ_LEN),
+             "--config", ds3, "--world-size", "2", "--quiet", "-o", plan3])
+        round_trip(args, name, plan3, model_dir, tokens_path, work, ranks=2)
     return loss, back
 
 
@@ -244,6 +263,7 @@ def main():
     ap.add_argument("--work", required=True)
     ap.add_argument("--golden", help="check the checked-in models (no torch needed)")
     ap.add_argument("--write-golden", help="live: write the models and losses here")
+    ap.add_argument("--mpirun", help="also round-trip at stage 3 on 2 ranks with this mpirun")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
     return golden(args) if args.golden else live(args)
