@@ -534,12 +534,14 @@ Expected<InitialTensors> loadSafetensorsShard(const std::string &path,
 
 Expected<std::vector<std::string>>
 loadSafetensorsInto(const std::string &path, const Plan &plan, int64_t rank,
-                    const std::vector<MutableBytes> &out) {
+                    const std::vector<MutableBytes> &out, std::string *naming) {
   if (auto ok = checkLocalBuffers(plan, out, "loadSafetensorsInto"); !ok)
     return ok.error();
   auto loaded = loadSafetensorsShard(path, plan, rank);
   if (!loaded)
     return loaded.error();
+  if (naming)
+    *naming = loaded->naming;
   for (size_t i = 0; i < out.size(); ++i)
     if (!loaded->tensors[i].empty())
       std::memcpy(out[i].data, loaded->tensors[i].data(), out[i].size);

@@ -76,10 +76,12 @@ Expected<Resumed> resumeTraining(Executor &e, Communicator &comm,
   return r;
 }
 
-Expected<std::vector<std::string>>
-initFromSafetensors(Executor &e, Communicator &comm, const std::string &path) {
-  auto names =
-      loadSafetensorsInto(path, e.plan(), comm.rank(), e.mutableTensorData());
+Expected<std::vector<std::string>> initFromSafetensors(Executor &e,
+                                                       Communicator &comm,
+                                                       const std::string &path,
+                                                       std::string *naming) {
+  auto names = loadSafetensorsInto(path, e.plan(), comm.rank(),
+                                   e.mutableTensorData(), naming);
   std::string mine = names ? "" : names.error().str();
   if (!allRanksOk(comm, mine.empty(), "init-from load"))
     return error(mine.empty() ? "another rank failed" : mine);

@@ -46,11 +46,13 @@ Expected<Resumed> resumeTraining(Executor &executor, Communicator &comm,
                                  const std::string &dir);
 
 /// Initializes the parameters and master copies of `executor` from a
-/// whole-model safetensors file (e.g. from `zeroc consolidate`); returns
-/// the names of the tensors written.
-Expected<std::vector<std::string>> initFromSafetensors(Executor &executor,
-                                                       Communicator &comm,
-                                                       const std::string &path);
+/// whole-model safetensors checkpoint (`zeroc consolidate`'s, or a Hugging
+/// Face one: loadSafetensorsShard); returns the names of the tensors
+/// written, and in `naming` whose names the file has ("zeroc" or the
+/// model_type).
+Expected<std::vector<std::string>>
+initFromSafetensors(Executor &executor, Communicator &comm,
+                    const std::string &path, std::string *naming = nullptr);
 
 } // namespace zeroc::runtime
 

@@ -713,6 +713,10 @@ TEST_F(Corruption, ManifestFieldErrorsPointAtTheField) {
         "manifest world_size: expected an integer >= 1, found \"3\"");
   check([](json &m) { m.erase("training_state"); },
         "manifest (root): missing required key 'training_state'");
+  check([](json &m) { m["hf_config"] = "gpt2"; },
+        "manifest hf_config: expected a Hugging Face config object or null");
+  check([](json &m) { m.erase("hf_config"); },
+        "manifest (root): missing required key 'hf_config'");
   check([](json &m) { m["tensors"][2]["dtype"] = "f64"; },
         "manifest tensors[2].dtype: unknown dtype \"f64\"");
   check([](json &m) { m["tensors"][0]["local_numel"] = 20; },

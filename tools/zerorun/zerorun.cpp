@@ -300,12 +300,15 @@ int run(const Options &o, Communicator &comm, Device *device) {
       std::printf("zerorun: resumed from %s at step %lld\n",
                   resumed->checkpoint.c_str(), (long long)firstStep);
   } else if (!o.initFrom.empty()) {
-    auto names = initFromSafetensors(e, comm, o.initFrom);
+    std::string naming;
+    auto names = initFromSafetensors(e, comm, o.initFrom, &naming);
     if (!names)
       return err("--init-from: " + names.error().message);
     if (root)
-      std::printf("zerorun: initialized %zu tensor(s) from %s\n", names->size(),
-                  o.initFrom.c_str());
+      std::printf("zerorun: initialized %zu tensor(s) from %s (%s names)\n",
+                  names->size(), o.initFrom.c_str(),
+                  naming == "zeroc" ? "zeroc"
+                                    : ("Hugging Face " + naming).c_str());
   }
 
   if (!o.dumpGrads.empty()) {

@@ -64,9 +64,11 @@ Expected<InitialTensors> loadSafetensorsShard(const std::string &path,
 /// local_numel elements each): only parameters and master copies are
 /// written, and only once the whole file has been read and checked.
 /// Returns the names of the tensors written.
+/// `naming`, when given, receives InitialTensors::naming.
 Expected<std::vector<std::string>>
 loadSafetensorsInto(const std::string &path, const Plan &plan, int64_t rank,
-                    const std::vector<MutableBytes> &out);
+                    const std::vector<MutableBytes> &out,
+                    std::string *naming = nullptr);
 
 } // namespace zeroc
 
