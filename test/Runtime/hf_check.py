@@ -6,8 +6,8 @@ Live (torch, transformers and safetensors installed):
     hf_check.py --zeroc build/bin/zeroc --zerorun build/bin/zerorun \\
         --work /tmp/hf [--write-golden test/Runtime/Inputs/hf]
 
-creates small random GPT-2 and Llama models with transformers (f32 and
-bf16), saves them with save_pretrained (safetensors), and for each:
+creates small random GPT-2, Llama, Mistral, Qwen2, Gemma and Phi-3 models
+with transformers (f32 and bf16), saves them with save_pretrained (safetensors), and for each:
 
 1. compiles the saved config.json with zeroc (stage 0, one rank) and runs
    zerorun's first forward from the saved weights on fixed tokens
@@ -180,20 +180,34 @@ def live(args):
     try:
         import torch
         import transformers
-        from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig
+        import transformers as tf
+        from transformers import AutoModelForCausalLM
     except ImportError as e:
         print("skipped: %s (the live check needs torch and transformers)" % e)
         return SKIP
     torch.manual_seed(0)
     vocab = 64
-    configs = {
-        "gpt2": GPT2Config(vocab_size=vocab, n_positions=32, n_embd=32, n_layer=2, n_head=4,
-                           activation_function="gelu_new", bos_token_id=0, eos_token_id=0),
-        "llama": LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64,
-                             num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                             max_position_embeddings=32, rms_norm_eps=1e-5,
-                             tie_word_embeddings=False, bos_token_id=0, eos_token_id=0),
+    small = dict(vocab_size=vocab, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+                 rms_norm_eps=1e-5, bos_token_id=0, eos_token_id=0)
+    makers = {
+        "gpt2": lambda: tf.GPT2Config(vocab_size=vocab, n_positions=32, n_embd=16, n_layer=2,
+                                      n_head=4, activation_function="gelu_new",
+                                      bos_token_id=0, eos_token_id=0),
+        "llama": lambda: tf.LlamaConfig(tie_word_embeddings=False, **small),
+        "mistral": lambda: tf.MistralConfig(sliding_window=6, **small),
+        "qwen2": lambda: tf.Qwen2Config(tie_word_embeddings=True, use_sliding_window=False,
+                                        **small),
+        "gemma": lambda: tf.GemmaConfig(head_dim=8, hidden_act="gelu_pytorch_tanh",
+                                        hidden_activation="gelu_pytorch_tanh", **small),
+        "phi3": lambda: tf.Phi3Config(sliding_window=5, tie_word_embeddings=False,
+                                      pad_token_id=0, **small),
     }
+    configs = {}
+    for arch in args.archs.split(","):
+        if arch not in makers:
+            sys.exit("--archs: unknown architecture %r (known: %s)" % (arch, ", ".join(makers)))
+        configs[arch] = makers[arch]()
     g = torch.Generator().manual_seed(1)
     tokens = torch.randint(0, vocab, (MICRO_BATCH * SEQ_LEN + 1,), generator=g).tolist()
     batch = torch.tensor([tokens[k * SEQ_LEN:k * SEQ_LEN + SEQ_LEN + 1] for k in range(MICRO_BATCH)])
@@ -264,6 +278,8 @@ def main():
     ap.add_argument("--golden", help="check the checked-in models (no torch needed)")
     ap.add_argument("--write-golden", help="live: write the models and losses here")
     ap.add_argument("--mpirun", help="also round-trip at stage 3 on 2 ranks with this mpirun")
+    ap.add_argument("--archs", default="gpt2,llama,mistral,qwen2,gemma,phi3",
+                    help="live: the architectures (gpt2, llama, mistral, qwen2, gemma, phi3)")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
     return golden(args) if args.golden else live(args)
