@@ -372,7 +372,6 @@ hfSources(const SafetensorsSet &set, const Plan &plan,
           const HFMapping &mapping) {
   std::map<std::string, ParamSource> sources;
   Differences problems;
-  std::set<const HFTensor *> seen;
   for (const HFTensor &t : mapping.tensors) {
     const SafetensorsSet::Located *at = set.find(t.name);
     const SafetensorsSet::Located *bare = set.find(t.bareName);

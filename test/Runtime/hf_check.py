@@ -19,7 +19,8 @@ with transformers (f32 and bf16), saves them with save_pretrained (safetensors),
    `zeroc consolidate --format hf`, checks that the output has the same
    tensor names and bytes as the saved model and the same config, and that
    transformers loads it (AutoModelForCausalLM.from_pretrained) to the same
-   loss.
+   loss. The same model saved in shards (max_shard_size 8KB, with
+   model.safetensors.index.json) gives zerorun the same loss.
 
 --write-golden copies each saved model, the tokens and the losses to
 test/Runtime/Inputs/hf/<model>-<dtype>/ (expected.json).
@@ -95,7 +96,7 @@ def ds_config(path, dtype, stage=0, micro_batch=MICRO_BATCH):
         json.dump(cfg, f)
 
 
-def round_trip(args, name, plan, model_dir, tokens_path, work, ranks=1):
+def round_trip(args, name, plan, model_dir, tokens_path, work, ranks=1, consolidate=()):
     """zerorun --init-from --steps 0 with a checkpoint, then consolidate
     --format hf: the same names, dtypes, shapes, bytes and config.json."""
     ckpt = os.path.join(work, "ckpt%d" % ranks)
@@ -107,7 +108,7 @@ def round_trip(args, name, plan, model_dir, tokens_path, work, ranks=1):
     if ranks > 1:
         cmd = shlex.split(args.mpirun) + ["-np", str(ranks)] + cmd
     run(cmd)
-    run([args.zeroc, "consolidate", ckpt, "--format", "hf", "-o", back])
+    run([args.zeroc, "consolidate", ckpt, "--format", "hf", "-o", back] + list(consolidate))
     original, written = safetensors_contents(model_dir), safetensors_contents(back)
     if sorted(original) != sorted(written):
         sys.exit("%s: consolidate --format hf names differ: %s" % (name, sorted(set(original) ^ set(written))))
@@ -122,8 +123,9 @@ def round_trip(args, name, plan, model_dir, tokens_path, work, ranks=1):
         config_out = json.load(f)
     if config_in != config_out:
         sys.exit("%s: config.json differs after the round trip:\n%s\n%s" % (name, config_in, config_out))
-    print("%s: round trip on %d rank(s): %d tensors, same names, shapes, dtypes and bytes; same config.json"
-          % (name, ranks, len(original)))
+    shards = len([f for f in os.listdir(back) if f.endswith(".safetensors")])
+    print("%s: round trip on %d rank(s): %d tensors in %d file(s), same names, shapes, dtypes and bytes; "
+          "same config.json" % (name, ranks, len(original), shards))
     return back
 
 
@@ -140,15 +142,17 @@ def zerorun_checks(args, name, model_dir, tokens_path, dtype, work):
                "--dump-grads", os.path.join(work, "grads.safetensors")])
     loss = float(out.split(" loss ")[1].split(":")[0])
 
-    back = round_trip(args, name, plan, model_dir, tokens_path, work)
+    backs = [round_trip(args, name, plan, model_dir, tokens_path, work)]
     if args.mpirun:
         ds3 = os.path.join(work, "ds3.json")
         ds_config(ds3, dtype, stage=3, micro_batch=1)
         plan3 = os.path.join(work, "plan3.json")
         run([args.zeroc, os.path.join(model_dir, "config.json"), "--seq-len", str(SEQ_LEN),
              "--config", ds3, "--world-size", "2", "--quiet", "-o", plan3])
-        round_trip(args, name, plan3, model_dir, tokens_path, work, ranks=2)
-    return loss, back
+        # Sharded output: several files and the index.
+        backs.append(round_trip(args, name, plan3, model_dir, tokens_path, work, ranks=2,
+                                consolidate=["--max-shard-size", "8KB"]))
+    return loss, backs
 
 
 def check_loss(name, dtype, zerorun_loss, reference):
@@ -244,14 +248,27 @@ def live(args):
             reference = hf_loss(AutoModelForCausalLM.from_pretrained(model_dir).eval())
             tokens_path = os.path.join(work, "tokens.u32")
             write_tokens(tokens_path, tokens)
-            loss, back = zerorun_checks(args, name, model_dir, tokens_path, dtype, work)
+            loss, backs = zerorun_checks(args, name, model_dir, tokens_path, dtype, work)
             ok &= check_loss(name, dtype, loss, reference)
-            reloaded = AutoModelForCausalLM.from_pretrained(back).eval()
-            reloaded_loss = hf_loss(reloaded)
-            same = reloaded_loss == reference
-            print("%s: transformers loads the consolidated model: loss %.9g (%s)"
-                  % (name, reloaded_loss, "same" if same else "DIFFERENT"))
-            ok &= same
+            # The same weights as transformers shards them (an index and
+            # several files) give zerorun the same loss.
+            sharded_dir = os.path.join(work, "model-sharded")
+            model.save_pretrained(sharded_dir, safe_serialization=True, max_shard_size="8KB")
+            shards = len([f for f in os.listdir(sharded_dir) if f.endswith(".safetensors")])
+            out = run([args.zerorun, os.path.join(work, "plan.json"), "--data", tokens_path,
+                       "--init-from", sharded_dir,
+                       "--dump-grads", os.path.join(work, "grads-sharded.safetensors")])
+            sharded_loss = float(out.split(" loss ")[1].split(":")[0])
+            print("%s: from %d shards and the index save_pretrained wrote: loss %.9g (%s)"
+                  % (name, shards, sharded_loss, "same" if sharded_loss == loss else "DIFFERENT"))
+            ok &= sharded_loss == loss and shards > 1
+            for back in backs:
+                reloaded = AutoModelForCausalLM.from_pretrained(back).eval()
+                reloaded_loss = hf_loss(reloaded)
+                same = reloaded_loss == reference
+                print("%s: transformers loads %s: loss %.9g (%s)"
+                      % (name, back, reloaded_loss, "same" if same else "DIFFERENT"))
+                ok &= same
             count += 1
             if args.write_golden:
                 dst = os.path.join(args.write_golden, name)
