@@ -36,13 +36,14 @@ class ModelLayout {
 public:
   ModelLayout(int64_t worldSize, std::vector<PlanTensor> tensors,
               const std::vector<PlanFlatGroup> &groups)
-      : worldSize(worldSize), tensors(std::move(tensors)), groups(groups) {}
+      : worldSize(worldSize), tensors(std::move(tensors)), groups(groups) {
+    for (size_t i = 0; i < this->tensors.size(); ++i)
+      byName.emplace(this->tensors[i].name, i);
+  }
 
   const PlanTensor *find(const std::string &name) const {
-    for (const PlanTensor &t : tensors)
-      if (t.name == name)
-        return &t;
-    return nullptr;
+    auto it = byName.find(name);
+    return it == byName.end() ? nullptr : &tensors[it->second];
   }
 
   const PlanFlatGroup *group(const std::string &name) const {
@@ -81,11 +82,17 @@ public:
     return param;
   }
 
-  FlatGroupLayout layoutOf(const PlanFlatGroup &g) const {
+  /// Computed once per group: a model's groups hold hundreds of
+  /// parameters, each of which asks.
+  const FlatGroupLayout &layoutOf(const PlanFlatGroup &g) const {
+    auto it = layouts.find(g.name);
+    if (it != layouts.end())
+      return it->second;
     std::vector<int64_t> numels;
     for (const std::string &p : g.params)
       numels.push_back(find(p)->numel);
-    return FlatGroupLayout(numels, worldSize);
+    return layouts.emplace(g.name, FlatGroupLayout(numels, worldSize))
+        .first->second;
   }
 
   /// The part of `param` that `holder` keeps on `rank`. A replicated
@@ -93,7 +100,7 @@ public:
   std::optional<Piece> pieceOn(const PlanTensor &holder,
                                const PlanTensor &param, int64_t rank) const {
     if (const PlanFlatGroup *g = group(holder.of)) {
-      FlatGroupLayout layout = layoutOf(*g);
+      const FlatGroupLayout &layout = layoutOf(*g);
       size_t k = static_cast<size_t>(
           std::find(g->params.begin(), g->params.end(), param.name) -
           g->params.begin());
@@ -117,6 +124,10 @@ public:
   int64_t worldSize;
   std::vector<PlanTensor> tensors;
   const std::vector<PlanFlatGroup> &groups;
+
+private:
+  std::map<std::string, size_t> byName;
+  mutable std::map<std::string, FlatGroupLayout> layouts;
 };
 
 size_t byteCount(int64_t elements, DType dtype) {
