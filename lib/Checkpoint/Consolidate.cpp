@@ -382,7 +382,9 @@ Expected<std::map<std::string, ParamSource>>
 hfSources(const SafetensorsSet &set, const Plan &plan,
           const HFMapping &mapping) {
   std::map<std::string, ParamSource> sources;
-  Differences problems;
+  // Mis-shaped first, then extra (which tell a file of another model at a
+  // glance), then missing.
+  std::vector<std::string> shapes, extra, missing;
   for (const HFTensor &t : mapping.tensors) {
     const SafetensorsSet::Located *at = set.find(t.name);
     const SafetensorsSet::Located *bare = set.find(t.bareName);
@@ -390,20 +392,20 @@ hfSources(const SafetensorsSet &set, const Plan &plan,
     for (const HFPart &p : t.parts)
       partNames += (partNames.empty() ? "" : ", ") + p.param;
     if (at && bare && at != bare) {
-      problems.add("'" + t.name + "' is in the file both as '" + t.name +
-                   "' and as '" + t.bareName + "'");
+      shapes.push_back("'" + t.name + "' is in the file both as '" + t.name +
+                       "' and as '" + t.bareName + "'");
       continue;
     }
     if (!at)
       at = bare;
     if (!at) {
-      problems.add("'" + t.name + "' " + shapeString(t.shape) + " (for " +
-                   partNames + ") is missing");
+      missing.push_back("'" + t.name + "' " + shapeString(t.shape) + " (for " +
+                        partNames + ") is missing");
       continue;
     }
     const SafetensorsEntry &e = *at->entry;
     if (e.shape != t.shape) {
-      problems.add(
+      shapes.push_back(
           "'" + e.name + "' in " + at->file->path() + " has shape " +
           shapeString(e.shape) + ", the plan needs " + shapeString(t.shape) +
           " (for " + partNames +
@@ -416,7 +418,7 @@ hfSources(const SafetensorsSet &set, const Plan &plan,
       if (std::string d =
               dtypeProblem(e.name, at->file->path(), e.dtype, p.dtype);
           !d.empty()) {
-        problems.add(d);
+        shapes.push_back(d);
         break;
       }
       sources[p.name] = {at->file,         &e,
@@ -433,13 +435,23 @@ hfSources(const SafetensorsSet &set, const Plan &plan,
     if (mapping.find("lm_head.weight") == nullptr && (name == "lm_head.weight"))
       why += " (the plan ties the output layer to the token embedding: "
              "tie_word_embeddings)";
-    problems.add(why);
+    extra.push_back(why);
   }
-  if (!problems.empty())
-    return Diagnostic{set.path(), 0, 0,
-                      "does not fit the plan (Hugging Face " +
-                          mapping.modelType + " names): " + problems.str()};
-  return sources;
+  size_t count = shapes.size() + extra.size() + missing.size();
+  if (count == 0)
+    return sources;
+  Differences problems;
+  for (const auto *list : {&shapes, &extra, &missing})
+    for (const std::string &p : *list)
+      problems.add(p);
+  std::string counts =
+      count <= 8 ? ""
+                 : "; " + std::to_string(shapes.size()) + " mis-shaped, " +
+                       std::to_string(extra.size()) + " not of the plan, " +
+                       std::to_string(missing.size()) + " missing";
+  return Diagnostic{set.path(), 0, 0,
+                    "does not fit the plan (Hugging Face " + mapping.modelType +
+                        " names" + counts + "): " + problems.str()};
 }
 
 } // namespace
@@ -457,7 +469,8 @@ Expected<InitialTensors> loadSafetensorsShard(const std::string &path,
   ModelLayout model(plan.worldSize, plan.tensors, plan.flatGroups);
 
   // Which names the file has: zeroc's, or Hugging Face's for the plan's
-  // architecture, whichever more of its tensors match.
+  // architecture, whichever more of its tensors match (Hugging Face's when
+  // none is zeroc's, so that a wrong model is reported in its names).
   auto mapping = hfMapping(plan.model.hfConfig, plan.tensors);
   size_t zerocNames = 0, hfNames = 0;
   for (const auto &[name, at] : set->tensors()) {
@@ -468,7 +481,7 @@ Expected<InitialTensors> loadSafetensorsShard(const std::string &path,
   InitialTensors out;
   Expected<std::map<std::string, ParamSource>> sources =
       std::map<std::string, ParamSource>();
-  if (mapping && hfNames > zerocNames) {
+  if (mapping && (hfNames > zerocNames || zerocNames == 0)) {
     out.naming = mapping->modelType;
     sources = hfSources(*set, plan, *mapping);
   } else {
