@@ -195,6 +195,22 @@ wholeParameter(const std::string &dir, const CheckpointManifest &manifest,
   return whole;
 }
 
+/// The tag `tagOrLatest` names and its manifest.
+struct TaggedManifest {
+  std::string tag;
+  CheckpointManifest manifest;
+};
+Expected<TaggedManifest> openTag(const std::string &dir,
+                                 const std::string &tagOrLatest) {
+  auto tag = resolveCheckpointTag(dir, tagOrLatest);
+  if (!tag)
+    return tag.error();
+  auto manifest = readCheckpointManifest(dir, *tag);
+  if (!manifest)
+    return manifest.error();
+  return TaggedManifest{*tag, std::move(*manifest)};
+}
+
 } // namespace
 
 //===----------------------------------------------------------------------===//
@@ -204,12 +220,11 @@ wholeParameter(const std::string &dir, const CheckpointManifest &manifest,
 Expected<ConsolidateResult>
 consolidateCheckpoint(const std::string &dir, const std::string &tagOrLatest,
                       const std::string &outputPath, const WriteHooks &hooks) {
-  auto tag = resolveCheckpointTag(dir, tagOrLatest);
-  if (!tag)
-    return tag.error();
-  auto manifest = readCheckpointManifest(dir, *tag);
-  if (!manifest)
-    return manifest.error();
+  auto opened = openTag(dir, tagOrLatest);
+  if (!opened)
+    return opened.error();
+  const std::string *tag = &opened->tag;
+  CheckpointManifest *manifest = &opened->manifest;
   for (int64_t rank = 0; rank < manifest->worldSize; ++rank)
     if (auto ok = verifyShardFile(dir, *manifest, rank); !ok)
       return ok.error();
@@ -617,12 +632,11 @@ Expected<HFExportResult> consolidateToHF(const std::string &dir,
                                          const std::string &tagOrLatest,
                                          const std::string &outDir,
                                          const HFExportOptions &options) {
-  auto tag = resolveCheckpointTag(dir, tagOrLatest);
-  if (!tag)
-    return tag.error();
-  auto manifest = readCheckpointManifest(dir, *tag);
-  if (!manifest)
-    return manifest.error();
+  auto opened = openTag(dir, tagOrLatest);
+  if (!opened)
+    return opened.error();
+  const std::string *tag = &opened->tag;
+  CheckpointManifest *manifest = &opened->manifest;
   ModelLayout model(manifest->worldSize, manifest->planTensors(),
                     manifest->flatGroups);
   auto mapping = hfMapping(manifest->hfConfig, model.tensors);
