@@ -283,11 +283,13 @@ def rotate(x, seq, heads, head_dim, theta):
 
 
 def causal_attention(q, k, v, batch, seq, heads, kv_heads, head_dim,
-                     window=None):
+                     window=None, documents=None):
     """softmax(q k^T / sqrt(head_dim)) v over the positions up to each
     query's (with a sliding window w, the w latest: Hugging Face's
     sliding_window_overlay, kv_idx > q_idx - w); query head h reads kv head
-    h // (heads / kv_heads) (repeat_kv)."""
+    h // (heads / kv_heads) (repeat_kv). With `documents` (per token of the
+    batch, the position in its row where its document starts), only the
+    keys of the query's own document (a packed-sequence mask)."""
     scale = 1.0 / math.sqrt(head_dim)
     group = heads // kv_heads
     out = [[0.0] * (heads * head_dim) for _ in range(batch * seq)]
@@ -299,6 +301,8 @@ def causal_attention(q, k, v, batch, seq, heads, kv_heads, head_dim,
             vs = [v[t0 + j][ko:ko + head_dim] for j in range(seq)]
             for i in range(seq):
                 first = max(0, i - window + 1) if window else 0
+                if documents:
+                    first = max(first, documents[t0 + i])
                 keys = range(first, i + 1)
                 qi = q[t0 + i][qo:qo + head_dim]
                 scores = [sum(map(mul, qi, ks[j])) * scale for j in keys]
@@ -313,12 +317,16 @@ def causal_attention(q, k, v, batch, seq, heads, kv_heads, head_dim,
 
 
 def cross_entropy(logits, targets):
-    """Mean over tokens of logsumexp(logits) - logits[target]."""
-    total = 0.0
+    """Mean over the counted tokens of logsumexp(logits) - logits[target];
+    a target -100 is not counted (Hugging Face's label convention)."""
+    total, counted = 0.0, 0
     for r, t in zip(logits, targets):
+        if t == -100:
+            continue
         top = max(r)
         total += top + math.log(sum(math.exp(v - top) for v in r)) - r[t]
-    return total / len(targets)
+        counted += 1
+    return total / counted
 
 
 # ----------------------------------------------------------------------------
@@ -328,8 +336,9 @@ def cross_entropy(logits, targets):
 # ----------------------------------------------------------------------------
 
 class Model:
-    def __init__(self, config, batch, seq):
+    def __init__(self, config, batch, seq, documents=None):
         self.c, self.batch, self.seq = config, batch, seq
+        self.documents = documents
 
     def weights(self, params, name):
         shape, values = params[name]
@@ -359,7 +368,8 @@ class Model:
             k = linear(h, w(p + "attn.k_proj.weight"), w(p + "attn.k_proj.bias"))
             v = linear(h, w(p + "attn.v_proj.weight"), w(p + "attn.v_proj.bias"))
             a = causal_attention(q, k, v, self.batch, self.seq, c.heads,
-                                 c.kv_heads, c.head_dim)
+                                 c.kv_heads, c.head_dim,
+                                 documents=self.documents)
             x = add(x, linear(a, w(p + "attn.c_proj.weight"),
                               w(p + "attn.c_proj.bias")))
             h = layer_norm(x, w(p + "ln_2.weight"), w(p + "ln_2.bias"), c.eps)
@@ -386,7 +396,8 @@ class Model:
         q = rotate(q, self.seq, c.heads, c.head_dim, c.theta)
         k = rotate(k, self.seq, c.kv_heads, c.head_dim, c.theta)
         a = causal_attention(q, k, v, self.batch, self.seq, c.heads,
-                             c.kv_heads, c.head_dim, c.window)
+                             c.kv_heads, c.head_dim, c.window,
+                             self.documents)
         x = add(x, linear(a, w(p + "self_attn.o_proj.weight")))
         h = rms_norm(x, w(p + "post_attention_layernorm.weight"), c.eps,
                      offset)
