@@ -532,16 +532,21 @@ size_t ConcatenatedTokens::partAt(int64_t position) const {
   return i;
 }
 
-void ConcatenatedTokens::read(int64_t begin, int64_t n, int64_t *out) const {
-  while (n > 0) {
-    size_t i = partAt(begin);
-    int64_t local = begin - starts[i];
-    int64_t take = std::min(n, parts[i]->size() - local);
-    parts[i]->read(local, take, out);
-    begin += take;
-    out += take;
-    n -= take;
+template <typename Fn>
+void ConcatenatedTokens::forEachPart(int64_t begin, int64_t n, Fn fn) const {
+  for (int64_t done = 0; done < n;) {
+    size_t i = partAt(begin + done);
+    int64_t local = begin + done - starts[i];
+    int64_t take = std::min(n - done, parts[i]->size() - local);
+    fn(*parts[i], local, take, done);
+    done += take;
   }
+}
+
+void ConcatenatedTokens::read(int64_t begin, int64_t n, int64_t *out) const {
+  forEachPart(begin, n,
+              [&](const TokenSource &part, int64_t local, int64_t take,
+                  int64_t done) { part.read(local, take, out + done); });
 }
 
 TokenLocation ConcatenatedTokens::locate(int64_t position) const {
@@ -560,15 +565,11 @@ bool ConcatenatedTokens::hasLossMask() const {
 
 void ConcatenatedTokens::readLossMask(int64_t begin, int64_t n,
                                       uint8_t *out) const {
-  while (n > 0) {
-    size_t i = partAt(begin);
-    int64_t local = begin - starts[i];
-    int64_t take = std::min(n, parts[i]->size() - local);
-    parts[i]->readLossMask(local, take, out);
-    begin += take;
-    out += take;
-    n -= take;
-  }
+  forEachPart(
+      begin, n,
+      [&](const TokenSource &part, int64_t local, int64_t take, int64_t done) {
+        part.readLossMask(local, take, out + done);
+      });
 }
 
 bool ConcatenatedTokens::startsDocument(int64_t position) const {

@@ -164,6 +164,10 @@ public:
 private:
   /// The part holding stream position `position`.
   size_t partAt(int64_t position) const;
+  /// Calls fn(part, position in part, count, offset from `begin`) for each
+  /// part's share of positions [begin, begin + n).
+  template <typename Fn>
+  void forEachPart(int64_t begin, int64_t n, Fn fn) const;
   std::vector<std::shared_ptr<const TokenSource>> parts;
   std::vector<int64_t> starts;
   int64_t total = 0;
