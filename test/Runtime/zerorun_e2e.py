@@ -27,7 +27,8 @@ Scenarios:
          recompute=none|full|selective and recompute_every=K (zeroc's
          --recompute and --recompute-every),
          mask=1 (zerorun --loss-mask, with a mask counting different
-         numbers of targets on each rank and micro-step)
+         numbers of targets on each rank and micro-step; with f32, match:
+         also compares the final weights, within WEIGHT_TOL_F32)
   reference:MODEL,N    stage 0 on one rank with N micro-steps (the global
                        batch of N ranks) for 5 steps: writes the losses and
                        the consolidated final weights to --work, for equiv
@@ -1261,10 +1262,16 @@ def main():
         ref_opts = {k: v for k, v in opts.items()
                     if k in ("clip", "dtype", "optimizer", "bias_correction")}
         extra = data_options(args, opts)
+        # With a mask (f32), the final weights are compared too.
+        weights = extra and opts.get("dtype", "f32") == "f32"
+        ckpts = [fresh_dir(args, "ckpt-ref"), fresh_dir(args, "ckpt")]
         ref = losses(args, plan(args, 0, 1, ws * ga, ref_opts), 1, STEPS,
-                     extra)
+                     extra + (["--checkpoint-dir", ckpts[0]] if weights
+                              else []))
         p = plan(args, stage, ws, ga, opts)
-        got = losses(args, p, ws, STEPS, extra)
+        got = losses(args, p, ws, STEPS,
+                     extra + (["--checkpoint-dir", ckpts[1]] if weights
+                              else []))
         tol = LOSS_TOL[opts.get("dtype", "f32")]
         if opts.get("bias_correction") == "false":
             # The setting reaches zerorun: the uncorrected steps are up to
@@ -1288,6 +1295,13 @@ def main():
         if len(ref) != len(got) or worst > tol:
             print("FAILED: losses differ")
             return 1
+        if weights:
+            finals = [consolidate(args, c, c + ".safetensors") for c in ckpts]
+            wworst = compare_weights(*finals)
+            print("final weights: largest relative difference", wworst)
+            if wworst is None or wworst > WEIGHT_TOL_F32:
+                print("FAILED: the final weights differ from stage 0's")
+                return 1
         if "nvme" in (opts.get("offload"), opts.get("param_offload")):
             return check_nvme(args, p)
         return 0
