@@ -101,6 +101,7 @@ Expected<DataLoader> DataLoader::open(const std::vector<std::string> &specs,
   if (l) {
     l->noCrossDocLoss = loss.noCrossDocLoss;
     l->noCrossDocAttention = loss.noCrossDocAttention;
+    l->resetPositionIds = loss.resetPositionIds;
   }
   return l;
 }

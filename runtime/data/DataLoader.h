@@ -70,6 +70,9 @@ struct DataOptions {
   /// No token attends to a token of another document (load's
   /// `documentStarts`; --no-cross-doc-attention).
   bool noCrossDocAttention = false;
+  /// Each document's positions count from 0 (load's `documentStarts`;
+  /// --reset-position-ids, Megatron's reset_position_ids).
+  bool resetPositionIds = false;
 };
 
 /// Serves each micro-step its [micro_batch, seq_len] inputs and targets.
@@ -104,6 +107,8 @@ public:
   /// Whether attention is limited to each token's document
   /// (DataOptions::noCrossDocAttention).
   bool masksCrossDocumentAttention() const { return noCrossDocAttention; }
+  /// Whether positions restart at each document (resetPositionIds).
+  bool resetsPositionIds() const { return resetPositionIds; }
 
   /// The targets of step `step`'s whole global batch (every rank and
   /// micro-step) that count in the loss: G x seq_len without a mask. Every
@@ -123,7 +128,8 @@ private:
   BatchShape batch;
   int64_t vocabSize = 0;
   int64_t epochSteps = -1;
-  bool noCrossDocLoss = false, noCrossDocAttention = false;
+  bool noCrossDocLoss = false, noCrossDocAttention = false,
+       resetPositionIds = false;
   /// Which of the seq_len targets of the sequence starting at `start`
   /// count (1) or not (0).
   std::optional<Diagnostic> countedRow(int64_t start, uint8_t *counted) const;

@@ -29,7 +29,8 @@ void Executor::Impl::compute(const PlanOp &op) {
   StepContext step;
   step.lossScale = lossState.scale;
   step.lossTokens = lossTokens;
-  step.documents = documents.data ? &documents : nullptr;
+  step.documents = documents.data && documentAttention ? &documents : nullptr;
+  step.positions = documents.data && documentPositions ? &documents : nullptr;
   std::optional<Status> status = dev->modelOp(op, in, out, step);
   if (!status)
     fail("op " + std::to_string(op.index) + ": kind '" + op.kindName() +

@@ -78,6 +78,10 @@ struct StepContext {
   /// its sequence where each token's document starts (DataLoader::load);
   /// attention sees no key before it. Null: one document per sequence.
   const Tensor *documents = nullptr;
+  /// With --reset-position-ids: the same document starts, for the position
+  /// embedding and rotary kernels, which count each document's positions
+  /// from 0. Null: positions 0 .. seq - 1 in every sequence.
+  const Tensor *positions = nullptr;
 };
 
 /// Runs the kernel of model op `op` (inputs `in(i)`, outputs `out(i)`:
@@ -105,7 +109,7 @@ std::optional<Status> runModelOp(K &k, const PlanOp &op, In in, Out out,
   case OpKind::Embedding:
     return k.embeddingForward(in(0), in(1), out(0));
   case OpKind::PositionEmbedding:
-    return k.positionEmbeddingForward(in(0), out(0));
+    return k.positionEmbeddingForward(in(0), out(0), step.positions);
   case OpKind::Linear:
     return k.linearForward(in(0), in(1),
                            op.inputs.size() > 2 ? &in(2) : nullptr, out(0));
@@ -125,7 +129,8 @@ std::optional<Status> runModelOp(K &k, const PlanOp &op, In in, Out out,
   case OpKind::Mul:
     return k.mul(in(0), in(1), out(0));
   case OpKind::Rotary:
-    return k.rotaryForward(in(0), rotary().headDim, rotary().theta, out(0));
+    return k.rotaryForward(in(0), rotary().headDim, rotary().theta, out(0),
+                           step.positions);
   case OpKind::Scale:
     return k.scale(in(0), op.attrsAs<ScaleAttrs>().factor, out(0));
   case OpKind::Split: {
@@ -174,7 +179,8 @@ std::optional<Status> runModelOp(K &k, const PlanOp &op, In in, Out out,
   case OpKind::SiluBackward:
     return k.siluBackward(in(0), in(1), out(0));
   case OpKind::RotaryBackward:
-    return k.rotaryBackward(in(0), rotary().headDim, rotary().theta, out(0));
+    return k.rotaryBackward(in(0), rotary().headDim, rotary().theta, out(0),
+                            step.positions);
   case OpKind::CausalAttentionBackward:
     if (heads().kernel == AttentionKernel::Flash)
       return k.flashAttentionBackward(in(0), in(1), in(2), in(3), in(4),
@@ -187,7 +193,7 @@ std::optional<Status> runModelOp(K &k, const PlanOp &op, In in, Out out,
   case OpKind::EmbeddingBackward:
     return k.embeddingBackward(in(0), in(1), out(0));
   case OpKind::PositionEmbeddingBackward:
-    return k.positionEmbeddingBackward(in(0), out(0));
+    return k.positionEmbeddingBackward(in(0), out(0), step.positions);
 #define ZEROC_NOT_A_KERNEL(e, name, attrs) case OpKind::e:
     ZEROC_PLAN_SCHED_OPS(ZEROC_NOT_A_KERNEL)
 #undef ZEROC_NOT_A_KERNEL

@@ -97,7 +97,9 @@ void Executor::Impl::runPhase(const PlanPhase &ph, const DataLoader *data,
     std::vector<int32_t> hostIn(size_t(inputs.numel())),
         hostTgt(size_t(targets.numel()));
     int32_t *starts = nullptr;
-    if (data->masksCrossDocumentAttention()) {
+    documentAttention = data->masksCrossDocumentAttention();
+    documentPositions = data->resetsPositionIds();
+    if (documentAttention || documentPositions) {
       documentStarts.resize(size_t(targets.numel()));
       documents = {documentStarts.data(), DType::I32, targets.shape};
       starts = documentStarts.data();

@@ -1432,6 +1432,71 @@ TEST(PackedDocuments, AcrossFlashTiles) {
       {{10, int32_t(kFlashTile), int32_t(kFlashTile) + 3, 140}}, 430, 1e-5);
 }
 
+// --reset-position-ids: token s of row b takes position s - documents[b, s].
+TEST(PackedDocuments, PositionEmbeddingCountsFromEachDocument) {
+  Owned table = random({6, 3}, 440);
+  Owned documents = ids({2, 5}, documentStarts(2, 5, {{2}, {1, 3}}));
+  const int64_t positions[10] = {0, 1, 0, 1, 2, 0, 0, 1, 0, 1};
+  Owned out({2, 5, 3}), dy = random({2, 5, 3}, 441), dtable({6, 3});
+  ASSERT_OK(positionEmbeddingForward(table, out, &documents.view));
+  for (int64_t t = 0; t < 10; ++t)
+    for (int64_t h = 0; h < 3; ++h)
+      EXPECT_EQ(out.at(t * 3 + h), table.at(positions[t] * 3 + h));
+  ASSERT_OK(positionEmbeddingBackward(dy, dtable, &documents.view));
+  std::vector<float> r = dy.values();
+  EXPECT_GRAD_NEAR(
+      dtable.values(), numericGradient(table, [&] {
+        EXPECT_TRUE(positionEmbeddingForward(table, out, &documents.view).ok());
+        return dot(out.values(), r);
+      }));
+  for (int64_t i = 9; i < 18; ++i) // No token at positions 3-5.
+    EXPECT_EQ(dtable.at(i), 0.0f);
+  Owned bad = ids({2, 5}, {0, 0, 1, 1, 1, 0, 0, 0, 0, 0});
+  EXPECT_EQ(positionEmbeddingForward(table, out, &bad.view).error,
+            "position_embedding: documents[0, 2] is 1; expected 0 (the "
+            "document of the token before) or 2 (a document starting here)");
+}
+
+// RoPE with --reset-position-ids: every document rotated exactly as when
+// run alone (the same angles from the same table), forward and backward.
+TEST(PackedDocuments, RotaryEqualsEachDocumentAlone) {
+  const int64_t headDim = 4, width = 2 * headDim, seq = 7;
+  const double theta = 10000.0;
+  std::vector<std::vector<int32_t>> starts = {{3}, {2, 6}};
+  Owned documents = ids({2, seq}, documentStarts(2, seq, starts));
+  Owned x = random({2, seq, width}, 450), y({2, seq, width});
+  Owned dy = random({2, seq, width}, 451), dx({2, seq, width});
+  ASSERT_OK(rotaryForward(x, headDim, theta, y, &documents.view));
+  ASSERT_OK(rotaryBackward(dy, headDim, theta, dx, &documents.view));
+  for (int64_t b = 0; b < 2; ++b) {
+    std::vector<int32_t> bounds = starts[size_t(b)];
+    bounds.insert(bounds.begin(), 0);
+    bounds.push_back(int32_t(seq));
+    for (size_t n = 0; n + 1 < bounds.size(); ++n) {
+      int64_t s = bounds[n], len = bounds[n + 1] - s;
+      auto slice = [&](const Owned &t) {
+        std::vector<float> all = t.values();
+        Owned part({1, len, width});
+        part.set(std::vector<float>(all.begin() + (b * seq + s) * width,
+                                    all.begin() + (b * seq + s + len) * width));
+        return part;
+      };
+      Owned x1 = slice(x), y1({1, len, width}), dy1 = slice(dy),
+            dx1({1, len, width});
+      ASSERT_OK(rotaryForward(x1, headDim, theta, y1));
+      ASSERT_OK(rotaryBackward(dy1, headDim, theta, dx1));
+      EXPECT_EQ(slice(y).values(), y1.values()) << b << ", " << s;
+      EXPECT_EQ(slice(dx).values(), dx1.values()) << b << ", " << s;
+    }
+  }
+  std::vector<float> r = dy.values();
+  EXPECT_GRAD_NEAR(
+      dx.values(), numericGradient(x, [&] {
+        EXPECT_TRUE(rotaryForward(x, headDim, theta, y, &documents.view).ok());
+        return dot(y.values(), r);
+      }));
+}
+
 TEST(PackedDocuments, RejectsBadDocuments) {
   Owned q = random({1, 4, 8}, 1), k = random({1, 4, 4}, 2),
         v = random({1, 4, 4}, 3), out({1, 4, 8});

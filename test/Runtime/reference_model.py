@@ -261,14 +261,15 @@ def add(x, y):
     return [[a + b for a, b in zip(r, s)] for r, s in zip(x, y)]
 
 
-def rotate(x, seq, heads, head_dim, theta):
+def rotate(x, seq, heads, head_dim, theta, positions=None):
     """Hugging Face's rotary embedding: in every head, element i pairs with
-    i + head_dim/2 (rotate_half), at angle position * theta^(-2i/head_dim)."""
+    i + head_dim/2 (rotate_half), at angle position * theta^(-2i/head_dim);
+    the position of token t is t % seq, or positions[t] (position_ids)."""
     half = head_dim // 2
     freqs = [theta ** (-2.0 * i / head_dim) for i in range(half)]
     out = []
     for t, r in enumerate(x):
-        pos = t % seq
+        pos = positions[t] if positions else t % seq
         cos = [math.cos(pos * f) for f in freqs]
         sin = [math.sin(pos * f) for f in freqs]
         o = list(r)
@@ -336,9 +337,12 @@ def cross_entropy(logits, targets):
 # ----------------------------------------------------------------------------
 
 class Model:
-    def __init__(self, config, batch, seq, documents=None):
+    def __init__(self, config, batch, seq, documents=None, positions=None):
+        """documents: per token of the batch, where its document starts in
+        its row (attention within documents); positions: per token its
+        position (position_ids; t % seq when None)."""
         self.c, self.batch, self.seq = config, batch, seq
-        self.documents = documents
+        self.documents, self.positions = documents, positions
 
     def weights(self, params, name):
         shape, values = params[name]
@@ -349,7 +353,9 @@ class Model:
         if c.family == "gpt2":
             wte = self.weights(params, "wte.weight")
             wpe = self.weights(params, "wpe.weight")
-            return [[a + b for a, b in zip(wte[tok], wpe[t % self.seq])]
+            pos = self.positions or [t % self.seq
+                                     for t in range(len(inputs))]
+            return [[a + b for a, b in zip(wte[tok], wpe[pos[t]])]
                     for t, tok in enumerate(inputs)]
         table = self.weights(params, "embed_tokens.weight")
         if c.gemma:
@@ -393,8 +399,9 @@ class Model:
             q = linear(h, w(p + "self_attn.q_proj.weight"), bias("q_proj"))
             k = linear(h, w(p + "self_attn.k_proj.weight"), bias("k_proj"))
             v = linear(h, w(p + "self_attn.v_proj.weight"), bias("v_proj"))
-        q = rotate(q, self.seq, c.heads, c.head_dim, c.theta)
-        k = rotate(k, self.seq, c.kv_heads, c.head_dim, c.theta)
+        q = rotate(q, self.seq, c.heads, c.head_dim, c.theta, self.positions)
+        k = rotate(k, self.seq, c.kv_heads, c.head_dim, c.theta,
+                   self.positions)
         a = causal_attention(q, k, v, self.batch, self.seq, c.heads,
                              c.kv_heads, c.head_dim, c.window,
                              self.documents)

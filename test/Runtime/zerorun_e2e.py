@@ -108,6 +108,12 @@ Scenarios:
                        random unit direction and at its largest element,
                        within bounds derived from the step size and f32
                        rounding (derived above scenario_grad_check)
+  grad-check-masked:MODEL    the same with a loss mask over two micro-steps
+                       (--loss-mask): the mean over the global batch's
+                       counted targets (scenario_grad_check)
+  grad-check-documents:MODEL the same on three files (documents) with
+                       --no-cross-doc-attention --no-cross-doc-loss
+  grad-check-packed:MODEL    documents, and --reset-position-ids
 """
 
 import argparse
@@ -1069,7 +1075,8 @@ def central_difference(loss_at, h):
     return d5, abs(d3 - d5)
 
 
-def scenario_grad_check(args, name, masked=False, documents=False):
+def scenario_grad_check(args, name, masked=False, documents=False,
+                        reset_positions=False):
     """masked: two micro-steps (accumulation 2) over a loss mask that counts
     3 targets of the first micro-step's 16 and 13 of the second's, so the
     loss and gradient are the mean over the 16 counted targets of the whole
@@ -1078,7 +1085,9 @@ def scenario_grad_check(args, name, masked=False, documents=False):
     documents: the tokens in three files (documents start at tokens 5 and
     13, the fifth position of each row), run with --no-cross-doc-attention
     and --no-cross-doc-loss: the reference attends within each document
-    and does not count the targets that start one."""
+    and does not count the targets that start one. reset_positions: also
+    --reset-position-ids, each document's positions from 0 in the reference
+    (position_ids) too."""
     here = os.path.dirname(os.path.abspath(__file__))
     config_path = os.path.join(here, "..", "..", "examples", "configs",
                                "tiny-" + name, "config.json")
@@ -1129,6 +1138,8 @@ def scenario_grad_check(args, name, masked=False, documents=False):
                 f.write(struct.pack("<%dH" % (b - a), *toks[a:b]))
             extra += ["--data", part]
         extra += ["--no-cross-doc-attention", "--no-cross-doc-loss"]
+        if reset_positions:
+            extra += ["--reset-position-ids"]
     if masked:
         # Token i is a counted target (byte 1) for 3 of the first
         # micro-step's 16 targets (tokens 1-16) and 13 of the second's.
@@ -1153,7 +1164,10 @@ def scenario_grad_check(args, name, masked=False, documents=False):
         # Row r holds tokens [8 r, 8 r + 8]: a document starts at its
         # position 5 (tokens 5 and 13).
         starts = [0] * 5 + [5] * 3 + [0] * 5 + [5] * 3
-    model = reference_model.Model(config, rows, GRAD_SEQ, starts)
+    positions = None
+    if reset_positions:
+        positions = [t % GRAD_SEQ - s for t, s in enumerate(starts)]
+    model = reference_model.Model(config, rows, GRAD_SEQ, starts, positions)
     inputs, targets = reference_model.step_batch(toks, rows, GRAD_SEQ)
     if documents:
         # The targets that start a document: tokens 5 and 13.
@@ -1341,6 +1355,10 @@ def main():
     if args.scenario.startswith("grad-check-masked:"):
         return scenario_grad_check(
             args, args.scenario[len("grad-check-masked:"):], masked=True)
+    if args.scenario.startswith("grad-check-packed:"):
+        return scenario_grad_check(
+            args, args.scenario[len("grad-check-packed:"):], documents=True,
+            reset_positions=True)
     if args.scenario.startswith("grad-check-documents:"):
         return scenario_grad_check(
             args, args.scenario[len("grad-check-documents:"):],

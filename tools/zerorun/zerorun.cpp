@@ -68,6 +68,8 @@ OPTIONS:
                           No token attends to a token of an earlier
                           document in its sequence (a packed-sequence
                           mask in the attention kernels; CPU only)
+  --reset-position-ids    Count each document's positions from 0 (GPT-2's
+                          learned positions, RoPE; CPU only)
   --steps N               Optimizer steps to run (default 10)
   --seed S                Seed of parameter init and synthetic data (default 0)
   --log-json PATH         Write one JSON object per step ({"step", "loss",
@@ -187,6 +189,8 @@ Options parseArgs(int argc, char **argv) {
       o.loss.noCrossDocLoss = true;
     } else if (a == "--no-cross-doc-attention") {
       o.loss.noCrossDocAttention = true;
+    } else if (a == "--reset-position-ids") {
+      o.loss.resetPositionIds = true;
     } else if (a == "--data") {
       o.data.push_back(value());
     } else if (a == "--steps") {
@@ -219,13 +223,17 @@ Options parseArgs(int argc, char **argv) {
     usageError("no plan given");
   if (o.synthetic && !o.data.empty())
     usageError("--synthetic and --data exclude each other");
-  if (o.data.empty() &&
-      (o.loss.lossMask || o.loss.noCrossDocLoss || o.loss.noCrossDocAttention))
-    usageError("--loss-mask, --no-cross-doc-loss and --no-cross-doc-attention "
-               "need --data");
-  if (o.loss.noCrossDocAttention && o.device == "cuda")
-    usageError("--no-cross-doc-attention: the CUDA attention kernels do not "
-               "implement document masks yet (run on --device cpu)");
+  if (o.data.empty() && (o.loss.lossMask || o.loss.noCrossDocLoss ||
+                         o.loss.noCrossDocAttention || o.loss.resetPositionIds))
+    usageError("--loss-mask, --no-cross-doc-loss, --no-cross-doc-attention "
+               "and --reset-position-ids need --data");
+  if ((o.loss.noCrossDocAttention || o.loss.resetPositionIds) &&
+      o.device == "cuda")
+    usageError(std::string(o.loss.noCrossDocAttention
+                               ? "--no-cross-doc-attention"
+                               : "--reset-position-ids") +
+               ": the CUDA kernels do not implement packed-sequence document "
+               "starts yet (run on --device cpu)");
   if (o.data.empty())
     o.synthetic = true;
   if (o.saveEvery && o.checkpointDir.empty())

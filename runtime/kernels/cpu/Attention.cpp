@@ -199,26 +199,7 @@ float AttentionShape::scale() const { return 1.0f / std::sqrt(float(headDim)); }
 
 Status checkAttentionDocuments(const char *op, const Tensor *documents,
                                const AttentionShape &a) {
-  if (!documents)
-    return {};
-  std::vector<int64_t> expected = {a.batch, a.seq};
-  if (documents->dtype != DType::I32 || documents->shape != expected)
-    return {std::string(op) + ": documents must be i32 [batch, seq] = [" +
-            std::to_string(a.batch) + ", " + std::to_string(a.seq) +
-            "], found " + describe(*documents)};
-  const int32_t *d = documents->i32();
-  for (int64_t b = 0; b < a.batch; ++b)
-    for (int64_t i = 0; i < a.seq; ++i) {
-      int32_t start = d[b * a.seq + i];
-      int32_t before = i ? d[b * a.seq + i - 1] : 0;
-      if (start != before && start != i)
-        return {std::string(op) + ": documents[" + std::to_string(b) + ", " +
-                std::to_string(i) + "] is " + std::to_string(start) +
-                "; expected " + std::to_string(before) +
-                " (the document of the token before) or " + std::to_string(i) +
-                " (a document starting here)"};
-    }
-  return {};
+  return checkDocumentStarts(op, documents, a.batch, a.seq);
 }
 
 Status checkAttentionWindow(const char *op, int64_t window,

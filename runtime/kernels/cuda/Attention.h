@@ -96,16 +96,7 @@ inline Status flashAttentionBackward(const Tensor &q, const Tensor &k,
 }
 
 /// The kernels above with the CPU kernels' `documents` (packed sequences,
-/// cpu/Attention.h), so that the executor calls both backends alike. The
-/// GPU kernels do not implement document masks: a non-null `documents` is
-/// refused, naming the op.
-inline Status refuseDocuments(const char *op, const Tensor *documents) {
-  if (!documents)
-    return {};
-  return {std::string(op) +
-          ": packed-sequence document masks (--no-cross-doc-attention) are "
-          "not implemented by the CUDA attention kernels; run on the CPU"};
-}
+/// cpu/Attention.h): refused unless null (refuseDocuments, cuda/Types.h).
 inline Status attentionForward(const Tensor &q, const Tensor &k,
                                const Tensor &v, int64_t numHeads,
                                int64_t numKvHeads, int64_t window,

@@ -891,9 +891,9 @@ TEST_F(CudaKernels, AttentionRefusesDocumentMasks) {
   Device out(q.view);
   auto s = cuda::flashAttentionForward(*qd, *kd, *kd, 2, 1, 0, out, nullptr,
                                        &docsD->view, ctx, stream);
-  EXPECT_NE(s.error.find("causal_attention: packed-sequence document masks "
-                         "(--no-cross-doc-attention) are not implemented by "
-                         "the CUDA attention kernels"),
+  EXPECT_NE(s.error.find("causal_attention: packed-sequence document starts "
+                         "(--no-cross-doc-attention, --reset-position-ids) are "
+                         "not implemented by the CUDA kernels"),
             std::string::npos)
       << s.error;
   EXPECT_FALSE(cuda::attentionForward(*qd, *kd, *kd, 2, 1, 0, out, nullptr,
