@@ -93,15 +93,15 @@ Expected<DataLoader> DataLoader::open(const std::string &path,
 
 Expected<DataLoader> DataLoader::open(const std::vector<std::string> &specs,
                                       const BatchShape &shape,
-                                      int64_t vocabSize, DataOptions loss) {
-  auto source = openTokenFiles(specs, loss.lossMask);
+                                      int64_t vocabSize, DataOptions options) {
+  auto source = openTokenFiles(specs, options.lossMask);
   if (!source)
     return source.error();
   Expected<DataLoader> l = create(std::move(*source), shape, vocabSize);
   if (l) {
-    l->noCrossDocLoss = loss.noCrossDocLoss;
-    l->noCrossDocAttention = loss.noCrossDocAttention;
-    l->resetPositionIds = loss.resetPositionIds;
+    l->noCrossDocLoss = options.noCrossDocLoss;
+    l->noCrossDocAttention = options.noCrossDocAttention;
+    l->resetPositionIds = options.resetPositionIds;
   }
   return l;
 }

@@ -1,11 +1,13 @@
 //===- DataLoader.h - Token files and which rank reads what -----*- C++ -*-===//
 //
-// The training data of zerorun: a flat file of little-endian token ids (or a
-// deterministic synthetic stream), cut into sequences of seq_len + 1 tokens
-// (inputs and next-token targets) in an order that depends only on the
-// global batch, so that one rank with accumulation 4 sees exactly the
-// sequences that four ranks with accumulation 1 see. docs/data-format.md
-// is the reference for the file format and the order.
+// The training data of zerorun: a stream of token ids from token files
+// (TokenFile.h) or a deterministic synthetic stream, cut into sequences of
+// seq_len + 1 tokens (inputs and next-token targets) in an order that
+// depends only on the global batch, so that one rank with accumulation 4
+// sees exactly the sequences that four ranks with accumulation 1 see; with
+// the targets a loss mask or document boundaries leave out of the loss, and
+// where each packed document starts. docs/data-format.md is the reference
+// for the formats, the order and the loss.
 //
 //===----------------------------------------------------------------------===//
 
@@ -88,7 +90,7 @@ public:
   /// Token files read as one stream, in order (openTokenFiles, then create).
   static Expected<DataLoader> open(const std::vector<std::string> &specs,
                                    const BatchShape &shape, int64_t vocabSize,
-                                   DataOptions loss = {});
+                                   DataOptions options = {});
   /// The synthetic stream (--synthetic).
   static Expected<DataLoader> synthetic(uint64_t seed, const BatchShape &shape,
                                         int64_t vocabSize);

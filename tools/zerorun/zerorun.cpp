@@ -110,7 +110,7 @@ struct Options {
   std::string plan;
   std::vector<std::string> data;
   bool synthetic = false;
-  DataOptions loss;
+  DataOptions dataOptions;
   int64_t steps = 10;
   uint64_t seed = 0;
   std::string logJson;
@@ -184,13 +184,13 @@ Options parseArgs(int argc, char **argv) {
     } else if (a == "--single-thread") {
       o.singleThread = true;
     } else if (a == "--loss-mask") {
-      o.loss.lossMask = true;
+      o.dataOptions.lossMask = true;
     } else if (a == "--no-cross-doc-loss") {
-      o.loss.noCrossDocLoss = true;
+      o.dataOptions.noCrossDocLoss = true;
     } else if (a == "--no-cross-doc-attention") {
-      o.loss.noCrossDocAttention = true;
+      o.dataOptions.noCrossDocAttention = true;
     } else if (a == "--reset-position-ids") {
-      o.loss.resetPositionIds = true;
+      o.dataOptions.resetPositionIds = true;
     } else if (a == "--data") {
       o.data.push_back(value());
     } else if (a == "--steps") {
@@ -223,13 +223,14 @@ Options parseArgs(int argc, char **argv) {
     usageError("no plan given");
   if (o.synthetic && !o.data.empty())
     usageError("--synthetic and --data exclude each other");
-  if (o.data.empty() && (o.loss.lossMask || o.loss.noCrossDocLoss ||
-                         o.loss.noCrossDocAttention || o.loss.resetPositionIds))
+  if (o.data.empty() &&
+      (o.dataOptions.lossMask || o.dataOptions.noCrossDocLoss ||
+       o.dataOptions.noCrossDocAttention || o.dataOptions.resetPositionIds))
     usageError("--loss-mask, --no-cross-doc-loss, --no-cross-doc-attention "
                "and --reset-position-ids need --data");
-  if ((o.loss.noCrossDocAttention || o.loss.resetPositionIds) &&
+  if ((o.dataOptions.noCrossDocAttention || o.dataOptions.resetPositionIds) &&
       o.device == "cuda")
-    usageError(std::string(o.loss.noCrossDocAttention
+    usageError(std::string(o.dataOptions.noCrossDocAttention
                                ? "--no-cross-doc-attention"
                                : "--reset-position-ids") +
                ": the CUDA kernels do not implement packed-sequence document "
@@ -314,9 +315,10 @@ int run(const Options &o, Communicator &comm, Device *device) {
   shape.gradientAccumulation = p.gradientAccumulationSteps;
   shape.microBatch = p.model.microBatch;
   shape.seqLen = p.model.seqLen;
-  auto loader = o.synthetic
-                    ? DataLoader::synthetic(o.seed, shape, e.vocabSize())
-                    : DataLoader::open(o.data, shape, e.vocabSize(), o.loss);
+  auto loader =
+      o.synthetic
+          ? DataLoader::synthetic(o.seed, shape, e.vocabSize())
+          : DataLoader::open(o.data, shape, e.vocabSize(), o.dataOptions);
   if (!loader)
     return err(loader.error().str());
 
