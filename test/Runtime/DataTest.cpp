@@ -284,6 +284,17 @@ TEST(TokenFormats, CorruptFilesSayWhatIsWrong) {
     EXPECT_NE(err.find(c.message), std::string::npos) << c.file << ": " << err;
     EXPECT_NE(err.find(ZEROC_DATA_INPUTS), std::string::npos) << err;
   }
+  // A ZTOK file named *.u16: its header would be read as tokens.
+  std::string renamed = tempPath("ztok.u16"), ztok = tempPath("ztok.bin");
+  ASSERT_FALSE(writeTokenFile(ztok, {1, 2, 3}, 2));
+  std::ifstream in(ztok, std::ios::binary);
+  writeBytes(renamed, std::string((std::istreambuf_iterator<char>(in)), {}));
+  EXPECT_EQ(openError(renamed),
+            renamed + ": error: this file is named like headerless uint16 "
+                      "tokens but starts with a complete ZTOK header: name it "
+                      "*.bin so that its header is read (docs/data-format.md)");
+  std::remove(renamed.c_str());
+  std::remove(ztok.c_str());
   // A Megatron dataset missing its .bin names it.
   std::string idx = tempPath("lonely.idx");
   writeBytes(idx, "MMIDIDX");
