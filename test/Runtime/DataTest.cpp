@@ -357,6 +357,73 @@ TEST(TokenFormats, MegatronNegativeIdIsReported) {
   std::remove((prefix + ".idx").c_str());
 }
 
+// The index errors make_token_files.py does not write: an index written
+// here field by field (uint16 tokens, sequences of `lengths`).
+TEST(TokenFormats, MegatronIndexErrors) {
+  std::string prefix = tempPath("idx-errors");
+  auto write = [&](std::vector<int32_t> lengths, std::vector<int64_t> docs,
+                   std::string trailer = "", int64_t binTokens = -1) {
+    std::string idx("MMIDIDX\0\0", 9);
+    auto u64 = [&](uint64_t v) {
+      for (int b = 0; b < 8; ++b)
+        idx += char(v >> (8 * b));
+    };
+    u64(1);
+    idx += char(8);
+    u64(lengths.size());
+    u64(docs.size());
+    int64_t total = 0;
+    for (int32_t n : lengths)
+      for (int b = 0; b < 4; ++b)
+        idx += char(uint32_t(n) >> (8 * b));
+    for (int32_t n : lengths) {
+      u64(uint64_t(total * 2));
+      total += std::max(n, 0);
+    }
+    for (int64_t d : docs)
+      u64(uint64_t(d));
+    writeBytes(prefix + ".idx", idx + trailer);
+    writeBytes(
+        prefix + ".bin",
+        std::string(size_t(2 * (binTokens < 0 ? total : binTokens)), '\1'));
+    Expected<std::unique_ptr<TokenFile>> f = TokenFile::open(prefix);
+    return f ? std::string() : f.error().str();
+  };
+  EXPECT_EQ(write({3, 4}, {0, 2}), ""); // Well formed: it opens.
+  EXPECT_NE(write({3, -4}, {0, 2})
+                .find("bad Megatron index: sequence 1 has "
+                      "length -4"),
+            std::string::npos);
+  EXPECT_NE(write({3, 4}, {})
+                .find("bad Megatron index: no document indices "
+                      "(expected at least the leading 0)"),
+            std::string::npos);
+  EXPECT_NE(write({3, 4}, {1, 2})
+                .find("bad Megatron index: document index 0 "
+                      "is 1; expected 0"),
+            std::string::npos);
+  EXPECT_NE(write({3, 4}, {0, 2, 1, 2})
+                .find("bad Megatron index: document index 2 is 1; expected "
+                      "a sequence index in [2, 2]"),
+            std::string::npos);
+  // A multimodal index: one mode byte per sequence, only text (0) read.
+  EXPECT_EQ(write({3, 4}, {0, 2}, std::string(2, '\0')), "");
+  EXPECT_NE(write({3, 4}, {0, 2}, std::string("\0\1", 2))
+                .find("bad Megatron index: sequence 1 has mode 1 (a "
+                      "multimodal dataset); only text (mode 0) is read"),
+            std::string::npos);
+  EXPECT_NE(write({3, 4}, {0, 2}, "xyz")
+                .find("bad Megatron index: 2 sequences and 2 document indices "
+                      "fill 74 bytes, the file has 77"),
+            std::string::npos);
+  EXPECT_NE(write({3, 4}, {0, 2}, "", 9)
+                .find("disagree: the index describes 2 sequences of 14 "
+                      "bytes, the .bin holds 18 bytes"),
+            std::string::npos);
+  std::remove((prefix + ".idx").c_str());
+  std::remove((prefix + ".bin").c_str());
+}
+
 //===----------------------------------------------------------------------===//
 // Several files as one stream
 //===----------------------------------------------------------------------===//
