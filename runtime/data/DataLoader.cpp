@@ -166,15 +166,8 @@ std::optional<Diagnostic> DataLoader::countedRow(int64_t start,
   int64_t seq = batch.seqLen;
   // Target i is token start + i + 1.
   if (tokens->hasLossMask()) {
-    tokens->readLossMask(start + 1, seq, counted);
-    for (int64_t i = 0; i < seq; ++i)
-      if (counted[i] > 1) {
-        TokenLocation at = tokens->locate(start + 1 + i);
-        return fileError(at.file + ".mask",
-                         "loss mask byte " + std::to_string(at.position) +
-                             " is " + std::to_string(int(counted[i])) +
-                             "; expected 0 (not in the loss) or 1");
-      }
+    if (auto err = tokens->readLossMask(start + 1, seq, counted))
+      return err;
   } else {
     std::fill(counted, counted + seq, uint8_t(1));
   }

@@ -2,6 +2,8 @@
 
 #include "data/TokenFile.h"
 
+#include "kernels/KernelTypes.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -296,27 +298,62 @@ Expected<std::unique_ptr<TokenFile>> TokenFile::open(const std::string &path,
   return file;
 }
 
-/// The loss mask FILE.mask: one byte per token, 0 or 1.
+/// The loss mask: FILE.mask, one byte per token, 0 or 1; or FILE.labels,
+/// one little-endian int32 per token, -100 or the token itself.
 std::optional<Diagnostic> TokenFile::openLossMask() {
-  std::string maskPath = path + ".mask";
-  if (!isFile(maskPath))
-    return fileError(maskPath, "cannot open the loss mask of " + path +
-                                   " (--loss-mask reads FILE.mask beside "
-                                   "each token file): " +
-                                   std::strerror(ENOENT));
+  bool bytes = isFile(path + ".mask"), labels = isFile(path + ".labels");
+  if (bytes && labels)
+    return fileError(path, "both " + path + ".mask and " + path +
+                               ".labels exist: keep the one loss mask "
+                               "--loss-mask should read");
+  if (!bytes && !labels)
+    return fileError(path + ".mask",
+                     "cannot open the loss mask of " + path +
+                         " (--loss-mask reads FILE.mask or FILE.labels beside "
+                         "each token file): " +
+                         std::strerror(ENOENT));
+  maskIsLabels = labels;
+  maskPath = path + (labels ? ".labels" : ".mask");
   if (auto e = mapFile(maskPath, maskMap, maskMapBytes))
     return e;
-  if (int64_t(maskMapBytes) != count)
+  int64_t width = labels ? 4 : 1;
+  if (int64_t(maskMapBytes) != count * width)
     return fileError(maskPath,
                      "the loss mask has " + std::to_string(maskMapBytes) +
                          " bytes; its token file has " + std::to_string(count) +
-                         " tokens (one byte per token)");
+                         (labels ? " tokens (one int32 label per token)"
+                                 : " tokens (one byte per token)"));
   mask = static_cast<const unsigned char *>(maskMap);
   return std::nullopt;
 }
 
-void TokenFile::readLossMask(int64_t begin, int64_t n, uint8_t *out) const {
-  std::memcpy(out, mask + begin, size_t(n));
+std::optional<Diagnostic> TokenFile::readLossMask(int64_t begin, int64_t n,
+                                                  uint8_t *out) const {
+  if (!maskIsLabels) {
+    std::memcpy(out, mask + begin, size_t(n));
+    for (int64_t i = 0; i < n; ++i)
+      if (out[i] > 1)
+        return fileError(maskPath, "loss mask byte " +
+                                       std::to_string(begin + i) + " is " +
+                                       std::to_string(int(out[i])) +
+                                       "; expected 0 (not in the loss) or 1");
+    return std::nullopt;
+  }
+  std::vector<int64_t> ids(size_t(n), 0);
+  read(begin, n, ids.data());
+  for (int64_t i = 0; i < n; ++i) {
+    int32_t label = int32At(mask + 4 * (begin + i));
+    out[i] = label != kIgnoredTarget; // Hugging Face's -100.
+    if (out[i] && label != ids[size_t(i)])
+      return fileError(maskPath,
+                       "label " + std::to_string(begin + i) + " is " +
+                           std::to_string(label) + " but token " +
+                           std::to_string(begin + i) + " is " +
+                           std::to_string(ids[size_t(i)]) +
+                           "; a label is its token (in the loss) or -100 "
+                           "(not in the loss)");
+  }
+  return std::nullopt;
 }
 
 bool TokenFile::startsDocument(int64_t position) const {
@@ -563,13 +600,16 @@ bool ConcatenatedTokens::hasLossMask() const {
   return !parts.empty() && parts.front()->hasLossMask();
 }
 
-void ConcatenatedTokens::readLossMask(int64_t begin, int64_t n,
-                                      uint8_t *out) const {
+std::optional<Diagnostic>
+ConcatenatedTokens::readLossMask(int64_t begin, int64_t n, uint8_t *out) const {
+  std::optional<Diagnostic> error;
   forEachPart(
       begin, n,
       [&](const TokenSource &part, int64_t local, int64_t take, int64_t done) {
-        part.readLossMask(local, take, out + done);
+        if (!error)
+          error = part.readLossMask(local, take, out + done);
       });
+  return error;
 }
 
 bool ConcatenatedTokens::startsDocument(int64_t position) const {
@@ -595,14 +635,15 @@ openTokenFiles(const std::vector<std::string> &specs, bool lossMask) {
       return fileError(spec, "cannot expand this pattern");
     std::sort(matches.begin(), matches.end()); // Byte order, any locale.
     // PREFIX.bin and PREFIX.idx are one Megatron dataset: read it once; a
-    // loss mask FILE.mask goes with FILE.
+    // loss mask FILE.mask or FILE.labels goes with FILE.
     auto matched = [&](const std::string &p) {
       return std::binary_search(matches.begin(), matches.end(), p);
     };
     for (const std::string &m : matches)
       if (!(endsWith(m, ".idx") &&
             matched(m.substr(0, m.size() - 4) + ".bin")) &&
-          !(endsWith(m, ".mask") && matched(m.substr(0, m.size() - 5))))
+          !(endsWith(m, ".mask") && matched(m.substr(0, m.size() - 5))) &&
+          !(endsWith(m, ".labels") && matched(m.substr(0, m.size() - 7))))
         paths.push_back(m);
   }
   if (paths.empty())

@@ -70,13 +70,17 @@ public:
     (void)position;
     return "";
   }
-  /// Whether a loss mask comes with the tokens (FILE.mask, --loss-mask).
+  /// Whether a loss mask comes with the tokens (FILE.mask or FILE.labels,
+  /// --loss-mask).
   virtual bool hasLossMask() const { return false; }
-  /// The loss mask's bytes [begin, begin + count) as stored (0 or 1 in a
-  /// good file; the loader checks). Only when hasLossMask().
-  virtual void readLossMask(int64_t begin, int64_t count, uint8_t *out) const {
+  /// Whether tokens [begin, begin + count) count as targets: 1 or 0 each.
+  /// Errors (naming the mask file and position): a mask byte other than 0
+  /// or 1, a label other than -100 or its token. Only when hasLossMask().
+  [[nodiscard]] virtual std::optional<Diagnostic>
+  readLossMask(int64_t begin, int64_t count, uint8_t *out) const {
     (void)begin;
     std::fill(out, out + count, uint8_t(1));
+    return std::nullopt;
   }
   /// Whether a document starts at token `position` (Megatron's document
   /// index; the first token of every file).
@@ -100,8 +104,8 @@ public:
   /// name) and checks the header. A Megatron dataset is opened from its
   /// .bin, its .idx, or the prefix both share. Errors name the file and,
   /// when no format fits, every format tried and why it failed.
-  /// With `lossMask`, the loss mask FILE.mask is opened too (FILE: the
-  /// token file's path, a Megatron dataset's .bin).
+  /// With `lossMask`, the loss mask is opened too: FILE.mask or
+  /// FILE.labels (FILE: the token file's path, a Megatron dataset's .bin).
   static Expected<std::unique_ptr<TokenFile>> open(const std::string &path,
                                                    bool lossMask = false);
   ~TokenFile() override;
@@ -111,7 +115,8 @@ public:
   void read(int64_t begin, int64_t count, int64_t *out) const override;
   std::string badTokenHint(int64_t position) const override;
   bool hasLossMask() const override { return mask != nullptr; }
-  void readLossMask(int64_t begin, int64_t count, uint8_t *out) const override;
+  std::optional<Diagnostic> readLossMask(int64_t begin, int64_t count,
+                                         uint8_t *out) const override;
   bool startsDocument(int64_t position) const override;
   /// Bytes per token: 1, 2, 4 or 8.
   int width() const { return tokenWidth; }
@@ -135,6 +140,10 @@ private:
   void *map = nullptr, *indexMap = nullptr, *maskMap = nullptr;
   size_t mapBytes = 0, indexMapBytes = 0, maskMapBytes = 0;
   const unsigned char *mask = nullptr;
+  /// The mask's path; true when it is FILE.labels (int32, Hugging Face's
+  /// labels: -100 or the token) rather than FILE.mask (bytes 0/1).
+  std::string maskPath;
+  bool maskIsLabels = false;
   const unsigned char *tokens = nullptr;
   int64_t count = 0;
   int tokenWidth = 2;
@@ -156,7 +165,8 @@ public:
   TokenLocation locate(int64_t position) const override;
   std::string badTokenHint(int64_t position) const override;
   bool hasLossMask() const override;
-  void readLossMask(int64_t begin, int64_t count, uint8_t *out) const override;
+  std::optional<Diagnostic> readLossMask(int64_t begin, int64_t count,
+                                         uint8_t *out) const override;
   bool startsDocument(int64_t position) const override;
   /// Where part i starts in the stream.
   int64_t partStart(size_t i) const { return starts[i]; }
@@ -177,7 +187,7 @@ private:
 /// The files named by `specs`, in order: each spec is a path, a Megatron
 /// prefix, or a glob pattern (*, ?, [...]) whose matches are taken in
 /// byte-wise sorted order. One file gives that file; several give a
-/// ConcatenatedTokens. With `lossMask`, every file's FILE.mask too. Errors:
+/// ConcatenatedTokens. With `lossMask`, every file's mask too. Errors:
 /// a pattern that matches nothing, any file's.
 Expected<std::shared_ptr<const TokenSource>>
 openTokenFiles(const std::vector<std::string> &specs, bool lossMask = false);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <numeric>
@@ -575,8 +576,9 @@ TEST(LossMask, Errors) {
   };
   EXPECT_EQ(openError(), path + ".mask: error: cannot open the loss mask of " +
                              path +
-                             " (--loss-mask reads FILE.mask beside each token "
-                             "file): No such file or directory");
+                             " (--loss-mask reads FILE.mask or FILE.labels "
+                             "beside each token file): No such file or "
+                             "directory");
   writeBytes(path + ".mask", std::string(40, '\1'));
   EXPECT_EQ(openError(), path + ".mask: error: the loss mask has 40 bytes; its "
                                 "token file has 41 tokens (one byte per "
@@ -592,7 +594,68 @@ TEST(LossMask, Errors) {
   EXPECT_EQ(err->str(), path + ".mask: error: loss mask byte 7 is 2; expected "
                                "0 (not in the loss) or 1");
   EXPECT_FALSE(l.countedTargets(0));
+
+  // Hugging Face labels beside the mask: ambiguous.
+  writeBytes(path + ".labels", std::string(41 * 4, '\0'));
+  EXPECT_EQ(openError(), path + ": error: both " + path + ".mask and " + path +
+                             ".labels exist: keep the one loss mask "
+                             "--loss-mask should read");
   std::remove((path + ".mask").c_str());
+  writeBytes(path + ".labels", std::string(40 * 4, '\0'));
+  EXPECT_EQ(openError(), path + ".labels: error: the loss mask has 160 bytes; "
+                                "its token file has 41 tokens (one int32 label "
+                                "per token)");
+  std::remove((path + ".labels").c_str());
+  std::remove(path.c_str());
+}
+
+// FILE.labels: Hugging Face's labels, one int32 per token, -100 (not in the
+// loss) or the token itself; the same targets as the equivalent FILE.mask.
+TEST(LossMask, HuggingFaceLabelsFile) {
+  std::string path = tempPath("labelled.u16");
+  ASSERT_FALSE(writeTokenFile(path, iota(41), 2));
+  std::string labels, mask;
+  for (int32_t i = 0; i < 41; ++i) {
+    int32_t label = i % 4 == 1 ? -100 : i;
+    labels.append(reinterpret_cast<const char *>(&label), 4);
+    mask += char(label != -100);
+  }
+  DataOptions masked;
+  masked.lossMask = true;
+  auto targets = [&] {
+    DataLoader l = loaderOrDie(DataLoader::open(
+        std::vector<std::string>{path}, shape(1, 0, 2, 2, 5), 1000, masked));
+    std::vector<int32_t> all;
+    for (int64_t m = 0; m < 2; ++m) {
+      MicroBatch b = load(l, 0, m);
+      all.insert(all.end(), b.targets.begin(), b.targets.end());
+    }
+    all.push_back(int32_t(*l.countedTargets(0)));
+    return all;
+  };
+  writeBytes(path + ".labels", labels);
+  std::vector<int32_t> fromLabels = targets();
+  std::remove((path + ".labels").c_str());
+  writeBytes(path + ".mask", mask);
+  EXPECT_EQ(fromLabels, targets());
+  EXPECT_EQ(fromLabels[0], -100); // Token 1: label -100.
+  EXPECT_EQ(fromLabels[1], 2);
+  EXPECT_EQ(fromLabels.back(), 15); // Targets 1-20, five of them -100.
+  std::remove((path + ".mask").c_str());
+
+  // A label that is neither -100 nor its token.
+  int32_t wrong = 99;
+  std::memcpy(&labels[4 * 6], &wrong, 4);
+  writeBytes(path + ".labels", labels);
+  DataLoader l = loaderOrDie(DataLoader::open(
+      std::vector<std::string>{path}, shape(1, 0, 1, 2, 5), 1000, masked));
+  std::vector<int32_t> in(10), tg(10);
+  std::optional<Diagnostic> err = l.load(0, 0, in.data(), tg.data());
+  ASSERT_TRUE(err);
+  EXPECT_EQ(err->str(), path + ".labels: error: label 6 is 99 but token 6 is "
+                               "6; a label is its token (in the loss) or -100 "
+                               "(not in the loss)");
+  std::remove((path + ".labels").c_str());
   std::remove(path.c_str());
 }
 

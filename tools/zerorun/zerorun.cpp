@@ -60,8 +60,9 @@ OPTIONS:
                           back to back as one stream
   --loss-mask             Count in the loss only the targets whose byte in
                           FILE.mask (beside each token file, one byte 0/1
-                          per token) is 1; the loss is the mean over the
-                          global batch's counted targets
+                          per token) is 1, or whose label in FILE.labels
+                          (Hugging Face's, int32) is not -100; the loss is
+                          the mean over the global batch's counted targets
   --no-cross-doc-loss     Do not count a target that starts a document
                           (Megatron's document index, each file's start)
   --no-cross-doc-attention
