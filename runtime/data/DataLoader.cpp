@@ -3,154 +3,12 @@
 #include "data/DataLoader.h"
 
 #include "init/Random.h"
-
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
+#include "kernels/KernelTypes.h"
 
 namespace zeroc::runtime {
 
 static Diagnostic fileError(const std::string &path, const std::string &msg) {
   return Diagnostic{path, 0, 0, msg};
-}
-
-static bool endsWith(const std::string &s, const char *suffix) {
-  size_t n = std::strlen(suffix);
-  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
-}
-
-/// 2 or 4 for a headerless *.u16 / *.u32 path, 0 otherwise.
-static int rawWidth(const std::string &path) {
-  if (endsWith(path, ".u16"))
-    return 2;
-  if (endsWith(path, ".u32"))
-    return 4;
-  return 0;
-}
-
-//===----------------------------------------------------------------------===//
-// TokenFile
-//===----------------------------------------------------------------------===//
-
-Expected<std::unique_ptr<TokenFile>> TokenFile::open(const std::string &path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return fileError(path, std::string("cannot open token file: ") +
-                               std::strerror(errno));
-  struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return fileError(path, "cannot open token file: not a regular file");
-  }
-  std::unique_ptr<TokenFile> file(new TokenFile());
-  file->path = path;
-  file->mapBytes = size_t(st.st_size);
-  if (file->mapBytes > 0) {
-    void *map = ::mmap(nullptr, file->mapBytes, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (map == MAP_FAILED) {
-      int err = errno;
-      ::close(fd);
-      return fileError(path, std::string("cannot map token file: ") +
-                                 std::strerror(err));
-    }
-    file->map = map;
-    ::madvise(map, file->mapBytes, MADV_RANDOM);
-  }
-  ::close(fd); // The mapping keeps the file.
-
-  const auto *bytes = static_cast<const unsigned char *>(file->map);
-  int64_t payload = int64_t(file->mapBytes);
-  if (int raw = rawWidth(path)) {
-    file->tokenWidth = raw;
-    file->tokens = bytes;
-  } else {
-    if (payload < kTokenFileHeaderBytes ||
-        std::memcmp(bytes, kTokenFileMagic, 4) != 0)
-      return fileError(path, "bad token file header: expected the magic "
-                             "'ZTOK' (a headerless file must be named *.u16 "
-                             "or *.u32); see docs/data-format.md");
-    int version = bytes[4] | bytes[5] << 8;
-    int width = bytes[6] | bytes[7] << 8;
-    if (version != kTokenFileVersion)
-      return fileError(path, "bad token file header: version " +
-                                 std::to_string(version) +
-                                 " is not supported by this build, which "
-                                 "reads version " +
-                                 std::to_string(kTokenFileVersion));
-    if (width != 2 && width != 4)
-      return fileError(path, "bad token file header: token width " +
-                                 std::to_string(width) +
-                                 " bytes; expected 2 (uint16) or 4 (uint32)");
-    file->tokenWidth = width;
-    file->tokens = bytes + kTokenFileHeaderBytes;
-    payload -= kTokenFileHeaderBytes;
-  }
-  if (payload % file->tokenWidth != 0)
-    return fileError(path, std::to_string(payload) +
-                               " bytes of tokens is not a whole number of " +
-                               std::to_string(file->tokenWidth) +
-                               "-byte tokens (truncated file?)");
-  file->count = payload / file->tokenWidth;
-  return std::move(file);
-}
-
-TokenFile::~TokenFile() {
-  if (map)
-    ::munmap(map, mapBytes);
-}
-
-// Little-endian by definition, decoded byte by byte so big-endian hosts
-// read the same ids.
-void TokenFile::read(int64_t begin, int64_t n, uint32_t *out) const {
-  const unsigned char *p = tokens + size_t(begin) * size_t(tokenWidth);
-  if (tokenWidth == 2) {
-    for (int64_t i = 0; i < n; ++i, p += 2)
-      out[i] = uint32_t(p[0]) | uint32_t(p[1]) << 8;
-    return;
-  }
-  for (int64_t i = 0; i < n; ++i, p += 4)
-    out[i] = uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 |
-             uint32_t(p[3]) << 24;
-}
-
-std::optional<Diagnostic> writeTokenFile(const std::string &path,
-                                         const std::vector<uint32_t> &tokens,
-                                         int width) {
-  if (width != 2 && width != 4)
-    return fileError(path, "token width " + std::to_string(width) +
-                               " bytes; expected 2 or 4");
-  int raw = rawWidth(path);
-  if (raw && raw != width)
-    return fileError(path, "a " + std::to_string(raw) +
-                               "-byte token file name for " +
-                               std::to_string(width) + "-byte tokens");
-  std::vector<unsigned char> bytes;
-  bytes.reserve(size_t(kTokenFileHeaderBytes) + tokens.size() * size_t(width));
-  if (!raw) {
-    bytes.insert(bytes.end(), kTokenFileMagic, kTokenFileMagic + 4);
-    bytes.insert(bytes.end(),
-                 {uint8_t(kTokenFileVersion), 0, uint8_t(width), 0});
-  }
-  for (uint32_t t : tokens) {
-    if (width == 2 && t > 0xffffu)
-      return fileError(path, "token id " + std::to_string(t) +
-                                 " does not fit in 2 bytes");
-    for (int b = 0; b < width; ++b)
-      bytes.push_back(uint8_t(t >> (8 * b)));
-  }
-  std::FILE *f = std::fopen(path.c_str(), "wb");
-  if (!f)
-    return fileError(path, std::string("cannot create token file: ") +
-                               std::strerror(errno));
-  bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
-  ok = std::fclose(f) == 0 && ok;
-  if (!ok)
-    return fileError(path, "cannot write token file");
-  return std::nullopt;
 }
 
 //===----------------------------------------------------------------------===//
@@ -167,7 +25,7 @@ SyntheticTokens::SyntheticTokens(uint64_t seed, int64_t vocabSize)
 constexpr uint64_t kSyntheticPeriod = 61;
 constexpr uint32_t kSyntheticNoise = 10;
 
-void SyntheticTokens::read(int64_t begin, int64_t n, uint32_t *out) const {
+void SyntheticTokens::read(int64_t begin, int64_t n, int64_t *out) const {
   CounterRng pattern(seed, std::string_view("zeroc.synthetic-pattern"));
   CounterRng noise(seed, std::string_view("zeroc.synthetic-tokens"));
   for (int64_t i = 0; i < n; ++i) {
@@ -233,6 +91,21 @@ Expected<DataLoader> DataLoader::open(const std::string &path,
                 vocabSize);
 }
 
+Expected<DataLoader> DataLoader::open(const std::vector<std::string> &specs,
+                                      const BatchShape &shape,
+                                      int64_t vocabSize, DataOptions options) {
+  auto source = openTokenFiles(specs, options.lossMask);
+  if (!source)
+    return source.error();
+  Expected<DataLoader> l = create(std::move(*source), shape, vocabSize);
+  if (l) {
+    l->noCrossDocLoss = options.noCrossDocLoss;
+    l->noCrossDocAttention = options.noCrossDocAttention;
+    l->resetPositionIds = options.resetPositionIds;
+  }
+  return l;
+}
+
 Expected<DataLoader> DataLoader::synthetic(uint64_t seed,
                                            const BatchShape &shape,
                                            int64_t vocabSize) {
@@ -247,26 +120,77 @@ int64_t DataLoader::sequenceStart(int64_t step, int64_t k) const {
 }
 
 std::optional<Diagnostic> DataLoader::load(int64_t step, int64_t micro,
-                                           int32_t *inputs,
-                                           int32_t *targets) const {
+                                           int32_t *inputs, int32_t *targets,
+                                           int32_t *documentStarts) const {
   int64_t seq = batch.seqLen;
-  std::vector<uint32_t> window(size_t(seq + 1));
+  std::vector<int64_t> window(size_t(seq + 1));
+  std::vector<uint8_t> counted(static_cast<size_t>(seq));
   for (int64_t row = 0; row < batch.microBatch; ++row) {
     int64_t start = sequenceStart(step, batch.sequenceInStep(micro, row));
     tokens->read(start, seq + 1, window.data());
-    for (int64_t i = 0; i <= seq; ++i)
-      if (window[size_t(i)] >= uint64_t(vocabSize))
-        return fileError(tokens->name(),
-                         "token id " + std::to_string(window[size_t(i)]) +
-                             " at position " + std::to_string(start + i) +
-                             " is not below the vocabulary size " +
-                             std::to_string(vocabSize));
+    for (int64_t i = 0; i <= seq; ++i) {
+      int64_t id = window[size_t(i)];
+      if (id >= 0 && id < vocabSize)
+        continue;
+      TokenLocation at = tokens->locate(start + i);
+      std::string hint = tokens->badTokenHint(start + i);
+      return fileError(at.file, "token id " + std::to_string(id) +
+                                    " at position " +
+                                    std::to_string(at.position) +
+                                    (id < 0 ? " is negative"
+                                            : " is not below the vocabulary "
+                                              "size " +
+                                                  std::to_string(vocabSize)) +
+                                    (hint.empty() ? "" : " (" + hint + ")"));
+    }
+    if (auto err = countedRow(start, counted.data()))
+      return err;
+    if (documentStarts) {
+      int32_t *starts = documentStarts + row * seq;
+      starts[0] = 0;
+      for (int64_t i = 1; i < seq; ++i)
+        starts[i] =
+            tokens->startsDocument(start + i) ? int32_t(i) : starts[i - 1];
+    }
     for (int64_t i = 0; i < seq; ++i) {
       inputs[row * seq + i] = int32_t(window[size_t(i)]);
-      targets[row * seq + i] = int32_t(window[size_t(i + 1)]);
+      targets[row * seq + i] =
+          counted[size_t(i)] ? int32_t(window[size_t(i + 1)]) : kIgnoredTarget;
     }
   }
   return std::nullopt;
+}
+
+std::optional<Diagnostic> DataLoader::countedRow(int64_t start,
+                                                 uint8_t *counted) const {
+  int64_t seq = batch.seqLen;
+  // Target i is token start + i + 1.
+  if (tokens->hasLossMask()) {
+    if (auto err = tokens->readLossMask(start + 1, seq, counted))
+      return err;
+  } else {
+    std::fill(counted, counted + seq, uint8_t(1));
+  }
+  if (noCrossDocLoss)
+    for (int64_t i = 0; i < seq; ++i)
+      if (tokens->startsDocument(start + 1 + i))
+        counted[i] = 0;
+  return std::nullopt;
+}
+
+Expected<int64_t> DataLoader::countedTargets(int64_t step) const {
+  int64_t G = batch.globalBatch(), seq = batch.seqLen;
+  if (!tokens->hasLossMask() && !noCrossDocLoss)
+    return G * seq;
+  std::vector<uint8_t> counted(static_cast<size_t>(seq));
+  int64_t total = 0;
+  for (int64_t k = 0; k < G; ++k) {
+    if (auto err = countedRow(sequenceStart(step, k), counted.data()))
+      return *err;
+    for (uint8_t c : counted)
+      total += c;
+  }
+  return total;
 }
 
 } // namespace zeroc::runtime

@@ -1,17 +1,20 @@
 //===- DataLoader.h - Token files and which rank reads what -----*- C++ -*-===//
 //
-// The training data of zerorun: a flat file of little-endian token ids (or a
-// deterministic synthetic stream), cut into sequences of seq_len + 1 tokens
-// (inputs and next-token targets) in an order that depends only on the
-// global batch, so that one rank with accumulation 4 sees exactly the
-// sequences that four ranks with accumulation 1 see. docs/data-format.md
-// is the reference for the file format and the order.
+// The training data of zerorun: a stream of token ids from token files
+// (TokenFile.h) or a deterministic synthetic stream, cut into sequences of
+// seq_len + 1 tokens (inputs and next-token targets) in an order that
+// depends only on the global batch, so that one rank with accumulation 4
+// sees exactly the sequences that four ranks with accumulation 1 see; with
+// the targets a loss mask or document boundaries leave out of the loss, and
+// where each packed document starts. docs/data-format.md is the reference
+// for the formats, the order and the loss.
 //
 //===----------------------------------------------------------------------===//
 
 #ifndef ZEROC_RUNTIME_DATA_DATALOADER_H
 #define ZEROC_RUNTIME_DATA_DATALOADER_H
 
+#include "data/TokenFile.h"
 #include "zeroc/Support/Diagnostic.h"
 
 #include <cstdint>
@@ -22,48 +25,6 @@
 
 namespace zeroc::runtime {
 
-/// "ZTOK": the magic of a token file with a header.
-inline constexpr char kTokenFileMagic[4] = {'Z', 'T', 'O', 'K'};
-inline constexpr int kTokenFileVersion = 1;
-inline constexpr int64_t kTokenFileHeaderBytes = 8;
-
-/// Token ids, by position.
-class TokenSource {
-public:
-  virtual ~TokenSource() = default;
-  /// The file's path, or "synthetic": for messages.
-  virtual const std::string &name() const = 0;
-  /// Number of tokens, or -1 for an endless source.
-  virtual int64_t size() const = 0;
-  /// Tokens [begin, begin + count), inside the source.
-  virtual void read(int64_t begin, int64_t count, uint32_t *out) const = 0;
-};
-
-/// A token file, memory-mapped read-only. Either `ZTOK` + version + width
-/// header then tokens, or headerless tokens in a file named *.u16 / *.u32.
-class TokenFile final : public TokenSource {
-public:
-  /// Errors: a missing or unreadable file, a bad header (magic, version,
-  /// width), a size that is not a whole number of tokens.
-  static Expected<std::unique_ptr<TokenFile>> open(const std::string &path);
-  ~TokenFile() override;
-
-  const std::string &name() const override { return path; }
-  int64_t size() const override { return count; }
-  void read(int64_t begin, int64_t count, uint32_t *out) const override;
-  /// Bytes per token: 2 or 4.
-  int width() const { return tokenWidth; }
-
-private:
-  TokenFile() = default;
-  std::string path;
-  void *map = nullptr;
-  size_t mapBytes = 0;
-  const unsigned char *tokens = nullptr;
-  int64_t count = 0;
-  int tokenWidth = 2;
-};
-
 /// Endless pseudo-random tokens uniform in [0, vocabSize): token i is a pure
 /// function of (seed, i), from the Philox generator of init/Random.h.
 class SyntheticTokens final : public TokenSource {
@@ -71,19 +32,13 @@ public:
   SyntheticTokens(uint64_t seed, int64_t vocabSize);
   const std::string &name() const override { return label; }
   int64_t size() const override { return -1; }
-  void read(int64_t begin, int64_t count, uint32_t *out) const override;
+  void read(int64_t begin, int64_t count, int64_t *out) const override;
 
 private:
   std::string label = "synthetic";
   uint64_t seed;
   int64_t vocabSize;
 };
-
-/// Writes a token file: with the ZTOK header, or headerless when `path` ends
-/// in .u16 or .u32 (whose width must then match `width`). `width` is 2 or 4.
-std::optional<Diagnostic> writeTokenFile(const std::string &path,
-                                         const std::vector<uint32_t> &tokens,
-                                         int width);
 
 /// The batch geometry of a run.
 struct BatchShape {
@@ -106,6 +61,22 @@ struct BatchShape {
   int64_t tokensPerStep() const { return globalBatch() * seqLen + 1; }
 };
 
+/// What counts in the loss, and what attention sees (docs/data-format.md,
+/// "Fine-tuning data").
+struct DataOptions {
+  /// Read FILE.mask beside every token file (--loss-mask).
+  bool lossMask = false;
+  /// A target that starts a document is not predicted from the document
+  /// before it (--no-cross-doc-loss).
+  bool noCrossDocLoss = false;
+  /// No token attends to a token of another document (load's
+  /// `documentStarts`; --no-cross-doc-attention).
+  bool noCrossDocAttention = false;
+  /// Each document's positions count from 0 (load's `documentStarts`;
+  /// --reset-position-ids, Megatron's reset_position_ids).
+  bool resetPositionIds = false;
+};
+
 /// Serves each micro-step its [micro_batch, seq_len] inputs and targets.
 class DataLoader {
 public:
@@ -116,15 +87,35 @@ public:
   /// A token file (TokenFile::open, then create).
   static Expected<DataLoader> open(const std::string &path,
                                    const BatchShape &shape, int64_t vocabSize);
+  /// Token files read as one stream, in order (openTokenFiles, then create).
+  static Expected<DataLoader> open(const std::vector<std::string> &specs,
+                                   const BatchShape &shape, int64_t vocabSize,
+                                   DataOptions options = {});
   /// The synthetic stream (--synthetic).
   static Expected<DataLoader> synthetic(uint64_t seed, const BatchShape &shape,
                                         int64_t vocabSize);
 
   /// Fills `inputs` and `targets`, each [micro_batch, seq_len] int32, for
   /// micro-step `micro` of optimizer step `step` on this rank. Errors: a
-  /// token id >= the vocabulary size (naming the file and position).
+  /// token id outside [0, vocabulary size) (naming the file and position),
+  /// a loss-mask byte other than 0 or 1. A target not counted in the loss
+  /// is kIgnoredTarget (-100, Hugging Face's label convention).
+  /// With `documentStarts` ([micro_batch, seq] int32), also where each
+  /// token's document starts in its sequence (0 for the tokens before the
+  /// sequence's first boundary).
   [[nodiscard]] std::optional<Diagnostic>
-  load(int64_t step, int64_t micro, int32_t *inputs, int32_t *targets) const;
+  load(int64_t step, int64_t micro, int32_t *inputs, int32_t *targets,
+       int32_t *documentStarts = nullptr) const;
+  /// Whether attention is limited to each token's document
+  /// (DataOptions::noCrossDocAttention).
+  bool masksCrossDocumentAttention() const { return noCrossDocAttention; }
+  /// Whether positions restart at each document (resetPositionIds).
+  bool resetsPositionIds() const { return resetPositionIds; }
+
+  /// The targets of step `step`'s whole global batch (every rank and
+  /// micro-step) that count in the loss: G x seq_len without a mask. Every
+  /// rank computes the same number from the data alone. Errors: as load().
+  Expected<int64_t> countedTargets(int64_t step) const;
 
   /// Where sequence k (0 <= k < G) of step `step` starts in the source:
   /// (s * G + k) * seq_len, with s = step modulo stepsPerEpoch().
@@ -139,6 +130,11 @@ private:
   BatchShape batch;
   int64_t vocabSize = 0;
   int64_t epochSteps = -1;
+  bool noCrossDocLoss = false, noCrossDocAttention = false,
+       resetPositionIds = false;
+  /// Which of the seq_len targets of the sequence starting at `start`
+  /// count (1) or not (0).
+  std::optional<Diagnostic> countedRow(int64_t start, uint8_t *counted) const;
 };
 
 } // namespace zeroc::runtime

@@ -26,7 +26,12 @@ void Executor::Impl::compute(const PlanOp &op) {
     in.push_back(value(id));
   for (int64_t id : op.outputs)
     out.push_back(value(id));
-  std::optional<Status> status = dev->modelOp(op, in, out, lossState.scale);
+  StepContext step;
+  step.lossScale = lossState.scale;
+  step.lossTokens = lossTokens;
+  step.documents = documents.data && documentAttention ? &documents : nullptr;
+  step.positions = documents.data && documentPositions ? &documents : nullptr;
+  std::optional<Status> status = dev->modelOp(op, in, out, step);
   if (!status)
     fail("op " + std::to_string(op.index) + ": kind '" + op.kindName() +
          "' is not supported by the " + dev->name() + " executor");

@@ -207,10 +207,10 @@ public:
 
   std::optional<Status> modelOp(const PlanOp &op, const std::vector<Tensor> &in,
                                 const std::vector<Tensor> &out,
-                                double lossScale) override {
+                                const StepContext &step) override {
     StreamState &s = state();
     CudaKernels kernels{s.stream, *s.context};
-    return runModelOp(kernels, op, in, out, lossScale);
+    return runModelOp(kernels, op, in, out, step);
   }
   Status accumulate(const Tensor &acc, const Tensor &g) override {
     return cuda::accumulate(acc, g, stream());

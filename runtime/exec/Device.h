@@ -103,7 +103,7 @@ public:
   virtual std::optional<Status> modelOp(const PlanOp &op,
                                         const std::vector<Tensor> &in,
                                         const std::vector<Tensor> &out,
-                                        double lossScale) = 0;
+                                        const StepContext &step) = 0;
   virtual Status accumulate(const Tensor &acc, const Tensor &g) = 0;
   virtual Status zeroTensor(const Tensor &t) = 0;
   virtual Status castTensor(const Tensor &src, const Tensor &dst) = 0;

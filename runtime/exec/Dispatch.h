@@ -65,6 +65,25 @@ struct CpuKernels {
 #undef ZEROC_CPU_KERNEL
 };
 
+/// What the model ops take from the executor rather than from the plan: the
+/// values of the current step and micro-step.
+struct StepContext {
+  /// The backward seed's loss scale (1 without loss scaling).
+  double lossScale = 1.0;
+  /// The cross-entropy's divisor: the counted targets of the global batch
+  /// per micro-step (DataLoader::countedTargets / (world size x
+  /// micro-steps)); 0 counts the op's own (docs/data-format.md, "The loss").
+  double lossTokens = 0.0;
+  /// With --no-cross-doc-attention: i32 [micro_batch, seq], the position in
+  /// its sequence where each token's document starts (DataLoader::load);
+  /// attention sees no key before it. Null: one document per sequence.
+  const Tensor *documents = nullptr;
+  /// With --reset-position-ids: the same document starts, for the position
+  /// embedding and rotary kernels, which count each document's positions
+  /// from 0. Null: positions 0 .. seq - 1 in every sequence.
+  const Tensor *positions = nullptr;
+};
+
 /// Runs the kernel of model op `op` (inputs `in(i)`, outputs `out(i)`:
 /// Tensor views) with kernel set `k`. nullopt: not a model op.
 ///
@@ -75,7 +94,7 @@ struct CpuKernels {
 /// (PlanOps.h).
 template <typename K, typename In, typename Out>
 std::optional<Status> runModelOp(K &k, const PlanOp &op, In in, Out out,
-                                 double lossScale) {
+                                 const StepContext &step) {
   // The state output of a forward op, null in a forward-only plan.
   auto savedOut = [&]() -> const Tensor * {
     return op.outputs.size() > 1 ? &out(1) : nullptr;
@@ -90,7 +109,7 @@ std::optional<Status> runModelOp(K &k, const PlanOp &op, In in, Out out,
   case OpKind::Embedding:
     return k.embeddingForward(in(0), in(1), out(0));
   case OpKind::PositionEmbedding:
-    return k.positionEmbeddingForward(in(0), out(0));
+    return k.positionEmbeddingForward(in(0), out(0), step.positions);
   case OpKind::Linear:
     return k.linearForward(in(0), in(1),
                            op.inputs.size() > 2 ? &in(2) : nullptr, out(0));
@@ -110,7 +129,8 @@ std::optional<Status> runModelOp(K &k, const PlanOp &op, In in, Out out,
   case OpKind::Mul:
     return k.mul(in(0), in(1), out(0));
   case OpKind::Rotary:
-    return k.rotaryForward(in(0), rotary().headDim, rotary().theta, out(0));
+    return k.rotaryForward(in(0), rotary().headDim, rotary().theta, out(0),
+                           step.positions);
   case OpKind::Scale:
     return k.scale(in(0), op.attrsAs<ScaleAttrs>().factor, out(0));
   case OpKind::Split: {
@@ -129,19 +149,19 @@ std::optional<Status> runModelOp(K &k, const PlanOp &op, In in, Out out,
     if (heads().kernel == AttentionKernel::Flash)
       return k.flashAttentionForward(in(0), in(1), in(2), heads().numHeads,
                                      heads().numKvHeads, heads().window, out(0),
-                                     savedOut());
+                                     savedOut(), step.documents);
     return k.attentionForward(in(0), in(1), in(2), heads().numHeads,
                               heads().numKvHeads, heads().window, out(0),
-                              savedOut());
+                              savedOut(), step.documents);
   case OpKind::CrossEntropy:
-    return k.crossEntropyForward(in(0), in(1), out(0));
+    return k.crossEntropyForward(in(0), in(1), out(0), step.lossTokens);
   case OpKind::BackwardSeed: {
     const BackwardSeedAttrs &seed = op.attrsAs<BackwardSeedAttrs>();
-    return k.backwardSeed(seed.microSteps, seed.lossScaling ? lossScale : 1.0,
-                          out(0));
+    return k.backwardSeed(seed.microSteps,
+                          seed.lossScaling ? step.lossScale : 1.0, out(0));
   }
   case OpKind::CrossEntropyBackward:
-    return k.crossEntropyBackward(in(0), in(1), in(2), out(0));
+    return k.crossEntropyBackward(in(0), in(1), in(2), out(0), step.lossTokens);
   case OpKind::LinearGradInput:
     return k.linearGradInput(in(0), in(1), out(0));
   case OpKind::LinearGradWeight:
@@ -159,20 +179,21 @@ std::optional<Status> runModelOp(K &k, const PlanOp &op, In in, Out out,
   case OpKind::SiluBackward:
     return k.siluBackward(in(0), in(1), out(0));
   case OpKind::RotaryBackward:
-    return k.rotaryBackward(in(0), rotary().headDim, rotary().theta, out(0));
+    return k.rotaryBackward(in(0), rotary().headDim, rotary().theta, out(0),
+                            step.positions);
   case OpKind::CausalAttentionBackward:
     if (heads().kernel == AttentionKernel::Flash)
       return k.flashAttentionBackward(in(0), in(1), in(2), in(3), in(4),
                                       heads().numHeads, heads().numKvHeads,
                                       heads().window, &savedIn(), out(0),
-                                      out(1), out(2));
+                                      out(1), out(2), step.documents);
     return k.attentionBackward(
         in(0), in(1), in(2), in(3), in(4), heads().numHeads, heads().numKvHeads,
-        heads().window, &savedIn(), out(0), out(1), out(2));
+        heads().window, &savedIn(), out(0), out(1), out(2), step.documents);
   case OpKind::EmbeddingBackward:
     return k.embeddingBackward(in(0), in(1), out(0));
   case OpKind::PositionEmbeddingBackward:
-    return k.positionEmbeddingBackward(in(0), out(0));
+    return k.positionEmbeddingBackward(in(0), out(0), step.positions);
 #define ZEROC_NOT_A_KERNEL(e, name, attrs) case OpKind::e:
     ZEROC_PLAN_SCHED_OPS(ZEROC_NOT_A_KERNEL)
 #undef ZEROC_NOT_A_KERNEL
@@ -186,10 +207,10 @@ std::optional<Status> runModelOp(K &k, const PlanOp &op, In in, Out out,
 template <typename K>
 std::optional<Status>
 runModelOp(K &k, const PlanOp &op, const std::vector<Tensor> &in,
-           const std::vector<Tensor> &out, double lossScale) {
+           const std::vector<Tensor> &out, const StepContext &step) {
   return runModelOp(
       k, op, [&](size_t i) -> const Tensor & { return in.at(i); },
-      [&](size_t i) -> const Tensor & { return out.at(i); }, lossScale);
+      [&](size_t i) -> const Tensor & { return out.at(i); }, step);
 }
 
 } // namespace zeroc::runtime

@@ -96,7 +96,16 @@ void Executor::Impl::runPhase(const PlanPhase &ph, const DataLoader *data,
     Tensor inputs = value(ph.args[0]), targets = value(ph.args[1]);
     std::vector<int32_t> hostIn(size_t(inputs.numel())),
         hostTgt(size_t(targets.numel()));
-    if (auto err = data->load(step, micro, hostIn.data(), hostTgt.data()))
+    int32_t *starts = nullptr;
+    documentAttention = data->masksCrossDocumentAttention();
+    documentPositions = data->resetsPositionIds();
+    if (documentAttention || documentPositions) {
+      documentStarts.resize(size_t(targets.numel()));
+      documents = {documentStarts.data(), DType::I32, targets.shape};
+      starts = documentStarts.data();
+    }
+    if (auto err =
+            data->load(step, micro, hostIn.data(), hostTgt.data(), starts))
       fail(err->str());
     dev->fromHost(inputs.data, hostIn.data(), inputs.bytes());
     dev->fromHost(targets.data, hostTgt.data(), targets.bytes());
@@ -166,6 +175,20 @@ double Executor::Impl::runMicroSteps(const DataLoader &data, int64_t step) {
   for (const PlanOp &op : micro.ops)
     if (op.kind == OpKind::Return && !op.inputs.empty())
       lossId = op.inputs[0];
+  // Each micro-step's loss is its counted targets' sum over the global
+  // batch's mean count per micro-step; the seed's 1/A and the ranks' mean
+  // then make the step's loss and gradient the mean over every counted
+  // target of the global batch (docs/data-format.md, "The loss").
+  Expected<int64_t> countedOr = data.countedTargets(step);
+  if (!countedOr)
+    fail(countedOr.error().str());
+  int64_t counted = *countedOr;
+  if (counted <= 0)
+    fail("step " + std::to_string(step + 1) +
+         ": every target of the global batch is masked out of the loss "
+         "(--loss-mask / --no-cross-doc-loss): nothing to train on");
+  lossTokens =
+      double(counted) / double(plan.worldSize * plan.gradientAccumulationSteps);
   double lossSum = 0;
   for (int64_t m = 0; m < plan.gradientAccumulationSteps; ++m) {
     runPhase(micro, &data, step, m);

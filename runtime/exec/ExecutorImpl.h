@@ -154,6 +154,18 @@ struct Executor::Impl {
   cpu::LossScaleSettings lossSettings;
   cpu::LossScaleState lossState;
   bool haveLossState = false;
+  /// The cross-entropy's divisor this step: the global batch's counted
+  /// targets per micro-step (runMicroSteps; the micro-step's rows without
+  /// a loss mask). One value for every rank and micro-step, so that the
+  /// loss and gradient are the mean over the global batch's counted tokens.
+  double lossTokens = 0;
+  /// --no-cross-doc-attention / --reset-position-ids: the micro-step's
+  /// document starts, i32 [micro_batch, seq] in `documentStarts` (host
+  /// memory: CPU only), filled by runPhase; no data otherwise. The flags say
+  /// which kernels take it (StepContext).
+  std::vector<int32_t> documentStarts;
+  Tensor documents;
+  bool documentAttention = false, documentPositions = false;
   /// Set by unscale_grads when a gradient overflowed (fp16): every rank
   /// skips the update alike.
   std::atomic<bool> overflow{false};

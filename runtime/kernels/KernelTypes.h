@@ -20,6 +20,11 @@
 
 namespace zeroc::runtime {
 
+/// A target the cross-entropy ignores (no loss, zero gradient): Hugging
+/// Face's label convention and PyTorch's ignore_index. The data loader
+/// writes it for targets masked out of the loss.
+inline constexpr int32_t kIgnoredTarget = -100;
+
 /// A row-major tensor the caller owns. `data` points at `numel()` elements of
 /// `dtype`; a 0-d tensor (empty shape) has one element.
 struct Tensor {

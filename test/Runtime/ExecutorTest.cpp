@@ -263,7 +263,7 @@ TEST(Dispatch, EveryModelOpKindHasAKernel) {
     op.inputs = {0, 1, 2, 3, 4, 5};
     op.outputs = {0, 1, 2};
     RecordingKernels k;
-    std::optional<cpu::Status> status = runModelOp(k, op, any, any, 1.0);
+    std::optional<cpu::Status> status = runModelOp(k, op, any, any, {});
     EXPECT_EQ(status.has_value(), isModelOp(kind));
     EXPECT_EQ(!k.ran.empty(), isModelOp(kind));
     if (isModelOp(kind)) {

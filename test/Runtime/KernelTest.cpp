@@ -735,12 +735,13 @@ TEST(Rotary, RejectsOddOrNonDividingHeadDim) {
 //===----------------------------------------------------------------------===//
 
 // Causal attention in f64 loops, the reference for the GEMM kernel; with a
-// `window` w > 0, query i sees keys i - w < j <= i only.
-std::vector<double> referenceAttention(const Owned &q, const Owned &k,
-                                       const Owned &v, int64_t heads,
-                                       int64_t kvHeads,
-                                       std::vector<double> *probs,
-                                       int64_t window = 0) {
+// `window` w > 0, query i sees keys i - w < j <= i only; with `documents`
+// ([batch, seq] document starts), keys of its own document only.
+std::vector<double>
+referenceAttention(const Owned &q, const Owned &k, const Owned &v,
+                   int64_t heads, int64_t kvHeads, std::vector<double> *probs,
+                   int64_t window = 0,
+                   const std::vector<int32_t> *documents = nullptr) {
   int64_t batch = q.view.dim(0), seq = q.view.dim(1);
   int64_t d = q.view.dim(2) / heads, qw = heads * d, kw = kvHeads * d;
   std::vector<double> out(q.numel(), 0.0);
@@ -751,6 +752,14 @@ std::vector<double> referenceAttention(const Owned &q, const Owned &k,
       int64_t g = h / (heads / kvHeads);
       for (int64_t i = 0; i < seq; ++i) {
         int64_t first = window > 0 ? std::max<int64_t>(0, i - window + 1) : 0;
+        if (documents) {
+          // The document of token i: from the last start at or before i.
+          int64_t start = 0;
+          for (int64_t j = 0; j <= i; ++j)
+            if ((*documents)[size_t(b * seq + j)] == j)
+              start = j;
+          first = std::max(first, start);
+        }
         std::vector<double> p(i + 1, -INFINITY);
         double max = -INFINITY, sum = 0;
         for (int64_t j = first; j <= i; ++j) {
@@ -1273,6 +1282,245 @@ TEST(SlidingWindow, FlashMatchesMaterializedAcrossTiles) {
   }
 }
 
+//===----------------------------------------------------------------------===//
+// Packed sequences: attention within each document
+//===----------------------------------------------------------------------===//
+
+/// Document starts of a row from its boundaries: [0, 0, 0, 3, 3, ...].
+std::vector<int32_t> documentStarts(int64_t batch, int64_t seq,
+                                    std::vector<std::vector<int32_t>> starts) {
+  std::vector<int32_t> d(size_t(batch * seq), 0);
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t i = 1; i < seq; ++i) {
+      const auto &s = starts[size_t(b)];
+      bool begins = std::find(s.begin(), s.end(), int32_t(i)) != s.end();
+      d[size_t(b * seq + i)] = begins ? int32_t(i) : d[size_t(b * seq + i - 1)];
+    }
+  return d;
+}
+
+/// Both kernels with documents (and a window) against the f64 reference,
+/// their backwards against finite differences of their own forward, and
+/// every document against the same kernel run on that document alone.
+void checkPackedAttention(const AttentionCase &c, int64_t window,
+                          std::vector<std::vector<int32_t>> starts,
+                          unsigned seed, double tolerance) {
+  int64_t qw = c.heads * c.headDim, kw = c.kvHeads * c.headDim;
+  Owned q = random({c.batch, c.seq, qw}, seed);
+  Owned k = random({c.batch, c.seq, kw}, seed + 1);
+  Owned v = random({c.batch, c.seq, kw}, seed + 2);
+  Owned dout = random({c.batch, c.seq, qw}, seed + 3);
+  std::vector<int32_t> docs = documentStarts(c.batch, c.seq, starts);
+  Owned documents = ids({c.batch, c.seq}, docs);
+  std::vector<double> ref =
+      referenceAttention(q, k, v, c.heads, c.kvHeads, nullptr, window, &docs);
+  std::vector<double> unmasked =
+      referenceAttention(q, k, v, c.heads, c.kvHeads, nullptr, window);
+  std::vector<float> r = dout.values();
+  bool small = c.seq * c.batch <= 40;
+  for (bool flash : {false, true}) {
+    SCOPED_TRACE(flash ? "flash" : "materialized");
+    auto forward = [&](const Owned &q, const Owned &k, const Owned &v,
+                       const Tensor &out, const Tensor *state,
+                       const Tensor *documents) {
+      return flash ? flashAttentionForward(q, k, v, c.heads, c.kvHeads, window,
+                                           out, state, documents)
+                   : attentionForward(q, k, v, c.heads, c.kvHeads, window, out,
+                                      state, documents);
+    };
+    auto backward = [&](const Owned &q, const Owned &k, const Owned &v,
+                        const Owned &out, const Owned &dout,
+                        const Tensor *state, const Owned &dq, const Owned &dk,
+                        const Owned &dv, const Tensor *documents) {
+      return flash ? flashAttentionBackward(q, k, v, out, dout, c.heads,
+                                            c.kvHeads, window, state, dq, dk,
+                                            dv, documents)
+                   : attentionBackward(q, k, v, out, dout, c.heads, c.kvHeads,
+                                       window, state, dq, dk, dv, documents);
+    };
+    auto stateShape = [&](int64_t batch, int64_t seq) {
+      return flash ? std::vector<int64_t>{batch, c.heads, seq}
+                   : std::vector<int64_t>{batch, c.heads, seq, seq};
+    };
+    Owned out({c.batch, c.seq, qw}), state(stateShape(c.batch, c.seq));
+    ASSERT_OK(forward(q, k, v, out, &state.view, &documents.view));
+    double apart = 0;
+    for (int64_t i = 0; i < out.numel(); ++i) {
+      EXPECT_NEAR(out.at(i), ref[i], tolerance) << "at " << i;
+      apart = std::max(apart, std::abs(ref[i] - unmasked[i]));
+    }
+    // The mask matters: without it the outputs differ.
+    EXPECT_GT(apart, 1e-2);
+    Owned dq({c.batch, c.seq, qw}), dk({c.batch, c.seq, kw}),
+        dv({c.batch, c.seq, kw});
+    ASSERT_OK(
+        backward(q, k, v, out, dout, &state.view, dq, dk, dv, &documents.view));
+    if (small) {
+      Owned y({c.batch, c.seq, qw});
+      auto objective = [&] {
+        EXPECT_TRUE(forward(q, k, v, y, nullptr, &documents.view).ok());
+        return dot(y.values(), r);
+      };
+      EXPECT_GRAD_NEAR(dq.values(), numericGradient(q, objective));
+      EXPECT_GRAD_NEAR(dk.values(), numericGradient(k, objective));
+      EXPECT_GRAD_NEAR(dv.values(), numericGradient(v, objective));
+    }
+
+    // Each document alone: rows [s, e) of batch row b as a batch of one.
+    for (int64_t b = 0; b < c.batch; ++b) {
+      std::vector<int32_t> bounds = starts[size_t(b)];
+      bounds.insert(bounds.begin(), 0);
+      bounds.push_back(int32_t(c.seq));
+      for (size_t n = 0; n + 1 < bounds.size(); ++n) {
+        int64_t s = bounds[n], len = bounds[n + 1] - s;
+        SCOPED_TRACE("row " + std::to_string(b) + " document at " +
+                     std::to_string(s));
+        auto slice = [&](const Owned &t, int64_t width) {
+          Owned part({1, len, width});
+          std::vector<float> all = t.values(), mine;
+          for (int64_t i = 0; i < len; ++i)
+            for (int64_t w = 0; w < width; ++w)
+              mine.push_back(all[size_t((b * c.seq + s + i) * width + w)]);
+          part.set(mine);
+          return part;
+        };
+        Owned q1 = slice(q, qw), k1 = slice(k, kw), v1 = slice(v, kw),
+              do1 = slice(dout, qw);
+        Owned o1({1, len, qw}), st1(stateShape(1, len));
+        ASSERT_OK(forward(q1, k1, v1, o1, &st1.view, nullptr));
+        Owned dq1({1, len, qw}), dk1({1, len, kw}), dv1({1, len, kw});
+        ASSERT_OK(
+            backward(q1, k1, v1, o1, do1, &st1.view, dq1, dk1, dv1, nullptr));
+        auto expectRows = [&](const Owned &whole, const Owned &part,
+                              int64_t width, const char *what) {
+          std::vector<float> w = whole.values(), p = part.values();
+          for (int64_t i = 0; i < len * width; ++i)
+            EXPECT_NEAR(w[size_t((b * c.seq + s) * width + i)], p[size_t(i)],
+                        tolerance)
+                << what << " at " << i;
+        };
+        expectRows(out, o1, qw, "out");
+        expectRows(dq, dq1, qw, "dq");
+        expectRows(dk, dk1, kw, "dk");
+        expectRows(dv, dv1, kw, "dv");
+      }
+    }
+  }
+}
+
+// Scores of d <= 8 values in [-1, 1): as checkAttentionGradients, 1e-6 is
+// 17 u of the f32 arithmetic; a lone document runs the same sums with
+// fewer zeros (P is 0 outside the document), within a few u.
+TEST(PackedDocuments, GroupedQueryMatchesReferenceDocumentsAloneAndFd) {
+  checkPackedAttention({2, 9, 4, 2, 4}, 0, {{3, 7}, {5}}, 400, 1e-6);
+}
+
+TEST(PackedDocuments, WithASlidingWindow) {
+  checkPackedAttention({1, 11, 2, 1, 4}, 3, {{6}}, 410, 1e-6);
+}
+
+TEST(PackedDocuments, OneTokenDocumentsSeeOnlyThemselves) {
+  checkPackedAttention({1, 6, 2, 2, 4}, 0, {{1, 2, 4, 5}}, 420, 1e-6);
+}
+
+// Documents across the flash kernels' tiles (64): boundaries inside a tile,
+// on a tile edge and a document spanning two tiles. Sums over up to 150
+// keys: 1e-5, as MatchesReferenceAndMaterializedAcrossTiles.
+TEST(PackedDocuments, AcrossFlashTiles) {
+  checkPackedAttention(
+      {1, 2 * kFlashTile + 22, 4, 2, 8}, 0,
+      {{10, int32_t(kFlashTile), int32_t(kFlashTile) + 3, 140}}, 430, 1e-5);
+}
+
+// --reset-position-ids: token s of row b takes position s - documents[b, s].
+TEST(PackedDocuments, PositionEmbeddingCountsFromEachDocument) {
+  Owned table = random({6, 3}, 440);
+  Owned documents = ids({2, 5}, documentStarts(2, 5, {{2}, {1, 3}}));
+  const int64_t positions[10] = {0, 1, 0, 1, 2, 0, 0, 1, 0, 1};
+  Owned out({2, 5, 3}), dy = random({2, 5, 3}, 441), dtable({6, 3});
+  ASSERT_OK(positionEmbeddingForward(table, out, &documents.view));
+  for (int64_t t = 0; t < 10; ++t)
+    for (int64_t h = 0; h < 3; ++h)
+      EXPECT_EQ(out.at(t * 3 + h), table.at(positions[t] * 3 + h));
+  ASSERT_OK(positionEmbeddingBackward(dy, dtable, &documents.view));
+  std::vector<float> r = dy.values();
+  EXPECT_GRAD_NEAR(
+      dtable.values(), numericGradient(table, [&] {
+        EXPECT_TRUE(positionEmbeddingForward(table, out, &documents.view).ok());
+        return dot(out.values(), r);
+      }));
+  for (int64_t i = 9; i < 18; ++i) // No token at positions 3-5.
+    EXPECT_EQ(dtable.at(i), 0.0f);
+  Owned bad = ids({2, 5}, {0, 0, 1, 1, 1, 0, 0, 0, 0, 0});
+  EXPECT_EQ(positionEmbeddingForward(table, out, &bad.view).error,
+            "position_embedding: documents[0, 2] is 1; expected 0 (the "
+            "document of the token before) or 2 (a document starting here)");
+}
+
+// RoPE with --reset-position-ids: every document rotated exactly as when
+// run alone (the same angles from the same table), forward and backward.
+TEST(PackedDocuments, RotaryEqualsEachDocumentAlone) {
+  const int64_t headDim = 4, width = 2 * headDim, seq = 7;
+  const double theta = 10000.0;
+  std::vector<std::vector<int32_t>> starts = {{3}, {2, 6}};
+  Owned documents = ids({2, seq}, documentStarts(2, seq, starts));
+  Owned x = random({2, seq, width}, 450), y({2, seq, width});
+  Owned dy = random({2, seq, width}, 451), dx({2, seq, width});
+  ASSERT_OK(rotaryForward(x, headDim, theta, y, &documents.view));
+  ASSERT_OK(rotaryBackward(dy, headDim, theta, dx, &documents.view));
+  for (int64_t b = 0; b < 2; ++b) {
+    std::vector<int32_t> bounds = starts[size_t(b)];
+    bounds.insert(bounds.begin(), 0);
+    bounds.push_back(int32_t(seq));
+    for (size_t n = 0; n + 1 < bounds.size(); ++n) {
+      int64_t s = bounds[n], len = bounds[n + 1] - s;
+      auto slice = [&](const Owned &t) {
+        std::vector<float> all = t.values();
+        Owned part({1, len, width});
+        part.set(std::vector<float>(all.begin() + (b * seq + s) * width,
+                                    all.begin() + (b * seq + s + len) * width));
+        return part;
+      };
+      Owned x1 = slice(x), y1({1, len, width}), dy1 = slice(dy),
+            dx1({1, len, width});
+      ASSERT_OK(rotaryForward(x1, headDim, theta, y1));
+      ASSERT_OK(rotaryBackward(dy1, headDim, theta, dx1));
+      EXPECT_EQ(slice(y).values(), y1.values()) << b << ", " << s;
+      EXPECT_EQ(slice(dx).values(), dx1.values()) << b << ", " << s;
+    }
+  }
+  std::vector<float> r = dy.values();
+  EXPECT_GRAD_NEAR(
+      dx.values(), numericGradient(x, [&] {
+        EXPECT_TRUE(rotaryForward(x, headDim, theta, y, &documents.view).ok());
+        return dot(y.values(), r);
+      }));
+}
+
+TEST(PackedDocuments, RejectsBadDocuments) {
+  Owned q = random({1, 4, 8}, 1), k = random({1, 4, 4}, 2),
+        v = random({1, 4, 4}, 3), out({1, 4, 8});
+  auto error = [&](const Owned &documents) {
+    Status s =
+        attentionForward(q, k, v, 2, 1, 0, out, nullptr, &documents.view);
+    Status f =
+        flashAttentionForward(q, k, v, 2, 1, 0, out, nullptr, &documents.view);
+    EXPECT_EQ(s.error, f.error);
+    return s.error;
+  };
+  EXPECT_EQ(error(ids({1, 3}, {0, 0, 0})),
+            "causal_attention: documents must be i32 [batch, seq] = [1, 4], "
+            "found " +
+                describe(ids({1, 3}, {0, 0, 0}).view));
+  EXPECT_EQ(error(ids({1, 4}, {0, 0, 1, 2})),
+            "causal_attention: documents[0, 2] is 1; expected 0 (the document "
+            "of the token before) or 2 (a document starting here)");
+  EXPECT_EQ(error(ids({1, 4}, {1, 1, 1, 1})),
+            "causal_attention: documents[0, 0] is 1; expected 0 (the document "
+            "of the token before) or 0 (a document starting here)");
+  EXPECT_EQ(error(ids({1, 4}, {0, 1, 1, 3})), "");
+}
+
 TEST(SlidingWindow, RejectsNegativeWindow) {
   Owned q = random({1, 3, 8}, 1), k = random({1, 3, 4}, 2);
   Owned v = random({1, 3, 4}, 3), out({1, 3, 8});
@@ -1346,6 +1594,41 @@ TEST(CrossEntropy, BackwardMatchesFiniteDifferences) {
   ASSERT_OK(crossEntropyBackward(logits, targets, dloss, half));
   for (int64_t i = 0; i < 42; ++i)
     EXPECT_EQ(half.at(i), roundToDType(dlogits.at(i), DType::BF16));
+}
+
+// Targets -100 (ignored) add nothing; the loss is the counted rows' sum over
+// `tokens` (their count by default), against a float64 hand computation,
+// and the backward is the finite differences of that loss, 0 on ignored rows.
+TEST(CrossEntropy, IgnoredTargetsAndTheTokenDivisor) {
+  Owned logits({1, 3, 3}, {0, 1, 2, 5, 5, 5, 3, -1, 0}), loss({});
+  Owned targets = ids({1, 3}, {2, -100, 0});
+  double row0 = std::log(1 + std::exp(1.0) + std::exp(2.0)) - 2.0;
+  double row2 = std::log(std::exp(3.0) + std::exp(-1.0) + 1.0) - 3.0;
+  ASSERT_OK(crossEntropyForward(logits, targets, loss));
+  // As MatchesHandComputation: a few roundings of values below 4.
+  EXPECT_NEAR(loss.at(0), (row0 + row2) / 2.0, 1e-6);
+  ASSERT_OK(crossEntropyForward(logits, targets, loss, 5.0));
+  EXPECT_NEAR(loss.at(0), (row0 + row2) / 5.0, 1e-6);
+
+  Owned dloss({}, {0.5f}), dlogits({1, 3, 3});
+  ASSERT_OK(crossEntropyBackward(logits, targets, dloss, dlogits, 5.0));
+  std::vector<double> numeric = numericGradient(logits, [&] {
+    EXPECT_TRUE(crossEntropyForward(logits, targets, loss, 5.0).ok());
+    return 0.5 * double(loss.at(0));
+  });
+  EXPECT_GRAD_NEAR(dlogits.values(), numeric);
+  for (int64_t i = 3; i < 6; ++i)
+    EXPECT_EQ(dlogits.at(i), 0.0f);
+
+  // Every target ignored: loss 0, gradient 0.
+  Owned none = ids({1, 3}, {-100, -100, -100});
+  ASSERT_OK(crossEntropyForward(logits, none, loss));
+  EXPECT_EQ(loss.at(0), 0.0f);
+  Status s = crossEntropyForward(logits, ids({1, 3}, {0, -99, 0}), loss);
+  EXPECT_NE(s.error.find("target -99 at position 1 is outside [0, 3) and not "
+                         "-100 (ignored)"),
+            std::string::npos)
+      << s.error;
 }
 
 TEST(CrossEntropy, RejectsBadTargetsAndLoss) {

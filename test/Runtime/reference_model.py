@@ -261,14 +261,15 @@ def add(x, y):
     return [[a + b for a, b in zip(r, s)] for r, s in zip(x, y)]
 
 
-def rotate(x, seq, heads, head_dim, theta):
+def rotate(x, seq, heads, head_dim, theta, positions=None):
     """Hugging Face's rotary embedding: in every head, element i pairs with
-    i + head_dim/2 (rotate_half), at angle position * theta^(-2i/head_dim)."""
+    i + head_dim/2 (rotate_half), at angle position * theta^(-2i/head_dim);
+    the position of token t is t % seq, or positions[t] (position_ids)."""
     half = head_dim // 2
     freqs = [theta ** (-2.0 * i / head_dim) for i in range(half)]
     out = []
     for t, r in enumerate(x):
-        pos = t % seq
+        pos = positions[t] if positions else t % seq
         cos = [math.cos(pos * f) for f in freqs]
         sin = [math.sin(pos * f) for f in freqs]
         o = list(r)
@@ -283,11 +284,13 @@ def rotate(x, seq, heads, head_dim, theta):
 
 
 def causal_attention(q, k, v, batch, seq, heads, kv_heads, head_dim,
-                     window=None):
+                     window=None, documents=None):
     """softmax(q k^T / sqrt(head_dim)) v over the positions up to each
     query's (with a sliding window w, the w latest: Hugging Face's
     sliding_window_overlay, kv_idx > q_idx - w); query head h reads kv head
-    h // (heads / kv_heads) (repeat_kv)."""
+    h // (heads / kv_heads) (repeat_kv). With `documents` (per token of the
+    batch, the position in its row where its document starts), only the
+    keys of the query's own document (a packed-sequence mask)."""
     scale = 1.0 / math.sqrt(head_dim)
     group = heads // kv_heads
     out = [[0.0] * (heads * head_dim) for _ in range(batch * seq)]
@@ -299,6 +302,8 @@ def causal_attention(q, k, v, batch, seq, heads, kv_heads, head_dim,
             vs = [v[t0 + j][ko:ko + head_dim] for j in range(seq)]
             for i in range(seq):
                 first = max(0, i - window + 1) if window else 0
+                if documents:
+                    first = max(first, documents[t0 + i])
                 keys = range(first, i + 1)
                 qi = q[t0 + i][qo:qo + head_dim]
                 scores = [sum(map(mul, qi, ks[j])) * scale for j in keys]
@@ -313,12 +318,16 @@ def causal_attention(q, k, v, batch, seq, heads, kv_heads, head_dim,
 
 
 def cross_entropy(logits, targets):
-    """Mean over tokens of logsumexp(logits) - logits[target]."""
-    total = 0.0
+    """Mean over the counted tokens of logsumexp(logits) - logits[target];
+    a target -100 is not counted (Hugging Face's label convention)."""
+    total, counted = 0.0, 0
     for r, t in zip(logits, targets):
+        if t == -100:
+            continue
         top = max(r)
         total += top + math.log(sum(math.exp(v - top) for v in r)) - r[t]
-    return total / len(targets)
+        counted += 1
+    return total / counted
 
 
 # ----------------------------------------------------------------------------
@@ -328,8 +337,12 @@ def cross_entropy(logits, targets):
 # ----------------------------------------------------------------------------
 
 class Model:
-    def __init__(self, config, batch, seq):
+    def __init__(self, config, batch, seq, documents=None, positions=None):
+        """documents: per token of the batch, where its document starts in
+        its row (attention within documents); positions: per token its
+        position (position_ids; t % seq when None)."""
         self.c, self.batch, self.seq = config, batch, seq
+        self.documents, self.positions = documents, positions
 
     def weights(self, params, name):
         shape, values = params[name]
@@ -340,7 +353,9 @@ class Model:
         if c.family == "gpt2":
             wte = self.weights(params, "wte.weight")
             wpe = self.weights(params, "wpe.weight")
-            return [[a + b for a, b in zip(wte[tok], wpe[t % self.seq])]
+            pos = self.positions or [t % self.seq
+                                     for t in range(len(inputs))]
+            return [[a + b for a, b in zip(wte[tok], wpe[pos[t]])]
                     for t, tok in enumerate(inputs)]
         table = self.weights(params, "embed_tokens.weight")
         if c.gemma:
@@ -359,7 +374,8 @@ class Model:
             k = linear(h, w(p + "attn.k_proj.weight"), w(p + "attn.k_proj.bias"))
             v = linear(h, w(p + "attn.v_proj.weight"), w(p + "attn.v_proj.bias"))
             a = causal_attention(q, k, v, self.batch, self.seq, c.heads,
-                                 c.kv_heads, c.head_dim)
+                                 c.kv_heads, c.head_dim,
+                                 documents=self.documents)
             x = add(x, linear(a, w(p + "attn.c_proj.weight"),
                               w(p + "attn.c_proj.bias")))
             h = layer_norm(x, w(p + "ln_2.weight"), w(p + "ln_2.bias"), c.eps)
@@ -383,10 +399,12 @@ class Model:
             q = linear(h, w(p + "self_attn.q_proj.weight"), bias("q_proj"))
             k = linear(h, w(p + "self_attn.k_proj.weight"), bias("k_proj"))
             v = linear(h, w(p + "self_attn.v_proj.weight"), bias("v_proj"))
-        q = rotate(q, self.seq, c.heads, c.head_dim, c.theta)
-        k = rotate(k, self.seq, c.kv_heads, c.head_dim, c.theta)
+        q = rotate(q, self.seq, c.heads, c.head_dim, c.theta, self.positions)
+        k = rotate(k, self.seq, c.kv_heads, c.head_dim, c.theta,
+                   self.positions)
         a = causal_attention(q, k, v, self.batch, self.seq, c.heads,
-                             c.kv_heads, c.head_dim, c.window)
+                             c.kv_heads, c.head_dim, c.window,
+                             self.documents)
         x = add(x, linear(a, w(p + "self_attn.o_proj.weight")))
         h = rms_norm(x, w(p + "post_attention_layernorm.weight"), c.eps,
                      offset)

@@ -25,7 +25,10 @@ Scenarios:
          attention=flash|materialized (the attention kernel; flash, the
          default, keeps the row log-sum-exp, materialized the probabilities),
          recompute=none|full|selective and recompute_every=K (zeroc's
-         --recompute and --recompute-every)
+         --recompute and --recompute-every),
+         mask=1 (zerorun --loss-mask, with a mask counting different
+         numbers of targets on each rank and micro-step; with f32, match:
+         also compares the final weights, within WEIGHT_TOL_F32)
   reference:MODEL,N    stage 0 on one rank with N micro-steps (the global
                        batch of N ranks) for 5 steps: writes the losses and
                        the consolidated final weights to --work, for equiv
@@ -105,6 +108,12 @@ Scenarios:
                        random unit direction and at its largest element,
                        within bounds derived from the step size and f32
                        rounding (derived above scenario_grad_check)
+  grad-check-masked:MODEL    the same with a loss mask over two micro-steps
+                       (--loss-mask): the mean over the global batch's
+                       counted targets (scenario_grad_check)
+  grad-check-documents:MODEL the same on three files (documents) with
+                       --no-cross-doc-attention --no-cross-doc-loss
+  grad-check-packed:MODEL    documents, and --reset-position-ids
 """
 
 import argparse
@@ -167,6 +176,20 @@ def data_file(work):
         with open(path, "wb") as f:
             f.write(struct.pack("<%dH" % len(toks), *toks))
     return path
+
+
+def data_options(args, opts):
+    """zerorun's options for SPEC's mask=1: a loss mask beside the data file
+    (docs/data-format.md) counting the first 12 tokens of every 50, so that
+    ranks and micro-steps count different numbers of targets (0 to 12 of a
+    micro-step's 32; a global batch of 64 or more holds at least 12)."""
+    if opts.get("mask") != "1":
+        return []
+    path = data_file(args.work) + ".mask"
+    if not os.path.exists(path):
+        with open(path, "wb") as f:
+            f.write(bytes(1 if i % 50 < 12 else 0 for i in range(8192)))
+    return ["--loss-mask"]
 
 
 MODELS = ("gpt2", "llama", "mistral", "qwen2", "gemma", "phi3")
@@ -1052,7 +1075,19 @@ def central_difference(loss_at, h):
     return d5, abs(d3 - d5)
 
 
-def scenario_grad_check(args, name):
+def scenario_grad_check(args, name, masked=False, documents=False,
+                        reset_positions=False):
+    """masked: two micro-steps (accumulation 2) over a loss mask that counts
+    3 targets of the first micro-step's 16 and 13 of the second's, so the
+    loss and gradient are the mean over the 16 counted targets of the whole
+    global batch, not the mean of the two micro-steps' means, which a
+    per-micro-step normalisation would give.
+    documents: the tokens in three files (documents start at tokens 5 and
+    13, the fifth position of each row), run with --no-cross-doc-attention
+    and --no-cross-doc-loss: the reference attends within each document
+    and does not count the targets that start one. reset_positions: also
+    --reset-position-ids, each document's positions from 0 in the reference
+    (position_ids) too."""
     here = os.path.dirname(os.path.abspath(__file__))
     config_path = os.path.join(here, "..", "..", "examples", "configs",
                                "tiny-" + name, "config.json")
@@ -1065,7 +1100,8 @@ def scenario_grad_check(args, name):
     run([args.zeroc, "gen", config_path, "--seq-len", str(GRAD_SEQ),
          "--micro-batch", str(GRAD_MICRO), "--dtype", "f32", "--quiet", "-o",
          mlir])
-    _, cfg = write_config(args, 0, 1, 1, {})
+    accum = 2 if masked else 1
+    _, cfg = write_config(args, 0, 1, accum, {})
     with open(cfg) as f:
         ds = json.load(f)
     ds["train_micro_batch_size_per_gpu"] = GRAD_MICRO
@@ -1089,21 +1125,59 @@ def scenario_grad_check(args, name):
     # Read back: the reference sees exactly the f32 values zerorun loads.
     params, _ = reference_model.read_safetensors(weights_path)
     tokens_path = os.path.join(args.work, "grad-tokens.u16")
-    toks = [rnd.randrange(config.vocab)
-            for _ in range(GRAD_MICRO * GRAD_SEQ + 1)]
+    rows = accum * GRAD_MICRO
+    toks = [rnd.randrange(config.vocab) for _ in range(rows * GRAD_SEQ + 1)]
     with open(tokens_path, "wb") as f:
         f.write(struct.pack("<%dH" % len(toks), *toks))
+    extra = []
+    if documents:
+        # Three files: tokens [0, 5), [5, 13), [13, 17).
+        for n, (a, b) in enumerate(((0, 5), (5, 13), (13, len(toks)))):
+            part = tokens_path + ".%d.u16" % n
+            with open(part, "wb") as f:
+                f.write(struct.pack("<%dH" % (b - a), *toks[a:b]))
+            extra += ["--data", part]
+        extra += ["--no-cross-doc-attention", "--no-cross-doc-loss"]
+        if reset_positions:
+            extra += ["--reset-position-ids"]
+    if masked:
+        # Token i is a counted target (byte 1) for 3 of the first
+        # micro-step's 16 targets (tokens 1-16) and 13 of the second's.
+        first = GRAD_MICRO * GRAD_SEQ
+        mask = [1 if (i <= first and i % 5 == 0) or
+                (i > first and i % 5 != 0) else 0 for i in range(len(toks))]
+        with open(tokens_path + ".mask", "wb") as f:
+            f.write(bytes(mask))
+        extra = ["--loss-mask"]
     grads_path = os.path.join(args.work, "grad-%s-grads.safetensors" % name)
-    print(run([args.zerorun, plan_path, "--data", tokens_path, "--init-from",
-               weights_path, "--dump-grads", grads_path]), end="")
+    data = [] if documents else ["--data", tokens_path]
+    print(run([args.zerorun, plan_path] + data + ["--init-from",
+               weights_path, "--dump-grads", grads_path] + extra), end="")
     grads, meta = reference_model.read_safetensors(grads_path)
     if sorted(grads) != sorted(params):
         print("FAILED: gradients of %s, expected %s" % (sorted(grads),
                                                         sorted(params)))
         return 1
 
-    model = reference_model.Model(config, GRAD_MICRO, GRAD_SEQ)
-    inputs, targets = reference_model.step_batch(toks, GRAD_MICRO, GRAD_SEQ)
+    starts = None
+    if documents:
+        # Row r holds tokens [8 r, 8 r + 8]: a document starts at its
+        # position 5 (tokens 5 and 13).
+        starts = [0] * 5 + [5] * 3 + [0] * 5 + [5] * 3
+    positions = None
+    if reset_positions:
+        positions = [t % GRAD_SEQ - s for t, s in enumerate(starts)]
+    model = reference_model.Model(config, rows, GRAD_SEQ, starts, positions)
+    inputs, targets = reference_model.step_batch(toks, rows, GRAD_SEQ)
+    if documents:
+        # The targets that start a document: tokens 5 and 13.
+        targets = [-100 if i + 1 in (5, 13) else t
+                   for i, t in enumerate(targets)]
+    if masked:
+        # Row r's target j is token r * GRAD_SEQ + j + 1.
+        targets = [t if mask[i + 1] else -100 for i, t in enumerate(targets)]
+        print("counted targets: %d of %d" % (
+            sum(t != -100 for t in targets), len(targets)))
     cached = model.residuals(params, inputs)
     ref_loss = model.head(params, cached[-1], targets)
     rt_loss = float(meta["zeroc_loss"])
@@ -1201,9 +1275,17 @@ def main():
         stage, ws, ga, opts = parse_spec(args.scenario[len("match:"):])
         ref_opts = {k: v for k, v in opts.items()
                     if k in ("clip", "dtype", "optimizer", "bias_correction")}
-        ref = losses(args, plan(args, 0, 1, ws * ga, ref_opts), 1, STEPS)
+        extra = data_options(args, opts)
+        # With a mask (f32), the final weights are compared too.
+        weights = extra and opts.get("dtype", "f32") == "f32"
+        ckpts = [fresh_dir(args, "ckpt-ref"), fresh_dir(args, "ckpt")]
+        ref = losses(args, plan(args, 0, 1, ws * ga, ref_opts), 1, STEPS,
+                     extra + (["--checkpoint-dir", ckpts[0]] if weights
+                              else []))
         p = plan(args, stage, ws, ga, opts)
-        got = losses(args, p, ws, STEPS)
+        got = losses(args, p, ws, STEPS,
+                     extra + (["--checkpoint-dir", ckpts[1]] if weights
+                              else []))
         tol = LOSS_TOL[opts.get("dtype", "f32")]
         if opts.get("bias_correction") == "false":
             # The setting reaches zerorun: the uncorrected steps are up to
@@ -1227,6 +1309,13 @@ def main():
         if len(ref) != len(got) or worst > tol:
             print("FAILED: losses differ")
             return 1
+        if weights:
+            finals = [consolidate(args, c, c + ".safetensors") for c in ckpts]
+            wworst = compare_weights(*finals)
+            print("final weights: largest relative difference", wworst)
+            if wworst is None or wworst > WEIGHT_TOL_F32:
+                print("FAILED: the final weights differ from stage 0's")
+                return 1
         if "nvme" in (opts.get("offload"), opts.get("param_offload")):
             return check_nvme(args, p)
         return 0
@@ -1263,6 +1352,17 @@ def main():
         return scenario_init_from(args, args.scenario[len("init-from:"):])
     if args.scenario.startswith("grad-check:"):
         return scenario_grad_check(args, args.scenario[len("grad-check:"):])
+    if args.scenario.startswith("grad-check-masked:"):
+        return scenario_grad_check(
+            args, args.scenario[len("grad-check-masked:"):], masked=True)
+    if args.scenario.startswith("grad-check-packed:"):
+        return scenario_grad_check(
+            args, args.scenario[len("grad-check-packed:"):], documents=True,
+            reset_positions=True)
+    if args.scenario.startswith("grad-check-documents:"):
+        return scenario_grad_check(
+            args, args.scenario[len("grad-check-documents:"):],
+            documents=True)
 
     print("unknown scenario " + args.scenario)
     return 2

@@ -52,7 +52,25 @@ a plan for one rank also runs without mpirun.
 OPTIONS:
   --synthetic             Train on deterministic random tokens (the default
                           when no --data is given)
-  --data FILE             Train on a token file (docs/data-format.md)
+  --data FILE             Train on a token file: ZTOK, llm.c .bin, nanoGPT
+                          .bin, Megatron PREFIX(.bin|.idx), *.u16, *.u32,
+                          told apart by content (docs/data-format.md);
+                          repeat it, or give a quoted glob ('shard_*.bin',
+                          matches in byte order), to read several files
+                          back to back as one stream
+  --loss-mask             Count in the loss only the targets whose byte in
+                          FILE.mask (beside each token file, one byte 0/1
+                          per token) is 1, or whose label in FILE.labels
+                          (Hugging Face's, int32) is not -100; the loss is
+                          the mean over the global batch's counted targets
+  --no-cross-doc-loss     Do not count a target that starts a document
+                          (Megatron's document index, each file's start)
+  --no-cross-doc-attention
+                          No token attends to a token of an earlier
+                          document in its sequence (a packed-sequence
+                          mask in the attention kernels; CPU only)
+  --reset-position-ids    Count each document's positions from 0 (GPT-2's
+                          learned positions, RoPE; CPU only)
   --steps N               Optimizer steps to run (default 10)
   --seed S                Seed of parameter init and synthetic data (default 0)
   --log-json PATH         Write one JSON object per step ({"step", "loss",
@@ -94,8 +112,9 @@ OPTIONS:
 
 struct Options {
   std::string plan;
-  std::string data;
+  std::vector<std::string> data;
   bool synthetic = false;
+  DataOptions dataOptions;
   int64_t steps = 10;
   uint64_t seed = 0;
   std::string logJson;
@@ -168,8 +187,16 @@ Options parseArgs(int argc, char **argv) {
       o.nvmePath = value();
     } else if (a == "--single-thread") {
       o.singleThread = true;
+    } else if (a == "--loss-mask") {
+      o.dataOptions.lossMask = true;
+    } else if (a == "--no-cross-doc-loss") {
+      o.dataOptions.noCrossDocLoss = true;
+    } else if (a == "--no-cross-doc-attention") {
+      o.dataOptions.noCrossDocAttention = true;
+    } else if (a == "--reset-position-ids") {
+      o.dataOptions.resetPositionIds = true;
     } else if (a == "--data") {
-      o.data = value();
+      o.data.push_back(value());
     } else if (a == "--steps") {
       o.steps = intValue();
     } else if (a == "--seed") {
@@ -200,6 +227,18 @@ Options parseArgs(int argc, char **argv) {
     usageError("no plan given");
   if (o.synthetic && !o.data.empty())
     usageError("--synthetic and --data exclude each other");
+  if (o.data.empty() &&
+      (o.dataOptions.lossMask || o.dataOptions.noCrossDocLoss ||
+       o.dataOptions.noCrossDocAttention || o.dataOptions.resetPositionIds))
+    usageError("--loss-mask, --no-cross-doc-loss, --no-cross-doc-attention "
+               "and --reset-position-ids need --data");
+  if ((o.dataOptions.noCrossDocAttention || o.dataOptions.resetPositionIds) &&
+      o.device == "cuda")
+    usageError(std::string(o.dataOptions.noCrossDocAttention
+                               ? "--no-cross-doc-attention"
+                               : "--reset-position-ids") +
+               ": the CUDA kernels do not implement packed-sequence document "
+               "starts yet (run on --device cpu)");
   if (o.data.empty())
     o.synthetic = true;
   if (o.saveEvery && o.checkpointDir.empty())
@@ -280,9 +319,10 @@ int run(const Options &o, Communicator &comm, Device *device) {
   shape.gradientAccumulation = p.gradientAccumulationSteps;
   shape.microBatch = p.model.microBatch;
   shape.seqLen = p.model.seqLen;
-  auto loader = o.synthetic
-                    ? DataLoader::synthetic(o.seed, shape, e.vocabSize())
-                    : DataLoader::open(o.data, shape, e.vocabSize());
+  auto loader =
+      o.synthetic
+          ? DataLoader::synthetic(o.seed, shape, e.vocabSize())
+          : DataLoader::open(o.data, shape, e.vocabSize(), o.dataOptions);
   if (!loader)
     return err(loader.error().str());
 
@@ -334,7 +374,7 @@ int run(const Options &o, Communicator &comm, Device *device) {
                 p.model.name.c_str(), (long long)p.stage, comm.size(),
                 (long long)p.gradientAccumulationSteps,
                 (long long)p.model.microBatch, (long long)p.model.seqLen,
-                o.synthetic ? "synthetic" : o.data.c_str());
+                o.synthetic ? "synthetic" : loader->source().name().c_str());
   // The step of the newest checkpoint this run has (-1: none yet).
   int64_t lastSaved = o.resume ? firstStep : -1;
   // On a terminal: a progress bar redrawn every step; otherwise (a pipe, a

@@ -197,6 +197,11 @@ void flashRows(const AttentionShape &a, const float *qh, int64_t qld,
 
 float AttentionShape::scale() const { return 1.0f / std::sqrt(float(headDim)); }
 
+Status checkAttentionDocuments(const char *op, const Tensor *documents,
+                               const AttentionShape &a) {
+  return checkDocumentStarts(op, documents, a.batch, a.seq);
+}
+
 Status checkAttentionWindow(const char *op, int64_t window,
                             AttentionShape &shape) {
   if (window < 0)
@@ -228,11 +233,14 @@ Status checkAttentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
 
 Status attentionForward(const Tensor &q, const Tensor &k, const Tensor &v,
                         int64_t numHeads, int64_t numKvHeads, int64_t window,
-                        const Tensor &out, const Tensor *probs) {
+                        const Tensor &out, const Tensor *probs,
+                        const Tensor *documents) {
   AttentionShape a;
   ZEROC_RETURN_IF_ERROR(
       checkAttentionForward(q, k, v, numHeads, numKvHeads, out, probs, a));
   ZEROC_RETURN_IF_ERROR(checkAttentionWindow("causal_attention", window, a));
+  ZEROC_RETURN_IF_ERROR(
+      checkAttentionDocuments("causal_attention", documents, a));
   ScratchVector<float> qScratch, kScratch, vScratch, outScratch;
   const float *qf = readF32(q, qScratch);
   const float *kf = readF32(k, kScratch);
@@ -242,6 +250,7 @@ Status attentionForward(const Tensor &q, const Tensor &k, const Tensor &v,
   ScratchVector<float> p(seq * seq);
   for (int64_t b = 0; b < a.batch; ++b)
     for (int64_t h = 0; h < a.heads; ++h) {
+      a.docStart = documents ? documents->i32() + b * seq : nullptr;
       int64_t g = h / a.group();
       const float *qh = qf + b * seq * qw + h * d;
       const float *kh = kf + b * seq * kw + g * d;
@@ -260,12 +269,15 @@ Status attentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
                          const Tensor &out, const Tensor &dout,
                          int64_t numHeads, int64_t numKvHeads, int64_t window,
                          const Tensor *probs, const Tensor &dq,
-                         const Tensor &dk, const Tensor &dv) {
+                         const Tensor &dk, const Tensor &dv,
+                         const Tensor *documents) {
   AttentionShape a;
   ZEROC_RETURN_IF_ERROR(checkAttentionBackward(
       q, k, v, out, dout, numHeads, numKvHeads, probs, dq, dk, dv, a));
   ZEROC_RETURN_IF_ERROR(
       checkAttentionWindow("causal_attention_backward", window, a));
+  ZEROC_RETURN_IF_ERROR(
+      checkAttentionDocuments("causal_attention_backward", documents, a));
   BackwardBuffers f(q, k, v, out, dout, dq, dk, dv);
   const float *qf = f.q, *kf = f.k, *vf = f.v, *of = f.out, *dof = f.dout;
   float *dqf = f.dq, *dkf = f.dk, *dvf = f.dv;
@@ -276,6 +288,7 @@ Status attentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
   ScratchVector<float> rowDot(seq);
   for (int64_t b = 0; b < a.batch; ++b)
     for (int64_t h = 0; h < a.heads; ++h) {
+      a.docStart = documents ? documents->i32() + b * seq : nullptr;
       int64_t g = h / a.group();
       int64_t qOffset = b * seq * qw + h * d, kOffset = b * seq * kw + g * d;
       const float *qh = qf + qOffset, *kh = kf + kOffset, *vh = vf + kOffset;
@@ -340,11 +353,13 @@ Status checkFlashAttentionBackward(const Tensor &q, const Tensor &k,
 Status flashAttentionForward(const Tensor &q, const Tensor &k, const Tensor &v,
                              int64_t numHeads, int64_t numKvHeads,
                              int64_t window, const Tensor &out,
-                             const Tensor *lse) {
+                             const Tensor *lse, const Tensor *documents) {
   AttentionShape a;
   ZEROC_RETURN_IF_ERROR(
       checkFlashAttentionForward(q, k, v, numHeads, numKvHeads, out, lse, a));
   ZEROC_RETURN_IF_ERROR(checkAttentionWindow("causal_attention", window, a));
+  ZEROC_RETURN_IF_ERROR(
+      checkAttentionDocuments("causal_attention", documents, a));
   ScratchVector<float> qScratch, kScratch, vScratch, outScratch;
   const float *qf = readF32(q, qScratch);
   const float *kf = readF32(k, kScratch);
@@ -355,6 +370,7 @@ Status flashAttentionForward(const Tensor &q, const Tensor &k, const Tensor &v,
   ScratchVector<float> rowLse(FlashScratch::tile(a));
   for (int64_t b = 0; b < a.batch; ++b)
     for (int64_t h = 0; h < a.heads; ++h) {
+      a.docStart = documents ? documents->i32() + b * seq : nullptr;
       int64_t qOffset = b * seq * qw + h * d;
       int64_t kOffset = b * seq * kw + h / a.group() * d;
       for (int64_t i0 = 0; i0 < seq; i0 += kFlashTile) {
@@ -374,12 +390,14 @@ Status flashAttentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
                               int64_t numHeads, int64_t numKvHeads,
                               int64_t window, const Tensor *lse,
                               const Tensor &dq, const Tensor &dk,
-                              const Tensor &dv) {
+                              const Tensor &dv, const Tensor *documents) {
   AttentionShape a;
   ZEROC_RETURN_IF_ERROR(checkFlashAttentionBackward(
       q, k, v, out, dout, numHeads, numKvHeads, lse, dq, dk, dv, a));
   ZEROC_RETURN_IF_ERROR(
       checkAttentionWindow("causal_attention_backward", window, a));
+  ZEROC_RETURN_IF_ERROR(
+      checkAttentionDocuments("causal_attention_backward", documents, a));
   BackwardBuffers f(q, k, v, out, dout, dq, dk, dv);
   const float *qf = f.q, *kf = f.k, *vf = f.v, *of = f.out, *dof = f.dout;
   float *dqf = f.dq, *dkf = f.dk, *dvf = f.dv;
@@ -393,6 +411,7 @@ Status flashAttentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
   float *p = w.scores.data(), *ds = w.dscores.data();
   for (int64_t b = 0; b < a.batch; ++b)
     for (int64_t h = 0; h < a.heads; ++h) {
+      a.docStart = documents ? documents->i32() + b * seq : nullptr;
       int64_t qOffset = b * seq * qw + h * d;
       int64_t kOffset = b * seq * kw + h / a.group() * d;
       const float *qh = qf + qOffset, *kh = kf + kOffset, *vh = vf + kOffset;
@@ -410,7 +429,8 @@ Status flashAttentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
         rowDot[i] = sum;
       }
       // Key tile j0 is seen by query tiles from j0 on (causal), up to the
-      // last whose first query's window reaches into it.
+      // last whose first query's window (or document) reaches into it: the
+      // first key grows with the query.
       for (int64_t j0 = 0; j0 < seq; j0 += kFlashTile) {
         int64_t cols = std::min(kFlashTile, seq - j0);
         for (int64_t i0 = j0; i0 < seq && a.firstKey(i0) < j0 + cols;

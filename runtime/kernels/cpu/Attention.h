@@ -31,6 +31,15 @@
 // i - w < j <= i: P is 0 outside, and the flash kernels skip the tiles that
 // hold no visible key. w >= seq is no window; w = 0 means none.
 //
+// Packed sequences (`documents`, optional, i32 [batch, seq], host data):
+// token i of a row belongs to the document that starts at position
+// documents[b, i] of that row (0 <= documents[b, i] <= i, and each entry is
+// the one before it or i itself: documents are contiguous). Query i then
+// sees only the keys of its own document, max(window start, documents[b,
+// i]) <= j <= i: the same kind of contiguous range as a window, so every
+// kernel (and the flash kernels' tile skipping) handles it as a later first
+// key. Positions are not reset (docs/data-format.md).
+//
 //===----------------------------------------------------------------------===//
 
 #ifndef ZEROC_RUNTIME_KERNELS_CPU_ATTENTION_H
@@ -38,26 +47,32 @@
 
 #include "cpu/Tensor.h"
 
+#include <algorithm>
+
 namespace zeroc::cpu {
 
-/// `probs` may be null (nothing saved). `window` 0: none.
+/// `probs` may be null (nothing saved). `window` 0: none. `documents` null:
+/// one document per row.
 Status attentionForward(const Tensor &q, const Tensor &k, const Tensor &v,
                         int64_t numHeads, int64_t numKvHeads, int64_t window,
-                        const Tensor &out, const Tensor *probs);
+                        const Tensor &out, const Tensor *probs,
+                        const Tensor *documents = nullptr);
 
 /// `out` is the forward's result, `probs` what it saved (or null).
 Status attentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
                          const Tensor &out, const Tensor &dout,
                          int64_t numHeads, int64_t numKvHeads, int64_t window,
                          const Tensor *probs, const Tensor &dq,
-                         const Tensor &dk, const Tensor &dv);
+                         const Tensor &dk, const Tensor &dv,
+                         const Tensor *documents = nullptr);
 
 /// Flash attention: `lse` [batch, heads, seq] f32 may be null (nothing
 /// saved).
 Status flashAttentionForward(const Tensor &q, const Tensor &k, const Tensor &v,
                              int64_t numHeads, int64_t numKvHeads,
                              int64_t window, const Tensor &out,
-                             const Tensor *lse);
+                             const Tensor *lse,
+                             const Tensor *documents = nullptr);
 
 /// `out` is the forward's result, `lse` what it saved (or null: recomputed).
 Status flashAttentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
@@ -65,7 +80,8 @@ Status flashAttentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
                               int64_t numHeads, int64_t numKvHeads,
                               int64_t window, const Tensor *lse,
                               const Tensor &dq, const Tensor &dk,
-                              const Tensor &dv);
+                              const Tensor &dv,
+                              const Tensor *documents = nullptr);
 
 /// The kernels above without a window.
 inline Status attentionForward(const Tensor &q, const Tensor &k,
@@ -106,15 +122,23 @@ inline constexpr int64_t kFlashTile = 64;
 struct AttentionShape {
   int64_t batch = 0, seq = 0, heads = 0, kvHeads = 0, headDim = 0;
   int64_t window = 0; ///< Sliding window; 0: none.
+  /// The current row's document starts (documents[b, :]); null: none.
+  const int32_t *docStart = nullptr;
   int64_t qWidth() const { return heads * headDim; }
   int64_t kvWidth() const { return kvHeads * headDim; }
   int64_t group() const { return heads / kvHeads; }
   float scale() const;
   /// The first key query i sees (its last is i).
   int64_t firstKey(int64_t i) const {
-    return window > 0 && i >= window ? i - window + 1 : 0;
+    int64_t first = window > 0 && i >= window ? i - window + 1 : 0;
+    return docStart ? std::max<int64_t>(first, docStart[i]) : first;
   }
 };
+
+/// Checks `documents` (null, or i32 [batch, seq] of contiguous documents,
+/// as above).
+Status checkAttentionDocuments(const char *op, const Tensor *documents,
+                               const AttentionShape &shape);
 
 /// Checks a sliding window (>= 0) and records it in `shape`.
 Status checkAttentionWindow(const char *op, int64_t window,

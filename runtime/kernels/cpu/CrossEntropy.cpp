@@ -32,10 +32,11 @@ Status checkTargetsInRange(const char *op, const Tensor &logits,
                            const Tensor &targets) {
   const int32_t *t = targets.i32();
   for (int64_t r = 0, n = targets.numel(); r < n; ++r)
-    if (t[r] < 0 || t[r] >= logits.dim(2))
+    if ((t[r] < 0 || t[r] >= logits.dim(2)) && t[r] != kIgnoredTarget)
       return {std::string(op) + ": target " + std::to_string(t[r]) +
               " at position " + std::to_string(r) + " is outside [0, " +
-              std::to_string(logits.dim(2)) + ")"};
+              std::to_string(logits.dim(2)) + ") and not " +
+              std::to_string(kIgnoredTarget) + " (ignored)"};
   return {};
 }
 
@@ -79,8 +80,19 @@ Status checkBackwardSeed(int64_t microSteps, double lossScale,
   return {};
 }
 
+/// The divisor of the loss: `tokens`, or the counted rows when <= 0.
+static double lossDivisor(const Tensor &targets, double tokens) {
+  if (tokens > 0)
+    return tokens;
+  const int32_t *t = targets.i32();
+  int64_t counted = 0;
+  for (int64_t r = 0, n = targets.numel(); r < n; ++r)
+    counted += t[r] != kIgnoredTarget;
+  return double(std::max<int64_t>(counted, 1));
+}
+
 Status crossEntropyForward(const Tensor &logits, const Tensor &targets,
-                           const Tensor &loss) {
+                           const Tensor &loss, double tokens) {
   ZEROC_RETURN_IF_ERROR(checkCrossEntropyForward(logits, targets, loss));
   ZEROC_RETURN_IF_ERROR(checkTargetsInRange("cross_entropy", logits, targets));
   int64_t rows = targets.numel(), vocab = logits.dim(2);
@@ -88,30 +100,37 @@ Status crossEntropyForward(const Tensor &logits, const Tensor &targets,
   ScratchVector<float> row(vocab);
   double total = 0.0;
   for (int64_t r = 0; r < rows; ++r) {
+    if (t[r] == kIgnoredTarget)
+      continue;
     loadF32(logits, r * vocab, vocab, row.data());
     float target = row[t[r]];
     total += double(softmaxInPlace(row.data(), vocab) - target);
   }
-  *loss.f32() = rows ? float(total / double(rows)) : 0.0f;
+  *loss.f32() = rows ? float(total / lossDivisor(targets, tokens)) : 0.0f;
   return {};
 }
 
 Status crossEntropyBackward(const Tensor &logits, const Tensor &targets,
-                            const Tensor &dloss, const Tensor &dlogits) {
+                            const Tensor &dloss, const Tensor &dlogits,
+                            double tokens) {
   ZEROC_RETURN_IF_ERROR(
       checkCrossEntropyBackward(logits, targets, dloss, dlogits));
   ZEROC_RETURN_IF_ERROR(
       checkTargetsInRange("cross_entropy_backward", logits, targets));
   int64_t rows = targets.numel(), vocab = logits.dim(2);
   const int32_t *t = targets.i32();
-  float factor = *dloss.f32() / float(std::max<int64_t>(rows, 1));
+  float factor = *dloss.f32() / float(lossDivisor(targets, tokens));
   ScratchVector<float> row(vocab);
   for (int64_t r = 0; r < rows; ++r) {
-    loadF32(logits, r * vocab, vocab, row.data());
-    softmaxInPlace(row.data(), vocab);
-    row[t[r]] -= 1.0f;
-    for (float &x : row)
-      x *= factor;
+    if (t[r] == kIgnoredTarget) {
+      std::fill(row.begin(), row.end(), 0.0f);
+    } else {
+      loadF32(logits, r * vocab, vocab, row.data());
+      softmaxInPlace(row.data(), vocab);
+      row[t[r]] -= 1.0f;
+      for (float &x : row)
+        x *= factor;
+    }
     storeF32(dlogits, r * vocab, vocab, row.data());
   }
   return {};

@@ -21,12 +21,21 @@
 
 namespace zeroc::cpu {
 
-/// logits [batch, seq, vocab], targets [batch, seq] i32.
-Status crossEntropyForward(const Tensor &logits, const Tensor &targets,
-                           const Tensor &loss);
+using runtime::kIgnoredTarget;
 
+/// logits [batch, seq, vocab], targets [batch, seq] i32 in [0, vocab) or
+/// kIgnoredTarget. loss = (sum of the counted rows' cross-entropy) /
+/// `tokens`; `tokens` <= 0 means the number of counted rows here (PyTorch's
+/// mean with ignore_index). The executor passes the global batch's counted
+/// targets per micro-step (docs/data-format.md, "The loss").
+Status crossEntropyForward(const Tensor &logits, const Tensor &targets,
+                           const Tensor &loss, double tokens = 0);
+
+/// The gradient of crossEntropyForward with the same `tokens`: dloss x
+/// (softmax - onehot) / tokens per counted row, 0 for ignored rows.
 Status crossEntropyBackward(const Tensor &logits, const Tensor &targets,
-                            const Tensor &dloss, const Tensor &dlogits);
+                            const Tensor &dloss, const Tensor &dlogits,
+                            double tokens = 0);
 
 /// `lossScale` is 1 without loss scaling; micro_steps >= 1.
 Status backwardSeed(int64_t microSteps, double lossScale, const Tensor &seed);
@@ -40,7 +49,8 @@ Status checkCrossEntropyBackward(const Tensor &logits, const Tensor &targets,
                                  const Tensor &dloss, const Tensor &dlogits);
 Status checkBackwardSeed(int64_t microSteps, double lossScale,
                          const Tensor &seed);
-/// Every target in [0, vocab) for logits [batch, seq, vocab] (host data).
+/// Every target in [0, vocab) or kIgnoredTarget for logits [batch, seq,
+/// vocab] (host data).
 Status checkTargetsInRange(const char *op, const Tensor &logits,
                            const Tensor &targets);
 

@@ -113,17 +113,46 @@ Status checkPositionEmbeddingBackward(const Tensor &dy, const Tensor &dtable) {
                                 dy, "dy");
 }
 
-Status positionEmbeddingForward(const Tensor &table, const Tensor &out) {
+Status positionEmbeddingForward(const Tensor &table, const Tensor &out,
+                                const Tensor *documents) {
   ZEROC_RETURN_IF_ERROR(checkPositionEmbeddingForward(table, out));
   int64_t batch = out.dim(0), seq = out.dim(1), hidden = out.dim(2);
-  for (int64_t b = 0; b < batch; ++b)
-    copyElements(table, 0, out, b * seq * hidden, seq * hidden);
+  ZEROC_RETURN_IF_ERROR(
+      checkDocumentStarts("position_embedding", documents, batch, seq));
+  for (int64_t b = 0; b < batch; ++b) {
+    if (!documents) {
+      copyElements(table, 0, out, b * seq * hidden, seq * hidden);
+      continue;
+    }
+    const int32_t *starts = documents->i32() + b * seq;
+    for (int64_t s = 0; s < seq; ++s)
+      copyElements(table, (s - starts[s]) * hidden, out, (b * seq + s) * hidden,
+                   hidden);
+  }
   return {};
 }
 
-Status positionEmbeddingBackward(const Tensor &dy, const Tensor &dtable) {
+Status positionEmbeddingBackward(const Tensor &dy, const Tensor &dtable,
+                                 const Tensor *documents) {
   ZEROC_RETURN_IF_ERROR(checkPositionEmbeddingBackward(dy, dtable));
   int64_t batch = dy.dim(0), seq = dy.dim(1), hidden = dy.dim(2);
+  ZEROC_RETURN_IF_ERROR(checkDocumentStarts("position_embedding_backward",
+                                            documents, batch, seq));
+  if (documents) {
+    // Position p gathers every token at p, whichever row and offset.
+    ScratchVector<float> sums(seq * hidden, 0.0f), row(hidden);
+    const int32_t *starts = documents->i32();
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t s = 0; s < seq; ++s) {
+        loadF32(dy, (b * seq + s) * hidden, hidden, row.data());
+        float *sum = &sums[(s - starts[b * seq + s]) * hidden];
+        for (int64_t h = 0; h < hidden; ++h)
+          sum[h] += row[h];
+      }
+    storeF32(dtable, 0, seq * hidden, sums.data());
+    zeroElements(dtable, seq * hidden, (dtable.dim(0) - seq) * hidden);
+    return {};
+  }
   ScratchVector<float> sum(hidden), row(hidden);
   for (int64_t s = 0; s < seq; ++s) {
     std::fill(sum.begin(), sum.end(), 0.0f);

@@ -31,11 +31,16 @@ Status embeddingBackward(const Tensor &dy, const Tensor &ids,
                          const Tensor &dtable);
 
 /// table [max_positions, hidden], out [batch, seq, hidden], seq <=
-/// max_positions.
-Status positionEmbeddingForward(const Tensor &table, const Tensor &out);
+/// max_positions: out[b, s] = table[s], or with `documents`
+/// (checkDocumentStarts; --reset-position-ids) table[s - documents[b, s]],
+/// each document's positions counted from 0.
+Status positionEmbeddingForward(const Tensor &table, const Tensor &out,
+                                const Tensor *documents = nullptr);
 
-/// dy [batch, seq, hidden], dtable [max_positions, hidden] (overwritten).
-Status positionEmbeddingBackward(const Tensor &dy, const Tensor &dtable);
+/// dy [batch, seq, hidden], dtable [max_positions, hidden] (overwritten):
+/// row p sums the dy of the tokens at position p, in (batch, seq) order.
+Status positionEmbeddingBackward(const Tensor &dy, const Tensor &dtable,
+                                 const Tensor *documents = nullptr);
 
 /// The argument checks of the kernels above, shared with the CUDA backend:
 /// dtypes and shapes only. The CPU kernels then check the ids' values

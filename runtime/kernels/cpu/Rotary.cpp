@@ -34,7 +34,8 @@ Status checkRotaryBackward(const Tensor &dy, int64_t headDim, double theta,
 // Rotates every pair of checked `in` by `direction` (+1 forward, -1 backward)
 // times its angle.
 static void rotate(const Tensor &in, int64_t headDim, double theta,
-                   const Tensor &out, float direction) {
+                   const Tensor &out, float direction,
+                   const Tensor *documents) {
   int64_t batch = in.dim(0), seq = in.dim(1), width = in.dim(2);
   int64_t half = headDim / 2;
 
@@ -52,9 +53,10 @@ static void rotate(const Tensor &in, int64_t headDim, double theta,
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t s = 0; s < seq; ++s) {
       int64_t offset = (b * seq + s) * width;
+      int64_t pos = documents ? s - documents->i32()[b * seq + s] : s;
       loadF32(in, offset, width, row.data());
-      const float *c = &cosines[s * half];
-      const float *sn = &sines[s * half];
+      const float *c = &cosines[pos * half];
+      const float *sn = &sines[pos * half];
       for (int64_t h = 0; h < width; h += headDim) {
         float *lo = &row[h], *hi = lo + half;
         for (int64_t i = 0; i < half; ++i) {
@@ -68,16 +70,20 @@ static void rotate(const Tensor &in, int64_t headDim, double theta,
 }
 
 Status rotaryForward(const Tensor &x, int64_t headDim, double theta,
-                     const Tensor &y) {
+                     const Tensor &y, const Tensor *documents) {
   ZEROC_RETURN_IF_ERROR(checkRotaryForward(x, headDim, theta, y));
-  rotate(x, headDim, theta, y, 1.0f);
+  ZEROC_RETURN_IF_ERROR(
+      checkDocumentStarts("rotary", documents, x.dim(0), x.dim(1)));
+  rotate(x, headDim, theta, y, 1.0f, documents);
   return {};
 }
 
 Status rotaryBackward(const Tensor &dy, int64_t headDim, double theta,
-                      const Tensor &dx) {
+                      const Tensor &dx, const Tensor *documents) {
   ZEROC_RETURN_IF_ERROR(checkRotaryBackward(dy, headDim, theta, dx));
-  rotate(dy, headDim, theta, dx, -1.0f);
+  ZEROC_RETURN_IF_ERROR(
+      checkDocumentStarts("rotary_backward", documents, dy.dim(0), dy.dim(1)));
+  rotate(dy, headDim, theta, dx, -1.0f, documents);
   return {};
 }
 

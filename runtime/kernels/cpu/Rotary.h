@@ -18,11 +18,13 @@
 
 namespace zeroc::cpu {
 
-/// head_dim must be even and divide the last dimension; theta > 0.
+/// head_dim must be even and divide the last dimension; theta > 0. With
+/// `documents` (checkDocumentStarts; --reset-position-ids) the position of
+/// token s of row b is s - documents[b, s]: each document's from 0.
 Status rotaryForward(const Tensor &x, int64_t headDim, double theta,
-                     const Tensor &y);
+                     const Tensor &y, const Tensor *documents = nullptr);
 Status rotaryBackward(const Tensor &dy, int64_t headDim, double theta,
-                      const Tensor &dx);
+                      const Tensor &dx, const Tensor *documents = nullptr);
 
 /// The argument checks of the kernels above, shared with the CUDA backend.
 Status checkRotaryForward(const Tensor &x, int64_t headDim, double theta,

@@ -163,4 +163,28 @@ Status firstError(std::initializer_list<std::string> checks) {
   return it == checks.end() ? Status{} : Status{*it};
 }
 
+Status checkDocumentStarts(const char *op, const Tensor *documents,
+                           int64_t batch, int64_t seq) {
+  if (!documents)
+    return {};
+  std::vector<int64_t> expected = {batch, seq};
+  if (documents->dtype != DType::I32 || documents->shape != expected)
+    return {std::string(op) + ": documents must be i32 [batch, seq] = [" +
+            std::to_string(batch) + ", " + std::to_string(seq) + "], found " +
+            describe(*documents)};
+  const int32_t *d = documents->i32();
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t i = 0; i < seq; ++i) {
+      int32_t start = d[b * seq + i];
+      int32_t before = i ? d[b * seq + i - 1] : 0;
+      if (start != before && start != i)
+        return {std::string(op) + ": documents[" + std::to_string(b) + ", " +
+                std::to_string(i) + "] is " + std::to_string(start) +
+                "; expected " + std::to_string(before) +
+                " (the document of the token before) or " + std::to_string(i) +
+                " (a document starting here)"};
+    }
+  return {};
+}
+
 } // namespace zeroc::cpu

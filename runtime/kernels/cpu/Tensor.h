@@ -113,6 +113,14 @@ using NamedTensor = std::pair<const char *, const Tensor *>;
 /// The first non-empty message of a list of checks, as a Status.
 Status firstError(std::initializer_list<std::string> checks);
 
+/// Packed sequences: `documents` is null, or i32 [batch, seq] (host data)
+/// where entry (b, i) is the position in row b where token i's document
+/// starts: 0 <= it <= i, and each entry is the one before it or i itself
+/// (documents are contiguous). The attention, position-embedding and rotary
+/// kernels take it (--no-cross-doc-attention, --reset-position-ids).
+Status checkDocumentStarts(const char *op, const Tensor *documents,
+                           int64_t batch, int64_t seq);
+
 } // namespace zeroc::cpu
 
 #endif // ZEROC_RUNTIME_KERNELS_CPU_TENSOR_H

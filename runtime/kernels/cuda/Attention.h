@@ -95,6 +95,49 @@ inline Status flashAttentionBackward(const Tensor &q, const Tensor &k,
                                 lse, dq, dk, dv, ctx, stream);
 }
 
+/// The kernels above with the CPU kernels' `documents` (packed sequences,
+/// cpu/Attention.h): refused unless null (refuseDocuments, cuda/Types.h).
+inline Status attentionForward(const Tensor &q, const Tensor &k,
+                               const Tensor &v, int64_t numHeads,
+                               int64_t numKvHeads, int64_t window,
+                               const Tensor &out, const Tensor *probs,
+                               const Tensor *documents, KernelContext &ctx,
+                               cudaStream_t stream) {
+  ZEROC_RETURN_IF_ERROR(refuseDocuments("causal_attention", documents));
+  return attentionForward(q, k, v, numHeads, numKvHeads, window, out, probs,
+                          ctx, stream);
+}
+inline Status attentionBackward(
+    const Tensor &q, const Tensor &k, const Tensor &v, const Tensor &out,
+    const Tensor &dout, int64_t numHeads, int64_t numKvHeads, int64_t window,
+    const Tensor *probs, const Tensor &dq, const Tensor &dk, const Tensor &dv,
+    const Tensor *documents, KernelContext &ctx, cudaStream_t stream) {
+  ZEROC_RETURN_IF_ERROR(
+      refuseDocuments("causal_attention_backward", documents));
+  return attentionBackward(q, k, v, out, dout, numHeads, numKvHeads, window,
+                           probs, dq, dk, dv, ctx, stream);
+}
+inline Status flashAttentionForward(const Tensor &q, const Tensor &k,
+                                    const Tensor &v, int64_t numHeads,
+                                    int64_t numKvHeads, int64_t window,
+                                    const Tensor &out, const Tensor *lse,
+                                    const Tensor *documents, KernelContext &ctx,
+                                    cudaStream_t stream) {
+  ZEROC_RETURN_IF_ERROR(refuseDocuments("causal_attention", documents));
+  return flashAttentionForward(q, k, v, numHeads, numKvHeads, window, out, lse,
+                               ctx, stream);
+}
+inline Status flashAttentionBackward(
+    const Tensor &q, const Tensor &k, const Tensor &v, const Tensor &out,
+    const Tensor &dout, int64_t numHeads, int64_t numKvHeads, int64_t window,
+    const Tensor *lse, const Tensor &dq, const Tensor &dk, const Tensor &dv,
+    const Tensor *documents, KernelContext &ctx, cudaStream_t stream) {
+  ZEROC_RETURN_IF_ERROR(
+      refuseDocuments("causal_attention_backward", documents));
+  return flashAttentionBackward(q, k, v, out, dout, numHeads, numKvHeads,
+                                window, lse, dq, dk, dv, ctx, stream);
+}
+
 } // namespace zeroc::cuda
 
 #endif // ZEROC_RUNTIME_KERNELS_CUDA_ATTENTION_H

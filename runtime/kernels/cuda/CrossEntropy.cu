@@ -31,7 +31,8 @@ __global__ void rowLossKernel(const void *logits, DType type,
     float2 stats = softmaxStats(logits, type, r * vocab, vocab);
     if (threadIdx.x == 0) {
       int32_t t = targets[r];
-      rowLoss[r] = t >= 0 && t < vocab
+      rowLoss[r] = t == runtime::kIgnoredTarget ? 0.0f
+                   : t >= 0 && t < vocab
                        ? stats.x + logf(stats.y) -
                              loadAsFloat(logits, type, r * vocab + t)
                        : quietNaN();
@@ -39,27 +40,40 @@ __global__ void rowLossKernel(const void *logits, DType type,
   }
 }
 
-// loss = (sum of rowLoss in f64) / rows, by one block in a fixed order.
+// The rows whose target is not ignored, by one block: the divisor when the
+// caller gives none.
+__global__ void countedRowsKernel(const int32_t *targets, int64_t rows,
+                                  float *counted) {
+  double n = 0.0;
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x)
+    n += targets[r] != runtime::kIgnoredTarget ? 1.0 : 0.0;
+  n = blockSum(n);
+  if (threadIdx.x == 0)
+    *counted = float(n > 1.0 ? n : 1.0);
+}
+
+// loss = (sum of rowLoss in f64) / divisor, by one block in a fixed order.
 __global__ void meanLossKernel(const float *rowLoss, int64_t rows,
-                               float *loss) {
+                               const float *divisor, float *loss) {
   double sum = 0.0;
   for (int64_t r = threadIdx.x; r < rows; r += blockDim.x)
     sum += double(rowLoss[r]);
   sum = blockSum(sum);
   if (threadIdx.x == 0)
-    *loss = rows ? float(sum / double(rows)) : 0.0f;
+    *loss = rows ? float(sum / double(*divisor)) : 0.0f;
 }
 
 // Each element is read and written by one thread: dlogits may be logits.
 __global__ void crossEntropyBackwardKernel(const void *logits, DType type,
                                            const int32_t *targets,
                                            const float *dloss, int64_t rows,
-                                           int64_t vocab, void *dlogits,
-                                           DType dType) {
-  float factor = *dloss / float(rows > 1 ? rows : 1);
+                                           int64_t vocab, const float *divisor,
+                                           void *dlogits, DType dType) {
+  float factor = *dloss / *divisor;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     float2 stats = softmaxStats(logits, type, r * vocab, vocab);
     int32_t t = targets[r];
+    bool ignored = t == runtime::kIgnoredTarget;
     bool valid = t >= 0 && t < vocab;
     for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
       float p =
@@ -67,7 +81,9 @@ __global__ void crossEntropyBackwardKernel(const void *logits, DType type,
       if (i == t)
         p -= 1.0f;
       storeFromFloat(dlogits, dType, r * vocab + i,
-                     valid ? p * factor : quietNaN());
+                     ignored ? 0.0f
+                     : valid ? p * factor
+                             : quietNaN());
     }
   }
 }
@@ -76,12 +92,25 @@ __global__ void fillKernel(float *out, float value) { *out = value; }
 
 } // namespace
 
+// The divisor in device memory: `tokens`, or the counted rows when <= 0.
+static Status lossDivisor(const char *op, const Tensor &targets, double tokens,
+                          Scratch &divisor, cudaStream_t stream) {
+  ZEROC_RETURN_IF_ERROR(divisor.allocate(op, 4, stream));
+  if (tokens > 0)
+    fillKernel<<<1, 1, 0, stream>>>(divisor.get<float>(), float(tokens));
+  else
+    countedRowsKernel<<<1, kSumThreads, 0, stream>>>(
+        targets.i32(), targets.numel(), divisor.get<float>());
+  return launchStatus(op);
+}
+
 Status crossEntropyForward(const Tensor &logits, const Tensor &targets,
-                           const Tensor &loss, cudaStream_t stream) {
+                           const Tensor &loss, double tokens,
+                           cudaStream_t stream) {
   const char *op = "cross_entropy";
   ZEROC_RETURN_IF_ERROR(cpu::checkCrossEntropyForward(logits, targets, loss));
   int64_t rows = targets.numel(), vocab = logits.dim(2);
-  Scratch rowLoss;
+  Scratch rowLoss, divisor;
   if (rows > 0) {
     ZEROC_RETURN_IF_ERROR(rowLoss.allocate(op, size_t(rows) * 4, stream));
     rowLossKernel<<<rowGrid(rows), kThreads, 0, stream>>>(
@@ -89,23 +118,27 @@ Status crossEntropyForward(const Tensor &logits, const Tensor &targets,
         rowLoss.get<float>());
     ZEROC_RETURN_IF_ERROR(launchStatus(op));
   }
-  meanLossKernel<<<1, kSumThreads, 0, stream>>>(rowLoss.get<float>(), rows,
-                                                loss.f32());
+  ZEROC_RETURN_IF_ERROR(lossDivisor(op, targets, tokens, divisor, stream));
+  meanLossKernel<<<1, kSumThreads, 0, stream>>>(
+      rowLoss.get<float>(), rows, divisor.get<float>(), loss.f32());
   return launchStatus(op);
 }
 
 Status crossEntropyBackward(const Tensor &logits, const Tensor &targets,
                             const Tensor &dloss, const Tensor &dlogits,
-                            cudaStream_t stream) {
+                            double tokens, cudaStream_t stream) {
+  const char *op = "cross_entropy_backward";
   ZEROC_RETURN_IF_ERROR(
       cpu::checkCrossEntropyBackward(logits, targets, dloss, dlogits));
   int64_t rows = targets.numel(), vocab = logits.dim(2);
   if (rows == 0 || vocab == 0)
     return {};
+  Scratch divisor;
+  ZEROC_RETURN_IF_ERROR(lossDivisor(op, targets, tokens, divisor, stream));
   crossEntropyBackwardKernel<<<rowGrid(rows), kThreads, 0, stream>>>(
       logits.data, logits.dtype, targets.i32(), dloss.f32(), rows, vocab,
-      dlogits.data, dlogits.dtype);
-  return launchStatus("cross_entropy_backward");
+      divisor.get<float>(), dlogits.data, dlogits.dtype);
+  return launchStatus(op);
 }
 
 Status backwardSeed(int64_t microSteps, double lossScale, const Tensor &seed,

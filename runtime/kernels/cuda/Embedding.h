@@ -37,6 +37,22 @@ Status positionEmbeddingForward(const Tensor &table, const Tensor &out,
 Status positionEmbeddingBackward(const Tensor &dy, const Tensor &dtable,
                                  cudaStream_t stream);
 
+/// The two above with the CPU kernels' `documents` (--reset-position-ids):
+/// refused unless null (refuseDocuments).
+inline Status positionEmbeddingForward(const Tensor &table, const Tensor &out,
+                                       const Tensor *documents,
+                                       cudaStream_t stream) {
+  ZEROC_RETURN_IF_ERROR(refuseDocuments("position_embedding", documents));
+  return positionEmbeddingForward(table, out, stream);
+}
+inline Status positionEmbeddingBackward(const Tensor &dy, const Tensor &dtable,
+                                        const Tensor *documents,
+                                        cudaStream_t stream) {
+  ZEROC_RETURN_IF_ERROR(
+      refuseDocuments("position_embedding_backward", documents));
+  return positionEmbeddingBackward(dy, dtable, stream);
+}
+
 } // namespace zeroc::cuda
 
 #endif // ZEROC_RUNTIME_KERNELS_CUDA_EMBEDDING_H

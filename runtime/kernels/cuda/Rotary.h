@@ -19,6 +19,21 @@ Status rotaryForward(const Tensor &x, int64_t headDim, double theta,
 Status rotaryBackward(const Tensor &dy, int64_t headDim, double theta,
                       const Tensor &dx, cudaStream_t stream);
 
+/// The two above with the CPU kernels' `documents` (--reset-position-ids):
+/// refused unless null (refuseDocuments, cuda/Types.h).
+inline Status rotaryForward(const Tensor &x, int64_t headDim, double theta,
+                            const Tensor &y, const Tensor *documents,
+                            cudaStream_t stream) {
+  ZEROC_RETURN_IF_ERROR(refuseDocuments("rotary", documents));
+  return rotaryForward(x, headDim, theta, y, stream);
+}
+inline Status rotaryBackward(const Tensor &dy, int64_t headDim, double theta,
+                             const Tensor &dx, const Tensor *documents,
+                             cudaStream_t stream) {
+  ZEROC_RETURN_IF_ERROR(refuseDocuments("rotary_backward", documents));
+  return rotaryBackward(dy, headDim, theta, dx, stream);
+}
+
 } // namespace zeroc::cuda
 
 #endif // ZEROC_RUNTIME_KERNELS_CUDA_ROTARY_H

@@ -19,6 +19,19 @@ namespace zeroc::cuda {
 using runtime::Status;
 using runtime::Tensor;
 
+/// Packed-sequence document starts (cpu::checkDocumentStarts) are taken by
+/// the GPU kernels' overloads so that the executor calls both backends alike,
+/// but not implemented on the GPU: a non-null `documents` is refused, naming
+/// the op.
+inline Status refuseDocuments(const char *op, const Tensor *documents) {
+  if (!documents)
+    return {};
+  return {std::string(op) +
+          ": packed-sequence document starts (--no-cross-doc-attention, "
+          "--reset-position-ids) are not implemented by the CUDA kernels; run "
+          "on the CPU"};
+}
+
 } // namespace zeroc::cuda
 
 #endif // ZEROC_RUNTIME_KERNELS_CUDA_TYPES_H

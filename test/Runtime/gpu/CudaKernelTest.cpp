@@ -813,7 +813,8 @@ TEST_F(CudaKernels, CrossEntropyMatchesTheCpu) {
     Host loss({});
     ASSERT_OK(cpu::crossEntropyForward(logits, targets, loss));
     Device lossD(loss.view);
-    ASSERT_OK(cuda::crossEntropyForward(*logitsD, *targetsD, lossD, stream));
+    ASSERT_OK(
+        cuda::crossEntropyForward(*logitsD, *targetsD, lossD, 0.0, stream));
     // Each row's log-sum-exp over 1000 logits: the sums' order moves it by
     // about sqrt(1000) u = 1.9e-6 (at worst 2 x 1000 u = 1.2e-4), then a mean
     // of 34 rows of loss about log(1000) = 7: relative 3e-7 typically, 1.7e-5
@@ -828,11 +829,11 @@ TEST_F(CudaKernels, CrossEntropyMatchesTheCpu) {
     ASSERT_OK(cpu::crossEntropyBackward(logits, targets, dloss, dlogits));
     Device dlogitsD(dlogits.view);
     ASSERT_OK(cuda::crossEntropyBackward(*logitsD, *targetsD, *dlossD, dlogitsD,
-                                         stream));
+                                         0.0, stream));
     Host g = down(dlogitsD);
     expectClose(g, dlogits, kF32Tolerance, "dlogits " + name(t));
     ASSERT_OK(cuda::crossEntropyBackward(*logitsD, *targetsD, *dlossD, *logitsD,
-                                         stream));
+                                         0.0, stream));
     expectExact(down(*logitsD), g, "dlogits in place " + name(t));
   }
 }
@@ -842,8 +843,62 @@ TEST_F(CudaKernels, CrossEntropyTargetOutsideTheVocabularyIsNaN) {
   Host targets = ids({1, 3}, {0, 4, 1});
   auto logitsD = up(logits), targetsD = up(targets);
   Device loss(Host({}).view);
-  ASSERT_OK(cuda::crossEntropyForward(*logitsD, *targetsD, loss, stream));
+  ASSERT_OK(cuda::crossEntropyForward(*logitsD, *targetsD, loss, 0.0, stream));
   EXPECT_TRUE(std::isnan(down(loss).values()[0]));
+}
+
+// Targets -100 (ignored, --loss-mask) and the executor's divisor: the CPU
+// kernel's loss and gradient, the ignored rows' gradient exactly 0; with no
+// divisor both count the rows not ignored.
+TEST_F(CudaKernels, CrossEntropyIgnoredTargetsMatchTheCpu) {
+  Host logits = random({2, 5, 300}, DType::F32, 37, -5.0f, 5.0f);
+  Host targets = ids({2, 5}, {3, -100, 299, -100, -100, 0, 7, -100, 12, 250});
+  auto logitsD = up(logits), targetsD = up(targets);
+  Host dloss({});
+  dloss.set({0.5f});
+  auto dlossD = up(dloss);
+  for (double tokens : {0.0, 7.5}) {
+    SCOPED_TRACE("tokens " + std::to_string(tokens));
+    Host loss({});
+    ASSERT_OK(cpu::crossEntropyForward(logits, targets, loss, tokens));
+    Device lossD(loss.view);
+    ASSERT_OK(
+        cuda::crossEntropyForward(*logitsD, *targetsD, lossD, tokens, stream));
+    // As CrossEntropyMatchesTheCpu.
+    expectClose(down(lossD), loss, 1e-5, "loss");
+    Host dlogits(logits.view.shape, DType::F32);
+    ASSERT_OK(
+        cpu::crossEntropyBackward(logits, targets, dloss, dlogits, tokens));
+    Device dlogitsD(dlogits.view);
+    ASSERT_OK(cuda::crossEntropyBackward(*logitsD, *targetsD, *dlossD, dlogitsD,
+                                         tokens, stream));
+    Host g = down(dlogitsD);
+    expectClose(g, dlogits, kF32Tolerance, "dlogits");
+    std::vector<float> values = g.values();
+    for (int64_t row : {1, 3, 4, 7})
+      for (int64_t i = 0; i < 300; ++i)
+        EXPECT_EQ(values[size_t(row * 300 + i)], 0.0f) << "row " << row;
+  }
+}
+
+// Packed-sequence document masks are CPU only: refused, naming the op.
+TEST_F(CudaKernels, AttentionRefusesDocumentMasks) {
+  Host q = random({1, 4, 8}, DType::F32, 38),
+       k = random({1, 4, 4}, DType::F32, 39);
+  auto qd = up(q), kd = up(k);
+  Host docs = ids({1, 4}, {0, 0, 2, 2});
+  auto docsD = up(docs);
+  Device out(q.view);
+  auto s = cuda::flashAttentionForward(*qd, *kd, *kd, 2, 1, 0, out, nullptr,
+                                       &docsD->view, ctx, stream);
+  EXPECT_NE(s.error.find("causal_attention: packed-sequence document starts "
+                         "(--no-cross-doc-attention, --reset-position-ids) are "
+                         "not implemented by the CUDA kernels"),
+            std::string::npos)
+      << s.error;
+  EXPECT_FALSE(cuda::attentionForward(*qd, *kd, *kd, 2, 1, 0, out, nullptr,
+                                      &docsD->view, ctx, stream)
+                   .ok());
 }
 
 TEST_F(CudaKernels, BackwardSeed) {
