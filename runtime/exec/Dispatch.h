@@ -173,6 +173,15 @@ std::optional<Status> runModelOp(K &k, const PlanOp &op, In in, Out out,
     return k.embeddingBackward(in(0), in(1), out(0));
   case OpKind::PositionEmbeddingBackward:
     return k.positionEmbeddingBackward(in(0), out(0));
+  // The mixture-of-experts kernels are not in this build yet (branch
+  // moe-kernels): a plan holding these ops is refused when run.
+  case OpKind::MoeRouter:
+  case OpKind::MoeExperts:
+  case OpKind::MoeRouterBackward:
+  case OpKind::MoeExpertsBackward:
+    return Status{std::string(opKindName(op.kind)) +
+                  ": the mixture-of-experts kernels are not in this build of "
+                  "zerorun"};
 #define ZEROC_NOT_A_KERNEL(e, name, attrs) case OpKind::e:
     ZEROC_PLAN_SCHED_OPS(ZEROC_NOT_A_KERNEL)
 #undef ZEROC_NOT_A_KERNEL

@@ -93,7 +93,9 @@ TEST_F(ModelsTest, ExactParameterCountsOfPublicModels) {
                {"mistral-7b", 7241732096},
                {"qwen2-7b", 7615616512},
                {"gemma-7b", 8537680896},
-               {"phi-3-mini", 3821079552}};
+               {"phi-3-mini", 3821079552},
+               // Mixtral's paper and model card: 46.7 B total.
+               {"mixtral-8x7b", 46702792704}};
   for (const Case &c : cases) {
     ModelSpec spec = preset(c.name, 8, 1, DType::BF16);
     EXPECT_EQ(spec.parameterCount(), c.params) << c.name;
@@ -115,7 +117,8 @@ TEST_F(ModelsTest, ShippedConfigsMatchPresets) {
   for (const char *name :
        {"gpt2", "gpt2-medium", "llama-2-7b", "llama-3-8b", "mistral-7b",
         "qwen2-7b", "gemma-7b", "phi-3-mini", "tiny-gpt2", "tiny-llama",
-        "tiny-mistral", "tiny-qwen2", "tiny-gemma", "tiny-phi3"}) {
+        "tiny-mistral", "tiny-qwen2", "tiny-gemma", "tiny-phi3", "mixtral-8x7b",
+        "tiny-mixtral"}) {
     std::string path = std::string(ZEROC_SOURCE_DIR) + "/examples/configs/" +
                        name + "/config.json";
     auto doc = JsonDocument::load(path);
@@ -132,7 +135,63 @@ TEST_F(ModelsTest, ShippedConfigsMatchPresets) {
     EXPECT_EQ(fromFile->tieWordEmbeddings, fromPreset.tieWordEmbeddings)
         << name;
     EXPECT_EQ(fromFile->normEpsilon, fromPreset.normEpsilon) << name;
+    EXPECT_EQ(fromFile->numExperts, fromPreset.numExperts) << name;
+    EXPECT_EQ(fromFile->expertsPerToken, fromPreset.expertsPerToken) << name;
   }
+}
+
+// Mixtral-8x7B: 46,702,792,704 parameters, 12,879,925,248 of them active
+// per token with two of eight experts (the Mixtral paper's 46.7 B and
+// 12.9 B); computed by hand: per layer attention 4096 x (4096 + 2 x 1024) +
+// 4096 x 4096, router 8 x 4096, experts 8 x 3 x 4096 x 14336, two norms;
+// two untied 32000 x 4096 embeddings and the final norm.
+TEST_F(ModelsTest, MixtralTotalAndActiveParameters) {
+  ModelSpec spec = preset("mixtral-8x7b", 8, 1, DType::BF16);
+  int64_t h = 4096, i = 14336, layers = 32;
+  int64_t attention = h * (h + 2 * 1024) + h * h;
+  int64_t expert = 3 * h * i;
+  int64_t total =
+      layers * (attention + 8 * h + 8 * expert + 2 * h) + 2 * 32000 * h + h;
+  ASSERT_EQ(total, 46702792704);
+  EXPECT_EQ(spec.parameterCount(), total);
+  EXPECT_EQ(spec.activeParameterCount(), total - layers * 6 * expert);
+  EXPECT_EQ(spec.activeParameterCount(), 12879925248);
+  ModelStats stats = statsOf(spec);
+  EXPECT_EQ(stats.params, 46702792704);
+  EXPECT_EQ(stats.activeParams, 12879925248);
+  EXPECT_EQ(stats.formulaFlopsPerToken,
+            6 * int64_t(12879925248) + 12 * 32 * 4096 * 8);
+  EXPECT_EQ(stats.moe.layers, 32);
+  EXPECT_EQ(stats.moe.experts, 8);
+  EXPECT_EQ(stats.moe.topK, 2);
+  EXPECT_EQ(stats.moe.routedRows, 16);
+  EXPECT_EQ(stats.moe.assumedMaxRows(), 2);   // uniform: 16 / 8
+  EXPECT_EQ(stats.moe.worstCaseMaxRows(), 8); // every token to one expert
+  // Graph FLOPs follow the active parameters: within 2% of 6N + 12LHS at a
+  // full sequence (the untied embedding, 1% of N, is a lookup in the
+  // graph); with all 46.7 B parameters in N the formula would be 3.6x.
+  ModelStats full = statsOf(preset("mixtral-8x7b", 4096, 1, DType::BF16));
+  double ratio = double(full.trainFlopsPerToken) / full.formulaFlopsPerToken;
+  EXPECT_GT(ratio, 0.98);
+  EXPECT_LT(ratio, 1.02);
+}
+
+// The experts' FLOPs count the routed rows only: tokens x top_k rows
+// through three hidden x intermediate products, whatever num_experts is.
+TEST_F(ModelsTest, ExpertFlopsCountTheActiveExperts) {
+  ModelSpec spec = preset("tiny-mixtral", 16, 2, DType::F32);
+  mlir::OwningOpRef<mlir::ModuleOp> module = buildModel(context, spec);
+  int found = 0;
+  module->walk([&](model::MoeExpertsOp op) {
+    ++found;
+    int64_t rows = 32 * 2, h = 64, i = 96;
+    EXPECT_EQ(op.getForwardFlops(),
+              6 * rows * h * i + 5 * rows * i + 2 * rows * h);
+  });
+  module->walk([&](model::MoeRouterOp op) {
+    EXPECT_EQ(op.getForwardFlops(), 2 * 32 * 4 * 64 + 4 * 32 * 4 + 2 * 32 * 2);
+  });
+  EXPECT_EQ(found, 2);
 }
 
 // Two more published sizes, with the features the presets lack: Gemma-2B's
