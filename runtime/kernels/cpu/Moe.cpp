@@ -138,18 +138,9 @@ Status checkIndices(const char *op, const Tensor &indices, int64_t numExperts,
 // offsets rise from 0 to `rows`; rowToken's entries are tokens of x.
 Status checkRows(const char *op, const Tensor &offsets, const Tensor &rowToken,
                  int64_t tokens) {
-  const int32_t *off = offsets.i32();
-  int64_t experts = offsets.dim(0) - 1, rows = rowToken.dim(0);
-  if (off[0] != 0 || off[experts] != rows)
-    return {std::string(op) + ": offsets must run from 0 to the " +
-            std::to_string(rows) + " rows, found offsets[0] = " +
-            std::to_string(off[0]) + " and offsets[" + std::to_string(experts) +
-            "] = " + std::to_string(off[experts])};
-  for (int64_t e = 0; e < experts; ++e)
-    if (off[e + 1] < off[e])
-      return {std::string(op) + ": offsets must not decrease, found offsets[" +
-              std::to_string(e + 1) + "] = " + std::to_string(off[e + 1]) +
-              " after " + std::to_string(off[e])};
+  int64_t rows = rowToken.dim(0);
+  ZEROC_RETURN_IF_ERROR(
+      checkMoeOffsets(op, offsets.i32(), offsets.dim(0) - 1, rows));
   const int32_t *tok = rowToken.i32();
   for (int64_t r = 0; r < rows; ++r)
     if (tok[r] < 0 || tok[r] >= tokens)
@@ -231,6 +222,23 @@ Status checkCombine(const char *op, const char *sortedName,
 //===----------------------------------------------------------------------===//
 // Shape checks
 //===----------------------------------------------------------------------===//
+
+Status checkMoeOffsets(const char *op, const int32_t *offsets,
+                       int64_t numExperts, int64_t rows) {
+  const int32_t *off = offsets;
+  if (off[0] != 0 || off[numExperts] != rows)
+    return {std::string(op) + ": offsets must run from 0 to the " +
+            std::to_string(rows) +
+            " rows, found offsets[0] = " + std::to_string(off[0]) +
+            " and offsets[" + std::to_string(numExperts) +
+            "] = " + std::to_string(off[numExperts])};
+  for (int64_t e = 0; e < numExperts; ++e)
+    if (off[e + 1] < off[e])
+      return {std::string(op) + ": offsets must not decrease, found offsets[" +
+              std::to_string(e + 1) + "] = " + std::to_string(off[e + 1]) +
+              " after " + std::to_string(off[e])};
+  return {};
+}
 
 Status checkMoeRouterForward(const Tensor &x, const Tensor &gate, int64_t k,
                              const Tensor &logits, const Tensor &weights,

@@ -128,6 +128,12 @@ Status checkMoeExpertsBackward(const Tensor &dysorted, const Tensor &x,
                                const Tensor &dw1, const Tensor &dw3,
                                const Tensor &dw2);
 
+/// `offsets` (host memory, numExperts + 1 entries) run from 0 to `rows`
+/// without decreasing: the one check of the experts' kernels that the CUDA
+/// backend makes on data too (it copies the offsets to the host anyway).
+Status checkMoeOffsets(const char *op, const int32_t *offsets,
+                       int64_t numExperts, int64_t rows);
+
 } // namespace zeroc::cpu
 
 #endif // ZEROC_RUNTIME_KERNELS_CPU_MOE_H
