@@ -754,19 +754,26 @@ TEST(MoeChecks, RouterForward) {
               "moe_router: gate must be [E, h] = [3, 8], found [3, 7] f32");
   Owned logits44({4, 4});
   expectError(moeRouterForward(x, gate, 2, true, logits44, weights, indices),
-              "moe_router: logits must be [T, E] = [4, 3], found [4, 4] f32");
+              "moe_router: logits must be [..., E] = [4, 3], found [4, 4] "
+              "f32");
   Owned weights43({4, 3});
   expectError(moeRouterForward(x, gate, 2, true, logits, weights43, indices),
-              "moe_router: weights must be [T, k] = [4, 2], found [4, 3] f32");
+              "moe_router: weights must be [..., k] = [4, 2], found [4, 3] "
+              "f32");
   Owned indicesF({4, 2});
   expectError(moeRouterForward(x, gate, 2, true, logits, weights, indicesF),
               "moe_router: indices must be i32, found [4, 2] f32");
   Owned xi({4, 8}, DType::I32);
   expectError(moeRouterForward(xi, gate, 2, true, logits, weights, indices),
               "moe_router: x must be f32, bf16 or f16, found [4, 8] i32");
+  // Tokens in any leading dimensions, the same for every [..., n] tensor.
   Owned x3({1, 4, 8});
   expectError(moeRouterForward(x3, gate, 2, true, logits, weights, indices),
-              "moe_router: x must have rank 2, found [1, 4, 8] f32");
+              "moe_router: logits must be [..., E] = [1, 4, 3], found [4, 3] "
+              "f32");
+  Owned x0({});
+  expectError(moeRouterForward(x0, gate, 2, true, logits, weights, indices),
+              "moe_router: x must have at least one dimension, found [] f32");
 }
 
 TEST(MoeChecks, RouterBackward) {
@@ -790,11 +797,11 @@ TEST(MoeChecks, RouterBackward) {
               "experts E = 3");
   Owned dweights33({3, 3});
   expectError(moeRouterBackward(dweights33, logits, good, true, dlogits),
-              "moe_router_backward: dweights must be [T, k] = [3, 2], found "
+              "moe_router_backward: dweights must be [..., k] = [3, 2], found "
               "[3, 3] f32");
   Owned dlogits32({3, 2});
   expectError(moeRouterBackward(dweights, logits, good, true, dlogits32),
-              "moe_router_backward: dlogits must be [T, E] = [3, 3], found "
+              "moe_router_backward: dlogits must be [..., E] = [3, 3], found "
               "[3, 2] f32");
 }
 
@@ -918,7 +925,7 @@ TEST(MoeChecks, Combine) {
               "moe_combine: row 1 = (token 3, slot 0) is out of range");
   Owned y5({3, 5});
   expectError(moeCombineForward(ys, weights, tok, slot, y5),
-              "moe_combine: y must be [T, h] = [3, 4], found [3, 5] f32");
+              "moe_combine: y must be [..., h] = [3, 4], found [3, 5] f32");
   Owned ys5({5, 4});
   expectError(moeCombineForward(ys5, weights, tok, slot, y),
               "moe_combine: ysorted must be [T * k, h] = [6, 4], found [5, 4]");
@@ -933,7 +940,45 @@ TEST(MoeChecks, Combine) {
               "moe_combine_backward: dysorted must have the shape of ysorted");
   Owned dy5({3, 5});
   expectError(moeCombineBackward(dy5, ys, weights, tok, slot, dys, dweights),
-              "moe_combine_backward: dy must be [T, h] = [3, 4]");
+              "moe_combine_backward: dy must be [..., h] = [3, 4]");
+}
+
+// [batch, seq, .] tensors (the model dialect's) give the bits of the
+// [T, .] ones.
+TEST(MoeShapes, LeadingDimensionsAreTokens) {
+  Params p = randomParams(12, 8, 4, 6, 2, true, 160);
+  std::vector<double> r = randomValues(size_t(p.T * p.h), 161);
+  Block flat(p, DType::F32), batched(p, DType::F32);
+  for (Owned *t : {&batched.x, &batched.y})
+    t->view.shape = {3, 4, p.h};
+  for (Owned *t : {&batched.weights, &batched.indices})
+    t->view.shape = {3, 4, p.k};
+  batched.logits.view.shape = {3, 4, p.E};
+  ASSERT_OK(flat.forward());
+  ASSERT_OK(batched.forward());
+  EXPECT_TRUE(flat.y.sameBits(batched.y));
+  Block::Grads gf = flat.makeGrads(), gb = batched.makeGrads();
+  for (Owned *t : {&gb.dxExperts, &gb.dxRouter, &gb.dx})
+    t->view.shape = {3, 4, p.h};
+  gb.dweights.view.shape = {3, 4, p.k};
+  gb.dlogits.view.shape = {3, 4, p.E};
+  ASSERT_OK(flat.backward(r, gf));
+  // dy is made [T, h]: the batched block's backward needs [3, 4, h].
+  Owned dy({3, 4, p.h});
+  dy.set(r);
+  ASSERT_OK(moeCombineBackward(dy, batched.ysorted, batched.weights,
+                               batched.rowToken, batched.rowSlot, gb.dysorted,
+                               gb.dweights));
+  ASSERT_OK(moeExpertsBackward(gb.dysorted, batched.x, batched.w1, batched.w3,
+                               batched.w2, batched.offsets, batched.rowToken,
+                               batched.h1, batched.h3, gb.dxExperts, gb.dw1,
+                               gb.dw3, gb.dw2));
+  ASSERT_OK(moeRouterBackward(gb.dweights, batched.logits, batched.indices,
+                              true, gb.dlogits));
+  EXPECT_TRUE(gf.dxExperts.sameBits(gb.dxExperts));
+  EXPECT_TRUE(gf.dw1.sameBits(gb.dw1));
+  EXPECT_TRUE(gf.dw2.sameBits(gb.dw2));
+  EXPECT_TRUE(gf.dlogits.sameBits(gb.dlogits));
 }
 
 TEST(MoeChecks, ZeroTokensRun) {

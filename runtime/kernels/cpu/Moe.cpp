@@ -16,7 +16,7 @@ namespace zeroc::cpu {
 
 namespace {
 
-std::string dimsText(std::initializer_list<int64_t> dims) {
+std::string dimsText(const std::vector<int64_t> &dims) {
   std::string s = "[";
   for (int64_t d : dims)
     s += (s.size() > 1 ? ", " : "") + std::to_string(d);
@@ -31,6 +31,26 @@ std::string checkDims(const char *op, const char *name, const Tensor &t,
   if (t.shape != std::vector<int64_t>(dims))
     return std::string(op) + ": " + name + " must be " + symbolic + " = " +
            dimsText(dims) + ", found " + describe(t);
+  return "";
+}
+
+// `t` is [..., last] with the leading dimensions of `lead` (tokens).
+std::string checkTokens(const char *op, const char *name, const Tensor &t,
+                        const char *symbolic, const Tensor &lead,
+                        int64_t last) {
+  std::vector<int64_t> expected(lead.shape.begin(), lead.shape.end() - 1);
+  expected.push_back(last);
+  if (t.shape != expected)
+    return std::string(op) + ": " + name + " must be " + symbolic + " = " +
+           dimsText(expected) + ", found " + describe(t);
+  return "";
+}
+
+// At least one dimension: [..., n].
+std::string checkHasLast(const char *op, const char *name, const Tensor &t) {
+  if (t.rank() < 1)
+    return std::string(op) + ": " + name +
+           " must have at least one dimension, found " + describe(t);
   return "";
 }
 
@@ -86,7 +106,7 @@ Tensor expertOf(const Tensor &stacked, int64_t e) {
 /// x's rows rowToken[first ..< first + count], copied into [count, h].
 ScratchTensor gatherRows(const Tensor &x, const int32_t *rowToken,
                          int64_t first, int64_t count) {
-  int64_t h = x.dim(1), rowBytes = h * bytesPerElement(x.dtype);
+  int64_t h = x.dim(-1), rowBytes = h * bytesPerElement(x.dtype);
   ScratchTensor g({count, h}, x.dtype);
   for (int64_t r = 0; r < count; ++r)
     std::memcpy(static_cast<char *>(g.view.data) + r * rowBytes,
@@ -117,7 +137,7 @@ void softmaxRow(const float *l, int64_t n, float *p) {
 // Every index in [0, numExperts); with `distinct`, no repeat within a row.
 Status checkIndices(const char *op, const Tensor &indices, int64_t numExperts,
                     bool distinct) {
-  int64_t tokens = indices.dim(0), k = indices.dim(1);
+  int64_t tokens = indices.rows(), k = indices.dim(-1);
   const int32_t *idx = indices.i32();
   for (int64_t t = 0; t < tokens; ++t)
     for (int64_t j = 0; j < k; ++j) {
@@ -182,9 +202,9 @@ Status checkExperts(const char *op, const Tensor &x, const Tensor &w1,
        checkFloat(op, "w3", w3), checkFloat(op, "w2", w2),
        checkIds(op, "offsets", offsets), checkIds(op, "rowToken", rowToken),
        checkFloat(op, "h1", h1), checkFloat(op, "h3", h3),
-       checkFloat(op, outName, out), checkRank(op, "x", x, 2),
+       checkFloat(op, outName, out), checkHasLast(op, "x", x),
        checkRank(op, "w1", w1, 3), checkRank(op, "rowToken", rowToken, 1)}));
-  int64_t h = x.dim(1), experts = w1.dim(0), inter = w1.dim(1),
+  int64_t h = x.dim(-1), experts = w1.dim(0), inter = w1.dim(1),
           rows = rowToken.dim(0);
   return firstError(
       {checkDims(op, "w1", w1, "[E, I, h]", {experts, inter, h}),
@@ -206,15 +226,15 @@ Status checkCombine(const char *op, const char *sortedName,
   ZEROC_RETURN_IF_ERROR(firstError(
       {checkFloat(op, sortedName, sorted), checkFloat(op, "weights", weights),
        checkIds(op, "rowToken", rowToken), checkIds(op, "rowSlot", rowSlot),
-       checkFloat(op, denseName, dense), checkRank(op, "weights", weights, 2),
+       checkFloat(op, denseName, dense), checkHasLast(op, "weights", weights),
        checkRank(op, sortedName, sorted, 2)}));
-  int64_t tokens = weights.dim(0), k = weights.dim(1), h = sorted.dim(1);
+  int64_t tokens = weights.rows(), k = weights.dim(-1), h = sorted.dim(1);
   return firstError(
       {checkRowCount(op, tokens * k),
        checkDims(op, sortedName, sorted, "[T * k, h]", {tokens * k, h}),
        checkDims(op, "rowToken", rowToken, "[T * k]", {tokens * k}),
        checkDims(op, "rowSlot", rowSlot, "[T * k]", {tokens * k}),
-       checkDims(op, denseName, dense, "[T, h]", {tokens, h})});
+       checkTokens(op, denseName, dense, "[..., h]", weights, h)});
 }
 
 } // namespace
@@ -247,16 +267,15 @@ Status checkMoeRouterForward(const Tensor &x, const Tensor &gate, int64_t k,
   ZEROC_RETURN_IF_ERROR(firstError(
       {checkFloat(op, "x", x), checkFloat(op, "gate", gate),
        checkFloat(op, "logits", logits), checkFloat(op, "weights", weights),
-       checkIds(op, "indices", indices), checkRank(op, "x", x, 2),
+       checkIds(op, "indices", indices), checkHasLast(op, "x", x),
        checkRank(op, "gate", gate, 2)}));
-  int64_t tokens = x.dim(0), h = x.dim(1), experts = gate.dim(0);
-  return firstError(
-      {checkDims(op, "gate", gate, "[E, h]", {experts, h}),
-       checkTopK(op, k, experts),
-       checkDims(op, "logits", logits, "[T, E]", {tokens, experts}),
-       checkDims(op, "weights", weights, "[T, k]", {tokens, k}),
-       checkDims(op, "indices", indices, "[T, k]", {tokens, k}),
-       checkGemmDims(op, {tokens, h, experts})});
+  int64_t tokens = x.rows(), h = x.dim(-1), experts = gate.dim(0);
+  return firstError({checkDims(op, "gate", gate, "[E, h]", {experts, h}),
+                     checkTopK(op, k, experts),
+                     checkTokens(op, "logits", logits, "[..., E]", x, experts),
+                     checkTokens(op, "weights", weights, "[..., k]", x, k),
+                     checkTokens(op, "indices", indices, "[..., k]", x, k),
+                     checkGemmDims(op, {tokens, h, experts})});
 }
 
 Status checkMoeRouterBackward(const Tensor &dweights, const Tensor &logits,
@@ -265,14 +284,14 @@ Status checkMoeRouterBackward(const Tensor &dweights, const Tensor &logits,
   ZEROC_RETURN_IF_ERROR(firstError(
       {checkFloat(op, "dweights", dweights), checkFloat(op, "logits", logits),
        checkIds(op, "indices", indices), checkFloat(op, "dlogits", dlogits),
-       checkRank(op, "logits", logits, 2),
-       checkRank(op, "indices", indices, 2)}));
-  int64_t tokens = logits.dim(0), experts = logits.dim(1), k = indices.dim(1);
+       checkHasLast(op, "logits", logits),
+       checkHasLast(op, "indices", indices)}));
+  int64_t experts = logits.dim(-1), k = indices.dim(-1);
   return firstError(
       {checkTopK(op, k, experts),
-       checkDims(op, "indices", indices, "[T, k]", {tokens, k}),
-       checkDims(op, "dweights", dweights, "[T, k]", {tokens, k}),
-       checkDims(op, "dlogits", dlogits, "[T, E]", {tokens, experts})});
+       checkTokens(op, "indices", indices, "[..., k]", logits, k),
+       checkTokens(op, "dweights", dweights, "[..., k]", logits, k),
+       checkTokens(op, "dlogits", dlogits, "[..., E]", logits, experts)});
 }
 
 Status checkMoeDispatchPlan(const Tensor &indices, int64_t numExperts,
@@ -282,8 +301,8 @@ Status checkMoeDispatchPlan(const Tensor &indices, int64_t numExperts,
   ZEROC_RETURN_IF_ERROR(firstError(
       {checkIds(op, "indices", indices), checkIds(op, "offsets", offsets),
        checkIds(op, "rowToken", rowToken), checkIds(op, "rowSlot", rowSlot),
-       checkRank(op, "indices", indices, 2)}));
-  int64_t tokens = indices.dim(0), k = indices.dim(1);
+       checkHasLast(op, "indices", indices)}));
+  int64_t tokens = indices.rows(), k = indices.dim(-1);
   return firstError(
       {checkTopK(op, k, numExperts), checkRowCount(op, tokens * k),
        checkDims(op, "offsets", offsets, "[E + 1]", {numExperts + 1}),
@@ -349,7 +368,7 @@ Status moeRouterForward(const Tensor &x, const Tensor &gate, int64_t k,
   ZEROC_RETURN_IF_ERROR(
       checkMoeRouterForward(x, gate, k, logits, weights, indices));
   ZEROC_RETURN_IF_ERROR(linearForward(x, gate, nullptr, logits));
-  int64_t tokens = x.dim(0), experts = gate.dim(0);
+  int64_t tokens = x.rows(), experts = gate.dim(0);
   ScratchVector<float> row(experts), p(experts), w(k);
   ScratchVector<char> taken(experts);
   int32_t *idx = indices.i32();
@@ -384,7 +403,7 @@ Status moeRouterBackward(const Tensor &dweights, const Tensor &logits,
   const char *op = "moe_router_backward";
   ZEROC_RETURN_IF_ERROR(
       checkMoeRouterBackward(dweights, logits, indices, dlogits));
-  int64_t tokens = logits.dim(0), experts = logits.dim(1), k = indices.dim(1);
+  int64_t tokens = logits.rows(), experts = logits.dim(-1), k = indices.dim(-1);
   ZEROC_RETURN_IF_ERROR(checkIndices(op, indices, experts, true));
   ScratchVector<float> row(experts), p(experts), dp(experts), dw(k);
   const int32_t *idx = indices.i32();
@@ -422,7 +441,7 @@ Status moeDispatchPlan(const Tensor &indices, int64_t numExperts,
       checkMoeDispatchPlan(indices, numExperts, offsets, rowToken, rowSlot));
   ZEROC_RETURN_IF_ERROR(
       checkIndices("moe_dispatch_plan", indices, numExperts, false));
-  int64_t pairs = indices.numel(), k = indices.dim(1);
+  int64_t pairs = indices.numel(), k = indices.dim(-1);
   const int32_t *idx = indices.i32();
   int32_t *off = offsets.i32(), *tok = rowToken.i32(), *slot = rowSlot.i32();
   std::fill(off, off + numExperts + 1, 0);
@@ -446,7 +465,7 @@ Status moeExpertsForward(const Tensor &x, const Tensor &w1, const Tensor &w3,
                          const Tensor &h3, const Tensor &ysorted) {
   ZEROC_RETURN_IF_ERROR(checkMoeExpertsForward(x, w1, w3, w2, offsets, rowToken,
                                                h1, h3, ysorted));
-  ZEROC_RETURN_IF_ERROR(checkRows("moe_experts", offsets, rowToken, x.dim(0)));
+  ZEROC_RETURN_IF_ERROR(checkRows("moe_experts", offsets, rowToken, x.rows()));
   int64_t experts = w1.dim(0), inter = w1.dim(1);
   const int32_t *off = offsets.i32();
   for (int64_t e = 0; e < experts; ++e) {
@@ -471,7 +490,7 @@ Status moeCombineForward(const Tensor &ysorted, const Tensor &weights,
                          const Tensor &y) {
   ZEROC_RETURN_IF_ERROR(
       checkMoeCombineForward(ysorted, weights, rowToken, rowSlot, y));
-  int64_t tokens = weights.dim(0), k = weights.dim(1), h = ysorted.dim(1);
+  int64_t tokens = weights.rows(), k = weights.dim(-1), h = ysorted.dim(1);
   ZEROC_RETURN_IF_ERROR(
       checkRowMap("moe_combine", rowToken, rowSlot, tokens, k));
   ScratchVector<float> acc(size_t(tokens * h), 0.0f), row(h);
@@ -493,7 +512,7 @@ Status moeCombineBackward(const Tensor &dy, const Tensor &ysorted,
                           const Tensor &dweights) {
   ZEROC_RETURN_IF_ERROR(checkMoeCombineBackward(dy, ysorted, weights, rowToken,
                                                 rowSlot, dysorted, dweights));
-  int64_t tokens = weights.dim(0), k = weights.dim(1), h = ysorted.dim(1);
+  int64_t tokens = weights.rows(), k = weights.dim(-1), h = ysorted.dim(1);
   ZEROC_RETURN_IF_ERROR(
       checkRowMap("moe_combine_backward", rowToken, rowSlot, tokens, k));
   ScratchVector<float> g(h), row(h);
@@ -522,7 +541,7 @@ Status moeExpertsBackward(const Tensor &dysorted, const Tensor &x,
                           const Tensor &dw2) {
   ZEROC_RETURN_IF_ERROR(checkMoeExpertsBackward(
       dysorted, x, w1, w3, w2, offsets, rowToken, h1, h3, dx, dw1, dw3, dw2));
-  int64_t tokens = x.dim(0), h = x.dim(1);
+  int64_t tokens = x.rows(), h = x.dim(-1);
   ZEROC_RETURN_IF_ERROR(
       checkRows("moe_experts_backward", offsets, rowToken, tokens));
   int64_t experts = w1.dim(0), inter = w1.dim(1);

@@ -27,13 +27,17 @@
 // Hugging Face's index_add_), and rounded once. Every kernel is serial but
 // for OpenBLAS inside the GEMMs: results are bit-identical run to run.
 //
-// logits, weights, dlogits and dweights may be of any float dtype (f32 in
-// the planned case; the model dtype rounds them as Hugging Face's bf16 gate
-// does); indices, offsets, rowToken and rowSlot are i32. Every output is
-// overwritten (accumulation is the caller's accumulate op, as for linear);
-// outputs must not alias inputs. The shape checks are public (check...),
-// shared with the CUDA backend; the checks that read indices, offsets and
-// row maps are the CPU kernels' alone.
+// Tokens may have any leading dimensions: x, y, dx [..., h], logits,
+// dlogits [..., E], weights, dweights, indices [..., k] with x's (or the
+// weights') leading dimensions, T their product; the dispatched tensors are
+// flat. logits, weights, dlogits and dweights may be of any float dtype (f32
+// in the planned case; the model dtype rounds them as Hugging Face's bf16
+// gate does); indices, offsets, rowToken and rowSlot are i32. Every output
+// is overwritten (accumulation is the caller's accumulate op, as for
+// linear); outputs must not alias inputs. The shape checks are public
+// (check...), shared with the CUDA backend; the checks that read indices
+// and row maps are the CPU kernels' alone (the CUDA kernels check only the
+// offsets, which they copy to the host).
 //
 //===----------------------------------------------------------------------===//
 
@@ -44,8 +48,9 @@
 
 namespace zeroc::cpu {
 
-/// x [T, h], gate [E, h], 1 <= k <= E -> logits [T, E], weights [T, k],
-/// indices [T, k] i32 (slot j holds the j-th largest probability).
+/// x [..., h], gate [E, h], 1 <= k <= E -> logits [..., E], weights
+/// [..., k], indices [..., k] i32 (slot j holds the j-th largest
+/// probability).
 Status moeRouterForward(const Tensor &x, const Tensor &gate, int64_t k,
                         bool normalize, const Tensor &logits,
                         const Tensor &weights, const Tensor &indices);

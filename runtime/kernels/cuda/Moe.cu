@@ -334,13 +334,13 @@ void *at(void *data, DType type, int64_t row, int64_t cols) {
 /// x's rows in sorted order, [rows, h] of x's dtype, in `scratch`.
 Status gatherRows(const char *op, const Tensor &x, const Tensor &rowToken,
                   Scratch &scratch, cudaStream_t stream, Tensor &xs) {
-  int64_t rows = rowToken.dim(0), h = x.dim(1);
+  int64_t rows = rowToken.dim(0), h = x.dim(-1);
   ZEROC_RETURN_IF_ERROR(
       scratchTensor(op, scratch, x.dtype, rows, h, stream, xs));
   if (rows * h == 0)
     return {};
   gatherRowsKernel<<<gridFor(rows * h), kThreads, 0, stream>>>(
-      x.data, x.dtype, x.dim(0), h, rowToken.i32(), rows, xs.data);
+      x.data, x.dtype, x.rows(), h, rowToken.i32(), rows, xs.data);
   return launchStatus(op);
 }
 
@@ -358,7 +358,7 @@ Status moeRouterForward(const Tensor &x, const Tensor &gate, int64_t k,
   ZEROC_RETURN_IF_ERROR(
       cpu::checkMoeRouterForward(x, gate, k, logits, weights, indices));
   ZEROC_RETURN_IF_ERROR(linearForward(x, gate, nullptr, logits, ctx, stream));
-  int64_t tokens = x.dim(0), experts = gate.dim(0);
+  int64_t tokens = x.rows(), experts = gate.dim(0);
   if (tokens == 0)
     return {};
   routerTopKKernel<<<gridFor(tokens), kThreads, 0, stream>>>(
@@ -373,7 +373,7 @@ Status moeRouterBackward(const Tensor &dweights, const Tensor &logits,
   const char *op = "moe_router_backward";
   ZEROC_RETURN_IF_ERROR(
       cpu::checkMoeRouterBackward(dweights, logits, indices, dlogits));
-  int64_t tokens = logits.dim(0), experts = logits.dim(1), k = indices.dim(1);
+  int64_t tokens = logits.rows(), experts = logits.dim(-1), k = indices.dim(-1);
   if (tokens == 0)
     return {};
   routerBackwardKernel<<<gridFor(tokens), kThreads, 0, stream>>>(
@@ -388,7 +388,7 @@ Status moeDispatchPlan(const Tensor &indices, int64_t numExperts,
   const char *op = "moe_dispatch_plan";
   ZEROC_RETURN_IF_ERROR(cpu::checkMoeDispatchPlan(indices, numExperts, offsets,
                                                   rowToken, rowSlot));
-  int64_t pairs = indices.numel(), k = indices.dim(1);
+  int64_t pairs = indices.numel(), k = indices.dim(-1);
   Scratch scratch;
   const int32_t *sorted, *starts;
   ZEROC_RETURN_IF_ERROR(sortByKey(op, indices.i32(), pairs, numExperts, scratch,
@@ -412,7 +412,7 @@ Status moeExpertsForward(const Tensor &x, const Tensor &w1, const Tensor &w3,
   const char *op = "moe_experts";
   ZEROC_RETURN_IF_ERROR(cpu::checkMoeExpertsForward(x, w1, w3, w2, offsets,
                                                     rowToken, h1, h3, ysorted));
-  int64_t h = x.dim(1), experts = w1.dim(0), inter = w1.dim(1),
+  int64_t h = x.dim(-1), experts = w1.dim(0), inter = w1.dim(1),
           rows = rowToken.dim(0);
   std::vector<int32_t> off;
   ZEROC_RETURN_IF_ERROR(hostOffsets(op, offsets, rows, stream, off));
@@ -459,7 +459,7 @@ Status moeCombineForward(const Tensor &ysorted, const Tensor &weights,
   const char *op = "moe_combine";
   ZEROC_RETURN_IF_ERROR(
       cpu::checkMoeCombineForward(ysorted, weights, rowToken, rowSlot, y));
-  int64_t tokens = weights.dim(0), k = weights.dim(1), h = ysorted.dim(1);
+  int64_t tokens = weights.rows(), k = weights.dim(-1), h = ysorted.dim(1);
   Scratch scratch;
   const int32_t *sorted, *starts;
   ZEROC_RETURN_IF_ERROR(sortByKey(op, rowToken.i32(), tokens * k, tokens,
@@ -479,7 +479,7 @@ Status moeCombineBackward(const Tensor &dy, const Tensor &ysorted,
   const char *op = "moe_combine_backward";
   ZEROC_RETURN_IF_ERROR(cpu::checkMoeCombineBackward(
       dy, ysorted, weights, rowToken, rowSlot, dysorted, dweights));
-  int64_t tokens = weights.dim(0), k = weights.dim(1), h = ysorted.dim(1);
+  int64_t tokens = weights.rows(), k = weights.dim(-1), h = ysorted.dim(1);
   if (tokens * k == 0)
     return {};
   if (h > 0) {
@@ -504,7 +504,7 @@ Status moeExpertsBackward(const Tensor &dysorted, const Tensor &x,
   const char *op = "moe_experts_backward";
   ZEROC_RETURN_IF_ERROR(cpu::checkMoeExpertsBackward(
       dysorted, x, w1, w3, w2, offsets, rowToken, h1, h3, dx, dw1, dw3, dw2));
-  int64_t tokens = x.dim(0), h = x.dim(1), experts = w1.dim(0),
+  int64_t tokens = x.rows(), h = x.dim(-1), experts = w1.dim(0),
           inter = w1.dim(1), rows = rowToken.dim(0);
   std::vector<int32_t> off;
   ZEROC_RETURN_IF_ERROR(hostOffsets(op, offsets, rows, stream, off));
