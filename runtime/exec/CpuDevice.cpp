@@ -47,9 +47,9 @@ public:
 
   std::optional<Status> modelOp(const PlanOp &op, const std::vector<Tensor> &in,
                                 const std::vector<Tensor> &out,
-                                double lossScale) override {
+                                double lossScale, char *scratch) override {
     CpuKernels kernels;
-    return runModelOp(kernels, op, in, out, lossScale);
+    return runModelOp(kernels, op, in, out, lossScale, scratch);
   }
   Status accumulate(const Tensor &acc, const Tensor &g) override {
     return cpu::accumulate(acc, g);
