@@ -350,13 +350,33 @@ TEST_F(ModelsTest, LlamaLayerActivations) {
             values + 2 * a * s * s * b);
 }
 
+// A Mixtral layer keeps Llama's attention half (as above) and, for its
+// mixture of experts: the router's input (the second norm's output, 2 s b
+// h), its i32 indices (4 s b k) and f32 logits (4 s b E), the f32 routing
+// weights (4 s b k), and the experts' state, W1 v, W3 v and each expert's
+// output for the s b k routed rows (2 s b k (2 I + h)): whatever the
+// routing, and however many experts (tiny Mixtral: 4, top-2).
+TEST_F(ModelsTest, MixtralLayerActivations) {
+  ModelSpec spec = preset("tiny-mixtral", 32, 3, DType::BF16);
+  int64_t s = 32, b = 3, h = 64, a = 4, I = 96, E = 4, k = 2;
+  int64_t q = 64, kv = 32;
+  int64_t attention =
+      2 * s * b * (h + h + q + 2 * kv + q + h) + 8 * s * b + 4 * a * s * b;
+  int64_t moe = 2 * s * b * h + 4 * s * b * k + 4 * s * b * E + 4 * s * b * k +
+                2 * s * b * k * (2 * I + h);
+  EXPECT_EQ(layer(statsOf(spec), "layers.0").savedBytes, attention + moe);
+  spec.maxExpertShare = 0.5; // The worst case changes nothing saved.
+  EXPECT_EQ(layer(statsOf(spec), "layers.0").savedBytes, attention + moe);
+}
+
 // Two readings of "saved for backward" agree: the ops' interfaces
 // (getSavedValues, getSavedStateType) as `zeroc stats` sums them, and the
 // dataflow of the expanded training step (the forward values its backward
 // reads), layer by layer, for each model family and attention kernel.
 TEST_F(ModelsTest, SavedBytesOfTheStepAreTheInterfaces) {
-  for (const char *name : {"tiny-gpt2", "tiny-llama", "tiny-mistral",
-                           "tiny-qwen2", "tiny-gemma", "tiny-phi3"})
+  for (const char *name :
+       {"tiny-gpt2", "tiny-llama", "tiny-mistral", "tiny-qwen2", "tiny-gemma",
+        "tiny-phi3", "tiny-mixtral"})
     for (AttentionKernel kernel : kAllAttentionKernels) {
       ModelSpec spec = preset(name, 16, 2, DType::BF16);
       spec.attentionKernel = kernel;
