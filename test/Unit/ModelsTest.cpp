@@ -595,6 +595,46 @@ TEST(HFConfig, EveryKeyIsAccountedFor) {
   EXPECT_EQ(none->slidingWindow, 0);
 }
 
+// MixtralConfig's defaults fill the keys a config leaves out (8 experts, 2
+// per token, 8 key/value heads, rms_norm_eps 1e-5, rope_theta 1e6, no
+// window); its MoE keys are checked against each other.
+TEST(HFConfig, MixtralDefaultsAndChecks) {
+  const char *base = R"({"model_type": "mixtral", "vocab_size": 100,
+      "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+      "num_attention_heads": 8, "max_position_embeddings": 32)";
+  auto with = [&](const std::string &extra,
+                  std::vector<std::string> *notes = nullptr) {
+    return read(std::string(base) + extra + "}", notes);
+  };
+  std::vector<std::string> notes;
+  auto spec = with("", &notes);
+  ASSERT_TRUE(bool(spec)) << spec.error().str();
+  EXPECT_EQ(spec->numExperts, 8);
+  EXPECT_EQ(spec->expertsPerToken, 2);
+  EXPECT_EQ(spec->numKVHeads, 8);
+  EXPECT_EQ(spec->normEpsilon, 1e-5);
+  EXPECT_EQ(spec->ropeTheta, 1e6);
+  EXPECT_EQ(spec->slidingWindow, 0);
+  EXPECT_NE(std::find(notes.begin(), notes.end(),
+                      "num_local_experts not given: using Hugging Face's "
+                      "Mixtral default num_local_experts = 8"),
+            notes.end());
+  auto zeroJitter = with(R"(, "router_jitter_noise": 0.0,
+      "output_router_logits": false, "router_aux_loss_coef": 0.001)");
+  ASSERT_TRUE(bool(zeroJitter)) << zeroJitter.error().str();
+  auto other = with(R"(, "num_experts": 8)");
+  ASSERT_FALSE(bool(other));
+  EXPECT_NE(other.error().message.find(
+                "unknown key 'num_experts' for model_type \"mixtral\""),
+            std::string::npos)
+      << other.error().message;
+  auto negative = with(R"(, "router_jitter_noise": -1)");
+  ASSERT_FALSE(bool(negative));
+  EXPECT_NE(negative.error().message.find(
+                "'router_jitter_noise' must be a number >= 0, found -1"),
+            std::string::npos);
+}
+
 TEST(HFConfig, UnknownPresetIsNullopt) {
   EXPECT_FALSE(presetSpec("gpt-5").has_value());
 }
