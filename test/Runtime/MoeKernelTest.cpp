@@ -7,8 +7,8 @@
 // - forward: logits, weights, indices and y of the whole block;
 // - backward: the gradients of J = sum r * y with respect to x, gate, w1, w3
 //   and w2, through combine, experts, router and the logits' linear, against
-//   the reference's own analytic gradients, which are in turn checked
-//   against central finite differences of J in float64;
+//   central finite differences of J in float64 and against the reference's
+//   own analytic gradients (which are checked against the differences too);
 // - the router's ties and normalisation, the dispatch plan's order;
 // - one expert with top-1 against the dense SwiGLU MLP of Linear.h and
 //   Activations.h, bit for bit (the experts run those kernels on the same
@@ -534,8 +534,10 @@ void checkBackward(const Params &p, unsigned seed) {
   std::vector<double> *refGrads[] = {&ref.x, &ref.gate, &ref.w1, &ref.w3,
                                      &ref.w2};
   const char *names[] = {"dx", "dgate", "dw1", "dw3", "dw2"};
+  std::vector<double> numerics[5];
   for (int n = 0; n < 5; ++n) {
-    std::vector<double> numeric(params[n]->size());
+    std::vector<double> &numeric = numerics[n];
+    numeric.resize(params[n]->size());
     for (size_t i = 0; i < numeric.size(); ++i) {
       double saved = (*params[n])[i];
       (*params[n])[i] = saved + kFiniteDifferenceStep;
@@ -564,6 +566,10 @@ void checkBackward(const Params &p, unsigned seed) {
   EXPECT_CLOSE(g.dw1.values(), ref.w1, kF32Tolerance, "dw1");
   EXPECT_CLOSE(g.dw3.values(), ref.w3, kF32Tolerance, "dw3");
   EXPECT_CLOSE(g.dw2.values(), ref.w2, kF32Tolerance, "dw2");
+  Owned *kernel[] = {&g.dx, &g.dgate, &g.dw1, &g.dw3, &g.dw2};
+  for (int n = 0; n < 5; ++n)
+    EXPECT_CLOSE(kernel[n]->values(), numerics[n], kF32Tolerance,
+                 (std::string(names[n]) + " vs finite differences").c_str());
 }
 
 TEST(MoeBackward, MatchesFiniteDifferencesNormalized) {

@@ -80,6 +80,10 @@ struct ScratchTensor {
     storage.resize(size_t((view.bytes() + 3) / 4));
     view.data = storage.data();
   }
+  // `view` points into `storage`: moves keep it valid, copies would not.
+  ScratchTensor(ScratchTensor &&) = default;
+  ScratchTensor(const ScratchTensor &) = delete;
+  ScratchTensor &operator=(const ScratchTensor &) = delete;
   operator const Tensor &() const { return view; }
 };
 
@@ -87,9 +91,9 @@ struct ScratchTensor {
 Tensor rowsOf(const Tensor &t, int64_t first, int64_t count) {
   Tensor v = t;
   v.shape[0] = count;
-  v.data = static_cast<char *>(t.data) + first * t.numel() /
-                                             std::max<int64_t>(t.dim(0), 1) *
-                                             bytesPerElement(t.dtype);
+  int64_t cols = t.dim(0) > 0 ? t.numel() / t.dim(0) : 0;
+  v.data =
+      static_cast<char *>(t.data) + first * cols * bytesPerElement(t.dtype);
   return v;
 }
 
