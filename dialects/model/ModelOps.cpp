@@ -1205,3 +1205,282 @@ AdamUpdateOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
 
 #define GET_OP_CLASSES
 #include "model/ModelOps.cpp.inc"
+
+//===----------------------------------------------------------------------===//
+// Mixture of experts
+//===----------------------------------------------------------------------===//
+
+/// The element types of a mixture-of-experts op: `named` values share the
+/// element type of the first; routing weights and logits are f32.
+static LogicalResult expectElementTypes(Operation *op, NamedValues named) {
+  Type expected = tensorOf(named.front().second).getElementType();
+  for (auto [name, v] : named)
+    if (tensorOf(v).getElementType() != expected)
+      return op->emitOpError()
+             << name << " has element type " << tensorOf(v).getElementType()
+             << ", expected " << expected << " (the element type of "
+             << named.front().first << ")";
+  return success();
+}
+
+/// The routing of `input` [batch, seq, hidden] to top_k of num_experts:
+/// weights (and indices) [batch, seq, top_k], the router's logits [batch,
+/// seq, num_experts].
+static LogicalResult verifyRouting(Operation *op, Value input, Value weights,
+                                   Value indices, int64_t numExperts) {
+  if (failed(expectRank(op, "input", input, 3, "[batch, seq, hidden]")) ||
+      failed(expectRank(op, "weights", weights, 3, "[batch, seq, top_k]")))
+    return failure();
+  ArrayRef<int64_t> x = tensorOf(input).getShape();
+  int64_t k = tensorOf(weights).getShape().back();
+  if (failed(expectShape(op, "weights", weights, {x[0], x[1], k},
+                         "[batch, seq] of the input, top_k")) ||
+      failed(expectShape(op, "indices", indices, {x[0], x[1], k},
+                         "the shape of the weights")))
+    return failure();
+  if (k > numExperts)
+    return op->emitOpError()
+           << "top_k " << k << " exceeds the " << numExperts << " experts";
+  return success();
+}
+
+static int64_t tokensOf(Value input) {
+  return numElements(input) / tensorOf(input).getShape().back();
+}
+
+LogicalResult MoeRouterOp::verify() {
+  if (failed(
+          expectRank(*this, "gate", getGate(), 2, "[num_experts, hidden]")) ||
+      failed(expectRank(*this, "input", getInput(), 3, "[batch, seq, hidden]")))
+    return failure();
+  ArrayRef<int64_t> x = tensorOf(getInput()).getShape();
+  int64_t experts = getNumExperts();
+  if (failed(expectShape(*this, "gate", getGate(), {experts, x[2]},
+                         "[num_experts, hidden of the input]")) ||
+      failed(expectElementTypes(*this,
+                                {{"input", getInput()}, {"gate", getGate()}})))
+    return failure();
+  int64_t k = int64_t(getTopK());
+  if (failed(expectShape(*this, "weights", getWeights(), {x[0], x[1], k},
+                         "[batch, seq] of the input, top_k")))
+    return failure();
+  if (failed(verifyRouting(*this, getInput(), getWeights(), getIndices(),
+                           experts)))
+    return failure();
+  return verifyYieldedState(*this);
+}
+
+// Logits 2 * hidden per (token, expert); softmax 4 per logit (max,
+// subtract-exp, sum, divide); normalisation 2 per selected weight.
+int64_t MoeRouterOp::getForwardFlops() {
+  int64_t tokens = tokensOf(getInput()), experts = getNumExperts();
+  int64_t hidden = tensorOf(getInput()).getShape().back();
+  return 2 * tokens * experts * hidden + 4 * tokens * experts +
+         (getNormalize() ? 2 * tokens * int64_t(getTopK()) : 0);
+}
+
+// dgate needs the input; the selection is kept as the indices.
+void MoeRouterOp::getSavedValues(SmallVectorImpl<Value> &saved) {
+  saved.push_back(getInput());
+  saved.push_back(getGate());
+  saved.push_back(getIndices());
+}
+
+// The logits, f32, one per (token, expert).
+RankedTensorType MoeRouterOp::getSavedStateType() {
+  ArrayRef<int64_t> x = tensorOf(getInput()).getShape();
+  return RankedTensorType::get({x[0], x[1], getNumExperts()},
+                               Float32Type::get(getContext()));
+}
+
+Value MoeRouterOp::getSavedState() { return getSaved(); }
+
+// The indices get no gradient: the selection is a constant of the backward.
+LogicalResult MoeRouterOp::buildBackward(OpBuilder &builder,
+                                         ValueRange resultGrads,
+                                         SmallVectorImpl<Value> &operandGrads) {
+  FailureOr<Value> dw = resultGradient(*this, resultGrads, operandGrads);
+  if (failed(dw) || !*dw)
+    return dw;
+  FailureOr<Value> saved = stateForBackward(*this);
+  if (failed(saved))
+    return failure();
+  auto backward = builder.create<MoeRouterBackwardOp>(
+      getLoc(), getInput().getType(), getGate().getType(), getInput(),
+      getGate(), *dw, *saved, getIndices(), getNormalizeAttr());
+  operandGrads.append(backward->result_begin(), backward->result_end());
+  return success();
+}
+
+/// The stacked expert parameters: w1, w3 [E, I, h], w2 [E, h, I], with h the
+/// input's hidden size.
+static LogicalResult verifyExpertWeights(Operation *op, Value input, Value w1,
+                                         Value w3, Value w2) {
+  if (failed(
+          expectRank(op, "w1", w1, 3, "[num_experts, intermediate, hidden]")))
+    return failure();
+  ArrayRef<int64_t> s = tensorOf(w1).getShape();
+  int64_t hidden = tensorOf(input).getShape().back();
+  if (s[2] != hidden)
+    return op->emitOpError()
+           << "w1 " << shapeString(s) << " expects hidden size " << s[2]
+           << ", but the input " << shapeString(tensorOf(input).getShape())
+           << " has " << hidden;
+  if (failed(expectShape(op, "w3", w3, s, "the shape of w1")) ||
+      failed(expectShape(op, "w2", w2, {s[0], s[2], s[1]},
+                         "[num_experts, hidden, intermediate] of w1")))
+    return failure();
+  return expectElementTypes(
+      op, {{"input", input}, {"w1", w1}, {"w3", w3}, {"w2", w2}});
+}
+
+/// The experts' saved state: W1 v, W3 v and the experts' outputs of every
+/// dispatched row, in the model dtype, one after the other.
+static RankedTensorType expertsState(Value input, Value w1, int64_t topK) {
+  int64_t rows = tokensOf(input) * topK;
+  ArrayRef<int64_t> s = tensorOf(w1).getShape();
+  return RankedTensorType::get({rows * (2 * s[1] + s[2])},
+                               tensorOf(input).getElementType());
+}
+
+LogicalResult MoeExpertsOp::verify() {
+  if (failed(
+          expectRank(*this, "input", getInput(), 3, "[batch, seq, hidden]")) ||
+      failed(
+          verifyExpertWeights(*this, getInput(), getW1(), getW3(), getW2())) ||
+      failed(verifyRouting(*this, getInput(), getWeights(), getIndices(),
+                           getNumExperts())) ||
+      failed(expectShape(*this, "result", getResult(),
+                         tensorOf(getInput()).getShape(),
+                         "the shape of the input")) ||
+      failed(expectElementTypes(
+          *this, {{"input", getInput()}, {"result", getResult()}})))
+    return failure();
+  if (auto share = getMaxExpertShareAttr()) {
+    double s = share.getValueAsDouble();
+    double lo = 1.0 / double(getNumExperts()), hi = 1.0 / double(getTopK());
+    if (!(s >= lo * (1 - 1e-12) && s <= hi * (1 + 1e-12)))
+      return emitOpError() << "max_expert_share " << s
+                           << " is out of range: the busiest expert receives "
+                              "from 1/num_experts ("
+                           << lo << ", uniform) to 1/top_k (" << hi
+                           << ", every token routed to it) of the dispatched "
+                              "rows";
+  }
+  return verifyYieldedState(*this);
+}
+
+// The routed rows only: three products of 2 * hidden * intermediate per
+// dispatched row; SiLU 4 and the product 1 per intermediate element; the
+// weighted combine 2 per dispatched element.
+int64_t MoeExpertsOp::getForwardFlops() {
+  int64_t rows = tokensOf(getInput()) * getTopK();
+  int64_t hidden = tensorOf(getInput()).getShape().back();
+  int64_t inter = getIntermediateSize();
+  return 6 * rows * hidden * inter + 5 * rows * inter + 2 * rows * hidden;
+}
+
+void MoeExpertsOp::getSavedValues(SmallVectorImpl<Value> &saved) {
+  saved.append(
+      {getInput(), getWeights(), getIndices(), getW1(), getW3(), getW2()});
+}
+
+RankedTensorType MoeExpertsOp::getSavedStateType() {
+  return expertsState(getInput(), getW1(), getTopK());
+}
+
+Value MoeExpertsOp::getSavedState() { return getSaved(); }
+
+// Grouped matrix products: selective recomputation keeps the output.
+bool MoeExpertsOp::isKeptBySelectiveRecompute() { return true; }
+
+LogicalResult
+MoeExpertsOp::buildBackward(OpBuilder &builder, ValueRange resultGrads,
+                            SmallVectorImpl<Value> &operandGrads) {
+  FailureOr<Value> dy = resultGradient(*this, resultGrads, operandGrads);
+  if (failed(dy) || !*dy)
+    return dy;
+  FailureOr<Value> saved = stateForBackward(*this);
+  if (failed(saved))
+    return failure();
+  auto backward = builder.create<MoeExpertsBackwardOp>(
+      getLoc(),
+      TypeRange{getInput().getType(), getWeights().getType(), getW1().getType(),
+                getW3().getType(), getW2().getType()},
+      getInput(), getWeights(), getIndices(), getW1(), getW3(), getW2(), *dy,
+      *saved);
+  operandGrads.append({backward.getDinput(), backward.getDweights(), Value(),
+                       backward.getDw1(), backward.getDw3(),
+                       backward.getDw2()});
+  return success();
+}
+
+LogicalResult MoeRouterBackwardOp::verify() {
+  if (failed(
+          expectRank(*this, "gate", getGate(), 2, "[num_experts, hidden]")) ||
+      failed(verifyRouting(*this, getInput(), getDweights(), getIndices(),
+                           tensorOf(getGate()).getDimSize(0))))
+    return failure();
+  ArrayRef<int64_t> x = tensorOf(getInput()).getShape();
+  int64_t experts = tensorOf(getGate()).getDimSize(0);
+  if (failed(expectShape(*this, "gate", getGate(), {experts, x[2]},
+                         "[num_experts, hidden of the input]")) ||
+      failed(expectShape(*this, "saved", getSaved(), {x[0], x[1], experts},
+                         "the logits, [batch, seq, num_experts]")) ||
+      failed(expectShape(*this, "dinput", getDinput(), x, "the input's")) ||
+      failed(expectShape(*this, "dgate", getDgate(),
+                         tensorOf(getGate()).getShape(), "the gate's")) ||
+      failed(expectElementTypes(*this, {{"input", getInput()},
+                                        {"gate", getGate()},
+                                        {"dinput", getDinput()},
+                                        {"dgate", getDgate()}})))
+    return failure();
+  return verifyReadState<MoeRouterOp>(*this, getSaved(), tensorOf(getSaved()));
+}
+
+int64_t MoeRouterBackwardOp::getForwardFlops() {
+  int64_t tokens = tokensOf(getInput());
+  int64_t experts = tensorOf(getGate()).getDimSize(0);
+  int64_t hidden = tensorOf(getInput()).getShape().back();
+  return 4 * tokens * experts * hidden + 6 * tokens * experts;
+}
+
+LogicalResult MoeExpertsBackwardOp::verify() {
+  if (failed(
+          expectRank(*this, "input", getInput(), 3, "[batch, seq, hidden]")) ||
+      failed(verifyExpertWeights(*this, getInput(), getW1(), getW3(), getW2())))
+    return failure();
+  int64_t experts = tensorOf(getW1()).getDimSize(0);
+  int64_t k = tensorOf(getWeights()).getShape().back();
+  if (failed(verifyRouting(*this, getInput(), getWeights(), getIndices(),
+                           experts)) ||
+      failed(expectShape(*this, "dy", getDy(), tensorOf(getInput()).getShape(),
+                         "the input's")) ||
+      failed(expectShape(*this, "dinput", getDinput(),
+                         tensorOf(getInput()).getShape(), "the input's")) ||
+      failed(expectShape(*this, "dweights", getDweights(),
+                         tensorOf(getWeights()).getShape(), "the weights'")) ||
+      failed(expectShape(*this, "dw1", getDw1(), tensorOf(getW1()).getShape(),
+                         "w1's")) ||
+      failed(expectShape(*this, "dw3", getDw3(), tensorOf(getW3()).getShape(),
+                         "w3's")) ||
+      failed(expectShape(*this, "dw2", getDw2(), tensorOf(getW2()).getShape(),
+                         "w2's")) ||
+      failed(expectElementTypes(*this, {{"input", getInput()},
+                                        {"dy", getDy()},
+                                        {"dinput", getDinput()},
+                                        {"dw1", getDw1()},
+                                        {"dw3", getDw3()},
+                                        {"dw2", getDw2()}})))
+    return failure();
+  return verifyReadState<MoeExpertsOp>(*this, getSaved(),
+                                       expertsState(getInput(), getW1(), k));
+}
+
+int64_t MoeExpertsBackwardOp::getForwardFlops() {
+  int64_t rows =
+      tokensOf(getInput()) * tensorOf(getWeights()).getShape().back();
+  int64_t hidden = tensorOf(getInput()).getShape().back();
+  int64_t inter = tensorOf(getW1()).getDimSize(1);
+  return 12 * rows * hidden * inter + 10 * rows * inter + 4 * rows * hidden;
+}

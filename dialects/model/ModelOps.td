@@ -1,7 +1,8 @@
 //===- ModelOps.td - Ops of the model dialect ---------------*- tablegen -*-===//
 //
 // Parameters, their uses, and the layer-granularity compute ops of GPT-2 and
-// Llama-family decoders (Llama, Mistral, Qwen2, Gemma, Phi-3).
+// Llama-family decoders (Llama, Mistral, Qwen2, Gemma, Phi-3), and the
+// mixture-of-experts router and experts of Mixtral.
 //
 //===----------------------------------------------------------------------===//
 
@@ -705,6 +706,196 @@ def Model_CrossEntropyBackwardOp : Model_BackwardOp<"cross_entropy_backward"> {
   let results = (outs Model_FloatTensor:$result);
   let assemblyFormat = [{
     $logits `,` $targets `,` $dloss attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Mixture of experts (Mixtral)
+//===----------------------------------------------------------------------===//
+
+def Model_RoutingWeights : StaticShapeTensorOf<[F32]>;
+
+def Model_MoeRouterOp : Model_ComputeOp<"moe_router", [], [],
+    ["getSavedStateType", "getSavedState"]> {
+  let summary = "Mixture-of-experts router: linear, softmax, top-k";
+  let description = [{
+    Hugging Face's `MixtralSparseMoeBlock` routing, for `input`
+    `[batch, seq, hidden]` and the router weight `gate` `[num_experts,
+    hidden]` (no bias):
+    `logits[t, e] = sum_i x[t, i] gate[e, i]`, `p = softmax(logits[t, :])`
+    in f32, and `(weights[t, j], indices[t, j])` the `top_k` largest `p`,
+    in decreasing order, ties broken by the lower expert index. With
+    `normalize` (Mixtral's `norm_topk_prob`), the `top_k` weights are
+    divided by their sum. `weights` is f32 `[batch, seq, top_k]`,
+    `indices` i32 `[batch, seq, top_k]`.
+
+    In a training graph the op yields `saved`, the logits (f32
+    `[batch, seq, num_experts]`), from which its backward recomputes the
+    softmax. The selection is a constant of the backward: the gradient
+    flows through the weights only. No auxiliary load-balancing loss: the
+    Mixtral config that asks for one (`output_router_logits: true`) is
+    refused by `zeroc gen` (docs/model-dialect.md, "Mixture of experts").
+
+    FLOPs: `2 * tokens * num_experts * hidden` for the logits, 4 per logit
+    for the softmax, 2 per selected weight for the normalisation.
+
+    ```mlir
+    %w, %idx = model.moe_router %x, %gate {normalize, top_k = 2 : i64} : (tensor<1x4096x4096xbf16>, tensor<8x4096xbf16>) -> (tensor<1x4096x2xf32>, tensor<1x4096x2xi32>)
+    ```
+  }];
+  let arguments = (ins Model_FloatTensor:$input, Model_FloatTensor:$gate,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$top_k,
+                       UnitAttr:$normalize);
+  let results = (outs Model_RoutingWeights:$weights,
+                      Model_TokenTensor:$indices,
+                      Optional<Model_RoutingWeights>:$saved);
+  let assemblyFormat = [{
+    $input `,` $gate attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    int64_t getNumExperts() {
+      return ::llvm::cast<::mlir::RankedTensorType>(getGate().getType())
+          .getDimSize(0);
+    }
+  }];
+}
+
+def Model_MoeExpertsOp : Model_ComputeOp<"moe_experts", [], [],
+    ["getSavedStateType", "getSavedState", "isKeptBySelectiveRecompute"]> {
+  let summary = "Mixture-of-experts block: routed SwiGLU experts, combined";
+  let description = [{
+    `num_experts` SwiGLU experts with stacked parameters, `w1` and `w3`
+    `[num_experts, intermediate, hidden]`, `w2` `[num_experts, hidden,
+    intermediate]` (Mixtral's `experts.*.w1`, `w3`, `w2` stacked along a
+    new leading dimension), applied to `input` `[batch, seq, hidden]` as
+    the router `weights` and `indices` (`[batch, seq, top_k]`, from
+    `model.moe_router`) say:
+    `expert_e(v) = W2_e (silu(W1_e v) * (W3_e v))`,
+    `y[t] = sum_j weights[t, j] * expert_{indices[t, j]}(x[t])`.
+
+    Dropless, token-sorted dispatch: the `tokens * top_k` (token, slot)
+    pairs are ordered by expert (a stable counting sort), so the dispatched
+    rows are `[tokens * top_k, .]` whatever the routing: memory does not
+    depend on the token distribution. In a training graph the op yields
+    `saved`, the model dtype, `tokens * top_k * (2 * intermediate +
+    hidden)` elements: `W1 v` and `W3 v` of every dispatched row
+    (`[tokens * top_k, intermediate]` each) and the experts' outputs before
+    the combine (`[tokens * top_k, hidden]`), in that order.
+
+    `max_expert_share` is a planning assumption, not semantics: the largest
+    share of the `tokens * top_k` dispatched rows one expert receives,
+    `1 / num_experts` (uniform, the default when absent) to `1 / top_k`
+    (the worst case: every token routes one slot to the same expert). With
+    local experts it changes neither the FLOPs nor the memory (the grouped
+    products cover `tokens * top_k` rows in all); it bounds the busiest
+    expert's rows, what per-expert time and expert parallelism depend on.
+
+    FLOPs: `6 * tokens * top_k * hidden * intermediate` for the three
+    products of the routed rows only (`top_k` active experts per token),
+    5 per intermediate element (SiLU 4, product 1), 2 per combined
+    element (`tokens * top_k * hidden`).
+
+    ```mlir
+    %y = model.moe_experts %x, %w, %idx, %w1, %w3, %w2 : (tensor<1x4096x4096xbf16>, tensor<1x4096x2xf32>, tensor<1x4096x2xi32>, tensor<8x14336x4096xbf16>, tensor<8x14336x4096xbf16>, tensor<8x4096x14336xbf16>) -> tensor<1x4096x4096xbf16>
+    ```
+  }];
+  let arguments = (ins Model_FloatTensor:$input,
+                       Model_RoutingWeights:$weights,
+                       Model_TokenTensor:$indices, Model_FloatTensor:$w1,
+                       Model_FloatTensor:$w3, Model_FloatTensor:$w2,
+                       OptionalAttr<F64Attr>:$max_expert_share);
+  let results = (outs Model_FloatTensor:$result,
+                      Optional<Model_FloatTensor>:$saved);
+  let assemblyFormat = [{
+    $input `,` $weights `,` $indices `,` $w1 `,` $w3 `,` $w2 attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    int64_t getNumExperts() {
+      return ::llvm::cast<::mlir::RankedTensorType>(getW1().getType())
+          .getDimSize(0);
+    }
+    int64_t getIntermediateSize() {
+      return ::llvm::cast<::mlir::RankedTensorType>(getW1().getType())
+          .getDimSize(1);
+    }
+    int64_t getTopK() {
+      return ::llvm::cast<::mlir::RankedTensorType>(getWeights().getType())
+          .getShape().back();
+    }
+    /// The planning assumption: max_expert_share, 1 / num_experts when
+    /// absent.
+    double getAssumedMaxShare() {
+      if (auto share = getMaxExpertShareAttr())
+        return share.getValueAsDouble();
+      return 1.0 / double(getNumExperts());
+    }
+  }];
+}
+
+def Model_MoeRouterBackwardOp : Model_BackwardOp<"moe_router_backward"> {
+  let summary = "Gradients of the mixture-of-experts router";
+  let description = [{
+    From the forward's `input` and `gate`, the gradient of the routing
+    weights `dweights` (f32 `[batch, seq, top_k]`), the forward's `saved`
+    logits and `indices`: the selection is constant; with `p` the softmax
+    of the logits and `normalize` (its forward's), the selected weights are
+    `w_j = p_{i_j} / s`, `s = sum_j p_{i_j}`, so
+    `dp_{i_j} = (dw_j - sum_l dw_l w_l) / s` (without `normalize`,
+    `dp_{i_j} = dw_j`), zero elsewhere; `dlogits = p * (dp - sum_e dp_e p_e)`;
+    then `dinput = dlogits gate` and `dgate = dlogits^T input`, summed over
+    tokens, in the dtypes of `input` and `gate`.
+
+    FLOPs: `4 * tokens * num_experts * hidden` for the two products, 6 per
+    logit.
+
+    ```mlir
+    %dx, %dgate = model.moe_router_backward %x, %gate, %dw, %logits, %idx {normalize} : (tensor<1x8x64xf32>, tensor<4x64xf32>, tensor<1x8x2xf32>, tensor<1x8x4xf32>, tensor<1x8x2xi32>) -> (tensor<1x8x64xf32>, tensor<4x64xf32>)
+    ```
+  }];
+  let arguments = (ins Model_FloatTensor:$input, Model_FloatTensor:$gate,
+                       Model_RoutingWeights:$dweights,
+                       Model_RoutingWeights:$saved,
+                       Model_TokenTensor:$indices, UnitAttr:$normalize);
+  let results = (outs Model_FloatTensor:$dinput, Model_FloatTensor:$dgate);
+  let assemblyFormat = [{
+    $input `,` $gate `,` $dweights `,` $saved `,` $indices attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Model_MoeExpertsBackwardOp : Model_BackwardOp<"moe_experts_backward"> {
+  let summary = "Gradients of the mixture-of-experts block";
+  let description = [{
+    From the forward's operands, the gradient `dy` of its result and its
+    `saved` state: the combine's backward (`dweights[t, j] = dy[t] .
+    expert_{indices[t, j]}(x[t])`, f32, and each dispatched row's gradient
+    `weights[t, j] dy[t]`), then each expert's SwiGLU backward on its rows:
+    `dinput` (the sum over a token's `top_k` slots) and `dw1`, `dw3`, `dw2`
+    (each expert's gradient from its own rows only; an expert that
+    receives no token gets zeros).
+
+    FLOPs: `12 * tokens * top_k * hidden * intermediate` (twice the
+    forward products), 10 per intermediate element, 4 per combined
+    element.
+
+    ```mlir
+    %dx, %dw, %dw1, %dw3, %dw2 = model.moe_experts_backward %x, %w, %idx, %w1, %w3, %w2, %dy, %saved : (...) -> (...)
+    ```
+  }];
+  let arguments = (ins Model_FloatTensor:$input,
+                       Model_RoutingWeights:$weights,
+                       Model_TokenTensor:$indices, Model_FloatTensor:$w1,
+                       Model_FloatTensor:$w3, Model_FloatTensor:$w2,
+                       Model_FloatTensor:$dy, Model_FloatTensor:$saved);
+  let results = (outs Model_FloatTensor:$dinput,
+                      Model_RoutingWeights:$dweights,
+                      Model_FloatTensor:$dw1, Model_FloatTensor:$dw3,
+                      Model_FloatTensor:$dw2);
+  let assemblyFormat = [{
+    $input `,` $weights `,` $indices `,` $w1 `,` $w3 `,` $w2 `,` $dy `,` $saved attr-dict `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;
 }

@@ -10,7 +10,9 @@
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/StringExtras.h"
 
+#include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -138,6 +140,7 @@ FailureOr<ModelStats> computeModelStats(ModuleOp module) {
   // carry the layer of their name. Ops fed only by the function arguments
   // fall into the first layer that follows.
   llvm::DenseSet<Value> saved;
+  int64_t inactiveParams = 0;
   LayerAttribution attribution(layerFor);
   forward.walk([&](Operation *op) {
     unsigned layer = attribution.attribute(op);
@@ -165,6 +168,20 @@ FailureOr<ModelStats> computeModelStats(ModuleOp module) {
       stats.attentionFlopsPerToken +=
           12 * stats.seqLen * attention.getNumHeads() * attention.getHeadDim();
     }
+    if (auto experts = dyn_cast<MoeExpertsOp>(op)) {
+      // A token uses top_k of the experts' stacked weights.
+      int64_t e = experts.getNumExperts(), k = experts.getTopK();
+      int64_t perExpert = 0;
+      for (Value w : {experts.getW1(), experts.getW3(), experts.getW2()})
+        perExpert += cast<RankedTensorType>(w.getType()).getNumElements() / e;
+      inactiveParams += (e - k) * perExpert;
+      ++stats.moe.layers;
+      stats.moe.experts = std::max(stats.moe.experts, e);
+      stats.moe.topK = std::max(stats.moe.topK, k);
+      stats.moe.routedRows = stats.tokens() * k;
+      stats.moe.assumedMaxShare =
+          std::max(stats.moe.assumedMaxShare, experts.getAssumedMaxShare());
+    }
     if (auto keeps = dyn_cast<SavesForBackwardOpInterface>(op)) {
       llvm::SmallVector<Value> values;
       keeps.getSavedValues(values);
@@ -180,9 +197,8 @@ FailureOr<ModelStats> computeModelStats(ModuleOp module) {
   int64_t tokenCount = stats.tokens();
   stats.trainFlopsPerToken =
       tokenCount ? 3 * stats.forwardFlops / tokenCount : 0;
-  // Every op of these dense graphs runs for every token: all parameters are
-  // active.
-  stats.activeParams = stats.params;
+  // Every parameter is active but the experts a token is not routed to.
+  stats.activeParams = stats.params - inactiveParams;
   stats.formulaFlopsPerToken =
       6 * stats.activeParams + stats.attentionFlopsPerToken;
   // Drop layers that hold nothing (an unused "(inputs)" row).
@@ -246,6 +262,32 @@ savedBytesOfTrainingStep(ModuleOp module) {
   return bytes;
 }
 
+int64_t MoeStats::assumedMaxRows() const {
+  return int64_t(std::ceil(assumedMaxShare * double(routedRows) - 1e-9));
+}
+
+/// Why the token distribution matters, wherever the assumption is printed.
+static const char *kDistributionNote =
+    "memory is exact whatever the distribution (token-sorted dispatch: "
+    "[tokens * top_k, .] buffers); the assumption matters for per-expert "
+    "time and expert parallelism";
+
+static nlohmann::json moeJson(const MoeStats &m) {
+  if (!m.layers)
+    return nullptr;
+  return {{"layers", m.layers},
+          {"experts", m.experts},
+          {"top_k", m.topK},
+          {"routed_rows_per_layer", m.routedRows},
+          {"token_distribution",
+           {{"assumption", m.uniform() ? "uniform" : "max_expert_share"},
+            {"max_expert_share", m.assumedMaxShare},
+            {"max_expert_rows", m.assumedMaxRows()},
+            {"worst_case_max_expert_share", 1.0 / double(m.topK)},
+            {"worst_case_max_expert_rows", m.worstCaseMaxRows()},
+            {"note", kDistributionNote}}}};
+}
+
 nlohmann::json toJson(const ModelStats &stats) {
   nlohmann::json layers = nlohmann::json::array();
   for (const LayerStats &l : stats.layers) {
@@ -258,27 +300,31 @@ nlohmann::json toJson(const ModelStats &stats) {
       layer["attention_kernel"] = l.attentionKernel;
     layers.push_back(std::move(layer));
   }
-  return {{"model", stats.name},
-          {"params", stats.params},
-          {"total_params", stats.params},
-          {"active_params", stats.activeParams},
-          {"param_bytes", stats.paramBytes},
-          {"micro_batch", stats.batch},
-          {"seq_len", stats.seqLen},
-          {"num_layers", stats.numLayers},
-          {"attention_kernels", stats.attentionKernels},
-          {"hidden_size", stats.hiddenSize},
-          {"dtype", stats.dtype},
-          {"tokens_per_micro_batch", stats.tokens()},
-          {"forward_flops_per_micro_batch", stats.forwardFlops},
-          {"train_flops_per_token", stats.trainFlopsPerToken},
-          {"train_flops_per_token_formula", stats.formulaFlopsPerToken},
-          {"attention_flops_per_token", stats.attentionFlopsPerToken},
-          {"saved_bytes_per_micro_batch", stats.savedBytes},
-          {"recompute",
-           {{"mode", recomputeModeName(stats.recompute.mode)},
-            {"every", stats.recompute.every}}},
-          {"layers", layers}};
+  nlohmann::json out = {
+      {"model", stats.name},
+      {"params", stats.params},
+      {"total_params", stats.params},
+      {"active_params", stats.activeParams},
+      {"param_bytes", stats.paramBytes},
+      {"micro_batch", stats.batch},
+      {"seq_len", stats.seqLen},
+      {"num_layers", stats.numLayers},
+      {"attention_kernels", stats.attentionKernels},
+      {"hidden_size", stats.hiddenSize},
+      {"dtype", stats.dtype},
+      {"tokens_per_micro_batch", stats.tokens()},
+      {"forward_flops_per_micro_batch", stats.forwardFlops},
+      {"train_flops_per_token", stats.trainFlopsPerToken},
+      {"train_flops_per_token_formula", stats.formulaFlopsPerToken},
+      {"attention_flops_per_token", stats.attentionFlopsPerToken},
+      {"saved_bytes_per_micro_batch", stats.savedBytes},
+      {"recompute",
+       {{"mode", recomputeModeName(stats.recompute.mode)},
+        {"every", stats.recompute.every}}},
+      {"layers", layers}};
+  if (stats.moe.layers)
+    out["moe"] = moeJson(stats.moe);
+  return out;
 }
 
 std::string formatModelStats(const ModelStats &s) {
@@ -303,6 +349,23 @@ std::string formatModelStats(const ModelStats &s) {
         (kernels.empty() ? "" : ", ") + kernel + " x " + std::to_string(count);
   add("attention layers", std::to_string(s.numLayers) +
                               (kernels.empty() ? "" : " (" + kernels + ")"));
+  if (s.moe.layers) {
+    add("mixture of experts",
+        std::to_string(s.moe.layers) + " layers x " +
+            std::to_string(s.moe.experts) + " experts, top-" +
+            std::to_string(s.moe.topK) + ": " + groupDigits(s.moe.routedRows) +
+            " routed rows per layer");
+    char share[64];
+    std::snprintf(share, sizeof share, "%.4g", s.moe.assumedMaxShare);
+    add("token distribution (assumption)",
+        std::string(s.moe.uniform()
+                        ? "uniform"
+                        : "max expert share " + std::string(share)) +
+            ": busiest expert " + groupDigits(s.moe.assumedMaxRows()) +
+            " rows; worst case " + groupDigits(s.moe.worstCaseMaxRows()) +
+            " rows (every token to one expert)");
+    out += std::string("  (") + kDistributionNote + ")\n";
+  }
   add("train FLOPs / token (graph)",
       humanCount(s.trainFlopsPerToken) + "FLOP  (3 x forward ops)");
   add("train FLOPs / token (6N + 12LHS)",

@@ -33,6 +33,8 @@ const char *familyName(ModelFamily family) {
     return "gemma";
   case ModelFamily::Phi3:
     return "phi3";
+  case ModelFamily::Mixtral:
+    return "mixtral";
   }
   return "?";
 }
@@ -51,17 +53,23 @@ int64_t ModelSpec::parameterCount() const {
     outside += maxPositions * h + 2 * h; // wpe, ln_f
   } else {
     // Phi-3's fused qkv_proj and gate_up_proj hold the same weights.
-    perLayer = 2 * h                        // two RMSNorms
-               + h * q + 2 * h * kv + q * h // q, k, v, o
-               + (qkvBias ? q + 2 * kv : 0) //
-               + (outputBias ? h : 0)       //
-               + 3 * h * i                  // gate, up, down
+    perLayer = 2 * h                                        // two RMSNorms
+               + h * q + 2 * h * kv + q * h                 // q, k, v, o
+               + (qkvBias ? q + 2 * kv : 0)                 //
+               + (outputBias ? h : 0)                       //
+               + (numExperts ? numExperts * (3 * h * i + h) // experts, router
+                             : 3 * h * i)                   // gate, up, down
                + (mlpBias ? 2 * i + h : 0);
     outside += h; // final norm
   }
   if (!tieWordEmbeddings)
     outside += v * h;
   return outside + numLayers * perLayer;
+}
+
+int64_t ModelSpec::activeParameterCount() const {
+  return parameterCount() - numLayers * (numExperts - expertsPerToken) * 3 *
+                                hiddenSize * intermediateSize;
 }
 
 namespace {
@@ -315,8 +323,11 @@ public:
   /// "unset") are noted in one line.
   void checkRemainingKeys(ModelFamily family) {
     std::string type = familyName(family);
+    // Mixtral counts its experts in num_local_experts; another spelling on
+    // it is an unknown key, below.
     for (const std::string &key : expertCountKeys()) {
-      if (error || consumed.count(key) || !has(key))
+      if (error || consumed.count(key) || !has(key) ||
+          family == ModelFamily::Mixtral)
         continue;
       std::string active =
           has("num_experts_per_tok")
@@ -448,8 +459,8 @@ void readGPT2(ConfigReader &r, ModelSpec &spec) {
 /// rotary op has a base only: a scaling that changes the angles is refused;
 /// "dynamic" changes them only beyond max_position_embeddings, which
 /// --seq-len never exceeds.
-void readRope(ConfigReader &r, ModelSpec &spec) {
-  spec.ropeTheta = r.number("rope_theta", 10000.0);
+void readRope(ConfigReader &r, ModelSpec &spec, double defaultTheta) {
+  spec.ropeTheta = r.number("rope_theta", defaultTheta);
   for (const char *key : {"rope_scaling", "rope_parameters"}) {
     r.known(key);
     if (!r.has(key))
@@ -497,8 +508,59 @@ void readRope(ConfigReader &r, ModelSpec &spec) {
   }
 }
 
-/// The Llama-style families: Llama, Mistral, Qwen2, Gemma and Phi-3, each
-/// as its Hugging Face modeling_*.py builds it from its config.
+/// Mixtral's sparse MoE block (MixtralSparseMoeBlock): num_local_experts
+/// SwiGLU experts, each token routed to the num_experts_per_tok largest
+/// softmax probabilities of a linear router, renormalised. The auxiliary
+/// load-balancing loss (output_router_logits) and the router's jitter
+/// noise are not modelled: each is refused when it would change training.
+void readMixtureOfExperts(ConfigReader &r, ModelSpec &spec) {
+  spec.numExperts = r.positive("num_local_experts", 8,
+                               "Hugging Face's Mixtral default "
+                               "num_local_experts");
+  spec.expertsPerToken = r.positive("num_experts_per_tok", 2,
+                                    "Hugging Face's Mixtral default "
+                                    "num_experts_per_tok");
+  if (!r.error && spec.expertsPerToken > spec.numExperts)
+    r.fail("num_experts_per_tok",
+           "'num_experts_per_tok' " + std::to_string(spec.expertsPerToken) +
+               " exceeds num_local_experts " + std::to_string(spec.numExperts) +
+               ": a token is routed to distinct experts");
+  r.known("router_jitter_noise");
+  if (r.has("router_jitter_noise")) {
+    const json &v = r.at("router_jitter_noise");
+    if (!v.is_number() || v.get<double>() < 0.0)
+      r.fail("router_jitter_noise",
+             "'router_jitter_noise' must be a number >= 0, found " + v.dump());
+    else if (v.get<double>() != 0.0)
+      r.fail("router_jitter_noise",
+             "'router_jitter_noise' is " + v.dump() +
+                 ": multiplicative noise on the router's input in training "
+                 "changes the routing and the numerics, and zeroc does not "
+                 "model it; set it to 0.0 to plan the model without it");
+  }
+  bool auxLoss = r.boolean("output_router_logits", false);
+  if (auxLoss)
+    r.fail("output_router_logits",
+           "'output_router_logits' true adds router_aux_loss_coef times the "
+           "load-balancing loss of all layers' router logits to the training "
+           "loss (Hugging Face's load_balancing_loss_func), which zeroc does "
+           "not model; set it to false (as the published Mixtral configs do) "
+           "to plan the language-model loss alone");
+  r.known("router_aux_loss_coef");
+  if (r.has("router_aux_loss_coef") &&
+      !r.at("router_aux_loss_coef").is_number())
+    r.fail("router_aux_loss_coef",
+           "'router_aux_loss_coef' must be a number, found " +
+               r.at("router_aux_loss_coef").dump());
+  else if (!auxLoss)
+    r.noEffect("router_aux_loss_coef",
+               "output_router_logits is false, so the auxiliary loss is not "
+               "added to the loss");
+}
+
+/// The Llama-style families: Llama, Mistral, Qwen2, Gemma, Phi-3 and
+/// Mixtral, each as its Hugging Face modeling_*.py builds it from its
+/// config.
 void readLlamaFamily(ConfigReader &r, ModelSpec &spec, ModelFamily family) {
   spec.family = family;
   bool gemma = family == ModelFamily::Gemma;
@@ -508,13 +570,19 @@ void readLlamaFamily(ConfigReader &r, ModelSpec &spec, ModelFamily family) {
   spec.numHeads = r.positive("num_attention_heads");
   spec.intermediateSize = r.positive("intermediate_size");
   spec.maxPositions = r.positive("max_position_embeddings");
+  bool mixtral = family == ModelFamily::Mixtral;
+  // MixtralConfig's default is 8 key/value heads (None would mean
+  // num_attention_heads, but an absent key is the default).
   spec.numKVHeads =
-      r.positive("num_key_value_heads", spec.numHeads, "num_attention_heads");
-  spec.normEpsilon =
-      r.number("rms_norm_eps", family == ModelFamily::Phi3 ? 1e-5 : 1e-6);
+      mixtral ? r.positive("num_key_value_heads", 8,
+                           "Hugging Face's Mixtral default num_key_value_heads")
+              : r.positive("num_key_value_heads", spec.numHeads,
+                           "num_attention_heads");
+  spec.normEpsilon = r.number(
+      "rms_norm_eps", family == ModelFamily::Phi3 || mixtral ? 1e-5 : 1e-6);
   spec.initializerRange = r.number("initializer_range", 0.02);
   spec.tieWordEmbeddings = r.boolean("tie_word_embeddings", gemma);
-  readRope(r, spec);
+  readRope(r, spec, mixtral ? 1e6 : 10000.0);
   r.noDropout("attention_dropout");
 
   // The MLP's activation.
@@ -610,11 +678,20 @@ void readLlamaFamily(ConfigReader &r, ModelSpec &spec, ModelFamily family) {
     r.noEffect("original_max_position_embeddings",
                "only a rope_scaling uses it, and zeroc plans none");
     break;
+  case ModelFamily::Mixtral:
+    // Hugging Face's Mixtral attends with a window only when sliding_window
+    // is set (null in the published config).
+    r.known("sliding_window");
+    if (r.has("sliding_window"))
+      spec.slidingWindow = r.positive("sliding_window");
+    readMixtureOfExperts(r, spec);
+    break;
   case ModelFamily::GPT2:
     break;
   }
-  // Mistral and Phi-3 have no biases: only false describes them.
-  if (family == ModelFamily::Mistral || family == ModelFamily::Phi3) {
+  // Mistral, Phi-3 and Mixtral have no biases: only false describes them.
+  if (family == ModelFamily::Mistral || family == ModelFamily::Phi3 ||
+      family == ModelFamily::Mixtral) {
     r.onlyFalse("attention_bias", std::string("is not modelled: ") +
                                       familyName(family) +
                                       " has no attention biases");
@@ -658,14 +735,16 @@ Expected<ModelSpec> readHFConfig(const JsonDocument &doc,
   if (r.error)
     return *r.error;
   const char *expected =
-      "\"gpt2\", \"llama\", \"mistral\", \"qwen2\", \"gemma\" or \"phi3\"";
+      "\"gpt2\", \"llama\", \"mistral\", \"qwen2\", \"gemma\", \"phi3\" or "
+      "\"mixtral\"";
   if (type.empty())
     return doc.error("",
                      std::string("missing 'model_type' (") + expected + ")");
   std::optional<ModelFamily> family;
   for (ModelFamily f :
        {ModelFamily::GPT2, ModelFamily::Llama, ModelFamily::Mistral,
-        ModelFamily::Qwen2, ModelFamily::Gemma, ModelFamily::Phi3})
+        ModelFamily::Qwen2, ModelFamily::Gemma, ModelFamily::Phi3,
+        ModelFamily::Mixtral})
     if (type == familyName(f))
       family = f;
   if (!family)
@@ -760,6 +839,22 @@ static const std::map<std::string, const char *> &presetTexts() {
         "num_attention_heads": 4, "num_key_value_heads": 2,
         "max_position_embeddings": 64, "rms_norm_eps": 1e-05,
         "sliding_window": 5})"},
+      {"tiny-mixtral", R"({"model_type": "mixtral", "vocab_size": 256,
+        "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2,
+        "max_position_embeddings": 64, "rms_norm_eps": 1e-05,
+        "rope_theta": 1000000.0, "num_local_experts": 4,
+        "num_experts_per_tok": 2, "output_router_logits": false,
+        "router_aux_loss_coef": 0.02, "sliding_window": null})"},
+      {"mixtral-8x7b", R"({"model_type": "mixtral", "vocab_size": 32000,
+        "hidden_size": 4096, "intermediate_size": 14336,
+        "num_hidden_layers": 32, "num_attention_heads": 32,
+        "num_key_value_heads": 8, "max_position_embeddings": 32768,
+        "rms_norm_eps": 1e-05, "rope_theta": 1000000.0,
+        "num_local_experts": 8, "num_experts_per_tok": 2,
+        "output_router_logits": false, "router_aux_loss_coef": 0.02,
+        "sliding_window": null, "tie_word_embeddings": false,
+        "torch_dtype": "bfloat16"})"},
       {"gpt2", R"({"model_type": "gpt2", "vocab_size": 50257,
         "n_positions": 1024, "n_embd": 768, "n_layer": 12, "n_head": 12,
         "activation_function": "gelu_new", "layer_norm_epsilon": 1e-05})"},

@@ -206,6 +206,33 @@ private:
     return lossHead(h, targets, "lm_head");
   }
 
+  /// Mixtral's sparse MoE block: the router (`gate`, [experts, hidden]) and
+  /// the experts' weights stacked along a leading expert dimension
+  /// (`experts.w1` holds the checkpoint's `experts.{e}.w1.weight`, ...).
+  Value mixtureOfExperts(const std::string &prefix, Value h) {
+    int64_t d = spec.hiddenSize, ff = spec.intermediateSize;
+    int64_t e = spec.numExperts, k = spec.expertsPerToken;
+    double std = spec.initializerRange;
+    Value gate = param(prefix + ".gate.weight", {e, d}, normal(std));
+    auto routed = [&](Type element) {
+      return RankedTensorType::get({spec.microBatch, spec.seqLen, k}, element);
+    };
+    auto router = b.create<MoeRouterOp>(
+        at(prefix + ".gate"), routed(b.getF32Type()), routed(b.getI32Type()),
+        /*saved=*/Type(), h, gate, b.getI64IntegerAttr(k), b.getUnitAttr());
+    Value w1 = param(prefix + ".experts.w1", {e, ff, d}, normal(std));
+    Value w3 = param(prefix + ".experts.w3", {e, ff, d}, normal(std));
+    Value w2 = param(prefix + ".experts.w2", {e, d, ff}, normal(std));
+    FloatAttr share = spec.maxExpertShare > 0
+                          ? b.getF64FloatAttr(spec.maxExpertShare)
+                          : FloatAttr();
+    return b
+        .create<MoeExpertsOp>(at(prefix + ".experts"), activation(d),
+                              /*saved=*/Type(), h, router.getWeights(),
+                              router.getIndices(), w1, w3, w2, share)
+        .getResult();
+  }
+
   /// Llama and the families built like it (Mistral, Qwen2, Gemma, Phi-3),
   /// as their Hugging Face modeling_*.py lay them out.
   Value llama(Value tokens, Value targets) {
@@ -244,6 +271,11 @@ private:
       Value o = linear(p + ".self_attn.o_proj", a, qWidth, d, ob, std);
       x = add(p + ".self_attn.residual", x, o);
       h = rmsNorm(p + ".post_attention_layernorm", x);
+      if (spec.numExperts) {
+        x = add(p + ".block_sparse_moe.residual", x,
+                mixtureOfExperts(p + ".block_sparse_moe", h));
+        continue;
+      }
       Value gate, up;
       if (spec.fusedProjections) {
         Value gateUp = linear(p + ".mlp.gate_up_proj", h, d, 2 * ff, mb, std);

@@ -538,8 +538,110 @@ void memoryTextSection(const Plan &plan, const InspectOptions &,
   out += "\n" + memoryText(summarizeMemory(plan));
 }
 
+/// The mixture-of-experts layers of a plan (model.moe_experts ops of the
+/// micro-step), the planning assumption on the token distribution they
+/// carry, and the experts' share of the parameters.
+struct MoeSummary {
+  int64_t layers = 0, experts = 0, topK = 0, routedRows = 0;
+  double assumedShare = 0;
+  /// The stacked expert tensors (the only rank-3 parameters) and all.
+  int64_t expertParams = 0;
+};
+
+MoeSummary moeSummary(const Plan &plan) {
+  MoeSummary m;
+  for (const PlanPhase &phase : plan.phases) {
+    if (phase.kind != PhaseKind::MicroStep)
+      continue;
+    std::unordered_map<int64_t, const PlanValue *> values;
+    for (const PlanValue &v : phase.values)
+      values[v.id] = &v;
+    for (const PlanOp &op : phase.ops) {
+      // A recomputed forward op is the same layer again.
+      if (op.kind != OpKind::MoeExperts || op.inputs.size() < 6 ||
+          !op.recompute.empty())
+        continue;
+      const PlanValue *weights = values[op.inputs[1]];
+      const PlanValue *w1 = values[op.inputs[3]];
+      if (!weights || !w1 || weights->shape.empty() || w1->shape.empty())
+        continue;
+      ++m.layers;
+      m.topK = weights->shape.back();
+      m.experts = w1->shape.front();
+      int64_t tokens = 1;
+      for (size_t i = 0; i + 1 < weights->shape.size(); ++i)
+        tokens *= weights->shape[i];
+      m.routedRows = tokens * m.topK;
+      const auto &share = op.attrsAs<MoeExpertsAttrs>().maxExpertShare;
+      m.assumedShare =
+          std::max(m.assumedShare, share ? *share : 1.0 / double(m.experts));
+    }
+  }
+  if (m.layers)
+    for (const PlanTensor &t : plan.tensors)
+      if (t.role == TensorRole::Param && t.shape.size() == 3)
+        m.expertParams += t.numel;
+  return m;
+}
+
+const char *kMoeNote =
+    "memory is exact whatever the distribution (token-sorted dispatch: "
+    "[tokens * top_k, .] buffers); the assumption matters for per-expert "
+    "time and expert parallelism (not planned: every rank holds every "
+    "expert)";
+
+int64_t ceilRows(double share, int64_t rows) {
+  return int64_t(std::ceil(share * double(rows) - 1e-9));
+}
+
+void moeJson(const Plan &plan, const InspectOptions &, json &out) {
+  MoeSummary m = moeSummary(plan);
+  if (!m.layers)
+    return;
+  out["moe"] = {{"layers", m.layers},
+                {"experts", m.experts},
+                {"top_k", m.topK},
+                {"routed_rows_per_layer", m.routedRows},
+                {"expert_params", m.expertParams},
+                {"non_expert_params", plan.model.params - m.expertParams},
+                {"token_distribution",
+                 {{"max_expert_share", m.assumedShare},
+                  {"max_expert_rows", ceilRows(m.assumedShare, m.routedRows)},
+                  {"worst_case_max_expert_share", 1.0 / double(m.topK)},
+                  {"worst_case_max_expert_rows", m.routedRows / m.topK},
+                  {"note", kMoeNote}}}};
+}
+
+void moeText(const Plan &plan, const InspectOptions &, std::string &out) {
+  MoeSummary m = moeSummary(plan);
+  if (!m.layers)
+    return;
+  out += "\nmixture of experts\n";
+  addField(out, "layers x experts, top-k",
+           std::to_string(m.layers) + " x " + std::to_string(m.experts) +
+               ", top-" + std::to_string(m.topK) + ": " +
+               groupDigits(m.routedRows) + " routed rows per layer");
+  addField(out, "expert parameters",
+           groupDigits(m.expertParams) + " of " +
+               groupDigits(plan.model.params) +
+               " (a data-parallel group like the others: no expert "
+               "parallelism)");
+  bool uniform = m.assumedShare * double(m.experts) <= 1.0 + 1e-9;
+  char share[32];
+  std::snprintf(share, sizeof share, "%.4g", m.assumedShare);
+  addField(out, "token distribution (assumption)",
+           std::string(uniform ? "uniform"
+                               : "max expert share " + std::string(share)) +
+               ": busiest expert " +
+               groupDigits(ceilRows(m.assumedShare, m.routedRows)) +
+               " rows; worst case " + groupDigits(m.routedRows / m.topK) +
+               " rows (every token to one expert)");
+  out += std::string("  (") + kMoeNote + ")\n";
+}
+
 const Section kSections[] = {
     {summaryJson, summaryText},
+    {moeJson, moeText},
     {persistentJson, persistentText},
     {memoryJsonSection, memoryTextSection},
     {commJson, commText},

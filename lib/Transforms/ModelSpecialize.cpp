@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "model/ModelOps.h"
 #include "zeroc/Analysis/ModelStats.h"
 #include "zeroc/Transforms/Passes.h"
 
@@ -61,11 +62,11 @@ public:
       param.setTypeAttr(TypeAttr::get(convert(param.getType(), element)));
 
     bool ok = true;
-    auto specialize = [&](Value value, bool batched) {
+    auto specialize = [&](Value value, bool batched, bool keepElement) {
       auto type = dyn_cast<RankedTensorType>(value.getType());
       if (!type || type.getRank() == 0)
         return; // The loss.
-      Type converted = convert(type, element);
+      Type converted = keepElement ? type : convert(type, element);
       if (batched && microBatch > 0) {
         if (type.getDimSize(0) != modelBatch) {
           if (Operation *def = value.getDefiningOp())
@@ -88,11 +89,13 @@ public:
       value.setType(converted);
     };
     for (BlockArgument arg : forward.getArguments())
-      specialize(arg, /*batched=*/true);
+      specialize(arg, /*batched=*/true, /*keepElement=*/false);
     forward.walk([&](Operation *op) {
       bool batched = !isa<model::ParamRefOp>(op);
+      // The router's weights are f32 whatever the model's dtype.
+      bool keepElement = isa<model::MoeRouterOp>(op);
       for (Value result : op->getResults())
-        specialize(result, batched);
+        specialize(result, batched, keepElement);
     });
     if (!ok)
       return signalPassFailure();

@@ -10,8 +10,10 @@
 
 #include "zeroc/Transforms/Passes.h"
 
+#include "model/ModelOps.h"
 #include "sched/SchedOps.h"
 #include "zeroc/Support/Memory.h"
+#include "zeroc/Support/Workspace.h"
 
 #include "mlir/Analysis/Liveness.h"
 #include "mlir/IR/Builders.h"
@@ -180,17 +182,65 @@ private:
       }
       // Scratch an op needs while it runs (Workspace.h): from the op to its
       // wait, or at the op alone.
+      int64_t bytes = 0;
       if (auto scratch = dyn_cast<sched::WorkspaceOpInterface>(op))
-        if (int64_t bytes = scratch.getWorkspaceBytes(symbols)) {
-          size_t end = index[op];
-          if (isa<sched::AsyncStartOpInterface>(op))
-            end = index[waitOf(op)];
-          Buffer buffer{bytes, index[op], end, Category::Workspace,
-                        -1,    Value(),   op};
-          buffer.touches = {index[op], end};
-          buffers.push_back(buffer);
-        }
+        bytes = scratch.getWorkspaceBytes(symbols);
+      else
+        bytes = modelOpWorkspaceBytes(op);
+      if (bytes) {
+        size_t end = index[op];
+        if (isa<sched::AsyncStartOpInterface>(op))
+          end = index[waitOf(op)];
+        Buffer buffer{bytes, index[op], end, Category::Workspace,
+                      -1,    Value(),   op};
+        buffer.touches = {index[op], end};
+        buffers.push_back(buffer);
+      }
     }
+  }
+
+  /// The workspace of a mixture-of-experts op (Workspace.h): the runtime
+  /// sizes it from the op's tensors with the same function (Dispatch.h).
+  static int64_t modelOpWorkspaceBytes(Operation *op) {
+    auto tensor = [](Value v) { return cast<RankedTensorType>(v.getType()); };
+    MoeShape s;
+    auto tokens = [&](Value x) {
+      RankedTensorType t = tensor(x);
+      s.hidden = t.getShape().back();
+      s.tokens = t.getNumElements() / s.hidden;
+      s.elementBytes = model::tensorBytes(t) / t.getNumElements();
+    };
+    MoeScratchKind kind = MoeScratchKind::RouterForward;
+    if (auto router = dyn_cast<model::MoeRouterOp>(op)) {
+      kind = MoeScratchKind::RouterForward;
+      tokens(router.getInput());
+      s.experts = router.getNumExperts();
+      s.topK = int64_t(router.getTopK());
+      s.savedOutput = bool(router.getSaved());
+    } else if (auto experts = dyn_cast<model::MoeExpertsOp>(op)) {
+      kind = MoeScratchKind::ExpertsForward;
+      tokens(experts.getInput());
+      s.experts = experts.getNumExperts();
+      s.topK = experts.getTopK();
+      s.intermediate = experts.getIntermediateSize();
+      s.savedOutput = bool(experts.getSaved());
+    } else if (auto back = dyn_cast<model::MoeExpertsBackwardOp>(op)) {
+      kind = MoeScratchKind::ExpertsBackward;
+      tokens(back.getInput());
+      s.experts = tensor(back.getW1()).getDimSize(0);
+      s.intermediate = tensor(back.getW1()).getDimSize(1);
+      s.topK = tensor(back.getWeights()).getShape().back();
+    } else if (auto back = dyn_cast<model::MoeRouterBackwardOp>(op)) {
+      kind = MoeScratchKind::RouterBackward;
+      tokens(back.getInput());
+      s.experts = tensor(back.getGate()).getDimSize(0);
+      s.topK = tensor(back.getDweights()).getShape().back();
+    } else {
+      return 0;
+    }
+    WorkspaceLayout ws;
+    moeScratchParts(ws, kind, s);
+    return ws.size();
   }
 
   /// The buffer an `in_place` sum's result takes over: its lhs's, when the

@@ -31,7 +31,17 @@ void Executor::Impl::compute(const PlanOp &op) {
   step.lossTokens = lossTokens;
   step.documents = documents.data && documentAttention ? &documents : nullptr;
   step.positions = documents.data && documentPositions ? &documents : nullptr;
-  std::optional<Status> status = dev->modelOp(op, in, out, step);
+  // Intermediates of a composite op (the mixture of experts): its planned
+  // workspace, or tracked unplanned memory where the plan has none.
+  std::vector<std::shared_ptr<char>> unplanned;
+  char *scratch = workspace(op, modelOpScratchBytes(op, in, out), unplanned);
+  std::optional<Status> status = dev->modelOp(op, in, out, step, scratch);
+  if (!unplanned.empty()) {
+    // Kernels may still run on the device's stream: kept to the phase's end.
+    std::lock_guard<std::mutex> lock(inflightMutex);
+    for (auto &p : unplanned)
+      inflightScratch.push_back(std::move(p));
+  }
   if (!status)
     fail("op " + std::to_string(op.index) + ": kind '" + op.kindName() +
          "' is not supported by the " + dev->name() + " executor");

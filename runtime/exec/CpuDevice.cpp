@@ -47,9 +47,10 @@ public:
 
   std::optional<Status> modelOp(const PlanOp &op, const std::vector<Tensor> &in,
                                 const std::vector<Tensor> &out,
-                                const StepContext &step) override {
+                                const StepContext &step,
+                                char *scratch) override {
     CpuKernels kernels;
-    return runModelOp(kernels, op, in, out, step);
+    return runModelOp(kernels, op, in, out, step, scratch);
   }
   Status accumulate(const Tensor &acc, const Tensor &g) override {
     return cpu::accumulate(acc, g);

@@ -83,6 +83,13 @@ struct CudaKernels {
   ZEROC_CUDA_GEMM_KERNEL(flashAttentionBackward)
   ZEROC_CUDA_KERNEL(crossEntropyForward)
   ZEROC_CUDA_KERNEL(crossEntropyBackward)
+  ZEROC_CUDA_GEMM_KERNEL(moeRouterForward)
+  ZEROC_CUDA_KERNEL(moeRouterBackward)
+  ZEROC_CUDA_KERNEL(moeDispatchPlan)
+  ZEROC_CUDA_GEMM_KERNEL(moeExpertsForward)
+  ZEROC_CUDA_KERNEL(moeCombineForward)
+  ZEROC_CUDA_KERNEL(moeCombineBackward)
+  ZEROC_CUDA_GEMM_KERNEL(moeExpertsBackward)
   ZEROC_CUDA_KERNEL(backwardSeed)
 #undef ZEROC_CUDA_KERNEL
 #undef ZEROC_CUDA_GEMM_KERNEL
@@ -207,10 +214,11 @@ public:
 
   std::optional<Status> modelOp(const PlanOp &op, const std::vector<Tensor> &in,
                                 const std::vector<Tensor> &out,
-                                const StepContext &step) override {
+                                const StepContext &step,
+                                char *scratch) override {
     StreamState &s = state();
     CudaKernels kernels{s.stream, *s.context};
-    return runModelOp(kernels, op, in, out, step);
+    return runModelOp(kernels, op, in, out, step, scratch);
   }
   Status accumulate(const Tensor &acc, const Tensor &g) override {
     return cuda::accumulate(acc, g, stream());

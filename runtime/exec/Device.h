@@ -99,11 +99,14 @@ public:
   virtual void toHost(void *hostDst, const void *src, int64_t bytes) = 0;
   virtual void fromHost(void *dst, const void *hostSrc, int64_t bytes) = 0;
 
-  // Kernels. Tensors are views of this device's memory.
+  // Kernels. Tensors are views of this device's memory; `scratch` is the
+  // op's workspace (Dispatch.h's modelOpScratchBytes), null where it has
+  // none.
   virtual std::optional<Status> modelOp(const PlanOp &op,
                                         const std::vector<Tensor> &in,
                                         const std::vector<Tensor> &out,
-                                        const StepContext &step) = 0;
+                                        const StepContext &step,
+                                        char *scratch) = 0;
   virtual Status accumulate(const Tensor &acc, const Tensor &g) = 0;
   virtual Status zeroTensor(const Tensor &t) = 0;
   virtual Status castTensor(const Tensor &src, const Tensor &dst) = 0;

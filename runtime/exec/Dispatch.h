@@ -14,7 +14,9 @@
 
 #include "Kernels.h"
 #include "zeroc/Plan/Plan.h"
+#include "zeroc/Support/Workspace.h"
 
+#include <array>
 #include <optional>
 #include <string>
 #include <utility>
@@ -53,6 +55,13 @@ namespace zeroc::runtime {
   X(flashAttentionBackward)                                                    \
   X(crossEntropyForward)                                                       \
   X(crossEntropyBackward)                                                      \
+  X(moeRouterForward)                                                          \
+  X(moeRouterBackward)                                                         \
+  X(moeDispatchPlan)                                                           \
+  X(moeExpertsForward)                                                         \
+  X(moeCombineForward)                                                         \
+  X(moeCombineBackward)                                                        \
+  X(moeExpertsBackward)                                                        \
   X(backwardSeed)
 
 /// The CPU kernel set.
@@ -83,6 +92,56 @@ struct StepContext {
   /// from 0. Null: positions 0 .. seq - 1 in every sequence.
   const Tensor *positions = nullptr;
 };
+/// The workspace of a mixture-of-experts op (Workspace.h), from its
+/// tensors; nullopt for every other op. The executor sizes the op's
+/// workspace with it, and runModelOp finds the parts with it.
+template <typename In, typename Out>
+std::optional<std::pair<MoeScratchKind, MoeShape>>
+moeScratchOf(const PlanOp &op, In in, Out out) {
+  MoeShape s;
+  auto tokens = [&](const Tensor &x) {
+    s.tokens = x.rows();
+    s.hidden = x.dim(-1);
+    s.elementBytes = bytesPerElement(x.dtype);
+  };
+  switch (op.kind) {
+  case OpKind::MoeRouter:
+    tokens(in(0));
+    s.experts = in(1).dim(0);
+    s.topK = out(0).dim(-1);
+    s.savedOutput = op.outputs.size() > 2;
+    return std::make_pair(MoeScratchKind::RouterForward, s);
+  case OpKind::MoeExperts:
+  case OpKind::MoeExpertsBackward:
+    tokens(in(0));
+    s.topK = in(1).dim(-1);
+    s.experts = in(3).dim(0);
+    s.intermediate = in(3).dim(1);
+    s.savedOutput = op.outputs.size() > 1;
+    return std::make_pair(op.kind == OpKind::MoeExperts
+                              ? MoeScratchKind::ExpertsForward
+                              : MoeScratchKind::ExpertsBackward,
+                          s);
+  case OpKind::MoeRouterBackward:
+    tokens(in(0));
+    s.experts = in(1).dim(0);
+    s.topK = in(2).dim(-1);
+    return std::make_pair(MoeScratchKind::RouterBackward, s);
+  default:
+    return std::nullopt;
+  }
+}
+
+/// The bytes of `op`'s workspace that runModelOp needs (0 for most ops).
+template <typename In, typename Out>
+int64_t modelOpScratchBytes(const PlanOp &op, In in, Out out) {
+  auto moe = moeScratchOf(op, in, out);
+  if (!moe)
+    return 0;
+  WorkspaceLayout ws;
+  moeScratchParts(ws, moe->first, moe->second);
+  return ws.size();
+}
 
 /// Runs the kernel of model op `op` (inputs `in(i)`, outputs `out(i)`:
 /// Tensor views) with kernel set `k`. nullopt: not a model op.
@@ -94,7 +153,8 @@ struct StepContext {
 /// (PlanOps.h).
 template <typename K, typename In, typename Out>
 std::optional<Status> runModelOp(K &k, const PlanOp &op, In in, Out out,
-                                 const StepContext &step) {
+                                 const StepContext &step,
+                                 char *scratch = nullptr) {
   // The state output of a forward op, null in a forward-only plan.
   auto savedOut = [&]() -> const Tensor * {
     return op.outputs.size() > 1 ? &out(1) : nullptr;
@@ -104,6 +164,47 @@ std::optional<Status> runModelOp(K &k, const PlanOp &op, In in, Out out,
   auto rms = [&] { return op.attrsAs<RMSNormAttrs>(); };
   auto heads = [&] { return op.attrsAs<AttentionAttrs>(); };
   auto rotary = [&] { return op.attrsAs<RotaryAttrs>(); };
+  // A mixture-of-experts op's intermediates, views of its workspace or of
+  // its saved state (h1, h3, ysorted in that order: ModelOps.td).
+  auto moe = moeScratchOf(op, in, out);
+  MoeScratchParts parts;
+  if (moe) {
+    WorkspaceLayout ws;
+    parts = moeScratchParts(ws, moe->first, moe->second);
+    if (ws.size() > 0 && !scratch)
+      return Status{std::string(opKindName(op.kind)) +
+                    ": no workspace for its intermediates"};
+  }
+  auto part = [&](int64_t offset, DType dtype,
+                  std::vector<int64_t> shape) -> Tensor {
+    return Tensor{scratch + offset, dtype, std::move(shape)};
+  };
+  auto dispatch = [&]() {
+    const MoeShape &m = moe->second;
+    int64_t rows = m.tokens * m.topK;
+    return std::array<Tensor, 3>{
+        part(parts.offsets, DType::I32, {m.experts + 1}),
+        part(parts.rowToken, DType::I32, {rows}),
+        part(parts.rowSlot, DType::I32, {rows})};
+  };
+  // h1, h3, ysorted: the saved state `state` (flat, in the model dtype) or
+  // the workspace.
+  auto expertsState = [&](const Tensor *state) {
+    const MoeShape &m = moe->second;
+    int64_t rows = m.tokens * m.topK, n = rows * m.intermediate;
+    DType dt = in(0).dtype;
+    if (state) {
+      char *base = static_cast<char *>(state->data);
+      int64_t b = bytesPerElement(dt);
+      return std::array<Tensor, 3>{
+          Tensor{base, dt, {rows, m.intermediate}},
+          Tensor{base + n * b, dt, {rows, m.intermediate}},
+          Tensor{base + 2 * n * b, dt, {rows, m.hidden}}};
+    }
+    return std::array<Tensor, 3>{part(parts.h1, dt, {rows, m.intermediate}),
+                                 part(parts.h3, dt, {rows, m.intermediate}),
+                                 part(parts.ysorted, dt, {rows, m.hidden})};
+  };
   // Every model kind has its kernel here: a new one is a compile error.
   switch (op.kind) {
   case OpKind::Embedding:
@@ -194,6 +295,51 @@ std::optional<Status> runModelOp(K &k, const PlanOp &op, In in, Out out,
     return k.embeddingBackward(in(0), in(1), out(0));
   case OpKind::PositionEmbeddingBackward:
     return k.positionEmbeddingBackward(in(0), out(0), step.positions);
+  case OpKind::MoeRouter: {
+    const MoeRouterAttrs &a = op.attrsAs<MoeRouterAttrs>();
+    const MoeShape &m = moe->second;
+    Tensor logits = savedOut() && op.outputs.size() > 2
+                        ? out(2)
+                        : part(parts.logits, DType::F32, {m.tokens, m.experts});
+    return k.moeRouterForward(in(0), in(1), a.topK, a.normalize, logits, out(0),
+                              out(1));
+  }
+  case OpKind::MoeExperts: {
+    // Dispatch plan, the experts' products, the weighted combine.
+    auto [offsets, rowToken, rowSlot] = dispatch();
+    auto [h1, h3, ysorted] = expertsState(savedOut());
+    ZEROC_RETURN_IF_ERROR(
+        k.moeDispatchPlan(in(2), in(3).dim(0), offsets, rowToken, rowSlot));
+    ZEROC_RETURN_IF_ERROR(k.moeExpertsForward(
+        in(0), in(3), in(4), in(5), offsets, rowToken, h1, h3, ysorted));
+    return k.moeCombineForward(ysorted, in(1), rowToken, rowSlot, out(0));
+  }
+  case OpKind::MoeExpertsBackward: {
+    auto [offsets, rowToken, rowSlot] = dispatch();
+    auto [h1, h3, ysorted] = expertsState(&savedIn());
+    const MoeShape &m = moe->second;
+    Tensor dysorted =
+        part(parts.dysorted, in(0).dtype, {m.tokens * m.topK, m.hidden});
+    ZEROC_RETURN_IF_ERROR(
+        k.moeDispatchPlan(in(2), in(3).dim(0), offsets, rowToken, rowSlot));
+    ZEROC_RETURN_IF_ERROR(k.moeCombineBackward(in(6), ysorted, in(1), rowToken,
+                                               rowSlot, dysorted, out(1)));
+    return k.moeExpertsBackward(dysorted, in(0), in(3), in(4), in(5), offsets,
+                                rowToken, h1, h3, out(0), out(2), out(3),
+                                out(4));
+  }
+  case OpKind::MoeRouterBackward: {
+    // dlogits in the model dtype, then the logits' linear backward.
+    const MoeShape &m = moe->second;
+    std::vector<int64_t> shape(in(0).shape);
+    shape.back() = m.experts;
+    Tensor dlogits = part(parts.dlogits, in(0).dtype, shape);
+    ZEROC_RETURN_IF_ERROR(k.moeRouterBackward(
+        in(2), in(3), in(4), op.attrsAs<MoeNormalizeAttrs>().normalize,
+        dlogits));
+    ZEROC_RETURN_IF_ERROR(k.linearGradInput(dlogits, in(1), out(0)));
+    return k.linearGradWeight(dlogits, in(0), out(1));
+  }
 #define ZEROC_NOT_A_KERNEL(e, name, attrs) case OpKind::e:
     ZEROC_PLAN_SCHED_OPS(ZEROC_NOT_A_KERNEL)
 #undef ZEROC_NOT_A_KERNEL
@@ -205,12 +351,23 @@ std::optional<Status> runModelOp(K &k, const PlanOp &op, In in, Out out,
 
 /// runModelOp over the op's input and output tensors in vectors.
 template <typename K>
-std::optional<Status>
-runModelOp(K &k, const PlanOp &op, const std::vector<Tensor> &in,
-           const std::vector<Tensor> &out, const StepContext &step) {
+std::optional<Status> runModelOp(K &k, const PlanOp &op,
+                                 const std::vector<Tensor> &in,
+                                 const std::vector<Tensor> &out,
+                                 const StepContext &step,
+                                 char *scratch = nullptr) {
   return runModelOp(
       k, op, [&](size_t i) -> const Tensor & { return in.at(i); },
-      [&](size_t i) -> const Tensor & { return out.at(i); }, step);
+      [&](size_t i) -> const Tensor & { return out.at(i); }, step, scratch);
+}
+
+/// modelOpScratchBytes over tensors in vectors.
+inline int64_t modelOpScratchBytes(const PlanOp &op,
+                                   const std::vector<Tensor> &in,
+                                   const std::vector<Tensor> &out) {
+  return modelOpScratchBytes(
+      op, [&](size_t i) -> const Tensor & { return in.at(i); },
+      [&](size_t i) -> const Tensor & { return out.at(i); });
 }
 
 } // namespace zeroc::runtime

@@ -15,6 +15,7 @@
 #include "cpu/CrossEntropy.h"
 #include "cpu/Embedding.h"
 #include "cpu/Linear.h"
+#include "cpu/Moe.h"
 #include "cpu/Norms.h"
 #include "cpu/Optimizer.h"
 #include "cpu/Rotary.h"

@@ -234,12 +234,13 @@ TEST(Executor, AFailingOpOnAnotherStreamStopsTheStepWithItsError) {
 
 namespace {
 
-/// A kernel set that records which kernel ran, for the dispatch table test.
+/// A kernel set that records which kernels ran, in order ("a+b" for a
+/// composite op such as moe_experts), for the dispatch table test.
 struct RecordingKernels {
   std::string ran;
 #define ZEROC_RECORD_KERNEL(name)                                              \
   template <typename... Args> cpu::Status name(Args &&...) {                   \
-    ran = #name;                                                               \
+    ran += (ran.empty() ? "" : "+") + std::string(#name);                      \
     return {};                                                                 \
   }
   ZEROC_MODEL_KERNELS(ZEROC_RECORD_KERNEL)
@@ -248,11 +249,13 @@ struct RecordingKernels {
 
 } // namespace
 
-// Every model op kind of the plan format has a kernel in the one dispatch
-// both devices use, and nothing else does: adding a kind to PlanOps.h without
-// a kernel fails here (and, through -Wswitch, at compile time).
+// Every model op kind of the plan format has a kernel (or, for the mixture
+// of experts, a chain of kernels) in the one dispatch both devices use, and
+// nothing else does: adding a kind to PlanOps.h without a kernel fails here
+// (and, through -Wswitch, at compile time).
 TEST(Dispatch, EveryModelOpKindHasAKernel) {
   cpu::Tensor scratch{nullptr, DType::F32, {1, 1, 1}};
+  std::vector<char> workspace(4096);
   auto any = [&](size_t) -> const cpu::Tensor & { return scratch; };
   std::set<std::string> kernels;
   for (OpKind kind : kAllOpKinds) {
@@ -263,7 +266,11 @@ TEST(Dispatch, EveryModelOpKindHasAKernel) {
     op.inputs = {0, 1, 2, 3, 4, 5};
     op.outputs = {0, 1, 2};
     RecordingKernels k;
-    std::optional<cpu::Status> status = runModelOp(k, op, any, any, {});
+    EXPECT_LE(modelOpScratchBytes(op, any, any), int64_t(workspace.size()));
+    std::optional<cpu::Status> status =
+        runModelOp(k, op, any, any, StepContext{}, workspace.data());
+    if (status)
+      EXPECT_TRUE(status->ok()) << status->error;
     EXPECT_EQ(status.has_value(), isModelOp(kind));
     EXPECT_EQ(!k.ran.empty(), isModelOp(kind));
     if (isModelOp(kind)) {

@@ -4,8 +4,8 @@ with the Python standard library only.
 
 Written from the published model definitions, not from zeroc's kernels:
 Hugging Face's GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM,
-Qwen2ForCausalLM, GemmaForCausalLM and Phi3ForCausalLM (transformers'
-modeling_*.py), read from a Hugging Face config.json with the Hugging Face
+Qwen2ForCausalLM, GemmaForCausalLM, Phi3ForCausalLM and MixtralForCausalLM
+(transformers' modeling_*.py), read from a Hugging Face config.json with the Hugging Face
 defaults. It is the independent side
 of test/Runtime/zerorun_e2e.py's grad-check scenario: its loss must equal
 zerorun's on the same weights and tokens, and its central finite
@@ -28,7 +28,7 @@ import math
 import struct
 from operator import mul
 
-LLAMA_LIKE = ("llama", "mistral", "qwen2", "gemma", "phi3")
+LLAMA_LIKE = ("llama", "mistral", "qwen2", "gemma", "phi3", "mixtral")
 
 
 # ----------------------------------------------------------------------------
@@ -117,10 +117,24 @@ class Config:
             self.hidden = hf["hidden_size"]
             self.layers = hf["num_hidden_layers"]
             self.heads = hf["num_attention_heads"]
-            self.kv_heads = hf.get("num_key_value_heads", self.heads)
+            # MixtralConfig's defaults: 8 key/value heads, eps 1e-5,
+            # rope_theta 1e6.
+            moe = f == "mixtral"
+            self.kv_heads = hf.get("num_key_value_heads",
+                                   8 if moe else self.heads)
             self.ff = hf["intermediate_size"]
-            self.eps = hf.get("rms_norm_eps", 1e-5 if f == "phi3" else 1e-6)
-            self.theta = hf.get("rope_theta", 10000.0)
+            self.eps = hf.get("rms_norm_eps",
+                              1e-5 if f in ("phi3", "mixtral") else 1e-6)
+            self.theta = hf.get("rope_theta", 1e6 if moe else 10000.0)
+            # MixtralSparseMoeBlock: num_local_experts SwiGLU experts, each
+            # token to the num_experts_per_tok largest softmax
+            # probabilities, renormalised.
+            self.experts = hf.get("num_local_experts", 8) if moe else 0
+            self.top_k = hf.get("num_experts_per_tok", 2) if moe else 0
+            if moe and (hf.get("output_router_logits") or
+                        hf.get("router_jitter_noise")):
+                raise ValueError("the auxiliary loss and router jitter are "
+                                 "not modelled")
             self.tied = hf.get("tie_word_embeddings", f == "gemma")
             if hf.get("attention_bias") or hf.get("mlp_bias"):
                 raise ValueError("attention_bias / mlp_bias are not modelled")
@@ -129,7 +143,7 @@ class Config:
             # MistralConfig's default window is 4096; Phi3Config has none.
             if f == "mistral":
                 self.window = hf.get("sliding_window", 4096)
-            elif f == "phi3":
+            elif f in ("phi3", "mixtral"):
                 self.window = hf.get("sliding_window")
             else:
                 self.window = None
@@ -182,12 +196,21 @@ class Config:
                     shapes[p + "self_attn.k_proj.bias"] = [kv]
                     shapes[p + "self_attn.v_proj.bias"] = [kv]
                 shapes[p + "self_attn.o_proj.weight"] = [d, q]
-                if self.fused:
+                if self.experts:
+                    # The experts' weights stacked (experts.e.w1.weight is
+                    # slice e of experts.w1).
+                    e, moe = self.experts, p + "block_sparse_moe."
+                    shapes[moe + "gate.weight"] = [e, d]
+                    shapes[moe + "experts.w1"] = [e, ff, d]
+                    shapes[moe + "experts.w3"] = [e, ff, d]
+                    shapes[moe + "experts.w2"] = [e, d, ff]
+                elif self.fused:
                     shapes[p + "mlp.gate_up_proj.weight"] = [2 * ff, d]
                 else:
                     shapes[p + "mlp.gate_proj.weight"] = [ff, d]
                     shapes[p + "mlp.up_proj.weight"] = [ff, d]
-                shapes[p + "mlp.down_proj.weight"] = [d, ff]
+                if not self.experts:
+                    shapes[p + "mlp.down_proj.weight"] = [d, ff]
             shapes["norm.weight"] = [d]
         if not self.tied:
             shapes["lm_head.weight"] = [v, d]
@@ -317,6 +340,32 @@ def causal_attention(q, k, v, batch, seq, heads, kv_heads, head_dim,
     return out
 
 
+def moe_block(x, gate, w1, w3, w2, top_k):
+    """MixtralSparseMoeBlock: router_logits = gate(x); p = softmax (f32 in
+    Hugging Face, float64 here); the top_k largest p, renormalised; the
+    weighted sum of the selected experts' w2(silu(w1 v) * w3 v). w1, w3, w2
+    are lists of per-expert weight matrices (rows)."""
+    logits = linear(x, gate)
+    out = []
+    for r, lg in zip(x, logits):
+        m = max(lg)
+        e = [math.exp(v - m) for v in lg]
+        z = sum(e)
+        p = [v / z for v in e]
+        # torch.topk: decreasing, ties to the lower index.
+        chosen = sorted(range(len(p)), key=lambda i: (-p[i], i))[:top_k]
+        total = sum(p[i] for i in chosen)
+        y = [0.0] * len(r)
+        for i in chosen:
+            gate_act = [silu(v) for v in linear([r], w1[i])[0]]
+            up = linear([r], w3[i])[0]
+            down = linear([[g * u for g, u in zip(gate_act, up)]], w2[i])[0]
+            weight = p[i] / total
+            y = [a + weight * b for a, b in zip(y, down)]
+        out.append(y)
+    return out
+
+
 def cross_entropy(logits, targets):
     """Mean over the counted tokens of logsumexp(logits) - logits[target];
     a target -100 is not counted (Hugging Face's label convention)."""
@@ -346,6 +395,11 @@ class Model:
 
     def weights(self, params, name):
         shape, values = params[name]
+        if len(shape) == 3:
+            # Stacked experts: one [rows][cols] matrix per expert.
+            n = shape[1] * shape[2]
+            return [rows(values[e * n:(e + 1) * n], shape[1:])
+                    for e in range(shape[0])]
         return rows(values, shape) if len(shape) == 2 else values
 
     def embed(self, params, inputs):
@@ -408,6 +462,12 @@ class Model:
         x = add(x, linear(a, w(p + "self_attn.o_proj.weight")))
         h = rms_norm(x, w(p + "post_attention_layernorm.weight"), c.eps,
                      offset)
+        if c.experts:
+            moe = p + "block_sparse_moe."
+            return add(x, moe_block(h, w(moe + "gate.weight"),
+                                    w(moe + "experts.w1"),
+                                    w(moe + "experts.w3"),
+                                    w(moe + "experts.w2"), c.top_k))
         if c.fused:
             # Phi3MLP: gate, up = gate_up_proj(x).chunk(2, dim=-1).
             gate_up = linear(h, w(p + "mlp.gate_up_proj.weight"))

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """End-to-end tests of zerorun: compile plans of the tiny models (tiny-gpt2,
-tiny-llama, tiny-mistral, tiny-qwen2, tiny-gemma, tiny-phi3) with zeroc, run them (under mpirun for more than one rank) and compare the
+tiny-llama, tiny-mistral, tiny-qwen2, tiny-gemma, tiny-phi3, tiny-mixtral) with zeroc, run them (under mpirun for more than one rank) and compare the
 per-step losses, the final weights and the memory with the plan's.
 
   zerorun_e2e.py --zeroc Z --zerorun R --mpirun "mpirun --oversubscribe ..."
@@ -16,7 +16,7 @@ Scenarios:
          removed),
          bucket=N (reduce and allgather bucket sizes), persist=N (stage-3
          persistence threshold), clip=X, dtype=f32|bf16|f16,
-         model=gpt2|llama|mistral|qwen2|gemma|phi3 (tiny-MODEL; tiny-gpt2
+         model=gpt2|llama|mistral|qwen2|gemma|phi3|mixtral (tiny-MODEL; tiny-gpt2
          is the default),
          optimizer=lamb (DeepSpeed's Lamb; AdamW otherwise),
          bias_correction=false (the optimizer's, DeepSpeed's key; with it
@@ -98,6 +98,14 @@ Scenarios:
                        (relative WEIGHT_TOL_F32); --init-from that file with --steps 0
                        saves exactly those weights; SPEC and stage 0 started
                        --init-from it have the same first loss
+  moe-dense            a mixture of one expert with top-1 is the dense MLP:
+                       tiny Llama and the same model as Mixtral with one
+                       expert (w1, w3, w2 = gate_proj, up_proj, down_proj;
+                       any router weight: the softmax of one logit is 1),
+                       f32, stage 0, one step on random weights: the same
+                       loss, bit for bit, and the same gradients (the
+                       router's exactly 0: the weight of a single expert
+                       does not depend on its logit)
   grad-check:MODEL     tiny-MODEL (a MODEL of model=, from
                        examples/configs/tiny-MODEL/config.json), f32, stage 0
                        on one rank, on random weights and tokens: the float64
@@ -192,7 +200,7 @@ def data_options(args, opts):
     return ["--loss-mask"]
 
 
-MODELS = ("gpt2", "llama", "mistral", "qwen2", "gemma", "phi3")
+MODELS = ("gpt2", "llama", "mistral", "qwen2", "gemma", "phi3", "mixtral")
 
 
 def model(args, dtype, name="gpt2", attention="flash"):
@@ -1054,6 +1062,9 @@ def grad_check_weights(plan_path, rnd, unit_offset_norms=False):
         elif len(shape) == 2:
             # Unit-variance outputs for unit-variance inputs.
             vals = [rnd.gauss(0, 1 / math.sqrt(shape[1])) for _ in range(n)]
+        elif len(shape) == 3:
+            # Stacked experts [E, out, in]: each expert as a matrix above.
+            vals = [rnd.gauss(0, 1 / math.sqrt(shape[2])) for _ in range(n)]
         elif name.endswith(".weight"):  # norm gains
             vals = [(0 if unit_offset_norms else 1) + rnd.gauss(0, 0.2)
                     for _ in range(n)]
@@ -1248,6 +1259,91 @@ def scenario_grad_check(args, name, masked=False, documents=False,
     return 0
 
 
+def scenario_moe_dense(args):
+    here = os.path.dirname(os.path.abspath(__file__))
+    with open(os.path.join(here, "..", "..", "examples", "configs",
+                           "tiny-llama", "config.json")) as f:
+        dense = json.load(f)
+    dense["rope_theta"] = 10000.0
+    moe = dict(dense, model_type="mixtral", num_local_experts=1,
+               num_experts_per_tok=1)
+    plans, grads, losses_ = {}, {}, {}
+    rnd = random.Random(14)
+    for name, cfg in (("dense", dense), ("moe", moe)):
+        config_path = os.path.join(args.work, "%s-config.json" % name)
+        with open(config_path, "w") as f:
+            json.dump(cfg, f)
+        mlir = os.path.join(args.work, "%s.mlir" % name)
+        run([args.zeroc, "gen", config_path, "--seq-len", str(GRAD_SEQ),
+             "--micro-batch", str(GRAD_MICRO), "--dtype", "f32", "--quiet",
+             "-o", mlir])
+        _, ds_path = write_config(args, 0, 1, 1, {})
+        with open(ds_path) as f:
+            ds = json.load(f)
+        ds["train_micro_batch_size_per_gpu"] = GRAD_MICRO
+        with open(ds_path, "w") as f:
+            json.dump(ds, f)
+        plans[name] = os.path.join(args.work, "%s-plan.json" % name)
+        run([args.zeroc, mlir, "--config", ds_path, "--world-size", "1",
+             "-o", plans[name]])
+    weights = grad_check_weights(plans["dense"], rnd)
+    # The dense MLP's weights as the one expert's.
+    as_moe = {}
+    for name, (shape, vals) in weights.items():
+        parts = name.split(".")
+        if "mlp" in parts:
+            prefix = ".".join(parts[:2]) + ".block_sparse_moe."
+            which = {"gate_proj": "w1", "up_proj": "w3",
+                     "down_proj": "w2"}[parts[3]]
+            as_moe[prefix + "experts." + which] = ([1] + shape, vals)
+            if which == "w1":
+                d = shape[1]
+                as_moe[prefix + "gate.weight"] = (
+                    [1, d], [rnd.gauss(0, 1) for _ in range(d)])
+        else:
+            as_moe[name] = (shape, vals)
+    toks = [rnd.randrange(dense["vocab_size"])
+            for _ in range(GRAD_MICRO * GRAD_SEQ + 1)]
+    tokens_path = os.path.join(args.work, "moe-dense-tokens.u16")
+    with open(tokens_path, "wb") as f:
+        f.write(struct.pack("<%dH" % len(toks), *toks))
+    for name, w in (("dense", weights), ("moe", as_moe)):
+        wpath = os.path.join(args.work, "%s-weights.safetensors" % name)
+        reference_model.write_safetensors(wpath, w)
+        gpath = os.path.join(args.work, "%s-grads.safetensors" % name)
+        print(run([args.zerorun, plans[name], "--data", tokens_path,
+                   "--init-from", wpath, "--dump-grads", gpath]), end="")
+        grads[name], meta = reference_model.read_safetensors(gpath)
+        losses_[name] = float(meta["zeroc_loss"])
+    failed = []
+    print("loss: dense %.9g, one expert top-1 %.9g" % (losses_["dense"],
+                                                      losses_["moe"]))
+    if losses_["dense"] != losses_["moe"]:
+        failed.append("the loss")
+    for name, (shape, g) in sorted(grads["moe"].items()):
+        parts = name.split(".")
+        if name.endswith("gate.weight"):
+            expected = [0.0] * len(g)
+        elif "block_sparse_moe" in parts:
+            dense_name = "%s.%s.mlp.%s.weight" % (parts[0], parts[1], {
+                "w1": "gate_proj", "w3": "up_proj", "w2": "down_proj"}[parts[4]])
+            expected = grads["dense"][dense_name][1]
+        else:
+            expected = grads["dense"][name][1]
+        err = max(abs(a - b) for a, b in zip(g, expected))
+        scale = max(abs(b) for b in expected) or 1.0
+        ok = err == 0.0
+        print("%-4s %-45s max |difference| %.3g (largest element %.3g)" % (
+            "ok" if ok else "FAIL", name, err, scale))
+        if not ok:
+            failed.append(name)
+    if failed:
+        print("FAILED: one expert with top-1 differs from the dense MLP: " +
+              ", ".join(failed))
+        return 1
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--zeroc", help="needed by every scenario that compiles")
@@ -1350,6 +1446,9 @@ def main():
         return scenario_locations(args, args.scenario[len("locations:"):])
     if args.scenario.startswith("init-from:"):
         return scenario_init_from(args, args.scenario[len("init-from:"):])
+    if args.scenario == "moe-dense":
+        return scenario_moe_dense(args)
+
     if args.scenario.startswith("grad-check:"):
         return scenario_grad_check(args, args.scenario[len("grad-check:"):])
     if args.scenario.startswith("grad-check-masked:"):

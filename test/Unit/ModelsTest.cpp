@@ -93,7 +93,9 @@ TEST_F(ModelsTest, ExactParameterCountsOfPublicModels) {
                {"mistral-7b", 7241732096},
                {"qwen2-7b", 7615616512},
                {"gemma-7b", 8537680896},
-               {"phi-3-mini", 3821079552}};
+               {"phi-3-mini", 3821079552},
+               // Mixtral's paper and model card: 46.7 B total.
+               {"mixtral-8x7b", 46702792704}};
   for (const Case &c : cases) {
     ModelSpec spec = preset(c.name, 8, 1, DType::BF16);
     EXPECT_EQ(spec.parameterCount(), c.params) << c.name;
@@ -115,7 +117,8 @@ TEST_F(ModelsTest, ShippedConfigsMatchPresets) {
   for (const char *name :
        {"gpt2", "gpt2-medium", "llama-2-7b", "llama-3-8b", "mistral-7b",
         "qwen2-7b", "gemma-7b", "phi-3-mini", "tiny-gpt2", "tiny-llama",
-        "tiny-mistral", "tiny-qwen2", "tiny-gemma", "tiny-phi3"}) {
+        "tiny-mistral", "tiny-qwen2", "tiny-gemma", "tiny-phi3", "mixtral-8x7b",
+        "tiny-mixtral"}) {
     std::string path = std::string(ZEROC_SOURCE_DIR) + "/examples/configs/" +
                        name + "/config.json";
     auto doc = JsonDocument::load(path);
@@ -132,7 +135,63 @@ TEST_F(ModelsTest, ShippedConfigsMatchPresets) {
     EXPECT_EQ(fromFile->tieWordEmbeddings, fromPreset.tieWordEmbeddings)
         << name;
     EXPECT_EQ(fromFile->normEpsilon, fromPreset.normEpsilon) << name;
+    EXPECT_EQ(fromFile->numExperts, fromPreset.numExperts) << name;
+    EXPECT_EQ(fromFile->expertsPerToken, fromPreset.expertsPerToken) << name;
   }
+}
+
+// Mixtral-8x7B: 46,702,792,704 parameters, 12,879,925,248 of them active
+// per token with two of eight experts (the Mixtral paper's 46.7 B and
+// 12.9 B); computed by hand: per layer attention 4096 x (4096 + 2 x 1024) +
+// 4096 x 4096, router 8 x 4096, experts 8 x 3 x 4096 x 14336, two norms;
+// two untied 32000 x 4096 embeddings and the final norm.
+TEST_F(ModelsTest, MixtralTotalAndActiveParameters) {
+  ModelSpec spec = preset("mixtral-8x7b", 8, 1, DType::BF16);
+  int64_t h = 4096, i = 14336, layers = 32;
+  int64_t attention = h * (h + 2 * 1024) + h * h;
+  int64_t expert = 3 * h * i;
+  int64_t total =
+      layers * (attention + 8 * h + 8 * expert + 2 * h) + 2 * 32000 * h + h;
+  ASSERT_EQ(total, 46702792704);
+  EXPECT_EQ(spec.parameterCount(), total);
+  EXPECT_EQ(spec.activeParameterCount(), total - layers * 6 * expert);
+  EXPECT_EQ(spec.activeParameterCount(), 12879925248);
+  ModelStats stats = statsOf(spec);
+  EXPECT_EQ(stats.params, 46702792704);
+  EXPECT_EQ(stats.activeParams, 12879925248);
+  EXPECT_EQ(stats.formulaFlopsPerToken,
+            6 * int64_t(12879925248) + 12 * 32 * 4096 * 8);
+  EXPECT_EQ(stats.moe.layers, 32);
+  EXPECT_EQ(stats.moe.experts, 8);
+  EXPECT_EQ(stats.moe.topK, 2);
+  EXPECT_EQ(stats.moe.routedRows, 16);
+  EXPECT_EQ(stats.moe.assumedMaxRows(), 2);   // uniform: 16 / 8
+  EXPECT_EQ(stats.moe.worstCaseMaxRows(), 8); // every token to one expert
+  // Graph FLOPs follow the active parameters: within 2% of 6N + 12LHS at a
+  // full sequence (the untied embedding, 1% of N, is a lookup in the
+  // graph); with all 46.7 B parameters in N the formula would be 3.6x.
+  ModelStats full = statsOf(preset("mixtral-8x7b", 4096, 1, DType::BF16));
+  double ratio = double(full.trainFlopsPerToken) / full.formulaFlopsPerToken;
+  EXPECT_GT(ratio, 0.98);
+  EXPECT_LT(ratio, 1.02);
+}
+
+// The experts' FLOPs count the routed rows only: tokens x top_k rows
+// through three hidden x intermediate products, whatever num_experts is.
+TEST_F(ModelsTest, ExpertFlopsCountTheActiveExperts) {
+  ModelSpec spec = preset("tiny-mixtral", 16, 2, DType::F32);
+  mlir::OwningOpRef<mlir::ModuleOp> module = buildModel(context, spec);
+  int found = 0;
+  module->walk([&](model::MoeExpertsOp op) {
+    ++found;
+    int64_t rows = 32 * 2, h = 64, i = 96;
+    EXPECT_EQ(op.getForwardFlops(),
+              6 * rows * h * i + 5 * rows * i + 2 * rows * h);
+  });
+  module->walk([&](model::MoeRouterOp op) {
+    EXPECT_EQ(op.getForwardFlops(), 2 * 32 * 4 * 64 + 4 * 32 * 4 + 2 * 32 * 2);
+  });
+  EXPECT_EQ(found, 2);
 }
 
 // Two more published sizes, with the features the presets lack: Gemma-2B's
@@ -291,13 +350,33 @@ TEST_F(ModelsTest, LlamaLayerActivations) {
             values + 2 * a * s * s * b);
 }
 
+// A Mixtral layer keeps Llama's attention half (as above) and, for its
+// mixture of experts: the router's input (the second norm's output, 2 s b
+// h), its i32 indices (4 s b k) and f32 logits (4 s b E), the f32 routing
+// weights (4 s b k), and the experts' state, W1 v, W3 v and each expert's
+// output for the s b k routed rows (2 s b k (2 I + h)): whatever the
+// routing, and however many experts (tiny Mixtral: 4, top-2).
+TEST_F(ModelsTest, MixtralLayerActivations) {
+  ModelSpec spec = preset("tiny-mixtral", 32, 3, DType::BF16);
+  int64_t s = 32, b = 3, h = 64, a = 4, I = 96, E = 4, k = 2;
+  int64_t q = 64, kv = 32;
+  int64_t attention =
+      2 * s * b * (h + h + q + 2 * kv + q + h) + 8 * s * b + 4 * a * s * b;
+  int64_t moe = 2 * s * b * h + 4 * s * b * k + 4 * s * b * E + 4 * s * b * k +
+                2 * s * b * k * (2 * I + h);
+  EXPECT_EQ(layer(statsOf(spec), "layers.0").savedBytes, attention + moe);
+  spec.maxExpertShare = 0.5; // The worst case changes nothing saved.
+  EXPECT_EQ(layer(statsOf(spec), "layers.0").savedBytes, attention + moe);
+}
+
 // Two readings of "saved for backward" agree: the ops' interfaces
 // (getSavedValues, getSavedStateType) as `zeroc stats` sums them, and the
 // dataflow of the expanded training step (the forward values its backward
 // reads), layer by layer, for each model family and attention kernel.
 TEST_F(ModelsTest, SavedBytesOfTheStepAreTheInterfaces) {
-  for (const char *name : {"tiny-gpt2", "tiny-llama", "tiny-mistral",
-                           "tiny-qwen2", "tiny-gemma", "tiny-phi3"})
+  for (const char *name :
+       {"tiny-gpt2", "tiny-llama", "tiny-mistral", "tiny-qwen2", "tiny-gemma",
+        "tiny-phi3", "tiny-mixtral"})
     for (AttentionKernel kernel : kAllAttentionKernels) {
       ModelSpec spec = preset(name, 16, 2, DType::BF16);
       spec.attentionKernel = kernel;
@@ -514,6 +593,46 @@ TEST(HFConfig, EveryKeyIsAccountedFor) {
   auto none = with(R"(, "sliding_window": null)");
   ASSERT_TRUE(bool(none)) << none.error().str();
   EXPECT_EQ(none->slidingWindow, 0);
+}
+
+// MixtralConfig's defaults fill the keys a config leaves out (8 experts, 2
+// per token, 8 key/value heads, rms_norm_eps 1e-5, rope_theta 1e6, no
+// window); its MoE keys are checked against each other.
+TEST(HFConfig, MixtralDefaultsAndChecks) {
+  const char *base = R"({"model_type": "mixtral", "vocab_size": 100,
+      "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+      "num_attention_heads": 8, "max_position_embeddings": 32)";
+  auto with = [&](const std::string &extra,
+                  std::vector<std::string> *notes = nullptr) {
+    return read(std::string(base) + extra + "}", notes);
+  };
+  std::vector<std::string> notes;
+  auto spec = with("", &notes);
+  ASSERT_TRUE(bool(spec)) << spec.error().str();
+  EXPECT_EQ(spec->numExperts, 8);
+  EXPECT_EQ(spec->expertsPerToken, 2);
+  EXPECT_EQ(spec->numKVHeads, 8);
+  EXPECT_EQ(spec->normEpsilon, 1e-5);
+  EXPECT_EQ(spec->ropeTheta, 1e6);
+  EXPECT_EQ(spec->slidingWindow, 0);
+  EXPECT_NE(std::find(notes.begin(), notes.end(),
+                      "num_local_experts not given: using Hugging Face's "
+                      "Mixtral default num_local_experts = 8"),
+            notes.end());
+  auto zeroJitter = with(R"(, "router_jitter_noise": 0.0,
+      "output_router_logits": false, "router_aux_loss_coef": 0.001)");
+  ASSERT_TRUE(bool(zeroJitter)) << zeroJitter.error().str();
+  auto other = with(R"(, "num_experts": 8)");
+  ASSERT_FALSE(bool(other));
+  EXPECT_NE(other.error().message.find(
+                "unknown key 'num_experts' for model_type \"mixtral\""),
+            std::string::npos)
+      << other.error().message;
+  auto negative = with(R"(, "router_jitter_noise": -1)");
+  ASSERT_FALSE(bool(negative));
+  EXPECT_NE(negative.error().message.find(
+                "'router_jitter_noise' must be a number >= 0, found -1"),
+            std::string::npos);
 }
 
 TEST(HFConfig, UnknownPresetIsNullopt) {

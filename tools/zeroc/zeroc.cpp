@@ -83,6 +83,16 @@ cl::opt<std::string> genAttentionKernel(
              "log-sum-exp for backward) or materialized (keeps the softmax "
              "probabilities)"),
     cl::value_desc("kind"), cl::init("flash"), cl::cat(zerocCategory));
+cl::opt<std::string> genExpertLoad(
+    "expert-load", cl::sub(genCmd),
+    cl::desc("Mixture of experts: the planning assumption on how tokens "
+             "distribute over the experts: uniform (the default), worst "
+             "(every token sends one slot to the same expert), or the busiest "
+             "expert's share of the routed rows, 1/num_experts to 1/top_k. "
+             "Memory does not depend on it (token-sorted dispatch); "
+             "per-expert time and expert parallelism do"),
+    cl::value_desc("uniform|worst|share"), cl::init("uniform"),
+    cl::cat(zerocCategory));
 cl::opt<std::string> genOutput("o", cl::sub(genCmd),
                                cl::desc("Output file (default: stdout)"),
                                cl::value_desc("file"), cl::init("-"),
@@ -381,6 +391,27 @@ int runGen() {
     return error("--attention-kernel must be flash or materialized, found '" +
                  genAttentionKernel + "'");
   shaped->attentionKernel = *kernel;
+  if (genExpertLoad.getNumOccurrences()) {
+    if (!shaped->numExperts)
+      return error("--expert-load applies to a mixture of experts; model_type "
+                   "\"" +
+                   std::string(zeroc::familyName(shaped->family)) +
+                   "\" has none");
+    double lo = 1.0 / double(shaped->numExperts);
+    double hi = 1.0 / double(shaped->expertsPerToken);
+    double share = 0;
+    if (genExpertLoad == "uniform")
+      share = 0;
+    else if (genExpertLoad == "worst")
+      share = hi;
+    else if (!llvm::to_float(genExpertLoad, share) ||
+             !(share >= lo * (1 - 1e-12) && share <= hi * (1 + 1e-12)))
+      return error("--expert-load must be uniform, worst or a share from "
+                   "1/num_experts (" +
+                   std::to_string(lo) + ") to 1/top_k (" + std::to_string(hi) +
+                   "), found '" + genExpertLoad + "'");
+    shaped->maxExpertShare = share;
+  }
 
   MLIRContext context;
   loadDialects(context);

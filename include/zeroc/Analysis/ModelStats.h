@@ -38,13 +38,31 @@ struct LayerStats {
   std::string attentionKernel;
 };
 
+/// The mixture-of-experts layers of a model (Mixtral), and the planning
+/// assumption on how tokens distribute over their experts.
+struct MoeStats {
+  int64_t layers = 0;  ///< model.moe_experts ops.
+  int64_t experts = 0; ///< Per layer (the largest, if they differ).
+  int64_t topK = 0;    ///< Experts per token.
+  /// Routed (token, slot) rows per layer and micro-batch: tokens * topK.
+  int64_t routedRows = 0;
+  /// The assumed largest share of the routed rows one expert receives
+  /// (1 / experts: uniform), and the worst case, 1 / topK.
+  double assumedMaxShare = 0;
+  bool uniform() const { return assumedMaxShare * experts <= 1.0 + 1e-9; }
+  int64_t assumedMaxRows() const;
+  /// Every token sends one slot to the same expert: tokens rows.
+  int64_t worstCaseMaxRows() const { return topK ? routedRows / topK : 0; }
+};
+
 struct ModelStats {
   std::string name;
   int64_t params = 0; ///< Every parameter (the total).
   /// The parameters one token's forward uses: all of them in a dense model;
-  /// a mixture of experts would count only the experts a token is routed
-  /// to. The FLOPs formula below uses these.
+  /// a mixture of experts counts only the experts a token is routed to.
+  /// The FLOPs formula below uses these.
   int64_t activeParams = 0;
+  MoeStats moe; ///< layers == 0 for a dense model.
   int64_t paramBytes = 0;
   int64_t batch = 0;     ///< Micro-batch size (tokens argument, dim 0).
   int64_t seqLen = 0;    ///< Sequence length (tokens argument, dim 1).

@@ -25,8 +25,9 @@ namespace zeroc {
 
 /// The Hugging Face `model_type`s zeroc generates. Every family but GPT-2 is
 /// a Llama-style decoder (RMSNorm, rotary embeddings, gated MLP) that
-/// differs in the ModelSpec flags below.
-enum class ModelFamily { GPT2, Llama, Mistral, Qwen2, Gemma, Phi3 };
+/// differs in the ModelSpec flags below; Mixtral replaces the MLP by a
+/// mixture of SwiGLU experts.
+enum class ModelFamily { GPT2, Llama, Mistral, Qwen2, Gemma, Phi3, Mixtral };
 
 /// The `model_type` of a family ("gpt2", "llama", "mistral", ...).
 const char *familyName(ModelFamily family);
@@ -63,6 +64,15 @@ struct ModelSpec {
   /// Phi-3: q, k, v come from one `qkv_proj` and gate, up from one
   /// `gate_up_proj`, as in the checkpoint.
   bool fusedProjections = false;
+  /// Mixtral: the experts of each layer's mixture (num_local_experts), 0
+  /// for a dense MLP, and how many each token is routed to
+  /// (num_experts_per_tok), with the top-k weights renormalised.
+  int64_t numExperts = 0;
+  int64_t expertsPerToken = 0;
+  /// The planning assumption on the token distribution (not in the config,
+  /// `zeroc gen --expert-load`): the largest share of the routed rows one
+  /// expert receives; 0 for uniform (1 / numExperts).
+  double maxExpertShare = 0;
   double normEpsilon = 1e-5;
   double ropeTheta = 10000.0;
   double initializerRange = 0.02;
@@ -83,14 +93,17 @@ struct ModelSpec {
 
   /// Exact trainable parameter count implied by the spec.
   int64_t parameterCount() const;
+  /// The parameters one token's forward uses: all but the experts it is
+  /// not routed to (numExperts - expertsPerToken per layer).
+  int64_t activeParameterCount() const;
 };
 
 /// Reads a Hugging Face `config.json` (`model_type` "gpt2", "llama",
-/// "mistral", "qwen2", "gemma" or "phi3"). Every key is accounted for
-/// (docs/model-dialect.md, "Config keys"): modelled; known to have no effect
-/// on training (a note); or an error that names the key: one that changes
-/// the parameters, the FLOPs or the numerics in a way zeroc does not model,
-/// and any key zeroc does not know. Errors name the file, the line and
+/// "mistral", "qwen2", "gemma", "phi3" or "mixtral"). Every key is accounted
+/// for (docs/model-dialect.md, "Config keys"): modelled; known to have no
+/// effect on training (a note); or an error that names the key: one that
+/// changes the parameters, the FLOPs or the numerics in a way zeroc does not
+/// model, and any key zeroc does not know. Errors name the file, the line and
 /// column of the offending key, and what was expected. `notes` receives one
 /// line per default that was filled in or key that was ignored.
 Expected<ModelSpec> readHFConfig(const JsonDocument &doc,

@@ -42,6 +42,8 @@ namespace zeroc {
   X(Split, "split", NoAttrs)                                                   \
   X(CausalAttention, "causal_attention", AttentionAttrs)                       \
   X(CrossEntropy, "cross_entropy", NoAttrs)                                    \
+  X(MoeRouter, "moe_router", MoeRouterAttrs)                                   \
+  X(MoeExperts, "moe_experts", MoeExpertsAttrs)                                \
   X(EmbeddingBackward, "embedding_backward", NoAttrs)                          \
   X(PositionEmbeddingBackward, "position_embedding_backward", NoAttrs)         \
   X(LinearGradInput, "linear_grad_input", NoAttrs)                             \
@@ -55,6 +57,8 @@ namespace zeroc {
   X(SplitBackward, "split_backward", NoAttrs)                                  \
   X(CausalAttentionBackward, "causal_attention_backward", AttentionAttrs)      \
   X(CrossEntropyBackward, "cross_entropy_backward", NoAttrs)                   \
+  X(MoeRouterBackward, "moe_router_backward", MoeNormalizeAttrs)               \
+  X(MoeExpertsBackward, "moe_experts_backward", NoAttrs)                       \
   X(BackwardSeed, "backward_seed", BackwardSeedAttrs)
 
 #define ZEROC_PLAN_SCHED_OPS(X)                                                \
@@ -183,6 +187,32 @@ struct AttentionAttrs {
   }
 };
 
+/// moe_router: the experts per token and whether their weights are
+/// renormalised (Mixtral's norm_topk_prob).
+struct MoeRouterAttrs {
+  int64_t topK = 0;
+  bool normalize = false;
+  template <typename V> void fields(V &&v) {
+    v("top_k", topK);
+    v("normalize", normalize);
+  }
+};
+
+/// moe_router_backward: its forward's `normalize`.
+struct MoeNormalizeAttrs {
+  bool normalize = false;
+  template <typename V> void fields(V &&v) { v("normalize", normalize); }
+};
+
+/// moe_experts: the planning assumption on the busiest expert's share of
+/// the routed rows (absent: uniform); no effect on what the kernel computes.
+struct MoeExpertsAttrs {
+  std::optional<double> maxExpertShare;
+  template <typename V> void fields(V &&v) {
+    v("max_expert_share", maxExpertShare);
+  }
+};
+
 struct BackwardSeedAttrs {
   int64_t microSteps = 0;
   bool lossScaling = false;
@@ -301,10 +331,11 @@ struct AdamAttrs {
 
 using PlanOpAttrs =
     std::variant<NoAttrs, AddAttrs, NormAttrs, RMSNormAttrs, ScaleAttrs,
-                 RotaryAttrs, AttentionAttrs, BackwardSeedAttrs, ReadAttrs,
-                 AccumulateAttrs, TensorListAttrs, AllGatherAttrs,
-                 ReduceScatterAttrs, TargetListAttrs, CopyAttrs,
-                 UnscaleGradsAttrs, ClipGradNormAttrs, AdamAttrs>;
+                 RotaryAttrs, AttentionAttrs, MoeRouterAttrs, MoeNormalizeAttrs,
+                 MoeExpertsAttrs, BackwardSeedAttrs, ReadAttrs, AccumulateAttrs,
+                 TensorListAttrs, AllGatherAttrs, ReduceScatterAttrs,
+                 TargetListAttrs, CopyAttrs, UnscaleGradsAttrs,
+                 ClipGradNormAttrs, AdamAttrs>;
 
 /// The attributes of `kind`, default-initialized (the struct its kind takes).
 PlanOpAttrs defaultAttrs(OpKind kind);

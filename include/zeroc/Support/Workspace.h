@@ -114,6 +114,71 @@ inline int64_t adamPartitionPart(WorkspaceLayout &ws, int64_t elements,
   return ws.take(elements * elementBytes);
 }
 
+/// The mixture-of-experts model ops (docs/model-dialect.md, "Mixture of
+/// experts") run several kernels with intermediates between them that are
+/// not values of the plan; they are a workspace of the op, live at the op
+/// alone.
+enum class MoeScratchKind {
+  RouterForward,   ///< moe_router
+  ExpertsForward,  ///< moe_experts
+  RouterBackward,  ///< moe_router_backward
+  ExpertsBackward, ///< moe_experts_backward
+};
+
+/// The sizes a mixture-of-experts op's workspace depends on.
+struct MoeShape {
+  int64_t tokens = 0, experts = 0, topK = 0, hidden = 0, intermediate = 0;
+  int64_t elementBytes = 0; ///< The model dtype's.
+  /// Whether the forward op yields its saved state (a training plan): then
+  /// the logits (router) or h1, h3, ysorted (experts) are its output.
+  bool savedOutput = false;
+};
+
+/// Byte offsets of the parts in the workspace, -1 where the op has none:
+/// the dispatch plan (i32 offsets [E + 1], rowToken and rowSlot [T k]);
+/// the router's f32 logits and the experts' h1, h3 [T k, I] and ysorted
+/// [T k, h] without a saved output; the backward's dysorted [T k, h] and
+/// dlogits [T, E] (both in the model dtype: the dense kernels' gradients
+/// are, and Hugging Face's bf16 router rounds its logits' gradient so).
+struct MoeScratchParts {
+  int64_t offsets = -1, rowToken = -1, rowSlot = -1;
+  int64_t logits = -1, h1 = -1, h3 = -1, ysorted = -1;
+  int64_t dysorted = -1, dlogits = -1;
+};
+
+inline MoeScratchParts moeScratchParts(WorkspaceLayout &ws, MoeScratchKind kind,
+                                       const MoeShape &s) {
+  MoeScratchParts p;
+  int64_t rows = s.tokens * s.topK;
+  auto dispatch = [&] {
+    p.offsets = ws.take((s.experts + 1) * 4);
+    p.rowToken = ws.take(rows * 4);
+    p.rowSlot = ws.take(rows * 4);
+  };
+  switch (kind) {
+  case MoeScratchKind::RouterForward:
+    if (!s.savedOutput)
+      p.logits = ws.take(s.tokens * s.experts * 4);
+    break;
+  case MoeScratchKind::ExpertsForward:
+    dispatch();
+    if (!s.savedOutput) {
+      p.h1 = ws.take(rows * s.intermediate * s.elementBytes);
+      p.h3 = ws.take(rows * s.intermediate * s.elementBytes);
+      p.ysorted = ws.take(rows * s.hidden * s.elementBytes);
+    }
+    break;
+  case MoeScratchKind::RouterBackward:
+    p.dlogits = ws.take(s.tokens * s.experts * s.elementBytes);
+    break;
+  case MoeScratchKind::ExpertsBackward:
+    dispatch();
+    p.dysorted = ws.take(rows * s.hidden * s.elementBytes);
+    break;
+  }
+  return p;
+}
+
 } // namespace zeroc
 
 #endif // ZEROC_SUPPORT_WORKSPACE_H

@@ -17,6 +17,7 @@
 #include "cuda/CrossEntropy.h"
 #include "cuda/Embedding.h"
 #include "cuda/Linear.h"
+#include "cuda/Moe.h"
 #include "cuda/Norms.h"
 #include "cuda/Optimizer.h"
 #include "cuda/Rotary.h"

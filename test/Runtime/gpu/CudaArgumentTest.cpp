@@ -131,6 +131,42 @@ TEST_F(CudaArguments, EmbeddingsAndLoss) {
                   cpu::backwardSeed(0, 1.0, scalar));
 }
 
+TEST_F(CudaArguments, MixtureOfExperts) {
+  Tensor x = fake({4, 8}), gate = fake({3, 8}), logits = fake({4, 3}),
+         weights = fake({4, 2}), indices = fake({4, 2}, DType::I32);
+  expectSameError(
+      cuda::moeRouterForward(x, gate, 4, true, logits, weights, indices, ctx,
+                             stream),
+      cpu::moeRouterForward(x, gate, 4, true, logits, weights, indices));
+  Tensor logits44 = fake({4, 4});
+  expectSameError(
+      cuda::moeRouterBackward(weights, logits, indices, true, logits44, stream),
+      cpu::moeRouterBackward(weights, logits, indices, true, logits44));
+  Tensor offsets = fake({4}, DType::I32), rows = fake({8}, DType::I32);
+  expectSameError(
+      cuda::moeDispatchPlan(indices, 4, offsets, rows, rows, stream),
+      cpu::moeDispatchPlan(indices, 4, offsets, rows, rows));
+  Tensor w1 = fake({3, 5, 8}), badW2 = fake({3, 5, 8}), h1 = fake({8, 5}),
+         ys = fake({8, 8});
+  expectSameError(
+      cuda::moeExpertsForward(x, w1, w1, badW2, offsets, rows, h1, h1, ys, ctx,
+                              stream),
+      cpu::moeExpertsForward(x, w1, w1, badW2, offsets, rows, h1, h1, ys));
+  Tensor w2 = fake({3, 8, 5}), badDx = fake({4, 8}, DType::I32);
+  expectSameError(cuda::moeExpertsBackward(ys, x, w1, w1, w2, offsets, rows, h1,
+                                           h1, badDx, w1, w1, w2, ctx, stream),
+                  cpu::moeExpertsBackward(ys, x, w1, w1, w2, offsets, rows, h1,
+                                          h1, badDx, w1, w1, w2));
+  Tensor y5 = fake({4, 5});
+  expectSameError(cuda::moeCombineForward(ys, weights, rows, rows, y5, stream),
+                  cpu::moeCombineForward(ys, weights, rows, rows, y5));
+  Tensor dweights3 = fake({4, 3});
+  expectSameError(
+      cuda::moeCombineBackward(x, ys, weights, rows, rows, ys, dweights3,
+                               stream),
+      cpu::moeCombineBackward(x, ys, weights, rows, rows, ys, dweights3));
+}
+
 TEST_F(CudaArguments, Optimizer) {
   cpu::AdamSettings settings;
   Tensor grad = fake({8}), master = fake({8}),

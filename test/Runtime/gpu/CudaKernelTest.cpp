@@ -1130,6 +1130,163 @@ TEST_F(CudaKernels, UnscaleGradsMatchesTheCpu) {
 // Determinism
 //===----------------------------------------------------------------------===//
 
+//===----------------------------------------------------------------------===//
+// Mixture of experts
+//===----------------------------------------------------------------------===//
+
+// Each MoE kernel on the inputs the CPU kernel had (the CPU's outputs of the
+// previous stage), so that a difference shows in the kernel that makes it.
+// The dispatch plan and the router's indices are integers: bit for bit.
+// dysorted is one product rounded once: bit for bit. combine's y and the
+// experts' dx sum in the CPU's order with separately rounded products and
+// sums, so they differ from the CPU only in their inputs (none for y:
+// elementwise tolerance, which covers a CPU build that fuses them).
+class CudaMoe : public CudaKernels,
+                public ::testing::WithParamInterface<DType> {};
+
+TEST_P(CudaMoe, MatchesTheCpu) {
+  DType t = GetParam();
+  const int64_t T = 37, h = 48, E = 8, I = 40, k = 2;
+  for (bool normalize : {true, false}) {
+    SCOPED_TRACE(normalize ? "normalized" : "unnormalized");
+    Host x = random({T, h}, t, 200), gate = random({E, h}, t, 201, -2, 2);
+    Host w1 = random({E, I, h}, t, 202, -0.5f, 0.5f);
+    Host w3 = random({E, I, h}, t, 203, -0.5f, 0.5f);
+    Host w2 = random({E, h, I}, t, 204, -0.5f, 0.5f);
+    auto xd = up(x), gated = up(gate), w1d = up(w1), w3d = up(w3), w2d = up(w2);
+
+    Host logits({T, E}), weights({T, k}), indices({T, k}, DType::I32);
+    ASSERT_OK(
+        cpu::moeRouterForward(x, gate, k, normalize, logits, weights, indices));
+    Device logitsD(logits.view), weightsD(weights.view), indicesD(indices.view);
+    ASSERT_OK(cuda::moeRouterForward(*xd, *gated, k, normalize, logitsD,
+                                     weightsD, indicesD, ctx, stream));
+    expectClose(down(logitsD), logits, kF32Tolerance, "logits");
+    expectExact(down(indicesD), indices, "indices");
+    expectClose(down(weightsD), weights, kF32Tolerance, "weights");
+
+    Host offsets({E + 1}, DType::I32), rowToken({T * k}, DType::I32),
+        rowSlot({T * k}, DType::I32);
+    ASSERT_OK(cpu::moeDispatchPlan(indices, E, offsets, rowToken, rowSlot));
+    auto indicesU = up(indices);
+    Device offsetsD(offsets.view), rowTokenD(rowToken.view),
+        rowSlotD(rowSlot.view);
+    ASSERT_OK(cuda::moeDispatchPlan(*indicesU, E, offsetsD, rowTokenD, rowSlotD,
+                                    stream));
+    expectExact(down(offsetsD), offsets, "offsets");
+    expectExact(down(rowTokenD), rowToken, "rowToken");
+    expectExact(down(rowSlotD), rowSlot, "rowSlot");
+
+    Host h1({T * k, I}, t), h3({T * k, I}, t), ys({T * k, h}, t);
+    ASSERT_OK(
+        cpu::moeExpertsForward(x, w1, w3, w2, offsets, rowToken, h1, h3, ys));
+    auto offsetsU = up(offsets), rowTokenU = up(rowToken),
+         rowSlotU = up(rowSlot);
+    Device h1D(h1.view), h3D(h3.view), ysD(ys.view);
+    ASSERT_OK(cuda::moeExpertsForward(*xd, *w1d, *w3d, *w2d, *offsetsU,
+                                      *rowTokenU, h1D, h3D, ysD, ctx, stream));
+    expectClose(down(h1D), h1, kF32Tolerance, "h1");
+    expectClose(down(h3D), h3, kF32Tolerance, "h3");
+    expectClose(down(ysD), ys, kF32Tolerance, "ysorted");
+
+    Host y({T, h}, t);
+    ASSERT_OK(cpu::moeCombineForward(ys, weights, rowToken, rowSlot, y));
+    auto ysU = up(ys), weightsU = up(weights);
+    Device yD(y.view);
+    ASSERT_OK(cuda::moeCombineForward(*ysU, *weightsU, *rowTokenU, *rowSlotU,
+                                      yD, stream));
+    expectClose(down(yD), y, kElementwiseTolerance, "y");
+
+    Host dy = random({T, h}, t, 205);
+    Host dys({T * k, h}, t), dweights({T, k});
+    ASSERT_OK(cpu::moeCombineBackward(dy, ys, weights, rowToken, rowSlot, dys,
+                                      dweights));
+    auto dyU = up(dy);
+    Device dysD(dys.view), dweightsD(dweights.view);
+    ASSERT_OK(cuda::moeCombineBackward(*dyU, *ysU, *weightsU, *rowTokenU,
+                                       *rowSlotU, dysD, dweightsD, stream));
+    expectExact(down(dysD), dys, "dysorted");
+    expectClose(down(dweightsD), dweights, kF32Tolerance, "dweights");
+
+    Host dx({T, h}, t), dw1({E, I, h}, t), dw3({E, I, h}, t), dw2({E, h, I}, t);
+    ASSERT_OK(cpu::moeExpertsBackward(dys, x, w1, w3, w2, offsets, rowToken, h1,
+                                      h3, dx, dw1, dw3, dw2));
+    auto dysU = up(dys), h1U = up(h1), h3U = up(h3);
+    Device dxD(dx.view), dw1D(dw1.view), dw3D(dw3.view), dw2D(dw2.view);
+    ASSERT_OK(cuda::moeExpertsBackward(*dysU, *xd, *w1d, *w3d, *w2d, *offsetsU,
+                                       *rowTokenU, *h1U, *h3U, dxD, dw1D, dw3D,
+                                       dw2D, ctx, stream));
+    expectClose(down(dxD), dx, kBackwardTolerance, "dx");
+    expectClose(down(dw1D), dw1, kBackwardTolerance, "dw1");
+    expectClose(down(dw3D), dw3, kBackwardTolerance, "dw3");
+    expectClose(down(dw2D), dw2, kBackwardTolerance, "dw2");
+
+    Host dlogits({T, E});
+    ASSERT_OK(
+        cpu::moeRouterBackward(dweights, logits, indices, normalize, dlogits));
+    auto dweightsU = up(dweights), logitsU = up(logits);
+    Device dlogitsD(dlogits.view);
+    ASSERT_OK(cuda::moeRouterBackward(*dweightsU, *logitsU, *indicesU,
+                                      normalize, dlogitsD, stream));
+    expectClose(down(dlogitsD), dlogits, kF32Tolerance, "dlogits");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, CudaMoe,
+                         ::testing::Values(DType::F32, DType::BF16));
+
+// Ties (a zero gate: every probability 1/E) go to the lower experts; an
+// expert without rows gets zero gradients; two runs give the same bits.
+TEST_F(CudaKernels, MoeTiesEmptyExpertsAndReproducibility) {
+  const int64_t T = 5, h = 16, E = 4, I = 8, k = 2;
+  Host x = random({T, h}, DType::F32, 210), gate({E, h});
+  gate.set(std::vector<float>(size_t(E * h), 0.0f));
+  auto xd = up(x), gated = up(gate);
+  Host weights({T, k}), indices({T, k}, DType::I32);
+  Device logitsD(Host({T, E}).view), weightsD(weights.view),
+      indicesD(indices.view);
+  ASSERT_OK(cuda::moeRouterForward(*xd, *gated, k, true, logitsD, weightsD,
+                                   indicesD, ctx, stream));
+  Host gotIndices = down(indicesD), gotWeights = down(weightsD);
+  for (int64_t i = 0; i < T * k; ++i) {
+    EXPECT_EQ(gotIndices.view.i32()[i], int32_t(i % k)) << i;
+    EXPECT_EQ(gotWeights.values()[size_t(i)], 0.5f) << i;
+  }
+
+  // Experts 0 and 1 have every row, 2 and 3 none.
+  Host w1 = random({E, I, h}, DType::F32, 211),
+       w3 = random({E, I, h}, DType::F32, 212);
+  Host w2 = random({E, h, I}, DType::F32, 213);
+  Host offsets({E + 1}, DType::I32), rowToken({T * k}, DType::I32),
+      rowSlot({T * k}, DType::I32);
+  ASSERT_OK(cpu::moeDispatchPlan(gotIndices, E, offsets, rowToken, rowSlot));
+  Host h1({T * k, I}), h3({T * k, I}), ys({T * k, h});
+  ASSERT_OK(
+      cpu::moeExpertsForward(x, w1, w3, w2, offsets, rowToken, h1, h3, ys));
+  Host dys = random({T * k, h}, DType::F32, 214);
+  auto w1d = up(w1), w3d = up(w3), w2d = up(w2), offsetsU = up(offsets),
+       rowTokenU = up(rowToken), h1U = up(h1), h3U = up(h3), dysU = up(dys);
+  auto run = [&](std::vector<Host> &results) {
+    Device dx(x.view), dw1(w1.view), dw3(w3.view), dw2(w2.view);
+    ASSERT_OK(cuda::moeExpertsBackward(*dysU, *xd, *w1d, *w3d, *w2d, *offsetsU,
+                                       *rowTokenU, *h1U, *h3U, dx, dw1, dw3,
+                                       dw2, ctx, stream));
+    for (const Device *d : {&dx, &dw1, &dw3, &dw2})
+      results.push_back(down(*d));
+  };
+  std::vector<Host> first, second;
+  run(first);
+  run(second);
+  for (size_t i = 0; i < first.size(); ++i)
+    expectExact(second[i], first[i], "result " + std::to_string(i));
+  for (size_t i = 1; i < first.size(); ++i) {
+    std::vector<float> v = first[i].values();
+    size_t block = v.size() / size_t(E);
+    for (size_t j = 2 * block; j < v.size(); ++j)
+      ASSERT_EQ(v[j], 0.0f) << "gradient " << i << " element " << j;
+  }
+}
+
 TEST_F(CudaKernels, RunsAreBitReproducible) {
   Host x = random({4, 64, 256}, DType::BF16, 60);
   Host dy = random({4, 64, 256}, DType::BF16, 61);
