@@ -93,6 +93,7 @@ PhaseTimeline simulatePhase(const PlanPhase &phase, const CostModel &model,
     streamFree[stream] = t.end;
     out.streamBusy[stream] += cost.seconds;
     out.flops += cost.flops;
+    out.modelFlops += cost.modelFlops;
 
     if (t.start > t.ready && last >= 0) {
       // Look through waits to the op whose work was not done.
@@ -128,6 +129,9 @@ PhaseTimeline simulatePhase(const PlanPhase &phase, const CostModel &model,
     out.ops.push_back(t);
   }
   out.exposedBy.assign(exposedBy.begin(), exposedBy.end());
+  // Starting the run's streams and joining them (calibrated; 0 otherwise).
+  if (!phase.ops.empty())
+    out.seconds += model.cluster().calibration.phaseOverhead;
   return out;
 }
 
@@ -154,6 +158,7 @@ Expected<StepPrediction> predictStep(const Plan &plan, const Cluster &cluster) {
     step.exposedComm += runs * timeline.exposedComm;
     step.exposedOffload += runs * timeline.exposedOffload;
     step.flops += runs * timeline.flops;
+    step.modelFlops += runs * timeline.modelFlops;
     for (size_t s = 0; s < streams; ++s)
       step.streamBusy[s] += runs * timeline.streamBusy[s];
     step.phases.push_back(std::move(timeline));
@@ -161,7 +166,8 @@ Expected<StepPrediction> predictStep(const Plan &plan, const Cluster &cluster) {
   if (step.stepSeconds > 0) {
     step.achievedTflopsPerGpu = step.flops / step.stepSeconds / 1e12;
     double peak = cluster.peakFlops(plan.model.dtype);
-    step.mfu = peak > 0 ? step.flops / step.stepSeconds / peak : 0;
+    step.mfu = peak > 0 ? step.modelFlops / step.stepSeconds / peak : 0;
+    step.hfu = peak > 0 ? step.flops / step.stepSeconds / peak : 0;
     step.tokensPerSecond = double(plan.model.microBatch) *
                            double(plan.model.seqLen) *
                            double(plan.gradientAccumulationSteps) *
@@ -221,7 +227,9 @@ StepTimeReport stepTimeReport(const Plan &plan, const Cluster &cluster,
     report.phases.push_back({phaseName(t.kind), t.runsPerStep, t.seconds});
   report.flopsPerStep = prediction.flops;
   report.achievedTflopsPerGpu = prediction.achievedTflopsPerGpu;
+  report.modelFlopsPerStep = prediction.modelFlops;
   report.mfu = prediction.mfu;
+  report.hfu = prediction.hfu;
   report.tokensPerSecond = prediction.tokensPerSecond;
   report.mostExposed = mostExposed(plan, prediction);
   return report;

@@ -65,6 +65,11 @@ Cluster exactCluster() {
   return c;
 }
 
+/// The epilogue of a bf16 reduce-scatter of `elements` over 2 ranks on
+/// exactCluster(): the rank's half read, the shard read and written, at
+/// 1e15 B/s of HBM.
+double rsEpilogue(double elements) { return 3 * (elements / 2 * 2) / 1e15; }
+
 PlanValue value(int64_t id, DType dtype, int64_t elements) {
   PlanValue v;
   v.id = id;
@@ -361,9 +366,9 @@ TEST(OpCost, ReduceScatterToHostCrossesPcie) {
   const PlanPhase &micro = plan.phases[0];
   OpCost rs = model.cost(micro, micro.ops[0]);
   EXPECT_EQ(rs.cls, OpClass::Collective);
-  // 4 ms of ring, then this rank's half of 4e6 bf16 elements (4 MB) over
-  // PCIe at 1 GB/s.
-  EXPECT_NEAR(rs.seconds, 4e-3 + 4e6 / 1e9, kTol);
+  // 4 ms of ring, the epilogue, then this rank's half of 4e6 bf16 elements
+  // (4 MB) over PCIe at 1 GB/s.
+  EXPECT_NEAR(rs.seconds, 4e-3 + rsEpilogue(4e6) + 4e6 / 1e9, kTol);
 }
 
 TEST(OpCost, FetchMovesWhatItsWaitYields) {
@@ -495,16 +500,17 @@ TEST(Simulator, DependenciesAcrossStreams) {
   const OpTiming &rs = timingOf(p, 1);
   EXPECT_NEAR(rs.ready, 0.0, kTol);
   EXPECT_NEAR(rs.start, 5 * kMs, kTol);
-  EXPECT_NEAR(rs.end, 8 * kMs, kTol);
+  EXPECT_NEAR(rs.end, 8 * kMs + rsEpilogue(3e6), kTol);
   EXPECT_EQ(rs.blockedBy, 0);
-  EXPECT_NEAR(p.stepSeconds, 8 * kMs, kTol);
-  EXPECT_EQ(p.exposedComm, 0.0);
+  // The wait finds the reduction done but for its epilogue.
+  EXPECT_NEAR(p.stepSeconds, 8 * kMs + rsEpilogue(3e6), kTol);
+  EXPECT_NEAR(p.exposedComm, rsEpilogue(3e6), kTol);
 
   // With a 5 ms reduction the wait blocks 2 ms.
   plan.phases[0].ops[1].commElements = 5000000;
   StepPrediction slower = predict(plan, exactCluster());
-  EXPECT_NEAR(slower.stepSeconds, 10 * kMs, kTol);
-  EXPECT_NEAR(slower.exposedComm, 2 * kMs, kTol);
+  EXPECT_NEAR(slower.stepSeconds, 10 * kMs + rsEpilogue(5e6), kTol);
+  EXPECT_NEAR(slower.exposedComm, 2 * kMs + rsEpilogue(5e6), kTol);
 }
 
 TEST(Simulator, WaitOnAWaitChargesTheCollective) {
@@ -533,8 +539,34 @@ TEST(Simulator, RunsPerStepMultiply) {
   EXPECT_EQ(p.flops, 41e9);
   EXPECT_NEAR(p.achievedTflopsPerGpu, 1.0, kRelTol);
   EXPECT_NEAR(p.mfu, 1.0, kRelTol);
+  EXPECT_NEAR(p.hfu, 1.0, kRelTol);
   // 1 x 8 tokens x 4 micro-steps x 2 ranks per 41 ms.
   EXPECT_NEAR(p.tokensPerSecond, 64 / 0.041, 64 / 0.041 * kRelTol);
+}
+
+TEST(Simulator, MfuCountsModelFlopsHfuEveryFlop) {
+  // 10 ms of linear, 4 ms of the same linear recomputed, 2 ms of an
+  // element-wise op and a 1 ms attention forward (model FLOPs: 3 ms worth,
+  // its backward's matrix products) on a 1 TFLOP/s GPU: 17 ms in all.
+  PlanOp recomputed = computeOp(1, 4.0, {0});
+  recomputed.recompute = "h.0";
+  PlanOp gelu = computeOp(2, 2.0, {1});
+  gelu.kind = OpKind::Gelu;
+  gelu.attrs = defaultAttrs(gelu.kind);
+  PlanOp attention = computeOp(3, 1.0, {2});
+  attention.kind = OpKind::CausalAttention;
+  attention.attrs = defaultAttrs(attention.kind);
+  Plan plan = planWith({computeOp(0, 10.0), recomputed, gelu, attention});
+  StepPrediction p = predict(plan, exactCluster());
+  EXPECT_NEAR(p.stepSeconds, 17 * kMs, kTol);
+  EXPECT_EQ(p.flops, 17e9);
+  EXPECT_EQ(p.modelFlops, 13e9);
+  EXPECT_NEAR(p.hfu, 1.0, kRelTol);
+  EXPECT_NEAR(p.mfu, 13.0 / 17.0, kRelTol);
+  nlohmann::json j = inspectJson(plan, *inspectOptions(plan, exactCluster()));
+  EXPECT_NEAR(j["mfu"].get<double>(), 13.0 / 17.0, kRelTol);
+  EXPECT_NEAR(j["hfu"].get<double>(), 1.0, kRelTol);
+  EXPECT_EQ(j["model_flops_per_gpu_per_step"].get<double>(), 13e9);
 }
 
 TEST(Simulator, CollectiveOnTheComputeStreamIsAllExposed) {
@@ -543,8 +575,8 @@ TEST(Simulator, CollectiveOnTheComputeStreamIsAllExposed) {
        collectiveOp(1, "reduce_scatter_start", "reduce_scatter", 0, 3.0),
        op(2, "wait", 0, {1})});
   StepPrediction p = predict(plan, exactCluster());
-  EXPECT_NEAR(p.stepSeconds, 4 * kMs, kTol);
-  EXPECT_NEAR(p.exposedComm, 3 * kMs, kTol);
+  EXPECT_NEAR(p.stepSeconds, 4 * kMs + rsEpilogue(3e6), kTol);
+  EXPECT_NEAR(p.exposedComm, 3 * kMs + rsEpilogue(3e6), kTol);
 }
 
 TEST(Simulator, ExposedOffloadIsSeparate) {
