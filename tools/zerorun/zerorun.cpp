@@ -12,6 +12,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Calibrate.h"
 #include "checkpoint/TrainingCheckpoint.h"
 #include "comm/Communicator.h"
 #include "comm/MpiCommunicator.h"
@@ -45,6 +46,7 @@ namespace {
 
 const char *kUsage =
     R"(USAGE: zerorun PLAN.json [options]
+       zerorun --calibrate -o CLUSTER.json [--device cpu|cuda]
 
 Runs the training steps of a plan written by `zeroc MODEL.mlir --config DS.json
 --world-size N -o PLAN.json`. Start N processes with `mpirun -np N zerorun ...`;
@@ -92,6 +94,12 @@ OPTIONS:
   --single-thread         Run every op on one thread in program order
                           (default: a worker thread per plan stream, so
                           collectives overlap compute as the plan says)
+  --calibrate             Measure this machine instead of running a plan
+                          (GEMMs by size and dtype, kernels, Adam, clipping,
+                          copies, NVMe, the executor's overhead, and under
+                          mpirun the collectives) and write a cluster file
+                          for zeroc inspect --cluster (docs/zerorun.md)
+  -o, --output FILE       Where --calibrate writes the cluster file
   -h, --help              Show this help
 )";
 
@@ -109,6 +117,8 @@ struct Options {
   bool plainLog = false;
   std::string checkpointDir, initFrom, dumpGrads;
   std::string profile;
+  bool calibrate = false;
+  std::string output;
   int64_t saveEvery = 0;
   bool resume = false;
 };
@@ -194,6 +204,10 @@ Options parseArgs(int argc, char **argv) {
       o.dumpGrads = value();
     } else if (a == "--profile") {
       o.profile = value();
+    } else if (a == "--calibrate") {
+      o.calibrate = true;
+    } else if (a == "-o" || a == "--output") {
+      o.output = value();
     } else if (!a.empty() && a[0] == '-') {
       usageError("unknown option '" + a + "'");
     } else if (o.plan.empty()) {
@@ -202,6 +216,16 @@ Options parseArgs(int argc, char **argv) {
       usageError("more than one plan: '" + o.plan + "' and '" + a + "'");
     }
   }
+  if (o.calibrate) {
+    if (!o.plan.empty())
+      usageError("--calibrate measures the machine: it takes no plan ('" +
+                 o.plan + "')");
+    if (o.output.empty())
+      usageError("--calibrate needs -o CLUSTER.json");
+    return o;
+  }
+  if (!o.output.empty())
+    usageError("-o is for --calibrate");
   if (o.plan.empty())
     usageError("no plan given");
   if (o.synthetic && !o.data.empty())
@@ -267,6 +291,16 @@ int run(const Options &o, Communicator &comm, Device *device) {
     if (!t)
       return err("--comm-timeout: " + t.error().message);
     comm.setTimeout(*t);
+  }
+  if (o.calibrate) {
+    std::unique_ptr<Device> cpu = device ? nullptr : makeCpuDevice();
+    const char *tmp = std::getenv("TMPDIR");
+    std::string scratch = !o.nvmePath.empty() ? o.nvmePath : tmp ? tmp : "/tmp";
+    try {
+      return calibrate(comm, device ? *device : *cpu, o.output, scratch);
+    } catch (const std::exception &e) {
+      return err(std::string("--calibrate: ") + e.what());
+    }
   }
   auto plan = loadPlan(o.plan);
   if (!plan)
