@@ -59,6 +59,30 @@ public:
     return slowest(perCall[perCall.size() / 2]);
   }
 
+  /// time() for a collective: every rank makes the same number of calls
+  /// (the slowest rank's choice), as a collective needs.
+  double timeCollective(const std::function<void()> &fn, double minBatch,
+                        int batches) {
+    barrier();
+    fn();
+    auto t0 = Clock::now();
+    fn();
+    double once = slowest(seconds(t0, Clock::now()));
+    int calls =
+        int(std::min(1000.0, std::ceil(minBatch / std::max(once, 1e-7))));
+    calls = int(slowest(double(std::max(calls, 1))));
+    std::vector<double> perCall;
+    for (int b = 0; b < batches; ++b) {
+      barrier();
+      auto start = Clock::now();
+      for (int i = 0; i < calls; ++i)
+        fn();
+      perCall.push_back(seconds(start, Clock::now()) / calls);
+    }
+    std::sort(perCall.begin(), perCall.end());
+    return slowest(perCall[perCall.size() / 2]);
+  }
+
   double slowest(double v) {
     return comm.size() > 1 ? comm.allReduceScalar(v, ScalarOp::Max,
                                                   OpLabel{-1, "calibrate"})
@@ -123,19 +147,22 @@ float small(std::mt19937 &r) {
   return std::normal_distribution<float>(0.0f, 0.02f)(r);
 }
 
-/// Least squares t = a + x / B over (x, t); B <= 0 when the fit is not
-/// increasing.
+/// t = a + x / B fitted to (x, t) by least squares on the relative error
+/// (weights 1 / t^2), so that the small sizes fix the fixed time and the
+/// large ones the bandwidth; B <= 0 when the fit does not increase.
 std::pair<double, double> fitLine(const std::vector<double> &x,
                                   const std::vector<double> &t) {
-  double n = double(x.size()), sx = 0, st = 0, sxx = 0, sxt = 0;
+  double sw = 0, sx = 0, st = 0, sxx = 0, sxt = 0;
   for (size_t i = 0; i < x.size(); ++i) {
-    sx += x[i];
-    st += t[i];
-    sxx += x[i] * x[i];
-    sxt += x[i] * t[i];
+    double w = 1.0 / (t[i] * t[i]);
+    sw += w;
+    sx += w * x[i];
+    st += w * t[i];
+    sxx += w * x[i] * x[i];
+    sxt += w * x[i] * t[i];
   }
-  double slope = (n * sxt - sx * st) / (n * sxx - sx * sx);
-  double a = (st - slope * sx) / n;
+  double slope = (sw * sxt - sx * st) / (sw * sxx - sx * sx);
+  double a = (st - slope * sx) / sw;
   return {std::max(a, 0.0), slope > 0 ? 1.0 / slope : 0.0};
 }
 
@@ -422,7 +449,7 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
         Tensor buf = cal.buffer({per * n}, DType::F32, small);
         Tensor recv = cal.buffer({per * n}, DType::F32, small);
         std::vector<int64_t> counts(size_t(n), per);
-        double t = cal.time(
+        double t = cal.timeCollective(
             [&] {
               CommHandle h;
               if (kind == 0)
