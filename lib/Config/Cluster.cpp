@@ -211,6 +211,8 @@ const FigureSpec kFigures[] = {
     ZEROC_KERNEL("mul"),
     ZEROC_KERNEL("layernorm"),
     ZEROC_KERNEL("layernorm_backward"),
+    ZEROC_KERNEL("cross_entropy"),
+    ZEROC_KERNEL("cross_entropy_backward"),
     ZEROC_KERNEL("accumulate"),
     ZEROC_KERNEL("zero_grads"),
     {"calibration.adam_gb_per_s", kGBPerS, Bound::Positive, true,

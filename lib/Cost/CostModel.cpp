@@ -344,10 +344,14 @@ OpCost CostModel::collectiveCost(const PhaseInfo &info,
   else
     cost.seconds =
         collectiveTime(clusterRef, *kind, bytes, plan.worldSize).seconds;
+  // One rank launches no collective, but a gather or a reduce-scatter out
+  // of place still copies its buffer (the communicator's local copy).
+  if (plan.worldSize <= 1 && *kind != CollectiveKind::AllReduce)
+    cost.seconds += computeTime(clusterRef, 0, 2 * bytes, dtype);
   // A reduce-scatter's epilogue adds the rank's part of the result into its
   // gradient shard or partition: the part read, the target read and
   // written, an accumulate kernel's work.
-  if (*kind == CollectiveKind::ReduceScatter && plan.worldSize > 1) {
+  if (*kind == CollectiveKind::ReduceScatter) {
     double part = double(op.commElements) /
                   double(std::max<int64_t>(1, plan.worldSize)) * elementBytes;
     cost.seconds +=

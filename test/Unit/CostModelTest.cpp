@@ -1007,6 +1007,23 @@ TEST(Calibration, CollectiveFitReplacesTheRingOnOneNode) {
               kTol);
 }
 
+TEST(OpCost, OneRankCopiesButLaunchesNothing) {
+  // 1e6 bf16 elements on one rank, HBM at 1e15 B/s: a gather copies 2 MB
+  // out of place (read and written); a reduce-scatter too, then adds the
+  // result into its shard (read it, read and write the shard); an
+  // all-reduce is in place.
+  auto oneRank = [](const char *kind, const char *collective) {
+    Plan plan = planWith({collectiveOp(0, kind, collective, 1, 1.0)});
+    plan.worldSize = 1;
+    CostModel model(plan, exactCluster());
+    return model.cost(plan.phases[0], plan.phases[0].ops[0]).seconds;
+  };
+  EXPECT_NEAR(oneRank("all_gather_start", "all_gather"), 4e6 / 1e15, kTol);
+  EXPECT_NEAR(oneRank("reduce_scatter_start", "reduce_scatter"),
+              4e6 / 1e15 + 6e6 / 1e15, kTol);
+  EXPECT_EQ(oneRank("all_reduce_start", "all_reduce"), 0.0);
+}
+
 //===----------------------------------------------------------------------===//
 // --compare: a measured trace against the prediction
 //===----------------------------------------------------------------------===//

@@ -305,12 +305,56 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
         k.kernelBandwidth["accumulate"] / 1e9, "zero_grads",
         k.kernelBandwidth["zero_grads"] / 1e9);
   }
-  if (!rates.empty()) {
-    std::sort(rates.begin(), rates.end());
-    k.kernelBandwidth["default"] = rates[rates.size() / 2];
-    source("calibration.kernel_gb_per_s.default",
-           "the median of the kernels measured");
+  // Cross-entropy over a [2, 32, 4096] vocabulary (an exp per logit):
+  // bytes as the plan counts them, the logits read (and their gradient
+  // written).
+  {
+    Tensor logits = cal.buffer({2, 32, 4096}, DType::F32, activation);
+    Tensor dlogits = cal.buffer({2, 32, 4096}, DType::F32, activation);
+    Tensor loss = cal.buffer({}, DType::F32, activation);
+    Tensor dloss =
+        cal.buffer({}, DType::F32, [](std::mt19937 &) { return 1.0f; });
+    Tensor targets{dev.allocate(64 * 4, true), DType::I32, {2, 32}};
+    cal.keep.push_back({static_cast<char *>(targets.data), true});
+    std::vector<int32_t> ids(64);
+    for (size_t i = 0; i < ids.size(); ++i)
+      ids[i] = int32_t((i * 977) % 4096);
+    dev.fromHost(targets.data, ids.data(), 64 * 4);
+    double logitBytes = 64.0 * 4096 * 4;
+    PlanOp fwd = modelOp(OpKind::CrossEntropy, 2, 1);
+    std::vector<Tensor> in = {logits, targets}, out = {loss};
+    std::optional<Status> st = dev.modelOp(fwd, in, out, 1.0);
+    if (st && st->ok()) {
+      double t = cal.time([&] { (void)dev.modelOp(fwd, in, out, 1.0); });
+      k.kernelBandwidth["cross_entropy"] = logitBytes / t;
+      source("calibration.kernel_gb_per_s.cross_entropy",
+             "[2, 32, 4096] f32 logits, the logits' bytes");
+      say("  %-20s %8.2f GB/s\n", "cross_entropy", logitBytes / t / 1e9);
+    }
+    PlanOp bwd = modelOp(OpKind::CrossEntropyBackward, 3, 1);
+    std::vector<Tensor> bin = {logits, targets, dloss}, bout = {dlogits};
+    st = dev.modelOp(bwd, bin, bout, 1.0);
+    if (st && st->ok()) {
+      double t = cal.time([&] { (void)dev.modelOp(bwd, bin, bout, 1.0); });
+      k.kernelBandwidth["cross_entropy_backward"] = 2 * logitBytes / t;
+      source("calibration.kernel_gb_per_s.cross_entropy_backward",
+             "[2, 32, 4096] f32 logits, the logits read and their gradient "
+             "written");
+      say("  %-20s %8.2f GB/s\n", "cross_entropy_backward",
+          2 * logitBytes / t / 1e9);
+    }
   }
+
+  // The kinds not measured (embeddings, norms' backward, bias gradients,
+  // cross-entropy, ...) are streaming kernels without transcendental
+  // functions: add's rate.
+  if (auto add = k.kernelBandwidth.find("add");
+      add != k.kernelBandwidth.end()) {
+    k.kernelBandwidth["default"] = add->second;
+    source("calibration.kernel_gb_per_s.default",
+           "add's rate, for the streaming kernels not measured");
+  }
+  (void)rates;
 
   // Adam (f32 parameter as its own master) and clipping over 1M elements.
   const int64_t adamN = 1 << 20;
