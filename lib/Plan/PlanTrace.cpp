@@ -9,7 +9,10 @@ using nlohmann::json;
 namespace zeroc {
 
 std::string opSubject(const PlanOp &op) {
-  if (!op.where.empty())
+  // A model op belongs to a module; a scheduling op (a collective, a copy,
+  // the optimizer's) is better told by the tensors it moves: its location
+  // is often just the function's ("forward").
+  if (!op.where.empty() && (isModelOp(op.kind) || op.tensors.empty()))
     return op.where;
   if (op.tensors.empty())
     return "";

@@ -36,31 +36,22 @@ public:
 
   /// The median seconds of one call of `fn` (after a warm-up call), over
   /// batches of calls lasting at least `minBatch` seconds each; the slowest
-  /// rank's, every rank measuring at once.
+  /// rank's. Every rank makes the same number of calls at the same time
+  /// (the count the slowest rank needs), so that no rank measures while
+  /// another, done early, spins in the communicator's wait on a shared
+  /// core.
   double time(const std::function<void()> &fn, double minBatch = 0.02,
               int batches = 5) {
-    barrier();
-    fn();
-    dev.synchronize();
-    std::vector<double> perCall;
-    for (int b = 0; b < batches; ++b) {
-      int calls = 0;
-      auto t0 = Clock::now();
-      double elapsed = 0;
-      do {
-        fn();
-        ++calls;
-        dev.synchronize();
-        elapsed = seconds(t0, Clock::now());
-      } while (elapsed < minBatch);
-      perCall.push_back(elapsed / calls);
-    }
-    std::sort(perCall.begin(), perCall.end());
-    return slowest(perCall[perCall.size() / 2]);
+    return timeCollective(
+        [&] {
+          fn();
+          dev.synchronize();
+        },
+        minBatch, batches);
   }
 
-  /// time() for a collective: every rank makes the same number of calls
-  /// (the slowest rank's choice), as a collective needs.
+  /// time() without the device synchronization: for collectives, which
+  /// need every rank to make the same calls anyway.
   double timeCollective(const std::function<void()> &fn, double minBatch,
                         int batches) {
     barrier();

@@ -24,9 +24,9 @@
 
 namespace zeroc {
 
-/// What an op works on, for a reader: its module path (`h.3.attn.c_attn`),
-/// else the persistent tensors it names (`h.3.mlp.c_fc.weight +2 more`),
-/// else "".
+/// What an op works on, for a reader: a model op's module path
+/// (`h.3.attn.c_attn`); a scheduling op's persistent tensors
+/// (`h.3.mlp.c_fc.weight +2 more`), else its module path; else "".
 std::string opSubject(const PlanOp &op);
 
 /// An op's event name: its kind, then its subject ("linear h.3.mlp.c_fc",
