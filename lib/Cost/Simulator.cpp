@@ -21,6 +21,8 @@
 
 #include "zeroc/Cost/Simulator.h"
 
+#include "zeroc/Plan/PlanTrace.h"
+
 #include <algorithm>
 #include <map>
 #include <unordered_map>
@@ -193,6 +195,7 @@ mostExposed(const Plan &plan, const StepPrediction &prediction, size_t limit) {
       if (auto it = byIndex.find(index); it != byIndex.end()) {
         e.kind = it->second->kindName();
         e.collective = it->second->collective;
+        e.subject = opSubject(*it->second);
         e.commElements = it->second->commElements;
       }
       e.seconds = seconds * double(timeline.runsPerStep);

@@ -476,6 +476,8 @@ void timeJson(const Plan &, const InspectOptions &options, json &out) {
       row["collective"] = e.collective;
       row["comm_elements"] = e.commElements;
     }
+    if (!e.subject.empty())
+      row["tensors"] = e.subject;
     row["exposed_s"] = e.seconds;
     exposed.push_back(std::move(row));
   }
@@ -523,11 +525,11 @@ void timeText(const Plan &plan, const InspectOptions &options,
   if (t.mostExposed.empty())
     return;
   out += "\nmost exposed collectives (compute stream blocked, per step)\n";
-  Table exposed({"phase", "op", "kind", "elements", "exposed"});
+  Table exposed({"phase", "op", "kind", "elements", "exposed", "tensors"});
   for (const StepTimeReport::ExposedCollective &e : t.mostExposed)
     exposed.row({e.phase, std::to_string(e.op), e.kind,
                  e.collective.empty() ? "-" : groupDigits(e.commElements),
-                 durationText(e.seconds)});
+                 durationText(e.seconds), e.subject.empty() ? "-" : e.subject});
   out += exposed.str();
 }
 

@@ -147,6 +147,8 @@ struct StepTimeReport {
     int64_t op = 0;
     std::string kind;       ///< "all_gather_start", "fetch_start", ...
     std::string collective; ///< Empty for copies.
+    /// The tensors it moves, else its module (opSubject).
+    std::string subject;
     int64_t commElements = 0;
     double seconds = 0; ///< Exposed per step.
   };
