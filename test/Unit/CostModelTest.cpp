@@ -489,6 +489,10 @@ TEST(Simulator, AWaitThatBlocksIsExposedExactly) {
   EXPECT_EQ(top[0].kind, "all_gather_start");
   EXPECT_EQ(top[0].collective, "all_gather");
   EXPECT_EQ(top[0].commElements, 6000000);
+  // Named by the tensors it moves.
+  plan.phases[0].ops[0].tensors = {"h.0.attn.q_proj.weight",
+                                   "h.0.attn.k_proj.weight"};
+  EXPECT_EQ(mostExposed(plan, p)[0].subject, "h.0.attn.q_proj.weight +1 more");
   EXPECT_NEAR(top[0].seconds, 2 * kMs, kTol);
 }
 
