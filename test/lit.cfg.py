@@ -18,5 +18,5 @@ llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 
 config.substitutions.append(("%examples", os.path.join(config.zeroc_src_root, "examples")))
 
-tools = ["zeroc", "zeroc-opt"]
+tools = ["zeroc", "zeroc-opt", "zerorun"]
 llvm_config.add_tool_substitutions(tools, [config.zeroc_tools_dir])

@@ -32,6 +32,21 @@ double Cluster::peakFlops(DType dtype) const {
   return gpu.peak.f32;
 }
 
+bool ClusterCalibration::any() const {
+  for (const auto &row : matmul)
+    for (double v : row)
+      if (v > 0)
+        return true;
+  for (const auto &[kind, v] : kernelBandwidth)
+    if (v > 0)
+      return true;
+  for (const CollectiveFit &f : collective)
+    if (f.busBandwidth > 0)
+      return true;
+  return attention > 0 || adamBandwidth > 0 || clipBandwidth > 0 ||
+         opOverhead > 0 || phaseOverhead > 0;
+}
+
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
@@ -95,6 +110,36 @@ struct FigureSpec {
   double &(*field)(Cluster &, Counts &);
 };
 
+// The calibration's figures (ClusterCalibration), all optional.
+#define ZEROC_MATMUL(dtype, d, cls, k)                                         \
+  {                                                                            \
+    "calibration.matmul_tflops." dtype "." cls, kTFlops, Bound::Positive,      \
+        true, [](Cluster &c, Counts &) -> double & {                           \
+          return c.calibration.matmul[d][k];                                   \
+        }                                                                      \
+  }
+#define ZEROC_MATMULS(dtype, d)                                                \
+  ZEROC_MATMUL(dtype, d, "small", 0), ZEROC_MATMUL(dtype, d, "medium", 1),     \
+      ZEROC_MATMUL(dtype, d, "large", 2)
+#define ZEROC_KERNEL(kind)                                                     \
+  {                                                                            \
+    "calibration.kernel_gb_per_s." kind, kGBPerS, Bound::Positive, true,       \
+        [](Cluster &c, Counts &) -> double & {                                 \
+          return c.calibration.kernelBandwidth[kind];                          \
+        }                                                                      \
+  }
+#define ZEROC_COLLECTIVE(name, k)                                              \
+  {"calibration." name ".latency_us", kMicrosecond, Bound::NonNegative, true,  \
+   [](Cluster &c, Counts &) -> double & {                                      \
+     return c.calibration.collective[k].latency;                               \
+   }},                                                                         \
+  {                                                                            \
+    "calibration." name ".bus_gb_per_s", kGBPerS, Bound::Positive, true,       \
+        [](Cluster &c, Counts &) -> double & {                                 \
+          return c.calibration.collective[k].busBandwidth;                     \
+        }                                                                      \
+  }
+
 const FigureSpec kFigures[] = {
     {"nodes", 1, Bound::Count, false,
      [](Cluster &, Counts &n) -> double & { return n.nodes; }},
@@ -144,7 +189,48 @@ const FigureSpec kFigures[] = {
      [](Cluster &c, Counts &) -> double & { return c.host.nvmeBandwidth; }},
     {"compute_efficiency", 1, Bound::Fraction, true,
      [](Cluster &c, Counts &) -> double & { return c.computeEfficiency; }},
+    {"calibration.ranks", 1, Bound::Count, true,
+     [](Cluster &c, Counts &) -> double & { return c.calibration.ranks; }},
+    {"calibration.op_overhead_us", kMicrosecond, Bound::NonNegative, true,
+     [](Cluster &c, Counts &) -> double & { return c.calibration.opOverhead; }},
+    {"calibration.phase_overhead_us", kMicrosecond, Bound::NonNegative, true,
+     [](Cluster &c, Counts &) -> double & {
+       return c.calibration.phaseOverhead;
+     }},
+    ZEROC_MATMULS("f32", 0),
+    ZEROC_MATMULS("bf16", 1),
+    ZEROC_MATMULS("f16", 2),
+    {"calibration.attention_tflops", kTFlops, Bound::Positive, true,
+     [](Cluster &c, Counts &) -> double & { return c.calibration.attention; }},
+    ZEROC_KERNEL("default"),
+    ZEROC_KERNEL("gelu"),
+    ZEROC_KERNEL("gelu_backward"),
+    ZEROC_KERNEL("silu"),
+    ZEROC_KERNEL("silu_backward"),
+    ZEROC_KERNEL("add"),
+    ZEROC_KERNEL("mul"),
+    ZEROC_KERNEL("layernorm"),
+    ZEROC_KERNEL("layernorm_backward"),
+    ZEROC_KERNEL("cross_entropy"),
+    ZEROC_KERNEL("cross_entropy_backward"),
+    ZEROC_KERNEL("accumulate"),
+    ZEROC_KERNEL("zero_grads"),
+    {"calibration.adam_gb_per_s", kGBPerS, Bound::Positive, true,
+     [](Cluster &c, Counts &) -> double & {
+       return c.calibration.adamBandwidth;
+     }},
+    {"calibration.clip_gb_per_s", kGBPerS, Bound::Positive, true,
+     [](Cluster &c, Counts &) -> double & {
+       return c.calibration.clipBandwidth;
+     }},
+    ZEROC_COLLECTIVE("all_gather", 0),
+    ZEROC_COLLECTIVE("reduce_scatter", 1),
+    ZEROC_COLLECTIVE("all_reduce", 2),
 };
+#undef ZEROC_MATMUL
+#undef ZEROC_MATMULS
+#undef ZEROC_KERNEL
+#undef ZEROC_COLLECTIVE
 
 struct StringSpec {
   const char *key;
@@ -168,8 +254,21 @@ struct ObjectSpec {
 };
 
 const ObjectSpec kObjects[] = {
-    {"", false},           {"gpu", false},       {"gpu.peak_tflops", false},
-    {"intra_node", false}, {"inter_node", true}, {"host", false},
+    {"", false},
+    {"gpu", false},
+    {"gpu.peak_tflops", false},
+    {"intra_node", false},
+    {"inter_node", true},
+    {"host", false},
+    {"calibration", true},
+    {"calibration.matmul_tflops", true},
+    {"calibration.matmul_tflops.f32", true},
+    {"calibration.matmul_tflops.bf16", true},
+    {"calibration.matmul_tflops.f16", true},
+    {"calibration.kernel_gb_per_s", true},
+    {"calibration.all_gather", true},
+    {"calibration.reduce_scatter", true},
+    {"calibration.all_reduce", true},
 };
 
 /// "gpu.peak_tflops.bf16" -> {"gpu", "peak_tflops", "bf16"}.

@@ -115,6 +115,61 @@ double computeTime(const Cluster &cluster, double flops, double bytes,
   return std::max(math, memory);
 }
 
+double calibratedMatmulRate(const ClusterCalibration &calibration, DType dtype,
+                            double flops) {
+  int d = dtype == DType::BF16 ? 1 : dtype == DType::F16 ? 2 : 0;
+  std::vector<std::pair<double, double>> points; // (log flops, rate)
+  for (int k = 0; k < 3; ++k)
+    if (calibration.matmul[d][k] > 0)
+      points.push_back({std::log(ClusterCalibration::kMatmulClassFlops[k]),
+                        calibration.matmul[d][k]});
+  if (points.empty())
+    return 0;
+  double x = std::log(std::max(flops, 1.0));
+  if (x <= points.front().first)
+    return points.front().second;
+  if (x >= points.back().first)
+    return points.back().second;
+  for (size_t i = 1; i < points.size(); ++i)
+    if (x <= points[i].first) {
+      double w =
+          (x - points[i - 1].first) / (points[i].first - points[i - 1].first);
+      return points[i - 1].second +
+             w * (points[i].second - points[i - 1].second);
+    }
+  return points.back().second;
+}
+
+double kernelTime(const Cluster &cluster, OpKind kind, double flops,
+                  double bytes, DType dtype) {
+  const ClusterCalibration &cal = cluster.calibration;
+  switch (kind) {
+  case OpKind::Linear:
+  case OpKind::LinearGradInput:
+  case OpKind::LinearGradWeight:
+    if (double rate = calibratedMatmulRate(cal, dtype, flops); rate > 0)
+      return flops / rate;
+    break;
+  case OpKind::CausalAttention:
+  case OpKind::CausalAttentionBackward:
+    if (cal.attention > 0)
+      return flops / cal.attention;
+    break;
+  default:
+    break;
+  }
+  if (auto it = cal.kernelBandwidth.find(opKindName(kind));
+      it != cal.kernelBandwidth.end() && it->second > 0)
+    return bytes / it->second;
+  if (auto it = cal.kernelBandwidth.find("default");
+      it != cal.kernelBandwidth.end() && it->second > 0) {
+    double peak = cluster.peakFlops(dtype) * cluster.computeEfficiency;
+    return std::max(flops > 0 && peak > 0 ? flops / peak : 0.0,
+                    bytes / it->second);
+  }
+  return computeTime(cluster, flops, bytes, dtype);
+}
+
 RankRates rankRates(const Cluster &cluster, int64_t worldSize) {
   double local = double(rankLayout(cluster, worldSize).ranksPerNode);
   RankRates rates;
@@ -154,7 +209,20 @@ std::string_view opClassName(OpClass cls) {
   return "?";
 }
 
-namespace {} // namespace
+double modelFlops(const PlanOp &op) {
+  if (!op.recompute.empty())
+    return 0;
+  switch (op.kind) {
+  case OpKind::Linear:
+  case OpKind::LinearGradInput:
+  case OpKind::LinearGradWeight:
+    return double(op.flops);
+  case OpKind::CausalAttention:
+    return 3 * double(op.flops);
+  default:
+    return 0;
+  }
+}
 
 CostModel::CostModel(const Plan &plan, const Cluster &cluster)
     : plan(plan), clusterRef(cluster),
@@ -222,12 +290,16 @@ Placement CostModel::placementOf(const std::string &name) const {
   return t ? t->placement : Placement::Device;
 }
 
-double CostModel::stateTrafficTime(const std::string &name,
-                                   double passes) const {
+double CostModel::stateTrafficTime(const std::string &name, double passes,
+                                   OpKind kind) const {
   double bytes = rankBytes(name) * passes;
   Placement placement = placementOf(name);
-  if (placement == Placement::Device)
-    return computeTime(clusterRef, 0, bytes, dtypeOf(name));
+  if (placement == Placement::Device) {
+    if (kind == OpKind::ClipGradNorm &&
+        clusterRef.calibration.clipBandwidth > 0)
+      return rankBytes(name) / clusterRef.calibration.clipBandwidth;
+    return kernelTime(clusterRef, kind, 0, bytes, dtypeOf(name));
+  }
   if (placement == Placement::Host)
     return rankRatesPerRank.hostMemory > 0 ? bytes / rankRatesPerRank.hostMemory
                                            : 0;
@@ -261,8 +333,30 @@ OpCost CostModel::collectiveCost(const PhaseInfo &info,
   // scales are negligible. The first freeze_step steps cost Adam's.
   if (oneBitOptimizer && op.kind == OpKind::AllReduceStart)
     bytes = double(op.commElements) / 8.0;
-  cost.seconds =
-      collectiveTime(clusterRef, *kind, bytes, plan.worldSize).seconds;
+  const ClusterCalibration::CollectiveFit &fit =
+      clusterRef.calibration.collective[size_t(*kind)];
+  if (fit.busBandwidth > 0 && plan.worldSize > 1 &&
+      rankLayout(clusterRef, plan.worldSize).nodes == 1)
+    // Measured on this node: nccl-tests' busbw convention, fixed time fitted.
+    cost.seconds =
+        fit.latency + bytes * commElementsPerRank(*kind, 1.0, plan.worldSize) /
+                          fit.busBandwidth;
+  else
+    cost.seconds =
+        collectiveTime(clusterRef, *kind, bytes, plan.worldSize).seconds;
+  // One rank launches no collective, but a gather or a reduce-scatter out
+  // of place still copies its buffer (the communicator's local copy).
+  if (plan.worldSize <= 1 && *kind != CollectiveKind::AllReduce)
+    cost.seconds += computeTime(clusterRef, 0, 2 * bytes, dtype);
+  // A reduce-scatter's epilogue adds the rank's part of the result into its
+  // gradient shard or partition: the part read, the target read and
+  // written, an accumulate kernel's work.
+  if (*kind == CollectiveKind::ReduceScatter) {
+    double part = double(op.commElements) /
+                  double(std::max<int64_t>(1, plan.worldSize)) * elementBytes;
+    cost.seconds +=
+        kernelTime(clusterRef, OpKind::Accumulate, 0, 3 * part, dtype);
+  }
 
   // Results that land off the device (a host gradient partition) cross PCIe
   // after the collective: the rank's part of a reduce-scatter, all of the
@@ -343,7 +437,9 @@ OpCost CostModel::adamCost(const PlanOp &op) const {
   OpCost cost;
   if (adam.on != Placement::Host) {
     cost.cls = OpClass::Compute;
-    cost.seconds = computeTime(clusterRef, 0, bytes, DType::F32);
+    double measured = clusterRef.calibration.adamBandwidth;
+    cost.seconds = measured > 0 ? bytes / measured
+                                : computeTime(clusterRef, 0, bytes, DType::F32);
     return cost;
   }
   // CPU Adam, memory-bound on the host, then the transfers around it, one
@@ -371,7 +467,7 @@ OpCost CostModel::gradientPassCost(const PlanOp &op, double passes) const {
   OpCost cost;
   cost.cls = OpClass::Compute;
   for (const std::string &name : op.tensors) {
-    cost.seconds += stateTrafficTime(name, passes);
+    cost.seconds += stateTrafficTime(name, passes, op.kind);
     if (placementOf(name) != Placement::Device)
       cost.cls = OpClass::Host;
   }
@@ -379,6 +475,14 @@ OpCost CostModel::gradientPassCost(const PlanOp &op, double passes) const {
 }
 
 OpCost CostModel::cost(const PlanPhase &phase, const PlanOp &op) const {
+  OpCost cost = workCost(phase, op);
+  // The host's share of running any op (calibrated; 0 otherwise): the
+  // executor schedules and dispatches reads, waits and releases too.
+  cost.seconds += clusterRef.calibration.opOverhead;
+  return cost;
+}
+
+OpCost CostModel::workCost(const PlanPhase &phase, const PlanOp &op) const {
   auto found = phases.find(&phase);
   static const PhaseInfo empty;
   const PhaseInfo &info = found == phases.end() ? empty : found->second;
@@ -401,8 +505,9 @@ OpCost CostModel::cost(const PlanPhase &phase, const PlanOp &op) const {
       OpCost cost;
       cost.cls = OpClass::Compute;
       cost.flops = double(op.flops);
-      cost.seconds = computeTime(clusterRef, double(op.flops), double(op.bytes),
-                                 computeDType(info, op));
+      cost.modelFlops = modelFlops(op);
+      cost.seconds = kernelTime(clusterRef, op.kind, double(op.flops),
+                                double(op.bytes), computeDType(info, op));
       return cost;
     }
   case OpKind::AllGatherStart:
@@ -456,8 +561,8 @@ OpCost CostModel::accumulateCost(const PhaseInfo &info,
       target.empty() ? Placement::Device : placementOf(target);
   if (placement == Placement::Device) {
     cost.cls = OpClass::Compute;
-    cost.seconds = computeTime(clusterRef, 0, inBytes + targetBytes,
-                               computeDType(info, op));
+    cost.seconds = kernelTime(clusterRef, OpKind::Accumulate, 0,
+                              inBytes + targetBytes, computeDType(info, op));
   } else {
     cost.cls = OpClass::Host;
     cost.seconds =

@@ -2,6 +2,7 @@
 
 #include "zeroc/Cost/ScheduleViews.h"
 
+#include "zeroc/Plan/PlanTrace.h"
 #include "zeroc/Support/Format.h"
 
 #include <algorithm>
@@ -115,11 +116,6 @@ MemoryCurve deviceMemoryCurve(const Plan &plan,
 
 namespace {
 
-std::string opLabel(const PlanOp &op) {
-  std::string kind = op.kindName();
-  return op.where.empty() ? kind : kind + " " + op.where;
-}
-
 std::string phaseTitle(const PhaseTimeline &t) {
   return std::string(phaseName(t.kind)) + " (" + std::to_string(t.runsPerStep) +
          " run" + (t.runsPerStep == 1 ? "" : "s") + " per step; one shown)";
@@ -134,13 +130,15 @@ json chromeTrace(const Plan &plan, const StepPrediction &prediction) {
   for (size_t p = 0; p < prediction.phases.size(); ++p) {
     const PhaseTimeline &timeline = prediction.phases[p];
     const PlanPhase *phase = plan.findPhase(timeline.kind);
-    int pid = int(p) + 1;
+    if (!phase)
+      continue;
+    int64_t pid = tracePid(p);
     events.push_back({{"name", "process_name"},
                       {"ph", "M"},
                       {"pid", pid},
                       {"tid", 0},
                       {"ts", 0},
-                      {"args", {{"name", phaseTitle(timeline)}}}});
+                      {"args", {{"name", traceProcessName(*phase)}}}});
     events.push_back({{"name", "process_sort_index"},
                       {"ph", "M"},
                       {"pid", pid},
@@ -148,13 +146,14 @@ json chromeTrace(const Plan &plan, const StepPrediction &prediction) {
                       {"ts", 0},
                       {"args", {{"sort_index", pid}}}});
     for (size_t s = 0; s < prediction.streams.size(); ++s)
-      events.push_back({{"name", "thread_name"},
-                        {"ph", "M"},
-                        {"pid", pid},
-                        {"tid", int(s)},
-                        {"ts", 0},
-                        {"args", {{"name", prediction.streams[s]}}}});
-    if (!phase || phase->ops.size() != timeline.ops.size())
+      events.push_back(
+          {{"name", "thread_name"},
+           {"ph", "M"},
+           {"pid", pid},
+           {"tid", int(s)},
+           {"ts", 0},
+           {"args", {{"name", traceThreadName(plan, int64_t(s))}}}});
+    if (phase->ops.size() != timeline.ops.size())
       continue;
     double offset = offsets[p];
     for (size_t i = 0; i < timeline.ops.size(); ++i) {
@@ -177,25 +176,14 @@ json chromeTrace(const Plan &plan, const StepPrediction &prediction) {
       }
       if (t.end <= t.start)
         continue;
-      json args = {{"op", t.op}};
-      if (!op.where.empty())
-        args["where"] = op.where;
-      if (op.flops)
-        args["flops"] = op.flops;
-      if (op.bytes)
-        args["bytes"] = op.bytes;
-      if (!op.collective.empty()) {
-        args["collective"] = op.collective;
-        args["comm_elements"] = op.commElements;
-      }
-      events.push_back({{"name", opLabel(op)},
+      events.push_back({{"name", traceEventName(op)},
                         {"cat", std::string(opClassName(t.cls))},
                         {"ph", "X"},
                         {"pid", pid},
                         {"tid", t.stream},
                         {"ts", (offset + t.start) * 1e6},
                         {"dur", (t.end - t.start) * 1e6},
-                        {"args", std::move(args)}});
+                        {"args", traceEventArgs(op)}});
     }
   }
   return {{"traceEvents", std::move(events)},
@@ -203,6 +191,7 @@ json chromeTrace(const Plan &plan, const StepPrediction &prediction) {
           {"otherData",
            {{"generator", "zeroc"},
             {"model", plan.model.name},
+            {"plan_fingerprint", planFingerprint(plan)},
             {"cluster", prediction.cluster},
             {"predicted_step_time_s", prediction.stepSeconds},
             {"exposed_comm_s", prediction.exposedComm},
@@ -474,7 +463,7 @@ std::string scheduleSvg(const Plan &plan, const StepPrediction &prediction) {
         continue;
       double x0 = xOf(offsets[p] + t.start), x1 = xOf(offsets[p] + t.end);
       svg.rect(x0, y, std::max(x1 - x0, 0.3), laneHeight, fillOf(t.cls),
-               "op " + std::to_string(t.op) + " " + opLabel(op) + ": " +
+               "op " + std::to_string(t.op) + " " + traceEventName(op) + ": " +
                    durationText(t.end - t.start));
     }
   }

@@ -21,6 +21,8 @@
 
 #include "zeroc/Cost/Simulator.h"
 
+#include "zeroc/Plan/PlanTrace.h"
+
 #include <algorithm>
 #include <map>
 #include <unordered_map>
@@ -93,6 +95,7 @@ PhaseTimeline simulatePhase(const PlanPhase &phase, const CostModel &model,
     streamFree[stream] = t.end;
     out.streamBusy[stream] += cost.seconds;
     out.flops += cost.flops;
+    out.modelFlops += cost.modelFlops;
 
     if (t.start > t.ready && last >= 0) {
       // Look through waits to the op whose work was not done.
@@ -128,6 +131,9 @@ PhaseTimeline simulatePhase(const PlanPhase &phase, const CostModel &model,
     out.ops.push_back(t);
   }
   out.exposedBy.assign(exposedBy.begin(), exposedBy.end());
+  // Starting the run's streams and joining them (calibrated; 0 otherwise).
+  if (!phase.ops.empty())
+    out.seconds += model.cluster().calibration.phaseOverhead;
   return out;
 }
 
@@ -154,6 +160,7 @@ Expected<StepPrediction> predictStep(const Plan &plan, const Cluster &cluster) {
     step.exposedComm += runs * timeline.exposedComm;
     step.exposedOffload += runs * timeline.exposedOffload;
     step.flops += runs * timeline.flops;
+    step.modelFlops += runs * timeline.modelFlops;
     for (size_t s = 0; s < streams; ++s)
       step.streamBusy[s] += runs * timeline.streamBusy[s];
     step.phases.push_back(std::move(timeline));
@@ -161,7 +168,8 @@ Expected<StepPrediction> predictStep(const Plan &plan, const Cluster &cluster) {
   if (step.stepSeconds > 0) {
     step.achievedTflopsPerGpu = step.flops / step.stepSeconds / 1e12;
     double peak = cluster.peakFlops(plan.model.dtype);
-    step.mfu = peak > 0 ? step.flops / step.stepSeconds / peak : 0;
+    step.mfu = peak > 0 ? step.modelFlops / step.stepSeconds / peak : 0;
+    step.hfu = peak > 0 ? step.flops / step.stepSeconds / peak : 0;
     step.tokensPerSecond = double(plan.model.microBatch) *
                            double(plan.model.seqLen) *
                            double(plan.gradientAccumulationSteps) *
@@ -187,6 +195,7 @@ mostExposed(const Plan &plan, const StepPrediction &prediction, size_t limit) {
       if (auto it = byIndex.find(index); it != byIndex.end()) {
         e.kind = it->second->kindName();
         e.collective = it->second->collective;
+        e.subject = opSubject(*it->second);
         e.commElements = it->second->commElements;
       }
       e.seconds = seconds * double(timeline.runsPerStep);
@@ -221,7 +230,9 @@ StepTimeReport stepTimeReport(const Plan &plan, const Cluster &cluster,
     report.phases.push_back({phaseName(t.kind), t.runsPerStep, t.seconds});
   report.flopsPerStep = prediction.flops;
   report.achievedTflopsPerGpu = prediction.achievedTflopsPerGpu;
+  report.modelFlopsPerStep = prediction.modelFlops;
   report.mfu = prediction.mfu;
+  report.hfu = prediction.hfu;
   report.tokensPerSecond = prediction.tokensPerSecond;
   report.mostExposed = mostExposed(plan, prediction);
   return report;

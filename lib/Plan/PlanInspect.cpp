@@ -465,7 +465,9 @@ void timeJson(const Plan &, const InspectOptions &options, json &out) {
   out["stream_busy_s"] = std::move(busy);
   out["flops_per_gpu_per_step"] = t.flopsPerStep;
   out["achieved_tflops_per_gpu"] = t.achievedTflopsPerGpu;
+  out["model_flops_per_gpu_per_step"] = t.modelFlopsPerStep;
   out["mfu"] = t.mfu;
+  out["hfu"] = t.hfu;
   out["tokens_per_s"] = t.tokensPerSecond;
   json exposed = json::array();
   for (const StepTimeReport::ExposedCollective &e : t.mostExposed) {
@@ -474,6 +476,8 @@ void timeJson(const Plan &, const InspectOptions &options, json &out) {
       row["collective"] = e.collective;
       row["comm_elements"] = e.commElements;
     }
+    if (!e.subject.empty())
+      row["tensors"] = e.subject;
     row["exposed_s"] = e.seconds;
     exposed.push_back(std::move(row));
   }
@@ -501,9 +505,11 @@ void timeText(const Plan &plan, const InspectOptions &options,
            durationText(t.exposedOffloadSeconds) + " (" +
                percentText(t.exposedOffloadSeconds, t.stepSeconds) +
                " of the step)");
-  char line[96];
-  std::snprintf(line, sizeof line, "%.1f TFLOP/s (%s of the %s peak)",
+  char line[160];
+  std::snprintf(line, sizeof line,
+                "%.1f TFLOP/s (MFU %s, HFU %s of the %s peak)",
                 t.achievedTflopsPerGpu, percentText(t.mfu, 1).c_str(),
+                percentText(t.hfu, 1).c_str(),
                 std::string(dtypeName(plan.model.dtype)).c_str());
   addField(out, "achieved per GPU", line);
   addField(out, "tokens per second",
@@ -519,11 +525,11 @@ void timeText(const Plan &plan, const InspectOptions &options,
   if (t.mostExposed.empty())
     return;
   out += "\nmost exposed collectives (compute stream blocked, per step)\n";
-  Table exposed({"phase", "op", "kind", "elements", "exposed"});
+  Table exposed({"phase", "op", "kind", "elements", "exposed", "tensors"});
   for (const StepTimeReport::ExposedCollective &e : t.mostExposed)
     exposed.row({e.phase, std::to_string(e.op), e.kind,
                  e.collective.empty() ? "-" : groupDigits(e.commElements),
-                 durationText(e.seconds)});
+                 durationText(e.seconds), e.subject.empty() ? "-" : e.subject});
   out += exposed.str();
 }
 

@@ -2,6 +2,7 @@
 
 #include "zeroc/Plan/PlanMemory.h"
 #include "zeroc/Plan/PlanInspect.h"
+#include "zeroc/Plan/PlanTrace.h"
 
 #include "zeroc/Config/DeepSpeedConfig.h" // OptimizerConfig::oneBitType, inline
 
@@ -98,7 +99,7 @@ MemorySummary summarizeMemory(const Plan &plan) {
     m.peakOp = pm.peakOp;
     if (pm.peakOp < int64_t(phase.ops.size())) {
       m.peakOpKind = phase.ops[pm.peakOp].kindName();
-      m.peakOpWhere = phase.ops[pm.peakOp].where;
+      m.peakOpWhere = opSubject(phase.ops[pm.peakOp]);
     }
     m.activations = pm.activations;
     m.gatherBuffers = pm.gatherBuffers;

@@ -23,7 +23,9 @@ Executor::Impl::Impl(Executor &ex, Communicator &comm,
       dev(options.device ? options.device : ownDevice.get()), rank(comm.rank()),
       ws(comm.size()), streamThreads(options.streamThreads),
       state(ex.thePlan, ex.memory, *dev, rank, ws, options.nvmePath),
-      scheduler(*dev) {}
+      scheduler(*dev), profiler(options.profiler) {
+  scheduler.profiler = profiler;
+}
 
 Tensor &Executor::Impl::value(int64_t id) {
   auto it = phase->values.find(id);
@@ -90,6 +92,8 @@ void Executor::Impl::runPhase(const PlanPhase &ph, const DataLoader *data,
              .first;
   phase = &it->second;
   phase->bind(ex.memory, unplanned);
+  if (profiler)
+    profiler->beginRun(ph, step, micro, phase->opCount);
 
   if (data && ph.args.size() >= 2) {
     auto t0 = Clock::now();
@@ -114,6 +118,8 @@ void Executor::Impl::runPhase(const PlanPhase &ph, const DataLoader *data,
 
   scheduler.run(*phase, [this](const PlanOp &op) { runOp(op); });
   finishCollectives();
+  if (profiler)
+    profiler->endRun();
   if (scheduler.failedFlag())
     fail(scheduler.failure());
 }

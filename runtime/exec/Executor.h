@@ -31,6 +31,7 @@
 namespace zeroc::runtime {
 
 class Device;
+class Profiler;
 
 struct ExecutorOptions {
   uint64_t seed = 0;
@@ -42,6 +43,9 @@ struct ExecutorOptions {
   /// Where data lives and kernels run (exec/Device.h); it must outlive the
   /// executor. Null: the CPU.
   Device *device = nullptr;
+  /// Records every op's start and end (exec/Profiler.h); it must outlive
+  /// the executor. Null: nothing recorded.
+  Profiler *profiler = nullptr;
 };
 
 struct NvmeStats {

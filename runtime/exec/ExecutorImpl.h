@@ -21,6 +21,7 @@
 #include "exec/Executor.h"
 #include "exec/PersistentState.h"
 #include "exec/PreparedPhase.h"
+#include "exec/Profiler.h"
 #include "exec/StreamScheduler.h"
 
 #include <atomic>
@@ -47,6 +48,7 @@ struct Executor::Impl {
   bool streamThreads = true;
   exec::PersistentState state;
   exec::StreamScheduler scheduler;
+  Profiler *profiler = nullptr;
   /// One arena serves both phases: they never run at once.
   std::shared_ptr<char> arena;
   /// Each phase, prepared on its first run.

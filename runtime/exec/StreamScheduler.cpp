@@ -4,6 +4,7 @@
 
 #include "exec/Device.h"
 #include "exec/ExecError.h"
+#include "exec/Profiler.h"
 
 namespace zeroc::runtime::exec {
 
@@ -73,6 +74,8 @@ void StreamScheduler::runOne(const PlanOp &op, bool computeStream,
   double scalarWait = times.scalarWait;
   runOp(op);
   dev.opDone(op.index);
+  if (profiler)
+    profiler->record(op.index, t1, Clock::now());
   markDone(op);
   if (computeStream) {
     double blocked = times.scalarWait - scalarWait;

@@ -35,6 +35,7 @@
 namespace zeroc::runtime {
 
 class Device;
+class Profiler;
 
 namespace exec {
 
@@ -90,6 +91,9 @@ public:
   }
 
   StreamTimes times;
+  /// Where each op's start (its dependencies done) and end go (zerorun
+  /// --profile); null: not recorded.
+  Profiler *profiler = nullptr;
   void resetTimes() { times = StreamTimes{}; }
   /// Counts `seconds` the calling thread spent in a scalar all-reduce, if
   /// it runs the compute stream.

@@ -341,3 +341,71 @@ TEST(ClusterReader, NotAnObject) {
 }
 
 } // namespace
+
+// The calibration section zerorun --calibrate writes: read in SI units,
+// written back the same, and checked like every other key.
+TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
+  Expected<Cluster> base = clusterPreset("h100-pcie-1");
+  ASSERT_TRUE(base);
+  EXPECT_FALSE(base->calibration.any());
+  json j = toJson(*base);
+  j["calibration"] = {
+      {"ranks", 2},
+      {"op_overhead_us", {{"value", 4}, {"source", "measured"}}},
+      {"phase_overhead_us", 80},
+      {"matmul_tflops", {{"f32", {{"small", 0.02}, {"large", 0.05}}}}},
+      {"kernel_gb_per_s", {{"gelu", 0.5}, {"default", 8}}},
+      {"adam_gb_per_s", 10},
+      {"clip_gb_per_s", 2},
+      {"all_gather", {{"latency_us", 30}, {"bus_gb_per_s", 3}}}};
+  Expected<JsonDocument> doc = JsonDocument::parse(j.dump(2), "cal.json");
+  ASSERT_TRUE(doc);
+  Expected<Cluster> c = readCluster(*doc);
+  ASSERT_TRUE(c) << c.error().str();
+  const ClusterCalibration &k = c->calibration;
+  EXPECT_TRUE(k.any());
+  EXPECT_EQ(k.ranks, 2);
+  EXPECT_NEAR(k.opOverhead, 4e-6, 1e-18);
+  EXPECT_NEAR(k.phaseOverhead, 80e-6, 1e-18);
+  EXPECT_NEAR(k.matmul[0][0], 0.02e12, 1);
+  EXPECT_EQ(k.matmul[0][1], 0); // Not given.
+  EXPECT_NEAR(k.matmul[0][2], 0.05e12, 1);
+  EXPECT_NEAR(k.kernelBandwidth.at("gelu"), 0.5e9, 1e-3);
+  EXPECT_NEAR(k.kernelBandwidth.at("default"), 8e9, 1e-3);
+  EXPECT_NEAR(k.adamBandwidth, 10e9, 1e-3);
+  EXPECT_NEAR(k.clipBandwidth, 2e9, 1e-3);
+  EXPECT_NEAR(k.collective[0].latency, 30e-6, 1e-18);
+  EXPECT_NEAR(k.collective[0].busBandwidth, 3e9, 1e-3);
+  EXPECT_EQ(c->sources.at("calibration.op_overhead_us"), "measured");
+
+  // Written back, read again: the same figures.
+  Expected<JsonDocument> again =
+      JsonDocument::parse(toJson(*c).dump(2), "again.json");
+  ASSERT_TRUE(again);
+  Expected<Cluster> d = readCluster(*again);
+  ASSERT_TRUE(d) << d.error().str();
+  EXPECT_EQ(toJson(*d), toJson(*c));
+
+  // A misspelt kernel and a negative figure are errors that name the key.
+  json bad = j;
+  bad["calibration"]["kernel_gb_per_s"]["gelu_backwards"] = 1;
+  doc = JsonDocument::parse(bad.dump(2), "bad.json");
+  ASSERT_TRUE(doc);
+  Expected<Cluster> e = readCluster(*doc);
+  ASSERT_FALSE(e);
+  EXPECT_NE(e.error().str().find("cluster calibration.kernel_gb_per_s: "
+                                 "unknown key 'gelu_backwards'; did you "
+                                 "mean 'gelu_backward'?"),
+            std::string::npos)
+      << e.error().str();
+  bad = j;
+  bad["calibration"]["all_gather"]["bus_gb_per_s"] = -3;
+  doc = JsonDocument::parse(bad.dump(2), "bad.json");
+  ASSERT_TRUE(doc);
+  e = readCluster(*doc);
+  ASSERT_FALSE(e);
+  EXPECT_NE(e.error().str().find("cluster calibration.all_gather.bus_gb_per_"
+                                 "s: expected a number > 0, found -3"),
+            std::string::npos)
+      << e.error().str();
+}

@@ -10,11 +10,14 @@
 #include "zeroc/Cost/CostModel.h"
 #include "zeroc/Cost/ScheduleViews.h"
 #include "zeroc/Cost/Simulator.h"
+#include "zeroc/Cost/TraceCompare.h"
+#include "zeroc/Plan/PlanTrace.h"
 
 #include <gtest/gtest.h>
 
 #include <cctype>
 #include <cmath>
+#include <functional>
 
 using namespace zeroc;
 using nlohmann::json;
@@ -64,6 +67,11 @@ Cluster exactCluster() {
   c.computeEfficiency = 1.0;
   return c;
 }
+
+/// The epilogue of a bf16 reduce-scatter of `elements` over 2 ranks on
+/// exactCluster(): the rank's half read, the shard read and written, at
+/// 1e15 B/s of HBM.
+double rsEpilogue(double elements) { return 3 * (elements / 2 * 2) / 1e15; }
 
 PlanValue value(int64_t id, DType dtype, int64_t elements) {
   PlanValue v;
@@ -361,9 +369,9 @@ TEST(OpCost, ReduceScatterToHostCrossesPcie) {
   const PlanPhase &micro = plan.phases[0];
   OpCost rs = model.cost(micro, micro.ops[0]);
   EXPECT_EQ(rs.cls, OpClass::Collective);
-  // 4 ms of ring, then this rank's half of 4e6 bf16 elements (4 MB) over
-  // PCIe at 1 GB/s.
-  EXPECT_NEAR(rs.seconds, 4e-3 + 4e6 / 1e9, kTol);
+  // 4 ms of ring, the epilogue, then this rank's half of 4e6 bf16 elements
+  // (4 MB) over PCIe at 1 GB/s.
+  EXPECT_NEAR(rs.seconds, 4e-3 + rsEpilogue(4e6) + 4e6 / 1e9, kTol);
 }
 
 TEST(OpCost, FetchMovesWhatItsWaitYields) {
@@ -481,6 +489,10 @@ TEST(Simulator, AWaitThatBlocksIsExposedExactly) {
   EXPECT_EQ(top[0].kind, "all_gather_start");
   EXPECT_EQ(top[0].collective, "all_gather");
   EXPECT_EQ(top[0].commElements, 6000000);
+  // Named by the tensors it moves.
+  plan.phases[0].ops[0].tensors = {"h.0.attn.q_proj.weight",
+                                   "h.0.attn.k_proj.weight"};
+  EXPECT_EQ(mostExposed(plan, p)[0].subject, "h.0.attn.q_proj.weight +1 more");
   EXPECT_NEAR(top[0].seconds, 2 * kMs, kTol);
 }
 
@@ -495,16 +507,17 @@ TEST(Simulator, DependenciesAcrossStreams) {
   const OpTiming &rs = timingOf(p, 1);
   EXPECT_NEAR(rs.ready, 0.0, kTol);
   EXPECT_NEAR(rs.start, 5 * kMs, kTol);
-  EXPECT_NEAR(rs.end, 8 * kMs, kTol);
+  EXPECT_NEAR(rs.end, 8 * kMs + rsEpilogue(3e6), kTol);
   EXPECT_EQ(rs.blockedBy, 0);
-  EXPECT_NEAR(p.stepSeconds, 8 * kMs, kTol);
-  EXPECT_EQ(p.exposedComm, 0.0);
+  // The wait finds the reduction done but for its epilogue.
+  EXPECT_NEAR(p.stepSeconds, 8 * kMs + rsEpilogue(3e6), kTol);
+  EXPECT_NEAR(p.exposedComm, rsEpilogue(3e6), kTol);
 
   // With a 5 ms reduction the wait blocks 2 ms.
   plan.phases[0].ops[1].commElements = 5000000;
   StepPrediction slower = predict(plan, exactCluster());
-  EXPECT_NEAR(slower.stepSeconds, 10 * kMs, kTol);
-  EXPECT_NEAR(slower.exposedComm, 2 * kMs, kTol);
+  EXPECT_NEAR(slower.stepSeconds, 10 * kMs + rsEpilogue(5e6), kTol);
+  EXPECT_NEAR(slower.exposedComm, 2 * kMs + rsEpilogue(5e6), kTol);
 }
 
 TEST(Simulator, WaitOnAWaitChargesTheCollective) {
@@ -533,8 +546,34 @@ TEST(Simulator, RunsPerStepMultiply) {
   EXPECT_EQ(p.flops, 41e9);
   EXPECT_NEAR(p.achievedTflopsPerGpu, 1.0, kRelTol);
   EXPECT_NEAR(p.mfu, 1.0, kRelTol);
+  EXPECT_NEAR(p.hfu, 1.0, kRelTol);
   // 1 x 8 tokens x 4 micro-steps x 2 ranks per 41 ms.
   EXPECT_NEAR(p.tokensPerSecond, 64 / 0.041, 64 / 0.041 * kRelTol);
+}
+
+TEST(Simulator, MfuCountsModelFlopsHfuEveryFlop) {
+  // 10 ms of linear, 4 ms of the same linear recomputed, 2 ms of an
+  // element-wise op and a 1 ms attention forward (model FLOPs: 3 ms worth,
+  // its backward's matrix products) on a 1 TFLOP/s GPU: 17 ms in all.
+  PlanOp recomputed = computeOp(1, 4.0, {0});
+  recomputed.recompute = "h.0";
+  PlanOp gelu = computeOp(2, 2.0, {1});
+  gelu.kind = OpKind::Gelu;
+  gelu.attrs = defaultAttrs(gelu.kind);
+  PlanOp attention = computeOp(3, 1.0, {2});
+  attention.kind = OpKind::CausalAttention;
+  attention.attrs = defaultAttrs(attention.kind);
+  Plan plan = planWith({computeOp(0, 10.0), recomputed, gelu, attention});
+  StepPrediction p = predict(plan, exactCluster());
+  EXPECT_NEAR(p.stepSeconds, 17 * kMs, kTol);
+  EXPECT_EQ(p.flops, 17e9);
+  EXPECT_EQ(p.modelFlops, 13e9);
+  EXPECT_NEAR(p.hfu, 1.0, kRelTol);
+  EXPECT_NEAR(p.mfu, 13.0 / 17.0, kRelTol);
+  nlohmann::json j = inspectJson(plan, *inspectOptions(plan, exactCluster()));
+  EXPECT_NEAR(j["mfu"].get<double>(), 13.0 / 17.0, kRelTol);
+  EXPECT_NEAR(j["hfu"].get<double>(), 1.0, kRelTol);
+  EXPECT_EQ(j["model_flops_per_gpu_per_step"].get<double>(), 13e9);
 }
 
 TEST(Simulator, CollectiveOnTheComputeStreamIsAllExposed) {
@@ -543,8 +582,8 @@ TEST(Simulator, CollectiveOnTheComputeStreamIsAllExposed) {
        collectiveOp(1, "reduce_scatter_start", "reduce_scatter", 0, 3.0),
        op(2, "wait", 0, {1})});
   StepPrediction p = predict(plan, exactCluster());
-  EXPECT_NEAR(p.stepSeconds, 4 * kMs, kTol);
-  EXPECT_NEAR(p.exposedComm, 3 * kMs, kTol);
+  EXPECT_NEAR(p.stepSeconds, 4 * kMs + rsEpilogue(3e6), kTol);
+  EXPECT_NEAR(p.exposedComm, 3 * kMs + rsEpilogue(3e6), kTol);
 }
 
 TEST(Simulator, ExposedOffloadIsSeparate) {
@@ -900,4 +939,233 @@ TEST(OpCost, EveryModelOpKindIsAKernel) {
     EXPECT_NEAR(cost.seconds, 2e-3, kTol); // 2 GFLOP at 1 TFLOP/s
     EXPECT_EQ(cost.flops, 2e9);
   }
+}
+
+//===----------------------------------------------------------------------===//
+// Calibration (zerorun --calibrate's figures)
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+constexpr double kC0 = ClusterCalibration::kMatmulClassFlops[0];
+constexpr double kC1 = ClusterCalibration::kMatmulClassFlops[1];
+constexpr double kC2 = ClusterCalibration::kMatmulClassFlops[2];
+
+} // namespace
+
+TEST(Calibration, MatmulRateInterpolatesInLogFlops) {
+  ClusterCalibration cal;
+  cal.matmul[0][0] = 10e9;
+  cal.matmul[0][1] = 20e9;
+  cal.matmul[0][2] = 40e9;
+  EXPECT_EQ(calibratedMatmulRate(cal, DType::F32, kC0), 10e9);
+  EXPECT_EQ(calibratedMatmulRate(cal, DType::F32, kC0 / 100), 10e9);
+  EXPECT_EQ(calibratedMatmulRate(cal, DType::F32, kC2 * 100), 40e9);
+  // Half way between two classes in log(FLOPs): half way in rate.
+  EXPECT_NEAR(calibratedMatmulRate(cal, DType::F32, std::sqrt(kC1 * kC2)), 30e9,
+              1e-3);
+  // No bf16 figures: no calibrated rate, the roofline applies.
+  EXPECT_EQ(calibratedMatmulRate(cal, DType::BF16, kC1), 0.0);
+  Cluster c = exactCluster();
+  c.calibration = cal;
+  EXPECT_NEAR(kernelTime(c, OpKind::LinearGradWeight, kC1, 0, DType::F32),
+              kC1 / 20e9, 1e-15);
+  EXPECT_NEAR(kernelTime(c, OpKind::Linear, 1e9, 0, DType::BF16), 1e-3, kTol);
+}
+
+TEST(Calibration, KernelBandwidthsAndOverheads) {
+  // gelu at its own 1 GB/s, add at the default 2 GB/s, 1 us per op, 10 us
+  // per phase run; one stream, so the phase is the sum.
+  Cluster c = exactCluster();
+  c.calibration.kernelBandwidth["gelu"] = 1e9;
+  c.calibration.kernelBandwidth["default"] = 2e9;
+  c.calibration.opOverhead = 1e-6;
+  c.calibration.phaseOverhead = 10e-6;
+  PlanOp gelu = op(0, "gelu", 0);
+  gelu.bytes = 1'000'000;
+  PlanOp add = op(1, "add", 0, {0});
+  add.bytes = 1'000'000;
+  Plan plan = planWith({gelu, add, op(2, "release", 0)});
+  StepPrediction p = predict(plan, c);
+  EXPECT_NEAR(timingOf(p, 0).end - timingOf(p, 0).start, 1e-3 + 1e-6, kTol);
+  EXPECT_NEAR(timingOf(p, 1).end - timingOf(p, 1).start, 0.5e-3 + 1e-6, kTol);
+  EXPECT_NEAR(timingOf(p, 2).end - timingOf(p, 2).start, 1e-6, kTol);
+  EXPECT_NEAR(p.stepSeconds, 1.5e-3 + 3e-6 + 10e-6, kTol);
+}
+
+TEST(Calibration, CollectiveFitReplacesTheRingOnOneNode) {
+  // 1e6 bf16 elements gathered on 2 ranks: busbw bytes 2e6 x 1/2, at 2 GB/s,
+  // plus the fitted 10 us.
+  Cluster c = exactCluster();
+  c.calibration.collective[size_t(CollectiveKind::AllGather)] = {10e-6, 2e9};
+  PlanOp gather = collectiveOp(0, "all_gather_start", "all_gather", 1, 1.0);
+  Plan plan = planWith({gather});
+  CostModel model(plan, c);
+  OpCost cost = model.cost(plan.phases[0], plan.phases[0].ops[0]);
+  EXPECT_NEAR(cost.seconds, 10e-6 + 1e6 / 2e9, kTol);
+  // Not calibrated for all-reduce: the ring formula (1e6 x 2 B x 1 / 1e9).
+  PlanOp reduce = collectiveOp(0, "all_reduce_start", "all_reduce", 2, 1.0);
+  Plan other = planWith({reduce});
+  CostModel ring(other, c);
+  EXPECT_NEAR(ring.cost(other.phases[0], other.phases[0].ops[0]).seconds, 2e-3,
+              kTol);
+}
+
+TEST(OpCost, OneRankCopiesButLaunchesNothing) {
+  // 1e6 bf16 elements on one rank, HBM at 1e15 B/s: a gather copies 2 MB
+  // out of place (read and written); a reduce-scatter too, then adds the
+  // result into its shard (read it, read and write the shard); an
+  // all-reduce is in place.
+  auto oneRank = [](const char *kind, const char *collective) {
+    Plan plan = planWith({collectiveOp(0, kind, collective, 1, 1.0)});
+    plan.worldSize = 1;
+    CostModel model(plan, exactCluster());
+    return model.cost(plan.phases[0], plan.phases[0].ops[0]).seconds;
+  };
+  EXPECT_NEAR(oneRank("all_gather_start", "all_gather"), 4e6 / 1e15, kTol);
+  EXPECT_NEAR(oneRank("reduce_scatter_start", "reduce_scatter"),
+              4e6 / 1e15 + 6e6 / 1e15, kTol);
+  EXPECT_EQ(oneRank("all_reduce_start", "all_reduce"), 0.0);
+}
+
+//===----------------------------------------------------------------------===//
+// --compare: a measured trace against the prediction
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// Two linear ops around a gather and its wait, two runs per step.
+Plan comparePlan() {
+  PlanOp first = computeOp(0, 2.0);
+  first.where = "h.0.mlp.c_fc";
+  PlanOp gather = collectiveOp(1, "all_gather_start", "all_gather", 1, 1.0);
+  gather.tensors = {"h.1.mlp.c_fc.weight"};
+  PlanOp last = computeOp(3, 1.0);
+  last.where = "h.0.mlp.c_proj";
+  return planWith({first, gather, op(2, "wait", 0, {1}), last}, /*runs=*/2);
+}
+
+/// A trace as zerorun --profile writes it: 2 ranks, 3 steps of 2 runs, ops
+/// back to back within a run: op 0 for `first(rank, step)` ms, op 1 for 1
+/// ms, the wait for 0, op 3 for 1 ms.
+json compareTrace(const Plan &plan,
+                  const std::function<double(int, int)> &first) {
+  json events = json::array();
+  for (int rank = 0; rank < 2; ++rank) {
+    double at = 0; // ms
+    for (int step = 0; step < 3; ++step)
+      for (int run = 0; run < 2; ++run) {
+        double durations[4] = {first(rank, step), 1, 0, 1};
+        double start = at;
+        for (const PlanOp &o : plan.phases[0].ops) {
+          json args = traceEventArgs(o);
+          args.update({{"rank", rank},
+                       {"phase", "micro_step"},
+                       {"step", step},
+                       {"run", run}});
+          events.push_back({{"name", traceEventName(o)},
+                            {"cat", "op"},
+                            {"ph", "X"},
+                            {"pid", tracePid(0, rank)},
+                            {"tid", o.stream},
+                            {"ts", at * 1e3},
+                            {"dur", durations[o.index] * 1e3},
+                            {"args", args}});
+          at += durations[o.index];
+        }
+        events.push_back({{"name", "micro_step"},
+                          {"cat", "phase_run"},
+                          {"ph", "X"},
+                          {"pid", tracePid(0, rank)},
+                          {"tid", -1},
+                          {"ts", start * 1e3},
+                          {"dur", (at - start) * 1e3},
+                          {"args",
+                           {{"rank", rank},
+                            {"phase", "micro_step"},
+                            {"step", step},
+                            {"run", run}}}});
+      }
+  }
+  return {{"traceEvents", events},
+          {"otherData", {{"plan_fingerprint", planFingerprint(plan)}}}};
+}
+
+Expected<MeasuredTrace> readTrace(const json &trace, const Plan &plan) {
+  Expected<JsonDocument> doc = JsonDocument::parse(trace.dump(1), "trace.json");
+  EXPECT_TRUE(doc);
+  return readMeasuredTrace(*doc, plan);
+}
+
+/// Rank 1 is slower; step 0 (warm-up) much slower, and left out.
+double firstOp(int rank, int step) {
+  if (step == 0)
+    return 10;
+  return (rank == 1 ? 3 : 2) + (step == 2 && rank == 1 ? 1 : 0);
+}
+
+} // namespace
+
+TEST(Compare, PairsOpsAndTakesTheSlowestRanksMedian) {
+  Plan plan = comparePlan();
+  StepPrediction p = predict(plan, exactCluster());
+  Expected<MeasuredTrace> m = readTrace(compareTrace(plan, firstOp), plan);
+  ASSERT_TRUE(m) << m.error().str();
+  EXPECT_EQ(m->ranks, 2);
+  Expected<TraceComparison> c = compareTrace(plan, p, *m);
+  ASSERT_TRUE(c) << c.error().str();
+  EXPECT_EQ(c->stepsMeasured, 2);
+  EXPECT_EQ(c->slowestRank, 1);
+  // Rank 1's steps: 2 x (3 + 1 + 1) = 10 ms and 2 x (4 + 1 + 1) = 12 ms.
+  EXPECT_NEAR(c->step.measured, 11 * kMs, 1e-9);
+  EXPECT_NEAR(c->step.predicted, p.stepSeconds, kTol);
+  ASSERT_EQ(c->phases.size(), 1u);
+  EXPECT_NEAR(c->phases[0].measured, 5.5 * kMs, 1e-9);
+  // Linear: 2 x (3 + 1) and 2 x (4 + 1) ms per step, predicted 2 x 3 ms.
+  auto row = [](const std::vector<CompareRow> &rows, const std::string &n) {
+    for (const CompareRow &r : rows)
+      if (r.name == n)
+        return r;
+    ADD_FAILURE() << "no row " << n;
+    return CompareRow{};
+  };
+  EXPECT_NEAR(row(c->kinds, "linear").measured, 9 * kMs, 1e-9);
+  EXPECT_NEAR(row(c->kinds, "linear").predicted, 6 * kMs, kTol);
+  EXPECT_NEAR(row(c->kinds, "all_gather_start").measured, 2 * kMs, 1e-9);
+  EXPECT_NEAR(row(c->streams, "compute").measured, 9 * kMs, 1e-9);
+  EXPECT_NEAR(row(c->streams, "gather").measured, 2 * kMs, 1e-9);
+  // The largest error: op 0, 7 ms measured (median of 6 and 8) against 4.
+  ASSERT_FALSE(c->largestErrors.empty());
+  EXPECT_EQ(c->largestErrors[0].op, 0);
+  EXPECT_EQ(c->largestErrors[0].name, "linear h.0.mlp.c_fc");
+  EXPECT_NEAR(c->largestErrors[0].measured, 7 * kMs, 1e-9);
+  EXPECT_NEAR(c->largestErrors[0].predicted, 4 * kMs, kTol);
+  json j = comparisonJson(*c);
+  EXPECT_NEAR(j["step"]["measured_s"].get<double>(), 11 * kMs, 1e-9);
+  EXPECT_NEAR(j["step"]["predicted_s"].get<double>(), p.stepSeconds, kTol);
+}
+
+TEST(Compare, RefusesATraceOfAnotherPlan) {
+  Plan plan = comparePlan();
+  json trace = compareTrace(plan, firstOp);
+  Plan other = plan;
+  other.phases[0].ops[0].where = "h.1.mlp.c_fc";
+  Expected<MeasuredTrace> m = readTrace(trace, other);
+  ASSERT_FALSE(m);
+  EXPECT_NE(m.error().str().find("trace.json:"), std::string::npos)
+      << m.error().str();
+  EXPECT_NE(m.error().str().find("another plan"), std::string::npos);
+
+  // The same fingerprint but an event that names another op.
+  trace["traceEvents"][0]["name"] = "linear h.9.mlp.c_fc";
+  m = readTrace(trace, plan);
+  ASSERT_FALSE(m);
+  EXPECT_NE(m.error().str().find("'linear h.0.mlp.c_fc' in the plan"),
+            std::string::npos)
+      << m.error().str();
+
+  // No fingerprint: not a zerorun trace.
+  m = readTrace(json{{"traceEvents", json::array()}}, plan);
+  ASSERT_FALSE(m);
+  EXPECT_NE(m.error().str().find("plan_fingerprint"), std::string::npos);
 }

@@ -18,6 +18,7 @@
 #include "zeroc/Cost/FitCheck.h"
 #include "zeroc/Cost/ScheduleViews.h"
 #include "zeroc/Cost/Simulator.h"
+#include "zeroc/Cost/TraceCompare.h"
 #include "zeroc/Models/ModelBuilder.h"
 #include "zeroc/Models/ModelSpec.h"
 #include "zeroc/Pipeline/Pipeline.h"
@@ -325,6 +326,18 @@ cl::opt<std::string> inspectSvg(
              "simulated step (needs --cluster)"),
     cl::value_desc("out.svg"), cl::cat(zerocCategory));
 
+cl::opt<std::string> inspectCompare(
+    "compare", cl::sub(inspectCmd),
+    cl::desc("Compare the simulated step with a run's trace from `zerorun "
+             "--profile` (needs --cluster): per step, phase, op kind, stream "
+             "and op; prints only the comparison"),
+    cl::value_desc("trace.json"), cl::cat(zerocCategory));
+cl::opt<std::string> inspectCombinedTrace(
+    "combined-trace", cl::sub(inspectCmd),
+    cl::desc("With --compare: write the predicted and the measured timeline "
+             "(its median step) into one Chrome trace"),
+    cl::value_desc("out.json"), cl::cat(zerocCategory));
+
 /// --cluster SPEC, with --nodes applied.
 zeroc::Expected<zeroc::Cluster> loadClusterArg(const std::string &spec) {
   auto cluster = zeroc::loadCluster(spec);
@@ -423,7 +436,11 @@ int runGen() {
   auto output = openOutputFile(genOutput, &message);
   if (!output)
     return error(message);
-  module->print(output->os());
+  // With each op's location: the module path (`h.3.attn`) that plans carry
+  // as `where` into inspect's tables and the traces.
+  module->print(output->os(),
+                OpPrintingFlags().enableDebugInfo(/*enable=*/true,
+                                                  /*prettyForm=*/false));
   output->os() << "\n";
   output->keep();
   if (!genQuiet)
@@ -547,6 +564,11 @@ int runInspect() {
   if (inspectCluster.empty() && (!inspectTrace.empty() || !inspectSvg.empty()))
     return error("--trace and --svg need --cluster: the timeline is "
                  "simulated on a cluster");
+  if (inspectCluster.empty() && !inspectCompare.empty())
+    return error("--compare needs --cluster: the measured step is compared "
+                 "with the step simulated on a cluster");
+  if (inspectCompare.empty() && !inspectCombinedTrace.empty())
+    return error("--combined-trace needs --compare TRACE.json");
   std::optional<nlohmann::json> fit;
   std::string fitText;
   if (!inspectCluster.empty()) {
@@ -587,6 +609,34 @@ int runInspect() {
     if (!inspectSvg.empty())
       if (int rc = writeText(inspectSvg, zeroc::scheduleSvg(*plan, *step)))
         return rc;
+    if (!inspectCompare.empty()) {
+      auto doc = zeroc::JsonDocument::load(inspectCompare);
+      if (!doc)
+        return error(doc.error());
+      auto measured = zeroc::readMeasuredTrace(*doc, *plan);
+      if (!measured)
+        return error(measured.error());
+      auto comparison = zeroc::compareTrace(*plan, *step, *measured);
+      if (!comparison)
+        return error(comparison.error());
+      if (!inspectCombinedTrace.empty())
+        if (int rc = writeText(
+                inspectCombinedTrace,
+                zeroc::combinedTrace(*plan, *step, doc->root(), *measured)
+                    .dump()))
+          return rc;
+      if (inspectAsJson) {
+        nlohmann::json out = zeroc::comparisonJson(*comparison);
+        out["cluster"] = cluster->name;
+        out["plan_fingerprint"] = measured->fingerprint;
+        llvm::outs() << out.dump(2) << "\n";
+      } else {
+        llvm::outs() << "comparing " << inspectInput << " on " << cluster->name
+                     << " with " << inspectCompare << "\n"
+                     << zeroc::comparisonText(*comparison);
+      }
+      return 0;
+    }
   }
   if (inspectAsJson) {
     nlohmann::json out = zeroc::inspectJson(*plan, options);

@@ -12,6 +12,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Calibrate.h"
 #include "checkpoint/TrainingCheckpoint.h"
 #include "comm/Communicator.h"
 #include "comm/MpiCommunicator.h"
@@ -19,6 +20,7 @@
 #include "exec/Device.h"
 #include "exec/Executor.h"
 #include "exec/GradientDump.h"
+#include "exec/Profiler.h"
 #ifdef ZEROC_HAVE_CUDA
 #include "comm/NcclCommunicator.h"
 #endif
@@ -44,6 +46,7 @@ namespace {
 
 const char *kUsage =
     R"(USAGE: zerorun PLAN.json [options]
+       zerorun --calibrate -o CLUSTER.json [--device cpu|cuda]
 
 Runs the training steps of a plan written by `zeroc MODEL.mlir --config DS.json
 --world-size N -o PLAN.json`. Start N processes with `mpirun -np N zerorun ...`;
@@ -102,11 +105,22 @@ OPTIONS:
   --device cpu|cuda       Where to train: CPU ranks (BLAS, MPI; the default)
                           or one GPU per rank (CUDA kernels, cuBLAS, NCCL;
                           needs a zerorun built with the CUDA backend)
+  --profile TRACE.json    Record every op's start and end on every rank and
+                          stream; rank 0 writes them as one Chrome trace with
+                          the names of `zeroc inspect --trace`, for `zeroc
+                          inspect PLAN --cluster C --compare TRACE.json`
+                          (CPU device only)
   --plain                 One plain line per step even on a terminal (the
                           default there is a progress bar)
   --single-thread         Run every op on one thread in program order
                           (default: a worker thread per plan stream, so
                           collectives overlap compute as the plan says)
+  --calibrate             Measure this machine instead of running a plan
+                          (GEMMs by size and dtype, kernels, Adam, clipping,
+                          copies, NVMe, the executor's overhead, and under
+                          mpirun the collectives) and write a cluster file
+                          for zeroc inspect --cluster (docs/zerorun.md)
+  -o, --output FILE       Where --calibrate writes the cluster file
   -h, --help              Show this help
 )";
 
@@ -124,6 +138,9 @@ struct Options {
   std::string device = "cpu";
   bool plainLog = false;
   std::string checkpointDir, initFrom, dumpGrads;
+  std::string profile;
+  bool calibrate = false;
+  std::string output;
   int64_t saveEvery = 0;
   bool resume = false;
 };
@@ -215,6 +232,12 @@ Options parseArgs(int argc, char **argv) {
       o.initFrom = value();
     } else if (a == "--dump-grads") {
       o.dumpGrads = value();
+    } else if (a == "--profile") {
+      o.profile = value();
+    } else if (a == "--calibrate") {
+      o.calibrate = true;
+    } else if (a == "-o" || a == "--output") {
+      o.output = value();
     } else if (!a.empty() && a[0] == '-') {
       usageError("unknown option '" + a + "'");
     } else if (o.plan.empty()) {
@@ -223,6 +246,16 @@ Options parseArgs(int argc, char **argv) {
       usageError("more than one plan: '" + o.plan + "' and '" + a + "'");
     }
   }
+  if (o.calibrate) {
+    if (!o.plan.empty())
+      usageError("--calibrate measures the machine: it takes no plan ('" +
+                 o.plan + "')");
+    if (o.output.empty())
+      usageError("--calibrate needs -o CLUSTER.json");
+    return o;
+  }
+  if (!o.output.empty())
+    usageError("-o is for --calibrate");
   if (o.plan.empty())
     usageError("no plan given");
   if (o.synthetic && !o.data.empty())
@@ -247,6 +280,10 @@ Options parseArgs(int argc, char **argv) {
     usageError("--resume needs --checkpoint-dir");
   if (o.resume && !o.initFrom.empty())
     usageError("--resume and --init-from exclude each other");
+  if (!o.profile.empty() && o.device == "cuda")
+    usageError("--profile records host-side op times, which on --device "
+               "cuda are issue times, not kernel times: it supports the CPU "
+               "device only");
   if (!o.dumpGrads.empty() && !o.checkpointDir.empty())
     usageError("--dump-grads runs no optimizer step: it saves no checkpoint "
                "(--checkpoint-dir)");
@@ -297,13 +334,25 @@ int run(const Options &o, Communicator &comm, Device *device) {
       return err("--comm-timeout: " + t.error().message);
     comm.setTimeout(*t);
   }
+  if (o.calibrate) {
+    std::unique_ptr<Device> cpu = device ? nullptr : makeCpuDevice();
+    const char *tmp = std::getenv("TMPDIR");
+    std::string scratch = !o.nvmePath.empty() ? o.nvmePath : tmp ? tmp : "/tmp";
+    try {
+      return calibrate(comm, device ? *device : *cpu, o.output, scratch);
+    } catch (const std::exception &e) {
+      return err(std::string("--calibrate: ") + e.what());
+    }
+  }
   auto plan = loadPlan(o.plan);
   if (!plan)
     return err(plan.error().str());
   if (!o.dumpGrads.empty())
     if (std::string why = gradientDumpRefusal(*plan); !why.empty())
       return err(why);
+  Profiler profiler;
   ExecutorOptions eo;
+  eo.profiler = o.profile.empty() ? nullptr : &profiler;
   eo.seed = o.seed;
   eo.streamThreads = !o.singleThread;
   eo.nvmePath = o.nvmePath;
@@ -362,6 +411,21 @@ int run(const Options &o, Communicator &comm, Device *device) {
     return 0;
   }
 
+  std::ofstream profileOut;
+  if (!o.profile.empty()) {
+    if (root) {
+      profileOut.open(o.profile);
+      if (!profileOut)
+        return err("--profile: cannot write " + o.profile);
+    }
+    // One time origin for every rank (one host's clock; across hosts,
+    // within the barrier's skew).
+    if (comm.size() > 1) {
+      CommHandle b = comm.barrier(OpLabel{-1, "profile start"});
+      comm.wait(b);
+    }
+    profiler.setOrigin(Profiler::Clock::now());
+  }
   std::ofstream log;
   if (root && !o.logJson.empty()) {
     log.open(o.logJson);
@@ -457,6 +521,18 @@ int run(const Options &o, Communicator &comm, Device *device) {
   int64_t done = std::max(firstStep, o.steps);
   if (!o.checkpointDir.empty() && lastSaved != done && !save(done))
     return 1;
+  if (!o.profile.empty()) {
+    nlohmann::json trace = profiler.gatherTrace(
+        p, comm, device ? device->name() : std::string("cpu"));
+    if (root) {
+      profileOut << trace.dump() << "\n";
+      profileOut.close();
+      if (!profileOut)
+        return err("--profile: writing " + o.profile + " failed");
+      std::printf("zerorun: profile of %lld step(s) written to %s\n",
+                  (long long)(o.steps - firstStep), o.profile.c_str());
+    }
+  }
   // Traffic per step (this process's steps), and every rank's memory.
   const CommTraffic traffic = comm.traffic().since(trafficBefore);
   const int64_t stepsRun = std::max<int64_t>(o.steps - firstStep, 0);

@@ -73,6 +73,49 @@ struct ClusterHost {
   double nvmeCapacityBytes = 0; ///< All drives; 0 when not given.
 };
 
+/// What `zerorun --calibrate` measured on the machine itself
+/// (docs/cluster-format.md, "calibration"): rates by kernel and size class
+/// that replace the datasheet roofline where present. 0 means "not
+/// measured": the cost model then uses the datasheet figures.
+struct ClusterCalibration {
+  /// The GEMM size classes, by the FLOPs of one call: a square GEMM of
+  /// side 64, 256 and 1024 (2 n^3 FLOPs). Between two classes the cost
+  /// model interpolates the rate in log(FLOPs); outside, it takes the
+  /// nearest class's.
+  static constexpr double kMatmulClassFlops[3] = {
+      2.0 * 64 * 64 * 64, 2.0 * 256 * 256 * 256, 2.0 * 1024 * 1024 * 1024};
+  /// Achieved FLOP/s of linear-class kernels by dtype (f32, bf16, f16)
+  /// and size class (small, medium, large).
+  double matmul[3][3] = {};
+  /// Achieved FLOP/s of the attention kernels (forward and backward,
+  /// flash) in f32.
+  double attention = 0;
+  /// Achieved bytes/s (the plan's bytes over the time) of memory-bound
+  /// kernels by plan op kind name; "default" for the kinds not measured.
+  std::map<std::string, double> kernelBandwidth;
+  /// Adam on the device's memory (bytes as the cost model counts them).
+  double adamBandwidth = 0;
+  /// clip_grad_norm's pass over the gradients (norm and scale), bytes of
+  /// the gradients per second.
+  double clipBandwidth = 0;
+  /// Seconds every op the executor runs costs on the host (scheduling,
+  /// dispatch), and every phase run (starting and joining the streams).
+  double opOverhead = 0;
+  double phaseOverhead = 0;
+  /// Per collective kind (all_gather, reduce_scatter, all_reduce): the
+  /// fitted fixed seconds and bus bandwidth (nccl-tests' busbw).
+  struct CollectiveFit {
+    double latency = 0;
+    double busBandwidth = 0;
+  };
+  CollectiveFit collective[3];
+  /// How many ranks ran the calibration at once (they contend for the
+  /// same cores and memory).
+  double ranks = 0;
+
+  bool any() const;
+};
+
 /// The default of `compute_efficiency`: the share of peak FLOP/s that
 /// matmul-class work reaches (docs/cost-model.md says why 0.7).
 inline constexpr double kDefaultComputeEfficiency = 0.7;
@@ -91,6 +134,7 @@ struct Cluster {
   double collectiveLatency = 0;
   ClusterHost host;
   double computeEfficiency = kDefaultComputeEfficiency;
+  ClusterCalibration calibration;
   /// Where each figure comes from, by dotted key ("gpu.hbm_gb_per_s").
   std::map<std::string, std::string> sources;
 

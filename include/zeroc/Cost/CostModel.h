@@ -68,6 +68,21 @@ CollectiveTime collectiveTime(const Cluster &cluster, CollectiveKind kind,
 double computeTime(const Cluster &cluster, double flops, double bytes,
                    DType dtype);
 
+/// The calibrated FLOP/s of a linear-class kernel of `flops` FLOPs in
+/// `dtype`: the measured rates of the size classes
+/// (ClusterCalibration::kMatmulClassFlops) interpolated in log(FLOPs), the
+/// nearest class's outside them; 0 when the cluster has none for `dtype`.
+double calibratedMatmulRate(const ClusterCalibration &calibration, DType dtype,
+                            double flops);
+
+/// A model op's kernel time: the calibrated rate of its kind where the
+/// cluster has one (linear-class FLOP/s by size, attention FLOP/s, the
+/// kind's bytes/s, else the calibrated default bytes/s against the
+/// roofline's FLOP time), the datasheet roofline otherwise. Without the
+/// per-op overhead.
+double kernelTime(const Cluster &cluster, OpKind kind, double flops,
+                  double bytes, DType dtype);
+
 /// Transfer rates one rank sees, in bytes/s. The host's memory bandwidth,
 /// NVMe and network are per node and shared by the ranks on it; PCIe is per
 /// GPU.
@@ -102,8 +117,18 @@ std::string_view opClassName(OpClass cls);
 struct OpCost {
   OpClass cls = OpClass::Free;
   double seconds = 0;
-  double flops = 0; ///< The op's model FLOPs (for achieved TFLOP/s).
+  double flops = 0; ///< The FLOPs the op executes (hardware FLOPs).
+  /// Its share of the model's FLOPs (modelFlops).
+  double modelFlops = 0;
 };
+
+/// The model FLOPs of one op, what MFU counts (PaLM's definition: the
+/// matrix products of one forward and backward pass, no recomputation):
+/// the FLOPs of linear, linear_grad_input and linear_grad_weight ops, and 3x
+/// those of each causal_attention forward (its backward does twice its
+/// forward's matrix products, whatever the kernel recomputes); 0 for ops
+/// that carry `recompute` and for every other op.
+double modelFlops(const PlanOp &op);
 
 /// Costs the ops of one plan on one cluster. Holds lookups built once: the
 /// tensors and flat groups by name, each phase's values and the waits that
@@ -112,7 +137,10 @@ class CostModel {
 public:
   CostModel(const Plan &plan, const Cluster &cluster);
 
+  /// The op's work (workCost) plus the calibrated host overhead per op.
   OpCost cost(const PlanPhase &phase, const PlanOp &op) const;
+  /// The op's work alone.
+  OpCost workCost(const PlanPhase &phase, const PlanOp &op) const;
 
   const Cluster &cluster() const { return clusterRef; }
   const RankRates &rates() const { return rankRatesPerRank; }
@@ -149,8 +177,10 @@ private:
   double rankBytes(const std::string &name) const {
     return rankElements(name) * double(bytesPerElement(dtypeOf(name)));
   }
-  /// Moves bytes of state over host memory or HBM, by where it lives.
-  double stateTrafficTime(const std::string &name, double passes) const;
+  /// Moves bytes of state over host memory or HBM, by where it lives, in
+  /// a kernel of `kind` (its calibrated bandwidth) on the device.
+  double stateTrafficTime(const std::string &name, double passes,
+                          OpKind kind) const;
 
   OpCost collectiveCost(const PhaseInfo &info, const PlanOp &op) const;
   OpCost fetchCost(const PhaseInfo &info, const PlanOp &op) const;

@@ -47,6 +47,7 @@ struct PhaseTimeline {
   double exposedComm = 0;
   double exposedOffload = 0;
   double flops = 0;
+  double modelFlops = 0;
   /// Exposed seconds per op that held the compute stream up (by op index).
   std::vector<std::pair<int64_t, double>> exposedBy;
 };
@@ -60,12 +61,16 @@ struct StepPrediction {
   /// else stream 0.
   int64_t computeStream = 0;
   double stepSeconds = 0;
-  double exposedComm = 0;         ///< Per step.
-  double exposedOffload = 0;      ///< Per step.
-  std::vector<double> streamBusy; ///< Per step, by stream id.
-  double flops = 0;               ///< Per GPU per step.
-  double achievedTflopsPerGpu = 0;
+  double exposedComm = 0;          ///< Per step.
+  double exposedOffload = 0;       ///< Per step.
+  std::vector<double> streamBusy;  ///< Per step, by stream id.
+  double flops = 0;                ///< Per GPU per step, executed.
+  double modelFlops = 0;           ///< Per GPU per step (modelFlops()).
+  double achievedTflopsPerGpu = 0; ///< Executed FLOPs per second.
+  /// Model FLOPs per second over the dense peak in the model dtype.
   double mfu = 0;
+  /// Executed FLOPs (recomputation and every op's) over the same peak.
+  double hfu = 0;
   double tokensPerSecond = 0;
 };
 

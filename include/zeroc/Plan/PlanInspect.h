@@ -134,14 +134,21 @@ struct StepTimeReport {
   };
   std::vector<Phase> phases;
   double flopsPerStep = 0; ///< Per GPU: the ops' FLOPs x runs.
-  double achievedTflopsPerGpu = 0;
-  double mfu = 0; ///< Achieved over the GPU's dense peak in the model dtype.
+  /// Per GPU: the model FLOPs (matrix products, no recomputation).
+  double modelFlopsPerStep = 0;
+  double achievedTflopsPerGpu = 0; ///< flopsPerStep / step time.
+  /// Model FLOPs per second over the GPU's dense peak in the model dtype.
+  double mfu = 0;
+  /// Executed FLOPs per second over the same peak.
+  double hfu = 0;
   double tokensPerSecond = 0; ///< All ranks together.
   struct ExposedCollective {
     std::string phase;
     int64_t op = 0;
     std::string kind;       ///< "all_gather_start", "fetch_start", ...
     std::string collective; ///< Empty for copies.
+    /// The tensors it moves, else its module (opSubject).
+    std::string subject;
     int64_t commElements = 0;
     double seconds = 0; ///< Exposed per step.
   };

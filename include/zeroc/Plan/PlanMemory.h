@@ -40,7 +40,9 @@ struct MemorySummary {
   int64_t peakDeviceBytes = 0;
   std::string peakPhase;
   int64_t peakOp = 0;
-  std::string peakOpKind, peakOpWhere;
+  std::string peakOpKind;
+  /// The peak op's module path, else the tensors it names (opSubject).
+  std::string peakOpWhere;
   // Transient bytes live at the peak.
   int64_t activations = 0;
   int64_t gatherBuffers = 0; ///< Gathered (and fetched) parameters.

@@ -1,0 +1,161 @@
+//===- Profiler.cpp - Every op's start and end, per stream and rank -------===//
+
+#include "exec/Profiler.h"
+
+#include "comm/Communicator.h"
+#include "zeroc/Plan/PlanTrace.h"
+
+#include <algorithm>
+#include <cstring>
+#include <unordered_map>
+
+using nlohmann::json;
+
+namespace zeroc::runtime {
+
+void Profiler::beginRun(const PlanPhase &phase, int64_t step, int64_t run,
+                        int64_t opCount) {
+  Run r;
+  r.phase = phase.kind;
+  r.step = step;
+  r.run = run;
+  r.ops.assign(size_t(std::max<int64_t>(opCount, 0)), OpSpan{});
+  r.start = seconds(Clock::now());
+  recorded.push_back(std::move(r));
+  current = &recorded.back();
+}
+
+void Profiler::record(int64_t index, Clock::time_point start,
+                      Clock::time_point end) {
+  if (!current || index < 0 || size_t(index) >= current->ops.size())
+    return;
+  current->ops[size_t(index)] = {seconds(start), seconds(end)};
+}
+
+void Profiler::endRun() {
+  if (current)
+    current->end = seconds(Clock::now());
+  current = nullptr;
+}
+
+json Profiler::events(const Plan &plan, int64_t rank) const {
+  json out = json::array();
+  std::unordered_map<int, size_t> position; // PhaseKind -> plan position
+  for (size_t p = 0; p < plan.phases.size(); ++p) {
+    const PlanPhase &phase = plan.phases[p];
+    position[int(phase.kind)] = p;
+    int64_t pid = tracePid(p, rank);
+    out.push_back({{"name", "process_name"},
+                   {"ph", "M"},
+                   {"pid", pid},
+                   {"tid", 0},
+                   {"ts", 0},
+                   {"args", {{"name", traceProcessName(phase, rank)}}}});
+    out.push_back({{"name", "process_sort_index"},
+                   {"ph", "M"},
+                   {"pid", pid},
+                   {"tid", 0},
+                   {"ts", 0},
+                   {"args", {{"sort_index", pid}}}});
+    size_t streams = std::max<size_t>(plan.streams.size(), 1);
+    for (const PlanOp &op : phase.ops)
+      streams = std::max(streams, size_t(std::max<int64_t>(op.stream, 0)) + 1);
+    for (size_t s = 0; s < streams; ++s)
+      out.push_back({{"name", "thread_name"},
+                     {"ph", "M"},
+                     {"pid", pid},
+                     {"tid", int(s)},
+                     {"ts", 0},
+                     {"args", {{"name", traceThreadName(plan, int64_t(s))}}}});
+    out.push_back({{"name", "thread_name"},
+                   {"ph", "M"},
+                   {"pid", pid},
+                   {"tid", -1},
+                   {"ts", 0},
+                   {"args", {{"name", "phase runs"}}}});
+  }
+  for (const Run &r : recorded) {
+    auto pos = position.find(int(r.phase));
+    if (pos == position.end())
+      continue;
+    const PlanPhase &phase = plan.phases[pos->second];
+    int64_t pid = tracePid(pos->second, rank);
+    std::string name(phaseName(r.phase));
+    out.push_back({{"name", name},
+                   {"cat", "phase_run"},
+                   {"ph", "X"},
+                   {"pid", pid},
+                   {"tid", -1},
+                   {"ts", r.start * 1e6},
+                   {"dur", (r.end - r.start) * 1e6},
+                   {"args",
+                    {{"rank", rank},
+                     {"phase", name},
+                     {"step", r.step},
+                     {"run", r.run}}}});
+    for (const PlanOp &op : phase.ops) {
+      if (size_t(op.index) >= r.ops.size())
+        continue;
+      const OpSpan &span = r.ops[size_t(op.index)];
+      if (span.start < 0)
+        continue;
+      json args = traceEventArgs(op);
+      args["rank"] = rank;
+      args["phase"] = name;
+      args["step"] = r.step;
+      args["run"] = r.run;
+      out.push_back({{"name", traceEventName(op)},
+                     {"cat", "op"},
+                     {"ph", "X"},
+                     {"pid", pid},
+                     {"tid", op.stream},
+                     {"ts", span.start * 1e6},
+                     {"dur", (span.end - span.start) * 1e6},
+                     {"args", std::move(args)}});
+    }
+  }
+  return out;
+}
+
+json Profiler::gatherTrace(const Plan &plan, Communicator &comm,
+                           const std::string &device) const {
+  std::string mine = events(plan, comm.rank()).dump();
+  std::vector<std::string> all;
+  if (comm.size() == 1) {
+    all.push_back(std::move(mine));
+  } else {
+    // Every rank's text, padded to the longest, through one all-gather of
+    // 4-byte words (the communicator moves typed elements).
+    double longest = comm.allReduceScalar(double(mine.size()), ScalarOp::Max,
+                                          OpLabel{-1, "profile size"});
+    int64_t words = (int64_t(longest) + 4) / 4; // At least one NUL.
+    std::vector<char> send(size_t(words) * 4, '\0');
+    std::memcpy(send.data(), mine.data(), mine.size());
+    std::vector<char> recv(send.size() * size_t(comm.size()));
+    CommHandle h = comm.allGather(send.data(), words, recv.data(), DType::I32,
+                                  OpLabel{-1, "profile gather"});
+    comm.wait(h);
+    if (comm.rank() != 0)
+      return nullptr;
+    for (int r = 0; r < comm.size(); ++r) {
+      const char *text = recv.data() + size_t(r) * send.size();
+      all.emplace_back(text, strnlen(text, send.size()));
+    }
+  }
+  json events = json::array();
+  for (const std::string &text : all)
+    for (json &e : json::parse(text))
+      events.push_back(std::move(e));
+  return {{"traceEvents", std::move(events)},
+          {"displayTimeUnit", "ms"},
+          {"otherData",
+           {{"generator", "zerorun --profile"},
+            {"model", plan.model.name},
+            {"plan_fingerprint", planFingerprint(plan)},
+            {"world_size", comm.size()},
+            {"device", device},
+            {"clock", "host steady clock, seconds since a barrier before the "
+                      "first step"}}}};
+}
+
+} // namespace zeroc::runtime

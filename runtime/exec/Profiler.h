@@ -1,0 +1,89 @@
+//===- Profiler.h - Every op's start and end, per stream and rank -*- C++
+//-*-===//
+//
+// zerorun --profile: the executor records, for every run of every phase,
+// when each op started (its dependencies done) and ended, on the thread of
+// its stream. Each op of a run is written by the one thread that runs it,
+// into a slot sized before the run starts, so recording takes no lock; the
+// scheduler's join at the end of the phase orders those writes before they
+// are read. The records become a Chrome trace with the names, processes and
+// threads of `zeroc inspect --trace` (zeroc/Plan/PlanTrace.h), gathered to
+// rank 0. Host-side times: right for the CPU device, whose kernels run on
+// the calling thread; on a GPU they would be issue times (zerorun refuses
+// --profile there). docs/zerorun.md.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZEROC_RUNTIME_EXEC_PROFILER_H
+#define ZEROC_RUNTIME_EXEC_PROFILER_H
+
+#include "zeroc/Plan/Plan.h"
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+namespace zeroc::runtime {
+
+class Communicator;
+
+class Profiler {
+public:
+  using Clock = std::chrono::steady_clock;
+
+  /// Times count from `origin` (every rank should take it right after a
+  /// barrier, so that their timelines line up).
+  explicit Profiler(Clock::time_point origin = Clock::now()) : origin(origin) {}
+
+  /// Times count from `t` from now on (after a barrier, before the first
+  /// step).
+  void setOrigin(Clock::time_point t) { origin = t; }
+
+  /// A run of a phase starts: op slots for `opCount` op indices. Called by
+  /// the executor's thread, before any stream runs.
+  void beginRun(const PlanPhase &phase, int64_t step, int64_t run,
+                int64_t opCount);
+  /// Op `index` of the current run ran from `start` to `end`; called by
+  /// the thread of its stream.
+  void record(int64_t index, Clock::time_point start, Clock::time_point end);
+  /// The current run ended (after its streams joined).
+  void endRun();
+
+  struct OpSpan {
+    double start = -1, end = -1; ///< Seconds since the origin; -1: not run.
+  };
+  struct Run {
+    PhaseKind phase = PhaseKind::MicroStep;
+    int64_t step = 0; ///< 0-based optimizer step.
+    int64_t run = 0;  ///< The phase's run within the step.
+    double start = 0, end = 0;
+    std::vector<OpSpan> ops; ///< By op index.
+  };
+  const std::vector<Run> &runs() const { return recorded; }
+
+  /// This rank's trace events: an "M" event naming each of its phase
+  /// processes and stream threads, an "X" event per op run (args: the op's
+  /// traceEventArgs, plus "rank", "phase", "step", "run") and per phase run
+  /// (thread -1, "phase_run").
+  nlohmann::json events(const Plan &plan, int64_t rank) const;
+
+  /// Every rank's events gathered to rank 0, as one Chrome trace with the
+  /// plan's fingerprint in "otherData"; null on the other ranks. Collective
+  /// over `comm`.
+  nlohmann::json gatherTrace(const Plan &plan, Communicator &comm,
+                             const std::string &device) const;
+
+private:
+  double seconds(Clock::time_point t) const {
+    return std::chrono::duration<double>(t - origin).count();
+  }
+  Clock::time_point origin;
+  std::vector<Run> recorded;
+  Run *current = nullptr;
+};
+
+} // namespace zeroc::runtime
+
+#endif // ZEROC_RUNTIME_EXEC_PROFILER_H

@@ -1,0 +1,45 @@
+"""Checks the schema of a zerorun --calibrate cluster file (not its values):
+every figure is {"value", "source"}, the measured ones say where and when,
+and the calibration section has the figures the cost model reads."""
+import json
+import sys
+
+c = json.load(open(sys.argv[1]))
+ranks = int(sys.argv[2])
+
+
+def figures(node, path=""):
+    for key, value in node.items():
+        where = path + key
+        if isinstance(value, dict) and "value" in value:
+            yield where, value
+        elif isinstance(value, dict):
+            yield from figures(value, where + ".")
+
+
+found = dict(figures(c))
+for key, fig in found.items():
+    assert set(fig) == {"value", "source"}, key
+    assert isinstance(fig["value"], (int, float)) and fig["value"] >= 0, key
+    s = fig["source"]
+    assert s.startswith("measured on ") and " by zerorun --calibrate" in s \
+        or not any(k in key for k in ("calibration.", "peak_tflops",
+                                       "hbm_gb_per_s", "memory_gb_per_s")), \
+        (key, s)
+cal = c["calibration"]
+assert cal["ranks"]["value"] == ranks
+for d in ("f32",):
+    for k in ("small", "medium", "large"):
+        assert cal["matmul_tflops"][d][k]["value"] > 0, (d, k)
+for k in ("gelu", "gelu_backward", "add", "layernorm", "accumulate",
+          "default"):
+    assert cal["kernel_gb_per_s"][k]["value"] > 0, k
+for k in ("adam_gb_per_s", "clip_gb_per_s", "op_overhead_us",
+          "phase_overhead_us"):
+    assert k in cal, k
+collectives = [k for k in ("all_gather", "reduce_scatter", "all_reduce")
+               if k in cal]
+assert len(collectives) == (3 if ranks > 1 else 0), collectives
+assert c["gpus_per_node"]["value"] == ranks
+print("calibration ok: %d figures, %d collective fits" %
+      (len(found), len(collectives)))

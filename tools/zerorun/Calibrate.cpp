@@ -1,0 +1,594 @@
+//===- Calibrate.cpp - zerorun --calibrate: measure this machine ----------===//
+
+#include "Calibrate.h"
+
+#include "comm/Communicator.h"
+#include "exec/Device.h"
+#include "exec/PreparedPhase.h"
+#include "exec/StreamScheduler.h"
+#include "zeroc/Config/Cluster.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <fcntl.h>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <unistd.h>
+#include <vector>
+
+namespace zeroc::runtime {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+class Calibrator {
+public:
+  Calibrator(Communicator &comm, Device &dev) : comm(comm), dev(dev) {}
+
+  /// The median seconds of one call of `fn` (after a warm-up call), over
+  /// batches of calls lasting at least `minBatch` seconds each; the slowest
+  /// rank's. Every rank makes the same number of calls at the same time
+  /// (the count the slowest rank needs), so that no rank measures while
+  /// another, done early, spins in the communicator's wait on a shared
+  /// core.
+  double time(const std::function<void()> &fn, double minBatch = 0.02,
+              int batches = 5) {
+    return timeCollective(
+        [&] {
+          fn();
+          dev.synchronize();
+        },
+        minBatch, batches);
+  }
+
+  /// time() without the device synchronization: for collectives, which
+  /// need every rank to make the same calls anyway.
+  double timeCollective(const std::function<void()> &fn, double minBatch,
+                        int batches) {
+    barrier();
+    fn();
+    auto t0 = Clock::now();
+    fn();
+    double once = slowest(seconds(t0, Clock::now()));
+    int calls =
+        int(std::min(1000.0, std::ceil(minBatch / std::max(once, 1e-7))));
+    calls = int(slowest(double(std::max(calls, 1))));
+    std::vector<double> perCall;
+    for (int b = 0; b < batches; ++b) {
+      barrier();
+      auto start = Clock::now();
+      for (int i = 0; i < calls; ++i)
+        fn();
+      perCall.push_back(seconds(start, Clock::now()) / calls);
+    }
+    std::sort(perCall.begin(), perCall.end());
+    return slowest(perCall[perCall.size() / 2]);
+  }
+
+  double slowest(double v) {
+    return comm.size() > 1 ? comm.allReduceScalar(v, ScalarOp::Max,
+                                                  OpLabel{-1, "calibrate"})
+                           : v;
+  }
+
+  void barrier() {
+    if (comm.size() > 1) {
+      CommHandle h = comm.barrier(OpLabel{-1, "calibrate"});
+      comm.wait(h);
+    }
+  }
+
+  /// A device buffer of `n` elements of `dtype` filled from `fill` (f32
+  /// values, converted by the device's cast).
+  Tensor buffer(std::vector<int64_t> shape, DType dtype,
+                const std::function<float(std::mt19937 &)> &fill) {
+    Tensor t{nullptr, dtype, std::move(shape)};
+    int64_t n = t.numel();
+    std::vector<float> host(static_cast<size_t>(n));
+    for (float &v : host)
+      v = fill(rng);
+    Tensor f32{dev.allocate(n * 4, true), DType::F32, t.shape};
+    keep.push_back({static_cast<char *>(f32.data), true});
+    dev.fromHost(f32.data, host.data(), n * 4);
+    if (dtype == DType::F32)
+      return f32;
+    t.data = dev.allocate(t.bytes(), true);
+    keep.push_back({static_cast<char *>(t.data), true});
+    Status s = dev.castTensor(f32, t);
+    if (!s.ok())
+      t.data = nullptr;
+    return t;
+  }
+
+  ~Calibrator() {
+    for (auto &[p, onDevice] : keep)
+      dev.release(p, onDevice);
+  }
+
+  Communicator &comm;
+  Device &dev;
+  std::mt19937 rng{12345};
+  std::vector<std::pair<char *, bool>> keep;
+};
+
+PlanOp modelOp(OpKind kind, size_t inputs, size_t outputs) {
+  PlanOp op;
+  op.kind = kind;
+  op.attrs = defaultAttrs(kind);
+  for (size_t i = 0; i < inputs; ++i)
+    op.inputs.push_back(int64_t(i));
+  for (size_t i = 0; i < outputs; ++i)
+    op.outputs.push_back(int64_t(inputs + i));
+  return op;
+}
+
+float normal(std::mt19937 &r) {
+  return std::normal_distribution<float>(0.0f, 1.0f)(r);
+}
+float activation(std::mt19937 &r) {
+  return std::normal_distribution<float>(0.0f, 0.25f)(r);
+}
+float small(std::mt19937 &r) {
+  return std::normal_distribution<float>(0.0f, 0.02f)(r);
+}
+
+/// t = a + x / B fitted to (x, t) by least squares on the relative error
+/// (weights 1 / t^2), so that the small sizes fix the fixed time and the
+/// large ones the bandwidth; B <= 0 when the fit does not increase.
+std::pair<double, double> fitLine(const std::vector<double> &x,
+                                  const std::vector<double> &t) {
+  double sw = 0, sx = 0, st = 0, sxx = 0, sxt = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    double w = 1.0 / (t[i] * t[i]);
+    sw += w;
+    sx += w * x[i];
+    st += w * t[i];
+    sxx += w * x[i] * x[i];
+    sxt += w * x[i] * t[i];
+  }
+  double slope = (sw * sxt - sx * st) / (sw * sxx - sx * sx);
+  double a = (st - slope * sx) / sw;
+  return {std::max(a, 0.0), slope > 0 ? 1.0 / slope : 0.0};
+}
+
+} // namespace
+
+int calibrate(Communicator &comm, Device &dev, const std::string &output,
+              const std::string &scratchDir) {
+  bool root = comm.rank() == 0;
+  auto say = [&](const char *fmt, auto... args) {
+    if (root) {
+      std::printf(fmt, args...);
+      std::fflush(stdout);
+    }
+  };
+  Calibrator cal(comm, dev);
+  Cluster c;
+  ClusterCalibration &k = c.calibration;
+  char host[256] = "unknown-host";
+  gethostname(host, sizeof host - 1);
+  char date[64];
+  std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
+  std::string measured =
+      std::string("measured on ") + host + " at " + date +
+      " by zerorun --calibrate (" + std::to_string(comm.size()) + " rank" +
+      (comm.size() == 1 ? "" : "s") + " at once, " + dev.name() + ")";
+  auto source = [&](const std::string &key, const std::string &what) {
+    c.sources[key] = measured + ": " + what;
+  };
+  say("zerorun --calibrate: %d rank(s) on %s (%s)\n", comm.size(), host,
+      dev.name().c_str());
+
+  // GEMMs: linear, linear_grad_input and linear_grad_weight on square
+  // [n, n] operands, each size class, each dtype the kernels take.
+  const char *dtypeNames[3] = {"f32", "bf16", "f16"};
+  const DType dtypes[3] = {DType::F32, DType::BF16, DType::F16};
+  const char *classNames[3] = {"small", "medium", "large"};
+  double best[3] = {0, 0, 0};
+  for (int d = 0; d < 3; ++d) {
+    for (int s = 0; s < 3; ++s) {
+      int64_t n = s == 0 ? 64 : s == 1 ? 256 : 1024;
+      Tensor a = cal.buffer({n, n}, dtypes[d], small);
+      Tensor w = cal.buffer({n, n}, dtypes[d], small);
+      Tensor y = cal.buffer({n, n}, dtypes[d], small);
+      if (!a.data || !w.data || !y.data)
+        break;
+      double total = 0;
+      bool ok = true;
+      for (OpKind kind : {OpKind::Linear, OpKind::LinearGradInput,
+                          OpKind::LinearGradWeight}) {
+        PlanOp op = modelOp(kind, 2, 1);
+        std::vector<Tensor> in = {a, w}, out = {y};
+        if (kind == OpKind::LinearGradWeight)
+          in = {a, a}, out = {w};
+        std::optional<Status> st = dev.modelOp(op, in, out, 1.0);
+        if (!st || !st->ok()) {
+          ok = false;
+          break;
+        }
+        total += cal.time([&] { (void)dev.modelOp(op, in, out, 1.0); },
+                          s == 2 ? 0.05 : 0.02, s == 2 ? 3 : 5);
+      }
+      if (!ok)
+        break;
+      double rate = 3 * 2.0 * double(n) * double(n) * double(n) / total;
+      k.matmul[d][s] = rate;
+      best[d] = std::max(best[d], rate);
+      source(std::string("calibration.matmul_tflops.") + dtypeNames[d] + "." +
+                 classNames[s],
+             "linear, linear_grad_input, linear_grad_weight on [" +
+                 std::to_string(n) + ", " + std::to_string(n) + "] operands");
+      say("  matmul %-4s %-6s %8.2f GFLOP/s\n", dtypeNames[d], classNames[s],
+          rate / 1e9);
+    }
+  }
+
+  // Memory-bound kernels on activation-like inputs, [64, 1024] f32 drawn
+  // from N(0, 0.25): GELU's and SiLU's speed depends on the magnitude of
+  // their inputs (libm's tanh and exp take longer far from 0), and these
+  // are the activations of layers initialised with std 0.02.
+  const std::vector<int64_t> act = {64, 1024};
+  const double actBytes = 64.0 * 1024 * 4;
+  std::vector<double> rates;
+  auto kernel = [&](const char *name, OpKind kind, size_t inputs,
+                    double passes) {
+    std::vector<Tensor> in, out;
+    for (size_t i = 0; i < inputs; ++i)
+      in.push_back(cal.buffer(act, DType::F32, activation));
+    out.push_back(cal.buffer(act, DType::F32, activation));
+    PlanOp op = modelOp(kind, inputs, 1);
+    std::optional<Status> st = dev.modelOp(op, in, out, 1.0);
+    if (!st || !st->ok())
+      return;
+    double t = cal.time([&] { (void)dev.modelOp(op, in, out, 1.0); });
+    double rate = passes * actBytes / t;
+    k.kernelBandwidth[name] = rate;
+    rates.push_back(rate);
+    source(std::string("calibration.kernel_gb_per_s.") + name,
+           "[64, 1024] f32 inputs drawn from N(0, 0.25)");
+    say("  %-20s %8.2f GB/s\n", name, rate / 1e9);
+  };
+  kernel("gelu", OpKind::Gelu, 1, 2);
+  kernel("gelu_backward", OpKind::GeluBackward, 2, 3);
+  kernel("silu", OpKind::Silu, 1, 2);
+  kernel("silu_backward", OpKind::SiluBackward, 2, 3);
+  kernel("add", OpKind::Add, 2, 3);
+  kernel("mul", OpKind::Mul, 2, 3);
+  {
+    Tensor x = cal.buffer(act, DType::F32, activation),
+           g = cal.buffer({1024}, DType::F32, activation),
+           b = cal.buffer({1024}, DType::F32, activation),
+           y = cal.buffer(act, DType::F32, activation);
+    PlanOp op = modelOp(OpKind::LayerNorm, 3, 1);
+    op.attrs = NormAttrs{1e-5};
+    std::vector<Tensor> in = {x, g, b}, out = {y};
+    std::optional<Status> st = dev.modelOp(op, in, out, 1.0);
+    if (st && st->ok()) {
+      double t = cal.time([&] { (void)dev.modelOp(op, in, out, 1.0); });
+      double rate = (2 * actBytes + 2 * 1024 * 4) / t;
+      k.kernelBandwidth["layernorm"] = rate;
+      rates.push_back(rate);
+      source("calibration.kernel_gb_per_s.layernorm",
+             "[64, 1024] f32 inputs drawn from N(0, 0.25)");
+      say("  %-20s %8.2f GB/s\n", "layernorm", rate / 1e9);
+    }
+  }
+  {
+    Tensor acc = cal.buffer(act, DType::F32, activation),
+           g = cal.buffer(act, DType::F32, activation);
+    double t = cal.time([&] { (void)dev.accumulate(acc, g); });
+    k.kernelBandwidth["accumulate"] = 3 * actBytes / t;
+    source("calibration.kernel_gb_per_s.accumulate", "[64, 1024] f32");
+    t = cal.time([&] { (void)dev.zeroTensor(g); });
+    k.kernelBandwidth["zero_grads"] = actBytes / t;
+    source("calibration.kernel_gb_per_s.zero_grads", "[64, 1024] f32");
+    say("  %-20s %8.2f GB/s\n  %-20s %8.2f GB/s\n", "accumulate",
+        k.kernelBandwidth["accumulate"] / 1e9, "zero_grads",
+        k.kernelBandwidth["zero_grads"] / 1e9);
+  }
+  // Cross-entropy over a [2, 32, 4096] vocabulary (an exp per logit):
+  // bytes as the plan counts them, the logits read (and their gradient
+  // written).
+  {
+    Tensor logits = cal.buffer({2, 32, 4096}, DType::F32, activation);
+    Tensor dlogits = cal.buffer({2, 32, 4096}, DType::F32, activation);
+    Tensor loss = cal.buffer({}, DType::F32, activation);
+    Tensor dloss =
+        cal.buffer({}, DType::F32, [](std::mt19937 &) { return 1.0f; });
+    Tensor targets{dev.allocate(64 * 4, true), DType::I32, {2, 32}};
+    cal.keep.push_back({static_cast<char *>(targets.data), true});
+    std::vector<int32_t> ids(64);
+    for (size_t i = 0; i < ids.size(); ++i)
+      ids[i] = int32_t((i * 977) % 4096);
+    dev.fromHost(targets.data, ids.data(), 64 * 4);
+    double logitBytes = 64.0 * 4096 * 4;
+    PlanOp fwd = modelOp(OpKind::CrossEntropy, 2, 1);
+    std::vector<Tensor> in = {logits, targets}, out = {loss};
+    std::optional<Status> st = dev.modelOp(fwd, in, out, 1.0);
+    if (st && st->ok()) {
+      double t = cal.time([&] { (void)dev.modelOp(fwd, in, out, 1.0); });
+      k.kernelBandwidth["cross_entropy"] = logitBytes / t;
+      source("calibration.kernel_gb_per_s.cross_entropy",
+             "[2, 32, 4096] f32 logits, the logits' bytes");
+      say("  %-20s %8.2f GB/s\n", "cross_entropy", logitBytes / t / 1e9);
+    }
+    PlanOp bwd = modelOp(OpKind::CrossEntropyBackward, 3, 1);
+    std::vector<Tensor> bin = {logits, targets, dloss}, bout = {dlogits};
+    st = dev.modelOp(bwd, bin, bout, 1.0);
+    if (st && st->ok()) {
+      double t = cal.time([&] { (void)dev.modelOp(bwd, bin, bout, 1.0); });
+      k.kernelBandwidth["cross_entropy_backward"] = 2 * logitBytes / t;
+      source("calibration.kernel_gb_per_s.cross_entropy_backward",
+             "[2, 32, 4096] f32 logits, the logits read and their gradient "
+             "written");
+      say("  %-20s %8.2f GB/s\n", "cross_entropy_backward",
+          2 * logitBytes / t / 1e9);
+    }
+  }
+
+  // The kinds not measured (embeddings, norms' backward, bias gradients,
+  // cross-entropy, ...) are streaming kernels without transcendental
+  // functions: add's rate.
+  if (auto add = k.kernelBandwidth.find("add");
+      add != k.kernelBandwidth.end()) {
+    k.kernelBandwidth["default"] = add->second;
+    source("calibration.kernel_gb_per_s.default",
+           "add's rate, for the streaming kernels not measured");
+  }
+  (void)rates;
+
+  // Adam (f32 parameter as its own master) and clipping over 1M elements.
+  const int64_t adamN = 1 << 20;
+  {
+    Tensor grad = cal.buffer({adamN}, DType::F32, small),
+           param = cal.buffer({adamN}, DType::F32, small),
+           m = cal.buffer({adamN}, DType::F32, small),
+           v = cal.buffer({adamN}, DType::F32,
+                          [](std::mt19937 &) { return 1e-4f; });
+    cpu::AdamSettings settings;
+    settings.adamw = true;
+    int64_t step = 1;
+    double t = cal.time([&] {
+      (void)dev.adamUpdate(settings, step++, grad, param, m, v, nullptr);
+    });
+    // Bytes as the cost model counts them: the gradient read, both moments
+    // read and written, the parameter read and written.
+    k.adamBandwidth = 28.0 * double(adamN) / t;
+    source("calibration.adam_gb_per_s",
+           "adam_update of 1M f32 elements (28 bytes each)");
+    c.host.memoryBandwidth = k.adamBandwidth * comm.size();
+    source("host.memory_gb_per_s",
+           "Adam's bytes per second on the host, all ranks together");
+    t = cal.time([&] {
+      double s = dev.sumOfSquares(grad);
+      (void)dev.scaleInPlace(grad, float(1.0 / (1.0 + 1e-12 * s)));
+    });
+    k.clipBandwidth = 4.0 * double(adamN) / t;
+    source("calibration.clip_gb_per_s",
+           "the norm and the scale of 1M f32 gradient elements");
+    say("  %-20s %8.2f GB/s\n  %-20s %8.2f GB/s\n", "adam",
+        k.adamBandwidth / 1e9, "clip", k.clipBandwidth / 1e9);
+  }
+
+  // Copies: device memory (read + write) and host <-> device.
+  {
+    const int64_t bytes = 64 << 20;
+    char *a = dev.allocate(bytes, true), *b = dev.allocate(bytes, true);
+    double t = cal.time([&] { dev.copy(b, a, bytes); });
+    c.gpu.hbmBandwidth = 2.0 * double(bytes) / t;
+    source("gpu.hbm_gb_per_s", "a 64 MiB copy, bytes read and written");
+    std::vector<char> host(size_t(bytes), 1);
+    t = cal.time([&] { dev.fromHost(a, host.data(), bytes); });
+    c.host.pcieBandwidth = double(bytes) / t;
+    source("host.pcie_gb_per_s", "a 64 MiB copy from host memory");
+    dev.release(a, true);
+    dev.release(b, true);
+    say("  %-20s %8.2f GB/s\n  %-20s %8.2f GB/s\n", "device copy",
+        c.gpu.hbmBandwidth / 1e9, "host to device", c.host.pcieBandwidth / 1e9);
+  }
+
+  // NVMe: write a file, sync, drop it from the page cache, read it back.
+  {
+    const size_t bytes = 64 << 20;
+    std::string path = scratchDir + "/zerorun-calibrate-" +
+                       std::to_string(comm.rank()) + ".bin";
+    std::vector<char> data(bytes, 7);
+    cal.barrier();
+    auto t0 = Clock::now();
+    int fd = ::open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0600);
+    bool ok = fd >= 0 && ::write(fd, data.data(), bytes) == ssize_t(bytes) &&
+              ::fsync(fd) == 0;
+    if (fd >= 0) {
+      ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+      ::close(fd);
+    }
+    auto t1 = Clock::now();
+    fd = ok ? ::open(path.c_str(), O_RDONLY) : -1;
+    ok = fd >= 0 && ::read(fd, data.data(), bytes) == ssize_t(bytes);
+    if (fd >= 0)
+      ::close(fd);
+    auto t2 = Clock::now();
+    ::unlink(path.c_str());
+    double t = cal.slowest(ok ? seconds(t0, t2) : -1);
+    if (ok && t > 0) {
+      c.host.nvmeBandwidth = 2.0 * double(bytes) / t * comm.size();
+      source("host.nvme_gb_per_s",
+             "a 64 MiB file written with fsync and read back, under " +
+                 scratchDir + ", all ranks together");
+      say("  %-20s %8.2f GB/s\n", "nvme", c.host.nvmeBandwidth / 1e9);
+      (void)t1;
+    } else {
+      c.host.nvmeBandwidth = c.host.pcieBandwidth;
+      c.sources["host.nvme_gb_per_s"] =
+          "not measured (could not write " + path + "): the copy rate";
+    }
+  }
+
+  // The executor's own overhead: the scheduler running phases of ops that
+  // do nothing, on four streams, and a kernel call on one element.
+  {
+    auto phaseOf = [](int64_t ops) {
+      PlanPhase ph;
+      ph.kind = PhaseKind::MicroStep;
+      for (int64_t i = 0; i < ops; ++i) {
+        PlanOp op;
+        op.index = i;
+        op.kind = OpKind::Release;
+        op.stream = i < 4 ? i : 0;
+        ph.ops.push_back(op);
+      }
+      return ph;
+    };
+    PlanPhase few = phaseOf(4), many = phaseOf(404);
+    exec::PreparedPhase pf =
+        exec::PreparedPhase::prepare(few, nullptr, 0, comm.size(), false);
+    exec::PreparedPhase pm =
+        exec::PreparedPhase::prepare(many, nullptr, 0, comm.size(), false);
+    exec::StreamScheduler scheduler(dev);
+    auto nothing = [](const PlanOp &) {};
+    double tFew = cal.time([&] { scheduler.run(pf, nothing); });
+    double tMany = cal.time([&] { scheduler.run(pm, nothing); });
+    double perOp = std::max(0.0, (tMany - tFew) / 400.0);
+    Tensor one = cal.buffer({1}, DType::F32, normal),
+           two = cal.buffer({1}, DType::F32, normal),
+           out = cal.buffer({1}, DType::F32, normal);
+    PlanOp add = modelOp(OpKind::Add, 2, 1);
+    std::vector<Tensor> in = {one, two}, res = {out};
+    double call = cal.time([&] { (void)dev.modelOp(add, in, res, 1.0); });
+    k.opOverhead = perOp + call;
+    k.phaseOverhead = std::max(0.0, tFew - 4 * perOp);
+    source("calibration.op_overhead_us",
+           "the scheduler's time per op plus a one-element kernel call");
+    source("calibration.phase_overhead_us",
+           "a phase run of four ops on four streams, less their per-op time");
+    say("  %-20s %8.2f us\n  %-20s %8.2f us\n", "op overhead",
+        k.opOverhead * 1e6, "phase overhead", k.phaseOverhead * 1e6);
+  }
+
+  // Collectives: fixed time and bus bandwidth per kind, fitted over sizes
+  // (nccl-tests' busbw: bytes x (n-1)/n, 2(n-1)/n for all-reduce).
+  if (comm.size() > 1) {
+    int64_t n = comm.size();
+    const char *names[3] = {"all_gather", "reduce_scatter", "all_reduce"};
+    for (int kind = 0; kind < 3; ++kind) {
+      std::vector<double> xs, ts;
+      for (int64_t elements :
+           {int64_t(1) << 10, int64_t(1) << 14, int64_t(1) << 18,
+            int64_t(1) << 20, int64_t(1) << 22}) {
+        int64_t per = elements / n;
+        Tensor buf = cal.buffer({per * n}, DType::F32, small);
+        Tensor recv = cal.buffer({per * n}, DType::F32, small);
+        std::vector<int64_t> counts(size_t(n), per);
+        double t = cal.timeCollective(
+            [&] {
+              CommHandle h;
+              if (kind == 0)
+                h = comm.allGather(buf.data, per, recv.data, DType::F32,
+                                   OpLabel{-1, "calibrate"});
+              else if (kind == 1)
+                h = comm.reduceScatter(buf.data, counts, recv.data, DType::F32,
+                                       false, OpLabel{-1, "calibrate"});
+              else
+                h = comm.allReduce(buf.data, per * n, DType::F32, false,
+                                   OpLabel{-1, "calibrate"});
+              comm.wait(h);
+            },
+            0.01, 3);
+        double bytes = double(per * n) * 4;
+        double factor = (kind == 2 ? 2.0 : 1.0) * double(n - 1) / double(n);
+        xs.push_back(bytes * factor);
+        ts.push_back(t);
+      }
+      auto [latency, bus] = fitLine(xs, ts);
+      if (bus <= 0)
+        bus = xs.back() / ts.back();
+      k.collective[kind] = {latency, bus};
+      std::string key = std::string("calibration.") + names[kind];
+      source(key + ".latency_us", "fitted over 4 KiB to 16 MiB of f32");
+      source(key + ".bus_gb_per_s",
+             "fitted over 4 KiB to 16 MiB of f32 (nccl-tests' busbw)");
+      say("  %-20s %8.2f us + busbw %8.2f GB/s\n", names[kind], latency * 1e6,
+          bus / 1e9);
+    }
+    c.intraNode = {k.collective[0].busBandwidth, 0};
+    c.collectiveLatency = k.collective[0].latency;
+    source("intra_node.bus_gb_per_s", "the all-gather's fit");
+    source("intra_node.latency_us", "folded into collective_latency_us");
+    source("collective_latency_us", "the all-gather's fit");
+  } else {
+    c.intraNode = {c.gpu.hbmBandwidth, 0};
+    c.sources["intra_node.bus_gb_per_s"] =
+        "not measured: one rank runs no collective (the copy rate)";
+    c.sources["intra_node.latency_us"] = "not measured: one rank";
+    c.collectiveLatency = 0;
+    c.sources["collective_latency_us"] = "not measured: one rank";
+  }
+
+  // The rest of the file: the machine's shape and datasheet-free peaks.
+  c.name = std::string("calibrated-") + host;
+  c.description = measured;
+  c.nodes = 1;
+  c.gpusPerNode = comm.size();
+  c.sources["nodes"] = "the ranks of the calibration run share one node";
+  c.sources["gpus_per_node"] = "the ranks of the calibration run";
+  k.ranks = double(comm.size());
+  source("calibration.ranks", "the ranks that measured at once");
+  c.gpu.model = dev.name() == "cpu" ? std::string("CPU rank on ") + host
+                                    : std::string("GPU on ") + host;
+  long pages = sysconf(_SC_PHYS_PAGES), pageSize = sysconf(_SC_PAGE_SIZE);
+  double memory = pages > 0 && pageSize > 0 ? double(pages) * pageSize : 0;
+  c.host.memoryBytes = memory > 0 ? memory : 1.0 * (1ull << 30);
+  c.sources["host.memory_gib"] = "sysconf(_SC_PHYS_PAGES)";
+  c.host.reserveBytes = std::min(c.host.reserveBytes, c.host.memoryBytes / 4);
+  c.sources["host.reserve_gib"] = "a quarter of the host's memory at most";
+  int64_t memoryInUse = dev.memoryInUse();
+  (void)memoryInUse;
+  c.gpu.memoryBytes = dev.name() == "cpu"
+                          ? c.host.memoryBytes / double(comm.size())
+                          : c.host.memoryBytes; // Replaced below on a GPU.
+  c.sources["gpu.memory_gib"] = dev.name() == "cpu"
+                                    ? "the host's memory shared by the ranks"
+                                    : "not measured: the host's memory";
+  c.gpu.runtimeReserveBytes = 0;
+  c.sources["gpu.runtime_reserve_gib"] =
+      "none on the CPU device (the host reserve holds it)";
+  double f32 = best[0] > 0 ? best[0] : 1e9;
+  c.gpu.peak.f32 = f32;
+  c.gpu.peak.tf32 = f32;
+  c.gpu.peak.bf16 = best[1] > 0 ? best[1] : f32;
+  c.gpu.peak.f16 = best[2] > 0 ? best[2] : f32;
+  for (const char *d : {"f32", "tf32", "bf16", "f16"})
+    source(std::string("gpu.peak_tflops.") + d,
+           "the fastest GEMM class measured in that dtype (f32's where none)");
+  c.computeEfficiency = 1.0;
+  c.sources["compute_efficiency"] =
+      "1: the peaks are measured GEMM rates; ops without a calibrated rate "
+      "run at them";
+
+  if (!root)
+    return 0;
+  std::ofstream out(output);
+  out << toJson(c).dump(2) << "\n";
+  out.close();
+  if (!out) {
+    std::fprintf(stderr, "zerorun: error: --calibrate: cannot write %s\n",
+                 output.c_str());
+    return 1;
+  }
+  std::printf("zerorun: calibration written to %s (use it as zeroc inspect "
+              "PLAN --cluster %s)\n",
+              output.c_str(), output.c_str());
+  return 0;
+}
+
+} // namespace zeroc::runtime
