@@ -100,12 +100,4 @@ std::unique_ptr<Device> makeCpuDevice() {
   return std::make_unique<CpuDevice>();
 }
 
-#ifndef ZEROC_HAVE_CUDA
-std::unique_ptr<Device> makeCudaDevice(std::string &why) {
-  why = "this zerorun was built without the CUDA backend (no CUDA toolkit "
-        "with cuBLASLt and NCCL was found at configure time)";
-  return nullptr;
-}
-#endif
-
 } // namespace zeroc::runtime

@@ -16,12 +16,10 @@
 #include "comm/Communicator.h"
 #include "comm/MpiCommunicator.h"
 #include "data/DataLoader.h"
+#include "exec/CudaBackend.h"
 #include "exec/Device.h"
 #include "exec/Executor.h"
 #include "exec/GradientDump.h"
-#ifdef ZEROC_HAVE_CUDA
-#include "comm/NcclCommunicator.h"
-#endif
 #include "zeroc/Plan/Plan.h"
 
 #include <nlohmann/json.hpp>
@@ -534,22 +532,25 @@ int run(const Options &o, Communicator &comm, Device *device) {
 
 } // namespace
 
-/// `--device cuda`: the CUDA device and NCCL (MPI only to bootstrap it and
-/// to pick each rank's GPU on its node).
+/// `--device cuda`: the CUDA device and NCCL, from libzerorun-cuda.so
+/// (exec/CudaBackend.h; MPI only to bootstrap NCCL and to pick each rank's
+/// GPU on its node).
 static int runCuda(Options &o, int &argc, char **&argv) {
   std::optional<MpiSession> session;
   if (launchedByMpi())
     session.emplace(&argc, &argv);
   std::string why;
-  std::unique_ptr<Device> device = makeCudaDevice(why);
+  const CudaBackend *backend = loadCudaBackend(why);
+  std::unique_ptr<Device> device;
+  if (backend)
+    device = backend->makeDevice(why);
   if (!device) {
     std::fprintf(stderr, "zerorun: error: --device cuda: %s\n", why.c_str());
     return 1;
   }
-#ifdef ZEROC_HAVE_CUDA
   int rc;
   try {
-    auto comm = NcclCommunicator::world();
+    auto comm = backend->ncclWorld();
     rc = run(o, *comm, device.get());
     if (rc != 0 && comm->size() > 1 && session) {
       std::fflush(nullptr);
@@ -563,9 +564,6 @@ static int runCuda(Options &o, int &argc, char **&argv) {
     return 1;
   }
   return rc;
-#else
-  return 1;
-#endif
 }
 
 int main(int argc, char **argv) {
