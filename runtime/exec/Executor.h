@@ -42,6 +42,17 @@ struct ExecutorOptions {
   /// Where data lives and kernels run (exec/Device.h); it must outlive the
   /// executor. Null: the CPU.
   Device *device = nullptr;
+  /// Whether create() writes the parameters' and master copies' random
+  /// init. False where the caller overwrites every one of them before the
+  /// first step (zerorun --resume, --init-from): they then hold zeros.
+  bool randomInit = true;
+};
+
+/// Where Executor::create spent its time (zerorun's start-up report,
+/// bench/startup_bench.py).
+struct StartupSeconds {
+  double allocate = 0; ///< Persistent tensors, swap files and the arena.
+  double init = 0;     ///< The random init (0 without randomInit).
 };
 
 struct NvmeStats {
@@ -120,6 +131,8 @@ public:
   /// The plan's persistent device bytes (local_numel x dtype size).
   int64_t persistentDeviceBytes() const;
   int64_t arenaBytes() const { return arenaSize; }
+  /// What create() spent allocating and initializing.
+  const StartupSeconds &startupSeconds() const { return startup; }
 
   struct Impl;
 
@@ -130,6 +143,7 @@ private:
   MemoryTracker memory;
   int64_t vocab = 0;
   int64_t arenaSize = 0;
+  StartupSeconds startup;
   std::unique_ptr<Impl> impl;
 };
 
