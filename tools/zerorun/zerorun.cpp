@@ -309,6 +309,8 @@ int run(const Options &o, Communicator &comm, Device *device) {
     comm.setTimeout(*t);
   }
   // Threads per rank: ranks x threads <= cores (docs/zerorun.md, "Threads").
+  // A rank the launcher bound to some cores (mpirun --bind-to) has those
+  // to itself; an unbound one shares the node's with the node's ranks.
   int cores = cpu::availableCores();
   int ranksHere = 1;
   try {
@@ -316,14 +318,16 @@ int run(const Options &o, Communicator &comm, Device *device) {
   } catch (const std::exception &e) {
     return err(std::string("cannot count the ranks on this node: ") + e.what());
   }
-  int threads = o.threads ? int(o.threads) : std::max(1, cores / ranksHere);
+  if (cores < cpu::onlineCores())
+    ranksHere = 1; // bound: `cores` are this rank's
+  int fits = std::max(1, cores / ranksHere);
+  int threads = o.threads ? int(o.threads) : fits;
   if (o.threads && int64_t(ranksHere) * o.threads > cores && !o.oversubscribe)
     return err("--threads " + std::to_string(o.threads) + " with " +
-               std::to_string(ranksHere) + " rank(s) on this node needs " +
+               std::to_string(ranksHere) + " rank(s) on " +
+               std::to_string(cores) + " core(s) needs " +
                std::to_string(int64_t(ranksHere) * o.threads) +
-               " cores, it has " + std::to_string(cores) +
-               " (ranks x threads <= cores; --threads " +
-               std::to_string(std::max(1, cores / ranksHere)) +
+               " (ranks x threads <= cores; --threads " + std::to_string(fits) +
                " fits, --oversubscribe runs anyway)");
   cpu::setThreads(threads);
 

@@ -7,6 +7,7 @@
 #include <cblas.h>
 #include <omp.h>
 #include <sched.h>
+#include <unistd.h>
 
 namespace zeroc::cpu {
 
@@ -35,6 +36,15 @@ int availableCores() {
   if (sched_getaffinity(0, sizeof(set), &set) == 0)
     return std::max(1, CPU_COUNT(&set));
   return std::max(1, omp_get_num_procs());
+}
+
+} // namespace zeroc::cpu
+
+namespace zeroc::cpu {
+
+int onlineCores() {
+  long n = ::sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? int(n) : 1;
 }
 
 } // namespace zeroc::cpu

@@ -30,6 +30,9 @@ void setThreads(int n);
 int threads();
 /// CPUs this process may run on (sched_getaffinity; at least 1).
 int availableCores();
+/// CPUs online on this machine (at least 1): more than availableCores()
+/// when the launcher bound the process to some of them.
+int onlineCores();
 
 /// Elements per chunk of a parallel reduction: partial sums of fixed
 /// chunks, then the chunks in order, so the result is the same for any
