@@ -24,9 +24,12 @@ namespace zeroc::cpu {
 /// (`workPerItem`: about the element operations of one iteration). f must
 /// not throw.
 template <class F> void parallelFor(int64_t n, int64_t workPerItem, F &&f) {
-#pragma omp parallel for schedule(static) num_threads(                         \
-    threads()) if (n > 1 &&                                                    \
-                   n * std::max <int64_t>(workPerItem, 1) >= kParallelMinWork)
+  // Dynamic: on a busy machine a thread the OS does not run holds up one
+  // item, not a static share of them. Any assignment gives the same bits.
+  bool worth =
+      n > 1 && n * std::max<int64_t>(workPerItem, 1) >= kParallelMinWork;
+  int team = threads();
+#pragma omp parallel for schedule(dynamic) num_threads(team) if (worth)
   for (int64_t i = 0; i < n; ++i)
     f(i);
 }
