@@ -4,7 +4,10 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <new>
+#include <sys/mman.h>
+#include <unordered_map>
 
 namespace zeroc::runtime {
 
@@ -14,17 +17,46 @@ class CpuDevice final : public Device {
 public:
   std::string name() const override { return "cpu"; }
 
+  /// Zero-filled memory. From `kMapBytes` on, fresh anonymous pages: the
+  /// kernel zero-fills each page when it is first touched, so nothing is
+  /// written (and no page faulted in) before the op that first uses it; a
+  /// 2.4 GB plan starts without 2.4 GB of memset. Transparent huge pages
+  /// where the system allows them (madvise mode): 512x fewer faults.
+  /// Smaller blocks: aligned_alloc and memset.
   char *allocateMemory(int64_t bytes, bool, int64_t alignment) override {
     alignment = std::max<int64_t>(alignment, 64);
     size_t size = size_t((std::max<int64_t>(bytes, 1) + alignment - 1) /
                          alignment * alignment);
+    if (size >= kMapBytes && size_t(alignment) <= kPageBytes) {
+      void *m = ::mmap(nullptr, size, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (m == MAP_FAILED)
+        throw std::bad_alloc();
+      if (size >= kHugePageBytes)
+        (void)::madvise(m, size, MADV_HUGEPAGE); // a hint; may be refused
+      std::lock_guard<std::mutex> lock(mapMutex);
+      mapped[static_cast<char *>(m)] = size;
+      return static_cast<char *>(m);
+    }
     char *p = static_cast<char *>(std::aligned_alloc(size_t(alignment), size));
     if (!p)
       throw std::bad_alloc();
     std::memset(p, 0, size);
     return p;
   }
-  void releaseMemory(char *p, bool) override { std::free(p); }
+  void releaseMemory(char *p, bool) override {
+    if (!p)
+      return;
+    {
+      std::lock_guard<std::mutex> lock(mapMutex);
+      if (auto it = mapped.find(p); it != mapped.end()) {
+        ::munmap(p, it->second);
+        mapped.erase(it);
+        return;
+      }
+    }
+    std::free(p);
+  }
   bool hostAddressable() const override { return true; }
   StreamScheduling scheduling() const override {
     return StreamScheduling::ThreadPerStream;
@@ -93,6 +125,13 @@ public:
   float loadElement(const Tensor &t, int64_t i) override {
     return cpu::loadElement(t, i);
   }
+
+private:
+  static constexpr size_t kPageBytes = 4096;
+  static constexpr size_t kMapBytes = size_t(1) << 20;
+  static constexpr size_t kHugePageBytes = size_t(2) << 20;
+  std::mutex mapMutex;
+  std::unordered_map<char *, size_t> mapped;
 };
 
 } // namespace
@@ -100,13 +139,5 @@ public:
 std::unique_ptr<Device> makeCpuDevice() {
   return std::make_unique<CpuDevice>();
 }
-
-#ifndef ZEROC_HAVE_CUDA
-std::unique_ptr<Device> makeCudaDevice(std::string &why) {
-  why = "this zerorun was built without the CUDA backend (no CUDA toolkit "
-        "with cuBLASLt and NCCL was found at configure time)";
-  return nullptr;
-}
-#endif
 
 } // namespace zeroc::runtime

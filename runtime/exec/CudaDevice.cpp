@@ -12,14 +12,17 @@
 // the CPU (cpu::adamUpdate, vectorized and multi-threaded) after the
 // stream's earlier work, as ZeRO-Offload does.
 //
-// Built only with the CUDA backend; nothing here has run on a GPU yet
-// (docs/zerorun.md, "GPU").
+// Built only with the CUDA backend, into libzerorun-cuda.so, which zerorun
+// opens for --device cuda (exec/CudaBackend.h); nothing here has run on a
+// GPU yet (docs/zerorun.md, "GPU").
 //
 //===----------------------------------------------------------------------===//
 
 #include "comm/Communicator.h"
 #include "comm/MpiCommunicator.h"
+#include "comm/NcclCommunicator.h"
 #include "cuda/CudaKernels.h"
+#include "exec/CudaBackend.h"
 #include "exec/Device.h"
 
 #include <cuda_runtime_api.h>
@@ -393,9 +396,8 @@ private:
   std::vector<cudaEvent_t> events;
 };
 
-} // namespace
-
-std::unique_ptr<Device> makeCudaDevice(std::string &why) {
+/// The rank's GPU: libzerorun-cuda.so's makeDevice (exec/CudaBackend.h).
+std::unique_ptr<Device> makeDevice(std::string &why) {
   // This rank's place on its node first: every rank joins that collective
   // (over MPI_COMM_WORLD while MPI runs), whatever it finds next.
   NodeRank node;
@@ -423,4 +425,15 @@ std::unique_ptr<Device> makeCudaDevice(std::string &why) {
   return std::make_unique<CudaDevice>(device);
 }
 
+std::unique_ptr<Communicator> ncclWorld() { return NcclCommunicator::world(); }
+
+} // namespace
+
 } // namespace zeroc::runtime
+
+extern "C" const zeroc::runtime::CudaBackend *zeroc_cuda_backend_v1() {
+  static const zeroc::runtime::CudaBackend backend{
+      zeroc::runtime::CudaBackend::kAbiVersion, zeroc::runtime::makeDevice,
+      zeroc::runtime::ncclWorld};
+  return &backend;
+}

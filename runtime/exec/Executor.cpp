@@ -11,6 +11,7 @@
 #include "zeroc/Plan/PlanInspect.h"
 
 #include <algorithm>
+#include <chrono>
 
 namespace zeroc::runtime {
 
@@ -282,11 +283,19 @@ Executor::create(Plan plan, Communicator &comm,
                       "the vocabulary size from"};
   try {
     Impl &s = *ex->impl;
+    using Clock = std::chrono::steady_clock;
+    auto seconds = [](Clock::time_point a, Clock::time_point b) {
+      return std::chrono::duration<double>(b - a).count();
+    };
+    auto t0 = Clock::now();
     ex->memory.setDevice(s.dev);
     s.state.allocate();
     ex->arenaSize = largestArena(ex->thePlan);
     s.arena = ex->memory.allocateArena(ex->arenaSize);
-    s.state.initialize(options.seed);
+    auto t1 = Clock::now();
+    if (options.randomInit)
+      s.state.initialize(options.seed);
+    ex->startup = {seconds(t0, t1), seconds(t1, Clock::now())};
   } catch (const std::exception &e) {
     return Diagnostic{"", 0, 0, e.what()};
   }

@@ -46,6 +46,17 @@ struct ExecutorOptions {
   /// Records every op's start and end (exec/Profiler.h); it must outlive
   /// the executor. Null: nothing recorded.
   Profiler *profiler = nullptr;
+  /// Whether create() writes the parameters' and master copies' random
+  /// init. False where the caller overwrites every one of them before the
+  /// first step (zerorun --resume, --init-from): they then hold zeros.
+  bool randomInit = true;
+};
+
+/// Where Executor::create spent its time (zerorun's start-up report,
+/// bench/startup_bench.py).
+struct StartupSeconds {
+  double allocate = 0; ///< Persistent tensors, swap files and the arena.
+  double init = 0;     ///< The random init (0 without randomInit).
 };
 
 struct NvmeStats {
@@ -124,6 +135,8 @@ public:
   /// The plan's persistent device bytes (local_numel x dtype size).
   int64_t persistentDeviceBytes() const;
   int64_t arenaBytes() const { return arenaSize; }
+  /// What create() spent allocating and initializing.
+  const StartupSeconds &startupSeconds() const { return startup; }
 
   struct Impl;
 
@@ -134,6 +147,7 @@ private:
   MemoryTracker memory;
   int64_t vocab = 0;
   int64_t arenaSize = 0;
+  StartupSeconds startup;
   std::unique_ptr<Impl> impl;
 };
 

@@ -112,20 +112,42 @@ void PersistentState::allocate() {
 }
 
 void PersistentState::initialize(uint64_t seed) {
-  std::vector<float> buf;
-  auto fill = [&](Stored &s, const PlanTensor &param, bool sharded) {
-    int64_t n = s.info->localNumel;
-    buf.assign(size_t(n), 0.0f);
-    if (sharded)
-      initShard(param, param.init, seed, ParamShardLayout{param.numel, ws},
-                rank, buf.data());
-    else
-      initParameter(param, param.init, seed, 0, param.numel, buf.data());
-    Tensor src{buf.data(), DType::F32, {n}};
+  // Values are written straight into an f32 tensor the host addresses (the
+  // CPU device); otherwise through an f32 buffer, a cast and a copy. No
+  // buffer is zeroed first: init writes every element, padding included.
+  std::unique_ptr<float[]> buf;
+  int64_t bufSize = 0;
+  auto target = [&](Stored &s, int64_t n) -> float * {
+    if (s.info->dtype == DType::F32 && dev.hostAddressable() && s.data)
+      return reinterpret_cast<float *>(s.data.get());
+    if (n > bufSize) {
+      buf.reset(new float[size_t(n)]);
+      bufSize = n;
+    }
+    return buf.get();
+  };
+  auto store = [&](Stored &s, float *values, int64_t n) {
+    if (values == reinterpret_cast<float *>(s.data.get()))
+      return;
+    if (s.info->dtype == DType::F32) {
+      dev.fromHost(s.data.get(), values, n * int64_t(sizeof(float)));
+      return;
+    }
+    Tensor src{values, DType::F32, {n}};
     std::vector<char> cast(size_t(n * bytesPerElement(s.info->dtype)));
     Tensor dst{cast.data(), s.info->dtype, {n}};
     cpu::castTensor(src, dst);
     dev.fromHost(s.data.get(), cast.data(), int64_t(cast.size()));
+  };
+  auto fill = [&](Stored &s, const PlanTensor &param, bool sharded) {
+    int64_t n = s.info->localNumel;
+    float *out = target(s, n);
+    if (sharded)
+      initShard(param, param.init, seed, ParamShardLayout{param.numel, ws},
+                rank, out);
+    else
+      initParameter(param, param.init, seed, 0, param.numel, out);
+    store(s, out, n);
   };
   for (auto &[name, s] : tensors) {
     const PlanTensor &t = *s.info;
@@ -136,10 +158,9 @@ void PersistentState::initialize(uint64_t seed) {
     if (t.role == TensorRole::Param) {
       fill(s, t, t.sharded);
     } else if (const PlanFlatGroup *g = group(t.of)) {
-      buf.assign(size_t(t.localNumel), 0.0f);
-      initShard(plan, *g, seed, rank, buf.data());
-      dev.fromHost(s.data.get(), buf.data(),
-                   int64_t(buf.size() * sizeof(float)));
+      float *out = target(s, t.localNumel);
+      initShard(plan, *g, seed, rank, out);
+      store(s, out, t.localNumel);
     } else {
       fill(s, *tensor(t.of).info, t.sharded);
     }

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace zeroc::runtime {
 
@@ -55,8 +56,11 @@ uint32_t CounterRng::below(uint64_t i, uint32_t n) const {
   return uint32_t((uint64_t(bits(i)) * n) >> 32);
 }
 
-double CounterRng::normal(uint64_t i) const {
-  std::array<uint32_t, 4> w = block(i / 2);
+namespace {
+
+/// Box-Muller on the 128 bits of one block: both of its normals (the
+/// cosine for the even index, the sine for the odd one).
+std::pair<double, double> normalPair(const std::array<uint32_t, 4> &w) {
   constexpr double k2Pow53 = 1.0 / 9007199254740992.0;
   auto uniform = [&](uint32_t hi, uint32_t lo) {
     return double(((uint64_t(hi) << 32) | lo) >> 11) * k2Pow53; // [0, 1)
@@ -66,12 +70,39 @@ double CounterRng::normal(uint64_t i) const {
   double radius = std::sqrt(-2.0 * std::log(u1));
   constexpr double kTwoPi = 6.283185307179586476925286766559;
   double angle = kTwoPi * u2;
-  return radius * (i % 2 == 0 ? std::cos(angle) : std::sin(angle));
+  return {radius * std::cos(angle), radius * std::sin(angle)};
 }
 
-//===----------------------------------------------------------------------===//
-// Parameter initialization
-//===----------------------------------------------------------------------===//
+} // namespace
+
+double CounterRng::normal(uint64_t i) const {
+  std::pair<double, double> p = normalPair(block(i / 2));
+  return i % 2 == 0 ? p.first : p.second;
+}
+
+void CounterRng::normals(uint64_t begin, int64_t count, double scale,
+                         float *out) const {
+  if (count <= 0)
+    return;
+  int64_t at = 0;
+  if (begin % 2 == 1) { // the first index is a block's sine
+    out[at++] = float(scale * normalPair(block(begin / 2)).second);
+  }
+  // Whole blocks: each element is a function of its index alone, so the
+  // split over threads does not change a bit.
+  int64_t pairs = (count - at) / 2;
+  uint64_t firstBlock = (begin + uint64_t(at)) / 2;
+  float *pairOut = out + at;
+#pragma omp parallel for schedule(static) if (pairs >= 8192)
+  for (int64_t k = 0; k < pairs; ++k) {
+    std::pair<double, double> p = normalPair(block(firstBlock + uint64_t(k)));
+    pairOut[2 * k] = float(scale * p.first);
+    pairOut[2 * k + 1] = float(scale * p.second);
+  }
+  at += 2 * pairs;
+  if (at < count) // the last index is a block's cosine
+    out[at] = float(scale * normal(begin + uint64_t(at)));
+}
 
 Expected<InitSpec> parseInit(std::string_view init) {
   InitSpec spec;
@@ -111,12 +142,9 @@ void initParameter(std::string_view name, const InitSpec &init, uint64_t seed,
   case InitSpec::Ones:
     std::fill(out, out + count, 1.0f);
     return;
-  case InitSpec::Normal: {
-    CounterRng rng(seed, name);
-    for (int64_t i = 0; i < count; ++i)
-      out[i] = float(init.std * rng.normal(uint64_t(globalBegin + i)));
+  case InitSpec::Normal:
+    CounterRng(seed, name).normals(uint64_t(globalBegin), count, init.std, out);
     return;
-  }
   }
 }
 

@@ -52,6 +52,9 @@ public:
   /// Standard normal for index i: Box-Muller on block i / 2, whose 128 bits
   /// make two 53-bit uniforms; even i takes the cosine, odd i the sine.
   double normal(uint64_t i) const;
+  /// out[k] = float(scale * normal(begin + k)) for k < count, on the
+  /// runtime's threads (OpenMP): the same bits for any thread count.
+  void normals(uint64_t begin, int64_t count, double scale, float *out) const;
 
 private:
   uint64_t seed;

@@ -20,5 +20,6 @@
 #include "cpu/Optimizer.h"
 #include "cpu/Rotary.h"
 #include "cpu/Tensor.h"
+#include "cpu/Threads.h"
 
 #endif // ZEROC_RUNTIME_KERNELS_KERNELS_H

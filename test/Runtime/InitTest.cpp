@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <omp.h>
 
 using namespace zeroc;
 using namespace zeroc::runtime;
@@ -236,4 +238,27 @@ TEST(Init, NeighboursAreUncorrelated) {
                 kStandardErrors / std::sqrt(double(n - lag)))
         << "lag " << lag;
   }
+}
+
+// Init runs on the OpenMP threads: each element is a function of its index,
+// so 1, 2 and 3 threads (and the one-element reference, CounterRng::normal)
+// give the same bits, for ranges starting on an odd index and ending on an
+// even one too.
+TEST(Init, SameBitsForAnyThreadCount) {
+  const int64_t n = 100003; // above the parallel threshold, odd
+  const double stdev = 0.02;
+  CounterRng rng(7, "h.0.attn.c_attn.weight");
+  std::vector<float> reference(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    reference[size_t(i)] = float(stdev * rng.normal(uint64_t(5 + i)));
+  int before = omp_get_max_threads();
+  for (int threads : {1, 2, 3}) {
+    omp_set_num_threads(threads);
+    std::vector<float> got(static_cast<size_t>(n));
+    PlanTensor t = param("h.0.attn.c_attn.weight", n + 5, "normal(0.02)");
+    initParameter(t, t.init, 7, 5, n, got.data());
+    EXPECT_EQ(std::memcmp(got.data(), reference.data(), size_t(n) * 4), 0)
+        << threads << " thread(s)";
+  }
+  omp_set_num_threads(before);
 }

@@ -738,6 +738,17 @@ def scenario_progress(args):
         if "\r[" in text or text.count("step ") < 5 or "step 5  loss" not in text:
             print("FAILED: %s output is not one plain line per step" % name)
             return 1
+        # The first step is a warm-up (first touch of memory): its line says
+        # so and gives no rate; the later ones give tokens/s.
+        lines = [l for l in text.splitlines() if l.startswith("step ")]
+        if "warm-up" not in lines[0] or "tokens/s" in lines[0] or \
+                any("tokens/s" not in l for l in lines[1:]):
+            print("FAILED: %s: the first step is not reported as a warm-up "
+                  "without a rate: %r" % (name, lines[:2]))
+            return 1
+    if "warm-up" not in tty:
+        print("FAILED: the progress bar does not call step 1 a warm-up")
+        return 1
     return 0
 
 

@@ -17,18 +17,17 @@
 #include "comm/Communicator.h"
 #include "comm/MpiCommunicator.h"
 #include "data/DataLoader.h"
+#include "exec/CudaBackend.h"
 #include "exec/Device.h"
 #include "exec/Executor.h"
 #include "exec/GradientDump.h"
 #include "exec/Profiler.h"
-#ifdef ZEROC_HAVE_CUDA
-#include "comm/NcclCommunicator.h"
-#endif
 #include "zeroc/Plan/Plan.h"
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -37,12 +36,53 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <time.h>
 #include <unistd.h>
 
 using namespace zeroc;
 using namespace zeroc::runtime;
 
 namespace {
+
+/// Defaults for the libraries' own thread pools, set before any library
+/// initializes (an ELF preinit function runs before the constructors of
+/// shared libraries, which read these variables once): OpenBLAS's idle
+/// workers sleep at once (2^4 cycles) instead of spinning for 2^28 cycles
+/// between GEMMs, taking a core from the kernels' OpenMP threads; and
+/// those OpenMP threads sleep when idle instead of spinning while OpenBLAS
+/// runs. A value the user set is kept. docs/zerorun.md, "Threads".
+void setLibraryDefaults(int, char **, char **) {
+  ::setenv("OPENBLAS_THREAD_TIMEOUT", "4", /*overwrite=*/0);
+  ::setenv("OMP_WAIT_POLICY", "passive", /*overwrite=*/0);
+}
+__attribute__((section(".preinit_array"),
+               used)) void (*const kSetLibraryDefaults)(int, char **, char **) =
+    setLibraryDefaults;
+
+/// Seconds since this process started (exec), from /proc (clock-tick
+/// resolution); -1 where /proc cannot tell.
+double secondsSinceProcessStart() {
+  std::ifstream stat("/proc/self/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)),
+                   std::istreambuf_iterator<char>());
+  size_t paren = text.rfind(')');
+  if (paren == std::string::npos)
+    return -1;
+  // Fields after the command: state is field 3, starttime field 22.
+  const char *p = text.c_str() + paren + 2;
+  for (int field = 3; field < 22 && *p; ++field) {
+    p = std::strchr(p, ' ');
+    if (!p)
+      return -1;
+    ++p;
+  }
+  double startTicks = std::strtod(p, nullptr);
+  struct timespec now;
+  if (::clock_gettime(CLOCK_BOOTTIME, &now) != 0)
+    return -1;
+  double ticks = double(::sysconf(_SC_CLK_TCK));
+  return double(now.tv_sec) + double(now.tv_nsec) * 1e-9 - startTicks / ticks;
+}
 
 const char *kUsage =
     R"(USAGE: zerorun PLAN.json [options]
@@ -121,6 +161,11 @@ OPTIONS:
                           mpirun the collectives) and write a cluster file
                           for zeroc inspect --cluster (docs/zerorun.md)
   -o, --output FILE       Where --calibrate writes the cluster file
+  --threads N             Threads per rank for the CPU kernels and BLAS
+                          (default: this machine's cores / the ranks on it,
+                          at least 1). More than cores / ranks is refused
+                          (ranks x threads <= cores) unless --oversubscribe
+  --oversubscribe         Accept --threads N with ranks x N > cores
   -h, --help              Show this help
 )";
 
@@ -143,6 +188,8 @@ struct Options {
   std::string output;
   int64_t saveEvery = 0;
   bool resume = false;
+  int64_t threads = 0; ///< 0: cores / ranks on the node.
+  bool oversubscribe = false;
 };
 
 [[noreturn]] void usageError(const std::string &msg) {
@@ -212,6 +259,12 @@ Options parseArgs(int argc, char **argv) {
       o.dataOptions.noCrossDocAttention = true;
     } else if (a == "--reset-position-ids") {
       o.dataOptions.resetPositionIds = true;
+    } else if (a == "--threads") {
+      o.threads = intValue();
+      if (o.threads < 1)
+        usageError("--threads: expected at least 1");
+    } else if (a == "--oversubscribe") {
+      o.oversubscribe = true;
     } else if (a == "--data") {
       o.data.push_back(value());
     } else if (a == "--steps") {
@@ -334,6 +387,29 @@ int run(const Options &o, Communicator &comm, Device *device) {
       return err("--comm-timeout: " + t.error().message);
     comm.setTimeout(*t);
   }
+  // Threads per rank: ranks x threads <= cores (docs/zerorun.md, "Threads").
+  // A rank the launcher bound to some cores (mpirun --bind-to) has those
+  // to itself; an unbound one shares the node's with the node's ranks.
+  int cores = cpu::availableCores();
+  int ranksHere = 1;
+  try {
+    ranksHere = nodeRank(worldIfRunning()).size;
+  } catch (const std::exception &e) {
+    return err(std::string("cannot count the ranks on this node: ") + e.what());
+  }
+  if (cores < cpu::onlineCores())
+    ranksHere = 1; // bound: `cores` are this rank's
+  int fits = std::max(1, cores / ranksHere);
+  int threads = o.threads ? int(o.threads) : fits;
+  if (o.threads && int64_t(ranksHere) * o.threads > cores && !o.oversubscribe)
+    return err("--threads " + std::to_string(o.threads) + " with " +
+               std::to_string(ranksHere) + " rank(s) on " +
+               std::to_string(cores) + " core(s) needs " +
+               std::to_string(int64_t(ranksHere) * o.threads) +
+               " (ranks x threads <= cores; --threads " + std::to_string(fits) +
+               " fits, --oversubscribe runs anyway)");
+  cpu::setThreads(threads);
+
   if (o.calibrate) {
     std::unique_ptr<Device> cpu = device ? nullptr : makeCpuDevice();
     const char *tmp = std::getenv("TMPDIR");
@@ -344,9 +420,15 @@ int run(const Options &o, Communicator &comm, Device *device) {
       return err(std::string("--calibrate: ") + e.what());
     }
   }
+  using Clock = std::chrono::steady_clock;
+  auto since = [](Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  };
+  auto planStart = Clock::now();
   auto plan = loadPlan(o.plan);
   if (!plan)
     return err(plan.error().str());
+  double planSeconds = since(planStart);
   if (!o.dumpGrads.empty())
     if (std::string why = gradientDumpRefusal(*plan); !why.empty())
       return err(why);
@@ -357,6 +439,9 @@ int run(const Options &o, Communicator &comm, Device *device) {
   eo.streamThreads = !o.singleThread;
   eo.nvmePath = o.nvmePath;
   eo.device = device;
+  // A checkpoint or a safetensors file overwrites every parameter and
+  // master copy (or the run stops with an error): no random init first.
+  eo.randomInit = !o.resume && o.initFrom.empty();
   auto ex = Executor::create(std::move(*plan), comm, eo);
   if (!ex)
     return err(ex.error().message);
@@ -379,6 +464,7 @@ int run(const Options &o, Communicator &comm, Device *device) {
   // random init Executor::create did. Both loaders read and verify
   // everything in scratch memory before writing a byte of the tensors.
   int64_t firstStep = 0;
+  auto weightsStart = Clock::now();
   if (o.resume) {
     auto resumed = resumeTraining(e, comm, o.checkpointDir);
     if (!resumed)
@@ -399,6 +485,7 @@ int run(const Options &o, Communicator &comm, Device *device) {
                   naming == "zeroc" ? "zeroc"
                                     : ("Hugging Face " + naming).c_str());
   }
+  double weightsSeconds = since(weightsStart);
 
   if (!o.dumpGrads.empty()) {
     auto dumped = dumpGradients(e, *loader, firstStep, o.dumpGrads);
@@ -432,13 +519,26 @@ int run(const Options &o, Communicator &comm, Device *device) {
     if (!log)
       return err("cannot write " + o.logJson);
   }
-  if (root)
+  const StartupSeconds &startup = e.startupSeconds();
+  double readySeconds = secondsSinceProcessStart();
+  if (root) {
     std::printf("zerorun: %s, stage %lld, %d rank(s), %lld micro-step(s) of "
-                "%lld x %lld tokens per rank, %s data\n",
+                "%lld x %lld tokens per rank, %s data, %d thread(s) per "
+                "rank\n",
                 p.model.name.c_str(), (long long)p.stage, comm.size(),
                 (long long)p.gradientAccumulationSteps,
                 (long long)p.model.microBatch, (long long)p.model.seqLen,
-                o.synthetic ? "synthetic" : loader->source().name().c_str());
+                o.synthetic ? "synthetic" : loader->source().name().c_str(),
+                threads);
+    std::printf("zerorun: ready %.2f s after start (plan %.2f s, allocate "
+                "%.2f s, %s %.2f s)\n",
+                readySeconds, planSeconds, startup.allocate,
+                o.resume              ? "resume"
+                : !o.initFrom.empty() ? "init-from"
+                                      : "random init",
+                o.resume || !o.initFrom.empty() ? weightsSeconds
+                                                : startup.init);
+  }
   // The step of the newest checkpoint this run has (-1: none yet).
   int64_t lastSaved = o.resume ? firstStep : -1;
   // On a terminal: a progress bar redrawn every step; otherwise (a pipe, a
@@ -470,28 +570,42 @@ int run(const Options &o, Communicator &comm, Device *device) {
       return err(r.error().message);
     }
     if (root) {
+      // The first step of a process is a warm-up: its memory is touched
+      // (and zero-filled by the kernel) for the first time, BLAS sets up
+      // its buffers and threads. It says so, with its time, not a rate.
+      bool warmUp = s == firstStep;
       double tokensPerSecond =
           r->seconds > 0 ? double(r->tokens) / r->seconds : 0.0;
+      char rate[96];
+      if (warmUp)
+        std::snprintf(rate, sizeof rate,
+                      "warm-up %.2f s (first touch of memory)", r->seconds);
+      else
+        std::snprintf(rate, sizeof rate, "%.0f %s", tokensPerSecond,
+                      bar ? "tok/s" : "tokens/s");
       if (bar) {
-        elapsed += r->seconds;
         int64_t done = s + 1 - firstStep, total = o.steps - firstStep;
-        double eta = elapsed / double(done) * double(total - done);
+        // The ETA from the steps after the warm-up.
+        if (!warmUp)
+          elapsed += r->seconds;
+        std::string eta = done > 1 ? formatSeconds(elapsed / double(done - 1) *
+                                                   double(total - done))
+                                   : (total > done ? "?" : formatSeconds(0));
         constexpr int kWidth = 24;
         int filled = int(kWidth * (s + 1) / std::max<int64_t>(o.steps, 1));
-        std::printf("\r[%s%s] %lld/%lld  loss %.4f  %.0f tok/s  compute %.3f s"
+        std::printf("\r[%s%s] %lld/%lld  loss %.4f  %s  compute %.3f s"
                     "  wait %.3f s  mem %s  eta %s%s\033[K",
                     std::string(size_t(filled), '#').c_str(),
                     std::string(size_t(kWidth - filled), '.').c_str(),
-                    (long long)r->step, (long long)o.steps, r->loss,
-                    tokensPerSecond, r->computeSeconds, r->waitSeconds,
-                    formatBytes(double(e.allocatedMemory().tensorPeak)).c_str(),
-                    formatSeconds(eta).c_str(),
-                    r->skipped ? "  (overflow: skipped)" : "");
-      } else {
-        std::printf("step %lld  loss %.6f  %.0f tokens/s  compute %.3f s  "
-                    "wait %.3f s  memory %s%s\n",
-                    (long long)r->step, r->loss, tokensPerSecond,
+                    (long long)r->step, (long long)o.steps, r->loss, rate,
                     r->computeSeconds, r->waitSeconds,
+                    formatBytes(double(e.allocatedMemory().tensorPeak)).c_str(),
+                    eta.c_str(), r->skipped ? "  (overflow: skipped)" : "");
+      } else {
+        std::printf("step %lld  loss %.6f  %s  compute %.3f s  "
+                    "wait %.3f s  memory %s%s\n",
+                    (long long)r->step, r->loss, rate, r->computeSeconds,
+                    r->waitSeconds,
                     formatBytes(double(e.allocatedMemory().tensorPeak)).c_str(),
                     r->skipped ? "  (overflow: step skipped)" : "");
       }
@@ -506,6 +620,7 @@ int run(const Options &o, Communicator &comm, Device *device) {
             {"tokens", r->tokens},
             {"loss_scale", r->lossScale},
             {"skipped", r->skipped},
+            {"warm_up", warmUp},
             {"measured_peak_bytes", e.allocatedMemory().tensorPeak}};
         log << j.dump() << "\n";
         log.flush();
@@ -634,6 +749,13 @@ int run(const Options &o, Communicator &comm, Device *device) {
           {"persistent_device_bytes", e.persistentDeviceBytes()},
           {"arena_bytes", e.arenaBytes()},
           {"measured_steps", stepsRun},
+          {"threads_per_rank", threads},
+          {"startup_seconds",
+           {{"process_to_ready", readySeconds},
+            {"plan_load", planSeconds},
+            {"allocate", startup.allocate},
+            {"random_init", startup.init},
+            {"weights_load", weightsSeconds}}},
           {"measured_comm_elements_per_rank_per_step",
            perStep(
                [](const CommTraffic::Volume &v) { return v.elementsPerRank; })},
@@ -656,22 +778,25 @@ int run(const Options &o, Communicator &comm, Device *device) {
 
 } // namespace
 
-/// `--device cuda`: the CUDA device and NCCL (MPI only to bootstrap it and
-/// to pick each rank's GPU on its node).
+/// `--device cuda`: the CUDA device and NCCL, from libzerorun-cuda.so
+/// (exec/CudaBackend.h; MPI only to bootstrap NCCL and to pick each rank's
+/// GPU on its node).
 static int runCuda(Options &o, int &argc, char **&argv) {
   std::optional<MpiSession> session;
   if (launchedByMpi())
     session.emplace(&argc, &argv);
   std::string why;
-  std::unique_ptr<Device> device = makeCudaDevice(why);
+  const CudaBackend *backend = loadCudaBackend(why);
+  std::unique_ptr<Device> device;
+  if (backend)
+    device = backend->makeDevice(why);
   if (!device) {
     std::fprintf(stderr, "zerorun: error: --device cuda: %s\n", why.c_str());
     return 1;
   }
-#ifdef ZEROC_HAVE_CUDA
   int rc;
   try {
-    auto comm = NcclCommunicator::world();
+    auto comm = backend->ncclWorld();
     rc = run(o, *comm, device.get());
     if (rc != 0 && comm->size() > 1 && session) {
       std::fflush(nullptr);
@@ -685,9 +810,6 @@ static int runCuda(Options &o, int &argc, char **&argv) {
     return 1;
   }
   return rc;
-#else
-  return 1;
-#endif
 }
 
 int main(int argc, char **argv) {

@@ -1,6 +1,7 @@
 //===- Activations.cpp - Elementwise ops and copies ----------------------===//
 
 #include "cpu/Activations.h"
+#include "cpu/Parallel.h"
 
 #include <algorithm>
 #include <cmath>
@@ -27,15 +28,15 @@ Status checkBinary(const char *op, const char *aName, const Tensor &a,
 template <typename F>
 void binaryMap(const Tensor &a, const Tensor &b, const Tensor &out, F f) {
   constexpr int64_t kChunk = 4096;
-  float av[kChunk], bv[kChunk];
-  for (int64_t done = 0, n = a.numel(); done < n; done += kChunk) {
-    int64_t count = std::min(kChunk, n - done);
+  // Chunks on the pool: each element's result is f of its own inputs.
+  parallelChunks(a.numel(), kChunk, [&](int64_t done, int64_t count) {
+    float av[kChunk], bv[kChunk];
     loadF32(a, done, count, av);
     loadF32(b, done, count, bv);
     for (int64_t i = 0; i < count; ++i)
       av[i] = f(av[i], bv[i]);
     storeF32(out, done, count, av);
-  }
+  });
 }
 
 float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
@@ -170,12 +171,12 @@ void copyPieces(const Tensor &whole, const std::vector<Tensor> &pieces,
   int64_t offset = 0;
   for (const Tensor &p : pieces) {
     int64_t w = p.shape.back();
-    for (int64_t r = 0; r < rows; ++r) {
+    parallelFor(rows, w, [&](int64_t r) {
       if (intoPieces)
         copyElements(whole, r * n + offset, p, r * w, w);
       else
         copyElements(p, r * w, whole, r * n + offset, w);
-    }
+    });
     offset += w;
   }
 }

@@ -3,6 +3,7 @@
 #include "cpu/Attention.h"
 
 #include "cpu/Gemm.h"
+#include "cpu/Parallel.h"
 
 #include <algorithm>
 #include <cmath>
@@ -62,7 +63,7 @@ void causalProbs(const AttentionShape &a, const float *qh, int64_t qld,
   int64_t seq = a.seq;
   gemm(false, true, seq, seq, a.headDim, a.scale(), qh, qld, kh, kld, 0.0f, p,
        seq);
-  for (int64_t i = 0; i < seq; ++i) {
+  parallelFor(seq, seq, [&](int64_t i) { // rows on the pool (cpu/Parallel.h)
     float *row = p + i * seq;
     int64_t first = a.firstKey(i);
     float max = *std::max_element(row + first, row + i + 1);
@@ -75,7 +76,7 @@ void causalProbs(const AttentionShape &a, const float *qh, int64_t qld,
       row[j] = roundToDType(row[j] / sum, dtype);
     std::fill(row, row + first, 0.0f);
     std::fill(row + i + 1, row + seq, 0.0f);
-  }
+  });
 }
 
 // A backward's operands as f32 (16-bit ones widened into scratch) and the
@@ -298,12 +299,12 @@ Status attentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
       else
         causalProbs(a, qh, qw, kh, kw, out.dtype, p.data());
 
-      for (int64_t i = 0; i < seq; ++i) {
+      parallelFor(seq, d, [&](int64_t i) {
         float sum = 0.0f;
         for (int64_t c = 0; c < d; ++c)
           sum += doh[i * qw + c] * oh[i * qw + c];
         rowDot[i] = sum;
-      }
+      });
       // dV += P^T dout; dP = dout V^T.
       gemm(true, false, seq, d, seq, 1.0f, p.data(), seq, doh, qw, 1.0f,
            dvf + kOffset, kw);
@@ -311,11 +312,12 @@ Status attentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
            seq);
       // dS = P * (dP - D) * scale, in place of dP; zero above the diagonal
       // (and before the window, where P is 0).
-      for (int64_t i = 0; i < seq; ++i)
+      parallelFor(seq, seq, [&](int64_t i) {
         for (int64_t j = 0; j < seq; ++j) {
           float &ds = dp[i * seq + j];
           ds = j <= i ? p[i * seq + j] * (ds - rowDot[i]) * scale : 0.0f;
         }
+      });
       // dQ = dS K; dK += dS^T Q.
       gemm(false, false, seq, d, seq, 1.0f, dp.data(), seq, kh, kw, 0.0f,
            dqf + qOffset, qw);
@@ -422,12 +424,12 @@ Status flashAttentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
         for (int64_t i0 = 0; i0 < seq; i0 += kFlashTile)
           flashRows(a, qh, qw, kh, vh, kw, i0, std::min(kFlashTile, seq - i0),
                     w, nullptr, rowLse.data() + i0);
-      for (int64_t i = 0; i < seq; ++i) {
+      parallelFor(seq, d, [&](int64_t i) {
         float sum = 0.0f;
         for (int64_t c = 0; c < d; ++c)
           sum += doh[i * qw + c] * oh[i * qw + c];
         rowDot[i] = sum;
-      }
+      });
       // Key tile j0 is seen by query tiles from j0 on (causal), up to the
       // last whose first query's window (or document) reaches into it: the
       // first key grows with the query.

@@ -1,6 +1,7 @@
 //===- CrossEntropy.cpp - Mean softmax cross-entropy and the seed ---------===//
 
 #include "cpu/CrossEntropy.h"
+#include "cpu/Parallel.h"
 
 #include <algorithm>
 #include <cmath>
@@ -97,15 +98,25 @@ Status crossEntropyForward(const Tensor &logits, const Tensor &targets,
   ZEROC_RETURN_IF_ERROR(checkTargetsInRange("cross_entropy", logits, targets));
   int64_t rows = targets.numel(), vocab = logits.dim(2);
   const int32_t *t = targets.i32();
-  ScratchVector<float> row(vocab);
+  // Rows on the pool, each row's loss kept (0 for an ignored target); their
+  // sum in row order.
+  ScratchVector<float> rowLoss(rows);
+  parallelChunks(rows, 4, vocab, [&](int64_t first, int64_t count) {
+    ScratchVector<float> row(vocab);
+    for (int64_t r = first; r < first + count; ++r) {
+      if (t[r] == kIgnoredTarget) {
+        rowLoss[r] = 0.0f;
+        continue;
+      }
+      loadF32(logits, r * vocab, vocab, row.data());
+      float target = row[t[r]];
+      rowLoss[r] = softmaxInPlace(row.data(), vocab) - target;
+    }
+  });
   double total = 0.0;
-  for (int64_t r = 0; r < rows; ++r) {
-    if (t[r] == kIgnoredTarget)
-      continue;
-    loadF32(logits, r * vocab, vocab, row.data());
-    float target = row[t[r]];
-    total += double(softmaxInPlace(row.data(), vocab) - target);
-  }
+  for (int64_t r = 0; r < rows; ++r)
+    if (t[r] != kIgnoredTarget)
+      total += double(rowLoss[r]);
   *loss.f32() = rows ? float(total / lossDivisor(targets, tokens)) : 0.0f;
   return {};
 }
@@ -120,19 +131,21 @@ Status crossEntropyBackward(const Tensor &logits, const Tensor &targets,
   int64_t rows = targets.numel(), vocab = logits.dim(2);
   const int32_t *t = targets.i32();
   float factor = *dloss.f32() / float(lossDivisor(targets, tokens));
-  ScratchVector<float> row(vocab);
-  for (int64_t r = 0; r < rows; ++r) {
-    if (t[r] == kIgnoredTarget) {
-      std::fill(row.begin(), row.end(), 0.0f);
-    } else {
-      loadF32(logits, r * vocab, vocab, row.data());
-      softmaxInPlace(row.data(), vocab);
-      row[t[r]] -= 1.0f;
-      for (float &x : row)
-        x *= factor;
+  parallelChunks(rows, 4, vocab, [&](int64_t first, int64_t count) {
+    ScratchVector<float> row(vocab);
+    for (int64_t r = first; r < first + count; ++r) {
+      if (t[r] == kIgnoredTarget) {
+        std::fill(row.begin(), row.end(), 0.0f);
+      } else {
+        loadF32(logits, r * vocab, vocab, row.data());
+        softmaxInPlace(row.data(), vocab);
+        row[t[r]] -= 1.0f;
+        for (float &x : row)
+          x *= factor;
+      }
+      storeF32(dlogits, r * vocab, vocab, row.data());
     }
-    storeF32(dlogits, r * vocab, vocab, row.data());
-  }
+  });
   return {};
 }
 

@@ -1,6 +1,7 @@
 //===- Embedding.cpp - Token and learned position embeddings --------------===//
 
 #include "cpu/Embedding.h"
+#include "cpu/Parallel.h"
 
 #include <algorithm>
 
@@ -49,8 +50,9 @@ Status embeddingForward(const Tensor &table, const Tensor &ids,
   ZEROC_RETURN_IF_ERROR(checkIdsInRange("embedding", table, ids));
   int64_t hidden = table.dim(1);
   const int32_t *id = ids.i32();
-  for (int64_t t = 0, n = ids.numel(); t < n; ++t)
+  parallelFor(ids.numel(), hidden, [&](int64_t t) {
     copyElements(table, id[t] * hidden, out, t * hidden, hidden);
+  });
   return {};
 }
 
@@ -71,21 +73,24 @@ Status embeddingBackward(const Tensor &dy, const Tensor &ids,
   for (int64_t t = 0; t < tokens; ++t)
     order[next[id[t]]++] = t;
 
-  ScratchVector<float> sum(hidden), row(hidden);
-  for (int64_t v = 0; v < vocab; ++v) {
-    int64_t begin = start[v], end = start[v + 1];
-    if (begin == end) {
-      zeroElements(dtable, v * hidden, hidden);
-      continue;
+  // Table rows on the pool: each is its own sum, in position order.
+  parallelChunks(vocab, 64, hidden, [&](int64_t first, int64_t count) {
+    ScratchVector<float> sum(hidden), row(hidden);
+    for (int64_t v = first; v < first + count; ++v) {
+      int64_t begin = start[v], end = start[v + 1];
+      if (begin == end) {
+        zeroElements(dtable, v * hidden, hidden);
+        continue;
+      }
+      std::fill(sum.begin(), sum.end(), 0.0f);
+      for (int64_t k = begin; k < end; ++k) {
+        loadF32(dy, order[k] * hidden, hidden, row.data());
+        for (int64_t h = 0; h < hidden; ++h)
+          sum[h] += row[h];
+      }
+      storeF32(dtable, v * hidden, hidden, sum.data());
     }
-    std::fill(sum.begin(), sum.end(), 0.0f);
-    for (int64_t k = begin; k < end; ++k) {
-      loadF32(dy, order[k] * hidden, hidden, row.data());
-      for (int64_t h = 0; h < hidden; ++h)
-        sum[h] += row[h];
-    }
-    storeF32(dtable, v * hidden, hidden, sum.data());
-  }
+  });
   return {};
 }
 
@@ -153,16 +158,18 @@ Status positionEmbeddingBackward(const Tensor &dy, const Tensor &dtable,
     zeroElements(dtable, seq * hidden, (dtable.dim(0) - seq) * hidden);
     return {};
   }
-  ScratchVector<float> sum(hidden), row(hidden);
-  for (int64_t s = 0; s < seq; ++s) {
-    std::fill(sum.begin(), sum.end(), 0.0f);
-    for (int64_t b = 0; b < batch; ++b) {
-      loadF32(dy, (b * seq + s) * hidden, hidden, row.data());
-      for (int64_t h = 0; h < hidden; ++h)
-        sum[h] += row[h];
+  parallelChunks(seq, 8, batch * hidden, [&](int64_t first, int64_t count) {
+    ScratchVector<float> sum(hidden), row(hidden);
+    for (int64_t s = first; s < first + count; ++s) {
+      std::fill(sum.begin(), sum.end(), 0.0f);
+      for (int64_t b = 0; b < batch; ++b) {
+        loadF32(dy, (b * seq + s) * hidden, hidden, row.data());
+        for (int64_t h = 0; h < hidden; ++h)
+          sum[h] += row[h];
+      }
+      storeF32(dtable, s * hidden, hidden, sum.data());
     }
-    storeF32(dtable, s * hidden, hidden, sum.data());
-  }
+  });
   zeroElements(dtable, seq * hidden, (dtable.dim(0) - seq) * hidden);
   return {};
 }

@@ -1,6 +1,7 @@
 //===- Linear.cpp - Affine layers and their gradients ---------------------===//
 
 #include "cpu/Linear.h"
+#include "cpu/Parallel.h"
 
 #include "cpu/Gemm.h"
 
@@ -97,9 +98,10 @@ Status linearForward(const Tensor &x, const Tensor &weight, const Tensor *bias,
   if (bias) {
     ScratchVector<float> b(out);
     loadF32(*bias, 0, out, b.data());
-    for (int64_t r = 0; r < rows; ++r)
+    parallelFor(rows, out, [&](int64_t r) {
       for (int64_t o = 0; o < out; ++o)
         yf[r * out + o] += b[o];
+    });
   }
   commitF32(y, yScratch);
   return {};
@@ -133,12 +135,17 @@ Status linearGradWeight(const Tensor &dy, const Tensor &x, const Tensor &dw) {
 Status linearGradBias(const Tensor &dy, const Tensor &db) {
   ZEROC_RETURN_IF_ERROR(checkLinearGradBias(dy, db));
   int64_t rows = dy.rows(), out = db.dim(0);
-  ScratchVector<float> sum(out, 0.0f), row(out);
-  for (int64_t r = 0; r < rows; ++r) {
-    loadF32(dy, r * out, out, row.data());
-    for (int64_t o = 0; o < out; ++o)
-      sum[o] += row[o];
-  }
+  // Blocks of columns on the pool, each summing the rows in order.
+  ScratchVector<float> sum(out, 0.0f);
+  constexpr int64_t kColumns = 256;
+  parallelChunks(out, kColumns, rows, [&](int64_t c0, int64_t width) {
+    float row[kColumns];
+    for (int64_t r = 0; r < rows; ++r) {
+      loadF32(dy, r * out + c0, width, row);
+      for (int64_t o = 0; o < width; ++o)
+        sum[c0 + o] += row[o];
+    }
+  });
   storeF32(db, 0, out, sum.data());
   return {};
 }

@@ -7,11 +7,11 @@
 //===----------------------------------------------------------------------===//
 
 #include "cpu/Optimizer.h"
+#include "cpu/Parallel.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
-#include <system_error>
-#include <thread>
 #include <vector>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -171,33 +171,23 @@ Status adamUpdate(const AdamSettings &settings, int64_t step,
     loop = adamAvx2;
 #endif
   int64_t n = grad.numel();
-  int64_t threads = options.threads
-                        ? options.threads
-                        : std::max(1u, std::thread::hardware_concurrency());
+  int64_t threads = options.threads ? options.threads : cpu::threads();
   threads = std::clamp<int64_t>(n / kMinPerThread, 1, threads);
   int64_t perThread = (n + threads - 1) / threads;
   perThread =
       (perThread + kRangeAlignment - 1) / kRangeAlignment * kRangeAlignment;
+  int64_t ranges = perThread > 0 ? (n + perThread - 1) / perThread : 0;
 
+  // Each element's update is the same code whatever range holds it: the
+  // same bits for any thread count.
   float *p = master.f32(), *m = expAvg.f32(), *v = expAvgSq.f32();
-  auto run = [&](int64_t begin) {
+#pragma omp parallel for schedule(static, 1)                                   \
+    num_threads(int(threads)) if (ranges > 1)
+  for (int64_t r = 0; r < ranges; ++r) {
+    int64_t begin = r * perThread;
     updateRange(c, loop, grad, p, m, v, param16, begin,
                 std::min(n, begin + perThread));
-  };
-  std::vector<std::thread> workers;
-  std::vector<int64_t> leftover;
-  for (int64_t begin = perThread; begin < n; begin += perThread) {
-    try {
-      workers.emplace_back(run, begin);
-    } catch (const std::system_error &) {
-      leftover.push_back(begin); // no thread to be had: run it here
-    }
   }
-  run(0);
-  for (int64_t begin : leftover)
-    run(begin);
-  for (std::thread &w : workers)
-    w.join();
   return {};
 }
 
@@ -223,19 +213,32 @@ Status lambMoments(const AdamSettings &settings, const Tensor &grad,
       checkAdamUpdate(1, grad, master, expAvg, expAvgSq, nullptr));
   AdamStepConstants c = adamStepConstants(settings, 1);
   float *p = master.f32(), *m = expAvg.f32(), *v = expAvgSq.f32();
-  float g[kChunk];
-  sums = {};
-  for (int64_t done = 0, n = grad.numel(); done < n; done += kChunk) {
-    int64_t count = std::min(kChunk, n - done);
-    loadF32(grad, done, count, g);
-    for (int64_t i = 0; i < count; ++i) {
-      int64_t j = done + i;
-      m[j] = c.beta1 * m[j] + c.oneMinusBeta1 * g[i];
-      v[j] = c.beta2 * v[j] + c.oneMinusBeta2 * g[i] * g[i];
-      float u = lambUpdateElement(c.decay, c.eps, p[j], m[j], v[j]);
-      sums.weight += double(p[j]) * double(p[j]);
-      sums.update += double(u) * double(u);
+  // Fixed chunks of kReduceChunk on the pool, their partial sums added in
+  // chunk order: the same bits for any thread count.
+  int64_t n = grad.numel();
+  int64_t chunks = (n + kReduceChunk - 1) / kReduceChunk;
+  std::vector<LambSums> partial(static_cast<size_t>(chunks));
+  parallelFor(chunks, kReduceChunk, [&](int64_t chunk) {
+    float g[kChunk];
+    LambSums &part = partial[size_t(chunk)];
+    int64_t end = std::min(n, (chunk + 1) * kReduceChunk);
+    for (int64_t done = chunk * kReduceChunk; done < end; done += kChunk) {
+      int64_t count = std::min(kChunk, end - done);
+      loadF32(grad, done, count, g);
+      for (int64_t i = 0; i < count; ++i) {
+        int64_t j = done + i;
+        m[j] = c.beta1 * m[j] + c.oneMinusBeta1 * g[i];
+        v[j] = c.beta2 * v[j] + c.oneMinusBeta2 * g[i] * g[i];
+        float u = lambUpdateElement(c.decay, c.eps, p[j], m[j], v[j]);
+        part.weight += double(p[j]) * double(p[j]);
+        part.update += double(u) * double(u);
+      }
     }
+  });
+  sums = {};
+  for (const LambSums &part : partial) {
+    sums.weight += part.weight;
+    sums.update += part.update;
   }
   return {};
 }
@@ -249,23 +252,28 @@ Status lambApply(const AdamSettings &settings, int64_t step, float trustRatio,
   float scale = lambStepSize(settings, step) * trustRatio;
   float *p = master.f32(), *m = expAvg.f32(), *v = expAvgSq.f32();
   int64_t n = master.numel();
-  for (int64_t j = 0; j < n; ++j)
-    p[j] -= scale * lambUpdateElement(c.decay, c.eps, p[j], m[j], v[j]);
+  parallelChunks(n, kChunk, [&](int64_t begin, int64_t count) {
+    for (int64_t j = begin; j < begin + count; ++j)
+      p[j] -= scale * lambUpdateElement(c.decay, c.eps, p[j], m[j], v[j]);
+  });
   if (param16)
     storeF32(*param16, 0, n, p);
   return {};
 }
 
 double sumOfSquares(const Tensor &grad) {
-  float g[kChunk];
-  double sum = 0.0;
-  for (int64_t done = 0, n = grad.numel(); done < n; done += kChunk) {
-    int64_t count = std::min(kChunk, n - done);
-    loadF32(grad, done, count, g);
-    for (int64_t i = 0; i < count; ++i)
-      sum += double(g[i]) * double(g[i]);
-  }
-  return sum;
+  // Fixed chunks, partial sums in chunk order (cpu/Parallel.h).
+  return parallelSum(grad.numel(), [&](int64_t begin, int64_t count) {
+    float g[kChunk];
+    double sum = 0.0;
+    for (int64_t done = begin; done < begin + count; done += kChunk) {
+      int64_t k = std::min(kChunk, begin + count - done);
+      loadF32(grad, done, k, g);
+      for (int64_t i = 0; i < k; ++i)
+        sum += double(g[i]) * double(g[i]);
+    }
+    return sum;
+  });
 }
 
 float clipCoefficient(double totalSumOfSquares, double maxNorm) {
@@ -281,14 +289,13 @@ Status checkScaleInPlace(const Tensor &t) {
 
 Status scaleInPlace(const Tensor &t, float factor) {
   ZEROC_RETURN_IF_ERROR(checkScaleInPlace(t));
-  float x[kChunk];
-  for (int64_t done = 0, n = t.numel(); done < n; done += kChunk) {
-    int64_t count = std::min(kChunk, n - done);
+  parallelChunks(t.numel(), kChunk, [&](int64_t done, int64_t count) {
+    float x[kChunk];
     loadF32(t, done, count, x);
     for (int64_t i = 0; i < count; ++i)
       x[i] *= factor;
     storeF32(t, done, count, x);
-  }
+  });
   return {};
 }
 
@@ -304,9 +311,9 @@ Status checkUnscaleGrads(const Tensor &grad, double lossScale) {
 Status unscaleGrads(const Tensor &grad, double lossScale, bool &overflow) {
   ZEROC_RETURN_IF_ERROR(checkUnscaleGrads(grad, lossScale));
   float scale = float(lossScale);
-  float g[kChunk];
-  for (int64_t done = 0, n = grad.numel(); done < n; done += kChunk) {
-    int64_t count = std::min(kChunk, n - done);
+  std::atomic<bool> found{false};
+  parallelChunks(grad.numel(), kChunk, [&](int64_t done, int64_t count) {
+    float g[kChunk];
     loadF32(grad, done, count, g);
     for (int64_t i = 0; i < count; ++i)
       g[i] /= scale;
@@ -314,8 +321,10 @@ Status unscaleGrads(const Tensor &grad, double lossScale, bool &overflow) {
     // Checked as stored: a value that overflows its 16-bit storage counts.
     for (int64_t i = 0; i < count; ++i)
       if (!std::isfinite(roundToDType(g[i], grad.dtype)))
-        overflow = true;
-  }
+        found.store(true, std::memory_order_relaxed);
+  });
+  if (found.load())
+    overflow = true;
   return {};
 }
 

@@ -72,7 +72,7 @@ inline void adamElement(const AdamStepConstants &c, float g, float &p, float &m,
 
 /// How adamUpdate runs; every choice gives the same bits.
 struct AdamOptions {
-  /// At most this many threads (0: std::thread::hardware_concurrency());
+  /// At most this many threads (0: cpu::threads(), cpu/Threads.h);
   /// fewer for small tensors, each thread taking at least 64 Ki elements.
   unsigned threads = 0;
   /// false runs the portable loop even where AVX2 is available (tests).
@@ -84,9 +84,9 @@ struct AdamOptions {
 /// receives the updated master in its own dtype. `step` is t >= 1.
 /// Vectorized (AVX2 when the CPU has it, chosen at run time, else the
 /// compiler's vectorization of the portable loop of adamElement) and split
-/// over std::threads in contiguous ranges; the CPU backend's Adam and, with
-/// the optimizer offloaded (ZeRO-Offload), the CUDA backend's for states in
-/// host memory.
+/// over the OpenMP threads in contiguous ranges; the CPU backend's Adam and,
+/// with the optimizer offloaded (ZeRO-Offload), the CUDA backend's for states
+/// in host memory.
 Status adamUpdate(const AdamSettings &settings, int64_t step,
                   const Tensor &grad, const Tensor &master,
                   const Tensor &expAvg, const Tensor &expAvgSq,

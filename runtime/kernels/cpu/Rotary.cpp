@@ -1,6 +1,7 @@
 //===- Rotary.cpp - Rotary position embedding (RoPE) ----------------------===//
 
 #include "cpu/Rotary.h"
+#include "cpu/Parallel.h"
 
 #include <cmath>
 
@@ -49,11 +50,12 @@ static void rotate(const Tensor &in, int64_t headDim, double theta,
       sines[s * half + i] = direction * float(std::sin(angle));
     }
 
-  ScratchVector<float> row(width);
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t s = 0; s < seq; ++s) {
-      int64_t offset = (b * seq + s) * width;
-      int64_t pos = documents ? s - documents->i32()[b * seq + s] : s;
+  // Rows (batch x seq) on the pool, each rotated on its own.
+  parallelChunks(batch * seq, 8, width, [&](int64_t first, int64_t count) {
+    ScratchVector<float> row(width);
+    for (int64_t bs = first; bs < first + count; ++bs) {
+      int64_t s = bs % seq, offset = bs * width;
+      int64_t pos = documents ? s - documents->i32()[bs] : s;
       loadF32(in, offset, width, row.data());
       const float *c = &cosines[pos * half];
       const float *sn = &sines[pos * half];
@@ -67,6 +69,7 @@ static void rotate(const Tensor &in, int64_t headDim, double theta,
       }
       storeF32(out, offset, width, row.data());
     }
+  });
 }
 
 Status rotaryForward(const Tensor &x, int64_t headDim, double theta,

@@ -1,8 +1,10 @@
 //===- Tensor.cpp - Tensor views and 16-bit storage -----------------------===//
 
 #include "cpu/Tensor.h"
+#include "cpu/Parallel.h"
 
 #include <algorithm>
+#include <omp.h>
 
 namespace zeroc::cpu {
 
@@ -17,7 +19,9 @@ float roundToDType(float x, DType dtype) {
   }
 }
 
-void loadF32(const Tensor &t, int64_t offset, int64_t n, float *dst) {
+namespace {
+
+void loadSerial(const Tensor &t, int64_t offset, int64_t n, float *dst) {
   switch (t.dtype) {
   case DType::F32:
     std::memcpy(dst, t.f32() + offset, n * sizeof(float));
@@ -43,7 +47,7 @@ void loadF32(const Tensor &t, int64_t offset, int64_t n, float *dst) {
   }
 }
 
-void storeF32(const Tensor &t, int64_t offset, int64_t n, const float *src) {
+void storeSerial(const Tensor &t, int64_t offset, int64_t n, const float *src) {
   switch (t.dtype) {
   case DType::F32:
     // memmove: a kernel may store into the buffer it loaded from.
@@ -70,22 +74,82 @@ void storeF32(const Tensor &t, int64_t offset, int64_t n, const float *src) {
   }
 }
 
+/// Large conversions and copies run on the pool (cpu/Threads.h), in chunks
+/// of kSplit elements; each element is converted on its own, so the bits
+/// do not depend on the split. Inside a kernel's parallel loop they stay on
+/// the calling thread.
+constexpr int64_t kSplit = 1 << 14;
+
+bool split(int64_t n) { return n >= 4 * kSplit && !omp_in_parallel(); }
+
+bool overlap(const void *a, const void *b, int64_t bytes) {
+  auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return x < y + uintptr_t(bytes) && y < x + uintptr_t(bytes);
+}
+
+/// memmove, split over the pool where the ranges do not overlap.
+void moveBytes(char *dst, const char *src, int64_t bytes) {
+  if (dst == src || bytes <= 0)
+    return;
+  if (!split(bytes / 4) || overlap(dst, src, bytes)) {
+    std::memmove(dst, src, size_t(bytes));
+    return;
+  }
+  parallelChunks(bytes, 4 * kSplit, [&](int64_t at, int64_t count) {
+    std::memcpy(dst + at, src + at, size_t(count));
+  });
+}
+
+} // namespace
+
+void loadF32(const Tensor &t, int64_t offset, int64_t n, float *dst) {
+  if (t.dtype == DType::F32) {
+    moveBytes(reinterpret_cast<char *>(dst),
+              reinterpret_cast<const char *>(t.f32() + offset),
+              n * int64_t(sizeof(float)));
+    return;
+  }
+  if (!split(n))
+    return loadSerial(t, offset, n, dst);
+  parallelChunks(n, kSplit, [&](int64_t at, int64_t count) {
+    loadSerial(t, offset + at, count, dst + at);
+  });
+}
+
+void storeF32(const Tensor &t, int64_t offset, int64_t n, const float *src) {
+  if (t.dtype == DType::F32) {
+    // May overlap: a kernel may store into the buffer it loaded from.
+    moveBytes(reinterpret_cast<char *>(t.f32() + offset),
+              reinterpret_cast<const char *>(src), n * int64_t(sizeof(float)));
+    return;
+  }
+  if (!split(n))
+    return storeSerial(t, offset, n, src);
+  parallelChunks(n, kSplit, [&](int64_t at, int64_t count) {
+    storeSerial(t, offset + at, count, src + at);
+  });
+}
+
 void copyElements(const Tensor &src, int64_t srcOffset, const Tensor &dst,
                   int64_t dstOffset, int64_t n) {
   if (src.dtype == dst.dtype) {
     int64_t size = bytesPerElement(src.dtype);
-    std::memmove(static_cast<char *>(dst.data) + dstOffset * size,
-                 static_cast<const char *>(src.data) + srcOffset * size,
-                 n * size);
+    moveBytes(static_cast<char *>(dst.data) + dstOffset * size,
+              static_cast<const char *>(src.data) + srcOffset * size, n * size);
     return;
   }
   constexpr int64_t kChunk = 4096;
-  float buffer[kChunk];
-  for (int64_t done = 0; done < n; done += kChunk) {
-    int64_t count = std::min(kChunk, n - done);
-    loadF32(src, srcOffset + done, count, buffer);
-    storeF32(dst, dstOffset + done, count, buffer);
+  auto run = [&](int64_t done, int64_t count) {
+    float buffer[kChunk];
+    loadSerial(src, srcOffset + done, count, buffer);
+    storeSerial(dst, dstOffset + done, count, buffer);
+  };
+  if (!split(n)) {
+    for (int64_t done = 0; done < n; done += kChunk)
+      run(done, std::min(kChunk, n - done));
+    return;
   }
+  parallelChunks(n, kChunk, run);
 }
 
 const float *readF32(const Tensor &t, ScratchVector<float> &scratch) {

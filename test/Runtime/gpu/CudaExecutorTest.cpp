@@ -11,6 +11,7 @@
 #include "comm/Communicator.h"
 #include "comm/NcclCommunicator.h"
 #include "data/DataLoader.h"
+#include "exec/CudaBackend.h"
 #include "exec/Device.h"
 #include "exec/Executor.h"
 
@@ -80,7 +81,8 @@ class CudaExecutor : public ::testing::TestWithParam<PlanCase> {};
 TEST_P(CudaExecutor, TrainsToTheCpuLossesWithThePlannedMemory) {
   auto [input, tolerance] = GetParam();
   std::string why;
-  std::unique_ptr<Device> gpu = makeCudaDevice(why);
+  // The backend linked in (libzerorun-cuda.so's objects), not dlopened.
+  std::unique_ptr<Device> gpu = zeroc_cuda_backend_v1()->makeDevice(why);
   if (!gpu)
     GTEST_SKIP() << why;
   LocalCommunicator cpuComm;
