@@ -351,11 +351,10 @@ std::optional<Status> runModelOp(K &k, const PlanOp &op, In in, Out out,
 
 /// runModelOp over the op's input and output tensors in vectors.
 template <typename K>
-std::optional<Status> runModelOp(K &k, const PlanOp &op,
-                                 const std::vector<Tensor> &in,
-                                 const std::vector<Tensor> &out,
-                                 const StepContext &step,
-                                 char *scratch = nullptr) {
+std::optional<Status>
+runModelOp(K &k, const PlanOp &op, const std::vector<Tensor> &in,
+           const std::vector<Tensor> &out, const StepContext &step,
+           char *scratch = nullptr) {
   return runModelOp(
       k, op, [&](size_t i) -> const Tensor & { return in.at(i); },
       [&](size_t i) -> const Tensor & { return out.at(i); }, step, scratch);

@@ -211,13 +211,15 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
         std::vector<Tensor> in = {a, w}, out = {y};
         if (kind == OpKind::LinearGradWeight)
           in = {a, a}, out = {w};
-        std::optional<Status> st = dev.modelOp(op, in, out, 1.0);
+        std::optional<Status> st =
+            dev.modelOp(op, in, out, StepContext{}, nullptr);
         if (!st || !st->ok()) {
           ok = false;
           break;
         }
-        total += cal.time([&] { (void)dev.modelOp(op, in, out, 1.0); },
-                          s == 2 ? 0.05 : 0.02, s == 2 ? 3 : 5);
+        total += cal.time(
+            [&] { (void)dev.modelOp(op, in, out, StepContext{}, nullptr); },
+            s == 2 ? 0.05 : 0.02, s == 2 ? 3 : 5);
       }
       if (!ok)
         break;
@@ -247,10 +249,11 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
       in.push_back(cal.buffer(act, DType::F32, activation));
     out.push_back(cal.buffer(act, DType::F32, activation));
     PlanOp op = modelOp(kind, inputs, 1);
-    std::optional<Status> st = dev.modelOp(op, in, out, 1.0);
+    std::optional<Status> st = dev.modelOp(op, in, out, StepContext{}, nullptr);
     if (!st || !st->ok())
       return;
-    double t = cal.time([&] { (void)dev.modelOp(op, in, out, 1.0); });
+    double t = cal.time(
+        [&] { (void)dev.modelOp(op, in, out, StepContext{}, nullptr); });
     double rate = passes * actBytes / t;
     k.kernelBandwidth[name] = rate;
     rates.push_back(rate);
@@ -272,9 +275,10 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
     PlanOp op = modelOp(OpKind::LayerNorm, 3, 1);
     op.attrs = NormAttrs{1e-5};
     std::vector<Tensor> in = {x, g, b}, out = {y};
-    std::optional<Status> st = dev.modelOp(op, in, out, 1.0);
+    std::optional<Status> st = dev.modelOp(op, in, out, StepContext{}, nullptr);
     if (st && st->ok()) {
-      double t = cal.time([&] { (void)dev.modelOp(op, in, out, 1.0); });
+      double t = cal.time(
+          [&] { (void)dev.modelOp(op, in, out, StepContext{}, nullptr); });
       double rate = (2 * actBytes + 2 * 1024 * 4) / t;
       k.kernelBandwidth["layernorm"] = rate;
       rates.push_back(rate);
@@ -314,9 +318,11 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
     double logitBytes = 64.0 * 4096 * 4;
     PlanOp fwd = modelOp(OpKind::CrossEntropy, 2, 1);
     std::vector<Tensor> in = {logits, targets}, out = {loss};
-    std::optional<Status> st = dev.modelOp(fwd, in, out, 1.0);
+    std::optional<Status> st =
+        dev.modelOp(fwd, in, out, StepContext{}, nullptr);
     if (st && st->ok()) {
-      double t = cal.time([&] { (void)dev.modelOp(fwd, in, out, 1.0); });
+      double t = cal.time(
+          [&] { (void)dev.modelOp(fwd, in, out, StepContext{}, nullptr); });
       k.kernelBandwidth["cross_entropy"] = logitBytes / t;
       source("calibration.kernel_gb_per_s.cross_entropy",
              "[2, 32, 4096] f32 logits, the logits' bytes");
@@ -324,9 +330,10 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
     }
     PlanOp bwd = modelOp(OpKind::CrossEntropyBackward, 3, 1);
     std::vector<Tensor> bin = {logits, targets, dloss}, bout = {dlogits};
-    st = dev.modelOp(bwd, bin, bout, 1.0);
+    st = dev.modelOp(bwd, bin, bout, StepContext{}, nullptr);
     if (st && st->ok()) {
-      double t = cal.time([&] { (void)dev.modelOp(bwd, bin, bout, 1.0); });
+      double t = cal.time(
+          [&] { (void)dev.modelOp(bwd, bin, bout, StepContext{}, nullptr); });
       k.kernelBandwidth["cross_entropy_backward"] = 2 * logitBytes / t;
       source("calibration.kernel_gb_per_s.cross_entropy_backward",
              "[2, 32, 4096] f32 logits, the logits read and their gradient "
@@ -464,7 +471,8 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
            out = cal.buffer({1}, DType::F32, normal);
     PlanOp add = modelOp(OpKind::Add, 2, 1);
     std::vector<Tensor> in = {one, two}, res = {out};
-    double call = cal.time([&] { (void)dev.modelOp(add, in, res, 1.0); });
+    double call = cal.time(
+        [&] { (void)dev.modelOp(add, in, res, StepContext{}, nullptr); });
     k.opOverhead = perOp + call;
     k.phaseOverhead = std::max(0.0, tFew - 4 * perOp);
     source("calibration.op_overhead_us",
