@@ -571,13 +571,33 @@ void readLlamaFamily(ConfigReader &r, ModelSpec &spec, ModelFamily family) {
   spec.intermediateSize = r.positive("intermediate_size");
   spec.maxPositions = r.positive("max_position_embeddings");
   bool mixtral = family == ModelFamily::Mixtral;
-  // MixtralConfig's default is 8 key/value heads (None would mean
-  // num_attention_heads, but an absent key is the default).
-  spec.numKVHeads =
-      mixtral ? r.positive("num_key_value_heads", 8,
-                           "Hugging Face's Mixtral default num_key_value_heads")
-              : r.positive("num_key_value_heads", spec.numHeads,
-                           "num_attention_heads");
+  // An absent key takes the config class's default, which is not always
+  // num_attention_heads (transformers' MistralConfig and MixtralConfig: 8,
+  // Qwen2Config: 32, GemmaConfig: 16); null means num_attention_heads.
+  int64_t kvDefault = spec.numHeads;
+  std::string kvWhy = "num_attention_heads";
+  if (!r.present("num_key_value_heads")) {
+    const char *cls = nullptr;
+    switch (family) {
+    case ModelFamily::Mistral:
+      kvDefault = 8, cls = "MistralConfig";
+      break;
+    case ModelFamily::Mixtral:
+      kvDefault = 8, cls = "MixtralConfig";
+      break;
+    case ModelFamily::Qwen2:
+      kvDefault = 32, cls = "Qwen2Config";
+      break;
+    case ModelFamily::Gemma:
+      kvDefault = 16, cls = "GemmaConfig";
+      break;
+    default:
+      break;
+    }
+    if (cls)
+      kvWhy = std::string("Hugging Face's ") + cls + " default";
+  }
+  spec.numKVHeads = r.positive("num_key_value_heads", kvDefault, kvWhy);
   spec.normEpsilon = r.number(
       "rms_norm_eps", family == ModelFamily::Phi3 || mixtral ? 1e-5 : 1e-6);
   spec.initializerRange = r.number("initializer_range", 0.02);

@@ -523,6 +523,40 @@ TEST(HFConfig, FillsHuggingFaceDefaults) {
   EXPECT_TRUE(gpt->tieWordEmbeddings);
 }
 
+// transformers' config classes default num_key_value_heads per family when
+// the key is absent (MistralConfig and MixtralConfig 8, Qwen2Config 32,
+// GemmaConfig 16, LlamaConfig and Phi3Config num_attention_heads), and read
+// null as num_attention_heads: checked against transformers 5.24.
+TEST(HFConfig, KeyValueHeadsDefaultAsTheConfigClass) {
+  auto withType = [](const std::string &type, const std::string &kv) {
+    return R"({"model_type": ")" + type + R"(", "vocab_size": 100,
+      "hidden_size": 512, "intermediate_size": 128, "num_hidden_layers": 2,
+      "num_attention_heads": 32, "max_position_embeddings": 32)" +
+           kv + "}";
+  };
+  struct Case {
+    const char *type;
+    int64_t kvHeads;
+  };
+  for (Case c : {Case{"llama", 32}, Case{"phi3", 32}, Case{"mistral", 8},
+                 Case{"qwen2", 32}, Case{"gemma", 16}, Case{"mixtral", 8}}) {
+    std::vector<std::string> notes;
+    auto spec = read(withType(c.type, ""), &notes);
+    ASSERT_TRUE(bool(spec)) << c.type << ": " << spec.error().str();
+    EXPECT_EQ(spec->numKVHeads, c.kvHeads) << c.type;
+    auto null = read(withType(c.type, R"(, "num_key_value_heads": null)"));
+    ASSERT_TRUE(bool(null)) << c.type << ": " << null.error().str();
+    EXPECT_EQ(null->numKVHeads, 32) << c.type;
+  }
+  std::vector<std::string> notes;
+  auto mistral = read(withType("mistral", ""), &notes);
+  ASSERT_TRUE(bool(mistral));
+  EXPECT_NE(std::find(notes.begin(), notes.end(),
+                      "num_key_value_heads not given: using Hugging Face's "
+                      "MistralConfig default = 8"),
+            notes.end());
+}
+
 TEST(HFConfig, ErrorsPointAtTheKey) {
   auto spec = read("{\n  \"model_type\": \"llama\",\n  \"vocab_size\": 0\n}");
   ASSERT_FALSE(bool(spec));
