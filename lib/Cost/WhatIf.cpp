@@ -190,10 +190,13 @@ whatIf(const Plan &plan, const Cluster &healthy,
        const std::vector<WhatIfScenario> &scenarios,
        const std::vector<std::optional<Cluster>> &clusters,
        double watchdogSeconds) {
-  if (!(watchdogSeconds > 0) || !std::isfinite(watchdogSeconds))
+  if (!(watchdogSeconds > 0) || !std::isfinite(watchdogSeconds)) {
+    char text[64];
+    std::snprintf(text, sizeof text, "%g", watchdogSeconds);
     return Diagnostic{"", 0, 0,
                       "--watchdog: expected a number of seconds > 0, got " +
-                          std::to_string(watchdogSeconds)};
+                          std::string(text)};
+  }
   WhatIfReport report;
   report.watchdogSeconds = watchdogSeconds;
   Expected<StepPrediction> base = predictStep(plan, healthy);
@@ -221,7 +224,9 @@ whatIf(const Plan &plan, const Cluster &healthy,
     }
     Expected<StepPrediction> step = predictStep(plan, cluster, options);
     if (!step)
-      return whatIfError("'" + s.spec + "': " + step.error().str());
+      return whatIfError("'" + s.spec + "': " +
+                         (step.error().file.empty() ? step.error().message
+                                                    : step.error().str()));
     report.scenarios.push_back(collect(plan, cluster, *step, s.spec));
   }
 

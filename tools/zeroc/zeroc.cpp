@@ -612,7 +612,7 @@ int runInspect() {
       if (scenario->kind == zeroc::WhatIfScenario::Kind::Cluster) {
         auto loaded = loadClusterArg(scenario->clusterSpec);
         if (!loaded)
-          return error(loaded.error());
+          return error("--what-if '" + spec + "': " + loaded.error().str());
         other = std::move(*loaded);
       }
       scenarios.push_back(std::move(*scenario));
