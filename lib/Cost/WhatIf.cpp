@@ -81,7 +81,6 @@ ScenarioResult collect(const Plan &plan, const Cluster &cluster,
       c.waited = t.start - t.issue;
       c.stragglerWait = t.stragglerWait;
       c.duration = t.end - t.issue;
-      out.stragglerWait += t.stragglerWait * double(timeline.runsPerStep);
       out.collectives.push_back(std::move(c));
     }
   }
@@ -111,7 +110,6 @@ nlohmann::json scenarioJson(const ScenarioResult &s,
           {"step_time_ratio",
            healthy.stepSeconds > 0 ? s.stepSeconds / healthy.stepSeconds : 0},
           {"exposed_comm_s", s.exposedComm},
-          {"straggler_wait_s", s.stragglerWait},
           {"slowest_collectives", slowest}};
 }
 
@@ -255,13 +253,13 @@ std::string whatIfText(const WhatIfReport &report) {
   const ScenarioResult &h = report.healthy;
   std::string out = "what-if on " + h.cluster + "\n";
   out += "  " + pad("scenario", 24) + pad("step", 14) + pad("vs healthy", 12) +
-         pad("exposed comm", 14) + "straggler wait\n";
+         "exposed comm\n";
   auto row = [&](const ScenarioResult &s) {
     out +=
         "  " + pad(s.name, 24) + pad(seconds(s.stepSeconds), 14) +
         pad(s.name == "healthy" ? "" : relative(s.stepSeconds, h.stepSeconds),
             12) +
-        pad(seconds(s.exposedComm), 14) + seconds(s.stragglerWait) + "\n";
+        seconds(s.exposedComm) + "\n";
   };
   row(h);
   for (const ScenarioResult &s : report.scenarios)

@@ -1242,8 +1242,10 @@ TEST(WhatIf, StragglerDelaysTheFirstCollectiveThatWaitsOnIt) {
 
   WhatIfReport r = whatIfOf(plan, exactCluster(), {"straggler=1.2"});
   ASSERT_EQ(r.scenarios.size(), 1u);
-  EXPECT_NEAR(r.scenarios[0].stragglerWait, 1 * kMs, kTol);
   ASSERT_EQ(r.scenarios[0].collectives.size(), 1u);
+  EXPECT_NEAR(r.scenarios[0].collectives[0].stragglerWait, 1 * kMs, kTol);
+  EXPECT_NEAR(r.scenarios[0].exposedComm - r.healthy.exposedComm, 1 * kMs,
+              kTol);
   // Launch to end: the 1 ms wait for the slow rank, then the reduction.
   EXPECT_NEAR(r.scenarios[0].collectives[0].duration, 4 * kMs + rsEpilogue(3e6),
               kTol);
@@ -1267,7 +1269,7 @@ TEST(WhatIf, StragglerIsNotAUniformSlowdown) {
   EXPECT_NEAR(r.healthy.stepSeconds, 16 * kMs, kTol);
   EXPECT_NEAR(r.scenarios[0].stepSeconds, 18 * kMs, kTol);
   EXPECT_NEAR(r.scenarios[0].exposedComm, r.healthy.exposedComm, kTol);
-  EXPECT_EQ(r.scenarios[0].stragglerWait, 0.0);
+  EXPECT_EQ(r.scenarios[0].collectives.at(0).stragglerWait, 0.0);
 }
 
 TEST(WhatIf, StragglerNeedsTwoRanks) {

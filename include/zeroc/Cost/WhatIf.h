@@ -71,9 +71,9 @@ struct ScenarioResult {
   std::string name; ///< "healthy" or the scenario's spec.
   std::string cluster;
   double stepSeconds = 0;
+  /// Per step, a healthy rank's: with a straggler, its wait for the slow
+  /// rank at the collectives it needs is in here.
   double exposedComm = 0;
-  /// Per step: the healthy ranks' wait at collectives for the slow rank.
-  double stragglerWait = 0;
   /// Every collective of the plan, slowest (by duration) first.
   std::vector<CollectiveTiming> collectives;
 };
