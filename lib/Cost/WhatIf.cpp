@@ -119,8 +119,9 @@ const char *const kAssumptions[] = {
     "contention between streams",
     "straggler: one rank's compute kernels take F times as long; its "
     "collectives, copies and host work do not; every collective starts when "
-    "the last rank reaches it; figures are a healthy rank's, and a phase "
-    "lasts until the slow rank is done",
+    "the last rank reaches it; figures are a healthy rank's; every phase "
+    "run starts with the ranks together and lasts until the slow rank is "
+    "done",
     "bandwidth: the link class's bus bandwidth (and the calibrated "
     "collective fits, intra-node) times F; latencies unchanged",
     "watchdog: a collective's duration runs from when a healthy rank "
