@@ -482,6 +482,17 @@ OpCost CostModel::cost(const PlanPhase &phase, const PlanOp &op) const {
   return cost;
 }
 
+double CostModel::collectiveBytes(const PlanPhase &phase,
+                                  const PlanOp &op) const {
+  if (op.collective.empty())
+    return 0;
+  auto found = phases.find(&phase);
+  static const PhaseInfo empty;
+  const PhaseInfo &info = found == phases.end() ? empty : found->second;
+  DType dtype = collectiveDTypes.of(info.dtypes, op).value_or(plan.model.dtype);
+  return double(op.commElements) * double(bytesPerElement(dtype));
+}
+
 OpCost CostModel::workCost(const PlanPhase &phase, const PlanOp &op) const {
   auto found = phases.find(&phase);
   static const PhaseInfo empty;

@@ -24,6 +24,7 @@
 #include "zeroc/Plan/PlanTrace.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <unordered_map>
 
@@ -49,16 +50,24 @@ size_t streamCount(const Plan &plan) {
 }
 
 PhaseTimeline simulatePhase(const PlanPhase &phase, const CostModel &model,
-                            size_t streams, int64_t compute) {
+                            size_t streams, int64_t compute,
+                            double stragglerFactor) {
   PhaseTimeline out;
   out.kind = phase.kind;
   out.runsPerStep = phase.runsPerStep;
   out.streamBusy.assign(streams, 0.0);
   out.ops.reserve(phase.ops.size());
 
+  // Rank 0 is a healthy rank, the one reported; with a straggler, rank 1 is
+  // the slow one, simulated alongside it. Both run the same ops; they meet
+  // at every collective, which starts when the later of them reaches it.
+  size_t ranks = stragglerFactor != 1 ? 2 : 1;
   std::unordered_map<int64_t, size_t> position;
-  std::vector<double> streamFree(streams, 0.0);
+  std::vector<std::vector<double>> streamFree(
+      ranks, std::vector<double>(streams, 0.0));
+  std::vector<std::vector<double>> ends(ranks); // By op position.
   double networkFree = 0; // When the last collective left the network.
+  double slowEnd = 0;     // The slow rank's last end.
   // The dependency that finished last, per op position; -1 when none.
   std::vector<int64_t> critical;
   critical.reserve(phase.ops.size());
@@ -67,32 +76,61 @@ PhaseTimeline simulatePhase(const PlanPhase &phase, const CostModel &model,
   for (const PlanOp &op : phase.ops) {
     OpCost cost = model.cost(phase, op);
     size_t stream = op.stream >= 0 ? size_t(op.stream) : 0;
+    bool networked = cost.cls == OpClass::Collective && !op.collective.empty();
+
+    // Each rank's earliest start on its own: its stream free, its
+    // dependencies done.
+    double local[2] = {0, 0};
+    int64_t last = -1;
+    for (size_t r = 0; r < ranks; ++r) {
+      double depsDone = 0;
+      int64_t lastDep = -1;
+      for (int64_t dep : op.deps) {
+        auto it = position.find(dep);
+        if (it == position.end())
+          continue;
+        double end = ends[r][it->second];
+        if (lastDep < 0 || end > depsDone) {
+          depsDone = end;
+          lastDep = int64_t(it->second);
+        }
+      }
+      local[r] = std::max(streamFree[r][stream], depsDone);
+      if (r == 0)
+        last = lastDep;
+    }
 
     OpTiming t;
     t.op = op.index;
     t.stream = int64_t(stream);
     t.cls = cost.cls;
     t.flops = cost.flops;
-    t.ready = streamFree[stream];
-    double depsDone = 0;
-    int64_t last = -1;
-    for (int64_t dep : op.deps) {
-      auto it = position.find(dep);
-      if (it == position.end())
-        continue;
-      const OpTiming &d = out.ops[it->second];
-      if (last < 0 || d.end > depsDone) {
-        depsDone = d.end;
-        last = int64_t(it->second);
-      }
+    t.ready = streamFree[0][stream];
+    t.issue = local[0];
+    t.start = local[0];
+    double slowStart = ranks > 1 ? local[1] : 0;
+    if (networked) {
+      // Every rank launches it; it runs once the last has, and once the
+      // collective before it has left the network.
+      double met = ranks > 1 ? std::max(local[0], local[1]) : local[0];
+      t.stragglerWait = met - local[0];
+      t.start = std::max(met, networkFree);
+      slowStart = t.start;
     }
-    t.start = std::max(t.ready, depsDone);
-    if (cost.cls == OpClass::Collective && !op.collective.empty())
-      t.start = std::max(t.start, networkFree);
     t.end = t.start + cost.seconds;
-    if (cost.cls == OpClass::Collective && !op.collective.empty())
+    if (networked)
       networkFree = t.end;
-    streamFree[stream] = t.end;
+    streamFree[0][stream] = t.end;
+    ends[0].push_back(t.end);
+    if (ranks > 1) {
+      double seconds = cost.cls == OpClass::Compute && !networked
+                           ? cost.seconds * stragglerFactor
+                           : cost.seconds;
+      double slowEndOp = slowStart + seconds;
+      streamFree[1][stream] = slowEndOp;
+      ends[1].push_back(slowEndOp);
+      slowEnd = std::max(slowEnd, slowEndOp);
+    }
     out.streamBusy[stream] += cost.seconds;
     out.flops += cost.flops;
     out.modelFlops += cost.modelFlops;
@@ -115,7 +153,8 @@ PhaseTimeline simulatePhase(const PlanPhase &phase, const CostModel &model,
           exposedBy[t.blockedBy] += idle;
       }
     }
-    // Communication issued on the compute stream itself is all exposed.
+    // Communication issued on the compute stream itself is all exposed,
+    // and so is the wait for a slower rank before it.
     if (int64_t(stream) == compute && cost.seconds > 0) {
       if (cost.cls == OpClass::Collective)
         out.exposedComm += cost.seconds;
@@ -130,6 +169,8 @@ PhaseTimeline simulatePhase(const PlanPhase &phase, const CostModel &model,
     out.seconds = std::max(out.seconds, t.end);
     out.ops.push_back(t);
   }
+  // A phase lasts until its slowest rank is done.
+  out.seconds = std::max(out.seconds, slowEnd);
   out.exposedBy.assign(exposedBy.begin(), exposedBy.end());
   // Starting the run's streams and joining them (calibrated; 0 otherwise).
   if (!phase.ops.empty())
@@ -139,9 +180,20 @@ PhaseTimeline simulatePhase(const PlanPhase &phase, const CostModel &model,
 
 } // namespace
 
-Expected<StepPrediction> predictStep(const Plan &plan, const Cluster &cluster) {
+Expected<StepPrediction> predictStep(const Plan &plan, const Cluster &cluster,
+                                     const SimulationOptions &options) {
   if (std::optional<Diagnostic> error = checkFits(cluster, plan.worldSize))
     return *error;
+  if (!(options.stragglerFactor > 0) || !std::isfinite(options.stragglerFactor))
+    return Diagnostic{"", 0, 0,
+                      "straggler factor must be a finite number > 0, "
+                      "got " +
+                          std::to_string(options.stragglerFactor)};
+  if (options.stragglerFactor != 1 && plan.worldSize < 2)
+    return Diagnostic{
+        "", 0, 0,
+        "a straggler needs a plan of 2 or more ranks: this plan has " +
+            std::to_string(plan.worldSize) + ", so no rank waits for another"};
   CostModel model(plan, cluster);
   size_t streams = streamCount(plan);
   int64_t compute = computeStream(plan);
@@ -154,7 +206,8 @@ Expected<StepPrediction> predictStep(const Plan &plan, const Cluster &cluster) {
     step.streams.push_back("stream " + std::to_string(s));
   step.streamBusy.assign(streams, 0.0);
   for (const PlanPhase &phase : plan.phases) {
-    PhaseTimeline timeline = simulatePhase(phase, model, streams, compute);
+    PhaseTimeline timeline =
+        simulatePhase(phase, model, streams, compute, options.stragglerFactor);
     double runs = double(phase.runsPerStep);
     step.stepSeconds += runs * timeline.seconds;
     step.exposedComm += runs * timeline.exposedComm;

@@ -11,6 +11,7 @@
 #include "zeroc/Cost/ScheduleViews.h"
 #include "zeroc/Cost/Simulator.h"
 #include "zeroc/Cost/TraceCompare.h"
+#include "zeroc/Cost/WhatIf.h"
 #include "zeroc/Plan/PlanTrace.h"
 
 #include <gtest/gtest.h>
@@ -1168,4 +1169,225 @@ TEST(Compare, RefusesATraceOfAnotherPlan) {
   m = readTrace(json{{"traceEvents", json::array()}}, plan);
   ASSERT_FALSE(m);
   EXPECT_NE(m.error().str().find("plan_fingerprint"), std::string::npos);
+}
+
+//===----------------------------------------------------------------------===//
+// What if (zeroc inspect --what-if, WhatIf.h)
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// compute 5 ms -> reduce-scatter 3 ms on stream 2 (it needs the compute's
+/// gradient), compute 3 ms meanwhile, then a wait on the reduction.
+Plan stragglerPlan() {
+  return planWith(
+      {computeOp(0, 5.0),
+       collectiveOp(1, "reduce_scatter_start", "reduce_scatter", 2, 3.0, {0}),
+       computeOp(2, 3.0), op(3, "wait", 0, {1})});
+}
+
+/// One reduce-scatter of 800 MB of bf16 over 32 ranks (4 nodes of 8 on
+/// roundCluster): docs/cost-model.md's worked example, 15.549 ms.
+Plan bigReduceScatterPlan() {
+  PlanOp rs = op(0, "reduce_scatter_start", 2);
+  rs.collective = "reduce_scatter";
+  rs.commElements = 400000000;
+  rs.where = "h.3.mlp";
+  Plan plan = planWith({rs, op(1, "wait", 0, {0})});
+  plan.worldSize = 32;
+  return plan;
+}
+
+WhatIfReport whatIfOf(const Plan &plan, const Cluster &cluster,
+                      const std::vector<std::string> &specs,
+                      double watchdog = kNcclWatchdogSeconds) {
+  std::vector<WhatIfScenario> scenarios;
+  for (const std::string &spec : specs) {
+    Expected<WhatIfScenario> s = parseWhatIf(spec);
+    EXPECT_TRUE(s) << (s ? "" : s.error().str());
+    if (s)
+      scenarios.push_back(*s);
+  }
+  Expected<WhatIfReport> r =
+      whatIf(plan, cluster, scenarios,
+             std::vector<std::optional<Cluster>>(scenarios.size()), watchdog);
+  EXPECT_TRUE(r) << (r ? "" : r.error().str());
+  return r ? *r : WhatIfReport{};
+}
+
+} // namespace
+
+TEST(WhatIf, StragglerDelaysTheFirstCollectiveThatWaitsOnIt) {
+  // Healthy: the reduction starts at 5 ms and the step ends with it, at
+  // 8 ms + its epilogue. With the slow rank's compute 1.2x, that rank
+  // reaches the reduction at 6 ms: every rank's reduction starts 0.2 x 5 ms
+  // = 1 ms later, the healthy rank's wait blocks 1 ms longer, and the step
+  // ends when the slow rank's second compute does: 6 + 1.2 x 3 = 9.6 ms.
+  Plan plan = stragglerPlan();
+  StepPrediction healthy = predict(plan, exactCluster());
+  EXPECT_NEAR(healthy.stepSeconds, 8 * kMs + rsEpilogue(3e6), kTol);
+  SimulationOptions slow;
+  slow.stragglerFactor = 1.2;
+  Expected<StepPrediction> p = predictStep(plan, exactCluster(), slow);
+  ASSERT_TRUE(p) << p.error().str();
+  const OpTiming &rs = timingOf(*p, 1);
+  EXPECT_NEAR(rs.issue, 5 * kMs, kTol);
+  EXPECT_NEAR(rs.start, 6 * kMs, kTol);
+  EXPECT_NEAR(rs.stragglerWait, 1 * kMs, kTol);
+  EXPECT_NEAR(rs.end, 9 * kMs + rsEpilogue(3e6), kTol);
+  EXPECT_NEAR(p->stepSeconds, 9.6 * kMs, kTol);
+  // The healthy rank's compute stream waits from 8 ms to the reduction's
+  // end: 1 ms more than healthy, charged to the reduction.
+  EXPECT_NEAR(p->exposedComm, 1 * kMs + rsEpilogue(3e6), kTol);
+
+  WhatIfReport r = whatIfOf(plan, exactCluster(), {"straggler=1.2"});
+  ASSERT_EQ(r.scenarios.size(), 1u);
+  ASSERT_EQ(r.scenarios[0].collectives.size(), 1u);
+  EXPECT_NEAR(r.scenarios[0].collectives[0].stragglerWait, 1 * kMs, kTol);
+  EXPECT_NEAR(r.scenarios[0].exposedComm - r.healthy.exposedComm, 1 * kMs,
+              kTol);
+  // Launch to end: the 1 ms wait for the slow rank, then the reduction.
+  EXPECT_NEAR(r.scenarios[0].collectives[0].duration, 4 * kMs + rsEpilogue(3e6),
+              kTol);
+  EXPECT_NEAR(r.healthy.collectives[0].duration, 3 * kMs + rsEpilogue(3e6),
+              kTol);
+  // bf16: 3e6 elements x 2 B.
+  EXPECT_EQ(r.scenarios[0].collectives[0].bytes, 6e6);
+  // Straggler factor 1 is the healthy step, to the last bit.
+  WhatIfReport same = whatIfOf(plan, exactCluster(), {"straggler=1"});
+  EXPECT_EQ(same.scenarios[0].stepSeconds, r.healthy.stepSeconds);
+}
+
+TEST(WhatIf, StragglerIsNotAUniformSlowdown) {
+  // Compute that overlaps nothing the other ranks wait for: a slow rank's
+  // 10 ms op after the last collective delays the step by its own 2 ms, but
+  // the healthy rank's exposed communication does not change.
+  Plan plan =
+      planWith({collectiveOp(0, "all_gather_start", "all_gather", 1, 6.0),
+                op(1, "wait", 0, {0}), computeOp(2, 10.0)});
+  WhatIfReport r = whatIfOf(plan, exactCluster(), {"straggler=1.2"});
+  EXPECT_NEAR(r.healthy.stepSeconds, 16 * kMs, kTol);
+  EXPECT_NEAR(r.scenarios[0].stepSeconds, 18 * kMs, kTol);
+  EXPECT_NEAR(r.scenarios[0].exposedComm, r.healthy.exposedComm, kTol);
+  EXPECT_EQ(r.scenarios[0].collectives.at(0).stragglerWait, 0.0);
+}
+
+TEST(WhatIf, StragglerNeedsTwoRanks) {
+  Plan plan = stragglerPlan();
+  plan.worldSize = 1;
+  SimulationOptions slow;
+  slow.stragglerFactor = 2;
+  Expected<StepPrediction> p = predictStep(plan, exactCluster(), slow);
+  ASSERT_FALSE(p);
+  EXPECT_NE(p.error().message.find("2 or more ranks"), std::string::npos);
+}
+
+TEST(WhatIf, HalvedInterNodeBandwidthDoublesTheInterNodeTerm) {
+  Cluster c = roundCluster(4, 8);
+  CollectiveTime base =
+      collectiveTime(c, CollectiveKind::ReduceScatter, 800e6, 32);
+  CollectiveTime half = collectiveTime(
+      scaledLinks(c, WhatIfScenario::Kind::InterNodeBandwidth, 0.5),
+      CollectiveKind::ReduceScatter, 800e6, 32);
+  EXPECT_NEAR(base.interNode, 12e-3, kTol);
+  EXPECT_NEAR(half.interNode, 24e-3, kTol);
+  EXPECT_EQ(half.intraNode, base.intraNode);
+  EXPECT_EQ(half.latency, base.latency);
+
+  // Through the simulator: the reduction's duration grows by exactly the
+  // 12 ms of the inter-node term; halving the intra-node bus adds its
+  // 3.5 ms instead.
+  WhatIfReport r = whatIfOf(bigReduceScatterPlan(), c,
+                            {"inter-node-bw=0.5", "intra-node-bw=0.5"});
+  ASSERT_EQ(r.scenarios.size(), 2u);
+  double healthy = r.healthy.collectives.at(0).duration;
+  EXPECT_NEAR(r.scenarios[0].collectives.at(0).duration - healthy, 12e-3, kTol);
+  EXPECT_NEAR(r.scenarios[1].collectives.at(0).duration - healthy, 3.5e-3,
+              kTol);
+  EXPECT_NEAR(r.scenarios[0].stepSeconds - r.healthy.stepSeconds, 12e-3, kTol);
+  EXPECT_NEAR(r.scenarios[0].exposedComm - r.healthy.exposedComm, 12e-3, kTol);
+  EXPECT_EQ(r.healthy.collectives.at(0).bytes, 800e6);
+}
+
+TEST(WhatIf, IntraNodeBandwidthScalesTheCalibratedFit) {
+  Cluster c = exactCluster();
+  c.calibration.collective[size_t(CollectiveKind::AllGather)] = {1e-6, 2e9};
+  Cluster half = scaledLinks(c, WhatIfScenario::Kind::IntraNodeBandwidth, 0.5);
+  EXPECT_EQ(half.calibration.collective[size_t(CollectiveKind::AllGather)]
+                .busBandwidth,
+            1e9);
+  EXPECT_EQ(half.intraNode.busBandwidth, 0.5e9);
+}
+
+TEST(WhatIf, AnotherClusterIsSimulatedOnItsOwnFigures) {
+  Cluster c = roundCluster(4, 8);
+  Cluster fast = c;
+  fast.name = "fast";
+  fast.interNode->busBandwidth = 100e9; // Twice the network: 6 ms less.
+  Expected<WhatIfScenario> s = parseWhatIf("cluster=fast.json");
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->clusterSpec, "fast.json");
+  Expected<WhatIfReport> r = whatIf(bigReduceScatterPlan(), c, {*s}, {fast});
+  ASSERT_TRUE(r) << r.error().str();
+  EXPECT_EQ(r->scenarios[0].cluster, "fast");
+  EXPECT_NEAR(r->healthy.collectives[0].duration -
+                  r->scenarios[0].collectives[0].duration,
+              6e-3, kTol);
+}
+
+TEST(WhatIf, WatchdogFlagsTheWorstScenarioNamingTheCollective) {
+  // Healthy, the reduction takes 15.549 ms + its epilogue; halving the
+  // network makes it 27.549 ms + epilogue: a 20 ms watchdog flags that.
+  Plan plan = bigReduceScatterPlan();
+  Cluster c = roundCluster(4, 8);
+  WhatIfReport ok = whatIfOf(plan, c, {}, 20e-3);
+  EXPECT_FALSE(ok.exceedsWatchdog());
+  WhatIfReport r = whatIfOf(plan, c, {"inter-node-bw=0.5"}, 20e-3);
+  ASSERT_TRUE(r.exceedsWatchdog());
+  const auto &[worst, scenario] = r.worst.front();
+  EXPECT_EQ(scenario, "inter-node-bw=0.5");
+  EXPECT_EQ(worst.collective, "reduce_scatter");
+  EXPECT_EQ(worst.module, "h.3.mlp");
+  EXPECT_EQ(worst.bytes, 800e6);
+  EXPECT_GE(worst.duration, 27.549e-3);
+  std::string text = whatIfText(r);
+  EXPECT_NE(text.find("TIMEOUT: micro_step op 0 reduce_scatter of"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("(h.3.mlp)"), std::string::npos);
+  json j = whatIfJson(r);
+  EXPECT_EQ(j["watchdog"]["seconds"], 20e-3);
+  EXPECT_EQ(j["watchdog"]["nccl_default"], false);
+  ASSERT_EQ(j["watchdog"]["exceeds"].size(), 1u);
+  EXPECT_EQ(j["watchdog"]["exceeds"][0]["module"], "h.3.mlp");
+  EXPECT_EQ(j["scenarios"].size(), 2u);
+  EXPECT_EQ(j["scenarios"][1]["scenario"], "inter-node-bw=0.5");
+  EXPECT_FALSE(j["assumptions"].empty());
+}
+
+TEST(WhatIf, BadScenariosAreRefused) {
+  struct Case {
+    const char *spec;
+    const char *message;
+  } cases[] = {
+      {"stragler=1.2", "unknown scenario 'stragler'"},
+      {"straggler", "has no '='"},
+      {"straggler=0", "finite number > 0, got '0'"},
+      {"straggler=-2", "finite number > 0, got '-2'"},
+      {"inter-node-bw=abc", "finite number > 0, got 'abc'"},
+      {"intra-node-bw=", "finite number > 0, got ''"},
+      {"straggler=inf", "finite number > 0, got 'inf'"},
+      {"straggler=1.2x", "finite number > 0, got '1.2x'"},
+      {"cluster=", "cluster= needs a cluster file or preset"},
+  };
+  for (const Case &c : cases) {
+    Expected<WhatIfScenario> s = parseWhatIf(c.spec);
+    ASSERT_FALSE(s) << c.spec;
+    EXPECT_NE(s.error().message.find(c.message), std::string::npos)
+        << s.error().message;
+    EXPECT_EQ(s.error().message.rfind("--what-if: ", 0), 0u);
+  }
+  Expected<WhatIfReport> r = whatIf(stragglerPlan(), exactCluster(), {}, {}, 0);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("--watchdog"), std::string::npos);
 }

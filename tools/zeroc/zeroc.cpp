@@ -19,6 +19,7 @@
 #include "zeroc/Cost/ScheduleViews.h"
 #include "zeroc/Cost/Simulator.h"
 #include "zeroc/Cost/TraceCompare.h"
+#include "zeroc/Cost/WhatIf.h"
 #include "zeroc/Models/ModelBuilder.h"
 #include "zeroc/Models/ModelSpec.h"
 #include "zeroc/Pipeline/Pipeline.h"
@@ -338,6 +339,27 @@ cl::opt<std::string> inspectCombinedTrace(
              "(its median step) into one Chrome trace"),
     cl::value_desc("out.json"), cl::cat(zerocCategory));
 
+cl::list<std::string> inspectWhatIf(
+    "what-if", cl::sub(inspectCmd),
+    cl::desc("Re-simulate the step under a scenario and compare it with the "
+             "healthy one (needs --cluster; repeatable): straggler=F (one "
+             "rank's compute F times slower), inter-node-bw=F, "
+             "intra-node-bw=F (a link class's bandwidth times F), "
+             "cluster=FILE|PRESET; prints only the what-if report"),
+    cl::value_desc("scenario"), cl::cat(zerocCategory));
+cl::opt<double> inspectWatchdog(
+    "watchdog", cl::sub(inspectCmd),
+    cl::desc("With --cluster: the collective timeout to check every "
+             "collective against, in seconds, under the worst --what-if "
+             "scenario (default 1800, NCCL's)"),
+    cl::init(zeroc::kNcclWatchdogSeconds), cl::value_desc("seconds"),
+    cl::cat(zerocCategory));
+cl::opt<bool> inspectFailOnTimeout(
+    "fail-on-timeout", cl::sub(inspectCmd),
+    cl::desc("With --what-if or --watchdog: exit 1 when a collective would "
+             "exceed the watchdog"),
+    cl::cat(zerocCategory));
+
 /// --cluster SPEC, with --nodes applied.
 zeroc::Expected<zeroc::Cluster> loadClusterArg(const std::string &spec) {
   auto cluster = zeroc::loadCluster(spec);
@@ -569,6 +591,50 @@ int runInspect() {
                  "with the step simulated on a cluster");
   if (inspectCompare.empty() && !inspectCombinedTrace.empty())
     return error("--combined-trace needs --compare TRACE.json");
+  bool whatIf = !inspectWhatIf.empty() || inspectWatchdog.getNumOccurrences() ||
+                inspectFailOnTimeout;
+  if (whatIf && inspectCluster.empty())
+    return error("--what-if, --watchdog and --fail-on-timeout need --cluster: "
+                 "the scenarios are simulated on a cluster");
+  if (whatIf && !inspectCompare.empty())
+    return error("--what-if and --compare print different reports: give one");
+  if (whatIf) {
+    auto cluster = loadClusterArg(inspectCluster);
+    if (!cluster)
+      return error(cluster.error());
+    std::vector<zeroc::WhatIfScenario> scenarios;
+    std::vector<std::optional<zeroc::Cluster>> clusters;
+    for (const std::string &spec : inspectWhatIf) {
+      auto scenario = zeroc::parseWhatIf(spec);
+      if (!scenario)
+        return error(scenario.error());
+      std::optional<zeroc::Cluster> other;
+      if (scenario->kind == zeroc::WhatIfScenario::Kind::Cluster) {
+        auto loaded = loadClusterArg(scenario->clusterSpec);
+        if (!loaded)
+          return error("--what-if '" + spec + "': " + loaded.error().str());
+        other = std::move(*loaded);
+      }
+      scenarios.push_back(std::move(*scenario));
+      clusters.push_back(std::move(other));
+    }
+    auto report =
+        zeroc::whatIf(*plan, *cluster, scenarios, clusters, inspectWatchdog);
+    if (!report)
+      return error(report.error());
+    if (inspectAsJson)
+      llvm::outs() << zeroc::whatIfJson(*report).dump(2) << "\n";
+    else
+      llvm::outs() << "what-if for " << inspectInput << "\n"
+                   << zeroc::whatIfText(*report);
+    if (inspectFailOnTimeout && report->exceedsWatchdog())
+      return error(
+          "--fail-on-timeout: " + report->worst.front().first.collective +
+          " op " + std::to_string(report->worst.front().first.op) + " (" +
+          report->worst.front().first.module +
+          ") would exceed the watchdog under " + report->worst.front().second);
+    return 0;
+  }
   std::optional<nlohmann::json> fit;
   std::string fitText;
   if (!inspectCluster.empty()) {

@@ -141,6 +141,9 @@ public:
   OpCost cost(const PlanPhase &phase, const PlanOp &op) const;
   /// The op's work alone.
   OpCost workCost(const PlanPhase &phase, const PlanOp &op) const;
+  /// A collective's S: its comm_elements x the bytes of its dtype
+  /// (docs/cost-model.md, "Bytes"); 0 for other ops.
+  double collectiveBytes(const PlanPhase &phase, const PlanOp &op) const;
 
   const Cluster &cluster() const { return clusterRef; }
   const RankRates &rates() const { return rankRatesPerRank; }

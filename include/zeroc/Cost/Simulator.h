@@ -35,6 +35,13 @@ struct OpTiming {
   /// When start > ready: the op that held it up, seen through waits (the
   /// collective a wait waited for), else -1.
   int64_t blockedBy = -1;
+  /// A collective: when this rank could have launched it (its stream free,
+  /// its dependencies done), before it waited for the network and for the
+  /// other ranks. `end - issue` is what NCCL's watchdog sees.
+  double issue = 0;
+  /// A collective: the seconds it waited for a slower rank to reach it
+  /// (SimulationOptions::stragglerFactor); 0 on a healthy cluster.
+  double stragglerWait = 0;
 };
 
 /// One run of one phase.
@@ -74,9 +81,20 @@ struct StepPrediction {
   double tokensPerSecond = 0;
 };
 
+/// What the simulation perturbs (zeroc inspect --what-if).
+struct SimulationOptions {
+  /// One rank's compute ops (OpClass::Compute) take this many times their
+  /// cost; the other ranks are healthy. A collective starts only when every
+  /// rank has reached it, so the slow rank's delay reaches the healthy ranks
+  /// through the collectives. The timeline reported is a healthy rank's; a
+  /// phase lasts until the slower of the two finishes. 1 = no straggler.
+  double stragglerFactor = 1;
+};
+
 /// Simulates one training step. Fails when the plan's ranks do not fit on
-/// the cluster.
-Expected<StepPrediction> predictStep(const Plan &plan, const Cluster &cluster);
+/// the cluster, or when a straggler is asked of a one-rank plan.
+Expected<StepPrediction> predictStep(const Plan &plan, const Cluster &cluster,
+                                     const SimulationOptions &options = {});
 
 /// The ops that held the compute stream up longest over a step, longest
 /// first, at most `limit` of them.

@@ -1,0 +1,109 @@
+//===- WhatIf.h - The step re-simulated under perturbations -----*- C++ -*-===//
+//
+// `zeroc inspect --what-if`: the plan's step simulated on the healthy cluster
+// and again under each scenario (a straggler rank, a slower link class, a
+// different cluster), with the step time, the exposed communication and the
+// slowest collectives of each, and every collective's worst duration against
+// NCCL's watchdog. docs/cost-model.md, "What if", names the assumptions.
+// MLIR-free.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZEROC_COST_WHATIF_H
+#define ZEROC_COST_WHATIF_H
+
+#include "zeroc/Config/Cluster.h"
+#include "zeroc/Cost/Simulator.h"
+#include "zeroc/Plan/Plan.h"
+#include "zeroc/Support/Diagnostic.h"
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace zeroc {
+
+/// NCCL's default watchdog (TORCH_NCCL / ProcessGroupNCCL's 30 minutes):
+/// a collective not done by then kills the job.
+inline constexpr double kNcclWatchdogSeconds = 1800;
+
+/// One `--what-if` argument.
+struct WhatIfScenario {
+  enum class Kind {
+    Straggler,
+    InterNodeBandwidth,
+    IntraNodeBandwidth,
+    Cluster
+  };
+  std::string spec; ///< As given: "straggler=1.2".
+  Kind kind = Kind::Straggler;
+  double factor = 1;       ///< Straggler and bandwidth scenarios.
+  std::string clusterSpec; ///< Kind::Cluster: a file or a preset.
+};
+
+/// Parses "straggler=F", "inter-node-bw=F", "intra-node-bw=F" or
+/// "cluster=FILE|PRESET"; F a finite number > 0. Errors name the scenario
+/// and what was expected.
+Expected<WhatIfScenario> parseWhatIf(const std::string &spec);
+
+/// `cluster` with a link class's bus bandwidth (the calibrated collective
+/// fits too, for the intra-node class) multiplied by `factor`.
+Cluster scaledLinks(const Cluster &cluster, WhatIfScenario::Kind kind,
+                    double factor);
+
+/// One collective of the plan in one scenario.
+struct CollectiveTiming {
+  std::string phase;
+  int64_t op = 0;
+  std::string collective;   ///< all_gather, reduce_scatter, all_reduce.
+  double bytes = 0;         ///< S: comm_elements x bytes of its dtype.
+  std::string module;       ///< Its layer's module path, else its tensors.
+  double seconds = 0;       ///< Its own time on the network.
+  double waited = 0;        ///< Before it could run: other ranks, the network.
+  double stragglerWait = 0; ///< Of `waited`, the wait for the slow rank.
+  /// From when this rank launched it to its end: what the watchdog sees.
+  double duration = 0;
+};
+
+struct ScenarioResult {
+  std::string name; ///< "healthy" or the scenario's spec.
+  std::string cluster;
+  double stepSeconds = 0;
+  /// Per step, a healthy rank's: with a straggler, its wait for the slow
+  /// rank at the collectives it needs is in here.
+  double exposedComm = 0;
+  /// Every collective of the plan, slowest (by duration) first.
+  std::vector<CollectiveTiming> collectives;
+};
+
+struct WhatIfReport {
+  ScenarioResult healthy;
+  std::vector<ScenarioResult> scenarios;
+  double watchdogSeconds = kNcclWatchdogSeconds;
+  /// Every collective at its worst over the healthy case and the scenarios,
+  /// longest first, with the scenario that gave it.
+  std::vector<std::pair<CollectiveTiming, std::string>> worst;
+  /// Whether the longest collective reaches the watchdog.
+  bool exceedsWatchdog() const {
+    return !worst.empty() && worst.front().first.duration >= watchdogSeconds;
+  }
+};
+
+/// Simulates the plan on `healthy` and under each scenario; a Kind::Cluster
+/// scenario runs on `clusters[i]` (the same index as its scenario; ignored
+/// for the other kinds).
+Expected<WhatIfReport>
+whatIf(const Plan &plan, const Cluster &healthy,
+       const std::vector<WhatIfScenario> &scenarios,
+       const std::vector<std::optional<Cluster>> &clusters,
+       double watchdogSeconds = kNcclWatchdogSeconds);
+
+/// The tables `zeroc inspect --what-if` prints, and its JSON.
+std::string whatIfText(const WhatIfReport &report);
+nlohmann::json whatIfJson(const WhatIfReport &report);
+
+} // namespace zeroc
+
+#endif // ZEROC_COST_WHATIF_H

@@ -1,0 +1,362 @@
+//===- WhatIf.cpp - The step re-simulated under perturbations -------------===//
+//
+// Each scenario is a fresh simulation (Simulator.cpp) of the same plan: a
+// straggler through SimulationOptions, a slower link class or another
+// interconnect through the cluster the cost model prices with. Nothing is
+// scaled after the fact, so a scenario's figures follow from the cost
+// model's formulas exactly as the healthy ones do.
+//
+//===----------------------------------------------------------------------===//
+
+#include "zeroc/Cost/WhatIf.h"
+
+#include "zeroc/Plan/PlanTrace.h"
+#include "zeroc/Support/Format.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+
+namespace zeroc {
+
+namespace {
+
+Diagnostic whatIfError(const std::string &message) {
+  return Diagnostic{"", 0, 0, "--what-if: " + message};
+}
+
+std::string seconds(double s) {
+  char text[48];
+  if (s >= 1)
+    std::snprintf(text, sizeof text, "%.3f s", s);
+  else if (s >= 1e-3)
+    std::snprintf(text, sizeof text, "%.3f ms", s * 1e3);
+  else if (s > 0)
+    std::snprintf(text, sizeof text, "%.1f us", s * 1e6);
+  else
+    return "0 s";
+  return text;
+}
+
+std::string relative(double value, double base) {
+  char text[32];
+  if (base <= 0)
+    return "-";
+  std::snprintf(text, sizeof text, "%+.1f%%", 100 * (value / base - 1));
+  return text;
+}
+
+std::string pad(std::string text, size_t width) {
+  if (text.size() < width)
+    text.append(width - text.size(), ' ');
+  return text;
+}
+
+ScenarioResult collect(const Plan &plan, const Cluster &cluster,
+                       const StepPrediction &step, std::string name) {
+  ScenarioResult out;
+  out.name = std::move(name);
+  out.cluster = cluster.name;
+  out.stepSeconds = step.stepSeconds;
+  out.exposedComm = step.exposedComm;
+  CostModel model(plan, cluster);
+  for (const PhaseTimeline &timeline : step.phases) {
+    const PlanPhase *phase = plan.findPhase(timeline.kind);
+    if (!phase)
+      continue;
+    for (size_t i = 0; i < timeline.ops.size() && i < phase->ops.size(); ++i) {
+      const PlanOp &op = phase->ops[i];
+      const OpTiming &t = timeline.ops[i];
+      if (op.collective.empty() || t.cls != OpClass::Collective)
+        continue;
+      CollectiveTiming c;
+      c.phase = phaseName(timeline.kind);
+      c.op = op.index;
+      c.collective = op.collective;
+      c.bytes = model.collectiveBytes(*phase, op);
+      c.module = op.where.empty() ? opSubject(op) : op.where;
+      c.seconds = t.end - t.start;
+      c.waited = t.start - t.issue;
+      c.stragglerWait = t.stragglerWait;
+      c.duration = t.end - t.issue;
+      out.collectives.push_back(std::move(c));
+    }
+  }
+  std::stable_sort(out.collectives.begin(), out.collectives.end(),
+                   [](const CollectiveTiming &a, const CollectiveTiming &b) {
+                     return a.duration > b.duration;
+                   });
+  return out;
+}
+
+nlohmann::json collectiveJson(const CollectiveTiming &c) {
+  return {{"phase", c.phase},           {"op", c.op},
+          {"collective", c.collective}, {"bytes", c.bytes},
+          {"module", c.module},         {"seconds", c.seconds},
+          {"waited_s", c.waited},       {"straggler_wait_s", c.stragglerWait},
+          {"duration_s", c.duration}};
+}
+
+nlohmann::json scenarioJson(const ScenarioResult &s,
+                            const ScenarioResult &healthy) {
+  nlohmann::json slowest = nlohmann::json::array();
+  for (size_t i = 0; i < s.collectives.size() && i < 10; ++i)
+    slowest.push_back(collectiveJson(s.collectives[i]));
+  return {{"scenario", s.name},
+          {"cluster", s.cluster},
+          {"predicted_step_time_s", s.stepSeconds},
+          {"step_time_ratio",
+           healthy.stepSeconds > 0 ? s.stepSeconds / healthy.stepSeconds : 0},
+          {"exposed_comm_s", s.exposedComm},
+          {"slowest_collectives", slowest}};
+}
+
+const char *const kAssumptions[] = {
+    "the calibrated cost model of docs/cost-model.md: ring collectives "
+    "(hierarchical across nodes), roofline or calibrated compute, no "
+    "contention between streams",
+    "straggler: one rank's compute kernels take F times as long; its "
+    "collectives, copies and host work do not; every collective starts when "
+    "the last rank reaches it; figures are a healthy rank's; every phase "
+    "run starts with the ranks together and lasts until the slow rank is "
+    "done",
+    "bandwidth: the link class's bus bandwidth (and the calibrated "
+    "collective fits, intra-node) times F; latencies unchanged",
+    "watchdog: a collective's duration runs from when a healthy rank "
+    "launches it (its stream free, its inputs ready) to its end, waits for "
+    "other ranks and the network included"};
+
+} // namespace
+
+Expected<WhatIfScenario> parseWhatIf(const std::string &spec) {
+  static const char *const kExpected =
+      "expected straggler=F, inter-node-bw=F, intra-node-bw=F or "
+      "cluster=FILE|PRESET";
+  size_t eq = spec.find('=');
+  if (eq == std::string::npos)
+    return whatIfError("'" + spec + "' has no '=': " + kExpected);
+  std::string key = spec.substr(0, eq), value = spec.substr(eq + 1);
+  WhatIfScenario s;
+  s.spec = spec;
+  if (key == "cluster") {
+    if (value.empty())
+      return whatIfError("'" + spec +
+                         "': cluster= needs a cluster file or "
+                         "preset");
+    s.kind = WhatIfScenario::Kind::Cluster;
+    s.clusterSpec = value;
+    return s;
+  }
+  if (key == "straggler")
+    s.kind = WhatIfScenario::Kind::Straggler;
+  else if (key == "inter-node-bw")
+    s.kind = WhatIfScenario::Kind::InterNodeBandwidth;
+  else if (key == "intra-node-bw")
+    s.kind = WhatIfScenario::Kind::IntraNodeBandwidth;
+  else
+    return whatIfError("unknown scenario '" + key + "' in '" + spec +
+                       "': " + kExpected);
+  char *end = nullptr;
+  double factor = value.empty() ? 0 : std::strtod(value.c_str(), &end);
+  if (value.empty() || !end || *end != '\0' || !std::isfinite(factor) ||
+      factor <= 0)
+    return whatIfError("'" + spec +
+                       "': the factor must be a finite number > "
+                       "0, got '" +
+                       value + "'");
+  s.factor = factor;
+  return s;
+}
+
+Cluster scaledLinks(const Cluster &cluster, WhatIfScenario::Kind kind,
+                    double factor) {
+  Cluster out = cluster;
+  if (kind == WhatIfScenario::Kind::InterNodeBandwidth) {
+    if (out.interNode)
+      out.interNode->busBandwidth *= factor;
+  } else if (kind == WhatIfScenario::Kind::IntraNodeBandwidth) {
+    out.intraNode.busBandwidth *= factor;
+    for (ClusterCalibration::CollectiveFit &fit : out.calibration.collective)
+      fit.busBandwidth *= factor;
+  }
+  return out;
+}
+
+Expected<WhatIfReport>
+whatIf(const Plan &plan, const Cluster &healthy,
+       const std::vector<WhatIfScenario> &scenarios,
+       const std::vector<std::optional<Cluster>> &clusters,
+       double watchdogSeconds) {
+  if (!(watchdogSeconds > 0) || !std::isfinite(watchdogSeconds)) {
+    char text[64];
+    std::snprintf(text, sizeof text, "%g", watchdogSeconds);
+    return Diagnostic{"", 0, 0,
+                      "--watchdog: expected a number of seconds > 0, got " +
+                          std::string(text)};
+  }
+  WhatIfReport report;
+  report.watchdogSeconds = watchdogSeconds;
+  Expected<StepPrediction> base = predictStep(plan, healthy);
+  if (!base)
+    return base.error();
+  report.healthy = collect(plan, healthy, *base, "healthy");
+
+  for (size_t i = 0; i < scenarios.size(); ++i) {
+    const WhatIfScenario &s = scenarios[i];
+    Cluster cluster = healthy;
+    SimulationOptions options;
+    switch (s.kind) {
+    case WhatIfScenario::Kind::Straggler:
+      options.stragglerFactor = s.factor;
+      break;
+    case WhatIfScenario::Kind::InterNodeBandwidth:
+    case WhatIfScenario::Kind::IntraNodeBandwidth:
+      cluster = scaledLinks(healthy, s.kind, s.factor);
+      break;
+    case WhatIfScenario::Kind::Cluster:
+      if (i >= clusters.size() || !clusters[i])
+        return whatIfError("'" + s.spec + "': the cluster was not loaded");
+      cluster = *clusters[i];
+      break;
+    }
+    Expected<StepPrediction> step = predictStep(plan, cluster, options);
+    if (!step)
+      return whatIfError("'" + s.spec + "': " +
+                         (step.error().file.empty() ? step.error().message
+                                                    : step.error().str()));
+    report.scenarios.push_back(collect(plan, cluster, *step, s.spec));
+  }
+
+  // Every collective at its worst over all cases.
+  std::map<std::pair<std::string, int64_t>, size_t> at;
+  auto consider = [&](const ScenarioResult &r) {
+    for (const CollectiveTiming &c : r.collectives) {
+      auto [it, fresh] = at.try_emplace({c.phase, c.op}, report.worst.size());
+      if (fresh)
+        report.worst.push_back({c, r.name});
+      else if (c.duration > report.worst[it->second].first.duration)
+        report.worst[it->second] = {c, r.name};
+    }
+  };
+  consider(report.healthy);
+  for (const ScenarioResult &r : report.scenarios)
+    consider(r);
+  std::stable_sort(report.worst.begin(), report.worst.end(),
+                   [](const auto &a, const auto &b) {
+                     return a.first.duration > b.first.duration;
+                   });
+  return report;
+}
+
+std::string whatIfText(const WhatIfReport &report) {
+  const ScenarioResult &h = report.healthy;
+  std::string out = "what-if on " + h.cluster + "\n";
+  out += "  " + pad("scenario", 24) + pad("step", 14) + pad("vs healthy", 12) +
+         "exposed comm\n";
+  auto row = [&](const ScenarioResult &s) {
+    out +=
+        "  " + pad(s.name, 24) + pad(seconds(s.stepSeconds), 14) +
+        pad(s.name == "healthy" ? "" : relative(s.stepSeconds, h.stepSeconds),
+            12) +
+        seconds(s.exposedComm) + "\n";
+  };
+  row(h);
+  for (const ScenarioResult &s : report.scenarios)
+    row(s);
+
+  std::map<std::pair<std::string, int64_t>, double> healthyDuration;
+  for (const CollectiveTiming &c : h.collectives)
+    healthyDuration[{c.phase, c.op}] = c.duration;
+  auto table = [&](const ScenarioResult &s) {
+    out += "\n" + s.name + " on " + s.cluster + ": step " +
+           seconds(s.stepSeconds) + ", exposed communication " +
+           seconds(s.exposedComm) + "\n";
+    if (s.collectives.empty()) {
+      out += "  no collectives\n";
+      return;
+    }
+    out += "  slowest collectives (launch to end, per run)\n";
+    out += "    " + pad("phase", 12) + pad("op", 6) + pad("collective", 16) +
+           pad("bytes", 12) + pad("duration", 12) + pad("healthy", 12) +
+           pad("waited", 12) + "module\n";
+    for (size_t i = 0; i < s.collectives.size() && i < 5; ++i) {
+      const CollectiveTiming &c = s.collectives[i];
+      out += "    " + pad(c.phase, 12) + pad(std::to_string(c.op), 6) +
+             pad(c.collective, 16) + pad(humanBytes(c.bytes), 12) +
+             pad(seconds(c.duration), 12) +
+             pad(seconds(healthyDuration[{c.phase, c.op}]), 12) +
+             pad(seconds(c.waited), 12) + c.module + "\n";
+    }
+  };
+  table(h);
+  for (const ScenarioResult &s : report.scenarios)
+    table(s);
+
+  char watchdog[64];
+  std::snprintf(watchdog, sizeof watchdog, "%g s", report.watchdogSeconds);
+  out += "\ntimeout margin (watchdog " + std::string(watchdog) +
+         (report.watchdogSeconds == kNcclWatchdogSeconds ? ", NCCL's default"
+                                                         : "") +
+         ")\n";
+  if (report.worst.empty()) {
+    out += "  no collectives\n";
+  } else {
+    const auto &[c, scenario] = report.worst.front();
+    char share[32];
+    std::snprintf(share, sizeof share, "%.3g%%",
+                  100 * c.duration / report.watchdogSeconds);
+    out += "  longest collective: " + c.phase + " op " + std::to_string(c.op) +
+           " " + c.collective + " of " + humanBytes(c.bytes) + " (" + c.module +
+           "): " + seconds(c.duration) + " under " + scenario + ", " + share +
+           " of the watchdog\n";
+    size_t over = 0;
+    for (const auto &[w, name] : report.worst)
+      if (w.duration >= report.watchdogSeconds) {
+        if (++over <= 10)
+          out += "  TIMEOUT: " + w.phase + " op " + std::to_string(w.op) + " " +
+                 w.collective + " of " + humanBytes(w.bytes) + " (" + w.module +
+                 ") would take " + seconds(w.duration) + " under " + name +
+                 "\n";
+      }
+    out += over ? "  " + std::to_string(over) +
+                      " collective(s) would exceed the watchdog\n"
+                : "  no collective reaches the watchdog\n";
+  }
+  out += "\nassumptions\n";
+  for (const char *a : kAssumptions)
+    out += "  - " + std::string(a) + "\n";
+  return out;
+}
+
+nlohmann::json whatIfJson(const WhatIfReport &report) {
+  nlohmann::json scenarios = nlohmann::json::array();
+  scenarios.push_back(scenarioJson(report.healthy, report.healthy));
+  for (const ScenarioResult &s : report.scenarios)
+    scenarios.push_back(scenarioJson(s, report.healthy));
+  nlohmann::json over = nlohmann::json::array();
+  for (const auto &[c, name] : report.worst)
+    if (c.duration >= report.watchdogSeconds) {
+      nlohmann::json j = collectiveJson(c);
+      j["scenario"] = name;
+      over.push_back(std::move(j));
+    }
+  nlohmann::json longest = nullptr;
+  if (!report.worst.empty()) {
+    longest = collectiveJson(report.worst.front().first);
+    longest["scenario"] = report.worst.front().second;
+  }
+  nlohmann::json assumptions = nlohmann::json::array();
+  for (const char *a : kAssumptions)
+    assumptions.push_back(a);
+  return {{"scenarios", scenarios},
+          {"watchdog",
+           {{"seconds", report.watchdogSeconds},
+            {"nccl_default", report.watchdogSeconds == kNcclWatchdogSeconds},
+            {"longest_collective", longest},
+            {"exceeds", over}}},
+          {"assumptions", assumptions}};
+}
+
+} // namespace zeroc
