@@ -24,6 +24,7 @@
 #include "zeroc/Plan/PlanInspect.h"
 #include "zeroc/Plan/PlanMemory.h"
 #include "zeroc/Support/Format.h"
+#include "zeroc/Support/Limits.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/AsmState.h"
@@ -358,6 +359,8 @@ int runGen() {
     return error("--attention-kernel must be flash or materialized, found '" +
                  genAttentionKernel + "'");
   shaped->attentionKernel = *kernel;
+  if (auto tooLarge = zeroc::checkModelScale(*shaped))
+    return error(tooLarge->message);
 
   MLIRContext context;
   loadDialects(context);
@@ -566,8 +569,11 @@ int runAdvise() {
       return error(doc.error());
     base = *doc;
   }
-  if (adviseWorldSize.getNumOccurrences() && adviseWorldSize < 1)
-    return error("--world-size must be at least 1, found " +
+  if (adviseWorldSize.getNumOccurrences() &&
+      (adviseWorldSize < 1 || adviseWorldSize > zeroc::limits::kMaxWorldSize))
+    return error("--world-size must be 1 to " +
+                 std::to_string(zeroc::limits::kMaxWorldSize) +
+                 " (MPI and NCCL number ranks with 32-bit ints), found " +
                  std::to_string(adviseWorldSize));
   if (adviseMaxMicroBatch < 1)
     return error("--max-micro-batch must be at least 1, found " +
@@ -641,8 +647,10 @@ int runCompile() {
   if (!compileWorldSize.getNumOccurrences())
     return error("--world-size is required: the number of data-parallel "
                  "ranks the plan is for");
-  if (compileWorldSize < 1)
-    return error("--world-size must be at least 1, found " +
+  if (compileWorldSize < 1 || compileWorldSize > zeroc::limits::kMaxWorldSize)
+    return error("--world-size must be 1 to " +
+                 std::to_string(zeroc::limits::kMaxWorldSize) +
+                 " (MPI and NCCL number ranks with 32-bit ints), found " +
                  std::to_string(compileWorldSize));
   if (compileMicroBatch.getNumOccurrences() && compileMicroBatch < 1)
     return error("--micro-batch must be at least 1, found " +
