@@ -15,6 +15,8 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/Verifier.h"
 #include "mlir/Parser/Parser.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/SourceMgr.h"
 
 #include <cstdint>
 
@@ -31,9 +33,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }();
   ScopedDiagnosticHandler quiet(context,
                                 [](Diagnostic &) { return success(); });
-  llvm::StringRef text(reinterpret_cast<const char *>(data), size);
-  ParserConfig config(context);
-  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(text, config);
+  // As zeroc reads a model file (openInputFile, then parseSourceFile on a
+  // SourceMgr): MLIR's lexer expects the buffer to end in a NUL, as
+  // MemoryBuffer's file buffers do.
+  llvm::SourceMgr sources;
+  sources.AddNewSourceBuffer(
+      llvm::MemoryBuffer::getMemBufferCopy(
+          llvm::StringRef(reinterpret_cast<const char *>(data), size),
+          "model.mlir"),
+      llvm::SMLoc());
+  OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(sources, context);
   if (!module || failed(verify(*module)))
     return 0;
   (void)zeroc::computeModelStats(*module);
