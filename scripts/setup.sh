@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what zeroc needs to build and test on Debian 12 (bookworm).
 # As root it runs apt-get; otherwise it prints the exact command and stops.
+# With --fuzz, also clang-19 and its runtime libraries (libFuzzer, the
+# sanitizers) for bench/fuzz.sh; the ordinary build and tests need neither.
 set -euo pipefail
 
 packages=(
@@ -9,6 +11,15 @@ packages=(
   nlohmann-json3-dev libfmt-dev libgtest-dev
   openmpi-bin libopenmpi-dev libopenblas-dev
 )
+for arg in "$@"; do
+  case "$arg" in
+  --fuzz) packages+=(clang-19 libclang-rt-19-dev) ;;
+  *)
+    echo "usage: scripts/setup.sh [--fuzz]" >&2
+    exit 2
+    ;;
+  esac
+done
 
 missing=()
 for p in "${packages[@]}"; do

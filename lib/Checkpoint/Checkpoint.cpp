@@ -12,6 +12,7 @@
 #include "Messages.h"
 #include "zeroc/Checkpoint/Crc32c.h"
 #include "zeroc/Support/JsonReader.h"
+#include "zeroc/Support/Limits.h"
 
 #include <algorithm>
 #include <array>
@@ -280,6 +281,7 @@ void readTrainingState(JsonFieldReader &r, const json &root,
 void readTensors(JsonFieldReader &r, const json &root, CheckpointManifest &m) {
   const json &tensors = r.array(root, JsonPath(), "tensors");
   std::set<std::string> names;
+  int64_t fileBytes = 0;
   for (size_t i = 0; i < tensors.size() && !r.error; ++i) {
     const json &j = tensors[i];
     JsonPath at = JsonPath() / "tensors" / std::to_string(i);
@@ -296,6 +298,12 @@ void readTensors(JsonFieldReader &r, const json &root, CheckpointManifest &m) {
                  std::to_string(bytesPerElement(t.dtype)) + " bytes)");
     if (!r.error && !names.insert(t.name).second)
       r.fail(at / "name", "duplicate tensor name \"" + t.name + "\"");
+    // The shard file's layout sums the tensors' bytes (Limits.h).
+    fileBytes = checkedAdd(fileBytes, int64_t(ct.bytes + kShardAlignment))
+                    .value_or(limits::kMaxCount + 1);
+    if (!r.error && fileBytes > limits::kMaxCount)
+      r.fail(at / "bytes", "the tensors of a shard file come to more than "
+                           "2^62 bytes here");
     m.tensors.push_back(std::move(ct));
   }
   if (r.error)
@@ -418,6 +426,10 @@ Expected<CheckpointManifest> parseManifest(const JsonDocument &doc) {
       m.hfConfig = *hf;
   }
   m.worldSize = r.integer(root, JsonPath(), "world_size", 1);
+  if (!r.error && m.worldSize > limits::kMaxWorldSize)
+    r.fail(JsonPath() / "world_size",
+           "expected at most 2147483647 ranks (MPI and NCCL number ranks "
+           "with 32-bit ints)");
   m.stage = r.integer(root, JsonPath(), "stage");
   if (!r.error && m.stage > 3)
     r.fail(JsonPath() / "stage", "expected 0, 1, 2 or 3");

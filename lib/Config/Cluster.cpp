@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "zeroc/Config/Cluster.h"
+#include "zeroc/Support/Limits.h"
 
 #include <algorithm>
 #include <cmath>
@@ -461,6 +462,13 @@ Expected<Cluster> Reader::read() {
     fail({}, "missing required key 'inter_node': the cluster has " +
                  std::to_string(cluster.nodes) +
                  " nodes, so collectives cross a network");
+  else if (cluster.gpus() > limits::kMaxWorldSize)
+    fail(pathOf("gpus_per_node"),
+         std::to_string(cluster.nodes) + " nodes x " +
+             std::to_string(cluster.gpusPerNode) +
+             " GPUs = " + std::to_string(cluster.gpus()) +
+             " ranks, more than MPI and NCCL address (2147483647, their "
+             "ranks are 32-bit ints)");
   if (error)
     return *error;
   return cluster;
@@ -593,6 +601,12 @@ Expected<Cluster> withNodes(Cluster cluster, int64_t nodes) {
   if (nodes < 1)
     return Diagnostic{
         "", 0, 0, "--nodes must be at least 1, found " + std::to_string(nodes)};
+  if (nodes > limits::kMaxWorldSize / cluster.gpusPerNode)
+    return Diagnostic{"", 0, 0,
+                      "--nodes " + std::to_string(nodes) + " x " +
+                          std::to_string(cluster.gpusPerNode) +
+                          " GPUs per node is more ranks than MPI and NCCL "
+                          "address (2147483647, their ranks are 32-bit ints)"};
   if (nodes > 1 && !cluster.interNode)
     return Diagnostic{"", 0, 0,
                       "--nodes " + std::to_string(nodes) + ": " + cluster.name +

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "DeepSpeedSchema.h"
+#include "zeroc/Support/Limits.h"
 
 #include <algorithm>
 #include <cctype>
@@ -481,11 +482,13 @@ Expected<DeepSpeedConfig> Reader::read() {
   if (!root.is_object())
     return doc.error("", "a DeepSpeed config must be a JSON object; found " +
                              describeJsonType(root));
-  if (ctx.worldSize < 1)
-    errors.push_back(Diagnostic{doc.name(), 0, 0,
-                                "the world size (--world-size) must be at "
-                                "least 1; found " +
-                                    std::to_string(ctx.worldSize)});
+  if (ctx.worldSize < 1 || ctx.worldSize > limits::kMaxWorldSize)
+    errors.push_back(
+        Diagnostic{doc.name(), 0, 0,
+                   "the world size (--world-size) must be 1 to " +
+                       std::to_string(limits::kMaxWorldSize) +
+                       " (MPI and NCCL number ranks with 32-bit ints); found " +
+                       std::to_string(ctx.worldSize)});
   cfg.worldSize = ctx.worldSize;
   // DeepSpeed loads its config with object_pairs_hook=
   // dict_raise_error_on_duplicate_keys: a repeated key is an error there,

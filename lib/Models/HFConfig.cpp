@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "zeroc/Models/ModelSpec.h"
+#include "zeroc/Support/Limits.h"
 
 #include <cmath>
 #include <map>
@@ -397,7 +398,37 @@ private:
       fail(key, "'" + key + "' must be a positive integer, found " + v.dump());
       return 0;
     }
+    if (std::optional<int64_t> cap = capOf(key); cap && n > *cap) {
+      fail(key, "'" + key + "' is " + std::to_string(n) +
+                    ", above zeroc's limit of " + std::to_string(*cap) +
+                    " (docs/model-dialect.md, \"Limits\")");
+      return 0;
+    }
     return n;
+  }
+
+  /// The cap on a shape key (Limits.h); nullopt for other keys.
+  static std::optional<int64_t> capOf(const std::string &key) {
+    static const std::map<std::string, int64_t> caps = {
+        {"n_layer", limits::kMaxLayers},
+        {"num_hidden_layers", limits::kMaxLayers},
+        {"vocab_size", limits::kMaxVocab},
+        {"n_embd", limits::kMaxWidth},
+        {"hidden_size", limits::kMaxWidth},
+        {"n_inner", limits::kMaxWidth},
+        {"intermediate_size", limits::kMaxWidth},
+        {"head_dim", limits::kMaxWidth},
+        {"n_head", limits::kMaxHeads},
+        {"num_attention_heads", limits::kMaxHeads},
+        {"num_key_value_heads", limits::kMaxHeads},
+        {"n_positions", limits::kMaxPositions},
+        {"n_ctx", limits::kMaxPositions},
+        {"max_position_embeddings", limits::kMaxPositions},
+        {"sliding_window", limits::kMaxPositions}};
+    auto it = caps.find(key);
+    if (it == caps.end())
+      return std::nullopt;
+    return it->second;
   }
 
   const JsonDocument &doc;
@@ -731,6 +762,13 @@ void readLlamaFamily(ConfigReader &r, ModelSpec &spec, ModelFamily family) {
     r.known("head_dim");
     spec.headDim = spec.hiddenSize / spec.numHeads;
   }
+  if (!r.error && spec.numHeads * spec.headDim > limits::kMaxWidth)
+    r.fail(r.has("head_dim") ? "head_dim" : "num_attention_heads",
+           "the attention width num_attention_heads x head_dim = " +
+               std::to_string(spec.numHeads * spec.headDim) +
+               " is above zeroc's limit of " +
+               std::to_string(limits::kMaxWidth) +
+               " (docs/model-dialect.md, \"Limits\")");
   if (!r.error && spec.headDim % 2 != 0)
     r.fail("head_dim", "head dimension " + std::to_string(spec.headDim) +
                            " must be even for rotary embeddings");
@@ -822,6 +860,8 @@ Expected<ModelSpec> withBatchShape(ModelSpec spec,
       return Diagnostic{"", 0, 0, "--dtype must be f32, bf16 or f16"};
     spec.dtype = *dtype;
   }
+  if (std::optional<Diagnostic> tooLarge = checkModelScale(spec))
+    return *tooLarge;
   return spec;
 }
 

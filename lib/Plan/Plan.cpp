@@ -3,6 +3,7 @@
 #include "zeroc/Plan/Plan.h"
 
 #include "zeroc/Support/JsonReader.h"
+#include "zeroc/Support/Limits.h"
 
 #include "zeroc/Support/ShardLayout.h"
 
@@ -177,6 +178,9 @@ void readTensorFields(JsonFieldReader &r, const json &j, const JsonPath &at,
     r.fail(at / "numel", "numel " + std::to_string(t.numel) +
                              " is not the product of the shape " +
                              shapeString(t.shape));
+  else if (!checkedBytes(t.numel, bytesPerElement(t.dtype)))
+    r.fail(at / "numel", "numel " + std::to_string(t.numel) +
+                             " is too large: its bytes overflow 64 bits");
   int64_t expectedLocal =
       t.sharded ? ParamShardLayout{t.numel, worldSize}.shardSize() : t.numel;
   if (!r.error && t.localNumel != expectedLocal)
@@ -236,6 +240,11 @@ Expected<Plan> readPlan(const JsonDocument &doc) {
     }
   }
   plan.worldSize = r.integer(root, JsonPath(), "world_size", 1);
+  if (!r.error && plan.worldSize > limits::kMaxWorldSize)
+    r.fail(JsonPath() / "world_size",
+           "expected at most 2147483647 ranks (MPI and NCCL number ranks "
+           "with 32-bit ints), found " +
+               std::to_string(plan.worldSize));
   plan.stage = r.integer(root, JsonPath(), "stage");
   if (!r.error && plan.stage > 3)
     r.fail(JsonPath() / "stage",
@@ -275,6 +284,20 @@ Expected<Plan> readPlan(const JsonDocument &doc) {
       r.fail(at / "name", "duplicate tensor name \"" + t.name + "\"");
     plan.tensors.push_back(std::move(t));
   }
+  // What a rank holds must be countable: sums of these are taken everywhere.
+  int64_t rankBytes = 0;
+  for (size_t i = 0; i < plan.tensors.size() && !r.error; ++i) {
+    const PlanTensor &t = plan.tensors[i];
+    std::optional<int64_t> bytes =
+        checkedBytes(t.localNumel, bytesPerElement(t.dtype));
+    std::optional<int64_t> sum =
+        bytes ? checkedAdd(rankBytes, *bytes) : std::nullopt;
+    if (!sum || *sum > limits::kMaxCount)
+      r.fail(JsonPath() / "tensors" / std::to_string(i) / "local_numel",
+             "the tensors of a rank come to more than 2^62 bytes here");
+    else
+      rankBytes = *sum;
+  }
 
   std::map<std::string, const PlanTensor *> byName;
   for (const PlanTensor &t : plan.tensors)
@@ -303,6 +326,8 @@ Expected<Plan> readPlan(const JsonDocument &doc) {
     }
     if (!r.error && g.offsets.size() != g.params.size())
       r.fail(at / "offsets", "expected one offset per parameter");
+    if (!r.error && !checkedSum(numels))
+      r.fail(at / "params", "the parameters' numels overflow 64 bits");
     // The layout is ShardLayout.h's; the runtime finds parameters by it.
     if (!r.error) {
       FlatGroupLayout layout(numels, plan.worldSize);
@@ -325,7 +350,7 @@ Expected<Plan> readPlan(const JsonDocument &doc) {
                    "found " +
                    std::to_string(g.padded));
     }
-    if (!r.error && g.partition * plan.worldSize != g.padded)
+    if (!r.error && checkedMul(g.partition, plan.worldSize) != g.padded)
       r.fail(at / "partition", "partition x world_size must equal padded");
     plan.flatGroups.push_back(std::move(g));
   }
@@ -423,6 +448,9 @@ Expected<Plan> readPlan(const JsonDocument &doc) {
       JsonPath mat = at / "memory";
       PlanPhaseMemory mem;
       mem.arenaBytes = r.integer(m, mat, "arena_bytes");
+      if (!r.error && mem.arenaBytes > limits::kMaxCount)
+        r.fail(mat / "arena_bytes", "expected at most 2^62 bytes, found " +
+                                        std::to_string(mem.arenaBytes));
       mem.peakLiveBytes = r.integer(m, mat, "peak_live_bytes");
       mem.peakOp = r.integer(m, mat, "peak_op");
       mem.activations = r.integer(m, mat, "activations");
@@ -441,14 +469,15 @@ Expected<Plan> readPlan(const JsonDocument &doc) {
         r.fail(mat / "peak_op", "op " + std::to_string(mem.peakOp) +
                                     " does not exist in the phase");
       for (const PlanValue &v : phase.values)
-        if (!r.error && v.offset >= 0 && v.offset + v.bytes > mem.arenaBytes)
+        if (!r.error && v.offset >= 0 &&
+            !regionFits(v.offset, v.bytes, mem.arenaBytes))
           r.fail(mat / "arena_bytes",
                  "value " + std::to_string(v.id) + " at offset " +
                      std::to_string(v.offset) + " does not fit in the arena");
       for (size_t k = 0; k < phase.ops.size() && !r.error; ++k) {
         const PlanOp &op = phase.ops[k];
         if (op.workspaceOffset >= 0 &&
-            op.workspaceOffset + op.workspaceBytes > mem.arenaBytes)
+            !regionFits(op.workspaceOffset, op.workspaceBytes, mem.arenaBytes))
           r.fail(at / "ops" / std::to_string(k) / "workspace_offset",
                  "the workspace of op " + std::to_string(op.index) +
                      " at offset " + std::to_string(op.workspaceOffset) +

@@ -7,6 +7,7 @@
 #include "zeroc/Config/DeepSpeedConfig.h" // OptimizerConfig::oneBitType, inline
 
 #include "zeroc/Support/Format.h"
+#include "zeroc/Support/Limits.h"
 #include "zeroc/Support/Memory.h"
 
 #include <algorithm>
@@ -32,7 +33,9 @@ int64_t configInt(const Plan &plan, const char *block, const char *key,
   const json &zero = plan.config.value("zero_optimization", json::object());
   const json &b = zero.value(block, json::object());
   const json &v = b.value(key, json(fallback));
-  return v.is_number() ? v.get<int64_t>() : fallback;
+  if (!v.is_number_integer() || v.get<int64_t>() < 0)
+    return fallback;
+  return v.get<int64_t>();
 }
 
 } // namespace
@@ -69,15 +72,22 @@ MemorySummary summarizeMemory(const Plan &plan) {
   // NVMe traffic goes through pinned host buffers: buffer_count x
   // buffer_size elements for parameters, buffer_count tensors' worth for
   // optimizer state.
+  // The resolved config was checked when compiled; a hand-edited plan may
+  // say anything: a product that overflows counts as 2^62 bytes, more than
+  // any host has.
+  auto product = [](int64_t a, int64_t b) {
+    std::optional<int64_t> p = checkedMul(a, b);
+    return p ? std::min(*p, limits::kMaxCount) : limits::kMaxCount;
+  };
   if (paramsOnNvme)
-    m.hostPinnedBytes +=
-        configInt(plan, "offload_param", "buffer_count", 5) *
-        configInt(plan, "offload_param", "buffer_size", 100000000) *
-        bytesPerElement(plan.model.dtype);
+    m.hostPinnedBytes += product(
+        product(configInt(plan, "offload_param", "buffer_count", 5),
+                configInt(plan, "offload_param", "buffer_size", 100000000)),
+        bytesPerElement(plan.model.dtype));
   if (m.nvmeBytes && largestNvmeTensor)
     m.hostPinnedBytes +=
-        configInt(plan, "offload_optimizer", "buffer_count", 4) *
-        largestNvmeTensor;
+        product(configInt(plan, "offload_optimizer", "buffer_count", 4),
+                largestNvmeTensor);
 
   // The 1-bit optimizers' buffers, allocated when compression starts and
   // kept from then on.

@@ -520,10 +520,41 @@ std::vector<Diagnostic> JsonDocument::duplicateKeys() const {
   return out;
 }
 
+/// Where `text` first opens more than kMaxJsonDepth arrays and objects, if
+/// it does (strings skipped); a linear scan, before anything recurses.
+static std::optional<size_t> tooDeep(const std::string &text) {
+  int depth = 0;
+  bool inString = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (inString) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        inString = false;
+    } else if (c == '"') {
+      inString = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth)
+        return i;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return std::nullopt;
+}
+
 Expected<JsonDocument> JsonDocument::parse(std::string text, std::string name) {
   JsonDocument doc;
   doc.file = std::move(name);
   doc.text = std::move(text);
+  if (std::optional<size_t> at = tooDeep(doc.text)) {
+    auto [line, column] = lineColumn(doc.text, *at);
+    return Diagnostic{doc.file, line, column,
+                      "invalid JSON: arrays and objects nested more than " +
+                          std::to_string(kMaxJsonDepth) +
+                          " deep (zeroc's formats need a handful of levels)"};
+  }
   try {
     doc.value = json::parse(doc.text);
   } catch (const json::parse_error &e) {

@@ -276,6 +276,30 @@ double Communicator::allReduceScalar(double value, ScalarOp op, OpLabel label) {
   return value;
 }
 
+std::optional<std::string> checkSameOnEveryRank(Communicator &comm,
+                                                uint32_t digest,
+                                                const std::string &what) {
+  if (comm.size() == 1)
+    return std::nullopt;
+  // A 32-bit digest is exact in a double; max and -max of -digest give the
+  // range over ranks in one reduction.
+  double range[2] = {double(digest), -double(digest)};
+  CommHandle h = comm.allReduceScalars(range, 2, ScalarOp::Max,
+                                       OpLabel{-1, "agree on " + what});
+  comm.wait(h);
+  if (range[0] == -range[1])
+    return std::nullopt;
+  char text[160];
+  std::snprintf(text, sizeof text,
+                " differs between ranks: CRC-32C 0x%08x on rank %d, from "
+                "0x%08x to 0x%08x over the %d ranks",
+                unsigned(digest), comm.rank(), unsigned(-range[1]),
+                unsigned(range[0]), comm.size());
+  return what + text +
+         " (was it changed on disk while the ranks read it, or do the ranks "
+         "see different files at that path?)";
+}
+
 void Communicator::checkReducible(DType dtype,
                                   std::string_view collective) const {
   if (dtype != DType::F32 && dtype != DType::BF16 && dtype != DType::F16)

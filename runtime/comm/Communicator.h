@@ -47,6 +47,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -335,6 +336,16 @@ protected:
 /// "all_reduce of plan op 17 (micro_step, stream reduce: h.0.mlp)": how
 /// messages name a collective.
 std::string describeCollective(const PendingCollective &p);
+
+/// Whether every rank read the same `what` (a file each rank reads for
+/// itself, such as the plan): each passes the CRC-32C of the bytes it read.
+/// Collective. Empty when the digests agree; otherwise, on every rank, a
+/// message naming `what` with this rank's digest and the range over ranks
+/// (the file changed on disk while the ranks read it, or the ranks see
+/// different files at the same path).
+std::optional<std::string> checkSameOnEveryRank(Communicator &comm,
+                                                uint32_t digest,
+                                                const std::string &what);
 
 /// True when the byte ranges [a, a + aBytes) and [b, b + bBytes) share a
 /// byte: aliasing checks of the backends.

@@ -4,6 +4,15 @@
 
 #include "init/Random.h"
 #include "kernels/KernelTypes.h"
+#include "zeroc/Support/Limits.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace zeroc::runtime {
 
@@ -58,6 +67,19 @@ DataLoader::create(std::shared_ptr<const TokenSource> source,
     return fileError(name, "data loader: vocabulary size " +
                                std::to_string(vocabSize) +
                                " is not in [1, 2^31]");
+  // Every position the loader computes is below one step's tokens x steps;
+  // a step that does not fit 64 bits is refused (docs/data-format.md).
+  std::optional<int64_t> stepTokens =
+      checkedMul(shape.worldSize, shape.gradientAccumulation);
+  for (int64_t factor : {shape.microBatch, shape.seqLen})
+    stepTokens = stepTokens ? checkedMul(*stepTokens, factor) : std::nullopt;
+  if (!stepTokens || *stepTokens > limits::kMaxCount)
+    return fileError(
+        name, "data loader: a step of " + std::to_string(shape.worldSize) +
+                  " ranks x " + std::to_string(shape.gradientAccumulation) +
+                  " micro-steps x " + std::to_string(shape.microBatch) +
+                  " sequences x " + std::to_string(shape.seqLen) +
+                  " tokens is more than 2^62 tokens");
   DataLoader loader;
   loader.batch = shape;
   loader.vocabSize = vocabSize;

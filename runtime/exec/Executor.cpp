@@ -9,6 +9,8 @@
 #include "exec/ExecutorImpl.h"
 #include "zeroc/Config/DeepSpeedConfig.h" // OptimizerConfig::oneBitType
 #include "zeroc/Plan/PlanInspect.h"
+#include "zeroc/Support/Format.h"
+#include "zeroc/Support/Limits.h"
 
 #include <algorithm>
 #include <chrono>
@@ -266,6 +268,29 @@ Executor::create(Plan plan, Communicator &comm,
                       "the plan's optimizer is " + type +
                           "; zerorun does not implement 1-bit compressed "
                           "communication (zeroc plans it for its cost only)"};
+  // A plan that needs more host memory than the machine has (a mistaken or
+  // hostile one: readPlan lets sizes up to 2^62 bytes through) is refused
+  // with its figures before any of it is allocated, instead of failing in
+  // the allocator or being killed by the kernel half-way.
+  if (uint64_t physical = physicalMemoryBytes()) {
+    PersistentBytes bytes = persistentBytesPerRank(plan);
+    int64_t host = bytes.placement(Placement::Host);
+    int64_t onDevice = bytes.placement(Placement::Device);
+    int64_t arena = largestArena(plan);
+    int64_t need = options.device ? host : host + onDevice + arena;
+    if (uint64_t(need) > physical)
+      return Diagnostic{
+          "", 0, 0,
+          "PLAN needs " + humanBytes(double(need)) +
+              " of host memory per rank (" +
+              (options.device
+                   ? "its host-placed tensors"
+                   : "persistent tensors " +
+                         humanBytes(double(host + onDevice)) + " + the arena " +
+                         humanBytes(double(arena))) +
+              "), more than this machine's " + humanBytes(double(physical)) +
+              " of physical memory"};
+  }
   std::unique_ptr<Executor> ex(new Executor(std::move(plan), comm));
   ex->impl = std::make_unique<Impl>(*ex, comm, options);
   // The loss scale is needed by the first micro-step's backward seed.

@@ -1607,7 +1607,9 @@ TEST(Safetensors, RoundTripsEveryDtypeWithAlignment) {
     auto bytes = file->read(*e);
     ASSERT_TRUE(bytes);
     ASSERT_EQ(bytes->size(), t.data.size);
-    EXPECT_EQ(std::memcmp(bytes->data(), t.data.data, t.data.size), 0);
+    // memcmp's pointers must not be null, even for no bytes (UBSan).
+    if (t.data.size)
+      EXPECT_EQ(std::memcmp(bytes->data(), t.data.data, t.data.size), 0);
   }
   auto part = file->read(*file->find("f32"), {2, 5});
   ASSERT_TRUE(part);

@@ -50,6 +50,27 @@ TEST(MpiComm, RankAndSizeMatchTheWorld) {
   EXPECT_EQ(comm->backend(), "mpi");
 }
 
+// zerorun compares the plan each rank read (its CRC-32C): a file changed on
+// disk between the ranks' reads is reported on every rank, naming it.
+TEST(MpiComm, CheckSameOnEveryRankNamesTheFileOnEveryRank) {
+  auto comm = world();
+  EXPECT_EQ(checkSameOnEveryRank(*comm, 0xdeadbeef, "plan.json"), std::nullopt);
+  std::optional<std::string> differs = checkSameOnEveryRank(
+      *comm, 0x1000u + unsigned(comm->rank()), "plan.json");
+  if (comm->size() == 1) {
+    EXPECT_EQ(differs, std::nullopt);
+    return;
+  }
+  ASSERT_TRUE(differs.has_value());
+  char expected[96];
+  std::snprintf(expected, sizeof expected,
+                "plan.json differs between ranks: CRC-32C 0x%08x on rank %d, "
+                "from 0x00001000 to 0x%08x",
+                0x1000u + unsigned(comm->rank()), comm->rank(),
+                0x1000u + unsigned(comm->size() - 1));
+  EXPECT_NE(differs->find(expected), std::string::npos) << *differs;
+}
+
 TEST(MpiComm, AllGatherF32) {
   auto comm = world();
   int n = comm->size(), r = comm->rank();

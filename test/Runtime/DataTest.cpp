@@ -756,6 +756,18 @@ TEST(DataLoader, RejectsBadShapes) {
   EXPECT_FALSE(DataLoader::synthetic(1, shape(1, 0, 1, 1, 8), 0));
 }
 
+// A step's token count is computed once, checked: one that does not fit 64
+// bits (world x accumulation x micro-batch x seq_len) is refused, not wrapped.
+TEST(DataLoader, RejectsAStepBeyond64Bits) {
+  auto l = DataLoader::synthetic(
+      1, shape(int64_t(1) << 31, 0, int64_t(1) << 20, int64_t(1) << 20, 8),
+      100);
+  ASSERT_FALSE(l);
+  EXPECT_NE(l.error().message.find("is more than 2^62 tokens"),
+            std::string::npos)
+      << l.error().message;
+}
+
 //===----------------------------------------------------------------------===//
 // The data order
 //===----------------------------------------------------------------------===//

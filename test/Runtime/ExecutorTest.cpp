@@ -128,6 +128,20 @@ TEST(Executor, RefusesOneBitOptimizers) {
   }
 }
 
+// A plan whose arena no machine has is refused with the figures, before
+// anything is allocated (docs/plan-format.md, "Checks").
+TEST(Executor, RefusesAPlanLargerThanTheMachine) {
+  Plan plan = tinyPlan();
+  for (PlanPhase &ph : plan.phases)
+    if (ph.memory)
+      ph.memory->arenaBytes = int64_t(1) << 60; // 1 EiB
+  TrainRun r = train(std::move(plan), false, 1);
+  EXPECT_NE(r.error.find("of host memory per rank"), std::string::npos)
+      << r.error;
+  EXPECT_NE(r.error.find("more than this machine's"), std::string::npos)
+      << r.error;
+}
+
 TEST(Executor, StreamWorkersGiveTheSingleThreadLossesBitForBit) {
   Plan plan = tinyPlan();
   std::set<int64_t> streams;

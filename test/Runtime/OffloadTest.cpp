@@ -79,6 +79,30 @@ TEST(NvmeFile, MissingDirectoryNamesThePath) {
             std::string::npos);
 }
 
+// The swap file is held open from its creation: removing its name while
+// training (a cleanup script, rm -rf of the nvme_path) frees nothing until
+// the run ends, and every later read gives back what was written.
+TEST(NvmeFile, ARemovedFileStillReadsBackWhatWasWritten) {
+  std::string dir = scratchDir(ZEROC_BINARY_TEST_DIR);
+  const int64_t bytes = 2 * 4096 + 100;
+  auto file = NvmeFile::create(dir, "removed.swp", bytes);
+  ASSERT_TRUE(file);
+  auto out = allocateIoBuffer(bytes), in = allocateIoBuffer(bytes);
+  for (int64_t i = 0; i < bytes; ++i)
+    out.get()[i] = char(i * 13 + 5);
+  ASSERT_TRUE((*file)->write(out.get()));
+  fs::remove_all(dir);
+  ASSERT_FALSE(fs::exists((*file)->path()));
+  ASSERT_TRUE((*file)->read(in.get()));
+  EXPECT_EQ(std::memcmp(out.get(), in.get(), size_t(bytes)), 0);
+  for (int64_t i = 0; i < bytes; ++i)
+    out.get()[i] = char(i * 7 + 1);
+  ASSERT_TRUE((*file)->write(out.get()));
+  ASSERT_TRUE((*file)->read(in.get()));
+  EXPECT_EQ(std::memcmp(out.get(), in.get(), size_t(bytes)), 0);
+  file->reset();
+}
+
 TEST(NvmeFile, ATruncatedFileIsAnErrorNotGarbage) {
   std::string dir = scratchDir(ZEROC_BINARY_TEST_DIR);
   auto file = NvmeFile::create(dir, "short.swp", 3 * 4096);

@@ -285,6 +285,31 @@ TEST(ClusterReader, OutOfRange) {
             "from 1 to 1000000, found 0");
 }
 
+// MPI and NCCL number ranks with 32-bit ints: 1000000 x 1000000 is each
+// count within its range but no job can run on it.
+TEST(ClusterReader, RanksBeyondInt32) {
+  std::string text = kValid;
+  text.replace(text.find("\"nodes\": 2,"), 11, "\"nodes\": 1000000,");
+  Expected<JsonDocument> doc = JsonDocument::parse(text, "c.json");
+  ASSERT_TRUE(doc);
+  Expected<Cluster> c = readCluster(*doc); // 4 x 10^6 ranks: fine.
+  ASSERT_TRUE(c) << c.error().str();
+  text.replace(text.find("\"gpus_per_node\": 4"), 18,
+               "\"gpus_per_node\": 1000000");
+  doc = JsonDocument::parse(text, "c.json");
+  ASSERT_TRUE(doc);
+  Expected<Cluster> huge = readCluster(*doc);
+  ASSERT_FALSE(huge);
+  EXPECT_EQ(huge.error().str(),
+            "c.json:4:3: error: cluster gpus_per_node: 1000000 nodes x "
+            "1000000 GPUs = 1000000000000 ranks, more than MPI and NCCL "
+            "address (2147483647, their ranks are 32-bit ints)");
+  Expected<Cluster> more = withNodes(*c, 1000000000);
+  ASSERT_FALSE(more);
+  EXPECT_NE(more.error().message.find("32-bit ints"), std::string::npos)
+      << more.error().message;
+}
+
 TEST(ClusterReader, UnknownKeyWithDidYouMean) {
   EXPECT_EQ(errorOf("\"hbm_gb_per_s\"", "\"hbm_gb_per_sec\""),
             "c.json:9:5: error: cluster gpu: unknown key 'hbm_gb_per_sec'; "

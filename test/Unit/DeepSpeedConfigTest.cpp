@@ -535,8 +535,19 @@ TEST(DeepSpeedConfigBatch, DerivedValuesAreReported) {
 
 TEST(DeepSpeedConfigBatch, WorldSizeZeroIsAnError) {
   auto cfg = readText(R"({"train_batch_size": 8})", worldOf(0));
-  EXPECT_TRUE(failsWith(cfg, {"world size", "at least 1", "found 0"}));
+  EXPECT_TRUE(
+      failsWith(cfg, {"world size", "must be 1 to 2147483647", "found 0"}));
   EXPECT_EQ(cfg.error().file, "ds.json");
+}
+
+// MPI and NCCL number ranks with 32-bit ints: 2^32 + 1 ranks cannot run.
+TEST(DeepSpeedConfigBatch, WorldSizeBeyondInt32IsAnError) {
+  auto cfg = readText(R"({"train_batch_size": 8})", worldOf(4294967297));
+  EXPECT_TRUE(failsWith(cfg, {"world size", "must be 1 to 2147483647",
+                              "32-bit ints", "found 4294967297"}));
+  auto most =
+      readText(R"({"train_micro_batch_size_per_gpu": 1})", worldOf(2147483647));
+  EXPECT_TRUE(bool(most)) << (most ? "" : most.error().message);
 }
 
 TEST(DeepSpeedConfigBatch, CommandLineFillsAnAbsentMicroBatch) {

@@ -27,6 +27,7 @@
 #include "zeroc/Plan/PlanInspect.h"
 #include "zeroc/Plan/PlanMemory.h"
 #include "zeroc/Support/Format.h"
+#include "zeroc/Support/Limits.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/AsmState.h"
@@ -447,6 +448,8 @@ int runGen() {
                    "), found '" + genExpertLoad + "'");
     shaped->maxExpertShare = share;
   }
+  if (auto tooLarge = zeroc::checkModelScale(*shaped))
+    return error(tooLarge->message);
 
   MLIRContext context;
   loadDialects(context);
@@ -736,8 +739,11 @@ int runAdvise() {
       return error(doc.error());
     base = *doc;
   }
-  if (adviseWorldSize.getNumOccurrences() && adviseWorldSize < 1)
-    return error("--world-size must be at least 1, found " +
+  if (adviseWorldSize.getNumOccurrences() &&
+      (adviseWorldSize < 1 || adviseWorldSize > zeroc::limits::kMaxWorldSize))
+    return error("--world-size must be 1 to " +
+                 std::to_string(zeroc::limits::kMaxWorldSize) +
+                 " (MPI and NCCL number ranks with 32-bit ints), found " +
                  std::to_string(adviseWorldSize));
   if (adviseMaxMicroBatch < 1)
     return error("--max-micro-batch must be at least 1, found " +
@@ -865,8 +871,10 @@ int runCompile() {
   if (!compileWorldSize.getNumOccurrences())
     return error("--world-size is required: the number of data-parallel "
                  "ranks the plan is for");
-  if (compileWorldSize < 1)
-    return error("--world-size must be at least 1, found " +
+  if (compileWorldSize < 1 || compileWorldSize > zeroc::limits::kMaxWorldSize)
+    return error("--world-size must be 1 to " +
+                 std::to_string(zeroc::limits::kMaxWorldSize) +
+                 " (MPI and NCCL number ranks with 32-bit ints), found " +
                  std::to_string(compileWorldSize));
   if (compileMicroBatch.getNumOccurrences() && compileMicroBatch < 1)
     return error("--micro-batch must be at least 1, found " +

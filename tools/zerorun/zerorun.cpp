@@ -22,6 +22,8 @@
 #include "exec/Executor.h"
 #include "exec/GradientDump.h"
 #include "exec/Profiler.h"
+#include "zeroc/Checkpoint/Crc32c.h"
+#include "zeroc/Checkpoint/FileIO.h"
 #include "zeroc/Plan/Plan.h"
 
 #include <nlohmann/json.hpp>
@@ -425,7 +427,19 @@ int run(const Options &o, Communicator &comm, Device *device) {
     return std::chrono::duration<double>(Clock::now() - t).count();
   };
   auto planStart = Clock::now();
-  auto plan = loadPlan(o.plan);
+  // Each rank reads the plan for itself: one that changed on disk while
+  // they read it (or differs between their file systems) would desynchronise
+  // them, so the ranks compare what they read before using it.
+  auto planText = readWholeFile(o.plan);
+  if (!planText)
+    return err(planText.error().str());
+  if (auto differs = checkSameOnEveryRank(
+          comm, crc32c(0, planText->data(), planText->size()), o.plan))
+    return err(*differs);
+  auto planDoc = JsonDocument::parse(std::move(*planText), o.plan);
+  if (!planDoc)
+    return err(planDoc.error().str());
+  auto plan = readPlan(*planDoc);
   if (!plan)
     return err(plan.error().str());
   double planSeconds = since(planStart);

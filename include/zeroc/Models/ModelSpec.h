@@ -122,6 +122,12 @@ Expected<ModelSpec> withBatchShape(ModelSpec spec,
                                    std::optional<int64_t> microBatch,
                                    std::optional<DType> dtype);
 
+/// Refuses a spec whose micro-batch (micro_batch x seq_len tokens), FLOPs or
+/// activation bytes per micro-batch exceed zeroc's limits (Limits.h,
+/// docs/model-dialect.md "Limits"): what zeroc derives from the shape must
+/// fit 64 bits. withBatchShape applies it.
+std::optional<Diagnostic> checkModelScale(const ModelSpec &spec);
+
 } // namespace zeroc
 
 #endif // ZEROC_MODELS_MODELSPEC_H

@@ -20,6 +20,12 @@
 
 namespace zeroc {
 
+/// The deepest nesting of arrays and objects JsonDocument::parse accepts.
+/// zeroc's formats need a handful of levels; the checks and writers that
+/// walk a document recurse, so a deeper one (a hostile file) is refused,
+/// located, instead of exhausting the stack.
+inline constexpr int kMaxJsonDepth = 256;
+
 class JsonDocument {
 public:
   /// Reads and parses a file. A syntax error reports file:line:col.

@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace zeroc {
@@ -70,7 +71,7 @@ reduceScatterFlatParts(WorkspaceLayout &ws,
   if (shares.empty())
     return parts;
   int64_t worldSize = shares.front().layout->worldSize, most = 0;
-  for (int64_t r = 0; r < worldSize; ++r) {
+  auto visit = [&](int64_t r) {
     int64_t total = 0;
     for (size_t i = 0; i < shares.size(); ++i) {
       if (r == rank)
@@ -78,7 +79,23 @@ reduceScatterFlatParts(WorkspaceLayout &ws,
       total += shares[i].layout->receiveCount(shares[i].range, r);
     }
     most = std::max(most, total);
+  };
+  // Only the ranks whose partitions the ranges touch receive anything: visit
+  // those and `rank`, not every one of world_size ranks (up to 2^31 - 1; the
+  // compiler asks this for each reduce-scatter).
+  std::vector<std::pair<int64_t, int64_t>> touched;
+  for (const FlatShare &s : shares) {
+    int64_t p = s.layout->partitionSize();
+    if (s.range.size() > 0 && p > 0)
+      touched.push_back(
+          {s.range.begin / p, std::min(worldSize - 1, (s.range.end - 1) / p)});
   }
+  touched.push_back({rank, rank});
+  std::sort(touched.begin(), touched.end());
+  int64_t next = 0; // the ranks below it are visited
+  for (auto [lo, hi] : touched)
+    for (int64_t r = std::max(lo, next); r <= hi; ++r, next = r)
+      visit(r);
   int64_t base = ws.take(std::max<int64_t>(most, 1) * elementBytes);
   for (ReduceScatterParts &p : parts)
     p.recv += base;
