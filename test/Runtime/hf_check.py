@@ -208,9 +208,10 @@ def live(args):
                                       pad_token_id=0, **small),
         # save_pretrained writes the published per-expert layout
         # (block_sparse_moe.experts.E.w1/w2/w3.weight), not transformers 5's
-        # in-memory fused experts.gate_up_proj.
+        # in-memory fused experts.gate_up_proj. Intermediate size 8 keeps
+        # the golden files small.
         "mixtral": lambda: tf.MixtralConfig(num_local_experts=4, num_experts_per_tok=2,
-                                            **small),
+                                            **dict(small, intermediate_size=8)),
     }
     configs = {}
     for arch in args.archs.split(","):
