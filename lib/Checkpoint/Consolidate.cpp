@@ -164,35 +164,49 @@ bool convertElements(DType from, const std::byte *in, DType to, std::byte *out,
   return true;
 }
 
-/// Parameter `name` whole, in `dtype`, from the f32 copy that holds it
-/// (ModelLayout::sourceOf), reassembled from every rank's shard.
+/// Elements `range` of parameter `name`, in `dtype`, from the f32 copy
+/// that holds it (ModelLayout::sourceOf), reassembled from the ranks'
+/// shards that hold them.
 Expected<std::vector<std::byte>>
-wholeParameter(const std::string &dir, const CheckpointManifest &manifest,
-               const ModelLayout &model, const std::string &name, DType dtype) {
+parameterElements(const std::string &dir, const CheckpointManifest &manifest,
+                  const ModelLayout &model, const std::string &name,
+                  ElementRange range, DType dtype) {
   const PlanTensor &param = *model.find(name);
   const PlanTensor &source = model.sourceOf(param);
   const CheckpointTensor &stored = *manifest.findTensor(source.name);
-  std::vector<std::byte> whole(byteCount(param.numel, dtype));
+  std::vector<std::byte> out(byteCount(range.size(), dtype));
   // A replicated holder is whole on rank 0; a sharded one is spread.
   int64_t ranks = source.sharded ? manifest.worldSize : 1;
   for (int64_t rank = 0; rank < ranks; ++rank) {
     std::optional<Piece> piece = model.pieceOn(source, param, rank);
     if (!piece)
       continue;
-    auto bytes = readShardElements(
-        dir, manifest, rank, stored,
-        {piece->localBegin, piece->localBegin + piece->params.size()});
+    ElementRange wanted = piece->params.intersect(range);
+    if (wanted.empty())
+      continue;
+    int64_t local = piece->localBegin + (wanted.begin - piece->params.begin);
+    auto bytes = readShardElements(dir, manifest, rank, stored,
+                                   {local, local + wanted.size()});
     if (!bytes)
       return bytes.error();
     if (!convertElements(source.dtype, bytes->data(), dtype,
-                         whole.data() + byteCount(piece->params.begin, dtype),
-                         static_cast<size_t>(piece->params.size())))
+                         out.data() +
+                             byteCount(wanted.begin - range.begin, dtype),
+                         static_cast<size_t>(wanted.size())))
       return Diagnostic{dir, 0, 0,
                         "cannot convert '" + name + "' from " +
                             std::string(dtypeName(source.dtype)) + " to " +
                             std::string(dtypeName(dtype))};
   }
-  return whole;
+  return out;
+}
+
+/// Parameter `name` whole, in `dtype`.
+Expected<std::vector<std::byte>>
+wholeParameter(const std::string &dir, const CheckpointManifest &manifest,
+               const ModelLayout &model, const std::string &name, DType dtype) {
+  return parameterElements(dir, manifest, model, name,
+                           {0, model.find(name)->numel}, dtype);
 }
 
 /// The tag `tagOrLatest` names and its manifest.
@@ -278,56 +292,69 @@ consolidateCheckpoint(const std::string &dir, const std::string &tagOrLatest,
 
 namespace {
 
-/// Where a parameter's elements are in a file: the elements of HF tensor
-/// `entry` at output index `offset` on (HFPart), or the whole entry.
+/// Where some of a parameter's elements are in a file: its elements
+/// [paramBegin, paramBegin + numel) in HF tensor `entry` as an HFPart puts
+/// them, or the whole entry. A parameter has one source per part.
 struct ParamSource {
   const SafetensorsFile *file = nullptr;
   const SafetensorsEntry *entry = nullptr;
+  int64_t paramBegin = 0;
+  int64_t numel = 0;
   bool transposed = false;
-  int64_t offset = 0;
-  int64_t inner = 1;   ///< Elements per output row of the parameter.
+  int64_t hfBegin = 0; ///< Not transposed: the entry's element of paramBegin.
+  int64_t offset = 0;  ///< Transposed: the parameter's first column.
+  int64_t inner = 1; ///< Transposed: elements per output row of the parameter.
   int64_t columns = 0; ///< Transposed: the file tensor's second dimension.
 };
 
 bool isFloat(DType t) { return t != DType::I32; }
 
-/// Elements `range` of the parameter, converted to `to`. A transposed
-/// source is read one run of output columns per input row, so that only
-/// the elements asked for are read.
-Expected<std::vector<std::byte>> readParam(const ParamSource &s,
-                                           ElementRange range, DType to) {
+/// Elements `range` of the parameter, converted to `to`, from the sources
+/// that hold them. A transposed source is read one run of output columns
+/// per input row, so that only the elements asked for are read.
+Expected<std::vector<std::byte>>
+readParam(const std::vector<ParamSource> &sources, ElementRange range,
+          DType to) {
   size_t size = static_cast<size_t>(bytesPerElement(to));
   std::vector<std::byte> out(static_cast<size_t>(range.size()) * size);
   if (range.empty())
     return out;
-  if (!s.transposed) {
-    int64_t base = s.offset * s.inner;
-    auto raw = s.file->read(*s.entry, {base + range.begin, base + range.end});
-    if (!raw)
-      return raw.error();
-    convertElements(s.entry->dtype, raw->data(), to, out.data(),
-                    static_cast<size_t>(range.size()));
-    return out;
-  }
-  int64_t in = s.inner;
-  std::vector<std::byte> run;
-  for (int64_t i = 0; i < in && i < range.end; ++i) {
-    // Parameter element o * in + i is file element i * columns + offset + o.
-    int64_t oLo = range.begin <= i ? 0 : (range.begin - i + in - 1) / in;
-    int64_t oHi = (range.end - 1 - i) / in + 1;
-    if (oLo >= oHi)
+  for (const ParamSource &s : sources) {
+    ElementRange mine = range.intersect({s.paramBegin, s.paramBegin + s.numel});
+    if (mine.empty())
       continue;
-    int64_t at = i * s.columns + s.offset;
-    auto raw = s.file->read(*s.entry, {at + oLo, at + oHi});
-    if (!raw)
-      return raw.error();
-    run.resize(static_cast<size_t>(oHi - oLo) * size);
-    convertElements(s.entry->dtype, raw->data(), to, run.data(),
-                    static_cast<size_t>(oHi - oLo));
-    for (int64_t o = oLo; o < oHi; ++o)
-      std::memcpy(out.data() +
-                      static_cast<size_t>(o * in + i - range.begin) * size,
-                  run.data() + static_cast<size_t>(o - oLo) * size, size);
+    std::byte *dest =
+        out.data() + static_cast<size_t>(mine.begin - range.begin) * size;
+    if (!s.transposed) {
+      int64_t base = s.hfBegin - s.paramBegin;
+      auto raw = s.file->read(*s.entry, {base + mine.begin, base + mine.end});
+      if (!raw)
+        return raw.error();
+      convertElements(s.entry->dtype, raw->data(), to, dest,
+                      static_cast<size_t>(mine.size()));
+      continue;
+    }
+    // A transposed source is a whole parameter (paramBegin 0).
+    int64_t in = s.inner;
+    std::vector<std::byte> run;
+    for (int64_t i = 0; i < in && i < mine.end; ++i) {
+      // Parameter element o * in + i is file element i * columns + offset +
+      // o.
+      int64_t oLo = mine.begin <= i ? 0 : (mine.begin - i + in - 1) / in;
+      int64_t oHi = (mine.end - 1 - i) / in + 1;
+      if (oLo >= oHi)
+        continue;
+      int64_t at = i * s.columns + s.offset;
+      auto raw = s.file->read(*s.entry, {at + oLo, at + oHi});
+      if (!raw)
+        return raw.error();
+      run.resize(static_cast<size_t>(oHi - oLo) * size);
+      convertElements(s.entry->dtype, raw->data(), to, run.data(),
+                      static_cast<size_t>(oHi - oLo));
+      for (int64_t o = oLo; o < oHi; ++o)
+        std::memcpy(dest + static_cast<size_t>(o * in + i - mine.begin) * size,
+                    run.data() + static_cast<size_t>(o - oLo) * size, size);
+    }
   }
   return out;
 }
@@ -350,10 +377,11 @@ std::string dtypeProblem(const std::string &name, const std::string &file,
 
 /// The sources of every parameter under zeroc's own names; an error lists
 /// every missing, extra and mis-shaped tensor.
-Expected<std::map<std::string, ParamSource>>
-zerocSources(const SafetensorsSet &set, const Plan &plan,
-             const std::string &hint) {
-  std::map<std::string, ParamSource> sources;
+using Sources = std::map<std::string, std::vector<ParamSource>>;
+
+Expected<Sources> zerocSources(const SafetensorsSet &set, const Plan &plan,
+                               const std::string &hint) {
+  Sources sources;
   std::vector<std::string> missing, extra, wrong;
   for (const PlanTensor &t : plan.tensors) {
     if (t.role != TensorRole::Param)
@@ -373,7 +401,7 @@ zerocSources(const SafetensorsSet &set, const Plan &plan,
              !d.empty())
       wrong.push_back(d);
     else
-      sources[t.name] = {at->file, &e, false, 0, innerOf(t.shape), 0};
+      sources[t.name] = {{at->file, &e, 0, t.numel}};
   }
   for (const auto &[name, at] : set.tensors()) {
     const PlanTensor *t = plan.findTensor(name);
@@ -391,12 +419,19 @@ zerocSources(const SafetensorsSet &set, const Plan &plan,
   return sources;
 }
 
+/// A part's parameter as errors name it: `experts.w1[3]` for a slice.
+std::string partName(const Plan &plan, const HFPart &part) {
+  const PlanTensor *p = plan.findTensor(part.param);
+  if (part.numel == p->numel)
+    return part.param;
+  return part.param + "[" + std::to_string(part.paramBegin / part.numel) + "]";
+}
+
 /// The sources of every parameter under the Hugging Face names of
 /// `mapping`.
-Expected<std::map<std::string, ParamSource>>
-hfSources(const SafetensorsSet &set, const Plan &plan,
-          const HFMapping &mapping) {
-  std::map<std::string, ParamSource> sources;
+Expected<Sources> hfSources(const SafetensorsSet &set, const Plan &plan,
+                            const HFMapping &mapping) {
+  Sources sources;
   // Mis-shaped first, then extra (which tell a file of another model at a
   // glance), then missing.
   std::vector<std::string> shapes, extra, missing;
@@ -405,7 +440,7 @@ hfSources(const SafetensorsSet &set, const Plan &plan,
     const SafetensorsSet::Located *bare = set.find(t.bareName);
     std::string partNames;
     for (const HFPart &p : t.parts)
-      partNames += (partNames.empty() ? "" : ", ") + p.param;
+      partNames += (partNames.empty() ? "" : ", ") + partName(plan, p);
     if (at && bare && at != bare) {
       shapes.push_back("'" + t.name + "' is in the file both as '" + t.name +
                        "' and as '" + t.bareName + "'");
@@ -436,9 +471,18 @@ hfSources(const SafetensorsSet &set, const Plan &plan,
         shapes.push_back(d);
         break;
       }
-      sources[p.name] = {at->file,         &e,
-                         part.transposed,  part.offset,
-                         innerOf(p.shape), part.transposed ? t.shape[1] : 0};
+      ParamSource source{at->file,
+                         &e,
+                         part.paramBegin,
+                         part.numel,
+                         part.transposed,
+                         part.hfBegin,
+                         part.offset,
+                         innerOf(p.shape),
+                         0};
+      if (part.transposed)
+        source.columns = t.shape[1];
+      sources[p.name].push_back(source);
     }
   }
   for (const auto &[name, at] : set.tensors()) {
@@ -494,8 +538,7 @@ Expected<InitialTensors> loadSafetensorsShard(const std::string &path,
     hfNames += mapping && (mapping->find(name) || mapping->isBuffer(name));
   }
   InitialTensors out;
-  Expected<std::map<std::string, ParamSource>> sources =
-      std::map<std::string, ParamSource>();
+  Expected<Sources> sources = Sources();
   if (mapping && (hfNames > zerocNames || zerocNames == 0)) {
     out.naming = mapping->modelType;
     sources = hfSources(*set, plan, *mapping);
@@ -552,9 +595,8 @@ Expected<InitialTensors> loadSafetensorsShard(const std::string &path,
       }
     if (hull.empty())
       continue;
-    const ParamSource &source = sources->at(param.name);
     DType via = isFloat(param.dtype) ? DType::F32 : DType::I32;
-    auto values = readParam(source, hull, via);
+    auto values = readParam(sources->at(param.name), hull, via);
     if (!values)
       return values.error();
     for (const auto &[i, piece] : pieces) {
@@ -605,17 +647,15 @@ const char *hfDTypeName(DType t) {
   }
 }
 
-/// Puts a parameter's elements (`whole`, in the tensor's dtype) where
-/// `part` says they lie in the HF tensor `data` of shape `shape`.
+/// Puts a part's elements (`elements`, in the tensor's dtype) where `part`
+/// says they lie in the HF tensor `data` of shape `shape`.
 void placePart(const HFPart &part, const PlanTensor &param,
                const std::vector<int64_t> &shape,
-               const std::vector<std::byte> &whole, size_t size,
+               const std::vector<std::byte> &elements, size_t size,
                std::vector<std::byte> &data) {
   if (!part.transposed) {
-    std::memcpy(data.data() +
-                    static_cast<size_t>(part.offset * innerOf(param.shape)) *
-                        size,
-                whole.data(), whole.size());
+    std::memcpy(data.data() + static_cast<size_t>(part.hfBegin) * size,
+                elements.data(), elements.size());
     return;
   }
   int64_t outs = param.shape[0], in = param.shape[1], columns = shape[1];
@@ -623,7 +663,8 @@ void placePart(const HFPart &part, const PlanTensor &param,
     for (int64_t i = 0; i < in; ++i)
       std::memcpy(data.data() +
                       static_cast<size_t>(i * columns + part.offset + o) * size,
-                  whole.data() + static_cast<size_t>(o * in + i) * size, size);
+                  elements.data() + static_cast<size_t>(o * in + i) * size,
+                  size);
 }
 
 } // namespace
@@ -737,11 +778,13 @@ Expected<HFExportResult> consolidateToHF(const std::string &dir,
       std::vector<std::byte> data(static_cast<size_t>(o.bytes));
       size_t size = static_cast<size_t>(bytesPerElement(o.dtype));
       for (const HFPart &part : o.tensor->parts) {
-        auto whole = wholeParameter(dir, *manifest, model, part.param, o.dtype);
-        if (!whole)
-          return whole.error();
-        placePart(part, *model.find(part.param), o.tensor->shape, *whole, size,
-                  data);
+        auto elements = parameterElements(
+            dir, *manifest, model, part.param,
+            {part.paramBegin, part.paramBegin + part.numel}, o.dtype);
+        if (!elements)
+          return elements.error();
+        placePart(part, *model.find(part.param), o.tensor->shape, *elements,
+                  size, data);
       }
       if (auto ok = writer->write(d.name, constBytesOf(data)); !ok)
         return ok.error();

@@ -11,6 +11,7 @@
 
 #include "Messages.h"
 
+#include <algorithm>
 #include <regex>
 #include <sys/stat.h>
 
@@ -33,11 +34,15 @@ std::string directoryOf(const std::string &path) {
 /// One rule of an architecture's table: zeroc names matching `pattern`
 /// have the HF name `hf` (with `$1`... from the pattern), `transposed` as
 /// GPT-2's Conv1D, and `part` their index in a fused tensor (-1: alone).
+/// `stacked`: the parameter is one HF tensor per slice of its first
+/// dimension, `hf` naming slice e with `*` replaced by e (Mixtral's
+/// experts).
 struct Rule {
   std::regex pattern;
   std::string hf;
   bool transposed = false;
   int part = -1;
+  bool stacked = false;
 };
 
 struct Architecture {
@@ -92,8 +97,19 @@ const Architecture *architecture(const std::string &modelType) {
     a.buffers = {std::regex(l + R"(self_attn\.rotary_emb\.inv_freq)")};
     return a;
   }();
+  static const Architecture mixtral = [] {
+    Architecture a = llama;
+    const std::string moe = R"(layers\.(\d+)\.block_sparse_moe\.)";
+    a.rules.push_back({std::regex(moe + R"(gate\.weight)"), "$&"});
+    a.rules.push_back({std::regex(moe + R"(experts\.(w[123]))"),
+                       "layers.$1.block_sparse_moe.experts.*.$2.weight", false,
+                       -1, true});
+    return a;
+  }();
   if (modelType == "gpt2")
     return &gpt2;
+  if (modelType == "mixtral")
+    return &mixtral;
   for (const std::string &t : {"llama", "mistral", "qwen2", "gemma", "phi3"})
     if (modelType == t)
       return &llama;
@@ -109,7 +125,7 @@ std::string bareOf(const Architecture &a, const std::string &name) {
 } // namespace
 
 std::vector<std::string> hfMappedModelTypes() {
-  return {"gpt2", "llama", "mistral", "qwen2", "gemma", "phi3"};
+  return {"gpt2", "llama", "mistral", "qwen2", "gemma", "phi3", "mixtral"};
 }
 
 const HFTensor *HFMapping::find(const std::string &fileName) const {
@@ -152,8 +168,13 @@ Expected<HFMapping> hfMapping(const nlohmann::json &hfConfig,
   HFMapping m;
   m.modelType = modelType;
   std::map<std::string, size_t> index;
-  // Each HF tensor's parts, by part number (-1: the whole tensor).
-  std::vector<std::map<int, const PlanTensor *>> partsOf;
+  // Each HF tensor's parts, by part number (-1: the whole tensor): the
+  // parameter, and its slice along the first dimension (-1: all of it).
+  struct Source {
+    const PlanTensor *param;
+    int64_t slice;
+  };
+  std::vector<std::map<int, Source>> partsOf;
   std::vector<bool> transposedOf;
   for (const PlanTensor &p : tensors) {
     if (p.role != TensorRole::Param)
@@ -179,17 +200,32 @@ Expected<HFMapping> hfMapping(const nlohmann::json &hfConfig,
                         "parameter '" + p.name + "' has shape " +
                             shapeString(p.shape) + "; the " + modelType +
                             " mapping stores it transposed, as a matrix"};
-    std::string bare = match.format(rule->hf);
-    std::string name = bare == "lm_head.weight" ? bare : arch->prefix + bare;
-    auto [it, added] = index.emplace(name, m.tensors.size());
-    if (added) {
-      m.tensors.push_back({name, bare, {}, {}});
-      partsOf.emplace_back();
-      transposedOf.push_back(rule->transposed);
-    }
-    if (!partsOf[it->second].emplace(rule->part, &p).second)
+    if (rule->stacked && p.shape.size() < 2)
       return Diagnostic{"", 0, 0,
-                        "parameters map to the same part of '" + name + "'"};
+                        "parameter '" + p.name + "' has shape " +
+                            shapeString(p.shape) + "; the " + modelType +
+                            " mapping stores one tensor per slice of its "
+                            "first dimension, which needs two dimensions or "
+                            "more"};
+    std::string pattern = match.format(rule->hf);
+    int64_t slices = rule->stacked ? p.shape[0] : 1;
+    for (int64_t e = 0; e < slices; ++e) {
+      std::string bare = pattern;
+      if (rule->stacked)
+        bare.replace(bare.find('*'), 1, std::to_string(e));
+      std::string name = bare == "lm_head.weight" ? bare : arch->prefix + bare;
+      auto [it, added] = index.emplace(name, m.tensors.size());
+      if (added) {
+        m.tensors.push_back({name, bare, {}, {}});
+        partsOf.emplace_back();
+        transposedOf.push_back(rule->transposed);
+      }
+      if (!partsOf[it->second]
+               .emplace(rule->part, Source{&p, rule->stacked ? e : -1})
+               .second)
+        return Diagnostic{"", 0, 0,
+                          "parameters map to the same part of '" + name + "'"};
+    }
   }
   for (size_t i = 0; i < m.tensors.size(); ++i) {
     HFTensor &t = m.tensors[i];
@@ -198,33 +234,53 @@ Expected<HFMapping> hfMapping(const nlohmann::json &hfConfig,
       return Diagnostic{"", 0, 0, "'" + t.name + "' is both whole and fused"};
     int expected = parts.count(-1) ? -1 : 0;
     int64_t outs = 0;
-    const PlanTensor *first = parts.begin()->second;
-    for (const auto &[k, p] : parts) {
+    // The shape of a part: the parameter's, or its slice's.
+    auto shapeOf = [](const Source &s) {
+      const std::vector<int64_t> &shape = s.param->shape;
+      return s.slice < 0 ? shape
+                         : std::vector<int64_t>(shape.begin() + 1, shape.end());
+    };
+    const Source &first = parts.begin()->second;
+    std::vector<int64_t> firstShape = shapeOf(first);
+    for (const auto &[k, source] : parts) {
+      const PlanTensor *p = source.param;
       if (k != expected++)
         return Diagnostic{"", 0, 0,
                           "'" + t.name + "' misses part " +
                               std::to_string(expected - 1) + " (of " +
                               std::to_string(parts.size()) + ")"};
-      std::vector<int64_t> rest(p->shape.begin() + (p->shape.empty() ? 0 : 1),
-                                p->shape.end());
-      std::vector<int64_t> firstRest(first->shape.begin() +
-                                         (first->shape.empty() ? 0 : 1),
-                                     first->shape.end());
-      if (rest != firstRest || p->dtype != first->dtype)
+      std::vector<int64_t> shape = shapeOf(source);
+      std::vector<int64_t> rest(shape.begin() + (shape.empty() ? 0 : 1),
+                                shape.end());
+      std::vector<int64_t> firstRest(
+          firstShape.begin() + (firstShape.empty() ? 0 : 1), firstShape.end());
+      if (rest != firstRest || p->dtype != first.param->dtype)
         return Diagnostic{"", 0, 0,
                           "'" + p->name + "' " + shapeString(p->shape) +
-                              " and '" + first->name + "' " +
-                              shapeString(first->shape) +
+                              " and '" + first.param->name + "' " +
+                              shapeString(first.param->shape) +
                               " cannot be fused into '" + t.name + "'"};
-      t.parts.push_back({p->name, transposedOf[i], outs});
-      outs += p->shape.empty() ? 1 : p->shape[0];
+      int64_t numel = 1;
+      for (int64_t d : shape)
+        numel *= d;
+      int64_t inner =
+          shape.empty() ? 1 : numel / std::max<int64_t>(shape[0], 1);
+      HFPart part;
+      part.param = p->name;
+      part.paramBegin = source.slice < 0 ? 0 : source.slice * numel;
+      part.numel = numel;
+      part.transposed = transposedOf[i];
+      part.offset = outs;
+      part.hfBegin = transposedOf[i] ? 0 : outs * inner;
+      t.parts.push_back(part);
+      outs += shape.empty() ? 1 : shape[0];
     }
-    if (first->shape.empty())
+    if (firstShape.empty())
       t.shape = {};
     else if (transposedOf[i])
-      t.shape = {first->shape[1], outs};
+      t.shape = {firstShape[1], outs};
     else {
-      t.shape = first->shape;
+      t.shape = firstShape;
       t.shape[0] = outs;
     }
   }

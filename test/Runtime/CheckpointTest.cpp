@@ -1291,10 +1291,10 @@ TEST(HFMapping, LlamaFamilyKeepsNamesUnderModelAndLmHeadOutside) {
 
 TEST(HFMapping, RefusesWhatItCannotMap) {
   Plan plan = gpt2Plan(1);
-  EXPECT_ERROR(hfMapping({{"model_type", "mixtral"}}, plan.tensors),
+  EXPECT_ERROR(hfMapping({{"model_type", "falcon"}}, plan.tensors),
                "no Hugging Face checkpoint mapping for model_type "
-               "\"mixtral\"; zeroc maps gpt2, llama, mistral, qwen2, gemma, "
-               "phi3");
+               "\"falcon\"; zeroc maps gpt2, llama, mistral, qwen2, gemma, "
+               "phi3, mixtral");
   EXPECT_ERROR(hfMapping(nullptr, plan.tensors),
                "the plan records no Hugging Face config");
   plan.tensors.push_back(
@@ -1428,13 +1428,13 @@ TEST(InitFromHF, NamesMissingExtraAndMisShapedTensors) {
 
   // A plan without a mapping: the zeroc-name errors, and why HF names
   // cannot be used.
-  Plan mixtral = gpt2Plan(2);
-  mixtral.model.hfConfig["model_type"] = "mixtral";
+  Plan falcon = gpt2Plan(2);
+  falcon.model.hfConfig["model_type"] = "falcon";
   writeHF(dir / "e", hf, "transformer.", DType::F32);
-  EXPECT_ERROR(loadSafetensorsShard(dir / "e", mixtral, 0),
+  EXPECT_ERROR(loadSafetensorsShard(dir / "e", falcon, 0),
                "; the names are not zeroc's, and Hugging Face names cannot "
                "be mapped: no Hugging Face checkpoint mapping for "
-               "model_type \"mixtral\"");
+               "model_type \"falcon\"");
   EXPECT_ERROR(loadSafetensorsShard(dir / "nowhere", plan, 0), "nowhere");
   fs::create_directories(dir / "empty");
   EXPECT_ERROR(loadSafetensorsShard(dir / "empty", plan, 0),
@@ -1566,6 +1566,238 @@ TEST(ConsolidateHF, F32FromBf16TrainingAndRefusals) {
   EXPECT_ERROR(consolidateToHF(dir / "hand", "s", dir / "x"),
                "checkpoint 's' cannot be written with Hugging Face names: "
                "the plan records no Hugging Face config");
+}
+
+/// A one-layer Mixtral (hidden 4, intermediate 6, 3 experts, 2 KV heads of
+/// 2, vocabulary 6, untied) as zeroc generates it (docs/model-dialect.md):
+/// the experts stacked, `experts.w1` and `w3` [3, 6, 4], `w2` [3, 4, 6].
+/// Stage 3 on `worldSize` ranks, every parameter sharded.
+Plan mixtralPlan(int64_t worldSize, DType dtype = DType::BF16) {
+  Plan plan = basePlan(worldSize, 3);
+  plan.model.name = "mixtral";
+  plan.model.hfConfig = {{"model_type", "mixtral"}, {"hidden_size", 4},
+                         {"num_local_experts", 3},  {"num_hidden_layers", 1},
+                         {"intermediate_size", 6},  {"vocab_size", 6}};
+  const std::string l = "layers.0.", moe = l + "block_sparse_moe.";
+  std::vector<std::pair<std::string, std::vector<int64_t>>> params = {
+      {"embed_tokens.weight", {6, 4}},
+      {l + "input_layernorm.weight", {4}},
+      {l + "self_attn.q_proj.weight", {4, 4}},
+      {l + "self_attn.k_proj.weight", {2, 4}},
+      {l + "self_attn.v_proj.weight", {2, 4}},
+      {l + "self_attn.o_proj.weight", {4, 4}},
+      {l + "post_attention_layernorm.weight", {4}},
+      {moe + "gate.weight", {3, 4}},
+      {moe + "experts.w1", {3, 6, 4}},
+      {moe + "experts.w3", {3, 6, 4}},
+      {moe + "experts.w2", {3, 4, 6}},
+      {"norm.weight", {4}},
+      {"lm_head.weight", {6, 4}}};
+  for (const auto &[name, shape] : params) {
+    plan.tensors.push_back(
+        tensor(name, "param", "", dtype, shape, true, worldSize));
+    addState(plan, name, dtype, shape, true, true);
+  }
+  return plan;
+}
+
+using HFTensors =
+    std::map<std::string, std::pair<std::vector<int64_t>, std::vector<float>>>;
+
+/// A Hugging Face Mixtral state dict for mixtralPlan, as transformers'
+/// save_pretrained and the published Mixtral-8x7B files lay it out: one
+/// tensor per expert and projection, `experts.E.w1.weight` [6, 4], `w3`
+/// [6, 4], `w2` [4, 6], under `model.` but for lm_head; values exact in
+/// bf16.
+HFTensors hfMixtralTensors() {
+  const std::string l = "model.layers.0.", moe = l + "block_sparse_moe.";
+  std::map<std::string, std::vector<int64_t>> shapes = {
+      {"model.embed_tokens.weight", {6, 4}},
+      {l + "input_layernorm.weight", {4}},
+      {l + "self_attn.q_proj.weight", {4, 4}},
+      {l + "self_attn.k_proj.weight", {2, 4}},
+      {l + "self_attn.v_proj.weight", {2, 4}},
+      {l + "self_attn.o_proj.weight", {4, 4}},
+      {l + "post_attention_layernorm.weight", {4}},
+      {moe + "gate.weight", {3, 4}},
+      {"model.norm.weight", {4}},
+      {"lm_head.weight", {6, 4}}};
+  for (int e = 0; e < 3; ++e) {
+    std::string x = moe + "experts." + std::to_string(e) + ".";
+    shapes[x + "w1.weight"] = {6, 4};
+    shapes[x + "w3.weight"] = {6, 4};
+    shapes[x + "w2.weight"] = {4, 6};
+  }
+  HFTensors out;
+  int salt = 0;
+  for (const auto &[name, shape] : shapes) {
+    int64_t n = 1;
+    for (int64_t d : shape)
+      n *= d;
+    std::vector<float> v;
+    for (int64_t j = 0; j < n; ++j)
+      v.push_back(static_cast<float>((j * 7 + salt * 13) % 200 - 100) / 64);
+    ++salt;
+    out[name] = {shape, v};
+  }
+  return out;
+}
+
+/// What each zeroc parameter must hold: the HF tensor of the same name
+/// without `model.`, and each stacked expert weight the concatenation of
+/// its experts' tensors in expert order (transformers' MixtralExperts
+/// indexes expert e's weights as slice e of the stack).
+std::map<std::string, std::vector<float>>
+expectedMixtralParams(const HFTensors &hf) {
+  std::map<std::string, std::vector<float>> out;
+  const std::string experts = "layers.0.block_sparse_moe.experts.";
+  for (const auto &[name, tensor] : hf) {
+    std::string bare = name.rfind("model.", 0) == 0 ? name.substr(6) : name;
+    if (bare.rfind(experts, 0) != 0) {
+      out[bare] = tensor.second;
+      continue;
+    }
+    // experts.E.wK.weight -> experts.wK, slice E.
+    std::string rest = bare.substr(experts.size());
+    int e = std::stoi(rest.substr(0, rest.find('.')));
+    std::string w = rest.substr(rest.find('.') + 1, 2);
+    std::vector<float> &stack = out[experts + w];
+    stack.resize(tensor.second.size() * 3);
+    std::copy(tensor.second.begin(), tensor.second.end(),
+              stack.begin() + e * tensor.second.size());
+  }
+  return out;
+}
+
+TEST(HFMapping, MixtralStacksOneHFTensorPerExpert) {
+  Plan plan = mixtralPlan(1);
+  auto m = hfMapping(plan.model.hfConfig, plan.tensors);
+  ASSERT_TRUE(m) << m.error().str();
+  // 10 tensors as is, and 3 experts x 3 projections.
+  EXPECT_EQ(m->tensors.size(), 19u);
+  const std::string moe = "model.layers.0.block_sparse_moe.";
+  for (int e = 0; e < 3; ++e) {
+    std::string x = moe + "experts." + std::to_string(e) + ".";
+    for (auto [w, shape] :
+         std::vector<std::pair<std::string, std::vector<int64_t>>>{
+             {"w1", {6, 4}}, {"w3", {6, 4}}, {"w2", {4, 6}}}) {
+      const HFTensor *t = m->find(x + w + ".weight");
+      ASSERT_NE(t, nullptr) << x + w;
+      EXPECT_EQ(t->bareName,
+                x.substr(6) + w + ".weight"); // without `model.`
+      EXPECT_EQ(t->shape, shape);
+      ASSERT_EQ(t->parts.size(), 1u);
+      EXPECT_EQ(t->parts[0].param, "layers.0.block_sparse_moe.experts." + w);
+      EXPECT_EQ(t->parts[0].paramBegin, 24 * e);
+      EXPECT_EQ(t->parts[0].numel, 24);
+      EXPECT_EQ(t->parts[0].hfBegin, 0);
+      EXPECT_FALSE(t->parts[0].transposed);
+    }
+  }
+  const HFTensor *gate = m->find(moe + "gate.weight");
+  ASSERT_NE(gate, nullptr);
+  EXPECT_EQ(gate->shape, (std::vector<int64_t>{3, 4}));
+  EXPECT_EQ(gate->parts[0].numel, 12);
+  EXPECT_NE(m->find("model.layers.0.self_attn.k_proj.weight"), nullptr);
+  EXPECT_NE(m->find("lm_head.weight"), nullptr);
+  EXPECT_EQ(m->find(moe + "experts.3.w1.weight"), nullptr);
+  EXPECT_EQ(m->find(moe + "experts.w1"), nullptr);
+
+  // A stacked parameter needs a dimension to stack along.
+  Plan flat = mixtralPlan(1);
+  for (PlanTensor &t : flat.tensors)
+    if (t.name == "layers.0.block_sparse_moe.experts.w2")
+      t.shape = {72};
+  EXPECT_ERROR(hfMapping(flat.model.hfConfig, flat.tensors),
+               "parameter 'layers.0.block_sparse_moe.experts.w2' has shape "
+               "[72]; the mixtral mapping stores one tensor per slice of its "
+               "first dimension, which needs two dimensions or more");
+}
+
+TEST(InitFromHF, MixtralEachRankReadsItsSlicesOfTheExperts) {
+  // Stage 3 on 4 ranks: a rank's quarter of a stacked expert weight [3, 6,
+  // 4] spans parts of two experts' HF tensors. Each rank's parameters and
+  // masters hold the expected elements, and the ranks together read the
+  // file's data exactly once.
+  TempDir dir;
+  HFTensors hf = hfMixtralTensors();
+  auto expected = expectedMixtralParams(hf);
+  for (auto [dtype, shards] :
+       std::vector<std::pair<DType, int>>{{DType::BF16, 1}, {DType::F32, 3}}) {
+    std::string in = dir / ("in" + std::to_string(shards));
+    writeHF(in, hf, "", dtype, shards);
+    Plan plan = mixtralPlan(4);
+    uint64_t sum = 0, data = 0;
+    for (const auto &[name, t] : hf)
+      data += t.second.size() * bytesPerElement(dtype);
+    for (int64_t r = 0; r < plan.worldSize; ++r) {
+      auto init = loadSafetensorsShard(in, plan, r);
+      ASSERT_TRUE(init) << init.error().str();
+      EXPECT_EQ(init->naming, "mixtral");
+      for (size_t i = 0; i < plan.tensors.size(); ++i) {
+        const PlanTensor &t = plan.tensors[i];
+        if (t.role != TensorRole::Param && t.role != TensorRole::Master)
+          continue;
+        const std::string &param = t.role == TensorRole::Param ? t.name : t.of;
+        SCOPED_TRACE(t.name + " on rank " + std::to_string(r));
+        EXPECT_EQ(init->tensors[i],
+                  localPart(encode(expected.at(param), t.dtype), t, r,
+                            plan.worldSize));
+      }
+      sum += init->bytesRead;
+    }
+    EXPECT_EQ(sum, data);
+  }
+}
+
+TEST(InitFromHF, MixtralErrorsNameTheExpertTensor) {
+  TempDir dir;
+  Plan plan = mixtralPlan(2);
+  HFTensors broken = hfMixtralTensors();
+  const std::string moe = "model.layers.0.block_sparse_moe.";
+  broken.erase(moe + "experts.1.w3.weight");
+  broken[moe + "experts.2.w2.weight"].first = {6, 4}; // w1's layout
+  broken[moe + "experts.3.w1.weight"] = {{6, 4}, std::vector<float>(24)};
+  writeHF(dir / "a", broken, "", DType::F32);
+  std::string file = dir / "a/model.safetensors";
+  auto result = loadSafetensorsShard(dir / "a", plan, 1);
+  ASSERT_FALSE(result);
+  std::string e = result.error().str();
+  for (std::string want :
+       {file + ": error: does not fit the plan (Hugging Face mixtral names): ",
+        "'" + moe + "experts.2.w2.weight' in " + file +
+            " has shape [6, 4], the plan needs [4, 6] (for "
+            "layers.0.block_sparse_moe.experts.w2[2])",
+        "'" + moe + "experts.3.w1.weight' in " + file +
+            " is not a tensor of the plan's mixtral model",
+        "'" + moe +
+            "experts.1.w3.weight' [6, 4] (for "
+            "layers.0.block_sparse_moe.experts.w3[1]) is missing"})
+    EXPECT_NE(e.find(want), std::string::npos) << want << "\nin: " << e;
+}
+
+TEST(ConsolidateHF, MixtralRoundTripsTheExpertsByteForByte) {
+  // HF file -> each rank's slices (stage 3, 3 ranks: shards that cut
+  // across experts) -> checkpoint -> consolidate --format hf: the same
+  // names, shapes, dtypes and bytes; sharded too.
+  for (DType dtype : {DType::BF16, DType::F32}) {
+    TempDir dir;
+    Plan plan = mixtralPlan(3, dtype);
+    writeHF(dir / "in", hfMixtralTensors(), "", dtype);
+    ASSERT_TRUE(saveAll(dir / "ckpt", "step0", plan,
+                        initialData(plan, dir / "in"), stateAt(0)));
+    auto out = consolidateToHF(dir / "ckpt", "latest", dir / "out");
+    ASSERT_TRUE(out) << out.error().str();
+    EXPECT_EQ(out->tensors, 19);
+    EXPECT_EQ(contents(dir / "out"), contents(dir / "in"));
+    EXPECT_EQ(json::parse(readText(dir / "out/config.json"))["model_type"],
+              "mixtral");
+    HFExportOptions small;
+    small.maxShardBytes = 100;
+    ASSERT_TRUE(consolidateToHF(dir / "ckpt", "latest", dir / "sh", small));
+    EXPECT_EQ(contents(dir / "sh/model.safetensors.index.json"),
+              contents(dir / "in"));
+  }
 }
 
 //===----------------------------------------------------------------------===//

@@ -6,7 +6,7 @@ Live (torch, transformers and safetensors installed):
     hf_check.py --zeroc build/bin/zeroc --zerorun build/bin/zerorun \\
         --work /tmp/hf [--write-golden test/Runtime/Inputs/hf]
 
-creates small random GPT-2, Llama, Mistral, Qwen2, Gemma and Phi-3 models
+creates small random GPT-2, Llama, Mistral, Qwen2, Gemma, Phi-3 and Mixtral models
 with transformers (f32 and bf16), saves them with save_pretrained (safetensors), and for each:
 
 1. compiles the saved config.json with zeroc (stage 0, one rank) and runs
@@ -206,6 +206,12 @@ def live(args):
                                         hidden_activation="gelu_pytorch_tanh", **small),
         "phi3": lambda: tf.Phi3Config(sliding_window=5, tie_word_embeddings=False,
                                       pad_token_id=0, **small),
+        # save_pretrained writes the published per-expert layout
+        # (block_sparse_moe.experts.E.w1/w2/w3.weight), not transformers 5's
+        # in-memory fused experts.gate_up_proj. Intermediate size 8 keeps
+        # the golden files small.
+        "mixtral": lambda: tf.MixtralConfig(num_local_experts=4, num_experts_per_tok=2,
+                                            **dict(small, intermediate_size=8)),
     }
     configs = {}
     for arch in args.archs.split(","):
@@ -295,8 +301,9 @@ def main():
     ap.add_argument("--golden", help="check the checked-in models (no torch needed)")
     ap.add_argument("--write-golden", help="live: write the models and losses here")
     ap.add_argument("--mpirun", help="also round-trip at stage 3 on 2 ranks with this mpirun")
-    ap.add_argument("--archs", default="gpt2,llama,mistral,qwen2,gemma,phi3",
-                    help="live: the architectures (gpt2, llama, mistral, qwen2, gemma, phi3)")
+    ap.add_argument("--archs", default="gpt2,llama,mistral,qwen2,gemma,phi3,mixtral",
+                    help="live: the architectures (gpt2, llama, mistral, qwen2, gemma, phi3, "
+                    "mixtral)")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
     return golden(args) if args.golden else live(args)

@@ -22,16 +22,28 @@
 
 namespace zeroc {
 
-/// One zeroc parameter's place in a Hugging Face tensor. The parameter's
-/// first dimension is its output dimension (a Linear's [out, in]).
+/// A part of one zeroc parameter and its place in one Hugging Face tensor.
+/// The two directions are one correspondence: an HF tensor is one or more
+/// parts (GPT-2's fused c_attn: q, k and v), and a parameter is one or more
+/// parts (Mixtral's stacked experts: `experts.w1` [E, I, h] is the E HF
+/// tensors `experts.e.w1.weight` [I, h]). The parameter's first dimension
+/// is its output dimension (a Linear's [out, in]), or the stacking one.
 struct HFPart {
   std::string param; ///< The zeroc parameter.
-  /// GPT-2's Conv1D: the HF tensor is [in, outs], the parameter [out, in].
+  /// The part is the parameter's elements [paramBegin, paramBegin + numel):
+  /// all of it, or, stacked, the slice `paramBegin / numel` of its first
+  /// dimension.
+  int64_t paramBegin = 0;
+  int64_t numel = 0;
+  /// GPT-2's Conv1D: the HF tensor is [in, outs], the parameter [out, in]
+  /// (always a whole parameter).
   bool transposed = false;
-  /// The parameter's first output row (transposed: column) in the HF
-  /// tensor's output dimension: q, k and v of GPT-2's fused c_attn at 0, d
-  /// and 2d.
+  /// The part's first output row (transposed: column) in the HF tensor's
+  /// output dimension: q, k and v of GPT-2's fused c_attn at 0, d and 2d.
   int64_t offset = 0;
+  /// Not transposed: the HF tensor's element where the part's elements
+  /// start, contiguous from there.
+  int64_t hfBegin = 0;
 };
 
 struct HFTensor {
@@ -58,7 +70,7 @@ struct HFMapping {
 };
 
 /// The model_types with a mapping: gpt2, llama, mistral, qwen2, gemma,
-/// phi3.
+/// phi3, mixtral.
 std::vector<std::string> hfMappedModelTypes();
 
 /// The mapping for `hfConfig` (a plan's or manifest's `hf_config`) and
