@@ -27,19 +27,6 @@ Diagnostic whatIfError(const std::string &message) {
   return Diagnostic{"", 0, 0, "--what-if: " + message};
 }
 
-std::string seconds(double s) {
-  char text[48];
-  if (s >= 1)
-    std::snprintf(text, sizeof text, "%.3f s", s);
-  else if (s >= 1e-3)
-    std::snprintf(text, sizeof text, "%.3f ms", s * 1e3);
-  else if (s > 0)
-    std::snprintf(text, sizeof text, "%.1f us", s * 1e6);
-  else
-    return "0 s";
-  return text;
-}
-
 std::string relative(double value, double base) {
   char text[32];
   if (base <= 0)
@@ -257,10 +244,10 @@ std::string whatIfText(const WhatIfReport &report) {
          "exposed comm\n";
   auto row = [&](const ScenarioResult &s) {
     out +=
-        "  " + pad(s.name, 24) + pad(seconds(s.stepSeconds), 14) +
+        "  " + pad(s.name, 24) + pad(humanSeconds(s.stepSeconds), 14) +
         pad(s.name == "healthy" ? "" : relative(s.stepSeconds, h.stepSeconds),
             12) +
-        seconds(s.exposedComm) + "\n";
+        humanSeconds(s.exposedComm) + "\n";
   };
   row(h);
   for (const ScenarioResult &s : report.scenarios)
@@ -271,8 +258,8 @@ std::string whatIfText(const WhatIfReport &report) {
     healthyDuration[{c.phase, c.op}] = c.duration;
   auto table = [&](const ScenarioResult &s) {
     out += "\n" + s.name + " on " + s.cluster + ": step " +
-           seconds(s.stepSeconds) + ", exposed communication " +
-           seconds(s.exposedComm) + "\n";
+           humanSeconds(s.stepSeconds) + ", exposed communication " +
+           humanSeconds(s.exposedComm) + "\n";
     if (s.collectives.empty()) {
       out += "  no collectives\n";
       return;
@@ -285,9 +272,9 @@ std::string whatIfText(const WhatIfReport &report) {
       const CollectiveTiming &c = s.collectives[i];
       out += "    " + pad(c.phase, 12) + pad(std::to_string(c.op), 6) +
              pad(c.collective, 16) + pad(humanBytes(c.bytes), 12) +
-             pad(seconds(c.duration), 12) +
-             pad(seconds(healthyDuration[{c.phase, c.op}]), 12) +
-             pad(seconds(c.waited), 12) + c.module + "\n";
+             pad(humanSeconds(c.duration), 12) +
+             pad(humanSeconds(healthyDuration[{c.phase, c.op}]), 12) +
+             pad(humanSeconds(c.waited), 12) + c.module + "\n";
     }
   };
   table(h);
@@ -309,15 +296,15 @@ std::string whatIfText(const WhatIfReport &report) {
                   100 * c.duration / report.watchdogSeconds);
     out += "  longest collective: " + c.phase + " op " + std::to_string(c.op) +
            " " + c.collective + " of " + humanBytes(c.bytes) + " (" + c.module +
-           "): " + seconds(c.duration) + " under " + scenario + ", " + share +
-           " of the watchdog\n";
+           "): " + humanSeconds(c.duration) + " under " + scenario + ", " +
+           share + " of the watchdog\n";
     size_t over = 0;
     for (const auto &[w, name] : report.worst)
       if (w.duration >= report.watchdogSeconds) {
         if (++over <= 10)
           out += "  TIMEOUT: " + w.phase + " op " + std::to_string(w.op) + " " +
                  w.collective + " of " + humanBytes(w.bytes) + " (" + w.module +
-                 ") would take " + seconds(w.duration) + " under " + name +
+                 ") would take " + humanSeconds(w.duration) + " under " + name +
                  "\n";
       }
     out += over ? "  " + std::to_string(over) +

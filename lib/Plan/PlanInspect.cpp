@@ -425,20 +425,6 @@ void commText(const Plan &plan, const InspectOptions &, std::string &out) {
            std::to_string(plan.gradientAccumulationSteps) + ")\n";
 }
 
-/// Seconds as people read them: "1.234 s", "12.35 ms", "3.4 us".
-std::string durationText(double seconds) {
-  char text[48];
-  if (seconds >= 1)
-    std::snprintf(text, sizeof text, "%.3f s", seconds);
-  else if (seconds >= 1e-3)
-    std::snprintf(text, sizeof text, "%.2f ms", seconds * 1e3);
-  else if (seconds > 0)
-    std::snprintf(text, sizeof text, "%.1f us", seconds * 1e6);
-  else
-    return "0 s";
-  return text;
-}
-
 std::string percentText(double part, double whole) {
   char text[32];
   std::snprintf(text, sizeof text, "%.1f%%",
@@ -493,16 +479,16 @@ void timeText(const Plan &plan, const InspectOptions &options,
   if (!t.clusterGpus.empty())
     out += " (" + t.clusterGpus + ")";
   out += "\n";
-  addField(out, "step time", durationText(t.stepSeconds));
+  addField(out, "step time", humanSeconds(t.stepSeconds));
   for (const StepTimeReport::Phase &p : t.phases)
     addField(out, p.name.c_str(),
-             durationText(p.seconds) + " x " + std::to_string(p.runsPerStep));
+             humanSeconds(p.seconds) + " x " + std::to_string(p.runsPerStep));
   addField(out, "exposed communication",
-           durationText(t.exposedCommSeconds) + " (" +
+           humanSeconds(t.exposedCommSeconds) + " (" +
                percentText(t.exposedCommSeconds, t.stepSeconds) +
                " of the step)");
   addField(out, "exposed offload copies",
-           durationText(t.exposedOffloadSeconds) + " (" +
+           humanSeconds(t.exposedOffloadSeconds) + " (" +
                percentText(t.exposedOffloadSeconds, t.stepSeconds) +
                " of the step)");
   char line[160];
@@ -519,7 +505,7 @@ void timeText(const Plan &plan, const InspectOptions &options,
   Table busy({"stream", "busy", "share of step"});
   for (const auto &[stream, seconds] : t.streamBusySeconds)
     busy.row(
-        {stream, durationText(seconds), percentText(seconds, t.stepSeconds)});
+        {stream, humanSeconds(seconds), percentText(seconds, t.stepSeconds)});
   out += busy.str();
 
   if (t.mostExposed.empty())
@@ -529,7 +515,7 @@ void timeText(const Plan &plan, const InspectOptions &options,
   for (const StepTimeReport::ExposedCollective &e : t.mostExposed)
     exposed.row({e.phase, std::to_string(e.op), e.kind,
                  e.collective.empty() ? "-" : groupDigits(e.commElements),
-                 durationText(e.seconds), e.subject.empty() ? "-" : e.subject});
+                 humanSeconds(e.seconds), e.subject.empty() ? "-" : e.subject});
   out += exposed.str();
 }
 

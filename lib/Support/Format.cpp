@@ -53,4 +53,17 @@ std::string humanCount(double count) {
   return scaled(count, 1000.0, units, 7, true);
 }
 
+std::string humanSeconds(double seconds) {
+  char text[48];
+  if (seconds >= 1)
+    std::snprintf(text, sizeof text, "%.3f s", seconds);
+  else if (seconds >= 1e-3)
+    std::snprintf(text, sizeof text, "%.2f ms", seconds * 1e3);
+  else if (seconds > 0)
+    std::snprintf(text, sizeof text, "%.1f us", seconds * 1e6);
+  else
+    return "0 s";
+  return text;
+}
+
 } // namespace zeroc

@@ -209,3 +209,15 @@ TEST(JsonFieldReader, ChecksTypesAndAllowedValues) {
               std::string::npos);
   }
 }
+
+#include "zeroc/Support/Format.h"
+
+// The tables' units, one definition for inspect's and --what-if's tables.
+TEST(Format, NumbersAndDurationsAsTablesPrintThem) {
+  EXPECT_EQ(zeroc::groupDigits(124439808), "124,439,808");
+  EXPECT_EQ(zeroc::humanBytes(1536), "1.50 KiB");
+  EXPECT_EQ(zeroc::humanSeconds(2.4944), "2.494 s");
+  EXPECT_EQ(zeroc::humanSeconds(0.056258), "56.26 ms");
+  EXPECT_EQ(zeroc::humanSeconds(3.44e-6), "3.4 us");
+  EXPECT_EQ(zeroc::humanSeconds(0), "0 s");
+}

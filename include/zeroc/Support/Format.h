@@ -1,7 +1,7 @@
 //===- Format.h - Numbers as people read them -------------------*- C++ -*-===//
 //
-// Digit grouping and binary/decimal units for the tables that zeroc prints.
-// MLIR-free; shared by every tool and the runtime's logs.
+// Digit grouping, binary/decimal units and durations for the tables that zeroc
+// prints. MLIR-free; shared by every tool and the runtime's logs.
 //
 //===----------------------------------------------------------------------===//
 
@@ -21,6 +21,10 @@ std::string humanBytes(double bytes);
 
 /// Counts in decimal units: 124439808 -> "124.44 M", 6.7e12 -> "6.70 T".
 std::string humanCount(double count);
+
+/// Seconds as the inspect tables print them: "1.234 s", "12.35 ms",
+/// "3.4 us", "0 s".
+std::string humanSeconds(double seconds);
 
 } // namespace zeroc
 
