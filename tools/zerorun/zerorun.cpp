@@ -376,7 +376,12 @@ std::string formatBytes(double b) {
   return buf;
 }
 
-int run(const Options &o, Communicator &comm, Device *device) {
+/// Runs the plan; nonzero on failure. `agreedFailure` is set when every rank
+/// fails together (they agreed on it through a collective), so that main
+/// ends the job normally rather than with MPI_Abort, which can kill a rank
+/// before its own, more specific, message reaches the launcher.
+int run(const Options &o, Communicator &comm, Device *device,
+        bool *agreedFailure = nullptr) {
   bool root = comm.rank() == 0;
   auto err = [&](const std::string &msg) {
     std::fprintf(stderr, "zerorun: rank %d of %d: error: %s\n", comm.rank(),
@@ -481,9 +486,13 @@ int run(const Options &o, Communicator &comm, Device *device) {
   auto weightsStart = Clock::now();
   if (o.resume) {
     auto resumed = resumeTraining(e, comm, o.checkpointDir);
-    if (!resumed)
+    if (!resumed) {
+      // resumeTraining's ranks agree on failure: every rank is here.
+      if (agreedFailure)
+        *agreedFailure = true;
       return err("--resume from " + o.checkpointDir + ": " +
                  resumed.error().message);
+    }
     firstStep = resumed->step;
     if (root)
       std::printf("zerorun: resumed from %s at step %lld\n",
@@ -844,8 +853,9 @@ int main(int argc, char **argv) {
   int rc;
   {
     auto comm = MpiCommunicator::world();
-    rc = run(o, *comm, nullptr);
-    if (rc != 0 && comm->size() > 1) {
+    bool agreedFailure = false;
+    rc = run(o, *comm, nullptr, &agreedFailure);
+    if (rc != 0 && comm->size() > 1 && !agreedFailure) {
       std::fflush(nullptr);
       MPI_Abort(MPI_COMM_WORLD, rc);
     }
