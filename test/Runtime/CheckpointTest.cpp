@@ -1137,11 +1137,32 @@ Plan gpt2Plan(int64_t worldSize, DType dtype = DType::BF16) {
   return plan;
 }
 
+using HFTensors =
+    std::map<std::string, std::pair<std::vector<int64_t>, std::vector<float>>>;
+
+/// HF tensors of the given shapes, in name order, with distinct values
+/// exact in bf16 (multiples of 1/64 in [-100/64, 99/64]).
+HFTensors
+hfTensorsOfShapes(const std::map<std::string, std::vector<int64_t>> &shapes) {
+  HFTensors out;
+  int salt = 0;
+  for (const auto &[name, shape] : shapes) {
+    int64_t n = 1;
+    for (int64_t d : shape)
+      n *= d;
+    std::vector<float> v;
+    for (int64_t j = 0; j < n; ++j)
+      v.push_back(static_cast<float>((j * 7 + salt * 13) % 200 - 100) / 64);
+    ++salt;
+    out[name] = {shape, v};
+  }
+  return out;
+}
+
 /// The tensors of a Hugging Face GPT-2 state dict for gpt2Plan, as
 /// transformers lays them out (Conv1D weights [in, out], q, k, v fused
 /// along the output), with values exact in bf16: name -> (shape, values).
-std::map<std::string, std::pair<std::vector<int64_t>, std::vector<float>>>
-hfGPT2Tensors() {
+HFTensors hfGPT2Tensors() {
   std::map<std::string, std::vector<int64_t>> shapes = {
       {"wte.weight", {6, 4}},
       {"wpe.weight", {5, 4}},
@@ -1159,20 +1180,7 @@ hfGPT2Tensors() {
       {"h.0.mlp.c_proj.bias", {4}},
       {"ln_f.weight", {4}},
       {"ln_f.bias", {4}}};
-  std::map<std::string, std::pair<std::vector<int64_t>, std::vector<float>>>
-      out;
-  int salt = 0;
-  for (const auto &[name, shape] : shapes) {
-    int64_t n = 1;
-    for (int64_t d : shape)
-      n *= d;
-    std::vector<float> v;
-    for (int64_t j = 0; j < n; ++j)
-      v.push_back(static_cast<float>((j * 7 + salt * 13) % 200 - 100) / 64);
-    ++salt;
-    out[name] = {shape, v};
-  }
-  return out;
+  return hfTensorsOfShapes(shapes);
 }
 
 /// What each zeroc parameter must hold, from the HF tensors by
@@ -1601,9 +1609,6 @@ Plan mixtralPlan(int64_t worldSize, DType dtype = DType::BF16) {
   return plan;
 }
 
-using HFTensors =
-    std::map<std::string, std::pair<std::vector<int64_t>, std::vector<float>>>;
-
 /// A Hugging Face Mixtral state dict for mixtralPlan, as transformers'
 /// save_pretrained and the published Mixtral-8x7B files lay it out: one
 /// tensor per expert and projection, `experts.E.w1.weight` [6, 4], `w3`
@@ -1628,19 +1633,7 @@ HFTensors hfMixtralTensors() {
     shapes[x + "w3.weight"] = {6, 4};
     shapes[x + "w2.weight"] = {4, 6};
   }
-  HFTensors out;
-  int salt = 0;
-  for (const auto &[name, shape] : shapes) {
-    int64_t n = 1;
-    for (int64_t d : shape)
-      n *= d;
-    std::vector<float> v;
-    for (int64_t j = 0; j < n; ++j)
-      v.push_back(static_cast<float>((j * 7 + salt * 13) % 200 - 100) / 64);
-    ++salt;
-    out[name] = {shape, v};
-  }
-  return out;
+  return hfTensorsOfShapes(shapes);
 }
 
 /// What each zeroc parameter must hold: the HF tensor of the same name
