@@ -35,6 +35,9 @@ MODELS = {  # Hugging Face GPT-2 shapes.
 VOCAB = 50257
 # Dense bf16 tensor-core peaks (NVIDIA datasheets, SXM).
 PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}
+# ZeRO configurations: name -> (stage, optimizer offloaded to the host).
+CONFIGS = {"s0": (0, False), "s1": (1, False), "s2": (2, False),
+           "s3": (3, False), "s2off": (2, True)}
 
 
 def sh(cmd, **kw):
@@ -57,18 +60,22 @@ def prepare(args):
         mlir = os.path.join(PLANS, name + ".mlir")
         sh([args.zeroc, "gen", cfg, "--seq-len", str(SEQ), "--micro-batch",
             str(MICRO), "--dtype", "bf16", "--quiet", "-o", mlir])
-        for stage in range(4):
+        for conf, (stage, offload) in CONFIGS.items():
+            zero = {"stage": stage, "overlap_comm": True}
+            if offload:
+                zero["offload_optimizer"] = {"device": "cpu",
+                                             "pin_memory": True}
             ds = {"train_micro_batch_size_per_gpu": MICRO,
                   "gradient_accumulation_steps": 1,
                   "bf16": {"enabled": True},
                   "gradient_clipping": 1.0,
                   "optimizer": {"type": "AdamW",
                                 "params": {"lr": LR, "weight_decay": 0.1}},
-                  "zero_optimization": {"stage": stage, "overlap_comm": True}}
-            ds_path = os.path.join(PLANS, "%s.s%d.ds.json" % (name, stage))
+                  "zero_optimization": zero}
+            ds_path = os.path.join(PLANS, "%s.%s.ds.json" % (name, conf))
             with open(ds_path, "w") as f:
                 json.dump(ds, f)
-            plan = os.path.join(PLANS, "%s.s%d.plan.json" % (name, stage))
+            plan = os.path.join(PLANS, "%s.%s.plan.json" % (name, conf))
             sh([args.zeroc, mlir, "--config", ds_path, "--world-size", "1",
                 "--quiet", "-o", plan])
             print("wrote", plan)
@@ -84,11 +91,21 @@ def flops_per_token(plan):
     return 3.0 * fwd / (MICRO * SEQ)
 
 
-def run_zerorun(args, name, stage):
-    plan_path = os.path.join(PLANS, "%s.s%d.plan.json" % (name, stage))
-    log = os.path.join(PLANS, "%s.s%d.log.jsonl" % (name, stage))
-    sh([args.zerorun, plan_path, "--device", "cuda", "--synthetic", "--steps",
-        str(args.steps), "--log-json", log])
+def run_zerorun(args, name, conf):
+    plan_path = os.path.join(PLANS, "%s.%s.plan.json" % (name, conf))
+    log = os.path.join(PLANS, "%s.%s.log.jsonl" % (name, conf))
+    if os.path.exists(log):
+        os.remove(log)
+    t0 = time.perf_counter()
+    r = subprocess.run([args.zerorun, plan_path, "--device", "cuda",
+                        "--synthetic", "--steps", str(args.steps),
+                        "--log-json", log], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True)
+    wall = time.perf_counter() - t0
+    if r.returncode != 0 or not os.path.exists(log):
+        print(r.stdout[-3000:], flush=True)
+        return {"error": "exit %d: %s" % (r.returncode,
+                                          r.stdout.strip()[-300:])}
     rows = [json.loads(l) for l in open(log)]
     steps = [r for r in rows if not r.get("final")][args.warmup:]
     final = [r for r in rows if r.get("final")][0]
@@ -98,7 +115,9 @@ def run_zerorun(args, name, stage):
             "peak": final["measured_peak_bytes"],
             "predicted": final["predicted_peak_bytes"],
             "flops_per_token": flops_per_token(plan),
-            "loss": steps[-1]["loss"]}
+            "loss": steps[-1]["loss"], "wall_s": wall,
+            "first_step_s": rows[0]["seconds"],
+            "final": final}
 
 
 def torch_gpt2(shape):
@@ -179,7 +198,7 @@ def run_torch(args, name, compiled):
 
 def run(args):
     import torch
-    gpu = torch.cuda.get_device_name(0)
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
     peak = next((v for k, v in PEAK_TFLOPS.items() if k in gpu), None)
     lines = ["# GPU benchmark", "",
              "GPU: %s; PyTorch %s; %d steps, median of steps after %d "
@@ -188,28 +207,48 @@ def run(args):
                  gpu, torch.__version__, args.steps, args.warmup, SEQ, MICRO),
              "", "| model | runner | step ms | tokens/s | MFU | peak memory "
              "(predicted) |", "| --- | --- | --- | --- | --- | --- |"]
-    for name in MODELS:
-        fpt = None
-        for stage in range(4):
-            r = run_zerorun(args, name, stage)
-            fpt = r["flops_per_token"]
+    results = {"gpu": gpu, "torch": torch.__version__, "steps": args.steps,
+               "warmup": args.warmup, "runs": []}
+    for name in args.models.split(","):
+        with open(os.path.join(PLANS, "%s.s0.plan.json" % name)) as f:
+            fpt = flops_per_token(json.load(f))
+        for conf in CONFIGS:
+            r = run_zerorun(args, name, conf)
+            results["runs"].append(dict(r, model=name, runner="zerorun " + conf))
+            if "error" in r:
+                lines.append("| %s | zerorun %s | failed: %s | | | |" % (
+                    name, conf, r["error"].replace("\n", " ")[-160:]))
+                continue
             tps = MICRO * SEQ / r["step_s"]
             mfu = "%.1f%%" % (100 * tps * fpt / (peak * 1e12)) if peak else "-"
-            lines.append("| %s | zerorun stage %d | %.1f | %.0f | %s | %.2f GiB "
-                         "(%.2f GiB) |" % (name, stage, 1e3 * r["step_s"], tps,
+            lines.append("| %s | zerorun %s | %.1f | %.0f | %s | %.2f GiB "
+                         "(%.2f GiB) |" % (name, conf, 1e3 * r["step_s"], tps,
                                           mfu, r["peak"] / 2**30,
                                           r["predicted"] / 2**30))
+            print(lines[-1], flush=True)
         for compiled in (False, True):
-            r = run_torch(args, name, compiled)
+            try:
+                r = run_torch(args, name, compiled)
+            except Exception as e:  # a benchmark row, not the whole run
+                lines.append("| %s | PyTorch %s | failed: %s | | | |" % (
+                    name, "torch.compile" if compiled else "eager",
+                    str(e)[-160:]))
+                continue
+            results["runs"].append(dict(r, model=name, runner="torch" + (
+                ".compile" if compiled else " eager")))
             tps = MICRO * SEQ / r["step_s"]
             mfu = ("%.1f%%" % (100 * tps * fpt / (peak * 1e12))
-                   if peak and fpt else "-")
+                   if peak else "-")
             lines.append("| %s | PyTorch %s | %.1f | %.0f | %s | %.2f GiB |" % (
                 name, "torch.compile" if compiled else "eager",
                 1e3 * r["step_s"], tps, mfu, r["peak"] / 2**30))
-        print("\n".join(lines[-6:]), flush=True)
+            print(lines[-1], flush=True)
     with open(args.out, "w") as f:
         f.write("\n".join(lines) + "\n")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    print("\n".join(lines))
     print("wrote", args.out)
 
 
@@ -224,6 +263,9 @@ def main():
     r.add_argument("--steps", type=int, default=20)
     r.add_argument("--warmup", type=int, default=5)
     r.add_argument("--out", default=os.path.join(ROOT, "bench", "RESULTS.md"))
+    r.add_argument("--models", default=",".join(MODELS),
+                   help="comma-separated, of: " + ", ".join(MODELS))
+    r.add_argument("--json", help="also write every figure here")
     args = ap.parse_args()
     prepare(args) if args.cmd == "prepare" else run(args)
 

@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# Issue #17's GPU work on a lent GPU machine that has CUDA, cuBLAS, NCCL (as
+# PyTorch's wheels or the toolkit) and PyTorch, but no MLIR, MPI, OpenBLAS or
+# network. Two halves:
+#
+#   here (a full build in build/):   scripts/gpu-device.sh bundle
+#     packs zerorun, libzerorun-cuda.so, the `gpu` test binaries, their
+#     CTestTestfile.cmake files (paths rewritten to .gpu/build), the shared
+#     libraries they need that such a machine lacks (OpenMPI, OpenBLAS, fmt,
+#     ...) and bench/gpu_plans (bench/gpu_bench.py prepare) into .gpu/, which
+#     git ignores; carry `.gpu`.
+#   there:                           scripts/gpu-device.sh run [SECTION...]
+#     SECTION: info ctest calibrate bench124 sanitize bench350 (default: all,
+#     in that order); the log (run.log), the measured cluster file and the
+#     benchmark's tables and JSON go to $OUT (or .gpu/out).
+#
+# Each section has its own time limit, so one hang does not take the rest.
+set -u
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+G=$ROOT/.gpu
+
+bundle() {
+  set -e
+  rm -rf "$G" && mkdir -p "$G/build/bin" "$G/build/lib" "$G/sys"
+  local bins="zerorun ZerocCudaKernelTests ZerocCudaExecutorTests
+              ZerocCudaArgumentTests ZerocNcclCommTests ZerocNcclCommMpiTests"
+  for b in $bins; do cp "$ROOT/build/bin/$b" "$G/build/bin/"; done
+  cp "$ROOT/build/lib/libzerorun-cuda.so" "$G/build/lib/"
+  strip --strip-unneeded "$G"/build/bin/* "$G"/build/lib/*.so
+  (cd "$ROOT/build" && find . -name CTestTestfile.cmake -o -name '*_include.cmake' \
+     -o -name '*_tests.cmake') | while read -r f; do
+    mkdir -p "$G/build/$(dirname "$f")"
+    sed -e "s#$ROOT/build#$ROOT/.gpu/build#g" \
+        -e 's#"[^"]*/python3"#"python3"#g' "$ROOT/build/$f" >"$G/build/$f"
+  done
+  # Everything the binaries load that is not glibc, the C++ runtime or a
+  # CUDA library (those the GPU machine has, in matching versions).
+  for f in "$G"/build/bin/* "$G"/build/lib/*.so; do ldd "$f"; done |
+    awk '$3 ~ /^\// {print $3}' | sort -u |
+    grep -Ev '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcublasLt|libnccl)\.so' |
+    while read -r l; do cp -L "$l" "$G/sys/"; done
+  ls "$G/sys"
+  # Compressed, to fit the 64 MiB a device call carries (OpenBLAS alone is
+  # 35 MB); `run` unpacks them.
+  tar -C "$G" -cJf "$G/sys.tar.xz" sys && rm -rf "$G/sys"
+  tar -C "$ROOT" -cJf "$G/gpu_plans.tar.xz" bench/gpu_plans
+  du -sh "$G" "$G"/*.tar.xz
+}
+
+# GPU_DEADLINE (seconds since the epoch), when set, bounds the whole run:
+# a section starts only with 20 s left and gets what is left at most.
+left() {
+  if [ -z "${GPU_DEADLINE:-}" ]; then echo 100000; else
+    echo $((GPU_DEADLINE - $(date +%s))); fi
+}
+deadline_ok() { [ "$(left)" -ge "$1" ]; }
+limit() { # seconds: the smaller of the argument and what is left
+  local l; l=$(left); [ "$l" -lt "$1" ] && echo "$l" || echo "$1"
+}
+
+setup() {
+  OUT=${OUT:-$G/out}
+  mkdir -p "$OUT"
+  [ -d "$G/sys" ] || tar -C "$G" -xJf "$G/sys.tar.xz"
+  [ -d "$ROOT/bench/gpu_plans" ] || tar -C "$ROOT" -xJf "$G/gpu_plans.tar.xz"
+  # The test binaries and the CTestTestfiles name this checkout by the path
+  # it had where they were built.
+  local built
+  built=$(sed -n 's#.*"\(/[^"]*\)/\.gpu/build/bin/zerorun".*#\1#p' \
+    "$G"/build/test/Runtime/CTestTestfile.cmake | head -1)
+  if [ -n "$built" ] && [ "$built" != "$ROOT" ] && [ ! -e "$built" ]; then
+    mkdir -p "$(dirname "$built")" && ln -s "$ROOT" "$built"
+  fi
+  local d dirs=""
+  for n in libcublasLt.so.13 libcublas.so.13 libnccl.so.2 libcudart.so.13; do
+    d=$(find /usr/local/cuda/ /usr/lib /opt /usr/local/lib -name "$n" \
+          2>/dev/null | head -1)
+    [ -n "$d" ] && dirs="$dirs:$(dirname "$d")"
+  done
+  export LD_LIBRARY_PATH="$G/sys$dirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export PATH="$G/build/bin:/usr/local/cuda/bin:$PATH"
+  echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+}
+
+sec_info() {
+  nvidia-smi
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm \
+    --format=csv
+  nvcc --version | tail -2
+  python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'
+  ldd "$G/build/lib/libzerorun-cuda.so" | grep -E "not found|cublas|nccl|cudart"
+  ldd "$G/build/bin/zerorun" | grep "not found"
+  nproc; free -g | head -2
+}
+
+sec_ctest() {
+  timeout "$(limit 300)" ctest --test-dir "$G/build" -L gpu -E 'comm_nccl_(np|timeout)' \
+    --output-on-failure -j 4 --timeout 240
+}
+
+sec_sanitize() {
+  local plan=$ROOT/test/Runtime/Inputs/tiny-gpt2-stage3-ws1.json t
+  for t in memcheck racecheck synccheck; do
+    deadline_ok 60 || { echo "sanitize $t: skipped (deadline)"; continue; }
+    echo "== compute-sanitizer --tool $t"
+    timeout "$(limit 120)" compute-sanitizer --tool $t --error-exitcode 9 \
+      "$G/build/bin/zerorun" "$plan" --device cuda --synthetic --steps 2
+    echo "exit $?"
+  done
+}
+
+sec_calibrate() {
+  timeout "$(limit 180)" "$G/build/bin/zerorun" --calibrate --device cuda \
+    -o "$OUT/cluster-gpu.json"
+  echo "exit $?"
+}
+
+sec_bench() { # models
+  deadline_ok 90 || { echo "bench $1: skipped (deadline)"; return; }
+  PYTHONUNBUFFERED=1 timeout "$(limit "${BENCH_TIMEOUT:-400}")" python3 \
+    "$ROOT/bench/gpu_bench.py" run --zerorun "$G/build/bin/zerorun" \
+    --models "$1" --steps "${BENCH_STEPS:-12}" --warmup 3 \
+    --out "$OUT/RESULTS-$1.md" --json "$OUT/bench-$1.json"
+  echo "exit $?"
+}
+
+run() {
+  setup
+  local s sections=${*:-info ctest calibrate bench124 sanitize bench350}
+  for s in $sections; do
+    echo "=========== $s ($(date -u +%T), $(left) s left)"
+    deadline_ok 20 || { echo "skipped: deadline"; continue; }
+    case $s in
+    info) sec_info ;;
+    ctest) sec_ctest ;;
+    sanitize) sec_sanitize ;;
+    calibrate) sec_calibrate ;;
+    bench124) sec_bench gpt2-124m ;;
+    bench350) sec_bench gpt2-350m ;;
+    *) echo "unknown section $s" ;;
+    esac 2>&1 | tee -a "$OUT/run.log"
+  done
+  echo "=========== done ($(date -u +%T))"
+}
+
+case ${1:-} in
+bundle) bundle ;;
+run) shift; run "$@" ;;
+*) sed -n '2,18p' "$0"; exit 2 ;;
+esac
