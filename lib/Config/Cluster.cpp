@@ -121,7 +121,7 @@ struct FigureSpec {
   }
 #define ZEROC_MATMULS(dtype, d)                                                \
   ZEROC_MATMUL(dtype, d, "small", 0), ZEROC_MATMUL(dtype, d, "medium", 1),     \
-      ZEROC_MATMUL(dtype, d, "large", 2)
+      ZEROC_MATMUL(dtype, d, "large", 2), ZEROC_MATMUL(dtype, d, "xlarge", 3)
 #define ZEROC_KERNEL(kind)                                                     \
   {                                                                            \
     "calibration.kernel_gb_per_s." kind, kGBPerS, Bound::Positive, true,       \

@@ -119,7 +119,7 @@ double calibratedMatmulRate(const ClusterCalibration &calibration, DType dtype,
                             double flops) {
   int d = dtype == DType::BF16 ? 1 : dtype == DType::F16 ? 2 : 0;
   std::vector<std::pair<double, double>> points; // (log flops, rate)
-  for (int k = 0; k < 3; ++k)
+  for (int k = 0; k < ClusterCalibration::kMatmulClasses; ++k)
     if (calibration.matmul[d][k] > 0)
       points.push_back({std::log(ClusterCalibration::kMatmulClassFlops[k]),
                         calibration.matmul[d][k]});

@@ -41,6 +41,13 @@ public:
   /// step).
   void setOrigin(Clock::time_point t) { origin = t; }
 
+  /// On a device whose kernels run asynchronously (CUDA), the scheduler
+  /// waits for each op's stream before taking its end time, so that a span
+  /// is the op's issue and execution rather than its issue alone. This
+  /// serialises host and device per stream: spans are exact, overlap
+  /// across ops of one stream is lost (zerorun prints so).
+  bool synchronizeOps = false;
+
   /// A run of a phase starts: op slots for `opCount` op indices. Called by
   /// the executor's thread, before any stream runs.
   void beginRun(const PlanPhase &phase, int64_t step, int64_t run,

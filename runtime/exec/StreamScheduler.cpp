@@ -74,8 +74,11 @@ void StreamScheduler::runOne(const PlanOp &op, bool computeStream,
   double scalarWait = times.scalarWait;
   runOp(op);
   dev.opDone(op.index);
-  if (profiler)
+  if (profiler) {
+    if (profiler->synchronizeOps)
+      dev.streamSynchronize();
     profiler->record(op.index, t1, Clock::now());
+  }
   markDone(op);
   if (computeStream) {
     double blocked = times.scalarWait - scalarWait;

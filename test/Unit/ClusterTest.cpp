@@ -378,7 +378,9 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
       {"ranks", 2},
       {"op_overhead_us", {{"value", 4}, {"source", "measured"}}},
       {"phase_overhead_us", 80},
-      {"matmul_tflops", {{"f32", {{"small", 0.02}, {"large", 0.05}}}}},
+      {"matmul_tflops",
+       {{"f32", {{"small", 0.02}, {"large", 0.05}}},
+        {"bf16", {{"xlarge", 600}}}}},
       {"kernel_gb_per_s", {{"gelu", 0.5}, {"default", 8}}},
       {"adam_gb_per_s", 10},
       {"clip_gb_per_s", 2},
@@ -395,6 +397,8 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
   EXPECT_NEAR(k.matmul[0][0], 0.02e12, 1);
   EXPECT_EQ(k.matmul[0][1], 0); // Not given.
   EXPECT_NEAR(k.matmul[0][2], 0.05e12, 1);
+  EXPECT_NEAR(k.matmul[1][3], 600e12, 1); // The GPU-only 4096 class.
+  EXPECT_EQ(k.matmul[1][2], 0);
   EXPECT_NEAR(k.kernelBandwidth.at("gelu"), 0.5e9, 1e-3);
   EXPECT_NEAR(k.kernelBandwidth.at("default"), 8e9, 1e-3);
   EXPECT_NEAR(k.adamBandwidth, 10e9, 1e-3);

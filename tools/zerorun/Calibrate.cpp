@@ -193,11 +193,18 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
   // [n, n] operands, each size class, each dtype the kernels take.
   const char *dtypeNames[3] = {"f32", "bf16", "f16"};
   const DType dtypes[3] = {DType::F32, DType::BF16, DType::F16};
-  const char *classNames[3] = {"small", "medium", "large"};
+  const char *classNames[ClusterCalibration::kMatmulClasses] = {
+      "small", "medium", "large", "xlarge"};
+  // A GPU also gets the 4096 class (a CPU would take minutes on it); its
+  // memory-bound kernels get inputs large enough that a launch and the
+  // synchronization after it are a small part of the time.
+  const bool gpu = !dev.hostAddressable();
+  const int classes = gpu ? ClusterCalibration::kMatmulClasses : 3;
   double best[3] = {0, 0, 0};
   for (int d = 0; d < 3; ++d) {
-    for (int s = 0; s < 3; ++s) {
-      int64_t n = s == 0 ? 64 : s == 1 ? 256 : 1024;
+    for (int s = 0; s < classes; ++s) {
+      int64_t n = int64_t(
+          std::lround(std::cbrt(ClusterCalibration::kMatmulClassFlops[s] / 2)));
       Tensor a = cal.buffer({n, n}, dtypes[d], small);
       Tensor w = cal.buffer({n, n}, dtypes[d], small);
       Tensor y = cal.buffer({n, n}, dtypes[d], small);
@@ -219,7 +226,7 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
         }
         total += cal.time(
             [&] { (void)dev.modelOp(op, in, out, StepContext{}, nullptr); },
-            s == 2 ? 0.05 : 0.02, s == 2 ? 3 : 5);
+            s >= 2 ? 0.05 : 0.02, s >= 2 ? 3 : 5);
       }
       if (!ok)
         break;
@@ -236,11 +243,14 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
   }
 
   // Memory-bound kernels on activation-like inputs, [64, 1024] f32 drawn
+  // ([16384, 1024] on a GPU)
   // from N(0, 0.25): GELU's and SiLU's speed depends on the magnitude of
   // their inputs (libm's tanh and exp take longer far from 0), and these
   // are the activations of layers initialised with std 0.02.
-  const std::vector<int64_t> act = {64, 1024};
-  const double actBytes = 64.0 * 1024 * 4;
+  const int64_t actRows = gpu ? 16384 : 64;
+  const std::vector<int64_t> act = {actRows, 1024};
+  const double actBytes = double(actRows) * 1024 * 4;
+  const std::string actShape = "[" + std::to_string(actRows) + ", 1024] f32";
   std::vector<double> rates;
   auto kernel = [&](const char *name, OpKind kind, size_t inputs,
                     double passes) {
@@ -258,7 +268,7 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
     k.kernelBandwidth[name] = rate;
     rates.push_back(rate);
     source(std::string("calibration.kernel_gb_per_s.") + name,
-           "[64, 1024] f32 inputs drawn from N(0, 0.25)");
+           actShape + " inputs drawn from N(0, 0.25)");
     say("  %-20s %8.2f GB/s\n", name, rate / 1e9);
   };
   kernel("gelu", OpKind::Gelu, 1, 2);
@@ -283,7 +293,7 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
       k.kernelBandwidth["layernorm"] = rate;
       rates.push_back(rate);
       source("calibration.kernel_gb_per_s.layernorm",
-             "[64, 1024] f32 inputs drawn from N(0, 0.25)");
+             actShape + " inputs drawn from N(0, 0.25)");
       say("  %-20s %8.2f GB/s\n", "layernorm", rate / 1e9);
     }
   }
@@ -292,30 +302,33 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
            g = cal.buffer(act, DType::F32, activation);
     double t = cal.time([&] { (void)dev.accumulate(acc, g); });
     k.kernelBandwidth["accumulate"] = 3 * actBytes / t;
-    source("calibration.kernel_gb_per_s.accumulate", "[64, 1024] f32");
+    source("calibration.kernel_gb_per_s.accumulate", actShape);
     t = cal.time([&] { (void)dev.zeroTensor(g); });
     k.kernelBandwidth["zero_grads"] = actBytes / t;
-    source("calibration.kernel_gb_per_s.zero_grads", "[64, 1024] f32");
+    source("calibration.kernel_gb_per_s.zero_grads", actShape);
     say("  %-20s %8.2f GB/s\n  %-20s %8.2f GB/s\n", "accumulate",
         k.kernelBandwidth["accumulate"] / 1e9, "zero_grads",
         k.kernelBandwidth["zero_grads"] / 1e9);
   }
-  // Cross-entropy over a [2, 32, 4096] vocabulary (an exp per logit):
+  // Cross-entropy over a [2, 32, 4096] vocabulary ([2, 2048, 4096] on a
+  // GPU; an exp per logit):
   // bytes as the plan counts them, the logits read (and their gradient
   // written).
   {
-    Tensor logits = cal.buffer({2, 32, 4096}, DType::F32, activation);
-    Tensor dlogits = cal.buffer({2, 32, 4096}, DType::F32, activation);
+    const int64_t ceRows = gpu ? 4096 : 64;
+    const std::string ceShape = "[2, " + std::to_string(ceRows / 2) + ", 4096]";
+    Tensor logits = cal.buffer({2, ceRows / 2, 4096}, DType::F32, activation);
+    Tensor dlogits = cal.buffer({2, ceRows / 2, 4096}, DType::F32, activation);
     Tensor loss = cal.buffer({}, DType::F32, activation);
     Tensor dloss =
         cal.buffer({}, DType::F32, [](std::mt19937 &) { return 1.0f; });
-    Tensor targets{dev.allocate(64 * 4, true), DType::I32, {2, 32}};
+    Tensor targets{dev.allocate(ceRows * 4, true), DType::I32, {2, ceRows / 2}};
     cal.keep.push_back({static_cast<char *>(targets.data), true});
-    std::vector<int32_t> ids(64);
+    std::vector<int32_t> ids(ceRows);
     for (size_t i = 0; i < ids.size(); ++i)
       ids[i] = int32_t((i * 977) % 4096);
-    dev.fromHost(targets.data, ids.data(), 64 * 4);
-    double logitBytes = 64.0 * 4096 * 4;
+    dev.fromHost(targets.data, ids.data(), ceRows * 4);
+    double logitBytes = double(ceRows) * 4096 * 4;
     PlanOp fwd = modelOp(OpKind::CrossEntropy, 2, 1);
     std::vector<Tensor> in = {logits, targets}, out = {loss};
     std::optional<Status> st =
@@ -325,7 +338,7 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
           [&] { (void)dev.modelOp(fwd, in, out, StepContext{}, nullptr); });
       k.kernelBandwidth["cross_entropy"] = logitBytes / t;
       source("calibration.kernel_gb_per_s.cross_entropy",
-             "[2, 32, 4096] f32 logits, the logits' bytes");
+             ceShape + " f32 logits, the logits' bytes");
       say("  %-20s %8.2f GB/s\n", "cross_entropy", logitBytes / t / 1e9);
     }
     PlanOp bwd = modelOp(OpKind::CrossEntropyBackward, 3, 1);
@@ -336,8 +349,8 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
           [&] { (void)dev.modelOp(bwd, bin, bout, StepContext{}, nullptr); });
       k.kernelBandwidth["cross_entropy_backward"] = 2 * logitBytes / t;
       source("calibration.kernel_gb_per_s.cross_entropy_backward",
-             "[2, 32, 4096] f32 logits, the logits read and their gradient "
-             "written");
+             ceShape +
+                 " f32 logits, the logits read and their gradient written");
       say("  %-20s %8.2f GB/s\n", "cross_entropy_backward",
           2 * logitBytes / t / 1e9);
     }
@@ -354,8 +367,10 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
   }
   (void)rates;
 
-  // Adam (f32 parameter as its own master) and clipping over 1M elements.
-  const int64_t adamN = 1 << 20;
+  // Adam (f32 parameter as its own master) and clipping over 1M elements
+  // (64M on a GPU).
+  const int64_t adamN = gpu ? int64_t(1) << 26 : int64_t(1) << 20;
+  const std::string adamCount = gpu ? "64M" : "1M";
   {
     Tensor grad = cal.buffer({adamN}, DType::F32, small),
            param = cal.buffer({adamN}, DType::F32, small),
@@ -372,17 +387,19 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
     // read and written, the parameter read and written.
     k.adamBandwidth = 28.0 * double(adamN) / t;
     source("calibration.adam_gb_per_s",
-           "adam_update of 1M f32 elements (28 bytes each)");
-    c.host.memoryBandwidth = k.adamBandwidth * comm.size();
-    source("host.memory_gb_per_s",
-           "Adam's bytes per second on the host, all ranks together");
+           "adam_update of " + adamCount + " f32 elements (28 bytes each)");
+    if (!gpu) { // On a GPU this was the device's Adam, not the host's.
+      c.host.memoryBandwidth = k.adamBandwidth * comm.size();
+      source("host.memory_gb_per_s",
+             "Adam's bytes per second on the host, all ranks together");
+    }
     t = cal.time([&] {
       double s = dev.sumOfSquares(grad);
       (void)dev.scaleInPlace(grad, float(1.0 / (1.0 + 1e-12 * s)));
     });
     k.clipBandwidth = 4.0 * double(adamN) / t;
     source("calibration.clip_gb_per_s",
-           "the norm and the scale of 1M f32 gradient elements");
+           "the norm and the scale of " + adamCount + " f32 gradient elements");
     say("  %-20s %8.2f GB/s\n  %-20s %8.2f GB/s\n", "adam",
         k.adamBandwidth / 1e9, "clip", k.clipBandwidth / 1e9);
   }

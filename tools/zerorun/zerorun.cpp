@@ -150,8 +150,9 @@ OPTIONS:
   --profile TRACE.json    Record every op's start and end on every rank and
                           stream; rank 0 writes them as one Chrome trace with
                           the names of `zeroc inspect --trace`, for `zeroc
-                          inspect PLAN --cluster C --compare TRACE.json`
-                          (CPU device only)
+                          inspect PLAN --cluster C --compare TRACE.json`;
+                          on --device cuda each op's stream is synchronized
+                          before its end is taken (kernel times, no overlap)
   --plain                 One plain line per step even on a terminal (the
                           default there is a progress bar)
   --single-thread         Run every op on one thread in program order
@@ -335,10 +336,6 @@ Options parseArgs(int argc, char **argv) {
     usageError("--resume needs --checkpoint-dir");
   if (o.resume && !o.initFrom.empty())
     usageError("--resume and --init-from exclude each other");
-  if (!o.profile.empty() && o.device == "cuda")
-    usageError("--profile records host-side op times, which on --device "
-               "cuda are issue times, not kernel times: it supports the CPU "
-               "device only");
   if (!o.dumpGrads.empty() && !o.checkpointDir.empty())
     usageError("--dump-grads runs no optimizer step: it saves no checkpoint "
                "(--checkpoint-dir)");
@@ -454,6 +451,11 @@ int run(const Options &o, Communicator &comm, Device *device,
   Profiler profiler;
   ExecutorOptions eo;
   eo.profiler = o.profile.empty() ? nullptr : &profiler;
+  profiler.synchronizeOps = o.device == "cuda";
+  if (eo.profiler && profiler.synchronizeOps && root)
+    std::cerr << "zerorun: --profile on --device cuda synchronizes each op's "
+                 "stream to time it: steps run slower and streams overlap "
+                 "less than without it\n";
   eo.seed = o.seed;
   eo.streamThreads = !o.singleThread;
   eo.nvmePath = o.nvmePath;

@@ -79,14 +79,17 @@ struct ClusterHost {
 /// measured": the cost model then uses the datasheet figures.
 struct ClusterCalibration {
   /// The GEMM size classes, by the FLOPs of one call: a square GEMM of
-  /// side 64, 256 and 1024 (2 n^3 FLOPs). Between two classes the cost
-  /// model interpolates the rate in log(FLOPs); outside, it takes the
-  /// nearest class's.
-  static constexpr double kMatmulClassFlops[3] = {
-      2.0 * 64 * 64 * 64, 2.0 * 256 * 256 * 256, 2.0 * 1024 * 1024 * 1024};
+  /// side 64, 256, 1024 and 4096 (2 n^3 FLOPs; the last measured on GPUs
+  /// only, where 1024 is still far from the tensor cores' rate). Between
+  /// two classes the cost model interpolates the rate in log(FLOPs);
+  /// outside, it takes the nearest measured class's.
+  static constexpr int kMatmulClasses = 4;
+  static constexpr double kMatmulClassFlops[kMatmulClasses] = {
+      2.0 * 64 * 64 * 64, 2.0 * 256 * 256 * 256, 2.0 * 1024 * 1024 * 1024,
+      2.0 * 4096 * 4096 * 4096};
   /// Achieved FLOP/s of linear-class kernels by dtype (f32, bf16, f16)
-  /// and size class (small, medium, large).
-  double matmul[3][3] = {};
+  /// and size class (small, medium, large, xlarge); 0: not measured.
+  double matmul[3][kMatmulClasses] = {};
   /// Achieved FLOP/s of the attention kernels (forward and backward,
   /// flash) in f32.
   double attention = 0;

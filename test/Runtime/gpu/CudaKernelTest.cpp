@@ -16,6 +16,11 @@
 //   |gpu - cpu| <= u (2 |cpu| + max |cpu|) + tol max |cpu|, with u = 2^-8
 //   (bf16) or 2^-11 (f16): each side rounds a slightly different f32 value
 //   once, and in attention P is rounded before it is used.
+// The attention backwards take max |cpu| over dq, dk and dv together: with
+// a window of 1 each row's softmax is exactly 1, dq and dk are exact zeros
+// on the CPU and a residue of cancelling terms of dv's size on the GPU
+// (first run on an H100: 1e-7 against 0), which only the gradients' common
+// scale bounds.
 // Device outputs start as all-ones bytes (NaN in every float dtype), so an
 // element a kernel fails to write shows. Each test skips, saying why, where
 // no CUDA GPU is usable.
@@ -165,12 +170,13 @@ std::string where(int64_t i, double gpu, double cpu) {
 }
 
 /// The tolerance rule of the file comment.
+/// `minScale`: a floor under max |cpu| (the attention backwards').
 void expectClose(const Host &gpu, const Host &cpu, double tol,
-                 const std::string &what) {
+                 const std::string &what, double minScale = 0.0) {
   ASSERT_EQ(gpu.view.shape, cpu.view.shape) << what;
   ASSERT_EQ(gpu.view.dtype, cpu.view.dtype) << what;
   std::vector<float> g = gpu.values(), c = cpu.values();
-  double scale = 0.0;
+  double scale = minScale;
   for (float x : c)
     scale = std::max(scale, double(std::abs(x)));
   double unit = cpu.view.dtype == DType::BF16  ? 0x1p-8
@@ -187,6 +193,15 @@ void expectClose(const Host &gpu, const Host &cpu, double tol,
   EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << g.size()
                     << " elements out of tolerance (scale " << scale << "); "
                     << (first >= 0 ? where(first, g[first], c[first]) : "");
+}
+
+/// max |x| over the tensors.
+double maxAbs(std::initializer_list<const Host *> tensors) {
+  double m = 0.0;
+  for (const Host *t : tensors)
+    for (float x : t->values())
+      m = std::max(m, double(std::abs(x)));
+  return m;
 }
 
 /// Bit for bit.
@@ -715,9 +730,10 @@ TEST_P(CudaAttention, MatchesTheCpu) {
                                     c.kvHeads, c.window, &probsd.view, dqd, dkd,
                                     dvd, ctx, stream));
   Host gdq = down(dqd), gdk = down(dkd), gdv = down(dvd);
-  expectClose(gdq, dq, kBackwardTolerance, "dq");
-  expectClose(gdk, dk, kBackwardTolerance, "dk");
-  expectClose(gdv, dv, kBackwardTolerance, "dv");
+  double gradScale = maxAbs({&dq, &dk, &dv});
+  expectClose(gdq, dq, kBackwardTolerance, "dq", gradScale);
+  expectClose(gdk, dk, kBackwardTolerance, "dk", gradScale);
+  expectClose(gdv, dv, kBackwardTolerance, "dv", gradScale);
 
   Device dq2(dq.view), dk2(dk.view), dv2(dv.view);
   ASSERT_OK(cuda::attentionBackward(*qd, *kd, *vd, outd, *doutd, c.heads,
@@ -764,9 +780,10 @@ TEST_P(CudaAttention, FlashMatchesTheCpu) {
                                          c.kvHeads, c.window, &lsed.view, dqd,
                                          dkd, dvd, ctx, stream));
   Host gdq = down(dqd), gdk = down(dkd), gdv = down(dvd);
-  expectClose(gdq, dq, kBackwardTolerance, "flash dq");
-  expectClose(gdk, dk, kBackwardTolerance, "flash dk");
-  expectClose(gdv, dv, kBackwardTolerance, "flash dv");
+  double gradScale = maxAbs({&dq, &dk, &dv});
+  expectClose(gdq, dq, kBackwardTolerance, "flash dq", gradScale);
+  expectClose(gdk, dk, kBackwardTolerance, "flash dk", gradScale);
+  expectClose(gdv, dv, kBackwardTolerance, "flash dv", gradScale);
 
   Device dq2(dq.view), dk2(dk.view), dv2(dv.view);
   ASSERT_OK(cuda::flashAttentionBackward(*qd, *kd, *vd, outd, *doutd, c.heads,
