@@ -10,7 +10,8 @@
 #     ...) and bench/gpu_plans (bench/gpu_bench.py prepare) into .gpu/, which
 #     git ignores; carry `.gpu`.
 #   there:                           scripts/gpu-device.sh run [SECTION...]
-#     SECTION: info ctest calibrate bench124 sanitize bench350 (default: all,
+#     SECTION: info ctest calibrate bench124 sanitize bench350 profile
+#     (default: all but profile,
 #     in that order); the log (run.log), the measured cluster file and the
 #     benchmark's tables and JSON go to $OUT (or .gpu/out).
 #
@@ -124,6 +125,17 @@ sec_bench() { # models
   echo "exit $?"
 }
 
+sec_profile() { # GPT-2 124M, per-op times (each op's stream synchronized)
+  local conf
+  for conf in ${PROFILE_CONFIGS:-s0 s3 s2off}; do
+    deadline_ok 40 || { echo "profile $conf: skipped (deadline)"; continue; }
+    timeout "$(limit 120)" "$G/build/bin/zerorun" \
+      "$ROOT/bench/gpu_plans/gpt2-124m.$conf.plan.json" --device cuda \
+      --synthetic --steps 4 --plain --profile "$OUT/trace-124m-$conf.json"
+    echo "exit $?"
+  done
+}
+
 run() {
   setup
   local s sections=${*:-info ctest calibrate bench124 sanitize bench350}
@@ -134,6 +146,7 @@ run() {
     info) sec_info ;;
     ctest) sec_ctest ;;
     sanitize) sec_sanitize ;;
+    profile) sec_profile ;;
     calibrate) sec_calibrate ;;
     bench124) sec_bench gpt2-124m ;;
     bench350) sec_bench gpt2-350m ;;
