@@ -226,7 +226,7 @@ def run(args):
                                           mfu, r["peak"] / 2**30,
                                           r["predicted"] / 2**30))
             print(lines[-1], flush=True)
-        for compiled in (False, True):
+        for compiled in (False, True) if args.torch else ():
             try:
                 r = run_torch(args, name, compiled)
             except Exception as e:  # a benchmark row, not the whole run
@@ -266,6 +266,8 @@ def main():
     r.add_argument("--models", default=",".join(MODELS),
                    help="comma-separated, of: " + ", ".join(MODELS))
     r.add_argument("--json", help="also write every figure here")
+    r.add_argument("--no-torch", dest="torch", action="store_false",
+                   help="zerorun only (PyTorch's rows from an earlier run)")
     args = ap.parse_args()
     prepare(args) if args.cmd == "prepare" else run(args)
 

@@ -96,7 +96,7 @@ sec_info() {
 
 sec_ctest() {
   timeout "$(limit 300)" ctest --test-dir "$G/build" -L gpu -E 'comm_nccl_(np|timeout)' \
-    --output-on-failure -j 4 --timeout 240
+    --output-on-failure -j 4 --timeout 240 ${CTEST_ARGS:-}
 }
 
 sec_sanitize() {
@@ -121,7 +121,7 @@ sec_bench() { # models
   PYTHONUNBUFFERED=1 timeout "$(limit "${BENCH_TIMEOUT:-400}")" python3 \
     "$ROOT/bench/gpu_bench.py" run --zerorun "$G/build/bin/zerorun" \
     --models "$1" --steps "${BENCH_STEPS:-12}" --warmup 3 \
-    --out "$OUT/RESULTS-$1.md" --json "$OUT/bench-$1.json"
+    --out "$OUT/RESULTS-$1.md" --json "$OUT/bench-$1.json" ${BENCH_ARGS:-}
   echo "exit $?"
 }
 
@@ -145,6 +145,7 @@ run() {
     case $s in
     info) sec_info ;;
     ctest) sec_ctest ;;
+    attention) CTEST_ARGS="-R CudaAttention|CudaExecutor|zerorun_gpu" sec_ctest ;;
     sanitize) sec_sanitize ;;
     profile) sec_profile ;;
     calibrate) sec_calibrate ;;

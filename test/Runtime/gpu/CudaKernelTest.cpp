@@ -809,7 +809,16 @@ INSTANTIATE_TEST_SUITE_P(
                       AttentionCase{DType::F32, 2, 33, 4, 2, 16, 7},
                       AttentionCase{DType::F32, 1, 20, 4, 1, 8, 1},
                       AttentionCase{DType::BF16, 2, 33, 4, 2, 16, 40},
-                      AttentionCase{DType::F32, 2, 300, 2, 1, 16, 257}),
+                      AttentionCase{DType::F32, 2, 300, 2, 1, 16, 257},
+                      // The tiled flash kernels' 64-row tiles: head dims of
+                      // both instantiations (64, 128) and one between (96),
+                      // sequences ending inside a tile, a window crossing
+                      // tiles; and past 128 the warp-per-row kernels.
+                      AttentionCase{DType::F32, 1, 130, 2, 1, 64},
+                      AttentionCase{DType::BF16, 2, 70, 2, 2, 128, 50},
+                      AttentionCase{DType::F16, 1, 65, 3, 1, 96},
+                      AttentionCase{DType::F32, 1, 150, 4, 2, 64, 70},
+                      AttentionCase{DType::F32, 1, 40, 1, 1, 160}),
     [](const auto &info) {
       const AttentionCase &c = info.param;
       return name(c.dtype) + "_b" + std::to_string(c.batch) + "_s" +
