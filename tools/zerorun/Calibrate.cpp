@@ -3,6 +3,7 @@
 #include "Calibrate.h"
 
 #include "comm/Communicator.h"
+#include "cpu/Optimizer.h"
 #include "exec/Device.h"
 #include "exec/PreparedPhase.h"
 #include "exec/StreamScheduler.h"
@@ -388,10 +389,29 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
     k.adamBandwidth = 28.0 * double(adamN) / t;
     source("calibration.adam_gb_per_s",
            "adam_update of " + adamCount + " f32 elements (28 bytes each)");
-    if (!gpu) { // On a GPU this was the device's Adam, not the host's.
+    if (!gpu) {
       c.host.memoryBandwidth = k.adamBandwidth * comm.size();
       source("host.memory_gb_per_s",
              "Adam's bytes per second on the host, all ranks together");
+    } else {
+      // On a GPU the Adam above ran on the device; an offloaded optimizer
+      // runs the CPU kernel on host memory, timed here on its own.
+      const int64_t hostN = int64_t(1) << 24;
+      std::vector<float> hg(size_t(hostN), 1e-3f), hp(size_t(hostN), 0.5f),
+          hm(size_t(hostN), 0.0f), hv(size_t(hostN), 0.0f);
+      auto host = [&](std::vector<float> &x) {
+        return Tensor{x.data(), DType::F32, {hostN}};
+      };
+      Tensor tg = host(hg), tp = host(hp), tm = host(hm), tv = host(hv);
+      int64_t hostStep = 1;
+      double th = cal.time([&] {
+        (void)cpu::adamUpdate(settings, hostStep++, tg, tp, tm, tv, nullptr);
+      });
+      c.host.memoryBandwidth = 28.0 * double(hostN) / th * comm.size();
+      source("host.memory_gb_per_s",
+             "the CPU adam_update of 16M f32 elements in host memory (an "
+             "offloaded optimizer's kernel), all ranks together");
+      say("  %-20s %8.2f GB/s\n", "host adam", c.host.memoryBandwidth / 1e9);
     }
     t = cal.time([&] {
       double s = dev.sumOfSquares(grad);
