@@ -8,6 +8,7 @@
 #include "exec/PreparedPhase.h"
 #include "exec/StreamScheduler.h"
 #include "zeroc/Config/Cluster.h"
+#include "zeroc/Support/Json.h"
 
 #include <algorithm>
 #include <chrono>
@@ -622,8 +623,26 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
 
   if (!root)
     return 0;
+  // The file must be one that --cluster accepts: a figure left at 0 (a
+  // measurement that did not run on this device) is refused here, naming
+  // it, rather than written for zeroc to refuse later (a GPU calibration
+  // once wrote host.memory_gb_per_s 0).
+  std::string text = toJson(c).dump(2);
+  Expected<JsonDocument> doc = JsonDocument::parse(text, output);
+  if (!doc) {
+    std::fprintf(stderr, "zerorun: error: --calibrate: %s\n",
+                 doc.error().str().c_str());
+    return 1;
+  }
+  if (Expected<Cluster> back = readCluster(*doc); !back) {
+    std::fprintf(stderr,
+                 "zerorun: error: --calibrate: the measured cluster is not "
+                 "one zeroc accepts, not written: %s\n",
+                 back.error().str().c_str());
+    return 1;
+  }
   std::ofstream out(output);
-  out << toJson(c).dump(2) << "\n";
+  out << text << "\n";
   out.close();
   if (!out) {
     std::fprintf(stderr, "zerorun: error: --calibrate: cannot write %s\n",
