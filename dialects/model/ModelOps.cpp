@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "model/ModelOps.h"
+#include "zeroc/Plan/AttentionFlops.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -722,17 +723,11 @@ LogicalResult CausalAttentionOp::verify() {
   return verifyYieldedState(*this);
 }
 
-/// Attention scores as the FLOP convention counts them: seq^2 per (batch,
-/// head) without a window, the full square (twice the causal triangle's
-/// s (s + 1) / 2 query-key pairs, less the diagonal, as in 6N + 12 L H S).
-/// With a window w < seq, the same count of the pairs the window leaves:
-/// twice its w (w + 1) / 2 + (s - w) w pairs less the diagonal,
-/// (2w - 1) s - w (w - 1), which is s^2 at w = s.
-static int64_t attentionScores(Value q, int64_t heads, int64_t window) {
+/// Attention scores as the FLOP convention counts them (Plan/AttentionFlops.h,
+/// shared with zerorun's calibration).
+static int64_t scoresOf(Value q, int64_t heads, int64_t window) {
   ArrayRef<int64_t> shape = tensorOf(q).getShape();
-  int64_t s = shape[1], w = window;
-  int64_t perHead = w > 0 && w < s ? (2 * w - 1) * s - w * (w - 1) : s * s;
-  return shape[0] * heads * perHead;
+  return zeroc::attentionScores(shape[0], shape[1], heads, window);
 }
 
 /// What attention's `kernel` keeps for its backward: the softmax
@@ -753,12 +748,9 @@ static RankedTensorType attentionState(Value q, int64_t heads,
   llvm_unreachable("unknown attention kernel");
 }
 
-// Q K^T and P V are 2 * scores * head_dim each (the full square, as in the
-// usual 6N + 12 L H S accounting); the softmax is 5 per score. Both kernels
-// do this work (flash in tiles, with an online softmax).
 int64_t CausalAttentionOp::getForwardFlops() {
-  int64_t scores = attentionScores(getQ(), getNumHeads(), int64_t(getWindow()));
-  return 4 * scores * getHeadDim() + 5 * scores;
+  int64_t scores = scoresOf(getQ(), getNumHeads(), int64_t(getWindow()));
+  return attentionForwardFlops(scores, getHeadDim());
 }
 
 void CausalAttentionOp::getSavedValues(SmallVectorImpl<Value> &saved) {
@@ -1029,17 +1021,10 @@ LogicalResult CausalAttentionBackwardOp::verify() {
   return success();
 }
 
-// dV = P^T dO, dP = dO V^T, dQ = dS K and dK = dS^T Q are 2 * scores *
-// head_dim each, over the full square like the forward; the softmax
-// backward is twice the forward's 5 per score. The flash kernel first
-// recomputes S = Q K^T (2 * scores * head_dim) and P = exp(S - L) (2 per
-// score) from the saved log-sum-exp L.
 int64_t CausalAttentionBackwardOp::getForwardFlops() {
-  int64_t scores = attentionScores(getQ(), getNumHeads(), int64_t(getWindow()));
-  int64_t flops = 8 * scores * getHeadDim() + 10 * scores;
-  if (getKernel() == AttentionKernel::Flash)
-    flops += 2 * scores * getHeadDim() + 2 * scores;
-  return flops;
+  int64_t scores = scoresOf(getQ(), getNumHeads(), int64_t(getWindow()));
+  return attentionBackwardFlops(scores, getHeadDim(),
+                                getKernel() == AttentionKernel::Flash);
 }
 
 LogicalResult SplitBackwardOp::verify() {

@@ -8,6 +8,7 @@
 #include "exec/PreparedPhase.h"
 #include "exec/StreamScheduler.h"
 #include "zeroc/Config/Cluster.h"
+#include "zeroc/Plan/AttentionFlops.h"
 #include "zeroc/Support/Json.h"
 
 #include <algorithm>
@@ -241,6 +242,55 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
                  std::to_string(n) + ", " + std::to_string(n) + "] operands");
       say("  matmul %-4s %-6s %8.2f GFLOP/s\n", dtypeNames[d], classNames[s],
           rate / 1e9);
+    }
+  }
+
+  // Attention: the flash forward and backward of a GPT-2-like head layout
+  // (head_dim 64), the FLOPs counted as the plans count them
+  // (Plan/AttentionFlops.h): sequence 256, 4 heads, f32 on a CPU; batch 4,
+  // sequence 1024, 12 heads, bf16 on a GPU.
+  {
+    const int64_t batch = gpu ? 4 : 1, seq = gpu ? 1024 : 256,
+                  heads = gpu ? 12 : 4, headDim = 64;
+    const DType dt = gpu ? DType::BF16 : DType::F32;
+    const std::vector<int64_t> shape = {batch, seq, heads * headDim};
+    Tensor q = cal.buffer(shape, dt, normal),
+           kk = cal.buffer(shape, dt, normal),
+           v = cal.buffer(shape, dt, normal), o = cal.buffer(shape, dt, normal),
+           dout = cal.buffer(shape, dt, small),
+           lse = cal.buffer({batch, heads, seq}, DType::F32, small),
+           dq = cal.buffer(shape, dt, small), dk = cal.buffer(shape, dt, small),
+           dv = cal.buffer(shape, dt, small);
+    AttentionAttrs attrs;
+    attrs.numHeads = heads;
+    attrs.numKvHeads = heads;
+    attrs.kernel = AttentionKernel::Flash;
+    PlanOp fwd = modelOp(OpKind::CausalAttention, 3, 2);
+    fwd.attrs = attrs;
+    PlanOp bwd = modelOp(OpKind::CausalAttentionBackward, 6, 3);
+    bwd.attrs = attrs;
+    std::vector<Tensor> fin = {q, kk, v}, fout = {o, lse};
+    std::vector<Tensor> bin = {q, kk, v, o, dout, lse}, bout = {dq, dk, dv};
+    std::optional<Status> st =
+        dev.modelOp(fwd, fin, fout, StepContext{}, nullptr);
+    if (st && st->ok())
+      st = dev.modelOp(bwd, bin, bout, StepContext{}, nullptr);
+    if (st && st->ok()) {
+      double t = cal.time([&] {
+        (void)dev.modelOp(fwd, fin, fout, StepContext{}, nullptr);
+        (void)dev.modelOp(bwd, bin, bout, StepContext{}, nullptr);
+      });
+      int64_t scores = attentionScores(batch, seq, heads, 0);
+      double flops = double(attentionForwardFlops(scores, headDim)) +
+                     double(attentionBackwardFlops(scores, headDim, true));
+      k.attention = flops / t;
+      source("calibration.attention_tflops",
+             "flash causal_attention and its backward, [" +
+                 std::to_string(batch) + ", " + std::to_string(seq) +
+                 "] tokens, " + std::to_string(heads) + " heads of 64, " +
+                 (gpu ? "bf16" : "f32") +
+                 "; FLOPs as the plans count them (the full score square)");
+      say("  %-20s %8.2f GFLOP/s\n", "attention", k.attention / 1e9);
     }
   }
 

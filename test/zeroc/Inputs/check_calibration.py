@@ -35,8 +35,9 @@ for k in ("gelu", "gelu_backward", "add", "layernorm", "accumulate",
           "default"):
     assert cal["kernel_gb_per_s"][k]["value"] > 0, k
 for k in ("adam_gb_per_s", "clip_gb_per_s", "op_overhead_us",
-          "phase_overhead_us"):
+          "phase_overhead_us", "attention_tflops"):
     assert k in cal, k
+assert "xlarge" not in cal["matmul_tflops"]["f32"], "4096^3 is for GPUs"
 collectives = [k for k in ("all_gather", "reduce_scatter", "all_reduce")
                if k in cal]
 assert len(collectives) == (3 if ranks > 1 else 0), collectives
