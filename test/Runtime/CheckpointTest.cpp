@@ -1751,6 +1751,9 @@ TEST(InitFromHF, MixtralErrorsNameTheExpertTensor) {
   broken.erase(moe + "experts.1.w3.weight");
   broken[moe + "experts.2.w2.weight"].first = {6, 4}; // w1's layout
   broken[moe + "experts.3.w1.weight"] = {{6, 4}, std::vector<float>(24)};
+  // transformers 5's in-memory names, as a raw state_dict() would save them.
+  broken["model.layers.0.mlp.experts.gate_up_proj"] = {{4, 12, 4},
+                                                       std::vector<float>(192)};
   writeHF(dir / "a", broken, "", DType::F32);
   std::string file = dir / "a/model.safetensors";
   auto result = loadSafetensorsShard(dir / "a", plan, 1);
@@ -1763,6 +1766,11 @@ TEST(InitFromHF, MixtralErrorsNameTheExpertTensor) {
             "layers.0.block_sparse_moe.experts.w2[2])",
         "'" + moe + "experts.3.w1.weight' in " + file +
             " is not a tensor of the plan's mixtral model",
+        "'model.layers.0.mlp.experts.gate_up_proj' in " + file +
+            " is not a tensor of the plan's mixtral model (transformers 5's "
+            "fused in-memory experts, from a state_dict() saved as it is: "
+            "save_pretrained writes the files' one tensor per expert, "
+            "block_sparse_moe.experts.E.w1.weight)",
         "'" + moe +
             "experts.1.w3.weight' [6, 4] (for "
             "layers.0.block_sparse_moe.experts.w3[1]) is missing"})
