@@ -1841,8 +1841,9 @@ TEST(Safetensors, RoundTripsEveryDtypeWithAlignment) {
     ASSERT_TRUE(bytes);
     ASSERT_EQ(bytes->size(), t.data.size);
     // memcmp's pointers must not be null, even for no bytes (UBSan).
-    if (t.data.size)
+    if (t.data.size) {
       EXPECT_EQ(std::memcmp(bytes->data(), t.data.data, t.data.size), 0);
+    }
   }
   auto part = file->read(*file->find("f32"), {2, 5});
   ASSERT_TRUE(part);

@@ -283,8 +283,9 @@ TEST(Dispatch, EveryModelOpKindHasAKernel) {
     EXPECT_LE(modelOpScratchBytes(op, any, any), int64_t(workspace.size()));
     std::optional<cpu::Status> status =
         runModelOp(k, op, any, any, StepContext{}, workspace.data());
-    if (status)
+    if (status) {
       EXPECT_TRUE(status->ok()) << status->error;
+    }
     EXPECT_EQ(status.has_value(), isModelOp(kind));
     EXPECT_EQ(!k.ran.empty(), isModelOp(kind));
     if (isModelOp(kind)) {

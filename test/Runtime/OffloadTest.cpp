@@ -26,8 +26,9 @@ std::string scratchDir(const std::string &base) {
 void roundTrip(const std::string &dir, int64_t bytes, bool direct = true) {
   auto file = NvmeFile::create(dir, "t.swp", bytes, direct);
   ASSERT_TRUE(file) << file.error().str();
-  if (!direct)
+  if (!direct) {
     EXPECT_FALSE((*file)->direct());
+  }
   auto out = allocateIoBuffer(bytes), in = allocateIoBuffer(bytes);
   for (int64_t i = 0; i < bytes; ++i)
     out.get()[i] = char(i * 31 + 7);
