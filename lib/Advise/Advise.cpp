@@ -32,6 +32,7 @@
 #include "zeroc/Config/DeepSpeedConfig.h"
 #include "zeroc/Cost/FitCheck.h"
 #include "zeroc/Cost/Simulator.h"
+#include "zeroc/Cost/WhatIf.h"
 #include "zeroc/Pipeline/Pipeline.h"
 #include "zeroc/Plan/PlanMemory.h"
 #include "zeroc/Support/Format.h"
@@ -409,6 +410,26 @@ std::string tokens(double perSecond) {
   return groupDigits(int64_t(std::llround(perSecond)));
 }
 
+/// "one rank 10% slower 1.23 s (+4.0%), inter-node bandwidth x0.5 1.50 s
+/// (+27.1%)": the sensitivity of a candidate's step.
+std::string sensitivityText(const AdviseCandidate &c) {
+  auto change = [&](double step) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, " (%+.1f%%)",
+                  100 * (step / c.stepSeconds - 1));
+    return seconds(step) + buf;
+  };
+  char text[96];
+  std::snprintf(text, sizeof text, "one rank %g%% slower ",
+                100 * (kSensitivityStraggler - 1));
+  std::string out = text;
+  out +=
+      c.stragglerStepSeconds ? change(*c.stragglerStepSeconds) : "- (one rank)";
+  std::snprintf(text, sizeof text, ", inter-node bandwidth x%g ",
+                kSensitivityInterNodeBandwidth);
+  return out + text + change(c.slowNetworkStepSeconds);
+}
+
 } // namespace
 
 Expected<AdviseBase> readAdviseBase(const AdviseRequest &req) {
@@ -496,20 +517,35 @@ Expected<AdviseBase> readAdviseBase(const AdviseRequest &req) {
 // The search
 //===----------------------------------------------------------------------===//
 
-std::optional<size_t>
-recommend(const std::vector<AdviseCandidate> &candidates) {
+double AdviseCandidate::worstStepSeconds() const {
+  return std::max(
+      {stepSeconds, stragglerStepSeconds.value_or(0), slowNetworkStepSeconds});
+}
+
+double AdviseCandidate::robustTokensPerSecond() const {
+  double worst = worstStepSeconds();
+  return worst > 0 ? tokensPerSecond * stepSeconds / worst : 0;
+}
+
+double rankingTokensPerSecond(const AdviseCandidate &c, bool robust) {
+  return robust ? c.robustTokensPerSecond() : c.tokensPerSecond;
+}
+
+std::optional<size_t> recommend(const std::vector<AdviseCandidate> &candidates,
+                                bool robust) {
   auto usable = [](const AdviseCandidate &c) {
     return c.error.empty() && c.fits;
   };
   std::optional<double> fastest;
   for (const AdviseCandidate &c : candidates)
-    if (usable(c) && (!fastest || c.tokensPerSecond > *fastest))
-      fastest = c.tokensPerSecond;
+    if (usable(c) && (!fastest || rankingTokensPerSecond(c, robust) > *fastest))
+      fastest = rankingTokensPerSecond(c, robust);
   if (!fastest)
     return std::nullopt;
   for (size_t i = 0; i < candidates.size(); ++i)
     if (usable(candidates[i]) &&
-        candidates[i].tokensPerSecond >= *fastest / (1 + kAdviseTieFraction))
+        rankingTokensPerSecond(candidates[i], robust) >=
+            *fastest / (1 + kAdviseTieFraction))
       return i;
   return std::nullopt;
 }
@@ -757,6 +793,22 @@ AdviseCandidate Search::candidateOf(const AdviseSetup &s, const Plan &plan,
   c.tokensPerSecond = prediction->tokensPerSecond;
   c.commBytesPerStep =
       plan.comm.total() * double(bytesPerElement(plan.model.dtype));
+  // Sensitivity: the same plan under WhatIf.h's scenarios.
+  for (const WhatIfScenario &scenario : sensitivityScenarios()) {
+    bool straggler = scenario.kind == WhatIfScenario::Kind::Straggler;
+    if (straggler && plan.worldSize < 2)
+      continue;
+    auto perturbed = predictScenario(plan, *req.cluster, scenario);
+    if (!perturbed) {
+      c.error = scenario.spec + ": " + perturbed.error().message;
+      c.fits = false;
+      return c;
+    }
+    if (straggler)
+      c.stragglerStepSeconds = perturbed->stepSeconds;
+    else
+      c.slowNetworkStepSeconds = perturbed->stepSeconds;
+  }
   c.deepSpeedConfig = plan.config;
   c.launchConfig = configFor(baseRoot, result.base, s, /*launch=*/true);
   if (!exact)
@@ -947,10 +999,12 @@ std::optional<std::string> Search::cannotFit(const AdviseSetup &group) const {
 }
 
 std::optional<std::string> Search::cannotWin(const AdviseSetup &group) const {
-  std::optional<size_t> best = recommend(result.candidates);
+  // A group's tokens per second at its worst step are at most its healthy
+  // ones, so the bound below holds for --robust too.
+  std::optional<size_t> best = recommend(result.candidates, req.robust);
   if (!best)
     return std::nullopt;
-  double fastest = result.candidates[*best].tokensPerSecond;
+  double fastest = rankingTokensPerSecond(result.candidates[*best], req.robust);
   double optimizer = 0;
   if (auto it = speed.optimizer.find({group.stage, offloadText(group)});
       it != speed.optimizer.end())
@@ -981,7 +1035,7 @@ void Search::confirmBest() {
   // Compile the fastest until the fastest is exact: an estimate may be
   // off (docs/advise.md).
   for (int round = 0; round < 16; ++round) {
-    std::optional<size_t> best = recommend(result.candidates);
+    std::optional<size_t> best = recommend(result.candidates, req.robust);
     if (!best || result.candidates[*best].exact)
       return;
     makeExact(*best);
@@ -989,7 +1043,7 @@ void Search::confirmBest() {
 }
 
 void Search::varyBuckets() {
-  std::optional<size_t> best = recommend(result.candidates);
+  std::optional<size_t> best = recommend(result.candidates, req.robust);
   if (!best)
     return;
   AdviseSetup around = result.candidates[*best];
@@ -1056,9 +1110,10 @@ void Search::findWaysOut() {
       if (!minimal)
         continue;
       auto [it, inserted] = fastestPerChange.insert({changeText(c), i});
-      if (!inserted &&
-          c.tokensPerSecond > result.candidates[it->second].tokensPerSecond *
-                                  (1 + kAdviseTieFraction))
+      if (!inserted && rankingTokensPerSecond(c, req.robust) >
+                           rankingTokensPerSecond(result.candidates[it->second],
+                                                  req.robust) *
+                               (1 + kAdviseTieFraction))
         it->second = i;
     }
     std::vector<size_t> ways;
@@ -1069,8 +1124,8 @@ void Search::findWaysOut() {
       int ny = llvm::popcount(maskOf(result.candidates[y]));
       if (nx != ny)
         return nx < ny;
-      return result.candidates[x].tokensPerSecond >
-             result.candidates[y].tokensPerSecond;
+      return rankingTokensPerSecond(result.candidates[x], req.robust) >
+             rankingTokensPerSecond(result.candidates[y], req.robust);
     });
     if (ways.size() > 5)
       ways.resize(5);
@@ -1097,7 +1152,9 @@ void Search::explainStages() {
         continue;
       if (!smallest || c.peakDeviceBytes < smallest->peakDeviceBytes)
         smallest = &c;
-      if (c.fits && (!fastest || c.tokensPerSecond > fastest->tokensPerSecond))
+      if (c.fits &&
+          (!fastest || rankingTokensPerSecond(c, req.robust) >
+                           rankingTokensPerSecond(*fastest, req.robust)))
         fastest = &c;
     }
     std::string s = "stage " + std::to_string(stage) + ": ";
@@ -1122,13 +1179,17 @@ void Search::explainStages() {
            seconds(fastest->stepSeconds) + " per step, " +
            seconds(fastest->exposedCommSeconds) +
            " of it communication not hidden behind compute, " +
-           humanBytes(fastest->commBytesPerStep) + " sent per rank";
+           humanBytes(fastest->commBytesPerStep) + " sent per rank; " +
+           sensitivityText(*fastest);
       if (result.best) {
         const AdviseCandidate &best = result.candidates[*result.best];
         if (&best != fastest)
           s += " (" +
-               percent(fastest->tokensPerSecond / best.tokensPerSecond - 1) +
-               " tokens/s against the recommendation)";
+               percent(rankingTokensPerSecond(*fastest, req.robust) /
+                           rankingTokensPerSecond(best, req.robust) -
+                       1) +
+               (req.robust ? " tokens/s at the worst step" : " tokens/s") +
+               " against the recommendation)";
       }
     }
     result.reasons.push_back(s);
@@ -1221,7 +1282,7 @@ void Search::run() {
   confirmBest();
   findWaysOut();
   sortTable();
-  result.best = recommend(result.candidates);
+  result.best = recommend(result.candidates, req.robust);
   result.baseAt = find(result.base.setup);
   for (const AdviseSetup &s : waysOut)
     if (auto i = find(s))
@@ -1262,6 +1323,7 @@ Expected<AdviseResult> advise(const AdviseRequest &req) {
   if (!base)
     return base.error();
   result.base = *base;
+  result.robust = req.robust;
   Search(req, result).run();
   result.searchSeconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
@@ -1413,14 +1475,16 @@ std::string row(const AdviseResult &r, size_t i) {
                   c.error.substr(0, c.error.find('\n')).substr(0, 120).c_str());
     return line;
   }
-  std::snprintf(line, sizeof line,
-                "%s %-5d %-18s %-15s %-8s %-19s %11s %-4s %10s %12s  %s\n",
-                mark, c.stage, offloadColumn(c).c_str(),
-                recomputeColumn(c.recompute).c_str(), batch.c_str(),
-                buckets.c_str(), humanBytes(double(c.peakDeviceBytes)).c_str(),
-                c.fits ? "yes" : "no", seconds(c.stepSeconds).c_str(),
-                tokens(c.tokensPerSecond).c_str(),
-                c.exact ? "exact" : "estimate");
+  std::snprintf(
+      line, sizeof line,
+      "%s %-5d %-18s %-15s %-8s %-19s %11s %-4s %10s %10s %10s %12s  %s\n",
+      mark, c.stage, offloadColumn(c).c_str(),
+      recomputeColumn(c.recompute).c_str(), batch.c_str(), buckets.c_str(),
+      humanBytes(double(c.peakDeviceBytes)).c_str(), c.fits ? "yes" : "no",
+      seconds(c.stepSeconds).c_str(),
+      c.stragglerStepSeconds ? seconds(*c.stragglerStepSeconds).c_str() : "-",
+      seconds(c.slowNetworkStepSeconds).c_str(),
+      tokens(c.tokensPerSecond).c_str(), c.exact ? "exact" : "estimate");
   return line;
 }
 
@@ -1445,8 +1509,9 @@ std::vector<size_t> shownRows(const AdviseResult &r) {
       if (!smallest ||
           c.peakDeviceBytes < r.candidates[*smallest].peakDeviceBytes)
         smallest = i;
-      if (c.fits && (!fastest || c.tokensPerSecond >
-                                     r.candidates[*fastest].tokensPerSecond))
+      if (c.fits && (!fastest || rankingTokensPerSecond(c, r.robust) >
+                                     rankingTokensPerSecond(
+                                         r.candidates[*fastest], r.robust)))
         fastest = i;
     }
     if (fastest)
@@ -1459,7 +1524,8 @@ std::vector<size_t> shownRows(const AdviseResult &r) {
     if (r.candidates[i].fits && r.candidates[i].error.empty())
       byTokens.push_back(i);
   std::stable_sort(byTokens.begin(), byTokens.end(), [&](size_t a, size_t b) {
-    return r.candidates[a].tokensPerSecond > r.candidates[b].tokensPerSecond;
+    return rankingTokensPerSecond(r.candidates[a], r.robust) >
+           rankingTokensPerSecond(r.candidates[b], r.robust);
   });
   // The fastest others, one per setup whatever its bucket sizes.
   auto sameButBuckets = [&](size_t a, size_t b) {
@@ -1511,8 +1577,25 @@ json candidateJson(const AdviseResult &r, const AdviseCandidate &c) {
   j["tokens_per_s"] = c.tokensPerSecond;
   j["exposed_comm_s"] = c.exposedCommSeconds;
   j["comm_bytes_per_rank_per_step"] = c.commBytesPerStep;
+  j["straggler_step_time_s"] =
+      c.stragglerStepSeconds ? json(*c.stragglerStepSeconds) : json(nullptr);
+  j["slow_network_step_time_s"] = c.slowNetworkStepSeconds;
+  j["worst_step_time_s"] = c.worstStepSeconds();
+  j["worst_tokens_per_s"] = c.robustTokensPerSecond();
   j["achieved_tflops_per_gpu"] = c.tflopsPerGpu;
   return j;
+}
+
+std::string sensitivityNote() {
+  char text[320];
+  std::snprintf(text, sizeof text,
+                "rank x%g: one rank's compute %g%% slower; inter x%g: the "
+                "inter-node bandwidth times %g (the healthy step on one "
+                "node); each the plan re-simulated as zeroc inspect "
+                "--what-if does (docs/advise.md, \"Sensitivity\")",
+                kSensitivityStraggler, 100 * (kSensitivityStraggler - 1),
+                kSensitivityInterNodeBandwidth, kSensitivityInterNodeBandwidth);
+  return text;
 }
 
 const char *kFiguresNote =
@@ -1575,11 +1658,15 @@ std::string adviseText(const AdviseResult &r, bool all) {
   std::snprintf(took, sizeof took, " (%.1f s)\n\n", r.searchSeconds);
   out += took;
 
-  char line[256];
-  std::snprintf(line, sizeof line,
-                "  %-5s %-18s %-15s %-8s %-19s %11s %-4s %10s %12s  %s\n",
-                "stage", "offload", "recompute", "micro x", "reduce/prefetch",
-                "peak/GPU", "fits", "step", "tokens/s", "figures");
+  char line[256], straggler[32], network[32];
+  std::snprintf(straggler, sizeof straggler, "rank x%g", kSensitivityStraggler);
+  std::snprintf(network, sizeof network, "inter x%g",
+                kSensitivityInterNodeBandwidth);
+  std::snprintf(
+      line, sizeof line,
+      "  %-5s %-18s %-15s %-8s %-19s %11s %-4s %10s %10s %10s %12s  %s\n",
+      "stage", "offload", "recompute", "micro x", "reduce/prefetch", "peak/GPU",
+      "fits", "step", straggler, network, "tokens/s", "figures");
   out += line;
   std::vector<size_t> rows;
   if (all)
@@ -1592,6 +1679,11 @@ std::string adviseText(const AdviseResult &r, bool all) {
   if (rows.size() < r.candidates.size())
     out += "  (" + std::to_string(r.candidates.size() - rows.size()) +
            " more: --all shows every candidate, --json everything)\n";
+  out += "  " + sensitivityNote() + "\n";
+  out += r.robust ? "  ranked by the worst of the three step times "
+                    "(--robust)\n"
+                  : "  ranked by the healthy step; --robust ranks by the "
+                    "worst of the three\n";
   out += "\n";
   for (const std::string &reason : r.reasons)
     out += "  " + reason + "\n";
@@ -1635,6 +1727,18 @@ std::string adviseText(const AdviseResult &r, bool all) {
                           r.worldSize) +
            " (" + (best.exact ? "exact: compiled and simulated" : "estimate") +
            ")\n";
+    out += "  " + sensitivityText(best) + "; at the worst, " +
+           seconds(best.worstStepSeconds()) + " per step, " +
+           tokens(best.robustTokensPerSecond()) + " tokens/s\n";
+    if (r.robust) {
+      std::optional<size_t> healthy = recommend(r.candidates);
+      if (healthy && *healthy != *r.best)
+        out += "  ranked by the healthy step instead: " +
+               r.candidates[*healthy].label() + ", " +
+               seconds(r.candidates[*healthy].stepSeconds) + " healthy, " +
+               seconds(r.candidates[*healthy].worstStepSeconds()) +
+               " at the worst\n";
+    }
     for (const std::string &l : launchInstructions(r, best).lines)
       out += "  " + l + "\n";
   } else {
@@ -1674,6 +1778,11 @@ json adviseJson(const AdviseResult &r) {
                 {"bucket_variants", r.bucketVariants},
                 {"seconds", r.searchSeconds}}},
               {"figures", kFiguresNote},
+              {"sensitivity",
+               {{"straggler", kSensitivityStraggler},
+                {"inter_node_bw", kSensitivityInterNodeBandwidth},
+                {"note", sensitivityNote()}}},
+              {"ranked_by", r.robust ? "worst" : "healthy"},
               {"candidates", std::move(candidates)},
               {"pruned", std::move(pruned)},
               {"reasons", r.reasons}};

@@ -171,6 +171,44 @@ Cluster scaledLinks(const Cluster &cluster, WhatIfScenario::Kind kind,
   return out;
 }
 
+Expected<StepPrediction> predictScenario(const Plan &plan,
+                                         const Cluster &healthy,
+                                         const WhatIfScenario &scenario,
+                                         const Cluster *other) {
+  SimulationOptions options;
+  switch (scenario.kind) {
+  case WhatIfScenario::Kind::Straggler:
+    options.stragglerFactor = scenario.factor;
+    return predictStep(plan, healthy, options);
+  case WhatIfScenario::Kind::InterNodeBandwidth:
+  case WhatIfScenario::Kind::IntraNodeBandwidth:
+    return predictStep(plan,
+                       scaledLinks(healthy, scenario.kind, scenario.factor));
+  case WhatIfScenario::Kind::Cluster:
+    if (!other)
+      return whatIfError("'" + scenario.spec + "': the cluster was not loaded");
+    return predictStep(plan, *other);
+  }
+  return whatIfError("'" + scenario.spec + "': unknown scenario kind");
+}
+
+const std::vector<WhatIfScenario> &sensitivityScenarios() {
+  static const std::vector<WhatIfScenario> scenarios = [] {
+    char straggler[32], network[32];
+    std::snprintf(straggler, sizeof straggler, "straggler=%g",
+                  kSensitivityStraggler);
+    std::snprintf(network, sizeof network, "inter-node-bw=%g",
+                  kSensitivityInterNodeBandwidth);
+    std::vector<WhatIfScenario> out;
+    for (const char *spec : {straggler, network}) {
+      Expected<WhatIfScenario> s = parseWhatIf(spec);
+      out.push_back(*s);
+    }
+    return out;
+  }();
+  return scenarios;
+}
+
 Expected<WhatIfReport>
 whatIf(const Plan &plan, const Cluster &healthy,
        const std::vector<WhatIfScenario> &scenarios,
@@ -192,28 +230,19 @@ whatIf(const Plan &plan, const Cluster &healthy,
 
   for (size_t i = 0; i < scenarios.size(); ++i) {
     const WhatIfScenario &s = scenarios[i];
-    Cluster cluster = healthy;
-    SimulationOptions options;
-    switch (s.kind) {
-    case WhatIfScenario::Kind::Straggler:
-      options.stragglerFactor = s.factor;
-      break;
-    case WhatIfScenario::Kind::InterNodeBandwidth:
-    case WhatIfScenario::Kind::IntraNodeBandwidth:
-      cluster = scaledLinks(healthy, s.kind, s.factor);
-      break;
-    case WhatIfScenario::Kind::Cluster:
-      if (i >= clusters.size() || !clusters[i])
-        return whatIfError("'" + s.spec + "': the cluster was not loaded");
-      cluster = *clusters[i];
-      break;
-    }
-    Expected<StepPrediction> step = predictStep(plan, cluster, options);
+    const Cluster *other = s.kind == WhatIfScenario::Kind::Cluster &&
+                                   i < clusters.size() && clusters[i]
+                               ? &*clusters[i]
+                               : nullptr;
+    Expected<StepPrediction> step = predictScenario(plan, healthy, s, other);
     if (!step)
       return whatIfError("'" + s.spec + "': " +
                          (step.error().file.empty() ? step.error().message
                                                     : step.error().str()));
-    report.scenarios.push_back(collect(plan, cluster, *step, s.spec));
+    // The scaled clusters keep the healthy one's name; the bytes moved do
+    // not depend on the links.
+    report.scenarios.push_back(
+        collect(plan, other ? *other : healthy, *step, s.spec));
   }
 
   // Every collective at its worst over all cases.

@@ -300,6 +300,30 @@ std::optional<std::string> checkSameOnEveryRank(Communicator &comm,
          "see different files at that path?)";
 }
 
+std::vector<std::string> allGatherText(Communicator &comm,
+                                       const std::string &mine,
+                                       const std::string &what) {
+  if (comm.size() == 1)
+    return {mine};
+  // Padded to the longest, in 4-byte words (the communicator moves typed
+  // elements), at least one NUL after each.
+  double longest = comm.allReduceScalar(double(mine.size()), ScalarOp::Max,
+                                        OpLabel{-1, what + " size"});
+  int64_t words = (int64_t(longest) + 4) / 4;
+  std::vector<char> send(size_t(words) * 4, '\0');
+  std::memcpy(send.data(), mine.data(), mine.size());
+  std::vector<char> recv(send.size() * size_t(comm.size()));
+  CommHandle h = comm.allGather(send.data(), words, recv.data(), DType::I32,
+                                OpLabel{-1, what});
+  comm.wait(h);
+  std::vector<std::string> all;
+  for (int r = 0; r < comm.size(); ++r) {
+    const char *text = recv.data() + size_t(r) * send.size();
+    all.emplace_back(text, strnlen(text, send.size()));
+  }
+  return all;
+}
+
 void Communicator::checkReducible(DType dtype,
                                   std::string_view collective) const {
   if (dtype != DType::F32 && dtype != DType::BF16 && dtype != DType::F16)

@@ -347,6 +347,13 @@ std::optional<std::string> checkSameOnEveryRank(Communicator &comm,
                                                 uint32_t digest,
                                                 const std::string &what);
 
+/// Every rank's `mine`, in rank order, on every rank: one all-gather of
+/// the texts padded to the longest (after a scalar all-reduce of their
+/// lengths). Collective; `what` names it in a timeout.
+std::vector<std::string> allGatherText(Communicator &comm,
+                                       const std::string &mine,
+                                       const std::string &what);
+
 /// True when the byte ranges [a, a + aBytes) and [b, b + bBytes) share a
 /// byte: aliasing checks of the backends.
 bool bytesOverlap(const void *a, size_t aBytes, const void *b, size_t bBytes);

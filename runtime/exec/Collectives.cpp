@@ -76,8 +76,10 @@ double Executor::Impl::allReduceScalar(const PlanOp &op, double value,
     // Held through the wait: the communicator serves one thread at a time.
     StreamScheduler::Ticket t = scheduler.awaitTicket(op);
     dev->useStreamFor(comm);
+    CollectiveArrival *arrival = arrive(op);
     p.handles.push_back(comm.allReduceScalars(&value, 1, kind, label(op)));
     complete(p, /*hostWait=*/true);
+    arrivals.done(arrival);
   }
   scheduler.noteScalarWait(since(t0));
   return value;
@@ -93,9 +95,11 @@ void Executor::Impl::allReduceScalars(const PlanOp &op,
   {
     StreamScheduler::Ticket t = scheduler.awaitTicket(op);
     dev->useStreamFor(comm);
+    CollectiveArrival *arrival = arrive(op);
     p.handles.push_back(comm.allReduceScalars(
         values.data(), int64_t(values.size()), kind, label(op)));
     complete(p, /*hostWait=*/true);
+    arrivals.done(arrival);
   }
   scheduler.noteScalarWait(since(t0));
 }
@@ -136,9 +140,11 @@ void Executor::Impl::startAllGather(const PlanOp &op) {
          std::to_string(op.inputs.size()) + " shards, but its wait yields " +
          std::to_string(wait.outputs.size()) + " values");
   Pending p;
+  CollectiveArrival *arrival = nullptr;
   {
     StreamScheduler::Ticket t = scheduler.awaitTicket(op);
     dev->useStreamFor(comm);
+    arrival = arrive(op);
     for (size_t i = 0; i < op.inputs.size(); ++i) {
       Tensor shard = value(op.inputs[i]);
       Tensor full = value(wait.outputs[i]);
@@ -162,6 +168,7 @@ void Executor::Impl::startAllGather(const PlanOp &op) {
     }
   }
   complete(p);
+  arrivals.done(arrival);
 }
 
 void Executor::Impl::startReduceScatter(const PlanOp &op) {
@@ -206,6 +213,7 @@ void Executor::Impl::startReduceScatter(const PlanOp &op) {
   char *scratch = workspace(op, layout.size(), p.scratch);
   StreamScheduler::Ticket ticket = scheduler.awaitTicket(op);
   dev->useStreamFor(comm);
+  CollectiveArrival *arrival = arrive(op);
   for (size_t i = 0; i < op.inputs.size(); ++i) {
     Tensor g = value(op.inputs[i]);
     Stored &target = tensor(targets[i]);
@@ -269,6 +277,7 @@ void Executor::Impl::startReduceScatter(const PlanOp &op) {
   }
   { StreamScheduler::Ticket issuedAll = std::move(ticket); }
   complete(p);
+  arrivals.done(arrival);
 }
 
 void Executor::Impl::startAllReduce(const PlanOp &op) {
@@ -278,9 +287,11 @@ void Executor::Impl::startAllReduce(const PlanOp &op) {
          "supported yet");
   const std::vector<std::string> &names = op.attrsAs<TensorListAttrs>().tensors;
   Pending p;
+  CollectiveArrival *arrival = nullptr;
   {
     StreamScheduler::Ticket t = scheduler.awaitTicket(op);
     dev->useStreamFor(comm);
+    arrival = arrive(op);
     for (const std::string &name : names) {
       Stored &s = tensor(name);
       p.handles.push_back(comm.allReduce(s.data.get(), s.info->localNumel,
@@ -288,6 +299,7 @@ void Executor::Impl::startAllReduce(const PlanOp &op) {
     }
   }
   complete(p);
+  arrivals.done(arrival);
 }
 
 void Executor::Impl::startAllGatherUpdates(const PlanOp &op) {
@@ -299,6 +311,7 @@ void Executor::Impl::startAllGatherUpdates(const PlanOp &op) {
   if (overflow)
     return;
   dev->useStreamFor(comm);
+  CollectiveArrival *arrival = arrive(op);
   WorkspaceLayout layout;
   std::vector<int64_t> at(targets.size(), -1);
   for (size_t i = 0; i < targets.size(); ++i) {
@@ -343,6 +356,7 @@ void Executor::Impl::startAllGatherUpdates(const PlanOp &op) {
   }
   { StreamScheduler::Ticket issuedAll = std::move(ticket); }
   complete(p);
+  arrivals.done(arrival);
 }
 
 } // namespace zeroc::runtime

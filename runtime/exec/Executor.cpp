@@ -28,6 +28,10 @@ Executor::Impl::Impl(Executor &ex, Communicator &comm,
       state(ex.thePlan, ex.memory, *dev, rank, ws, options.nvmePath),
       scheduler(*dev), profiler(options.profiler) {
   scheduler.profiler = profiler;
+  // The host sees a collective start and end only where it waits for it.
+  arrivals.enabled =
+      options.measureArrivalSkew && ws > 1 && !dev->streamOrderedCollectives();
+  skewMethod = options.skewMethod;
 }
 
 Tensor &Executor::Impl::value(int64_t id) {
@@ -95,6 +99,8 @@ void Executor::Impl::runPhase(const PlanPhase &ph, const DataLoader *data,
              .first;
   phase = &it->second;
   phase->bind(ex.memory, unplanned);
+  runningPhase = ph.kind;
+  runningRun = micro;
   if (profiler)
     profiler->beginRun(ph, step, micro, phase->opCount);
 
@@ -420,6 +426,7 @@ Expected<StepResult> Executor::runStep(const DataLoader &data, int64_t step) {
   auto t0 = Clock::now();
   s.scheduler.resetTimes();
   s.overflow = false;
+  s.arrivals.beginStep();
   try {
     // Host copies and NVMe tensors left by checkpointing go back.
     s.state.prepareForStep();
@@ -434,6 +441,16 @@ Expected<StepResult> Executor::runStep(const DataLoader &data, int64_t step) {
                                                     OpLabel{-1, "step loss"}) /
                                    double(comm.size())
                              : localMean;
+    if (s.arrivals.enabled) {
+      r.skew = gatherStepSkew(comm, s.arrivals, s.skewMethod);
+      if (s.profiler) {
+        const std::deque<CollectiveArrival> &notes = s.arrivals.collectives();
+        for (size_t k = 0; k < notes.size(); ++k)
+          s.profiler->annotate(notes[k].traceRun, notes[k].op,
+                               {{"arrival_wait_s", r.skew->myWait[k]},
+                                {"last_rank", r.skew->lastRank[k]}});
+      }
+    }
     s.scheduler.times.wait += since(tw);
   } catch (const std::exception &e) {
     return Diagnostic{"", 0, 0, e.what()};

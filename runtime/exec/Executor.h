@@ -17,6 +17,7 @@
 
 #include "comm/Communicator.h"
 #include "data/DataLoader.h"
+#include "exec/ArrivalSkew.h"
 #include "exec/MemoryTracker.h"
 #include "memory/MemoryCounter.h"
 #include "zeroc/Checkpoint/Checkpoint.h"
@@ -25,6 +26,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,6 +52,11 @@ struct ExecutorOptions {
   /// init. False where the caller overwrites every one of them before the
   /// first step (zerorun --resume, --init-from): they then hold zeros.
   bool randomInit = true;
+  /// Measure each step's arrival skew (exec/ArrivalSkew.h) on more than one
+  /// rank, on a device whose collectives the host waits for (the CPU), by
+  /// this method: Arrival where every rank shares one host's clock.
+  bool measureArrivalSkew = true;
+  SkewMethod skewMethod = SkewMethod::Arrival;
 };
 
 /// Where Executor::create spent its time (zerorun's start-up report,
@@ -77,6 +84,9 @@ struct StepResult {
   int64_t tokens = 0;        ///< Global tokens of the step.
   bool skipped = false;      ///< fp16 overflow: the update was skipped.
   double lossScale = 1.0;
+  /// Who waited for whom at the step's collectives; none on one rank or
+  /// where not measured (ExecutorOptions::measureArrivalSkew).
+  std::optional<StepSkew> skew;
 };
 
 class Executor {

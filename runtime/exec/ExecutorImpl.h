@@ -130,6 +130,18 @@ struct Executor::Impl {
   /// allReduceScalar on several values at once, in place.
   void allReduceScalars(const PlanOp &op, std::vector<double> &values,
                         ScalarOp kind);
+  /// The step's collectives as this rank reached them (ArrivalSkew.h), and
+  /// the phase run being run, for their notes.
+  ArrivalLog arrivals;
+  SkewMethod skewMethod = SkewMethod::Arrival;
+  PhaseKind runningPhase = PhaseKind::MicroStep;
+  int64_t runningRun = 0;
+  /// Notes that this rank posts `op`'s collective now (called holding its
+  /// ticket); null when not measuring.
+  CollectiveArrival *arrive(const PlanOp &op) {
+    return arrivals.arrive(runningPhase, runningRun, op.index,
+                           profiler ? profiler->currentRun() : -1);
+  }
   /// Collectives whose epilogue was issued in stream order (GPU): their
   /// handles and scratch live until the phase's end.
   std::mutex inflightMutex;

@@ -38,6 +38,19 @@ void Profiler::endRun() {
   current = nullptr;
 }
 
+void Profiler::annotate(int64_t run, int64_t index, const json &args) {
+  if (run < 0 || size_t(run) >= recorded.size())
+    return;
+  json &extra = recorded[size_t(run)].extra[index];
+  for (const auto &[key, value] : args.items())
+    extra[key] = value;
+}
+
+void Profiler::markStep(int64_t step, std::string name, json args) {
+  marks.push_back(
+      {step, seconds(Clock::now()), std::move(name), std::move(args)});
+}
+
 json Profiler::events(const Plan &plan, int64_t rank) const {
   json out = json::array();
   std::unordered_map<int, size_t> position; // PhaseKind -> plan position
@@ -104,6 +117,9 @@ json Profiler::events(const Plan &plan, int64_t rank) const {
       args["phase"] = name;
       args["step"] = r.step;
       args["run"] = r.run;
+      if (auto extra = r.extra.find(op.index); extra != r.extra.end())
+        for (const auto &[key, value] : extra->second.items())
+          args[key] = value;
       out.push_back({{"name", traceEventName(op)},
                      {"cat", "op"},
                      {"ph", "X"},
@@ -114,34 +130,28 @@ json Profiler::events(const Plan &plan, int64_t rank) const {
                      {"args", std::move(args)}});
     }
   }
+  if (rank == 0)
+    for (const StepMark &m : marks) {
+      json args = m.args;
+      args["step"] = m.step;
+      out.push_back({{"name", m.name},
+                     {"cat", "step"},
+                     {"ph", "i"},
+                     {"s", "g"},
+                     {"pid", tracePid(0, rank)},
+                     {"tid", -1},
+                     {"ts", m.at * 1e6},
+                     {"args", std::move(args)}});
+    }
   return out;
 }
 
 json Profiler::gatherTrace(const Plan &plan, Communicator &comm,
                            const std::string &device) const {
-  std::string mine = events(plan, comm.rank()).dump();
-  std::vector<std::string> all;
-  if (comm.size() == 1) {
-    all.push_back(std::move(mine));
-  } else {
-    // Every rank's text, padded to the longest, through one all-gather of
-    // 4-byte words (the communicator moves typed elements).
-    double longest = comm.allReduceScalar(double(mine.size()), ScalarOp::Max,
-                                          OpLabel{-1, "profile size"});
-    int64_t words = (int64_t(longest) + 4) / 4; // At least one NUL.
-    std::vector<char> send(size_t(words) * 4, '\0');
-    std::memcpy(send.data(), mine.data(), mine.size());
-    std::vector<char> recv(send.size() * size_t(comm.size()));
-    CommHandle h = comm.allGather(send.data(), words, recv.data(), DType::I32,
-                                  OpLabel{-1, "profile gather"});
-    comm.wait(h);
-    if (comm.rank() != 0)
-      return nullptr;
-    for (int r = 0; r < comm.size(); ++r) {
-      const char *text = recv.data() + size_t(r) * send.size();
-      all.emplace_back(text, strnlen(text, send.size()));
-    }
-  }
+  std::vector<std::string> all =
+      allGatherText(comm, events(plan, comm.rank()).dump(), "profile gather");
+  if (comm.rank() != 0)
+    return nullptr;
   json events = json::array();
   for (const std::string &text : all)
     for (json &e : json::parse(text))

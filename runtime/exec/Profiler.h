@@ -23,6 +23,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
 
 namespace zeroc::runtime {
@@ -57,6 +59,16 @@ public:
   void record(int64_t index, Clock::time_point start, Clock::time_point end);
   /// The current run ended (after its streams joined).
   void endRun();
+  /// The index in runs() of the current run; -1 between runs.
+  int64_t currentRun() const {
+    return current ? int64_t(current - recorded.data()) : -1;
+  }
+  /// Adds `args` to the event of op `index` of run `run` (zerorun's arrival
+  /// skew: exec/ArrivalSkew.h).
+  void annotate(int64_t run, int64_t index, const nlohmann::json &args);
+  /// A global instant event at the end of optimizer step `step` (0-based),
+  /// written with rank 0's events: what zerorun found about the step.
+  void markStep(int64_t step, std::string name, nlohmann::json args);
 
   struct OpSpan {
     double start = -1, end = -1; ///< Seconds since the origin; -1: not run.
@@ -67,6 +79,8 @@ public:
     int64_t run = 0;  ///< The phase's run within the step.
     double start = 0, end = 0;
     std::vector<OpSpan> ops; ///< By op index.
+    /// Extra args of some ops' events (annotate), by op index.
+    std::map<int64_t, nlohmann::json> extra;
   };
   const std::vector<Run> &runs() const { return recorded; }
 
@@ -86,8 +100,15 @@ private:
   double seconds(Clock::time_point t) const {
     return std::chrono::duration<double>(t - origin).count();
   }
+  struct StepMark {
+    int64_t step = 0;
+    double at = 0;
+    std::string name;
+    nlohmann::json args;
+  };
   Clock::time_point origin;
   std::vector<Run> recorded;
+  std::vector<StepMark> marks;
   Run *current = nullptr;
 };
 

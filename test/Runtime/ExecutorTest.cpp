@@ -294,3 +294,82 @@ TEST(Dispatch, EveryModelOpKindHasAKernel) {
     }
   }
 }
+
+//===----------------------------------------------------------------------===//
+// Arrival skew (exec/ArrivalSkew.h)
+//===----------------------------------------------------------------------===//
+
+TEST(ArrivalSkew, WhoArrivedLastAndWhatItCost) {
+  // Three ranks, two collectives. At the first rank 1 arrives last (1.3 s),
+  // 0.2 s after rank 2: its cost; ranks 0 and 2 wait 0.3 and 0.2 s. At the
+  // second rank 2 arrives 0.5 s after the other two.
+  std::vector<std::vector<double>> arrivals = {
+      {1.0, 2.0}, {1.3, 2.0}, {1.1, 2.5}};
+  StepSkew s = skewFromLateness(arrivals, SkewMethod::Arrival, 0);
+  EXPECT_EQ(s.collectives, 2);
+  ASSERT_EQ(s.cost.size(), 3u);
+  EXPECT_NEAR(s.cost[0], 0.0, 1e-12);
+  EXPECT_NEAR(s.cost[1], 0.2, 1e-12);
+  EXPECT_NEAR(s.cost[2], 0.5, 1e-12);
+  EXPECT_NEAR(s.waitForLast[0], 0.3 + 0.5, 1e-12);
+  EXPECT_NEAR(s.waitForLast[1], 0.0 + 0.5, 1e-12);
+  EXPECT_NEAR(s.waitForLast[2], 0.2 + 0.0, 1e-12);
+  EXPECT_EQ(s.lastAt, (std::vector<int64_t>{0, 1, 1}));
+  EXPECT_EQ(s.slowestRank, 2);
+  EXPECT_EQ(s.lastRank, (std::vector<int>{1, 2}));
+  EXPECT_NEAR(s.myWait[0], 0.3, 1e-12);
+  EXPECT_NEAR(s.myWait[1], 0.5, 1e-12);
+
+  // Across hosts: each rank's wait from its post to the completion, here
+  // at 1.35 s and 2.55 s everywhere. Minus the wait orders the ranks as
+  // their arrivals do, shifted by the completion: the same figures.
+  std::vector<std::vector<double>> minusWaits = {
+      {-0.35, -0.55}, {-0.05, -0.55}, {-0.25, -0.05}};
+  StepSkew w = skewFromLateness(minusWaits, SkewMethod::Wait, 0);
+  for (size_t r = 0; r < 3; ++r) {
+    EXPECT_NEAR(w.cost[r], s.cost[r], 1e-12);
+    EXPECT_NEAR(w.waitForLast[r], s.waitForLast[r], 1e-12);
+  }
+  EXPECT_EQ(w.slowestRank, 2);
+  EXPECT_STREQ(skewMethodName(w.method), "wait");
+
+  // One rank: nobody waits, nothing costs.
+  StepSkew alone = skewFromLateness({{1.0, 2.0}}, SkewMethod::Arrival, 0);
+  EXPECT_EQ(alone.cost, (std::vector<double>{0.0}));
+  EXPECT_EQ(alone.waitForLast, (std::vector<double>{0.0}));
+}
+
+TEST(ArrivalSkew, AStragglerIsSlowestInMostStepsAndCostsMoreThanFivePercent) {
+  auto step = [](int slowest, double cost) {
+    StepSkew s;
+    s.cost = {0.0, 0.0};
+    s.cost[size_t(slowest)] = cost;
+    s.slowestRank = slowest;
+    return s;
+  };
+  // Rank 1 slowest in 3 of 4 one-second steps, 0.1 s each time.
+  StragglerTally t;
+  for (int i = 0; i < 3; ++i)
+    t.add(step(1, 0.1), 1.0);
+  t.add(step(0, 0.01), 1.0);
+  StragglerVerdict v = t.slowest();
+  EXPECT_EQ(v.rank, 1);
+  EXPECT_EQ(v.slowestSteps, 3);
+  EXPECT_EQ(v.steps, 4);
+  EXPECT_NEAR(v.costPerStep, 0.3 / 4, 1e-12);
+  EXPECT_NEAR(v.stepSeconds, 1.0, 1e-12);
+  EXPECT_TRUE(t.isStraggler(v));
+  // Half the steps is not "persistently".
+  StragglerTally half;
+  half.add(step(1, 0.2), 1.0);
+  half.add(step(0, 0.0), 1.0);
+  EXPECT_FALSE(half.isStraggler(half.slowest()));
+  // Slowest every time, but 4% of the step: noise, not a straggler.
+  StragglerTally cheap;
+  for (int i = 0; i < 4; ++i)
+    cheap.add(step(1, 0.04), 1.0);
+  EXPECT_EQ(cheap.slowest().rank, 1);
+  EXPECT_FALSE(cheap.isStraggler(cheap.slowest()));
+  // No step: no verdict.
+  EXPECT_EQ(StragglerTally().slowest().rank, -1);
+}

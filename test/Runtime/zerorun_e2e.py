@@ -132,6 +132,7 @@ import random
 import re
 import shlex
 import shutil
+import socket
 import struct
 import subprocess
 import sys
@@ -1355,6 +1356,63 @@ def scenario_moe_dense(args):
     return 0
 
 
+def scenario_straggler(args, spec):
+    """An injected slow rank (ZERORUN_TEST_DELAY_RANK, test-only) is named
+    in zerorun's report with about the injected delay as its cost per step:
+    rank 1 by the arrival times (one host's clock), then rank 0 by the
+    waits each rank measured (the method across hosts)."""
+    stage, ws, ga, opts = parse_spec(spec)
+    p = plan(args, stage, ws, ga, opts)
+    delay = 0.3
+    host = socket.gethostname()
+    failed = False
+    for rank, method in ((1, "arrival"), (0, "wait")):
+        log = p + ".%s.log.jsonl" % method
+        trace = p + ".%s.trace.json" % method
+        env = dict(os.environ, ZERORUN_TEST_DELAY_RANK="%d:%g" % (rank, delay),
+                   ZERORUN_TEST_SKEW_METHOD=method)
+        out = run(zerorun_cmd(args, p, ws, 4, log, ["--profile", trace]),
+                  env=env)
+        print(out, end="")
+        rows = [json.loads(l) for l in open(log)]
+        final = [r for r in rows if r.get("final")][0]
+        steps = [r for r in rows if not r.get("final")]
+        s = final.get("straggler")
+        print("%s: straggler %s; per step slowest %s" % (
+            method, s, [r["arrival_skew"]["slowest_rank"] for r in steps]))
+        # Within 25% of the delay: the slow rank's compute before the first
+        # collective and the scheduler's jitter move it a little.
+        if (not s or s["rank"] != rank or s["host"] != host
+                or abs(s["cost_per_step_s"] - delay) > 0.25 * delay
+                or s["slowest_in_steps"] != 3 or s["steps"] != 3):
+            print("FAILED: %s: the report does not name rank %d (host %s) "
+                  "at about %g s per step" % (method, rank, host, delay))
+            failed = True
+        if final["arrival_skew"]["method"] != method or any(
+                r["arrival_skew"]["slowest_rank"] != rank for r in steps[1:]):
+            print("FAILED: %s: a step after the warm-up names another rank"
+                  % method)
+            failed = True
+        line = "straggler: rank %d (host %s) was the slowest" % (rank, host)
+        if line not in out:
+            print("FAILED: no line '%s'" % line)
+            failed = True
+        # The trace: a mark per step naming the rank, and the other rank's
+        # collectives carry its wait for the last.
+        events = json.load(open(trace))["traceEvents"]
+        marks = [e for e in events if e.get("cat") == "step"]
+        waits = [e["args"]["arrival_wait_s"] for e in events
+                 if e.get("cat") == "op" and "arrival_wait_s" in e["args"]
+                 and e["args"]["rank"] != rank and e["args"]["step"] > 0]
+        if (len(marks) != 4 or any(m["args"]["slowest_rank"] != rank
+                                   for m in marks[1:])
+                or not waits or max(waits) < 0.75 * delay):
+            print("FAILED: %s: the trace does not show rank %d's delay"
+                  % (method, rank))
+            failed = True
+    return 1 if failed else 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--zeroc", help="needed by every scenario that compiles")
@@ -1449,6 +1507,8 @@ def main():
         return scenario_equiv(args, args.scenario[len("equiv:"):])
     if args.scenario.startswith("attention:"):
         return scenario_attention(args, args.scenario[len("attention:"):])
+    if args.scenario.startswith("straggler:"):
+        return scenario_straggler(args, args.scenario[len("straggler:"):])
     if args.scenario.startswith("traffic:"):
         return scenario_traffic(args, args.scenario[len("traffic:"):])
     if args.scenario.startswith("missing-attr:"):

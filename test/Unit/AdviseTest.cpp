@@ -85,6 +85,32 @@ TEST(Recommend, TokensPerSecondNotStepTime) {
   EXPECT_EQ(recommend({small, large}), 1u);
 }
 
+TEST(Recommend, RobustRanksByTheWorstStep) {
+  // Stage 3 is faster healthy (1.0 s against 1.1 s) but doubles its step
+  // when the network is halved; stage 2 loses less: 1.3 s at its worst
+  // against stage 3's 2.0 s. --robust takes stage 2.
+  AdviseCandidate stage2 = candidate(2, 1.1), stage3 = candidate(3, 1.0);
+  stage2.stragglerStepSeconds = 1.15;
+  stage2.slowNetworkStepSeconds = 1.3;
+  stage3.stragglerStepSeconds = 1.2;
+  stage3.slowNetworkStepSeconds = 2.0;
+  EXPECT_EQ(stage3.worstStepSeconds(), 2.0);
+  // 1000 tokens per step at 2.0 s.
+  EXPECT_NEAR(stage3.robustTokensPerSecond(), 500.0, 1e-9);
+  EXPECT_NEAR(stage2.robustTokensPerSecond(), 1000.0 / 1.3, 1e-9);
+  EXPECT_EQ(recommend({stage2, stage3}), 1u);
+  EXPECT_EQ(recommend({stage2, stage3}, /*robust=*/true), 0u);
+  // The straggler can be the worst case too.
+  stage2.stragglerStepSeconds = 2.5;
+  EXPECT_EQ(stage2.worstStepSeconds(), 2.5);
+  EXPECT_EQ(recommend({stage2, stage3}, /*robust=*/true), 1u);
+  // One rank: no straggler figure; the worst of the other two.
+  AdviseCandidate alone = candidate(0, 1.0);
+  alone.slowNetworkStepSeconds = 1.0;
+  EXPECT_EQ(alone.worstStepSeconds(), 1.0);
+  EXPECT_EQ(alone.robustTokensPerSecond(), alone.tokensPerSecond);
+}
+
 //===----------------------------------------------------------------------===//
 // The lever space
 //===----------------------------------------------------------------------===//

@@ -1365,6 +1365,51 @@ TEST(WhatIf, WatchdogFlagsTheWorstScenarioNamingTheCollective) {
   EXPECT_FALSE(j["assumptions"].empty());
 }
 
+TEST(WhatIf, AdvisesSensitivityIsATenPercentStragglerAndHalfTheNetwork) {
+  // zeroc advise's two scenarios are --what-if's, spelled as it takes them.
+  const std::vector<WhatIfScenario> &s = sensitivityScenarios();
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(s[0].spec, "straggler=1.1");
+  EXPECT_EQ(s[0].kind, WhatIfScenario::Kind::Straggler);
+  EXPECT_EQ(s[0].factor, 1.1);
+  EXPECT_EQ(s[1].spec, "inter-node-bw=0.5");
+  EXPECT_EQ(s[1].kind, WhatIfScenario::Kind::InterNodeBandwidth);
+  EXPECT_EQ(s[1].factor, 0.5);
+
+  // One rank 10% slower: it reaches the reduction at 5.5 ms, which then
+  // runs to 8.5 ms; the step ends with the slow rank's second compute,
+  // 5.5 + 1.1 x 3 = 8.8 ms. The healthy rank waits from 8 ms to the
+  // reduction's end: 0.5 ms more than healthy.
+  Expected<StepPrediction> slow =
+      predictScenario(stragglerPlan(), exactCluster(), s[0]);
+  ASSERT_TRUE(slow) << slow.error().str();
+  EXPECT_NEAR(slow->stepSeconds, 8.8 * kMs, kTol);
+  EXPECT_NEAR(slow->exposedComm, 0.5 * kMs + rsEpilogue(3e6), kTol);
+  EXPECT_NEAR(timingOf(*slow, 1).stragglerWait, 0.5 * kMs, kTol);
+
+  // The network halved: docs/cost-model.md's 800 MB reduce-scatter over 4
+  // nodes, 15.549 ms healthy, pays its 12 ms inter-node term twice.
+  Cluster c = roundCluster(4, 8);
+  StepPrediction healthy = predict(bigReduceScatterPlan(), c);
+  Expected<StepPrediction> network =
+      predictScenario(bigReduceScatterPlan(), c, s[1]);
+  ASSERT_TRUE(network) << network.error().str();
+  EXPECT_NEAR(network->stepSeconds - healthy.stepSeconds, 12e-3, kTol);
+  // On one node the network is not used: the healthy step, to the bit.
+  Expected<StepPrediction> oneNode =
+      predictScenario(stragglerPlan(), exactCluster(), s[1]);
+  ASSERT_TRUE(oneNode);
+  EXPECT_EQ(oneNode->stepSeconds,
+            predict(stragglerPlan(), exactCluster()).stepSeconds);
+  // Another cluster's scenario needs that cluster.
+  Expected<WhatIfScenario> other = parseWhatIf("cluster=x.json");
+  ASSERT_TRUE(other);
+  Expected<StepPrediction> missing =
+      predictScenario(stragglerPlan(), exactCluster(), *other);
+  ASSERT_FALSE(missing);
+  EXPECT_NE(missing.error().message.find("was not loaded"), std::string::npos);
+}
+
 TEST(WhatIf, BadScenariosAreRefused) {
   struct Case {
     const char *spec;

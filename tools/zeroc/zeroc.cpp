@@ -281,6 +281,11 @@ cl::opt<std::string> adviseMargin(
 cl::opt<bool> adviseAll("all", cl::sub(adviseCmd),
                         cl::desc("Show every candidate in the table"),
                         cl::cat(zerocCategory));
+cl::opt<bool> adviseRobust(
+    "robust", cl::sub(adviseCmd),
+    cl::desc("Rank by the worst of the healthy step, one rank 10% slower "
+             "and the inter-node bandwidth halved (docs/advise.md)"),
+    cl::cat(zerocCategory));
 cl::opt<int64_t> adviseMaxMicroBatch(
     "max-micro-batch", cl::sub(adviseCmd),
     cl::desc("The largest micro-batch to try (powers of two up to it, and "
@@ -754,6 +759,7 @@ int runAdvise() {
   zeroc::AdviseRequest request;
   request.margin = *margin;
   request.maxMicroBatch = adviseMaxMicroBatch;
+  request.robust = adviseRobust;
   request.model = *module;
   request.stats = &*stats;
   request.baseConfig = base ? &*base : nullptr;

@@ -30,6 +30,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -38,6 +39,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <time.h>
 #include <unistd.h>
 
@@ -122,7 +124,9 @@ OPTIONS:
                           ...}) and a final one with the measured memory
                           ("measured_peak_bytes", the counting allocator's),
                           "predicted_peak_bytes" and the measured traffic
-                          ("measured_comm_elements_per_rank_per_step") (rank 0)
+                          ("measured_comm_elements_per_rank_per_step"); on
+                          more than one rank each step's "arrival_skew" and
+                          the final "straggler" (rank 0; docs/zerorun.md)
   --comm-timeout T        Abort every rank when a collective takes longer
                           than T (seconds, or 500ms, 90s, 30m, 2h; default 30m)
   --checkpoint-dir DIR    Save checkpoints to DIR (tag step<N>; DIR/latest
@@ -374,6 +378,51 @@ std::string formatBytes(double b) {
 }
 
 /// Runs the plan; nonzero on failure. `agreedFailure` is set when every rank
+/// ZERORUN_TEST_DELAY_RANK=R:SECONDS (tests only, docs/zerorun.md,
+/// "Stragglers"): rank R sleeps SECONDS before each step, a straggler the
+/// arrival-skew report must name. Nothing when unset.
+struct TestDelay {
+  int rank = -1;
+  double seconds = 0;
+};
+Expected<TestDelay> testDelay(int worldSize) {
+  const char *text = std::getenv("ZERORUN_TEST_DELAY_RANK");
+  if (!text)
+    return TestDelay{};
+  std::string spec = text;
+  auto bad = [&](const std::string &why) {
+    return Diagnostic{"", 0, 0,
+                      "ZERORUN_TEST_DELAY_RANK='" + spec + "': " + why +
+                          " (expected RANK:SECONDS, e.g. 1:0.2; for tests "
+                          "only)"};
+  };
+  size_t colon = spec.find(':');
+  if (colon == std::string::npos)
+    return bad("no ':'");
+  char *end = nullptr;
+  std::string rankText = spec.substr(0, colon),
+              secondsText = spec.substr(colon + 1);
+  long rank = std::strtol(rankText.c_str(), &end, 10);
+  if (rankText.empty() || *end != '\0' || rank < 0)
+    return bad("the rank must be a number >= 0");
+  if (rank >= worldSize)
+    return bad("rank " + rankText + " is not a rank of this " +
+               std::to_string(worldSize) + "-rank run");
+  double seconds = std::strtod(secondsText.c_str(), &end);
+  if (secondsText.empty() || *end != '\0' || !(seconds >= 0) ||
+      !std::isfinite(seconds))
+    return bad("the delay must be a number of seconds >= 0");
+  return TestDelay{int(rank), seconds};
+}
+
+/// "rank 1 (host node7)".
+std::string rankOnHost(int rank, const std::vector<std::string> &hosts) {
+  std::string out = "rank " + std::to_string(rank);
+  if (size_t(rank) < hosts.size())
+    out += " (host " + hosts[size_t(rank)] + ")";
+  return out;
+}
+
 /// fails together (they agreed on it through a collective), so that main
 /// ends the job normally rather than with MPI_Abort, which can kill a rank
 /// before its own, more specific, message reaches the launcher.
@@ -448,8 +497,29 @@ int run(const Options &o, Communicator &comm, Device *device,
   if (!o.dumpGrads.empty())
     if (std::string why = gradientDumpRefusal(*plan); !why.empty())
       return err(why);
+  auto delay = testDelay(comm.size());
+  if (!delay)
+    return err(delay.error().message);
+  // The hosts, for the straggler report; arrival times are comparable only
+  // on one host (exec/ArrivalSkew.h).
+  char hostName[256] = "";
+  ::gethostname(hostName, sizeof hostName - 1);
+  std::vector<std::string> hosts = allGatherText(comm, hostName, "host names");
+  bool oneHost =
+      ranksHere == comm.size() ||
+      std::all_of(hosts.begin(), hosts.end(),
+                  [&](const std::string &h) { return h == hosts[0]; });
   Profiler profiler;
   ExecutorOptions eo;
+  eo.skewMethod = oneHost ? SkewMethod::Arrival : SkewMethod::Wait;
+  // Tests only: the across-hosts method on one host.
+  if (const char *method = std::getenv("ZERORUN_TEST_SKEW_METHOD")) {
+    if (std::string(method) == "wait")
+      eo.skewMethod = SkewMethod::Wait;
+    else if (std::string(method) != "arrival")
+      return err(std::string("ZERORUN_TEST_SKEW_METHOD='") + method +
+                 "': expected arrival or wait (for tests only)");
+  }
   eo.profiler = o.profile.empty() ? nullptr : &profiler;
   profiler.synchronizeOps = o.device == "cuda";
   if (eo.profiler && profiler.synchronizeOps && root)
@@ -585,7 +655,16 @@ int run(const Options &o, Communicator &comm, Device *device,
   double elapsed = 0;
   // The steps' traffic: what the communicator moves from here on.
   const CommTraffic trafficBefore = comm.traffic();
+  // Who the others waited for, over the steps after the warm-up.
+  StragglerTally stragglers;
+  // From one step's end to the next's: the same on every rank (the steps
+  // end in a collective), whichever rank was late, and the delay of
+  // ZERORUN_TEST_DELAY_RANK included.
+  Clock::time_point lastStepEnd = Clock::now();
   for (int64_t s = firstStep; s < o.steps; ++s) {
+    if (delay->rank == comm.rank() && delay->seconds > 0)
+      std::this_thread::sleep_for(
+          std::chrono::duration<double>(delay->seconds));
     auto r = e.runStep(*loader, s);
     if (!r) {
       // Every rank is about to be aborted; collectives this rank posted
@@ -593,6 +672,25 @@ int run(const Options &o, Communicator &comm, Device *device,
       if (comm.size() > 1)
         (void)(*ex).release();
       return err(r.error().message);
+    }
+    double stepPeriod = since(lastStepEnd);
+    lastStepEnd = Clock::now();
+    nlohmann::json skewJson;
+    if (r->skew) {
+      const StepSkew &k = *r->skew;
+      if (s != firstStep)
+        stragglers.add(k, stepPeriod);
+      int slow = k.slowestRank;
+      skewJson = {{"method", skewMethodName(k.method)},
+                  {"collectives", k.collectives},
+                  {"slowest_rank", slow},
+                  {"slowest_host", hosts[size_t(slow)]},
+                  {"slowest_cost_s", k.cost[size_t(slow)]},
+                  {"cost_s", k.cost},
+                  {"wait_for_last_s", k.waitForLast},
+                  {"last_at", k.lastAt}};
+      if (!o.profile.empty())
+        profiler.markStep(s, "slowest: " + rankOnHost(slow, hosts), skewJson);
     }
     if (root) {
       // The first step of a process is a warm-up: its memory is touched
@@ -647,6 +745,8 @@ int run(const Options &o, Communicator &comm, Device *device,
             {"skipped", r->skipped},
             {"warm_up", warmUp},
             {"measured_peak_bytes", e.allocatedMemory().tensorPeak}};
+        if (!skewJson.is_null())
+          j["arrival_skew"] = skewJson;
         log << j.dump() << "\n";
         log.flush();
       }
@@ -730,6 +830,29 @@ int run(const Options &o, Communicator &comm, Device *device,
           total.elementsPerRank / double(stepsRun),
           formatBytes(total.bytesPerRank / double(stepsRun)).c_str());
     }
+    if (comm.size() > 1) {
+      StragglerVerdict v = stragglers.slowest();
+      if (v.rank < 0) {
+        std::printf("stragglers: not measured (%s)\n",
+                    stepsRun < 2 ? "no step after the warm-up"
+                                 : "the device's collectives are not waited "
+                                   "for on the host");
+      } else {
+        char line[512];
+        std::snprintf(
+            line, sizeof line,
+            "%s was the slowest to reach the collectives in %lld of %lld "
+            "step(s) after the warm-up, costing the others %.1f ms per step "
+            "(%.1f%% of the step; %s times)",
+            rankOnHost(v.rank, hosts).c_str(), (long long)v.slowestSteps,
+            (long long)v.steps, 1e3 * v.costPerStep,
+            v.stepSeconds > 0 ? 100 * v.costPerStep / v.stepSeconds : 0.0,
+            skewMethodName(eo.skewMethod));
+        std::printf("%s: %s\n",
+                    stragglers.isStraggler(v) ? "straggler" : "no straggler",
+                    line);
+      }
+    }
     if (!e.nvmeDirectory().empty())
       std::printf("nvme: %s read, %s written in %s (rank 0)\n",
                   formatBytes(double(e.nvmeStats().bytesRead)).c_str(),
@@ -795,6 +918,30 @@ int run(const Options &o, Communicator &comm, Device *device,
            {{"scalar_all_reduce", control(traffic.scalarAllReduce)},
             {"broadcast", control(traffic.broadcast)},
             {"barrier", control(traffic.barrier)}}}};
+      if (comm.size() > 1) {
+        StragglerVerdict v = stragglers.slowest();
+        nlohmann::json skew = {{"method", skewMethodName(eo.skewMethod)},
+                               {"steps", v.steps},
+                               {"thresholds",
+                                {{"slowest_in_step_share", kStragglerStepShare},
+                                 {"cost_share_of_step", kStragglerCostShare}}}};
+        if (v.rank >= 0) {
+          skew["slowest_rank"] = v.rank;
+          skew["slowest_host"] = hosts[size_t(v.rank)];
+          skew["slowest_in_steps"] = v.slowestSteps;
+          skew["cost_per_step_s"] = v.costPerStep;
+          skew["step_seconds"] = v.stepSeconds;
+        }
+        j["arrival_skew"] = skew;
+        j["straggler"] =
+            stragglers.isStraggler(v)
+                ? nlohmann::json{{"rank", v.rank},
+                                 {"host", hosts[size_t(v.rank)]},
+                                 {"cost_per_step_s", v.costPerStep},
+                                 {"slowest_in_steps", v.slowestSteps},
+                                 {"steps", v.steps}}
+                : nlohmann::json(nullptr);
+      }
       log << j.dump() << "\n";
     }
   }

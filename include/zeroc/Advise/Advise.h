@@ -155,7 +155,18 @@ struct AdviseCandidate : AdviseSetup {
   double exposedCommSeconds = 0;
   double commBytesPerStep = 0; ///< Per rank.
   double tflopsPerGpu = 0;
-  double tokensPerSecond = 0;     ///< Over all ranks.
+  double tokensPerSecond = 0; ///< Over all ranks.
+  /// Sensitivity (docs/advise.md): the step time with one rank
+  /// kSensitivityStraggler times slower, and with the inter-node bandwidth
+  /// times kSensitivityInterNodeBandwidth (WhatIf.h's scenarios; the
+  /// healthy step on one node). No straggler figure on one rank: no rank
+  /// waits for another.
+  std::optional<double> stragglerStepSeconds;
+  double slowNetworkStepSeconds = 0;
+  /// The longest of the healthy step and the two above.
+  double worstStepSeconds() const;
+  /// Tokens per second at worstStepSeconds(): what --robust ranks by.
+  double robustTokensPerSecond() const;
   nlohmann::json deepSpeedConfig; ///< The resolved config, as DeepSpeed JSON.
   /// The config to launch with: the base config with only what advise
   /// decides changed (zero_optimization's stage, offload, bucket and
@@ -210,6 +221,7 @@ struct AdviseResult {
   int64_t prunedSetups = 0;   ///< Setups of the space never evaluated.
   int64_t bucketVariants = 0; ///< Bucket and prefetch variants compiled.
   double searchSeconds = 0;
+  bool robust = false; ///< Ranked by the worst case (--robust).
 };
 
 struct AdviseRequest {
@@ -223,6 +235,9 @@ struct AdviseRequest {
   std::optional<int64_t> microBatch; ///< --micro-batch, for "auto".
   AdviseMargin margin;
   int64_t maxMicroBatch = 16;
+  /// --robust: rank by the worst of the healthy step and the sensitivity
+  /// scenarios instead of the healthy step.
+  bool robust = false;
 };
 
 /// Tokens per second within this fraction of the fastest's count as a tie:
@@ -234,7 +249,14 @@ inline constexpr double kAdviseTieFraction = 0.001;
 /// first in table order (lower stage, less offload, recomputation none,
 /// full, selective, every 2nd, every 4th layer, smaller micro-batch, smaller
 /// buckets: the simpler setup, less to go wrong). None when nothing fits.
-std::optional<size_t> recommend(const std::vector<AdviseCandidate> &candidates);
+/// `robust` (--robust) ranks by robustTokensPerSecond instead: the worst of
+/// the healthy step and the sensitivity scenarios.
+std::optional<size_t> recommend(const std::vector<AdviseCandidate> &candidates,
+                                bool robust = false);
+
+/// What the recommendation ranks a candidate by: its tokens per second,
+/// healthy or (`robust`) at its worst step.
+double rankingTokensPerSecond(const AdviseCandidate &c, bool robust);
 
 /// Reads the base config at the request's world size: its setup and the
 /// global batch the search keeps.

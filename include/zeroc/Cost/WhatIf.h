@@ -53,6 +53,24 @@ Expected<WhatIfScenario> parseWhatIf(const std::string &spec);
 Cluster scaledLinks(const Cluster &cluster, WhatIfScenario::Kind kind,
                     double factor);
 
+/// The plan's step under one scenario: the straggler through
+/// SimulationOptions, a bandwidth factor through scaledLinks, Kind::Cluster
+/// on `other` (required for it). The one place a scenario is applied:
+/// `zeroc inspect --what-if` and advise's sensitivity both simulate through
+/// it.
+Expected<StepPrediction> predictScenario(const Plan &plan,
+                                         const Cluster &healthy,
+                                         const WhatIfScenario &scenario,
+                                         const Cluster *other = nullptr);
+
+/// The sensitivity `zeroc advise` shows per candidate (docs/advise.md,
+/// "Sensitivity"): one rank 10% slower, and the inter-node bandwidth halved.
+inline constexpr double kSensitivityStraggler = 1.1;
+inline constexpr double kSensitivityInterNodeBandwidth = 0.5;
+/// Those two as scenarios, straggler first, spelled as --what-if takes them
+/// ("straggler=1.1", "inter-node-bw=0.5").
+const std::vector<WhatIfScenario> &sensitivityScenarios();
+
 /// One collective of the plan in one scenario.
 struct CollectiveTiming {
   std::string phase;
