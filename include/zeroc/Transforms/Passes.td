@@ -210,6 +210,10 @@ def ZeroPartition : Pass<"zero-partition", "::mlir::ModuleOp"> {
            /*default=*/"100000",
            "Stage 3: parameters with at most this many elements stay "
            "replicated (stage3_param_persistence_threshold)">,
+    Option<"expertParallelSize", "expert-parallel-size", "int64_t",
+           /*default=*/"1",
+           "Ranks each mixture-of-experts layer's experts are split over "
+           "(DeepSpeed-MoE's ep_size); 1 for none">,
   ];
 }
 
