@@ -1482,8 +1482,7 @@ bool Reader::readExpertParallel(const json &root) {
   // DeepSpeed reads neither spelling from its config: they are the MoE
   // layer's argument and Megatron-DeepSpeed's command-line flag. A config
   // that has them means expert parallelism that DeepSpeed would not apply.
-  for (const char *key :
-       {"ep_size", "moe_expert_parallel_size", "expert_parallel_size"})
+  for (const char *key : kForeignExpertParallelKeys)
     if (root.contains(key))
       ok = fail(JsonPath() / key,
                 (JsonPath() / key).quoted() +
