@@ -145,7 +145,7 @@ cl::opt<int64_t> compileGradAccum(
              "\"auto\" or out"),
     cl::value_desc("n"), cl::cat(zerocCategory));
 cl::opt<int64_t> compileEpSize(
-    "ep-size", cl::sub(cl::SubCommand::getTopLevel()),
+    "ep-size", cl::sub(cl::SubCommand::getTopLevel()), cl::sub(statsCmd),
     cl::desc("Expert-parallel size: ranks each mixture-of-experts layer's "
              "experts are split over (DeepSpeed's MoE(ep_size=...); the "
              "config's expert_parallel.autoep_size)"),
@@ -574,6 +574,18 @@ int runStats() {
   if (recompute &&
       failed(zeroc::applyRecomputation(*module, *recompute, *stats)))
     return 1;
+  if (compileEpSize.getNumOccurrences()) {
+    if (!stats->moe.layers)
+      return error("--ep-size applies to a mixture of experts; the model is "
+                   "dense (no model.moe_experts)");
+    if (compileEpSize < 1 || stats->moe.experts % compileEpSize != 0)
+      return error("--ep-size " + std::to_string(compileEpSize) +
+                   " does not divide the model's " +
+                   std::to_string(stats->moe.experts) +
+                   " experts per layer: each rank holds num_experts / "
+                   "ep_size of them");
+    stats->moe.expertParallelSize = compileEpSize;
+  }
   if (statsJson)
     llvm::outs() << zeroc::toJson(*stats).dump(2) << "\n";
   else
