@@ -202,17 +202,23 @@ LogicalResult TensorOp::verifySymbolUses(SymbolTableCollection &symbols) {
 
 LogicalResult FlatGroupOp::verifySymbolUses(SymbolTableCollection &symbols) {
   std::vector<int64_t> numels;
+  TensorOp first;
   if (failed(forEachSymbol(
           getParams(), [&](FlatSymbolRefAttr name) -> LogicalResult {
             FailureOr<TensorOp> t =
                 lookupRole(*this, symbols, name, Role::Param, "member");
             if (failed(t))
               return failure();
+            first = first ? first : *t;
             numels.push_back(t->getNumElements());
             return success();
           })))
     return failure();
-  FlatGroupLayout layout(numels, getWorldSize(*this));
+  // Split over its members' group: the world, or for expert parameters the
+  // expert-data-parallel ranks.
+  int64_t worldSize = getWorldSize(*this);
+  FlatGroupLayout layout(numels, first ? first.getShardGroupSize(worldSize)
+                                       : worldSize);
   if (layout.numel != int64_t(getNumel()))
     return emitOpError() << "numel " << getNumel()
                          << " is not the sum of its parameters' elements, "
@@ -220,7 +226,10 @@ LogicalResult FlatGroupOp::verifySymbolUses(SymbolTableCollection &symbols) {
   if (layout.padded != int64_t(getPadded()))
     return emitOpError() << "padded " << getPadded() << " should be "
                          << layout.padded << " (" << layout.numel
-                         << " rounded up to a multiple of 2 x world size "
+                         << " rounded up to a multiple of 2 x "
+                         << (first && first.getExpert()
+                                 ? "expert-data-parallel size "
+                                 : "world size ")
                          << layout.worldSize << ")";
   return success();
 }
@@ -709,13 +718,20 @@ int64_t elementBytes(Type type) {
 std::optional<FlatGroupLayout> flatLayout(Operation *from, FlatGroupOp group,
                                           SymbolTableCollection &symbols) {
   std::vector<int64_t> numels;
+  TensorOp first;
   for (auto name : group.getParams().getAsRange<FlatSymbolRefAttr>()) {
     auto t = symbols.lookupNearestSymbolFrom<TensorOp>(from, name);
     if (!t)
       return std::nullopt;
+    first = first ? first : t;
     numels.push_back(t.getNumElements());
   }
-  return FlatGroupLayout(numels, getWorldSize(from));
+  // Over the members' group: expert parameters over the
+  // expert-data-parallel ranks (zero-verify-schedule keeps a group of one
+  // kind).
+  int64_t worldSize = getWorldSize(from);
+  return FlatGroupLayout(numels, first ? first.getShardGroupSize(worldSize)
+                                       : worldSize);
 }
 
 } // namespace
@@ -765,7 +781,8 @@ ReduceScatterStartOp::getWorkspaceBytes(SymbolTableCollection &symbols) {
       }
     } else {
       params.push_back(
-          {ParamShardLayout{t.getNumElements(), worldSize}, esize});
+          {ParamShardLayout{t.getNumElements(), t.getShardGroupSize(worldSize)},
+           esize});
     }
   }
   WorkspaceLayout ws;
@@ -784,9 +801,10 @@ AllGatherUpdatesStartOp::getWorkspaceBytes(SymbolTableCollection &symbols) {
   for (auto name : getTargets().getAsRange<FlatSymbolRefAttr>())
     if (auto t = symbols.lookupNearestSymbolFrom<TensorOp>(*this, name);
         t && !t.getSharded())
-      gatherUpdatesParamPart(ws,
-                             ParamShardLayout{t.getNumElements(), worldSize},
-                             elementBytes(t.getTensorType()));
+      gatherUpdatesParamPart(
+          ws,
+          ParamShardLayout{t.getNumElements(), t.getShardGroupSize(worldSize)},
+          elementBytes(t.getTensorType()));
   return ws.size();
 }
 

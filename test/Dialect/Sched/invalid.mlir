@@ -806,3 +806,14 @@ module attributes {sched.expert_parallel_size = 2 : i64, sched.world_size = 4 : 
     return
   }
 }
+
+// -----
+
+// An expert flat group is split over the expert-data-parallel ranks (4 / 2
+// = 2): padded to a multiple of 4, not of 8.
+module attributes {sched.expert_parallel_size = 2 : i64, sched.world_size = 4 : i64} {
+  sched.tensor @e : tensor<2x4xf32> param expert on device
+  sched.tensor @f : tensor<3xf32> param expert on device
+  // expected-error @+1 {{'sched.flat_group' op padded 16 should be 12 (11 rounded up to a multiple of 2 x expert-data-parallel size 2)}}
+  sched.flat_group @g [@e, @f] numel 11 padded 16
+}
