@@ -137,6 +137,8 @@ LogicalResult SchedDialect::verifyOperationAttribute(Operation *op,
     return failure(failed(onModule()) || failed(verifyInteger(op, attr, 1)));
   if (name == StageAttrHelper::getNameStr())
     return failure(failed(onModule()) || failed(verifyInteger(op, attr, 0, 3)));
+  if (name == ExpertParallelSizeAttrHelper::getNameStr())
+    return failure(failed(onModule()) || failed(verifyInteger(op, attr, 1)));
   if (name == MemoryAttrHelper::getNameStr())
     return failure(failed(verifyOnPhase(op, attr)) ||
                    failed(verifyMemory(op, attr)));

@@ -38,8 +38,18 @@ def Sched_Dialect : Dialect {
     The plan names the streams with the same enum.
 
     The module states the schedule's facts as attributes this dialect
-    declares and verifies: `sched.world_size` (ranks, at least 1) and
-    `sched.stage` (the ZeRO stage, 0 to 3). `zero-plan-memory` records the
+    declares and verifies: `sched.world_size` (ranks, at least 1),
+    `sched.stage` (the ZeRO stage, 0 to 3) and, with expert parallelism,
+    `sched.expert_parallel_size` (DeepSpeed-MoE's `ep_size`: it divides the
+    world size; 1 when absent).
+
+    Collectives run among a communicator group (`CommGroup`): the world;
+    the expert-parallel group (the `ep` consecutive ranks that split a
+    mixture-of-experts layer's experts, DeepSpeed's `ep_size_N` groups),
+    where tokens travel to their experts and back by all-to-all; or the
+    expert-data-parallel group (the `world / ep` ranks, one per
+    expert-parallel group, strided by `ep`, that hold the same experts),
+    over which ZeRO shards and reduces the `expert` tensors. `zero-plan-memory` records the
     memory plan on the phase functions (`sched.memory`, `sched.arg_offsets`,
     `sched.live_bytes`) and their ops (`sched.offsets`, `sched.after`,
     `sched.saved_offset`, `sched.workspace_offset`,
@@ -51,6 +61,7 @@ def Sched_Dialect : Dialect {
     // The module's facts (zero-partition).
     "::mlir::IntegerAttr":$world_size,
     "::mlir::IntegerAttr":$stage,
+    "::mlir::IntegerAttr":$expert_parallel_size,
     // The memory plan (zero-plan-memory): on phase functions,
     "::mlir::DictionaryAttr":$memory,
     "::mlir::DenseI64ArrayAttr":$arg_offsets,
@@ -96,6 +107,25 @@ def Sched_Stream : I64EnumAttr<"Stream",
     I64EnumAttrCase<"Gather", 1, "gather">,
     I64EnumAttrCase<"Reduce", 2, "reduce">,
     I64EnumAttrCase<"Copy", 3, "copy">,
+  ]> {
+  let cppNamespace = "::zeroc::sched";
+}
+
+def Sched_CommGroup : I32EnumAttr<"CommGroup",
+    "the ranks a collective runs among", [
+    I32EnumAttrCase<"World", 0, "world">,
+    I32EnumAttrCase<"ExpertParallel", 1, "expert_parallel">,
+    I32EnumAttrCase<"ExpertDataParallel", 2, "expert_data_parallel">,
+  ]> {
+  let cppNamespace = "::zeroc::sched";
+}
+
+def Sched_AllToAllPurpose : I32EnumAttr<"AllToAllPurpose",
+    "what an expert-parallel all-to-all carries", [
+    I32EnumAttrCase<"Dispatch", 0, "dispatch">,
+    I32EnumAttrCase<"Combine", 1, "combine">,
+    I32EnumAttrCase<"CombineGrad", 2, "combine_grad">,
+    I32EnumAttrCase<"DispatchGrad", 3, "dispatch_grad">,
   ]> {
   let cppNamespace = "::zeroc::sched";
 }

@@ -47,11 +47,16 @@ def Sched_AsyncStartOpInterface : OpInterface<"AsyncStartOpInterface"> {
 def Sched_CollectiveOpInterface : OpInterface<"CollectiveOpInterface"> {
   let cppNamespace = "::zeroc::sched";
   let description = [{
-    A collective over all ranks. It reports its kind and the logical
-    (unpadded) element count it acts on; communication volume follows from
-    these through zeroc/Support/Collectives.h.
+    A collective among the ranks of its communicator group. It reports its
+    kind, its group and the logical (unpadded) element count it acts on;
+    communication volume follows from these through
+    zeroc/Support/Collectives.h.
   }];
   let methods = [
+    InterfaceMethod<"The communicator group it runs among.",
+      "::zeroc::sched::CommGroup", "getGroup", (ins), [{
+        return $_op.getGroup();
+      }]>,
     InterfaceMethod<"The collective's kind.", "::zeroc::CollectiveKind",
       "getCollectiveKind">,
     InterfaceMethod<[{

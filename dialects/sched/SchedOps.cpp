@@ -20,13 +20,39 @@ using namespace mlir;
 using namespace zeroc;
 using namespace zeroc::sched;
 
-int64_t zeroc::sched::getWorldSize(Operation *op) {
+/// A positive count the module containing `op` records as `name`; 1 when
+/// unset.
+static int64_t moduleCount(Operation *op, StringRef name) {
   auto module = dyn_cast<ModuleOp>(op) ? cast<ModuleOp>(op)
                                        : op->getParentOfType<ModuleOp>();
   if (!module)
     return 1;
-  auto attr = module->getAttrOfType<IntegerAttr>(kWorldSizeAttr);
+  auto attr = module->getAttrOfType<IntegerAttr>(name);
   return attr && attr.getInt() > 0 ? attr.getInt() : 1;
+}
+
+int64_t zeroc::sched::getWorldSize(Operation *op) {
+  return moduleCount(op, kWorldSizeAttr);
+}
+
+int64_t zeroc::sched::getExpertParallelSize(Operation *op) {
+  return moduleCount(op, kExpertParallelSizeAttr);
+}
+
+// DeepSpeed's groups._create_expert_and_data_parallel: the expert-parallel
+// groups are `ep` consecutive ranks, the expert-data-parallel groups the
+// `world / ep` ranks with the same index in theirs.
+int64_t zeroc::sched::groupSize(CommGroup group, int64_t worldSize,
+                                int64_t expertParallelSize) {
+  switch (group) {
+  case CommGroup::World:
+    return worldSize;
+  case CommGroup::ExpertParallel:
+    return expertParallelSize;
+  case CommGroup::ExpertDataParallel:
+    return worldSize / std::max<int64_t>(expertParallelSize, 1);
+  }
+  return worldSize;
 }
 
 std::optional<int64_t> zeroc::sched::getStage(ModuleOp module) {
@@ -120,10 +146,18 @@ static int64_t numElements(Type t) {
 // TensorOp, FlatGroupOp
 //===----------------------------------------------------------------------===//
 
+int64_t TensorOp::getShardGroupSize(int64_t worldSize) {
+  if (!getExpert())
+    return worldSize;
+  return groupSize(CommGroup::ExpertDataParallel, worldSize,
+                   getExpertParallelSize(*this));
+}
+
 int64_t TensorOp::getLocalNumElements(int64_t worldSize) {
   if (!getSharded())
     return getNumElements();
-  return ParamShardLayout{getNumElements(), worldSize}.shardSize();
+  return ParamShardLayout{getNumElements(), getShardGroupSize(worldSize)}
+      .shardSize();
 }
 
 RankedTensorType TensorOp::getLocalType(int64_t worldSize) {
@@ -168,17 +202,23 @@ LogicalResult TensorOp::verifySymbolUses(SymbolTableCollection &symbols) {
 
 LogicalResult FlatGroupOp::verifySymbolUses(SymbolTableCollection &symbols) {
   std::vector<int64_t> numels;
+  TensorOp first;
   if (failed(forEachSymbol(
           getParams(), [&](FlatSymbolRefAttr name) -> LogicalResult {
             FailureOr<TensorOp> t =
                 lookupRole(*this, symbols, name, Role::Param, "member");
             if (failed(t))
               return failure();
+            first = first ? first : *t;
             numels.push_back(t->getNumElements());
             return success();
           })))
     return failure();
-  FlatGroupLayout layout(numels, getWorldSize(*this));
+  // Split over its members' group: the world, or for expert parameters the
+  // expert-data-parallel ranks.
+  int64_t worldSize = getWorldSize(*this);
+  FlatGroupLayout layout(numels, first ? first.getShardGroupSize(worldSize)
+                                       : worldSize);
   if (layout.numel != int64_t(getNumel()))
     return emitOpError() << "numel " << getNumel()
                          << " is not the sum of its parameters' elements, "
@@ -186,7 +226,10 @@ LogicalResult FlatGroupOp::verifySymbolUses(SymbolTableCollection &symbols) {
   if (layout.padded != int64_t(getPadded()))
     return emitOpError() << "padded " << getPadded() << " should be "
                          << layout.padded << " (" << layout.numel
-                         << " rounded up to a multiple of 2 x world size "
+                         << " rounded up to a multiple of 2 x "
+                         << (first && first.getExpert()
+                                 ? "expert-data-parallel size "
+                                 : "world size ")
                          << layout.worldSize << ")";
   return success();
 }
@@ -464,6 +507,54 @@ LogicalResult FetchStartOp::verify() {
   return success();
 }
 
+//===----------------------------------------------------------------------===//
+// AllToAllStartOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult AllToAllStartOp::verify() {
+  if (getGroup() != CommGroup::ExpertParallel)
+    return emitOpError() << "exchanges tokens among the expert-parallel "
+                            "group, but names the "
+                         << stringifyCommGroup(getGroup()) << " group";
+  if (getExpertParallelSize(*this) < 2)
+    return emitOpError() << "needs expert parallelism: the module's "
+                         << kExpertParallelSizeAttr
+                         << " must be at least 2, found "
+                         << getExpertParallelSize(*this);
+  auto recv = cast<RankedTensorType>(getRecvType());
+  auto send = cast<RankedTensorType>(getSend().getType());
+  if (recv.getElementType() != send.getElementType())
+    return emitOpError() << "receives " << recv.getElementType()
+                         << " but sends " << send.getElementType();
+  if (getWorstBytes() < getBytes())
+    return emitOpError() << "worst_bytes " << getWorstBytes()
+                         << " is below the planned bytes " << getBytes()
+                         << ": the worst case bounds every assumption";
+  return success();
+}
+
+LogicalResult AllToAllStartOp::verifySymbolUses(SymbolTableCollection &) {
+  return success();
+}
+
+LogicalResult AllToAllStartOp::getCompletedTypes(SymbolTableCollection &,
+                                                 SmallVectorImpl<Type> &types) {
+  types.push_back(getRecvType());
+  return success();
+}
+
+CollectiveKind AllToAllStartOp::getCollectiveKind() {
+  return CollectiveKind::AllToAll;
+}
+
+// What one rank exchanges, in elements of its dtype: the planned bytes.
+int64_t AllToAllStartOp::getLogicalElements(SymbolTableCollection &) {
+  auto send = cast<RankedTensorType>(getSend().getType());
+  int64_t elementBytes =
+      model::tensorBytes(send) / std::max<int64_t>(send.getNumElements(), 1);
+  return getBytes() / std::max<int64_t>(elementBytes, 1);
+}
+
 LogicalResult FetchStartOp::verifySymbolUses(SymbolTableCollection &symbols) {
   return forEachSymbol(
       getTensors(), [&](FlatSymbolRefAttr name) -> LogicalResult {
@@ -627,13 +718,20 @@ int64_t elementBytes(Type type) {
 std::optional<FlatGroupLayout> flatLayout(Operation *from, FlatGroupOp group,
                                           SymbolTableCollection &symbols) {
   std::vector<int64_t> numels;
+  TensorOp first;
   for (auto name : group.getParams().getAsRange<FlatSymbolRefAttr>()) {
     auto t = symbols.lookupNearestSymbolFrom<TensorOp>(from, name);
     if (!t)
       return std::nullopt;
+    first = first ? first : t;
     numels.push_back(t.getNumElements());
   }
-  return FlatGroupLayout(numels, getWorldSize(from));
+  // Over the members' group: expert parameters over the
+  // expert-data-parallel ranks (zero-verify-schedule keeps a group of one
+  // kind).
+  int64_t worldSize = getWorldSize(from);
+  return FlatGroupLayout(numels, first ? first.getShardGroupSize(worldSize)
+                                       : worldSize);
 }
 
 } // namespace
@@ -649,8 +747,9 @@ int64_t zeroc::sched::bufferBytes(Value value) {
     return bytes;
   // The padded tensor every rank's shard lands in.
   Value shard = gather.getShards()[result.getResultNumber()];
-  return std::max(bytes,
-                  model::tensorBytes(shard.getType()) * getWorldSize(gather));
+  return std::max(bytes, model::tensorBytes(shard.getType()) *
+                             groupSize(gather.getGroup(), getWorldSize(gather),
+                                       getExpertParallelSize(gather)));
 }
 
 int64_t
@@ -682,7 +781,8 @@ ReduceScatterStartOp::getWorkspaceBytes(SymbolTableCollection &symbols) {
       }
     } else {
       params.push_back(
-          {ParamShardLayout{t.getNumElements(), worldSize}, esize});
+          {ParamShardLayout{t.getNumElements(), t.getShardGroupSize(worldSize)},
+           esize});
     }
   }
   WorkspaceLayout ws;
@@ -701,9 +801,10 @@ AllGatherUpdatesStartOp::getWorkspaceBytes(SymbolTableCollection &symbols) {
   for (auto name : getTargets().getAsRange<FlatSymbolRefAttr>())
     if (auto t = symbols.lookupNearestSymbolFrom<TensorOp>(*this, name);
         t && !t.getSharded())
-      gatherUpdatesParamPart(ws,
-                             ParamShardLayout{t.getNumElements(), worldSize},
-                             elementBytes(t.getTensorType()));
+      gatherUpdatesParamPart(
+          ws,
+          ParamShardLayout{t.getNumElements(), t.getShardGroupSize(worldSize)},
+          elementBytes(t.getTensorType()));
   return ws.size();
 }
 

@@ -40,9 +40,19 @@ constexpr llvm::StringLiteral kWorldSizeAttr =
     SchedDialect::WorldSizeAttrHelper::getNameStr();
 constexpr llvm::StringLiteral kStageAttr =
     SchedDialect::StageAttrHelper::getNameStr();
+constexpr llvm::StringLiteral kExpertParallelSizeAttr =
+    SchedDialect::ExpertParallelSizeAttrHelper::getNameStr();
 
 /// The world size of the schedule containing `op` (1 when unset).
 int64_t getWorldSize(mlir::Operation *op);
+
+/// The expert-parallel size of the schedule containing `op` (1 when unset).
+int64_t getExpertParallelSize(mlir::Operation *op);
+
+/// The ranks of `group` in a schedule of `worldSize` ranks and expert-
+/// parallel size `expertParallelSize`.
+int64_t groupSize(CommGroup group, int64_t worldSize,
+                  int64_t expertParallelSize);
 
 /// The ZeRO stage of `module`; nothing if zero-partition has not run.
 std::optional<int64_t> getStage(mlir::ModuleOp module);

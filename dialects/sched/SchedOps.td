@@ -14,6 +14,12 @@ def Sched_Tensor : StaticShapeTensorOf<[F32, BF16, F16]>;
 def Sched_OnStream
     : DefaultValuedAttr<Sched_Stream, "::zeroc::sched::Stream::Compute">;
 
+/// The communicator group of a collective: the world unless it acts on
+/// expert state (expert_data_parallel) or exchanges tokens
+/// (expert_parallel).
+def Sched_InGroup
+    : DefaultValuedAttr<Sched_CommGroup, "::zeroc::sched::CommGroup::World">;
+
 /// An op inside a schedule function: it runs on a stream.
 class Sched_StreamOp<string mnemonic, list<Trait> traits = []>
     : Sched_Op<mnemonic, !listconcat(traits, [
@@ -47,6 +53,12 @@ def Sched_TensorOp : Sched_Op<"tensor", [Symbol, HasParent<"::mlir::ModuleOp">,
     parameter or flat group the state belongs to. `init` is a parameter's
     initialization.
 
+    An `expert` tensor is a mixture-of-experts layer's expert parameter (or
+    its state) under expert parallelism: `type` is this rank's experts, its
+    expert-parallel slice (`num_experts / ep` of them), and `sharded` splits
+    it over the expert-data-parallel group (`world / ep` ranks) instead of
+    the world, as DeepSpeed's ZeRO does with its MoE parameter groups.
+
     ```mlir
     sched.tensor @h.0.attn.q_proj.weight : tensor<768x768xbf16> param sharded on device init <normal(0.02)>
     sched.tensor @h.0.attn.q_proj.weight.exp_avg : tensor<768x768xf32> exp_avg of @h.0.attn.q_proj.weight sharded on host
@@ -58,10 +70,11 @@ def Sched_TensorOp : Sched_Op<"tensor", [Symbol, HasParent<"::mlir::ModuleOp">,
                        OptionalAttr<FlatSymbolRefAttr>:$of,
                        UnitAttr:$sharded,
                        Sched_Placement:$placement,
-                       OptionalAttr<AnyAttr>:$init);
+                       OptionalAttr<AnyAttr>:$init,
+                       UnitAttr:$expert);
   let assemblyFormat = [{
-    $sym_name `:` $type $role (`of` $of^)? (`sharded` $sharded^)? `on` $placement
-    (`init` $init^)? attr-dict
+    $sym_name `:` $type $role (`of` $of^)? (`expert` $expert^)?
+    (`sharded` $sharded^)? `on` $placement (`init` $init^)? attr-dict
   }];
   let hasVerifier = 1;
   let extraClassDeclaration = [{
@@ -69,6 +82,9 @@ def Sched_TensorOp : Sched_Op<"tensor", [Symbol, HasParent<"::mlir::ModuleOp">,
       return ::llvm::cast<::mlir::RankedTensorType>(getType());
     }
     int64_t getNumElements() { return getTensorType().getNumElements(); }
+    /// The ranks a sharded tensor is split over: the world, or for an
+    /// `expert` tensor the expert-data-parallel group.
+    int64_t getShardGroupSize(int64_t worldSize);
     /// Elements each rank stores, padding included.
     int64_t getLocalNumElements(int64_t worldSize);
     /// The type of a rank's part: the full type, or a 1-D shard.
@@ -163,9 +179,10 @@ def Sched_AllGatherStartOp : Sched_StartOp<"all_gather_start", [
     new transient buffer that a `sched.release` must free.
   }];
   let arguments = (ins Variadic<Sched_Tensor>:$shards,
-                       FlatSymbolRefArrayAttr:$params, Sched_OnStream:$stream);
+                       FlatSymbolRefArrayAttr:$params, Sched_OnStream:$stream,
+                       Sched_InGroup:$group);
   let assemblyFormat = [{
-    $shards `for` $params attr-dict `:` type($shards)
+    $shards `for` $params (`over` $group^)? attr-dict `:` type($shards)
   }];
   let hasVerifier = 1;
 }
@@ -192,9 +209,11 @@ def Sched_ReduceScatterStartOp : Sched_StartOp<"reduce_scatter_start", [
   let arguments = (ins Variadic<Sched_Tensor>:$grads,
                        FlatSymbolRefArrayAttr:$targets,
                        DenseI64ArrayAttr:$offsets, UnitAttr:$all_reduce,
-                       Sched_OnStream:$stream);
+                       Sched_OnStream:$stream,
+                       Sched_InGroup:$group);
   let assemblyFormat = [{
-    $grads `into` $targets `at` $offsets attr-dict `:` type($grads)
+    $grads `into` $targets `at` $offsets (`over` $group^)? attr-dict
+    `:` type($grads)
   }];
   let hasVerifier = 1;
 }
@@ -202,8 +221,9 @@ def Sched_ReduceScatterStartOp : Sched_StartOp<"reduce_scatter_start", [
 def Sched_AllReduceStartOp : Sched_StartOp<"all_reduce_start", [
     DeclareOpInterfaceMethods<Sched_CollectiveOpInterface>]> {
   let summary = "Average replicated gradient accumulators in place";
-  let arguments = (ins FlatSymbolRefArrayAttr:$tensors, Sched_OnStream:$stream);
-  let assemblyFormat = "$tensors attr-dict";
+  let arguments = (ins FlatSymbolRefArrayAttr:$tensors, Sched_OnStream:$stream,
+                       Sched_InGroup:$group);
+  let assemblyFormat = "$tensors (`over` $group^)? attr-dict";
   let hasVerifier = 1;
 }
 
@@ -218,8 +238,45 @@ def Sched_AllGatherUpdatesStartOp : Sched_StartOp<"all_gather_updates_start", [
     rank holds the updated whole. `targets` are flat groups or replicated
     parameters.
   }];
-  let arguments = (ins FlatSymbolRefArrayAttr:$targets, Sched_OnStream:$stream);
-  let assemblyFormat = "$targets attr-dict";
+  let arguments = (ins FlatSymbolRefArrayAttr:$targets, Sched_OnStream:$stream,
+                       Sched_InGroup:$group);
+  let assemblyFormat = "$targets (`over` $group^)? attr-dict";
+  let hasVerifier = 1;
+}
+
+def Sched_AllToAllStartOp : Sched_StartOp<"all_to_all_start", [
+    DeclareOpInterfaceMethods<Sched_CollectiveOpInterface>]> {
+  let summary = "Expert parallelism's token exchange over the expert-parallel "
+                "group";
+  let description = [{
+    Each rank of the expert-parallel group sends the rows of `send` to the
+    ranks holding their experts (`dispatch`) or back to the ranks their
+    tokens came from (`combine`); the backward pass runs the two in reverse
+    (`combine_grad`, then `dispatch_grad`). The counts come from the router
+    at run time (dropless: `MPI_Alltoallv`, or NCCL send/recv in a group).
+    The matching `sched.wait` yields the receive buffer, of type
+    `recv_type`, planned for the received rows under the model's
+    token-distribution assumption.
+
+    `bytes` is what the busiest rank sends or receives under that
+    assumption (uniform by default: `tokens x top_k x hidden x dtype`),
+    `worst_bytes` the same when every token routes to the experts of one
+    rank; the cost model prices `bytes` with nccl-tests' alltoall convention
+    (`bytes x (n-1)/n` over the bus bandwidth).
+
+    ```mlir
+    %t = sched.all_to_all_start dispatch %rows over expert_parallel {bytes = 4096 : i64, worst_bytes = 8192 : i64} : tensor<16x64xf32> -> tensor<16x64xf32>
+    ```
+  }];
+  let arguments = (ins Sched_Tensor:$send, Sched_AllToAllPurpose:$purpose,
+                       TypeAttrOf<Sched_Tensor>:$recv_type,
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$bytes,
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$worst_bytes,
+                       Sched_OnStream:$stream, Sched_InGroup:$group);
+  let assemblyFormat = [{
+    $purpose $send (`over` $group^)? attr-dict `:` type($send) `->`
+    $recv_type
+  }];
   let hasVerifier = 1;
 }
 

@@ -158,6 +158,8 @@ Plan interpolatePlan(const Plan &a, const Plan &b, int64_t microBatch,
       case CollectiveKind::AllReduce:
         out.comm.allReduce += volume;
         break;
+      case CollectiveKind::AllToAll:
+        break; // collectiveKind() never returns it: plans have none.
       }
     }
 

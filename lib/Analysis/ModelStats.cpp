@@ -3,6 +3,8 @@
 #include "zeroc/Analysis/ModelStats.h"
 
 #include "model/ModelOps.h"
+#include "zeroc/Support/Collectives.h"
+#include "zeroc/Support/DType.h"
 #include "zeroc/Support/Format.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -266,6 +268,20 @@ int64_t MoeStats::assumedMaxRows() const {
   return int64_t(std::ceil(assumedMaxShare * double(routedRows) - 1e-9));
 }
 
+MoeStats::ExchangeRows MoeStats::expertParallelRows() const {
+  int64_t ep = expertParallelSize;
+  if (ep <= 1 || !experts || !topK)
+    return {routedRows, routedRows};
+  int64_t local = experts / ep;
+  int64_t tokens = routedRows / topK;
+  auto received = [&](int64_t busiestExpertRows) {
+    int64_t perSource =
+        std::min(busiestExpertRows * local, tokens * std::min(topK, local));
+    return std::max(routedRows, ep * perSource);
+  };
+  return {received(assumedMaxRows()), received(worstCaseMaxRows())};
+}
+
 /// Why the token distribution matters, wherever the assumption is printed.
 static const char *kDistributionNote =
     "memory is exact whatever the distribution (token-sorted dispatch: "
@@ -286,6 +302,29 @@ static nlohmann::json moeJson(const MoeStats &m) {
             {"worst_case_max_expert_share", 1.0 / double(m.topK)},
             {"worst_case_max_expert_rows", m.worstCaseMaxRows()},
             {"note", kDistributionNote}}}};
+}
+
+/// Bytes of one element of the model's dtype ("bf16", ...); 4 if unknown.
+static int64_t dtypeBytes(const std::string &dtype) {
+  std::optional<DType> t = parseDType(dtype);
+  return t ? bytesPerElement(*t) : 4;
+}
+
+/// Expert parallelism's exchange per rank, per layer and micro-batch.
+static nlohmann::json expertParallelJson(const ModelStats &s) {
+  MoeStats::ExchangeRows rows = s.moe.expertParallelRows();
+  int64_t rowBytes = s.hiddenSize * dtypeBytes(s.dtype);
+  int64_t ep = s.moe.expertParallelSize;
+  return {{"ep_size", ep},
+          {"experts_per_rank", s.moe.experts / ep},
+          {"all_to_alls_per_layer", 4},
+          {"all_to_all_rows", rows.assumed},
+          {"all_to_all_bytes", rows.assumed * rowBytes},
+          {"worst_case_all_to_all_rows", rows.worst},
+          {"worst_case_all_to_all_bytes", rows.worst * rowBytes},
+          {"sent_bytes_per_all_to_all",
+           commElementsPerRank(CollectiveKind::AllToAll,
+                               double(rows.assumed * rowBytes), ep)}};
 }
 
 nlohmann::json toJson(const ModelStats &stats) {
@@ -322,8 +361,11 @@ nlohmann::json toJson(const ModelStats &stats) {
        {{"mode", recomputeModeName(stats.recompute.mode)},
         {"every", stats.recompute.every}}},
       {"layers", layers}};
-  if (stats.moe.layers)
+  if (stats.moe.layers) {
     out["moe"] = moeJson(stats.moe);
+    if (stats.moe.expertParallelSize > 1)
+      out["moe"]["expert_parallel"] = expertParallelJson(stats);
+  }
   return out;
 }
 
@@ -365,6 +407,21 @@ std::string formatModelStats(const ModelStats &s) {
             " rows; worst case " + groupDigits(s.moe.worstCaseMaxRows()) +
             " rows (every token to one expert)");
     out += std::string("  (") + kDistributionNote + ")\n";
+    if (int64_t ep = s.moe.expertParallelSize; ep > 1) {
+      MoeStats::ExchangeRows rows = s.moe.expertParallelRows();
+      int64_t rowBytes = s.hiddenSize * dtypeBytes(s.dtype);
+      std::string label = "expert parallelism (ep " + std::to_string(ep) + ")";
+      add(label.c_str(),
+          std::to_string(s.moe.experts / ep) +
+              " experts per rank; 4 all-to-alls per layer and micro-batch "
+              "(dispatch, combine, and both in backward)");
+      add("all-to-all buffer per rank",
+          groupDigits(rows.assumed) +
+              " rows = " + humanBytes(rows.assumed * rowBytes) + " (" +
+              (s.moe.uniform() ? "uniform" : "the assumed share") +
+              "); worst case " + groupDigits(rows.worst) +
+              " rows = " + humanBytes(rows.worst * rowBytes));
+    }
   }
   add("train FLOPs / token (graph)",
       humanCount(s.trainFlopsPerToken) + "FLOP  (3 x forward ops)");

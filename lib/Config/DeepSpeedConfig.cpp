@@ -170,6 +170,7 @@ private:
   bool readGradientClipping(const json &root);
   bool readActivationCheckpointing(const json &root);
   bool readAio(const json &root);
+  bool readExpertParallel(const json &root);
   bool readBatch(const json &root);
 
   const JsonDocument &doc;
@@ -363,8 +364,15 @@ bool Reader::readScalars(const json &object, const JsonPath &at,
 // Top level
 //===----------------------------------------------------------------------===//
 
+/// Spellings of the expert-parallel size that DeepSpeed does not read from
+/// its config; readExpertParallel refuses them, saying where they belong.
+static const char *const kForeignExpertParallelKeys[] = {
+    "ep_size", "moe_expert_parallel_size", "expert_parallel_size"};
+
 bool Reader::readTopLevelKeys(const json &root) {
   std::vector<std::string> known = modelledTopLevelKeys();
+  known.insert(known.end(), std::begin(kForeignExpertParallelKeys),
+               std::end(kForeignExpertParallelKeys));
   const std::vector<std::string> &ignorable = ignoredTopLevelKeys();
   known.insert(known.end(), ignorable.begin(), ignorable.end());
   for (const std::string &key : ignorable)
@@ -428,11 +436,6 @@ bool Reader::checkUnmodelled(const json &root) {
     refuse(JsonPath() / "data_parallel_size",
            "is " + shown(*dp, JsonPath() / "data_parallel_size") +
                ", not the world size " + std::to_string(ctx.worldSize));
-  if (const json *ep = member(root, "expert_parallel");
-      ep && ep->is_object() && !ep->empty() &&
-      !(member(*ep, "enabled") && !enabled(*ep)))
-    refuse(JsonPath() / "expert_parallel",
-           "places mixture-of-experts layers on expert-parallel ranks");
   if (const json *types = member(root, "data_types"))
     if (const json *acc =
             types->is_object() ? member(*types, "grad_accum_dtype") : nullptr;
@@ -514,6 +517,7 @@ Expected<DeepSpeedConfig> Reader::read() {
   else if (cfg.activationCheckpointing.present)
     cfg.recompute = {RecomputeMode::Full, 1};
   readAio(root);
+  readExpertParallel(root);
   bool batchKnown = ctx.worldSize >= 1;
   for (const char *key : {"train_batch_size", "train_micro_batch_size_per_gpu",
                           "gradient_accumulation_steps"})
@@ -1395,6 +1399,146 @@ bool Reader::readAio(const json &root) {
          "DeepSpeed no longer reads it");
   }
   return ok;
+}
+
+//===----------------------------------------------------------------------===//
+// Expert parallelism
+//===----------------------------------------------------------------------===//
+
+/// DeepSpeed's AutoEP block, `"expert_parallel": {"enabled": true,
+/// "autoep_size": N}` (deepspeed/module_inject/auto_ep_config.py, read with
+/// dict.get: unknown keys are ignored), or the launcher's --ep-size (the
+/// `ep_size` of DeepSpeed's deepspeed.moe.layer.MoE) / --moe-expert-
+/// parallel-size (Megatron-DeepSpeed's argument). The size must divide the
+/// world size (DeepSpeed's groups._create_expert_and_data_parallel) and the
+/// experts per layer (each rank holds num_experts / ep_size of them).
+bool Reader::readExpertParallel(const json &root) {
+  bool ok = true;
+  std::optional<int64_t> fromConfig;
+  JsonPath at = JsonPath() / "expert_parallel";
+  JsonPath sizeAt = at / "autoep_size";
+  if (const json *block = member(root, "expert_parallel");
+      block && !block->is_null()) {
+    if (!expectObject(*block, at))
+      return false;
+    // Keys that find the MoE layers in a PyTorch module or pick its grouped
+    // GEMM: zeroc takes the layers from the model file.
+    static const std::vector<std::string> locating = {
+        "preset_model",   "moe_layer_pattern", "expert_pattern",
+        "router_pattern", "expert_w1",         "expert_w2",
+        "expert_w3",      "num_experts_attr",  "top_k_attr",
+        "use_grouped_mm", "grouped_mm_backend"};
+    // Keys that override the model's routing: zeroc plans and runs the
+    // model file's router, so any value other than "use the model's" is
+    // refused.
+    static const std::vector<std::string> routing = {"route_norm",
+                                                     "route_scale",
+                                                     "score_apply",
+                                                     "num_expert_groups",
+                                                     "num_limited_groups",
+                                                     "score_func",
+                                                     "top_k",
+                                                     "load_balance_coeff",
+                                                     "routed_scaling_factor",
+                                                     "has_shared_experts",
+                                                     "shared_experts_pattern"};
+    std::vector<std::string> known = {"enabled", "autoep_size"};
+    known.insert(known.end(), locating.begin(), locating.end());
+    known.insert(known.end(), routing.begin(), routing.end());
+    ok = checkKeys(*block, at, known, UnknownKeys::IgnoreUnlessTypo);
+    bool on = false;
+    if (const json *v = member(*block, "enabled"))
+      ok = readBool(*v, at / "enabled", on) && ok;
+    int64_t size = 1;
+    if (const json *v = member(*block, "autoep_size"))
+      ok = readInt(*v, sizeAt, 1, size) && ok;
+    for (const std::string &key : locating)
+      if (block->contains(key))
+        ignore(at / key);
+    for (const std::string &key : routing) {
+      const json *v = member(*block, key.c_str());
+      if (!v || v->is_null() || isAuto(*v))
+        continue;
+      ok = fail(at / key,
+                (at / key).quoted() + " is " + shown(*v, at / key) +
+                    ": it overrides the model's routing, while zeroc plans "
+                    "and runs the model file's router; remove it (or set "
+                    "it to null or \"auto\")") &&
+           ok;
+    }
+    if (on) {
+      fromConfig = size;
+      if (!member(*block, "load_balance_coeff"))
+        note("'expert_parallel.load_balance_coeff' is absent: AutoEP's "
+             "default (1e-3) biases routing to balance the experts' load "
+             "during training, which zeroc does not model (it plans with "
+             "the token-distribution assumption of the model file)");
+    } else if (block->contains("autoep_size")) {
+      ignore(sizeAt);
+      note("'expert_parallel.autoep_size' has no effect: "
+           "'expert_parallel.enabled' is not true");
+    }
+  }
+  // DeepSpeed reads neither spelling from its config: they are the MoE
+  // layer's argument and Megatron-DeepSpeed's command-line flag. A config
+  // that has them means expert parallelism that DeepSpeed would not apply.
+  for (const char *key : kForeignExpertParallelKeys)
+    if (root.contains(key))
+      ok = fail(JsonPath() / key,
+                (JsonPath() / key).quoted() +
+                    " is not read from a DeepSpeed config (DeepSpeed takes "
+                    "ep_size in deepspeed.moe.layer.MoE(ep_size=...), "
+                    "Megatron-DeepSpeed as --moe-expert-parallel-size); "
+                    "give zeroc --ep-size N, or write "
+                    "\"expert_parallel\": {\"enabled\": true, "
+                    "\"autoep_size\": N} (DeepSpeed's AutoEP)") &&
+           ok;
+  if (!ok)
+    return false;
+
+  ExpertParallelConfig &ep = cfg.expertParallel;
+  if (ctx.expertParallelSize && fromConfig &&
+      *ctx.expertParallelSize != *fromConfig)
+    return fail(sizeAt, sizeAt.quoted() + " is " + std::to_string(*fromConfig) +
+                            " but " + ctx.expertParallelFlag + " is " +
+                            std::to_string(*ctx.expertParallelSize) +
+                            "; give one expert-parallel size");
+  if (ctx.expertParallelSize) {
+    ep.size = *ctx.expertParallelSize;
+    ep.source = ctx.expertParallelFlag;
+  } else if (fromConfig) {
+    ep.size = *fromConfig;
+    ep.source = sizeAt.quoted();
+  }
+  if (ep.size == 1)
+    return true;
+  // Errors from the command line have no place in the file.
+  auto error = [&](const std::string &message) {
+    if (ctx.expertParallelSize)
+      errors.push_back(Diagnostic{doc.name(), 0, 0, message});
+    else
+      fail(sizeAt, message);
+    return false;
+  };
+  std::string named = ep.source + " " + std::to_string(ep.size);
+  if (ep.size < 1)
+    return error(ep.source + " must be at least 1; found " +
+                 std::to_string(ep.size));
+  if (ctx.numExperts == 0)
+    return error(named + " asks for expert parallelism, but the model is "
+                         "dense (no model.moe_experts): there are no experts "
+                         "to split; remove it or plan a mixture of experts");
+  if (ctx.worldSize >= 1 && ctx.worldSize % ep.size != 0)
+    return error(named + " does not divide the world size " +
+                 std::to_string(ctx.worldSize) +
+                 ": the expert-parallel groups partition the ranks "
+                 "(DeepSpeed's _create_expert_and_data_parallel)");
+  if (ctx.numExperts % ep.size != 0)
+    return error(named + " does not divide the model's " +
+                 std::to_string(ctx.numExperts) +
+                 " experts per layer (num_local_experts): each rank holds "
+                 "num_experts / ep_size of them");
+  return true;
 }
 
 //===----------------------------------------------------------------------===//

@@ -228,6 +228,7 @@ const std::vector<std::string> &modelledTopLevelKeys() {
       "gradient_clipping",
       "activation_checkpointing",
       "aio",
+      "expert_parallel",
   };
   return keys;
 }
@@ -277,7 +278,6 @@ const std::vector<std::string> &ignoredTopLevelKeys() {
       "compile",
       "timers",
       "tensor_parallel",
-      "expert_parallel",
       "elasticity",
       "vocabulary_size",
       "sequence_parallel_size",
@@ -431,7 +431,8 @@ bool operator==(const DeepSpeedConfig &a, const DeepSpeedConfig &b) {
              a.activationCheckpointing, b.activationCheckpointing) &&
          a.activationCheckpointing.numberCheckpoints ==
              b.activationCheckpointing.numberCheckpoints &&
-         aioSchema().sameScalars(a.aio, b.aio);
+         aioSchema().sameScalars(a.aio, b.aio) &&
+         a.expertParallel.size == b.expertParallel.size;
 }
 
 } // namespace zeroc

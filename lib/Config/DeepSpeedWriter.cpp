@@ -137,6 +137,11 @@ json toDeepSpeedJson(const DeepSpeedConfig &cfg) {
   writeScalars(cfg.aio, AioConfig(), aioSchema(), nvme, aio);
   if (!aio.empty())
     out["aio"] = aio;
+  // DeepSpeed's AutoEP spelling; a plan that came from --ep-size reads back
+  // the same.
+  if (cfg.expertParallel.size > 1)
+    out["expert_parallel"] = {{"enabled", true},
+                              {"autoep_size", cfg.expertParallel.size}};
   return out;
 }
 

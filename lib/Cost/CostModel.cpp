@@ -95,6 +95,19 @@ CollectiveTime collectiveTime(const Cluster &cluster, CollectiveKind kind,
       addRing(t, t.interNode, kind, slice, layout.nodes, net);
       addRing(t, t.intraNode, CollectiveKind::AllGather, bytes, g, intra);
       break;
+    case CollectiveKind::AllToAll: {
+      // No hierarchy: each rank sends bytes / n to every other rank at once,
+      // (g-1)/n of its buffer inside the node and (n-g)/n through the node's
+      // NICs, which its g ranks share (net.busBandwidth is already / g).
+      double n = double(layout.ranks), local = double(g);
+      t.latency +=
+          (local - 1) * intra.latency + double(layout.nodes - 1) * net.latency;
+      if (intra.busBandwidth > 0)
+        t.intraNode += bytes * (local - 1) / n / intra.busBandwidth;
+      if (net.busBandwidth > 0)
+        t.interNode += bytes * (n - local) / n / net.busBandwidth;
+      break;
+    }
     }
   }
   t.seconds = t.latency + t.intraNode + t.interNode;

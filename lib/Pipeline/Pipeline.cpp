@@ -41,6 +41,9 @@ ConfigContext configContextFor(const ModelStats &stats, int64_t worldSize,
   ctx.gradientAccumulation = launcher.gradientAccumulation;
   ctx.modelPrecision = precisionOf(stats.dtype);
   ctx.recompute = launcher.recompute;
+  ctx.expertParallelSize = launcher.expertParallelSize;
+  ctx.expertParallelFlag = launcher.expertParallelFlag;
+  ctx.numExperts = stats.moe.experts;
   return ctx;
 }
 
@@ -136,6 +139,7 @@ void buildZeroPipeline(mlir::OpPassManager &pm, const DeepSpeedConfig &cfg) {
   partition.worldSize = cfg.worldSize;
   partition.stage = zero.stage;
   partition.persistenceThreshold = zero.paramPersistenceThreshold;
+  partition.expertParallelSize = cfg.expertParallel.size;
   pm.addPass(createZeroPartition(partition));
 
   ZeroInsertCollectivesOptions collectives;

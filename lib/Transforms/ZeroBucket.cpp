@@ -99,7 +99,11 @@ private:
   }
 
   std::optional<Collective> tryMerge(const Collective &a, const Collective &c) {
+    // One collective runs over one communicator group: expert state (over
+    // the expert-data-parallel group) never shares a bucket with the rest.
     if (a.start->getName() != c.start->getName() || a.dtype != c.dtype ||
+        cast<sched::CollectiveOpInterface>(a.start).getGroup() !=
+            cast<sched::CollectiveOpInterface>(c.start).getGroup() ||
         a.elements + c.elements > limitFor(a.start))
       return std::nullopt;
     if (auto x = dyn_cast<sched::ReduceScatterStartOp>(a.start)) {
@@ -139,7 +143,7 @@ private:
         y.getLoc(), y.getToken().getType(), grads,
         concat(b, x.getTargetsAttr(), y.getTargetsAttr()),
         b.getDenseI64ArrayAttr(offsets), y.getAllReduceAttr(),
-        y.getStreamAttr());
+        y.getStreamAttr(), y.getGroupAttr());
     return replace(a, c, fused, /*waitAt=*/c.wait);
   }
 
@@ -182,7 +186,8 @@ private:
     b.setInsertionPoint(x);
     auto fused = b.create<sched::AllGatherStartOp>(
         x.getLoc(), x.getToken().getType(), shards,
-        concat(b, x.getParamsAttr(), y.getParamsAttr()), x.getStreamAttr());
+        concat(b, x.getParamsAttr(), y.getParamsAttr()), x.getStreamAttr(),
+        x.getGroupAttr());
     return replace(a, c, fused, /*waitAt=*/a.wait);
   }
 

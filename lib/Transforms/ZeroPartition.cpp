@@ -117,6 +117,21 @@ struct ZeroPartition : zeroc::impl::ZeroPartitionBase<ZeroPartition> {
       return module.emitError()
              << "persistence-threshold must not be negative, found "
              << persistenceThreshold.getValue();
+    if (expertParallelSize < 1)
+      return module.emitError()
+             << "expert-parallel-size must be at least 1, found "
+             << expertParallelSize.getValue();
+    // The config reader checks the size against the world and the experts;
+    // the schedule of expert parallelism (local experts, all-to-all
+    // dispatch and combine, expert-data-parallel ZeRO groups) is not built
+    // yet, and a plan without it would misstate every rank's memory and
+    // traffic.
+    if (expertParallelSize > 1)
+      return module.emitError()
+             << "expert parallelism (expert-parallel-size "
+             << expertParallelSize.getValue()
+             << ") is not planned yet: zeroc plans every rank holding all "
+                "experts; use an expert-parallel size of 1";
     if (module->hasAttr(sched::kWorldSizeAttr))
       return module.emitError() << "module is already partitioned (it has "
                                 << sched::kWorldSizeAttr << ")";

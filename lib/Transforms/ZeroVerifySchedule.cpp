@@ -47,11 +47,12 @@ public:
       return module.emitError()
              << "a schedule needs the functions @micro_step and "
                 "@optimizer_step";
-    if (failed(checkStates()))
+    if (failed(checkStates()) || failed(checkExpertState()))
       return failure();
     for (func::FuncOp f : {micro, optimizer})
-      if (failed(checkStructure(f)) || failed(checkReleases(f)) ||
-          failed(checkStreams(f)) || failed(checkInFlight(f)))
+      if (failed(checkStructure(f)) || failed(checkGroups(f)) ||
+          failed(checkReleases(f)) || failed(checkStreams(f)) ||
+          failed(checkInFlight(f)))
         return failure();
     return checkReductions(micro, optimizer);
   }
@@ -68,6 +69,104 @@ private:
         return t.emitOpError()
                << "is a second " << sched::stringifyRole(t.getRole()) << " of @"
                << owner << ", after @" << it->second.getSymName();
+    }
+    return success();
+  }
+
+  /// Expert state is declared only with expert parallelism, the state of an
+  /// expert parameter is expert state too, and a flat group holds expert
+  /// parameters only or none: each is data-parallel over one group.
+  LogicalResult checkExpertState() {
+    int64_t ep = sched::getExpertParallelSize(module);
+    int64_t world = sched::getWorldSize(module);
+    if (world % ep != 0)
+      return module.emitError()
+             << sched::kExpertParallelSizeAttr << " " << ep
+             << " does not divide the world size " << world
+             << ": the expert-parallel groups must partition the ranks";
+    for (auto t : module.getOps<sched::TensorOp>()) {
+      if (t.getExpert() && ep < 2)
+        return t.emitOpError()
+               << "is expert state, but the schedule has no expert "
+                  "parallelism ("
+               << sched::kExpertParallelSizeAttr << " is " << ep << ")";
+      if (!t.getOf())
+        continue;
+      if (isExpert(*t.getOf()) != t.getExpert())
+        return t.emitOpError()
+               << "is " << (t.getExpert() ? "" : "not ")
+               << "expert state, but what it belongs to, @" << *t.getOf()
+               << ", is " << (t.getExpert() ? "not" : "expert state");
+    }
+    for (auto &[group, members] : groupMembers)
+      for (StringRef p : members)
+        if (isExpert(p) != isExpert(members.front()))
+          return symbols.lookup(group)->emitOpError()
+                 << "flattens expert parameters with others (@"
+                 << members.front() << ", @" << p
+                 << "): they are data-parallel over different groups";
+    return success();
+  }
+
+  /// A tensor's, or a flat group's members', expert marking.
+  bool isExpert(StringRef name) {
+    if (auto t = symbols.lookup<sched::TensorOp>(name))
+      return t.getExpert();
+    auto members = groupMembers.find(name);
+    return members != groupMembers.end() && !members->second.empty() &&
+           isExpert(members->second.front());
+  }
+
+  /// The same-order proof over communicator groups. checkStructure makes
+  /// every rank run one block without control flow, so every rank issues
+  /// the same collectives in the same order. With expert parallelism a rank
+  /// issues each on its own group of that kind; the members of one group
+  /// then issue the same sequence on it if a collective's group does not
+  /// depend on the rank: it follows from what the collective names (expert
+  /// state over the expert-data-parallel group, other state over the world,
+  /// tokens over the expert-parallel group), never two groups at once.
+  LogicalResult checkGroups(func::FuncOp f) {
+    int64_t ep = sched::getExpertParallelSize(module);
+    for (Operation &op : f.getBody().front()) {
+      auto collective = dyn_cast<sched::CollectiveOpInterface>(op);
+      if (!collective)
+        continue;
+      sched::CommGroup group = collective.getGroup();
+      StringRef groupName = sched::stringifyCommGroup(group);
+      if (group != sched::CommGroup::World && ep < 2)
+        return op.emitOpError()
+               << "runs over the " << groupName
+               << " group, but the schedule has no expert parallelism ("
+               << sched::kExpertParallelSizeAttr << " is " << ep << ")";
+      if (isa<sched::AllToAllStartOp>(op))
+        continue; // Its own verifier holds it to the expert-parallel group.
+      if (group == sched::CommGroup::ExpertParallel)
+        return op.emitOpError()
+               << "runs over the expert_parallel group, where only the "
+                  "token all-to-alls run: ZeRO's collectives on state run "
+                  "over the world or the expert_data_parallel group";
+      SmallVector<StringRef> named;
+      sched::getNamedSymbols(&op, named);
+      if (named.empty())
+        continue;
+      for (StringRef n : named)
+        if (isExpert(n) != isExpert(named.front()))
+          return op.emitOpError()
+                 << "mixes expert state (@" << (isExpert(n) ? n : named.front())
+                 << ") with other state (@" << (isExpert(n) ? named.front() : n)
+                 << "): one collective runs over one group, and the "
+                    "expert-data-parallel group is not the world";
+      bool expert = isExpert(named.front());
+      sched::CommGroup expected = expert ? sched::CommGroup::ExpertDataParallel
+                                         : sched::CommGroup::World;
+      if (group != expected)
+        return op.emitOpError()
+               << "acts on " << (expert ? "expert" : "non-expert")
+               << " state (@" << named.front() << ") over the " << groupName
+               << " group; it belongs on the "
+               << sched::stringifyCommGroup(expected) << " group"
+               << (expert ? ", the ranks that hold the same experts"
+                          : ", every rank holding it");
     }
     return success();
   }

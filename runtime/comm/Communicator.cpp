@@ -184,6 +184,27 @@ CommHandle Communicator::allGather(const void *send, int64_t sendCount,
   return h;
 }
 
+CommHandle Communicator::allToAllV(const void *send,
+                                   const std::vector<int64_t> &sendCounts,
+                                   void *recv,
+                                   const std::vector<int64_t> &recvCounts,
+                                   DType dtype, OpLabel label) {
+  auto [sent, received] =
+      checkAllToAll(send, sendCounts, recv, recvCounts, dtype);
+  (void)received;
+  CommHandle h = startAllToAllV(send, sendCounts, recv, recvCounts, dtype,
+                                std::move(label));
+  // What left this rank: its whole buffer but its own block.
+  double away = double(sent - sendCounts[size_t(rank())]);
+  std::lock_guard<std::mutex> lock(trafficMutex);
+  CommTraffic::Volume &v = counted.byKind[size_t(CollectiveKind::AllToAll)];
+  v.collectives += 1;
+  v.elements += sent;
+  v.elementsPerRank += away;
+  v.bytesPerRank += away * double(bytesPerElement(dtype));
+  return h;
+}
+
 CommHandle Communicator::reduceScatter(const void *send,
                                        const std::vector<int64_t> &recvCounts,
                                        void *recv, DType dtype, bool average,
@@ -349,6 +370,30 @@ void Communicator::checkRecvCounts(
     checkCount(c, "reduceScatter");
 }
 
+std::pair<int64_t, int64_t> Communicator::checkAllToAll(
+    const void *send, const std::vector<int64_t> &sendCounts, const void *recv,
+    const std::vector<int64_t> &recvCounts, DType dtype) const {
+  int64_t totals[2] = {0, 0};
+  const std::vector<int64_t> *lists[2] = {&sendCounts, &recvCounts};
+  for (int i = 0; i < 2; ++i) {
+    if (lists[i]->size() != size_t(size()))
+      throw std::invalid_argument(
+          std::string("allToAllV: ") + std::to_string(lists[i]->size()) +
+          (i ? " receive" : " send") + " counts, expected one per rank (" +
+          std::to_string(size()) + ")");
+    for (int64_t c : *lists[i]) {
+      checkCount(c, "allToAllV");
+      totals[i] += c;
+    }
+  }
+  size_t elt = size_t(bytesPerElement(dtype));
+  if (bytesOverlap(send, size_t(totals[0]) * elt, recv,
+                   size_t(totals[1]) * elt))
+    throw std::invalid_argument(
+        "allToAllV: the send and receive buffers overlap");
+  return {totals[0], totals[1]};
+}
+
 void Communicator::checkRoot(int root) const {
   if (root < 0 || root >= size())
     throw std::invalid_argument("broadcast: root " + std::to_string(root) +
@@ -383,6 +428,18 @@ LocalCommunicator::startReduceScatter(const void *send,
   checkReducible(dtype, "reduceScatter");
   checkRecvCounts(recvCounts);
   copyElements(send, recv, recvCounts[0], dtype);
+  return {};
+}
+
+// One rank sends its one block to itself.
+CommHandle LocalCommunicator::startAllToAllV(
+    const void *send, const std::vector<int64_t> &sendCounts, void *recv,
+    const std::vector<int64_t> &recvCounts, DType dtype, OpLabel) {
+  if (sendCounts[0] != recvCounts[0])
+    throw std::invalid_argument(
+        "allToAllV: one rank sends itself " + std::to_string(sendCounts[0]) +
+        " elements but expects " + std::to_string(recvCounts[0]));
+  copyElements(send, recv, sendCounts[0], dtype);
   return {};
 }
 

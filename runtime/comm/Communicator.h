@@ -104,8 +104,9 @@ struct CommTraffic {
     double elementsPerRank = 0;
     double bytesPerRank = 0;
   };
-  /// By CollectiveKind.
-  std::array<Volume, 3> byKind{};
+  /// By CollectiveKind (all-to-all: `elements` is what this rank sent in
+  /// all, `elementsPerRank` what left it for other ranks).
+  std::array<Volume, 4> byKind{};
   /// allReduceScalars: `elements` doubles; broadcast: `elements` of the
   /// root's buffer; barrier: collectives only.
   Volume scalarAllReduce, broadcast, barrier;
@@ -113,7 +114,7 @@ struct CommTraffic {
   const Volume &operator[](CollectiveKind kind) const {
     return byKind[size_t(kind)];
   }
-  /// The sum over the three plan kinds.
+  /// The sum over the kinds.
   Volume total() const;
   /// `this` minus `earlier` (what was moved in between).
   CommTraffic since(const CommTraffic &earlier) const;
@@ -179,6 +180,17 @@ public:
   /// Rank r's `sendCount` elements land at recv[r * sendCount]. `send` may
   /// alias that slot of `recv` (in place). Any dtype (bits are copied).
   CommHandle allGather(const void *send, int64_t sendCount, void *recv,
+                       DType dtype, OpLabel label);
+
+  /// Expert parallelism's token exchange (MPI_Alltoallv): rank r receives
+  /// the sendCounts[r] elements that follow sendCounts[0..r) in `send`, and
+  /// this rank's `recv` holds, in rank order, the recvCounts[s] elements
+  /// rank s sent it. One count per rank each, none negative, and
+  /// recvCounts[s] here must equal rank s's sendCounts[rank()] (the router
+  /// decides them: each rank learns its counts before the exchange). `send`
+  /// and `recv` must not overlap. Any dtype (bits are copied).
+  CommHandle allToAllV(const void *send, const std::vector<int64_t> &sendCounts,
+                       void *recv, const std::vector<int64_t> &recvCounts,
                        DType dtype, OpLabel label);
 
   /// `send` holds sum(recvCounts) elements: the block of rank r (its
@@ -254,6 +266,11 @@ protected:
                                         OpLabel label) = 0;
   virtual CommHandle startAllReduce(void *buf, int64_t count, DType dtype,
                                     bool average, OpLabel label) = 0;
+  virtual CommHandle startAllToAllV(const void *send,
+                                    const std::vector<int64_t> &sendCounts,
+                                    void *recv,
+                                    const std::vector<int64_t> &recvCounts,
+                                    DType dtype, OpLabel label) = 0;
   virtual CommHandle startBroadcast(void *buf, int64_t count, DType dtype,
                                     int root, OpLabel label) = 0;
   virtual CommHandle startBarrier(OpLabel label) = 0;
@@ -282,6 +299,12 @@ protected:
   void checkCount(int64_t count, std::string_view what) const;
   /// A reduce-scatter's counts: one per rank, none negative.
   void checkRecvCounts(const std::vector<int64_t> &recvCounts) const;
+  /// An all-to-all's counts (one per rank, none negative) and buffers (not
+  /// overlapping); returns the send and receive totals.
+  std::pair<int64_t, int64_t>
+  checkAllToAll(const void *send, const std::vector<int64_t> &sendCounts,
+                const void *recv, const std::vector<int64_t> &recvCounts,
+                DType dtype) const;
   /// A broadcast's root: a rank of this communicator.
   void checkRoot(int root) const;
   /// The backend state of a pending handle (null once complete), for
@@ -324,6 +347,10 @@ protected:
                                 void *recv, DType dtype, bool average,
                                 OpLabel label) override;
   CommHandle startAllReduce(void *buf, int64_t count, DType dtype, bool average,
+                            OpLabel label) override;
+  CommHandle startAllToAllV(const void *send,
+                            const std::vector<int64_t> &sendCounts, void *recv,
+                            const std::vector<int64_t> &recvCounts, DType dtype,
                             OpLabel label) override;
   CommHandle startBroadcast(void *buf, int64_t count, DType dtype, int root,
                             OpLabel label) override;

@@ -248,6 +248,34 @@ CommHandle MpiCommunicator::startReduceScatter(
   return CommHandle(std::move(p));
 }
 
+// MPI_Ialltoallv: counts and displacements in elements of the dtype's bit
+// pattern, kept in the pending state until completion (MPI reads them).
+CommHandle MpiCommunicator::startAllToAllV(
+    const void *send, const std::vector<int64_t> &sendCounts, void *recv,
+    const std::vector<int64_t> &recvCounts, DType dtype, OpLabel label) {
+  auto p = makePending<MpiPending>("all_to_all", std::move(label));
+  p->comm = this;
+  // counts = [send counts, send displacements, receive counts, receive
+  // displacements], one block of size() each.
+  size_t n = size_t(worldSize);
+  p->counts.assign(4 * n, 0);
+  int64_t at[2] = {0, 0};
+  for (size_t r = 0; r < n; ++r) {
+    p->counts[r] = intCount(sendCounts[r], "allToAllV");
+    p->counts[n + r] = intCount(at[0], "allToAllV");
+    p->counts[2 * n + r] = intCount(recvCounts[r], "allToAllV");
+    p->counts[3 * n + r] = intCount(at[1], "allToAllV");
+    at[0] += sendCounts[r];
+    at[1] += recvCounts[r];
+  }
+  p->requests.resize(1);
+  int *c = p->counts.data();
+  check(MPI_Ialltoallv(send, c, c + n, bitsType(dtype), recv, c + 2 * n,
+                       c + 3 * n, bitsType(dtype), mpiComm, &p->requests[0]),
+        "MPI_Ialltoallv");
+  return CommHandle(std::move(p));
+}
+
 CommHandle MpiCommunicator::startAllReduce(void *buf, int64_t count,
                                            DType dtype, bool average,
                                            OpLabel label) {

@@ -99,6 +99,10 @@ protected:
                                 OpLabel label) override;
   CommHandle startAllReduce(void *buf, int64_t count, DType dtype, bool average,
                             OpLabel label) override;
+  CommHandle startAllToAllV(const void *send,
+                            const std::vector<int64_t> &sendCounts, void *recv,
+                            const std::vector<int64_t> &recvCounts, DType dtype,
+                            OpLabel label) override;
   CommHandle startBroadcast(void *buf, int64_t count, DType dtype, int root,
                             OpLabel label) override;
   CommHandle startBarrier(OpLabel label) override;

@@ -729,6 +729,48 @@ CommHandle NcclCommunicator::startReduceScatter(
       std::move(epilogue));
 }
 
+// NCCL has no all-to-all collective: one send and one receive per peer,
+// inside the group launch() opens, which NCCL runs as one exchange (the
+// pattern of nccl-tests' alltoall.cu and PyTorch's all_to_all_single).
+// Rank r's block of `send` follows sendCounts[0..r); blocks arrive in
+// `recv` in rank order.
+CommHandle NcclCommunicator::startAllToAllV(
+    const void *send, const std::vector<int64_t> &sendCounts, void *recv,
+    const std::vector<int64_t> &recvCounts, DType dtype, OpLabel label) {
+  auto p = newPending("all_to_all", std::move(label));
+  ncclDataType_t type = ncclTypeOf(dtype);
+  size_t elt = size_t(bytesPerElement(dtype));
+  ncclComm_t comm = nccl;
+  cudaStream_t stream = current;
+  return launch(
+      std::move(p), "ncclSend/ncclRecv",
+      [&, type, elt, comm, stream] {
+        const char *in = static_cast<const char *>(send);
+        char *out = static_cast<char *>(recv);
+        size_t sendAt = 0, recvAt = 0;
+        for (int peer = 0; peer < worldSize; ++peer) {
+          size_t ns = size_t(sendCounts[size_t(peer)]);
+          size_t nr = size_t(recvCounts[size_t(peer)]);
+          if (ns > 0) {
+            ncclResult_t rc =
+                ncclSend(in + sendAt * elt, ns, type, peer, comm, stream);
+            if (rc != ncclSuccess && rc != ncclInProgress)
+              return rc;
+          }
+          if (nr > 0) {
+            ncclResult_t rc =
+                ncclRecv(out + recvAt * elt, nr, type, peer, comm, stream);
+            if (rc != ncclSuccess && rc != ncclInProgress)
+              return rc;
+          }
+          sendAt += ns;
+          recvAt += nr;
+        }
+        return ncclSuccess;
+      },
+      nullptr);
+}
+
 CommHandle NcclCommunicator::startAllReduce(void *buf, int64_t count,
                                             DType dtype, bool average,
                                             OpLabel label) {

@@ -302,6 +302,128 @@ TEST(MpiComm, SplitByParity) {
   EXPECT_EQ(none == nullptr, r == 0);
 }
 
+// Expert parallelism's exchange with variable counts, as a router makes
+// them: rank p sends (p + q) % 3 rows of 2 to rank q, row k of them
+// {100 p + 10 q + k, -(100 p + 10 q + k)}; rank r then holds, in rank order,
+// the (s + r) % 3 rows of each rank s. Counts of zero included.
+TEST(MpiComm, AllToAllVariableCountsF32) {
+  auto comm = world();
+  int n = comm->size(), r = comm->rank();
+  auto rows = [](int from, int to) { return (from + to) % 3; };
+  std::vector<int64_t> sendCounts, recvCounts;
+  std::vector<float> send;
+  for (int q = 0; q < n; ++q) {
+    sendCounts.push_back(2 * rows(r, q));
+    recvCounts.push_back(2 * rows(q, r));
+    for (int k = 0; k < rows(r, q); ++k) {
+      float v = float(100 * r + 10 * q + k);
+      send.insert(send.end(), {v, -v});
+    }
+  }
+  std::vector<float> recv(
+      size_t(std::accumulate(recvCounts.begin(), recvCounts.end(), int64_t(0))),
+      0.5f);
+  CommTraffic before = comm->traffic();
+  CommHandle h = comm->allToAllV(send.data(), sendCounts, recv.data(),
+                                 recvCounts, DType::F32, {3, "dispatch"});
+  waitAll(*comm, h);
+  size_t at = 0;
+  for (int s = 0; s < n; ++s)
+    for (int k = 0; k < rows(s, r); ++k) {
+      float v = float(100 * s + 10 * r + k);
+      EXPECT_EQ(recv[at++], v) << "from rank " << s << " row " << k;
+      EXPECT_EQ(recv[at++], -v);
+    }
+  EXPECT_EQ(at, recv.size());
+  // Traffic: the whole send buffer, of which all but this rank's own block
+  // left it.
+  CommTraffic::Volume v =
+      comm->traffic().since(before)[CollectiveKind::AllToAll];
+  EXPECT_EQ(v.collectives, 1);
+  EXPECT_EQ(v.elements, int64_t(send.size()));
+  EXPECT_EQ(v.elementsPerRank, double(send.size()) - 2.0 * rows(r, r));
+}
+
+// 16-bit rows travel as bits; the combine brings them back: dispatch then
+// the reverse exchange returns every rank's rows unchanged.
+TEST(MpiComm, AllToAllBf16RoundTrip) {
+  auto comm = world();
+  int n = comm->size(), r = comm->rank();
+  std::vector<int64_t> counts;
+  std::vector<uint16_t> send;
+  for (int q = 0; q < n; ++q) {
+    counts.push_back(q + 1); // Rank r sends q + 1 elements to rank q.
+    for (int k = 0; k <= q; ++k)
+      send.push_back(floatToBf16(float(r) + 0.25f * float(k)));
+  }
+  std::vector<int64_t> recvCounts(size_t(n), r + 1);
+  std::vector<uint16_t> recv(size_t(n * (r + 1)), 0);
+  CommHandle h = comm->allToAllV(send.data(), counts, recv.data(), recvCounts,
+                                 DType::BF16, {4, "dispatch"});
+  waitAll(*comm, h);
+  for (int s = 0; s < n; ++s)
+    for (int k = 0; k <= r; ++k)
+      EXPECT_EQ(bf16ToFloat(recv[size_t(s * (r + 1) + k)]),
+                float(s) + 0.25f * float(k));
+  std::vector<uint16_t> back(send.size(), 0);
+  h = comm->allToAllV(recv.data(), recvCounts, back.data(), counts, DType::BF16,
+                      {5, "combine"});
+  waitAll(*comm, h);
+  EXPECT_EQ(back, send);
+}
+
+TEST(MpiComm, AllToAllRefusesBadCounts) {
+  auto comm = world();
+  std::vector<float> buf(8, 0), out(8, 0);
+  std::vector<int64_t> few(size_t(comm->size() + 1), 0),
+      ok(size_t(comm->size()), 0), negative(size_t(comm->size()), 0);
+  negative[0] = -1;
+  EXPECT_THROW(comm->allToAllV(buf.data(), few, out.data(), ok, DType::F32, {}),
+               std::invalid_argument);
+  EXPECT_THROW(
+      comm->allToAllV(buf.data(), ok, out.data(), negative, DType::F32, {}),
+      std::invalid_argument);
+  std::vector<int64_t> one(size_t(comm->size()), 1);
+  EXPECT_THROW(
+      comm->allToAllV(buf.data(), one, buf.data() + 1, one, DType::F32, {}),
+      std::invalid_argument);
+}
+
+// DeepSpeed's expert-parallel groups (groups._create_expert_and_data_
+// parallel): with ep_size 2, ranks {0, 1}, {2, 3}, ... split the experts;
+// the expert-data-parallel groups {0, 2, ...} and {1, 3, ...} hold the
+// same experts. Split by color rank / ep and rank % ep, each group's sum of
+// world ranks is the hand-computed one.
+TEST(MpiComm, ExpertParallelAndExpertDataParallelGroups) {
+  auto comm = world();
+  int n = comm->size(), r = comm->rank(), ep = 2;
+  if (n % ep != 0)
+    GTEST_SKIP() << "ep_size 2 needs an even world size";
+  std::unique_ptr<Communicator> expert = comm->split(r / ep, r);
+  std::unique_ptr<Communicator> expertData = comm->split(r % ep, r);
+  ASSERT_TRUE(expert && expertData);
+  EXPECT_EQ(expert->size(), ep);
+  EXPECT_EQ(expert->rank(), r % ep);
+  EXPECT_EQ(expertData->size(), n / ep);
+  EXPECT_EQ(expertData->rank(), r / ep);
+  double epSum = 0, edpSum = 0;
+  for (int p = (r / ep) * ep; p < (r / ep + 1) * ep; ++p)
+    epSum += p;
+  for (int p = r % ep; p < n; p += ep)
+    edpSum += p;
+  EXPECT_EQ(expert->allReduceScalar(double(r), ScalarOp::Sum, {}), epSum);
+  EXPECT_EQ(expertData->allReduceScalar(double(r), ScalarOp::Sum, {}), edpSum);
+  // A token exchange inside the expert-parallel group: one value each way.
+  std::vector<float> send = {float(r), float(r) + 0.5f}, recv(2, -1);
+  std::vector<int64_t> ones(size_t(ep), 1);
+  CommHandle h = expert->allToAllV(send.data(), ones, recv.data(), ones,
+                                   DType::F32, {6, "dispatch"});
+  expert->wait(h);
+  int base = (r / ep) * ep;
+  EXPECT_EQ(recv[0], float(base) + 0.5f * float(r % ep));
+  EXPECT_EQ(recv[1], float(base + 1) + 0.5f * float(r % ep));
+}
+
 // Rank 0's wait gives up while the other ranks are late; with a handler
 // that returns, the collective stays pending and completes once they
 // arrive. (The default handler aborts: see --timeout-scenario.)

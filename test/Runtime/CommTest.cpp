@@ -155,6 +155,24 @@ TEST(LocalCommunicator, RejectsBadArguments) {
                std::invalid_argument);
 }
 
+// One rank's all-to-all sends its one block to itself; its counts must
+// agree.
+TEST(LocalCommunicator, AllToAllIsACopy) {
+  LocalCommunicator comm;
+  std::vector<float> send = {1, 2, 3}, recv(3, 0);
+  CommHandle h =
+      comm.allToAllV(send.data(), {3}, recv.data(), {3}, DType::F32, {});
+  comm.wait(h);
+  EXPECT_EQ(recv, send);
+  EXPECT_EQ(comm.traffic()[CollectiveKind::AllToAll].elementsPerRank, 0.0);
+  EXPECT_THROW(
+      comm.allToAllV(send.data(), {3}, recv.data(), {2}, DType::F32, {}),
+      std::invalid_argument);
+  EXPECT_THROW(
+      comm.allToAllV(send.data(), {3, 0}, recv.data(), {3}, DType::F32, {}),
+      std::invalid_argument);
+}
+
 TEST(LocalCommunicator, DuplicateAndSplitKeepSettings) {
   LocalCommunicator comm;
   comm.setTimeout(CommDuration(5));
@@ -216,6 +234,11 @@ protected:
   CommHandle startAllReduce(void *, int64_t, DType, bool,
                             OpLabel label) override {
     return stuck("all_reduce", std::move(label));
+  }
+  CommHandle startAllToAllV(const void *, const std::vector<int64_t> &, void *,
+                            const std::vector<int64_t> &, DType,
+                            OpLabel label) override {
+    return stuck("all_to_all", std::move(label));
   }
   CommHandle startBroadcast(void *, int64_t, DType, int,
                             OpLabel label) override {

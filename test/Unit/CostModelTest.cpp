@@ -245,6 +245,43 @@ TEST(CollectiveTime, HierarchicalAcrossNodes) {
   EXPECT_NEAR(ar.seconds, 31.093e-3, kTol);
 }
 
+// Expert parallelism's all-to-all, by hand: each rank keeps 1/n of its
+// buffer and sends (n-1)/n, nccl-tests' alltoall busbw factor.
+TEST(CollectiveTime, AllToAllInsideOneNode) {
+  Cluster c = roundCluster(4, 8);
+  // 8 ranks, 800 MB each: base 5 us + 7 x 2 us + 800 MB x 7/8 / 200 GB/s.
+  CollectiveTime t = collectiveTime(c, CollectiveKind::AllToAll, 800e6, 8);
+  EXPECT_NEAR(t.latency, 19e-6, kTol);
+  EXPECT_NEAR(t.intraNode, 3.5e-3, kTol);
+  EXPECT_EQ(t.interNode, 0.0);
+  EXPECT_NEAR(t.seconds, 3.519e-3, kTol);
+  // Without latency, algbw x (n-1)/n gives back the bus bandwidth.
+  c.intraNode.latency = 0;
+  c.collectiveLatency = 0;
+  for (int64_t n : {2, 4, 8}) {
+    double seconds =
+        collectiveTime(c, CollectiveKind::AllToAll, 256e6, n).seconds;
+    EXPECT_NEAR(256e6 / seconds * double(n - 1) / double(n), 200e9,
+                200e9 * kRelTol)
+        << n;
+  }
+  EXPECT_EQ(collectiveTime(c, CollectiveKind::AllToAll, 1e9, 1).seconds, 0.0);
+  // The volume formula: (n-1)/n of the buffer.
+  EXPECT_DOUBLE_EQ(commElementsPerRank(CollectiveKind::AllToAll, 800, 8), 700);
+}
+
+TEST(CollectiveTime, AllToAllAcrossNodesIsBoundByTheNics) {
+  // 32 ranks on 4 nodes of 8, 800 MB each: 7/32 of it stays in the node
+  // (175 MB at 200 GB/s = 0.875 ms), 24/32 leaves it (600 MB per rank, 4.8
+  // GB per node through the node's 50 GB/s = 96 ms).
+  Cluster c = roundCluster(4, 8);
+  CollectiveTime t = collectiveTime(c, CollectiveKind::AllToAll, 800e6, 32);
+  EXPECT_NEAR(t.latency, 5e-6 + 7 * 2e-6 + 3 * 10e-6, kTol);
+  EXPECT_NEAR(t.intraNode, 0.875e-3, kTol);
+  EXPECT_NEAR(t.interNode, 96e-3, kTol);
+  EXPECT_NEAR(t.seconds, 96.924e-3, kTol);
+}
+
 TEST(CollectiveTime, OneGpuPerNodeIsAllNetwork) {
   Cluster c = roundCluster(4, 1);
   CollectiveTime t = collectiveTime(c, CollectiveKind::AllGather, 400e6, 4);

@@ -1760,8 +1760,6 @@ TEST(DeepSpeedConfigUnmodelled, ParallelismAndPrecisionFeaturesAreRefused) {
        {"'sequence_parallel_size'", "splits each sequence"}},
       {R"("data_parallel_size": 4)",
        {"'data_parallel_size' is 4, not the world size 8"}},
-      {R"("expert_parallel": {"enabled": true})",
-       {"'expert_parallel'", "mixture-of-experts"}},
       {R"("data_types": {"grad_accum_dtype": "fp32"})",
        {"'data_types.grad_accum_dtype' \"fp32\"", "does not model"}},
       {R"("torch_autocast": {"enabled": true})",
@@ -1804,4 +1802,141 @@ TEST(DeepSpeedConfigBatch, OneFactorNeedsNoProduct) {
   EXPECT_TRUE(failsWith(readText(R"({"train_batch_size": 1})", worldOf(8)),
                         {"'train_batch_size' 1 is not a multiple of world "
                          "size 8, so there is no whole"}));
+}
+
+//===----------------------------------------------------------------------===//
+// Expert parallelism
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// A mixture of experts with 8 experts per layer (Mixtral-8x7B's), at
+/// `world` ranks.
+ConfigContext moeWorldOf(int64_t world, int64_t experts = 8) {
+  ConfigContext ctx = worldOf(world);
+  ctx.numExperts = experts;
+  return ctx;
+}
+
+std::string autoEp(const std::string &block) {
+  return R"({"train_micro_batch_size_per_gpu": 1, "expert_parallel": )" +
+         block + "}";
+}
+
+} // namespace
+
+// DeepSpeed's AutoEP block (deepspeed/module_inject/auto_ep_config.py):
+// `enabled` true with `autoep_size` N; off, or without the block, 1.
+TEST(DeepSpeedConfigExpertParallel, AutoEpBlockSetsTheSize) {
+  auto cfg = readText(autoEp(R"({"enabled": true, "autoep_size": 4,
+                                 "preset_model": "mixtral"})"),
+                      moeWorldOf(8));
+  ASSERT_READ(cfg);
+  EXPECT_EQ(cfg->expertParallel.size, 4);
+  EXPECT_EQ(cfg->expertParallel.source, "'expert_parallel.autoep_size'");
+  EXPECT_TRUE(hasNote(*cfg, {"load_balance_coeff", "does not model"}));
+  // preset_model locates the layers in a PyTorch module: no effect here.
+  EXPECT_NE(std::find(cfg->ignoredKeys.begin(), cfg->ignoredKeys.end(),
+                      "expert_parallel.preset_model"),
+            cfg->ignoredKeys.end());
+
+  auto off = readText(autoEp(R"({"enabled": false, "autoep_size": 4})"),
+                      moeWorldOf(8));
+  ASSERT_READ(off);
+  EXPECT_EQ(off->expertParallel.size, 1);
+  EXPECT_TRUE(hasNote(*off, {"'expert_parallel.autoep_size' has no effect"}));
+  // AutoEP's default autoep_size is 1.
+  auto one = readText(autoEp(R"({"enabled": true})"), moeWorldOf(8));
+  ASSERT_READ(one);
+  EXPECT_EQ(one->expertParallel.size, 1);
+  // A dense model with expert parallelism of 1 is fine.
+  ASSERT_READ(
+      readText(autoEp(R"({"enabled": true, "autoep_size": 1})"), worldOf(8)));
+}
+
+// The launcher's flag (zeroc --ep-size, or --moe-expert-parallel-size as
+// Megatron-DeepSpeed spells it) sets the size; with the config's, the two
+// must agree.
+TEST(DeepSpeedConfigExpertParallel, CommandLineSizeAndAgreement) {
+  ConfigContext ctx = moeWorldOf(8);
+  ctx.expertParallelSize = 2;
+  ctx.expertParallelFlag = "--moe-expert-parallel-size";
+  auto cfg = readText(R"({"train_micro_batch_size_per_gpu": 1})", ctx);
+  ASSERT_READ(cfg);
+  EXPECT_EQ(cfg->expertParallel.size, 2);
+  EXPECT_EQ(cfg->expertParallel.source, "--moe-expert-parallel-size");
+  ASSERT_READ(readText(autoEp(R"({"enabled": true, "autoep_size": 2})"), ctx));
+  EXPECT_TRUE(
+      failsWith(readText(autoEp(R"({"enabled": true, "autoep_size": 4})"), ctx),
+                {"'expert_parallel.autoep_size' is 4 but "
+                 "--moe-expert-parallel-size is 2"}));
+}
+
+// ep_size must divide the world size and the experts per layer, and a dense
+// model has no experts to split: each an error naming where the size came
+// from.
+TEST(DeepSpeedConfigExpertParallel, SizeIsValidated) {
+  EXPECT_TRUE(
+      failsWith(readText(autoEp(R"({"enabled": true, "autoep_size": 3})"),
+                         moeWorldOf(6, 8)),
+                {"'expert_parallel.autoep_size' 3",
+                 "does not divide the model's 8 experts per layer"}));
+  EXPECT_TRUE(failsWith(
+      readText(autoEp(R"({"enabled": true, "autoep_size": 4})"),
+               moeWorldOf(6, 8)),
+      {"'expert_parallel.autoep_size' 4", "does not divide the world size 6"}));
+  EXPECT_TRUE(failsWith(
+      readText(autoEp(R"({"enabled": true, "autoep_size": 2})"), worldOf(8)),
+      {"'expert_parallel.autoep_size' 2", "the model is dense"}));
+  ConfigContext flag = worldOf(8);
+  flag.expertParallelSize = 2;
+  EXPECT_TRUE(
+      failsWith(readText(R"({"train_micro_batch_size_per_gpu": 1})", flag),
+                {"--ep-size 2", "the model is dense"}));
+  EXPECT_TRUE(failsWith(
+      readText(autoEp(R"({"enabled": true, "autoep_size": 0})"), moeWorldOf(8)),
+      {"'expert_parallel.autoep_size' must be a positive integer"}));
+  EXPECT_TRUE(failsWith(readText(autoEp("[4]"), moeWorldOf(8)),
+                        {"'expert_parallel' must be an object"}));
+}
+
+// AutoEP keys that override the model's routing are refused by name; the
+// spellings DeepSpeed does not read from its config (the MoE layer's ep_size,
+// Megatron-DeepSpeed's flag) are errors that say where to give the size.
+TEST(DeepSpeedConfigExpertParallel, RoutingOverridesAndForeignSpellings) {
+  EXPECT_TRUE(failsWith(
+      readText(autoEp(R"({"enabled": true, "autoep_size": 2,
+                          "score_func": "sigmoid"})"),
+               moeWorldOf(8)),
+      {"'expert_parallel.score_func' is \"sigmoid\"", "model's routing"}));
+  ASSERT_READ(readText(autoEp(R"({"enabled": true, "autoep_size": 2,
+                                  "score_func": "auto", "top_k": "auto",
+                                  "route_norm": null})"),
+                       moeWorldOf(8)));
+  for (const char *key :
+       {"ep_size", "moe_expert_parallel_size", "expert_parallel_size"}) {
+    SCOPED_TRACE(key);
+    EXPECT_TRUE(failsWith(
+        readText(std::string(R"({"train_micro_batch_size_per_gpu": 1, ")") +
+                     key + R"(": 2})",
+                 moeWorldOf(8)),
+        {"'" + std::string(key) + "' is not read from a DeepSpeed config",
+         "--ep-size", "autoep_size"}));
+  }
+}
+
+// The resolved config keeps the size in DeepSpeed's spelling, and reads
+// back equal.
+TEST(DeepSpeedConfigExpertParallel, RoundTrips) {
+  ConfigContext ctx = moeWorldOf(8);
+  ctx.expertParallelSize = 4;
+  auto cfg = readText(R"({"train_micro_batch_size_per_gpu": 1})", ctx);
+  ASSERT_READ(cfg);
+  nlohmann::json out = toDeepSpeedJson(*cfg);
+  EXPECT_EQ(out["expert_parallel"],
+            (nlohmann::json{{"enabled", true}, {"autoep_size", 4}}));
+  auto back = roundTrip(*cfg, moeWorldOf(8));
+  ASSERT_READ(back);
+  EXPECT_EQ(*back, *cfg);
+  EXPECT_EQ(back->expertParallel.size, 4);
 }

@@ -17,7 +17,9 @@
 #include "zeroc/Plan/PlanMemory.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
 
 #include <gtest/gtest.h>
@@ -411,6 +413,42 @@ TEST_F(MemoryTest, OneBitStateCountsAndNoZeroStageIsSuggested) {
 
 } // namespace
 
+// The plan format has no communicator groups yet: a schedule whose
+// collectives run over an expert-parallel sub-group is refused by the plan
+// writer, naming the op and its group, rather than written as if over the
+// world.
+TEST_F(PipelineTest, PlanWriterRefusesSubGroupCollectives) {
+  const char *schedule = R"mlir(
+module attributes {sched.expert_parallel_size = 2 : i64, sched.stage = 0 : i64, sched.world_size = 4 : i64} {
+  sched.tensor @e : tensor<2x4xf32> param expert on device
+  sched.tensor @e.grad : tensor<2x4xf32> grad of @e expert on device
+  func.func @micro_step(%g: tensor<2x4xf32>) {
+    sched.accumulate %g into @e.grad : tensor<2x4xf32>
+    return
+  }
+  func.func @optimizer_step() {
+    %t = sched.all_reduce_start [@e.grad] over expert_data_parallel
+    sched.wait %t
+    return
+  }
+}
+)mlir";
+  mlir::OwningOpRef<mlir::ModuleOp> module =
+      mlir::parseSourceString<mlir::ModuleOp>(schedule, &context);
+  ASSERT_TRUE(module);
+  std::string message;
+  mlir::ScopedDiagnosticHandler capture(&context, [&](mlir::Diagnostic &d) {
+    message += d.str();
+    return mlir::success();
+  });
+  EXPECT_TRUE(mlir::failed(buildPlan(*module, PlanSource{})));
+  EXPECT_NE(message.find("'sched.all_reduce_start' op communicates over the "
+                         "expert_data_parallel group, which the plan format "
+                         "does not carry yet"),
+            std::string::npos)
+      << message;
+}
+
 // Every op of the model and sched dialects either has a plan op kind
 // (zeroc/Plan/PlanOps.h: a kernel or a runtime action, and a cost) or is
 // lowered before the plan is written; the plan's model kinds are exactly the
@@ -420,6 +458,10 @@ TEST_F(PipelineTest, EveryDialectOpHasAPlanKindOrIsLowered) {
       "model.param",       "model.param_ref",     "model.accumulate_grad",
       "model.adam_update", "model.unscale_grads", "model.clip_grad_norm",
       "sched.tensor",      "sched.flat_group"};
+  // Expert parallelism's exchange: in the dialect (the verifier's proof
+  // over groups covers it) but not yet in the plan format, whose writer
+  // refuses it; no pass emits it yet.
+  const std::set<std::string> notInPlansYet = {"sched.all_to_all_start"};
   std::set<OpKind> seen;
   for (mlir::RegisteredOperationName name : context.getRegisteredOperations()) {
     llvm::StringRef dialect = name.getDialectNamespace();
@@ -430,6 +472,10 @@ TEST_F(PipelineTest, EveryDialectOpHasAPlanKindOrIsLowered) {
     std::optional<OpKind> kind = parseOpKind(name.stripDialect());
     if (lowered.count(full))
       continue; // Its name may be the kind of the sched op it becomes.
+    if (notInPlansYet.count(full)) {
+      EXPECT_FALSE(kind);
+      continue;
+    }
     ASSERT_TRUE(kind) << "no plan op kind: add it to PlanOps.h";
     EXPECT_EQ(isModelOp(*kind), dialect == "model");
     seen.insert(*kind);

@@ -144,6 +144,16 @@ cl::opt<int64_t> compileGradAccum(
     cl::desc("Gradient accumulation steps, where the config leaves them "
              "\"auto\" or out"),
     cl::value_desc("n"), cl::cat(zerocCategory));
+cl::opt<int64_t> compileEpSize(
+    "ep-size", cl::sub(cl::SubCommand::getTopLevel()), cl::sub(statsCmd),
+    cl::desc("Expert-parallel size: ranks each mixture-of-experts layer's "
+             "experts are split over (DeepSpeed's MoE(ep_size=...); the "
+             "config's expert_parallel.autoep_size)"),
+    cl::value_desc("n"), cl::cat(zerocCategory));
+cl::opt<int64_t> compileMoeExpertParallelSize(
+    "moe-expert-parallel-size", cl::sub(cl::SubCommand::getTopLevel()),
+    cl::desc("Megatron-DeepSpeed's spelling of --ep-size"), cl::value_desc("n"),
+    cl::cat(zerocCategory));
 cl::opt<zeroc::RecomputeMode> compileRecompute(
     "recompute", cl::sub(cl::SubCommand::getTopLevel()), cl::sub(statsCmd),
     cl::desc("Activation recomputation (default: full when the config has "
@@ -569,6 +579,18 @@ int runStats() {
   if (recompute &&
       failed(zeroc::applyRecomputation(*module, *recompute, *stats)))
     return 1;
+  if (compileEpSize.getNumOccurrences()) {
+    if (!stats->moe.layers)
+      return error("--ep-size applies to a mixture of experts; the model is "
+                   "dense (no model.moe_experts)");
+    if (compileEpSize < 1 || stats->moe.experts % compileEpSize != 0)
+      return error("--ep-size " + std::to_string(compileEpSize) +
+                   " does not divide the model's " +
+                   std::to_string(stats->moe.experts) +
+                   " experts per layer: each rank holds num_experts / "
+                   "ep_size of them");
+    stats->moe.expertParallelSize = compileEpSize;
+  }
   if (statsJson)
     llvm::outs() << zeroc::toJson(*stats).dump(2) << "\n";
   else
@@ -915,6 +937,21 @@ int runCompile() {
     launcher.microBatch = compileMicroBatch;
   if (compileGradAccum.getNumOccurrences())
     launcher.gradientAccumulation = compileGradAccum;
+  if (compileEpSize.getNumOccurrences() &&
+      compileMoeExpertParallelSize.getNumOccurrences() &&
+      compileEpSize != compileMoeExpertParallelSize)
+    return error("--ep-size " + std::to_string(compileEpSize) +
+                 " and --moe-expert-parallel-size " +
+                 std::to_string(compileMoeExpertParallelSize) +
+                 " disagree; give one expert-parallel size");
+  for (auto *flag : {&compileEpSize, &compileMoeExpertParallelSize})
+    if (flag->getNumOccurrences()) {
+      if (*flag < 1)
+        return error("--" + flag->ArgStr.str() + " must be at least 1, found " +
+                     std::to_string(*flag));
+      launcher.expertParallelSize = int64_t(*flag);
+      launcher.expertParallelFlag = "--" + flag->ArgStr.str();
+    }
   launcher.recompute = recompute;
   auto cfg =
       zeroc::readConfigForModel(*doc, *stats, compileWorldSize, launcher);

@@ -53,6 +53,23 @@ struct MoeStats {
   int64_t assumedMaxRows() const;
   /// Every token sends one slot to the same expert: tokens rows.
   int64_t worstCaseMaxRows() const { return topK ? routedRows / topK : 0; }
+
+  /// Expert parallelism over `ep` ranks, each holding experts / ep of them
+  /// (1 when not set: `zeroc stats --ep-size`).
+  int64_t expertParallelSize = 1;
+  /// The (token, slot) rows of one rank's all-to-all buffer per layer and
+  /// micro-batch: a dispatch sends all routedRows of the rank's tokens, and
+  /// the busiest rank receives, from each of the `ep` ranks, the rows
+  /// routed to its experts: at most (busiest expert's rows) x (experts per
+  /// rank), and at most tokens x min(top_k, experts per rank) since a token
+  /// sends one slot per expert. The larger of sent and received, under the
+  /// assumed share and under the worst case; the combine returns the same
+  /// rows, and the backward's two all-to-alls move the same again.
+  struct ExchangeRows {
+    int64_t assumed = 0;
+    int64_t worst = 0;
+  };
+  ExchangeRows expertParallelRows() const;
 };
 
 struct ModelStats {

@@ -217,6 +217,20 @@ struct AioConfig {
   bool useGds = false;
 };
 
+/// Expert parallelism (DeepSpeed-MoE): each mixture-of-experts layer's
+/// experts are split over `size` ranks (the expert-parallel group), each
+/// holding num_experts / size of them; expert parameters are then
+/// data-parallel over world / size ranks (the expert-data-parallel group),
+/// the other parameters over the whole world, as DeepSpeed's ZeRO treats its
+/// MoE parameter groups. docs/ds-config.md, "Expert parallelism".
+struct ExpertParallelConfig {
+  int64_t size = 1;
+  /// Where `size` came from, quoted for messages: "'expert_parallel.
+  /// autoep_size'", "--ep-size", "--moe-expert-parallel-size"; empty for
+  /// the default.
+  std::string source;
+};
+
 struct DeepSpeedConfig {
   /// The batch triple, resolved: trainBatchSize = microBatchPerGpu x
   /// gradientAccumulationSteps x worldSize.
@@ -240,6 +254,7 @@ struct DeepSpeedConfig {
   /// present, else none (docs/ds-config.md).
   RecomputePolicy recompute;
   AioConfig aio;
+  ExpertParallelConfig expertParallel;
 
   /// Dotted JSON paths ("scheduler", "aio.thread_count") that were accepted
   /// but have no effect on the schedule, in document order.
@@ -276,6 +291,15 @@ struct ConfigContext {
   /// From the command line (--recompute); decides over the config's
   /// `activation_checkpointing` block.
   std::optional<RecomputePolicy> recompute;
+  /// From the command line (zeroc --ep-size, or Megatron-DeepSpeed's
+  /// spelling --moe-expert-parallel-size): the expert-parallel size, and the
+  /// flag as given, for messages. Decides over `expert_parallel.autoep_size`
+  /// only when the two agree; a disagreement is an error.
+  std::optional<int64_t> expertParallelSize;
+  std::string expertParallelFlag = "--ep-size";
+  /// Experts per mixture-of-experts layer (0 for a dense model), which the
+  /// expert-parallel size must divide.
+  int64_t numExperts = 0;
 };
 
 /// Reads and resolves a parsed config. Every error names the file, the

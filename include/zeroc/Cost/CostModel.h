@@ -40,8 +40,9 @@ RankLayout rankLayout(const Cluster &cluster, int64_t ranks);
 /// One ring collective over `ranks` ranks on one link, in seconds:
 ///   steps x stepLatency + bytes x factor / busBandwidth,
 /// `bytes` the whole buffer (nccl-tests' "size"), factor (n-1)/n for
-/// all-gather and reduce-scatter and 2(n-1)/n for all-reduce, steps n-1 and
-/// 2(n-1). No base latency; 0 for one rank.
+/// all-gather, reduce-scatter and all-to-all (nccl-tests' alltoall busbw,
+/// `bytes` one rank's send buffer) and 2(n-1)/n for all-reduce, steps n-1
+/// and 2(n-1). No base latency; 0 for one rank.
 double ringTime(CollectiveKind kind, double bytes, int64_t ranks,
                 double busBandwidth, double stepLatency);
 
@@ -56,7 +57,9 @@ struct CollectiveTime {
 /// A collective over `bytes` among `ranks` ranks: one ring inside a node, or
 /// the hierarchical decomposition across nodes (reduce-scatter = intra-node
 /// RS, then inter-node RS over 1/g of the data; all-gather the reverse;
-/// all-reduce = intra RS + inter AR over 1/g + intra AG). 0 for one rank.
+/// all-reduce = intra RS + inter AR over 1/g + intra AG; an all-to-all
+/// sends (g-1)/n of its buffer over the intra-node bus and (n-g)/n through
+/// the node's NICs shared by its g ranks). 0 for one rank.
 CollectiveTime collectiveTime(const Cluster &cluster, CollectiveKind kind,
                               double bytes, int64_t ranks);
 

@@ -28,6 +28,9 @@ struct LauncherArgs {
   std::optional<int64_t> gradientAccumulation;
   /// --recompute / --recompute-every; none: the config decides.
   std::optional<RecomputePolicy> recompute;
+  /// --ep-size / --moe-expert-parallel-size, and which of the two was given.
+  std::optional<int64_t> expertParallelSize;
+  std::string expertParallelFlag = "--ep-size";
 };
 
 /// The facts a DeepSpeed config needs from the model and the launcher:

@@ -13,7 +13,15 @@
 
 namespace zeroc {
 
-enum class CollectiveKind : uint8_t { AllGather, ReduceScatter, AllReduce };
+/// AllToAll is expert parallelism's token exchange (dispatch and combine)
+/// over the expert-parallel group; plans do not carry it yet (the plan's
+/// lists of kinds, kCollectiveKinds in PlanInspect.cpp, leave it out).
+enum class CollectiveKind : uint8_t {
+  AllGather,
+  ReduceScatter,
+  AllReduce,
+  AllToAll
+};
 
 constexpr std::string_view collectiveName(CollectiveKind kind) {
   switch (kind) {
@@ -23,6 +31,8 @@ constexpr std::string_view collectiveName(CollectiveKind kind) {
     return "reduce_scatter";
   case CollectiveKind::AllReduce:
     return "all_reduce";
+  case CollectiveKind::AllToAll:
+    return "all_to_all";
   }
   return "?";
 }
@@ -31,7 +41,9 @@ constexpr std::string_view collectiveName(CollectiveKind kind) {
 /// collective over `numel` elements among `worldSize` ranks: (n-1)/n of the
 /// data for all-gather and reduce-scatter, twice that for all-reduce (a
 /// reduce-scatter then an all-gather). The ZeRO paper's accounting, and the
-/// bus-bandwidth factors of nccl-tests.
+/// bus-bandwidth factors of nccl-tests. For an all-to-all, `numel` is what
+/// one rank exchanges (its send buffer): it keeps 1/n for itself and sends
+/// (n-1)/n, nccl-tests' alltoall busbw factor.
 constexpr double commElementsPerRank(CollectiveKind kind, double numel,
                                      int64_t worldSize) {
   if (worldSize <= 1)

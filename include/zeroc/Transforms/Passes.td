@@ -210,6 +210,10 @@ def ZeroPartition : Pass<"zero-partition", "::mlir::ModuleOp"> {
            /*default=*/"100000",
            "Stage 3: parameters with at most this many elements stay "
            "replicated (stage3_param_persistence_threshold)">,
+    Option<"expertParallelSize", "expert-parallel-size", "int64_t",
+           /*default=*/"1",
+           "Ranks each mixture-of-experts layer's experts are split over "
+           "(DeepSpeed-MoE's ep_size); 1 for none">,
   ];
 }
 
@@ -281,7 +285,9 @@ def ZeroBucket : Pass<"zero-bucket", "::mlir::ModuleOp"> {
   let summary = "Fuse adjacent collectives of one kind and dtype into buckets";
   let description = [{
     Coalesces consecutive collectives of one kind on tensors of one dtype,
-    with no other collective between them, into one collective of at most
+    over one communicator group (expert state, over the expert-data-parallel
+    group, never shares a bucket with other state), with no other
+    collective between them, into one collective of at most
     the bucket size (elements, as DeepSpeed counts them): gradient
     reductions up to `reduce-bucket-size`, gathers up to
     `allgather-bucket-size`. A reduction is issued where the last gradient

@@ -44,6 +44,21 @@ module attributes {sched.stage = -1 : i64} {
 
 // -----
 
+// expected-error @+1 {{'builtin.module' op attribute 'sched.expert_parallel_size' must be at least 1, found 0}}
+module attributes {sched.expert_parallel_size = 0 : i64} {
+  sched.tensor @w : tensor<4xf32> param on device
+}
+
+// -----
+
+sched.tensor @w : tensor<4xf32> param on device
+// expected-error @+1 {{'func.func' op attribute 'sched.expert_parallel_size' belongs on the schedule's module}}
+func.func @f() attributes {sched.expert_parallel_size = 2 : i64} {
+  return
+}
+
+// -----
+
 sched.tensor @w : tensor<4xf32> param on device
 // expected-error @+1 {{'func.func' op attribute 'sched.world_size' belongs on the schedule's module}}
 func.func @micro_step() attributes {sched.world_size = 2 : i64} {

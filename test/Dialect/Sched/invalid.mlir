@@ -758,3 +758,62 @@ func.func @f(%x: tensor<?xf32>) {
   sched.release %x : tensor<?xf32>
   return
 }
+
+//===----------------------------------------------------------------------===//
+// sched.all_to_all_start
+//===----------------------------------------------------------------------===//
+
+// -----
+
+module attributes {sched.expert_parallel_size = 2 : i64, sched.world_size = 4 : i64} {
+  func.func @f(%x: tensor<4x4xf32>) {
+    // expected-error @+1 {{'sched.all_to_all_start' op exchanges tokens among the expert-parallel group, but names the world group}}
+    %t = sched.all_to_all_start dispatch %x {bytes = 64 : i64, worst_bytes = 64 : i64} : tensor<4x4xf32> -> tensor<4x4xf32>
+    sched.wait %t : tensor<4x4xf32>
+    return
+  }
+}
+
+// -----
+
+module attributes {sched.world_size = 4 : i64} {
+  func.func @f(%x: tensor<4x4xf32>) {
+    // expected-error @+1 {{'sched.all_to_all_start' op needs expert parallelism: the module's sched.expert_parallel_size must be at least 2, found 1}}
+    %t = sched.all_to_all_start dispatch %x over expert_parallel {bytes = 64 : i64, worst_bytes = 64 : i64} : tensor<4x4xf32> -> tensor<4x4xf32>
+    sched.wait %t : tensor<4x4xf32>
+    return
+  }
+}
+
+// -----
+
+module attributes {sched.expert_parallel_size = 2 : i64, sched.world_size = 4 : i64} {
+  func.func @f(%x: tensor<4x4xf32>) {
+    // expected-error @+1 {{'sched.all_to_all_start' op worst_bytes 32 is below the planned bytes 64: the worst case bounds every assumption}}
+    %t = sched.all_to_all_start combine %x over expert_parallel {bytes = 64 : i64, worst_bytes = 32 : i64} : tensor<4x4xf32> -> tensor<4x4xf32>
+    sched.wait %t : tensor<4x4xf32>
+    return
+  }
+}
+
+// -----
+
+module attributes {sched.expert_parallel_size = 2 : i64, sched.world_size = 4 : i64} {
+  func.func @f(%x: tensor<4x4xf32>) {
+    // expected-error @+1 {{'sched.all_to_all_start' op receives 'bf16' but sends 'f32'}}
+    %t = sched.all_to_all_start combine %x over expert_parallel {bytes = 64 : i64, worst_bytes = 64 : i64} : tensor<4x4xf32> -> tensor<4x4xbf16>
+    sched.wait %t : tensor<4x4xbf16>
+    return
+  }
+}
+
+// -----
+
+// An expert flat group is split over the expert-data-parallel ranks (4 / 2
+// = 2): padded to a multiple of 4, not of 8.
+module attributes {sched.expert_parallel_size = 2 : i64, sched.world_size = 4 : i64} {
+  sched.tensor @e : tensor<2x4xf32> param expert on device
+  sched.tensor @f : tensor<3xf32> param expert on device
+  // expected-error @+1 {{'sched.flat_group' op padded 16 should be 12 (11 rounded up to a multiple of 2 x expert-data-parallel size 2)}}
+  sched.flat_group @g [@e, @f] numel 11 padded 16
+}
