@@ -45,12 +45,13 @@ GemmSlices gemmSlices(int64_t m, int64_t n, int64_t k);
 
 /// Slices have at least kGemmSliceMin rows (or columns), a multiple of
 /// kGemmSliceAlign, and kGemmSliceMinWork multiply-adds; at most
-/// kGemmMaxSlices of them. Each slice packs the whole other operand again,
-/// so thin slices cost more than they spread.
+/// kGemmMaxSlices of them. Each slice packs the whole other operand again:
+/// at one thread, GPT-2 124M's MLP products took 4-17% more CPU time in 16
+/// slices than in one call, 0-10% in 8 (bench/startup-RESULTS.md).
 inline constexpr int64_t kGemmSliceMin = 128;
 inline constexpr int64_t kGemmSliceAlign = 16;
 inline constexpr int64_t kGemmSliceMinWork = int64_t(1) << 21;
-inline constexpr int64_t kGemmMaxSlices = 16;
+inline constexpr int64_t kGemmMaxSlices = 8;
 
 /// Empty when every dimension and leading dimension fits BLAS's int.
 std::string checkGemmDims(const char *op, std::initializer_list<int64_t> dims);
