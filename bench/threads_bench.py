@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Threads benchmark of zerorun's CPU kernels: the step time at
 --threads 1 and --threads N (default 2) on one rank, and optionally a
-baseline zerorun (e.g. the main branch's build, which has no --threads: it
-runs with OMP_NUM_THREADS / OPENBLAS_NUM_THREADS set instead).
+baseline zerorun (e.g. the main branch's build) at the same two counts
+(OMP_NUM_THREADS / OPENBLAS_NUM_THREADS set too, for a build without
+--threads: --baseline-env-only).
 
 One plan (a GPT-2 preset, default the 124M one at seq 256, micro-batch 4,
 f32, stage 0); each configuration runs --steps steps, --runs times,
@@ -47,6 +48,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--baseline")
+    ap.add_argument("--baseline-env-only", action="store_true",
+                    help="the baseline has no --threads: N threads only, "
+                    "set through the environment")
     ap.add_argument("--preset", default="gpt2")
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--micro", type=int, default=4)
@@ -72,10 +76,14 @@ def main():
                ("this, %d threads" % args.threads, zerorun,
                 ["--threads", str(args.threads), "--oversubscribe"], None)]
     if args.baseline:
-        env = dict(os.environ, OMP_NUM_THREADS=str(args.threads),
-                   OPENBLAS_NUM_THREADS=str(args.threads))
-        configs.append(("baseline, %d threads" % args.threads, args.baseline,
-                        [], env))
+        for n in ([args.threads] if args.baseline_env_only
+                  else [1, args.threads]):
+            env = dict(os.environ, OMP_NUM_THREADS=str(n),
+                       OPENBLAS_NUM_THREADS=str(n))
+            extra = [] if args.baseline_env_only else \
+                ["--threads", str(n), "--oversubscribe"]
+            configs.append(("baseline, %d thread%s" % (n, "s" if n > 1 else ""),
+                            args.baseline, extra, env))
     times = {c[0]: [] for c in configs}
     losses = {c[0]: None for c in configs}
     before = loadavg()
@@ -98,11 +106,13 @@ def main():
           "average %s before, %s after\n" % (args.preset, args.seq,
                                              args.micro, args.steps,
                                              args.runs, before, after))
-    one = statistics.median(times[configs[0][0]])
-    print("| zerorun | step s | 1-thread time / this time | runs (s) |")
+    # Each build's ratio against its own 1-thread time.
+    print("| zerorun | step s | its 1-thread time / this time | runs (s) |")
     print("|---|---|---|---|")
     for name, _, _, _ in configs:
         m = statistics.median(times[name])
+        one = statistics.median(times[name.split(",")[0] + ", 1 thread"]) \
+            if name.split(",")[0] + ", 1 thread" in times else float("nan")
         print("| %s | %.3f | %.2f | %s |" % (
             name, m, one / m, ", ".join("%.2f" % t for t in times[name])))
     ref = losses[configs[0][0]]

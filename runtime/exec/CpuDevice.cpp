@@ -20,8 +20,9 @@ public:
   /// Zero-filled memory. From `kMapBytes` on, fresh anonymous pages: the
   /// kernel zero-fills each page when it is first touched, so nothing is
   /// written (and no page faulted in) before the op that first uses it; a
-  /// 2.4 GB plan starts without 2.4 GB of memset. Transparent huge pages
-  /// where the system allows them (madvise mode): 512x fewer faults.
+  /// 2.4 GB plan starts without 2.4 GB of memset. No MADV_HUGEPAGE: on the
+  /// development VM a first touch of 2 GiB took 5-15 s in huge pages
+  /// against 1.2-2 s in 4 KiB pages (docs/zerorun.md, "Start-up").
   /// Smaller blocks: aligned_alloc and memset.
   char *allocateMemory(int64_t bytes, bool, int64_t alignment) override {
     alignment = std::max<int64_t>(alignment, 64);
@@ -32,8 +33,6 @@ public:
                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
       if (m == MAP_FAILED)
         throw std::bad_alloc();
-      if (size >= kHugePageBytes)
-        (void)::madvise(m, size, MADV_HUGEPAGE); // a hint; may be refused
       std::lock_guard<std::mutex> lock(mapMutex);
       mapped[static_cast<char *>(m)] = size;
       return static_cast<char *>(m);
@@ -129,7 +128,6 @@ public:
 private:
   static constexpr size_t kPageBytes = 4096;
   static constexpr size_t kMapBytes = size_t(1) << 20;
-  static constexpr size_t kHugePageBytes = size_t(2) << 20;
   std::mutex mapMutex;
   std::unordered_map<char *, size_t> mapped;
 };

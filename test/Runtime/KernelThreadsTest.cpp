@@ -9,9 +9,11 @@
 //===----------------------------------------------------------------------===//
 
 #include "Kernels.h"
+#include "cpu/Gemm.h"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <omp.h>
@@ -242,4 +244,98 @@ TEST(KernelThreads, OptimizerAndNorms) {
     std::memcpy(out + 16, &sq, 8);
     out[24] = overflow ? 1 : 0;
   });
+}
+
+namespace {
+
+/// A product gemm slices: row-major op(A) [m, k], op(B) [k, n], C [m, n]
+/// with padded leading dimensions (slices start mid-row of A or B).
+struct GemmCase {
+  bool transA, transB;
+  int64_t m, n, k;
+  int64_t lda() const { return (transA ? m : k) + 3; }
+  int64_t ldb() const { return (transB ? k : n) + 5; }
+  int64_t ldc() const { return n + 7; }
+  std::vector<Owned> operands() const {
+    return {Owned({transA ? k : m, lda()}, DType::F32, 1),
+            Owned({transB ? n : k, ldb()}, DType::F32, 2),
+            Owned({m, ldc()}, DType::F32, 3)};
+  }
+  void run(std::vector<Owned> &t, bool sliced) const {
+    auto *f = sliced ? &gemm : &gemmSerial;
+    f(transA, transB, m, n, k, 0.75f, t[0].t.f32(), lda(), t[1].t.f32(), ldb(),
+      0.5f, t[2].t.f32(), ldc());
+  }
+};
+
+// Every transpose, slices over M and over N, K beyond one of OpenBLAS's
+// K blocks, sizes that leave a shorter last slice.
+const GemmCase kGemmCases[] = {{false, false, 600, 300, 200},
+                               {false, true, 1000, 768, 100},
+                               {true, false, 300, 700, 1000},
+                               {true, true, 250, 1100, 64},
+                               {false, true, 300, 1037, 513}};
+
+} // namespace
+
+TEST(KernelThreads, GemmSlicesDependOnTheShapeOnly) {
+  for (const GemmCase &c : kGemmCases) {
+    GemmSlices s = gemmSlices(c.m, c.n, c.k);
+    ASSERT_GT(s.count, 1) << c.m << "x" << c.n << "x" << c.k;
+    EXPECT_EQ(s.alongM, c.m >= c.n);
+    int64_t along = s.alongM ? c.m : c.n;
+    EXPECT_EQ(s.size % kGemmSliceAlign, 0);
+    EXPECT_LE(s.count, kGemmMaxSlices);
+    EXPECT_GE(s.size, kGemmSliceMin);
+    EXPECT_EQ(s.count, (along + s.size - 1) / s.size);
+  }
+  // Too little work for one slice more: one call.
+  EXPECT_EQ(gemmSlices(64, 64, 64).count, 1);
+  // Fewer than two slices' rows or columns: one call, whatever K.
+  EXPECT_EQ(gemmSlices(200, 200, 100000).count, 1);
+}
+
+TEST(KernelThreads, Gemm) {
+  for (const GemmCase &c : kGemmCases)
+    expectSameBitsForAnyThreadCount(
+        "gemm " + std::to_string(c.m) + "x" + std::to_string(c.n) + "x" +
+            std::to_string(c.k),
+        c.operands(), [&c](std::vector<Owned> &t) { c.run(t, true); });
+}
+
+// Slicing C's rows or columns never splits an element's sum over K: the
+// sliced product is one BLAS call's, bit for bit (OpenBLAS blocks K by K
+// alone), and both are the float64 product to within float rounding.
+TEST(KernelThreads, GemmSlicesKeepEachSumOfOneBlasCall) {
+  int before = threads();
+  setThreads(2);
+  for (const GemmCase &c : kGemmCases) {
+    std::vector<Owned> whole = c.operands(), sliced = c.operands();
+    c.run(whole, false);
+    c.run(sliced, true);
+    EXPECT_TRUE(whole[2].bytes == sliced[2].bytes)
+        << c.m << "x" << c.n << "x" << c.k;
+    std::vector<Owned> in = c.operands();
+    const float *a = in[0].t.f32(), *b = in[1].t.f32(), *c0 = in[2].t.f32();
+    double worst = 0.0;
+    for (int64_t i = 0; i < c.m; ++i)
+      for (int64_t j = 0; j < c.n; ++j) {
+        double sum = 0.0, mag = 0.0;
+        for (int64_t l = 0; l < c.k; ++l) {
+          double x = c.transA ? a[l * c.lda() + i] : a[i * c.lda() + l];
+          double y = c.transB ? b[j * c.ldb() + l] : b[l * c.ldb() + j];
+          sum += x * y;
+          mag += std::abs(x * y);
+        }
+        double want = 0.75 * sum + 0.5 * c0[i * c.ldc() + j];
+        double got = sliced[2].t.f32()[i * c.ldc() + j];
+        worst = std::max(worst, std::abs(got - want) / (mag + 1.0));
+      }
+    EXPECT_LT(worst, 1e-5) << c.m << "x" << c.n << "x" << c.k;
+    // The padding between rows of C is left alone.
+    for (int64_t i = 0; i < c.m; ++i)
+      for (int64_t j = c.n; j < c.ldc(); ++j)
+        EXPECT_EQ(sliced[2].t.f32()[i * c.ldc() + j], c0[i * c.ldc() + j]);
+  }
+  setThreads(before);
 }

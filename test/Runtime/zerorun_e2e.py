@@ -66,6 +66,12 @@ Scenarios:
                        within LOSS_TOL of SPEC's dtype (relative), and each
                        run's measured peak memory no more than its plan's
                        prediction and not more than 2% less
+  threads:STAGE,WS,GA[,dtype=D][,attention=A]
+                       a GPT-2 of hidden 256 (2 layers, 4 heads, vocabulary
+                       1000, seq 128, micro-batch 4: GEMMs large enough to
+                       be sliced over the threads, cpu/Gemm.h) for 3 steps
+                       at --threads 1, 2 and 3: per-step losses and the
+                       consolidated final weights bit-identical
   dump-grads-fp16      --dump-grads on an fp16 plan: refused, nothing written
   emit-plan:SPEC       with --out FILE: compiles SPEC's plan to FILE (how
                        scripts/gen-test-plans.sh writes the checked-in plans)
@@ -846,6 +852,64 @@ def scenario_missing_attr(args, plan_path):
     return 0
 
 
+# A GPT-2 large enough that every kernel runs on the pool and GEMMs are
+# sliced (scenario_threads), small enough for a test.
+THREADS_MODEL = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"],
+                 "n_embd": 256, "n_layer": 2, "n_head": 4, "vocab_size": 1000,
+                 "n_positions": 128, "layer_norm_epsilon": 1e-5,
+                 "activation_function": "gelu_new", "tie_word_embeddings": True}
+THREADS_SEQ, THREADS_MICRO = 128, 4
+
+
+def scenario_threads(args, spec):
+    stage, ws, ga, opts = parse_spec(spec)
+    dtype = opts.get("dtype", "f32")
+    attention = opts.get("attention", "flash")
+    cfg_json = os.path.join(args.work, "threads-model.json")
+    with open(cfg_json, "w") as f:
+        json.dump(THREADS_MODEL, f)
+    mlir = os.path.join(args.work, "threads-%s-%s.mlir" % (dtype, attention))
+    run([args.zeroc, "gen", cfg_json, "--seq-len", str(THREADS_SEQ),
+         "--micro-batch", str(THREADS_MICRO), "--dtype", dtype,
+         "--attention-kernel", attention, "--quiet", "-o", mlir])
+    cfg = {"train_micro_batch_size_per_gpu": THREADS_MICRO,
+           "gradient_accumulation_steps": ga, "gradient_clipping": 1.0,
+           "zero_optimization": {"stage": stage},
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}
+    if dtype == "bf16":
+        cfg["bf16"] = {"enabled": True}
+    ds = os.path.join(args.work, "threads.ds.json")
+    with open(ds, "w") as f:
+        json.dump(cfg, f)
+    p = os.path.join(args.work, "threads-plan.json")
+    run([args.zeroc, mlir, "--config", ds, "--world-size", str(ws), "-o", p])
+    runs = {}
+    for n in (1, 2, 3):
+        ckpt = fresh_dir(args, "ckpt-threads%d" % n)
+        rows = step_rows(args, p, ws, 3,
+                         ["--threads", str(n), "--oversubscribe",
+                          "--checkpoint-dir", ckpt],
+                         log=os.path.join(args.work, "threads%d.jsonl" % n))
+        weights = consolidate(args, ckpt, os.path.join(
+            args.work, "threads%d.safetensors" % n))
+        runs[n] = ([r["loss"] for r in rows], open(weights, "rb").read())
+        print("--threads %d: losses %s" % (n, runs[n][0]))
+    failed = False
+    for n in (2, 3):
+        if runs[n][0] != runs[1][0]:
+            print("FAILED: --threads %d's losses differ from --threads 1's" % n)
+            failed = True
+        if runs[n][1] != runs[1][1]:
+            print("FAILED: --threads %d's final weights differ from "
+                  "--threads 1's" % n)
+            failed = True
+    if failed:
+        return 1
+    print("losses and consolidated final weights bit-identical at 1, 2 and "
+          "3 threads")
+    return 0
+
+
 def scenario_dump_grads_fp16(args):
     """--dump-grads on an fp16 plan (dynamic loss scaling): refused before
     any step, with a non-zero exit and no file written."""
@@ -1491,6 +1555,8 @@ def main():
         return scenario_recompute(args, args.scenario[len("recompute:"):])
     if args.scenario == "progress":
         return scenario_progress(args)
+    if args.scenario.startswith("threads:"):
+        return scenario_threads(args, args.scenario[len("threads:"):])
     if args.scenario == "dump-grads-fp16":
         return scenario_dump_grads_fp16(args)
     if args.scenario.startswith("emit-plan:"):

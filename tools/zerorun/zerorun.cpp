@@ -48,15 +48,16 @@ using namespace zeroc::runtime;
 
 namespace {
 
-/// Defaults for the libraries' own thread pools, set before any library
+/// Settings of the libraries' own thread pools, made before any library
 /// initializes (an ELF preinit function runs before the constructors of
-/// shared libraries, which read these variables once): OpenBLAS's idle
-/// workers sleep at once (2^4 cycles) instead of spinning for 2^28 cycles
-/// between GEMMs, taking a core from the kernels' OpenMP threads; and
-/// those OpenMP threads sleep when idle instead of spinning while OpenBLAS
-/// runs. A value the user set is kept. docs/zerorun.md, "Threads".
+/// shared libraries, which read these variables once): OpenBLAS starts no
+/// threads of its own (GEMMs are sliced over the kernels' OpenMP pool,
+/// each slice a one-thread BLAS call, so that the sums do not depend on the
+/// thread count: cpu/Gemm.h); and idle OpenMP threads sleep instead of
+/// spinning on a core a plan stream's thread may need (a value the user
+/// set is kept). docs/zerorun.md, "Threads".
 void setLibraryDefaults(int, char **, char **) {
-  ::setenv("OPENBLAS_THREAD_TIMEOUT", "4", /*overwrite=*/0);
+  ::setenv("OPENBLAS_NUM_THREADS", "1", /*overwrite=*/1);
   ::setenv("OMP_WAIT_POLICY", "passive", /*overwrite=*/0);
 }
 __attribute__((section(".preinit_array"),

@@ -248,20 +248,22 @@ Status attentionForward(const Tensor &q, const Tensor &k, const Tensor &v,
   const float *vf = readF32(v, vScratch);
   float *of = writeF32(out, outScratch);
   int64_t seq = a.seq, d = a.headDim, qw = a.qWidth(), kw = a.kvWidth();
-  ScratchVector<float> p(seq * seq);
-  for (int64_t b = 0; b < a.batch; ++b)
-    for (int64_t h = 0; h < a.heads; ++h) {
-      a.docStart = documents ? documents->i32() + b * seq : nullptr;
-      int64_t g = h / a.group();
-      const float *qh = qf + b * seq * qw + h * d;
-      const float *kh = kf + b * seq * kw + g * d;
-      const float *vh = vf + b * seq * kw + g * d;
-      causalProbs(a, qh, qw, kh, kw, out.dtype, p.data());
-      gemm(false, false, seq, d, seq, 1.0f, p.data(), seq, vh, kw, 0.0f,
-           of + b * seq * qw + h * d, qw);
-      if (probs)
-        storeF32(*probs, (b * a.heads + h) * seq * seq, seq * seq, p.data());
-    }
+  // Each (batch, head) on the pool, computed as one thread would.
+  parallelFor(a.batch * a.heads, 2 * seq * seq * d, [&](int64_t item) {
+    int64_t b = item / a.heads, h = item % a.heads;
+    AttentionShape s = a;
+    s.docStart = documents ? documents->i32() + b * seq : nullptr;
+    int64_t g = h / s.group();
+    const float *qh = qf + b * seq * qw + h * d;
+    const float *kh = kf + b * seq * kw + g * d;
+    const float *vh = vf + b * seq * kw + g * d;
+    ScratchVector<float> p(seq * seq);
+    causalProbs(s, qh, qw, kh, kw, out.dtype, p.data());
+    gemm(false, false, seq, d, seq, 1.0f, p.data(), seq, vh, kw, 0.0f,
+         of + b * seq * qw + h * d, qw);
+    if (probs)
+      storeF32(*probs, (b * s.heads + h) * seq * seq, seq * seq, p.data());
+  });
   commitF32(out, outScratch);
   return {};
 }
@@ -285,45 +287,50 @@ Status attentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
 
   int64_t seq = a.seq, d = a.headDim, qw = a.qWidth(), kw = a.kvWidth();
   float scale = a.scale();
-  ScratchVector<float> p(seq * seq), dp(seq * seq);
-  ScratchVector<float> rowDot(seq);
-  for (int64_t b = 0; b < a.batch; ++b)
-    for (int64_t h = 0; h < a.heads; ++h) {
-      a.docStart = documents ? documents->i32() + b * seq : nullptr;
-      int64_t g = h / a.group();
-      int64_t qOffset = b * seq * qw + h * d, kOffset = b * seq * kw + g * d;
-      const float *qh = qf + qOffset, *kh = kf + kOffset, *vh = vf + kOffset;
-      const float *oh = of + qOffset, *doh = dof + qOffset;
-      if (probs)
-        loadF32(*probs, (b * a.heads + h) * seq * seq, seq * seq, p.data());
-      else
-        causalProbs(a, qh, qw, kh, kw, out.dtype, p.data());
+  // Each (batch, key-value head) on the pool: dk and dv sum over the query
+  // heads of the group in head order, as one thread would.
+  parallelFor(
+      a.batch * a.kvHeads, 4 * a.group() * seq * seq * d, [&](int64_t item) {
+        int64_t b = item / a.kvHeads, g = item % a.kvHeads;
+        AttentionShape s = a;
+        s.docStart = documents ? documents->i32() + b * seq : nullptr;
+        ScratchVector<float> p(seq * seq), dp(seq * seq), rowDot(seq);
+        for (int64_t h = g * s.group(); h < (g + 1) * s.group(); ++h) {
+          int64_t qOffset = b * seq * qw + h * d,
+                  kOffset = b * seq * kw + g * d;
+          const float *qh = qf + qOffset, *kh = kf + kOffset,
+                      *vh = vf + kOffset;
+          const float *oh = of + qOffset, *doh = dof + qOffset;
+          if (probs)
+            loadF32(*probs, (b * s.heads + h) * seq * seq, seq * seq, p.data());
+          else
+            causalProbs(s, qh, qw, kh, kw, out.dtype, p.data());
 
-      parallelFor(seq, d, [&](int64_t i) {
-        float sum = 0.0f;
-        for (int64_t c = 0; c < d; ++c)
-          sum += doh[i * qw + c] * oh[i * qw + c];
-        rowDot[i] = sum;
-      });
-      // dV += P^T dout; dP = dout V^T.
-      gemm(true, false, seq, d, seq, 1.0f, p.data(), seq, doh, qw, 1.0f,
-           dvf + kOffset, kw);
-      gemm(false, true, seq, seq, d, 1.0f, doh, qw, vh, kw, 0.0f, dp.data(),
-           seq);
-      // dS = P * (dP - D) * scale, in place of dP; zero above the diagonal
-      // (and before the window, where P is 0).
-      parallelFor(seq, seq, [&](int64_t i) {
-        for (int64_t j = 0; j < seq; ++j) {
-          float &ds = dp[i * seq + j];
-          ds = j <= i ? p[i * seq + j] * (ds - rowDot[i]) * scale : 0.0f;
+          for (int64_t i = 0; i < seq; ++i) {
+            float sum = 0.0f;
+            for (int64_t c = 0; c < d; ++c)
+              sum += doh[i * qw + c] * oh[i * qw + c];
+            rowDot[i] = sum;
+          }
+          // dV += P^T dout; dP = dout V^T.
+          gemm(true, false, seq, d, seq, 1.0f, p.data(), seq, doh, qw, 1.0f,
+               dvf + kOffset, kw);
+          gemm(false, true, seq, seq, d, 1.0f, doh, qw, vh, kw, 0.0f, dp.data(),
+               seq);
+          // dS = P * (dP - D) * scale, in place of dP; zero above the diagonal
+          // (and before the window, where P is 0).
+          for (int64_t i = 0; i < seq; ++i)
+            for (int64_t j = 0; j < seq; ++j) {
+              float &ds = dp[i * seq + j];
+              ds = j <= i ? p[i * seq + j] * (ds - rowDot[i]) * scale : 0.0f;
+            }
+          // dQ = dS K; dK += dS^T Q.
+          gemm(false, false, seq, d, seq, 1.0f, dp.data(), seq, kh, kw, 0.0f,
+               dqf + qOffset, qw);
+          gemm(true, false, seq, d, seq, 1.0f, dp.data(), seq, qh, qw, 1.0f,
+               dkf + kOffset, kw);
         }
       });
-      // dQ = dS K; dK += dS^T Q.
-      gemm(false, false, seq, d, seq, 1.0f, dp.data(), seq, kh, kw, 0.0f,
-           dqf + qOffset, qw);
-      gemm(true, false, seq, d, seq, 1.0f, dp.data(), seq, qh, qw, 1.0f,
-           dkf + kOffset, kw);
-    }
   f.commit(dq, dk, dv);
   return {};
 }
@@ -368,21 +375,25 @@ Status flashAttentionForward(const Tensor &q, const Tensor &k, const Tensor &v,
   const float *vf = readF32(v, vScratch);
   float *of = writeF32(out, outScratch);
   int64_t seq = a.seq, d = a.headDim, qw = a.qWidth(), kw = a.kvWidth();
-  FlashScratch w(a, false);
-  ScratchVector<float> rowLse(FlashScratch::tile(a));
-  for (int64_t b = 0; b < a.batch; ++b)
-    for (int64_t h = 0; h < a.heads; ++h) {
-      a.docStart = documents ? documents->i32() + b * seq : nullptr;
-      int64_t qOffset = b * seq * qw + h * d;
-      int64_t kOffset = b * seq * kw + h / a.group() * d;
-      for (int64_t i0 = 0; i0 < seq; i0 += kFlashTile) {
+  // Each (batch, head, query tile) on the pool: its rows of the output and
+  // of the log-sum-exp, computed as one thread would.
+  int64_t tiles = (seq + kFlashTile - 1) / kFlashTile;
+  parallelFor(
+      a.batch * a.heads * tiles, 2 * kFlashTile * seq * d, [&](int64_t item) {
+        int64_t b = item / (a.heads * tiles), h = item / tiles % a.heads;
+        int64_t i0 = item % tiles * kFlashTile;
+        AttentionShape s = a;
+        s.docStart = documents ? documents->i32() + b * seq : nullptr;
+        FlashScratch w(s, false);
+        ScratchVector<float> rowLse(FlashScratch::tile(s));
+        int64_t qOffset = b * seq * qw + h * d;
+        int64_t kOffset = b * seq * kw + h / s.group() * d;
         int64_t rows = std::min(kFlashTile, seq - i0);
-        flashRows(a, qf + qOffset, qw, kf + kOffset, vf + kOffset, kw, i0, rows,
+        flashRows(s, qf + qOffset, qw, kf + kOffset, vf + kOffset, kw, i0, rows,
                   w, of + qOffset + i0 * qw, rowLse.data());
         if (lse)
-          storeF32(*lse, (b * a.heads + h) * seq + i0, rows, rowLse.data());
-      }
-    }
+          storeF32(*lse, (b * s.heads + h) * seq + i0, rows, rowLse.data());
+      });
   commitF32(out, outScratch);
   return {};
 }
@@ -408,60 +419,69 @@ Status flashAttentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
 
   int64_t seq = a.seq, d = a.headDim, qw = a.qWidth(), kw = a.kvWidth();
   float scale = a.scale();
-  FlashScratch w(a, true);
-  ScratchVector<float> rowLse(seq), rowDot(seq);
-  float *p = w.scores.data(), *ds = w.dscores.data();
-  for (int64_t b = 0; b < a.batch; ++b)
-    for (int64_t h = 0; h < a.heads; ++h) {
-      a.docStart = documents ? documents->i32() + b * seq : nullptr;
-      int64_t qOffset = b * seq * qw + h * d;
-      int64_t kOffset = b * seq * kw + h / a.group() * d;
-      const float *qh = qf + qOffset, *kh = kf + kOffset, *vh = vf + kOffset;
-      const float *oh = of + qOffset, *doh = dof + qOffset;
-      if (lse)
-        loadF32(*lse, (b * a.heads + h) * seq, seq, rowLse.data());
-      else
-        for (int64_t i0 = 0; i0 < seq; i0 += kFlashTile)
-          flashRows(a, qh, qw, kh, vh, kw, i0, std::min(kFlashTile, seq - i0),
-                    w, nullptr, rowLse.data() + i0);
-      parallelFor(seq, d, [&](int64_t i) {
-        float sum = 0.0f;
-        for (int64_t c = 0; c < d; ++c)
-          sum += doh[i * qw + c] * oh[i * qw + c];
-        rowDot[i] = sum;
-      });
-      // Key tile j0 is seen by query tiles from j0 on (causal), up to the
-      // last whose first query's window (or document) reaches into it: the
-      // first key grows with the query.
-      for (int64_t j0 = 0; j0 < seq; j0 += kFlashTile) {
-        int64_t cols = std::min(kFlashTile, seq - j0);
-        for (int64_t i0 = j0; i0 < seq && a.firstKey(i0) < j0 + cols;
-             i0 += kFlashTile) {
-          int64_t rows = std::min(kFlashTile, seq - i0);
-          // P = exp(S - L), 0 above the diagonal.
-          scoreTile(a, qh, qw, kh, kw, i0, rows, j0, cols, p);
-          for (int64_t r = 0; r < rows; ++r)
-            for (int64_t c = 0; c < cols; ++c)
-              p[r * cols + c] = std::exp(p[r * cols + c] - rowLse[i0 + r]);
-          // dV += P^T dout; dP = dout V^T.
-          gemm(true, false, cols, d, rows, 1.0f, p, cols, doh + i0 * qw, qw,
-               1.0f, dvf + kOffset + j0 * kw, kw);
-          gemm(false, true, rows, cols, d, 1.0f, doh + i0 * qw, qw,
-               vh + j0 * kw, kw, 0.0f, ds, cols);
-          // dS = P * (dP - D) * scale, in place of dP.
-          for (int64_t r = 0; r < rows; ++r)
-            for (int64_t c = 0; c < cols; ++c) {
-              float &x = ds[r * cols + c];
-              x = p[r * cols + c] * (x - rowDot[i0 + r]) * scale;
+  // Each (batch, key-value head) on the pool: dk and dv sum over the query
+  // heads of the group in head order, and every gradient over the tiles in
+  // the order below, as one thread would.
+  parallelFor(
+      a.batch * a.kvHeads, 4 * a.group() * seq * seq * d, [&](int64_t item) {
+        int64_t b = item / a.kvHeads, g = item % a.kvHeads;
+        AttentionShape s = a;
+        s.docStart = documents ? documents->i32() + b * seq : nullptr;
+        FlashScratch w(s, true);
+        ScratchVector<float> rowLse(seq), rowDot(seq);
+        float *p = w.scores.data(), *ds = w.dscores.data();
+        for (int64_t h = g * s.group(); h < (g + 1) * s.group(); ++h) {
+          int64_t qOffset = b * seq * qw + h * d;
+          int64_t kOffset = b * seq * kw + g * d;
+          const float *qh = qf + qOffset, *kh = kf + kOffset,
+                      *vh = vf + kOffset;
+          const float *oh = of + qOffset, *doh = dof + qOffset;
+          if (lse)
+            loadF32(*lse, (b * s.heads + h) * seq, seq, rowLse.data());
+          else
+            for (int64_t i0 = 0; i0 < seq; i0 += kFlashTile)
+              flashRows(s, qh, qw, kh, vh, kw, i0,
+                        std::min(kFlashTile, seq - i0), w, nullptr,
+                        rowLse.data() + i0);
+          for (int64_t i = 0; i < seq; ++i) {
+            float sum = 0.0f;
+            for (int64_t c = 0; c < d; ++c)
+              sum += doh[i * qw + c] * oh[i * qw + c];
+            rowDot[i] = sum;
+          }
+          // Key tile j0 is seen by query tiles from j0 on (causal), up to the
+          // last whose first query's window (or document) reaches into it: the
+          // first key grows with the query.
+          for (int64_t j0 = 0; j0 < seq; j0 += kFlashTile) {
+            int64_t cols = std::min(kFlashTile, seq - j0);
+            for (int64_t i0 = j0; i0 < seq && s.firstKey(i0) < j0 + cols;
+                 i0 += kFlashTile) {
+              int64_t rows = std::min(kFlashTile, seq - i0);
+              // P = exp(S - L), 0 above the diagonal.
+              scoreTile(s, qh, qw, kh, kw, i0, rows, j0, cols, p);
+              for (int64_t r = 0; r < rows; ++r)
+                for (int64_t c = 0; c < cols; ++c)
+                  p[r * cols + c] = std::exp(p[r * cols + c] - rowLse[i0 + r]);
+              // dV += P^T dout; dP = dout V^T.
+              gemm(true, false, cols, d, rows, 1.0f, p, cols, doh + i0 * qw, qw,
+                   1.0f, dvf + kOffset + j0 * kw, kw);
+              gemm(false, true, rows, cols, d, 1.0f, doh + i0 * qw, qw,
+                   vh + j0 * kw, kw, 0.0f, ds, cols);
+              // dS = P * (dP - D) * scale, in place of dP.
+              for (int64_t r = 0; r < rows; ++r)
+                for (int64_t c = 0; c < cols; ++c) {
+                  float &x = ds[r * cols + c];
+                  x = p[r * cols + c] * (x - rowDot[i0 + r]) * scale;
+                }
+              // dQ += dS K; dK += dS^T Q.
+              gemm(false, false, rows, d, cols, 1.0f, ds, cols, kh + j0 * kw,
+                   kw, 1.0f, dqf + qOffset + i0 * qw, qw);
+              gemm(true, false, cols, d, rows, 1.0f, ds, cols, qh + i0 * qw, qw,
+                   1.0f, dkf + kOffset + j0 * kw, kw);
             }
-          // dQ += dS K; dK += dS^T Q.
-          gemm(false, false, rows, d, cols, 1.0f, ds, cols, kh + j0 * kw, kw,
-               1.0f, dqf + qOffset + i0 * qw, qw);
-          gemm(true, false, cols, d, rows, 1.0f, ds, cols, qh + i0 * qw, qw,
-               1.0f, dkf + kOffset + j0 * kw, kw);
+          }
         }
-      }
-    }
+      });
   f.commit(dq, dk, dv);
   return {};
 }

@@ -2,15 +2,35 @@
 
 #include "cpu/Gemm.h"
 
+#include "cpu/Parallel.h"
+
 #include <cblas.h>
 
+#include <algorithm>
 #include <climits>
 
 namespace zeroc::cpu {
 
-void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
-          float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
-          float beta, float *c, int64_t ldc) {
+GemmSlices gemmSlices(int64_t m, int64_t n, int64_t k) {
+  GemmSlices s;
+  s.alongM = m >= n;
+  int64_t along = s.alongM ? m : n;
+  int64_t work = m * n * k; // multiply-adds
+  s.size = along;
+  s.count = along > 0 ? 1 : 0;
+  if (work < 2 * kGemmSliceMinWork || along < 2 * kGemmSliceMin)
+    return s;
+  int64_t count = std::min(
+      {kGemmMaxSlices, along / kGemmSliceMin, work / kGemmSliceMinWork});
+  s.size = (along + count - 1) / count;
+  s.size = (s.size + kGemmSliceAlign - 1) / kGemmSliceAlign * kGemmSliceAlign;
+  s.count = (along + s.size - 1) / s.size;
+  return s;
+}
+
+void gemmSerial(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
+                float alpha, const float *a, int64_t lda, const float *b,
+                int64_t ldb, float beta, float *c, int64_t ldc) {
   if (m == 0 || n == 0)
     return;
   if (k == 0) {
@@ -22,6 +42,34 @@ void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
   cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
               transB ? CblasTrans : CblasNoTrans, int(m), int(n), int(k), alpha,
               a, int(lda), b, int(ldb), beta, c, int(ldc));
+}
+
+void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
+          float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
+          float beta, float *c, int64_t ldc) {
+  GemmSlices s = gemmSlices(m, n, k);
+  if (s.count <= 1) {
+    gemmSerial(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  // Each slice is a whole block of C's rows (or columns) with the whole K:
+  // every element's sum is the one BLAS call's, whichever thread runs it.
+  // Row-major op(A) is [m, k]: rows i0.. start at a + i0 * lda, or at
+  // column a + i0 when A is stored [k, m]. op(B) is [k, n]: columns j0..
+  // start at b + j0, or at row b + j0 * ldb when B is stored [n, k].
+  parallelFor(s.count, kParallelMinWork, [&](int64_t i) {
+    int64_t begin = i * s.size;
+    if (s.alongM) {
+      int64_t rows = std::min(s.size, m - begin);
+      gemmSerial(transA, transB, rows, n, k, alpha,
+                 a + (transA ? begin : begin * lda), lda, b, ldb, beta,
+                 c + begin * ldc, ldc);
+    } else {
+      int64_t cols = std::min(s.size, n - begin);
+      gemmSerial(transA, transB, m, cols, k, alpha, a, lda,
+                 b + (transB ? begin * ldb : begin), ldb, beta, c + begin, ldc);
+    }
+  });
 }
 
 std::string checkGemmDims(const char *op, std::initializer_list<int64_t> dims) {

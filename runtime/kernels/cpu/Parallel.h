@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <omp.h>
 #include <utility>
 #include <vector>
 
@@ -26,8 +27,11 @@ namespace zeroc::cpu {
 template <class F> void parallelFor(int64_t n, int64_t workPerItem, F &&f) {
   // Dynamic: on a busy machine a thread the OS does not run holds up one
   // item, not a static share of them. Any assignment gives the same bits.
-  bool worth =
-      n > 1 && n * std::max<int64_t>(workPerItem, 1) >= kParallelMinWork;
+  // A loop inside another's iteration (a GEMM in an attention head) stays
+  // on its thread: the outer loop already holds the pool.
+  bool worth = n > 1 &&
+               n * std::max<int64_t>(workPerItem, 1) >= kParallelMinWork &&
+               !omp_in_parallel();
   int team = threads();
 #pragma omp parallel for schedule(dynamic) num_threads(team) if (worth)
   for (int64_t i = 0; i < n; ++i)

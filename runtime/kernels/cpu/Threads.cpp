@@ -22,7 +22,10 @@ void setThreads(int n) {
   // This thread's OpenMP default too (a thread of its own, such as a plan
   // stream's worker, reads poolThreads through parallelFor's num_threads).
   omp_set_num_threads(n);
-  openblas_set_num_threads(n);
+  // GEMMs are sliced over the OpenMP pool (cpu/Gemm.h), each slice one
+  // single-threaded BLAS call: OpenBLAS's own threads would make a sum's
+  // order depend on the thread count.
+  openblas_set_num_threads(1);
 }
 
 int threads() {

@@ -1,13 +1,15 @@
 //===- Threads.h - The CPU kernels' thread pool ------------------*- C++
 //-*-===//
 //
-// Every CPU kernel runs on one pool: OpenMP's for the element-wise, row-wise
-// and attention kernels, and OpenBLAS's own for GEMMs, both sized to the
-// same count (setThreads). A kernel splits its work only where each element
-// (or row, or reduction chunk) is computed by the same code in the same
-// order whatever thread takes it: results are bit-identical for any thread
-// count. Reductions over a tensor sum fixed-size chunks (kReduceChunk, not
-// one chunk per thread) and then the chunks' partial sums in order.
+// Every CPU kernel runs on one pool, OpenMP's, sized by setThreads: the
+// element-wise, row-wise and attention kernels, and GEMMs, which are split
+// into slices of their output, each one single-threaded OpenBLAS call
+// (cpu/Gemm.h; OpenBLAS's own threads stay at one). A kernel splits its work
+// only where each element (or row, or reduction chunk) is computed by the same
+// code in the same order whatever thread takes it: results are bit-identical
+// for any thread count. Reductions over a tensor sum fixed-size chunks
+// (kReduceChunk, not one chunk per thread) and then the chunks' partial sums in
+// order.
 //
 // zerorun sizes the pool as cores / ranks on the node (docs/zerorun.md,
 // "Threads"): ranks x threads <= cores.
@@ -21,8 +23,8 @@
 
 namespace zeroc::cpu {
 
-/// Sets the kernels' thread count, OpenBLAS's and the calling thread's
-/// OpenMP default (n < 1 counts as 1). For every thread of the process: a
+/// Sets the kernels' thread count and the calling thread's OpenMP default
+/// (n < 1 counts as 1); OpenBLAS's to one. For every thread of the process: a
 /// parallel loop (cpu/Parallel.h) asks for threads() whichever thread runs
 /// it.
 void setThreads(int n);
