@@ -363,7 +363,9 @@ cl::list<std::string> inspectWhatIf(
              "healthy one (needs --cluster; repeatable): straggler=F (one "
              "rank's compute F times slower), inter-node-bw=F, "
              "intra-node-bw=F (a link class's bandwidth times F), "
-             "cluster=FILE|PRESET; prints only the what-if report"),
+             "cluster=FILE|PRESET; prints only the what-if report (one node "
+             "fewer, nodes=-K, recompiles: `zeroc MODEL.mlir ... --what-if "
+             "nodes=-1`)"),
     cl::value_desc("scenario"), cl::cat(zerocCategory));
 cl::opt<double> inspectWatchdog(
     "watchdog", cl::sub(inspectCmd),
