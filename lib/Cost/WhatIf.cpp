@@ -10,6 +10,8 @@
 
 #include "zeroc/Cost/WhatIf.h"
 
+#include "zeroc/Cost/FitCheck.h"
+#include "zeroc/Plan/PlanMemory.h"
 #include "zeroc/Plan/PlanTrace.h"
 #include "zeroc/Support/Format.h"
 
@@ -46,6 +48,15 @@ ScenarioResult collect(const Plan &plan, const Cluster &cluster,
   ScenarioResult out;
   out.name = std::move(name);
   out.cluster = cluster.name;
+  out.worldSize = plan.worldSize;
+  out.microBatch = plan.model.microBatch;
+  out.gradientAccumulationSteps = plan.gradientAccumulationSteps;
+  out.trainBatchSize =
+      plan.model.microBatch * plan.gradientAccumulationSteps * plan.worldSize;
+  out.tokensPerSecond = step.tokensPerSecond;
+  out.peakDeviceBytes = summarizeMemory(plan).peakDeviceBytes;
+  out.gpuBudgetBytes = double(cluster.gpu.planBudgetBytes());
+  out.refusal = checkClusterFit(plan, cluster);
   out.stepSeconds = step.stepSeconds;
   out.exposedComm = step.exposedComm;
   CostModel model(plan, cluster);
@@ -91,8 +102,21 @@ nlohmann::json scenarioJson(const ScenarioResult &s,
   nlohmann::json slowest = nlohmann::json::array();
   for (size_t i = 0; i < s.collectives.size() && i < 10; ++i)
     slowest.push_back(collectiveJson(s.collectives[i]));
+  nlohmann::json notes = nlohmann::json::array();
+  for (const std::string &n : s.notes)
+    notes.push_back(n);
   return {{"scenario", s.name},
           {"cluster", s.cluster},
+          {"world_size", s.worldSize},
+          {"train_micro_batch_size_per_gpu", s.microBatch},
+          {"gradient_accumulation_steps", s.gradientAccumulationSteps},
+          {"train_batch_size", s.trainBatchSize},
+          {"batch_notes", notes},
+          {"tokens_per_s", s.tokensPerSecond},
+          {"peak_device_bytes", s.peakDeviceBytes},
+          {"gpu_budget_bytes", s.gpuBudgetBytes},
+          {"fits", !s.refusal},
+          {"refusal", s.refusal ? nlohmann::json(*s.refusal) : nullptr},
           {"predicted_step_time_s", s.stepSeconds},
           {"step_time_ratio",
            healthy.stepSeconds > 0 ? s.stepSeconds / healthy.stepSeconds : 0},
@@ -111,6 +135,9 @@ const char *const kAssumptions[] = {
     "done",
     "bandwidth: the link class's bus bandwidth (and the calibrated "
     "collective fits, intra-node) times F; latencies unchanged",
+    "nodes=-K: the model and config recompiled for K nodes' ranks fewer, "
+    "the micro-batch kept; a train_batch_size the config fixes is kept by "
+    "more gradient accumulation, else the global batch shrinks",
     "watchdog: a collective's duration runs from when a healthy rank "
     "launches it (its stream free, its inputs ready) to its end, waits for "
     "other ranks and the network included"};
@@ -119,8 +146,8 @@ const char *const kAssumptions[] = {
 
 Expected<WhatIfScenario> parseWhatIf(const std::string &spec) {
   static const char *const kExpected =
-      "expected straggler=F, inter-node-bw=F, intra-node-bw=F or "
-      "cluster=FILE|PRESET";
+      "expected straggler=F, inter-node-bw=F, intra-node-bw=F, "
+      "cluster=FILE|PRESET or nodes=-K";
   size_t eq = spec.find('=');
   if (eq == std::string::npos)
     return whatIfError("'" + spec + "' has no '=': " + kExpected);
@@ -134,6 +161,21 @@ Expected<WhatIfScenario> parseWhatIf(const std::string &spec) {
                          "preset");
     s.kind = WhatIfScenario::Kind::Cluster;
     s.clusterSpec = value;
+    return s;
+  }
+  if (key == "nodes") {
+    // "-K": K whole nodes fewer. More nodes is not a failure scenario.
+    size_t digits = value.size() > 1 && value[0] == '-'
+                        ? value.find_first_not_of("0123456789", 1)
+                        : 0;
+    if (digits != std::string::npos || value.size() > 10 ||
+        std::strtoll(value.c_str(), nullptr, 10) >= 0)
+      return whatIfError("'" + spec +
+                         "': nodes= takes the nodes lost as a negative "
+                         "whole number (nodes=-1: one node fewer), got '" +
+                         value + "'");
+    s.kind = WhatIfScenario::Kind::Nodes;
+    s.nodes = std::strtoll(value.c_str(), nullptr, 10);
     return s;
   }
   if (key == "straggler")
@@ -174,7 +216,8 @@ Cluster scaledLinks(const Cluster &cluster, WhatIfScenario::Kind kind,
 Expected<StepPrediction> predictScenario(const Plan &plan,
                                          const Cluster &healthy,
                                          const WhatIfScenario &scenario,
-                                         const Cluster *other) {
+                                         const Cluster *other,
+                                         const Plan *otherPlan) {
   SimulationOptions options;
   switch (scenario.kind) {
   case WhatIfScenario::Kind::Straggler:
@@ -188,6 +231,15 @@ Expected<StepPrediction> predictScenario(const Plan &plan,
     if (!other)
       return whatIfError("'" + scenario.spec + "': the cluster was not loaded");
     return predictStep(plan, *other);
+  case WhatIfScenario::Kind::Nodes:
+    if (!otherPlan)
+      return whatIfError(
+          "'" + scenario.spec +
+          "': a plan cannot change its world size; compile it for the "
+          "smaller world with `zeroc MODEL.mlir --config DS.json "
+          "--world-size N --cluster C --what-if " +
+          scenario.spec + "`");
+    return predictStep(*otherPlan, healthy);
   }
   return whatIfError("'" + scenario.spec + "': unknown scenario kind");
 }
@@ -213,7 +265,7 @@ Expected<WhatIfReport>
 whatIf(const Plan &plan, const Cluster &healthy,
        const std::vector<WhatIfScenario> &scenarios,
        const std::vector<std::optional<Cluster>> &clusters,
-       double watchdogSeconds) {
+       double watchdogSeconds, const std::vector<const Plan *> &plans) {
   if (!(watchdogSeconds > 0) || !std::isfinite(watchdogSeconds)) {
     char text[64];
     std::snprintf(text, sizeof text, "%g", watchdogSeconds);
@@ -234,31 +286,47 @@ whatIf(const Plan &plan, const Cluster &healthy,
                                    i < clusters.size() && clusters[i]
                                ? &*clusters[i]
                                : nullptr;
-    Expected<StepPrediction> step = predictScenario(plan, healthy, s, other);
+    const Plan *otherPlan =
+        s.kind == WhatIfScenario::Kind::Nodes && i < plans.size() && plans[i]
+            ? plans[i]
+            : nullptr;
+    if (s.kind == WhatIfScenario::Kind::Nodes && !otherPlan) {
+      Expected<StepPrediction> refused = predictScenario(plan, healthy, s);
+      return refused.error();
+    }
+    Expected<StepPrediction> step =
+        predictScenario(plan, healthy, s, other, otherPlan);
     if (!step)
       return whatIfError("'" + s.spec + "': " +
                          (step.error().file.empty() ? step.error().message
                                                     : step.error().str()));
     // The scaled clusters keep the healthy one's name; the bytes moved do
     // not depend on the links.
-    report.scenarios.push_back(
-        collect(plan, other ? *other : healthy, *step, s.spec));
+    report.scenarios.push_back(collect(otherPlan ? *otherPlan : plan,
+                                       other ? *other : healthy, *step,
+                                       s.spec));
+    report.scenarios.back().notes = s.notes;
+    report.recompiled.push_back(otherPlan != nullptr);
   }
 
   // Every collective at its worst over all cases.
-  std::map<std::pair<std::string, int64_t>, size_t> at;
-  auto consider = [&](const ScenarioResult &r) {
+  // A recompiled plan's collectives are its own, not the healthy plan's
+  // ops of the same index.
+  std::map<std::tuple<std::string, std::string, int64_t>, size_t> at;
+  auto consider = [&](const ScenarioResult &r, const std::string &plan) {
     for (const CollectiveTiming &c : r.collectives) {
-      auto [it, fresh] = at.try_emplace({c.phase, c.op}, report.worst.size());
+      auto [it, fresh] =
+          at.try_emplace({plan, c.phase, c.op}, report.worst.size());
       if (fresh)
         report.worst.push_back({c, r.name});
       else if (c.duration > report.worst[it->second].first.duration)
         report.worst[it->second] = {c, r.name};
     }
   };
-  consider(report.healthy);
-  for (const ScenarioResult &r : report.scenarios)
-    consider(r);
+  consider(report.healthy, "");
+  for (size_t i = 0; i < report.scenarios.size(); ++i)
+    consider(report.scenarios[i],
+             report.recompiled[i] ? report.scenarios[i].name : "");
   std::stable_sort(report.worst.begin(), report.worst.end(),
                    [](const auto &a, const auto &b) {
                      return a.first.duration > b.first.duration;
@@ -270,25 +338,49 @@ std::string whatIfText(const WhatIfReport &report) {
   const ScenarioResult &h = report.healthy;
   std::string out = "what-if on " + h.cluster + "\n";
   out += "  " + pad("scenario", 24) + pad("step", 14) + pad("vs healthy", 12) +
-         "exposed comm\n";
+         pad("exposed comm", 14) + pad("tokens/s", 12) + pad("ranks", 7) +
+         pad("batch", 8) + pad("peak/rank", 12) + "fits\n";
   auto row = [&](const ScenarioResult &s) {
     out +=
         "  " + pad(s.name, 24) + pad(humanSeconds(s.stepSeconds), 14) +
         pad(s.name == "healthy" ? "" : relative(s.stepSeconds, h.stepSeconds),
             12) +
-        humanSeconds(s.exposedComm) + "\n";
+        pad(humanSeconds(s.exposedComm), 14) +
+        pad(groupDigits(int64_t(std::llround(s.tokensPerSecond))), 12) +
+        pad(std::to_string(s.worldSize), 7) +
+        pad(std::to_string(s.trainBatchSize), 8) +
+        pad(humanBytes(double(s.peakDeviceBytes)), 12) +
+        (s.refusal ? "no" : "yes") + "\n";
   };
   row(h);
   for (const ScenarioResult &s : report.scenarios)
     row(s);
+  // What the table cannot say: how a recompiled plan's batch was chosen,
+  // and why a case does not fit.
+  std::string below;
+  auto explain = [&](const ScenarioResult &s) {
+    for (const std::string &n : s.notes)
+      below += "  " + s.name + ": " + n + "\n";
+    if (s.refusal)
+      below += "  " + s.name + " does not fit " + s.cluster + ": " +
+               s.refusal->substr(0, s.refusal->find('\n')) + "\n";
+  };
+  explain(h);
+  for (const ScenarioResult &s : report.scenarios)
+    explain(s);
+  out += below;
 
   std::map<std::pair<std::string, int64_t>, double> healthyDuration;
   for (const CollectiveTiming &c : h.collectives)
     healthyDuration[{c.phase, c.op}] = c.duration;
-  auto table = [&](const ScenarioResult &s) {
+  auto table = [&](const ScenarioResult &s, bool recompiled) {
     out += "\n" + s.name + " on " + s.cluster + ": step " +
            humanSeconds(s.stepSeconds) + ", exposed communication " +
-           humanSeconds(s.exposedComm) + "\n";
+           humanSeconds(s.exposedComm) +
+           (recompiled ? " (the plan recompiled for " +
+                             std::to_string(s.worldSize) + " ranks)"
+                       : std::string()) +
+           "\n";
     if (s.collectives.empty()) {
       out += "  no collectives\n";
       return;
@@ -299,16 +391,19 @@ std::string whatIfText(const WhatIfReport &report) {
            pad("waited", 12) + "module\n";
     for (size_t i = 0; i < s.collectives.size() && i < 5; ++i) {
       const CollectiveTiming &c = s.collectives[i];
+      // A recompiled plan's op N is not the healthy plan's op N.
+      std::string healthy =
+          recompiled ? "-" : humanSeconds(healthyDuration[{c.phase, c.op}]);
       out += "    " + pad(c.phase, 12) + pad(std::to_string(c.op), 6) +
              pad(c.collective, 16) + pad(humanBytes(c.bytes), 12) +
-             pad(humanSeconds(c.duration), 12) +
-             pad(humanSeconds(healthyDuration[{c.phase, c.op}]), 12) +
+             pad(humanSeconds(c.duration), 12) + pad(healthy, 12) +
              pad(humanSeconds(c.waited), 12) + c.module + "\n";
     }
   };
-  table(h);
-  for (const ScenarioResult &s : report.scenarios)
-    table(s);
+  table(h, false);
+  for (size_t i = 0; i < report.scenarios.size(); ++i)
+    table(report.scenarios[i],
+          i < report.recompiled.size() && report.recompiled[i]);
 
   char watchdog[64];
   std::snprintf(watchdog, sizeof watchdog, "%g s", report.watchdogSeconds);

@@ -181,6 +181,68 @@ Expected<DeepSpeedConfig> readConfigForModel(const JsonDocument &config,
                              configContextFor(stats, worldSize, launcher));
 }
 
+Expected<WorldChange> changeWorld(const JsonDocument &config,
+                                  const DeepSpeedConfig &healthy,
+                                  int64_t worldSize,
+                                  const LauncherArgs &launcher) {
+  const int64_t micro = healthy.microBatchPerGpu;
+  const int64_t accumulation = healthy.gradientAccumulationSteps;
+  const int64_t train = healthy.trainBatchSize;
+  const std::string before = std::to_string(healthy.worldSize);
+  const std::string after = std::to_string(worldSize);
+  // Fixed: a number in the file. "auto" (the Trainer's micro x accumulation
+  // x world), null or absent: it follows the world.
+  const nlohmann::json *given = nullptr;
+  if (config.root().is_object()) {
+    auto it = config.root().find("train_batch_size");
+    if (it != config.root().end() && it->is_number())
+      given = &*it;
+  }
+  WorldChange out{config, launcher, {}};
+  out.launcher.microBatch = micro;
+  out.launcher.gradientAccumulation.reset();
+  if (!given) {
+    out.launcher.gradientAccumulation = accumulation;
+    out.notes.push_back(
+        "train_batch_size is not fixed by " + config.name() +
+        ": the global batch shrinks from " + std::to_string(train) + " to " +
+        std::to_string(micro * accumulation * worldSize) +
+        " sequences (train_micro_batch_size_per_gpu " + std::to_string(micro) +
+        " x gradient_accumulation_steps " + std::to_string(accumulation) +
+        " x " + after + " ranks)");
+    return out;
+  }
+  if (train % (micro * worldSize) != 0)
+    return Diagnostic{
+        config.name(), 0, 0,
+        "train_batch_size " + std::to_string(train) +
+            " (fixed by the config) is not a multiple of "
+            "train_micro_batch_size_per_gpu " +
+            std::to_string(micro) + " x world size " + after + " = " +
+            std::to_string(micro * worldSize) +
+            ": no whole gradient_accumulation_steps keeps it on " + after +
+            " ranks, and DeepSpeed refuses such a config (_batch_assertion: "
+            "train_batch_size == micro x gradient_accumulation_steps x world "
+            "size)"};
+  int64_t steps = train / (micro * worldSize);
+  // The accumulation steps the file gives (if any) are the healthy
+  // world's: DeepSpeed derives them from the other two once they are gone.
+  nlohmann::json root = config.root();
+  root.erase("gradient_accumulation_steps");
+  Expected<JsonDocument> edited = JsonDocument::parse(
+      root.dump(1), config.name() + " (for " + after + " ranks)");
+  if (!edited)
+    return edited.error();
+  out.config = std::move(*edited);
+  out.notes.push_back(
+      "train_batch_size " + std::to_string(train) + " kept (fixed by " +
+      config.name() + "): gradient_accumulation_steps " +
+      std::to_string(accumulation) + " -> " + std::to_string(steps) +
+      " at train_micro_batch_size_per_gpu " + std::to_string(micro) + " on " +
+      after + " ranks (was " + before + ")");
+  return out;
+}
+
 mlir::LogicalResult runZeroPipeline(mlir::PassManager &pm,
                                     mlir::ModuleOp module,
                                     const DeepSpeedConfig &cfg) {

@@ -1372,6 +1372,65 @@ TEST(WhatIf, AnotherClusterIsSimulatedOnItsOwnFigures) {
               6e-3, kTol);
 }
 
+TEST(WhatIf, FewerNodesSimulateTheRecompiledPlan) {
+  // docs/cost-model.md's 800 MB reduce-scatter on 4 nodes of 8 (15.549 ms),
+  // and the plan recompiled for one node fewer, 24 ranks on 3 nodes: the
+  // same base, intra-node latency and bandwidth (5 us + 14 us + 3.5 ms),
+  // inter-node latency 2 x 10 us and bandwidth 800 MB x 2/3 / 50 GB/s =
+  // 10.667 ms: 14.206 ms.
+  Cluster c = roundCluster(4, 8);
+  Plan healthy = bigReduceScatterPlan();
+  Plan smaller = healthy;
+  smaller.worldSize = 24;
+  smaller.gradientAccumulationSteps = 3;
+  Expected<WhatIfScenario> s = parseWhatIf("nodes=-1");
+  ASSERT_TRUE(s) << s.error().str();
+  EXPECT_EQ(s->kind, WhatIfScenario::Kind::Nodes);
+  EXPECT_EQ(s->nodes, -1);
+  s->notes = {"the batch, as the driver chose it"};
+  Expected<WhatIfReport> r = whatIf(healthy, c, {*s}, {std::nullopt},
+                                    kNcclWatchdogSeconds, {&smaller});
+  ASSERT_TRUE(r) << r.error().str();
+  const ScenarioResult &n = r->scenarios[0];
+  EXPECT_EQ(n.worldSize, 24);
+  EXPECT_EQ(r->healthy.worldSize, 32);
+  EXPECT_EQ(n.trainBatchSize, smaller.model.microBatch * 3 * 24);
+  EXPECT_EQ(r->healthy.trainBatchSize,
+            healthy.model.microBatch * healthy.gradientAccumulationSteps * 32);
+  // Each plus its epilogue: the rank's share of S read, its shard read and
+  // written, 3 x S / ranks at roundCluster's 1 TB/s of HBM.
+  EXPECT_NEAR(r->healthy.collectives[0].seconds,
+              15.549e-3 + 3 * 800e6 / 32 / 1e12, 1e-9);
+  EXPECT_NEAR(n.collectives[0].seconds,
+              5e-6 + 14e-6 + 3.5e-3 + 20e-6 + 800e6 * 2 / 3 / 50e9 +
+                  3 * 800e6 / 24 / 1e12,
+              1e-9);
+  ASSERT_EQ(r->recompiled.size(), 1u);
+  EXPECT_TRUE(r->recompiled[0]);
+  // Its collectives are its own plan's: not folded into the healthy
+  // plan's op 0 for the timeout margin.
+  EXPECT_EQ(r->worst.size(), 2u);
+  std::string text = whatIfText(*r);
+  EXPECT_NE(text.find("nodes=-1: the batch, as the driver chose it"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("(the plan recompiled for 24 ranks)"), std::string::npos);
+  json j = whatIfJson(*r);
+  EXPECT_EQ(j["scenarios"][1]["world_size"], 24);
+  EXPECT_EQ(j["scenarios"][1]["gradient_accumulation_steps"], 3);
+  EXPECT_EQ(j["scenarios"][1]["batch_notes"][0],
+            "the batch, as the driver chose it");
+
+  // Without the recompiled plan (zeroc inspect): refused, naming the way.
+  Expected<WhatIfReport> refused = whatIf(healthy, c, {*s}, {std::nullopt});
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find(
+                "a plan cannot change its world size; compile it for the "
+                "smaller world with `zeroc MODEL.mlir"),
+            std::string::npos)
+      << refused.error().message;
+}
+
 TEST(WhatIf, WatchdogFlagsTheWorstScenarioNamingTheCollective) {
   // Healthy, the reduction takes 15.549 ms + its epilogue; halving the
   // network makes it 27.549 ms + epilogue: a 20 ms watchdog flags that.
@@ -1461,6 +1520,12 @@ TEST(WhatIf, BadScenariosAreRefused) {
       {"straggler=inf", "finite number > 0, got 'inf'"},
       {"straggler=1.2x", "finite number > 0, got '1.2x'"},
       {"cluster=", "cluster= needs a cluster file or preset"},
+      {"nodes=1", "negative whole number (nodes=-1: one node fewer), got '1'"},
+      {"nodes=0", "negative whole number"},
+      {"nodes=-", "negative whole number"},
+      {"nodes=-1.5", "negative whole number"},
+      {"nodes=-x", "negative whole number"},
+      {"nodes=-99999999999", "negative whole number"},
   };
   for (const Case &c : cases) {
     Expected<WhatIfScenario> s = parseWhatIf(c.spec);

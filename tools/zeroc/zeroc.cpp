@@ -193,6 +193,18 @@ cl::opt<std::string> compileCluster(
     cl::desc("Refuse a plan whose memory peak exceeds this cluster's GPU "
              "memory: a cluster JSON file or a preset name"),
     cl::value_desc("cluster.json|preset"), cl::cat(zerocCategory));
+cl::list<std::string> compileWhatIf(
+    "what-if", cl::sub(cl::SubCommand::getTopLevel()),
+    cl::desc("Compare the compiled plan's step on --cluster with a scenario "
+             "(repeatable) and print that report instead of the plan (-o "
+             "FILE still writes the plan): nodes=-K (K nodes fewer: the plan "
+             "recompiled for the smaller world, DeepSpeed's batch rule "
+             "applied), or any scenario of `zeroc inspect --what-if`"),
+    cl::value_desc("scenario"), cl::cat(zerocCategory));
+cl::opt<bool> compileJson("json", cl::sub(cl::SubCommand::getTopLevel()),
+                          cl::desc("With --what-if: print the report as one "
+                                   "JSON object"),
+                          cl::cat(zerocCategory));
 cl::opt<bool> compileAllowOom(
     "allow-oom", cl::sub(cl::SubCommand::getTopLevel()),
     cl::desc("Write the plan even if it does not fit the --cluster"),
@@ -361,7 +373,9 @@ cl::list<std::string> inspectWhatIf(
              "healthy one (needs --cluster; repeatable): straggler=F (one "
              "rank's compute F times slower), inter-node-bw=F, "
              "intra-node-bw=F (a link class's bandwidth times F), "
-             "cluster=FILE|PRESET; prints only the what-if report"),
+             "cluster=FILE|PRESET; prints only the what-if report (one node "
+             "fewer, nodes=-K, recompiles: `zeroc MODEL.mlir ... --what-if "
+             "nodes=-1`)"),
     cl::value_desc("scenario"), cl::cat(zerocCategory));
 cl::opt<double> inspectWatchdog(
     "watchdog", cl::sub(inspectCmd),
@@ -895,6 +909,111 @@ void note(const std::string &message) {
     llvm::WithColor::note(llvm::errs(), "zeroc") << message << "\n";
 }
 
+/// The plan written by -o FILE, refused as without --what-if when it does
+/// not fit the cluster (unless --allow-oom).
+int writePlanFile(const zeroc::Plan &plan, const zeroc::Cluster &cluster) {
+  if (auto refusal = zeroc::checkClusterFit(plan, cluster)) {
+    if (!compileAllowOom)
+      return error(*refusal);
+    llvm::WithColor::warning(llvm::errs(), "zeroc")
+        << "writing a plan that does not fit (--allow-oom): "
+        << refusal->substr(0, refusal->find('\n')) << "\n";
+  }
+  std::string message;
+  auto output = openOutputFile(compileOutput, &message);
+  if (!output)
+    return error(message);
+  output->os() << zeroc::toJson(plan).dump(1) << "\n";
+  output->keep();
+  return 0;
+}
+
+/// `zeroc MODEL --config DS --world-size N --cluster C --what-if ...`: the
+/// compiled plan against its scenarios; nodes=-K recompiles `pristine` (the
+/// model before the pipeline) for N - K x gpus_per_node ranks.
+int runCompileWhatIf(const zeroc::Plan &plan, const zeroc::JsonDocument &doc,
+                     const zeroc::DeepSpeedConfig &cfg,
+                     const zeroc::ModelStats &stats,
+                     const zeroc::LauncherArgs &launcher, ModuleOp pristine,
+                     MLIRContext &context) {
+  auto cluster = loadClusterArg(compileCluster);
+  if (!cluster)
+    return error(cluster.error());
+  std::vector<zeroc::WhatIfScenario> scenarios;
+  std::vector<std::optional<zeroc::Cluster>> clusters;
+  std::vector<zeroc::Plan> recompiled;
+  recompiled.reserve(compileWhatIf.size());
+  std::vector<std::optional<size_t>> recompiledAt;
+  for (const std::string &spec : compileWhatIf) {
+    auto scenario = zeroc::parseWhatIf(spec);
+    if (!scenario)
+      return error(scenario.error());
+    std::optional<zeroc::Cluster> other;
+    std::optional<size_t> at;
+    if (scenario->kind == zeroc::WhatIfScenario::Kind::Cluster) {
+      auto loaded = loadClusterArg(scenario->clusterSpec);
+      if (!loaded)
+        return error("--what-if '" + spec + "': " + loaded.error().str());
+      other = std::move(*loaded);
+    } else if (scenario->kind == zeroc::WhatIfScenario::Kind::Nodes) {
+      const int64_t world = plan.worldSize, perNode = cluster->gpusPerNode;
+      const std::string where =
+          "--what-if '" + spec + "': world size " + std::to_string(world);
+      if (world % perNode != 0)
+        return error(where + " is not a multiple of " + cluster->name + "'s " +
+                     std::to_string(perNode) +
+                     " GPUs per node: the ranks do not fill whole nodes, "
+                     "so there is no node to take away");
+      const int64_t nodes = world / perNode, lost = -scenario->nodes;
+      if (nodes <= lost)
+        return error(where + " is " + std::to_string(nodes) + " node" +
+                     (nodes == 1 ? "" : "s") + " of " +
+                     std::to_string(perNode) + " GPUs on " + cluster->name +
+                     ": losing " + std::to_string(lost) + " leaves no rank");
+      const int64_t smaller = world - lost * perNode;
+      auto change = zeroc::changeWorld(doc, cfg, smaller, launcher);
+      if (!change)
+        return error("--what-if '" + spec + "': " + change.error().str());
+      auto smallerCfg = zeroc::readConfigForModel(change->config, stats,
+                                                  smaller, change->launcher);
+      if (!smallerCfg)
+        return error("--what-if '" + spec + "': " + smallerCfg.error().str());
+      OwningOpRef<ModuleOp> copy = pristine.clone();
+      PassManager pm(&context);
+      if (failed(zeroc::runZeroPipeline(pm, *copy, *smallerCfg)))
+        return error("--what-if '" + spec + "': compiling for " +
+                     std::to_string(smaller) + " ranks failed (above)");
+      FailureOr<zeroc::Plan> smallerPlan = zeroc::planOfSchedule(
+          *copy, stats, *smallerCfg, std::string("zeroc ") + ZEROC_VERSION);
+      if (failed(smallerPlan))
+        return 1;
+      scenario->notes = change->notes;
+      at = recompiled.size();
+      recompiled.push_back(std::move(*smallerPlan));
+    }
+    scenarios.push_back(std::move(*scenario));
+    clusters.push_back(std::move(other));
+    recompiledAt.push_back(at);
+  }
+  std::vector<const zeroc::Plan *> plans;
+  for (const std::optional<size_t> &at : recompiledAt)
+    plans.push_back(at ? &recompiled[*at] : nullptr);
+  auto report = zeroc::whatIf(plan, *cluster, scenarios, clusters,
+                              zeroc::kNcclWatchdogSeconds, plans);
+  if (!report)
+    return error(report.error());
+  if (compileOutput != "-")
+    if (int rc = writePlanFile(plan, *cluster))
+      return rc;
+  if (compileJson)
+    llvm::outs() << zeroc::whatIfJson(*report).dump(2) << "\n";
+  else
+    llvm::outs() << "what-if for " << compileInput << " on "
+                 << std::to_string(plan.worldSize) << " ranks\n"
+                 << zeroc::whatIfText(*report);
+  return 0;
+}
+
 int runCompile() {
   if (!compileWorldSize.getNumOccurrences())
     return error("--world-size is required: the number of data-parallel "
@@ -963,6 +1082,21 @@ int runCompile() {
     note("ignored (no effect on the schedule): " +
          llvm::join(cfg->ignoredKeys, ", "));
 
+  const bool whatIf = !compileWhatIf.empty();
+  if (whatIf && compileCluster.empty())
+    return error("--what-if needs --cluster: the scenarios are simulated on "
+                 "a cluster");
+  if (whatIf && compileEmit == Emit::MLIR)
+    return error("--what-if prints a report on the plan: not with --emit "
+                 "mlir");
+  if (compileJson && !whatIf)
+    return error("--json prints the --what-if report: the plan itself is "
+                 "JSON already");
+  // The pipeline rewrites the module: a recompilation starts from a copy.
+  OwningOpRef<ModuleOp> pristine;
+  if (whatIf)
+    pristine = module->clone();
+
   PassManager pm(&context);
   if (failed(applyPassManagerCLOptions(pm)))
     return 1;
@@ -972,6 +1106,15 @@ int runCompile() {
   pm.enableTiming(root);
   if (failed(zeroc::runZeroPipeline(pm, *module, *cfg)))
     return 1;
+
+  if (whatIf) {
+    FailureOr<zeroc::Plan> plan = zeroc::planOfSchedule(
+        *module, *stats, *cfg, std::string("zeroc ") + ZEROC_VERSION);
+    if (failed(plan))
+      return 1;
+    return runCompileWhatIf(*plan, *doc, *cfg, *stats, launcher, *pristine,
+                            context);
+  }
 
   std::string message;
   auto output = openOutputFile(compileOutput, &message);

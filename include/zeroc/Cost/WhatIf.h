@@ -2,10 +2,11 @@
 //
 // `zeroc inspect --what-if`: the plan's step simulated on the healthy cluster
 // and again under each scenario (a straggler rank, a slower link class, a
-// different cluster), with the step time, the exposed communication and the
-// slowest collectives of each, and every collective's worst duration against
-// NCCL's watchdog. docs/cost-model.md, "What if", names the assumptions.
-// MLIR-free.
+// different cluster; in the compile driver also fewer nodes, a plan
+// recompiled for the smaller world), with the step time, throughput,
+// exposed communication, memory peak and slowest collectives of each, and
+// every collective's worst duration against NCCL's watchdog.
+// docs/cost-model.md, "What if", names the assumptions. MLIR-free.
 //
 //===----------------------------------------------------------------------===//
 
@@ -35,17 +36,24 @@ struct WhatIfScenario {
     Straggler,
     InterNodeBandwidth,
     IntraNodeBandwidth,
-    Cluster
+    Cluster,
+    /// Fewer nodes: the plan recompiled for the smaller world (only the
+    /// compile driver has the model and config to do that).
+    Nodes
   };
   std::string spec; ///< As given: "straggler=1.2".
   Kind kind = Kind::Straggler;
   double factor = 1;       ///< Straggler and bandwidth scenarios.
   std::string clusterSpec; ///< Kind::Cluster: a file or a preset.
+  int64_t nodes = 0;       ///< Kind::Nodes: the change, negative.
+  /// Kind::Nodes: how the recompiled plan's batch follows DeepSpeed's rule
+  /// (filled by whoever recompiles it; printed with the scenario).
+  std::vector<std::string> notes;
 };
 
-/// Parses "straggler=F", "inter-node-bw=F", "intra-node-bw=F" or
-/// "cluster=FILE|PRESET"; F a finite number > 0. Errors name the scenario
-/// and what was expected.
+/// Parses "straggler=F", "inter-node-bw=F", "intra-node-bw=F",
+/// "cluster=FILE|PRESET" or "nodes=-K"; F a finite number > 0, K a whole
+/// number >= 1. Errors name the scenario and what was expected.
 Expected<WhatIfScenario> parseWhatIf(const std::string &spec);
 
 /// `cluster` with a link class's bus bandwidth (the calibrated collective
@@ -55,13 +63,15 @@ Cluster scaledLinks(const Cluster &cluster, WhatIfScenario::Kind kind,
 
 /// The plan's step under one scenario: the straggler through
 /// SimulationOptions, a bandwidth factor through scaledLinks, Kind::Cluster
-/// on `other` (required for it). The one place a scenario is applied:
-/// `zeroc inspect --what-if` and advise's sensitivity both simulate through
-/// it.
+/// on `other` (required for it), Kind::Nodes the recompiled `otherPlan`
+/// (required for it) on the healthy cluster. The one place a scenario is
+/// applied: `zeroc inspect --what-if` and advise's sensitivity both simulate
+/// through it.
 Expected<StepPrediction> predictScenario(const Plan &plan,
                                          const Cluster &healthy,
                                          const WhatIfScenario &scenario,
-                                         const Cluster *other = nullptr);
+                                         const Cluster *other = nullptr,
+                                         const Plan *otherPlan = nullptr);
 
 /// The sensitivity `zeroc advise` shows per candidate (docs/advise.md,
 /// "Sensitivity"): one rank 10% slower, and the inter-node bandwidth halved.
@@ -88,6 +98,17 @@ struct CollectiveTiming {
 struct ScenarioResult {
   std::string name; ///< "healthy" or the scenario's spec.
   std::string cluster;
+  /// The plan simulated: the healthy one, or a Kind::Nodes recompilation.
+  int64_t worldSize = 0;
+  int64_t microBatch = 0;
+  int64_t gradientAccumulationSteps = 0;
+  /// Sequences per optimizer step: micro x accumulation x world.
+  int64_t trainBatchSize = 0;
+  double tokensPerSecond = 0;
+  int64_t peakDeviceBytes = 0; ///< Per rank (summarizeMemory).
+  double gpuBudgetBytes = 0;   ///< What a GPU of `cluster` gives the plan.
+  std::optional<std::string> refusal; ///< checkClusterFit's, if it fails.
+  std::vector<std::string> notes;     ///< WhatIfScenario::notes.
   double stepSeconds = 0;
   /// Per step, a healthy rank's: with a straggler, its wait for the slow
   /// rank at the collectives it needs is in here.
@@ -99,6 +120,8 @@ struct ScenarioResult {
 struct WhatIfReport {
   ScenarioResult healthy;
   std::vector<ScenarioResult> scenarios;
+  /// Per scenario: whether it simulated a recompiled plan (Kind::Nodes).
+  std::vector<bool> recompiled;
   double watchdogSeconds = kNcclWatchdogSeconds;
   /// Every collective at its worst over the healthy case and the scenarios,
   /// longest first, with the scenario that gave it.
@@ -110,13 +133,15 @@ struct WhatIfReport {
 };
 
 /// Simulates the plan on `healthy` and under each scenario; a Kind::Cluster
-/// scenario runs on `clusters[i]` (the same index as its scenario; ignored
-/// for the other kinds).
+/// scenario runs on `clusters[i]`, a Kind::Nodes one simulates `plans[i]`
+/// (the same index as its scenario; ignored for the other kinds). Without
+/// its plan, Kind::Nodes is refused: a plan cannot change its world size.
 Expected<WhatIfReport>
 whatIf(const Plan &plan, const Cluster &healthy,
        const std::vector<WhatIfScenario> &scenarios,
        const std::vector<std::optional<Cluster>> &clusters,
-       double watchdogSeconds = kNcclWatchdogSeconds);
+       double watchdogSeconds = kNcclWatchdogSeconds,
+       const std::vector<const Plan *> &plans = {});
 
 /// The tables `zeroc inspect --what-if` prints, and its JSON.
 std::string whatIfText(const WhatIfReport &report);

@@ -67,6 +67,24 @@ Expected<DeepSpeedConfig> readConfigForModel(const JsonDocument &config,
                                              int64_t worldSize,
                                              const LauncherArgs &launcher = {});
 
+/// The config and launcher arguments of the same run on `worldSize` ranks
+/// instead of `healthy.worldSize` (`--what-if nodes=-K`), by DeepSpeed's
+/// batch rule train_batch_size = micro x gradient_accumulation_steps x
+/// world (runtime/config.py, _batch_assertion): the micro-batch is kept;
+/// a train_batch_size the config fixes is kept by changing the
+/// accumulation steps (refused, naming the values, when that is not a whole
+/// number: DeepSpeed refuses such a config); else the accumulation steps
+/// are kept and the global batch shrinks. `notes` says which.
+struct WorldChange {
+  JsonDocument config;
+  LauncherArgs launcher;
+  std::vector<std::string> notes;
+};
+Expected<WorldChange> changeWorld(const JsonDocument &config,
+                                  const DeepSpeedConfig &healthy,
+                                  int64_t worldSize,
+                                  const LauncherArgs &launcher);
+
 /// The model's dtype as the config trains it: "bf16", "f16" or "f32".
 std::string trainingDType(const DeepSpeedConfig &cfg);
 
