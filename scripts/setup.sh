@@ -13,7 +13,7 @@ packages=(
 )
 for arg in "$@"; do
   case "$arg" in
-  --fuzz) packages+=(clang-19 libclang-rt-19-dev) ;;
+  --fuzz) packages+=(clang-19 libclang-rt-19-dev libomp-19-dev) ;;
   *)
     echo "usage: scripts/setup.sh [--fuzz]" >&2
     exit 2

@@ -35,7 +35,10 @@ address)
   build="${BUILD_DIR:-$root/build-asan}"
   flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g1"
   export ZEROC_CMAKE_ARGS="-DCMAKE_BUILD_TYPE=RelWithDebInfo -DZEROC_ENABLE_CUDA=OFF -DCMAKE_CXX_FLAGS='$flags' -DCMAKE_C_FLAGS='$flags' -DCMAKE_EXE_LINKER_FLAGS='$flags' -DCMAKE_SHARED_LINKER_FLAGS='$flags'"
-  export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1}"
+  # fast_unwind_on_malloc=0: Open MPI's libraries have no frame pointers;
+  # the fast unwinder stops at their first frame ("<unknown module>"), and
+  # the suppressions of lsan.supp, which name them, cannot match.
+  export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1:fast_unwind_on_malloc=0}"
   export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$supp/lsan.supp:print_suppressions=0}"
   export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
   ;;

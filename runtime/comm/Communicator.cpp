@@ -133,6 +133,10 @@ bool Communicator::waitUntil(CommHandle &handle, CommDeadline deadline,
       timedOut(*handle.state, deadline);
     if (polls < 1000)
       continue;
+    // A rank that failed on its own will never start this collective; it
+    // said why (announceFailure).
+    if (std::optional<std::string> failure = peerFailure())
+      peerFailed(*handle.state, *failure);
     if (now - handle.state->started < std::chrono::milliseconds(1))
       std::this_thread::yield();
     else if (now - handle.state->started < std::chrono::milliseconds(100))
@@ -157,6 +161,24 @@ void Communicator::timedOut(const PendingCollective &p, CommDeadline deadline) {
   std::fflush(stderr);
   abortAll(kCommTimeoutExitCode);
   std::_Exit(kCommTimeoutExitCode); // abortAll does not return.
+}
+
+void Communicator::peerFailed(const PendingCollective &p,
+                              const std::string &failure) {
+  std::string message = "zerorun: rank " + std::to_string(rank()) + " of " +
+                        std::to_string(size()) + ": stopping: " + failure +
+                        " (this rank was waiting in " + describeCollective(p) +
+                        ")";
+  if (timeoutHandler) {
+    timeoutHandler(message);
+    acknowledgePeerFailure();
+    throw CommPeerFailedError(message);
+  }
+  std::fprintf(stderr, "%s\n", message.c_str());
+  std::fflush(stderr);
+  acknowledgePeerFailure();
+  abortAll(kPeerFailedExitCode);
+  std::_Exit(kPeerFailedExitCode); // abortAll does not return.
 }
 
 std::string describeCollective(const PendingCollective &p) {

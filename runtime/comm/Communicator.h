@@ -63,6 +63,11 @@ using CommDuration = std::chrono::duration<double>; ///< Seconds.
 inline const CommDuration kDefaultCommTimeout{30.0 * 60.0};
 /// Exit status of every rank after a collective timed out (as timeout(1)).
 inline constexpr int kCommTimeoutExitCode = 124;
+/// Exit status of a rank that stopped because another rank failed.
+inline constexpr int kPeerFailedExitCode = 1;
+/// How long a failing rank waits for the other ranks to receive its
+/// announced failure before it ends the job (announceFailure).
+inline const CommDuration kFailureAnnounceGrace{10.0};
 
 /// Parses --comm-timeout: seconds ("1800", "0.5"), or a number with a unit
 /// ("500ms", "90s", "30m", "30min", "2h"). Must be positive.
@@ -82,6 +87,13 @@ enum class ScalarOp { Sum, Max };
 /// aborts every rank instead). The collective is still pending: the handle
 /// may be waited for again.
 class CommTimeoutError : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Thrown by `wait` when another rank announced its failure
+/// (Communicator::announceFailure) and a custom timeout handler returned.
+class CommPeerFailedError : public std::runtime_error {
 public:
   using std::runtime_error::runtime_error;
 };
@@ -248,9 +260,28 @@ public:
   /// handle and aborts). True when the collective completed.
   bool wait(CommHandle &handle, const std::atomic<bool> &cancel);
 
+  /// A rank that fails on its own (an error no other rank sees, such as
+  /// a truncated NVMe swap file of its own) calls this before it aborts the
+  /// job: every other rank receives `message` in the wait of its next
+  /// collective (which the failing rank will never start), prints one line
+  /// naming the failing rank and the message, and ends (the timeout handler
+  /// is called with the line, as for a timeout). Returns once each other
+  /// rank received it or after `grace`. Ranks that fail at the same time
+  /// receive each other's. The one-rank backend has nobody to tell.
+  virtual void announceFailure(const std::string &message,
+                               CommDuration grace = kFailureAnnounceGrace) {
+    (void)message;
+    (void)grace;
+  }
+  /// "rank R failed: MESSAGE" once another rank announced a failure, else
+  /// empty. Never blocks.
+  virtual std::optional<std::string> peerFailure() { return std::nullopt; }
+
   CommDuration timeout() const { return commTimeout; }
   void setTimeout(CommDuration timeout) { commTimeout = timeout; }
-  /// Null restores the default (print and abort every rank).
+  /// Null restores the default (print and abort every rank). Also called
+  /// when another rank announced its failure (then `wait` throws
+  /// CommPeerFailedError).
   void setTimeoutHandler(TimeoutHandler handler) {
     timeoutHandler = std::move(handler);
   }
@@ -279,6 +310,9 @@ protected:
 
   /// Ends every rank's process with `exitCode`. Does not return.
   [[noreturn]] virtual void abortAll(int exitCode) const = 0;
+  /// Tells the ranks whose failure peerFailure() returned that this rank
+  /// has reported it (announceFailure waits for that).
+  virtual void acknowledgePeerFailure() {}
   /// A pending collective of this communicator, started now.
   template <typename T>
   std::unique_ptr<T> makePending(std::string collective, OpLabel label) {
@@ -316,6 +350,8 @@ protected:
 
 private:
   [[noreturn]] void timedOut(const PendingCollective &p, CommDeadline deadline);
+  [[noreturn]] void peerFailed(const PendingCollective &p,
+                               const std::string &failure);
   bool waitUntil(CommHandle &handle, CommDeadline deadline,
                  const std::atomic<bool> &cancel);
 

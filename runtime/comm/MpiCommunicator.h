@@ -90,6 +90,13 @@ public:
   std::unique_ptr<Communicator> duplicate() const override;
   std::unique_ptr<Communicator> split(int color, int key) const override;
 
+  /// Over the job's failure channel: a duplicate of MPI_COMM_WORLD that
+  /// the first world() makes, shared by every communicator of the process.
+  /// Ranks are MPI_COMM_WORLD's.
+  void announceFailure(const std::string &message,
+                       CommDuration grace = kFailureAnnounceGrace) override;
+  std::optional<std::string> peerFailure() override;
+
 protected:
   CommHandle startAllGather(const void *send, int64_t sendCount, void *recv,
                             DType dtype, OpLabel label) override;
@@ -109,6 +116,7 @@ protected:
   CommHandle startAllReduceScalars(double *values, int64_t count, ScalarOp op,
                                    OpLabel label) override;
   [[noreturn]] void abortAll(int exitCode) const override;
+  void acknowledgePeerFailure() override;
 
 private:
   void check(int rc, const char *call) const;

@@ -6,7 +6,8 @@
 // Only rank 0 prints gtest's report; other ranks print their failures.
 // `--timeout-scenario` instead runs the abort path: rank 1 skips a
 // collective and rank 0's wait aborts the job (registered with ctest to
-// expect the one-line message).
+// expect the one-line message); `--peer-failure-scenario`, rank 1 fails on
+// its own and rank 0 prints its error.
 //
 //===----------------------------------------------------------------------===//
 
@@ -478,6 +479,32 @@ int timeoutScenario() {
   return 1;
 }
 
+/// Rank 1 fails on its own (as zerorun's rank whose NVMe swap file was
+/// truncated): it announces its error and aborts the job. Rank 0, waiting
+/// for an all-reduce rank 1 never starts, must print rank 1's error before
+/// the abort (ctest checks the output).
+int peerFailureScenario() {
+  std::unique_ptr<MpiCommunicator> comm = MpiCommunicator::world();
+  if (comm->rank() == 1) {
+    comm->announceFailure("/nvme/zerorun-7-rank1/exp_avg.swp: the NVMe swap "
+                          "file ends after 0 of 4096 bytes");
+    std::fflush(nullptr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  if (comm->rank() != 0) {
+    std::this_thread::sleep_for(std::chrono::seconds(30));
+    std::printf("peer failure scenario: rank %d was not aborted\n",
+                comm->rank());
+    return 1;
+  }
+  float x = 1.0f;
+  CommHandle h =
+      comm->allReduce(&x, 1, DType::F32, false, {7, "never started by rank 1"});
+  comm->wait(h);
+  std::printf("peer failure scenario: wait returned\n");
+  return 1;
+}
+
 /// On ranks other than 0: only failures, prefixed with the rank.
 
 } // namespace
@@ -487,6 +514,8 @@ int main(int argc, char **argv) {
   for (int i = 1; i < argc; ++i)
     if (std::strcmp(argv[i], "--timeout-scenario") == 0)
       return timeoutScenario();
+    else if (std::strcmp(argv[i], "--peer-failure-scenario") == 0)
+      return peerFailureScenario();
 
   return zeroc::testing::runTestsOnEveryRank(argc, argv);
 }

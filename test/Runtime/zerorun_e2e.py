@@ -88,6 +88,11 @@ Scenarios:
                        plain line per step
   nvme-missing:SPEC    SPEC (with nvme offload) whose nvme_path was removed:
                        zerorun fails with a clear error before any step
+  nvme-truncated:SPEC  SPEC (with nvme offload, 2 or more ranks) while the
+                       last rank's first NVMe swap file is truncated during
+                       training: that rank names the file, every other
+                       rank stops naming that rank and the file, the job
+                       exits non-zero within 120 s
   locations:SPEC       SPEC compiled from the model printed without
                        locations, with its name locations, and with every
                        op at one location: the three plans are the same
@@ -142,6 +147,8 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference_model  # noqa: E402
@@ -664,6 +671,73 @@ def scenario_nvme_missing(args, spec):
         print("FAILED: expected a non-zero exit and: " + want)
         return 1
     return 0
+
+
+def scenario_nvme_truncated(args, spec):
+    """A swap file of the last rank truncated while the job trains (a disk
+    filled up, a cleanup script): every rank reports it, no hang."""
+    stage, ws, ga, opts = parse_spec(spec)
+    p = plan(args, stage, ws, ga, opts)
+    nvme = os.path.join(args.work, "nvme")
+    for d in os.listdir(nvme):
+        shutil.rmtree(os.path.join(nvme, d), ignore_errors=True)
+    last = ws - 1
+    proc = subprocess.Popen(
+        zerorun_cmd(args, p, ws, 1000000,
+                    os.path.join(args.work, "truncated.jsonl"), ["--plain"]),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out = []
+    reader = threading.Thread(target=lambda: out.extend(proc.stdout))
+    reader.start()
+    victim = None
+    deadline = time.time() + 120
+    # Once a step ran, truncate the file again and again until the job
+    # ends: a file resident and written back whole at its swap-out comes
+    # back full size (no data lost); one on disk is read short.
+    while proc.poll() is None and time.time() < deadline:
+        if victim is None and any(l.startswith("step ") for l in list(out)):
+            try:
+                rank_dirs = sorted(d for d in os.listdir(nvme)
+                                   if d.endswith("-rank%d" % last))
+                files = sorted(os.path.join(nvme, rank_dirs[0], f)
+                               for f in os.listdir(os.path.join(
+                                   nvme, rank_dirs[0])) if f.endswith(".swp"))
+                victim = files[0]
+            except (OSError, IndexError):
+                pass
+        if victim is not None:
+            try:
+                os.truncate(victim, 0)
+            except OSError:
+                pass
+        time.sleep(0.05)
+    hung = proc.poll() is None
+    if hung:
+        proc.kill()
+        proc.wait()
+    reader.join()
+    text = "".join(out)
+    print(text, end="")
+    print("truncated: %s" % victim)
+    if hung or victim is None or proc.returncode == 0:
+        print("FAILED: expected a non-zero exit within 120 s after "
+              "truncating a swap file (hung: %s, exit %s)" %
+              (hung, proc.returncode))
+        return 1
+    lines = text.splitlines()
+    failed = "zerorun: rank %d of %d: error: %s" % (last, ws, victim)
+    ok = True
+    if not any(l.startswith(failed) and "ends after" in l for l in lines):
+        print("FAILED: no line %r...ends after..." % failed)
+        ok = False
+    for r in range(ws - 1):
+        stopped = "zerorun: rank %d of %d: stopping: rank %d failed: %s" % (
+            r, ws, last, victim)
+        if not any(l.startswith(stopped) for l in lines):
+            print("FAILED: rank %d did not report rank %d's failure: no "
+                  "line %r" % (r, last, stopped))
+            ok = False
+    return 0 if ok else 1
 
 
 def scenario_gpu_match(args, spec):
@@ -1565,6 +1639,9 @@ def main():
         return 0
     if args.scenario.startswith("gpu-match:"):
         return scenario_gpu_match(args, args.scenario[len("gpu-match:"):])
+    if args.scenario.startswith("nvme-truncated:"):
+        return scenario_nvme_truncated(
+            args, args.scenario[len("nvme-truncated:"):])
     if args.scenario.startswith("nvme-missing:"):
         return scenario_nvme_missing(args, args.scenario[len("nvme-missing:"):])
     if args.scenario.startswith("reference:"):

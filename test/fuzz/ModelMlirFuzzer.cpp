@@ -9,6 +9,7 @@
 #include "model/ModelOps.h"
 #include "sched/SchedOps.h"
 #include "zeroc/Analysis/ModelStats.h"
+#include "zeroc/Support/Limits.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"
@@ -36,6 +37,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   // As zeroc reads a model file (openInputFile, then parseSourceFile on a
   // SourceMgr): MLIR's lexer expects the buffer to end in a NUL, as
   // MemoryBuffer's file buffers do.
+  // And as zeroc, refuse brackets nested deeper than MLIR's parser can
+  // recurse (regressions/model_mlir/deep-function-type-stack-overflow.mlir).
+  if (zeroc::checkModelNesting(
+          llvm::StringRef(reinterpret_cast<const char *>(data), size)))
+    return 0;
   llvm::SourceMgr sources;
   sources.AddNewSourceBuffer(
       llvm::MemoryBuffer::getMemBufferCopy(

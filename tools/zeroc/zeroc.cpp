@@ -549,6 +549,12 @@ OwningOpRef<ModuleOp> loadModel(MLIRContext &context, llvm::SourceMgr &sources,
     error(message);
     return nullptr;
   }
+  if (std::optional<zeroc::NestingError> deep =
+          zeroc::checkModelNesting(file->getBuffer())) {
+    error(path + ":" + std::to_string(deep->line) + ":" +
+          std::to_string(deep->column) + ": " + deep->message);
+    return nullptr;
+  }
   sources.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
   return parseSourceFile<ModuleOp>(sources, &context);
 }

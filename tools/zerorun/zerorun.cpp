@@ -426,13 +426,17 @@ std::string rankOnHost(int rank, const std::vector<std::string> &hosts) {
 
 /// fails together (they agreed on it through a collective), so that main
 /// ends the job normally rather than with MPI_Abort, which can kill a rank
-/// before its own, more specific, message reaches the launcher.
+/// before its own, more specific, message reaches the launcher. `failure`
+/// receives the error this rank printed (main announces it to the other
+/// ranks when they did not agree on it).
 int run(const Options &o, Communicator &comm, Device *device,
-        bool *agreedFailure = nullptr) {
+        bool *agreedFailure = nullptr, std::string *failure = nullptr) {
   bool root = comm.rank() == 0;
   auto err = [&](const std::string &msg) {
     std::fprintf(stderr, "zerorun: rank %d of %d: error: %s\n", comm.rank(),
                  comm.size(), msg.c_str());
+    if (failure && failure->empty())
+      *failure = msg;
     return 1;
   };
   if (!o.commTimeout.empty()) {
@@ -1004,9 +1008,14 @@ int main(int argc, char **argv) {
   {
     auto comm = MpiCommunicator::world();
     bool agreedFailure = false;
-    rc = run(o, *comm, nullptr, &agreedFailure);
+    std::string failure;
+    rc = run(o, *comm, nullptr, &agreedFailure, &failure);
     if (rc != 0 && comm->size() > 1 && !agreedFailure) {
       std::fflush(nullptr);
+      // The other ranks wait in a collective this rank will not start:
+      // each prints this rank's error (naming the file) before the abort.
+      comm->announceFailure(failure.empty() ? "an error (see its output)"
+                                            : failure);
       MPI_Abort(MPI_COMM_WORLD, rc);
     }
   }

@@ -19,6 +19,8 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <vector>
 
 namespace zeroc {
@@ -43,6 +45,10 @@ inline constexpr int64_t kMaxMicroBatchTokens = int64_t(1) << 24;
 /// What zeroc's FLOP and byte counts may reach: 2^62, so that sums of a few
 /// of them still fit a signed 64-bit integer.
 inline constexpr int64_t kMaxCount = int64_t(1) << 62;
+/// Brackets ( [ { < open at once in a model file. MLIR's parser recurses
+/// once per level (a function type in a function type...) and overflows
+/// the stack a few thousand deep; zeroc's models nest a handful.
+inline constexpr int kMaxModelNesting = 256;
 
 } // namespace limits
 
@@ -89,6 +95,16 @@ inline std::optional<int64_t> checkedBytes(int64_t elements,
 
 /// This machine's physical memory in bytes (0 when unknown).
 uint64_t physicalMemoryBytes();
+
+/// The line, column and message of the first bracket of a model file's
+/// `text` that opens more than limits::kMaxModelNesting at once (string
+/// literals and `//` comments skipped), if one does: checked before MLIR's
+/// parser, which would overflow the stack. Linear, no recursion.
+struct NestingError {
+  unsigned line = 0, column = 0;
+  std::string message;
+};
+std::optional<NestingError> checkModelNesting(std::string_view text);
 
 } // namespace zeroc
 
