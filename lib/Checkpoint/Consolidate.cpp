@@ -14,6 +14,7 @@
 
 #include "Messages.h"
 #include "zeroc/Support/Float16.h"
+#include "zeroc/Support/Format.h"
 
 #include <algorithm>
 #include <cstring>
@@ -494,13 +495,8 @@ Expected<Sources> hfSources(const SafetensorsSet &set, const Plan &plan,
     if (mapping.find("lm_head.weight") == nullptr && (name == "lm_head.weight"))
       why += " (the plan ties the output layer to the token embedding: "
              "tie_word_embeddings)";
-    auto endsWith = [&](const std::string &suffix) {
-      return name.size() >= suffix.size() &&
-             name.compare(name.size() - suffix.size(), suffix.size(), suffix) ==
-                 0;
-    };
-    if (endsWith(".mlp.experts.gate_up_proj") ||
-        endsWith(".mlp.experts.down_proj"))
+    if (endsWith(name, ".mlp.experts.gate_up_proj") ||
+        endsWith(name, ".mlp.experts.down_proj"))
       why += " (transformers 5's fused in-memory experts, from a state_dict() "
              "saved as it is: save_pretrained writes the files' one tensor "
              "per expert, block_sparse_moe.experts.E.w1.weight)";

@@ -3,6 +3,7 @@
 #include "data/TokenFile.h"
 
 #include "kernels/KernelTypes.h"
+#include "zeroc/Support/Format.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -18,11 +19,6 @@ namespace zeroc::runtime {
 
 static Diagnostic fileError(const std::string &path, const std::string &msg) {
   return Diagnostic{path, 0, 0, msg};
-}
-
-static bool endsWith(const std::string &s, const char *suffix) {
-  size_t n = std::strlen(suffix);
-  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
 }
 
 static bool isFile(const std::string &path) {

@@ -221,3 +221,11 @@ TEST(Format, NumbersAndDurationsAsTablesPrintThem) {
   EXPECT_EQ(zeroc::humanSeconds(3.44e-6), "3.4 us");
   EXPECT_EQ(zeroc::humanSeconds(0), "0 s");
 }
+
+TEST(Format, EndsWith) {
+  EXPECT_TRUE(zeroc::endsWith("tokens.u16", ".u16"));
+  EXPECT_TRUE(zeroc::endsWith(".bin", ".bin"));
+  EXPECT_TRUE(zeroc::endsWith("x", ""));
+  EXPECT_FALSE(zeroc::endsWith("bin", ".bin"));
+  EXPECT_FALSE(zeroc::endsWith("tokens.u16x", ".u16"));
+}

@@ -1,7 +1,8 @@
 //===- Format.h - Numbers as people read them -------------------*- C++ -*-===//
 //
 // Digit grouping, binary/decimal units and durations for the tables that zeroc
-// prints. MLIR-free; shared by every tool and the runtime's logs.
+// prints, and the small string tests they need. MLIR-free; shared by every
+// tool and the runtime's logs.
 //
 //===----------------------------------------------------------------------===//
 
@@ -10,6 +11,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace zeroc {
 
@@ -25,6 +27,12 @@ std::string humanCount(double count);
 /// Seconds as the inspect tables print them: "1.234 s", "12.35 ms",
 /// "3.4 us", "0 s".
 std::string humanSeconds(double seconds);
+
+/// Whether `s` ends with `suffix` (C++17 has no std::string::ends_with).
+inline bool endsWith(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() &&
+         s.substr(s.size() - suffix.size()) == suffix;
+}
 
 } // namespace zeroc
 
