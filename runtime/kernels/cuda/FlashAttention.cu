@@ -364,6 +364,33 @@ __global__ void __launch_bounds__(kTileThreads)
     lse[(b * a.heads + h) * a.seq + q0 + tid] = rowM[tid] + logf(rowL[tid]);
 }
 
+// For a staged (query tile, key tile) pair: P = exp(S - L) and
+// dS = P (dP - D) scale, with S = Q K^T and dP = dO V^T; dS into `dss`,
+// and P into `ps` with kKeepP. The dQ and the dK/dV kernels both need it.
+template <int DMAX, bool kKeepP>
+__device__ __forceinline__ void
+tileScoreGrads(const FlashArgs &a, const float *qs, const float *dos,
+               const float *ks, const float *vs, const float *rowLse,
+               const float *rowD, int64_t q0, int64_t k0, float *ps,
+               float *dss) {
+  constexpr int ld = DMAX + 1, lds = kTile + 1;
+  int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
+  float s[4][4] = {}, dp[4][4] = {};
+  tileProduct<4, 4>(s, qs, ld, 1, ks, ld, 1, int(a.headDim));
+  tileProduct<4, 4>(dp, dos, ld, 1, vs, ld, 1, int(a.headDim));
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      int r = ty + 16 * i, c = tx + 16 * j;
+      float p =
+          pairs(a, q0 + r, k0 + c) ? expf(s[i][j] * a.scale - rowLse[r]) : 0.0f;
+      if constexpr (kKeepP)
+        ps[r * lds + c] = p;
+      dss[r * lds + c] = p * (dp[i][j] - rowD[r]) * a.scale;
+    }
+}
+
 template <int DMAX>
 __global__ void __launch_bounds__(kTileThreads)
     flashGradQueryTiled(FlashArgs a, const float *lse, void *dq, DType dqType) {
@@ -386,18 +413,8 @@ __global__ void __launch_bounds__(kTileThreads)
     loadTile<DMAX>(ks, a.k, a.kType, b, a.seq, a.kvWidth(), g, d, k0);
     loadTile<DMAX>(vs, a.v, a.vType, b, a.seq, a.kvWidth(), g, d, k0);
     __syncthreads();
-    float s[4][4] = {}, dp[4][4] = {};
-    tileProduct<4, 4>(s, qs, ld, 1, ks, ld, 1, int(d));
-    tileProduct<4, 4>(dp, dos, ld, 1, vs, ld, 1, int(d));
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        int r = ty + 16 * i, c = tx + 16 * j;
-        float p = pairs(a, q0 + r, k0 + c) ? expf(s[i][j] * a.scale - rowLse[r])
-                                           : 0.0f;
-        dss[r * lds + c] = p * (dp[i][j] - rowD[r]) * a.scale;
-      }
+    tileScoreGrads<DMAX, false>(a, qs, dos, ks, vs, rowLse, rowD, q0, k0,
+                                nullptr, dss);
     __syncthreads();
     tileProduct<4, TN>(acc, dss, lds, 1, ks, 1, ld, kTile);
   }
@@ -439,20 +456,8 @@ __global__ void __launch_bounds__(kTileThreads)
       __syncthreads();
       rowTerms<DMAX>(a, lse, dos, b, h, q0, rowLse, rowD);
       __syncthreads();
-      float s[4][4] = {}, dp[4][4] = {};
-      tileProduct<4, 4>(s, qs, ld, 1, ks, ld, 1, int(d));
-      tileProduct<4, 4>(dp, dos, ld, 1, vs, ld, 1, int(d));
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          int r = ty + 16 * i, c = tx + 16 * j;
-          float p = pairs(a, q0 + r, k0 + c)
-                        ? expf(s[i][j] * a.scale - rowLse[r])
-                        : 0.0f;
-          ps[r * lds + c] = p;
-          dss[r * lds + c] = p * (dp[i][j] - rowD[r]) * a.scale;
-        }
+      tileScoreGrads<DMAX, true>(a, qs, dos, ks, vs, rowLse, rowD, q0, k0, ps,
+                                 dss);
       __syncthreads();
       // Rows of these products are keys, columns head dims, and the sum
       // runs over the tile's queries.
