@@ -1492,6 +1492,17 @@ initialData(const Plan &plan, const std::string &path) {
   return data;
 }
 
+/// The start of every consolidate --format hf test: `hf` written as a
+/// Hugging Face file in dir/in (names with `prefix`, in `dtype`), and the
+/// plan's checkpoint of it (tag `tag`, at `state`) in dir/ckpt.
+::testing::AssertionResult
+checkpointFromHF(const TempDir &dir, const Plan &plan, const HFTensors &hf,
+                 const std::string &prefix, DType dtype, const std::string &tag,
+                 const TrainingState &state) {
+  writeHF(dir / "in", hf, prefix, dtype);
+  return saveAll(dir / "ckpt", tag, plan, initialData(plan, dir / "in"), state);
+}
+
 /// name -> (dtype, shape, bytes) of a file or of an index's shards.
 std::map<std::string,
          std::tuple<DType, std::vector<int64_t>, std::vector<std::byte>>>
@@ -1510,9 +1521,8 @@ TEST(ConsolidateHF, RoundTripsTheFileByteForByte) {
   for (DType dtype : {DType::BF16, DType::F32}) {
     TempDir dir;
     Plan plan = gpt2Plan(3, dtype);
-    writeHF(dir / "in", hfGPT2Tensors(), "transformer.", dtype);
-    ASSERT_TRUE(saveAll(dir / "ckpt", "step0", plan,
-                        initialData(plan, dir / "in"), stateAt(0)));
+    ASSERT_TRUE(checkpointFromHF(dir, plan, hfGPT2Tensors(), "transformer.",
+                                 dtype, "step0", stateAt(0)));
     auto out = consolidateToHF(dir / "ckpt", "latest", dir / "out");
     ASSERT_TRUE(out) << out.error().str();
     EXPECT_EQ(out->tensors, 16);
@@ -1550,9 +1560,8 @@ TEST(ConsolidateHF, F32FromBf16TrainingAndRefusals) {
   TempDir dir;
   Plan plan = gpt2Plan(2);
   auto hf = hfGPT2Tensors();
-  writeHF(dir / "in", hf, "", DType::BF16);
-  ASSERT_TRUE(saveAll(dir / "ckpt", "s", plan, initialData(plan, dir / "in"),
-                      stateAt(3)));
+  ASSERT_TRUE(
+      checkpointFromHF(dir, plan, hf, "", DType::BF16, "s", stateAt(3)));
   HFExportOptions f32;
   f32.dtype = DType::F32;
   ASSERT_TRUE(consolidateToHF(dir / "ckpt", "s", dir / "out", f32));
@@ -1784,9 +1793,8 @@ TEST(ConsolidateHF, MixtralRoundTripsTheExpertsByteForByte) {
   for (DType dtype : {DType::BF16, DType::F32}) {
     TempDir dir;
     Plan plan = mixtralPlan(3, dtype);
-    writeHF(dir / "in", hfMixtralTensors(), "", dtype);
-    ASSERT_TRUE(saveAll(dir / "ckpt", "step0", plan,
-                        initialData(plan, dir / "in"), stateAt(0)));
+    ASSERT_TRUE(checkpointFromHF(dir, plan, hfMixtralTensors(), "", dtype,
+                                 "step0", stateAt(0)));
     auto out = consolidateToHF(dir / "ckpt", "latest", dir / "out");
     ASSERT_TRUE(out) << out.error().str();
     EXPECT_EQ(out->tensors, 19);
