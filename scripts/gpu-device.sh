@@ -76,7 +76,8 @@ setup() {
   for n in libcublasLt.so.13 libcublas.so.13 libnccl.so.2 libcudart.so.13; do
     d=$(find /usr/local/cuda/ /usr/lib /opt /usr/local/lib -name "$n" \
           2>/dev/null | head -1)
-    [ -n "$d" ] && dirs="$dirs:$(dirname "$d")"
+    d=${d:+$(dirname "$d")}
+    case ":$dirs:" in *":$d:"*) ;; *) [ -n "$d" ] && dirs="$dirs:$d" ;; esac
   done
   export LD_LIBRARY_PATH="$G/sys$dirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export PATH="$G/build/bin:/usr/local/cuda/bin:$PATH"
