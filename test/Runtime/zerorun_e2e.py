@@ -9,7 +9,9 @@ per-step losses, the final weights and the memory with the plan's.
 Scenarios:
   loss-falls           stage 0, one rank: the loss falls over 20 steps
   match:SPEC           SPEC's per-step losses equal those of stage 0 on one
-                       rank with the same global batch (relative LOSS_TOL)
+                       rank with the same global batch, model= and
+                       numerics (dtype=, optimizer=, clip=,
+                       bias_correction=) (relative LOSS_TOL)
   SPEC = stage,world_size,grad_accum[,key=value...] with keys
          offload=cpu|nvme (offload_optimizer), param_offload=cpu|nvme
          (stage 3; nvme: files under --work/nvme, checked to be used and
@@ -1576,8 +1578,11 @@ def main():
 
     if args.scenario.startswith("match:"):
         stage, ws, ga, opts = parse_spec(args.scenario[len("match:"):])
+        # The reference is the same model (model=), numerics (dtype=,
+        # optimizer=, clip=, bias_correction=) at stage 0 on one rank.
         ref_opts = {k: v for k, v in opts.items()
-                    if k in ("clip", "dtype", "optimizer", "bias_correction")}
+                    if k in ("model", "clip", "dtype", "optimizer",
+                             "bias_correction")}
         extra = data_options(args, opts)
         # With a mask (f32), the final weights are compared too.
         weights = extra and opts.get("dtype", "f32") == "f32"
