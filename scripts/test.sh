@@ -2,13 +2,18 @@
 # Builds zeroc and runs the whole test suite: lit (IR and command-line tests)
 # and ctest (GoogleTest units). Ends with each runner's summary and a total.
 #
-#   scripts/test.sh [--sanitize=address|thread] [CTEST_REGEX]
+#   scripts/test.sh [--sanitize=address|thread|openmp] [CTEST_REGEX]
 #
 # --sanitize=address builds in build-asan/ with AddressSanitizer and
 # UndefinedBehaviorSanitizer (g++; any report fails the test), and
 # --sanitize=thread in build-tsan/ with ThreadSanitizer, for the executor's
 # stream workers, the communicator's progress thread and the checkpoint
-# writer. Suppressions are in scripts/sanitizers/, third-party code only,
+# writer. --sanitize=openmp builds the runtime alone in build-archer/ with
+# clang-19, LLVM's libomp and TSan, and runs its tests with Archer
+# (libarcher), which gives TSan the OpenMP regions' barriers: races inside
+# our OpenMP kernels, which the g++ TSan build cannot see (libgomp is not
+# instrumented), are reported (no lit: there is no compiler in that build).
+# Suppressions are in scripts/sanitizers/, third-party code only,
 # each with its reason. CTEST_REGEX limits ctest to the tests it matches
 # (lit still runs whole).
 set -uo pipefail
@@ -17,13 +22,13 @@ sanitize=""
 regex=""
 for arg in "$@"; do
   case "$arg" in
-  --sanitize=address | --sanitize=thread) sanitize="${arg#--sanitize=}" ;;
+  --sanitize=address | --sanitize=thread | --sanitize=openmp) sanitize="${arg#--sanitize=}" ;;
   --sanitize=*)
-    echo "test.sh: --sanitize takes address or thread, found '${arg#--sanitize=}'" >&2
+    echo "test.sh: --sanitize takes address, thread or openmp, found '${arg#--sanitize=}'" >&2
     exit 2
     ;;
   -*)
-    echo "usage: scripts/test.sh [--sanitize=address|thread] [CTEST_REGEX]" >&2
+    echo "usage: scripts/test.sh [--sanitize=address|thread|openmp] [CTEST_REGEX]" >&2
     exit 2
     ;;
   *) regex="$arg" ;;
@@ -46,8 +51,31 @@ thread)
   build="${BUILD_DIR:-$root/build-tsan}"
   flags="-fsanitize=thread -fno-omit-frame-pointer -g1"
   export ZEROC_CMAKE_ARGS="-DCMAKE_BUILD_TYPE=RelWithDebInfo -DZEROC_ENABLE_CUDA=OFF -DCMAKE_CXX_FLAGS='$flags' -DCMAKE_C_FLAGS='$flags' -DCMAKE_EXE_LINKER_FLAGS='$flags' -DCMAKE_SHARED_LINKER_FLAGS='$flags'"
-  export TSAN_OPTIONS="${TSAN_OPTIONS:-suppressions=$supp/tsan.supp:halt_on_error=1:second_deadlock_stack=1}"
+  # libgomp is not instrumented: its barriers are invisible (tsan-libgomp.supp).
+  mkdir -p "$build"
+  cat "$supp/tsan.supp" "$supp/tsan-libgomp.supp" >"$build/tsan.supp"
+  export TSAN_OPTIONS="${TSAN_OPTIONS:-suppressions=$build/tsan.supp:halt_on_error=1:second_deadlock_stack=1}"
   # OpenBLAS's own threads are not instrumented: one thread, no false races.
+  export OPENBLAS_NUM_THREADS=1
+  ;;
+openmp)
+  build="${BUILD_DIR:-$root/build-archer}"
+  archer=/usr/lib/llvm-19/lib/libarcher.so
+  if ! command -v clang++-19 >/dev/null || [ ! -f "$archer" ] ||
+    [ ! -f /usr/lib/llvm-19/lib/libomp.so ]; then
+    echo "test.sh: --sanitize=openmp needs clang-19, libomp-19-dev and $archer (scripts/setup.sh --fuzz installs them)" >&2
+    exit 2
+  fi
+  flags="-fsanitize=thread -fno-omit-frame-pointer -g1"
+  export ZEROC_CMAKE_ARGS="-DCMAKE_BUILD_TYPE=RelWithDebInfo -DZEROC_ENABLE_CUDA=OFF -DZEROC_BUILD_COMPILER=OFF -DCMAKE_C_COMPILER=clang-19 -DCMAKE_CXX_COMPILER=clang++-19 -DCMAKE_CXX_FLAGS='$flags' -DCMAKE_C_FLAGS='$flags' -DCMAKE_EXE_LINKER_FLAGS='$flags' -DCMAKE_SHARED_LINKER_FLAGS='$flags'"
+  # Archer is an OMPT tool: libomp loads it and it tells TSan about every
+  # barrier, task and lock of the OpenMP runtime (libgomp stays unsuppressed:
+  # nothing here uses it).
+  export OMP_TOOL_LIBRARIES="$archer"
+  export ARCHER_OPTIONS="${ARCHER_OPTIONS:-verbose=1}"
+  mkdir -p "$build"
+  cp "$supp/tsan.supp" "$build/tsan.supp"
+  export TSAN_OPTIONS="${TSAN_OPTIONS:-suppressions=$build/tsan.supp:halt_on_error=1:second_deadlock_stack=1:ignore_noninstrumented_modules=1}"
   export OPENBLAS_NUM_THREADS=1
   ;;
 *)
@@ -58,17 +86,24 @@ export BUILD_DIR="$build"
 
 "$root/scripts/build.sh" || exit 1
 
-echo "== lit"
-python3 /usr/lib/llvm-19/build/utils/lit/lit.py -sv \
-  --xunit-xml-output "$build/lit-results.xml" "$build/test"
-lit_rc=$?
+results=("$build/ctest-results.xml")
+if [ "$sanitize" = openmp ]; then
+  echo "== lit: not run (build-archer/ is the runtime alone, without zeroc)"
+  lit_rc=0
+else
+  echo "== lit"
+  python3 /usr/lib/llvm-19/build/utils/lit/lit.py -sv \
+    --xunit-xml-output "$build/lit-results.xml" "$build/test"
+  lit_rc=$?
+  results=("$build/lit-results.xml" "${results[@]}")
+fi
 
 echo "== ctest"
 ctest --test-dir "$build" --output-on-failure -j "$(nproc)" ${regex:+-R "$regex"} \
   --output-junit "$build/ctest-results.xml"
 ctest_rc=$?
 
-python3 - "$build/lit-results.xml" "$build/ctest-results.xml" <<'PY'
+python3 - "${results[@]}" <<'PY'
 import sys, xml.etree.ElementTree as ET
 passed = failed = skipped = 0
 for path in sys.argv[1:]:
