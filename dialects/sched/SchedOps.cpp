@@ -66,6 +66,13 @@ void zeroc::sched::setWorldSize(ModuleOp module, int64_t worldSize) {
                   Builder(module.getContext()).getI64IntegerAttr(worldSize));
 }
 
+void zeroc::sched::setExpertParallelSize(ModuleOp module,
+                                         int64_t expertParallelSize) {
+  module->setAttr(
+      kExpertParallelSizeAttr,
+      Builder(module.getContext()).getI64IntegerAttr(expertParallelSize));
+}
+
 void zeroc::sched::setStage(ModuleOp module, int64_t stage) {
   module->setAttr(kStageAttr,
                   Builder(module.getContext()).getI64IntegerAttr(stage));

@@ -60,6 +60,7 @@ std::optional<int64_t> getStage(mlir::ModuleOp module);
 /// Records the facts zero-partition decides.
 void setWorldSize(mlir::ModuleOp module, int64_t worldSize);
 void setStage(mlir::ModuleOp module, int64_t stage);
+void setExpertParallelSize(mlir::ModuleOp module, int64_t expertParallelSize);
 
 /// The function of `module` that runs `phase`, or null.
 mlir::func::FuncOp lookupPhase(mlir::ModuleOp module, Phase phase);

@@ -154,8 +154,7 @@ FailureOr<PlanPhase> buildPhase(func::FuncOp func, PhaseKind kind,
       return op.emitOpError()
              << "communicates over the "
              << sched::stringifyCommGroup(coll.getGroup())
-             << " group, which the plan format does not carry yet (expert "
-                "parallelism is not planned)";
+             << " group, which the plan format does not carry yet";
     // Op names are unique across the dialects a final schedule holds.
     std::optional<OpKind> kind = parseOpKind(op.getName().stripDialect());
     if (!kind)
@@ -317,6 +316,17 @@ FailureOr<Plan> buildPlan(ModuleOp module, const PlanSource &source) {
   if (!stage)
     return module.emitError() << "not a schedule: no " << sched::kStageAttr;
   plan.stage = stage.getInt();
+  // The plan format carries neither communicator groups nor expert
+  // parallelism's ops yet: a plan of this schedule would misstate who talks
+  // to whom and which experts a rank holds.
+  if (int64_t ep = sched::getExpertParallelSize(module); ep > 1)
+    return module.emitError()
+           << "the schedule splits the experts over expert-parallel groups "
+              "of "
+           << ep
+           << " ranks, which the plan format does not carry yet "
+              "(communicator groups, all-to-all, local experts): inspect it "
+              "with zeroc-opt, or plan with an expert-parallel size of 1";
   // The sched dialect's streams, by id.
   for (unsigned i = 0; i <= sched::getMaxEnumValForStream(); ++i)
     plan.streams.push_back(sched::stringifyStream(sched::Stream(i)).str());
