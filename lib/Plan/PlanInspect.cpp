@@ -19,7 +19,7 @@ namespace zeroc {
 
 static constexpr CollectiveKind kCollectiveKinds[] = {
     CollectiveKind::AllGather, CollectiveKind::ReduceScatter,
-    CollectiveKind::AllReduce};
+    CollectiveKind::AllReduce, CollectiveKind::AllToAll};
 
 std::optional<CollectiveKind> parseCollectiveKind(const std::string &name) {
   for (CollectiveKind kind : kCollectiveKinds)
@@ -153,17 +153,20 @@ CommPerStep commPerRankPerStep(const Plan &plan) {
       std::optional<CollectiveKind> kind = parseCollectiveKind(op.collective);
       if (!kind)
         continue;
-      CommKindVolume &v = out.byKind[static_cast<size_t>(*kind)];
-      double elements =
-          commElementsPerRank(*kind, double(op.commElements), plan.worldSize) *
-          double(phase.runsPerStep);
-      v.elements += elements;
-      v.collectives += phase.runsPerStep;
+      double elements = commElementsPerRank(*kind, double(op.commElements),
+                                            plan.groupSize(op.group)) *
+                        double(phase.runsPerStep);
       std::optional<DType> dtype = dtypes.of(values, op);
-      if (v.bytes && dtype)
-        *v.bytes += elements * double(bytesPerElement(*dtype));
-      else
-        v.bytes.reset();
+      for (CommKindVolume *v :
+           {&out.byKind[static_cast<size_t>(*kind)],
+            &out.byGroup[op.group][static_cast<size_t>(*kind)]}) {
+        v->elements += elements;
+        v->collectives += phase.runsPerStep;
+        if (v->bytes && dtype)
+          *v->bytes += elements * double(bytesPerElement(*dtype));
+        else
+          v->bytes.reset();
+      }
     }
   }
   return out;
@@ -384,6 +387,24 @@ void commJson(const Plan &plan, const InspectOptions &, json &out) {
   if (!bytes.empty())
     out["comm_bytes_per_rank_per_step"] = std::move(bytes);
   out["collectives_per_step"] = std::move(collectives);
+  // Per communicator group: with expert parallelism, tokens over the
+  // expert-parallel group, expert state over the expert-data-parallel one.
+  json byGroup = json::object();
+  for (const auto &[group, kinds] : comm.byGroup) {
+    json row = json::object();
+    for (CollectiveKind kind : kCollectiveKinds) {
+      const CommKindVolume &v = kinds[static_cast<size_t>(kind)];
+      if (!v.collectives)
+        continue;
+      row[std::string(collectiveName(kind))] = {
+          {"elements", number(v.elements)},
+          {"bytes", v.bytes ? json(number(*v.bytes)) : json()},
+          {"collectives", v.collectives}};
+    }
+    byGroup[commGroupName(group)] = {{"ranks", plan.groupSize(group)},
+                                     {"by_collective", std::move(row)}};
+  }
+  out["comm_per_group"] = std::move(byGroup);
 
   double expected =
       zeroPaperCommElements(plan.stage, plan.model.params, plan.worldSize);
@@ -405,9 +426,28 @@ void commText(const Plan &plan, const InspectOptions &, std::string &out) {
                groupDigits(v.collectives)});
   };
   for (CollectiveKind kind : kCollectiveKinds)
-    row(std::string(collectiveName(kind)), comm[kind]);
+    if (kind != CollectiveKind::AllToAll || comm[kind].collectives)
+      row(std::string(collectiveName(kind)), comm[kind]);
   row("total", total);
   out += table.str();
+  if (plan.expertParallelSize > 1) {
+    // Expert parallelism: who talks with whom.
+    out += "\ncommunication per group (expert parallelism, ep " +
+           std::to_string(plan.expertParallelSize) + ")\n";
+    Table groups(
+        {"group", "ranks", "collective", "elements", "bytes", "collectives"});
+    for (const auto &[group, kinds] : comm.byGroup)
+      for (CollectiveKind kind : kCollectiveKinds) {
+        const CommKindVolume &v = kinds[static_cast<size_t>(kind)];
+        if (!v.collectives)
+          continue;
+        groups.row({commGroupName(group), std::to_string(plan.groupSize(group)),
+                    std::string(collectiveName(kind)), elementsText(v.elements),
+                    v.bytes ? humanBytes(*v.bytes) : "-",
+                    groupDigits(v.collectives)});
+      }
+    out += groups.str();
+  }
 
   double expected =
       zeroPaperCommElements(plan.stage, plan.model.params, plan.worldSize);

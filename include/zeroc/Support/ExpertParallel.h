@@ -1,9 +1,10 @@
 //===- ExpertParallel.h - Rows an expert-parallel rank exchanges -*- C++
 //-*-===//
 //
-// Expert parallelism's token distribution assumption, one formula for the
-// compiler (zero-insert-collectives plans each all-to-all's receive buffer
-// with it) and `zeroc stats --ep-size` (MoeStats::expertParallelRows).
+// Expert parallelism's facts, once: the token distribution assumption (the
+// compiler plans each all-to-all's receive buffer with it, `zeroc stats
+// --ep-size` prints it) and the communicator groups' geometry (the sched
+// dialect, the plan reader and the runtime's communicators).
 //
 //===----------------------------------------------------------------------===//
 
@@ -37,6 +38,59 @@ inline int64_t expertParallelReceivedRows(int64_t routedRows, int64_t topK,
   int64_t tokens = routedRows / topK;
   return ep * std::min(busiestRows * local, tokens * std::min(topK, local));
 }
+
+/// A communicator group as DeepSpeed's groups._create_expert_and_data_
+/// parallel builds them, for a world of `worldSize` ranks and expert-parallel
+/// size `ep`: rank r's group is `size` ranks `stride` apart, from
+/// `first(r) = floor(r / (size * stride)) * size * stride + r mod stride`.
+/// The world: all ranks. Expert-parallel: the `ep` consecutive ranks that
+/// split the experts. Expert-data-parallel: the `worldSize / ep` ranks with
+/// the same `r mod ep`, which hold the same experts.
+enum class CommGroupKind { World, ExpertParallel, ExpertDataParallel };
+
+struct CommGroupShape {
+  int64_t size = 1;
+  int64_t stride = 1;
+  int64_t firstRank(int64_t rank) const {
+    int64_t span = size * stride;
+    return rank / span * span + rank % stride;
+  }
+  /// Rank r's position in its group.
+  int64_t indexOf(int64_t rank) const {
+    return (rank % (size * stride)) / stride;
+  }
+};
+
+inline CommGroupShape commGroupShape(CommGroupKind kind, int64_t worldSize,
+                                     int64_t ep) {
+  ep = std::max<int64_t>(ep, 1);
+  switch (kind) {
+  case CommGroupKind::World:
+    return {worldSize, 1};
+  case CommGroupKind::ExpertParallel:
+    return {ep, 1};
+  case CommGroupKind::ExpertDataParallel:
+    return {worldSize / ep, ep};
+  }
+  return {worldSize, 1};
+}
+
+/// The names the sched dialect and the plan give the groups.
+inline const char *commGroupName(CommGroupKind kind) {
+  switch (kind) {
+  case CommGroupKind::World:
+    return "world";
+  case CommGroupKind::ExpertParallel:
+    return "expert_parallel";
+  case CommGroupKind::ExpertDataParallel:
+    return "expert_data_parallel";
+  }
+  return "?";
+}
+
+inline constexpr CommGroupKind kAllCommGroupKinds[] = {
+    CommGroupKind::World, CommGroupKind::ExpertParallel,
+    CommGroupKind::ExpertDataParallel};
 
 } // namespace zeroc
 
