@@ -184,6 +184,24 @@ struct ZeroPartition : zeroc::impl::ZeroPartitionBase<ZeroPartition> {
              << "expert-parallel-size " << expertParallelSize.getValue()
              << " asks for expert parallelism, but the model has no "
                 "model.moe_experts";
+    // The backward reads the same expert parameters, as parameters.
+    walk = module.walk([&](model::MoeExpertsBackwardOp op) {
+      for (auto [what, w] : {std::pair<StringRef, Value>{"w1", op.getW1()},
+                             {"w3", op.getW3()},
+                             {"w2", op.getW2()}}) {
+        auto ref = w.getDefiningOp<model::ParamRefOp>();
+        if (!ref || !experts.contains(ref.getParam())) {
+          op.emitOpError() << what
+                           << " is not an expert parameter of a "
+                              "model.moe_experts read by a model.param_ref: "
+                              "expert parallelism splits both together";
+          return WalkResult::interrupt();
+        }
+      }
+      return WalkResult::advance();
+    });
+    if (walk.wasInterrupted())
+      return failure();
     // Anything else that reads an expert parameter would read all experts.
     walk = module.walk([&](model::ParamRefOp ref) {
       if (!experts.contains(ref.getParam()))

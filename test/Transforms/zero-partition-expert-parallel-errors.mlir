@@ -61,3 +61,21 @@ module {
     return %w : tensor<4xf32>
   }
 }
+
+// -----
+
+// A backward whose expert weights are not the forward's parameters.
+module {
+  model.param @w1 : tensor<4x8x4xf32> init <normal(0.02)>
+  model.param @w3 : tensor<4x8x4xf32> init <normal(0.02)>
+  model.param @w2 : tensor<4x4x8xf32> init <normal(0.02)>
+  func.func @forward(%x: tensor<1x2x4xf32>, %w: tensor<1x2x2xf32>, %i: tensor<1x2x2xi32>, %other: tensor<4x8x4xf32>, %dy: tensor<1x2x4xf32>) -> tensor<1x2x4xf32> {
+    %w1 = model.param_ref @w1 : tensor<4x8x4xf32>
+    %w3 = model.param_ref @w3 : tensor<4x8x4xf32>
+    %w2 = model.param_ref @w2 : tensor<4x4x8xf32>
+    %y, %s = model.moe_experts %x, %w, %i, %w1, %w3, %w2 : (tensor<1x2x4xf32>, tensor<1x2x2xf32>, tensor<1x2x2xi32>, tensor<4x8x4xf32>, tensor<4x8x4xf32>, tensor<4x4x8xf32>) -> (tensor<1x2x4xf32>, tensor<80xf32>)
+    // expected-error @+1 {{w1 is not an expert parameter of a model.moe_experts read by a model.param_ref: expert parallelism splits both together}}
+    %dx, %dw, %dw1, %dw3, %dw2 = model.moe_experts_backward %x, %w, %i, %other, %w3, %w2, %dy, %s : (tensor<1x2x4xf32>, tensor<1x2x2xf32>, tensor<1x2x2xi32>, tensor<4x8x4xf32>, tensor<4x8x4xf32>, tensor<4x4x8xf32>, tensor<1x2x4xf32>, tensor<80xf32>) -> (tensor<1x2x4xf32>, tensor<1x2x2xf32>, tensor<4x8x4xf32>, tensor<4x8x4xf32>, tensor<4x4x8xf32>)
+    return %dx : tensor<1x2x4xf32>
+  }
+}
