@@ -187,6 +187,45 @@ static const char *zeroPaperFormula(int64_t stage) {
   return stage == 3 ? "3 psi (n-1)/n" : "2 psi (n-1)/n";
 }
 
+namespace {
+/// The ZeRO paper's figure for a plan, and what of the plan it covers. With
+/// expert parallelism ZeRO runs twice, as DeepSpeed's MoE parameter groups
+/// do: over the world for the non-expert parameters and over the
+/// expert-data-parallel group for this rank's experts (the stored `numel`
+/// of an expert parameter is its slice); the tokens' all-to-alls are no
+/// part of ZeRO and are left out of the comparison.
+struct ZeroPaperFigure {
+  double expected = 0;
+  double planElements = 0;
+  std::string formula;
+};
+
+ZeroPaperFigure zeroPaperFigure(const Plan &plan, const CommPerStep &comm) {
+  ZeroPaperFigure f;
+  f.planElements = comm.total().elements;
+  if (plan.expertParallelSize <= 1) {
+    f.expected =
+        zeroPaperCommElements(plan.stage, plan.model.params, plan.worldSize);
+    f.formula = zeroPaperFormula(plan.stage);
+    return f;
+  }
+  int64_t psiWorld = 0, psiExperts = 0;
+  for (const PlanTensor &t : plan.tensors)
+    if (t.role == TensorRole::Param)
+      (t.expert ? psiExperts : psiWorld) += t.numel;
+  f.expected =
+      zeroPaperCommElements(plan.stage, psiWorld, plan.worldSize) +
+      zeroPaperCommElements(plan.stage, psiExperts,
+                            plan.groupSize(CommGroupKind::ExpertDataParallel));
+  f.planElements -= comm[CollectiveKind::AllToAll].elements;
+  std::string k = plan.stage == 3 ? "3" : "2";
+  f.formula = k + " psi (n-1)/n + " + k +
+              " psi_e (m-1)/m (psi_e this rank's experts, m = n / ep; "
+              "all-to-alls excluded)";
+  return f;
+}
+} // namespace
+
 //===----------------------------------------------------------------------===//
 // Formatting helpers
 //===----------------------------------------------------------------------===//
@@ -406,12 +445,12 @@ void commJson(const Plan &plan, const InspectOptions &, json &out) {
   }
   out["comm_per_group"] = std::move(byGroup);
 
-  double expected =
-      zeroPaperCommElements(plan.stage, plan.model.params, plan.worldSize);
+  ZeroPaperFigure paper = zeroPaperFigure(plan, comm);
   out["zero_paper"] = {
-      {"formula", zeroPaperFormula(plan.stage)},
-      {"comm_elements_per_rank_per_step", number(expected)},
-      {"ratio", expected > 0 ? json(total.elements / expected) : json()}};
+      {"formula", paper.formula},
+      {"comm_elements_per_rank_per_step", number(paper.expected)},
+      {"ratio", paper.expected > 0 ? json(paper.planElements / paper.expected)
+                                   : json()}};
 }
 
 void commText(const Plan &plan, const InspectOptions &, std::string &out) {
@@ -449,14 +488,13 @@ void commText(const Plan &plan, const InspectOptions &, std::string &out) {
     out += groups.str();
   }
 
-  double expected =
-      zeroPaperCommElements(plan.stage, plan.model.params, plan.worldSize);
-  std::string line = "ZeRO paper, " +
-                     std::string(zeroPaperFormula(plan.stage)) + ": " +
-                     elementsText(expected) + " elements";
-  if (expected > 0) {
+  ZeroPaperFigure paper = zeroPaperFigure(plan, comm);
+  std::string line = "ZeRO paper, " + paper.formula + ": " +
+                     elementsText(paper.expected) + " elements";
+  if (paper.expected > 0) {
     char ratio[32];
-    std::snprintf(ratio, sizeof ratio, "%.2f", total.elements / expected);
+    std::snprintf(ratio, sizeof ratio, "%.2f",
+                  paper.planElements / paper.expected);
     line += "; plan / paper = " + std::string(ratio);
   }
   out += "  " + line + "\n";
