@@ -107,7 +107,7 @@ std::string initString(Attribute init) {
 }
 
 FailureOr<PlanPhase> buildPhase(func::FuncOp func, PhaseKind kind,
-                                int64_t runsPerStep, int64_t worldSize,
+                                int64_t runsPerStep,
                                 SymbolTableCollection &symbols, Plan &plan) {
   PlanPhase phase;
   phase.kind = kind;
@@ -350,7 +350,7 @@ FailureOr<Plan> buildPlan(ModuleOp module, const PlanSource &source) {
     int64_t runs =
         p == sched::Phase::MicroStep ? source.gradientAccumulationSteps : 1;
     FailureOr<PlanPhase> phase =
-        buildPhase(func, planPhaseKind(p), runs, plan.worldSize, symbols, plan);
+        buildPhase(func, planPhaseKind(p), runs, symbols, plan);
     if (failed(phase))
       return failure();
     plan.phases.push_back(std::move(*phase));

@@ -265,10 +265,13 @@ struct ZeroPartition : zeroc::impl::ZeroPartitionBase<ZeroPartition> {
       auto local = b.create<model::MoeLocalExpertsOp>(
           loc, TypeRange{rowsType, savedType}, rows, w1, w3, w2, experts,
           op.getTopK(), op.getMaxExpertShareAttr());
-      local->setDiscardableAttrs(op->getDiscardableAttrDictionary());
       auto combine = b.create<model::MoeCombineOp>(
           loc, op.getResult().getType(), local.getResult(), op.getIndices(),
           op.getWeights(), experts);
+      // The three carry the op's marks (a recomputation's layer).
+      for (Operation *part :
+           {rows.getOperation(), local.getOperation(), combine.getOperation()})
+        part->setDiscardableAttrs(op->getDiscardableAttrDictionary());
       op.getResult().replaceAllUsesWith(combine.getResult());
       split[op] = {rows, local.getResult(), local.getSaved()};
       noteRefs({op.getW1(), op.getW3(), op.getW2()});
@@ -296,10 +299,12 @@ struct ZeroPartition : zeroc::impl::ZeroPartitionBase<ZeroPartition> {
           loc,
           TypeRange{f.rows.getType(), w1.getType(), w3.getType(), w2.getType()},
           f.rows, w1, w3, w2, combineGrad.getDrows(), f.saved);
-      local->setDiscardableAttrs(op->getDiscardableAttrDictionary());
       auto dx = b.create<model::MoeCombineOp>(loc, op.getDinput().getType(),
                                               local.getDrows(), op.getIndices(),
                                               Value(), experts);
+      for (Operation *part : {combineGrad.getOperation(), local.getOperation(),
+                              dx.getOperation()})
+        part->setDiscardableAttrs(op->getDiscardableAttrDictionary());
       op.getDinput().replaceAllUsesWith(dx.getResult());
       op.getDweights().replaceAllUsesWith(combineGrad.getDweights());
       op.getDw1().replaceAllUsesWith(local.getDw1());
