@@ -1469,3 +1469,192 @@ int64_t MoeExpertsBackwardOp::getForwardFlops() {
   int64_t inter = tensorOf(getW1()).getDimSize(1);
   return 12 * rows * hidden * inter + 10 * rows * inter + 4 * rows * hidden;
 }
+
+//===----------------------------------------------------------------------===//
+// Expert parallelism
+//===----------------------------------------------------------------------===//
+
+/// The routed rows of `indices` [batch, seq, top_k]: tokens * top_k.
+static int64_t routedRows(Value indices) { return numElements(indices); }
+
+static LogicalResult expectRows(Operation *op, StringRef name, Value rows,
+                                Value indices, int64_t hidden) {
+  if (failed(expectRank(op, "indices", indices, 3, "[batch, seq, top_k]")))
+    return failure();
+  return expectShape(op, name, rows, {routedRows(indices), hidden},
+                     "[tokens * top_k, hidden], one row per routed slot");
+}
+
+static LogicalResult expectTopK(Operation *op, Value indices,
+                                int64_t numExperts) {
+  int64_t k = tensorOf(indices).getShape().back();
+  if (k > numExperts)
+    return op->emitOpError()
+           << "top_k " << k << " exceeds the " << numExperts << " experts";
+  return success();
+}
+
+LogicalResult MoeDispatchOp::verify() {
+  if (failed(
+          expectRank(*this, "input", getInput(), 3, "[batch, seq, hidden]")) ||
+      failed(
+          expectRank(*this, "indices", getIndices(), 3, "[batch, seq, top_k]")))
+    return failure();
+  ArrayRef<int64_t> x = tensorOf(getInput()).getShape();
+  ArrayRef<int64_t> idx = tensorOf(getIndices()).getShape();
+  if (idx[0] != x[0] || idx[1] != x[1])
+    return emitOpError() << "indices " << shapeString(idx)
+                         << " do not route the input's tokens "
+                         << shapeString(x);
+  if (failed(expectTopK(*this, getIndices(), getNumExperts())) ||
+      failed(expectRows(*this, "rows", getRows(), getIndices(), x[2])))
+    return failure();
+  return expectElementTypes(*this,
+                            {{"input", getInput()}, {"rows", getRows()}});
+}
+
+int64_t MoeDispatchOp::getForwardFlops() { return 0; }
+
+LogicalResult MoeCombineOp::verify() {
+  if (failed(expectRank(*this, "rows", getRows(), 2,
+                        "[tokens * top_k, hidden]")) ||
+      failed(
+          expectRank(*this, "indices", getIndices(), 3, "[batch, seq, top_k]")))
+    return failure();
+  ArrayRef<int64_t> idx = tensorOf(getIndices()).getShape();
+  int64_t hidden = tensorOf(getRows()).getShape().back();
+  if (failed(expectTopK(*this, getIndices(), getNumExperts())) ||
+      failed(expectRows(*this, "rows", getRows(), getIndices(), hidden)) ||
+      failed(expectShape(*this, "result", getResult(), {idx[0], idx[1], hidden},
+                         "[batch, seq] of the indices, hidden of the rows")))
+    return failure();
+  if (getWeights() && failed(expectShape(*this, "weights", getWeights(), idx,
+                                         "the shape of the indices")))
+    return failure();
+  return expectElementTypes(*this,
+                            {{"rows", getRows()}, {"result", getResult()}});
+}
+
+int64_t MoeCombineOp::getForwardFlops() {
+  return (getWeights() ? 2 : 1) * numElements(getRows());
+}
+
+LogicalResult MoeCombineBackwardOp::verify() {
+  if (failed(expectRank(*this, "dy", getDy(), 3, "[batch, seq, hidden]")) ||
+      failed(
+          expectRank(*this, "indices", getIndices(), 3, "[batch, seq, top_k]")))
+    return failure();
+  ArrayRef<int64_t> dy = tensorOf(getDy()).getShape();
+  ArrayRef<int64_t> idx = tensorOf(getIndices()).getShape();
+  if (failed(expectShape(*this, "indices", getIndices(), {dy[0], dy[1], idx[2]},
+                         "[batch, seq] of dy, top_k")) ||
+      failed(expectTopK(*this, getIndices(), getNumExperts())) ||
+      failed(expectRows(*this, "rows", getRows(), getIndices(), dy[2])) ||
+      failed(expectShape(*this, "drows", getDrows(),
+                         tensorOf(getRows()).getShape(), "the rows'")) ||
+      failed(expectShape(*this, "weights", getWeights(), idx,
+                         "the shape of the indices")) ||
+      failed(expectShape(*this, "dweights", getDweights(), idx,
+                         "the shape of the indices")))
+    return failure();
+  return expectElementTypes(
+      *this, {{"dy", getDy()}, {"rows", getRows()}, {"drows", getDrows()}});
+}
+
+int64_t MoeCombineBackwardOp::getForwardFlops() {
+  return 3 * numElements(getRows());
+}
+
+/// This rank's experts: their count divides num_experts.
+static LogicalResult verifyLocalExperts(Operation *op, Value rows, Value w1,
+                                        Value w3, Value w2,
+                                        int64_t numExperts) {
+  if (failed(expectRank(op, "rows", rows, 2, "[rows, hidden]")) ||
+      failed(verifyExpertWeights(op, rows, w1, w3, w2)))
+    return failure();
+  int64_t local = tensorOf(w1).getDimSize(0);
+  if (numExperts % local != 0)
+    return op->emitOpError()
+           << "holds " << local << " experts, which does not divide the "
+           << numExperts
+           << " experts of the layer: each rank of the expert-parallel group "
+              "holds num_experts / ep of them";
+  return success();
+}
+
+static RankedTensorType localExpertsState(Value rows, Value w1) {
+  return RankedTensorType::get(
+      {tensorOf(rows).getDimSize(0) * 2 * tensorOf(w1).getDimSize(1)},
+      tensorOf(rows).getElementType());
+}
+
+LogicalResult MoeLocalExpertsOp::verify() {
+  if (failed(verifyLocalExperts(*this, getRows(), getW1(), getW3(), getW2(),
+                                getNumExperts())) ||
+      failed(expectShape(*this, "result", getResult(),
+                         tensorOf(getRows()).getShape(), "the rows'")) ||
+      failed(expectShape(*this, "saved", getSaved(),
+                         localExpertsState(getRows(), getW1()).getShape(),
+                         "W1 v and W3 v of every row, rows x 2 x "
+                         "intermediate")) ||
+      failed(expectElementTypes(*this, {{"rows", getRows()},
+                                        {"result", getResult()},
+                                        {"saved", getSaved()}})))
+    return failure();
+  if (int64_t(getTopK()) > int64_t(getNumExperts()))
+    return emitOpError() << "top_k " << getTopK() << " exceeds the "
+                         << getNumExperts() << " experts";
+  if (auto share = getMaxExpertShareAttr()) {
+    double s = share.getValueAsDouble();
+    double lo = 1.0 / double(getNumExperts()), hi = 1.0 / double(getTopK());
+    if (!(s >= lo * (1 - 1e-12) && s <= hi * (1 + 1e-12)))
+      return emitOpError() << "max_expert_share " << s
+                           << " is out of range: from 1/num_experts (" << lo
+                           << ", uniform) to 1/top_k (" << hi << ")";
+  }
+  return success();
+}
+
+int64_t MoeLocalExpertsOp::getForwardFlops() {
+  int64_t rows = tensorOf(getRows()).getDimSize(0);
+  int64_t hidden = tensorOf(getRows()).getDimSize(1);
+  int64_t inter = tensorOf(getW1()).getDimSize(1);
+  return 6 * rows * hidden * inter + 5 * rows * inter;
+}
+
+LogicalResult MoeLocalExpertsBackwardOp::verify() {
+  if (failed(expectRank(*this, "rows", getRows(), 2, "[rows, hidden]")) ||
+      failed(verifyExpertWeights(*this, getRows(), getW1(), getW3(), getW2())))
+    return failure();
+  ArrayRef<int64_t> rows = tensorOf(getRows()).getShape();
+  if (failed(expectShape(*this, "dout", getDout(), rows, "the rows'")) ||
+      failed(expectShape(*this, "drows", getDrows(), rows, "the rows'")) ||
+      failed(expectShape(*this, "saved", getSaved(),
+                         localExpertsState(getRows(), getW1()).getShape(),
+                         "W1 v and W3 v of every row")) ||
+      failed(expectShape(*this, "dw1", getDw1(), tensorOf(getW1()).getShape(),
+                         "w1's")) ||
+      failed(expectShape(*this, "dw3", getDw3(), tensorOf(getW3()).getShape(),
+                         "w3's")) ||
+      failed(expectShape(*this, "dw2", getDw2(), tensorOf(getW2()).getShape(),
+                         "w2's")) ||
+      failed(expectElementTypes(*this, {{"rows", getRows()},
+                                        {"dout", getDout()},
+                                        {"saved", getSaved()},
+                                        {"drows", getDrows()},
+                                        {"dw1", getDw1()},
+                                        {"dw3", getDw3()},
+                                        {"dw2", getDw2()}})))
+    return failure();
+  if (!getSaved().getDefiningOp<MoeLocalExpertsOp>())
+    return emitOpError() << "saved must be the saved state of a "
+                            "model.moe_local_experts";
+  return success();
+}
+
+int64_t MoeLocalExpertsBackwardOp::getForwardFlops() {
+  int64_t rows = tensorOf(getRows()).getDimSize(0);
+  int64_t hidden = tensorOf(getRows()).getDimSize(1);
+  int64_t inter = tensorOf(getW1()).getDimSize(1);
+  return 12 * rows * hidden * inter + 10 * rows * inter;
+}

@@ -901,6 +901,163 @@ def Model_MoeExpertsBackwardOp : Model_BackwardOp<"moe_experts_backward"> {
 }
 
 //===----------------------------------------------------------------------===//
+// Expert parallelism
+//
+// Under expert parallelism (DeepSpeed-MoE's `ep_size`), `zero-partition`
+// splits each `model.moe_experts` and its backward at the two token
+// exchanges: the dispatch (rows sorted by expert), this rank's local experts
+// on the rows it receives, and the combine. `zero-insert-collectives` puts
+// the `sched.all_to_all_start` exchanges between them. They are schedule
+// ops: built after differentiation, costed, not differentiable.
+//===----------------------------------------------------------------------===//
+
+class Model_ExpertParallelOp<string mnemonic, list<Trait> traits = []>
+    : Model_Op<mnemonic, !listconcat(traits, [
+        Pure, DeclareOpInterfaceMethods<Model_CostOpInterface>])>;
+
+def Model_MoeDispatchOp : Model_ExpertParallelOp<"moe_dispatch"> {
+  let summary = "Rows of the routed tokens, sorted by expert";
+  let description = [{
+    For `input` `[batch, seq, hidden]` and the router's `indices`
+    `[batch, seq, top_k]` over `num_experts` experts: the `tokens * top_k`
+    (token, slot) pairs ordered by expert, a stable counting sort (as
+    `model.moe_experts` orders them), each row `input[t]`. So the rows each
+    rank of the expert-parallel group receives (its experts' rows) are
+    contiguous. A copy: no FLOPs.
+
+    ```mlir
+    %rows = model.moe_dispatch %x, %idx {num_experts = 4 : i64} : (tensor<1x8x64xf32>, tensor<1x8x2xi32>) -> tensor<16x64xf32>
+    ```
+  }];
+  let arguments = (ins Model_FloatTensor:$input, Model_TokenTensor:$indices,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$num_experts);
+  let results = (outs Model_FloatTensor:$rows);
+  let assemblyFormat = [{
+    $input `,` $indices attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Model_MoeCombineOp : Model_ExpertParallelOp<"moe_combine"> {
+  let summary = "Expert rows back to their tokens, weighted and summed";
+  let description = [{
+    The inverse of `model.moe_dispatch` for `rows` `[tokens * top_k,
+    hidden]` in its order: `result[t] = sum_j weights[t, j] *
+    rows[pos(t, j)]` (`result` `[batch, seq, hidden]` as `indices`' first
+    two dimensions say). Without `weights` the rows are summed unweighted:
+    the gradient of the dispatch's input.
+
+    FLOPs: 2 per combined element with `weights`, 1 without.
+
+    ```mlir
+    %y = model.moe_combine %rows, %idx, %w {num_experts = 4 : i64} : (tensor<16x64xf32>, tensor<1x8x2xi32>, tensor<1x8x2xf32>) -> tensor<1x8x64xf32>
+    ```
+  }];
+  let arguments = (ins Model_FloatTensor:$rows, Model_TokenTensor:$indices,
+                       Optional<Model_RoutingWeights>:$weights,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$num_experts);
+  let results = (outs Model_FloatTensor:$result);
+  let assemblyFormat = [{
+    $rows `,` $indices (`,` $weights^)? attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Model_MoeCombineBackwardOp
+    : Model_ExpertParallelOp<"moe_combine_backward"> {
+  let summary = "Gradients of the weighted combine";
+  let description = [{
+    From `dy` `[batch, seq, hidden]`, the combined `rows`, the routing
+    `weights` and `indices`: `drows[pos(t, j)] = weights[t, j] dy[t]` (in
+    dispatch order) and `dweights[t, j] = dy[t] . rows[pos(t, j)]` (f32).
+
+    FLOPs: 3 per combined element.
+
+    ```mlir
+    %drows, %dw = model.moe_combine_backward %dy, %rows, %w, %idx {num_experts = 4 : i64} : (tensor<1x8x64xf32>, tensor<16x64xf32>, tensor<1x8x2xf32>, tensor<1x8x2xi32>) -> (tensor<16x64xf32>, tensor<1x8x2xf32>)
+    ```
+  }];
+  let arguments = (ins Model_FloatTensor:$dy, Model_FloatTensor:$rows,
+                       Model_RoutingWeights:$weights,
+                       Model_TokenTensor:$indices,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$num_experts);
+  let results = (outs Model_FloatTensor:$drows,
+                      Model_RoutingWeights:$dweights);
+  let assemblyFormat = [{
+    $dy `,` $rows `,` $weights `,` $indices attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Model_MoeLocalExpertsOp : Model_ExpertParallelOp<"moe_local_experts"> {
+  let summary = "This rank's experts on the rows they receive";
+  let description = [{
+    The `num_experts / ep` experts this rank holds (`w1`, `w3` `[local,
+    intermediate, hidden]`, `w2` `[local, hidden, intermediate]`, ep the
+    module's `sched.expert_parallel_size`), each applied to its rows of
+    `rows` `[R, hidden]`: `W2_e (silu(W1_e v) * (W3_e v))`. Which rows go
+    to which local expert is the per-(source rank, expert) row counts the
+    dispatch exchange delivers with the rows (grouped by source rank, then
+    expert).
+
+    `R` is what the planning assumption gives the busiest rank
+    (`max_expert_share`, absent: `1 / num_experts`, uniform; the formula
+    is zeroc/Support/ExpertParallel.h's, `tokens * top_k` when uniform and
+    divisible); `zero-insert-collectives` plans the receive buffer for it. `saved` is `W1 v` and `W3 v` of every row, the
+    model dtype, `R * 2 * intermediate` elements.
+
+    FLOPs: `6 * R * hidden * intermediate` for the three products, 5 per
+    intermediate element (SiLU 4, product 1).
+
+    ```mlir
+    %out, %saved = model.moe_local_experts %rows, %w1, %w3, %w2 {num_experts = 4 : i64, top_k = 2 : i64} : (tensor<16x64xf32>, tensor<2x96x64xf32>, tensor<2x96x64xf32>, tensor<2x64x96xf32>) -> (tensor<16x64xf32>, tensor<3072xf32>)
+    ```
+  }];
+  let arguments = (ins Model_FloatTensor:$rows, Model_FloatTensor:$w1,
+                       Model_FloatTensor:$w3, Model_FloatTensor:$w2,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$num_experts,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$top_k,
+                       OptionalAttr<F64Attr>:$max_expert_share);
+  let results = (outs Model_FloatTensor:$result, Model_FloatTensor:$saved);
+  let assemblyFormat = [{
+    $rows `,` $w1 `,` $w3 `,` $w2 attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    int64_t getLocalExperts() {
+      return ::llvm::cast<::mlir::RankedTensorType>(getW1().getType())
+          .getDimSize(0);
+    }
+  }];
+}
+
+def Model_MoeLocalExpertsBackwardOp
+    : Model_ExpertParallelOp<"moe_local_experts_backward"> {
+  let summary = "Gradients of this rank's experts";
+  let description = [{
+    From the forward's `rows`, weights and `saved` state and the gradient
+    `drows_out` of its result: each local expert's SwiGLU backward on its
+    rows, `drows` and `dw1`, `dw3`, `dw2` (an expert that receives no row
+    gets zeros).
+
+    FLOPs: `12 * R * hidden * intermediate`, 10 per intermediate element.
+
+    ```mlir
+    %drows, %dw1, %dw3, %dw2 = model.moe_local_experts_backward %rows, %w1, %w3, %w2, %dout, %saved : (...) -> (...)
+    ```
+  }];
+  let arguments = (ins Model_FloatTensor:$rows, Model_FloatTensor:$w1,
+                       Model_FloatTensor:$w3, Model_FloatTensor:$w2,
+                       Model_FloatTensor:$dout, Model_FloatTensor:$saved);
+  let results = (outs Model_FloatTensor:$drows, Model_FloatTensor:$dw1,
+                      Model_FloatTensor:$dw3, Model_FloatTensor:$dw2);
+  let assemblyFormat = [{
+    $rows `,` $w1 `,` $w3 `,` $w2 `,` $dout `,` $saved attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
 // Training step
 //
 // The ops around the gradients that `zero-expand-training-step` emits: the

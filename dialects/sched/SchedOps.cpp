@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "sched/SchedOps.h"
+#include "zeroc/Support/ExpertParallel.h"
 
 #include "zeroc/Support/ShardLayout.h"
 #include "zeroc/Support/Workspace.h"
@@ -39,20 +40,24 @@ int64_t zeroc::sched::getExpertParallelSize(Operation *op) {
   return moduleCount(op, kExpertParallelSizeAttr);
 }
 
-// DeepSpeed's groups._create_expert_and_data_parallel: the expert-parallel
-// groups are `ep` consecutive ranks, the expert-data-parallel groups the
-// `world / ep` ranks with the same index in theirs.
+// DeepSpeed's groups._create_expert_and_data_parallel, as
+// zeroc/Support/ExpertParallel.h defines them.
 int64_t zeroc::sched::groupSize(CommGroup group, int64_t worldSize,
                                 int64_t expertParallelSize) {
+  return commGroupShape(commGroupKind(group), worldSize, expertParallelSize)
+      .size;
+}
+
+zeroc::CommGroupKind zeroc::sched::commGroupKind(CommGroup group) {
   switch (group) {
   case CommGroup::World:
-    return worldSize;
+    return CommGroupKind::World;
   case CommGroup::ExpertParallel:
-    return expertParallelSize;
+    return CommGroupKind::ExpertParallel;
   case CommGroup::ExpertDataParallel:
-    return worldSize / std::max<int64_t>(expertParallelSize, 1);
+    return CommGroupKind::ExpertDataParallel;
   }
-  return worldSize;
+  return CommGroupKind::World;
 }
 
 std::optional<int64_t> zeroc::sched::getStage(ModuleOp module) {
@@ -64,6 +69,13 @@ std::optional<int64_t> zeroc::sched::getStage(ModuleOp module) {
 void zeroc::sched::setWorldSize(ModuleOp module, int64_t worldSize) {
   module->setAttr(kWorldSizeAttr,
                   Builder(module.getContext()).getI64IntegerAttr(worldSize));
+}
+
+void zeroc::sched::setExpertParallelSize(ModuleOp module,
+                                         int64_t expertParallelSize) {
+  module->setAttr(
+      kExpertParallelSizeAttr,
+      Builder(module.getContext()).getI64IntegerAttr(expertParallelSize));
 }
 
 void zeroc::sched::setStage(ModuleOp module, int64_t stage) {

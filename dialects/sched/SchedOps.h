@@ -32,6 +32,8 @@
 #define GET_OP_CLASSES
 #include "sched/SchedOps.h.inc"
 
+#include "zeroc/Support/ExpertParallel.h"
+
 namespace zeroc::sched {
 
 /// Module attributes of a schedule (SchedDialect.td declares them, the
@@ -54,12 +56,16 @@ int64_t getExpertParallelSize(mlir::Operation *op);
 int64_t groupSize(CommGroup group, int64_t worldSize,
                   int64_t expertParallelSize);
 
+/// The group as zeroc/Support/ExpertParallel.h (and the plan) names it.
+CommGroupKind commGroupKind(CommGroup group);
+
 /// The ZeRO stage of `module`; nothing if zero-partition has not run.
 std::optional<int64_t> getStage(mlir::ModuleOp module);
 
 /// Records the facts zero-partition decides.
 void setWorldSize(mlir::ModuleOp module, int64_t worldSize);
 void setStage(mlir::ModuleOp module, int64_t stage);
+void setExpertParallelSize(mlir::ModuleOp module, int64_t expertParallelSize);
 
 /// The function of `module` that runs `phase`, or null.
 mlir::func::FuncOp lookupPhase(mlir::ModuleOp module, Phase phase);

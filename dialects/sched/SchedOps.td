@@ -350,6 +350,14 @@ def Sched_ClipGradNormOp : Sched_StreamOp<"clip_grad_norm", [
     Sums the squares of this rank's gradients (the owned part of sharded
     ones, each element once), all-reduces that scalar across ranks, and
     scales every gradient by `max_norm / max(norm, max_norm)`.
+
+    Under expert parallelism every expert gradient element counts once too:
+    a sharded `expert` gradient is owned within the expert-data-parallel
+    group, so it joins the world sum like the others; a replicated one is
+    the same across its expert-data-parallel group and differs across the
+    expert-parallel group, so its squares are summed over the
+    expert-parallel group (DeepSpeed's expert norm: the
+    expert-data-parallel shard, then the expert-parallel group).
   }];
   let arguments = (ins FlatSymbolRefArrayAttr:$grads,
                        F64Attr:$max_norm,

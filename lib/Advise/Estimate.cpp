@@ -18,15 +18,6 @@ std::string at(const PlanPhase &phase, const PlanOp &op) {
          std::to_string(op.index) + " (" + op.kindName() + ")";
 }
 
-std::optional<CollectiveKind> collectiveKind(const std::string &name) {
-  for (CollectiveKind kind :
-       {CollectiveKind::AllGather, CollectiveKind::ReduceScatter,
-        CollectiveKind::AllReduce})
-    if (name == collectiveName(kind))
-      return kind;
-  return std::nullopt;
-}
-
 /// A figure of `a` and `b` at `t` (0 at a's micro-batch, 1 at b's); never
 /// below zero.
 int64_t lerp(int64_t a, int64_t b, double t) {
@@ -139,29 +130,7 @@ Plan interpolatePlan(const Plan &a, const Plan &b, int64_t microBatch,
 
   // The step's communication: the ZeRO paper's accounting of the plan
   // writer, run over the ops as often as their phase runs.
-  out.comm = CommVolume{};
-  for (const PlanPhase &phase : out.phases)
-    for (const PlanOp &op : phase.ops) {
-      std::optional<CollectiveKind> kind = collectiveKind(op.collective);
-      if (!kind)
-        continue;
-      double volume =
-          double(phase.runsPerStep) *
-          commElementsPerRank(*kind, double(op.commElements), out.worldSize);
-      switch (*kind) {
-      case CollectiveKind::AllGather:
-        out.comm.allGather += volume;
-        break;
-      case CollectiveKind::ReduceScatter:
-        out.comm.reduceScatter += volume;
-        break;
-      case CollectiveKind::AllReduce:
-        out.comm.allReduce += volume;
-        break;
-      case CollectiveKind::AllToAll:
-        break; // collectiveKind() never returns it: plans have none.
-      }
-    }
+  accountComm(out);
 
   // The resolved config says the batch it was planned for.
   if (out.config.is_object()) {

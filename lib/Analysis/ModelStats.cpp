@@ -1,6 +1,7 @@
 //===- ModelStats.cpp - Size, FLOPs and activation memory of a model ------===//
 
 #include "zeroc/Analysis/ModelStats.h"
+#include "zeroc/Support/ExpertParallel.h"
 
 #include "model/ModelOps.h"
 #include "zeroc/Support/Collectives.h"
@@ -265,21 +266,16 @@ savedBytesOfTrainingStep(ModuleOp module) {
 }
 
 int64_t MoeStats::assumedMaxRows() const {
-  return int64_t(std::ceil(assumedMaxShare * double(routedRows) - 1e-9));
+  return busiestExpertRows(assumedMaxShare, routedRows);
 }
 
 MoeStats::ExchangeRows MoeStats::expertParallelRows() const {
-  int64_t ep = expertParallelSize;
-  if (ep <= 1 || !experts || !topK)
-    return {routedRows, routedRows};
-  int64_t local = experts / ep;
-  int64_t tokens = routedRows / topK;
-  auto received = [&](int64_t busiestExpertRows) {
-    int64_t perSource =
-        std::min(busiestExpertRows * local, tokens * std::min(topK, local));
-    return std::max(routedRows, ep * perSource);
+  auto buffer = [&](int64_t busiestRows) {
+    return std::max(routedRows, expertParallelReceivedRows(
+                                    routedRows, topK, experts,
+                                    expertParallelSize, busiestRows));
   };
-  return {received(assumedMaxRows()), received(worstCaseMaxRows())};
+  return {buffer(assumedMaxRows()), buffer(worstCaseMaxRows())};
 }
 
 /// Why the token distribution matters, wherever the assumption is printed.

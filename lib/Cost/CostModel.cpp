@@ -538,6 +538,7 @@ OpCost CostModel::workCost(const PlanPhase &phase, const PlanOp &op) const {
   case OpKind::ReduceScatterStart:
   case OpKind::AllReduceStart:
   case OpKind::AllGatherUpdatesStart:
+  case OpKind::AllToAllStart: // Sub-group plans are refused by predictStep.
     return collectiveCost(info, op);
   case OpKind::FetchStart:
     return fetchCost(info, op);

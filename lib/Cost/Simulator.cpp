@@ -184,6 +184,16 @@ Expected<StepPrediction> predictStep(const Plan &plan, const Cluster &cluster,
                                      const SimulationOptions &options) {
   if (std::optional<Diagnostic> error = checkFits(cluster, plan.worldSize))
     return *error;
+  // A sub-group's time depends on where its ranks sit (the expert-data-
+  // parallel group strides across nodes); the cost model prices every
+  // collective over the world's ring.
+  if (plan.expertParallelSize > 1)
+    return Diagnostic{
+        "", 0, 0,
+        "the plan uses expert parallelism (expert_parallel_size " +
+            std::to_string(plan.expertParallelSize) +
+            "); the cost model does not price its sub-group "
+            "collectives yet"};
   if (!(options.stragglerFactor > 0) || !std::isfinite(options.stragglerFactor))
     return Diagnostic{"", 0, 0,
                       "straggler factor must be a finite number > 0, "

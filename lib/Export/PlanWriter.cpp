@@ -107,7 +107,7 @@ std::string initString(Attribute init) {
 }
 
 FailureOr<PlanPhase> buildPhase(func::FuncOp func, PhaseKind kind,
-                                int64_t runsPerStep, int64_t worldSize,
+                                int64_t runsPerStep,
                                 SymbolTableCollection &symbols, Plan &plan) {
   PlanPhase phase;
   phase.kind = kind;
@@ -146,16 +146,6 @@ FailureOr<PlanPhase> buildPhase(func::FuncOp func, PhaseKind kind,
     // func.return is kept as an op: its input is the loss the runtime logs.
     PlanOp pop;
     pop.index = int64_t(phase.ops.size());
-    // The plan format has no communicator groups yet: a schedule with
-    // expert parallelism's exchanges or sub-group collectives cannot be
-    // written without misstating who talks to whom.
-    if (auto coll = dyn_cast<sched::CollectiveOpInterface>(op);
-        coll && coll.getGroup() != sched::CommGroup::World)
-      return op.emitOpError()
-             << "communicates over the "
-             << sched::stringifyCommGroup(coll.getGroup())
-             << " group, which the plan format does not carry yet (expert "
-                "parallelism is not planned)";
     // Op names are unique across the dialects a final schedule holds.
     std::optional<OpKind> kind = parseOpKind(op.getName().stripDialect());
     if (!kind)
@@ -218,7 +208,9 @@ FailureOr<PlanPhase> buildPhase(func::FuncOp func, PhaseKind kind,
     }
     json attrs = json::object();
     for (NamedAttribute attr : op.getAttrs()) {
+      // The receive type of an all-to-all is its wait's result's.
       if (attr.getName() == "stream" || attr.getName() == "group" ||
+          attr.getName() == "recv_type" ||
           attr.getName().getValue().starts_with("sched."))
         continue;
       if (attr.getName() == "model.recompute") {
@@ -231,6 +223,12 @@ FailureOr<PlanPhase> buildPhase(func::FuncOp func, PhaseKind kind,
           kernel && attr.getName() == "kernel") {
         attrs["kernel"] =
             model::stringifyAttentionKernel(kernel.getValue()).str();
+        continue;
+      }
+      if (auto purpose = dyn_cast<sched::AllToAllPurposeAttr>(attr.getValue());
+          purpose && attr.getName() == "purpose") {
+        attrs["purpose"] =
+            sched::stringifyAllToAllPurpose(purpose.getValue()).str();
         continue;
       }
       attrs[attr.getName().str()] = attrToJson(attr.getValue());
@@ -262,23 +260,8 @@ FailureOr<PlanPhase> buildPhase(func::FuncOp func, PhaseKind kind,
     }
     if (auto coll = dyn_cast<sched::CollectiveOpInterface>(op)) {
       pop.collective = std::string(collectiveName(coll.getCollectiveKind()));
+      pop.group = sched::commGroupKind(coll.getGroup());
       pop.commElements = coll.getLogicalElements(symbols);
-      double volume =
-          runsPerStep * commElementsPerRank(coll.getCollectiveKind(),
-                                            pop.commElements, worldSize);
-      switch (coll.getCollectiveKind()) {
-      case CollectiveKind::AllGather:
-        plan.comm.allGather += volume;
-        break;
-      case CollectiveKind::ReduceScatter:
-        plan.comm.reduceScatter += volume;
-        break;
-      case CollectiveKind::AllReduce:
-        plan.comm.allReduce += volume;
-        break;
-      case CollectiveKind::AllToAll:
-        break; // Only over the expert-parallel group: refused above.
-      }
     }
     opIndex[&op] = pop.index;
     phase.ops.push_back(std::move(pop));
@@ -317,6 +300,7 @@ FailureOr<Plan> buildPlan(ModuleOp module, const PlanSource &source) {
   if (!stage)
     return module.emitError() << "not a schedule: no " << sched::kStageAttr;
   plan.stage = stage.getInt();
+  plan.expertParallelSize = sched::getExpertParallelSize(module);
   // The sched dialect's streams, by id.
   for (unsigned i = 0; i <= sched::getMaxEnumValForStream(); ++i)
     plan.streams.push_back(sched::stringifyStream(sched::Stream(i)).str());
@@ -332,6 +316,7 @@ FailureOr<Plan> buildPlan(ModuleOp module, const PlanSource &source) {
     pt.numel = t.getNumElements();
     pt.sharded = t.getSharded();
     pt.localNumel = t.getLocalNumElements(plan.worldSize);
+    pt.expert = t.getExpert();
     pt.placement = planPlacement(t.getPlacement());
     pt.init = initString(t.getInitAttr());
     plan.tensors.push_back(std::move(pt));
@@ -348,7 +333,10 @@ FailureOr<Plan> buildPlan(ModuleOp module, const PlanSource &source) {
     }
     pg.numel = g.getNumel();
     pg.padded = g.getPadded();
-    pg.partition = pg.padded / plan.worldSize;
+    // Over the members' group: the expert-data-parallel ranks for experts.
+    auto first = table.lookup<sched::TensorOp>(
+        cast<FlatSymbolRefAttr>(g.getParams()[0]).getValue());
+    pg.partition = pg.padded / first.getShardGroupSize(plan.worldSize);
     plan.flatGroups.push_back(std::move(pg));
   }
 
@@ -362,11 +350,12 @@ FailureOr<Plan> buildPlan(ModuleOp module, const PlanSource &source) {
     int64_t runs =
         p == sched::Phase::MicroStep ? source.gradientAccumulationSteps : 1;
     FailureOr<PlanPhase> phase =
-        buildPhase(func, planPhaseKind(p), runs, plan.worldSize, symbols, plan);
+        buildPhase(func, planPhaseKind(p), runs, symbols, plan);
     if (failed(phase))
       return failure();
     plan.phases.push_back(std::move(*phase));
   }
+  accountComm(plan);
   return plan;
 }
 

@@ -2,6 +2,7 @@
 
 #include "zeroc/Plan/Plan.h"
 
+#include "zeroc/Support/Collectives.h"
 #include "zeroc/Support/JsonReader.h"
 #include "zeroc/Support/Limits.h"
 
@@ -32,11 +33,63 @@ const PlanPhase *Plan::findPhase(PhaseKind kind) const {
 // Writing
 //===----------------------------------------------------------------------===//
 
-static json commJson(const CommVolume &c) {
+static json commVolumeJson(const CommVolume &c) {
   return {{"all_gather", c.allGather},
           {"reduce_scatter", c.reduceScatter},
           {"all_reduce", c.allReduce},
+          {"all_to_all", c.allToAll},
           {"total", c.total()}};
+}
+
+static json commJson(const Plan &plan) {
+  json j = commVolumeJson(plan.comm);
+  json byGroup = json::object();
+  for (const auto &[group, volume] : plan.commByGroup)
+    byGroup[commGroupName(group)] = commVolumeJson(volume);
+  j["by_group"] = std::move(byGroup);
+  return j;
+}
+
+static std::optional<CommGroupKind> parseCommGroup(std::string_view name) {
+  for (CommGroupKind kind : kAllCommGroupKinds)
+    if (name == commGroupName(kind))
+      return kind;
+  return std::nullopt;
+}
+
+void accountComm(Plan &plan) {
+  plan.comm = CommVolume{};
+  plan.commByGroup.clear();
+  for (const PlanPhase &phase : plan.phases)
+    for (const PlanOp &op : phase.ops) {
+      std::optional<CollectiveKind> kind;
+      for (CollectiveKind k :
+           {CollectiveKind::AllGather, CollectiveKind::ReduceScatter,
+            CollectiveKind::AllReduce, CollectiveKind::AllToAll})
+        if (op.collective == collectiveName(k))
+          kind = k;
+      if (!kind)
+        continue;
+      double volume = double(phase.runsPerStep) *
+                      commElementsPerRank(*kind, double(op.commElements),
+                                          plan.groupSize(op.group));
+      for (CommVolume *v : {&plan.comm, &plan.commByGroup[op.group]}) {
+        switch (*kind) {
+        case CollectiveKind::AllGather:
+          v->allGather += volume;
+          break;
+        case CollectiveKind::ReduceScatter:
+          v->reduceScatter += volume;
+          break;
+        case CollectiveKind::AllReduce:
+          v->allReduce += volume;
+          break;
+        case CollectiveKind::AllToAll:
+          v->allToAll += volume;
+          break;
+        }
+      }
+    }
 }
 
 json tensorFieldsJson(const PlanTensor &t, bool planFields) {
@@ -49,6 +102,8 @@ json tensorFieldsJson(const PlanTensor &t, bool planFields) {
             {"local_numel", t.localNumel}};
   if (!t.of.empty())
     j["of"] = t.of;
+  if (t.expert)
+    j["expert"] = true;
   if (planFields) {
     j["placement"] = placementName(t.placement);
     if (!t.init.empty())
@@ -93,6 +148,7 @@ json toJson(const Plan &plan) {
         j["recompute"] = op.recompute;
       if (!op.collective.empty()) {
         j["collective"] = op.collective;
+        j["group"] = commGroupName(op.group);
         j["comm_elements"] = op.commElements;
       }
       if (op.flops)
@@ -121,6 +177,16 @@ json toJson(const Plan &plan) {
                          {"live_bytes", p.memory->liveBytes}};
     phases.push_back(std::move(phase));
   }
+  // Each group with the rule that builds rank r's: size ranks stride apart
+  // (zeroc/Support/ExpertParallel.h).
+  json commGroups = json::array();
+  for (CommGroupKind kind : kAllCommGroupKinds) {
+    CommGroupShape shape =
+        commGroupShape(kind, plan.worldSize, plan.expertParallelSize);
+    commGroups.push_back({{"name", commGroupName(kind)},
+                          {"size", shape.size},
+                          {"stride", shape.stride}});
+  }
   json streams = json::array();
   for (size_t i = 0; i < plan.streams.size(); ++i)
     streams.push_back({{"id", i}, {"name", plan.streams[i]}});
@@ -135,6 +201,8 @@ json toJson(const Plan &plan) {
             {"seq_len", plan.model.seqLen},
             {"hf_config", plan.model.hfConfig}}},
           {"world_size", plan.worldSize},
+          {"expert_parallel_size", plan.expertParallelSize},
+          {"groups", std::move(commGroups)},
           {"stage", plan.stage},
           {"gradient_accumulation_steps", plan.gradientAccumulationSteps},
           {"recompute",
@@ -145,7 +213,7 @@ json toJson(const Plan &plan) {
           {"tensors", std::move(tensors)},
           {"flat_groups", std::move(groups)},
           {"phases", std::move(phases)},
-          {"comm_elements_per_rank_per_step", commJson(plan.comm)}};
+          {"comm_elements_per_rank_per_step", commJson(plan)}};
 }
 
 //===----------------------------------------------------------------------===//
@@ -159,7 +227,8 @@ namespace {
 } // namespace
 
 void readTensorFields(JsonFieldReader &r, const json &j, const JsonPath &at,
-                      int64_t worldSize, bool planFields, PlanTensor &t) {
+                      int64_t worldSize, bool planFields, PlanTensor &t,
+                      int64_t expertParallelSize) {
   t.name = r.string(j, at, "name");
   t.role = r.enumOf(j, at, "role", kAllTensorRoles, roleName);
   t.of = r.string(j, at, "of", /*optional=*/true);
@@ -168,6 +237,8 @@ void readTensorFields(JsonFieldReader &r, const json &j, const JsonPath &at,
   t.numel = r.integer(j, at, "numel", 1);
   t.sharded = r.boolean(j, at, "sharded");
   t.localNumel = r.integer(j, at, "local_numel", 1);
+  if (j.is_object() && j.contains("expert"))
+    t.expert = r.boolean(j, at, "expert");
   if (planFields) {
     t.placement = r.enumOf(j, at, "placement", kAllPlacements, placementName);
     t.init = r.string(j, at, "init", /*optional=*/true);
@@ -181,14 +252,25 @@ void readTensorFields(JsonFieldReader &r, const json &j, const JsonPath &at,
   else if (!checkedBytes(t.numel, bytesPerElement(t.dtype)))
     r.fail(at / "numel", "numel " + std::to_string(t.numel) +
                              " is too large: its bytes overflow 64 bits");
+  if (!r.error && t.expert && expertParallelSize < 2)
+    r.fail(at / "expert",
+           "expert state without expert parallelism (expert_parallel_size "
+           "is " +
+               std::to_string(expertParallelSize) + ")");
+  int64_t ranks = commGroupShape(t.expert ? CommGroupKind::ExpertDataParallel
+                                          : CommGroupKind::World,
+                                 worldSize, expertParallelSize)
+                      .size;
   int64_t expectedLocal =
-      t.sharded ? ParamShardLayout{t.numel, worldSize}.shardSize() : t.numel;
+      t.sharded ? ParamShardLayout{t.numel, ranks}.shardSize() : t.numel;
   if (!r.error && t.localNumel != expectedLocal)
     r.fail(at / "local_numel",
            "expected " + std::to_string(expectedLocal) + " for a " +
-               (t.sharded ? "sharded" : "replicated") + " tensor of " +
+               (t.sharded ? "sharded" : "replicated") +
+               (t.expert ? " expert" : "") + " tensor of " +
                std::to_string(t.numel) + " elements over " +
-               std::to_string(worldSize) + " ranks, found " +
+               std::to_string(ranks) +
+               (t.expert ? " expert-data-parallel" : "") + " ranks, found " +
                std::to_string(t.localNumel));
 }
 
@@ -200,6 +282,56 @@ void readFlatGroupFields(JsonFieldReader &r, const json &j, const JsonPath &at,
   g.numel = r.integer(j, at, "numel", 1);
   g.padded = r.integer(j, at, "padded", 1);
   g.partition = r.integer(j, at, "partition", 1);
+}
+
+/// A collective's group follows from what it moves, as zero-verify-schedule
+/// proves of the schedule: tokens over the expert-parallel group, expert
+/// state over the expert-data-parallel group, other state over the world.
+static void checkCollectiveGroup(JsonFieldReader &r, const Plan &plan,
+                                 const PlanOp &op, const JsonPath &at) {
+  if (op.group != CommGroupKind::World && plan.expertParallelSize < 2) {
+    r.fail(at / "group", std::string("op ") + std::to_string(op.index) + " (" +
+                             op.kindName() + ") runs over the " +
+                             commGroupName(op.group) +
+                             " group, but the plan has no expert parallelism "
+                             "(expert_parallel_size is 1)");
+    return;
+  }
+  CommGroupKind expected = CommGroupKind::World;
+  std::string why = "it moves non-expert state";
+  if (op.kind == OpKind::AllToAllStart) {
+    expected = CommGroupKind::ExpertParallel;
+    why = "it exchanges tokens";
+  } else {
+    auto isExpert = [&](const std::string &name) {
+      if (const PlanTensor *t = plan.findTensor(name))
+        return t->expert;
+      for (const PlanFlatGroup &g : plan.flatGroups)
+        if (g.name == name && !g.params.empty())
+          if (const PlanTensor *first = plan.findTensor(g.params.front()))
+            return first->expert;
+      return false;
+    };
+    for (size_t k = 0; k < op.tensors.size(); ++k) {
+      bool expert = isExpert(op.tensors[k]);
+      if (k && expert != isExpert(op.tensors[0])) {
+        r.fail(at / "tensors", std::string("op ") + std::to_string(op.index) +
+                                   " (" + op.kindName() +
+                                   ") mixes expert state with other state: "
+                                   "one collective runs over one group");
+        return;
+      }
+      if (expert) {
+        expected = CommGroupKind::ExpertDataParallel;
+        why = "it moves expert state (\"" + op.tensors[k] + "\")";
+      }
+    }
+  }
+  if (op.group != expected)
+    r.fail(at / "group", std::string("op ") + std::to_string(op.index) + " (" +
+                             op.kindName() + ") runs over the " +
+                             commGroupName(op.group) + " group, but " + why +
+                             ": expected " + commGroupName(expected));
 }
 
 Expected<Plan> readPlan(const JsonDocument &doc) {
@@ -245,6 +377,50 @@ Expected<Plan> readPlan(const JsonDocument &doc) {
            "expected at most 2147483647 ranks (MPI and NCCL number ranks "
            "with 32-bit ints), found " +
                std::to_string(plan.worldSize));
+  plan.expertParallelSize =
+      r.integer(root, JsonPath(), "expert_parallel_size", 1);
+  if (!r.error && plan.worldSize % plan.expertParallelSize != 0)
+    r.fail(JsonPath() / "expert_parallel_size",
+           "expert_parallel_size " + std::to_string(plan.expertParallelSize) +
+               " does not divide world_size " + std::to_string(plan.worldSize) +
+               ": the expert-parallel groups partition the ranks");
+  // The groups as written must be the ones the sizes build: a reader of
+  // the plan may take them as they are.
+  const json &commGroups = r.array(root, JsonPath(), "groups");
+  std::set<CommGroupKind> seenGroups;
+  for (size_t i = 0; i < commGroups.size() && !r.error; ++i) {
+    JsonPath at = JsonPath() / "groups" / std::to_string(i);
+    std::string name = r.string(commGroups[i], at, "name");
+    int64_t size = r.integer(commGroups[i], at, "size", 1);
+    int64_t stride = r.integer(commGroups[i], at, "stride", 1);
+    if (r.error)
+      break;
+    std::optional<CommGroupKind> kind = parseCommGroup(name);
+    if (!kind) {
+      r.fail(at / "name", "unknown communicator group \"" + name +
+                              "\" (expected world, expert_parallel or "
+                              "expert_data_parallel)");
+      break;
+    }
+    if (!seenGroups.insert(*kind).second) {
+      r.fail(at / "name", "duplicate group \"" + name + "\"");
+      break;
+    }
+    CommGroupShape shape =
+        commGroupShape(*kind, plan.worldSize, plan.expertParallelSize);
+    if (size != shape.size || stride != shape.stride)
+      r.fail(at, "group \"" + name + "\" has size " + std::to_string(size) +
+                     " and stride " + std::to_string(stride) +
+                     ", but world_size " + std::to_string(plan.worldSize) +
+                     " and expert_parallel_size " +
+                     std::to_string(plan.expertParallelSize) +
+                     " build it with size " + std::to_string(shape.size) +
+                     " and stride " + std::to_string(shape.stride));
+  }
+  for (CommGroupKind kind : kAllCommGroupKinds)
+    if (!r.error && !seenGroups.count(kind))
+      r.fail(JsonPath() / "groups",
+             std::string("no group named \"") + commGroupName(kind) + "\"");
   plan.stage = r.integer(root, JsonPath(), "stage");
   if (!r.error && plan.stage > 3)
     r.fail(JsonPath() / "stage",
@@ -279,7 +455,8 @@ Expected<Plan> readPlan(const JsonDocument &doc) {
     const json &j = tensors[i];
     JsonPath at = JsonPath() / "tensors" / std::to_string(i);
     PlanTensor t;
-    readTensorFields(r, j, at, plan.worldSize, /*planFields=*/true, t);
+    readTensorFields(r, j, at, plan.worldSize, /*planFields=*/true, t,
+                     plan.expertParallelSize);
     if (!r.error && !names.insert(t.name).second)
       r.fail(at / "name", "duplicate tensor name \"" + t.name + "\"");
     plan.tensors.push_back(std::move(t));
@@ -312,6 +489,7 @@ Expected<Plan> readPlan(const JsonDocument &doc) {
       r.fail(at / "name", "duplicate name \"" + g.name +
                               "\": a tensor or flat group has it already");
     std::vector<int64_t> numels;
+    std::optional<bool> expert; // The members' marking, all alike.
     for (size_t k = 0; k < g.params.size() && !r.error; ++k) {
       auto it = byName.find(g.params[k]);
       if (it == byName.end())
@@ -321,16 +499,26 @@ Expected<Plan> readPlan(const JsonDocument &doc) {
         r.fail(at / "params" / std::to_string(k),
                "\"" + g.params[k] + "\" is a " + roleName(it->second->role) +
                    " tensor, not a parameter");
-      else
+      else if (expert && *expert != it->second->expert)
+        r.fail(at / "params" / std::to_string(k),
+               "\"" + g.params[k] +
+                   "\" flattens expert parameters with others: they are "
+                   "data-parallel over different groups");
+      else {
+        expert = it->second->expert;
         numels.push_back(it->second->numel);
+      }
     }
+    PlanTensor marking;
+    marking.expert = expert.value_or(false);
+    int64_t groupRanks = plan.shardRanks(marking);
     if (!r.error && g.offsets.size() != g.params.size())
       r.fail(at / "offsets", "expected one offset per parameter");
     if (!r.error && !checkedSum(numels))
       r.fail(at / "params", "the parameters' numels overflow 64 bits");
     // The layout is ShardLayout.h's; the runtime finds parameters by it.
     if (!r.error) {
-      FlatGroupLayout layout(numels, plan.worldSize);
+      FlatGroupLayout layout(numels, groupRanks);
       for (size_t k = 0; k < g.offsets.size() && !r.error; ++k)
         if (g.offsets[k] != layout.offsets[k])
           r.fail(at / "offsets" / std::to_string(k),
@@ -346,12 +534,17 @@ Expected<Plan> readPlan(const JsonDocument &doc) {
       if (!r.error && g.padded != layout.padded)
         r.fail(at / "padded",
                "expected " + std::to_string(layout.padded) +
-                   ", numel rounded up to a multiple of 2 x world_size, "
-                   "found " +
-                   std::to_string(g.padded));
+                   ", numel rounded up to a multiple of 2 x " +
+                   (marking.expert ? "the expert-data-parallel size"
+                                   : "world_size") +
+                   ", found " + std::to_string(g.padded));
     }
-    if (!r.error && checkedMul(g.partition, plan.worldSize) != g.padded)
-      r.fail(at / "partition", "partition x world_size must equal padded");
+    if (!r.error && checkedMul(g.partition, groupRanks) != g.padded)
+      r.fail(at / "partition",
+             marking.expert
+                 ? "partition x the expert-data-parallel size must equal "
+                   "padded"
+                 : "partition x world_size must equal padded");
     plan.flatGroups.push_back(std::move(g));
   }
   for (size_t i = 0; i < plan.tensors.size() && !r.error; ++i)
@@ -424,9 +617,24 @@ Expected<Plan> readPlan(const JsonDocument &doc) {
         op.workspaceOffset = r.integer(o, oat, "workspace_offset", -1);
       }
       if (o.is_object() && o.contains("collective")) {
-        op.collective = r.oneOf(o, oat, "collective",
-                                {"all_gather", "reduce_scatter", "all_reduce"});
+        op.collective = r.oneOf(
+            o, oat, "collective",
+            {"all_gather", "reduce_scatter", "all_reduce", "all_to_all"});
         op.commElements = r.integer(o, oat, "comm_elements");
+        if (!r.error && (op.collective == "all_to_all") !=
+                            (op.kind == OpKind::AllToAllStart))
+          r.fail(oat / "collective",
+                 std::string("op ") + std::to_string(op.index) + " (" +
+                     op.kindName() + ") is " +
+                     (op.kind == OpKind::AllToAllStart ? "" : "not ") +
+                     "an all-to-all, but its collective is " + op.collective);
+        std::string group = r.string(o, oat, "group");
+        if (std::optional<CommGroupKind> g = parseCommGroup(group))
+          op.group = *g;
+        else if (!r.error)
+          r.fail(oat / "group", "unknown communicator group \"" + group +
+                                    "\" (expected world, expert_parallel or "
+                                    "expert_data_parallel)");
       }
       for (int64_t v : op.inputs)
         if (!r.error && !ids.count(v))
@@ -441,6 +649,8 @@ Expected<Plan> readPlan(const JsonDocument &doc) {
       for (const std::string &t : op.tensors)
         if (!r.error && !names.count(t))
           r.fail(oat / "tensors", "unknown tensor \"" + t + "\"");
+      if (!r.error && !op.collective.empty())
+        checkCollectiveGroup(r, plan, op, oat);
       phase.ops.push_back(std::move(op));
     }
     if (!r.error && j.is_object() && j.contains("memory")) {
@@ -498,6 +708,26 @@ Expected<Plan> readPlan(const JsonDocument &doc) {
     plan.comm.allGather = r.number(*comm, at, "all_gather");
     plan.comm.reduceScatter = r.number(*comm, at, "reduce_scatter");
     plan.comm.allReduce = r.number(*comm, at, "all_reduce");
+    plan.comm.allToAll = r.number(*comm, at, "all_to_all");
+    if (const json *byGroup = r.member(*comm, at, "by_group")) {
+      if (!byGroup->is_object())
+        r.fail(at / "by_group", "expected an object of groups");
+      else
+        for (auto it = byGroup->begin(); it != byGroup->end() && !r.error;
+             ++it) {
+          JsonPath gat = at / "by_group" / it.key();
+          std::optional<CommGroupKind> g = parseCommGroup(it.key());
+          if (!g) {
+            r.fail(gat, "unknown communicator group \"" + it.key() + "\"");
+            break;
+          }
+          CommVolume &v = plan.commByGroup[*g];
+          v.allGather = r.number(*it, gat, "all_gather");
+          v.reduceScatter = r.number(*it, gat, "reduce_scatter");
+          v.allReduce = r.number(*it, gat, "all_reduce");
+          v.allToAll = r.number(*it, gat, "all_to_all");
+        }
+    }
   }
   if (r.error)
     return *r.error;

@@ -19,7 +19,7 @@ namespace zeroc {
 
 static constexpr CollectiveKind kCollectiveKinds[] = {
     CollectiveKind::AllGather, CollectiveKind::ReduceScatter,
-    CollectiveKind::AllReduce};
+    CollectiveKind::AllReduce, CollectiveKind::AllToAll};
 
 std::optional<CollectiveKind> parseCollectiveKind(const std::string &name) {
   for (CollectiveKind kind : kCollectiveKinds)
@@ -153,17 +153,20 @@ CommPerStep commPerRankPerStep(const Plan &plan) {
       std::optional<CollectiveKind> kind = parseCollectiveKind(op.collective);
       if (!kind)
         continue;
-      CommKindVolume &v = out.byKind[static_cast<size_t>(*kind)];
-      double elements =
-          commElementsPerRank(*kind, double(op.commElements), plan.worldSize) *
-          double(phase.runsPerStep);
-      v.elements += elements;
-      v.collectives += phase.runsPerStep;
+      double elements = commElementsPerRank(*kind, double(op.commElements),
+                                            plan.groupSize(op.group)) *
+                        double(phase.runsPerStep);
       std::optional<DType> dtype = dtypes.of(values, op);
-      if (v.bytes && dtype)
-        *v.bytes += elements * double(bytesPerElement(*dtype));
-      else
-        v.bytes.reset();
+      for (CommKindVolume *v :
+           {&out.byKind[static_cast<size_t>(*kind)],
+            &out.byGroup[op.group][static_cast<size_t>(*kind)]}) {
+        v->elements += elements;
+        v->collectives += phase.runsPerStep;
+        if (v->bytes && dtype)
+          *v->bytes += elements * double(bytesPerElement(*dtype));
+        else
+          v->bytes.reset();
+      }
     }
   }
   return out;
@@ -183,6 +186,45 @@ double zeroPaperCommElements(int64_t stage, int64_t params, int64_t worldSize) {
 static const char *zeroPaperFormula(int64_t stage) {
   return stage == 3 ? "3 psi (n-1)/n" : "2 psi (n-1)/n";
 }
+
+namespace {
+/// The ZeRO paper's figure for a plan, and what of the plan it covers. With
+/// expert parallelism ZeRO runs twice, as DeepSpeed's MoE parameter groups
+/// do: over the world for the non-expert parameters and over the
+/// expert-data-parallel group for this rank's experts (the stored `numel`
+/// of an expert parameter is its slice); the tokens' all-to-alls are no
+/// part of ZeRO and are left out of the comparison.
+struct ZeroPaperFigure {
+  double expected = 0;
+  double planElements = 0;
+  std::string formula;
+};
+
+ZeroPaperFigure zeroPaperFigure(const Plan &plan, const CommPerStep &comm) {
+  ZeroPaperFigure f;
+  f.planElements = comm.total().elements;
+  if (plan.expertParallelSize <= 1) {
+    f.expected =
+        zeroPaperCommElements(plan.stage, plan.model.params, plan.worldSize);
+    f.formula = zeroPaperFormula(plan.stage);
+    return f;
+  }
+  int64_t psiWorld = 0, psiExperts = 0;
+  for (const PlanTensor &t : plan.tensors)
+    if (t.role == TensorRole::Param)
+      (t.expert ? psiExperts : psiWorld) += t.numel;
+  f.expected =
+      zeroPaperCommElements(plan.stage, psiWorld, plan.worldSize) +
+      zeroPaperCommElements(plan.stage, psiExperts,
+                            plan.groupSize(CommGroupKind::ExpertDataParallel));
+  f.planElements -= comm[CollectiveKind::AllToAll].elements;
+  std::string k = plan.stage == 3 ? "3" : "2";
+  f.formula = k + " psi (n-1)/n + " + k +
+              " psi_e (m-1)/m (psi_e this rank's experts, m = n / ep; "
+              "all-to-alls excluded)";
+  return f;
+}
+} // namespace
 
 //===----------------------------------------------------------------------===//
 // Formatting helpers
@@ -384,13 +426,31 @@ void commJson(const Plan &plan, const InspectOptions &, json &out) {
   if (!bytes.empty())
     out["comm_bytes_per_rank_per_step"] = std::move(bytes);
   out["collectives_per_step"] = std::move(collectives);
+  // Per communicator group: with expert parallelism, tokens over the
+  // expert-parallel group, expert state over the expert-data-parallel one.
+  json byGroup = json::object();
+  for (const auto &[group, kinds] : comm.byGroup) {
+    json row = json::object();
+    for (CollectiveKind kind : kCollectiveKinds) {
+      const CommKindVolume &v = kinds[static_cast<size_t>(kind)];
+      if (!v.collectives)
+        continue;
+      row[std::string(collectiveName(kind))] = {
+          {"elements", number(v.elements)},
+          {"bytes", v.bytes ? json(number(*v.bytes)) : json()},
+          {"collectives", v.collectives}};
+    }
+    byGroup[commGroupName(group)] = {{"ranks", plan.groupSize(group)},
+                                     {"by_collective", std::move(row)}};
+  }
+  out["comm_per_group"] = std::move(byGroup);
 
-  double expected =
-      zeroPaperCommElements(plan.stage, plan.model.params, plan.worldSize);
+  ZeroPaperFigure paper = zeroPaperFigure(plan, comm);
   out["zero_paper"] = {
-      {"formula", zeroPaperFormula(plan.stage)},
-      {"comm_elements_per_rank_per_step", number(expected)},
-      {"ratio", expected > 0 ? json(total.elements / expected) : json()}};
+      {"formula", paper.formula},
+      {"comm_elements_per_rank_per_step", number(paper.expected)},
+      {"ratio", paper.expected > 0 ? json(paper.planElements / paper.expected)
+                                   : json()}};
 }
 
 void commText(const Plan &plan, const InspectOptions &, std::string &out) {
@@ -405,18 +465,36 @@ void commText(const Plan &plan, const InspectOptions &, std::string &out) {
                groupDigits(v.collectives)});
   };
   for (CollectiveKind kind : kCollectiveKinds)
-    row(std::string(collectiveName(kind)), comm[kind]);
+    if (kind != CollectiveKind::AllToAll || comm[kind].collectives)
+      row(std::string(collectiveName(kind)), comm[kind]);
   row("total", total);
   out += table.str();
+  if (plan.expertParallelSize > 1) {
+    // Expert parallelism: who talks with whom.
+    out += "\ncommunication per group (expert parallelism, ep " +
+           std::to_string(plan.expertParallelSize) + ")\n";
+    Table groups(
+        {"group", "ranks", "collective", "elements", "bytes", "collectives"});
+    for (const auto &[group, kinds] : comm.byGroup)
+      for (CollectiveKind kind : kCollectiveKinds) {
+        const CommKindVolume &v = kinds[static_cast<size_t>(kind)];
+        if (!v.collectives)
+          continue;
+        groups.row({commGroupName(group), std::to_string(plan.groupSize(group)),
+                    std::string(collectiveName(kind)), elementsText(v.elements),
+                    v.bytes ? humanBytes(*v.bytes) : "-",
+                    groupDigits(v.collectives)});
+      }
+    out += groups.str();
+  }
 
-  double expected =
-      zeroPaperCommElements(plan.stage, plan.model.params, plan.worldSize);
-  std::string line = "ZeRO paper, " +
-                     std::string(zeroPaperFormula(plan.stage)) + ": " +
-                     elementsText(expected) + " elements";
-  if (expected > 0) {
+  ZeroPaperFigure paper = zeroPaperFigure(plan, comm);
+  std::string line = "ZeRO paper, " + paper.formula + ": " +
+                     elementsText(paper.expected) + " elements";
+  if (paper.expected > 0) {
     char ratio[32];
-    std::snprintf(ratio, sizeof ratio, "%.2f", total.elements / expected);
+    std::snprintf(ratio, sizeof ratio, "%.2f",
+                  paper.planElements / paper.expected);
     line += "; plan / paper = " + std::string(ratio);
   }
   out += "  " + line + "\n";

@@ -46,12 +46,34 @@ bool isAsyncStart(OpKind kind) {
   case OpKind::ReduceScatterStart:
   case OpKind::AllReduceStart:
   case OpKind::AllGatherUpdatesStart:
+  case OpKind::AllToAllStart:
   case OpKind::FetchStart:
   case OpKind::CopyStart:
     return true;
   default:
     return false;
   }
+}
+
+const char *allToAllPurposeName(AllToAllPurpose purpose) {
+  switch (purpose) {
+  case AllToAllPurpose::Dispatch:
+    return "dispatch";
+  case AllToAllPurpose::Combine:
+    return "combine";
+  case AllToAllPurpose::CombineGrad:
+    return "combine_grad";
+  case AllToAllPurpose::DispatchGrad:
+    return "dispatch_grad";
+  }
+  return "?";
+}
+
+std::optional<AllToAllPurpose> parseAllToAllPurpose(std::string_view name) {
+  for (AllToAllPurpose p : kAllAllToAllPurposes)
+    if (name == allToAllPurposeName(p))
+      return p;
+  return std::nullopt;
 }
 
 const char *placementName(Placement placement) {
@@ -155,6 +177,9 @@ struct AttrWriter {
   }
   void operator()(const char *name, AttentionKernel v) {
     out[name] = attentionKernelName(v);
+  }
+  void operator()(const char *name, AllToAllPurpose v) {
+    out[name] = allToAllPurposeName(v);
   }
 };
 
@@ -262,6 +287,17 @@ struct AttrReader {
       if (!k)
         return wrong(name, *v, "flash or materialized");
       out = *k;
+    }
+  }
+  void operator()(const char *name, AllToAllPurpose &out) {
+    if (const json *v = find(name, false)) {
+      std::optional<AllToAllPurpose> p =
+          v->is_string() ? parseAllToAllPurpose(v->get<std::string>())
+                         : std::nullopt;
+      if (!p)
+        return wrong(name, *v,
+                     "dispatch, combine, combine_grad or dispatch_grad");
+      out = *p;
     }
   }
 

@@ -5,6 +5,9 @@
 // the training-step expansion emits to sched ops: in-place reads, gathers
 // and releases, local accumulation or reduce-scatter, the boundary
 // reductions and the all-gather of updated parameters, per ZeRO stage.
+// Under expert parallelism, expert state moves over the expert-data-parallel
+// group and tokens reach this rank's experts, and return, by all-to-all over
+// the expert-parallel group.
 //
 //===----------------------------------------------------------------------===//
 
@@ -12,6 +15,7 @@
 #include "zeroc/Transforms/ZeroNames.h"
 
 #include "sched/SchedOps.h"
+#include "zeroc/Support/ExpertParallel.h"
 #include "zeroc/Support/ShardLayout.h"
 
 #include "mlir/IR/Builders.h"
@@ -35,11 +39,13 @@ class CollectiveInserter {
 public:
   CollectiveInserter(ModuleOp module, int64_t stage, bool reduceScatter)
       : module(module), stage(stage), worldSize(sched::getWorldSize(module)),
+        expertParallelSize(sched::getExpertParallelSize(module)),
         reduceScatter(reduceScatter), symbols(module), states(module),
         b(module.getContext()) {}
 
   LogicalResult run(func::FuncOp micro, func::FuncOp optimizer) {
-    if (failed(collectGroupOffsets()) || failed(lowerMicroStep(micro)))
+    if (failed(collectGroupOffsets()) || failed(exchangeTokens(micro)) ||
+        failed(lowerMicroStep(micro)))
       return failure();
     return lowerOptimizerStep(optimizer);
   }
@@ -61,23 +67,53 @@ private:
     return ref(stateName(owner, role));
   }
 
-  /// Where each parameter starts in the flat group (stages 1 and 2).
+  /// Where each parameter starts in its flat group (stages 1 and 2): the
+  /// world's, or under expert parallelism the experts'.
   LogicalResult collectGroupOffsets() {
     if (stage != 1 && stage != 2)
       return success();
-    auto group = symbols.lookup<sched::FlatGroupOp>(kFlatGroupName);
-    if (!group)
+    if (!symbols.lookup<sched::FlatGroupOp>(kFlatGroupName))
       return module.emitError()
              << "stage " << stage << " needs the flat group @" << kFlatGroupName
              << " that zero-partition declares";
-    std::vector<int64_t> numels;
-    for (auto name : group.getParams().getAsRange<FlatSymbolRefAttr>())
-      numels.push_back(tensor(name.getValue()).getNumElements());
-    FlatGroupLayout layout(numels, worldSize);
-    for (auto [i, name] :
-         llvm::enumerate(group.getParams().getAsRange<FlatSymbolRefAttr>()))
-      groupOffset[name.getValue()] = layout.offsets[i];
+    for (StringRef name : {kFlatGroupName, kExpertFlatGroupName}) {
+      auto group = symbols.lookup<sched::FlatGroupOp>(name);
+      if (!group)
+        continue;
+      flatGroups.push_back(name);
+      std::vector<int64_t> numels;
+      sched::TensorOp first;
+      for (auto member : group.getParams().getAsRange<FlatSymbolRefAttr>()) {
+        FailureOr<sched::TensorOp> t = param(group, member.getValue());
+        if (failed(t))
+          return failure();
+        first = first ? first : *t;
+        numels.push_back(t->getNumElements());
+      }
+      FlatGroupLayout layout(numels, first.getShardGroupSize(worldSize));
+      for (auto [i, member] :
+           llvm::enumerate(group.getParams().getAsRange<FlatSymbolRefAttr>())) {
+        groupOffset[member.getValue()] = layout.offsets[i];
+        groupOf[member.getValue()] = name;
+      }
+    }
     return success();
+  }
+
+  /// The flat group holding `param` (stages 1 and 2).
+  StringRef flatGroupOf(StringRef param) { return groupOf.lookup(param); }
+
+  /// The communicator group of a collective on `owner`'s state: the
+  /// expert-data-parallel ranks for expert state, the world otherwise.
+  sched::CommGroupAttr groupFor(StringRef owner) {
+    bool expert = false;
+    if (auto t = tensor(owner))
+      expert = t.getExpert();
+    else if (owner == kExpertFlatGroupName)
+      expert = true;
+    return sched::CommGroupAttr::get(
+        b.getContext(), expert ? sched::CommGroup::ExpertDataParallel
+                               : sched::CommGroup::World);
   }
 
   /// The sched.tensor a logical parameter use names, or an error.
@@ -103,6 +139,123 @@ private:
                              TypeRange results = {}) {
     return b.create<sched::WaitOp>(loc, results, start->getResult(0),
                                    computeStream());
+  }
+
+  //===--------------------------------------------------------------------===//
+  // Expert parallelism's token exchanges
+  //===--------------------------------------------------------------------===//
+
+  /// One all-to-all over the expert-parallel group and its wait: `send`'s
+  /// rows out, `recvRows` rows of the same width back. `bytes` is the
+  /// busiest rank's traffic under the planning assumption, `worstBytes`
+  /// under the worst routing (zeroc/Support/ExpertParallel.h).
+  Value allToAll(Location loc, sched::AllToAllPurpose purpose, Value send,
+                 int64_t recvRows, int64_t bytes, int64_t worstBytes) {
+    auto sendType = cast<RankedTensorType>(send.getType());
+    auto recvType = RankedTensorType::get({recvRows, sendType.getDimSize(1)},
+                                          sendType.getElementType());
+    auto start = b.create<sched::AllToAllStartOp>(
+        loc, sched::TokenType::get(b.getContext()), send, purpose, recvType,
+        uint64_t(bytes), uint64_t(worstBytes), sched::Stream::Compute,
+        sched::CommGroup::ExpertParallel);
+    return startAndWait(loc, start, {recvType}).getResult(0);
+  }
+
+  /// Around each model.moe_local_experts (zero-partition's split of a
+  /// model.moe_experts): the dispatch to the ranks holding the rows'
+  /// experts before it and the combine back after it; around its backward,
+  /// the combine's gradient (back to the experts) and the dispatch's. The
+  /// local experts run on the rows this rank receives, as many as the
+  /// planning assumption gives the busiest rank.
+  LogicalResult exchangeTokens(func::FuncOp micro) {
+    auto forwards = llvm::to_vector(micro.getOps<model::MoeLocalExpertsOp>());
+    if (forwards.empty())
+      return success();
+    if (expertParallelSize < 2)
+      return forwards.front().emitOpError()
+             << "runs this rank's experts, but the schedule has no expert "
+                "parallelism ("
+             << sched::kExpertParallelSizeAttr << " is " << expertParallelSize
+             << ")";
+    for (model::MoeLocalExpertsOp fwd : forwards) {
+      Location loc = fwd.getLoc();
+      auto rowsType = cast<RankedTensorType>(fwd.getRows().getType());
+      int64_t sent = rowsType.getDimSize(0);
+      int64_t experts = fwd.getNumExperts(), topK = fwd.getTopK();
+      if (sent % topK != 0)
+        return fwd.emitOpError() << "has " << sent << " rows, not a multiple "
+                                 << "of top_k " << topK;
+      if (fwd.getLocalExperts() * expertParallelSize != experts)
+        return fwd.emitOpError()
+               << "holds " << fwd.getLocalExperts() << " of " << experts
+               << " experts, but an expert-parallel size of "
+               << expertParallelSize << " gives each rank "
+               << experts / expertParallelSize;
+      // The planning assumption (uniform unless max_expert_share says)
+      // and the worst case, as `zeroc stats --ep-size` reports them.
+      double share = 1.0 / double(experts);
+      if (auto attr = fwd.getMaxExpertShareAttr())
+        share = attr.getValueAsDouble();
+      auto receivedRows = [&](double s) {
+        return expertParallelReceivedRows(sent, topK, experts,
+                                          expertParallelSize,
+                                          busiestExpertRows(s, sent));
+      };
+      int64_t received = receivedRows(share);
+      int64_t worst = receivedRows(1.0 / double(topK));
+      int64_t rowBytes =
+          model::tensorBytes(rowsType) / std::max<int64_t>(sent, 1);
+      int64_t bytes = std::max(sent, received) * rowBytes;
+      int64_t worstBytes = std::max(sent, worst) * rowBytes;
+      auto exchange = [&](sched::AllToAllPurpose purpose, Value send,
+                          int64_t rows) {
+        return allToAll(loc, purpose, send, rows, bytes, worstBytes);
+      };
+
+      b.setInsertionPoint(fwd);
+      Value recv =
+          exchange(sched::AllToAllPurpose::Dispatch, fwd.getRows(), received);
+      auto savedType = RankedTensorType::get(
+          {received * 2 *
+           cast<RankedTensorType>(fwd.getW1().getType()).getDimSize(1)},
+          rowsType.getElementType());
+      auto local = b.create<model::MoeLocalExpertsOp>(
+          loc, TypeRange{recv.getType(), savedType}, recv, fwd.getW1(),
+          fwd.getW3(), fwd.getW2(), fwd.getNumExpertsAttr(), fwd.getTopKAttr(),
+          fwd.getMaxExpertShareAttr());
+      local->setDiscardableAttrs(fwd->getDiscardableAttrDictionary());
+      Value back =
+          exchange(sched::AllToAllPurpose::Combine, local.getResult(), sent);
+      fwd.getResult().replaceAllUsesWith(back);
+      for (Operation *user :
+           llvm::make_early_inc_range(fwd.getSaved().getUsers())) {
+        auto bwd = dyn_cast<model::MoeLocalExpertsBackwardOp>(user);
+        if (!bwd)
+          return user->emitOpError()
+                 << "reads the saved state of model.moe_local_experts; only "
+                    "its backward may";
+        b.setInsertionPoint(bwd);
+        Location at = bwd.getLoc();
+        Value dout = exchange(sched::AllToAllPurpose::CombineGrad,
+                              bwd.getDout(), received);
+        auto grads = b.create<model::MoeLocalExpertsBackwardOp>(
+            at,
+            TypeRange{recv.getType(), bwd.getDw1().getType(),
+                      bwd.getDw3().getType(), bwd.getDw2().getType()},
+            recv, bwd.getW1(), bwd.getW3(), bwd.getW2(), dout,
+            local.getSaved());
+        grads->setDiscardableAttrs(bwd->getDiscardableAttrDictionary());
+        Value drows = exchange(sched::AllToAllPurpose::DispatchGrad,
+                               grads.getDrows(), sent);
+        bwd.getDrows().replaceAllUsesWith(drows);
+        bwd.getDw1().replaceAllUsesWith(grads.getDw1());
+        bwd.getDw3().replaceAllUsesWith(grads.getDw3());
+        bwd.getDw2().replaceAllUsesWith(grads.getDw2());
+        bwd.erase();
+      }
+      fwd.erase();
+    }
+    return success();
   }
 
   //===--------------------------------------------------------------------===//
@@ -189,7 +342,7 @@ private:
                                            paramRef, computeStream());
       auto start = b.create<sched::AllGatherStartOp>(
           loc, sched::TokenType::get(b.getContext()), ValueRange{shard},
-          b.getArrayAttr({paramRef}), computeStream());
+          b.getArrayAttr({paramRef}), computeStream(), groupFor(name));
       auto wait = startAndWait(loc, start, {fullType});
       for (OpOperand *use : uses)
         use->set(wait.getResult(0));
@@ -254,19 +407,20 @@ private:
       break;
     case 1:
       b.create<sched::AccumulateOp>(
-          loc, grad, state(kFlatGroupName, Role::Grad),
+          loc, grad, state(flatGroupOf(name), Role::Grad),
           b.getI64IntegerAttr(groupOffset.lookup(name)), zero);
       break;
     default: {
       // Stage 2 reduces into the flat group's gradient partition, stage 3
       // into the parameter's own gradient shard.
-      FlatSymbolRefAttr target = stage == 2 ? state(kFlatGroupName, Role::Grad)
-                                            : state(name, Role::Grad);
+      FlatSymbolRefAttr target = stage == 2
+                                     ? state(flatGroupOf(name), Role::Grad)
+                                     : state(name, Role::Grad);
       int64_t offset = stage == 2 ? groupOffset.lookup(name) : 0;
       auto start = b.create<sched::ReduceScatterStartOp>(
           loc, sched::TokenType::get(b.getContext()), ValueRange{grad},
           b.getArrayAttr({target}), b.getDenseI64ArrayAttr({offset}),
-          allReduceAttr(), zero);
+          allReduceAttr(), zero, groupFor(name));
       startAndWait(loc, start);
     }
     }
@@ -295,7 +449,8 @@ private:
     // The gradient tensors the optimizer reads.
     SmallVector<Attribute> grads;
     if (stage == 1 || stage == 2)
-      grads.push_back(state(kFlatGroupName, Role::Grad));
+      for (StringRef group : flatGroups)
+        grads.push_back(state(group, Role::Grad));
     else
       for (model::AdamUpdateOp update : updates)
         grads.push_back(state(update.getParam(), Role::Grad));
@@ -306,17 +461,20 @@ private:
       for (Attribute g : grads)
         startAndWait(loc, b.create<sched::AllReduceStartOp>(
                               loc, sched::TokenType::get(b.getContext()),
-                              b.getArrayAttr({g}), zero));
+                              b.getArrayAttr({g}), zero,
+                              groupFor(cast<FlatSymbolRefAttr>(g).getValue())));
     } else if (stage == 1) {
-      sched::TensorOp grad = states.stateOf(kFlatGroupName, Role::Grad);
-      FlatSymbolRefAttr name = ref(grad.getSymName());
-      auto read =
-          b.create<sched::ReadOp>(loc, grad.getTensorType(), name, zero);
-      startAndWait(loc,
-                   b.create<sched::ReduceScatterStartOp>(
-                       loc, sched::TokenType::get(b.getContext()),
-                       ValueRange{read}, b.getArrayAttr({name}),
-                       b.getDenseI64ArrayAttr({0}), allReduceAttr(), zero));
+      for (StringRef group : flatGroups) {
+        sched::TensorOp grad = states.stateOf(group, Role::Grad);
+        FlatSymbolRefAttr name = ref(grad.getSymName());
+        auto read =
+            b.create<sched::ReadOp>(loc, grad.getTensorType(), name, zero);
+        startAndWait(loc, b.create<sched::ReduceScatterStartOp>(
+                              loc, sched::TokenType::get(b.getContext()),
+                              ValueRange{read}, b.getArrayAttr({name}),
+                              b.getDenseI64ArrayAttr({0}), allReduceAttr(),
+                              zero, groupFor(group)));
+      }
     }
 
     for (Operation &op : llvm::make_early_inc_range(body)) {
@@ -347,7 +505,8 @@ private:
                  << updates.front().getParam() << ": stage " << stage
                  << " updates all parameters as one flat group with one set "
                     "of settings";
-      createAdam(updates.front(), kFlatGroupName);
+      for (StringRef group : flatGroups)
+        createAdam(updates.front(), group);
     } else {
       for (model::AdamUpdateOp update : updates) {
         b.setInsertionPoint(update);
@@ -358,15 +517,18 @@ private:
 
     // Share the updated parameters with the ranks that did not update them.
     if (stage == 1 || stage == 2) {
-      startAndWait(loc, b.create<sched::AllGatherUpdatesStartOp>(
-                            loc, sched::TokenType::get(b.getContext()),
-                            b.getArrayAttr({ref(kFlatGroupName)}), zero));
+      for (StringRef group : flatGroups)
+        startAndWait(loc,
+                     b.create<sched::AllGatherUpdatesStartOp>(
+                         loc, sched::TokenType::get(b.getContext()),
+                         b.getArrayAttr({ref(group)}), zero, groupFor(group)));
     } else if (stage == 3) {
       for (model::AdamUpdateOp update : updates)
         if (!tensor(update.getParam()).getSharded())
           startAndWait(loc, b.create<sched::AllGatherUpdatesStartOp>(
                                 loc, sched::TokenType::get(b.getContext()),
-                                b.getArrayAttr({update.getParamAttr()}), zero));
+                                b.getArrayAttr({update.getParamAttr()}), zero,
+                                groupFor(update.getParam())));
     }
     b.create<sched::ZeroGradsOp>(loc, gradList, zero);
     for (model::AdamUpdateOp update : updates)
@@ -410,11 +572,14 @@ private:
   ModuleOp module;
   int64_t stage;
   int64_t worldSize;
+  int64_t expertParallelSize;
   bool reduceScatter;
   SymbolTable symbols;
   sched::StateTable states;
   OpBuilder b;
   llvm::StringMap<int64_t> groupOffset;
+  llvm::StringMap<StringRef> groupOf;
+  SmallVector<StringRef, 2> flatGroups;
 };
 
 struct ZeroInsertCollectives

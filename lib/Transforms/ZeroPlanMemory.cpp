@@ -235,6 +235,37 @@ private:
       tokens(back.getInput());
       s.experts = tensor(back.getGate()).getDimSize(0);
       s.topK = tensor(back.getDweights()).getShape().back();
+    } else if (isa<model::MoeDispatchOp, model::MoeCombineOp,
+                   model::MoeCombineBackwardOp>(op)) {
+      // The dispatch plan of the tokens' routed rows: the tokens are the
+      // [batch, seq, hidden] side, the routing the indices.
+      kind = MoeScratchKind::Dispatch;
+      Value indices, tokensSide;
+      if (auto d = dyn_cast<model::MoeDispatchOp>(op)) {
+        tokensSide = d.getInput(), indices = d.getIndices();
+        s.experts = d.getNumExperts();
+      } else if (auto c = dyn_cast<model::MoeCombineOp>(op)) {
+        tokensSide = c.getResult(), indices = c.getIndices();
+        s.experts = c.getNumExperts();
+      } else {
+        auto cb = cast<model::MoeCombineBackwardOp>(op);
+        tokensSide = cb.getDy(), indices = cb.getIndices();
+        s.experts = cb.getNumExperts();
+      }
+      tokens(tokensSide);
+      s.topK = tensor(indices).getShape().back();
+    } else if (isa<model::MoeLocalExpertsOp, model::MoeLocalExpertsBackwardOp>(
+                   op)) {
+      // The received rows grouped by the rank's experts.
+      bool forward = isa<model::MoeLocalExpertsOp>(op);
+      kind = forward ? MoeScratchKind::LocalExpertsForward
+                     : MoeScratchKind::LocalExpertsBackward;
+      Value rows = op->getOperand(0), w1 = op->getOperand(1);
+      tokens(rows);
+      s.topK = 1;
+      s.experts = tensor(w1).getDimSize(0);
+      s.intermediate = tensor(w1).getDimSize(1);
+      s.savedOutput = true;
     } else {
       return 0;
     }

@@ -51,8 +51,8 @@ public:
       return failure();
     for (func::FuncOp f : {micro, optimizer})
       if (failed(checkStructure(f)) || failed(checkGroups(f)) ||
-          failed(checkReleases(f)) || failed(checkStreams(f)) ||
-          failed(checkInFlight(f)))
+          failed(checkTokenExchanges(f)) || failed(checkReleases(f)) ||
+          failed(checkStreams(f)) || failed(checkInFlight(f)))
         return failure();
     return checkReductions(micro, optimizer);
   }
@@ -167,6 +167,65 @@ private:
                << sched::stringifyCommGroup(expected) << " group"
                << (expert ? ", the ranks that hold the same experts"
                           : ", every rank holding it");
+    }
+    return success();
+  }
+
+  /// The all-to-all a value comes from (through its wait), if any.
+  static std::optional<sched::AllToAllPurpose> exchangedBy(Value v) {
+    auto wait = v.getDefiningOp<sched::WaitOp>();
+    auto start = wait ? wait.getToken().getDefiningOp<sched::AllToAllStartOp>()
+                      : nullptr;
+    if (!start)
+      return std::nullopt;
+    return start.getPurpose();
+  }
+
+  /// Whether `v` is sent by an all-to-all of `purpose`, and by nothing else.
+  static bool sentOnlyBy(Value v, sched::AllToAllPurpose purpose) {
+    return !v.use_empty() && llvm::all_of(v.getUsers(), [&](Operation *user) {
+      auto start = dyn_cast<sched::AllToAllStartOp>(user);
+      return start && start.getPurpose() == purpose;
+    });
+  }
+
+  /// Under expert parallelism a rank's experts see only the rows sent to
+  /// them: the local experts read what the dispatch exchange received and
+  /// their result goes back by the combine exchange; their backward reads
+  /// the combine's gradient and sends its input gradient back by the
+  /// dispatch's. Anything else would run the experts on another rank's
+  /// layout of the rows.
+  LogicalResult checkTokenExchanges(func::FuncOp f) {
+    using sched::AllToAllPurpose;
+    auto name = [](AllToAllPurpose p) {
+      return sched::stringifyAllToAllPurpose(p);
+    };
+    for (Operation &op : f.getBody().front()) {
+      if (auto local = dyn_cast<model::MoeLocalExpertsOp>(op)) {
+        if (exchangedBy(local.getRows()) != AllToAllPurpose::Dispatch)
+          return op.emitOpError()
+                 << "reads rows that no " << name(AllToAllPurpose::Dispatch)
+                 << " all-to-all received: this rank's experts run on the "
+                    "rows sent to them (run zero-insert-collectives)";
+        if (!sentOnlyBy(local.getResult(), AllToAllPurpose::Combine))
+          return op.emitOpError()
+                 << "result must go back to the tokens' ranks by a "
+                 << name(AllToAllPurpose::Combine) << " all-to-all, and only "
+                 << "by it";
+      } else if (auto back = dyn_cast<model::MoeLocalExpertsBackwardOp>(op)) {
+        if (exchangedBy(back.getDout()) != AllToAllPurpose::CombineGrad)
+          return op.emitOpError() << "reads an output gradient that no "
+                                  << name(AllToAllPurpose::CombineGrad)
+                                  << " all-to-all received";
+        if (exchangedBy(back.getRows()) != AllToAllPurpose::Dispatch)
+          return op.emitOpError()
+                 << "reads rows that no " << name(AllToAllPurpose::Dispatch)
+                 << " all-to-all received";
+        if (!sentOnlyBy(back.getDrows(), AllToAllPurpose::DispatchGrad))
+          return op.emitOpError() << "input gradient must go back by a "
+                                  << name(AllToAllPurpose::DispatchGrad)
+                                  << " all-to-all, and only by it";
+      }
     }
     return success();
   }

@@ -340,6 +340,15 @@ std::optional<Status> runModelOp(K &k, const PlanOp &op, In in, Out out,
     ZEROC_RETURN_IF_ERROR(k.linearGradInput(dlogits, in(1), out(0)));
     return k.linearGradWeight(dlogits, in(0), out(1));
   }
+  // Expert parallelism's split ops: plans with them are refused by
+  // Executor::create before any op runs.
+  case OpKind::MoeDispatch:
+  case OpKind::MoeLocalExperts:
+  case OpKind::MoeCombine:
+  case OpKind::MoeCombineBackward:
+  case OpKind::MoeLocalExpertsBackward:
+    return Status{std::string(opKindName(op.kind)) +
+                  ": expert parallelism is not run by zerorun yet"};
 #define ZEROC_NOT_A_KERNEL(e, name, attrs) case OpKind::e:
     ZEROC_PLAN_SCHED_OPS(ZEROC_NOT_A_KERNEL)
 #undef ZEROC_NOT_A_KERNEL

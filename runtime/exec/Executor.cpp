@@ -254,6 +254,16 @@ int64_t Executor::predictedPeakBytes() const {
 Expected<std::unique_ptr<Executor>>
 Executor::create(Plan plan, Communicator &comm,
                  const ExecutorOptions &options) {
+  // zeroc plans expert parallelism (communicator groups, token all-to-alls,
+  // local experts); zerorun does not run it yet.
+  if (plan.expertParallelSize > 1)
+    return Diagnostic{
+        "", 0, 0,
+        "the plan splits the experts over expert-parallel groups of " +
+            std::to_string(plan.expertParallelSize) +
+            " ranks; zerorun does not run expert parallelism yet (its "
+            "all-to-all exchanges and local experts): compile with an "
+            "expert-parallel size of 1"};
   if (plan.worldSize != comm.size())
     return Diagnostic{
         "", 0, 0,

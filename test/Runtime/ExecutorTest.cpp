@@ -283,6 +283,18 @@ TEST(Dispatch, EveryModelOpKindHasAKernel) {
     EXPECT_LE(modelOpScratchBytes(op, any, any), int64_t(workspace.size()));
     std::optional<cpu::Status> status =
         runModelOp(k, op, any, any, StepContext{}, workspace.data());
+    // Expert parallelism's split ops have no kernel yet: Executor::create
+    // refuses their plans, and the dispatch says so rather than run none.
+    if (kind == OpKind::MoeDispatch || kind == OpKind::MoeLocalExperts ||
+        kind == OpKind::MoeCombine || kind == OpKind::MoeCombineBackward ||
+        kind == OpKind::MoeLocalExpertsBackward) {
+      ASSERT_TRUE(status);
+      EXPECT_FALSE(status->ok());
+      EXPECT_NE(status->error.find("expert parallelism is not run by zerorun "
+                                   "yet"),
+                std::string::npos);
+      continue;
+    }
     if (status) {
       EXPECT_TRUE(status->ok()) << status->error;
     }

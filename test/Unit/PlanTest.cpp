@@ -323,10 +323,10 @@ TEST(Plan, MissingFileIsAnError) {
 /// A valid plan, one item per line so that an edit moves nothing else.
 const char *const kValidPlan = R"({
   "format": "zeroc-plan",
-  "version": 7,
+  "version": 8,
   "generator": "test",
   "model": {"name": "m", "params": 18, "dtype": "bf16", "micro_batch": 2, "seq_len": 3, "hf_config": null},
-  "world_size": 2,
+  "world_size": 2, "expert_parallel_size": 1, "groups": [{"name": "world", "size": 2, "stride": 1}, {"name": "expert_parallel", "size": 1, "stride": 1}, {"name": "expert_data_parallel", "size": 2, "stride": 1}],
   "stage": 2,
   "gradient_accumulation_steps": 1, "recompute": {"mode": "none", "every": 1},
   "config": {},
@@ -347,14 +347,14 @@ const char *const kValidPlan = R"({
      ],
      "ops": [
        {"index": 0, "kind": "read", "stream": 0, "inputs": [], "outputs": [1], "tensors": ["a"], "deps": [], "attrs": {"tensor": "a"}},
-       {"index": 1, "kind": "reduce_scatter_start", "stream": 1, "inputs": [1], "outputs": [], "tensors": ["g.grad"], "deps": [0], "collective": "reduce_scatter", "comm_elements": 12, "attrs": {"targets": ["g.grad"], "offsets": [0]}}
+       {"index": 1, "kind": "reduce_scatter_start", "stream": 1, "inputs": [1], "outputs": [], "tensors": ["g.grad"], "deps": [0], "collective": "reduce_scatter", "group": "world", "comm_elements": 12, "attrs": {"targets": ["g.grad"], "offsets": [0]}}
      ]},
     {"name": "optimizer_step", "runs_per_step": 1, "args": [], "values": [],
      "ops": [
        {"index": 0, "kind": "adam_update", "stream": 0, "inputs": [], "outputs": [], "tensors": ["g", "g.grad"], "deps": [], "attrs": {"param": "g", "grad": "g.grad", "exp_avg": "g.grad", "exp_avg_sq": "g.grad", "lr": 0.001, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.0, "on": "device"}}
      ]}
   ],
-  "comm_elements_per_rank_per_step": {"all_gather": 0, "reduce_scatter": 6, "all_reduce": 0, "total": 6}
+  "comm_elements_per_rank_per_step": {"all_gather": 0, "reduce_scatter": 6, "all_reduce": 0, "all_to_all": 0, "total": 6, "by_group": {"world": {"all_gather": 0, "reduce_scatter": 6.0, "all_reduce": 0, "all_to_all": 0}}}
 })";
 
 /// kValidPlan with the one occurrence of `from` replaced by `to`.
@@ -418,6 +418,48 @@ TEST(PlanReader, HFConfigIsAnObjectOrNull) {
   EXPECT_EQ(toJson(*plan)["model"]["hf_config"], plan->model.hfConfig);
 }
 
+// Expert parallelism's facts: the groups as the two sizes build them, a
+// known group on every collective, the group that what it moves belongs on.
+TEST(PlanReader, CommunicatorGroups) {
+  Expected<Plan> plan = readText(kValidPlan);
+  ASSERT_TRUE(plan) << plan.error().str();
+  EXPECT_EQ(plan->phases[0].ops[1].group, CommGroupKind::World);
+  EXPECT_EQ(plan->commByGroup.at(CommGroupKind::World).reduceScatter, 6);
+  expectError(
+      edited(R"("expert_parallel_size": 1)", R"("expert_parallel_size": 3)"),
+      "6:20: error: plan expert_parallel_size: expert_parallel_size "
+      "3 does not divide world_size 2: the expert-parallel groups "
+      "partition the ranks",
+      R"("expert_parallel_size")");
+  expectError(
+      edited(R"({"name": "expert_data_parallel", "size": 2, "stride": 1})",
+             R"({"name": "expert_data_parallel", "size": 1, "stride": 1})"),
+      R"(6:154: error: plan groups[2]: group "expert_data_parallel" has size 1 and stride 1, but world_size 2 and expert_parallel_size 1 build it with size 2 and stride 1)",
+      R"({"name": "expert_data_parallel", "size": 1)");
+  expectError(
+      edited(R"({"name": "world", "size": 2, "stride": 1})",
+             R"({"name": "tensor_parallel", "size": 2, "stride": 1})"),
+      R"(6:59: error: plan groups[0].name: unknown communicator group "tensor_parallel" (expected world, expert_parallel or expert_data_parallel))",
+      R"("name": "tensor_parallel")");
+  expectError(
+      edited(R"("group": "world")", R"("group": "pipeline")"),
+      R"(27:164: error: plan phases[0].ops[1].group: unknown communicator group "pipeline" (expected world, expert_parallel or expert_data_parallel))",
+      R"("group": "pipeline")");
+  expectError(
+      edited(R"("group": "world")", R"("group": "expert_data_parallel")"),
+      "27:164: error: plan phases[0].ops[1].group: op 1 "
+      "(reduce_scatter_start) runs over the expert_data_parallel group, but "
+      "the plan has no expert parallelism (expert_parallel_size is 1)",
+      R"("group": "expert_data_parallel")");
+  expectError(
+      edited(
+          R"("name": "b", "role": "param", "dtype": "bf16")",
+          R"("name": "b", "expert": true, "role": "param", "dtype": "bf16")"),
+      "13:19: error: plan tensors[1].expert: expert state without "
+      "expert parallelism (expert_parallel_size is 1)",
+      R"("expert")");
+}
+
 TEST(PlanReader, WrongFormatName) {
   expectError(
       edited(R"("format": "zeroc-plan")", R"("format": "onnx")"),
@@ -426,9 +468,9 @@ TEST(PlanReader, WrongFormatName) {
 }
 
 TEST(PlanReader, UnsupportedVersion) {
-  expectError(edited(R"("version": 7)", R"("version": 2)"),
+  expectError(edited(R"("version": 8)", R"("version": 2)"),
               "3:3: error: plan format version 2 is not supported by this "
-              "build, which reads version 7; recompile the plan with this "
+              "build, which reads version 8; recompile the plan with this "
               "zeroc",
               R"("version")");
 }
@@ -451,7 +493,7 @@ TEST(PlanReader, MissingKeys) {
               "'comm_elements'",
               R"({"index": 1)");
   expectError(edited(R"(,
-  "comm_elements_per_rank_per_step": {"all_gather": 0, "reduce_scatter": 6, "all_reduce": 0, "total": 6})",
+  "comm_elements_per_rank_per_step": {"all_gather": 0, "reduce_scatter": 6, "all_reduce": 0, "all_to_all": 0, "total": 6, "by_group": {"world": {"all_gather": 0, "reduce_scatter": 6.0, "all_reduce": 0, "all_to_all": 0}}})",
                      ""),
               "1:1: error: plan (root): missing required key "
               "'comm_elements_per_rank_per_step'",
@@ -688,10 +730,15 @@ TEST(PlanReader, Collectives) {
   expectError(
       edited(R"("collective": "reduce_scatter")",
              R"("collective": "all_to_all")"),
-      R"(27:132: error: plan phases[0].ops[1].collective: unknown value "all_to_all", expected one of all_gather, reduce_scatter, all_reduce)",
+      R"(27:132: error: plan phases[0].ops[1].collective: op 1 (reduce_scatter_start) is not an all-to-all, but its collective is all_to_all)",
+      R"("collective")");
+  expectError(
+      edited(R"("collective": "reduce_scatter")",
+             R"("collective": "all_to_one")"),
+      R"(27:132: error: plan phases[0].ops[1].collective: unknown value "all_to_one", expected one of all_gather, reduce_scatter, all_reduce, all_to_all)",
       R"("collective")");
   expectError(edited(R"("comm_elements": 12)", R"("comm_elements": -12)"),
-              "27:164: error: plan phases[0].ops[1].comm_elements: expected an "
+              "27:182: error: plan phases[0].ops[1].comm_elements: expected an "
               "integer >= 0, found -12",
               R"("comm_elements")");
 }
@@ -734,7 +781,7 @@ TEST(PlanReader, IllTypedAttribute) {
               R"("0.001")",
               R"("lr": "0.001")");
   expectError(edited(R"("offsets": [0])", R"("offsets": [0.5])"),
-              "27:218: error: plan phases[0].ops[1].attrs.offsets: op 1 "
+              "27:236: error: plan phases[0].ops[1].attrs.offsets: op 1 "
               "(reduce_scatter_start): attribute 'offsets' must be an array "
               "of integers, found [0.5]",
               R"("offsets": [0.5])");
@@ -868,15 +915,18 @@ TEST(PlanInspect, CountsEachCollectiveOncePerRunOfItsPhase) {
   EXPECT_EQ(j["comm_elements_per_rank_per_step"], json({{"all_gather", 300},
                                                         {"reduce_scatter", 300},
                                                         {"all_reduce", 15},
+                                                        {"all_to_all", 0},
                                                         {"total", 615}}));
   EXPECT_EQ(j["collectives_per_step"], json({{"all_gather", 4},
                                              {"reduce_scatter", 4},
                                              {"all_reduce", 1},
+                                             {"all_to_all", 0},
                                              {"total", 9}}));
   // bf16 inputs, bf16 inputs, an f32 tensor.
   EXPECT_EQ(j["comm_bytes_per_rank_per_step"], json({{"all_gather", 600},
                                                      {"reduce_scatter", 600},
                                                      {"all_reduce", 60},
+                                                     {"all_to_all", 0},
                                                      {"total", 1260}}));
   // 3 psi (n-1)/n = 225; the plan's gathers and reductions repeat for each
   // of its four micro-batches.
@@ -918,8 +968,9 @@ TEST(PlanInspect, BytesNeedOneDTypePerCollective) {
   plan.phases[0].values.push_back(value(2, DType::F32, {25}));
   plan.phases[0].ops[0].inputs = {0, 2};
   json j = inspectJson(plan);
-  EXPECT_EQ(j["comm_bytes_per_rank_per_step"],
-            json({{"reduce_scatter", 600}, {"all_reduce", 60}}));
+  EXPECT_EQ(
+      j["comm_bytes_per_rank_per_step"],
+      json({{"reduce_scatter", 600}, {"all_reduce", 60}, {"all_to_all", 0}}));
   CommPerStep comm = commPerRankPerStep(plan);
   EXPECT_FALSE(comm[CollectiveKind::AllGather].bytes);
   EXPECT_FALSE(comm.total().bytes);

@@ -792,6 +792,14 @@ int runAdvise() {
                  std::to_string(zeroc::limits::kMaxWorldSize) +
                  " (MPI and NCCL number ranks with 32-bit ints), found " +
                  std::to_string(adviseWorldSize));
+  // The compile command's expert-parallel flags parse here too; advise
+  // would drop them.
+  for (auto *flag : {&compileEpSize, &compileMoeExpertParallelSize})
+    if (flag->getNumOccurrences())
+      return error("zeroc advise does not take --" + flag->ArgStr.str() +
+                   ": give the expert-parallel size in --config "
+                   "(expert_parallel.autoep_size); the cost model does not "
+                   "price expert parallelism yet");
   if (adviseMaxMicroBatch < 1)
     return error("--max-micro-batch must be at least 1, found " +
                  std::to_string(adviseMaxMicroBatch));

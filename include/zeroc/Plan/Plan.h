@@ -17,6 +17,7 @@
 #include "zeroc/Plan/PlanOps.h"
 #include "zeroc/Support/DType.h"
 #include "zeroc/Support/Diagnostic.h"
+#include "zeroc/Support/ExpertParallel.h"
 #include "zeroc/Support/Json.h"
 #include "zeroc/Support/Recompute.h"
 
@@ -31,7 +32,7 @@ namespace zeroc {
 /// The format name and the version this build reads and writes. A reader
 /// refuses other versions.
 inline constexpr const char *kPlanFormat = "zeroc-plan";
-inline constexpr int kPlanVersion = 7;
+inline constexpr int kPlanVersion = 8;
 
 /// A persistent per-rank tensor (`sched.tensor`).
 struct PlanTensor {
@@ -45,6 +46,9 @@ struct PlanTensor {
   int64_t localNumel = 0; ///< Elements each rank stores, padding included.
   Placement placement = Placement::Device;
   std::string init; ///< Parameters: "zeros", "ones", "normal(STD)".
+  /// An expert parameter or its state under expert parallelism: this
+  /// rank's experts, sharded over the expert-data-parallel group.
+  bool expert = false;
 };
 
 /// Stages 1 and 2: parameters flattened into one partitioned buffer.
@@ -80,7 +84,10 @@ struct PlanOp {
   PlanOpAttrs attrs;                ///< The struct `kind` takes (PlanOps.h).
   /// The checkpointed layer a recomputed forward op belongs to, or empty.
   std::string recompute;
-  std::string collective; ///< all_gather, reduce_scatter, all_reduce, or empty.
+  /// all_gather, reduce_scatter, all_reduce, all_to_all, or empty.
+  std::string collective;
+  /// The communicator group a collective runs over (ExpertParallel.h).
+  CommGroupKind group = CommGroupKind::World;
   int64_t commElements = 0; ///< Logical elements the collective covers.
   int64_t flops = 0;        ///< Compute ops: floating-point operations.
   int64_t bytes = 0;        ///< Compute ops: device memory read and written.
@@ -121,8 +128,10 @@ struct PlanPhase {
 /// Elements each rank sends per step, by collective kind, before bucket
 /// padding: the ZeRO paper's accounting (Collectives.h).
 struct CommVolume {
-  double allGather = 0, reduceScatter = 0, allReduce = 0;
-  double total() const { return allGather + reduceScatter + allReduce; }
+  double allGather = 0, reduceScatter = 0, allReduce = 0, allToAll = 0;
+  double total() const {
+    return allGather + reduceScatter + allReduce + allToAll;
+  }
 };
 
 struct PlanModel {
@@ -141,6 +150,9 @@ struct Plan {
   std::string generator;
   PlanModel model;
   int64_t worldSize = 1;
+  /// DeepSpeed-MoE's ep_size: the ranks each MoE layer's experts are split
+  /// over (1: none). With the world size it fixes the communicator groups.
+  int64_t expertParallelSize = 1;
   int64_t stage = 0;
   int64_t gradientAccumulationSteps = 1;
   /// What the micro-step recomputes (Recompute.h); the ops it recomputes
@@ -153,11 +165,29 @@ struct Plan {
   std::vector<PlanFlatGroup> flatGroups;
   std::vector<PlanPhase> phases;
   CommVolume comm;
+  /// The same per communicator group (only groups that carry traffic).
+  std::map<CommGroupKind, CommVolume> commByGroup;
 
   const PlanTensor *findTensor(const std::string &name) const;
   /// Every plan read by readPlan has each phase once.
   const PlanPhase *findPhase(PhaseKind kind) const;
+  /// The ranks of `kind`'s group (ExpertParallel.h).
+  int64_t groupSize(CommGroupKind kind) const {
+    return commGroupShape(kind, worldSize, expertParallelSize).size;
+  }
+  /// The ranks a sharded tensor is split over: the expert-data-parallel
+  /// group for expert state, the world otherwise.
+  int64_t shardRanks(const PlanTensor &t) const {
+    return groupSize(t.expert ? CommGroupKind::ExpertDataParallel
+                              : CommGroupKind::World);
+  }
 };
+
+/// What each rank sends per step, by collective kind, in total and per
+/// group: every collective's commElementsPerRank over its group's ranks,
+/// as often as its phase runs. The plan writer records it; the estimator
+/// of `zeroc advise` recomputes it the same way.
+void accountComm(Plan &plan);
 
 nlohmann::json toJson(const Plan &plan);
 
@@ -171,9 +201,11 @@ class JsonFieldReader;
 /// manifest repeats them), checked: a known role and dtype, `numel` the
 /// shape's product, `local_numel` the shard layout's at `worldSize`. With
 /// `planFields`, also `placement` and `init` (a manifest records neither).
+/// An `expert` tensor is sharded over the `worldSize / expertParallelSize`
+/// ranks of its expert-data-parallel group.
 void readTensorFields(JsonFieldReader &r, const nlohmann::json &j,
                       const JsonPath &at, int64_t worldSize, bool planFields,
-                      PlanTensor &t);
+                      PlanTensor &t, int64_t expertParallelSize = 1);
 /// The same fields written back (readTensorFields reads them).
 nlohmann::json tensorFieldsJson(const PlanTensor &t, bool planFields);
 nlohmann::json flatGroupFieldsJson(const PlanFlatGroup &g);

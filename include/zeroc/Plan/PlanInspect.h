@@ -80,7 +80,9 @@ struct CommKindVolume {
 
 struct CommPerStep {
   /// Indexed by CollectiveKind.
-  std::array<CommKindVolume, 3> byKind;
+  std::array<CommKindVolume, 4> byKind;
+  /// The same per communicator group (only groups with collectives).
+  std::map<CommGroupKind, std::array<CommKindVolume, 4>> byGroup;
 
   const CommKindVolume &operator[](CollectiveKind kind) const {
     return byKind[static_cast<size_t>(kind)];

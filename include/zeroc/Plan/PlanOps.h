@@ -44,6 +44,9 @@ namespace zeroc {
   X(CrossEntropy, "cross_entropy", NoAttrs)                                    \
   X(MoeRouter, "moe_router", MoeRouterAttrs)                                   \
   X(MoeExperts, "moe_experts", MoeExpertsAttrs)                                \
+  X(MoeDispatch, "moe_dispatch", MoeExpertCountAttrs)                          \
+  X(MoeLocalExperts, "moe_local_experts", MoeLocalExpertsAttrs)                \
+  X(MoeCombine, "moe_combine", MoeExpertCountAttrs)                            \
   X(EmbeddingBackward, "embedding_backward", NoAttrs)                          \
   X(PositionEmbeddingBackward, "position_embedding_backward", NoAttrs)         \
   X(LinearGradInput, "linear_grad_input", NoAttrs)                             \
@@ -59,6 +62,8 @@ namespace zeroc {
   X(CrossEntropyBackward, "cross_entropy_backward", NoAttrs)                   \
   X(MoeRouterBackward, "moe_router_backward", MoeNormalizeAttrs)               \
   X(MoeExpertsBackward, "moe_experts_backward", NoAttrs)                       \
+  X(MoeCombineBackward, "moe_combine_backward", MoeExpertCountAttrs)           \
+  X(MoeLocalExpertsBackward, "moe_local_experts_backward", NoAttrs)            \
   X(BackwardSeed, "backward_seed", BackwardSeedAttrs)
 
 #define ZEROC_PLAN_SCHED_OPS(X)                                                \
@@ -70,6 +75,7 @@ namespace zeroc {
   X(ReduceScatterStart, "reduce_scatter_start", ReduceScatterAttrs)            \
   X(AllReduceStart, "all_reduce_start", TensorListAttrs)                       \
   X(AllGatherUpdatesStart, "all_gather_updates_start", TargetListAttrs)        \
+  X(AllToAllStart, "all_to_all_start", AllToAllAttrs)                          \
   X(FetchStart, "fetch_start", TensorListAttrs)                                \
   X(CopyStart, "copy_start", CopyAttrs)                                        \
   X(Wait, "wait", NoAttrs)                                                     \
@@ -204,6 +210,51 @@ struct MoeNormalizeAttrs {
   template <typename V> void fields(V &&v) { v("normalize", normalize); }
 };
 
+/// moe_dispatch, moe_combine, moe_combine_backward (expert parallelism's
+/// split of moe_experts): the layer's experts.
+struct MoeExpertCountAttrs {
+  int64_t numExperts = 0;
+  template <typename V> void fields(V &&v) { v("num_experts", numExperts); }
+};
+
+/// moe_local_experts: the layer's experts, the experts per token, and the
+/// planning assumption its rows were planned for.
+struct MoeLocalExpertsAttrs {
+  int64_t numExperts = 0, topK = 0;
+  std::optional<double> maxExpertShare;
+  template <typename V> void fields(V &&v) {
+    v("num_experts", numExperts);
+    v("top_k", topK);
+    v("max_expert_share", maxExpertShare);
+  }
+};
+
+/// What an expert-parallel all-to-all carries, spelled as the sched
+/// dialect's AllToAllPurpose.
+enum class AllToAllPurpose : uint8_t {
+  Dispatch,
+  Combine,
+  CombineGrad,
+  DispatchGrad
+};
+inline constexpr AllToAllPurpose kAllAllToAllPurposes[] = {
+    AllToAllPurpose::Dispatch, AllToAllPurpose::Combine,
+    AllToAllPurpose::CombineGrad, AllToAllPurpose::DispatchGrad};
+const char *allToAllPurposeName(AllToAllPurpose purpose);
+std::optional<AllToAllPurpose> parseAllToAllPurpose(std::string_view name);
+
+/// all_to_all_start: what it carries, and the busiest rank's bytes under
+/// the planning assumption and in the worst case.
+struct AllToAllAttrs {
+  AllToAllPurpose purpose = AllToAllPurpose::Dispatch;
+  int64_t bytes = 0, worstBytes = 0;
+  template <typename V> void fields(V &&v) {
+    v("purpose", purpose);
+    v("bytes", bytes);
+    v("worst_bytes", worstBytes);
+  }
+};
+
 /// moe_experts: the planning assumption on the busiest expert's share of
 /// the routed rows (absent: uniform); no effect on what the kernel computes.
 struct MoeExpertsAttrs {
@@ -332,7 +383,8 @@ struct AdamAttrs {
 using PlanOpAttrs =
     std::variant<NoAttrs, AddAttrs, NormAttrs, RMSNormAttrs, ScaleAttrs,
                  RotaryAttrs, AttentionAttrs, MoeRouterAttrs, MoeNormalizeAttrs,
-                 MoeExpertsAttrs, BackwardSeedAttrs, ReadAttrs, AccumulateAttrs,
+                 MoeExpertsAttrs, MoeExpertCountAttrs, MoeLocalExpertsAttrs,
+                 AllToAllAttrs, BackwardSeedAttrs, ReadAttrs, AccumulateAttrs,
                  TensorListAttrs, AllGatherAttrs, ReduceScatterAttrs,
                  TargetListAttrs, CopyAttrs, UnscaleGradsAttrs,
                  ClipGradNormAttrs, AdamAttrs>;

@@ -14,8 +14,7 @@
 namespace zeroc {
 
 /// AllToAll is expert parallelism's token exchange (dispatch and combine)
-/// over the expert-parallel group; plans do not carry it yet (the plan's
-/// lists of kinds, kCollectiveKinds in PlanInspect.cpp, leave it out).
+/// over the expert-parallel group.
 enum class CollectiveKind : uint8_t {
   AllGather,
   ReduceScatter,

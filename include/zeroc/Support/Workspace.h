@@ -140,6 +140,15 @@ enum class MoeScratchKind {
   ExpertsForward,  ///< moe_experts
   RouterBackward,  ///< moe_router_backward
   ExpertsBackward, ///< moe_experts_backward
+  /// Expert parallelism's split (ModelOps.td): moe_dispatch, moe_combine
+  /// and moe_combine_backward find each routed row by the dispatch plan;
+  /// the local experts group their R received rows by local expert with
+  /// one too (`tokens` R, `topK` 1, `experts` the rank's) and run the
+  /// experts' kernels on them, the outputs (forward) or the output
+  /// gradients (backward) in expert order between the kernels.
+  Dispatch,             ///< moe_dispatch, moe_combine, moe_combine_backward
+  LocalExpertsForward,  ///< moe_local_experts
+  LocalExpertsBackward, ///< moe_local_experts_backward
 };
 
 /// The sizes a mixture-of-experts op's workspace depends on.
@@ -189,6 +198,17 @@ inline MoeScratchParts moeScratchParts(WorkspaceLayout &ws, MoeScratchKind kind,
     p.dlogits = ws.take(s.tokens * s.experts * s.elementBytes);
     break;
   case MoeScratchKind::ExpertsBackward:
+    dispatch();
+    p.dysorted = ws.take(rows * s.hidden * s.elementBytes);
+    break;
+  case MoeScratchKind::Dispatch:
+    dispatch();
+    break;
+  case MoeScratchKind::LocalExpertsForward:
+    dispatch();
+    p.ysorted = ws.take(rows * s.hidden * s.elementBytes);
+    break;
+  case MoeScratchKind::LocalExpertsBackward:
     dispatch();
     p.dysorted = ws.take(rows * s.hidden * s.elementBytes);
     break;
