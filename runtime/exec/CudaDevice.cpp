@@ -110,10 +110,33 @@ bool onDevice(const void *p) {
   return a.type == cudaMemoryTypeDevice;
 }
 
+/// An opt-in kernel choice: `name`'s value, one of `values` (the first when
+/// unset or empty); any other value is an error naming the variable.
+std::string kernelChoice(const char *name,
+                         const std::vector<std::string> &values) {
+  const char *env = std::getenv(name);
+  if (!env || !*env)
+    return values.front();
+  for (const std::string &v : values)
+    if (v == env)
+      return v;
+  std::string list;
+  for (const std::string &v : values)
+    list += (list.empty() ? "" : " or ") + v;
+  throw std::runtime_error(std::string(name) + ": expected " + list +
+                           ", found '" + env + "'");
+}
+
 class CudaDevice final : public Device {
 public:
   explicit CudaDevice(int device)
-      : deviceId(device), inUseAtStart(memoryInUse()) {}
+      : deviceId(device), inUseAtStart(memoryInUse()),
+        // Opt-in until run on a GPU (docs/gpu-kernels.md, "Fused Adam and
+        // the one-pass clipping").
+        fusedAdam(kernelChoice("ZEROC_CUDA_ADAM", {"tensor", "fused"}) ==
+                  "fused"),
+        gridClip(kernelChoice("ZEROC_CUDA_CLIP", {"tensor", "grid"}) ==
+                 "grid") {}
   ~CudaDevice() override {
     cudaSetDevice(deviceId);
     for (auto &[id, s] : streams) {
@@ -249,6 +272,20 @@ public:
                                            expAvgSq, out16);
                   });
   }
+  bool fusesAdam(const Tensor &expAvg) override {
+    return fusedAdam && onDevice(expAvg.data);
+  }
+  Status adamUpdates(const cpu::AdamSettings &settings, int64_t step,
+                     const std::vector<AdamPart> &parts) override {
+    if (!fusedAdam)
+      return Device::adamUpdates(settings, step, parts);
+    std::vector<cuda::AdamTensors> list;
+    list.reserve(parts.size());
+    for (const AdamPart &p : parts)
+      list.push_back({p.grad, p.master, p.expAvg, p.expAvgSq,
+                      p.param16 ? &*p.param16 : nullptr});
+    return cuda::multiTensorAdamUpdate(settings, step, list, stream());
+  }
   Status lambMoments(const cpu::AdamSettings &settings, const Tensor &grad,
                      const Tensor &master, const Tensor &expAvg,
                      const Tensor &expAvgSq, cpu::LambSums &sums) override {
@@ -332,6 +369,24 @@ public:
     toHost(&sum, s.scratch, sizeof(double));
     return sum;
   }
+  double sumOfSquaresOf(const std::vector<Tensor> &grads) override {
+    if (!gridClip)
+      return Device::sumOfSquaresOf(grads);
+    StreamState &s = state();
+    zero(s.scratch, sizeof(double));
+    Status st = cuda::multiTensorSumOfSquares(
+        grads, static_cast<double *>(s.scratch), s.stream);
+    if (!st.ok())
+      throw std::runtime_error(st.error);
+    double sum = 0;
+    toHost(&sum, s.scratch, sizeof(double));
+    return sum;
+  }
+  Status scaleAll(const std::vector<Tensor> &tensors, float factor) override {
+    if (!gridClip)
+      return Device::scaleAll(tensors, factor);
+    return cuda::multiTensorScale(tensors, factor, stream());
+  }
   Status unscaleGrads(const Tensor &g, double lossScale,
                       bool &overflow) override {
     StreamState &s = state();
@@ -391,6 +446,11 @@ private:
       16 + int64_t(cuda::KernelContext::kDefaultWorkspaceBytes);
   int deviceId;
   int64_t inUseAtStart = -1;
+  /// ZEROC_CUDA_ADAM=fused: adam_update ops of device states in one
+  /// multi-tensor launch (Device::fusesAdam).
+  bool fusedAdam = false;
+  /// ZEROC_CUDA_CLIP=grid: clip_grad_norm's sums in one pass, one readback.
+  bool gridClip = false;
   std::mutex mutex;
   std::map<int64_t, StreamState> streams;
   std::vector<cudaEvent_t> events;
@@ -422,7 +482,12 @@ std::unique_ptr<Device> makeDevice(std::string &why) {
           "): " + cudaGetErrorString(e);
     return nullptr;
   }
-  return std::make_unique<CudaDevice>(device);
+  try {
+    return std::make_unique<CudaDevice>(device);
+  } catch (const std::exception &err) { // ZEROC_CUDA_ADAM / _CLIP's values
+    why = err.what();
+    return nullptr;
+  }
 }
 
 std::unique_ptr<Communicator> ncclWorld() { return NcclCommunicator::world(); }

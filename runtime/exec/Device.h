@@ -131,6 +131,31 @@ public:
   virtual Status scaleInPlace(const Tensor &t, float factor) = 0;
   /// Synchronous.
   virtual double sumOfSquares(const Tensor &g) = 0;
+  /// clip_grad_norm's two passes over a list of gradients. sumOfSquaresOf:
+  /// the sum of sumOfSquares over `grads` (f64, synchronous); this default
+  /// adds each tensor's sum in list order, the CUDA device with
+  /// ZEROC_CUDA_CLIP=grid sums them all in one pass (one readback, another
+  /// order: equal within rounding). scaleAll: scaleInPlace on each, the
+  /// same bits either way.
+  virtual double sumOfSquaresOf(const std::vector<Tensor> &grads);
+  virtual Status scaleAll(const std::vector<Tensor> &tensors, float factor);
+
+  /// One parameter's part of a fused Adam step (adamUpdates).
+  struct AdamPart {
+    Tensor grad, master, expAvg, expAvgSq;
+    std::optional<Tensor> param16;
+  };
+  /// Whether adamUpdates fuses updates of states like `expAvg`: if so the
+  /// executor defers the adam_update ops that follow one another on a
+  /// stream and hands them over together (exec/OptimizerOps.cpp). The CUDA
+  /// device with ZEROC_CUDA_ADAM=fused, for states in device memory.
+  virtual bool fusesAdam(const Tensor &expAvg) {
+    (void)expAvg;
+    return false;
+  }
+  /// adamUpdate on every part; this default calls it part by part.
+  virtual Status adamUpdates(const cpu::AdamSettings &settings, int64_t step,
+                             const std::vector<AdamPart> &parts);
   virtual Status unscaleGrads(const Tensor &g, double lossScale,
                               bool &overflow) = 0;
   virtual float loadElement(const Tensor &t, int64_t i) = 0;

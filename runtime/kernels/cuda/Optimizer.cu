@@ -220,7 +220,6 @@ __global__ void unscaleKernel(void *g, DType type, int64_t n, float scale,
     *overflow = 1;
 }
 
-
 // The tensors of one multi-tensor launch: tensor t owns chunks
 // [firstChunk[t], firstChunk[t + 1]) of kListChunk elements.
 struct TensorList {
@@ -245,8 +244,8 @@ __device__ __forceinline__ int findChunk(const TensorList &list, int64_t chunk,
       hi = mid - 1;
   }
   begin = (chunk - list.firstChunk[lo]) * kListChunk;
-  end = list.numel[lo] < begin + kListChunk ? list.numel[lo]
-                                            : begin + kListChunk;
+  end =
+      list.numel[lo] < begin + kListChunk ? list.numel[lo] : begin + kListChunk;
   return lo;
 }
 
