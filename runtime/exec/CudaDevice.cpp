@@ -135,8 +135,9 @@ public:
         // the one-pass clipping").
         fusedAdam(kernelChoice("ZEROC_CUDA_ADAM", {"tensor", "fused"}) ==
                   "fused"),
-        gridClip(kernelChoice("ZEROC_CUDA_CLIP", {"tensor", "grid"}) ==
-                 "grid") {}
+        gridClip(kernelChoice("ZEROC_CUDA_CLIP", {"tensor", "grid"}) == "grid"),
+        pinnedStaging(kernelChoice("ZEROC_CUDA_HOST_STAGING",
+                                   {"pageable", "pinned"}) == "pinned") {}
   ~CudaDevice() override {
     cudaSetDevice(deviceId);
     for (auto &[id, s] : streams) {
@@ -147,6 +148,9 @@ public:
     }
     for (cudaEvent_t e : events)
       cudaEventDestroy(e);
+    for (Staging &s : staging)
+      if (s.data)
+        cudaFreeHost(s.data);
   }
 
   std::string name() const override { return "cuda"; }
@@ -331,29 +335,48 @@ public:
     std::vector<char> gradHost, masterHost, paramHost;
     Tensor g = grad ? *grad : master, m = master, p16;
     if (grad && onDevice(grad->data)) {
-      gradHost.resize(size_t(grad->bytes()));
-      toHost(gradHost.data(), grad->data, grad->bytes());
-      g.data = gradHost.data();
+      g.data = hostBuffer(0, gradHost, grad->bytes());
+      toHost(g.data, grad->data, grad->bytes());
     }
     bool masterOnDevice = onDevice(master.data);
     if (masterOnDevice) {
-      masterHost.resize(size_t(master.bytes()));
-      toHost(masterHost.data(), master.data, master.bytes());
-      m.data = masterHost.data();
+      m.data = hostBuffer(1, masterHost, master.bytes());
+      toHost(m.data, master.data, master.bytes());
     }
     const Tensor *out16 = param16;
     if (param16 && onDevice(param16->data)) {
-      paramHost.resize(size_t(param16->bytes()));
       p16 = *param16;
-      p16.data = paramHost.data();
+      p16.data = hostBuffer(2, paramHost, param16->bytes());
       out16 = &p16;
     }
     Status st = update(g, m, out16);
     if (st.ok() && masterOnDevice)
-      fromHost(master.data, masterHost.data(), master.bytes());
+      fromHost(master.data, m.data, master.bytes());
     if (st.ok() && out16 == &p16)
-      fromHost(param16->data, paramHost.data(), param16->bytes());
+      fromHost(param16->data, p16.data, param16->bytes());
     return st;
+  }
+  /// onHost's host copy of a device tensor (`role` 0: the gradient, 1: the
+  /// master, 2: the 16-bit parameter): a new vector each call, or with
+  /// ZEROC_CUDA_HOST_STAGING=pinned one pinned buffer per role, kept and
+  /// grown across calls (no zero fill and page faults per call, and DMA
+  /// copies instead of pageable ones).
+  char *hostBuffer(int role, std::vector<char> &fresh, int64_t bytes) {
+    if (!pinnedStaging) {
+      fresh.resize(size_t(bytes));
+      return fresh.data();
+    }
+    Staging &s = staging[role];
+    if (s.bytes < bytes) {
+      if (s.data)
+        ok(cudaFreeHost(s.data), "cudaFreeHost");
+      s = {};
+      void *p = nullptr;
+      ok(cudaMallocHost(&p, size_t(bytes)),
+         "cudaMallocHost of the offloaded Adam's staging buffer");
+      s = {static_cast<char *>(p), bytes};
+    }
+    return s.data;
   }
   Status scaleInPlace(const Tensor &t, float factor) override {
     return cuda::scaleInPlace(t, factor, stream());
@@ -451,6 +474,13 @@ private:
   bool fusedAdam = false;
   /// ZEROC_CUDA_CLIP=grid: clip_grad_norm's sums in one pass, one readback.
   bool gridClip = false;
+  /// ZEROC_CUDA_HOST_STAGING=pinned: onHost's buffers pinned and reused.
+  bool pinnedStaging = false;
+  struct Staging {
+    char *data = nullptr;
+    int64_t bytes = 0;
+  };
+  Staging staging[3];
   std::mutex mutex;
   std::map<int64_t, StreamState> streams;
   std::vector<cudaEvent_t> events;

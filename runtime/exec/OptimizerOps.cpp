@@ -128,8 +128,10 @@ void Executor::Impl::adamUpdate(const PlanOp &op) {
         (pendingAdam.stream != stream || s.lr != set.lr ||
          s.beta1 != set.beta1 || s.beta2 != set.beta2 || s.eps != set.eps ||
          s.weightDecay != set.weightDecay || s.adamw != set.adamw ||
-         s.biasCorrection != set.biasCorrection))
+         s.biasCorrection != set.biasCorrection)) {
       flushAdam();
+      dev->bindStream(stream); // This op's completion records on its own.
+    }
     pendingAdam.settings = set;
     pendingAdam.step = adamSteps + 1;
     pendingAdam.stream = stream;
@@ -139,7 +141,10 @@ void Executor::Impl::adamUpdate(const PlanOp &op) {
          param16 ? std::optional<Tensor>(*param16) : std::nullopt});
     return;
   }
-  flushAdam();
+  if (!pendingAdam.parts.empty()) {
+    flushAdam();
+    dev->bindStream(phase->streamOf.at(op.index));
+  }
   if (op.attrsAs<AdamAttrs>().lamb)
     lambUpdate(op, set, grad, master, mv, vv, param16);
   else
@@ -152,6 +157,7 @@ void Executor::Impl::adamUpdate(const PlanOp &op) {
 void Executor::Impl::flushAdam() {
   if (pendingAdam.parts.empty())
     return;
+  // Binds the deferred ops' stream: the caller binds its own again.
   PendingAdam batch = std::move(pendingAdam);
   pendingAdam = {};
   dev->bindStream(batch.stream);

@@ -183,6 +183,29 @@ TEST(CudaExecutorKernels, FusedAdamAndOnePassClipTrainAsTheDefaults) {
   }
 }
 
+// ZEROC_CUDA_HOST_STAGING=pinned: the offloaded Adam's host copies in
+// reused pinned buffers, the same bytes as the default's fresh vectors, so
+// the same losses to the bit on the bf16 stage-2 offload plan.
+TEST(CudaExecutorKernels, PinnedStagingTrainsAsTheDefault) {
+  std::string why;
+  std::unique_ptr<Device> plain = zeroc_cuda_backend_v1()->makeDevice(why);
+  if (!plain)
+    GTEST_SKIP() << why;
+  auto nccl = NcclCommunicator::world();
+  const char *input = "tiny-llama-bf16-stage2-offload-ws1.json";
+  Trained expected = train(input, *nccl, plain.get(), 3);
+  plain.reset();
+  ASSERT_EQ(expected.losses.size(), 3u);
+  setenv("ZEROC_CUDA_HOST_STAGING", "pinned", 1);
+  std::unique_ptr<Device> pinned = zeroc_cuda_backend_v1()->makeDevice(why);
+  unsetenv("ZEROC_CUDA_HOST_STAGING");
+  ASSERT_TRUE(pinned) << why;
+  Trained t = train(input, *nccl, pinned.get(), 3);
+  ASSERT_EQ(t.losses.size(), 3u);
+  for (size_t i = 0; i < 3; ++i)
+    EXPECT_EQ(t.losses[i], expected.losses[i]) << "step " << i + 1;
+}
+
 TEST(CudaExecutorKernels, RejectsAnUnknownKernelChoice) {
   std::string why;
   if (!zeroc_cuda_backend_v1()->makeDevice(why))
@@ -197,6 +220,11 @@ TEST(CudaExecutorKernels, RejectsAnUnknownKernelChoice) {
     EXPECT_FALSE(zeroc_cuda_backend_v1()->makeDevice(why));
     EXPECT_EQ(why, "ZEROC_CUDA_CLIP: expected tensor or grid, found 'fast'");
   }
+  setenv("ZEROC_CUDA_HOST_STAGING", "locked", 1);
+  EXPECT_FALSE(zeroc_cuda_backend_v1()->makeDevice(why));
+  unsetenv("ZEROC_CUDA_HOST_STAGING");
+  EXPECT_EQ(why, "ZEROC_CUDA_HOST_STAGING: expected pageable or pinned, "
+                 "found 'locked'");
 }
 
 } // namespace
