@@ -15,7 +15,7 @@
 #include <vector>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define ZEROC_ADAM_AVX2 1
+#define ZEROC_ADAM_X86 1
 #include <immintrin.h>
 #endif
 
@@ -69,7 +69,7 @@ void updateRangePortable(const AdamStepConstants &c, const Tensor &grad,
   updateRangeChunked(c, adamPortable, grad, p, m, v, param16, begin, end);
 }
 
-#ifdef ZEROC_ADAM_AVX2
+#ifdef ZEROC_ADAM_X86
 // adamElement on 8 lanes: the same operations in the same order, each
 // correctly rounded (mul, add, sub, div, sqrt; no FMA).
 __attribute__((target("avx2"))) void adamAvx2(const AdamStepConstants &c,
@@ -278,7 +278,7 @@ AdamStepConstants adamStepConstants(const AdamSettings &settings,
 }
 
 AdamLoop adamLoopFor(AdamLoop requested) {
-#ifdef ZEROC_ADAM_AVX2
+#ifdef ZEROC_ADAM_X86
   static const bool avx512 = __builtin_cpu_supports("avx512f");
   static const bool avx2 = __builtin_cpu_supports("avx2");
   if ((requested == AdamLoop::Best || requested == AdamLoop::Avx512) && avx512)
@@ -313,7 +313,7 @@ Status adamUpdate(const AdamSettings &settings, int64_t step,
       checkAdamUpdate(step, grad, master, expAvg, expAvgSq, param16));
   AdamStepConstants c = adamStepConstants(settings, step);
   RangeUpdate update = updateRangePortable;
-#ifdef ZEROC_ADAM_AVX2
+#ifdef ZEROC_ADAM_X86
   AdamLoop loop = adamLoopFor(options.loop);
   if (loop == AdamLoop::Avx512)
     update = updateRangeAvx512;
