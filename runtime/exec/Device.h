@@ -184,6 +184,19 @@ private:
 /// Host memory and the CPU kernels (runtime/kernels/cpu).
 std::unique_ptr<Device> makeCpuDevice();
 
+/// For tests: the CPU device issuing every op from one thread in program
+/// order (as the CUDA device does; its kernels are synchronous, so an op is
+/// done when issued) and, with `fuseAdam`, fusing adam_update ops
+/// (Device::fusesAdam, the default adamUpdates), each fused call's part
+/// count appended to `fusedCalls`: the executor's deferral of the CUDA
+/// device's ZEROC_CUDA_ADAM=fused, run on the CPU.
+struct CpuDeviceOptions {
+  bool oneIssuingThread = false;
+  bool fuseAdam = false;
+  std::vector<size_t> *fusedCalls = nullptr;
+};
+std::unique_ptr<Device> makeCpuDevice(const CpuDeviceOptions &options);
+
 /// The CUDA device, where the CUDA backend was built (nullptr and a reason
 /// in `why` otherwise, or when no GPU is usable).
 std::unique_ptr<Device> makeCudaDevice(std::string &why);
