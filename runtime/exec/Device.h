@@ -147,8 +147,10 @@ public:
   };
   /// Whether adamUpdates fuses updates of states like `expAvg`: if so the
   /// executor defers the adam_update ops that follow one another on a
-  /// stream and hands them over together (exec/OptimizerOps.cpp). The CUDA
-  /// device with ZEROC_CUDA_ADAM=fused, for states in device memory.
+  /// stream and hands them over together (exec/OptimizerOps.cpp); only
+  /// where one thread issues every op (StreamScheduling::OneIssuingThread).
+  /// The CUDA device with ZEROC_CUDA_ADAM=fused, for states in device
+  /// memory.
   virtual bool fusesAdam(const Tensor &expAvg) {
     (void)expAvg;
     return false;

@@ -113,10 +113,12 @@ void Executor::Impl::adamUpdate(const PlanOp &op) {
   }
   Tensor mv = m.view(), vv = v.view();
   // NVMe tensors are resident only while the op runs (runOp): not deferred.
+  // Only one issuing thread calls beforeIssue, which flushes.
   bool nvme = false;
   for (const std::string &name : op.tensors)
     nvme = nvme || (state.has(name) && state.tensor(name).file);
   if (!op.attrsAs<AdamAttrs>().lamb && !writeBack && !nvme &&
+      dev->scheduling() == StreamScheduling::OneIssuingThread &&
       dev->fusesAdam(mv)) {
     // Deferred: issued with the adam_update ops that follow on this stream
     // (beforeIssue), checked now so that an error names this op.
