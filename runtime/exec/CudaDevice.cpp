@@ -131,8 +131,8 @@ class CudaDevice final : public Device {
 public:
   explicit CudaDevice(int device)
       : deviceId(device), inUseAtStart(memoryInUse()),
-        // Opt-in until run on a GPU (docs/gpu-kernels.md, "Fused Adam and
-        // the one-pass clipping").
+        // Opt-in until run on a GPU (docs/gpu-kernels.md, "Opt-in: fused
+        // Adam, one-pass clipping, pinned staging").
         fusedAdam(kernelChoice("ZEROC_CUDA_ADAM", {"tensor", "fused"}) ==
                   "fused"),
         gridClip(kernelChoice("ZEROC_CUDA_CLIP", {"tensor", "grid"}) == "grid"),
@@ -514,7 +514,7 @@ std::unique_ptr<Device> makeDevice(std::string &why) {
   }
   try {
     return std::make_unique<CudaDevice>(device);
-  } catch (const std::exception &err) { // ZEROC_CUDA_ADAM / _CLIP's values
+  } catch (const std::exception &err) { // A ZEROC_CUDA_* choice's value
     why = err.what();
     return nullptr;
   }
