@@ -8,9 +8,10 @@
 // Prints per loop and thread count the median milliseconds per step, the
 // elements per second, the bytes per second (the gradient read, master and
 // both moments read and written, the copy written: 28 bytes an element for
-// bf16/bf16), and the ratio of the AVX2 loop's median (the loop before the
-// AVX-512 one) to each loop's. It first checks that every loop gives the
-// portable loop's bits on a 1 Mi-element copy of the state.
+// bf16/bf16), and "before/this": the median of the AVX2 loop with chunked
+// conversions (the default before the fused AVX2 and AVX-512 loops) over
+// each loop's. It first checks that every loop gives the portable loop's
+// bits on a 1 Mi-element copy of the state.
 //
 //   zeroc-host-adam-bench [--elements N] [--threads 1,2] [--repeats R]
 //                         [--dtype bf16|f32]
@@ -141,8 +142,8 @@ int main(int argc, char **argv) {
   }
 
   std::vector<cpu::AdamLoop> loops;
-  for (cpu::AdamLoop l :
-       {cpu::AdamLoop::Portable, cpu::AdamLoop::Avx2, cpu::AdamLoop::Avx512})
+  for (cpu::AdamLoop l : {cpu::AdamLoop::Portable, cpu::AdamLoop::Avx2Chunked,
+                          cpu::AdamLoop::Avx2, cpu::AdamLoop::Avx512})
     if (cpu::adamLoopFor(l) == l)
       loops.push_back(l);
 
@@ -190,20 +191,20 @@ int main(int argc, char **argv) {
               "%s, %d repeats, %d cores available\n",
               (long long)n, dtype == DType::BF16 ? "bf16" : "f32 / none",
               repeats, cpu::availableCores());
-  std::printf("%-8s %-9s %10s %10s %9s %12s\n", "threads", "loop", "median ms",
-              "M elem/s", "GB/s", "avx2 / this");
+  std::printf("%-8s %-13s %10s %10s %9s %12s\n", "threads", "loop", "median ms",
+              "M elem/s", "GB/s", "before/this");
   for (size_t k = 0; k < threadCounts.size(); ++k) {
-    double avx2 = 0;
+    double before = 0;
     for (size_t j = 0; j < loops.size(); ++j)
-      if (loops[j] == cpu::AdamLoop::Avx2)
-        avx2 = median(ms[k][j]);
+      if (loops[j] == cpu::AdamLoop::Avx2Chunked)
+        before = median(ms[k][j]);
     for (size_t j = 0; j < loops.size(); ++j) {
       double med = median(ms[k][j]);
-      std::printf("%-8d %-9s %10.2f %10.1f %9.2f", threadCounts[k],
+      std::printf("%-8d %-13s %10.2f %10.1f %9.2f", threadCounts[k],
                   cpu::adamLoopName(loops[j]), med, double(n) / med / 1e3,
                   bytes * double(n) / med / 1e6);
-      if (avx2 > 0)
-        std::printf(" %12.2f", avx2 / med);
+      if (before > 0)
+        std::printf(" %12.2f", before / med);
       std::printf("\n");
     }
   }

@@ -73,9 +73,13 @@ inline void adamElement(const AdamStepConstants &c, float g, float &p, float &m,
 /// The element loop of adamUpdate. Every loop does adamElement's operations
 /// in its order, each correctly rounded, so all give the same bits.
 enum class AdamLoop {
-  Best,     ///< The widest this CPU has.
-  Avx512,   ///< 16 lanes; bf16 gradients and copies converted in the loop.
-  Avx2,     ///< 8 lanes; 16-bit values converted a chunk at a time.
+  Best,   ///< The widest this CPU has.
+  Avx512, ///< 16 lanes; f32 or bf16 gradients and a bf16 copy converted in
+          ///< the loop (f16 a chunk at a time).
+  Avx2,   ///< 8 lanes, converting as Avx512 does.
+  /// 8 lanes; 16-bit values converted a chunk at a time through a buffer
+  /// (the loop before the fused ones, kept for comparison).
+  Avx2Chunked,
   Portable, ///< adamElement in a plain loop (the compiler's vectors).
 };
 
@@ -103,7 +107,7 @@ Status adamUpdate(const AdamSettings &settings, int64_t step,
 
 /// The loop adamUpdate runs on this CPU when asked for `requested`.
 AdamLoop adamLoopFor(AdamLoop requested);
-/// "avx512", "avx2" or "portable" ("best" for Best).
+/// "avx512", "avx2", "avx2-chunked" or "portable" ("best" for Best).
 const char *adamLoopName(AdamLoop loop);
 
 // LAMB (DeepSpeed's FusedLamb, csrc/lamb/fused_lamb_cuda_kernel.cu), in two
