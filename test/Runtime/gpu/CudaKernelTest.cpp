@@ -1142,7 +1142,7 @@ TEST_F(CudaKernels, OnePassSumOfSquaresAndScaleOverAList) {
   double gpuTotals[2] = {0.0, 0.0};
   ASSERT_CUDA(cudaStreamSynchronize(stream));
   ASSERT_CUDA(cudaMemcpy(gpuTotals, sums, 16, cudaMemcpyDeviceToHost));
-  // Squares of floats are exact in f64; about 1.5 M terms, in order on the
+  // Squares of floats are exact in f64; 1.9 M terms, in order on the
   // CPU and in chunks of 32 Ki then a tree on the GPU (the reasoning of
   // SumOfSquaresClipAndScale): 1e-12 relative. Deterministic: the same
   // bits twice.
