@@ -9,7 +9,12 @@ The GPU machine has CUDA and PyTorch but no MLIR, so it runs in two halves:
   python3 bench/gpu_bench.py prepare [--zeroc build/bin/zeroc]
   # on the GPU machine (zerorun built with -DZEROC_BUILD_COMPILER=OFF):
   python3 bench/gpu_bench.py run --zerorun build-rt/bin/zerorun \\
-      [--steps 20] [--out bench/RESULTS.md]
+      [--steps 20] [--out bench/RESULTS.md] [--models gpt2-124m]
+      [--configs s0,s1,s2,s3,s2off] [--kernels default,fast] [--no-torch]
+
+--kernels runs each zerorun configuration with each kernel choice right
+after the other (KERNELS below: `fast` is the opt-in fused Adam, one-pass
+clipping and pinned offload staging of docs/gpu-kernels.md).
 
 Reports per configuration the median step time (steps after the warm-up),
 tokens/s, MFU (model FLOPs per token from the plan: forward and backward,
@@ -38,6 +43,12 @@ PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}
 # ZeRO configurations: name -> (stage, optimizer offloaded to the host).
 CONFIGS = {"s0": (0, False), "s1": (1, False), "s2": (2, False),
            "s3": (3, False), "s2off": (2, True)}
+# zerorun's kernel choices (--kernels; docs/gpu-kernels.md): name -> the
+# environment it runs with. `fast`: the opt-in fused multi-tensor Adam,
+# one-pass clipping and pinned offload staging, not yet validated on a GPU.
+KERNELS = {"default": {},
+           "fast": {"ZEROC_CUDA_ADAM": "fused", "ZEROC_CUDA_CLIP": "grid",
+                    "ZEROC_CUDA_HOST_STAGING": "pinned"}}
 
 
 def sh(cmd, **kw):
@@ -91,7 +102,7 @@ def flops_per_token(plan):
     return 3.0 * fwd / (MICRO * SEQ)
 
 
-def run_zerorun(args, name, conf):
+def run_zerorun(args, name, conf, kernels="default"):
     plan_path = os.path.join(PLANS, "%s.%s.plan.json" % (name, conf))
     log = os.path.join(PLANS, "%s.%s.log.jsonl" % (name, conf))
     if os.path.exists(log):
@@ -100,7 +111,8 @@ def run_zerorun(args, name, conf):
     r = subprocess.run([args.zerorun, plan_path, "--device", "cuda",
                         "--synthetic", "--steps", str(args.steps),
                         "--log-json", log], stdout=subprocess.PIPE,
-                       stderr=subprocess.STDOUT, text=True)
+                       stderr=subprocess.STDOUT, text=True,
+                       env=dict(os.environ, **KERNELS[kernels]))
     wall = time.perf_counter() - t0
     if r.returncode != 0 or not os.path.exists(log):
         print(r.stdout[-3000:], flush=True)
@@ -212,20 +224,24 @@ def run(args):
     for name in args.models.split(","):
         with open(os.path.join(PLANS, "%s.s0.plan.json" % name)) as f:
             fpt = flops_per_token(json.load(f))
-        for conf in CONFIGS:
-            r = run_zerorun(args, name, conf)
-            results["runs"].append(dict(r, model=name, runner="zerorun " + conf))
-            if "error" in r:
-                lines.append("| %s | zerorun %s | failed: %s | | | |" % (
-                    name, conf, r["error"].replace("\n", " ")[-160:]))
-                continue
-            tps = MICRO * SEQ / r["step_s"]
-            mfu = "%.1f%%" % (100 * tps * fpt / (peak * 1e12)) if peak else "-"
-            lines.append("| %s | zerorun %s | %.1f | %.0f | %s | %.2f GiB "
-                         "(%.2f GiB) |" % (name, conf, 1e3 * r["step_s"], tps,
-                                          mfu, r["peak"] / 2**30,
-                                          r["predicted"] / 2**30))
-            print(lines[-1], flush=True)
+        for conf in args.configs.split(","):
+            for kernels in args.kernels.split(","):
+                runner = "zerorun " + conf + (
+                    "" if kernels == "default" else " (%s kernels)" % kernels)
+                r = run_zerorun(args, name, conf, kernels)
+                results["runs"].append(dict(r, model=name, runner=runner,
+                                            kernels=kernels))
+                if "error" in r:
+                    lines.append("| %s | %s | failed: %s | | | |" % (
+                        name, runner, r["error"].replace("\n", " ")[-160:]))
+                    continue
+                tps = MICRO * SEQ / r["step_s"]
+                mfu = "%.1f%%" % (100 * tps * fpt / (peak * 1e12)) if peak else "-"
+                lines.append("| %s | %s | %.1f | %.0f | %s | %.2f GiB "
+                             "(%.2f GiB) |" % (name, runner, 1e3 * r["step_s"],
+                                              tps, mfu, r["peak"] / 2**30,
+                                              r["predicted"] / 2**30))
+                print(lines[-1], flush=True)
         for compiled in (False, True) if args.torch else ():
             try:
                 r = run_torch(args, name, compiled)
@@ -266,9 +282,22 @@ def main():
     r.add_argument("--models", default=",".join(MODELS),
                    help="comma-separated, of: " + ", ".join(MODELS))
     r.add_argument("--json", help="also write every figure here")
+    r.add_argument("--kernels", default="default",
+                   help="comma-separated zerorun kernel choices, each run "
+                   "right after the other per configuration, of: " +
+                   ", ".join(KERNELS))
+    r.add_argument("--configs", default=",".join(CONFIGS),
+                   help="comma-separated, of: " + ", ".join(CONFIGS))
     r.add_argument("--no-torch", dest="torch", action="store_false",
                    help="zerorun only (PyTorch's rows from an earlier run)")
     args = ap.parse_args()
+    if args.cmd == "run":
+        for k in args.kernels.split(","):
+            if k not in KERNELS:
+                ap.error("--kernels: %r is not one of %s" % (k, ", ".join(KERNELS)))
+        for c in args.configs.split(","):
+            if c not in CONFIGS:
+                ap.error("--configs: %r is not one of %s" % (c, ", ".join(CONFIGS)))
     prepare(args) if args.cmd == "prepare" else run(args)
 
 

@@ -10,10 +10,16 @@
 #     ...) and bench/gpu_plans (bench/gpu_bench.py prepare) into .gpu/, which
 #     git ignores; carry `.gpu`.
 #   there:                           scripts/gpu-device.sh run [SECTION...]
-#     SECTION: info ctest calibrate bench124 sanitize bench350 profile
-#     (default: all but profile,
-#     in that order); the log (run.log), the measured cluster file and the
-#     benchmark's tables and JSON go to $OUT (or .gpu/out).
+#     SECTION: info ctest hostadam calibrate bench124 sanitize bench350
+#     profile (default: all but profile, in that order); the log (run.log),
+#     the measured cluster file and the benchmark's tables and JSON go to
+#     $OUT (or .gpu/out). The bench sections run zerorun with its default
+#     kernels and with the opt-in ones (BENCH_KERNELS, default
+#     "default,fast": ZEROC_CUDA_ADAM=fused, ZEROC_CUDA_CLIP=grid,
+#     ZEROC_CUDA_HOST_STAGING=pinned; docs/gpu-kernels.md), back to back; the
+#     ctest section runs their gpu tests; hostadam times the host Adam's
+#     loops (zeroc-host-adam-bench) on GPT-2 124M's 124,439,808 elements;
+#     kernels (not in the default) runs only the opt-in kernels' tests.
 #
 # Each section has its own time limit, so one hang does not take the rest.
 set -u
@@ -24,7 +30,8 @@ bundle() {
   set -e
   rm -rf "$G" && mkdir -p "$G/build/bin" "$G/build/lib" "$G/sys"
   local bins="zerorun ZerocCudaKernelTests ZerocCudaExecutorTests
-              ZerocCudaArgumentTests ZerocNcclCommTests ZerocNcclCommMpiTests"
+              ZerocCudaArgumentTests ZerocNcclCommTests ZerocNcclCommMpiTests
+              zeroc-host-adam-bench"
   for b in $bins; do cp "$ROOT/build/bin/$b" "$G/build/bin/"; done
   cp "$ROOT/build/lib/libzerorun-cuda.so" "$G/build/lib/"
   strip --strip-unneeded "$G"/build/bin/* "$G"/build/lib/*.so
@@ -122,7 +129,15 @@ sec_bench() { # models
   PYTHONUNBUFFERED=1 timeout "$(limit "${BENCH_TIMEOUT:-400}")" python3 \
     "$ROOT/bench/gpu_bench.py" run --zerorun "$G/build/bin/zerorun" \
     --models "$1" --steps "${BENCH_STEPS:-12}" --warmup 3 \
-    --out "$OUT/RESULTS-$1.md" --json "$OUT/bench-$1.json" ${BENCH_ARGS:-}
+    --out "$OUT/RESULTS-$1.md" --json "$OUT/bench-$1.json" \
+    --kernels "${BENCH_KERNELS:-default,fast}" ${BENCH_ARGS:-}
+  echo "exit $?"
+}
+
+sec_hostadam() { # the host Adam's loops at 1, 2, 4, 8 and 16 threads
+  timeout "$(limit 150)" "$G/build/bin/zeroc-host-adam-bench" \
+    --elements 124439808 --threads "${HOSTADAM_THREADS:-1,2,4,8,16}" \
+    --repeats "${HOSTADAM_REPEATS:-5}"
   echo "exit $?"
 }
 
@@ -139,7 +154,7 @@ sec_profile() { # GPT-2 124M, per-op times (each op's stream synchronized)
 
 run() {
   setup
-  local s sections=${*:-info ctest calibrate bench124 sanitize bench350}
+  local s sections=${*:-info ctest hostadam calibrate bench124 sanitize bench350}
   for s in $sections; do
     echo "=========== $s ($(date -u +%T), $(left) s left)"
     deadline_ok 20 || { echo "skipped: deadline"; continue; }
@@ -149,6 +164,8 @@ run() {
     attention) CTEST_ARGS="-R CudaAttention|CudaExecutor|zerorun_gpu" sec_ctest ;;
     sanitize) sec_sanitize ;;
     profile) sec_profile ;;
+    hostadam) sec_hostadam ;;
+    kernels) CTEST_ARGS="-R CudaExecutorKernels|OnePass|Adam|SumOfSquares|CudaArguments" sec_ctest ;;
     calibrate) sec_calibrate ;;
     bench124) sec_bench gpt2-124m ;;
     bench350) sec_bench gpt2-350m ;;
@@ -161,5 +178,5 @@ run() {
 case ${1:-} in
 bundle) bundle ;;
 run) shift; run "$@" ;;
-*) sed -n '2,18p' "$0"; exit 2 ;;
+*) sed -n '2,24p' "$0"; exit 2 ;;
 esac

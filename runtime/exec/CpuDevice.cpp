@@ -15,6 +15,7 @@ namespace {
 
 class CpuDevice final : public Device {
 public:
+  explicit CpuDevice(const CpuDeviceOptions &options = {}) : options(options) {}
   std::string name() const override { return "cpu"; }
 
   /// Zero-filled memory. From `kMapBytes` on, fresh anonymous pages: the
@@ -58,7 +59,15 @@ public:
   }
   bool hostAddressable() const override { return true; }
   StreamScheduling scheduling() const override {
-    return StreamScheduling::ThreadPerStream;
+    return options.oneIssuingThread ? StreamScheduling::OneIssuingThread
+                                    : StreamScheduling::ThreadPerStream;
+  }
+  bool fusesAdam(const Tensor &) override { return options.fuseAdam; }
+  Status adamUpdates(const cpu::AdamSettings &settings, int64_t step,
+                     const std::vector<AdamPart> &parts) override {
+    if (options.fusedCalls)
+      options.fusedCalls->push_back(parts.size());
+    return Device::adamUpdates(settings, step, parts);
   }
 
   void copy(void *dst, const void *src, int64_t bytes) override {
@@ -128,6 +137,7 @@ public:
 private:
   static constexpr size_t kPageBytes = 4096;
   static constexpr size_t kMapBytes = size_t(1) << 20;
+  CpuDeviceOptions options;
   std::mutex mapMutex;
   std::unordered_map<char *, size_t> mapped;
 };
@@ -136,6 +146,10 @@ private:
 
 std::unique_ptr<Device> makeCpuDevice() {
   return std::make_unique<CpuDevice>();
+}
+
+std::unique_ptr<Device> makeCpuDevice(const CpuDeviceOptions &options) {
+  return std::make_unique<CpuDevice>(options);
 }
 
 } // namespace zeroc::runtime

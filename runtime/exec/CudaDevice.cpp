@@ -110,10 +110,34 @@ bool onDevice(const void *p) {
   return a.type == cudaMemoryTypeDevice;
 }
 
+/// An opt-in kernel choice: `name`'s value, one of `values` (the first when
+/// unset or empty); any other value is an error naming the variable.
+std::string kernelChoice(const char *name,
+                         const std::vector<std::string> &values) {
+  const char *env = std::getenv(name);
+  if (!env || !*env)
+    return values.front();
+  for (const std::string &v : values)
+    if (v == env)
+      return v;
+  std::string list;
+  for (const std::string &v : values)
+    list += (list.empty() ? "" : " or ") + v;
+  throw std::runtime_error(std::string(name) + ": expected " + list +
+                           ", found '" + env + "'");
+}
+
 class CudaDevice final : public Device {
 public:
   explicit CudaDevice(int device)
-      : deviceId(device), inUseAtStart(memoryInUse()) {}
+      : deviceId(device), inUseAtStart(memoryInUse()),
+        // Opt-in until run on a GPU (docs/gpu-kernels.md, "Opt-in: fused
+        // Adam, one-pass clipping, pinned staging").
+        fusedAdam(kernelChoice("ZEROC_CUDA_ADAM", {"tensor", "fused"}) ==
+                  "fused"),
+        gridClip(kernelChoice("ZEROC_CUDA_CLIP", {"tensor", "grid"}) == "grid"),
+        pinnedStaging(kernelChoice("ZEROC_CUDA_HOST_STAGING",
+                                   {"pageable", "pinned"}) == "pinned") {}
   ~CudaDevice() override {
     cudaSetDevice(deviceId);
     for (auto &[id, s] : streams) {
@@ -124,6 +148,9 @@ public:
     }
     for (cudaEvent_t e : events)
       cudaEventDestroy(e);
+    for (Staging &s : staging)
+      if (s.data)
+        cudaFreeHost(s.data);
   }
 
   std::string name() const override { return "cuda"; }
@@ -249,6 +276,20 @@ public:
                                            expAvgSq, out16);
                   });
   }
+  bool fusesAdam(const Tensor &expAvg) override {
+    return fusedAdam && onDevice(expAvg.data);
+  }
+  Status adamUpdates(const cpu::AdamSettings &settings, int64_t step,
+                     const std::vector<AdamPart> &parts) override {
+    if (!fusedAdam)
+      return Device::adamUpdates(settings, step, parts);
+    std::vector<cuda::AdamTensors> list;
+    list.reserve(parts.size());
+    for (const AdamPart &p : parts)
+      list.push_back({p.grad, p.master, p.expAvg, p.expAvgSq,
+                      p.param16 ? &*p.param16 : nullptr});
+    return cuda::multiTensorAdamUpdate(settings, step, list, stream());
+  }
   Status lambMoments(const cpu::AdamSettings &settings, const Tensor &grad,
                      const Tensor &master, const Tensor &expAvg,
                      const Tensor &expAvgSq, cpu::LambSums &sums) override {
@@ -294,29 +335,48 @@ public:
     std::vector<char> gradHost, masterHost, paramHost;
     Tensor g = grad ? *grad : master, m = master, p16;
     if (grad && onDevice(grad->data)) {
-      gradHost.resize(size_t(grad->bytes()));
-      toHost(gradHost.data(), grad->data, grad->bytes());
-      g.data = gradHost.data();
+      g.data = hostBuffer(0, gradHost, grad->bytes());
+      toHost(g.data, grad->data, grad->bytes());
     }
     bool masterOnDevice = onDevice(master.data);
     if (masterOnDevice) {
-      masterHost.resize(size_t(master.bytes()));
-      toHost(masterHost.data(), master.data, master.bytes());
-      m.data = masterHost.data();
+      m.data = hostBuffer(1, masterHost, master.bytes());
+      toHost(m.data, master.data, master.bytes());
     }
     const Tensor *out16 = param16;
     if (param16 && onDevice(param16->data)) {
-      paramHost.resize(size_t(param16->bytes()));
       p16 = *param16;
-      p16.data = paramHost.data();
+      p16.data = hostBuffer(2, paramHost, param16->bytes());
       out16 = &p16;
     }
     Status st = update(g, m, out16);
     if (st.ok() && masterOnDevice)
-      fromHost(master.data, masterHost.data(), master.bytes());
+      fromHost(master.data, m.data, master.bytes());
     if (st.ok() && out16 == &p16)
-      fromHost(param16->data, paramHost.data(), param16->bytes());
+      fromHost(param16->data, p16.data, param16->bytes());
     return st;
+  }
+  /// onHost's host copy of a device tensor (`role` 0: the gradient, 1: the
+  /// master, 2: the 16-bit parameter): a new vector each call, or with
+  /// ZEROC_CUDA_HOST_STAGING=pinned one pinned buffer per role, kept and
+  /// grown across calls (no zero fill and page faults per call, and DMA
+  /// copies instead of pageable ones).
+  char *hostBuffer(int role, std::vector<char> &fresh, int64_t bytes) {
+    if (!pinnedStaging) {
+      fresh.resize(size_t(bytes));
+      return fresh.data();
+    }
+    Staging &s = staging[role];
+    if (s.bytes < bytes) {
+      if (s.data)
+        ok(cudaFreeHost(s.data), "cudaFreeHost");
+      s = {};
+      void *p = nullptr;
+      ok(cudaMallocHost(&p, size_t(bytes)),
+         "cudaMallocHost of the offloaded Adam's staging buffer");
+      s = {static_cast<char *>(p), bytes};
+    }
+    return s.data;
   }
   Status scaleInPlace(const Tensor &t, float factor) override {
     return cuda::scaleInPlace(t, factor, stream());
@@ -331,6 +391,24 @@ public:
     double sum = 0;
     toHost(&sum, s.scratch, sizeof(double));
     return sum;
+  }
+  double sumOfSquaresOf(const std::vector<Tensor> &grads) override {
+    if (!gridClip)
+      return Device::sumOfSquaresOf(grads);
+    StreamState &s = state();
+    zero(s.scratch, sizeof(double));
+    Status st = cuda::multiTensorSumOfSquares(
+        grads, static_cast<double *>(s.scratch), s.stream);
+    if (!st.ok())
+      throw std::runtime_error(st.error);
+    double sum = 0;
+    toHost(&sum, s.scratch, sizeof(double));
+    return sum;
+  }
+  Status scaleAll(const std::vector<Tensor> &tensors, float factor) override {
+    if (!gridClip)
+      return Device::scaleAll(tensors, factor);
+    return cuda::multiTensorScale(tensors, factor, stream());
   }
   Status unscaleGrads(const Tensor &g, double lossScale,
                       bool &overflow) override {
@@ -391,6 +469,18 @@ private:
       16 + int64_t(cuda::KernelContext::kDefaultWorkspaceBytes);
   int deviceId;
   int64_t inUseAtStart = -1;
+  /// ZEROC_CUDA_ADAM=fused: adam_update ops of device states in one
+  /// multi-tensor launch (Device::fusesAdam).
+  bool fusedAdam = false;
+  /// ZEROC_CUDA_CLIP=grid: clip_grad_norm's sums in one pass, one readback.
+  bool gridClip = false;
+  /// ZEROC_CUDA_HOST_STAGING=pinned: onHost's buffers pinned and reused.
+  bool pinnedStaging = false;
+  struct Staging {
+    char *data = nullptr;
+    int64_t bytes = 0;
+  };
+  Staging staging[3];
   std::mutex mutex;
   std::map<int64_t, StreamState> streams;
   std::vector<cudaEvent_t> events;
@@ -422,7 +512,12 @@ std::unique_ptr<Device> makeDevice(std::string &why) {
           "): " + cudaGetErrorString(e);
     return nullptr;
   }
-  return std::make_unique<CudaDevice>(device);
+  try {
+    return std::make_unique<CudaDevice>(device);
+  } catch (const std::exception &err) { // A ZEROC_CUDA_* choice's value
+    why = err.what();
+    return nullptr;
+  }
 }
 
 std::unique_ptr<Communicator> ncclWorld() { return NcclCommunicator::world(); }

@@ -33,4 +33,26 @@ void Device::release(char *p, bool onDevice) {
   releaseMemory(p, onDevice);
 }
 
+double Device::sumOfSquaresOf(const std::vector<Tensor> &grads) {
+  double total = 0;
+  for (const Tensor &g : grads)
+    total += sumOfSquares(g);
+  return total;
+}
+
+Status Device::scaleAll(const std::vector<Tensor> &tensors, float factor) {
+  for (const Tensor &t : tensors)
+    ZEROC_RETURN_IF_ERROR(scaleInPlace(t, factor));
+  return {};
+}
+
+Status Device::adamUpdates(const cpu::AdamSettings &settings, int64_t step,
+                           const std::vector<AdamPart> &parts) {
+  for (const AdamPart &p : parts)
+    ZEROC_RETURN_IF_ERROR(adamUpdate(settings, step, p.grad, p.master, p.expAvg,
+                                     p.expAvgSq,
+                                     p.param16 ? &*p.param16 : nullptr));
+  return {};
+}
+
 } // namespace zeroc::runtime

@@ -131,6 +131,33 @@ public:
   virtual Status scaleInPlace(const Tensor &t, float factor) = 0;
   /// Synchronous.
   virtual double sumOfSquares(const Tensor &g) = 0;
+  /// clip_grad_norm's two passes over a list of gradients. sumOfSquaresOf:
+  /// the sum of sumOfSquares over `grads` (f64, synchronous); this default
+  /// adds each tensor's sum in list order, the CUDA device with
+  /// ZEROC_CUDA_CLIP=grid sums them all in one pass (one readback, another
+  /// order: equal within rounding). scaleAll: scaleInPlace on each, the
+  /// same bits either way.
+  virtual double sumOfSquaresOf(const std::vector<Tensor> &grads);
+  virtual Status scaleAll(const std::vector<Tensor> &tensors, float factor);
+
+  /// One parameter's part of a fused Adam step (adamUpdates).
+  struct AdamPart {
+    Tensor grad, master, expAvg, expAvgSq;
+    std::optional<Tensor> param16;
+  };
+  /// Whether adamUpdates fuses updates of states like `expAvg`: if so the
+  /// executor defers the adam_update ops that follow one another on a
+  /// stream and hands them over together (exec/OptimizerOps.cpp); only
+  /// where one thread issues every op (StreamScheduling::OneIssuingThread).
+  /// The CUDA device with ZEROC_CUDA_ADAM=fused, for states in device
+  /// memory.
+  virtual bool fusesAdam(const Tensor &expAvg) {
+    (void)expAvg;
+    return false;
+  }
+  /// adamUpdate on every part; this default calls it part by part.
+  virtual Status adamUpdates(const cpu::AdamSettings &settings, int64_t step,
+                             const std::vector<AdamPart> &parts);
   virtual Status unscaleGrads(const Tensor &g, double lossScale,
                               bool &overflow) = 0;
   virtual float loadElement(const Tensor &t, int64_t i) = 0;
@@ -158,6 +185,19 @@ private:
 
 /// Host memory and the CPU kernels (runtime/kernels/cpu).
 std::unique_ptr<Device> makeCpuDevice();
+
+/// For tests: the CPU device issuing every op from one thread in program
+/// order (as the CUDA device does; its kernels are synchronous, so an op is
+/// done when issued) and, with `fuseAdam`, fusing adam_update ops
+/// (Device::fusesAdam, the default adamUpdates), each fused call's part
+/// count appended to `fusedCalls`: the executor's deferral of the CUDA
+/// device's ZEROC_CUDA_ADAM=fused, run on the CPU.
+struct CpuDeviceOptions {
+  bool oneIssuingThread = false;
+  bool fuseAdam = false;
+  std::vector<size_t> *fusedCalls = nullptr;
+};
+std::unique_ptr<Device> makeCpuDevice(const CpuDeviceOptions &options);
 
 /// The CUDA device, where the CUDA backend was built (nullptr and a reason
 /// in `why` otherwise, or when no GPU is usable).

@@ -28,6 +28,9 @@ Executor::Impl::Impl(Executor &ex, Communicator &comm,
       state(ex.thePlan, ex.memory, *dev, rank, ws, options.nvmePath),
       scheduler(*dev), profiler(options.profiler) {
   scheduler.profiler = profiler;
+  scheduler.beforeIssue = [this](const PlanOp *next, int64_t stream) {
+    beforeIssue(next, stream);
+  };
   // The host sees a collective start and end only where it waits for it.
   arrivals.enabled =
       options.measureArrivalSkew && ws > 1 && !dev->streamOrderedCollectives();
@@ -99,6 +102,7 @@ void Executor::Impl::runPhase(const PlanPhase &ph, const DataLoader *data,
              .first;
   phase = &it->second;
   phase->bind(ex.memory, unplanned);
+  pendingAdam = {}; // Nothing deferred outlives a (failed) run.
   runningPhase = ph.kind;
   runningRun = micro;
   if (profiler)

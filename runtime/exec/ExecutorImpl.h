@@ -160,6 +160,24 @@ struct Executor::Impl {
                   const Tensor &v, const Tensor *param16);
   void clipGradNorm(const PlanOp &op);
   void unscale(const PlanOp &op);
+  /// adam_update ops deferred for one fused call (Device::fusesAdam): those
+  /// issued one after another on one stream with the same settings.
+  struct PendingAdam {
+    cpu::AdamSettings settings;
+    int64_t step = 0;
+    int64_t stream = -1;
+    std::vector<const PlanOp *> ops;
+    std::vector<Device::AdamPart> parts;
+  };
+  PendingAdam pendingAdam;
+  /// Issues the deferred adam_update ops (one Device::adamUpdates on their
+  /// stream) and records their completion again, after the fused kernel,
+  /// for the ops of other streams that wait on them.
+  void flushAdam();
+  /// The scheduler's hook before it issues `next` on `stream` (null at the
+  /// phase's end): flushes unless `next` is an adam_update of the same
+  /// stream, which may join the deferred ones.
+  void beforeIssue(const PlanOp *next, int64_t stream);
   /// The loss-scale settings of the plan's unscale_grads, if it has one.
   void initLossScale();
   /// After the optimizer step: the loss scale moves, the Adam step counts.

@@ -111,14 +111,73 @@ void Executor::Impl::adamUpdate(const PlanOp &op) {
     fail("op " + std::to_string(op.index) + ": a 16-bit parameter " +
          paramName + " without a master copy");
   }
+  Tensor mv = m.view(), vv = v.view();
+  // NVMe tensors are resident only while the op runs (runOp): not deferred.
+  // Only one issuing thread calls beforeIssue, which flushes.
+  bool nvme = false;
+  for (const std::string &name : op.tensors)
+    nvme = nvme || (state.has(name) && state.tensor(name).file);
+  if (!op.attrsAs<AdamAttrs>().lamb && !writeBack && !nvme &&
+      dev->scheduling() == StreamScheduling::OneIssuingThread &&
+      dev->fusesAdam(mv)) {
+    // Deferred: issued with the adam_update ops that follow on this stream
+    // (beforeIssue), checked now so that an error names this op.
+    check(cpu::checkAdamUpdate(adamSteps + 1, grad, master, mv, vv, param16),
+          op);
+    int64_t stream = phase->streamOf.at(op.index);
+    const cpu::AdamSettings &s = pendingAdam.settings;
+    if (!pendingAdam.parts.empty() &&
+        (pendingAdam.stream != stream || s.lr != set.lr ||
+         s.beta1 != set.beta1 || s.beta2 != set.beta2 || s.eps != set.eps ||
+         s.weightDecay != set.weightDecay || s.adamw != set.adamw ||
+         s.biasCorrection != set.biasCorrection)) {
+      flushAdam();
+      dev->bindStream(stream); // This op's completion records on its own.
+    }
+    pendingAdam.settings = set;
+    pendingAdam.step = adamSteps + 1;
+    pendingAdam.stream = stream;
+    pendingAdam.ops.push_back(&op);
+    pendingAdam.parts.push_back(
+        {grad, master, mv, vv,
+         param16 ? std::optional<Tensor>(*param16) : std::nullopt});
+    return;
+  }
+  if (!pendingAdam.parts.empty()) {
+    flushAdam();
+    dev->bindStream(phase->streamOf.at(op.index));
+  }
   if (op.attrsAs<AdamAttrs>().lamb)
-    lambUpdate(op, set, grad, master, m.view(), v.view(), param16);
+    lambUpdate(op, set, grad, master, mv, vv, param16);
   else
-    check(dev->adamUpdate(set, adamSteps + 1, grad, master, m.view(), v.view(),
-                          param16),
+    check(dev->adamUpdate(set, adamSteps + 1, grad, master, mv, vv, param16),
           op);
   if (writeBack)
     writeBack();
+}
+
+void Executor::Impl::flushAdam() {
+  if (pendingAdam.parts.empty())
+    return;
+  // Binds the deferred ops' stream: the caller binds its own again.
+  PendingAdam batch = std::move(pendingAdam);
+  pendingAdam = {};
+  dev->bindStream(batch.stream);
+  check(dev->adamUpdates(batch.settings, batch.step, batch.parts),
+        *batch.ops.front());
+  // Each deferred op recorded its completion when it returned, before the
+  // fused kernel: again now, for the ops of other streams that wait on it
+  // (all issued later, in program order).
+  for (const PlanOp *op : batch.ops)
+    dev->opDone(op->index);
+}
+
+void Executor::Impl::beforeIssue(const PlanOp *next, int64_t stream) {
+  if (pendingAdam.parts.empty())
+    return;
+  if (next && next->kind == OpKind::AdamUpdate && stream == pendingAdam.stream)
+    return; // It may join them (adamUpdate flushes if it cannot).
+  flushAdam();
 }
 
 void Executor::Impl::lambUpdate(const PlanOp &op,
@@ -198,27 +257,30 @@ void Executor::Impl::clipGradNorm(const PlanOp &op) {
   drainInflight();
   // Sharded and flat-group gradients: each rank sums what it owns, then the
   // sums are all-reduced. Replicated gradients are the same on every rank.
-  double shared = 0, local = 0;
+  // Each list's sums are added in list order (Device::sumOfSquaresOf).
+  std::vector<Tensor> shared, local, all;
   for (const std::string &name : names) {
     Stored &s = tensor(name);
     Tensor g = s.view();
+    all.push_back(g);
     if (const PlanFlatGroup *grp = state.groupOf(*s.info)) {
       const FlatGroupLayout &l = state.layout(*grp);
       if (!s.info->sharded)
         g = slice(g, l.partition(rank).begin, l.partitionSize());
-      shared += dev->sumOfSquares(g);
+      shared.push_back(g);
     } else if (s.info->sharded) {
-      shared += dev->sumOfSquares(g);
+      shared.push_back(g);
     } else {
-      local += dev->sumOfSquares(g);
+      local.push_back(g);
     }
   }
-  double total = allReduceScalar(op, shared, ScalarOp::Sum) + local;
+  double sharedSum = shared.empty() ? 0.0 : dev->sumOfSquaresOf(shared);
+  double localSum = local.empty() ? 0.0 : dev->sumOfSquaresOf(local);
+  double total = allReduceScalar(op, sharedSum, ScalarOp::Sum) + localSum;
   float coef =
       cpu::clipCoefficient(total, op.attrsAs<ClipGradNormAttrs>().maxNorm);
   if (coef != 1.0f)
-    for (const std::string &name : names)
-      check(dev->scaleInPlace(tensor(name).view(), coef), op);
+    check(dev->scaleAll(all, coef), op);
 }
 
 void Executor::Impl::unscale(const PlanOp &op) {

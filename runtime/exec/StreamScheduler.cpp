@@ -53,9 +53,13 @@ void StreamScheduler::issueInProgramOrder(const OpRunner &runOp) {
   try {
     for (const PlanOp &op : phase->phase->ops) {
       int64_t stream = phase->streamOf.at(op.index);
+      if (beforeIssue)
+        beforeIssue(&op, stream);
       dev.bindStream(stream);
       runOne(op, stream == compute, /*mayBlock=*/false, runOp);
     }
+    if (beforeIssue)
+      beforeIssue(nullptr, -1);
   } catch (const std::exception &e) {
     recordFailure(e.what());
   }

@@ -94,6 +94,11 @@ public:
   /// Where each op's start (its dependencies done) and end go (zerorun
   /// --profile); null: not recorded.
   Profiler *profiler = nullptr;
+  /// With one issuing thread: called before each op is issued, with the op
+  /// and its stream, and once after the last with null and -1, before the
+  /// stream is bound and the op's dependencies are waited for. What it
+  /// issues precedes the op on every stream. May throw (a failure).
+  std::function<void(const PlanOp *, int64_t)> beforeIssue;
   void resetTimes() { times = StreamTimes{}; }
   /// Counts `seconds` the calling thread spent in a scalar all-reduce, if
   /// it runs the compute stream.

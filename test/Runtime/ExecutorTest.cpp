@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "exec/Executor.h"
+#include "exec/Device.h"
 #include "exec/Dispatch.h"
 
 #include "comm/Communicator.h"
@@ -79,13 +80,14 @@ struct TrainRun {
   MemoryCounts allocated; ///< The counting allocator's, over the run.
 };
 
-TrainRun train(Plan plan, bool threads, int steps) {
+TrainRun train(Plan plan, bool threads, int steps, Device *device = nullptr) {
   TrainRun r;
   // One counter per process: this run's high-water marks from here.
   deviceMemory().resetPeaks();
   LocalCommunicator comm;
   ExecutorOptions options;
   options.streamThreads = threads;
+  options.device = device;
   auto ex = Executor::create(std::move(plan), comm, options);
   if (!ex) {
     r.error = ex.error().message;
@@ -155,6 +157,45 @@ TEST(Executor, StreamWorkersGiveTheSingleThreadLossesBitForBit) {
   ASSERT_EQ(single.losses.size(), 4u);
   EXPECT_EQ(single.losses, threads.losses);
   EXPECT_LT(threads.losses.back(), threads.losses.front());
+}
+
+// The executor's deferral of adam_update ops for a fusing device (the CUDA
+// device's ZEROC_CUDA_ADAM=fused), on the CPU device issuing in program
+// order as the CUDA device does: the deferred ops run as fused calls before
+// the next op of another kind or stream and at the phase's end, so the
+// losses are the per-op run's to the bit. A flush that comes too late runs
+// the update after the zero_grads that follow it (checked: skipping the
+// flush before other ops changes the second step's loss). Both checked-in
+// plans: f32 stage 3 (36 adam_update ops) and bf16 stage 2 with offload
+// (one flat group's adam_update, then its all_gather_updates_start on
+// another stream, which moves nothing at one rank); every op fuses, one
+// call per step.
+TEST(Executor, FusedAdamGivesThePerOpLossesBitForBit) {
+  for (const char *input : {"tiny-gpt2-stage3-ws1.json",
+                            "tiny-llama-bf16-stage2-offload-ws1.json"}) {
+    SCOPED_TRACE(input);
+    auto loaded = loadPlan(std::string(ZEROC_SOURCE_DIR) +
+                           "/test/Runtime/Inputs/" + input);
+    ASSERT_TRUE(bool(loaded)) << loaded.error().str();
+    const Plan &plan = *loaded;
+    size_t adamOps = 0;
+    for (const PlanPhase &ph : plan.phases)
+      for (const PlanOp &op : ph.ops)
+        adamOps += op.kind == OpKind::AdamUpdate;
+    ASSERT_GT(adamOps, 0u);
+    auto issuing = makeCpuDevice({true, false, nullptr});
+    TrainRun perOp = train(plan, true, 4, issuing.get());
+    std::vector<size_t> calls;
+    auto fusing = makeCpuDevice({true, true, &calls});
+    TrainRun fused = train(plan, true, 4, fusing.get());
+    TrainRun threads = train(plan, true, 4);
+    ASSERT_EQ(perOp.error, "");
+    ASSERT_EQ(fused.error, "");
+    ASSERT_EQ(fused.losses.size(), 4u);
+    EXPECT_EQ(fused.losses, perOp.losses);
+    EXPECT_EQ(fused.losses, threads.losses);
+    EXPECT_EQ(calls, std::vector<size_t>(4, adamOps));
+  }
 }
 
 TEST(Executor, MeasuredPeakMatchesThePrediction) {

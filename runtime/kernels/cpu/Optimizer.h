@@ -70,30 +70,45 @@ inline void adamElement(const AdamStepConstants &c, float g, float &p, float &m,
   p -= c.stepSize * m / (std::sqrt(v) * c.rootCorrection2 + c.eps);
 }
 
+/// The element loop of adamUpdate. Every loop does adamElement's operations
+/// in its order, each correctly rounded, so all give the same bits.
+enum class AdamLoop {
+  Best,   ///< The widest this CPU has.
+  Avx512, ///< 16 lanes; f32 or bf16 gradients and a bf16 copy converted in
+          ///< the loop (f16 a chunk at a time).
+  Avx2,   ///< 8 lanes, converting as Avx512 does.
+  /// 8 lanes; 16-bit values converted a chunk at a time through a buffer
+  /// (the loop before the fused ones, kept for comparison).
+  Avx2Chunked,
+  Portable, ///< adamElement in a plain loop (the compiler's vectors).
+};
+
 /// How adamUpdate runs; every choice gives the same bits.
 struct AdamOptions {
   /// At most this many threads (0: cpu::threads(), cpu/Threads.h);
   /// fewer for small tensors, each thread taking at least 64 Ki elements.
   unsigned threads = 0;
-  /// false runs the portable loop even where AVX2 is available (tests).
-  bool simd = true;
+  /// A loop this CPU lacks falls back to the next narrower one.
+  AdamLoop loop = AdamLoop::Best;
 };
 
 /// `master`, `expAvg`, `expAvgSq` are f32 and have the element count of
 /// `grad` (their shapes may differ: flat shards). `param16` (may be null)
 /// receives the updated master in its own dtype. `step` is t >= 1.
-/// Vectorized (AVX2 when the CPU has it, chosen at run time, else the
-/// compiler's vectorization of the portable loop of adamElement) and split
-/// over the OpenMP threads in contiguous ranges; the CPU backend's Adam and,
-/// with the optimizer offloaded (ZeRO-Offload), the CUDA backend's for states
-/// in host memory.
+/// Vectorized (AVX-512 or AVX2 where the CPU has it, chosen at run time,
+/// else the compiler's vectorization of the portable loop of adamElement)
+/// and split over the OpenMP threads in contiguous ranges; the CPU backend's
+/// Adam and, with the optimizer offloaded (ZeRO-Offload), the CUDA backend's
+/// for states in host memory.
 Status adamUpdate(const AdamSettings &settings, int64_t step,
                   const Tensor &grad, const Tensor &master,
                   const Tensor &expAvg, const Tensor &expAvgSq,
                   const Tensor *param16, const AdamOptions &options = {});
 
-/// Whether adamUpdate runs its AVX2 loop on this CPU.
-bool adamUsesAvx2();
+/// The loop adamUpdate runs on this CPU when asked for `requested`.
+AdamLoop adamLoopFor(AdamLoop requested);
+/// "avx512", "avx2", "avx2-chunked" or "portable" ("best" for Best).
+const char *adamLoopName(AdamLoop loop);
 
 // LAMB (DeepSpeed's FusedLamb, csrc/lamb/fused_lamb_cuda_kernel.cu), in two
 // halves around the trust ratio, because under ZeRO the norms it needs are

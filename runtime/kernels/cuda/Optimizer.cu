@@ -12,6 +12,11 @@ constexpr int kAdamTensorsPerLaunch = 64;
 constexpr int64_t kAdamChunk = 4096;
 constexpr int kSumThreads = 1024;
 constexpr int64_t kMaxSumBlocks = 1024;
+// The multi-tensor sum of squares and scale (ZEROC_CUDA_CLIP=grid): fixed
+// chunks of kListChunk elements, one block each.
+constexpr int kListTensors = 64;
+constexpr int64_t kListChunk = int64_t(1) << 15;
+constexpr unsigned kMaxListBlocks = 4096;
 
 // The tensors of one launch, passed by value as the kernel's parameter
 // (under the classic 4 KiB limit). Tensor t owns chunks [firstChunk[t],
@@ -215,6 +220,95 @@ __global__ void unscaleKernel(void *g, DType type, int64_t n, float scale,
     *overflow = 1;
 }
 
+// The tensors of one multi-tensor launch: tensor t owns chunks
+// [firstChunk[t], firstChunk[t + 1]) of kListChunk elements.
+struct TensorList {
+  void *data[kListTensors];
+  int64_t numel[kListTensors];
+  int64_t firstChunk[kListTensors + 1];
+  DType dtype[kListTensors];
+  int count;
+};
+static_assert(sizeof(TensorList) + 64 <= 4096,
+              "tensor list kernel parameters exceed 4 KiB");
+
+// The tensor that owns `chunk` and the chunk's elements [begin, end) in it.
+__device__ __forceinline__ int findChunk(const TensorList &list, int64_t chunk,
+                                         int64_t &begin, int64_t &end) {
+  int lo = 0, hi = list.count - 1;
+  while (lo < hi) {
+    int mid = (lo + hi + 1) / 2;
+    if (list.firstChunk[mid] <= chunk)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  begin = (chunk - list.firstChunk[lo]) * kListChunk;
+  end =
+      list.numel[lo] < begin + kListChunk ? list.numel[lo] : begin + kListChunk;
+  return lo;
+}
+
+// partials[c] = the sum of g^2 over chunk c, each chunk by one block in a
+// fixed order (thread i takes elements i, i + blockDim.x, ...; then the
+// block reduction): the same bits whatever the grid.
+__global__ void listSquaresKernel(TensorList list, double *partials) {
+  int64_t chunks = list.firstChunk[list.count];
+  for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
+    int64_t begin, end;
+    int t = findChunk(list, chunk, begin, end);
+    double sum = 0.0;
+    for (int64_t e = begin + threadIdx.x; e < end; e += blockDim.x) {
+      double x = loadAsFloat(list.data[t], list.dtype[t], e);
+      sum += x * x;
+    }
+    sum = blockSum(sum);
+    if (threadIdx.x == 0)
+      partials[chunk] = sum;
+  }
+}
+
+// scaleKernel on every tensor of the list: the same bits.
+__global__ void listScaleKernel(TensorList list, float factor) {
+  int64_t chunks = list.firstChunk[list.count];
+  for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
+    int64_t begin, end;
+    int t = findChunk(list, chunk, begin, end);
+    for (int64_t e = begin + threadIdx.x; e < end; e += blockDim.x)
+      storeFromFloat(list.data[t], list.dtype[t], e,
+                     loadAsFloat(list.data[t], list.dtype[t], e) * factor);
+  }
+}
+
+// The launches of a tensor list, kListTensors at a time: each list and the
+// index of its first chunk among all the lists' chunks.
+std::vector<std::pair<TensorList, int64_t>>
+tensorLists(const std::vector<Tensor> &tensors, int64_t &chunks) {
+  std::vector<std::pair<TensorList, int64_t>> lists;
+  chunks = 0;
+  for (size_t first = 0; first < tensors.size(); first += kListTensors) {
+    TensorList list = {};
+    list.count = int(std::min<size_t>(kListTensors, tensors.size() - first));
+    for (int t = 0; t < list.count; ++t) {
+      const Tensor &x = tensors[first + t];
+      list.data[t] = x.data;
+      list.dtype[t] = x.dtype;
+      list.numel[t] = x.numel();
+      list.firstChunk[t + 1] =
+          list.firstChunk[t] + (list.numel[t] + kListChunk - 1) / kListChunk;
+    }
+    if (list.firstChunk[list.count] == 0)
+      continue;
+    lists.push_back({list, chunks});
+    chunks += list.firstChunk[list.count];
+  }
+  return lists;
+}
+
+unsigned listBlocks(const TensorList &list) {
+  return unsigned(
+      std::min<int64_t>(list.firstChunk[list.count], kMaxListBlocks));
+}
 } // namespace
 
 Status adamUpdate(const cpu::AdamSettings &settings, int64_t step,
@@ -295,6 +389,45 @@ Status sumOfSquares(const Tensor &grad, double *sum, cudaStream_t stream) {
   addPartialsKernel<<<1, kSumThreads, 0, stream>>>(partials.get<double>(),
                                                    blocks, sum);
   return launchStatus(op);
+}
+
+Status multiTensorSumOfSquares(const std::vector<Tensor> &grads, double *sum,
+                               cudaStream_t stream) {
+  const char *op = "sum_of_squares";
+  for (size_t i = 0; i < grads.size(); ++i)
+    if (Status s = cpu::firstError({cpu::checkFloat(op, "grad", grads[i])});
+        !s.ok())
+      return {s.error + " (tensor " + std::to_string(i) + " of " +
+              std::to_string(grads.size()) + ")"};
+  int64_t chunks = 0;
+  auto lists = tensorLists(grads, chunks);
+  if (chunks == 0)
+    return {};
+  Scratch partials;
+  ZEROC_RETURN_IF_ERROR(partials.allocate(op, size_t(chunks) * 8, stream));
+  for (const auto &[list, at] : lists) {
+    listSquaresKernel<<<listBlocks(list), kThreads, 0, stream>>>(
+        list, partials.get<double>() + at);
+    ZEROC_RETURN_IF_ERROR(launchStatus(op));
+  }
+  addPartialsKernel<<<1, kSumThreads, 0, stream>>>(partials.get<double>(),
+                                                   chunks, sum);
+  return launchStatus(op);
+}
+
+Status multiTensorScale(const std::vector<Tensor> &tensors, float factor,
+                        cudaStream_t stream) {
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (Status s = cpu::checkScaleInPlace(tensors[i]); !s.ok())
+      return {s.error + " (tensor " + std::to_string(i) + " of " +
+              std::to_string(tensors.size()) + ")"};
+  int64_t chunks = 0;
+  for (const auto &[list, at] : tensorLists(tensors, chunks)) {
+    (void)at;
+    listScaleKernel<<<listBlocks(list), kThreads, 0, stream>>>(list, factor);
+    ZEROC_RETURN_IF_ERROR(launchStatus("scale"));
+  }
+  return {};
 }
 
 Status clipGradNormInPlace(const Tensor &grad, const double *totalSumOfSquares,

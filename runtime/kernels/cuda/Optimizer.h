@@ -12,6 +12,8 @@
 //   device f64 scalar (zero it first; sum every gradient or shard into it;
 //   all-reduce it; then clip with clipGradNormInPlace, which computes the
 //   CPU's clipCoefficient on the device, or copy it to the host).
+//   multiTensorSumOfSquares does the same for a list of tensors in one
+//   pass, and multiTensorScale scales a list.
 // - lambMoments and lambApply: the two halves of LAMB (cpu/Optimizer.h),
 //   FusedLamb's part 1 (moments and the two squared norms, reduced per block
 //   and then over blocks) and part 3 (the scaled update); the trust ratio
@@ -63,6 +65,20 @@ Status lambApply(const cpu::AdamSettings &settings, int64_t step,
                  cudaStream_t stream);
 /// *sum += sum of g^2 over `grad` (f64; `sum` is device memory).
 Status sumOfSquares(const Tensor &grad, double *sum, cudaStream_t stream);
+
+/// *sum += the sum of g^2 over every tensor of `grads` (f64; `sum` is device
+/// memory), in one pass over all of them: fixed chunks of 32 Ki elements,
+/// each chunk's f64 partial from one block in a fixed order, then the
+/// partials in chunk order. Deterministic for a given list of sizes; the
+/// order differs from sumOfSquares on each tensor (equal within rounding).
+/// All tensors are checked before anything is launched. Unvalidated on a
+/// device (ZEROC_CUDA_CLIP=grid, docs/gpu-kernels.md).
+Status multiTensorSumOfSquares(const std::vector<Tensor> &grads, double *sum,
+                               cudaStream_t stream);
+
+/// scaleInPlace on every tensor, one launch per 64 tensors: the same bits.
+Status multiTensorScale(const std::vector<Tensor> &tensors, float factor,
+                        cudaStream_t stream);
 
 /// grad *= cpu::clipCoefficient(*totalSumOfSquares, maxNorm), with the
 /// total read from device memory.

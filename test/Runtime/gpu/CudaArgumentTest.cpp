@@ -194,6 +194,14 @@ TEST_F(CudaArguments, Optimizer) {
   Tensor ints = fake({4}, DType::I32);
   expectSameError(cuda::scaleInPlace(ints, 2.0f, stream),
                   cpu::scaleInPlace(ints, 2.0f));
+  // The one-pass clipping's lists (ZEROC_CUDA_CLIP=grid) name the entry,
+  // before anything is launched.
+  EXPECT_EQ(cuda::multiTensorScale({grad, ints}, 2.0f, stream).error,
+            cpu::scaleInPlace(ints, 2.0f).error + " (tensor 1 of 2)");
+  EXPECT_EQ(
+      cuda::multiTensorSumOfSquares({grad, grad, ints}, nullptr, stream).error,
+      "sum_of_squares: grad must be f32, bf16 or f16, found [4] i32 "
+      "(tensor 2 of 3)");
   bool overflow = false;
   expectSameError(cuda::unscaleGrads(grad, -1.0, nullptr, stream),
                   cpu::unscaleGrads(grad, -1.0, overflow));

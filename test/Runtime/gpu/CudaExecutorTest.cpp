@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <iostream>
 #include <ostream>
 
@@ -126,5 +127,104 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(info.index == 0 ? "Gpt2F32Stage3"
                                          : "LlamaBf16Stage2Offload");
     });
+
+/// ZEROC_CUDA_ADAM and ZEROC_CUDA_CLIP for the devices made while it
+/// lives (the device reads them when made); unset again after.
+struct KernelChoices {
+  KernelChoices(const char *adam, const char *clip) {
+    setenv("ZEROC_CUDA_ADAM", adam, 1);
+    setenv("ZEROC_CUDA_CLIP", clip, 1);
+  }
+  ~KernelChoices() {
+    unsetenv("ZEROC_CUDA_ADAM");
+    unsetenv("ZEROC_CUDA_CLIP");
+  }
+};
+
+// The opt-in kernels (docs/gpu-kernels.md, "Fused Adam and the one-pass
+// clipping") against the default ones on the same GPU, three steps of the
+// f32 stage-3 plan (36 adam_update ops, one clip_grad_norm): the fused Adam
+// does each element's operations in the same order, so the losses are the
+// same bits; the one-pass sum of squares adds in another order, so the clip
+// coefficient may differ in its last bit: 1e-6 relative (f32 u = 6e-8,
+// through three steps). Written without a GPU: not yet run.
+TEST(CudaExecutorKernels, FusedAdamAndOnePassClipTrainAsTheDefaults) {
+  std::string why;
+  std::unique_ptr<Device> plain = zeroc_cuda_backend_v1()->makeDevice(why);
+  if (!plain)
+    GTEST_SKIP() << why;
+  auto nccl = NcclCommunicator::world();
+  const char *input = "tiny-gpt2-stage3-ws1.json";
+  Trained expected = train(input, *nccl, plain.get(), 3);
+  plain.reset();
+  ASSERT_EQ(expected.losses.size(), 3u);
+  {
+    KernelChoices choose("fused", "tensor");
+    std::unique_ptr<Device> fused = zeroc_cuda_backend_v1()->makeDevice(why);
+    ASSERT_TRUE(fused) << why;
+    Trained t = train(input, *nccl, fused.get(), 3);
+    ASSERT_EQ(t.losses.size(), 3u);
+    for (size_t i = 0; i < 3; ++i)
+      EXPECT_EQ(t.losses[i], expected.losses[i])
+          << "fused Adam, step " << i + 1;
+    EXPECT_EQ(t.measured, expected.measured);
+  }
+  {
+    KernelChoices choose("fused", "grid");
+    std::unique_ptr<Device> both = zeroc_cuda_backend_v1()->makeDevice(why);
+    ASSERT_TRUE(both) << why;
+    Trained t = train(input, *nccl, both.get(), 3);
+    ASSERT_EQ(t.losses.size(), 3u);
+    for (size_t i = 0; i < 3; ++i)
+      EXPECT_LE(std::abs(t.losses[i] - expected.losses[i]) /
+                    std::abs(expected.losses[i]),
+                1e-6)
+          << "fused Adam and one-pass clip, step " << i + 1;
+  }
+}
+
+// ZEROC_CUDA_HOST_STAGING=pinned: the offloaded Adam's host copies in
+// reused pinned buffers, the same bytes as the default's fresh vectors, so
+// the same losses to the bit on the bf16 stage-2 offload plan.
+TEST(CudaExecutorKernels, PinnedStagingTrainsAsTheDefault) {
+  std::string why;
+  std::unique_ptr<Device> plain = zeroc_cuda_backend_v1()->makeDevice(why);
+  if (!plain)
+    GTEST_SKIP() << why;
+  auto nccl = NcclCommunicator::world();
+  const char *input = "tiny-llama-bf16-stage2-offload-ws1.json";
+  Trained expected = train(input, *nccl, plain.get(), 3);
+  plain.reset();
+  ASSERT_EQ(expected.losses.size(), 3u);
+  setenv("ZEROC_CUDA_HOST_STAGING", "pinned", 1);
+  std::unique_ptr<Device> pinned = zeroc_cuda_backend_v1()->makeDevice(why);
+  unsetenv("ZEROC_CUDA_HOST_STAGING");
+  ASSERT_TRUE(pinned) << why;
+  Trained t = train(input, *nccl, pinned.get(), 3);
+  ASSERT_EQ(t.losses.size(), 3u);
+  for (size_t i = 0; i < 3; ++i)
+    EXPECT_EQ(t.losses[i], expected.losses[i]) << "step " << i + 1;
+}
+
+TEST(CudaExecutorKernels, RejectsAnUnknownKernelChoice) {
+  std::string why;
+  if (!zeroc_cuda_backend_v1()->makeDevice(why))
+    GTEST_SKIP() << why;
+  {
+    KernelChoices choose("multi", "tensor");
+    EXPECT_FALSE(zeroc_cuda_backend_v1()->makeDevice(why));
+    EXPECT_EQ(why, "ZEROC_CUDA_ADAM: expected tensor or fused, found 'multi'");
+  }
+  {
+    KernelChoices choose("tensor", "fast");
+    EXPECT_FALSE(zeroc_cuda_backend_v1()->makeDevice(why));
+    EXPECT_EQ(why, "ZEROC_CUDA_CLIP: expected tensor or grid, found 'fast'");
+  }
+  setenv("ZEROC_CUDA_HOST_STAGING", "locked", 1);
+  EXPECT_FALSE(zeroc_cuda_backend_v1()->makeDevice(why));
+  unsetenv("ZEROC_CUDA_HOST_STAGING");
+  EXPECT_EQ(why, "ZEROC_CUDA_HOST_STAGING: expected pageable or pinned, "
+                 "found 'locked'");
+}
 
 } // namespace
