@@ -235,6 +235,14 @@ private:
       tokens(back.getInput());
       s.experts = tensor(back.getGate()).getDimSize(0);
       s.topK = tensor(back.getDweights()).getShape().back();
+    } else if (auto stats = dyn_cast<model::MoeRouterStatsOp>(op)) {
+      kind = MoeScratchKind::RouterStats;
+      tokens(stats.getInput());
+      s.experts = stats.getNumExperts();
+    } else if (auto back = dyn_cast<model::MoeRouterStatsBackwardOp>(op)) {
+      kind = MoeScratchKind::RouterStatsBackward;
+      tokens(back.getInput());
+      s.experts = tensor(back.getGate()).getDimSize(0);
     } else {
       return 0;
     }

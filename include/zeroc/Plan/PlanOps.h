@@ -44,6 +44,8 @@ namespace zeroc {
   X(CrossEntropy, "cross_entropy", NoAttrs)                                    \
   X(MoeRouter, "moe_router", MoeRouterAttrs)                                   \
   X(MoeExperts, "moe_experts", MoeExpertsAttrs)                                \
+  X(MoeRouterStats, "moe_router_stats", NoAttrs)                               \
+  X(MoeLoadBalancingLoss, "moe_load_balancing_loss", LoadBalancingAttrs)       \
   X(EmbeddingBackward, "embedding_backward", NoAttrs)                          \
   X(PositionEmbeddingBackward, "position_embedding_backward", NoAttrs)         \
   X(LinearGradInput, "linear_grad_input", NoAttrs)                             \
@@ -59,6 +61,9 @@ namespace zeroc {
   X(CrossEntropyBackward, "cross_entropy_backward", NoAttrs)                   \
   X(MoeRouterBackward, "moe_router_backward", MoeNormalizeAttrs)               \
   X(MoeExpertsBackward, "moe_experts_backward", NoAttrs)                       \
+  X(MoeRouterStatsBackward, "moe_router_stats_backward", NoAttrs)              \
+  X(MoeLoadBalancingLossBackward, "moe_load_balancing_loss_backward",          \
+    LoadBalancingAttrs)                                                        \
   X(BackwardSeed, "backward_seed", BackwardSeedAttrs)
 
 #define ZEROC_PLAN_SCHED_OPS(X)                                                \
@@ -204,6 +209,17 @@ struct MoeNormalizeAttrs {
   template <typename V> void fields(V &&v) { v("normalize", normalize); }
 };
 
+/// moe_load_balancing_loss and its backward: Mixtral's
+/// router_aux_loss_coef and the experts per token.
+struct LoadBalancingAttrs {
+  double coefficient = 0;
+  int64_t topK = 0;
+  template <typename V> void fields(V &&v) {
+    v("coefficient", coefficient);
+    v("top_k", topK);
+  }
+};
+
 /// moe_experts: the planning assumption on the busiest expert's share of
 /// the routed rows (absent: uniform); no effect on what the kernel computes.
 struct MoeExpertsAttrs {
@@ -332,10 +348,10 @@ struct AdamAttrs {
 using PlanOpAttrs =
     std::variant<NoAttrs, AddAttrs, NormAttrs, RMSNormAttrs, ScaleAttrs,
                  RotaryAttrs, AttentionAttrs, MoeRouterAttrs, MoeNormalizeAttrs,
-                 MoeExpertsAttrs, BackwardSeedAttrs, ReadAttrs, AccumulateAttrs,
-                 TensorListAttrs, AllGatherAttrs, ReduceScatterAttrs,
-                 TargetListAttrs, CopyAttrs, UnscaleGradsAttrs,
-                 ClipGradNormAttrs, AdamAttrs>;
+                 MoeExpertsAttrs, LoadBalancingAttrs, BackwardSeedAttrs,
+                 ReadAttrs, AccumulateAttrs, TensorListAttrs, AllGatherAttrs,
+                 ReduceScatterAttrs, TargetListAttrs, CopyAttrs,
+                 UnscaleGradsAttrs, ClipGradNormAttrs, AdamAttrs>;
 
 /// The attributes of `kind`, default-initialized (the struct its kind takes).
 PlanOpAttrs defaultAttrs(OpKind kind);
