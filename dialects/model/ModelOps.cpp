@@ -1658,3 +1658,161 @@ int64_t MoeLocalExpertsBackwardOp::getForwardFlops() {
   int64_t inter = tensorOf(getW1()).getDimSize(1);
   return 12 * rows * hidden * inter + 10 * rows * inter;
 }
+
+//===----------------------------------------------------------------------===//
+// The auxiliary load-balancing loss (Mixtral's output_router_logits)
+//===----------------------------------------------------------------------===//
+
+/// Router statistics `[2, num_experts]` f32: counts, then probability sums.
+static LogicalResult expectStats(Operation *op, StringRef name, Value stats,
+                                 int64_t numExperts) {
+  return expectShape(op, name, stats, {2, numExperts},
+                     "[2, num_experts]: the counts, then the probability sums");
+}
+
+LogicalResult MoeRouterStatsOp::verify() {
+  if (failed(
+          expectRank(*this, "gate", getGate(), 2, "[num_experts, hidden]")) ||
+      failed(
+          expectRank(*this, "input", getInput(), 3, "[batch, seq, hidden]")) ||
+      failed(
+          expectRank(*this, "indices", getIndices(), 3, "[batch, seq, top_k]")))
+    return failure();
+  ArrayRef<int64_t> x = tensorOf(getInput()).getShape();
+  int64_t experts = getNumExperts();
+  int64_t k = tensorOf(getIndices()).getShape().back();
+  if (failed(expectShape(*this, "gate", getGate(), {experts, x[2]},
+                         "[num_experts, hidden of the input]")) ||
+      failed(expectShape(*this, "indices", getIndices(), {x[0], x[1], k},
+                         "[batch, seq] of the input, top_k")) ||
+      failed(expectElementTypes(
+          *this, {{"input", getInput()}, {"gate", getGate()}})) ||
+      failed(expectStats(*this, "result", getResult(), experts)))
+    return failure();
+  if (k > experts)
+    return emitOpError() << "top_k " << k << " exceeds the " << experts
+                         << " experts";
+  return success();
+}
+
+// Logits 2 * hidden per (token, expert); softmax 4 and the sum 1 per logit;
+// a count per selected expert.
+int64_t MoeRouterStatsOp::getForwardFlops() {
+  int64_t tokens = tokensOf(getInput()), experts = getNumExperts();
+  int64_t hidden = tensorOf(getInput()).getShape().back();
+  int64_t k = tensorOf(getIndices()).getShape().back();
+  return 2 * tokens * experts * hidden + 5 * tokens * experts + tokens * k;
+}
+
+// The backward recomputes the logits from the input and the gate.
+void MoeRouterStatsOp::getSavedValues(SmallVectorImpl<Value> &saved) {
+  saved.push_back(getInput());
+  saved.push_back(getGate());
+}
+
+// The counts (and so the indices) get no gradient.
+LogicalResult
+MoeRouterStatsOp::buildBackward(OpBuilder &builder, ValueRange resultGrads,
+                                SmallVectorImpl<Value> &operandGrads) {
+  FailureOr<Value> ds = resultGradient(*this, resultGrads, operandGrads);
+  if (failed(ds) || !*ds)
+    return ds;
+  auto backward = builder.create<MoeRouterStatsBackwardOp>(
+      getLoc(), getInput().getType(), getGate().getType(), getInput(),
+      getGate(), *ds);
+  operandGrads.append({backward.getDinput(), backward.getDgate(), Value()});
+  return success();
+}
+
+LogicalResult MoeRouterStatsBackwardOp::verify() {
+  if (failed(
+          expectRank(*this, "gate", getGate(), 2, "[num_experts, hidden]")) ||
+      failed(expectRank(*this, "input", getInput(), 3, "[batch, seq, hidden]")))
+    return failure();
+  ArrayRef<int64_t> x = tensorOf(getInput()).getShape();
+  int64_t experts = tensorOf(getGate()).getDimSize(0);
+  if (failed(expectShape(*this, "gate", getGate(), {experts, x[2]},
+                         "[num_experts, hidden of the input]")) ||
+      failed(expectStats(*this, "dstats", getDstats(), experts)) ||
+      failed(expectShape(*this, "dinput", getDinput(), x, "the input's")) ||
+      failed(expectShape(*this, "dgate", getDgate(),
+                         tensorOf(getGate()).getShape(), "the gate's")) ||
+      failed(expectElementTypes(*this, {{"input", getInput()},
+                                        {"gate", getGate()},
+                                        {"dinput", getDinput()},
+                                        {"dgate", getDgate()}})))
+    return failure();
+  return success();
+}
+
+int64_t MoeRouterStatsBackwardOp::getForwardFlops() {
+  int64_t tokens = tokensOf(getInput());
+  int64_t experts = tensorOf(getGate()).getDimSize(0);
+  int64_t hidden = tensorOf(getInput()).getShape().back();
+  return 6 * tokens * experts * hidden + 8 * tokens * experts;
+}
+
+/// The statistics of a load-balancing loss op: at least one, all
+/// `[2, num_experts]` for one num_experts of at least top_k.
+static LogicalResult verifyLoadBalancing(Operation *op, ValueRange stats,
+                                         int64_t topK, double coefficient) {
+  if (stats.empty())
+    return op->emitOpError() << "needs the statistics of at least one router";
+  if (!std::isfinite(coefficient))
+    return op->emitOpError()
+           << "coefficient must be finite, found " << coefficient;
+  if (failed(expectRank(op, "stats #0", stats.front(), 2, "[2, num_experts]")))
+    return failure();
+  int64_t experts = tensorOf(stats.front()).getDimSize(1);
+  for (auto [i, s] : llvm::enumerate(stats))
+    if (failed(expectStats(op, ("stats #" + Twine(i)).str(), s, experts)))
+      return failure();
+  if (topK > experts)
+    return op->emitOpError()
+           << "top_k " << topK << " exceeds the " << experts << " experts";
+  return success();
+}
+
+LogicalResult MoeLoadBalancingLossOp::verify() {
+  return verifyLoadBalancing(*this, getStats(), int64_t(getTopK()),
+                             getCoefficient().convertToDouble());
+}
+
+int64_t MoeLoadBalancingLossOp::getForwardFlops() {
+  return 3 * int64_t(getStats().size()) * 2 *
+         tensorOf(getStats().front()).getDimSize(1);
+}
+
+// The backward reads the statistics (their counts), not the loss.
+void MoeLoadBalancingLossOp::getSavedValues(SmallVectorImpl<Value> &saved) {
+  saved.append(getStats().begin(), getStats().end());
+}
+
+// d(loss)/d(loss) = 1; every layer's statistics get the same gradient.
+LogicalResult
+MoeLoadBalancingLossOp::buildBackward(OpBuilder &builder,
+                                      ValueRange resultGrads,
+                                      SmallVectorImpl<Value> &operandGrads) {
+  FailureOr<Value> dl = resultGradient(*this, resultGrads, operandGrads);
+  if (failed(dl) || !*dl)
+    return dl;
+  auto backward = builder.create<MoeLoadBalancingLossBackwardOp>(
+      getLoc(), getStats().front().getType(), *dl, getStats(),
+      getCoefficientAttr(), getTopKAttr());
+  operandGrads.push_back(*dl);
+  operandGrads.append(getStats().size(), backward.getDstats());
+  return success();
+}
+
+LogicalResult MoeLoadBalancingLossBackwardOp::verify() {
+  if (failed(verifyLoadBalancing(*this, getStats(), int64_t(getTopK()),
+                                 getCoefficient().convertToDouble())))
+    return failure();
+  return expectStats(*this, "dstats", getDstats(),
+                     tensorOf(getStats().front()).getDimSize(1));
+}
+
+int64_t MoeLoadBalancingLossBackwardOp::getForwardFlops() {
+  return int64_t(getStats().size()) * 2 *
+         tensorOf(getStats().front()).getDimSize(1);
+}

@@ -900,6 +900,133 @@ def Model_MoeExpertsBackwardOp : Model_BackwardOp<"moe_experts_backward"> {
   let hasVerifier = 1;
 }
 
+def Model_MoeRouterStatsOp : Model_ComputeOp<"moe_router_stats"> {
+  let summary = "A router's load statistics, for the load-balancing loss";
+  let description = [{
+    What Hugging Face's `load_balancing_loss_func` takes from one layer's
+    router, for `input` `[batch, seq, hidden]`, the router weight `gate`
+    `[num_experts, hidden]` and the router's `indices` `[batch, seq,
+    top_k]`: row 0 of the f32 result `[2, num_experts]` counts the
+    (token, slot) pairs routed to each expert (`torch.histc` of the
+    selected experts), row 1 sums each expert's softmax probability over
+    the tokens, `p = softmax(x gate^T)` in f32, as `moe_router` computes
+    it. The logits are recomputed from `input` and `gate` (the router
+    keeps them only as its saved state): a second `2 * tokens *
+    num_experts * hidden` product, not a model FLOP.
+
+    Its backward (`moe_router_stats_backward`) takes the gradient of the
+    probability sums (the counts are constants) to `input` and `gate`.
+
+    FLOPs: `2 * tokens * num_experts * hidden` for the logits, 5 per logit
+    (softmax and sum), 1 per selected expert.
+
+    ```mlir
+    %s = model.moe_router_stats %x, %gate, %idx : (tensor<1x4096x4096xbf16>, tensor<8x4096xbf16>, tensor<1x4096x2xi32>) -> tensor<2x8xf32>
+    ```
+  }];
+  let arguments = (ins Model_FloatTensor:$input, Model_FloatTensor:$gate,
+                       Model_TokenTensor:$indices);
+  let results = (outs Model_RoutingWeights:$result);
+  let assemblyFormat = [{
+    $input `,` $gate `,` $indices attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    int64_t getNumExperts() {
+      return ::llvm::cast<::mlir::RankedTensorType>(getGate().getType())
+          .getDimSize(0);
+    }
+  }];
+}
+
+def Model_MoeLoadBalancingLossOp
+    : Model_ComputeOp<"moe_load_balancing_loss"> {
+  let summary = "The loss plus Mixtral's auxiliary load-balancing loss";
+  let description = [{
+    `loss + coefficient * aux` with Hugging Face's `load_balancing_loss_func`
+    (Switch Transformer's equations 4-6) over every layer's
+    `moe_router_stats` `[2, num_experts]`: with `C_e` the (token, slot)
+    pairs routed to expert `e` and `P_e` its summed probability, both summed
+    over the layers, and `N` the rows over all layers (`sum_e C_e /
+    top_k`), `aux = num_experts * sum_e (C_e / N) (P_e / N)`.
+    `coefficient` is Mixtral's `router_aux_loss_coef`; Hugging Face adds
+    the term when `output_router_logits` is true.
+
+    The term is a micro-batch's, like the cross-entropy beside it: the
+    backward seed's `1 / micro_steps` and the ranks' mean average it over
+    the global batch (DeepSpeed's `engine.backward` and data-parallel mean).
+
+    FLOPs: 3 per statistic.
+
+    ```mlir
+    %l = model.moe_load_balancing_loss %ce, %s0, %s1 {coefficient = 2.000000e-02 : f64, top_k = 2 : i64} : (tensor<f32>, tensor<2x8xf32>, tensor<2x8xf32>) -> tensor<f32>
+    ```
+  }];
+  let arguments = (ins Model_LossTensor:$loss,
+                       Variadic<Model_RoutingWeights>:$stats,
+                       F64Attr:$coefficient,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$top_k);
+  let results = (outs Model_LossTensor:$result);
+  let assemblyFormat = [{
+    $loss `,` $stats attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Model_MoeRouterStatsBackwardOp
+    : Model_BackwardOp<"moe_router_stats_backward"> {
+  let summary = "Gradients of a router's probability sums";
+  let description = [{
+    From the forward's `input` and `gate` and `dstats` `[2, num_experts]`
+    (row 1, the gradient of the probability sums `g`; row 0, of the counts,
+    is not read): the logits and `p` are recomputed as the forward computes
+    them, `dlogits = p * (g - sum_e p_e g_e)` in the model dtype, then
+    `dinput = dlogits gate` and `dgate = dlogits^T input`, summed over
+    tokens, in the dtypes of `input` and `gate`.
+
+    FLOPs: `6 * tokens * num_experts * hidden` (the logits again and the
+    two products), 8 per logit.
+
+    ```mlir
+    %dx, %dgate = model.moe_router_stats_backward %x, %gate, %ds : (tensor<1x8x64xf32>, tensor<4x64xf32>, tensor<2x4xf32>) -> (tensor<1x8x64xf32>, tensor<4x64xf32>)
+    ```
+  }];
+  let arguments = (ins Model_FloatTensor:$input, Model_FloatTensor:$gate,
+                       Model_RoutingWeights:$dstats);
+  let results = (outs Model_FloatTensor:$dinput, Model_FloatTensor:$dgate);
+  let assemblyFormat = [{
+    $input `,` $gate `,` $dstats attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Model_MoeLoadBalancingLossBackwardOp
+    : Model_BackwardOp<"moe_load_balancing_loss_backward"> {
+  let summary = "Gradient of the load-balancing loss in the routers' statistics";
+  let description = [{
+    From `dloss` and the forward's `stats`: the gradient of every layer's
+    statistics, the same for each, `[2, num_experts]`: row 0 zero (the
+    counts are constants), row 1 `dloss * coefficient * num_experts * C_e /
+    N^2` (the notation of `moe_load_balancing_loss`). The loss operand's
+    own gradient is `dloss`.
+
+    FLOPs: 1 per statistic.
+
+    ```mlir
+    %ds = model.moe_load_balancing_loss_backward %dl, %s0, %s1 {coefficient = 2.000000e-02 : f64, top_k = 2 : i64} : (tensor<f32>, tensor<2x8xf32>, tensor<2x8xf32>) -> tensor<2x8xf32>
+    ```
+  }];
+  let arguments = (ins Model_LossTensor:$dloss,
+                       Variadic<Model_RoutingWeights>:$stats,
+                       F64Attr:$coefficient,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$top_k);
+  let results = (outs Model_RoutingWeights:$dstats);
+  let assemblyFormat = [{
+    $dloss `,` $stats attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
 //===----------------------------------------------------------------------===//
 // Expert parallelism
 //

@@ -541,9 +541,10 @@ void readRope(ConfigReader &r, ModelSpec &spec, double defaultTheta) {
 
 /// Mixtral's sparse MoE block (MixtralSparseMoeBlock): num_local_experts
 /// SwiGLU experts, each token routed to the num_experts_per_tok largest
-/// softmax probabilities of a linear router, renormalised. The auxiliary
-/// load-balancing loss (output_router_logits) and the router's jitter
-/// noise are not modelled: each is refused when it would change training.
+/// softmax probabilities of a linear router, renormalised; with
+/// output_router_logits, the auxiliary load-balancing loss times
+/// router_aux_loss_coef is added to the loss. The router's jitter noise is
+/// not modelled: it is refused when it would change training.
 void readMixtureOfExperts(ConfigReader &r, ModelSpec &spec) {
   spec.numExperts = r.positive("num_local_experts", 8,
                                "Hugging Face's Mixtral default "
@@ -569,21 +570,17 @@ void readMixtureOfExperts(ConfigReader &r, ModelSpec &spec) {
                  "changes the routing and the numerics, and zeroc does not "
                  "model it; set it to 0.0 to plan the model without it");
   }
-  bool auxLoss = r.boolean("output_router_logits", false);
-  if (auxLoss)
-    r.fail("output_router_logits",
-           "'output_router_logits' true adds router_aux_loss_coef times the "
-           "load-balancing loss of all layers' router logits to the training "
-           "loss (Hugging Face's load_balancing_loss_func), which zeroc does "
-           "not model; set it to false (as the published Mixtral configs do) "
-           "to plan the language-model loss alone");
+  spec.routerAuxLoss = r.boolean("output_router_logits", false);
   r.known("router_aux_loss_coef");
   if (r.has("router_aux_loss_coef") &&
       !r.at("router_aux_loss_coef").is_number())
     r.fail("router_aux_loss_coef",
            "'router_aux_loss_coef' must be a number, found " +
                r.at("router_aux_loss_coef").dump());
-  else if (!auxLoss)
+  else if (spec.routerAuxLoss)
+    spec.routerAuxLossCoef =
+        r.number("router_aux_loss_coef", 0.001); // MixtralConfig's default
+  else
     r.noEffect("router_aux_loss_coef",
                "output_router_logits is false, so the auxiliary loss is not "
                "added to the loss");

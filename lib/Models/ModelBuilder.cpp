@@ -220,6 +220,11 @@ private:
     auto router = b.create<MoeRouterOp>(
         at(prefix + ".gate"), routed(b.getF32Type()), routed(b.getI32Type()),
         /*saved=*/Type(), h, gate, b.getI64IntegerAttr(k), b.getUnitAttr());
+    if (spec.routerAuxLoss)
+      routerStats.push_back(b.create<MoeRouterStatsOp>(
+          at(prefix + ".gate.stats"),
+          RankedTensorType::get({2, e}, b.getF32Type()), h, gate,
+          router.getIndices()));
     Value w1 = param(prefix + ".experts.w1", {e, ff, d}, normal(std));
     Value w3 = param(prefix + ".experts.w3", {e, ff, d}, normal(std));
     Value w2 = param(prefix + ".experts.w2", {e, d, ff}, normal(std));
@@ -295,7 +300,15 @@ private:
       x = add(p + ".mlp.residual", x, down);
     }
     Value h = rmsNorm("norm", x);
-    return lossHead(h, targets, "lm_head");
+    Value loss = lossHead(h, targets, "lm_head");
+    if (routerStats.empty())
+      return loss;
+    // Mixtral's output_router_logits: the load-balancing loss of every
+    // layer's router, added as MixtralForCausalLM adds it.
+    return b.create<MoeLoadBalancingLossOp>(
+        at("router_aux_loss"), loss.getType(), loss, routerStats,
+        b.getF64FloatAttr(spec.routerAuxLossCoef),
+        b.getI64IntegerAttr(spec.expertsPerToken));
   }
 
   MLIRContext &ctx;
@@ -305,6 +318,8 @@ private:
   Block *moduleBody = nullptr;
   Operation *forward = nullptr;
   llvm::StringSet<> declared;
+  /// Each layer's router statistics, with output_router_logits.
+  SmallVector<Value> routerStats;
 };
 
 } // namespace

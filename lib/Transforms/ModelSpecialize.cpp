@@ -91,9 +91,11 @@ public:
     for (BlockArgument arg : forward.getArguments())
       specialize(arg, /*batched=*/true, /*keepElement=*/false);
     forward.walk([&](Operation *op) {
-      bool batched = !isa<model::ParamRefOp>(op);
-      // The router's weights are f32 whatever the model's dtype.
-      bool keepElement = isa<model::MoeRouterOp>(op);
+      // A router's statistics are per expert, not per sequence.
+      bool batched = !isa<model::ParamRefOp, model::MoeRouterStatsOp>(op);
+      // The router's weights and statistics are f32 whatever the model's
+      // dtype.
+      bool keepElement = isa<model::MoeRouterOp, model::MoeRouterStatsOp>(op);
       for (Value result : op->getResults())
         specialize(result, batched, keepElement);
     });

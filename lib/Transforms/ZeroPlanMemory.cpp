@@ -266,6 +266,14 @@ private:
       s.experts = tensor(w1).getDimSize(0);
       s.intermediate = tensor(w1).getDimSize(1);
       s.savedOutput = true;
+    } else if (auto stats = dyn_cast<model::MoeRouterStatsOp>(op)) {
+      kind = MoeScratchKind::RouterStats;
+      tokens(stats.getInput());
+      s.experts = stats.getNumExperts();
+    } else if (auto back = dyn_cast<model::MoeRouterStatsBackwardOp>(op)) {
+      kind = MoeScratchKind::RouterStatsBackward;
+      tokens(back.getInput());
+      s.experts = tensor(back.getGate()).getDimSize(0);
     } else {
       return 0;
     }

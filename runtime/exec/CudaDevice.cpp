@@ -93,6 +93,10 @@ struct CudaKernels {
   ZEROC_CUDA_KERNEL(moeCombineForward)
   ZEROC_CUDA_KERNEL(moeCombineBackward)
   ZEROC_CUDA_GEMM_KERNEL(moeExpertsBackward)
+  ZEROC_CUDA_KERNEL(moeRouterStats)
+  ZEROC_CUDA_KERNEL(moeRouterStatsBackward)
+  ZEROC_CUDA_KERNEL(moeLoadBalancingLoss)
+  ZEROC_CUDA_KERNEL(moeLoadBalancingLossBackward)
   ZEROC_CUDA_KERNEL(backwardSeed)
 #undef ZEROC_CUDA_KERNEL
 #undef ZEROC_CUDA_GEMM_KERNEL

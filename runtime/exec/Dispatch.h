@@ -62,6 +62,10 @@ namespace zeroc::runtime {
   X(moeCombineForward)                                                         \
   X(moeCombineBackward)                                                        \
   X(moeExpertsBackward)                                                        \
+  X(moeRouterStats)                                                            \
+  X(moeRouterStatsBackward)                                                    \
+  X(moeLoadBalancingLoss)                                                      \
+  X(moeLoadBalancingLossBackward)                                              \
   X(backwardSeed)
 
 /// The CPU kernel set.
@@ -127,6 +131,14 @@ moeScratchOf(const PlanOp &op, In in, Out out) {
     s.experts = in(1).dim(0);
     s.topK = in(2).dim(-1);
     return std::make_pair(MoeScratchKind::RouterBackward, s);
+  case OpKind::MoeRouterStats:
+  case OpKind::MoeRouterStatsBackward:
+    tokens(in(0));
+    s.experts = in(1).dim(0);
+    return std::make_pair(op.kind == OpKind::MoeRouterStats
+                              ? MoeScratchKind::RouterStats
+                              : MoeScratchKind::RouterStatsBackward,
+                          s);
   default:
     return std::nullopt;
   }
@@ -349,6 +361,37 @@ std::optional<Status> runModelOp(K &k, const PlanOp &op, In in, Out out,
   case OpKind::MoeLocalExpertsBackward:
     return Status{std::string(opKindName(op.kind)) +
                   ": expert parallelism is not run by zerorun yet"};
+  case OpKind::MoeRouterStats: {
+    // The logits again (f32, as the router's), then the statistics.
+    std::vector<int64_t> shape(in(0).shape);
+    shape.back() = moe->second.experts;
+    Tensor logits = part(parts.logits, DType::F32, shape);
+    ZEROC_RETURN_IF_ERROR(k.linearForward(in(0), in(1), nullptr, logits));
+    return k.moeRouterStats(logits, in(2), out(0));
+  }
+  case OpKind::MoeRouterStatsBackward: {
+    // The logits again, dlogits in the model dtype, the logits' backward.
+    std::vector<int64_t> shape(in(0).shape);
+    shape.back() = moe->second.experts;
+    Tensor logits = part(parts.logits, DType::F32, shape);
+    Tensor dlogits = part(parts.dlogits, in(0).dtype, shape);
+    ZEROC_RETURN_IF_ERROR(k.linearForward(in(0), in(1), nullptr, logits));
+    ZEROC_RETURN_IF_ERROR(k.moeRouterStatsBackward(in(2), logits, dlogits));
+    ZEROC_RETURN_IF_ERROR(k.linearGradInput(dlogits, in(1), out(0)));
+    return k.linearGradWeight(dlogits, in(0), out(1));
+  }
+  case OpKind::MoeLoadBalancingLoss:
+  case OpKind::MoeLoadBalancingLossBackward: {
+    const LoadBalancingAttrs &a = op.attrsAs<LoadBalancingAttrs>();
+    std::vector<Tensor> stats;
+    for (size_t i = 1; i < op.inputs.size(); ++i)
+      stats.push_back(in(i));
+    if (op.kind == OpKind::MoeLoadBalancingLoss)
+      return k.moeLoadBalancingLoss(in(0), stats, a.topK, a.coefficient,
+                                    out(0));
+    return k.moeLoadBalancingLossBackward(in(0), stats, a.topK, a.coefficient,
+                                          out(0));
+  }
 #define ZEROC_NOT_A_KERNEL(e, name, attrs) case OpKind::e:
     ZEROC_PLAN_SCHED_OPS(ZEROC_NOT_A_KERNEL)
 #undef ZEROC_NOT_A_KERNEL

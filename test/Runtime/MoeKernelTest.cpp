@@ -998,4 +998,243 @@ TEST(MoeChecks, ZeroTokensRun) {
     EXPECT_EQ(v, 0.0);
 }
 
+//===----------------------------------------------------------------------===//
+// The auxiliary load-balancing loss (Mixtral's output_router_logits)
+//
+// The float64 reference, from Hugging Face's load_balancing_loss_func
+// (transformers 5.24, modeling_mixtral.py): per layer, p = softmax(x gate^T)
+// and the top-k experts of p; tokens_per_expert = histc of every layer's
+// selected experts / total rows, router_prob_per_expert = the sum of every
+// layer's p / total rows, aux = E * sum(tokens_per_expert *
+// router_prob_per_expert); MixtralForCausalLM adds router_aux_loss_coef *
+// aux to the loss. The selection is held fixed for the finite differences
+// (its gradient is zero almost everywhere, as torch's histc has none).
+//===----------------------------------------------------------------------===//
+
+struct RouterLayer {
+  std::vector<double> x, gate;  // [T, h], [E, h]
+  std::vector<int32_t> indices; // [T, k]
+};
+
+double referenceAux(const std::vector<RouterLayer> &layers, int64_t T,
+                    int64_t h, int64_t E, int64_t k, double coefficient,
+                    double loss) {
+  std::vector<double> count(size_t(E), 0.0), prob(size_t(E), 0.0);
+  double rows = 0.0;
+  for (const RouterLayer &l : layers) {
+    for (int64_t t = 0; t < T; ++t) {
+      std::vector<double> logit(static_cast<size_t>(E));
+      double m = -INFINITY, sum = 0.0;
+      for (int64_t e = 0; e < E; ++e) {
+        double v = 0.0;
+        for (int64_t i = 0; i < h; ++i)
+          v += l.x[size_t(t * h + i)] * l.gate[size_t(e * h + i)];
+        logit[size_t(e)] = v;
+        m = std::max(m, v);
+      }
+      for (double v : logit)
+        sum += std::exp(v - m);
+      for (int64_t e = 0; e < E; ++e)
+        prob[size_t(e)] += std::exp(logit[size_t(e)] - m) / sum;
+      for (int64_t j = 0; j < k; ++j)
+        count[size_t(l.indices[size_t(t * k + j)])] += 1.0;
+    }
+    rows += double(T);
+  }
+  double aux = 0.0;
+  for (int64_t e = 0; e < E; ++e)
+    aux += (count[size_t(e)] / rows) * (prob[size_t(e)] / rows);
+  return loss + coefficient * double(E) * aux;
+}
+
+// The top-k of softmax(x gate^T) per token (float64; ties are measure zero
+// on random data).
+std::vector<int32_t> referenceTopK(const std::vector<double> &x,
+                                   const std::vector<double> &gate, int64_t T,
+                                   int64_t h, int64_t E, int64_t k) {
+  std::vector<int32_t> out;
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<std::pair<double, int32_t>> logits;
+    for (int64_t e = 0; e < E; ++e) {
+      double v = 0.0;
+      for (int64_t i = 0; i < h; ++i)
+        v += x[size_t(t * h + i)] * gate[size_t(e * h + i)];
+      logits.push_back({-v, int32_t(e)});
+    }
+    std::sort(logits.begin(), logits.end());
+    for (int64_t j = 0; j < k; ++j)
+      out.push_back(logits[size_t(j)].second);
+  }
+  return out;
+}
+
+struct LoadBalancingRun {
+  std::vector<Owned> logits, stats;
+  Owned result{{}};
+  std::vector<std::vector<double>> dx, dgate;
+};
+
+// The kernels as the executor chains them (Dispatch.h): per layer the
+// logits (linear, f32), the statistics; the loss; then its backward and,
+// per layer, dlogits and the logits' linear backward.
+void runLoadBalancing(const std::vector<RouterLayer> &layers, int64_t T,
+                      int64_t h, int64_t E, int64_t k, double coefficient,
+                      double loss, LoadBalancingRun &run) {
+  std::vector<Tensor> stats;
+  std::vector<Owned> xs, gates;
+  for (const RouterLayer &l : layers) {
+    xs.emplace_back(std::vector<int64_t>{T, h});
+    xs.back().set(l.x);
+    gates.emplace_back(std::vector<int64_t>{E, h});
+    gates.back().set(l.gate);
+    run.logits.emplace_back(std::vector<int64_t>{T, E});
+    run.stats.emplace_back(std::vector<int64_t>{2, E});
+    ASSERT_OK(
+        linearForward(xs.back(), gates.back(), nullptr, run.logits.back()));
+    ASSERT_OK(moeRouterStats(run.logits.back(), ids({T, k}, l.indices),
+                             run.stats.back()));
+  }
+  for (const Owned &s : run.stats)
+    stats.push_back(s.view);
+  Owned lossT({});
+  lossT.set({loss});
+  ASSERT_OK(moeLoadBalancingLoss(lossT, stats, k, coefficient, run.result));
+  Owned one({}), dstats({2, E});
+  one.set({1.0});
+  ASSERT_OK(moeLoadBalancingLossBackward(one, stats, k, coefficient, dstats));
+  for (size_t l = 0; l < layers.size(); ++l) {
+    Owned dlogits({T, E}), dx({T, h}), dgate({E, h});
+    ASSERT_OK(moeRouterStatsBackward(dstats, run.logits[l], dlogits));
+    ASSERT_OK(linearGradInput(dlogits, gates[l], dx));
+    ASSERT_OK(linearGradWeight(dlogits, xs[l], dgate));
+    run.dx.push_back(dx.values());
+    run.dgate.push_back(dgate.values());
+  }
+}
+
+std::vector<RouterLayer> randomRouterLayers(int64_t layers, int64_t T,
+                                            int64_t h, int64_t E, int64_t k,
+                                            unsigned seed) {
+  std::vector<RouterLayer> out;
+  for (int64_t l = 0; l < layers; ++l) {
+    RouterLayer r;
+    r.x = randomValues(size_t(T * h), seed + 10 * unsigned(l));
+    r.gate = randomValues(size_t(E * h), seed + 10 * unsigned(l) + 1);
+    r.indices = referenceTopK(r.x, r.gate, T, h, E, k);
+    out.push_back(r);
+  }
+  return out;
+}
+
+TEST(MoeLoadBalancing, LossMatchesHuggingFaceFormulaInFloat64) {
+  const int64_t T = 12, h = 16, E = 4, k = 2;
+  for (double coefficient : {0.02, 1.0}) {
+    auto layers = randomRouterLayers(3, T, h, E, k, 41);
+    LoadBalancingRun run;
+    runLoadBalancing(layers, T, h, E, k, coefficient, 2.5, run);
+    double expected = referenceAux(layers, T, h, E, k, coefficient, 2.5);
+    EXPECT_NEAR(loadElement(run.result, 0), expected, 1e-6 * expected);
+    // The statistics themselves: k counts per token, probabilities summing
+    // to one per token.
+    for (const Owned &s : run.stats) {
+      std::vector<double> v = s.values();
+      EXPECT_DOUBLE_EQ(std::accumulate(v.begin(), v.begin() + E, 0.0),
+                       double(T * k));
+      EXPECT_NEAR(std::accumulate(v.begin() + E, v.end(), 0.0), double(T),
+                  1e-5);
+    }
+  }
+}
+
+TEST(MoeLoadBalancing, BalancedRoutingGivesTheMinimumTopK) {
+  // T = 8 tokens, every expert gets T k / E = 4 pairs and probability mass
+  // T / E = 2: f_e = k / E, P_e = 1 / E, aux = E sum_e f_e P_e = k (Switch
+  // Transformer's minimum 1 for top-1); the coefficient 0.5 scales it.
+  const int64_t E = 4, k = 2;
+  Owned stats({2, E}), loss({}), result({});
+  stats.set({4, 4, 4, 4, 2, 2, 2, 2});
+  loss.set({0.25});
+  ASSERT_OK(moeLoadBalancingLoss(loss, {stats.view}, k, 0.5, result));
+  EXPECT_DOUBLE_EQ(loadElement(result, 0), 0.25 + 0.5 * 2.0);
+  // Every token to experts 0 and 1, which hold all the probability (6 and
+  // 2 of 8): f = (1, 1, 0, 0), P = (0.75, 0.25, 0, 0), aux = E = 4.
+  stats.set({8, 8, 0, 0, 6, 2, 0, 0});
+  ASSERT_OK(moeLoadBalancingLoss(loss, {stats.view}, k, 0.5, result));
+  EXPECT_DOUBLE_EQ(loadElement(result, 0), 0.25 + 0.5 * 4.0);
+}
+
+TEST(MoeLoadBalancing, GradientsMatchFiniteDifferences) {
+  const int64_t T = 6, h = 8, E = 4, k = 2;
+  const double coefficient = 0.7;
+  auto layers = randomRouterLayers(2, T, h, E, k, 7);
+  LoadBalancingRun run;
+  runLoadBalancing(layers, T, h, E, k, coefficient, 0.0, run);
+  for (size_t l = 0; l < layers.size(); ++l) {
+    for (bool gate : {false, true}) {
+      std::vector<double> numeric;
+      std::vector<double> &param = gate ? layers[l].gate : layers[l].x;
+      for (size_t i = 0; i < param.size(); ++i) {
+        double saved = param[i];
+        param[i] = saved + kFiniteDifferenceStep;
+        double up = referenceAux(layers, T, h, E, k, coefficient, 0.0);
+        param[i] = saved - kFiniteDifferenceStep;
+        double down = referenceAux(layers, T, h, E, k, coefficient, 0.0);
+        param[i] = saved;
+        numeric.push_back((up - down) / (2 * kFiniteDifferenceStep));
+      }
+      EXPECT_CLOSE(gate ? run.dgate[l] : run.dx[l], numeric, 1e-4,
+                   gate ? "dgate" : "dx");
+    }
+  }
+}
+
+TEST(MoeLoadBalancing, BitIdenticalRunToRun) {
+  const int64_t T = 10, h = 8, E = 4, k = 2;
+  auto layers = randomRouterLayers(2, T, h, E, k, 3);
+  LoadBalancingRun a, b;
+  runLoadBalancing(layers, T, h, E, k, 0.02, 1.0, a);
+  runLoadBalancing(layers, T, h, E, k, 0.02, 1.0, b);
+  EXPECT_TRUE(a.result.sameBits(b.result));
+  EXPECT_EQ(a.dx, b.dx);
+  EXPECT_EQ(a.dgate, b.dgate);
+}
+
+TEST(MoeChecks, LoadBalancing) {
+  Owned logits({3, 4}), stats({2, 4}), loss({}), result({}), dlogits({3, 4});
+  Owned good = ids({3, 2}, {0, 1, 2, 3, 1, 2});
+  ASSERT_OK(moeRouterStats(logits, good, stats));
+  expectError(moeRouterStats(logits, ids({3, 2}, {0, 1, 2, 4, 1, 2}), stats),
+              "moe_router_stats: indices[1, 1] = 4 is out of range [0, 4)");
+  Owned stats3({2, 3});
+  expectError(moeRouterStats(logits, good, stats3),
+              "moe_router_stats: stats must be [2, E] = [2, 4], found [2, 3] "
+              "f32");
+  Owned statsBf({2, 4}, DType::BF16);
+  expectError(moeRouterStats(logits, good, statsBf),
+              "moe_router_stats: stats must be f32, found [2, 4] bf16");
+  expectError(moeRouterStatsBackward(stats3, logits, dlogits),
+              "moe_router_stats_backward: dstats must be [2, E] = [2, 4]");
+  ASSERT_OK(moeLoadBalancingLoss(loss, {stats.view}, 2, 0.02, result));
+  expectError(moeLoadBalancingLoss(loss, {}, 2, 0.02, result),
+              "moe_load_balancing_loss: needs the statistics of at least one "
+              "router");
+  expectError(
+      moeLoadBalancingLoss(loss, {stats.view, stats3.view}, 2, 0.02, result),
+      "moe_load_balancing_loss: stats must be [2, E] = [2, 4], found "
+      "[2, 3] f32");
+  expectError(moeLoadBalancingLoss(loss, {stats.view}, 5, 0.02, result),
+              "moe_load_balancing_loss: k = 5 must be between 1 and the "
+              "number of experts E = 4");
+  expectError(moeLoadBalancingLoss(loss, {stats.view}, 2, INFINITY, result),
+              "moe_load_balancing_loss: the coefficient must be finite");
+  expectError(moeLoadBalancingLoss(stats, {stats.view}, 2, 0.02, result),
+              "moe_load_balancing_loss: loss must be a 0-d f32 loss, found "
+              "[2, 4] f32");
+  Owned dstats({2, 4});
+  ASSERT_OK(moeLoadBalancingLossBackward(loss, {stats.view}, 2, 0.02, dstats));
+  expectError(moeLoadBalancingLossBackward(loss, {stats.view}, 2, 0.02, result),
+              "moe_load_balancing_loss_backward: dstats must be [2, E] = [2, "
+              "4], found [] f32");
+}
+
 } // namespace

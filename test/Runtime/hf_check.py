@@ -7,7 +7,9 @@ Live (torch, transformers and safetensors installed):
         --work /tmp/hf [--write-golden test/Runtime/Inputs/hf]
 
 creates small random GPT-2, Llama, Mistral, Qwen2, Gemma, Phi-3 and Mixtral models
-with transformers (f32 and bf16), saves them with save_pretrained (safetensors), and for each:
+(and Mixtral with its auxiliary load-balancing loss, output_router_logits: the
+reference is then MixtralForCausalLM's loss, cross-entropy plus
+router_aux_loss_coef * aux_loss) with transformers (f32 and bf16), saves them with save_pretrained (safetensors), and for each:
 
 1. compiles the saved config.json with zeroc (stage 0, one rank) and runs
    zerorun's first forward from the saved weights on fixed tokens
@@ -212,6 +214,13 @@ def live(args):
         # the golden files small.
         "mixtral": lambda: tf.MixtralConfig(num_local_experts=4, num_experts_per_tok=2,
                                             **dict(small, intermediate_size=8)),
+        # With the auxiliary load-balancing loss (output_router_logits):
+        # MixtralForCausalLM adds router_aux_loss_coef times
+        # load_balancing_loss_func of every layer's router logits; a large
+        # coefficient makes the term a tenth of the loss.
+        "mixtral_aux": lambda: tf.MixtralConfig(
+            num_local_experts=4, num_experts_per_tok=2, output_router_logits=True,
+            router_aux_loss_coef=0.5, **dict(small, intermediate_size=8)),
     }
     configs = {}
     for arch in args.archs.split(","):
@@ -224,9 +233,15 @@ def live(args):
 
     def hf_loss(model):
         with torch.no_grad():
-            logits = model(batch[:, :-1]).logits.float()
-            return torch.nn.functional.cross_entropy(
-                logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1)).item()
+            out = model(batch[:, :-1])
+            logits = out.logits.float()
+            loss = torch.nn.functional.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
+            # The loss MixtralForCausalLM returns with labels: the
+            # cross-entropy plus router_aux_loss_coef * aux_loss.
+            if getattr(model.config, "output_router_logits", False):
+                loss = loss + model.config.router_aux_loss_coef * out.aux_loss.float()
+            return loss.item()
 
     ok = True
     count = 0
@@ -301,9 +316,9 @@ def main():
     ap.add_argument("--golden", help="check the checked-in models (no torch needed)")
     ap.add_argument("--write-golden", help="live: write the models and losses here")
     ap.add_argument("--mpirun", help="also round-trip at stage 3 on 2 ranks with this mpirun")
-    ap.add_argument("--archs", default="gpt2,llama,mistral,qwen2,gemma,phi3,mixtral",
+    ap.add_argument("--archs", default="gpt2,llama,mistral,qwen2,gemma,phi3,mixtral,mixtral_aux",
                     help="live: the architectures (gpt2, llama, mistral, qwen2, gemma, phi3, "
-                    "mixtral)")
+                    "mixtral, mixtral_aux)")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
     return golden(args) if args.golden else live(args)

@@ -19,7 +19,8 @@ Scenarios:
          bucket=N (reduce and allgather bucket sizes), persist=N (stage-3
          persistence threshold), clip=X, dtype=f32|bf16|f16,
          model=gpt2|llama|mistral|qwen2|gemma|phi3|mixtral (tiny-MODEL; tiny-gpt2
-         is the default),
+         is the default) or mixtral_aux (tiny Mixtral with the auxiliary
+         load-balancing loss, output_router_logits),
          optimizer=lamb (DeepSpeed's Lamb; AdamW otherwise),
          bias_correction=false (the optimizer's, DeepSpeed's key; with it
          the stage-0 run of match: is also checked to differ from the
@@ -153,6 +154,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import reference_model  # noqa: E402
 
 SEQ, MICRO, STEPS = 16, 2, 8
@@ -216,7 +218,12 @@ def data_options(args, opts):
     return ["--loss-mask"]
 
 
-MODELS = ("gpt2", "llama", "mistral", "qwen2", "gemma", "phi3", "mixtral")
+MODELS = ("gpt2", "llama", "mistral", "qwen2", "gemma", "phi3", "mixtral",
+          "mixtral_aux")
+# mixtral_aux: tiny Mixtral with its auxiliary load-balancing loss
+# (output_router_logits true), from the shipped tiny config; a coefficient
+# large enough that the term moves the loss in its third digit.
+AUX_COEF = 0.5
 
 
 def model(args, dtype, name="gpt2", attention="flash"):
@@ -226,7 +233,17 @@ def model(args, dtype, name="gpt2", attention="flash"):
     path = os.path.join(args.work, "tiny-%s-%s%s.mlir" % (
         name, dtype, "" if attention == "flash" else "-" + attention))
     if not os.path.exists(path):
-        run([args.zeroc, "gen", "--preset", "tiny-" + name, "--seq-len", str(SEQ),
+        source = ["--preset", "tiny-" + name]
+        if name == "mixtral_aux":
+            with open(os.path.join(ROOT, "examples", "configs", "tiny-mixtral",
+                                   "config.json")) as f:
+                config = json.load(f)
+            config.update(output_router_logits=True,
+                          router_aux_loss_coef=AUX_COEF)
+            source = [os.path.join(args.work, "tiny-mixtral-aux.json")]
+            with open(source[0], "w") as f:
+                json.dump(config, f)
+        run([args.zeroc, "gen"] + source + ["--seq-len", str(SEQ),
              "--micro-batch", str(MICRO), "--dtype", dtype,
              "--attention-kernel", attention, "--quiet", "-o", path])
     return path

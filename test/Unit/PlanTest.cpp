@@ -323,7 +323,7 @@ TEST(Plan, MissingFileIsAnError) {
 /// A valid plan, one item per line so that an edit moves nothing else.
 const char *const kValidPlan = R"({
   "format": "zeroc-plan",
-  "version": 8,
+  "version": 9,
   "generator": "test",
   "model": {"name": "m", "params": 18, "dtype": "bf16", "micro_batch": 2, "seq_len": 3, "hf_config": null},
   "world_size": 2, "expert_parallel_size": 1, "groups": [{"name": "world", "size": 2, "stride": 1}, {"name": "expert_parallel", "size": 1, "stride": 1}, {"name": "expert_data_parallel", "size": 2, "stride": 1}],
@@ -468,9 +468,9 @@ TEST(PlanReader, WrongFormatName) {
 }
 
 TEST(PlanReader, UnsupportedVersion) {
-  expectError(edited(R"("version": 8)", R"("version": 2)"),
+  expectError(edited(R"("version": 9)", R"("version": 2)"),
               "3:3: error: plan format version 2 is not supported by this "
-              "build, which reads version 8; recompile the plan with this "
+              "build, which reads version 9; recompile the plan with this "
               "zeroc",
               R"("version")");
 }

@@ -73,6 +73,11 @@ struct ModelSpec {
   /// `zeroc gen --expert-load`): the largest share of the routed rows one
   /// expert receives; 0 for uniform (1 / numExperts).
   double maxExpertShare = 0;
+  /// Mixtral with `output_router_logits`: the loss adds
+  /// routerAuxLossCoef times the load-balancing loss of every layer's
+  /// router (Hugging Face's load_balancing_loss_func).
+  bool routerAuxLoss = false;
+  double routerAuxLossCoef = 0;
   double normEpsilon = 1e-5;
   double ropeTheta = 10000.0;
   double initializerRange = 0.02;

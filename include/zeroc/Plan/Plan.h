@@ -32,7 +32,7 @@ namespace zeroc {
 /// The format name and the version this build reads and writes. A reader
 /// refuses other versions.
 inline constexpr const char *kPlanFormat = "zeroc-plan";
-inline constexpr int kPlanVersion = 8;
+inline constexpr int kPlanVersion = 9;
 
 /// A persistent per-rank tensor (`sched.tensor`).
 struct PlanTensor {

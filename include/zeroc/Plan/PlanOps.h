@@ -47,6 +47,8 @@ namespace zeroc {
   X(MoeDispatch, "moe_dispatch", MoeExpertCountAttrs)                          \
   X(MoeLocalExperts, "moe_local_experts", MoeLocalExpertsAttrs)                \
   X(MoeCombine, "moe_combine", MoeExpertCountAttrs)                            \
+  X(MoeRouterStats, "moe_router_stats", NoAttrs)                               \
+  X(MoeLoadBalancingLoss, "moe_load_balancing_loss", LoadBalancingAttrs)       \
   X(EmbeddingBackward, "embedding_backward", NoAttrs)                          \
   X(PositionEmbeddingBackward, "position_embedding_backward", NoAttrs)         \
   X(LinearGradInput, "linear_grad_input", NoAttrs)                             \
@@ -64,6 +66,9 @@ namespace zeroc {
   X(MoeExpertsBackward, "moe_experts_backward", NoAttrs)                       \
   X(MoeCombineBackward, "moe_combine_backward", MoeExpertCountAttrs)           \
   X(MoeLocalExpertsBackward, "moe_local_experts_backward", NoAttrs)            \
+  X(MoeRouterStatsBackward, "moe_router_stats_backward", NoAttrs)              \
+  X(MoeLoadBalancingLossBackward, "moe_load_balancing_loss_backward",          \
+    LoadBalancingAttrs)                                                        \
   X(BackwardSeed, "backward_seed", BackwardSeedAttrs)
 
 #define ZEROC_PLAN_SCHED_OPS(X)                                                \
@@ -255,6 +260,17 @@ struct AllToAllAttrs {
   }
 };
 
+/// moe_load_balancing_loss and its backward: Mixtral's
+/// router_aux_loss_coef and the experts per token.
+struct LoadBalancingAttrs {
+  double coefficient = 0;
+  int64_t topK = 0;
+  template <typename V> void fields(V &&v) {
+    v("coefficient", coefficient);
+    v("top_k", topK);
+  }
+};
+
 /// moe_experts: the planning assumption on the busiest expert's share of
 /// the routed rows (absent: uniform); no effect on what the kernel computes.
 struct MoeExpertsAttrs {
@@ -384,10 +400,10 @@ using PlanOpAttrs =
     std::variant<NoAttrs, AddAttrs, NormAttrs, RMSNormAttrs, ScaleAttrs,
                  RotaryAttrs, AttentionAttrs, MoeRouterAttrs, MoeNormalizeAttrs,
                  MoeExpertsAttrs, MoeExpertCountAttrs, MoeLocalExpertsAttrs,
-                 AllToAllAttrs, BackwardSeedAttrs, ReadAttrs, AccumulateAttrs,
-                 TensorListAttrs, AllGatherAttrs, ReduceScatterAttrs,
-                 TargetListAttrs, CopyAttrs, UnscaleGradsAttrs,
-                 ClipGradNormAttrs, AdamAttrs>;
+                 AllToAllAttrs, LoadBalancingAttrs, BackwardSeedAttrs,
+                 ReadAttrs, AccumulateAttrs, TensorListAttrs, AllGatherAttrs,
+                 ReduceScatterAttrs, TargetListAttrs, CopyAttrs,
+                 UnscaleGradsAttrs, ClipGradNormAttrs, AdamAttrs>;
 
 /// The attributes of `kind`, default-initialized (the struct its kind takes).
 PlanOpAttrs defaultAttrs(OpKind kind);

@@ -149,6 +149,10 @@ enum class MoeScratchKind {
   Dispatch,             ///< moe_dispatch, moe_combine, moe_combine_backward
   LocalExpertsForward,  ///< moe_local_experts
   LocalExpertsBackward, ///< moe_local_experts_backward
+  /// moe_router_stats: the recomputed f32 logits.
+  RouterStats,
+  /// moe_router_stats_backward: the recomputed f32 logits and dlogits.
+  RouterStatsBackward,
 };
 
 /// The sizes a mixture-of-experts op's workspace depends on.
@@ -163,9 +167,10 @@ struct MoeShape {
 /// Byte offsets of the parts in the workspace, -1 where the op has none:
 /// the dispatch plan (i32 offsets [E + 1], rowToken and rowSlot [T k]);
 /// the router's f32 logits and the experts' h1, h3 [T k, I] and ysorted
-/// [T k, h] without a saved output; the backward's dysorted [T k, h] and
-/// dlogits [T, E] (both in the model dtype: the dense kernels' gradients
-/// are, and Hugging Face's bf16 router rounds its logits' gradient so).
+/// [T k, h] without a saved output (the router statistics' logits, always); the
+/// backward's dysorted [T k, h] and dlogits [T, E] (both in the model dtype:
+/// the dense kernels' gradients are, and Hugging Face's bf16 router rounds its
+/// logits' gradient so).
 struct MoeScratchParts {
   int64_t offsets = -1, rowToken = -1, rowSlot = -1;
   int64_t logits = -1, h1 = -1, h3 = -1, ysorted = -1;
@@ -211,6 +216,13 @@ inline MoeScratchParts moeScratchParts(WorkspaceLayout &ws, MoeScratchKind kind,
   case MoeScratchKind::LocalExpertsBackward:
     dispatch();
     p.dysorted = ws.take(rows * s.hidden * s.elementBytes);
+    break;
+  case MoeScratchKind::RouterStats:
+    p.logits = ws.take(s.tokens * s.experts * 4);
+    break;
+  case MoeScratchKind::RouterStatsBackward:
+    p.logits = ws.take(s.tokens * s.experts * 4);
+    p.dlogits = ws.take(s.tokens * s.experts * s.elementBytes);
     break;
   }
   return p;

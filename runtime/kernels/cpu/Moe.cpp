@@ -298,6 +298,67 @@ Status checkMoeRouterBackward(const Tensor &dweights, const Tensor &logits,
        checkTokens(op, "dlogits", dlogits, "[..., E]", logits, experts)});
 }
 
+// [2, E] f32: the statistics of one router, or their gradient.
+static std::string checkStats(const char *op, const char *name, const Tensor &t,
+                              int64_t experts) {
+  if (t.dtype != DType::F32)
+    return std::string(op) + ": " + name + " must be f32, found " + describe(t);
+  return checkDims(op, name, t, "[2, E]", {2, experts});
+}
+
+// A 0-d f32 loss.
+static std::string checkLoss(const char *op, const char *name,
+                             const Tensor &t) {
+  if (t.dtype != DType::F32 || t.rank() != 0)
+    return std::string(op) + ": " + name + " must be a 0-d f32 loss, found " +
+           describe(t);
+  return {};
+}
+
+Status checkMoeRouterStats(const Tensor &logits, const Tensor &indices,
+                           const Tensor &stats) {
+  const char *op = "moe_router_stats";
+  ZEROC_RETURN_IF_ERROR(firstError({checkFloat(op, "logits", logits),
+                                    checkIds(op, "indices", indices),
+                                    checkHasLast(op, "logits", logits),
+                                    checkHasLast(op, "indices", indices)}));
+  int64_t experts = logits.dim(-1), k = indices.dim(-1);
+  return firstError({checkTopK(op, k, experts),
+                     checkTokens(op, "indices", indices, "[..., k]", logits, k),
+                     checkStats(op, "stats", stats, experts)});
+}
+
+Status checkMoeRouterStatsBackward(const Tensor &dstats, const Tensor &logits,
+                                   const Tensor &dlogits) {
+  const char *op = "moe_router_stats_backward";
+  ZEROC_RETURN_IF_ERROR(firstError({checkFloat(op, "logits", logits),
+                                    checkFloat(op, "dlogits", dlogits),
+                                    checkHasLast(op, "logits", logits)}));
+  int64_t experts = logits.dim(-1);
+  return firstError({checkStats(op, "dstats", dstats, experts),
+                     checkSameShape(op, "dlogits", dlogits, "logits", logits)});
+}
+
+Status checkMoeLoadBalancing(bool backward, const Tensor &loss,
+                             const std::vector<Tensor> &stats, int64_t k,
+                             double coefficient, const Tensor &result) {
+  const char *op =
+      backward ? "moe_load_balancing_loss_backward" : "moe_load_balancing_loss";
+  if (stats.empty())
+    return {std::string(op) + ": needs the statistics of at least one router"};
+  if (!std::isfinite(coefficient))
+    return {std::string(op) + ": the coefficient must be finite, found " +
+            std::to_string(coefficient)};
+  ZEROC_RETURN_IF_ERROR(firstError(
+      {checkLoss(op, "loss", loss), checkRank(op, "stats", stats[0], 2)}));
+  int64_t experts = stats[0].dim(1);
+  for (const Tensor &t : stats)
+    ZEROC_RETURN_IF_ERROR(firstError({checkStats(op, "stats", t, experts)}));
+  return firstError({checkTopK(op, k, experts),
+                     backward ? checkStats(op, "dstats", result, experts)
+                              : checkLoss(op, "result", result)});
+}
+
 Status checkMoeDispatchPlan(const Tensor &indices, int64_t numExperts,
                             const Tensor &offsets, const Tensor &rowToken,
                             const Tensor &rowSlot) {
@@ -589,6 +650,109 @@ Status moeExpertsBackward(const Tensor &dysorted, const Tensor &x,
     }
   }
   storeF32(dx, 0, tokens * h, acc.data());
+  return {};
+}
+
+} // namespace zeroc::cpu
+
+namespace zeroc::cpu {
+
+Status moeRouterStats(const Tensor &logits, const Tensor &indices,
+                      const Tensor &stats) {
+  ZEROC_RETURN_IF_ERROR(checkMoeRouterStats(logits, indices, stats));
+  int64_t tokens = logits.rows(), experts = logits.dim(-1), k = indices.dim(-1);
+  ZEROC_RETURN_IF_ERROR(
+      checkIndices("moe_router_stats", indices, experts, false));
+  ScratchVector<float> row(experts), p(experts);
+  float *count = stats.f32(), *prob = stats.f32() + experts;
+  std::fill(count, count + 2 * experts, 0.0f);
+  const int32_t *idx = indices.i32();
+  for (int64_t t = 0; t < tokens; ++t) {
+    loadF32(logits, t * experts, experts, row.data());
+    softmaxRow(row.data(), experts, p.data());
+    for (int64_t e = 0; e < experts; ++e)
+      prob[e] += p[size_t(e)];
+    for (int64_t j = 0; j < k; ++j)
+      count[idx[t * k + j]] += 1.0f;
+  }
+  return {};
+}
+
+Status moeRouterStatsBackward(const Tensor &dstats, const Tensor &logits,
+                              const Tensor &dlogits) {
+  ZEROC_RETURN_IF_ERROR(checkMoeRouterStatsBackward(dstats, logits, dlogits));
+  int64_t tokens = logits.rows(), experts = logits.dim(-1);
+  const float *g = dstats.f32() + experts;
+  ScratchVector<float> row(experts), p(experts);
+  for (int64_t t = 0; t < tokens; ++t) {
+    loadF32(logits, t * experts, experts, row.data());
+    softmaxRow(row.data(), experts, p.data());
+    float dot = 0.0f;
+    for (int64_t e = 0; e < experts; ++e)
+      dot += p[size_t(e)] * g[e];
+    for (int64_t e = 0; e < experts; ++e)
+      row[size_t(e)] = p[size_t(e)] * (g[e] - dot);
+    storeF32(dlogits, t * experts, experts, row.data());
+  }
+  return {};
+}
+
+namespace {
+/// C_e and Q_e summed over the layers (ascending), and N.
+struct LoadTotals {
+  std::vector<float> count, prob;
+  float rows = 0.0f;
+};
+
+LoadTotals loadTotals(const std::vector<Tensor> &stats, int64_t k) {
+  int64_t experts = stats[0].dim(1);
+  LoadTotals s;
+  s.count.assign(size_t(experts), 0.0f);
+  s.prob.assign(size_t(experts), 0.0f);
+  for (const Tensor &t : stats)
+    for (int64_t e = 0; e < experts; ++e) {
+      s.count[size_t(e)] += t.f32()[e];
+      s.prob[size_t(e)] += t.f32()[experts + e];
+    }
+  float pairs = 0.0f;
+  for (float c : s.count)
+    pairs += c;
+  s.rows = pairs / float(k);
+  return s;
+}
+} // namespace
+
+Status moeLoadBalancingLoss(const Tensor &loss,
+                            const std::vector<Tensor> &stats, int64_t k,
+                            double coefficient, const Tensor &result) {
+  ZEROC_RETURN_IF_ERROR(
+      checkMoeLoadBalancing(false, loss, stats, k, coefficient, result));
+  LoadTotals s = loadTotals(stats, k);
+  int64_t experts = int64_t(s.count.size());
+  float aux = 0.0f;
+  if (s.rows > 0.0f)
+    for (int64_t e = 0; e < experts; ++e)
+      aux += (s.count[size_t(e)] / s.rows) * (s.prob[size_t(e)] / s.rows);
+  aux *= float(experts);
+  *result.f32() = *loss.f32() + float(coefficient) * aux;
+  return {};
+}
+
+Status moeLoadBalancingLossBackward(const Tensor &dloss,
+                                    const std::vector<Tensor> &stats, int64_t k,
+                                    double coefficient, const Tensor &dstats) {
+  ZEROC_RETURN_IF_ERROR(
+      checkMoeLoadBalancing(true, dloss, stats, k, coefficient, dstats));
+  LoadTotals s = loadTotals(stats, k);
+  int64_t experts = int64_t(s.count.size());
+  float scale = s.rows > 0.0f ? *dloss.f32() * float(coefficient) *
+                                    float(experts) / (s.rows * s.rows)
+                              : 0.0f;
+  float *out = dstats.f32();
+  for (int64_t e = 0; e < experts; ++e) {
+    out[e] = 0.0f;
+    out[experts + e] = scale * s.count[size_t(e)];
+  }
   return {};
 }
 

@@ -46,6 +46,8 @@
 
 #include "cpu/Tensor.h"
 
+#include <vector>
+
 namespace zeroc::cpu {
 
 /// x [..., h], gate [E, h], 1 <= k <= E -> logits [..., E], weights
@@ -102,6 +104,39 @@ Status moeExpertsBackward(const Tensor &dysorted, const Tensor &x,
                           const Tensor &dw1, const Tensor &dw3,
                           const Tensor &dw2);
 
+/// Mixtral's auxiliary load-balancing loss (Hugging Face's
+/// load_balancing_loss_func, output_router_logits), over L layers:
+///   stats_l [2, E] f32: row 0 C_le = the (token, slot) pairs of layer l
+///                  routed to e; row 1 Q_le = sum_t p_l[t, e]
+///   N = sum_le C_le / k (the rows of all layers), C_e = sum_l C_le,
+///   Q_e = sum_l Q_le, aux = E sum_e (C_e / N) (Q_e / N)
+///   result = loss + coefficient * aux
+/// The counts are constants; d result / d Q_le = coefficient E C_e / N^2
+/// for every l. Every sum is f32 in a fixed order (tokens ascending, layers
+/// ascending): bit-identical run to run.
+
+/// logits [T, E] (the router's, recomputed), indices [T, k] -> stats [2, E]
+/// f32 (counts, probability sums).
+Status moeRouterStats(const Tensor &logits, const Tensor &indices,
+                      const Tensor &stats);
+
+/// dstats [2, E] (row 1 read), logits [T, E] -> dlogits [T, E],
+/// p * (g - sum_e p_e g_e) with g = dstats[1]. The logits' own backward is
+/// linearGradInput / linearGradWeight, as for the router.
+Status moeRouterStatsBackward(const Tensor &dstats, const Tensor &logits,
+                              const Tensor &dlogits);
+
+/// loss (0-d f32), stats_l [2, E] f32 -> result (0-d f32).
+Status moeLoadBalancingLoss(const Tensor &loss,
+                            const std::vector<Tensor> &stats, int64_t k,
+                            double coefficient, const Tensor &result);
+
+/// dloss (0-d f32), stats_l -> dstats [2, E] f32, every layer's gradient:
+/// row 0 zero, row 1 dloss coefficient E C_e / N^2.
+Status moeLoadBalancingLossBackward(const Tensor &dloss,
+                                    const std::vector<Tensor> &stats, int64_t k,
+                                    double coefficient, const Tensor &dstats);
+
 /// The argument checks of the kernels above: dtypes, shapes, k against E,
 /// the 32-bit limits (BLAS dimensions, i32 row numbers). They read no data,
 /// and the CUDA backend calls them too.
@@ -110,6 +145,13 @@ Status checkMoeRouterForward(const Tensor &x, const Tensor &gate, int64_t k,
                              const Tensor &indices);
 Status checkMoeRouterBackward(const Tensor &dweights, const Tensor &logits,
                               const Tensor &indices, const Tensor &dlogits);
+Status checkMoeRouterStats(const Tensor &logits, const Tensor &indices,
+                           const Tensor &stats);
+Status checkMoeRouterStatsBackward(const Tensor &dstats, const Tensor &logits,
+                                   const Tensor &dlogits);
+Status checkMoeLoadBalancing(bool backward, const Tensor &loss,
+                             const std::vector<Tensor> &stats, int64_t k,
+                             double coefficient, const Tensor &result);
 Status checkMoeDispatchPlan(const Tensor &indices, int64_t numExperts,
                             const Tensor &offsets, const Tensor &rowToken,
                             const Tensor &rowSlot);

@@ -119,6 +119,108 @@ __global__ void routerBackwardKernel(const void *dweights, DType dwType,
   }
 }
 
+// One thread per token: the logits' row becomes its softmax, in place (the
+// statistics' f32 workspace).
+__global__ void softmaxInPlaceKernel(float *logits, int64_t tokens,
+                                     int64_t experts) {
+  for (int64_t t = globalThread(); t < tokens; t += globalThreads()) {
+    int64_t base = t * experts;
+    float m, sum;
+    softmaxStats(logits, DType::F32, base, experts, m, sum);
+    for (int64_t e = 0; e < experts; ++e)
+      logits[base + e] = expf(logits[base + e] - m) / sum;
+  }
+}
+
+// One block per expert: row 0 counts its (token, slot) pairs, row 1 sums its
+// probabilities. Each thread sums a fixed stride of tokens, then a fixed tree:
+// the same order every run (the counts are exact in any order).
+__global__ void routerStatsKernel(const float *p, const int32_t *indices,
+                                  int64_t tokens, int64_t experts, int64_t k,
+                                  float *stats) {
+  __shared__ float probs[kThreads], counts[kThreads];
+  int64_t e = blockIdx.x;
+  float prob = 0.0f, count = 0.0f;
+  for (int64_t t = threadIdx.x; t < tokens; t += blockDim.x)
+    prob += p[t * experts + e];
+  for (int64_t i = threadIdx.x; i < tokens * k; i += blockDim.x)
+    count += indices[i] == e ? 1.0f : 0.0f;
+  probs[threadIdx.x] = prob;
+  counts[threadIdx.x] = count;
+  __syncthreads();
+  for (int half = blockDim.x / 2; half > 0; half /= 2) {
+    if (int(threadIdx.x) < half) {
+      probs[threadIdx.x] += probs[threadIdx.x + half];
+      counts[threadIdx.x] += counts[threadIdx.x + half];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    stats[e] = counts[0];
+    stats[experts + e] = probs[0];
+  }
+}
+
+// One thread per token: dlogits = p * (g - sum_e p_e g_e), g = dstats[1].
+__global__ void routerStatsBackwardKernel(const float *dstats,
+                                          const float *logits, int64_t tokens,
+                                          int64_t experts, void *dlogits,
+                                          DType dlType) {
+  const float *g = dstats + experts;
+  for (int64_t t = globalThread(); t < tokens; t += globalThreads()) {
+    int64_t base = t * experts;
+    float m, sum;
+    softmaxStats(logits, DType::F32, base, experts, m, sum);
+    float dot = 0.0f;
+    for (int64_t e = 0; e < experts; ++e)
+      dot += probability(logits, DType::F32, base, e, m, sum) * g[e];
+    for (int64_t e = 0; e < experts; ++e) {
+      float p = probability(logits, DType::F32, base, e, m, sum);
+      storeFromFloat(dlogits, dlType, base + e, p * (g[e] - dot));
+    }
+  }
+}
+
+struct RouterStatsList {
+  const float *layer[kMaxLoadBalancingLayers];
+  int64_t count;
+};
+
+// One thread, the CPU kernel's order: C_e, Q_e over the layers ascending,
+// N = sum_e C_e / k; then the loss (backward: the statistics' gradient).
+__global__ void loadBalancingKernel(RouterStatsList stats, int64_t experts,
+                                    int64_t k, float coefficient,
+                                    const float *lossOrGrad, float *out,
+                                    bool backward) {
+  // Totals per expert, layers ascending (as loadTotals on the CPU).
+  float pairs = 0.0f, aux = 0.0f;
+  for (int64_t e = 0; e < experts; ++e) {
+    float c = 0.0f;
+    for (int64_t l = 0; l < stats.count; ++l)
+      c += stats.layer[l][e];
+    pairs += c;
+  }
+  float rows = pairs / float(k);
+  for (int64_t e = 0; e < experts; ++e) {
+    float c = 0.0f, q = 0.0f;
+    for (int64_t l = 0; l < stats.count; ++l) {
+      c += stats.layer[l][e];
+      q += stats.layer[l][experts + e];
+    }
+    if (backward) {
+      float scale = rows > 0.0f ? *lossOrGrad * coefficient * float(experts) /
+                                      (rows * rows)
+                                : 0.0f;
+      out[e] = 0.0f;
+      out[experts + e] = scale * c;
+    } else if (rows > 0.0f) {
+      aux += (c / rows) * (q / rows);
+    }
+  }
+  if (!backward)
+    *out = *lossOrGrad + coefficient * (aux * float(experts));
+}
+
 //===----------------------------------------------------------------------===//
 // Stable sorts by key
 //===----------------------------------------------------------------------===//
@@ -576,6 +678,74 @@ Status moeExpertsBackward(const Tensor &dysorted, const Tensor &x,
       sorted, starts, dx1.data, dx1.dtype, tokens, h, nullptr, DType::F32,
       nullptr, 1, dx.data, dx.dtype);
   return launchStatus(op);
+}
+
+Status moeRouterStats(const Tensor &logits, const Tensor &indices,
+                      const Tensor &stats, cudaStream_t stream) {
+  const char *op = "moe_router_stats";
+  ZEROC_RETURN_IF_ERROR(cpu::checkMoeRouterStats(logits, indices, stats));
+  if (logits.dtype != DType::F32)
+    return {std::string(op) + ": the GPU kernel takes f32 logits, found " +
+            cpu::describe(logits)};
+  int64_t tokens = logits.rows(), experts = logits.dim(-1), k = indices.dim(-1);
+  if (tokens > 0)
+    softmaxInPlaceKernel<<<gridFor(tokens), kThreads, 0, stream>>>(
+        logits.f32(), tokens, experts);
+  routerStatsKernel<<<unsigned(experts), kThreads, 0, stream>>>(
+      logits.f32(), indices.i32(), tokens, experts, k, stats.f32());
+  return launchStatus(op);
+}
+
+Status moeRouterStatsBackward(const Tensor &dstats, const Tensor &logits,
+                              const Tensor &dlogits, cudaStream_t stream) {
+  const char *op = "moe_router_stats_backward";
+  ZEROC_RETURN_IF_ERROR(
+      cpu::checkMoeRouterStatsBackward(dstats, logits, dlogits));
+  if (logits.dtype != DType::F32)
+    return {std::string(op) + ": the GPU kernel takes f32 logits, found " +
+            cpu::describe(logits)};
+  int64_t tokens = logits.rows(), experts = logits.dim(-1);
+  if (tokens == 0)
+    return {};
+  routerStatsBackwardKernel<<<gridFor(tokens), kThreads, 0, stream>>>(
+      dstats.f32(), logits.f32(), tokens, experts, dlogits.data, dlogits.dtype);
+  return launchStatus(op);
+}
+
+static Status loadBalancing(bool backward, const Tensor &lossOrGrad,
+                            const std::vector<Tensor> &stats, int64_t k,
+                            double coefficient, const Tensor &out,
+                            cudaStream_t stream) {
+  ZEROC_RETURN_IF_ERROR(cpu::checkMoeLoadBalancing(backward, lossOrGrad, stats,
+                                                   k, coefficient, out));
+  const char *op =
+      backward ? "moe_load_balancing_loss_backward" : "moe_load_balancing_loss";
+  if (int64_t(stats.size()) > kMaxLoadBalancingLayers)
+    return {std::string(op) + ": " + std::to_string(stats.size()) +
+            " routers, more than the GPU kernel's " +
+            std::to_string(kMaxLoadBalancingLayers)};
+  RouterStatsList list{};
+  for (size_t l = 0; l < stats.size(); ++l)
+    list.layer[l] = stats[l].f32();
+  list.count = int64_t(stats.size());
+  loadBalancingKernel<<<1, 1, 0, stream>>>(list, stats[0].dim(1), k,
+                                           float(coefficient), lossOrGrad.f32(),
+                                           out.f32(), backward);
+  return launchStatus(op);
+}
+
+Status moeLoadBalancingLoss(const Tensor &loss,
+                            const std::vector<Tensor> &stats, int64_t k,
+                            double coefficient, const Tensor &result,
+                            cudaStream_t stream) {
+  return loadBalancing(false, loss, stats, k, coefficient, result, stream);
+}
+
+Status moeLoadBalancingLossBackward(const Tensor &dloss,
+                                    const std::vector<Tensor> &stats, int64_t k,
+                                    double coefficient, const Tensor &dstats,
+                                    cudaStream_t stream) {
+  return loadBalancing(true, dloss, stats, k, coefficient, dstats, stream);
 }
 
 } // namespace zeroc::cuda

@@ -36,6 +36,8 @@
 #include "cuda/Context.h"
 #include "cuda/Types.h"
 
+#include <vector>
+
 namespace zeroc::cuda {
 
 Status moeRouterForward(const Tensor &x, const Tensor &gate, int64_t k,
@@ -46,6 +48,23 @@ Status moeRouterForward(const Tensor &x, const Tensor &gate, int64_t k,
 Status moeRouterBackward(const Tensor &dweights, const Tensor &logits,
                          const Tensor &indices, bool normalize,
                          const Tensor &dlogits, cudaStream_t stream);
+
+Status moeRouterStats(const Tensor &logits, const Tensor &indices,
+                      const Tensor &stats, cudaStream_t stream);
+
+Status moeRouterStatsBackward(const Tensor &dstats, const Tensor &logits,
+                              const Tensor &dlogits, cudaStream_t stream);
+
+/// At most kMaxLoadBalancingLayers routers (a kernel argument each).
+Status moeLoadBalancingLoss(const Tensor &loss,
+                            const std::vector<Tensor> &stats, int64_t k,
+                            double coefficient, const Tensor &result,
+                            cudaStream_t stream);
+Status moeLoadBalancingLossBackward(const Tensor &dloss,
+                                    const std::vector<Tensor> &stats, int64_t k,
+                                    double coefficient, const Tensor &dstats,
+                                    cudaStream_t stream);
+constexpr int64_t kMaxLoadBalancingLayers = 256;
 
 Status moeDispatchPlan(const Tensor &indices, int64_t numExperts,
                        const Tensor &offsets, const Tensor &rowToken,

@@ -94,3 +94,67 @@ func.func @router_backward_state(%x: tensor<1x4x8xf32>, %g: tensor<2x8xf32>, %dw
   %0:2 = model.moe_router_backward %x, %g, %dw, %l, %i : (tensor<1x4x8xf32>, tensor<2x8xf32>, tensor<1x4x1xf32>, tensor<1x4x2xf32>, tensor<1x4x1xi32>) -> (tensor<1x4x8xf32>, tensor<2x8xf32>)
   return
 }
+
+// -----
+
+func.func @stats_shape(%x: tensor<1x4x8xf32>, %g: tensor<2x8xf32>, %i: tensor<1x4x1xi32>) {
+  // expected-error @+1 {{result has shape [2, 3], expected [2, 2] ([2, num_experts]: the counts, then the probability sums)}}
+  %s = model.moe_router_stats %x, %g, %i : (tensor<1x4x8xf32>, tensor<2x8xf32>, tensor<1x4x1xi32>) -> tensor<2x3xf32>
+  return
+}
+
+// -----
+
+func.func @stats_indices(%x: tensor<1x4x8xf32>, %g: tensor<2x8xf32>, %i: tensor<1x5x1xi32>) {
+  // expected-error @+1 {{indices has shape [1, 5, 1], expected [1, 4, 1] ([batch, seq] of the input, top_k)}}
+  %s = model.moe_router_stats %x, %g, %i : (tensor<1x4x8xf32>, tensor<2x8xf32>, tensor<1x5x1xi32>) -> tensor<2x2xf32>
+  return
+}
+
+// -----
+
+func.func @stats_top_k(%x: tensor<1x4x8xf32>, %g: tensor<2x8xf32>, %i: tensor<1x4x3xi32>) {
+  // expected-error @+1 {{top_k 3 exceeds the 2 experts}}
+  %s = model.moe_router_stats %x, %g, %i : (tensor<1x4x8xf32>, tensor<2x8xf32>, tensor<1x4x3xi32>) -> tensor<2x2xf32>
+  return
+}
+
+// -----
+
+func.func @load_balancing_no_stats(%l: tensor<f32>) {
+  // expected-error @+1 {{needs the statistics of at least one router}}
+  %r = model.moe_load_balancing_loss %l, {coefficient = 0.02 : f64, top_k = 1 : i64} : (tensor<f32>) -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @load_balancing_experts(%l: tensor<f32>, %a: tensor<2x4xf32>, %b: tensor<2x3xf32>) {
+  // expected-error @+1 {{stats #1 has shape [2, 3], expected [2, 4] ([2, num_experts]: the counts, then the probability sums)}}
+  %r = model.moe_load_balancing_loss %l, %a, %b {coefficient = 0.02 : f64, top_k = 1 : i64} : (tensor<f32>, tensor<2x4xf32>, tensor<2x3xf32>) -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @load_balancing_top_k(%l: tensor<f32>, %a: tensor<2x4xf32>) {
+  // expected-error @+1 {{top_k 5 exceeds the 4 experts}}
+  %r = model.moe_load_balancing_loss %l, %a {coefficient = 0.02 : f64, top_k = 5 : i64} : (tensor<f32>, tensor<2x4xf32>) -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @load_balancing_coefficient(%l: tensor<f32>, %a: tensor<2x4xf32>) {
+  // expected-error @+1 {{coefficient must be finite, found INF}}
+  %r = model.moe_load_balancing_loss %l, %a {coefficient = 0x7FF0000000000000 : f64, top_k = 1 : i64} : (tensor<f32>, tensor<2x4xf32>) -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @stats_backward_shape(%x: tensor<1x4x8xf32>, %g: tensor<2x8xf32>, %ds: tensor<1x2xf32>) {
+  // expected-error @+1 {{dstats has shape [1, 2], expected [2, 2]}}
+  %0:2 = model.moe_router_stats_backward %x, %g, %ds : (tensor<1x4x8xf32>, tensor<2x8xf32>, tensor<1x2xf32>) -> (tensor<1x4x8xf32>, tensor<2x8xf32>)
+  return
+}

@@ -26,3 +26,20 @@ func.func @moe(%x: tensor<2x8x16xbf16>, %gate: tensor<4x16xbf16>,
   %dxr, %dgate = model.moe_router_backward %x, %gate, %dw, %logits, %it {normalize} : (tensor<2x8x16xbf16>, tensor<4x16xbf16>, tensor<2x8x2xf32>, tensor<2x8x4xf32>, tensor<2x8x2xi32>) -> (tensor<2x8x16xbf16>, tensor<4x16xbf16>)
   return
 }
+
+// The load-balancing loss (output_router_logits): each router's statistics,
+// the loss over all of them, and both backwards.
+// CHECK-LABEL: func.func @load_balancing
+func.func @load_balancing(%x: tensor<2x8x16xbf16>, %gate: tensor<4x16xbf16>,
+                          %i: tensor<2x8x2xi32>, %ce: tensor<f32>) {
+  // CHECK: %[[S0:.*]] = model.moe_router_stats %{{.*}}, %{{.*}}, %{{.*}} : (tensor<2x8x16xbf16>, tensor<4x16xbf16>, tensor<2x8x2xi32>) -> tensor<2x4xf32>
+  %s0 = model.moe_router_stats %x, %gate, %i : (tensor<2x8x16xbf16>, tensor<4x16xbf16>, tensor<2x8x2xi32>) -> tensor<2x4xf32>
+  %s1 = model.moe_router_stats %x, %gate, %i : (tensor<2x8x16xbf16>, tensor<4x16xbf16>, tensor<2x8x2xi32>) -> tensor<2x4xf32>
+  // CHECK: %[[L:.*]] = model.moe_load_balancing_loss %{{.*}}, %[[S0]], %{{.*}} {coefficient = 2.000000e-02 : f64, top_k = 2 : i64} : (tensor<f32>, tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<f32>
+  %l = model.moe_load_balancing_loss %ce, %s0, %s1 {coefficient = 0.02 : f64, top_k = 2 : i64} : (tensor<f32>, tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<f32>
+  // CHECK: %[[DS:.*]] = model.moe_load_balancing_loss_backward %[[L]], %[[S0]], %{{.*}} {coefficient = 2.000000e-02 : f64, top_k = 2 : i64} : (tensor<f32>, tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x4xf32>
+  %ds = model.moe_load_balancing_loss_backward %l, %s0, %s1 {coefficient = 0.02 : f64, top_k = 2 : i64} : (tensor<f32>, tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x4xf32>
+  // CHECK: model.moe_router_stats_backward %{{.*}}, %{{.*}}, %[[DS]] : (tensor<2x8x16xbf16>, tensor<4x16xbf16>, tensor<2x4xf32>) -> (tensor<2x8x16xbf16>, tensor<4x16xbf16>)
+  %dx, %dg = model.moe_router_stats_backward %x, %gate, %ds : (tensor<2x8x16xbf16>, tensor<4x16xbf16>, tensor<2x4xf32>) -> (tensor<2x8x16xbf16>, tensor<4x16xbf16>)
+  return
+}

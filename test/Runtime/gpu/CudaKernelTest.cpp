@@ -1304,6 +1304,58 @@ TEST_P(CudaMoe, MatchesTheCpu) {
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaMoe,
                          ::testing::Values(DType::F32, DType::BF16));
 
+// The load-balancing loss (output_router_logits): the router statistics
+// (counts exact, probability sums within the f32 rule), the loss and the
+// statistics' gradient, and dlogits, against the CPU kernels, for three
+// layers' routers.
+TEST_F(CudaKernels, LoadBalancingLossMatchesTheCpu) {
+  const int64_t T = 37, h = 48, E = 8, k = 2, L = 3;
+  std::vector<Host> logits, stats;
+  std::vector<std::unique_ptr<Device>> statsD;
+  for (int64_t l = 0; l < L; ++l) {
+    Host x = random({T, h}, DType::F32, 300 + unsigned(l));
+    Host gate = random({E, h}, DType::F32, 310 + unsigned(l), -2, 2);
+    Host weights({T, k}), indices({T, k}, DType::I32);
+    logits.emplace_back(std::vector<int64_t>{T, E});
+    ASSERT_OK(cpu::moeRouterForward(x, gate, k, true, logits.back(), weights,
+                                    indices));
+    stats.emplace_back(std::vector<int64_t>{2, E});
+    ASSERT_OK(cpu::moeRouterStats(logits.back(), indices, stats.back()));
+    // The GPU kernel turns its logits workspace into probabilities.
+    auto logitsU = up(logits.back()), indicesU = up(indices);
+    statsD.push_back(std::make_unique<Device>(stats.back().view));
+    ASSERT_OK(
+        cuda::moeRouterStats(*logitsU, *indicesU, *statsD.back(), stream));
+    Host got = down(*statsD.back());
+    std::vector<float> g = got.values(), c = stats.back().values();
+    for (int64_t e = 0; e < E; ++e)
+      EXPECT_EQ(g[size_t(e)], c[size_t(e)]) << "count of expert " << e;
+    expectClose(got, stats.back(), kF32Tolerance, "probability sums");
+  }
+  std::vector<Tensor> cpuStats, gpuStats;
+  for (size_t l = 0; l < stats.size(); ++l) {
+    cpuStats.push_back(stats[l].view);
+    gpuStats.push_back(statsD[l]->view);
+  }
+  Host loss = random({}, DType::F32, 320), result({}), dstats({2, E});
+  ASSERT_OK(cpu::moeLoadBalancingLoss(loss, cpuStats, k, 0.02, result));
+  auto lossU = up(loss);
+  Device resultD(result.view), dstatsD(dstats.view);
+  ASSERT_OK(
+      cuda::moeLoadBalancingLoss(*lossU, gpuStats, k, 0.02, resultD, stream));
+  expectClose(down(resultD), result, kF32Tolerance, "loss");
+  ASSERT_OK(cpu::moeLoadBalancingLossBackward(loss, cpuStats, k, 0.02, dstats));
+  ASSERT_OK(cuda::moeLoadBalancingLossBackward(*lossU, gpuStats, k, 0.02,
+                                               dstatsD, stream));
+  expectClose(down(dstatsD), dstats, kF32Tolerance, "dstats");
+  Host dlogits({T, E});
+  ASSERT_OK(cpu::moeRouterStatsBackward(dstats, logits[0], dlogits));
+  auto dstatsU = up(dstats), logitsU = up(logits[0]);
+  Device dlogitsD(dlogits.view);
+  ASSERT_OK(cuda::moeRouterStatsBackward(*dstatsU, *logitsU, dlogitsD, stream));
+  expectClose(down(dlogitsD), dlogits, kF32Tolerance, "dlogits");
+}
+
 // Ties (a zero gate: every probability 1/E) go to the lower experts; an
 // expert without rows gets zero gradients; two runs give the same bits.
 TEST_F(CudaKernels, MoeTiesEmptyExpertsAndReproducibility) {
