@@ -245,6 +245,8 @@ const StringSpec kStrings[] = {
      [](Cluster &c) -> std::string & { return c.description; }},
     {"gpu.model", false,
      [](Cluster &c) -> std::string & { return c.gpu.model; }},
+    {"calibration.device", true,
+     [](Cluster &c) -> std::string & { return c.calibration.device; }},
 };
 
 /// The objects of the format, each after the one holding it. "" is the
@@ -456,8 +458,16 @@ Expected<Cluster> Reader::read() {
 
   cluster.nodes = int64_t(counts.nodes);
   cluster.gpusPerNode = int64_t(counts.gpusPerNode);
+  const std::string &device = cluster.calibration.device;
   if (cluster.name.empty())
     fail(pathOf("name"), "expected a non-empty string");
+  else if (objects.count("calibration") &&
+           objects.at("calibration")->contains("device") && device != "cpu" &&
+           device != "cuda")
+    fail(pathOf("calibration.device"),
+         "expected \"cpu\" or \"cuda\" (the zerorun device that "
+         "measured), got \"" +
+             device + "\"");
   else if (cluster.nodes > 1 && !cluster.interNode)
     fail({}, "missing required key 'inter_node': the cluster has " +
                  std::to_string(cluster.nodes) +

@@ -376,6 +376,7 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
   json j = toJson(*base);
   j["calibration"] = {
       {"ranks", 2},
+      {"device", "cpu"},
       {"op_overhead_us", {{"value", 4}, {"source", "measured"}}},
       {"phase_overhead_us", 80},
       {"matmul_tflops",
@@ -392,6 +393,7 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
   const ClusterCalibration &k = c->calibration;
   EXPECT_TRUE(k.any());
   EXPECT_EQ(k.ranks, 2);
+  EXPECT_EQ(k.device, "cpu");
   EXPECT_NEAR(k.opOverhead, 4e-6, 1e-18);
   EXPECT_NEAR(k.phaseOverhead, 80e-6, 1e-18);
   EXPECT_NEAR(k.matmul[0][0], 0.02e12, 1);
@@ -437,4 +439,25 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
                                  "s: expected a number > 0, found -3"),
             std::string::npos)
       << e.error().str();
+  // The device is one zerorun calibrates on, and a string.
+  for (json device : {json("tpu"), json(""), json(1)}) {
+    bad = j;
+    bad["calibration"]["device"] = device;
+    doc = JsonDocument::parse(bad.dump(2), "bad.json");
+    ASSERT_TRUE(doc);
+    e = readCluster(*doc);
+    ASSERT_FALSE(e) << device;
+    EXPECT_NE(e.error().str().find("cluster calibration.device: expected"),
+              std::string::npos)
+        << e.error().str();
+  }
+  // Without one (a hand-written file), none is written back.
+  json none = j;
+  none["calibration"].erase("device");
+  doc = JsonDocument::parse(none.dump(2), "none.json");
+  ASSERT_TRUE(doc);
+  e = readCluster(*doc);
+  ASSERT_TRUE(e) << e.error().str();
+  EXPECT_EQ(e->calibration.device, "");
+  EXPECT_FALSE(toJson(*e)["calibration"].contains("device"));
 }

@@ -1066,6 +1066,65 @@ TEST(OpCost, OneRankCopiesButLaunchesNothing) {
   EXPECT_EQ(oneRank("all_reduce_start", "all_reduce"), 0.0);
 }
 
+// The streams zerorun runs on the compute thread at one rank on a CPU: those
+// of nothing but collectives and waits.
+TEST(Streams, CollectiveOnlyStreamsAreThoseOfCollectivesAndWaits) {
+  PlanPhase phase;
+  phase.ops = {
+      computeOp(0, 1.0),
+      collectiveOp(1, "reduce_scatter_start", "reduce_scatter", 2, 1.0),
+      op(2, "wait", 2, {1}),
+      collectiveOp(3, "all_gather_start", "all_gather", 1, 1.0),
+      op(4, "copy_start", 3),
+      op(5, "wait", 3, {4}),
+      op(6, "wait", 1, {3})};
+  EXPECT_EQ(collectiveOnlyStreams(phase, 0), (std::vector<int64_t>{1, 2}));
+  // A collective on the compute stream makes no stream of its own.
+  phase.ops = {collectiveOp(0, "all_reduce_start", "all_reduce", 0, 1.0)};
+  EXPECT_TRUE(collectiveOnlyStreams(phase, 0).empty());
+}
+
+// A CPU rank (calibration.device "cpu") at world size 1 runs a stream of
+// collectives on the compute stream's thread in program order, and starts no
+// thread for a run on one stream: the simulator serialises them and charges
+// no phase overhead. On another device the collective overlaps the compute
+// on its own stream, and every run pays the overhead.
+TEST(Streams, OneCpuRankRunsItsCollectivesOnTheComputeThread) {
+  // 2 ms of compute, a reduce-scatter on the reduce stream, 3 ms more.
+  Plan plan = planWith({computeOp(0, 2.0),
+                        collectiveOp(1, "reduce_scatter_start",
+                                     "reduce_scatter", 2, 1000.0, {0}),
+                        computeOp(2, 3.0), op(3, "wait", 0, {1})});
+  plan.worldSize = 1;
+  Cluster c = exactCluster();
+  c.calibration.phaseOverhead = 10e-6;
+  CostModel model(plan, c);
+  double rs = model.cost(plan.phases[0], plan.phases[0].ops[1]).seconds;
+  ASSERT_GT(rs, 0.0);
+
+  StepPrediction gpu = predict(plan, c);
+  EXPECT_NEAR(timingOf(gpu, 1).start, 2 * kMs, kTol);
+  EXPECT_NEAR(timingOf(gpu, 2).start, 2 * kMs, kTol); // Overlapped.
+  EXPECT_NEAR(gpu.stepSeconds, std::max(5 * kMs, 2 * kMs + rs) + 10e-6, kTol);
+
+  c.calibration.device = "cpu";
+  StepPrediction cpu = predict(plan, c);
+  EXPECT_NEAR(timingOf(cpu, 1).start, 2 * kMs, kTol);
+  EXPECT_NEAR(timingOf(cpu, 2).start, 2 * kMs + rs, kTol); // After it.
+  EXPECT_NEAR(cpu.stepSeconds, 5 * kMs + rs, kTol);        // No overhead.
+  EXPECT_EQ(timingOf(cpu, 1).stream, 2); // Still shown on its own stream.
+  EXPECT_NEAR(cpu.streamBusy[2], rs, kTol);
+
+  // At two ranks the collective is a real one, on its thread: overlapped,
+  // and the run starts threads.
+  plan.worldSize = 2;
+  StepPrediction two = predict(plan, c);
+  EXPECT_NEAR(timingOf(two, 2).start, 2 * kMs, kTol);
+  CostModel model2(plan, c);
+  double rs2 = model2.cost(plan.phases[0], plan.phases[0].ops[1]).seconds;
+  EXPECT_NEAR(two.stepSeconds, std::max(5 * kMs, 2 * kMs + rs2) + 10e-6, kTol);
+}
+
 //===----------------------------------------------------------------------===//
 // --compare: a measured trace against the prediction
 //===----------------------------------------------------------------------===//

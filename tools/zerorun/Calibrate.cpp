@@ -639,6 +639,7 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
   c.sources["gpus_per_node"] = "the ranks of the calibration run";
   k.ranks = double(comm.size());
   source("calibration.ranks", "the ranks that measured at once");
+  k.device = dev.name();
   c.gpu.model = dev.name() == "cpu" ? std::string("CPU rank on ") + host
                                     : std::string("GPU on ") + host;
   long pages = sysconf(_SC_PHYS_PAGES), pageSize = sysconf(_SC_PAGE_SIZE);

@@ -115,6 +115,11 @@ struct ClusterCalibration {
   /// How many ranks ran the calibration at once (they contend for the
   /// same cores and memory).
   double ranks = 0;
+  /// The zerorun device that measured: "cpu" (each plan stream a host
+  /// thread on the ranks' cores), "cuda", or "" (not said). The simulator
+  /// schedules a CPU rank's streams as its executor does
+  /// (docs/cost-model.md, "Streams on a CPU rank").
+  std::string device;
 
   bool any() const;
 };

@@ -28,6 +28,9 @@ for key, fig in found.items():
         (key, s)
 cal = c["calibration"]
 assert cal["ranks"]["value"] == ranks
+# The device that measured (the simulator schedules a CPU rank's streams as
+# zerorun runs them there).
+assert cal["device"] == "cpu", cal.get("device")
 for d in ("f32",):
     for k in ("small", "medium", "large"):
         assert cal["matmul_tflops"][d][k]["value"] > 0, (d, k)
