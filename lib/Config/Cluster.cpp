@@ -134,10 +134,19 @@ struct FigureSpec {
    [](Cluster &c, Counts &) -> double & {                                      \
      return c.calibration.collective[k].latency;                               \
    }},                                                                         \
+      {"calibration." name ".bus_gb_per_s", kGBPerS, Bound::Positive, true,    \
+       [](Cluster &c, Counts &) -> double & {                                  \
+         return c.calibration.collective[k].busBandwidth;                      \
+       }},                                                                     \
+      {"calibration." name ".contended_latency_us", kMicrosecond,              \
+       Bound::NonNegative, true,                                               \
+       [](Cluster &c, Counts &) -> double & {                                  \
+         return c.calibration.contended[k].latency;                            \
+       }},                                                                     \
   {                                                                            \
-    "calibration." name ".bus_gb_per_s", kGBPerS, Bound::Positive, true,       \
-        [](Cluster &c, Counts &) -> double & {                                 \
-          return c.calibration.collective[k].busBandwidth;                     \
+    "calibration." name ".contended_bus_gb_per_s", kGBPerS, Bound::Positive,   \
+        true, [](Cluster &c, Counts &) -> double & {                           \
+          return c.calibration.contended[k].busBandwidth;                      \
         }                                                                      \
   }
 

@@ -328,8 +328,8 @@ DType CostModel::computeDType(const PhaseInfo &info, const PlanOp &op) const {
   return plan.model.dtype;
 }
 
-OpCost CostModel::collectiveCost(const PhaseInfo &info,
-                                 const PlanOp &op) const {
+OpCost CostModel::collectiveCost(const PhaseInfo &info, const PlanOp &op,
+                                 bool contended) const {
   OpCost cost;
   cost.cls = OpClass::Collective;
   std::optional<CollectiveKind> kind = parseCollectiveKind(op.collective);
@@ -346,8 +346,13 @@ OpCost CostModel::collectiveCost(const PhaseInfo &info,
   // scales are negligible. The first freeze_step steps cost Adam's.
   if (oneBitOptimizer && op.kind == OpKind::AllReduceStart)
     bytes = double(op.commElements) / 8.0;
-  const ClusterCalibration::CollectiveFit &fit =
+  // Beside compute on a CPU rank's cores: the fit measured so, if any.
+  const ClusterCalibration::CollectiveFit &alone =
       clusterRef.calibration.collective[size_t(*kind)];
+  const ClusterCalibration::CollectiveFit &busy =
+      clusterRef.calibration.contended[size_t(*kind)];
+  const ClusterCalibration::CollectiveFit &fit =
+      contended && busy.busBandwidth > 0 ? busy : alone;
   if (fit.busBandwidth > 0 && plan.worldSize > 1 &&
       rankLayout(clusterRef, plan.worldSize).nodes == 1)
     // Measured on this node: nccl-tests' busbw convention, fixed time fitted.
@@ -487,8 +492,9 @@ OpCost CostModel::gradientPassCost(const PlanOp &op, double passes) const {
   return cost;
 }
 
-OpCost CostModel::cost(const PlanPhase &phase, const PlanOp &op) const {
-  OpCost cost = workCost(phase, op);
+OpCost CostModel::cost(const PlanPhase &phase, const PlanOp &op,
+                       bool contended) const {
+  OpCost cost = workCost(phase, op, contended);
   // The host's share of running any op (calibrated; 0 otherwise): the
   // executor schedules and dispatches reads, waits and releases too.
   cost.seconds += clusterRef.calibration.opOverhead;
@@ -506,7 +512,8 @@ double CostModel::collectiveBytes(const PlanPhase &phase,
   return double(op.commElements) * double(bytesPerElement(dtype));
 }
 
-OpCost CostModel::workCost(const PlanPhase &phase, const PlanOp &op) const {
+OpCost CostModel::workCost(const PlanPhase &phase, const PlanOp &op,
+                           bool contended) const {
   auto found = phases.find(&phase);
   static const PhaseInfo empty;
   const PhaseInfo &info = found == phases.end() ? empty : found->second;
@@ -538,7 +545,7 @@ OpCost CostModel::workCost(const PlanPhase &phase, const PlanOp &op) const {
   case OpKind::ReduceScatterStart:
   case OpKind::AllReduceStart:
   case OpKind::AllGatherUpdatesStart:
-    return collectiveCost(info, op);
+    return collectiveCost(info, op, contended);
   case OpKind::FetchStart:
     return fetchCost(info, op);
   case OpKind::CopyStart:

@@ -84,14 +84,33 @@ PhaseTimeline simulatePhase(const PlanPhase &phase, const CostModel &model,
   if (cpu && worldSize == 1)
     joined = collectiveOnlyStreams(phase, compute);
   std::vector<char> laneUsed(streams, 0);
-
-  for (const PlanOp &op : phase.ops) {
-    OpCost cost = model.cost(phase, op);
+  auto laneOf = [&](const PlanOp &op) {
     size_t stream = op.stream >= 0 ? size_t(op.stream) : 0;
-    size_t lane =
-        std::find(joined.begin(), joined.end(), int64_t(stream)) != joined.end()
-            ? size_t(compute)
-            : stream;
+    return std::find(joined.begin(), joined.end(), int64_t(stream)) !=
+                   joined.end()
+               ? size_t(compute)
+               : stream;
+  };
+  // A CPU rank's collective on a stream of its own shares the rank's cores
+  // with the compute still to run on the compute stream: it runs at the
+  // contended fit (the calibration's, where measured) while compute work
+  // (an op with flops or bytes) follows it there in program order.
+  std::vector<char> computeAfter(phase.ops.size() + 1, 0);
+  if (cpu)
+    for (size_t i = phase.ops.size(); i-- > 0;) {
+      const PlanOp &later = phase.ops[i];
+      computeAfter[i] =
+          computeAfter[i + 1] || (int64_t(laneOf(later)) == compute &&
+                                  (later.flops > 0 || later.bytes > 0));
+    }
+
+  for (size_t at = 0; at < phase.ops.size(); ++at) {
+    const PlanOp &op = phase.ops[at];
+    size_t stream = op.stream >= 0 ? size_t(op.stream) : 0;
+    size_t lane = laneOf(op);
+    bool contended = cpu && !op.collective.empty() &&
+                     int64_t(lane) != compute && computeAfter[at + 1];
+    OpCost cost = model.cost(phase, op, contended);
     laneUsed[lane] = 1;
     bool networked = cost.cls == OpClass::Collective && !op.collective.empty();
 

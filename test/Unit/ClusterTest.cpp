@@ -385,7 +385,11 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
       {"kernel_gb_per_s", {{"gelu", 0.5}, {"default", 8}}},
       {"adam_gb_per_s", 10},
       {"clip_gb_per_s", 2},
-      {"all_gather", {{"latency_us", 30}, {"bus_gb_per_s", 3}}}};
+      {"all_gather",
+       {{"latency_us", 30},
+        {"bus_gb_per_s", 3},
+        {"contended_latency_us", 90},
+        {"contended_bus_gb_per_s", 0.5}}}};
   Expected<JsonDocument> doc = JsonDocument::parse(j.dump(2), "cal.json");
   ASSERT_TRUE(doc);
   Expected<Cluster> c = readCluster(*doc);
@@ -407,6 +411,9 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
   EXPECT_NEAR(k.clipBandwidth, 2e9, 1e-3);
   EXPECT_NEAR(k.collective[0].latency, 30e-6, 1e-18);
   EXPECT_NEAR(k.collective[0].busBandwidth, 3e9, 1e-3);
+  EXPECT_NEAR(k.contended[0].latency, 90e-6, 1e-18);
+  EXPECT_NEAR(k.contended[0].busBandwidth, 0.5e9, 1e-3);
+  EXPECT_EQ(k.contended[1].busBandwidth, 0); // Not given.
   EXPECT_EQ(c->sources.at("calibration.op_overhead_us"), "measured");
 
   // Written back, read again: the same figures.
@@ -437,6 +444,16 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
   ASSERT_FALSE(e);
   EXPECT_NE(e.error().str().find("cluster calibration.all_gather.bus_gb_per_"
                                  "s: expected a number > 0, found -3"),
+            std::string::npos)
+      << e.error().str();
+  bad = j;
+  bad["calibration"]["all_gather"]["contended_bus_gb_per_s"] = 0;
+  doc = JsonDocument::parse(bad.dump(2), "bad.json");
+  ASSERT_TRUE(doc);
+  e = readCluster(*doc);
+  ASSERT_FALSE(e);
+  EXPECT_NE(e.error().str().find("cluster calibration.all_gather.contended_"
+                                 "bus_gb_per_s: expected a number > 0"),
             std::string::npos)
       << e.error().str();
   // The device is one zerorun calibrates on, and a string.

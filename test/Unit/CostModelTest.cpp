@@ -1125,6 +1125,44 @@ TEST(Streams, OneCpuRankRunsItsCollectivesOnTheComputeThread) {
   EXPECT_NEAR(two.stepSeconds, std::max(5 * kMs, 2 * kMs + rs2) + 10e-6, kTol);
 }
 
+// On a CPU rank a collective on its own stream shares the cores with the
+// compute after it: it runs at the contended fit. On the compute stream, with
+// no compute left to run beside it, or on another device: the fit measured
+// alone.
+TEST(Streams, ACpuRanksCollectiveBesideComputeRunsAtTheContendedFit) {
+  // A gather of 1e6 bf16 elements on 2 ranks (busbw bytes 1e6): alone 10 us
+  // + 1 ms at 1 GB/s, beside compute 100 us + 4 ms at 0.25 GB/s.
+  Cluster c = exactCluster();
+  c.calibration.collective[size_t(CollectiveKind::AllGather)] = {10e-6, 1e9};
+  c.calibration.contended[size_t(CollectiveKind::AllGather)] = {100e-6, 0.25e9};
+  double alone = 10e-6 + 1e-3, busy = 100e-6 + 4e-3;
+  auto gatherTime = [&](const Plan &plan, int64_t index) {
+    const OpTiming &t = timingOf(predict(plan, c), index);
+    return t.end - t.start;
+  };
+  // Gather on stream 1, compute after it on stream 0.
+  Plan beside =
+      planWith({collectiveOp(0, "all_gather_start", "all_gather", 1, 1.0),
+                computeOp(1, 2.0), op(2, "wait", 0, {0})});
+  // Gather on stream 1 with nothing to compute after it.
+  Plan last =
+      planWith({computeOp(0, 2.0),
+                collectiveOp(1, "all_gather_start", "all_gather", 1, 1.0),
+                op(2, "wait", 0, {1})});
+  // On the compute stream itself.
+  Plan inline_ =
+      planWith({collectiveOp(0, "all_gather_start", "all_gather", 0, 1.0),
+                computeOp(1, 2.0)});
+  EXPECT_NEAR(gatherTime(beside, 0), alone, kTol); // Not a CPU rank.
+  c.calibration.device = "cpu";
+  EXPECT_NEAR(gatherTime(beside, 0), busy, kTol);
+  EXPECT_NEAR(gatherTime(last, 1), alone, kTol);
+  EXPECT_NEAR(gatherTime(inline_, 0), alone, kTol);
+  // Without a contended fit: the one measured alone.
+  c.calibration.contended[size_t(CollectiveKind::AllGather)] = {};
+  EXPECT_NEAR(gatherTime(beside, 0), alone, kTol);
+}
+
 //===----------------------------------------------------------------------===//
 // --compare: a measured trace against the prediction
 //===----------------------------------------------------------------------===//

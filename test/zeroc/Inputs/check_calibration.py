@@ -44,6 +44,10 @@ assert "xlarge" not in cal["matmul_tflops"]["f32"], "4096^3 is for GPUs"
 collectives = [k for k in ("all_gather", "reduce_scatter", "all_reduce")
                if k in cal]
 assert len(collectives) == (3 if ranks > 1 else 0), collectives
+for k in collectives:  # Alone and beside compute (a CPU rank's cores).
+    for f in ("latency_us", "bus_gb_per_s", "contended_latency_us",
+              "contended_bus_gb_per_s"):
+        assert f in cal[k], (k, f)
 assert c["gpus_per_node"]["value"] == ranks
 print("calibration ok: %d figures, %d collective fits" %
       (len(found), len(collectives)))
