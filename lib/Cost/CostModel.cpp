@@ -346,20 +346,22 @@ OpCost CostModel::collectiveCost(const PhaseInfo &info, const PlanOp &op,
   // scales are negligible. The first freeze_step steps cost Adam's.
   if (oneBitOptimizer && op.kind == OpKind::AllReduceStart)
     bytes = double(op.commElements) / 8.0;
-  // Beside compute on a CPU rank's cores: the fit measured so, if any.
-  const ClusterCalibration::CollectiveFit &alone =
+  const ClusterCalibration::CollectiveFit &fit =
       clusterRef.calibration.collective[size_t(*kind)];
   const ClusterCalibration::CollectiveFit &busy =
       clusterRef.calibration.contended[size_t(*kind)];
-  const ClusterCalibration::CollectiveFit &fit =
-      contended && busy.busBandwidth > 0 ? busy : alone;
   if (fit.busBandwidth > 0 && plan.worldSize > 1 &&
-      rankLayout(clusterRef, plan.worldSize).nodes == 1)
+      rankLayout(clusterRef, plan.worldSize).nodes == 1) {
     // Measured on this node: nccl-tests' busbw convention, fixed time fitted.
-    cost.seconds =
-        fit.latency + bytes * commElementsPerRank(*kind, 1.0, plan.worldSize) /
-                          fit.busBandwidth;
-  else
+    double busBytes = bytes * commElementsPerRank(*kind, 1.0, plan.worldSize);
+    cost.seconds = fit.latency + busBytes / fit.busBandwidth;
+    // Beside compute on a CPU rank's cores: the fit measured so, where it
+    // is slower. Compute beside a collective cannot speed it up; a
+    // contended fit that came out faster measured other processes' load.
+    if (contended && busy.busBandwidth > 0)
+      cost.seconds =
+          std::max(cost.seconds, busy.latency + busBytes / busy.busBandwidth);
+  } else
     cost.seconds =
         collectiveTime(clusterRef, *kind, bytes, plan.worldSize).seconds;
   // One rank launches no collective, but a gather or a reduce-scatter out

@@ -1158,6 +1158,10 @@ TEST(Streams, ACpuRanksCollectiveBesideComputeRunsAtTheContendedFit) {
   EXPECT_NEAR(gatherTime(beside, 0), busy, kTol);
   EXPECT_NEAR(gatherTime(last, 1), alone, kTol);
   EXPECT_NEAR(gatherTime(inline_, 0), alone, kTol);
+  // A contended fit faster than the one alone (measured under another
+  // process's load) is not taken: compute beside it cannot speed it up.
+  c.calibration.contended[size_t(CollectiveKind::AllGather)] = {0, 4e9};
+  EXPECT_NEAR(gatherTime(beside, 0), alone, kTol);
   // Without a contended fit: the one measured alone.
   c.calibration.contended[size_t(CollectiveKind::AllGather)] = {};
   EXPECT_NEAR(gatherTime(beside, 0), alone, kTol);
