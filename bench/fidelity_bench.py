@@ -17,6 +17,16 @@ the load averages.
     python3 bench/fidelity_bench.py [--build build] [--steps 6]
         [--models tiny-gpt2,tiny-llama,small-gpt2,small-llama]
         [--ranks 1,2] [--json out.json]
+
+After the table it prints, per model, rank count and offload, the order of
+the ZeRO stages by predicted step time (what `zeroc advise` ranks them by:
+the same simulation) against their order by measured time, and whether
+they agree ("stage_orders" in the JSON).
+
+`--recompare WORK` runs nothing: it compares the plans and traces an
+earlier run left in WORK (its "work" folder) again with this build's
+zeroc, against that run's calibration files: what a change to the model
+makes of measurements already taken.
 """
 import argparse
 import json
@@ -77,15 +87,22 @@ def main():
     ap.add_argument("--ranks", default="1,2")
     ap.add_argument("--stages", default="0,1,2,3")
     ap.add_argument("--json", default="")
+    ap.add_argument("--recompare", default="",
+                    help="a previous run's work folder: compare its plans "
+                    "and traces again, running nothing")
     args = ap.parse_args()
     zeroc = os.path.join(args.build, "bin", "zeroc")
     zerorun = os.path.join(args.build, "bin", "zerorun")
-    work = tempfile.mkdtemp(prefix="fidelity-")
+    again = bool(args.recompare)
+    work = args.recompare or tempfile.mkdtemp(prefix="fidelity-")
     rows = []
     ranks_list = [int(r) for r in args.ranks.split(",")]
 
     calibration = {}
     for ranks in ranks_list:
+        if again:
+            calibration[ranks] = os.path.join(work, f"cal{ranks}.json")
+            continue
         path = os.path.join(work, f"cal{ranks}.json")
         load = loadavg()
         t0 = time.time()
@@ -99,33 +116,40 @@ def main():
           flush=True)
     for model in args.models.split(","):
         mlir = os.path.join(work, model + ".mlir")
-        if model in SMALL:
+        if again:
+            pass
+        elif model in SMALL:
             cfg = os.path.join(work, model + ".config.json")
             json.dump(SMALL[model], open(cfg, "w"))
             source = [cfg]
         else:
             source = ["--preset", model]
-        run([zeroc, "gen"] + source + ["--seq-len", str(SEQ[model]),
-                                       "--micro-batch", "2", "--quiet",
-                                       "-o", mlir])
+        if not again:
+            run([zeroc, "gen"] + source + ["--seq-len", str(SEQ[model]),
+                                           "--micro-batch", "2", "--quiet",
+                                           "-o", mlir])
         for ranks in ranks_list:
             for stage in [int(s) for s in args.stages.split(",")]:
                 for offload in ([False] if stage == 0 else [False, True]):
                     name = f"{model}-r{ranks}-s{stage}-{'off' if offload else 'dev'}"
                     ds = os.path.join(work, name + ".ds.json")
-                    json.dump(ds_config(stage, offload), open(ds, "w"))
+                    if not again:
+                        json.dump(ds_config(stage, offload), open(ds, "w"))
                     plan = os.path.join(work, name + ".plan.json")
                     trace = os.path.join(work, name + ".trace.json")
                     row = {"model": model, "ranks": ranks, "stage": stage,
                            "offload": offload}
                     try:
-                        run([zeroc, mlir, "--config", ds, "--world-size",
-                             str(ranks), "--quiet", "-o", plan])
-                        row["load_before"] = loadavg()
-                        run(mpi(ranks, [zerorun, plan, "--steps",
-                                        str(args.steps), "--plain",
-                                        "--profile", trace]))
-                        row["load_after"] = loadavg()
+                        if again:
+                            row["load_before"] = row["load_after"] = -1
+                        else:
+                            run([zeroc, mlir, "--config", ds, "--world-size",
+                                 str(ranks), "--quiet", "-o", plan])
+                            row["load_before"] = loadavg()
+                            run(mpi(ranks, [zerorun, plan, "--steps",
+                                            str(args.steps), "--plain",
+                                            "--profile", trace]))
+                            row["load_after"] = loadavg()
                         cmp = json.loads(run(
                             [zeroc, "inspect", plan, "--cluster",
                              calibration[ranks], "--compare", trace,
@@ -151,9 +175,47 @@ def main():
     within = [r for r in ok if abs(r["ratio"] - 1) <= 0.15]
     print(f"\n{len(within)} of {len(ok)} configurations within 15% "
           f"({len(rows) - len(ok)} failed)")
+    orders = stage_orders(ok)
     if args.json:
         json.dump({"rows": rows, "calibration": calibration,
-                   "work": work}, open(args.json, "w"), indent=1)
+                   "stage_orders": orders, "work": work},
+                  open(args.json, "w"), indent=1)
+
+
+def stage_orders(rows):
+    """Per model, rank count and offload: the stages fastest first by
+    predicted and by measured step time, whether the orders agree, and how
+    many of the pairs of stages the prediction orders as measured."""
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["model"], r["ranks"], r["offload"]), []).append(r)
+    out = []
+    print("\nstage order, fastest first (predicted: what advise ranks by)")
+    print(f"{'model':<12} {'ranks':>5} {'offload':>7} {'predicted':>10} "
+          f"{'measured':>10}  pairs  measured ms by stage")
+    for (model, ranks, offload), g in groups.items():
+        if len(g) < 2:
+            continue
+        by_pred = [r["stage"] for r in sorted(g, key=lambda r: r["predicted_s"])]
+        by_meas = [r["stage"] for r in sorted(g, key=lambda r: r["measured_s"])]
+        pairs = [(a, b) for i, a in enumerate(g) for b in g[i + 1:]]
+        agree = sum((a["predicted_s"] < b["predicted_s"]) ==
+                    (a["measured_s"] < b["measured_s"]) for a, b in pairs)
+        out.append({"model": model, "ranks": ranks, "offload": offload,
+                    "predicted": by_pred, "measured": by_meas,
+                    "same": by_pred == by_meas, "pairs_agreeing": agree,
+                    "pairs": len(pairs)})
+        times = " ".join(f"s{r['stage']}={r['measured_s'] * 1e3:.2f}"
+                         for r in sorted(g, key=lambda r: r["stage"]))
+        print(f"{model:<12} {ranks:>5} {'cpu' if offload else '-':>7} "
+              f"{'<'.join(map(str, by_pred)):>10} "
+              f"{'<'.join(map(str, by_meas)):>10}  {agree}/{len(pairs)}  "
+              f"{times}")
+    same = sum(o["same"] for o in out)
+    print(f"{same} of {len(out)} stage orders as measured; "
+          f"{sum(o['pairs_agreeing'] for o in out)} of "
+          f"{sum(o['pairs'] for o in out)} pairs")
+    return out
 
 
 if __name__ == "__main__":

@@ -134,10 +134,19 @@ struct FigureSpec {
    [](Cluster &c, Counts &) -> double & {                                      \
      return c.calibration.collective[k].latency;                               \
    }},                                                                         \
+      {"calibration." name ".bus_gb_per_s", kGBPerS, Bound::Positive, true,    \
+       [](Cluster &c, Counts &) -> double & {                                  \
+         return c.calibration.collective[k].busBandwidth;                      \
+       }},                                                                     \
+      {"calibration." name ".contended_latency_us", kMicrosecond,              \
+       Bound::NonNegative, true,                                               \
+       [](Cluster &c, Counts &) -> double & {                                  \
+         return c.calibration.contended[k].latency;                            \
+       }},                                                                     \
   {                                                                            \
-    "calibration." name ".bus_gb_per_s", kGBPerS, Bound::Positive, true,       \
-        [](Cluster &c, Counts &) -> double & {                                 \
-          return c.calibration.collective[k].busBandwidth;                     \
+    "calibration." name ".contended_bus_gb_per_s", kGBPerS, Bound::Positive,   \
+        true, [](Cluster &c, Counts &) -> double & {                           \
+          return c.calibration.contended[k].busBandwidth;                      \
         }                                                                      \
   }
 
@@ -245,6 +254,8 @@ const StringSpec kStrings[] = {
      [](Cluster &c) -> std::string & { return c.description; }},
     {"gpu.model", false,
      [](Cluster &c) -> std::string & { return c.gpu.model; }},
+    {"calibration.device", true,
+     [](Cluster &c) -> std::string & { return c.calibration.device; }},
 };
 
 /// The objects of the format, each after the one holding it. "" is the
@@ -456,8 +467,16 @@ Expected<Cluster> Reader::read() {
 
   cluster.nodes = int64_t(counts.nodes);
   cluster.gpusPerNode = int64_t(counts.gpusPerNode);
+  const std::string &device = cluster.calibration.device;
   if (cluster.name.empty())
     fail(pathOf("name"), "expected a non-empty string");
+  else if (objects.count("calibration") &&
+           objects.at("calibration")->contains("device") && device != "cpu" &&
+           device != "cuda")
+    fail(pathOf("calibration.device"),
+         "expected \"cpu\" or \"cuda\" (the zerorun device that "
+         "measured), got \"" +
+             device + "\"");
   else if (cluster.nodes > 1 && !cluster.interNode)
     fail({}, "missing required key 'inter_node': the cluster has " +
                  std::to_string(cluster.nodes) +

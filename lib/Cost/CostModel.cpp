@@ -328,8 +328,8 @@ DType CostModel::computeDType(const PhaseInfo &info, const PlanOp &op) const {
   return plan.model.dtype;
 }
 
-OpCost CostModel::collectiveCost(const PhaseInfo &info,
-                                 const PlanOp &op) const {
+OpCost CostModel::collectiveCost(const PhaseInfo &info, const PlanOp &op,
+                                 bool contended) const {
   OpCost cost;
   cost.cls = OpClass::Collective;
   std::optional<CollectiveKind> kind = parseCollectiveKind(op.collective);
@@ -348,13 +348,20 @@ OpCost CostModel::collectiveCost(const PhaseInfo &info,
     bytes = double(op.commElements) / 8.0;
   const ClusterCalibration::CollectiveFit &fit =
       clusterRef.calibration.collective[size_t(*kind)];
+  const ClusterCalibration::CollectiveFit &busy =
+      clusterRef.calibration.contended[size_t(*kind)];
   if (fit.busBandwidth > 0 && plan.worldSize > 1 &&
-      rankLayout(clusterRef, plan.worldSize).nodes == 1)
+      rankLayout(clusterRef, plan.worldSize).nodes == 1) {
     // Measured on this node: nccl-tests' busbw convention, fixed time fitted.
-    cost.seconds =
-        fit.latency + bytes * commElementsPerRank(*kind, 1.0, plan.worldSize) /
-                          fit.busBandwidth;
-  else
+    double busBytes = bytes * commElementsPerRank(*kind, 1.0, plan.worldSize);
+    cost.seconds = fit.latency + busBytes / fit.busBandwidth;
+    // Beside compute on a CPU rank's cores: the fit measured so, where it
+    // is slower. Compute beside a collective cannot speed it up; a
+    // contended fit that came out faster measured other processes' load.
+    if (contended && busy.busBandwidth > 0)
+      cost.seconds =
+          std::max(cost.seconds, busy.latency + busBytes / busy.busBandwidth);
+  } else
     cost.seconds =
         collectiveTime(clusterRef, *kind, bytes, plan.worldSize).seconds;
   // One rank launches no collective, but a gather or a reduce-scatter out
@@ -487,8 +494,9 @@ OpCost CostModel::gradientPassCost(const PlanOp &op, double passes) const {
   return cost;
 }
 
-OpCost CostModel::cost(const PlanPhase &phase, const PlanOp &op) const {
-  OpCost cost = workCost(phase, op);
+OpCost CostModel::cost(const PlanPhase &phase, const PlanOp &op,
+                       bool contended) const {
+  OpCost cost = workCost(phase, op, contended);
   // The host's share of running any op (calibrated; 0 otherwise): the
   // executor schedules and dispatches reads, waits and releases too.
   cost.seconds += clusterRef.calibration.opOverhead;
@@ -506,7 +514,8 @@ double CostModel::collectiveBytes(const PlanPhase &phase,
   return double(op.commElements) * double(bytesPerElement(dtype));
 }
 
-OpCost CostModel::workCost(const PlanPhase &phase, const PlanOp &op) const {
+OpCost CostModel::workCost(const PlanPhase &phase, const PlanOp &op,
+                           bool contended) const {
   auto found = phases.find(&phase);
   static const PhaseInfo empty;
   const PhaseInfo &info = found == phases.end() ? empty : found->second;
@@ -539,7 +548,7 @@ OpCost CostModel::workCost(const PlanPhase &phase, const PlanOp &op) const {
   case OpKind::AllReduceStart:
   case OpKind::AllGatherUpdatesStart:
   case OpKind::AllToAllStart: // Sub-group plans are refused by predictStep.
-    return collectiveCost(info, op);
+    return collectiveCost(info, op, contended);
   case OpKind::FetchStart:
     return fetchCost(info, op);
   case OpKind::CopyStart:

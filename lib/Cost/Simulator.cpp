@@ -15,7 +15,9 @@
 // starts only once the previous one has finished, so gathers and
 // reductions on two streams overlap compute but not each other. The compute
 // stream's idle time before an op is charged to the op that held it up, seen
-// through waits.
+// through waits. On a CPU rank at world size 1 the streams of nothing but
+// collectives run on the compute stream's lane (zerorun runs them on its
+// thread: docs/cost-model.md, "Streams on a CPU rank").
 //
 //===----------------------------------------------------------------------===//
 
@@ -50,7 +52,7 @@ size_t streamCount(const Plan &plan) {
 }
 
 PhaseTimeline simulatePhase(const PlanPhase &phase, const CostModel &model,
-                            size_t streams, int64_t compute,
+                            size_t streams, int64_t compute, int64_t worldSize,
                             double stragglerFactor) {
   PhaseTimeline out;
   out.kind = phase.kind;
@@ -73,9 +75,43 @@ PhaseTimeline simulatePhase(const PlanPhase &phase, const CostModel &model,
   critical.reserve(phase.ops.size());
   std::map<int64_t, double> exposedBy;
 
-  for (const PlanOp &op : phase.ops) {
-    OpCost cost = model.cost(phase, op);
+  // A CPU rank runs each stream on a thread; at one rank, a stream of
+  // nothing but collectives (local copies) runs on the compute stream's
+  // thread instead (zerorun: PreparedPhase). Such an op keeps its stream in
+  // the timeline and its busy time but takes its turn on the compute lane.
+  bool cpu = model.cluster().calibration.device == "cpu";
+  std::vector<int64_t> joined;
+  if (cpu && worldSize == 1)
+    joined = collectiveOnlyStreams(phase, compute);
+  std::vector<char> laneUsed(streams, 0);
+  auto laneOf = [&](const PlanOp &op) {
     size_t stream = op.stream >= 0 ? size_t(op.stream) : 0;
+    return std::find(joined.begin(), joined.end(), int64_t(stream)) !=
+                   joined.end()
+               ? size_t(compute)
+               : stream;
+  };
+  // A CPU rank's collective on a stream of its own shares the rank's cores
+  // with the compute still to run on the compute stream: it runs at the
+  // contended fit (the calibration's, where measured) while compute work
+  // (an op with flops or bytes) follows it there in program order.
+  std::vector<char> computeAfter(phase.ops.size() + 1, 0);
+  if (cpu)
+    for (size_t i = phase.ops.size(); i-- > 0;) {
+      const PlanOp &later = phase.ops[i];
+      computeAfter[i] =
+          computeAfter[i + 1] || (int64_t(laneOf(later)) == compute &&
+                                  (later.flops > 0 || later.bytes > 0));
+    }
+
+  for (size_t at = 0; at < phase.ops.size(); ++at) {
+    const PlanOp &op = phase.ops[at];
+    size_t stream = op.stream >= 0 ? size_t(op.stream) : 0;
+    size_t lane = laneOf(op);
+    bool contended = cpu && !op.collective.empty() &&
+                     int64_t(lane) != compute && computeAfter[at + 1];
+    OpCost cost = model.cost(phase, op, contended);
+    laneUsed[lane] = 1;
     bool networked = cost.cls == OpClass::Collective && !op.collective.empty();
 
     // Each rank's earliest start on its own: its stream free, its
@@ -95,7 +131,7 @@ PhaseTimeline simulatePhase(const PlanPhase &phase, const CostModel &model,
           lastDep = int64_t(it->second);
         }
       }
-      local[r] = std::max(streamFree[r][stream], depsDone);
+      local[r] = std::max(streamFree[r][lane], depsDone);
       if (r == 0)
         last = lastDep;
     }
@@ -105,7 +141,7 @@ PhaseTimeline simulatePhase(const PlanPhase &phase, const CostModel &model,
     t.stream = int64_t(stream);
     t.cls = cost.cls;
     t.flops = cost.flops;
-    t.ready = streamFree[0][stream];
+    t.ready = streamFree[0][lane];
     t.issue = local[0];
     t.start = local[0];
     double slowStart = ranks > 1 ? local[1] : 0;
@@ -120,14 +156,14 @@ PhaseTimeline simulatePhase(const PlanPhase &phase, const CostModel &model,
     t.end = t.start + cost.seconds;
     if (networked)
       networkFree = t.end;
-    streamFree[0][stream] = t.end;
+    streamFree[0][lane] = t.end;
     ends[0].push_back(t.end);
     if (ranks > 1) {
       double seconds = cost.cls == OpClass::Compute && !networked
                            ? cost.seconds * stragglerFactor
                            : cost.seconds;
       double slowEndOp = slowStart + seconds;
-      streamFree[1][stream] = slowEndOp;
+      streamFree[1][lane] = slowEndOp;
       ends[1].push_back(slowEndOp);
       slowEnd = std::max(slowEnd, slowEndOp);
     }
@@ -142,7 +178,7 @@ PhaseTimeline simulatePhase(const PlanPhase &phase, const CostModel &model,
              critical[size_t(culprit)] >= 0)
         culprit = critical[size_t(culprit)];
       t.blockedBy = phase.ops[size_t(culprit)].index;
-      if (int64_t(stream) == compute) {
+      if (int64_t(lane) == compute) {
         double idle = t.start - t.ready;
         OpClass why = out.ops[size_t(culprit)].cls;
         if (why == OpClass::Collective)
@@ -155,7 +191,7 @@ PhaseTimeline simulatePhase(const PlanPhase &phase, const CostModel &model,
     }
     // Communication issued on the compute stream itself is all exposed,
     // and so is the wait for a slower rank before it.
-    if (int64_t(stream) == compute && cost.seconds > 0) {
+    if (int64_t(lane) == compute && cost.seconds > 0) {
       if (cost.cls == OpClass::Collective)
         out.exposedComm += cost.seconds;
       else if (cost.cls == OpClass::Offload)
@@ -173,7 +209,10 @@ PhaseTimeline simulatePhase(const PlanPhase &phase, const CostModel &model,
   out.seconds = std::max(out.seconds, slowEnd);
   out.exposedBy.assign(exposedBy.begin(), exposedBy.end());
   // Starting the run's streams and joining them (calibrated; 0 otherwise).
-  if (!phase.ops.empty())
+  // A CPU rank starts threads only for a run on more than one stream; a
+  // run on one is the calling thread's loop (bench/RESULTS.md, run 6).
+  size_t lanes = size_t(std::count(laneUsed.begin(), laneUsed.end(), 1));
+  if (!phase.ops.empty() && (!cpu || lanes > 1))
     out.seconds += model.cluster().calibration.phaseOverhead;
   return out;
 }
@@ -217,7 +256,8 @@ Expected<StepPrediction> predictStep(const Plan &plan, const Cluster &cluster,
   step.streamBusy.assign(streams, 0.0);
   for (const PlanPhase &phase : plan.phases) {
     PhaseTimeline timeline =
-        simulatePhase(phase, model, streams, compute, options.stragglerFactor);
+        simulatePhase(phase, model, streams, compute, plan.worldSize,
+                      options.stragglerFactor);
     double runs = double(phase.runsPerStep);
     step.stepSeconds += runs * timeline.seconds;
     step.exposedComm += runs * timeline.exposedComm;

@@ -741,4 +741,24 @@ Expected<Plan> loadPlan(const std::string &path) {
   return readPlan(*doc);
 }
 
+std::vector<int64_t> collectiveOnlyStreams(const PlanPhase &phase,
+                                           int64_t computeStream) {
+  // Per stream: whether it holds a collective, and whether anything else.
+  std::map<int64_t, std::pair<bool, bool>> seen;
+  for (const PlanOp &op : phase.ops) {
+    if (op.stream == computeStream)
+      continue;
+    auto &[collective, other] = seen[op.stream];
+    if (!op.collective.empty())
+      collective = true;
+    else if (op.kind != OpKind::Wait)
+      other = true;
+  }
+  std::vector<int64_t> out;
+  for (const auto &[stream, what] : seen)
+    if (what.first && !what.second)
+      out.push_back(stream);
+  return out;
+}
+
 } // namespace zeroc

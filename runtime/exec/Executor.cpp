@@ -25,6 +25,7 @@ Executor::Impl::Impl(Executor &ex, Communicator &comm,
       ownDevice(options.device ? nullptr : makeCpuDevice()),
       dev(options.device ? options.device : ownDevice.get()), rank(comm.rank()),
       ws(comm.size()), streamThreads(options.streamThreads),
+      joinLocalCollectiveStreams(options.joinLocalCollectiveStreams),
       state(ex.thePlan, ex.memory, *dev, rank, ws, options.nvmePath),
       scheduler(*dev), profiler(options.profiler) {
   scheduler.profiler = profiler;
@@ -96,10 +97,14 @@ void Executor::Impl::runPhase(const PlanPhase &ph, const DataLoader *data,
                               int64_t step, int64_t micro) {
   auto it = prepared.find(&ph);
   if (it == prepared.end())
-    it = prepared
-             .emplace(&ph, PreparedPhase::prepare(ph, arena.get(), ex.arenaSize,
-                                                  ws, !streamThreads))
-             .first;
+    it =
+        prepared
+            .emplace(&ph, PreparedPhase::prepare(
+                              ph, arena.get(), ex.arenaSize, ws, !streamThreads,
+                              joinLocalCollectiveStreams &&
+                                  dev->scheduling() ==
+                                      StreamScheduling::ThreadPerStream))
+            .first;
   phase = &it->second;
   phase->bind(ex.memory, unplanned);
   pendingAdam = {}; // Nothing deferred outlives a (failed) run.

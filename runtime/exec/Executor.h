@@ -40,6 +40,11 @@ struct ExecutorOptions {
   /// The plan's streams (true), or every op on one stream in program order
   /// (for debugging and comparisons).
   bool streamThreads = true;
+  /// At world size 1 on a device with a thread per stream (the CPU), the
+  /// streams of nothing but collectives (local copies) run on the compute
+  /// stream's thread (PreparedPhase::prepare). False: a thread each, as at
+  /// more ranks (for tests of the stream workers).
+  bool joinLocalCollectiveStreams = true;
   /// Where `nvme` tensors' files go; empty: the config's `nvme_path`s.
   std::string nvmePath;
   /// Where data lives and kernels run (exec/Device.h); it must outlive the

@@ -46,6 +46,7 @@ struct Executor::Impl {
   Device *dev = nullptr;
   int64_t rank, ws;
   bool streamThreads = true;
+  bool joinLocalCollectiveStreams = true;
   exec::PersistentState state;
   exec::StreamScheduler scheduler;
   Profiler *profiler = nullptr;

@@ -26,7 +26,7 @@ bool issuesCollective(const PlanOp &op, int64_t worldSize) {
 
 PreparedPhase PreparedPhase::prepare(const PlanPhase &ph, char *arena,
                                      int64_t arenaBytes, int64_t worldSize,
-                                     bool oneStream) {
+                                     bool oneStream, bool threadPerStream) {
   PreparedPhase p;
   p.phase = &ph;
   int64_t maxIndex = -1;
@@ -60,6 +60,16 @@ PreparedPhase PreparedPhase::prepare(const PlanPhase &ph, char *arena,
     p.values[v.id] = t;
   }
 
+  // The compute stream is the lowest; at one rank on stream threads, the
+  // collective-only streams join it (a thread each per phase run cost more
+  // than their copies: bench/RESULTS.md, run 6).
+  int64_t compute = 0;
+  for (size_t i = 0; i < ph.ops.size(); ++i)
+    compute = i == 0 ? ph.ops[i].stream : std::min(compute, ph.ops[i].stream);
+  std::set<int64_t> joined;
+  if (threadPerStream && worldSize == 1)
+    for (int64_t s : collectiveOnlyStreams(ph, compute))
+      joined.insert(s);
   int64_t tickets = 0;
   std::map<int64_t, std::vector<const PlanOp *>> streams;
   for (const PlanOp &op : ph.ops) {
@@ -68,7 +78,9 @@ PreparedPhase PreparedPhase::prepare(const PlanPhase &ph, char *arena,
         p.waitOf[d] = &op;
     if (issuesCollective(op, worldSize))
       p.ticketOf[op.index] = tickets++;
-    int64_t stream = oneStream ? 0 : op.stream;
+    int64_t stream = oneStream                 ? 0
+                     : joined.count(op.stream) ? compute
+                                               : op.stream;
     streams[stream].push_back(&op);
     p.streamOf[op.index] = stream;
   }

@@ -9,6 +9,7 @@
 #include "exec/Executor.h"
 #include "exec/Device.h"
 #include "exec/Dispatch.h"
+#include "exec/PreparedPhase.h"
 
 #include "comm/Communicator.h"
 #include "data/DataLoader.h"
@@ -19,6 +20,7 @@
 
 using namespace zeroc;
 using namespace zeroc::runtime;
+using zeroc::runtime::exec::PreparedPhase;
 
 TEST(MemoryTracker, CountsDeviceBytesAndTheirPeak) {
   MemoryTracker m;
@@ -80,7 +82,11 @@ struct TrainRun {
   MemoryCounts allocated; ///< The counting allocator's, over the run.
 };
 
-TrainRun train(Plan plan, bool threads, int steps, Device *device = nullptr) {
+/// `device`: the executor's device (null: the default CPU device). `join`:
+/// ExecutorOptions::joinLocalCollectiveStreams (false keeps a thread per
+/// stream at this one rank, as at more ranks).
+TrainRun train(Plan plan, bool threads, int steps, Device *device = nullptr,
+               bool join = true) {
   TrainRun r;
   // One counter per process: this run's high-water marks from here.
   deviceMemory().resetPeaks();
@@ -88,6 +94,7 @@ TrainRun train(Plan plan, bool threads, int steps, Device *device = nullptr) {
   ExecutorOptions options;
   options.streamThreads = threads;
   options.device = device;
+  options.joinLocalCollectiveStreams = join;
   auto ex = Executor::create(std::move(plan), comm, options);
   if (!ex) {
     r.error = ex.error().message;
@@ -151,11 +158,15 @@ TEST(Executor, StreamWorkersGiveTheSingleThreadLossesBitForBit) {
     streams.insert(op.stream);
   ASSERT_GE(streams.size(), 3u) << "the plan should use three streams";
   TrainRun single = train(plan, false, 4);
-  TrainRun threads = train(plan, true, 4);
+  TrainRun threads = train(plan, true, 4, nullptr, /*join=*/false);
+  // The default at one rank: the collective streams on the compute thread.
+  TrainRun joined = train(plan, true, 4);
   ASSERT_EQ(single.error, "");
   ASSERT_EQ(threads.error, "");
+  ASSERT_EQ(joined.error, "");
   ASSERT_EQ(single.losses.size(), 4u);
   EXPECT_EQ(single.losses, threads.losses);
+  EXPECT_EQ(single.losses, joined.losses);
   EXPECT_LT(threads.losses.back(), threads.losses.front());
 }
 
@@ -196,6 +207,46 @@ TEST(Executor, FusedAdamGivesThePerOpLossesBitForBit) {
     EXPECT_EQ(fused.losses, threads.losses);
     EXPECT_EQ(calls, std::vector<size_t>(4, adamOps));
   }
+}
+
+// At one rank on the CPU a stream of nothing but collectives and waits (a
+// local copy each) runs on the compute stream, in program order; a stream
+// with other work (a copy) keeps its thread, and at two ranks, or on a
+// device that issues from one thread anyway, nothing moves.
+TEST(PreparedPhase, OneRankRunsCollectiveStreamsOnTheComputeStream) {
+  auto op = [](int64_t index, OpKind kind, int64_t stream,
+               std::string collective = "") {
+    PlanOp o;
+    o.index = index;
+    o.kind = kind;
+    o.attrs = defaultAttrs(kind);
+    o.stream = stream;
+    o.collective = std::move(collective);
+    return o;
+  };
+  PlanPhase ph;
+  ph.ops = {op(0, OpKind::ReduceScatterStart, 2, "reduce_scatter"),
+            op(1, OpKind::Wait, 0),
+            op(2, OpKind::CopyStart, 3),
+            op(3, OpKind::Wait, 3),
+            op(4, OpKind::AllGatherStart, 1, "all_gather"),
+            op(5, OpKind::Wait, 1)};
+  auto streamsOf = [&](int64_t ws, bool threadPerStream) {
+    PreparedPhase p =
+        PreparedPhase::prepare(ph, nullptr, 0, ws, false, threadPerStream);
+    std::vector<int64_t> ids;
+    for (const auto &[id, ops] : p.streams)
+      ids.push_back(id);
+    return std::make_pair(ids, p.streamOf);
+  };
+  auto [ids, streamOf] = streamsOf(1, true);
+  EXPECT_EQ(ids, (std::vector<int64_t>{0, 3}));
+  EXPECT_EQ(streamOf.at(0), 0);
+  EXPECT_EQ(streamOf.at(4), 0);
+  EXPECT_EQ(streamOf.at(5), 0);
+  EXPECT_EQ(streamOf.at(2), 3);
+  EXPECT_EQ(streamsOf(2, true).first, (std::vector<int64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(streamsOf(1, false).first, (std::vector<int64_t>{0, 1, 2, 3}));
 }
 
 TEST(Executor, MeasuredPeakMatchesThePrediction) {
@@ -277,7 +328,7 @@ TEST(Executor, AFailingOpOnAnotherStreamStopsTheStepWithItsError) {
     std::get<ReduceScatterAttrs>(broken->attrs).offsets.clear();
     // `broken` points into `plan`, which train() takes and frees.
     int64_t brokenIndex = broken->index;
-    TrainRun r = train(std::move(plan), threads, 1);
+    TrainRun r = train(std::move(plan), threads, 1, nullptr, /*join=*/false);
     EXPECT_NE(r.error.find("op " + std::to_string(brokenIndex) +
                            ": reduce_scatter needs one target and offset "
                            "per input"),

@@ -376,6 +376,7 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
   json j = toJson(*base);
   j["calibration"] = {
       {"ranks", 2},
+      {"device", "cpu"},
       {"op_overhead_us", {{"value", 4}, {"source", "measured"}}},
       {"phase_overhead_us", 80},
       {"matmul_tflops",
@@ -384,7 +385,11 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
       {"kernel_gb_per_s", {{"gelu", 0.5}, {"default", 8}}},
       {"adam_gb_per_s", 10},
       {"clip_gb_per_s", 2},
-      {"all_gather", {{"latency_us", 30}, {"bus_gb_per_s", 3}}}};
+      {"all_gather",
+       {{"latency_us", 30},
+        {"bus_gb_per_s", 3},
+        {"contended_latency_us", 90},
+        {"contended_bus_gb_per_s", 0.5}}}};
   Expected<JsonDocument> doc = JsonDocument::parse(j.dump(2), "cal.json");
   ASSERT_TRUE(doc);
   Expected<Cluster> c = readCluster(*doc);
@@ -392,6 +397,7 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
   const ClusterCalibration &k = c->calibration;
   EXPECT_TRUE(k.any());
   EXPECT_EQ(k.ranks, 2);
+  EXPECT_EQ(k.device, "cpu");
   EXPECT_NEAR(k.opOverhead, 4e-6, 1e-18);
   EXPECT_NEAR(k.phaseOverhead, 80e-6, 1e-18);
   EXPECT_NEAR(k.matmul[0][0], 0.02e12, 1);
@@ -405,6 +411,9 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
   EXPECT_NEAR(k.clipBandwidth, 2e9, 1e-3);
   EXPECT_NEAR(k.collective[0].latency, 30e-6, 1e-18);
   EXPECT_NEAR(k.collective[0].busBandwidth, 3e9, 1e-3);
+  EXPECT_NEAR(k.contended[0].latency, 90e-6, 1e-18);
+  EXPECT_NEAR(k.contended[0].busBandwidth, 0.5e9, 1e-3);
+  EXPECT_EQ(k.contended[1].busBandwidth, 0); // Not given.
   EXPECT_EQ(c->sources.at("calibration.op_overhead_us"), "measured");
 
   // Written back, read again: the same figures.
@@ -437,4 +446,35 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
                                  "s: expected a number > 0, found -3"),
             std::string::npos)
       << e.error().str();
+  bad = j;
+  bad["calibration"]["all_gather"]["contended_bus_gb_per_s"] = 0;
+  doc = JsonDocument::parse(bad.dump(2), "bad.json");
+  ASSERT_TRUE(doc);
+  e = readCluster(*doc);
+  ASSERT_FALSE(e);
+  EXPECT_NE(e.error().str().find("cluster calibration.all_gather.contended_"
+                                 "bus_gb_per_s: expected a number > 0"),
+            std::string::npos)
+      << e.error().str();
+  // The device is one zerorun calibrates on, and a string.
+  for (json device : {json("tpu"), json(""), json(1)}) {
+    bad = j;
+    bad["calibration"]["device"] = device;
+    doc = JsonDocument::parse(bad.dump(2), "bad.json");
+    ASSERT_TRUE(doc);
+    e = readCluster(*doc);
+    ASSERT_FALSE(e) << device;
+    EXPECT_NE(e.error().str().find("cluster calibration.device: expected"),
+              std::string::npos)
+        << e.error().str();
+  }
+  // Without one (a hand-written file), none is written back.
+  json none = j;
+  none["calibration"].erase("device");
+  doc = JsonDocument::parse(none.dump(2), "none.json");
+  ASSERT_TRUE(doc);
+  e = readCluster(*doc);
+  ASSERT_TRUE(e) << e.error().str();
+  EXPECT_EQ(e->calibration.device, "");
+  EXPECT_FALSE(toJson(*e)["calibration"].contains("device"));
 }

@@ -1066,6 +1066,107 @@ TEST(OpCost, OneRankCopiesButLaunchesNothing) {
   EXPECT_EQ(oneRank("all_reduce_start", "all_reduce"), 0.0);
 }
 
+// The streams zerorun runs on the compute thread at one rank on a CPU: those
+// of nothing but collectives and waits.
+TEST(Streams, CollectiveOnlyStreamsAreThoseOfCollectivesAndWaits) {
+  PlanPhase phase;
+  phase.ops = {
+      computeOp(0, 1.0),
+      collectiveOp(1, "reduce_scatter_start", "reduce_scatter", 2, 1.0),
+      op(2, "wait", 2, {1}),
+      collectiveOp(3, "all_gather_start", "all_gather", 1, 1.0),
+      op(4, "copy_start", 3),
+      op(5, "wait", 3, {4}),
+      op(6, "wait", 1, {3})};
+  EXPECT_EQ(collectiveOnlyStreams(phase, 0), (std::vector<int64_t>{1, 2}));
+  // A collective on the compute stream makes no stream of its own.
+  phase.ops = {collectiveOp(0, "all_reduce_start", "all_reduce", 0, 1.0)};
+  EXPECT_TRUE(collectiveOnlyStreams(phase, 0).empty());
+}
+
+// A CPU rank (calibration.device "cpu") at world size 1 runs a stream of
+// collectives on the compute stream's thread in program order, and starts no
+// thread for a run on one stream: the simulator serialises them and charges
+// no phase overhead. On another device the collective overlaps the compute
+// on its own stream, and every run pays the overhead.
+TEST(Streams, OneCpuRankRunsItsCollectivesOnTheComputeThread) {
+  // 2 ms of compute, a reduce-scatter on the reduce stream, 3 ms more.
+  Plan plan = planWith({computeOp(0, 2.0),
+                        collectiveOp(1, "reduce_scatter_start",
+                                     "reduce_scatter", 2, 1000.0, {0}),
+                        computeOp(2, 3.0), op(3, "wait", 0, {1})});
+  plan.worldSize = 1;
+  Cluster c = exactCluster();
+  c.calibration.phaseOverhead = 10e-6;
+  CostModel model(plan, c);
+  double rs = model.cost(plan.phases[0], plan.phases[0].ops[1]).seconds;
+  ASSERT_GT(rs, 0.0);
+
+  StepPrediction gpu = predict(plan, c);
+  EXPECT_NEAR(timingOf(gpu, 1).start, 2 * kMs, kTol);
+  EXPECT_NEAR(timingOf(gpu, 2).start, 2 * kMs, kTol); // Overlapped.
+  EXPECT_NEAR(gpu.stepSeconds, std::max(5 * kMs, 2 * kMs + rs) + 10e-6, kTol);
+
+  c.calibration.device = "cpu";
+  StepPrediction cpu = predict(plan, c);
+  EXPECT_NEAR(timingOf(cpu, 1).start, 2 * kMs, kTol);
+  EXPECT_NEAR(timingOf(cpu, 2).start, 2 * kMs + rs, kTol); // After it.
+  EXPECT_NEAR(cpu.stepSeconds, 5 * kMs + rs, kTol);        // No overhead.
+  EXPECT_EQ(timingOf(cpu, 1).stream, 2); // Still shown on its own stream.
+  EXPECT_NEAR(cpu.streamBusy[2], rs, kTol);
+
+  // At two ranks the collective is a real one, on its thread: overlapped,
+  // and the run starts threads.
+  plan.worldSize = 2;
+  StepPrediction two = predict(plan, c);
+  EXPECT_NEAR(timingOf(two, 2).start, 2 * kMs, kTol);
+  CostModel model2(plan, c);
+  double rs2 = model2.cost(plan.phases[0], plan.phases[0].ops[1]).seconds;
+  EXPECT_NEAR(two.stepSeconds, std::max(5 * kMs, 2 * kMs + rs2) + 10e-6, kTol);
+}
+
+// On a CPU rank a collective on its own stream shares the cores with the
+// compute after it: it runs at the contended fit. On the compute stream, with
+// no compute left to run beside it, or on another device: the fit measured
+// alone.
+TEST(Streams, ACpuRanksCollectiveBesideComputeRunsAtTheContendedFit) {
+  // A gather of 1e6 bf16 elements on 2 ranks (busbw bytes 1e6): alone 10 us
+  // + 1 ms at 1 GB/s, beside compute 100 us + 4 ms at 0.25 GB/s.
+  Cluster c = exactCluster();
+  c.calibration.collective[size_t(CollectiveKind::AllGather)] = {10e-6, 1e9};
+  c.calibration.contended[size_t(CollectiveKind::AllGather)] = {100e-6, 0.25e9};
+  double alone = 10e-6 + 1e-3, busy = 100e-6 + 4e-3;
+  auto gatherTime = [&](const Plan &plan, int64_t index) {
+    const OpTiming &t = timingOf(predict(plan, c), index);
+    return t.end - t.start;
+  };
+  // Gather on stream 1, compute after it on stream 0.
+  Plan beside =
+      planWith({collectiveOp(0, "all_gather_start", "all_gather", 1, 1.0),
+                computeOp(1, 2.0), op(2, "wait", 0, {0})});
+  // Gather on stream 1 with nothing to compute after it.
+  Plan last =
+      planWith({computeOp(0, 2.0),
+                collectiveOp(1, "all_gather_start", "all_gather", 1, 1.0),
+                op(2, "wait", 0, {1})});
+  // On the compute stream itself.
+  Plan inline_ =
+      planWith({collectiveOp(0, "all_gather_start", "all_gather", 0, 1.0),
+                computeOp(1, 2.0)});
+  EXPECT_NEAR(gatherTime(beside, 0), alone, kTol); // Not a CPU rank.
+  c.calibration.device = "cpu";
+  EXPECT_NEAR(gatherTime(beside, 0), busy, kTol);
+  EXPECT_NEAR(gatherTime(last, 1), alone, kTol);
+  EXPECT_NEAR(gatherTime(inline_, 0), alone, kTol);
+  // A contended fit faster than the one alone (measured under another
+  // process's load) is not taken: compute beside it cannot speed it up.
+  c.calibration.contended[size_t(CollectiveKind::AllGather)] = {0, 4e9};
+  EXPECT_NEAR(gatherTime(beside, 0), alone, kTol);
+  // Without a contended fit: the one measured alone.
+  c.calibration.contended[size_t(CollectiveKind::AllGather)] = {};
+  EXPECT_NEAR(gatherTime(beside, 0), alone, kTol);
+}
+
 //===----------------------------------------------------------------------===//
 // --compare: a measured trace against the prediction
 //===----------------------------------------------------------------------===//

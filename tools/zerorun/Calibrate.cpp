@@ -12,6 +12,7 @@
 #include "zeroc/Support/Json.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -20,6 +21,7 @@
 #include <fstream>
 #include <functional>
 #include <random>
+#include <thread>
 #include <unistd.h>
 #include <vector>
 
@@ -576,46 +578,82 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
   if (comm.size() > 1) {
     int64_t n = comm.size();
     const char *names[3] = {"all_gather", "reduce_scatter", "all_reduce"};
-    for (int kind = 0; kind < 3; ++kind) {
-      std::vector<double> xs, ts;
-      for (int64_t elements :
-           {int64_t(1) << 10, int64_t(1) << 14, int64_t(1) << 18,
-            int64_t(1) << 20, int64_t(1) << 22}) {
-        int64_t per = elements / n;
-        Tensor buf = cal.buffer({per * n}, DType::F32, small);
-        Tensor recv = cal.buffer({per * n}, DType::F32, small);
-        std::vector<int64_t> counts(size_t(n), per);
-        double t = cal.timeCollective(
-            [&] {
-              CommHandle h;
-              if (kind == 0)
-                h = comm.allGather(buf.data, per, recv.data, DType::F32,
-                                   OpLabel{-1, "calibrate"});
-              else if (kind == 1)
-                h = comm.reduceScatter(buf.data, counts, recv.data, DType::F32,
-                                       false, OpLabel{-1, "calibrate"});
-              else
-                h = comm.allReduce(buf.data, per * n, DType::F32, false,
-                                   OpLabel{-1, "calibrate"});
-              comm.wait(h);
-            },
-            0.01, 3);
-        double bytes = double(per * n) * 4;
-        double factor = (kind == 2 ? 2.0 : 1.0) * double(n - 1) / double(n);
-        xs.push_back(bytes * factor);
-        ts.push_back(t);
+    // On the CPU, each collective again while a thread of every rank runs
+    // `add` kernels without pause: what a gather or reduce stream's
+    // collective meets while the compute stream computes on the same cores
+    // (bench/RESULTS.md, run 6). A GPU's compute takes no host core.
+    bool contend = dev.name() == "cpu";
+    Tensor loadA = cal.buffer({64, 1024}, DType::F32, normal),
+           loadB = cal.buffer({64, 1024}, DType::F32, normal),
+           loadOut = cal.buffer({64, 1024}, DType::F32, normal);
+    PlanOp loadOp = modelOp(OpKind::Add, 2, 1);
+    for (int pass = 0; pass < (contend ? 2 : 1); ++pass)
+      for (int kind = 0; kind < 3; ++kind) {
+        bool contended = pass == 1;
+        std::atomic<bool> stop{false};
+        std::thread load;
+        if (contended)
+          load = std::thread([&] {
+            std::vector<Tensor> in = {loadA, loadB}, res = {loadOut};
+            while (!stop.load(std::memory_order_relaxed))
+              (void)dev.modelOp(loadOp, in, res, StepContext{}, nullptr);
+          });
+        std::vector<double> xs, ts;
+        for (int64_t elements :
+             {int64_t(1) << 10, int64_t(1) << 14, int64_t(1) << 18,
+              int64_t(1) << 20, int64_t(1) << 22}) {
+          int64_t per = elements / n;
+          Tensor buf = cal.buffer({per * n}, DType::F32, small);
+          Tensor recv = cal.buffer({per * n}, DType::F32, small);
+          std::vector<int64_t> counts(size_t(n), per);
+          double t = cal.timeCollective(
+              [&] {
+                CommHandle h;
+                if (kind == 0)
+                  h = comm.allGather(buf.data, per, recv.data, DType::F32,
+                                     OpLabel{-1, "calibrate"});
+                else if (kind == 1)
+                  h = comm.reduceScatter(buf.data, counts, recv.data,
+                                         DType::F32, false,
+                                         OpLabel{-1, "calibrate"});
+                else
+                  h = comm.allReduce(buf.data, per * n, DType::F32, false,
+                                     OpLabel{-1, "calibrate"});
+                comm.wait(h);
+              },
+              0.01, 3);
+          double bytes = double(per * n) * 4;
+          double factor = (kind == 2 ? 2.0 : 1.0) * double(n - 1) / double(n);
+          xs.push_back(bytes * factor);
+          ts.push_back(t);
+        }
+        if (contended) {
+          stop.store(true);
+          load.join();
+        }
+        auto [latency, bus] = fitLine(xs, ts);
+        if (bus <= 0)
+          bus = xs.back() / ts.back();
+        std::string key = std::string("calibration.") + names[kind];
+        if (contended) {
+          k.contended[kind] = {latency, bus};
+          source(key + ".contended_latency_us",
+                 "fitted over 4 KiB to 16 MiB of f32 while a thread of every "
+                 "rank runs add kernels");
+          source(key + ".contended_bus_gb_per_s",
+                 "fitted over 4 KiB to 16 MiB of f32 while a thread of every "
+                 "rank runs add kernels (nccl-tests' busbw)");
+          say("  %-20s %8.2f us + busbw %8.2f GB/s (beside compute)\n",
+              names[kind], latency * 1e6, bus / 1e9);
+          continue;
+        }
+        k.collective[kind] = {latency, bus};
+        source(key + ".latency_us", "fitted over 4 KiB to 16 MiB of f32");
+        source(key + ".bus_gb_per_s",
+               "fitted over 4 KiB to 16 MiB of f32 (nccl-tests' busbw)");
+        say("  %-20s %8.2f us + busbw %8.2f GB/s\n", names[kind], latency * 1e6,
+            bus / 1e9);
       }
-      auto [latency, bus] = fitLine(xs, ts);
-      if (bus <= 0)
-        bus = xs.back() / ts.back();
-      k.collective[kind] = {latency, bus};
-      std::string key = std::string("calibration.") + names[kind];
-      source(key + ".latency_us", "fitted over 4 KiB to 16 MiB of f32");
-      source(key + ".bus_gb_per_s",
-             "fitted over 4 KiB to 16 MiB of f32 (nccl-tests' busbw)");
-      say("  %-20s %8.2f us + busbw %8.2f GB/s\n", names[kind], latency * 1e6,
-          bus / 1e9);
-    }
     c.intraNode = {k.collective[0].busBandwidth, 0};
     c.collectiveLatency = k.collective[0].latency;
     source("intra_node.bus_gb_per_s", "the all-gather's fit");
@@ -639,6 +677,7 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
   c.sources["gpus_per_node"] = "the ranks of the calibration run";
   k.ranks = double(comm.size());
   source("calibration.ranks", "the ranks that measured at once");
+  k.device = dev.name();
   c.gpu.model = dev.name() == "cpu" ? std::string("CPU rank on ") + host
                                     : std::string("GPU on ") + host;
   long pages = sysconf(_SC_PHYS_PAGES), pageSize = sysconf(_SC_PAGE_SIZE);

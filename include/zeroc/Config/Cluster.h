@@ -112,9 +112,19 @@ struct ClusterCalibration {
     double busBandwidth = 0;
   };
   CollectiveFit collective[3];
+  /// The same fits measured while a thread of every rank computes (CPU
+  /// ranks, whose streams share the cores): the simulator's figure for a
+  /// collective on its own stream while compute is still to run beside it
+  /// (docs/cost-model.md, "Streams on a CPU rank"). 0: not measured.
+  CollectiveFit contended[3];
   /// How many ranks ran the calibration at once (they contend for the
   /// same cores and memory).
   double ranks = 0;
+  /// The zerorun device that measured: "cpu" (each plan stream a host
+  /// thread on the ranks' cores), "cuda", or "" (not said). The simulator
+  /// schedules a CPU rank's streams as its executor does
+  /// (docs/cost-model.md, "Streams on a CPU rank").
+  std::string device;
 
   bool any() const;
 };

@@ -141,9 +141,14 @@ public:
   CostModel(const Plan &plan, const Cluster &cluster);
 
   /// The op's work (workCost) plus the calibrated host overhead per op.
-  OpCost cost(const PlanPhase &phase, const PlanOp &op) const;
+  /// `contended`: a collective runs beside compute on the same cores, at
+  /// the calibration's contended fit where it has one (a CPU rank's
+  /// stream: the simulator decides).
+  OpCost cost(const PlanPhase &phase, const PlanOp &op,
+              bool contended = false) const;
   /// The op's work alone.
-  OpCost workCost(const PlanPhase &phase, const PlanOp &op) const;
+  OpCost workCost(const PlanPhase &phase, const PlanOp &op,
+                  bool contended = false) const;
   /// A collective's S: its comm_elements x the bytes of its dtype
   /// (docs/cost-model.md, "Bytes"); 0 for other ops.
   double collectiveBytes(const PlanPhase &phase, const PlanOp &op) const;
@@ -188,7 +193,8 @@ private:
   double stateTrafficTime(const std::string &name, double passes,
                           OpKind kind) const;
 
-  OpCost collectiveCost(const PhaseInfo &info, const PlanOp &op) const;
+  OpCost collectiveCost(const PhaseInfo &info, const PlanOp &op,
+                        bool contended) const;
   OpCost fetchCost(const PhaseInfo &info, const PlanOp &op) const;
   OpCost copyCost(const PlanOp &op) const;
   OpCost adamCost(const PlanOp &op) const;

@@ -125,6 +125,15 @@ struct PlanPhase {
   std::optional<PlanPhaseMemory> memory; ///< Absent if memory was not planned.
 };
 
+/// The streams of `phase` (other than `computeStream`) that hold nothing
+/// but collectives (ops with a `collective`) and `wait`s. At world size 1
+/// a collective is a local copy, so a CPU rank runs such a stream's ops on
+/// the compute stream's thread, in program order, instead of starting a
+/// thread for it each phase run (docs/zerorun.md, "Streams and threads");
+/// the simulator schedules them so (docs/cost-model.md).
+std::vector<int64_t> collectiveOnlyStreams(const PlanPhase &phase,
+                                           int64_t computeStream);
+
 /// Elements each rank sends per step, by collective kind, before bucket
 /// padding: the ZeRO paper's accounting (Collectives.h).
 struct CommVolume {

@@ -28,6 +28,9 @@ for key, fig in found.items():
         (key, s)
 cal = c["calibration"]
 assert cal["ranks"]["value"] == ranks
+# The device that measured (the simulator schedules a CPU rank's streams as
+# zerorun runs them there).
+assert cal["device"] == "cpu", cal.get("device")
 for d in ("f32",):
     for k in ("small", "medium", "large"):
         assert cal["matmul_tflops"][d][k]["value"] > 0, (d, k)
@@ -41,6 +44,10 @@ assert "xlarge" not in cal["matmul_tflops"]["f32"], "4096^3 is for GPUs"
 collectives = [k for k in ("all_gather", "reduce_scatter", "all_reduce")
                if k in cal]
 assert len(collectives) == (3 if ranks > 1 else 0), collectives
+for k in collectives:  # Alone and beside compute (a CPU rank's cores).
+    for f in ("latency_us", "bus_gb_per_s", "contended_latency_us",
+              "contended_bus_gb_per_s"):
+        assert f in cal[k], (k, f)
 assert c["gpus_per_node"]["value"] == ranks
 print("calibration ok: %d figures, %d collective fits" %
       (len(found), len(collectives)))
