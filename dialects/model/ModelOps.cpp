@@ -8,6 +8,7 @@
 
 #include "model/ModelOps.h"
 #include "zeroc/Plan/AttentionFlops.h"
+#include "zeroc/Plan/MoeFlops.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -1260,7 +1261,7 @@ LogicalResult MoeRouterOp::verify() {
 int64_t MoeRouterOp::getForwardFlops() {
   int64_t tokens = tokensOf(getInput()), experts = getNumExperts();
   int64_t hidden = tensorOf(getInput()).getShape().back();
-  return 2 * tokens * experts * hidden + 4 * tokens * experts +
+  return moeRouterProductFlops(tokens, experts, hidden) + 4 * tokens * experts +
          (getNormalize() ? 2 * tokens * int64_t(getTopK()) : 0);
 }
 
@@ -1362,7 +1363,8 @@ int64_t MoeExpertsOp::getForwardFlops() {
   int64_t rows = tokensOf(getInput()) * getTopK();
   int64_t hidden = tensorOf(getInput()).getShape().back();
   int64_t inter = getIntermediateSize();
-  return 6 * rows * hidden * inter + 5 * rows * inter + 2 * rows * hidden;
+  return moeExpertProductFlops(rows, hidden, inter) + 5 * rows * inter +
+         2 * rows * hidden;
 }
 
 void MoeExpertsOp::getSavedValues(SmallVectorImpl<Value> &saved) {
@@ -1427,7 +1429,8 @@ int64_t MoeRouterBackwardOp::getForwardFlops() {
   int64_t tokens = tokensOf(getInput());
   int64_t experts = tensorOf(getGate()).getDimSize(0);
   int64_t hidden = tensorOf(getInput()).getShape().back();
-  return 4 * tokens * experts * hidden + 6 * tokens * experts;
+  return 2 * moeRouterProductFlops(tokens, experts, hidden) +
+         6 * tokens * experts;
 }
 
 LogicalResult MoeExpertsBackwardOp::verify() {
@@ -1467,7 +1470,8 @@ int64_t MoeExpertsBackwardOp::getForwardFlops() {
       tokensOf(getInput()) * tensorOf(getWeights()).getShape().back();
   int64_t hidden = tensorOf(getInput()).getShape().back();
   int64_t inter = tensorOf(getW1()).getDimSize(1);
-  return 12 * rows * hidden * inter + 10 * rows * inter + 4 * rows * hidden;
+  return 2 * moeExpertProductFlops(rows, hidden, inter) + 10 * rows * inter +
+         4 * rows * hidden;
 }
 
 //===----------------------------------------------------------------------===//
@@ -1619,7 +1623,7 @@ int64_t MoeLocalExpertsOp::getForwardFlops() {
   int64_t rows = tensorOf(getRows()).getDimSize(0);
   int64_t hidden = tensorOf(getRows()).getDimSize(1);
   int64_t inter = tensorOf(getW1()).getDimSize(1);
-  return 6 * rows * hidden * inter + 5 * rows * inter;
+  return moeExpertProductFlops(rows, hidden, inter) + 5 * rows * inter;
 }
 
 LogicalResult MoeLocalExpertsBackwardOp::verify() {
@@ -1656,7 +1660,7 @@ int64_t MoeLocalExpertsBackwardOp::getForwardFlops() {
   int64_t rows = tensorOf(getRows()).getDimSize(0);
   int64_t hidden = tensorOf(getRows()).getDimSize(1);
   int64_t inter = tensorOf(getW1()).getDimSize(1);
-  return 12 * rows * hidden * inter + 10 * rows * inter;
+  return 2 * moeExpertProductFlops(rows, hidden, inter) + 10 * rows * inter;
 }
 
 //===----------------------------------------------------------------------===//
@@ -1701,7 +1705,8 @@ int64_t MoeRouterStatsOp::getForwardFlops() {
   int64_t tokens = tokensOf(getInput()), experts = getNumExperts();
   int64_t hidden = tensorOf(getInput()).getShape().back();
   int64_t k = tensorOf(getIndices()).getShape().back();
-  return 2 * tokens * experts * hidden + 5 * tokens * experts + tokens * k;
+  return moeRouterProductFlops(tokens, experts, hidden) + 5 * tokens * experts +
+         tokens * k;
 }
 
 // The backward recomputes the logits from the input and the gate.
@@ -1749,7 +1754,8 @@ int64_t MoeRouterStatsBackwardOp::getForwardFlops() {
   int64_t tokens = tokensOf(getInput());
   int64_t experts = tensorOf(getGate()).getDimSize(0);
   int64_t hidden = tensorOf(getInput()).getShape().back();
-  return 6 * tokens * experts * hidden + 8 * tokens * experts;
+  return 3 * moeRouterProductFlops(tokens, experts, hidden) +
+         8 * tokens * experts;
 }
 
 /// The statistics of a load-balancing loss op: at least one, all

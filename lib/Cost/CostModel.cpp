@@ -1,6 +1,7 @@
 //===- CostModel.cpp - Time of collectives, compute ops and copies --------===//
 
 #include "zeroc/Cost/CostModel.h"
+#include "zeroc/Plan/MoeFlops.h"
 
 #include "zeroc/Config/DeepSpeedConfig.h"
 
@@ -222,9 +223,17 @@ std::string_view opClassName(OpClass cls) {
   return "?";
 }
 
-double modelFlops(const PlanOp &op) {
+double modelFlops(
+    const PlanOp &op,
+    const std::function<const std::vector<int64_t> &(size_t)> &inputShape) {
   if (!op.recompute.empty())
     return 0;
+  auto numel = [](const std::vector<int64_t> &shape) {
+    int64_t n = 1;
+    for (int64_t d : shape)
+      n *= d;
+    return n;
+  };
   switch (op.kind) {
   case OpKind::Linear:
   case OpKind::LinearGradInput:
@@ -232,6 +241,21 @@ double modelFlops(const PlanOp &op) {
     return double(op.flops);
   case OpKind::CausalAttention:
     return 3 * double(op.flops);
+  case OpKind::MoeRouter: {
+    // x [..., hidden], gate [experts, hidden].
+    const std::vector<int64_t> &x = inputShape(0), &gate = inputShape(1);
+    if (x.empty() || gate.size() != 2 || gate[1] <= 0)
+      return 0;
+    return 3 *
+           double(moeRouterProductFlops(numel(x) / gate[1], gate[0], gate[1]));
+  }
+  case OpKind::MoeExperts: {
+    // weights [..., top_k]: one routed row each; w1 [experts, I, hidden].
+    const std::vector<int64_t> &weights = inputShape(1), &w1 = inputShape(3);
+    if (w1.size() != 3)
+      return 0;
+    return 3 * double(moeExpertProductFlops(numel(weights), w1[2], w1[1]));
+  }
   default:
     return 0;
   }
@@ -538,7 +562,14 @@ OpCost CostModel::workCost(const PlanPhase &phase, const PlanOp &op,
       OpCost cost;
       cost.cls = OpClass::Compute;
       cost.flops = double(op.flops);
-      cost.modelFlops = modelFlops(op);
+      static const std::vector<int64_t> unknown;
+      cost.modelFlops = modelFlops(
+          op, [&](size_t i) -> const auto & {
+            if (i >= op.inputs.size())
+              return unknown;
+            auto v = info.values.find(op.inputs[i]);
+            return v == info.values.end() ? unknown : v->second->shape;
+          });
       cost.seconds = kernelTime(clusterRef, op.kind, double(op.flops),
                                 double(op.bytes), computeDType(info, op));
       return cost;

@@ -614,6 +614,45 @@ TEST(Simulator, MfuCountsModelFlopsHfuEveryFlop) {
   EXPECT_EQ(j["model_flops_per_gpu_per_step"].get<double>(), 13e9);
 }
 
+// A Mixtral layer's model FLOPs, counted by hand from Mixtral-8x7B's
+// shapes (hidden 4096, intermediate 14336, 8 experts, top-2) for 4096
+// tokens: the router's logits 2 x 4096 x 8 x 4096 and the two active
+// experts' three products 6 x (4096 x 2) x 4096 x 14336 per forward, each
+// x3 for forward and backward, as PaLM's MFU counts (6 N per token with N
+// the active parameters); nothing for the backward ops (their products
+// are counted at the forward), for a recomputed forward, or for the
+// load-balancing statistics' second logits product.
+TEST(ModelFlops, MixtureOfExpertsCountsTheActiveExpertsProducts) {
+  std::vector<std::vector<int64_t>> shapes;
+  auto shapeOf = [&](size_t i) -> const std::vector<int64_t> & {
+    return shapes.at(i);
+  };
+  PlanOp router;
+  router.kind = OpKind::MoeRouter;
+  router.attrs = defaultAttrs(router.kind);
+  shapes = {{1, 4096, 4096}, {8, 4096}};
+  EXPECT_EQ(modelFlops(router, shapeOf), 3.0 * 2 * 4096 * 8 * 4096);
+  PlanOp experts;
+  experts.kind = OpKind::MoeExperts;
+  experts.attrs = defaultAttrs(experts.kind);
+  shapes = {{1, 4096, 4096},  {1, 4096, 2},     {1, 4096, 2},
+            {8, 14336, 4096}, {8, 14336, 4096}, {8, 4096, 14336}};
+  const double expertsFlops = 3.0 * 6 * (4096 * 2) * 4096 * 14336.0;
+  EXPECT_EQ(modelFlops(experts, shapeOf), expertsFlops);
+  // Per token: 6 x the active expert parameters (3 x 4096 x 14336 x 2).
+  EXPECT_EQ(expertsFlops / 4096, 6.0 * 3 * 4096 * 14336 * 2);
+  experts.recompute = "layers.0";
+  EXPECT_EQ(modelFlops(experts, shapeOf), 0.0);
+  for (OpKind kind : {OpKind::MoeExpertsBackward, OpKind::MoeRouterBackward,
+                      OpKind::MoeRouterStats, OpKind::MoeRouterStatsBackward}) {
+    PlanOp other;
+    other.kind = kind;
+    other.attrs = defaultAttrs(kind);
+    other.flops = 1000;
+    EXPECT_EQ(modelFlops(other, shapeOf), 0.0) << opKindName(kind);
+  }
+}
+
 TEST(Simulator, CollectiveOnTheComputeStreamIsAllExposed) {
   Plan plan = planWith(
       {computeOp(0, 1.0),

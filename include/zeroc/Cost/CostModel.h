@@ -18,6 +18,7 @@
 #include "zeroc/Support/Collectives.h"
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -129,9 +130,15 @@ struct OpCost {
 /// matrix products of one forward and backward pass, no recomputation):
 /// the FLOPs of linear, linear_grad_input and linear_grad_weight ops, and 3x
 /// those of each causal_attention forward (its backward does twice its
-/// forward's matrix products, whatever the kernel recomputes); 0 for ops
-/// that carry `recompute` and for every other op.
-double modelFlops(const PlanOp &op);
+/// forward's matrix products, whatever the kernel recomputes), and 3x the
+/// products of each moe_router and moe_experts forward (MoeFlops.h: the
+/// router's logits, the active experts' three products), from their input
+/// shapes (`inputShape(i)`, the shape of the op's i-th input); 0 for ops
+/// that carry `recompute` and for every other op (the load-balancing
+/// statistics' second logits product among them).
+double modelFlops(
+    const PlanOp &op,
+    const std::function<const std::vector<int64_t> &(size_t)> &inputShape);
 
 /// Costs the ops of one plan on one cluster. Holds lookups built once: the
 /// tensors and flat groups by name, each phase's values and the waits that
