@@ -408,6 +408,29 @@ int error(const zeroc::Diagnostic &diag) {
   return 1;
 }
 
+/// LLVM's parser lets a subcommand take the top level's options, so `zeroc
+/// inspect plan.json --world-size 64` would parse and the subcommand would
+/// ignore the flag: an answer for a job the user did not ask about. A
+/// zeroc option given to a subcommand it is not registered for is an error
+/// naming it (MLIR's own options, which every subcommand may take, are
+/// not zeroc's).
+int rejectCompileOptions(cl::SubCommand &sub,
+                         const std::vector<const cl::Option *> &handled) {
+  for (auto &[name, option] :
+       cl::getRegisteredOptions(cl::SubCommand::getTopLevel())) {
+    if (!option->getNumOccurrences() || option->Subs.contains(&sub) ||
+        name.starts_with("mlir-") || llvm::is_contained(handled, option) ||
+        !llvm::is_contained(option->Categories, &zerocCategory))
+      continue;
+    return error("--" + name.str() + " is not an option of 'zeroc " +
+                 sub.getName().str() +
+                 "' (it is one of compiling a plan: zeroc MODEL.mlir "
+                 "--config DS.json --world-size N ...); see 'zeroc " +
+                 sub.getName().str() + " --help'");
+  }
+  return 0;
+}
+
 void loadDialects(MLIRContext &context) {
   context.loadDialect<zeroc::model::ModelDialect, zeroc::sched::SchedDialect,
                       func::FuncDialect>();
@@ -1201,6 +1224,18 @@ int main(int argc, char **argv) {
       "  zeroc consolidate ckpt/ -o m.safetensors  whole f32 weights\n"
       "  zeroc consolidate ckpt/ --format hf -o out/  for transformers\n\n"
       "Run 'zeroc <subcommand> --help' for a subcommand's options.\n");
+  for (cl::SubCommand *sub :
+       {&genCmd, &statsCmd, &inspectCmd, &adviseCmd, &consolidateCmd})
+    if (*sub)
+      // advise refuses the expert-parallel flags itself, saying where the
+      // size goes instead.
+      if (int rc = rejectCompileOptions(
+              *sub, sub == &adviseCmd
+                        ? std::vector<
+                              const cl::Option *>{&compileEpSize,
+                                                  &compileMoeExpertParallelSize}
+                        : std::vector<const cl::Option *>{}))
+        return rc;
   if (genCmd)
     return runGen();
   if (statsCmd)
