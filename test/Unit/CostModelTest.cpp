@@ -1093,10 +1093,11 @@ TEST(OpCost, OneRankCopiesButLaunchesNothing) {
   // out of place (read and written); a reduce-scatter too, then adds the
   // result into its shard (read it, read and write the shard); an
   // all-reduce is in place.
-  auto oneRank = [](const char *kind, const char *collective) {
+  Cluster cluster = exactCluster();
+  auto oneRank = [&](const char *kind, const char *collective) {
     Plan plan = planWith({collectiveOp(0, kind, collective, 1, 1.0)});
     plan.worldSize = 1;
-    CostModel model(plan, exactCluster());
+    CostModel model(plan, cluster);
     return model.cost(plan.phases[0], plan.phases[0].ops[0]).seconds;
   };
   EXPECT_NEAR(oneRank("all_gather_start", "all_gather"), 4e6 / 1e15, kTol);

@@ -146,6 +146,11 @@ double modelFlops(
 class CostModel {
 public:
   CostModel(const Plan &plan, const Cluster &cluster);
+  /// The model keeps references to both: a temporary would dangle (ASan
+  /// found a test costing against `exactCluster()`'s, destroyed at once).
+  CostModel(const Plan &, Cluster &&) = delete;
+  CostModel(Plan &&, const Cluster &) = delete;
+  CostModel(Plan &&, Cluster &&) = delete;
 
   /// The op's work (workCost) plus the calibrated host overhead per op.
   /// `contended`: a collective runs beside compute on the same cores, at
