@@ -167,6 +167,45 @@ TEST_F(CudaArguments, MixtureOfExperts) {
       cpu::moeCombineBackward(x, ys, weights, rows, rows, ys, dweights3));
 }
 
+// The load-balancing loss: the shared checks give the CPU's message; the
+// GPU kernels' own limits (f32 logits, at most kMaxLoadBalancingLayers
+// routers, one kernel argument each) are errors before any launch.
+TEST_F(CudaArguments, LoadBalancingLoss) {
+  Tensor logits = fake({4, 3}), indices = fake({4, 2}, DType::I32),
+         stats = fake({2, 3}), badStats = fake({2, 4}), loss = fake({}),
+         result = fake({});
+  expectSameError(cuda::moeRouterStats(logits, indices, badStats, stream),
+                  cpu::moeRouterStats(logits, indices, badStats));
+  expectSameError(
+      cuda::moeRouterStatsBackward(badStats, logits, logits, stream),
+      cpu::moeRouterStatsBackward(badStats, logits, logits));
+  expectSameError(
+      cuda::moeLoadBalancingLoss(loss, {stats, badStats}, 2, 0.02, result,
+                                 stream),
+      cpu::moeLoadBalancingLoss(loss, {stats, badStats}, 2, 0.02, result));
+  expectSameError(
+      cuda::moeLoadBalancingLossBackward(loss, {stats}, 2, 0.02, result,
+                                         stream),
+      cpu::moeLoadBalancingLossBackward(loss, {stats}, 2, 0.02, result));
+  Tensor logits16 = fake({4, 3}, DType::BF16);
+  EXPECT_EQ(cuda::moeRouterStats(logits16, indices, stats, stream).error,
+            "moe_router_stats: the GPU kernel takes f32 logits, found [4, 3] "
+            "bf16");
+  EXPECT_EQ(
+      cuda::moeRouterStatsBackward(stats, logits16, logits16, stream).error,
+      "moe_router_stats_backward: the GPU kernel takes f32 logits, found "
+      "[4, 3] bf16");
+  std::vector<Tensor> many(size_t(cuda::kMaxLoadBalancingLayers + 1), stats);
+  EXPECT_EQ(
+      cuda::moeLoadBalancingLoss(loss, many, 2, 0.02, result, stream).error,
+      "moe_load_balancing_loss: 257 routers, more than the GPU kernel's 256");
+  EXPECT_EQ(
+      cuda::moeLoadBalancingLossBackward(loss, many, 2, 0.02, stats, stream)
+          .error,
+      "moe_load_balancing_loss_backward: 257 routers, more than the GPU "
+      "kernel's 256");
+}
+
 TEST_F(CudaArguments, Optimizer) {
   cpu::AdamSettings settings;
   Tensor grad = fake({8}), master = fake({8}),
