@@ -34,14 +34,6 @@ namespace zeroc {
 
 namespace {
 
-/// The compute stream: the one named "compute", else stream 0.
-int64_t computeStream(const Plan &plan) {
-  for (size_t i = 0; i < plan.streams.size(); ++i)
-    if (plan.streams[i] == "compute")
-      return int64_t(i);
-  return 0;
-}
-
 size_t streamCount(const Plan &plan) {
   size_t count = std::max<size_t>(1, plan.streams.size());
   for (const PlanPhase &phase : plan.phases)

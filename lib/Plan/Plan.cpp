@@ -741,6 +741,13 @@ Expected<Plan> loadPlan(const std::string &path) {
   return readPlan(*doc);
 }
 
+int64_t computeStream(const Plan &plan) {
+  for (size_t i = 0; i < plan.streams.size(); ++i)
+    if (plan.streams[i] == "compute")
+      return int64_t(i);
+  return 0;
+}
+
 std::vector<int64_t> collectiveOnlyStreams(const PlanPhase &phase,
                                            int64_t computeStream) {
   // Per stream: whether it holds a collective, and whether anything else.

@@ -103,7 +103,8 @@ void Executor::Impl::runPhase(const PlanPhase &ph, const DataLoader *data,
                               ph, arena.get(), ex.arenaSize, ws, !streamThreads,
                               joinLocalCollectiveStreams &&
                                   dev->scheduling() ==
-                                      StreamScheduling::ThreadPerStream))
+                                      StreamScheduling::ThreadPerStream,
+                              computeStream(plan)))
             .first;
   phase = &it->second;
   phase->bind(ex.memory, unplanned);

@@ -26,7 +26,8 @@ bool issuesCollective(const PlanOp &op, int64_t worldSize) {
 
 PreparedPhase PreparedPhase::prepare(const PlanPhase &ph, char *arena,
                                      int64_t arenaBytes, int64_t worldSize,
-                                     bool oneStream, bool threadPerStream) {
+                                     bool oneStream, bool threadPerStream,
+                                     int64_t compute) {
   PreparedPhase p;
   p.phase = &ph;
   int64_t maxIndex = -1;
@@ -60,12 +61,9 @@ PreparedPhase PreparedPhase::prepare(const PlanPhase &ph, char *arena,
     p.values[v.id] = t;
   }
 
-  // The compute stream is the lowest; at one rank on stream threads, the
-  // collective-only streams join it (a thread each per phase run cost more
-  // than their copies: bench/RESULTS.md, run 6).
-  int64_t compute = 0;
-  for (size_t i = 0; i < ph.ops.size(); ++i)
-    compute = i == 0 ? ph.ops[i].stream : std::min(compute, ph.ops[i].stream);
+  // At one rank on stream threads, the collective-only streams join the
+  // compute stream (a thread each per phase run cost more than their
+  // copies: bench/RESULTS.md, run 6).
   std::set<int64_t> joined;
   if (threadPerStream && worldSize == 1)
     for (int64_t s : collectiveOnlyStreams(ph, compute))

@@ -50,10 +50,12 @@ struct PreparedPhase {
   /// at `arena`. `oneStream`: every op on stream 0. `threadPerStream`: the
   /// device runs each stream on a thread of its own (the CPU); then, at
   /// world size 1, a stream of nothing but collectives (local copies) runs
-  /// on the compute stream (collectiveOnlyStreams in zeroc/Plan/Plan.h).
+  /// on the compute stream, `compute` (computeStream and
+  /// collectiveOnlyStreams in zeroc/Plan/Plan.h).
   static PreparedPhase prepare(const PlanPhase &phase, char *arena,
                                int64_t arenaBytes, int64_t worldSize,
-                               bool oneStream, bool threadPerStream = false);
+                               bool oneStream, bool threadPerStream = false,
+                               int64_t compute = 0);
   /// Before a run: `read` views unset, unplanned values allocated anew
   /// (kept in `keep` until the next run), the arena use recorded.
   void bind(MemoryTracker &memory, std::vector<std::shared_ptr<char>> &keep);

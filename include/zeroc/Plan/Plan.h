@@ -192,6 +192,10 @@ struct Plan {
   }
 };
 
+/// The compute stream's id: the stream named "compute", else 0. The one
+/// definition the simulator and zerorun's stream scheduling use.
+int64_t computeStream(const Plan &plan);
+
 /// What each rank sends per step, by collective kind, in total and per
 /// group: every collective's commElementsPerRank over its group's ranks,
 /// as often as its phase runs. The plan writer records it; the estimator
