@@ -10,11 +10,13 @@ The GPU machine has CUDA and PyTorch but no MLIR, so it runs in two halves:
   # on the GPU machine (zerorun built with -DZEROC_BUILD_COMPILER=OFF):
   python3 bench/gpu_bench.py run --zerorun build-rt/bin/zerorun \\
       [--steps 20] [--out bench/RESULTS.md] [--models gpt2-124m]
-      [--configs s0,s1,s2,s3,s2off] [--kernels default,fast] [--no-torch]
+      [--configs s0,s1,s2,s3,s2off] [--kernels default,per-tensor] [--no-torch]
 
 --kernels runs each zerorun configuration with each kernel choice right
-after the other (KERNELS below: `fast` is the opt-in fused Adam, one-pass
-clipping and pinned offload staging of docs/gpu-kernels.md).
+after the other (KERNELS below: `per-tensor` is the per-tensor Adam and
+clipping and pageable offload staging that preceded today's defaults,
+`f32-attention` the f32 tiled flash kernels that preceded the tensor-core
+ones; docs/gpu-kernels.md).
 
 Reports per configuration the median step time (steps after the warm-up),
 tokens/s, MFU (model FLOPs per token from the plan: forward and backward,
@@ -44,11 +46,12 @@ PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}
 CONFIGS = {"s0": (0, False), "s1": (1, False), "s2": (2, False),
            "s3": (3, False), "s2off": (2, True)}
 # zerorun's kernel choices (--kernels; docs/gpu-kernels.md): name -> the
-# environment it runs with. `fast`: the opt-in fused multi-tensor Adam,
-# one-pass clipping and pinned offload staging, not yet validated on a GPU.
+# environment it runs with, beside the defaults: the kernels they replaced.
 KERNELS = {"default": {},
-           "fast": {"ZEROC_CUDA_ADAM": "fused", "ZEROC_CUDA_CLIP": "grid",
-                    "ZEROC_CUDA_HOST_STAGING": "pinned"}}
+           "per-tensor": {"ZEROC_CUDA_ADAM": "tensor",
+                          "ZEROC_CUDA_CLIP": "tensor",
+                          "ZEROC_CUDA_HOST_STAGING": "pageable"},
+           "f32-attention": {"ZEROC_CUDA_FLASH": "tiled"}}
 
 
 def sh(cmd, **kw):

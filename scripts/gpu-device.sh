@@ -14,12 +14,13 @@
 #     profile (default: all but profile, in that order); the log (run.log),
 #     the measured cluster file and the benchmark's tables and JSON go to
 #     $OUT (or .gpu/out). The bench sections run zerorun with its default
-#     kernels and with the opt-in ones (BENCH_KERNELS, default
-#     "default,fast": ZEROC_CUDA_ADAM=fused, ZEROC_CUDA_CLIP=grid,
-#     ZEROC_CUDA_HOST_STAGING=pinned; docs/gpu-kernels.md), back to back; the
-#     ctest section runs their gpu tests; hostadam times the host Adam's
-#     loops (zeroc-host-adam-bench) on GPT-2 124M's 124,439,808 elements;
-#     kernels (not in the default) runs only the opt-in kernels' tests.
+#     kernels and with the ones they replaced (BENCH_KERNELS, default
+#     "default,per-tensor"; bench/gpu_bench.py's KERNELS, docs/gpu-kernels.md),
+#     back to back; the ctest section runs their gpu tests; hostadam times
+#     the host Adam's loops (zeroc-host-adam-bench) on GPT-2 124M's
+#     124,439,808 elements; kernels (not in the default) runs only the
+#     optimizer and clipping kernels' tests; attention only the attention
+#     kernels' and the training steps'.
 #
 # Each section has its own time limit, so one hang does not take the rest.
 set -u
@@ -103,18 +104,21 @@ sec_info() {
 }
 
 sec_ctest() {
-  timeout "$(limit 300)" ctest --test-dir "$G/build" -L gpu -E 'comm_nccl_(np|timeout)' \
-    --output-on-failure -j 4 --timeout 240 ${CTEST_ARGS:-}
+  timeout "$(limit "${CTEST_LIMIT:-300}")" ctest --test-dir "$G/build" -L gpu -E 'comm_nccl_(np|timeout)' \
+    --output-on-failure -j 4 --timeout "${CTEST_TIMEOUT:-240}" ${CTEST_ARGS:-}
 }
 
-sec_sanitize() {
-  local plan=$ROOT/test/Runtime/Inputs/tiny-gpt2-stage3-ws1.json t
-  for t in memcheck racecheck synccheck; do
-    deadline_ok 60 || { echo "sanitize $t: skipped (deadline)"; continue; }
-    echo "== compute-sanitizer --tool $t"
-    timeout "$(limit 120)" compute-sanitizer --tool $t --error-exitcode 9 \
-      "$G/build/bin/zerorun" "$plan" --device cuda --synthetic --steps 2
-    echo "exit $?"
+sec_sanitize() { # the f32 plan (tiled attention) and the bf16 one (tensor cores)
+  local plan t
+  for plan in ${SANITIZE_PLANS:-tiny-gpt2-stage3-ws1 tiny-llama-bf16-stage2-offload-ws1}; do
+    for t in ${SANITIZE_TOOLS:-memcheck racecheck synccheck}; do
+      deadline_ok 60 || { echo "sanitize $plan $t: skipped (deadline)"; continue; }
+      echo "== compute-sanitizer --tool $t, $plan"
+      timeout "$(limit 120)" compute-sanitizer --tool $t --error-exitcode 9 \
+        "$G/build/bin/zerorun" "$ROOT/test/Runtime/Inputs/$plan.json" \
+        --device cuda --synthetic --steps 2 2>&1 | grep -v "^=========     \|^=========         Host Frame"
+      echo "exit ${PIPESTATUS[0]}"
+    done
   done
 }
 
@@ -130,7 +134,7 @@ sec_bench() { # models
     "$ROOT/bench/gpu_bench.py" run --zerorun "$G/build/bin/zerorun" \
     --models "$1" --steps "${BENCH_STEPS:-12}" --warmup 3 \
     --out "$OUT/RESULTS-$1.md" --json "$OUT/bench-$1.json" \
-    --kernels "${BENCH_KERNELS:-default,fast}" ${BENCH_ARGS:-}
+    --kernels "${BENCH_KERNELS:-default,per-tensor}" ${BENCH_ARGS:-}
   echo "exit $?"
 }
 

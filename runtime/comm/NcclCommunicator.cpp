@@ -779,10 +779,14 @@ CommHandle NcclCommunicator::startAllReduce(void *buf, int64_t count,
   auto p = newPending("all_reduce", std::move(label));
   ncclComm_t comm = nccl;
   cudaStream_t stream = current;
+  // In place over one rank, a sum or an average is the identity: NCCL
+  // would still run a kernel over the buffer (2.1 ms a step for GPT-2
+  // 124M's 249 MB of bf16 gradients in one bucket on an H100).
+  bool identity = count == 0 || worldSize == 1;
   return launch(
       std::move(p), "ncclAllReduce",
       [=] {
-        return count == 0
+        return identity
                    ? ncclSuccess
                    : ncclAllReduce(buf, buf, size_t(count), ncclTypeOf(dtype),
                                    average ? ncclAvg : ncclSum, comm, stream);

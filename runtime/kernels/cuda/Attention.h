@@ -24,6 +24,8 @@
 #include "cuda/Context.h"
 #include "cuda/Types.h"
 
+#include <string_view>
+
 namespace zeroc::cuda {
 
 /// `probs` may be null (nothing saved). `window` 0: none.
@@ -56,6 +58,20 @@ Status flashAttentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
                               const Tensor &dq, const Tensor &dk,
                               const Tensor &dv, KernelContext &ctx,
                               cudaStream_t stream);
+
+/// Which flash kernels a call runs (docs/gpu-kernels.md): the tensor-core
+/// kernels where every operand is of one 16-bit dtype and 16-byte aligned
+/// (`sixteenBitAligned`), head_dim is a multiple of 8 up to 128 and the
+/// device is sm_80 or newer; the f32 tiled kernels for other head_dim up
+/// to 128; the warp-per-row kernels past that (or past 65535 heads or
+/// batch rows). `choice` is ZEROC_CUDA_FLASH: empty or "auto" (that
+/// order), "tiled" (at most the tiled kernels), "rows"; any other value is
+/// an error naming the variable.
+enum class FlashKernel { Rows, Tiled, TensorCores };
+Status chooseFlashKernel(const char *op, std::string_view choice,
+                         int64_t headDim, int64_t heads, int64_t kvHeads,
+                         int64_t batch, bool sixteenBitAligned,
+                         int computeMajor, FlashKernel &kind);
 
 /// The kernels above without a window.
 inline Status attentionForward(const Tensor &q, const Tensor &k,

@@ -19,7 +19,9 @@
 #include "cpu/Attention.h"
 #include "cuda/Device.cuh"
 
+#include <cstdint>
 #include <cstdlib>
+#include <mma.h>
 #include <string>
 
 namespace zeroc::cuda {
@@ -329,6 +331,10 @@ __global__ void __launch_bounds__(kTileThreads)
       }
       sum += __shfl_xor_sync(0xffffffffu, sum, 1);
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      // Every lane of the row has read rowM[r] before its first lane
+      // writes it (the shuffles already order them; compute-sanitizer's
+      // racecheck reports the pair without this barrier).
+      __syncwarp();
       if (part == 0) {
         float correction = mNew == -INFINITY ? 1.0f : expf(mOld - mNew);
         rowC[r] = correction;
@@ -531,16 +537,483 @@ Status tiledBackward(const char *op, const FlashArgs &args, const float *lse,
   return launchStatus(op);
 }
 
-// The tiled kernels take head_dim <= 128 and grids of at most 65535 heads
-// and batch rows; ZEROC_CUDA_FLASH=rows forces the warp-per-row kernels
-// (for comparison).
-bool useTiled(const cpu::AttentionShape &a) {
-  static const bool forcedRows = [] {
-    const char *e = std::getenv("ZEROC_CUDA_FLASH");
-    return e && std::string(e) == "rows";
-  }();
-  return !forcedRows && a.headDim <= kMaxTiledHeadDim && a.heads <= 65535 &&
-         a.kvHeads <= 65535 && a.batch <= 65535;
+//===----------------------------------------------------------------------===//
+// Tensor-core kernels (bf16 or f16 operands, head_dim a multiple of 8 up to
+// 128): the same 64-row tiles, the products on the tensor cores through
+// WMMA (16 x 16 x 16 pieces, f32 accumulators). A block of 4 warps; warp w
+// owns rows 16 w .. 16 w + 15 of the block's tile (queries in the forward
+// and dQ, keys in dK and dV), so between a product and the element-wise
+// work on its rows only the warp synchronizes. Operands stay in their
+// 16-bit dtype in shared memory (rows padded by 16 bytes against bank
+// conflicts); P and dS are rounded to it before their products, as
+// FlashAttention-2 does. The forward makes two passes over the keys: the
+// first finds each row's log-sum-exp L, the second sums exp(S - L) V, so
+// the output's accumulators never need rescaling (a third product per
+// tile, in exchange for no shared-memory round trip of the output). The
+// sums run in a fixed order: deterministic.
+//===----------------------------------------------------------------------===//
+
+constexpr int kMmaThreads = 128;
+constexpr int kMmaWarps = kMmaThreads / 32;
+static_assert(kMmaWarps * 16 == kTile, "a warp owns 16 rows of a tile");
+
+template <typename T> __device__ __forceinline__ T toDType(float x);
+template <> __device__ __forceinline__ __nv_bfloat16 toDType(float x) {
+  return __float2bfloat16_rn(x);
+}
+template <> __device__ __forceinline__ __half toDType(float x) {
+  return __float2half_rn(x);
+}
+__device__ __forceinline__ float toFloat(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
+__device__ __forceinline__ float toFloat(__half x) { return __half2float(x); }
+
+// The shared-memory layout of the tensor-core kernels, in bytes: 16-bit
+// tiles of 64 x (DMAX + 8), 16-bit score tiles of 64 x 72, f32 score tiles
+// of 64 x (max(64, DMAX) + 4) (the first also stages each warp's output
+// rows), and f32 arrays of 64. Every piece starts 32-byte aligned, as WMMA
+// loads and stores need.
+template <int DMAX> struct MmaLayout {
+  static constexpr int ldT = DMAX + 8;
+  static constexpr int ldP = kTile + 8;
+  static constexpr int ldS = (DMAX > kTile ? DMAX : kTile) + 4;
+  static constexpr size_t tileBytes = size_t(kTile) * ldT * 2;
+  static constexpr size_t pBytes = size_t(kTile) * ldP * 2;
+  static constexpr size_t sBytes = size_t(kTile) * ldS * 4;
+  static constexpr size_t bytes(int tiles, int ps, int ss, int rows) {
+    return tiles * tileBytes + ps * pBytes + ss * sBytes +
+           size_t(rows) * kTile * 4;
+  }
+  static_assert(tileBytes % 32 == 0 && pBytes % 32 == 0 && sBytes % 32 == 0,
+                "aligned pieces");
+};
+
+// Rows row0 .. row0 + 63 of head `head` of `p` (16-bit, rows of `width`
+// elements, `d` of them the head's, d % 8 == 0) into `tile`, 16 bytes at a
+// time; zeros past the sequence and past d.
+template <typename T, int DMAX>
+__device__ void loadTileMma(T *tile, const T *p, int64_t batch, int64_t seq,
+                            int64_t width, int64_t head, int64_t d,
+                            int64_t row0) {
+  constexpr int ld = MmaLayout<DMAX>::ldT, vecs = DMAX / 8;
+  for (int e = threadIdx.x; e < kTile * vecs; e += kMmaThreads) {
+    int r = e / vecs, c = (e % vecs) * 8;
+    int64_t i = row0 + r;
+    uint4 x = make_uint4(0u, 0u, 0u, 0u);
+    if (i < seq && c < d)
+      x = *reinterpret_cast<const uint4 *>(p + (batch * seq + i) * width +
+                                           head * d + c);
+    *reinterpret_cast<uint4 *>(tile + r * ld + c) = x;
+  }
+}
+
+using AccFragment =
+    nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float>;
+
+// S[16 w + r][c] = sum_k A[16 w + r][k] B[c][k] for the calling warp's 16
+// rows and all 64 columns, over the first `depth` (a multiple of 16) k:
+// A Bᵀ of two row-major 16-bit tiles, into the f32 tile S.
+template <typename T, int DMAX>
+__device__ __forceinline__ void warpScores(const T *A, const T *B, float *S,
+                                           int depth) {
+  using namespace nvcuda;
+  constexpr int ld = MmaLayout<DMAX>::ldT, ldS = MmaLayout<DMAX>::ldS;
+  int w = threadIdx.x / 32;
+  AccFragment acc[kTile / 16];
+#pragma unroll
+  for (int n = 0; n < kTile / 16; ++n)
+    wmma::fill_fragment(acc[n], 0.0f);
+  for (int k = 0; k < depth; k += 16) {
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
+    wmma::load_matrix_sync(a, A + 16 * w * ld + k, ld);
+#pragma unroll
+    for (int n = 0; n < kTile / 16; ++n) {
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> b;
+      wmma::load_matrix_sync(b, B + 16 * n * ld + k, ld);
+      wmma::mma_sync(acc[n], a, b, acc[n]);
+    }
+  }
+#pragma unroll
+  for (int n = 0; n < kTile / 16; ++n)
+    wmma::store_matrix_sync(S + 16 * w * ldS + 16 * n, acc[n], ldS,
+                            wmma::mem_row_major);
+}
+
+// acc[n] += P[16 w .. 16 w + 15][0 .. 63] X[0 .. 63][16 n .. 16 n + 15]: the
+// calling warp's rows of a 16-bit 64 x 64 tile P (row stride ldP) times a
+// 16-bit 64 x DMAX tile X.
+template <typename T, int DMAX>
+__device__ __forceinline__ void warpAccumulate(AccFragment (&acc)[DMAX / 16],
+                                               const T *P, const T *X) {
+  using namespace nvcuda;
+  constexpr int ld = MmaLayout<DMAX>::ldT, ldP = MmaLayout<DMAX>::ldP;
+  int w = threadIdx.x / 32;
+#pragma unroll
+  for (int k = 0; k < kTile; k += 16) {
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
+    wmma::load_matrix_sync(a, P + 16 * w * ldP + k, ldP);
+#pragma unroll
+    for (int n = 0; n < DMAX / 16; ++n) {
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> b;
+      wmma::load_matrix_sync(b, X + k * ld + 16 * n, ld);
+      wmma::mma_sync(acc[n], a, b, acc[n]);
+    }
+  }
+}
+
+// The calling warp's rows of `acc` (16 x DMAX) to device memory: staged
+// through the warp's own rows of the f32 tile S, then each row (two lanes
+// a row) converted to `t` at (base(row) + c) for c < d, rows < seq.
+template <typename T, int DMAX>
+__device__ __forceinline__ void
+warpStoreRows(AccFragment (&acc)[DMAX / 16], float *S, T *p, int64_t batch,
+              int64_t seq, int64_t width, int64_t head, int64_t d,
+              int64_t row0) {
+  using namespace nvcuda;
+  constexpr int ldS = MmaLayout<DMAX>::ldS;
+  int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncwarp();
+#pragma unroll
+  for (int n = 0; n < DMAX / 16; ++n)
+    wmma::store_matrix_sync(S + 16 * w * ldS + 16 * n, acc[n], ldS,
+                            wmma::mem_row_major);
+  __syncwarp();
+  int r = 16 * w + lane / 2;
+  int64_t i = row0 + r;
+  if (i < seq)
+    for (int64_t c = (lane % 2) * (DMAX / 2); c < (lane % 2 + 1) * (DMAX / 2);
+         ++c)
+      if (c < d)
+        p[(batch * seq + i) * width + head * d + c] =
+            toDType<T>(S[r * ldS + c]);
+  __syncwarp();
+}
+
+__device__ __forceinline__ int roundUp16(int64_t d) {
+  return int((d + 15) / 16 * 16);
+}
+
+// The forward: the query tile q0 (tiles taken longest first: the last
+// query tiles see the most keys) of head h and batch row b. Pass 1: each
+// row's log-sum-exp (two lanes a row, each half the tile's keys, merged at
+// the end); pass 2, only with `out`: O = sum exp(S - L) V.
+template <typename T, int DMAX>
+__global__ void __launch_bounds__(kMmaThreads)
+    flashForwardMma(FlashArgs a, T *out, float *lse) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  using L = MmaLayout<DMAX>;
+  constexpr int ldS = L::ldS, ldP = L::ldP;
+  extern __shared__ __align__(32) unsigned char smem[];
+  T *qs = reinterpret_cast<T *>(smem);
+  T *ks = reinterpret_cast<T *>(smem + L::tileBytes);
+  T *vs = reinterpret_cast<T *>(smem + 2 * L::tileBytes);
+  float *ss = reinterpret_cast<float *>(smem + 3 * L::tileBytes);
+  T *ps = reinterpret_cast<T *>(smem + 3 * L::tileBytes + L::sBytes);
+  const T *q = static_cast<const T *>(a.q), *k = static_cast<const T *>(a.k),
+          *v = static_cast<const T *>(a.v);
+  int64_t tiles = (a.seq + kTile - 1) / kTile;
+  int64_t b = blockIdx.z, h = blockIdx.y,
+          q0 = (tiles - 1 - int64_t(blockIdx.x)) * kTile;
+  int64_t d = a.headDim, g = h / a.group();
+  int depth = roundUp16(d);
+  int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+  int r = 16 * w + lane / 2, c0 = (lane % 2) * (kTile / 2);
+  int64_t i = q0 + r;
+  loadTileMma<T, DMAX>(qs, q, b, a.seq, a.qWidth(), h, d, q0);
+  int64_t kFirst = a.firstKey(q0) / kTile * kTile;
+  int64_t qLast = min(q0 + kTile, a.seq) - 1;
+
+  float m = -INFINITY, l = 0.0f;
+  for (int64_t k0 = kFirst; k0 <= qLast; k0 += kTile) {
+    __syncthreads();
+    loadTileMma<T, DMAX>(ks, k, b, a.seq, a.kvWidth(), g, d, k0);
+    __syncthreads();
+    warpScores<T, DMAX>(qs, ks, ss, depth);
+    __syncwarp();
+    float mx = -INFINITY;
+    for (int c = c0; c < c0 + kTile / 2; ++c)
+      if (pairs(a, i, k0 + c))
+        mx = fmaxf(mx, ss[r * ldS + c] * a.scale);
+    if (mx != -INFINITY) {
+      float mNew = fmaxf(m, mx), sum = 0.0f;
+      for (int c = c0; c < c0 + kTile / 2; ++c)
+        if (pairs(a, i, k0 + c))
+          sum += expf(ss[r * ldS + c] * a.scale - mNew);
+      l = l * expf(m - mNew) + sum;
+      m = mNew;
+    }
+    __syncwarp();
+  }
+  float m2 = __shfl_xor_sync(0xffffffffu, m, 1),
+        l2 = __shfl_xor_sync(0xffffffffu, l, 1);
+  float mAll = fmaxf(m, m2);
+  float rowLse = -INFINITY;
+  if (mAll != -INFINITY)
+    rowLse = mAll + logf(l * expf(m - mAll) + l2 * expf(m2 - mAll));
+  if (lse && lane % 2 == 0 && i < a.seq)
+    lse[(b * a.heads + h) * a.seq + i] = rowLse;
+  if (!out)
+    return;
+
+  AccFragment acc[DMAX / 16];
+#pragma unroll
+  for (int n = 0; n < DMAX / 16; ++n)
+    nvcuda::wmma::fill_fragment(acc[n], 0.0f);
+  for (int64_t k0 = kFirst; k0 <= qLast; k0 += kTile) {
+    __syncthreads();
+    loadTileMma<T, DMAX>(ks, k, b, a.seq, a.kvWidth(), g, d, k0);
+    loadTileMma<T, DMAX>(vs, v, b, a.seq, a.kvWidth(), g, d, k0);
+    __syncthreads();
+    warpScores<T, DMAX>(qs, ks, ss, depth);
+    __syncwarp();
+    for (int c = c0; c < c0 + kTile / 2; ++c)
+      ps[r * ldP + c] = toDType<T>(
+          pairs(a, i, k0 + c) ? expf(ss[r * ldS + c] * a.scale - rowLse)
+                              : 0.0f);
+    __syncwarp();
+    warpAccumulate<T, DMAX>(acc, ps, vs);
+  }
+  warpStoreRows<T, DMAX>(acc, ss, out, b, a.seq, a.qWidth(), h, d, q0);
+#else
+  __trap();
+#endif
+}
+
+// dQ of the query tile q0 of head h: over the key tiles, S = Q Kᵀ and
+// dP = dO Vᵀ, dS = P (dP - D) scale, dQ += dS K. Each lane keeps its row's
+// L and D = dO . O in registers.
+template <typename T, int DMAX>
+__global__ void __launch_bounds__(kMmaThreads)
+    flashGradQueryMma(FlashArgs a, const float *lse, T *dq) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  using L = MmaLayout<DMAX>;
+  constexpr int ldS = L::ldS, ldP = L::ldP;
+  extern __shared__ __align__(32) unsigned char smem[];
+  T *qs = reinterpret_cast<T *>(smem);
+  T *dos = reinterpret_cast<T *>(smem + L::tileBytes);
+  T *ks = reinterpret_cast<T *>(smem + 2 * L::tileBytes);
+  T *vs = reinterpret_cast<T *>(smem + 3 * L::tileBytes);
+  float *ss = reinterpret_cast<float *>(smem + 4 * L::tileBytes);
+  float *dps = reinterpret_cast<float *>(smem + 4 * L::tileBytes + L::sBytes);
+  T *dss = reinterpret_cast<T *>(smem + 4 * L::tileBytes + 2 * L::sBytes);
+  const T *q = static_cast<const T *>(a.q), *k = static_cast<const T *>(a.k),
+          *v = static_cast<const T *>(a.v), *o = static_cast<const T *>(a.out),
+          *dout = static_cast<const T *>(a.dout);
+  int64_t tiles = (a.seq + kTile - 1) / kTile;
+  int64_t b = blockIdx.z, h = blockIdx.y,
+          q0 = (tiles - 1 - int64_t(blockIdx.x)) * kTile;
+  int64_t d = a.headDim, g = h / a.group();
+  int depth = roundUp16(d);
+  int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+  int r = 16 * w + lane / 2, c0 = (lane % 2) * (kTile / 2);
+  int64_t i = q0 + r;
+  loadTileMma<T, DMAX>(qs, q, b, a.seq, a.qWidth(), h, d, q0);
+  loadTileMma<T, DMAX>(dos, dout, b, a.seq, a.qWidth(), h, d, q0);
+  __syncthreads();
+  float rowLse = 0.0f, rowD = 0.0f;
+  if (i < a.seq) {
+    rowLse = lse[(b * a.heads + h) * a.seq + i];
+    for (int64_t c = (lane % 2) * (d / 2); c < (lane % 2 ? d : d / 2); ++c)
+      rowD += toFloat(dos[r * L::ldT + c]) *
+              toFloat(o[(b * a.seq + i) * a.qWidth() + h * d + c]);
+  }
+  rowD += __shfl_xor_sync(0xffffffffu, rowD, 1);
+
+  AccFragment acc[DMAX / 16];
+#pragma unroll
+  for (int n = 0; n < DMAX / 16; ++n)
+    nvcuda::wmma::fill_fragment(acc[n], 0.0f);
+  int64_t qLast = min(q0 + kTile, a.seq) - 1;
+  for (int64_t k0 = a.firstKey(q0) / kTile * kTile; k0 <= qLast; k0 += kTile) {
+    __syncthreads();
+    loadTileMma<T, DMAX>(ks, k, b, a.seq, a.kvWidth(), g, d, k0);
+    loadTileMma<T, DMAX>(vs, v, b, a.seq, a.kvWidth(), g, d, k0);
+    __syncthreads();
+    warpScores<T, DMAX>(qs, ks, ss, depth);
+    warpScores<T, DMAX>(dos, vs, dps, depth);
+    __syncwarp();
+    for (int c = c0; c < c0 + kTile / 2; ++c) {
+      float p =
+          pairs(a, i, k0 + c) ? expf(ss[r * ldS + c] * a.scale - rowLse) : 0.0f;
+      dss[r * ldP + c] = toDType<T>(p * (dps[r * ldS + c] - rowD) * a.scale);
+    }
+    __syncwarp();
+    warpAccumulate<T, DMAX>(acc, dss, ks);
+  }
+  warpStoreRows<T, DMAX>(acc, ss, dq, b, a.seq, a.qWidth(), h, d, q0);
+#else
+  __trap();
+#endif
+}
+
+// dK and dV of the key tile k0 of kv head g: over the query heads of the
+// group in order, then the query tiles in order, Sᵀ = K Qᵀ and
+// dPᵀ = V dOᵀ (rows keys, columns queries), dV += Pᵀ dO and dK += dSᵀ Q.
+// The queries' L and D are staged per tile in shared memory.
+template <typename T, int DMAX>
+__global__ void __launch_bounds__(kMmaThreads)
+    flashGradKeyValueMma(FlashArgs a, const float *lse, T *dk, T *dv) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  using L = MmaLayout<DMAX>;
+  constexpr int ldS = L::ldS, ldP = L::ldP;
+  extern __shared__ __align__(32) unsigned char smem[];
+  T *ks = reinterpret_cast<T *>(smem);
+  T *vs = reinterpret_cast<T *>(smem + L::tileBytes);
+  T *qs = reinterpret_cast<T *>(smem + 2 * L::tileBytes);
+  T *dos = reinterpret_cast<T *>(smem + 3 * L::tileBytes);
+  float *ss = reinterpret_cast<float *>(smem + 4 * L::tileBytes);
+  float *dps = reinterpret_cast<float *>(smem + 4 * L::tileBytes + L::sBytes);
+  T *ps = reinterpret_cast<T *>(smem + 4 * L::tileBytes + 2 * L::sBytes);
+  T *dss = reinterpret_cast<T *>(smem + 4 * L::tileBytes + 2 * L::sBytes +
+                                 L::pBytes);
+  float *rowLse = reinterpret_cast<float *>(smem + 4 * L::tileBytes +
+                                            2 * L::sBytes + 2 * L::pBytes);
+  float *rowD = rowLse + kTile;
+  const T *q = static_cast<const T *>(a.q), *k = static_cast<const T *>(a.k),
+          *v = static_cast<const T *>(a.v), *o = static_cast<const T *>(a.out),
+          *dout = static_cast<const T *>(a.dout);
+  int64_t b = blockIdx.z, g = blockIdx.y, k0 = int64_t(blockIdx.x) * kTile;
+  int64_t d = a.headDim;
+  int depth = roundUp16(d);
+  int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+  int r = 16 * w + lane / 2, c0 = (lane % 2) * (kTile / 2);
+  int64_t j = k0 + r;
+  loadTileMma<T, DMAX>(ks, k, b, a.seq, a.kvWidth(), g, d, k0);
+  loadTileMma<T, DMAX>(vs, v, b, a.seq, a.kvWidth(), g, d, k0);
+  AccFragment dkAcc[DMAX / 16], dvAcc[DMAX / 16];
+#pragma unroll
+  for (int n = 0; n < DMAX / 16; ++n) {
+    nvcuda::wmma::fill_fragment(dkAcc[n], 0.0f);
+    nvcuda::wmma::fill_fragment(dvAcc[n], 0.0f);
+  }
+  int64_t qEnd = a.lastQuery(min(k0 + kTile, a.seq) - 1);
+  for (int64_t h = g * a.group(); h < (g + 1) * a.group(); ++h)
+    for (int64_t q0 = k0; q0 <= qEnd; q0 += kTile) {
+      __syncthreads();
+      loadTileMma<T, DMAX>(qs, q, b, a.seq, a.qWidth(), h, d, q0);
+      loadTileMma<T, DMAX>(dos, dout, b, a.seq, a.qWidth(), h, d, q0);
+      __syncthreads();
+      {
+        // Two threads a query row: its L and D = dO . O.
+        int qr = threadIdx.x / 2, part = threadIdx.x % 2;
+        int64_t qi = q0 + qr;
+        float dot = 0.0f;
+        if (qi < a.seq)
+          for (int64_t c = part * (d / 2); c < (part ? d : d / 2); ++c)
+            dot += toFloat(dos[qr * L::ldT + c]) *
+                   toFloat(o[(b * a.seq + qi) * a.qWidth() + h * d + c]);
+        dot += __shfl_xor_sync(0xffffffffu, dot, 1);
+        if (part == 0) {
+          rowD[qr] = dot;
+          rowLse[qr] = qi < a.seq ? lse[(b * a.heads + h) * a.seq + qi] : 0.0f;
+        }
+      }
+      __syncthreads();
+      warpScores<T, DMAX>(ks, qs, ss, depth);
+      warpScores<T, DMAX>(vs, dos, dps, depth);
+      __syncwarp();
+      for (int c = c0; c < c0 + kTile / 2; ++c) {
+        float p = pairs(a, q0 + c, j)
+                      ? expf(ss[r * ldS + c] * a.scale - rowLse[c])
+                      : 0.0f;
+        ps[r * ldP + c] = toDType<T>(p);
+        dss[r * ldP + c] =
+            toDType<T>(p * (dps[r * ldS + c] - rowD[c]) * a.scale);
+      }
+      __syncwarp();
+      warpAccumulate<T, DMAX>(dvAcc, ps, dos);
+      warpAccumulate<T, DMAX>(dkAcc, dss, qs);
+    }
+  warpStoreRows<T, DMAX>(dkAcc, ss, dk, b, a.seq, a.kvWidth(), g, d, k0);
+  warpStoreRows<T, DMAX>(dvAcc, ss, dv, b, a.seq, a.kvWidth(), g, d, k0);
+#else
+  __trap();
+#endif
+}
+
+template <typename T, int DMAX>
+Status mmaForward(const char *op, const FlashArgs &args, void *out, float *lse,
+                  cudaStream_t stream) {
+  size_t bytes = MmaLayout<DMAX>::bytes(3, 1, 1, 0);
+  ZEROC_RETURN_IF_ERROR(allowShared(op, flashForwardMma<T, DMAX>, bytes));
+  dim3 grid(unsigned((args.seq + kTile - 1) / kTile), unsigned(args.heads),
+            unsigned(args.batch));
+  flashForwardMma<T, DMAX>
+      <<<grid, kMmaThreads, bytes, stream>>>(args, static_cast<T *>(out), lse);
+  return launchStatus(op);
+}
+
+template <typename T, int DMAX>
+Status mmaBackward(const char *op, const FlashArgs &args, const float *lse,
+                   const Tensor &dq, const Tensor &dk, const Tensor &dv,
+                   cudaStream_t stream) {
+  unsigned tiles = unsigned((args.seq + kTile - 1) / kTile);
+  size_t qBytes = MmaLayout<DMAX>::bytes(4, 1, 2, 0);
+  ZEROC_RETURN_IF_ERROR(allowShared(op, flashGradQueryMma<T, DMAX>, qBytes));
+  flashGradQueryMma<T, DMAX>
+      <<<dim3(tiles, unsigned(args.heads), unsigned(args.batch)), kMmaThreads,
+         qBytes, stream>>>(args, lse, static_cast<T *>(dq.data));
+  ZEROC_RETURN_IF_ERROR(launchStatus(op));
+  size_t kvBytes = MmaLayout<DMAX>::bytes(4, 2, 2, 2);
+  ZEROC_RETURN_IF_ERROR(
+      allowShared(op, flashGradKeyValueMma<T, DMAX>, kvBytes));
+  flashGradKeyValueMma<T, DMAX>
+      <<<dim3(tiles, unsigned(args.kvHeads), unsigned(args.batch)), kMmaThreads,
+         kvBytes, stream>>>(args, lse, static_cast<T *>(dk.data),
+                            static_cast<T *>(dv.data));
+  return launchStatus(op);
+}
+
+// The tensor-core kernels for 16-bit `t` and the head dim's instantiation.
+Status mmaForwardFor(const char *op, DType t, const FlashArgs &args, void *out,
+                     float *lse, cudaStream_t stream) {
+  bool small = args.headDim <= 64;
+  if (t == DType::BF16)
+    return small ? mmaForward<__nv_bfloat16, 64>(op, args, out, lse, stream)
+                 : mmaForward<__nv_bfloat16, 128>(op, args, out, lse, stream);
+  return small ? mmaForward<__half, 64>(op, args, out, lse, stream)
+               : mmaForward<__half, 128>(op, args, out, lse, stream);
+}
+
+Status mmaBackwardFor(const char *op, DType t, const FlashArgs &args,
+                      const float *lse, const Tensor &dq, const Tensor &dk,
+                      const Tensor &dv, cudaStream_t stream) {
+  bool small = args.headDim <= 64;
+  if (t == DType::BF16)
+    return small ? mmaBackward<__nv_bfloat16, 64>(op, args, lse, dq, dk, dv,
+                                                  stream)
+                 : mmaBackward<__nv_bfloat16, 128>(op, args, lse, dq, dk, dv,
+                                                   stream);
+  return small ? mmaBackward<__half, 64>(op, args, lse, dq, dk, dv, stream)
+               : mmaBackward<__half, 128>(op, args, lse, dq, dk, dv, stream);
+}
+
+// The operands' common 16-bit dtype (BF16 or F16), or F32 where they are
+// not all one 16-bit dtype or not all 16-byte aligned: the tensor-core
+// kernels read 8 elements at a time.
+DType mmaDType(std::initializer_list<const Tensor *> operands) {
+  DType t = operands.begin()[0]->dtype;
+  if (t != DType::BF16 && t != DType::F16)
+    return DType::F32;
+  for (const Tensor *x : operands)
+    if (x->dtype != t || reinterpret_cast<uintptr_t>(x->data) % 16 != 0)
+      return DType::F32;
+  return t;
+}
+
+Status flashKernelFor(const char *op, const cpu::AttentionShape &a,
+                      std::initializer_list<const Tensor *> operands,
+                      FlashKernel &kind) {
+  static const char *env = std::getenv("ZEROC_CUDA_FLASH");
+  int device = 0, major = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
+                             device) != cudaSuccess)
+    major = 0;
+  return chooseFlashKernel(op, env ? env : "", a.headDim, a.heads, a.kvHeads,
+                           a.batch, mmaDType(operands) != DType::F32, major,
+                           kind);
 }
 
 Status checkHeadDim(const char *op, const cpu::AttentionShape &a) {
@@ -593,7 +1066,11 @@ Status flashAttentionForward(const Tensor &q, const Tensor &k, const Tensor &v,
     return {};
   FlashArgs args = flashArgs(a, q, k, v, nullptr, nullptr);
   float *l = lse ? static_cast<float *>(lse->data) : nullptr;
-  if (useTiled(a))
+  FlashKernel kind;
+  ZEROC_RETURN_IF_ERROR(flashKernelFor(op, a, {&q, &k, &v, &out}, kind));
+  if (kind == FlashKernel::TensorCores)
+    return mmaForwardFor(op, q.dtype, args, out.data, l, stream);
+  if (kind == FlashKernel::Tiled)
     return a.headDim <= 64
                ? tiledForward<64>(op, args, out.data, out.dtype, l, stream)
                : tiledForward<128>(op, args, out.data, out.dtype, l, stream);
@@ -619,13 +1096,23 @@ Status flashAttentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
   if (rows == 0)
     return {};
   FlashArgs args = flashArgs(a, q, k, v, &out, &dout);
-  // Without the saved log-sum-exp (nothing kept), recompute it first.
+  FlashKernel kind;
+  ZEROC_RETURN_IF_ERROR(
+      flashKernelFor(op, a, {&q, &k, &v, &out, &dout, &dq, &dk, &dv}, kind));
+  // Without the saved log-sum-exp (nothing kept), recompute it first, with
+  // the forward's own kernel (the same values it saved).
   Scratch lseScratch;
   const float *l = lse ? static_cast<const float *>(lse->data) : nullptr;
   if (!l) {
     ZEROC_RETURN_IF_ERROR(
         lseScratch.allocate(op, size_t(rows) * sizeof(float), stream));
-    if (useTiled(a)) {
+    FlashKernel forwardKind;
+    ZEROC_RETURN_IF_ERROR(
+        flashKernelFor(op, a, {&q, &k, &v, &out}, forwardKind));
+    if (forwardKind == FlashKernel::TensorCores) {
+      ZEROC_RETURN_IF_ERROR(mmaForwardFor(op, q.dtype, args, nullptr,
+                                          lseScratch.get<float>(), stream));
+    } else if (forwardKind == FlashKernel::Tiled) {
       ZEROC_RETURN_IF_ERROR(
           a.headDim <= 64 ? tiledForward<64>(op, args, nullptr, DType::F32,
                                              lseScratch.get<float>(), stream)
@@ -638,7 +1125,9 @@ Status flashAttentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
     }
     l = lseScratch.get<float>();
   }
-  if (useTiled(a))
+  if (kind == FlashKernel::TensorCores)
+    return mmaBackwardFor(op, q.dtype, args, l, dq, dk, dv, stream);
+  if (kind == FlashKernel::Tiled)
     return a.headDim <= 64
                ? tiledBackward<64>(op, args, l, dq, dk, dv, stream)
                : tiledBackward<128>(op, args, l, dq, dk, dv, stream);
@@ -649,6 +1138,27 @@ Status flashAttentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
                             stream>>>(args, l, dk.data, dk.dtype, dv.data,
                                       dv.dtype);
   return launchStatus(op);
+}
+
+Status chooseFlashKernel(const char *op, std::string_view choice,
+                         int64_t headDim, int64_t heads, int64_t kvHeads,
+                         int64_t batch, bool sixteenBitAligned,
+                         int computeMajor, FlashKernel &kind) {
+  if (!choice.empty() && choice != "auto" && choice != "tiled" &&
+      choice != "rows")
+    return {std::string(op) +
+            ": ZEROC_CUDA_FLASH: expected auto, tiled or rows, found '" +
+            std::string(choice) + "'"};
+  bool tiles = headDim <= kMaxTiledHeadDim && heads <= 65535 &&
+               kvHeads <= 65535 && batch <= 65535;
+  if (choice == "rows" || !tiles)
+    kind = FlashKernel::Rows;
+  else if (choice == "tiled" || !sixteenBitAligned || headDim % 8 != 0 ||
+           computeMajor < 8)
+    kind = FlashKernel::Tiled;
+  else
+    kind = FlashKernel::TensorCores;
+  return {};
 }
 
 } // namespace zeroc::cuda

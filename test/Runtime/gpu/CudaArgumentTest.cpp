@@ -106,6 +106,40 @@ TEST_F(CudaArguments, RotaryAndAttention) {
                                               nullptr, q, badK, badK));
 }
 
+// Which flash kernels run (a host decision, docs/gpu-kernels.md): tensor
+// cores for aligned 16-bit operands, head_dim % 8 == 0 up to 128, sm_80+;
+// the f32 tiled kernels otherwise up to head_dim 128; rows past that.
+TEST(CudaFlashKernel, ChoosesTheFastestKernelThatApplies) {
+  using cuda::FlashKernel;
+  auto choose = [](std::string_view choice, int64_t headDim, bool sixteen,
+                   int major, int64_t heads = 12) {
+    FlashKernel kind = FlashKernel::Rows;
+    Status s = cuda::chooseFlashKernel("causal_attention", choice, headDim,
+                                       heads, heads, 8, sixteen, major, kind);
+    EXPECT_TRUE(s.ok()) << s.error;
+    return kind;
+  };
+  EXPECT_EQ(choose("", 64, true, 9), FlashKernel::TensorCores);
+  EXPECT_EQ(choose("auto", 128, true, 8), FlashKernel::TensorCores);
+  EXPECT_EQ(choose("", 8, true, 9), FlashKernel::TensorCores);
+  // f32 (or mixed, or unaligned) operands, head dims not a multiple of 8,
+  // devices before sm_80, or the variable asking for it: the f32 tiles.
+  EXPECT_EQ(choose("", 64, false, 9), FlashKernel::Tiled);
+  EXPECT_EQ(choose("", 60, true, 9), FlashKernel::Tiled);
+  EXPECT_EQ(choose("", 64, true, 7), FlashKernel::Tiled);
+  EXPECT_EQ(choose("tiled", 64, true, 9), FlashKernel::Tiled);
+  // Past head_dim 128 or 65535 heads, or asked for: one warp a row.
+  EXPECT_EQ(choose("", 136, true, 9), FlashKernel::Rows);
+  EXPECT_EQ(choose("", 64, true, 9, 70000), FlashKernel::Rows);
+  EXPECT_EQ(choose("rows", 64, true, 9), FlashKernel::Rows);
+
+  FlashKernel kind;
+  Status bad = cuda::chooseFlashKernel("causal_attention", "mma", 64, 12, 12, 8,
+                                       true, 9, kind);
+  EXPECT_EQ(bad.error, "causal_attention: ZEROC_CUDA_FLASH: expected auto, "
+                       "tiled or rows, found 'mma'");
+}
+
 TEST_F(CudaArguments, EmbeddingsAndLoss) {
   Tensor table = fake({10, 4}), ids = fake({2, 3}, DType::I32);
   Tensor out = fake({2, 3, 5});

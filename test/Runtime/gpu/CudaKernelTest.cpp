@@ -818,7 +818,18 @@ INSTANTIATE_TEST_SUITE_P(
                       AttentionCase{DType::BF16, 2, 70, 2, 2, 128, 50},
                       AttentionCase{DType::F16, 1, 65, 3, 1, 96},
                       AttentionCase{DType::F32, 1, 150, 4, 2, 64, 70},
-                      AttentionCase{DType::F32, 1, 40, 1, 1, 160}),
+                      AttentionCase{DType::F32, 1, 40, 1, 1, 160},
+                      // The tensor-core kernels (16-bit, head_dim % 8 ==
+                      // 0): both instantiations, head dims padded to a
+                      // multiple of 16 (8, 72, 120), grouped queries,
+                      // sequences ending inside a tile, windows crossing
+                      // tiles, and 16 tiles of 64.
+                      AttentionCase{DType::BF16, 2, 130, 4, 2, 64},
+                      AttentionCase{DType::F16, 1, 200, 2, 2, 128, 70},
+                      AttentionCase{DType::BF16, 1, 1024, 2, 1, 64},
+                      AttentionCase{DType::BF16, 2, 40, 3, 3, 8},
+                      AttentionCase{DType::F16, 1, 100, 2, 1, 72, 33},
+                      AttentionCase{DType::BF16, 1, 64, 2, 2, 120}),
     [](const auto &info) {
       const AttentionCase &c = info.param;
       return name(c.dtype) + "_b" + std::to_string(c.batch) + "_s" +
