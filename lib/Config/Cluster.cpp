@@ -33,11 +33,21 @@ double Cluster::peakFlops(DType dtype) const {
   return gpu.peak.f32;
 }
 
+double ClusterCalibration::matmulMisalignedFactor(int d) const {
+  for (int k = kMatmulClasses - 1; k >= 0; --k)
+    if (matmul[d][k] > 0)
+      return matmulMisaligned[d] > 0 ? matmulMisaligned[d] / matmul[d][k] : 1.0;
+  return 1.0;
+}
+
 bool ClusterCalibration::any() const {
   for (const auto &row : matmul)
     for (double v : row)
       if (v > 0)
         return true;
+  for (double v : matmulMisaligned)
+    if (v > 0)
+      return true;
   for (const auto &[kind, v] : kernelBandwidth)
     if (v > 0)
       return true;
@@ -121,7 +131,13 @@ struct FigureSpec {
   }
 #define ZEROC_MATMULS(dtype, d)                                                \
   ZEROC_MATMUL(dtype, d, "small", 0), ZEROC_MATMUL(dtype, d, "medium", 1),     \
-      ZEROC_MATMUL(dtype, d, "large", 2), ZEROC_MATMUL(dtype, d, "xlarge", 3)
+      ZEROC_MATMUL(dtype, d, "large", 2), ZEROC_MATMUL(dtype, d, "xlarge", 3), \
+  {                                                                            \
+    "calibration.matmul_tflops." dtype ".misaligned", kTFlops,                 \
+        Bound::Positive, true, [](Cluster &c, Counts &) -> double & {          \
+          return c.calibration.matmulMisaligned[d];                            \
+        }                                                                      \
+  }
 #define ZEROC_KERNEL(kind)                                                     \
   {                                                                            \
     "calibration.kernel_gb_per_s." kind, kGBPerS, Bound::Positive, true,       \

@@ -154,15 +154,24 @@ double calibratedMatmulRate(const ClusterCalibration &calibration, DType dtype,
   return points.back().second;
 }
 
+bool rowsMisaligned(const std::vector<int64_t> &shape, DType dtype) {
+  return !shape.empty() && (shape.back() * bytesPerElement(dtype)) % 16 != 0;
+}
+
 double kernelTime(const Cluster &cluster, OpKind kind, double flops,
-                  double bytes, DType dtype) {
+                  double bytes, DType dtype, bool misalignedRows) {
   const ClusterCalibration &cal = cluster.calibration;
   switch (kind) {
   case OpKind::Linear:
   case OpKind::LinearGradInput:
   case OpKind::LinearGradWeight:
-    if (double rate = calibratedMatmulRate(cal, dtype, flops); rate > 0)
+    if (double rate = calibratedMatmulRate(cal, dtype, flops); rate > 0) {
+      if (misalignedRows)
+        rate *= cal.matmulMisalignedFactor(dtype == DType::BF16  ? 1
+                                           : dtype == DType::F16 ? 2
+                                                                 : 0);
       return flops / rate;
+    }
     break;
   case OpKind::CausalAttention:
   case OpKind::CausalAttentionBackward:
@@ -350,6 +359,19 @@ DType CostModel::computeDType(const PhaseInfo &info, const PlanOp &op) const {
           t != info.dtypes.end() && t->second != DType::I32)
         return t->second;
   return plan.model.dtype;
+}
+
+bool CostModel::hasMisalignedRows(const PhaseInfo &info,
+                                  const PlanOp &op) const {
+  for (const std::vector<int64_t> *ids : {&op.inputs, &op.outputs})
+    for (int64_t id : *ids) {
+      auto v = info.values.find(id);
+      auto t = info.dtypes.find(id);
+      if (v != info.values.end() && t != info.dtypes.end() &&
+          rowsMisaligned(v->second->shape, t->second))
+        return true;
+    }
+  return false;
 }
 
 OpCost CostModel::collectiveCost(const PhaseInfo &info, const PlanOp &op,
@@ -570,8 +592,9 @@ OpCost CostModel::workCost(const PlanPhase &phase, const PlanOp &op,
             auto v = info.values.find(op.inputs[i]);
             return v == info.values.end() ? unknown : v->second->shape;
           });
-      cost.seconds = kernelTime(clusterRef, op.kind, double(op.flops),
-                                double(op.bytes), computeDType(info, op));
+      cost.seconds =
+          kernelTime(clusterRef, op.kind, double(op.flops), double(op.bytes),
+                     computeDType(info, op), hasMisalignedRows(info, op));
       return cost;
     }
   case OpKind::AllGatherStart:

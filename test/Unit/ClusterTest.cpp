@@ -381,7 +381,7 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
       {"phase_overhead_us", 80},
       {"matmul_tflops",
        {{"f32", {{"small", 0.02}, {"large", 0.05}}},
-        {"bf16", {{"xlarge", 600}}}}},
+        {"bf16", {{"xlarge", 600}, {"misaligned", 120}}}}},
       {"kernel_gb_per_s", {{"gelu", 0.5}, {"default", 8}}},
       {"adam_gb_per_s", 10},
       {"clip_gb_per_s", 2},
@@ -405,6 +405,10 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
   EXPECT_NEAR(k.matmul[0][2], 0.05e12, 1);
   EXPECT_NEAR(k.matmul[1][3], 600e12, 1); // The GPU-only 4096 class.
   EXPECT_EQ(k.matmul[1][2], 0);
+  // Odd rows at the largest bf16 class: a fifth of its rate; none for f32.
+  EXPECT_NEAR(k.matmulMisaligned[1], 120e12, 1);
+  EXPECT_NEAR(k.matmulMisalignedFactor(1), 0.2, 1e-12);
+  EXPECT_EQ(k.matmulMisalignedFactor(0), 1.0);
   EXPECT_NEAR(k.kernelBandwidth.at("gelu"), 0.5e9, 1e-3);
   EXPECT_NEAR(k.kernelBandwidth.at("default"), 8e9, 1e-3);
   EXPECT_NEAR(k.adamBandwidth, 10e9, 1e-3);

@@ -1049,6 +1049,63 @@ TEST(Calibration, MatmulRateInterpolatesInLogFlops) {
   EXPECT_NEAR(kernelTime(c, OpKind::Linear, 1e9, 0, DType::BF16), 1e-3, kTol);
 }
 
+// A GEMM with rows of a byte length not a multiple of 16 (GPT-2's logits:
+// 50,257 bf16 a row) runs at the calibrated fraction of the aligned rate
+// (on an H100, lm_head's three GEMMs ran at 94-145 TFLOP/s against 667 at
+// 4096^3: bench/gpu-RESULTS.md).
+TEST(Calibration, MisalignedRowsTakeTheMeasuredFraction) {
+  EXPECT_TRUE(rowsMisaligned({8, 1024, 50257}, DType::BF16));
+  EXPECT_FALSE(rowsMisaligned({8, 1024, 50304}, DType::BF16));
+  EXPECT_TRUE(rowsMisaligned({50257}, DType::F32)); // 201,028 bytes.
+  EXPECT_FALSE(rowsMisaligned({3, 4}, DType::F32)); // 16 bytes.
+  EXPECT_TRUE(rowsMisaligned({4, 6}, DType::BF16)); // 12 bytes.
+  EXPECT_FALSE(rowsMisaligned({}, DType::BF16));
+
+  Cluster c = exactCluster();
+  c.calibration.matmul[1][2] = 100e12; // bf16, 1024^3
+  c.calibration.matmul[1][3] = 600e12; // bf16, 4096^3
+  // Not measured: the aligned rate.
+  EXPECT_EQ(c.calibration.matmulMisalignedFactor(1), 1.0);
+  const double flops = ClusterCalibration::kMatmulClassFlops[3];
+  EXPECT_NEAR(kernelTime(c, OpKind::Linear, flops, 0, DType::BF16, true),
+              flops / 600e12, 1e-15);
+  // 120 TFLOP/s at 4096^3 with odd rows: a fifth of the rate, applied at
+  // every size (here the 1024^3 class's 100 TFLOP/s).
+  c.calibration.matmulMisaligned[1] = 120e12;
+  EXPECT_NEAR(c.calibration.matmulMisalignedFactor(1), 0.2, 1e-12);
+  EXPECT_NEAR(
+      kernelTime(c, OpKind::LinearGradInput, flops, 0, DType::BF16, true),
+      flops / 120e12, 1e-15);
+  const double small = ClusterCalibration::kMatmulClassFlops[2];
+  EXPECT_NEAR(kernelTime(c, OpKind::Linear, small, 0, DType::BF16, true),
+              small / 20e12, 1e-15);
+  EXPECT_NEAR(kernelTime(c, OpKind::Linear, small, 0, DType::BF16, false),
+              small / 100e12, 1e-15);
+  // f32 has no figures of its own: the bf16 factor does not carry over.
+  EXPECT_EQ(c.calibration.matmulMisalignedFactor(0), 1.0);
+
+  // In a plan: the op's values decide, a vocabulary of 50,257 (odd rows in
+  // the output) against 50,304.
+  auto linearSeconds = [&](int64_t vocab) {
+    PlanOp lm = op(0, "linear", 0);
+    lm.flops = int64_t(2.0 * 8192 * 768 * double(vocab));
+    lm.inputs = {1, 2};
+    lm.outputs = {3};
+    Plan plan = planWith({lm});
+    PlanValue x = value(1, DType::BF16, 8192 * 768),
+              w = value(2, DType::BF16, vocab * 768),
+              y = value(3, DType::BF16, 8192 * vocab);
+    x.shape = {8192, 768};
+    w.shape = {vocab, 768};
+    y.shape = {8192, vocab};
+    plan.phases[0].values = {x, w, y};
+    CostModel model(plan, c);
+    return model.cost(plan.phases[0], plan.phases[0].ops[0]).seconds;
+  };
+  double odd = linearSeconds(50257), even = linearSeconds(50304);
+  EXPECT_NEAR(odd / even, 5.0 * 50257 / 50304, 1e-6);
+}
+
 TEST(Calibration, KernelBandwidthsAndOverheads) {
   // gelu at its own 1 GB/s, add at the default 2 GB/s, 1 us per op, 10 us
   // per phase run; one stream, so the phase is the sum.

@@ -245,6 +245,55 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
       say("  matmul %-4s %-6s %8.2f GFLOP/s\n", dtypeNames[d], classNames[s],
           rate / 1e9);
     }
+    // The largest class measured again with an output width of n - 1:
+    // rows whose byte length is not a multiple of 16 (GPT-2's logits).
+    int top = classes - 1;
+    while (top >= 0 && k.matmul[d][top] <= 0)
+      --top;
+    if (top < 0)
+      continue;
+    const int64_t n = int64_t(
+        std::lround(std::cbrt(ClusterCalibration::kMatmulClassFlops[top] / 2)));
+    Tensor x = cal.buffer({n, n}, dtypes[d], small);
+    Tensor w = cal.buffer({n - 1, n}, dtypes[d], small);
+    Tensor y = cal.buffer({n, n - 1}, dtypes[d], small);
+    if (!x.data || !w.data || !y.data)
+      continue;
+    double total = 0;
+    for (OpKind kind :
+         {OpKind::Linear, OpKind::LinearGradInput, OpKind::LinearGradWeight}) {
+      PlanOp op = modelOp(kind, 2, 1);
+      // linear: x [n, n] w^T -> y [n, n - 1]; grad_input: dy [n, n - 1] w
+      // -> dx [n, n]; grad_weight: dy^T x -> dw [n - 1, n].
+      std::vector<Tensor> in = {x, w}, out = {y};
+      if (kind == OpKind::LinearGradInput)
+        in = {y, w}, out = {x};
+      else if (kind == OpKind::LinearGradWeight)
+        in = {y, x}, out = {w};
+      std::optional<Status> st =
+          dev.modelOp(op, in, out, StepContext{}, nullptr);
+      if (!st || !st->ok()) {
+        total = 0;
+        break;
+      }
+      total += cal.time(
+          [&] { (void)dev.modelOp(op, in, out, StepContext{}, nullptr); }, 0.05,
+          3);
+    }
+    if (total <= 0)
+      continue;
+    k.matmulMisaligned[d] =
+        3 * 2.0 * double(n) * double(n) * double(n - 1) / total;
+    source(std::string("calibration.matmul_tflops.") + dtypeNames[d] +
+               ".misaligned",
+           "linear, linear_grad_input, linear_grad_weight on [" +
+               std::to_string(n) + ", " + std::to_string(n) + "] x [" +
+               std::to_string(n - 1) + ", " + std::to_string(n) +
+               "] operands (rows of " + std::to_string(n - 1) +
+               " elements: not a multiple of 16 bytes)");
+    say("  matmul %-4s %-6s %8.2f GFLOP/s (%.2f of %s)\n", dtypeNames[d], "odd",
+        k.matmulMisaligned[d] / 1e9, k.matmulMisaligned[d] / k.matmul[d][top],
+        classNames[top]);
   }
 
   // Attention: the flash forward and backward of a GPT-2-like head layout

@@ -90,6 +90,17 @@ struct ClusterCalibration {
   /// Achieved FLOP/s of linear-class kernels by dtype (f32, bf16, f16)
   /// and size class (small, medium, large, xlarge); 0: not measured.
   double matmul[3][kMatmulClasses] = {};
+  /// The same three GEMMs at the largest class measured for the dtype, with
+  /// the output width one less than the side (n - 1 columns): rows of a
+  /// byte length that is not a multiple of 16, like GPT-2's logits over its
+  /// 50,257-word vocabulary, where GPU GEMM libraries cannot use their
+  /// vectorized kernels. By dtype; 0: not measured. The cost model
+  /// multiplies the interpolated rate of a GEMM with such rows by this over
+  /// that class's aligned rate (matmulMisalignedFactor).
+  double matmulMisaligned[3] = {};
+  /// matmulMisaligned[d] over the aligned rate of the largest class measured
+  /// for dtype index d; 1 where either is not measured.
+  double matmulMisalignedFactor(int d) const;
   /// Achieved FLOP/s of the attention kernels (forward and backward,
   /// flash) in f32.
   double attention = 0;

@@ -83,9 +83,17 @@ double calibratedMatmulRate(const ClusterCalibration &calibration, DType dtype,
 /// cluster has one (linear-class FLOP/s by size, attention FLOP/s, the
 /// kind's bytes/s, else the calibrated default bytes/s against the
 /// roofline's FLOP time), the datasheet roofline otherwise. Without the
-/// per-op overhead.
+/// per-op overhead. `misalignedRows`: a linear-class op with an operand or
+/// result whose rows are not a multiple of 16 bytes, priced at the
+/// calibrated rate times ClusterCalibration::matmulMisalignedFactor.
 double kernelTime(const Cluster &cluster, OpKind kind, double flops,
-                  double bytes, DType dtype);
+                  double bytes, DType dtype, bool misalignedRows = false);
+
+/// The byte length of a row (the last dimension) of a tensor of `shape` in
+/// `dtype` is not a multiple of 16: GEMM libraries on GPUs cannot use
+/// their vectorized kernels for such an operand (GPT-2's logits, 50,257
+/// bf16 a row).
+bool rowsMisaligned(const std::vector<int64_t> &shape, DType dtype);
 
 /// Transfer rates one rank sees, in bytes/s. The host's memory bandwidth,
 /// NVMe and network are per node and shared by the ranks on it; PCIe is per
@@ -213,6 +221,9 @@ private:
   OpCost accumulateCost(const PhaseInfo &info, const PlanOp &op) const;
   OpCost gradientPassCost(const PlanOp &op, double passes) const;
   DType computeDType(const PhaseInfo &info, const PlanOp &op) const;
+  /// Any of the op's input or output values has misaligned rows
+  /// (rowsMisaligned).
+  bool hasMisalignedRows(const PhaseInfo &info, const PlanOp &op) const;
 };
 
 } // namespace zeroc
