@@ -237,6 +237,7 @@ const FigureSpec kFigures[] = {
     ZEROC_KERNEL("mul"),
     ZEROC_KERNEL("layernorm"),
     ZEROC_KERNEL("layernorm_backward"),
+    ZEROC_KERNEL("linear_grad_bias"),
     ZEROC_KERNEL("cross_entropy"),
     ZEROC_KERNEL("cross_entropy_backward"),
     ZEROC_KERNEL("accumulate"),

@@ -139,6 +139,28 @@ PlanOp modelOp(OpKind kind, size_t inputs, size_t outputs) {
 float normal(std::mt19937 &r) {
   return std::normal_distribution<float>(0.0f, 1.0f)(r);
 }
+/// The last-level cache's size in bytes (sysfs, then sysconf); 32 MiB
+/// where neither says.
+int64_t lastLevelCacheBytes() {
+  int64_t best = 0;
+  for (int i = 0; i < 8; ++i) {
+    std::ifstream f("/sys/devices/system/cpu/cpu0/cache/index" +
+                    std::to_string(i) + "/size");
+    std::string text;
+    if (!(f >> text) || text.empty())
+      continue;
+    int64_t v = std::strtoll(text.c_str(), nullptr, 10);
+    char unit = text.back();
+    v *= unit == 'K' ? 1024 : unit == 'M' ? 1024 * 1024 : 1;
+    best = std::max(best, v);
+  }
+#ifdef _SC_LEVEL3_CACHE_SIZE
+  if (best <= 0)
+    best = sysconf(_SC_LEVEL3_CACHE_SIZE);
+#endif
+  return best > 0 ? best : int64_t(32) << 20;
+}
+
 float activation(std::mt19937 &r) {
   return std::normal_distribution<float>(0.0f, 0.25f)(r);
 }
@@ -346,33 +368,76 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
   }
 
   // Memory-bound kernels on activation-like inputs, [64, 1024] f32 drawn
-  // ([16384, 1024] on a GPU)
-  // from N(0, 0.25): GELU's and SiLU's speed depends on the magnitude of
-  // their inputs (libm's tanh and exp take longer far from 0), and these
-  // are the activations of layers initialised with std 0.02.
+  // ([16384, 1024] on a GPU) from N(0, 0.25): GELU's and SiLU's speed
+  // depends on the magnitude of their inputs (libm's tanh and exp take
+  // longer far from 0), and these are the activations of layers
+  // initialised with std 0.02. On a CPU a [64, 1024] operand (256 KiB)
+  // would stay in the core's L2 from one call to the next, which a step's
+  // operands do not (its other ops pass many megabytes through the caches
+  // in between): each call there takes its inputs from a pool of twice the
+  // last-level cache and writes into another, in turn (rotate() below).
+  // On a GPU one operand is already larger than the L2.
   const int64_t actRows = gpu ? 16384 : 64;
   const std::vector<int64_t> act = {actRows, 1024};
   const double actBytes = double(actRows) * 1024 * 4;
-  const std::string actShape = "[" + std::to_string(actRows) + ", 1024] f32";
-  std::vector<double> rates;
-  auto kernel = [&](const char *name, OpKind kind, size_t inputs,
-                    double passes) {
+  const int64_t llc = lastLevelCacheBytes();
+  const size_t poolSize =
+      gpu ? 4 : size_t(std::max<int64_t>(4, 2 * llc / int64_t(actBytes)));
+  std::vector<Tensor> inPool, outPool;
+  for (size_t i = 0; i < poolSize; ++i) {
+    inPool.push_back(cal.buffer(act, DType::F32, activation));
+    outPool.push_back(cal.buffer(act, DType::F32, activation));
+  }
+  size_t nextIn = 0, nextOut = 0;
+  // The next `ins` inputs and `outs` outputs of the pools.
+  auto rotate = [&](size_t ins, size_t outs, std::vector<Tensor> &in,
+                    std::vector<Tensor> &out) {
+    in.clear();
+    out.clear();
+    for (size_t i = 0; i < ins; ++i)
+      in.push_back(inPool[nextIn++ % poolSize]);
+    for (size_t i = 0; i < outs; ++i)
+      out.push_back(outPool[nextOut++ % poolSize]);
+  };
+  const std::string actShape =
+      "[" + std::to_string(actRows) + ", 1024] f32" +
+      (gpu ? std::string()
+           : ", each call's operands the next of a pool of " +
+                 std::to_string(poolSize) + " (twice the " +
+                 std::to_string(llc >> 20) + " MiB last-level cache)");
+  // Times `op` on operands from the pools: `ins` activations (then the
+  // fixed `extraIns`), `outs` activations (then `extraOuts`).
+  auto timeOp = [&](const PlanOp &op, size_t ins, size_t outs,
+                    const std::vector<Tensor> &extraIns,
+                    const std::vector<Tensor> &extraOuts) -> double {
     std::vector<Tensor> in, out;
-    for (size_t i = 0; i < inputs; ++i)
-      in.push_back(cal.buffer(act, DType::F32, activation));
-    out.push_back(cal.buffer(act, DType::F32, activation));
-    PlanOp op = modelOp(kind, inputs, 1);
+    auto operands = [&] {
+      rotate(ins, outs, in, out);
+      in.insert(in.end(), extraIns.begin(), extraIns.end());
+      out.insert(out.end(), extraOuts.begin(), extraOuts.end());
+    };
+    operands();
     std::optional<Status> st = dev.modelOp(op, in, out, StepContext{}, nullptr);
     if (!st || !st->ok())
+      return 0;
+    return cal.time([&] {
+      operands();
+      (void)dev.modelOp(op, in, out, StepContext{}, nullptr);
+    });
+  };
+  auto record = [&](const char *name, double bytes, double t,
+                    const std::string &what) {
+    if (t <= 0)
       return;
-    double t = cal.time(
-        [&] { (void)dev.modelOp(op, in, out, StepContext{}, nullptr); });
-    double rate = passes * actBytes / t;
-    k.kernelBandwidth[name] = rate;
-    rates.push_back(rate);
-    source(std::string("calibration.kernel_gb_per_s.") + name,
-           actShape + " inputs drawn from N(0, 0.25)");
-    say("  %-20s %8.2f GB/s\n", name, rate / 1e9);
+    k.kernelBandwidth[name] = bytes / t;
+    source(std::string("calibration.kernel_gb_per_s.") + name, what);
+    say("  %-20s %8.2f GB/s\n", name, bytes / t / 1e9);
+  };
+  auto kernel = [&](const char *name, OpKind kind, size_t inputs,
+                    double passes) {
+    record(name, passes * actBytes,
+           timeOp(modelOp(kind, inputs, 1), inputs, 1, {}, {}),
+           actShape + ", inputs drawn from N(0, 0.25)");
   };
   kernel("gelu", OpKind::Gelu, 1, 2);
   kernel("gelu_backward", OpKind::GeluBackward, 2, 3);
@@ -381,37 +446,59 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
   kernel("add", OpKind::Add, 2, 3);
   kernel("mul", OpKind::Mul, 2, 3);
   {
-    Tensor x = cal.buffer(act, DType::F32, activation),
-           g = cal.buffer({1024}, DType::F32, activation),
+    // Bytes as the plan counts them: every operand and result once.
+    Tensor g = cal.buffer({1024}, DType::F32, activation),
            b = cal.buffer({1024}, DType::F32, activation),
-           y = cal.buffer(act, DType::F32, activation);
-    PlanOp op = modelOp(OpKind::LayerNorm, 3, 1);
-    op.attrs = NormAttrs{1e-5};
-    std::vector<Tensor> in = {x, g, b}, out = {y};
-    std::optional<Status> st = dev.modelOp(op, in, out, StepContext{}, nullptr);
-    if (st && st->ok()) {
-      double t = cal.time(
-          [&] { (void)dev.modelOp(op, in, out, StepContext{}, nullptr); });
-      double rate = (2 * actBytes + 2 * 1024 * 4) / t;
-      k.kernelBandwidth["layernorm"] = rate;
-      rates.push_back(rate);
-      source("calibration.kernel_gb_per_s.layernorm",
-             actShape + " inputs drawn from N(0, 0.25)");
-      say("  %-20s %8.2f GB/s\n", "layernorm", rate / 1e9);
+           dg = cal.buffer({1024}, DType::F32, activation),
+           db = cal.buffer({1024}, DType::F32, activation),
+           saved = cal.buffer({2 * actRows}, DType::F32,
+                              [](std::mt19937 &) { return 1.0f; });
+    PlanOp fwd = modelOp(OpKind::LayerNorm, 3, 1);
+    fwd.attrs = NormAttrs{1e-5};
+    record("layernorm", 2 * actBytes + 2 * 1024 * 4,
+           timeOp(fwd, 1, 1, {g, b}, {}),
+           actShape + ", inputs drawn from N(0, 0.25)");
+    // x, weight, dy and the saved mean and rstd; dx, dweight, dbias. The
+    // pool's first input is x, its second dy.
+    PlanOp bwd = modelOp(OpKind::LayerNormBackward, 4, 3);
+    bwd.attrs = NormAttrs{1e-5};
+    {
+      std::vector<Tensor> in, out;
+      double t = 0;
+      auto operands = [&] {
+        rotate(2, 1, in, out);
+        in = {in[0], g, in[1], saved};
+        out.push_back(dg);
+        out.push_back(db);
+      };
+      operands();
+      std::optional<Status> st =
+          dev.modelOp(bwd, in, out, StepContext{}, nullptr);
+      if (st && st->ok())
+        t = cal.time([&] {
+          operands();
+          (void)dev.modelOp(bwd, in, out, StepContext{}, nullptr);
+        });
+      record("layernorm_backward",
+             3 * actBytes + 3 * 1024 * 4 + 2 * double(actRows) * 4, t,
+             actShape + ", inputs drawn from N(0, 0.25)");
     }
+    PlanOp bias = modelOp(OpKind::LinearGradBias, 1, 1);
+    record("linear_grad_bias", actBytes + 1024 * 4,
+           timeOp(bias, 1, 0, {}, {db}), actShape + ", the bias [1024]");
   }
   {
-    Tensor acc = cal.buffer(act, DType::F32, activation),
-           g = cal.buffer(act, DType::F32, activation);
-    double t = cal.time([&] { (void)dev.accumulate(acc, g); });
-    k.kernelBandwidth["accumulate"] = 3 * actBytes / t;
-    source("calibration.kernel_gb_per_s.accumulate", actShape);
-    t = cal.time([&] { (void)dev.zeroTensor(g); });
-    k.kernelBandwidth["zero_grads"] = actBytes / t;
-    source("calibration.kernel_gb_per_s.zero_grads", actShape);
-    say("  %-20s %8.2f GB/s\n  %-20s %8.2f GB/s\n", "accumulate",
-        k.kernelBandwidth["accumulate"] / 1e9, "zero_grads",
-        k.kernelBandwidth["zero_grads"] / 1e9);
+    std::vector<Tensor> in, out;
+    double t = cal.time([&] {
+      rotate(1, 1, in, out);
+      (void)dev.accumulate(out[0], in[0]);
+    });
+    record("accumulate", 3 * actBytes, t, actShape);
+    t = cal.time([&] {
+      rotate(0, 1, in, out);
+      (void)dev.zeroTensor(out[0]);
+    });
+    record("zero_grads", actBytes, t, actShape);
   }
   // Cross-entropy over a [2, 32, 4096] vocabulary ([2, 2048, 4096] on a
   // GPU; an exp per logit):
@@ -468,12 +555,18 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
     source("calibration.kernel_gb_per_s.default",
            "add's rate, for the streaming kernels not measured");
   }
-  (void)rates;
 
-  // Adam (f32 parameter as its own master) and clipping over 1M elements
-  // (64M on a GPU).
-  const int64_t adamN = gpu ? int64_t(1) << 26 : int64_t(1) << 20;
-  const std::string adamCount = gpu ? "64M" : "1M";
+  // Adam (f32 parameter as its own master) and clipping over a model's
+  // worth of elements: its four tensors four times the last-level cache on
+  // a CPU (at least 1M elements; an optimizer step streams every parameter
+  // once, from memory), 64M on a GPU.
+  int64_t adamN = int64_t(1) << 26;
+  if (!gpu) {
+    adamN = int64_t(1) << 20;
+    while (adamN * 16 < 4 * llc)
+      adamN *= 2;
+  }
+  const std::string adamCount = std::to_string(adamN >> 20) + "M";
   {
     Tensor grad = cal.buffer({adamN}, DType::F32, small),
            param = cal.buffer({adamN}, DType::F32, small),

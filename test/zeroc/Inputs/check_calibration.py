@@ -36,9 +36,11 @@ for d in ("f32",):
         assert cal["matmul_tflops"][d][k]["value"] > 0, (d, k)
     # Odd rows are measured at the largest class (1024 on a CPU).
     assert "[1023, 1024]" in cal["matmul_tflops"][d]["misaligned"]["source"]
-for k in ("gelu", "gelu_backward", "add", "layernorm", "accumulate",
-          "default"):
+for k in ("gelu", "gelu_backward", "add", "layernorm", "layernorm_backward",
+          "linear_grad_bias", "accumulate", "default"):
     assert cal["kernel_gb_per_s"][k]["value"] > 0, k
+# On a CPU the operands rotate through pools larger than the cache.
+assert "last-level cache" in cal["kernel_gb_per_s"]["add"]["source"]
 for k in ("adam_gb_per_s", "clip_gb_per_s", "op_overhead_us",
           "phase_overhead_us", "attention_tflops"):
     assert k in cal, k
