@@ -16,7 +16,8 @@ The GPU machine has CUDA and PyTorch but no MLIR, so it runs in two halves:
 after the other (KERNELS below: `per-tensor` is the per-tensor Adam and
 clipping and pageable offload staging that preceded today's defaults,
 `f32-attention` the f32 tiled flash kernels that preceded the tensor-core
-ones; docs/gpu-kernels.md).
+ones; `staged-gemm` the opt-in staging of GEMM rows that are not a multiple
+of 16 bytes, GPT-2's logits; docs/gpu-kernels.md).
 
 Reports per configuration the median step time (steps after the warm-up),
 tokens/s, MFU (model FLOPs per token from the plan: forward and backward,
@@ -51,7 +52,8 @@ KERNELS = {"default": {},
            "per-tensor": {"ZEROC_CUDA_ADAM": "tensor",
                           "ZEROC_CUDA_CLIP": "tensor",
                           "ZEROC_CUDA_HOST_STAGING": "pageable"},
-           "f32-attention": {"ZEROC_CUDA_FLASH": "tiled"}}
+           "f32-attention": {"ZEROC_CUDA_FLASH": "tiled"},
+           "staged-gemm": {"ZEROC_CUDA_GEMM_ROWS": "staged"}}
 
 
 def sh(cmd, **kw):

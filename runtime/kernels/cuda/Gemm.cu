@@ -5,6 +5,10 @@
 #include "cuda/ContextImpl.h"
 #include "cuda/Device.cuh"
 
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
 namespace zeroc::cuda {
 
 namespace {
@@ -254,6 +258,113 @@ Status commitOutput(const char *op, const float *view, const Tensor &t,
                          stream);
 }
 
+GemmStaging gemmStagingFrom(const char *value) {
+  GemmStaging s;
+  std::string v = value ? value : "";
+  s.staged = v == "staged";
+  if (!v.empty() && v != "staged" && v != "direct")
+    s.error =
+        "ZEROC_CUDA_GEMM_ROWS: expected direct or staged, found '" + v + "'";
+  return s;
+}
+
+GemmStaging &gemmStaging() {
+  static GemmStaging staging =
+      gemmStagingFrom(std::getenv("ZEROC_CUDA_GEMM_ROWS"));
+  return staging;
+}
+
+namespace {
+
+bool alignedRows(int64_t ld, DType t) {
+  return (ld * bytesPerElement(t)) % 16 == 0;
+}
+
+int64_t roundUp8(int64_t x) { return (x + 7) / 8 * 8; }
+
+// `rows` rows of `width` bytes from `src` (pitch `srcPitch` bytes) to
+// `dst` (pitch `dstPitch`).
+Status copyRows(const char *op, void *dst, int64_t dstPitch, const void *src,
+                int64_t srcPitch, int64_t width, int64_t rows,
+                cudaStream_t stream) {
+  return cudaStatus(op, "cudaMemcpy2DAsync of a staged GEMM operand",
+                    cudaMemcpy2DAsync(dst, size_t(dstPitch), src,
+                                      size_t(srcPitch), size_t(width),
+                                      size_t(rows), cudaMemcpyDeviceToDevice,
+                                      stream));
+}
+
+} // namespace
+
+namespace {
+
+// linearGemm with A's or C's rows misaligned (GemmStaging): C's rows in
+// chunks, each through aligned staging buffers. Only for one dtype
+// throughout and B aligned; `handled` false otherwise.
+Status stagedGemm(const char *op, KernelContext &ctx, cudaStream_t stream,
+                  int64_t m, int64_t n, int64_t k, GemmOperand a, GemmOperand b,
+                  const Tensor *bias, void *c, DType cType, int64_t ldc,
+                  bool &handled) {
+  handled = false;
+  const GemmStaging &staging = gemmStaging();
+  if (!staging.error.empty())
+    return {std::string(op) + ": " + staging.error};
+  bool stageA = !alignedRows(a.ld, a.dtype);
+  bool stageC = !alignedRows(ldc, cType);
+  if (!staging.staged || (!stageA && !stageC) || a.dtype != b.dtype ||
+      a.dtype != cType || !alignedRows(b.ld, b.dtype) ||
+      reinterpret_cast<uintptr_t>(a.data) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(b.data) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(c) % 16 != 0)
+    return {};
+  handled = true;
+  const int64_t es = bytesPerElement(cType);
+  // Staging bytes per row of C: its own row, and A's share (a row of k
+  // when A is not transposed, a column of k when it is).
+  const int64_t perRow =
+      (stageC ? roundUp8(n) : 0) * es + (stageA ? k * es : 0);
+  int64_t chunk =
+      std::max<int64_t>(8, staging.bytes / std::max<int64_t>(perRow, 1));
+  chunk = std::min(roundUp8(m), chunk / 8 * 8);
+  Scratch aStage, cStage;
+  const int64_t ldA = a.trans ? roundUp8(chunk) : roundUp8(k);
+  if (stageA)
+    ZEROC_RETURN_IF_ERROR(aStage.allocate(
+        op, size_t((a.trans ? k * ldA : chunk * ldA) * es), stream));
+  const int64_t ldC = roundUp8(n);
+  if (stageC)
+    ZEROC_RETURN_IF_ERROR(
+        cStage.allocate(op, size_t(chunk * ldC * es), stream));
+  const char *aBytes = static_cast<const char *>(a.data);
+  char *cBytes = static_cast<char *>(c);
+  for (int64_t r0 = 0; r0 < m; r0 += chunk) {
+    const int64_t rows = std::min(chunk, m - r0);
+    // This chunk's A: rows r0.. of A (columns r0.. of A^T).
+    GemmOperand part = a;
+    part.data = a.trans ? aBytes + r0 * es : aBytes + r0 * a.ld * es;
+    if (stageA) {
+      if (a.trans)
+        ZEROC_RETURN_IF_ERROR(copyRows(op, aStage.get(), ldA * es, part.data,
+                                       a.ld * es, rows * es, k, stream));
+      else
+        ZEROC_RETURN_IF_ERROR(copyRows(op, aStage.get(), ldA * es, part.data,
+                                       a.ld * es, k * es, rows, stream));
+      part.data = aStage.get();
+      part.ld = ldA;
+    }
+    void *out = stageC ? cStage.get() : cBytes + r0 * ldc * es;
+    ZEROC_RETURN_IF_ERROR(linearGemm(op, ctx, stream, rows, n, k, part, b, bias,
+                                     out, cType, stageC ? ldC : ldc));
+    if (stageC)
+      ZEROC_RETURN_IF_ERROR(copyRows(op, cBytes + r0 * ldc * es, ldc * es,
+                                     cStage.get(), ldC * es, n * es, rows,
+                                     stream));
+  }
+  return {};
+}
+
+} // namespace
+
 Status linearGemm(const char *op, KernelContext &ctx, cudaStream_t stream,
                   int64_t m, int64_t n, int64_t k, GemmOperand a, GemmOperand b,
                   const Tensor *bias, void *c, DType cType, int64_t ldc) {
@@ -261,6 +372,11 @@ Status linearGemm(const char *op, KernelContext &ctx, cudaStream_t stream,
     return {};
   if (k == 0)
     return finishRows(op, nullptr, 0, bias, c, cType, ldc, m, n, stream);
+  bool staged = false;
+  ZEROC_RETURN_IF_ERROR(
+      stagedGemm(op, ctx, stream, m, n, k, a, b, bias, c, cType, ldc, staged));
+  if (staged)
+    return {};
   ZEROC_RETURN_IF_ERROR(ctx.init());
   KernelContext::Impl &impl = ctx.impl();
 

@@ -18,6 +18,8 @@
 #include "cuda/Common.h"
 #include "cuda/Context.h"
 
+#include <string>
+
 namespace zeroc::cuda {
 
 /// A row-major matrix operand: `trans` means op(X) = X^T; `ld` in elements.
@@ -33,6 +35,26 @@ struct GemmOperand {
 Status linearGemm(const char *op, KernelContext &ctx, cudaStream_t stream,
                   int64_t m, int64_t n, int64_t k, GemmOperand a, GemmOperand b,
                   const Tensor *bias, void *c, DType cType, int64_t ldc);
+
+/// Products whose A or C rows are not a multiple of 16 bytes (an odd
+/// vocabulary's logits: GPT-2's 50,257 bf16 a row), for which cuBLASLt has
+/// only slow kernels (GPT-2 124M's lm_head at 94-145 TFLOP/s on an H100,
+/// against 667 for aligned 4096^3): with `staged`, linearGemm copies such
+/// operands through staging buffers with rows rounded up to 16 bytes
+/// (cudaMemcpy2DAsync), in chunks of C's rows of at most `bytes` of
+/// staging, and C back the same way. From ZEROC_CUDA_GEMM_ROWS
+/// (`direct`, the default, or `staged`) when first read; tests may change
+/// it. Not yet run on a GPU (docs/gpu-kernels.md).
+struct GemmStaging {
+  bool staged = false;
+  int64_t bytes = int64_t(64) << 20;
+  /// Set when ZEROC_CUDA_GEMM_ROWS has another value: every product then
+  /// fails with it.
+  std::string error;
+};
+GemmStaging &gemmStaging();
+/// The setting for a value of ZEROC_CUDA_GEMM_ROWS (null: unset).
+GemmStaging gemmStagingFrom(const char *value);
 
 /// For each i < batch: C_i = alpha op(A_i) op(B_i) + beta C_i, where X_i
 /// starts `strideX` elements after X_{i-1} (a stride may be 0).

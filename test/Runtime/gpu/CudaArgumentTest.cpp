@@ -9,6 +9,7 @@
 
 #include "Kernels.h"
 #include "cuda/CudaKernels.h"
+#include "cuda/Gemm.h"
 
 #include <gtest/gtest.h>
 
@@ -138,6 +139,25 @@ TEST(CudaFlashKernel, ChoosesTheFastestKernelThatApplies) {
                                        true, 9, kind);
   EXPECT_EQ(bad.error, "causal_attention: ZEROC_CUDA_FLASH: expected auto, "
                        "tiled or rows, found 'mma'");
+}
+
+// ZEROC_CUDA_GEMM_ROWS: direct (or unset) and staged; another value makes
+// every product fail with the variable's name, before any CUDA call.
+TEST_F(CudaArguments, GemmRowsChoice) {
+  EXPECT_FALSE(cuda::gemmStagingFrom(nullptr).staged);
+  EXPECT_FALSE(cuda::gemmStagingFrom("direct").staged);
+  EXPECT_TRUE(cuda::gemmStagingFrom("staged").staged);
+  EXPECT_TRUE(cuda::gemmStagingFrom("staged").error.empty());
+  cuda::GemmStaging bad = cuda::gemmStagingFrom("padded");
+  EXPECT_EQ(bad.error,
+            "ZEROC_CUDA_GEMM_ROWS: expected direct or staged, found 'padded'");
+  cuda::GemmStaging saved = cuda::gemmStaging();
+  cuda::gemmStaging() = bad;
+  Tensor x = fake({2, 4}), w = fake({5, 4}), y = fake({2, 5});
+  Status s = cuda::linearForward(x, w, nullptr, y, ctx, stream);
+  cuda::gemmStaging() = saved;
+  EXPECT_EQ(s.error, "linear: ZEROC_CUDA_GEMM_ROWS: expected direct or "
+                     "staged, found 'padded'");
 }
 
 TEST_F(CudaArguments, EmbeddingsAndLoss) {

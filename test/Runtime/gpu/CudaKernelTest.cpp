@@ -29,6 +29,7 @@
 
 #include "Kernels.h"
 #include "cuda/CudaKernels.h"
+#include "cuda/Gemm.h"
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -493,6 +494,24 @@ TEST_F(CudaLinear, MixedDtypes) {
       {DType::BF16, DType::F32, DType::F32, DType::BF16, true, 2, 16, 64, 32});
   check(
       {DType::F16, DType::BF16, DType::BF16, DType::F32, true, 2, 16, 64, 32});
+}
+
+// ZEROC_CUDA_GEMM_ROWS=staged (cuda/Gemm.h): rows of 257 and 5 elements
+// (not a multiple of 16 bytes) in C (the forward), A (linear_grad_input)
+// and transposed A (linear_grad_weight) through aligned staging, in chunks
+// of 8 rows (a 512-byte budget) and in one; the same results as the CPU.
+// Not yet run on a GPU.
+TEST_F(CudaLinear, MisalignedRowsThroughStaging) {
+  cuda::GemmStaging saved = cuda::gemmStaging();
+  cuda::gemmStaging().staged = true;
+  for (int64_t budget : {int64_t(512), int64_t(64) << 20}) {
+    cuda::gemmStaging().bytes = budget;
+    for (DType t : {DType::BF16, DType::F16, DType::F32}) {
+      check({t, t, t, t, true, 2, 20, 64, 257});
+      check({t, t, t, t, false, 3, 11, 32, 5});
+    }
+  }
+  cuda::gemmStaging() = saved;
 }
 
 TEST_F(CudaLinear, ZeroSizedShapes) {
