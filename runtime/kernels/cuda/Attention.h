@@ -24,6 +24,7 @@
 #include "cuda/Context.h"
 #include "cuda/Types.h"
 
+#include <string>
 #include <string_view>
 
 namespace zeroc::cuda {
@@ -65,9 +66,13 @@ Status flashAttentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
 /// device is sm_80 or newer; the f32 tiled kernels for other head_dim up
 /// to 128; the warp-per-row kernels past that (or past 65535 heads or
 /// batch rows). `choice` is ZEROC_CUDA_FLASH: empty or "auto" (that
-/// order), "tiled" (at most the tiled kernels), "rows"; any other value is
-/// an error naming the variable.
-enum class FlashKernel { Rows, Tiled, TensorCores };
+/// order), "tiled" (at most the tiled kernels), "rows", "registers" (the
+/// FlashAttention-2-style register kernels where the tensor-core kernels
+/// apply and head_dim <= 64; opt-in, not yet run on a GPU); any other
+/// value is an error naming the variable.
+enum class FlashKernel { Rows, Tiled, TensorCores, Registers };
+/// ZEROC_CUDA_FLASH's value, read once; tests may change it.
+std::string &flashKernelChoice();
 Status chooseFlashKernel(const char *op, std::string_view choice,
                          int64_t headDim, int64_t heads, int64_t kvHeads,
                          int64_t batch, bool sixteenBitAligned,

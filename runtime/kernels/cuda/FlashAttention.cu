@@ -23,6 +23,7 @@
 #include <cstdlib>
 #include <mma.h>
 #include <string>
+#include <type_traits>
 
 namespace zeroc::cuda {
 
@@ -989,6 +990,429 @@ Status mmaBackwardFor(const char *op, DType t, const FlashArgs &args,
                : mmaBackward<__half, 128>(op, args, lse, dq, dk, dv, stream);
 }
 
+//===----------------------------------------------------------------------===//
+// Register kernels (ZEROC_CUDA_FLASH=registers; bf16 or f16, head_dim a
+// multiple of 8 up to 64): FlashAttention-2's structure. The same 64-row
+// tiles and 4 warps a block, warp w owning rows 16 w .. 16 w + 15, but the
+// products are `mma.sync.m16n8k16` with their fragments loaded by
+// `ldmatrix`, and everything between two products stays in registers: the
+// score fragments (f32 accumulators) are masked, exponentiated and rounded
+// to the operands' dtype in place, and become the next product's A
+// fragments directly (an accumulator's 16 x 8 layout pairs into the A
+// operand's 16 x 16 one). The forward is one pass with the online softmax
+// (each row's running maximum and sum in the four lanes that hold it,
+// combined with two shuffles), rescaling the output fragments per key
+// tile. The backward's dq kernel and dk/dv kernel are those of the WMMA
+// kernels (one writer per gradient, fixed order): the dk/dv warp computes
+// S^T = K Q^T and dP^T = V dO^T for its key rows, so P^T and dS^T are
+// already A fragments for dV += P^T dO and dK += dS^T Q. Not yet run on a
+// GPU (docs/gpu-kernels.md).
+//===----------------------------------------------------------------------===//
+
+constexpr int kRegDim = 64;
+constexpr int kRegLd = kRegDim + 8; // 144-byte rows: ldmatrix conflict-free
+
+__device__ __forceinline__ uint32_t sharedAddress(const void *p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void ldmatrix4(uint32_t (&r)[4], const void *p) {
+  asm volatile(
+      "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+      : "r"(sharedAddress(p)));
+}
+
+__device__ __forceinline__ void ldmatrix4Trans(uint32_t (&r)[4],
+                                               const void *p) {
+  asm volatile(
+      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, "
+      "[%4];\n"
+      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+      : "r"(sharedAddress(p)));
+}
+
+// d += a b for one 16 x 8 x 16 piece (f32 accumulators).
+template <typename T>
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4],
+                                         uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0),
+                   "r"(b1));
+  else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0),
+                   "r"(b1));
+}
+
+// Two floats rounded to T, `lo` in the low half (the lower column).
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  uint32_t r;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    memcpy(&r, &v, 4);
+  } else {
+    __half2 v = __floats2half2_rn(lo, hi);
+    memcpy(&r, &v, 4);
+  }
+  return r;
+}
+
+// The A fragments of the calling warp's 16 rows of a 16-bit tile (row
+// stride kRegLd), for each 16-column step of its first kRegDim columns.
+template <typename T>
+__device__ __forceinline__ void loadRowFragments(uint32_t (&f)[kRegDim / 16][4],
+                                                 const T *tile) {
+  int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll
+  for (int kk = 0; kk < kRegDim / 16; ++kk)
+    ldmatrix4(f[kk],
+              tile + (16 * w + lane % 16) * kRegLd + 16 * kk + (lane / 16) * 8);
+}
+
+// acc[n] (8 n-tiles of 8 columns: the 64 rows of `rowsB`) = A rowsB^T over
+// the first kRegDim columns: A's fragments `a` (16 rows), B's rows read
+// from the 16-bit tile `rowsB` (each row one column of the product).
+template <typename T>
+__device__ __forceinline__ void
+scoresFromRows(float (&acc)[kTile / 8][4], const uint32_t (&a)[kRegDim / 16][4],
+               const T *rowsB) {
+  int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int n = 0; n < kTile / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      acc[n][e] = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < kRegDim / 16; ++kk)
+#pragma unroll
+    for (int np = 0; np < kTile / 16; ++np) {
+      uint32_t b[4];
+      ldmatrix4(b, rowsB + (16 * np + lane % 8 + (lane / 16) * 8) * kRegLd +
+                       16 * kk + ((lane / 8) % 2) * 8);
+      mma16816<T>(acc[2 * np], a[kk], b[0], b[1]);
+      mma16816<T>(acc[2 * np + 1], a[kk], b[2], b[3]);
+    }
+}
+
+// out[n] (kRegDim / 8 n-tiles over the head's columns) += P X, P the
+// calling warp's 16 x 64 score fragments (f32, rounded to T here), X the
+// 64 x kRegDim 16-bit tile (row stride kRegLd).
+template <typename T>
+__device__ __forceinline__ void accumulateScores(float (&out)[kRegDim / 8][4],
+                                                 const float (&p)[kTile / 8][4],
+                                                 const T *x) {
+  int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int kt = 0; kt < kTile / 16; ++kt) {
+    uint32_t a[4] = {pack2<T>(p[2 * kt][0], p[2 * kt][1]),
+                     pack2<T>(p[2 * kt][2], p[2 * kt][3]),
+                     pack2<T>(p[2 * kt + 1][0], p[2 * kt + 1][1]),
+                     pack2<T>(p[2 * kt + 1][2], p[2 * kt + 1][3])};
+#pragma unroll
+    for (int np = 0; np < kRegDim / 16; ++np) {
+      uint32_t b[4];
+      ldmatrix4Trans(b,
+                     x + (16 * kt + lane % 8 + ((lane / 8) % 2) * 8) * kRegLd +
+                         16 * np + (lane / 16) * 8);
+      mma16816<T>(out[2 * np], a, b[0], b[1]);
+      mma16816<T>(out[2 * np + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// The calling warp's fragments `acc` (16 rows x kRegDim) times `scale[r]`
+// (r 0: row g, 1: row g + 8) to device memory at rows row0 + 16 w + ..,
+// columns < d.
+template <typename T>
+__device__ __forceinline__ void
+storeFragments(const float (&acc)[kRegDim / 8][4], const float (&scale)[2],
+               T *p, int64_t batch, int64_t seq, int64_t width, int64_t head,
+               int64_t d, int64_t row0) {
+  int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    int64_t i = row0 + 16 * w + g + 8 * half;
+    if (i >= seq)
+      continue;
+#pragma unroll
+    for (int n = 0; n < kRegDim / 8; ++n) {
+      int64_t c = 8 * n + 2 * t;
+      if (c < d) {
+        T *at = p + (batch * seq + i) * width + head * d + c;
+        at[0] = toDType<T>(acc[n][2 * half] * scale[half]);
+        at[1] = toDType<T>(acc[n][2 * half + 1] * scale[half]);
+      }
+    }
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kMmaThreads)
+    flashForwardRegisters(FlashArgs a, T *out, float *lse) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  __shared__ __align__(128) T qs[kTile * kRegLd], ks[kTile * kRegLd],
+      vs[kTile * kRegLd];
+  const T *q = static_cast<const T *>(a.q), *k = static_cast<const T *>(a.k),
+          *v = static_cast<const T *>(a.v);
+  int64_t tiles = (a.seq + kTile - 1) / kTile;
+  int64_t b = blockIdx.z, h = blockIdx.y,
+          q0 = (tiles - 1 - int64_t(blockIdx.x)) * kTile;
+  int64_t d = a.headDim, g0 = h / a.group();
+  int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  loadTileMma<T, kRegDim>(qs, q, b, a.seq, a.qWidth(), h, d, q0);
+  __syncthreads();
+  uint32_t qf[kRegDim / 16][4];
+  loadRowFragments<T>(qf, qs);
+  float o[kRegDim / 8][4] = {};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  int64_t qLast = min(q0 + kTile, a.seq) - 1;
+  for (int64_t k0 = a.firstKey(q0) / kTile * kTile; k0 <= qLast; k0 += kTile) {
+    __syncthreads();
+    loadTileMma<T, kRegDim>(ks, k, b, a.seq, a.kvWidth(), g0, d, k0);
+    loadTileMma<T, kRegDim>(vs, v, b, a.seq, a.kvWidth(), g0, d, k0);
+    __syncthreads();
+    float s[kTile / 8][4];
+    scoresFromRows<T>(s, qf, ks);
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < kTile / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        int half = e / 2;
+        int64_t i = q0 + 16 * w + g + 8 * half, j = k0 + 8 * n + 2 * t + e % 2;
+        s[n][e] = pairs(a, i, j) ? s[n][e] * a.scale : -INFINITY;
+        mx[half] = fmaxf(mx[half], s[n][e]);
+      }
+    float corr[2];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      mx[half] = fmaxf(mx[half], __shfl_xor_sync(0xffffffffu, mx[half], 1));
+      mx[half] = fmaxf(mx[half], __shfl_xor_sync(0xffffffffu, mx[half], 2));
+      float mNew = fmaxf(m[half], mx[half]);
+      corr[half] = mNew == -INFINITY ? 1.0f : expf(m[half] - mNew);
+      m[half] = mNew;
+    }
+    float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int n = 0; n < kTile / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        int half = e / 2;
+        float p = m[half] == -INFINITY ? 0.0f : expf(s[n][e] - m[half]);
+        s[n][e] = p;
+        sum[half] += p;
+      }
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      sum[half] += __shfl_xor_sync(0xffffffffu, sum[half], 1);
+      sum[half] += __shfl_xor_sync(0xffffffffu, sum[half], 2);
+      l[half] = l[half] * corr[half] + sum[half];
+    }
+#pragma unroll
+    for (int n = 0; n < kRegDim / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        o[n][e] *= corr[e / 2];
+    accumulateScores<T>(o, s, vs);
+  }
+  if (out) {
+    float inv[2] = {l[0] > 0 ? 1.0f / l[0] : 0.0f,
+                    l[1] > 0 ? 1.0f / l[1] : 0.0f};
+    storeFragments<T>(o, inv, out, b, a.seq, a.qWidth(), h, d, q0);
+  }
+  if (lse && t == 0)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      int64_t i = q0 + 16 * w + g + 8 * half;
+      if (i < a.seq)
+        lse[(b * a.heads + h) * a.seq + i] = m[half] + logf(l[half]);
+    }
+#else
+  __trap();
+#endif
+}
+
+// Per row of a 64-row query tile staged in `dos` (two threads a row): its
+// saved log-sum-exp and D = dO . O, into rowLse and rowD.
+template <typename T>
+__device__ __forceinline__ void
+queryRowTerms(const FlashArgs &a, const float *lse, const T *dos, int64_t b,
+              int64_t h, int64_t q0, float *rowLse, float *rowD) {
+  const T *o = static_cast<const T *>(a.out);
+  int qr = threadIdx.x / 2, part = threadIdx.x % 2;
+  int64_t qi = q0 + qr, d = a.headDim;
+  float dot = 0.0f;
+  if (qi < a.seq)
+    for (int64_t c = part * (d / 2); c < (part ? d : d / 2); ++c)
+      dot += toFloat(dos[qr * kRegLd + c]) *
+             toFloat(o[(b * a.seq + qi) * a.qWidth() + h * d + c]);
+  dot += __shfl_xor_sync(0xffffffffu, dot, 1);
+  if (part == 0) {
+    rowD[qr] = dot;
+    rowLse[qr] = qi < a.seq ? lse[(b * a.heads + h) * a.seq + qi] : 0.0f;
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kMmaThreads)
+    flashGradQueryRegisters(FlashArgs a, const float *lse, T *dq) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  __shared__ __align__(128) T qs[kTile * kRegLd], dos[kTile * kRegLd],
+      ks[kTile * kRegLd], vs[kTile * kRegLd];
+  __shared__ float rowLse[kTile], rowD[kTile];
+  const T *q = static_cast<const T *>(a.q), *k = static_cast<const T *>(a.k),
+          *v = static_cast<const T *>(a.v),
+          *dout = static_cast<const T *>(a.dout);
+  int64_t tiles = (a.seq + kTile - 1) / kTile;
+  int64_t b = blockIdx.z, h = blockIdx.y,
+          q0 = (tiles - 1 - int64_t(blockIdx.x)) * kTile;
+  int64_t d = a.headDim, g0 = h / a.group();
+  int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  loadTileMma<T, kRegDim>(qs, q, b, a.seq, a.qWidth(), h, d, q0);
+  loadTileMma<T, kRegDim>(dos, dout, b, a.seq, a.qWidth(), h, d, q0);
+  __syncthreads();
+  queryRowTerms<T>(a, lse, dos, b, h, q0, rowLse, rowD);
+  __syncthreads();
+  uint32_t qf[kRegDim / 16][4], df[kRegDim / 16][4];
+  loadRowFragments<T>(qf, qs);
+  loadRowFragments<T>(df, dos);
+  float L[2] = {rowLse[16 * w + g], rowLse[16 * w + g + 8]},
+        D[2] = {rowD[16 * w + g], rowD[16 * w + g + 8]};
+  float acc[kRegDim / 8][4] = {};
+  int64_t qLast = min(q0 + kTile, a.seq) - 1;
+  for (int64_t k0 = a.firstKey(q0) / kTile * kTile; k0 <= qLast; k0 += kTile) {
+    __syncthreads();
+    loadTileMma<T, kRegDim>(ks, k, b, a.seq, a.kvWidth(), g0, d, k0);
+    loadTileMma<T, kRegDim>(vs, v, b, a.seq, a.kvWidth(), g0, d, k0);
+    __syncthreads();
+    float s[kTile / 8][4], dp[kTile / 8][4];
+    scoresFromRows<T>(s, qf, ks);
+    scoresFromRows<T>(dp, df, vs);
+#pragma unroll
+    for (int n = 0; n < kTile / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        int half = e / 2;
+        int64_t i = q0 + 16 * w + g + 8 * half, j = k0 + 8 * n + 2 * t + e % 2;
+        float p = pairs(a, i, j) ? expf(s[n][e] * a.scale - L[half]) : 0.0f;
+        s[n][e] = p * (dp[n][e] - D[half]) * a.scale;
+      }
+    accumulateScores<T>(acc, s, ks);
+  }
+  const float one[2] = {1.0f, 1.0f};
+  storeFragments<T>(acc, one, dq, b, a.seq, a.qWidth(), h, d, q0);
+#else
+  __trap();
+#endif
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kMmaThreads)
+    flashGradKeyValueRegisters(FlashArgs a, const float *lse, T *dk, T *dv) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  __shared__ __align__(128) T ks[kTile * kRegLd], vs[kTile * kRegLd],
+      qs[kTile * kRegLd], dos[kTile * kRegLd];
+  __shared__ float rowLse[kTile], rowD[kTile];
+  const T *q = static_cast<const T *>(a.q), *k = static_cast<const T *>(a.k),
+          *v = static_cast<const T *>(a.v),
+          *dout = static_cast<const T *>(a.dout);
+  int64_t b = blockIdx.z, g0 = blockIdx.y, k0 = int64_t(blockIdx.x) * kTile;
+  int64_t d = a.headDim;
+  int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  loadTileMma<T, kRegDim>(ks, k, b, a.seq, a.kvWidth(), g0, d, k0);
+  loadTileMma<T, kRegDim>(vs, v, b, a.seq, a.kvWidth(), g0, d, k0);
+  __syncthreads();
+  uint32_t kf[kRegDim / 16][4], vf[kRegDim / 16][4];
+  loadRowFragments<T>(kf, ks);
+  loadRowFragments<T>(vf, vs);
+  float dkAcc[kRegDim / 8][4] = {}, dvAcc[kRegDim / 8][4] = {};
+  int64_t qEnd = a.lastQuery(min(k0 + kTile, a.seq) - 1);
+  for (int64_t h = g0 * a.group(); h < (g0 + 1) * a.group(); ++h)
+    for (int64_t q0 = k0; q0 <= qEnd; q0 += kTile) {
+      __syncthreads();
+      loadTileMma<T, kRegDim>(qs, q, b, a.seq, a.qWidth(), h, d, q0);
+      loadTileMma<T, kRegDim>(dos, dout, b, a.seq, a.qWidth(), h, d, q0);
+      __syncthreads();
+      queryRowTerms<T>(a, lse, dos, b, h, q0, rowLse, rowD);
+      __syncthreads();
+      // Rows: the warp's keys; columns: the tile's queries.
+      float st[kTile / 8][4], dpt[kTile / 8][4], pt[kTile / 8][4];
+      scoresFromRows<T>(st, kf, qs);
+      scoresFromRows<T>(dpt, vf, dos);
+#pragma unroll
+      for (int n = 0; n < kTile / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          int col = 8 * n + 2 * t + e % 2;
+          int64_t j = k0 + 16 * w + g + 8 * (e / 2), i = q0 + col;
+          float p =
+              pairs(a, i, j) ? expf(st[n][e] * a.scale - rowLse[col]) : 0.0f;
+          pt[n][e] = p;
+          st[n][e] = p * (dpt[n][e] - rowD[col]) * a.scale;
+        }
+      accumulateScores<T>(dvAcc, pt, dos);
+      accumulateScores<T>(dkAcc, st, qs);
+    }
+  const float one[2] = {1.0f, 1.0f};
+  storeFragments<T>(dkAcc, one, dk, b, a.seq, a.kvWidth(), g0, d, k0);
+  storeFragments<T>(dvAcc, one, dv, b, a.seq, a.kvWidth(), g0, d, k0);
+#else
+  __trap();
+#endif
+}
+
+template <typename T>
+Status registersForward(const char *op, const FlashArgs &args, void *out,
+                        float *lse, cudaStream_t stream) {
+  dim3 grid(unsigned((args.seq + kTile - 1) / kTile), unsigned(args.heads),
+            unsigned(args.batch));
+  flashForwardRegisters<T>
+      <<<grid, kMmaThreads, 0, stream>>>(args, static_cast<T *>(out), lse);
+  return launchStatus(op);
+}
+
+template <typename T>
+Status registersBackward(const char *op, const FlashArgs &args,
+                         const float *lse, const Tensor &dq, const Tensor &dk,
+                         const Tensor &dv, cudaStream_t stream) {
+  unsigned tiles = unsigned((args.seq + kTile - 1) / kTile);
+  flashGradQueryRegisters<T>
+      <<<dim3(tiles, unsigned(args.heads), unsigned(args.batch)), kMmaThreads,
+         0, stream>>>(args, lse, static_cast<T *>(dq.data));
+  ZEROC_RETURN_IF_ERROR(launchStatus(op));
+  flashGradKeyValueRegisters<T>
+      <<<dim3(tiles, unsigned(args.kvHeads), unsigned(args.batch)), kMmaThreads,
+         0, stream>>>(args, lse, static_cast<T *>(dk.data),
+                      static_cast<T *>(dv.data));
+  return launchStatus(op);
+}
+
+Status registersForwardFor(const char *op, DType t, const FlashArgs &args,
+                           void *out, float *lse, cudaStream_t stream) {
+  return t == DType::BF16
+             ? registersForward<__nv_bfloat16>(op, args, out, lse, stream)
+             : registersForward<__half>(op, args, out, lse, stream);
+}
+
+Status registersBackwardFor(const char *op, DType t, const FlashArgs &args,
+                            const float *lse, const Tensor &dq,
+                            const Tensor &dk, const Tensor &dv,
+                            cudaStream_t stream) {
+  return t == DType::BF16
+             ? registersBackward<__nv_bfloat16>(op, args, lse, dq, dk, dv,
+                                                stream)
+             : registersBackward<__half>(op, args, lse, dq, dk, dv, stream);
+}
+
 // The operands' common 16-bit dtype (BF16 or F16), or F32 where they are
 // not all one 16-bit dtype or not all 16-byte aligned: the tensor-core
 // kernels read 8 elements at a time.
@@ -1005,15 +1429,14 @@ DType mmaDType(std::initializer_list<const Tensor *> operands) {
 Status flashKernelFor(const char *op, const cpu::AttentionShape &a,
                       std::initializer_list<const Tensor *> operands,
                       FlashKernel &kind) {
-  static const char *env = std::getenv("ZEROC_CUDA_FLASH");
   int device = 0, major = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
                              device) != cudaSuccess)
     major = 0;
-  return chooseFlashKernel(op, env ? env : "", a.headDim, a.heads, a.kvHeads,
-                           a.batch, mmaDType(operands) != DType::F32, major,
-                           kind);
+  return chooseFlashKernel(op, flashKernelChoice(), a.headDim, a.heads,
+                           a.kvHeads, a.batch, mmaDType(operands) != DType::F32,
+                           major, kind);
 }
 
 Status checkHeadDim(const char *op, const cpu::AttentionShape &a) {
@@ -1068,6 +1491,8 @@ Status flashAttentionForward(const Tensor &q, const Tensor &k, const Tensor &v,
   float *l = lse ? static_cast<float *>(lse->data) : nullptr;
   FlashKernel kind;
   ZEROC_RETURN_IF_ERROR(flashKernelFor(op, a, {&q, &k, &v, &out}, kind));
+  if (kind == FlashKernel::Registers)
+    return registersForwardFor(op, q.dtype, args, out.data, l, stream);
   if (kind == FlashKernel::TensorCores)
     return mmaForwardFor(op, q.dtype, args, out.data, l, stream);
   if (kind == FlashKernel::Tiled)
@@ -1109,7 +1534,10 @@ Status flashAttentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
     FlashKernel forwardKind;
     ZEROC_RETURN_IF_ERROR(
         flashKernelFor(op, a, {&q, &k, &v, &out}, forwardKind));
-    if (forwardKind == FlashKernel::TensorCores) {
+    if (forwardKind == FlashKernel::Registers) {
+      ZEROC_RETURN_IF_ERROR(registersForwardFor(
+          op, q.dtype, args, nullptr, lseScratch.get<float>(), stream));
+    } else if (forwardKind == FlashKernel::TensorCores) {
       ZEROC_RETURN_IF_ERROR(mmaForwardFor(op, q.dtype, args, nullptr,
                                           lseScratch.get<float>(), stream));
     } else if (forwardKind == FlashKernel::Tiled) {
@@ -1125,6 +1553,8 @@ Status flashAttentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
     }
     l = lseScratch.get<float>();
   }
+  if (kind == FlashKernel::Registers)
+    return registersBackwardFor(op, q.dtype, args, l, dq, dk, dv, stream);
   if (kind == FlashKernel::TensorCores)
     return mmaBackwardFor(op, q.dtype, args, l, dq, dk, dv, stream);
   if (kind == FlashKernel::Tiled)
@@ -1140,14 +1570,23 @@ Status flashAttentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
   return launchStatus(op);
 }
 
+std::string &flashKernelChoice() {
+  static std::string choice = [] {
+    const char *e = std::getenv("ZEROC_CUDA_FLASH");
+    return std::string(e ? e : "");
+  }();
+  return choice;
+}
+
 Status chooseFlashKernel(const char *op, std::string_view choice,
                          int64_t headDim, int64_t heads, int64_t kvHeads,
                          int64_t batch, bool sixteenBitAligned,
                          int computeMajor, FlashKernel &kind) {
   if (!choice.empty() && choice != "auto" && choice != "tiled" &&
-      choice != "rows")
+      choice != "rows" && choice != "registers")
     return {std::string(op) +
-            ": ZEROC_CUDA_FLASH: expected auto, tiled or rows, found '" +
+            ": ZEROC_CUDA_FLASH: expected auto, tiled, "
+            "rows or registers, found '" +
             std::string(choice) + "'"};
   bool tiles = headDim <= kMaxTiledHeadDim && heads <= 65535 &&
                kvHeads <= 65535 && batch <= 65535;
@@ -1156,6 +1595,8 @@ Status chooseFlashKernel(const char *op, std::string_view choice,
   else if (choice == "tiled" || !sixteenBitAligned || headDim % 8 != 0 ||
            computeMajor < 8)
     kind = FlashKernel::Tiled;
+  else if (choice == "registers" && headDim <= kRegDim)
+    kind = FlashKernel::Registers;
   else
     kind = FlashKernel::TensorCores;
   return {};

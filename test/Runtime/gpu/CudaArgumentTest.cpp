@@ -133,12 +133,19 @@ TEST(CudaFlashKernel, ChoosesTheFastestKernelThatApplies) {
   EXPECT_EQ(choose("", 136, true, 9), FlashKernel::Rows);
   EXPECT_EQ(choose("", 64, true, 9, 70000), FlashKernel::Rows);
   EXPECT_EQ(choose("rows", 64, true, 9), FlashKernel::Rows);
+  // The opt-in register kernels: head_dim up to 64, where the tensor-core
+  // kernels apply; otherwise the same choice as auto.
+  EXPECT_EQ(choose("registers", 64, true, 9), FlashKernel::Registers);
+  EXPECT_EQ(choose("registers", 8, true, 8), FlashKernel::Registers);
+  EXPECT_EQ(choose("registers", 128, true, 9), FlashKernel::TensorCores);
+  EXPECT_EQ(choose("registers", 64, false, 9), FlashKernel::Tiled);
+  EXPECT_EQ(choose("registers", 64, true, 7), FlashKernel::Tiled);
 
   FlashKernel kind;
   Status bad = cuda::chooseFlashKernel("causal_attention", "mma", 64, 12, 12, 8,
                                        true, 9, kind);
   EXPECT_EQ(bad.error, "causal_attention: ZEROC_CUDA_FLASH: expected auto, "
-                       "tiled or rows, found 'mma'");
+                       "tiled, rows or registers, found 'mma'");
 }
 
 // ZEROC_CUDA_GEMM_ROWS: direct (or unset) and staged; another value makes

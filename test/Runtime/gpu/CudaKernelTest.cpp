@@ -715,7 +715,12 @@ void PrintTo(const AttentionCase &c, std::ostream *os) {
 }
 
 class CudaAttention : public CudaKernels,
-                      public ::testing::WithParamInterface<AttentionCase> {};
+                      public ::testing::WithParamInterface<AttentionCase> {
+protected:
+  /// The flash kernels against the CPU's, with and without the saved
+  /// log-sum-exp.
+  void checkFlash();
+};
 
 TEST_P(CudaAttention, MatchesTheCpu) {
   const AttentionCase &c = GetParam();
@@ -766,7 +771,7 @@ TEST_P(CudaAttention, MatchesTheCpu) {
 // The flash kernels against the CPU's flash kernels (which are tested
 // against the materialized ones and finite differences): outputs and the
 // log-sum-exp, gradients from the saved and from a recomputed log-sum-exp.
-TEST_P(CudaAttention, FlashMatchesTheCpu) {
+void CudaAttention::checkFlash() {
   const AttentionCase &c = GetParam();
   DType t = c.dtype;
   int64_t qw = c.heads * c.headDim, kw = c.kvHeads * c.headDim;
@@ -811,6 +816,18 @@ TEST_P(CudaAttention, FlashMatchesTheCpu) {
   expectExact(down(dq2), gdq, "flash dq recomputed");
   expectExact(down(dk2), gdk, "flash dk recomputed");
   expectExact(down(dv2), gdv, "flash dv recomputed");
+}
+
+TEST_P(CudaAttention, FlashMatchesTheCpu) { checkFlash(); }
+
+// ZEROC_CUDA_FLASH=registers (opt-in, not yet run on a GPU): the
+// FlashAttention-2-style kernels where they apply (16-bit, head_dim <= 64),
+// the same kernels as auto elsewhere; the same bounds against the CPU.
+TEST_P(CudaAttention, RegisterKernelsMatchTheCpu) {
+  std::string saved = cuda::flashKernelChoice();
+  cuda::flashKernelChoice() = "registers";
+  checkFlash();
+  cuda::flashKernelChoice() = saved;
 }
 
 INSTANTIATE_TEST_SUITE_P(
