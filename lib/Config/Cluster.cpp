@@ -51,6 +51,9 @@ bool ClusterCalibration::any() const {
   for (const auto &[kind, v] : kernelBandwidth)
     if (v > 0)
       return true;
+  for (const auto &[kind, v] : serialKernelBandwidth)
+    if (v > 0)
+      return true;
   for (const CollectiveFit &f : collective)
     if (f.busBandwidth > 0)
       return true;
@@ -143,6 +146,13 @@ struct FigureSpec {
     "calibration.kernel_gb_per_s." kind, kGBPerS, Bound::Positive, true,       \
         [](Cluster &c, Counts &) -> double & {                                 \
           return c.calibration.kernelBandwidth[kind];                          \
+        }                                                                      \
+  }
+#define ZEROC_SERIAL_KERNEL(kind)                                              \
+  {                                                                            \
+    "calibration.serial_kernel_gb_per_s." kind, kGBPerS, Bound::Positive,      \
+        true, [](Cluster &c, Counts &) -> double & {                           \
+          return c.calibration.serialKernelBandwidth[kind];                    \
         }                                                                      \
   }
 #define ZEROC_COLLECTIVE(name, k)                                              \
@@ -242,6 +252,21 @@ const FigureSpec kFigures[] = {
     ZEROC_KERNEL("cross_entropy_backward"),
     ZEROC_KERNEL("accumulate"),
     ZEROC_KERNEL("zero_grads"),
+    {"calibration.serial_kernel_elements", 1, Bound::Count, true,
+     [](Cluster &c, Counts &) -> double & {
+       return c.calibration.serialKernelElements;
+     }},
+    ZEROC_SERIAL_KERNEL("gelu"),
+    ZEROC_SERIAL_KERNEL("gelu_backward"),
+    ZEROC_SERIAL_KERNEL("silu"),
+    ZEROC_SERIAL_KERNEL("silu_backward"),
+    ZEROC_SERIAL_KERNEL("add"),
+    ZEROC_SERIAL_KERNEL("mul"),
+    ZEROC_SERIAL_KERNEL("layernorm"),
+    ZEROC_SERIAL_KERNEL("layernorm_backward"),
+    ZEROC_SERIAL_KERNEL("linear_grad_bias"),
+    ZEROC_SERIAL_KERNEL("accumulate"),
+    ZEROC_SERIAL_KERNEL("zero_grads"),
     {"calibration.adam_gb_per_s", kGBPerS, Bound::Positive, true,
      [](Cluster &c, Counts &) -> double & {
        return c.calibration.adamBandwidth;
@@ -295,6 +320,7 @@ const ObjectSpec kObjects[] = {
     {"calibration.matmul_tflops.bf16", true},
     {"calibration.matmul_tflops.f16", true},
     {"calibration.kernel_gb_per_s", true},
+    {"calibration.serial_kernel_gb_per_s", true},
     {"calibration.all_gather", true},
     {"calibration.reduce_scatter", true},
     {"calibration.all_reduce", true},

@@ -159,8 +159,13 @@ bool rowsMisaligned(const std::vector<int64_t> &shape, DType dtype) {
 }
 
 double kernelTime(const Cluster &cluster, OpKind kind, double flops,
-                  double bytes, DType dtype, bool misalignedRows) {
+                  double bytes, DType dtype, bool misalignedRows,
+                  double elements) {
   const ClusterCalibration &cal = cluster.calibration;
+  if (elements > 0 && elements < cal.serialKernelElements)
+    if (auto it = cal.serialKernelBandwidth.find(opKindName(kind));
+        it != cal.serialKernelBandwidth.end() && it->second > 0)
+      return bytes / it->second;
   switch (kind) {
   case OpKind::Linear:
   case OpKind::LinearGradInput:
@@ -359,6 +364,19 @@ DType CostModel::computeDType(const PhaseInfo &info, const PlanOp &op) const {
           t != info.dtypes.end() && t->second != DType::I32)
         return t->second;
   return plan.model.dtype;
+}
+
+double CostModel::largestResultElements(const PhaseInfo &info,
+                                        const PlanOp &op) const {
+  double most = 0;
+  for (int64_t id : op.outputs)
+    if (auto v = info.values.find(id); v != info.values.end()) {
+      double n = 1;
+      for (int64_t d : v->second->shape)
+        n *= double(d);
+      most = std::max(most, n);
+    }
+  return most;
 }
 
 bool CostModel::hasMisalignedRows(const PhaseInfo &info,
@@ -594,7 +612,8 @@ OpCost CostModel::workCost(const PlanPhase &phase, const PlanOp &op,
           });
       cost.seconds =
           kernelTime(clusterRef, op.kind, double(op.flops), double(op.bytes),
-                     computeDType(info, op), hasMisalignedRows(info, op));
+                     computeDType(info, op), hasMisalignedRows(info, op),
+                     largestResultElements(info, op));
       return cost;
     }
   case OpKind::AllGatherStart:

@@ -383,6 +383,8 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
        {{"f32", {{"small", 0.02}, {"large", 0.05}}},
         {"bf16", {{"xlarge", 600}, {"misaligned", 120}}}}},
       {"kernel_gb_per_s", {{"gelu", 0.5}, {"default", 8}}},
+      {"serial_kernel_elements", 32768},
+      {"serial_kernel_gb_per_s", {{"gelu", 0.25}}},
       {"adam_gb_per_s", 10},
       {"clip_gb_per_s", 2},
       {"all_gather",
@@ -411,6 +413,8 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
   EXPECT_EQ(k.matmulMisalignedFactor(0), 1.0);
   EXPECT_NEAR(k.kernelBandwidth.at("gelu"), 0.5e9, 1e-3);
   EXPECT_NEAR(k.kernelBandwidth.at("default"), 8e9, 1e-3);
+  EXPECT_EQ(k.serialKernelElements, 32768);
+  EXPECT_NEAR(k.serialKernelBandwidth.at("gelu"), 0.25e9, 1e-3);
   EXPECT_NEAR(k.adamBandwidth, 10e9, 1e-3);
   EXPECT_NEAR(k.clipBandwidth, 2e9, 1e-3);
   EXPECT_NEAR(k.collective[0].latency, 30e-6, 1e-18);

@@ -1106,6 +1106,33 @@ TEST(Calibration, MisalignedRowsTakeTheMeasuredFraction) {
   EXPECT_NEAR(odd / even, 5.0 * 50257 / 50304, 1e-6);
 }
 
+// On a CPU rank of several threads, an op below the kernels' parallel
+// threshold runs on one thread: its kind's serial rate where calibrated
+// (tiny GPT-2's gelu, 16 Ki elements, ran at half the pooled rate at one
+// rank on two cores: bench/RESULTS.md, run 9).
+TEST(Calibration, OpsBelowTheParallelThresholdTakeTheSerialRate) {
+  Cluster c = exactCluster();
+  c.calibration.kernelBandwidth["gelu"] = 1e9;
+  c.calibration.kernelBandwidth["default"] = 4e9;
+  c.calibration.serialKernelBandwidth["gelu"] = 0.5e9;
+  c.calibration.serialKernelElements = 32768;
+  const double bytes = 131072;
+  EXPECT_NEAR(kernelTime(c, OpKind::Gelu, 0, bytes, DType::F32, false, 16384),
+              bytes / 0.5e9, 1e-15);
+  // At or above the threshold, or of unknown size: the pooled rate.
+  EXPECT_NEAR(kernelTime(c, OpKind::Gelu, 0, bytes, DType::F32, false, 32768),
+              bytes / 1e9, 1e-15);
+  EXPECT_NEAR(kernelTime(c, OpKind::Gelu, 0, bytes, DType::F32), bytes / 1e9,
+              1e-15);
+  // A kind without a serial rate keeps its own.
+  EXPECT_NEAR(kernelTime(c, OpKind::Add, 0, bytes, DType::F32, false, 16384),
+              bytes / 4e9, 1e-15);
+  // Not calibrated (one thread a rank): no serial pricing at all.
+  c.calibration.serialKernelElements = 0;
+  EXPECT_NEAR(kernelTime(c, OpKind::Gelu, 0, bytes, DType::F32, false, 16384),
+              bytes / 1e9, 1e-15);
+}
+
 TEST(Calibration, KernelBandwidthsAndOverheads) {
   // gelu at its own 1 GB/s, add at the default 2 GB/s, 1 us per op, 10 us
   // per phase run; one stream, so the phase is the sum.

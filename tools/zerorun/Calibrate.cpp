@@ -4,6 +4,7 @@
 
 #include "comm/Communicator.h"
 #include "cpu/Optimizer.h"
+#include "cpu/Threads.h"
 #include "exec/Device.h"
 #include "exec/PreparedPhase.h"
 #include "exec/StreamScheduler.h"
@@ -377,128 +378,153 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
   // in between): each call there takes its inputs from a pool of twice the
   // last-level cache and writes into another, in turn (rotate() below).
   // On a GPU one operand is already larger than the L2.
-  const int64_t actRows = gpu ? 16384 : 64;
-  const std::vector<int64_t> act = {actRows, 1024};
-  const double actBytes = double(actRows) * 1024 * 4;
   const int64_t llc = lastLevelCacheBytes();
-  const size_t poolSize =
-      gpu ? 4 : size_t(std::max<int64_t>(4, 2 * llc / int64_t(actBytes)));
-  std::vector<Tensor> inPool, outPool;
-  for (size_t i = 0; i < poolSize; ++i) {
-    inPool.push_back(cal.buffer(act, DType::F32, activation));
-    outPool.push_back(cal.buffer(act, DType::F32, activation));
-  }
-  size_t nextIn = 0, nextOut = 0;
-  // The next `ins` inputs and `outs` outputs of the pools.
-  auto rotate = [&](size_t ins, size_t outs, std::vector<Tensor> &in,
-                    std::vector<Tensor> &out) {
-    in.clear();
-    out.clear();
-    for (size_t i = 0; i < ins; ++i)
-      in.push_back(inPool[nextIn++ % poolSize]);
-    for (size_t i = 0; i < outs; ++i)
-      out.push_back(outPool[nextOut++ % poolSize]);
-  };
-  const std::string actShape =
-      "[" + std::to_string(actRows) + ", 1024] f32" +
-      (gpu ? std::string()
-           : ", each call's operands the next of a pool of " +
-                 std::to_string(poolSize) + " (twice the " +
-                 std::to_string(llc >> 20) + " MiB last-level cache)");
-  // Times `op` on operands from the pools: `ins` activations (then the
-  // fixed `extraIns`), `outs` activations (then `extraOuts`).
-  auto timeOp = [&](const PlanOp &op, size_t ins, size_t outs,
-                    const std::vector<Tensor> &extraIns,
-                    const std::vector<Tensor> &extraOuts) -> double {
-    std::vector<Tensor> in, out;
-    auto operands = [&] {
-      rotate(ins, outs, in, out);
-      in.insert(in.end(), extraIns.begin(), extraIns.end());
-      out.insert(out.end(), extraOuts.begin(), extraOuts.end());
+  // `actRows` rows of 1024; `serial`: below the CPU kernels' parallel
+  // threshold, in the serial_kernel_gb_per_s table.
+  auto memoryBound = [&](const int64_t actRows, const bool serial) {
+    const std::vector<int64_t> act = {actRows, 1024};
+    const double actBytes = double(actRows) * 1024 * 4;
+    const size_t poolSize =
+        gpu || serial
+            ? 4
+            : size_t(std::max<int64_t>(4, 2 * llc / int64_t(actBytes)));
+    std::vector<Tensor> inPool, outPool;
+    for (size_t i = 0; i < poolSize; ++i) {
+      inPool.push_back(cal.buffer(act, DType::F32, activation));
+      outPool.push_back(cal.buffer(act, DType::F32, activation));
+    }
+    size_t nextIn = 0, nextOut = 0;
+    // The next `ins` inputs and `outs` outputs of the pools.
+    auto rotate = [&](size_t ins, size_t outs, std::vector<Tensor> &in,
+                      std::vector<Tensor> &out) {
+      in.clear();
+      out.clear();
+      for (size_t i = 0; i < ins; ++i)
+        in.push_back(inPool[nextIn++ % poolSize]);
+      for (size_t i = 0; i < outs; ++i)
+        out.push_back(outPool[nextOut++ % poolSize]);
     };
-    operands();
-    std::optional<Status> st = dev.modelOp(op, in, out, StepContext{}, nullptr);
-    if (!st || !st->ok())
-      return 0;
-    return cal.time([&] {
-      operands();
-      (void)dev.modelOp(op, in, out, StepContext{}, nullptr);
-    });
-  };
-  auto record = [&](const char *name, double bytes, double t,
-                    const std::string &what) {
-    if (t <= 0)
-      return;
-    k.kernelBandwidth[name] = bytes / t;
-    source(std::string("calibration.kernel_gb_per_s.") + name, what);
-    say("  %-20s %8.2f GB/s\n", name, bytes / t / 1e9);
-  };
-  auto kernel = [&](const char *name, OpKind kind, size_t inputs,
-                    double passes) {
-    record(name, passes * actBytes,
-           timeOp(modelOp(kind, inputs, 1), inputs, 1, {}, {}),
-           actShape + ", inputs drawn from N(0, 0.25)");
-  };
-  kernel("gelu", OpKind::Gelu, 1, 2);
-  kernel("gelu_backward", OpKind::GeluBackward, 2, 3);
-  kernel("silu", OpKind::Silu, 1, 2);
-  kernel("silu_backward", OpKind::SiluBackward, 2, 3);
-  kernel("add", OpKind::Add, 2, 3);
-  kernel("mul", OpKind::Mul, 2, 3);
-  {
-    // Bytes as the plan counts them: every operand and result once.
-    Tensor g = cal.buffer({1024}, DType::F32, activation),
-           b = cal.buffer({1024}, DType::F32, activation),
-           dg = cal.buffer({1024}, DType::F32, activation),
-           db = cal.buffer({1024}, DType::F32, activation),
-           saved = cal.buffer({2 * actRows}, DType::F32,
-                              [](std::mt19937 &) { return 1.0f; });
-    PlanOp fwd = modelOp(OpKind::LayerNorm, 3, 1);
-    fwd.attrs = NormAttrs{1e-5};
-    record("layernorm", 2 * actBytes + 2 * 1024 * 4,
-           timeOp(fwd, 1, 1, {g, b}, {}),
-           actShape + ", inputs drawn from N(0, 0.25)");
-    // x, weight, dy and the saved mean and rstd; dx, dweight, dbias. The
-    // pool's first input is x, its second dy.
-    PlanOp bwd = modelOp(OpKind::LayerNormBackward, 4, 3);
-    bwd.attrs = NormAttrs{1e-5};
-    {
+    const std::string actShape =
+        "[" + std::to_string(actRows) + ", 1024] f32" +
+        (gpu      ? std::string()
+         : serial ? ": " + std::to_string(actRows * 1024) +
+                        " elements, below the kernels' parallel threshold of " +
+                        std::to_string(cpu::kParallelMinWork) +
+                        " (one thread), in cache"
+                  : ", each call's operands the next of a pool of " +
+                        std::to_string(poolSize) + " (twice the " +
+                        std::to_string(llc >> 20) + " MiB last-level cache)");
+    // Times `op` on operands from the pools: `ins` activations (then the
+    // fixed `extraIns`), `outs` activations (then `extraOuts`).
+    auto timeOp = [&](const PlanOp &op, size_t ins, size_t outs,
+                      const std::vector<Tensor> &extraIns,
+                      const std::vector<Tensor> &extraOuts) -> double {
       std::vector<Tensor> in, out;
-      double t = 0;
       auto operands = [&] {
-        rotate(2, 1, in, out);
-        in = {in[0], g, in[1], saved};
-        out.push_back(dg);
-        out.push_back(db);
+        rotate(ins, outs, in, out);
+        in.insert(in.end(), extraIns.begin(), extraIns.end());
+        out.insert(out.end(), extraOuts.begin(), extraOuts.end());
       };
       operands();
       std::optional<Status> st =
-          dev.modelOp(bwd, in, out, StepContext{}, nullptr);
-      if (st && st->ok())
-        t = cal.time([&] {
-          operands();
-          (void)dev.modelOp(bwd, in, out, StepContext{}, nullptr);
-        });
-      record("layernorm_backward",
-             3 * actBytes + 3 * 1024 * 4 + 2 * double(actRows) * 4, t,
+          dev.modelOp(op, in, out, StepContext{}, nullptr);
+      if (!st || !st->ok())
+        return 0;
+      return cal.time([&] {
+        operands();
+        (void)dev.modelOp(op, in, out, StepContext{}, nullptr);
+      });
+    };
+    auto record = [&](const char *name, double bytes, double t,
+                      const std::string &what) {
+      if (t <= 0)
+        return;
+      (serial ? k.serialKernelBandwidth : k.kernelBandwidth)[name] = bytes / t;
+      source(std::string(serial ? "calibration.serial_kernel_gb_per_s."
+                                : "calibration.kernel_gb_per_s.") +
+                 name,
+             what);
+      say("  %-20s %8.2f GB/s%s\n", name, bytes / t / 1e9,
+          serial ? " (one thread)" : "");
+    };
+    auto kernel = [&](const char *name, OpKind kind, size_t inputs,
+                      double passes) {
+      record(name, passes * actBytes,
+             timeOp(modelOp(kind, inputs, 1), inputs, 1, {}, {}),
              actShape + ", inputs drawn from N(0, 0.25)");
+    };
+    kernel("gelu", OpKind::Gelu, 1, 2);
+    kernel("gelu_backward", OpKind::GeluBackward, 2, 3);
+    kernel("silu", OpKind::Silu, 1, 2);
+    kernel("silu_backward", OpKind::SiluBackward, 2, 3);
+    kernel("add", OpKind::Add, 2, 3);
+    kernel("mul", OpKind::Mul, 2, 3);
+    {
+      // Bytes as the plan counts them: every operand and result once.
+      Tensor g = cal.buffer({1024}, DType::F32, activation),
+             b = cal.buffer({1024}, DType::F32, activation),
+             dg = cal.buffer({1024}, DType::F32, activation),
+             db = cal.buffer({1024}, DType::F32, activation),
+             saved = cal.buffer({2 * actRows}, DType::F32,
+                                [](std::mt19937 &) { return 1.0f; });
+      PlanOp fwd = modelOp(OpKind::LayerNorm, 3, 1);
+      fwd.attrs = NormAttrs{1e-5};
+      record("layernorm", 2 * actBytes + 2 * 1024 * 4,
+             timeOp(fwd, 1, 1, {g, b}, {}),
+             actShape + ", inputs drawn from N(0, 0.25)");
+      // x, weight, dy and the saved mean and rstd; dx, dweight, dbias. The
+      // pool's first input is x, its second dy.
+      PlanOp bwd = modelOp(OpKind::LayerNormBackward, 4, 3);
+      bwd.attrs = NormAttrs{1e-5};
+      {
+        std::vector<Tensor> in, out;
+        double t = 0;
+        auto operands = [&] {
+          rotate(2, 1, in, out);
+          in = {in[0], g, in[1], saved};
+          out.push_back(dg);
+          out.push_back(db);
+        };
+        operands();
+        std::optional<Status> st =
+            dev.modelOp(bwd, in, out, StepContext{}, nullptr);
+        if (st && st->ok())
+          t = cal.time([&] {
+            operands();
+            (void)dev.modelOp(bwd, in, out, StepContext{}, nullptr);
+          });
+        record("layernorm_backward",
+               3 * actBytes + 3 * 1024 * 4 + 2 * double(actRows) * 4, t,
+               actShape + ", inputs drawn from N(0, 0.25)");
+      }
+      PlanOp bias = modelOp(OpKind::LinearGradBias, 1, 1);
+      record("linear_grad_bias", actBytes + 1024 * 4,
+             timeOp(bias, 1, 0, {}, {db}), actShape + ", the bias [1024]");
     }
-    PlanOp bias = modelOp(OpKind::LinearGradBias, 1, 1);
-    record("linear_grad_bias", actBytes + 1024 * 4,
-           timeOp(bias, 1, 0, {}, {db}), actShape + ", the bias [1024]");
-  }
-  {
-    std::vector<Tensor> in, out;
-    double t = cal.time([&] {
-      rotate(1, 1, in, out);
-      (void)dev.accumulate(out[0], in[0]);
-    });
-    record("accumulate", 3 * actBytes, t, actShape);
-    t = cal.time([&] {
-      rotate(0, 1, in, out);
-      (void)dev.zeroTensor(out[0]);
-    });
-    record("zero_grads", actBytes, t, actShape);
+    {
+      std::vector<Tensor> in, out;
+      double t = cal.time([&] {
+        rotate(1, 1, in, out);
+        (void)dev.accumulate(out[0], in[0]);
+      });
+      record("accumulate", 3 * actBytes, t, actShape);
+      t = cal.time([&] {
+        rotate(0, 1, in, out);
+        (void)dev.zeroTensor(out[0]);
+      });
+      record("zero_grads", actBytes, t, actShape);
+    }
+  };
+  memoryBound(gpu ? 16384 : 64, false);
+  // On a CPU whose ranks run several threads, ops below the kernels'
+  // parallel threshold (cpu::kParallelMinWork element operations) run on
+  // one: [8, 1024] operands, in cache. With one thread a rank the rates
+  // above already are one thread's.
+  if (!gpu && cpu::threads() > 1) {
+    memoryBound(8, true);
+    k.serialKernelElements = double(cpu::kParallelMinWork);
+    source("calibration.serial_kernel_elements",
+           "the CPU kernels' parallel threshold (cpu::kParallelMinWork)");
   }
   // Cross-entropy over a [2, 32, 4096] vocabulary ([2, 2048, 4096] on a
   // GPU; an exp per logit):

@@ -107,6 +107,15 @@ struct ClusterCalibration {
   /// Achieved bytes/s (the plan's bytes over the time) of memory-bound
   /// kernels by plan op kind name; "default" for the kinds not measured.
   std::map<std::string, double> kernelBandwidth;
+  /// On a CPU whose ranks ran several threads each, the same kernels on an
+  /// operand below the kernels' parallel threshold (`serialKernelElements`,
+  /// cpu::kParallelMinWork), which they run on the calling thread alone,
+  /// in cache (a model small enough for such ops keeps its operands
+  /// there). By op kind name; the cost model prices a model op whose
+  /// largest result has fewer elements at these rates where given. 0 (and
+  /// absent): not measured, as when each rank ran one thread.
+  std::map<std::string, double> serialKernelBandwidth;
+  double serialKernelElements = 0;
   /// Adam on the device's memory (bytes as the cost model counts them).
   double adamBandwidth = 0;
   /// clip_grad_norm's pass over the gradients (norm and scale), bytes of

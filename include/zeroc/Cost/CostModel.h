@@ -86,8 +86,12 @@ double calibratedMatmulRate(const ClusterCalibration &calibration, DType dtype,
 /// per-op overhead. `misalignedRows`: a linear-class op with an operand or
 /// result whose rows are not a multiple of 16 bytes, priced at the
 /// calibrated rate times ClusterCalibration::matmulMisalignedFactor.
+/// `elements`: the op's largest result's element count (0: unknown); below
+/// ClusterCalibration::serialKernelElements a kind with a serial rate
+/// takes it.
 double kernelTime(const Cluster &cluster, OpKind kind, double flops,
-                  double bytes, DType dtype, bool misalignedRows = false);
+                  double bytes, DType dtype, bool misalignedRows = false,
+                  double elements = 0);
 
 /// The byte length of a row (the last dimension) of a tensor of `shape` in
 /// `dtype` is not a multiple of 16: GEMM libraries on GPUs cannot use
@@ -224,6 +228,8 @@ private:
   /// Any of the op's input or output values has misaligned rows
   /// (rowsMisaligned).
   bool hasMisalignedRows(const PhaseInfo &info, const PlanOp &op) const;
+  /// The element count of the op's largest result (0 when none is known).
+  double largestResultElements(const PhaseInfo &info, const PlanOp &op) const;
 };
 
 } // namespace zeroc

@@ -39,6 +39,11 @@ for d in ("f32",):
 for k in ("gelu", "gelu_backward", "add", "layernorm", "layernorm_backward",
           "linear_grad_bias", "accumulate", "default"):
     assert cal["kernel_gb_per_s"][k]["value"] > 0, k
+# With several threads a rank, the one-thread rates below the kernels'
+# parallel threshold.
+if "serial_kernel_gb_per_s" in cal:
+    assert cal["serial_kernel_elements"]["value"] == 32768
+    assert cal["serial_kernel_gb_per_s"]["gelu"]["value"] > 0
 # On a CPU the operands rotate through pools larger than the cache.
 assert "last-level cache" in cal["kernel_gb_per_s"]["add"]["source"]
 for k in ("adam_gb_per_s", "clip_gb_per_s", "op_overhead_us",
