@@ -313,6 +313,21 @@ CommTraffic CommTraffic::since(const CommTraffic &earlier) const {
   return d;
 }
 
+CommTraffic CommTraffic::plus(const CommTraffic &other) const {
+  auto add = [](const Volume &a, const Volume &b) {
+    return Volume{a.collectives + b.collectives, a.elements + b.elements,
+                  a.elementsPerRank + b.elementsPerRank,
+                  a.bytesPerRank + b.bytesPerRank};
+  };
+  CommTraffic d;
+  for (size_t i = 0; i < byKind.size(); ++i)
+    d.byKind[i] = add(byKind[i], other.byKind[i]);
+  d.scalarAllReduce = add(scalarAllReduce, other.scalarAllReduce);
+  d.broadcast = add(broadcast, other.broadcast);
+  d.barrier = add(barrier, other.barrier);
+  return d;
+}
+
 double Communicator::allReduceScalar(double value, ScalarOp op, OpLabel label) {
   CommHandle h = allReduceScalars(&value, 1, op, std::move(label));
   wait(h);

@@ -130,6 +130,8 @@ struct CommTraffic {
   Volume total() const;
   /// `this` minus `earlier` (what was moved in between).
   CommTraffic since(const CommTraffic &earlier) const;
+  /// `this` and `other` together (several communicators' traffic).
+  CommTraffic plus(const CommTraffic &other) const;
 };
 
 /// A started collective, backend-specific. Internal to the backends.

@@ -152,6 +152,10 @@ public:
   int64_t arenaBytes() const { return arenaSize; }
   /// What create() spent allocating and initializing.
   const StartupSeconds &startupSeconds() const { return startup; }
+  /// What the collectives moved so far: the world communicator's traffic
+  /// and, with expert parallelism, its groups' communicators' (each counted
+  /// over its own ranks, as the plan accounts them).
+  CommTraffic commTraffic() const;
 
   struct Impl;
 

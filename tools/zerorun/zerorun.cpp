@@ -658,8 +658,8 @@ int run(const Options &o, Communicator &comm, Device *device,
     return true;
   };
   double elapsed = 0;
-  // The steps' traffic: what the communicator moves from here on.
-  const CommTraffic trafficBefore = comm.traffic();
+  // The steps' traffic: what the communicators move from here on.
+  const CommTraffic trafficBefore = e.commTraffic();
   // Who the others waited for, over the steps after the warm-up.
   StragglerTally stragglers;
   // From one step's end to the next's: the same on every rank (the steps
@@ -779,7 +779,7 @@ int run(const Options &o, Communicator &comm, Device *device,
     }
   }
   // Traffic per step (this process's steps), and every rank's memory.
-  const CommTraffic traffic = comm.traffic().since(trafficBefore);
+  const CommTraffic traffic = e.commTraffic().since(trafficBefore);
   const int64_t stepsRun = std::max<int64_t>(o.steps - firstStep, 0);
   const MemoryCounts allocated = e.allocatedMemory();
   auto overRanks = [&](double value, ScalarOp op, const char *what) {
