@@ -111,16 +111,12 @@ void Executor::Impl::startAllToAll(const PlanOp &op) {
   CollectiveArrival *arrival = arrive(op);
   if (!x->counted) {
     // Each peer's count for each of its local experts, as the router
-    // decided them here: an all-to-all of `local` counts per rank.
-    std::vector<int32_t> send(x->sent.begin(), x->sent.end()),
-        recv(size_t(x->experts), 0);
-    std::vector<int64_t> each(size_t(x->ep), x->local);
-    Pending counts;
-    counts.via = &c;
-    counts.handles.push_back(c.allToAllV(send.data(), each, recv.data(), each,
-                                         DType::I32, label(op)));
-    complete(counts, /*hostWait=*/true);
-    x->received.assign(recv.begin(), recv.end());
+    // decided them here.
+    std::optional<std::vector<int64_t>> received =
+        exchangeExpertCounts(c, x->sent, label(op), scheduler.failedFlag());
+    if (!received)
+      throw ExecError("stopped: another stream failed");
+    x->received = std::move(*received);
     x->counted = true;
   }
   std::vector<int64_t> sendRows(size_t(x->ep)), recvRows(size_t(x->ep));

@@ -31,7 +31,11 @@ Scenarios:
          --recompute and --recompute-every),
          mask=1 (zerorun --loss-mask, with a mask counting different
          numbers of targets on each rank and micro-step; with f32, match:
-         also compares the final weights, within WEIGHT_TOL_F32)
+         also compares the final weights, within WEIGHT_TOL_F32),
+         ep=N (model=mixtral: zeroc --ep-size N, expert parallelism over
+         groups of N ranks; the model generated with --expert-load worst,
+         so that the planned receive buffers hold any routing; match: also
+         checks every rank's measured peak memory against the plan's)
   reference:MODEL,N    stage 0 on one rank with N micro-steps (the global
                        batch of N ranks) for 5 steps: writes the losses and
                        the consolidated final weights to --work, for equiv
@@ -226,12 +230,13 @@ MODELS = ("gpt2", "llama", "mistral", "qwen2", "gemma", "phi3", "mixtral",
 AUX_COEF = 0.5
 
 
-def model(args, dtype, name="gpt2", attention="flash"):
+def model(args, dtype, name="gpt2", attention="flash", expert_load=None):
     if name not in MODELS:
         print("unknown model %r (%s)" % (name, ", ".join(MODELS)))
         sys.exit(2)
-    path = os.path.join(args.work, "tiny-%s-%s%s.mlir" % (
-        name, dtype, "" if attention == "flash" else "-" + attention))
+    path = os.path.join(args.work, "tiny-%s-%s%s%s.mlir" % (
+        name, dtype, "" if attention == "flash" else "-" + attention,
+        "" if expert_load is None else "-load-" + expert_load))
     if not os.path.exists(path):
         source = ["--preset", "tiny-" + name]
         if name == "mixtral_aux":
@@ -243,9 +248,10 @@ def model(args, dtype, name="gpt2", attention="flash"):
             source = [os.path.join(args.work, "tiny-mixtral-aux.json")]
             with open(source[0], "w") as f:
                 json.dump(config, f)
+        load = [] if expert_load is None else ["--expert-load", expert_load]
         run([args.zeroc, "gen"] + source + ["--seq-len", str(SEQ),
              "--micro-batch", str(MICRO), "--dtype", dtype,
-             "--attention-kernel", attention, "--quiet", "-o", path])
+             "--attention-kernel", attention, "--quiet", "-o", path] + load)
     return path
 
 
@@ -310,10 +316,12 @@ def plan(args, stage, ws, ga, opts):
         recompute = ["--recompute", opts["recompute"]]
     if "recompute_every" in opts:
         recompute += ["--recompute-every", opts["recompute_every"]]
+    ep = ["--ep-size", opts["ep"]] if "ep" in opts else []
     run([args.zeroc, model(args, dtype, opts.get("model", "gpt2"),
-                           opts.get("attention", "flash")), "--config",
+                           opts.get("attention", "flash"),
+                           "worst" if ep else None), "--config",
          cfg_path, "--world-size",
-         str(ws), "-o", out] + recompute, env=dict(os.environ))
+         str(ws), "-o", out] + recompute + ep, env=dict(os.environ))
     return out
 
 
@@ -1641,6 +1649,8 @@ def main():
             if wworst is None or wworst > WEIGHT_TOL_F32:
                 print("FAILED: the final weights differ from stage 0's")
                 return 1
+        if "ep" in opts and not memory_matches(p + ".log.jsonl"):
+            return 1
         if "nvme" in (opts.get("offload"), opts.get("param_offload")):
             return check_nvme(args, p)
         return 0
