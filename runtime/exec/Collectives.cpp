@@ -293,9 +293,9 @@ void Executor::Impl::startReduceScatter(const PlanOp &op) {
         dev->zero(padded + n * esize, (s * gn - n) * esize);
         send = padded;
       }
-      p.handles.push_back(
-          c.reduceScatter(send, std::vector<int64_t>(size_t(gn), s), recvBuf,
-                          dt, true, label(op)));
+      p.handles.push_back(c.reduceScatter(send,
+                                          std::vector<int64_t>(size_t(gn), s),
+                                          recvBuf, dt, true, label(op)));
       Tensor recv{recvBuf, dt, {s}};
       p.after.push_back([this, &op, recv, dst]() {
         scaleExpertGradient(op, recv);
@@ -368,8 +368,9 @@ void Executor::Impl::startAllGatherUpdates(const PlanOp &op) {
       Tensor flat = state.flatView(*g);
       int64_t P = l.partitionSize();
       char *base = static_cast<char *>(flat.data);
-      p.handles.push_back(c.allGather(base + gr * P * bytesPerElement(flat.dtype),
-                                      P, base, flat.dtype, label(op)));
+      p.handles.push_back(
+          c.allGather(base + gr * P * bytesPerElement(flat.dtype), P, base,
+                      flat.dtype, label(op)));
     } else {
       char *buf = scratch + at[i];
       Stored &s = tensor(targets[i]);

@@ -394,25 +394,25 @@ std::optional<Status> runModelOp(K &k, const PlanOp &op, In in, Out out,
   // all-to-alls between them are the executor's.
   case OpKind::MoeDispatch: {
     auto [offsets, rowToken, rowSlot] = dispatch();
-    ZEROC_RETURN_IF_ERROR(k.moeDispatchPlan(
-        in(1), op.attrsAs<MoeExpertCountAttrs>().numExperts, offsets, rowToken,
-        rowSlot));
+    ZEROC_RETURN_IF_ERROR(
+        k.moeDispatchPlan(in(1), op.attrsAs<MoeExpertCountAttrs>().numExperts,
+                          offsets, rowToken, rowSlot));
     return k.moeGatherRows(in(0), rowToken, out(0));
   }
   case OpKind::MoeCombine: {
     auto [offsets, rowToken, rowSlot] = dispatch();
-    ZEROC_RETURN_IF_ERROR(k.moeDispatchPlan(
-        in(1), op.attrsAs<MoeExpertCountAttrs>().numExperts, offsets, rowToken,
-        rowSlot));
+    ZEROC_RETURN_IF_ERROR(
+        k.moeDispatchPlan(in(1), op.attrsAs<MoeExpertCountAttrs>().numExperts,
+                          offsets, rowToken, rowSlot));
     if (op.inputs.size() > 2)
       return k.moeCombineForward(in(0), in(2), rowToken, rowSlot, out(0));
     return k.moeScatterAddRows(in(0), rowToken, out(0)); // The dispatch's grad.
   }
   case OpKind::MoeCombineBackward: {
     auto [offsets, rowToken, rowSlot] = dispatch();
-    ZEROC_RETURN_IF_ERROR(k.moeDispatchPlan(
-        in(3), op.attrsAs<MoeExpertCountAttrs>().numExperts, offsets, rowToken,
-        rowSlot));
+    ZEROC_RETURN_IF_ERROR(
+        k.moeDispatchPlan(in(3), op.attrsAs<MoeExpertCountAttrs>().numExperts,
+                          offsets, rowToken, rowSlot));
     return k.moeCombineBackward(in(0), in(1), in(2), rowToken, rowSlot, out(0),
                                 out(1));
   }
@@ -444,19 +444,19 @@ std::optional<Status> runModelOp(K &k, const PlanOp &op, In in, Out out,
     Tensor h1{base, saved.dtype, {n, m.intermediate}};
     Tensor h3{base + hBytes, saved.dtype, {n, m.intermediate}};
     Tensor x = first(in(0));
-    ZEROC_RETURN_IF_ERROR(k.moeReceivedPlan(*step.expertRows, in(1).dim(0),
-                                            offsets, rowToken));
+    ZEROC_RETURN_IF_ERROR(
+        k.moeReceivedPlan(*step.expertRows, in(1).dim(0), offsets, rowToken));
     if (forward) {
       Tensor ysorted = part(parts.ysorted, in(0).dtype, {n, m.hidden});
-      ZEROC_RETURN_IF_ERROR(k.moeExpertsForward(
-          x, in(1), in(2), in(3), offsets, rowToken, h1, h3, ysorted));
+      ZEROC_RETURN_IF_ERROR(k.moeExpertsForward(x, in(1), in(2), in(3), offsets,
+                                                rowToken, h1, h3, ysorted));
       return k.moeScatterAddRows(ysorted, rowToken, first(out(0)));
     }
     Tensor dysorted = part(parts.dysorted, in(0).dtype, {n, m.hidden});
     ZEROC_RETURN_IF_ERROR(k.moeGatherRows(first(in(4)), rowToken, dysorted));
     return k.moeExpertsBackward(dysorted, x, in(1), in(2), in(3), offsets,
-                                rowToken, h1, h3, first(out(0)), out(1),
-                                out(2), out(3));
+                                rowToken, h1, h3, first(out(0)), out(1), out(2),
+                                out(3));
   }
   case OpKind::MoeRouterStats: {
     // The logits again (f32, as the router's), then the statistics.

@@ -41,8 +41,7 @@ Executor::Impl::Impl(Executor &ex, Communicator &comm,
           commGroupShape(kind, plan.worldSize, plan.expertParallelSize);
       std::unique_ptr<Communicator> c =
           comm.split(int(shape.firstRank(rank)), int(rank));
-      if (!c || c->size() != shape.size ||
-          c->rank() != shape.indexOf(rank))
+      if (!c || c->size() != shape.size || c->rank() != shape.indexOf(rank))
         fail(std::string("the ") + commGroupName(kind) +
              " communicator does not have the plan's shape");
       return c;
@@ -57,10 +56,10 @@ Executor::Impl::Impl(Executor &ex, Communicator &comm,
 }
 
 Communicator &Executor::Impl::groupComm(CommGroupKind g) {
-  Communicator *c = g == CommGroupKind::ExpertParallel ? expertParallelComm.get()
-                    : g == CommGroupKind::ExpertDataParallel
-                        ? expertDataParallelComm.get()
-                        : &comm;
+  Communicator *c =
+      g == CommGroupKind::ExpertParallel       ? expertParallelComm.get()
+      : g == CommGroupKind::ExpertDataParallel ? expertDataParallelComm.get()
+                                               : &comm;
   if (!c)
     fail(std::string("a collective over the ") + commGroupName(g) +
          " group, but the plan has no expert parallelism");
@@ -302,21 +301,26 @@ int64_t Executor::predictedPeakBytes() const {
                                    largestPhaseTransient(thePlan));
 }
 
+std::string deviceRefusal(const Plan &plan, const std::string &deviceName) {
+  // Expert parallelism runs on the CPU; the CUDA backend has neither the
+  // token exchanges' kernels nor their stream-ordered all-to-alls.
+  if (plan.expertParallelSize > 1 && deviceName != "cpu")
+    return "the plan splits the experts over expert-parallel groups of " +
+           std::to_string(plan.expertParallelSize) +
+           " ranks; zerorun runs expert parallelism on the CPU only (the " +
+           deviceName +
+           " backend has no token all-to-all or local-experts kernels): run "
+           "with --device cpu, or compile with an expert-parallel size of 1";
+  return "";
+}
+
 Expected<std::unique_ptr<Executor>>
 Executor::create(Plan plan, Communicator &comm,
                  const ExecutorOptions &options) {
-  // Expert parallelism runs on the CPU; the CUDA backend has neither the
-  // token exchanges' kernels nor their stream-ordered all-to-alls.
-  if (plan.expertParallelSize > 1 && options.device &&
-      options.device->name() != "cpu")
-    return Diagnostic{
-        "", 0, 0,
-        "the plan splits the experts over expert-parallel groups of " +
-            std::to_string(plan.expertParallelSize) +
-            " ranks; zerorun runs expert parallelism on the CPU only (the " +
-            options.device->name() +
-            " backend has no token all-to-all or local-experts kernels): run "
-            "with --device cpu, or compile with an expert-parallel size of 1"};
+  if (std::string why =
+          deviceRefusal(plan, options.device ? options.device->name() : "cpu");
+      !why.empty())
+    return Diagnostic{"", 0, 0, why};
   if (plan.worldSize != comm.size())
     return Diagnostic{
         "", 0, 0,

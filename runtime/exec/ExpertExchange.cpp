@@ -132,7 +132,8 @@ void Executor::Impl::startAllToAll(const PlanOp &op) {
          " rows of a value of " + std::to_string(in.rows()));
   if (receiving > out.rows())
     fail("op " + std::to_string(op.index) + " (" +
-         allToAllPurposeName(purpose) + (op.where.empty() ? "" : ", " + op.where) +
+         allToAllPurposeName(purpose) +
+         (op.where.empty() ? "" : ", " + op.where) +
          "): this rank's experts receive " + std::to_string(receiving) +
          " rows this micro-step, more than the " + std::to_string(out.rows()) +
          " its receive buffer holds: the plan sizes it for the token "

@@ -165,8 +165,8 @@ void initParameter(const PlanTensor &param, std::string_view init,
                                 std::to_string(globalBegin + count) +
                                 ") are outside its " +
                                 std::to_string(param.numel) + " elements");
-  initParameter(param.name, parseOrThrow(param, init), seed,
-                base + globalBegin, count, out);
+  initParameter(param.name, parseOrThrow(param, init), seed, base + globalBegin,
+                count, out);
 }
 
 void initShard(const PlanTensor &param, std::string_view init, uint64_t seed,

@@ -385,8 +385,8 @@ TEST(MpiComm, ExpertCountExchangeThenRows) {
   for (int64_t s = 0; s < n; ++s)
     for (int64_t l = 0; l < local; ++l)
       recvCounts[size_t(s)] += h * (*received)[size_t(s * local + l)];
-  std::vector<float> got(size_t(std::accumulate(
-      recvCounts.begin(), recvCounts.end(), int64_t(0))));
+  std::vector<float> got(size_t(
+      std::accumulate(recvCounts.begin(), recvCounts.end(), int64_t(0))));
   CommHandle d = comm->allToAllV(rows.data(), sendCounts, got.data(),
                                  recvCounts, DType::F32, {6, "dispatch"});
   waitAll(*comm, d);

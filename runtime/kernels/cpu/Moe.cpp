@@ -553,16 +553,17 @@ Status moeExpertsForward(const Tensor &x, const Tensor &w1, const Tensor &w3,
 Status moeGatherRows(const Tensor &x, const Tensor &rowToken,
                      const Tensor &rows) {
   const char *op = "moe_gather_rows";
-  ZEROC_RETURN_IF_ERROR(firstError(
-      {checkFloat(op, "x", x), checkIds(op, "rowToken", rowToken),
-       checkFloat(op, "rows", rows), checkHasLast(op, "x", x),
-       checkRank(op, "rowToken", rowToken, 1)}));
+  ZEROC_RETURN_IF_ERROR(
+      firstError({checkFloat(op, "x", x), checkIds(op, "rowToken", rowToken),
+                  checkFloat(op, "rows", rows), checkHasLast(op, "x", x),
+                  checkRank(op, "rowToken", rowToken, 1)}));
   int64_t n = rowToken.dim(0), h = x.dim(-1);
   ZEROC_RETURN_IF_ERROR(firstError(
       {checkRowCount(op, n), checkDims(op, "rows", rows, "[N, h]", {n, h}),
        x.dtype == rows.dtype ? std::string()
-                             : std::string(op) + ": rows must be x's dtype, "
-                                                 "found " +
+                             : std::string(op) +
+                                   ": rows must be x's dtype, "
+                                   "found " +
                                    describe(rows)}));
   const int32_t *tok = rowToken.i32();
   int64_t tokens = x.rows();
@@ -582,11 +583,11 @@ Status moeGatherRows(const Tensor &x, const Tensor &rowToken,
 Status moeScatterAddRows(const Tensor &rows, const Tensor &rowToken,
                          const Tensor &y) {
   const char *op = "moe_scatter_add_rows";
-  ZEROC_RETURN_IF_ERROR(firstError(
-      {checkFloat(op, "rows", rows), checkIds(op, "rowToken", rowToken),
-       checkFloat(op, "y", y), checkHasLast(op, "y", y),
-       checkRank(op, "rows", rows, 2),
-       checkRank(op, "rowToken", rowToken, 1)}));
+  ZEROC_RETURN_IF_ERROR(
+      firstError({checkFloat(op, "rows", rows),
+                  checkIds(op, "rowToken", rowToken), checkFloat(op, "y", y),
+                  checkHasLast(op, "y", y), checkRank(op, "rows", rows, 2),
+                  checkRank(op, "rowToken", rowToken, 1)}));
   int64_t n = rowToken.dim(0), h = y.dim(-1), tokens = y.rows();
   ZEROC_RETURN_IF_ERROR(firstError(
       {checkRowCount(op, n), checkDims(op, "rows", rows, "[N, h]", {n, h})}));
@@ -610,9 +611,9 @@ Status moeScatterAddRows(const Tensor &rows, const Tensor &rowToken,
 Status moeReceivedPlan(const std::vector<int64_t> &counts, int64_t local,
                        const Tensor &offsets, const Tensor &rowToken) {
   const char *op = "moe_received_plan";
-  ZEROC_RETURN_IF_ERROR(firstError(
-      {checkIds(op, "offsets", offsets), checkIds(op, "rowToken", rowToken),
-       checkRank(op, "rowToken", rowToken, 1)}));
+  ZEROC_RETURN_IF_ERROR(firstError({checkIds(op, "offsets", offsets),
+                                    checkIds(op, "rowToken", rowToken),
+                                    checkRank(op, "rowToken", rowToken, 1)}));
   if (local < 1 || counts.size() % size_t(local) != 0)
     return {std::string(op) + ": " + std::to_string(counts.size()) +
             " counts are not a whole number of sources of " +
