@@ -844,15 +844,23 @@ int run(const Options &o, Communicator &comm, Device *device,
                               : "");
     if (stepsRun > 0) {
       CommTraffic::Volume total = traffic.total();
+      // Expert parallelism's token exchanges: rank 0's, as its router chose.
+      const CommTraffic::Volume &a2a = traffic[CollectiveKind::AllToAll];
+      std::string allToAll =
+          a2a.collectives ? ", all_to_all " +
+                                std::to_string(std::llround(
+                                    a2a.elementsPerRank / double(stepsRun))) +
+                                " (rank 0)"
+                          : "";
       std::printf(
           "traffic per rank per step: all_gather %.0f, "
-          "reduce_scatter %.0f, all_reduce %.0f, total %.0f "
+          "reduce_scatter %.0f, all_reduce %.0f%s, total %.0f "
           "elements (%s)\n",
           traffic[CollectiveKind::AllGather].elementsPerRank / double(stepsRun),
           traffic[CollectiveKind::ReduceScatter].elementsPerRank /
               double(stepsRun),
           traffic[CollectiveKind::AllReduce].elementsPerRank / double(stepsRun),
-          total.elementsPerRank / double(stepsRun),
+          allToAll.c_str(), total.elementsPerRank / double(stepsRun),
           formatBytes(total.bytesPerRank / double(stepsRun)).c_str());
     }
     if (comm.size() > 1) {
@@ -892,7 +900,7 @@ int run(const Options &o, Communicator &comm, Device *device,
         nlohmann::json j = nlohmann::json::object();
         for (CollectiveKind kind :
              {CollectiveKind::AllGather, CollectiveKind::ReduceScatter,
-              CollectiveKind::AllReduce})
+              CollectiveKind::AllReduce, CollectiveKind::AllToAll})
           j[std::string(collectiveName(kind))] =
               stepsRun ? field(traffic[kind]) / double(stepsRun) : 0.0;
         j["total"] = stepsRun ? field(traffic.total()) / double(stepsRun) : 0.0;
