@@ -451,7 +451,7 @@ def scenario_resume(args, spec):
 def scenario_init_from(args, spec):
     stage, ws, ga, opts = parse_spec(spec)
     p = plan(args, stage, ws, ga, opts)
-    ref_opts = {k: v for k, v in opts.items() if k in ("clip", "dtype")}
+    ref_opts = {k: v for k, v in opts.items() if k in ("clip", "dtype", "model")}
     p0 = plan(args, 0, 1, ws * ga, ref_opts)
     sharded = fresh_dir(args, "ckpt-sharded")
     whole = fresh_dir(args, "ckpt-whole")

@@ -499,26 +499,16 @@ int run(const Options &o, Communicator &comm, Device *device,
   if (!plan)
     return err(plan.error().str());
   double planSeconds = since(planStart);
-  // Checkpoints, --init-from and --dump-grads name each tensor once for the
-  // whole model; under expert parallelism an expert tensor holds another
-  // rank's experts on each rank of an expert-parallel group under the same
-  // name, which neither the checkpoint manifest nor consolidation tells
-  // apart yet.
-  if (plan->expertParallelSize > 1)
-    for (auto [flag, given] :
-         {std::pair<const char *, bool>{"--checkpoint-dir",
-                                        !o.checkpointDir.empty()},
-          {"--init-from", !o.initFrom.empty()},
-          {"--dump-grads", !o.dumpGrads.empty()}})
-      if (given)
-        return err(std::string(flag) +
-                   ": the plan splits the experts over expert-parallel "
-                   "groups of " +
-                   std::to_string(plan->expertParallelSize) +
-                   " ranks; zerorun does not save, load or dump "
-                   "expert-parallel state yet (each rank's experts share "
-                   "their parameter's name): train without it, or compile "
-                   "with an expert-parallel size of 1");
+  // --dump-grads writes every rank's gradients under one name each; under
+  // expert parallelism an expert gradient holds other experts on each rank
+  // of an expert-parallel group, which the dump does not assemble.
+  if (plan->expertParallelSize > 1 && !o.dumpGrads.empty())
+    return err("--dump-grads: the plan splits the experts over "
+               "expert-parallel groups of " +
+               std::to_string(plan->expertParallelSize) +
+               " ranks; zerorun does not dump expert-parallel gradients "
+               "(each rank's experts share their parameter's name): compile "
+               "with an expert-parallel size of 1");
   if (!o.dumpGrads.empty())
     if (std::string why = gradientDumpRefusal(*plan); !why.empty())
       return err(why);
