@@ -140,11 +140,10 @@ struct Executor::Impl {
                         CommGroupKind group = CommGroupKind::World);
   /// An expert gradient reduced over the expert-data-parallel group is the
   /// sum of world / ep ranks' gradients, each of which covers every token
-  /// of its expert-parallel group's ep ranks: the world's mean is that sum
-  /// over the world size (DeepSpeed's expert gradients, averaged by the
-  /// data-parallel world size). The communicator averages over its own
-  /// ranks; this scales what it returns by the rest, 1 / ep. Nothing for
-  /// non-expert state.
+  /// of its expert-parallel group's ep ranks: the world's mean, as without
+  /// expert parallelism, is that sum over the world size. The communicator
+  /// averages over its own ranks; this scales what it returns by the rest,
+  /// 1 / ep. Nothing for non-expert state.
   void scaleExpertGradient(const PlanOp &op, const Tensor &reduced);
 
   //===--------------------------------------------------------------------===//
@@ -162,7 +161,6 @@ struct Executor::Impl {
     bool counted = false;
     int64_t sentTo(int64_t peer) const;
     int64_t receivedFrom(int64_t peer) const;
-    int64_t receivedRows() const;
   };
   /// Each value of the running phase that holds one layer's exchanged rows
   /// (the dispatch's rows, what the all-to-alls deliver, the local experts'

@@ -37,10 +37,6 @@ int64_t Executor::Impl::TokenExchange::receivedFrom(int64_t peer) const {
                          received.begin() + (peer + 1) * local, int64_t(0));
 }
 
-int64_t Executor::Impl::TokenExchange::receivedRows() const {
-  return std::accumulate(received.begin(), received.end(), int64_t(0));
-}
-
 std::shared_ptr<Executor::Impl::TokenExchange>
 Executor::Impl::exchangeOf(const PlanOp &op, int64_t id) {
   std::lock_guard<std::mutex> lock(exchangesMutex);
