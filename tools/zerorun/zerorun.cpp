@@ -499,16 +499,6 @@ int run(const Options &o, Communicator &comm, Device *device,
   if (!plan)
     return err(plan.error().str());
   double planSeconds = since(planStart);
-  // --dump-grads writes every rank's gradients under one name each; under
-  // expert parallelism an expert gradient holds other experts on each rank
-  // of an expert-parallel group, which the dump does not assemble.
-  if (plan->expertParallelSize > 1 && !o.dumpGrads.empty())
-    return err("--dump-grads: the plan splits the experts over "
-               "expert-parallel groups of " +
-               std::to_string(plan->expertParallelSize) +
-               " ranks; zerorun does not dump expert-parallel gradients "
-               "(each rank's experts share their parameter's name): compile "
-               "with an expert-parallel size of 1");
   if (!o.dumpGrads.empty())
     if (std::string why = gradientDumpRefusal(*plan); !why.empty())
       return err(why);
