@@ -34,8 +34,9 @@ Scenarios:
          also compares the final weights, within WEIGHT_TOL_F32),
          ep=N (model=mixtral: zeroc --ep-size N, expert parallelism over
          groups of N ranks; the model generated with --expert-load worst,
-         so that the planned receive buffers hold any routing; match: also
-         checks every rank's measured peak memory against the plan's)
+         so that the planned receive buffers hold any routing, or with
+         expert_load=uniform|SHARE as given; match: also checks every
+         rank's measured peak memory against the plan's)
   reference:MODEL,N    stage 0 on one rank with N micro-steps (the global
                        batch of N ranks) for 5 steps: writes the losses and
                        the consolidated final weights to --work, for equiv
@@ -93,6 +94,12 @@ Scenarios:
   progress             on a terminal (a pseudo-terminal) zerorun redraws a
                        progress bar; with --plain, or piped, it prints one
                        plain line per step
+  ep-overflow:SPEC     SPEC (with ep= and expert_load=uniform) whose
+                       routing sends a rank more rows than its planned
+                       receive buffer holds: every rank stops at the first
+                       such exchange, before any step, with a non-zero exit,
+                       the failing rank naming the op, the rows and the
+                       buffer's, and --expert-load worst as the remedy
   nvme-missing:SPEC    SPEC (with nvme offload) whose nvme_path was removed:
                        zerorun fails with a clear error before any step
   nvme-truncated:SPEC  SPEC (with nvme offload, 2 or more ranks) while the
@@ -317,9 +324,9 @@ def plan(args, stage, ws, ga, opts):
     if "recompute_every" in opts:
         recompute += ["--recompute-every", opts["recompute_every"]]
     ep = ["--ep-size", opts["ep"]] if "ep" in opts else []
+    load = opts.get("expert_load", "worst" if ep else None)
     run([args.zeroc, model(args, dtype, opts.get("model", "gpt2"),
-                           opts.get("attention", "flash"),
-                           "worst" if ep else None), "--config",
+                           opts.get("attention", "flash"), load), "--config",
          cfg_path, "--world-size",
          str(ws), "-o", out] + recompute + ep, env=dict(os.environ))
     return out
@@ -677,6 +684,32 @@ def check_nvme(args, plan_path):
         return 1
     if left:
         print("FAILED: swap files left behind")
+        return 1
+    return 0
+
+
+def scenario_ep_overflow(args, spec):
+    """An expert-parallel plan whose receive buffers the routing outgrows:
+    a clear error on every rank, no step, no hang."""
+    stage, ws, ga, opts = parse_spec(spec)
+    p = plan(args, stage, ws, ga, opts)
+    r = subprocess.run(zerorun_cmd(args, p, ws, 2,
+                                   os.path.join(args.work, "overflow.jsonl")),
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, timeout=120)
+    print(r.stdout, end="")
+    want = re.compile(
+        r"error: op \d+ \(dispatch, layers\.\d+\.block_sparse_moe\.experts\): "
+        r"this rank's experts receive (\d+) rows this micro-step, more than "
+        r"the (\d+) its receive buffer holds: the plan sizes it for the "
+        r"token distribution it assumes \(max_expert_share\); generate the "
+        r"model with a larger zeroc gen --expert-load \(--expert-load worst "
+        r"holds any routing\)")
+    m = want.search(r.stdout)
+    if r.returncode == 0 or not m or int(m.group(1)) <= int(m.group(2)) or \
+            "\nstep " in r.stdout:
+        print("FAILED: expected a non-zero exit, no step, and: " +
+              want.pattern)
         return 1
     return 0
 
@@ -1674,6 +1707,8 @@ def main():
     if args.scenario.startswith("nvme-truncated:"):
         return scenario_nvme_truncated(
             args, args.scenario[len("nvme-truncated:"):])
+    if args.scenario.startswith("ep-overflow:"):
+        return scenario_ep_overflow(args, args.scenario[len("ep-overflow:"):])
     if args.scenario.startswith("nvme-missing:"):
         return scenario_nvme_missing(args, args.scenario[len("nvme-missing:"):])
     if args.scenario.startswith("reference:"):
