@@ -211,6 +211,7 @@ json manifestJson(const CheckpointManifest &m) {
           {"model", m.model},
           {"hf_config", m.hfConfig},
           {"world_size", m.worldSize},
+          {"expert_parallel_size", m.expertParallelSize},
           {"stage", m.stage},
           {"training_state",
            {{"step", st.step},
@@ -230,12 +231,20 @@ json manifestJson(const CheckpointManifest &m) {
 /// The manifest as people read it: keys in a fixed order, one tensor,
 /// flat group or shard per line.
 std::string manifestText(const json &m) {
-  static const char *order[] = {
-      "format",          "version",        "tag",
-      "model",           "hf_config",      "world_size",
-      "stage",           "training_state", "shard_header_bytes",
-      "shard_alignment", "tensors",        "flat_groups",
-      "shards"};
+  static const char *order[] = {"format",
+                                "version",
+                                "tag",
+                                "model",
+                                "hf_config",
+                                "world_size",
+                                "expert_parallel_size",
+                                "stage",
+                                "training_state",
+                                "shard_header_bytes",
+                                "shard_alignment",
+                                "tensors",
+                                "flat_groups",
+                                "shards"};
   std::string text = "{";
   for (const char *key : order) {
     const json &value = m.at(key);
@@ -287,7 +296,8 @@ void readTensors(JsonFieldReader &r, const json &root, CheckpointManifest &m) {
     JsonPath at = JsonPath() / "tensors" / std::to_string(i);
     CheckpointTensor ct;
     PlanTensor &t = ct.tensor;
-    readTensorFields(r, j, at, m.worldSize, /*planFields=*/false, t);
+    readTensorFields(r, j, at, m.worldSize, /*planFields=*/false, t,
+                     m.expertParallelSize);
     ct.offset = r.unsignedInteger(j, at, "offset");
     ct.bytes = r.unsignedInteger(j, at, "bytes");
     if (r.error)
@@ -326,26 +336,32 @@ void readFlatGroups(JsonFieldReader &r, const json &root,
     PlanFlatGroup g;
     readFlatGroupFields(r, j, at, g);
     std::vector<int64_t> numels;
+    bool expert = false; // Expert parameters: over their group's ranks.
     for (size_t k = 0; k < g.params.size() && !r.error; ++k) {
       const CheckpointTensor *p = m.findTensor(g.params[k]);
-      if (!p || p->tensor.role != TensorRole::Param)
+      if (!p || p->tensor.role != TensorRole::Param) {
         r.fail(at / "params" / std::to_string(k),
                "\"" + g.params[k] + "\" is not a parameter of the manifest");
-      else
+      } else {
         numels.push_back(p->tensor.numel);
+        expert = expert || p->tensor.expert;
+      }
     }
     if (!r.error && g.offsets.size() != g.params.size())
       r.fail(at / "offsets", "expected one offset per parameter");
     if (r.error)
       return;
-    FlatGroupLayout layout(numels, m.worldSize);
+    int64_t ranks = expert ? m.worldSize / m.expertParallelSize : m.worldSize;
+    FlatGroupLayout layout(numels, ranks);
     if (g.offsets != layout.offsets || g.numel != layout.numel ||
         g.padded != layout.padded || g.partition != layout.partitionSize())
       r.fail(at, "the offsets, numel, padded and partition do not follow the "
                  "flat-group layout of its parameters over " +
-                     std::to_string(m.worldSize) + " ranks (padded " +
-                     std::to_string(layout.padded) + ", partition " +
-                     std::to_string(layout.partitionSize()) + ")");
+                     std::to_string(ranks) +
+                     (expert ? " expert-data-parallel" : "") +
+                     " ranks (padded " + std::to_string(layout.padded) +
+                     ", partition " + std::to_string(layout.partitionSize()) +
+                     ")");
     m.flatGroups.push_back(std::move(g));
   }
   for (size_t i = 0; i < m.tensors.size() && !r.error; ++i) {
@@ -430,6 +446,15 @@ Expected<CheckpointManifest> parseManifest(const JsonDocument &doc) {
     r.fail(JsonPath() / "world_size",
            "expected at most 2147483647 ranks (MPI and NCCL number ranks "
            "with 32-bit ints)");
+  // Absent before expert parallelism: 1.
+  m.expertParallelSize = 1;
+  if (r.member(root, JsonPath(), "expert_parallel_size", /*optional=*/true))
+    m.expertParallelSize =
+        r.integer(root, JsonPath(), "expert_parallel_size", 1);
+  if (!r.error && m.worldSize % m.expertParallelSize != 0)
+    r.fail(JsonPath() / "expert_parallel_size",
+           "expected a divisor of world_size " + std::to_string(m.worldSize) +
+               ", found " + std::to_string(m.expertParallelSize));
   m.stage = r.integer(root, JsonPath(), "stage");
   if (!r.error && m.stage > 3)
     r.fail(JsonPath() / "stage", "expected 0, 1, 2 or 3");
@@ -683,6 +708,12 @@ Expected<Done> checkManifestMatchesPlan(const CheckpointManifest &m,
                   "; a checkpoint resumes only on its own world size (to "
                   "change it, consolidate the checkpoint to safetensors and "
                   "start from that with zerorun --init-from)");
+  if (m.expertParallelSize != plan.expertParallelSize)
+    return differ("it was saved with expert_parallel_size " +
+                  std::to_string(m.expertParallelSize) + ", the plan's is " +
+                  std::to_string(plan.expertParallelSize) +
+                  " (consolidate it and start from that with zerorun "
+                  "--init-from)");
   if (m.stage != plan.stage)
     return differ("it was saved by a ZeRO stage " + std::to_string(m.stage) +
                   " plan, the plan is stage " + std::to_string(plan.stage));
@@ -808,6 +839,7 @@ Expected<CheckpointManifest> finalizeCheckpoint(const std::string &dir,
   m.model = plan.model.name;
   m.hfConfig = plan.model.hfConfig;
   m.worldSize = plan.worldSize;
+  m.expertParallelSize = plan.expertParallelSize;
   m.stage = plan.stage;
   m.state = state;
   for (size_t i = 0; i < plan.tensors.size(); ++i)

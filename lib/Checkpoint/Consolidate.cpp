@@ -32,14 +32,48 @@ struct Piece {
   int64_t localBegin = 0;
 };
 
-/// The tensors and flat groups of a plan or a manifest.
+/// The tensors and flat groups of a plan or a manifest. With expert
+/// parallelism an `expert` tensor holds one expert-parallel rank's experts
+/// (zeroc/Support/ExpertParallel.h): the whole parameter is the `ep` ranks'
+/// tensors one after another (element i of expert-parallel index j's
+/// tensor is element j x numel + i), each sharded over its
+/// expert-data-parallel group. Pieces are in the whole parameter's
+/// elements.
 class ModelLayout {
 public:
-  ModelLayout(int64_t worldSize, std::vector<PlanTensor> tensors,
+  ModelLayout(int64_t worldSize, int64_t ep, std::vector<PlanTensor> tensors,
               const std::vector<PlanFlatGroup> &groups)
-      : worldSize(worldSize), tensors(std::move(tensors)), groups(groups) {
+      : worldSize(worldSize), ep(std::max<int64_t>(ep, 1)),
+        tensors(std::move(tensors)), groups(groups) {
     for (size_t i = 0; i < this->tensors.size(); ++i)
       byName.emplace(this->tensors[i].name, i);
+  }
+
+  /// `t` as the whole model has it: an expert tensor with every
+  /// expert-parallel rank's experts.
+  PlanTensor whole(const PlanTensor &t) const {
+    if (!t.expert)
+      return t;
+    PlanTensor w = t;
+    if (!w.shape.empty())
+      w.shape[0] *= ep;
+    w.numel *= ep;
+    w.localNumel = w.numel;
+    w.sharded = false;
+    w.expert = false;
+    return w;
+  }
+  std::vector<PlanTensor> wholeTensors() const {
+    std::vector<PlanTensor> out;
+    for (const PlanTensor &t : tensors)
+      out.push_back(whole(t));
+    return out;
+  }
+  /// The ranks whose parts of `holder` make up its whole: all of them for
+  /// a sharded holder, one per expert-parallel index for a replicated
+  /// expert tensor, rank 0 otherwise.
+  int64_t holderRanks(const PlanTensor &holder) const {
+    return holder.sharded ? worldSize : holder.expert ? ep : 1;
   }
 
   const PlanTensor *find(const std::string &name) const {
@@ -92,37 +126,61 @@ public:
     std::vector<int64_t> numels;
     for (const std::string &p : g.params)
       numels.push_back(find(p)->numel);
-    return layouts.emplace(g.name, FlatGroupLayout(numels, worldSize))
+    const PlanTensor *first = find(g.params.at(0));
+    return layouts.emplace(g.name, FlatGroupLayout(numels, shardRanks(*first)))
         .first->second;
   }
 
+  /// The ranks a sharded `t` is split over: its expert-data-parallel group
+  /// for expert state, the world otherwise.
+  int64_t shardRanks(const PlanTensor &t) const {
+    return t.expert ? worldSize / ep : worldSize;
+  }
+
   /// The part of `param` that `holder` keeps on `rank`. A replicated
-  /// holder keeps all of it on every rank.
+  /// holder keeps all of it on every rank (an expert one, its ranks'
+  /// experts).
   std::optional<Piece> pieceOn(const PlanTensor &holder,
                                const PlanTensor &param, int64_t rank) const {
+    // An expert tensor: its expert-parallel index's experts, sharded over
+    // the expert-data-parallel group at the rank's place in it.
+    int64_t base = 0, r = rank;
+    if (holder.expert) {
+      CommGroupShape edp =
+          commGroupShape(CommGroupKind::ExpertDataParallel, worldSize, ep);
+      base = commGroupShape(CommGroupKind::ExpertParallel, worldSize, ep)
+                 .indexOf(rank) *
+             param.numel;
+      r = edp.indexOf(rank);
+    }
+    auto shifted = [&](ElementRange params, int64_t localBegin) {
+      return Piece{{params.begin + base, params.end + base}, localBegin};
+    };
     if (const PlanFlatGroup *g = group(holder.of)) {
       const FlatGroupLayout &layout = layoutOf(*g);
       size_t k = static_cast<size_t>(
           std::find(g->params.begin(), g->params.end(), param.name) -
           g->params.begin());
-      ElementRange window = holder.sharded ? layout.partition(rank)
-                                           : ElementRange{0, layout.padded};
+      ElementRange window =
+          holder.sharded ? layout.partition(r) : ElementRange{0, layout.padded};
       ElementRange owned = layout.param(k).intersect(window);
       if (owned.empty())
         return std::nullopt;
-      return Piece{
+      return shifted(
           {owned.begin - layout.offsets[k], owned.end - layout.offsets[k]},
-          owned.begin - window.begin};
+          owned.begin - window.begin);
     }
     if (!holder.sharded)
-      return Piece{{0, param.numel}, 0};
-    ElementRange owned = ParamShardLayout{param.numel, worldSize}.ownedBy(rank);
+      return shifted({0, param.numel}, 0);
+    ElementRange owned =
+        ParamShardLayout{param.numel, shardRanks(holder)}.ownedBy(r);
     if (owned.empty())
       return std::nullopt;
-    return Piece{owned, 0};
+    return shifted(owned, 0);
   }
 
   int64_t worldSize;
+  int64_t ep;
   std::vector<PlanTensor> tensors;
   const std::vector<PlanFlatGroup> &groups;
 
@@ -176,9 +234,9 @@ parameterElements(const std::string &dir, const CheckpointManifest &manifest,
   const PlanTensor &source = model.sourceOf(param);
   const CheckpointTensor &stored = *manifest.findTensor(source.name);
   std::vector<std::byte> out(byteCount(range.size(), dtype));
-  // A replicated holder is whole on rank 0; a sharded one is spread.
-  int64_t ranks = source.sharded ? manifest.worldSize : 1;
-  for (int64_t rank = 0; rank < ranks; ++rank) {
+  // A replicated holder is whole on rank 0 (an expert one, on ranks 0 to
+  // ep - 1); a sharded one is spread.
+  for (int64_t rank = 0; rank < model.holderRanks(source); ++rank) {
     std::optional<Piece> piece = model.pieceOn(source, param, rank);
     if (!piece)
       continue;
@@ -207,7 +265,7 @@ Expected<std::vector<std::byte>>
 wholeParameter(const std::string &dir, const CheckpointManifest &manifest,
                const ModelLayout &model, const std::string &name, DType dtype) {
   return parameterElements(dir, manifest, model, name,
-                           {0, model.find(name)->numel}, dtype);
+                           {0, model.whole(*model.find(name)).numel}, dtype);
 }
 
 /// The tag `tagOrLatest` names and its manifest.
@@ -244,8 +302,8 @@ consolidateCheckpoint(const std::string &dir, const std::string &tagOrLatest,
     if (auto ok = verifyShardFile(dir, *manifest, rank); !ok)
       return ok.error();
 
-  ModelLayout model(manifest->worldSize, manifest->planTensors(),
-                    manifest->flatGroups);
+  ModelLayout model(manifest->worldSize, manifest->expertParallelSize,
+                    manifest->planTensors(), manifest->flatGroups);
   std::vector<SafetensorsDeclaration> decls;
   for (const PlanTensor &p : model.tensors) {
     if (p.role != TensorRole::Param)
@@ -260,7 +318,7 @@ consolidateCheckpoint(const std::string &dir, const std::string &tagOrLatest,
                             "parameter '" +
                             p.name + "' " + std::to_string(p.numel)};
     DType out = source.dtype == DType::I32 ? DType::I32 : DType::F32;
-    decls.push_back({p.name, out, p.shape});
+    decls.push_back({p.name, out, model.whole(p).shape});
   }
   auto writer = SafetensorsWriter::create(
       outputPath, decls,
@@ -531,15 +589,21 @@ Expected<InitialTensors> loadSafetensorsShard(const std::string &path,
   auto set = SafetensorsSet::open(path);
   if (!set)
     return set.error();
-  ModelLayout model(plan.worldSize, plan.tensors, plan.flatGroups);
+  ModelLayout model(plan.worldSize, plan.expertParallelSize, plan.tensors,
+                    plan.flatGroups);
+  // The file holds whole parameters: expert tensors with every
+  // expert-parallel rank's experts.
+  Plan wholePlan;
+  wholePlan.model = plan.model;
+  wholePlan.tensors = model.wholeTensors();
 
   // Which names the file has: zeroc's, or Hugging Face's for the plan's
   // architecture, whichever more of its tensors match (Hugging Face's when
   // none is zeroc's, so that a wrong model is reported in its names).
-  auto mapping = hfMapping(plan.model.hfConfig, plan.tensors);
+  auto mapping = hfMapping(plan.model.hfConfig, wholePlan.tensors);
   size_t zerocNames = 0, hfNames = 0;
   for (const auto &[name, at] : set->tensors()) {
-    const PlanTensor *t = plan.findTensor(name);
+    const PlanTensor *t = wholePlan.findTensor(name);
     zerocNames += t && t->role == TensorRole::Param;
     hfNames += mapping && (mapping->find(name) || mapping->isBuffer(name));
   }
@@ -547,11 +611,11 @@ Expected<InitialTensors> loadSafetensorsShard(const std::string &path,
   Expected<Sources> sources = Sources();
   if (mapping && (hfNames > zerocNames || zerocNames == 0)) {
     out.naming = mapping->modelType;
-    sources = hfSources(*set, plan, *mapping);
+    sources = hfSources(*set, wholePlan, *mapping);
   } else {
     out.naming = "zeroc";
     sources = zerocSources(
-        *set, plan,
+        *set, wholePlan,
         mapping || zerocNames == set->tensors().size()
             ? std::string()
             : "; the names are not zeroc's, and Hugging Face names cannot "
@@ -684,9 +748,10 @@ Expected<HFExportResult> consolidateToHF(const std::string &dir,
     return opened.error();
   const std::string *tag = &opened->tag;
   CheckpointManifest *manifest = &opened->manifest;
-  ModelLayout model(manifest->worldSize, manifest->planTensors(),
-                    manifest->flatGroups);
-  auto mapping = hfMapping(manifest->hfConfig, model.tensors);
+  ModelLayout model(manifest->worldSize, manifest->expertParallelSize,
+                    manifest->planTensors(), manifest->flatGroups);
+  std::vector<PlanTensor> wholes = model.wholeTensors();
+  auto mapping = hfMapping(manifest->hfConfig, wholes);
   if (!mapping)
     return Diagnostic{dir, 0, 0,
                       "checkpoint '" + *tag +
@@ -789,8 +854,8 @@ Expected<HFExportResult> consolidateToHF(const std::string &dir,
             {part.paramBegin, part.paramBegin + part.numel}, o.dtype);
         if (!elements)
           return elements.error();
-        placePart(part, *model.find(part.param), o.tensor->shape, *elements,
-                  size, data);
+        placePart(part, model.whole(*model.find(part.param)), o.tensor->shape,
+                  *elements, size, data);
       }
       if (auto ok = writer->write(d.name, constBytesOf(data)); !ok)
         return ok.error();

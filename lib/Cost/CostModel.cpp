@@ -23,7 +23,38 @@ RankLayout rankLayout(const Cluster &cluster, int64_t ranks) {
   layout.ranks = std::max<int64_t>(1, ranks);
   layout.ranksPerNode = std::min(layout.ranks, perNode);
   layout.nodes = (layout.ranks + perNode - 1) / perNode;
+  layout.nicSharers = layout.ranksPerNode;
   return layout;
+}
+
+std::optional<RankLayout> groupLayout(const Cluster &cluster, int64_t worldSize,
+                                      int64_t ep, CommGroupKind kind) {
+  RankLayout world = rankLayout(cluster, worldSize);
+  CommGroupShape shape = commGroupShape(kind, worldSize, ep);
+  if (kind == CommGroupKind::World || shape.size == worldSize)
+    return world;
+  RankLayout g;
+  g.ranks = shape.size;
+  g.nicSharers = world.ranksPerNode;
+  if (world.nodes == 1) { // Every group inside the one node.
+    g.ranksPerNode = g.ranks;
+    return g;
+  }
+  int64_t perNode = world.ranksPerNode;
+  if (perNode % ep != 0 && ep % perNode != 0)
+    return std::nullopt;
+  if (kind == CommGroupKind::ExpertParallel) {
+    // Consecutive ranks: whole groups in a node, or whole nodes in a group.
+    g.ranksPerNode = std::min(ep, perNode);
+  } else {
+    // Ranks ep apart: perNode / ep of them share a node, or one per node;
+    // alike on every node only if every node is full.
+    if (worldSize % perNode != 0)
+      return std::nullopt;
+    g.ranksPerNode = ep >= perNode ? 1 : perNode / ep;
+  }
+  g.nodes = g.ranks / g.ranksPerNode;
+  return g;
 }
 
 namespace {
@@ -67,20 +98,25 @@ double ringTime(CollectiveKind kind, double bytes, int64_t ranks,
 
 CollectiveTime collectiveTime(const Cluster &cluster, CollectiveKind kind,
                               double bytes, int64_t ranks) {
+  return collectiveTime(cluster, kind, bytes, rankLayout(cluster, ranks));
+}
+
+CollectiveTime collectiveTime(const Cluster &cluster, CollectiveKind kind,
+                              double bytes, const RankLayout &layout) {
   CollectiveTime t;
-  if (ranks <= 1 || bytes <= 0)
+  if (layout.ranks <= 1 || bytes <= 0)
     return t;
-  RankLayout layout = rankLayout(cluster, ranks);
   t.latency = cluster.collectiveLatency;
   const ClusterLink &intra = cluster.intraNode;
   if (layout.nodes == 1) {
     addRing(t, t.intraNode, kind, bytes, layout.ranks, intra);
   } else {
     // The g ranks of a node each run an inter-node ring over 1/g of the data
-    // at the same time, sharing the node's NICs.
+    // at the same time, sharing the node's NICs (with the other groups'
+    // rings, for a communicator group: nicSharers in all).
     int64_t g = layout.ranksPerNode;
     ClusterLink net = cluster.interNode ? *cluster.interNode : intra;
-    net.busBandwidth /= double(g);
+    net.busBandwidth /= double(std::max(g, layout.nicSharers));
     double slice = bytes / double(g);
     switch (kind) {
     case CollectiveKind::ReduceScatter:
@@ -99,7 +135,7 @@ CollectiveTime collectiveTime(const Cluster &cluster, CollectiveKind kind,
     case CollectiveKind::AllToAll: {
       // No hierarchy: each rank sends bytes / n to every other rank at once,
       // (g-1)/n of its buffer inside the node and (n-g)/n through the node's
-      // NICs, which its g ranks share (net.busBandwidth is already / g).
+      // NICs, which its g ranks share (net.busBandwidth is already shared).
       double n = double(layout.ranks), local = double(g);
       t.latency +=
           (local - 1) * intra.latency + double(layout.nodes - 1) * net.latency;
@@ -410,14 +446,24 @@ OpCost CostModel::collectiveCost(const PhaseInfo &info, const PlanOp &op,
   // scales are negligible. The first freeze_step steps cost Adam's.
   if (oneBitOptimizer && op.kind == OpKind::AllReduceStart)
     bytes = double(op.commElements) / 8.0;
+  // An expert-parallel all-to-all takes as long as its busiest rank's
+  // exchange under the plan's token distribution (the larger of what it
+  // sends and receives).
+  if (op.kind == OpKind::AllToAllStart)
+    bytes = std::max(bytes, double(op.attrsAs<AllToAllAttrs>().bytes));
+  // The ranks of the op's communicator group and where they sit
+  // (predictStep refuses plans whose groups have no layout).
+  int64_t n = plan.groupSize(op.group);
+  RankLayout layout =
+      groupLayout(clusterRef, plan.worldSize, plan.expertParallelSize, op.group)
+          .value_or(rankLayout(clusterRef, n));
   const ClusterCalibration::CollectiveFit &fit =
       clusterRef.calibration.collective[size_t(*kind)];
   const ClusterCalibration::CollectiveFit &busy =
       clusterRef.calibration.contended[size_t(*kind)];
-  if (fit.busBandwidth > 0 && plan.worldSize > 1 &&
-      rankLayout(clusterRef, plan.worldSize).nodes == 1) {
+  if (fit.busBandwidth > 0 && n > 1 && layout.nodes == 1) {
     // Measured on this node: nccl-tests' busbw convention, fixed time fitted.
-    double busBytes = bytes * commElementsPerRank(*kind, 1.0, plan.worldSize);
+    double busBytes = bytes * commElementsPerRank(*kind, 1.0, n);
     cost.seconds = fit.latency + busBytes / fit.busBandwidth;
     // Beside compute on a CPU rank's cores: the fit measured so, where it
     // is slower. Compute beside a collective cannot speed it up; a
@@ -426,8 +472,7 @@ OpCost CostModel::collectiveCost(const PhaseInfo &info, const PlanOp &op,
       cost.seconds =
           std::max(cost.seconds, busy.latency + busBytes / busy.busBandwidth);
   } else
-    cost.seconds =
-        collectiveTime(clusterRef, *kind, bytes, plan.worldSize).seconds;
+    cost.seconds = collectiveTime(clusterRef, *kind, bytes, layout).seconds;
   // One rank launches no collective, but a gather or a reduce-scatter out
   // of place still copies its buffer (the communicator's local copy).
   if (plan.worldSize <= 1 && *kind != CollectiveKind::AllReduce)
@@ -436,8 +481,8 @@ OpCost CostModel::collectiveCost(const PhaseInfo &info, const PlanOp &op,
   // gradient shard or partition: the part read, the target read and
   // written, an accumulate kernel's work.
   if (*kind == CollectiveKind::ReduceScatter) {
-    double part = double(op.commElements) /
-                  double(std::max<int64_t>(1, plan.worldSize)) * elementBytes;
+    double part = double(op.commElements) / double(std::max<int64_t>(1, n)) *
+                  elementBytes;
     cost.seconds +=
         kernelTime(clusterRef, OpKind::Accumulate, 0, 3 * part, dtype);
   }
@@ -459,7 +504,7 @@ OpCost CostModel::collectiveCost(const PhaseInfo &info, const PlanOp &op,
   for (const auto &[placement, count] : offDevice) {
     double part = double(op.commElements) * elementBytes;
     if (*kind == CollectiveKind::ReduceScatter)
-      part /= double(std::max<int64_t>(1, plan.worldSize));
+      part /= double(std::max<int64_t>(1, n));
     part *= double(count) / double(targets.size());
     cost.seconds +=
         transferTime(rankRatesPerRank, Placement::Device, placement, part);
@@ -620,7 +665,7 @@ OpCost CostModel::workCost(const PlanPhase &phase, const PlanOp &op,
   case OpKind::ReduceScatterStart:
   case OpKind::AllReduceStart:
   case OpKind::AllGatherUpdatesStart:
-  case OpKind::AllToAllStart: // Sub-group plans are refused by predictStep.
+  case OpKind::AllToAllStart:
     return collectiveCost(info, op, contended);
   case OpKind::FetchStart:
     return fetchCost(info, op);

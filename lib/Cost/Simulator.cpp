@@ -216,15 +216,22 @@ Expected<StepPrediction> predictStep(const Plan &plan, const Cluster &cluster,
   if (std::optional<Diagnostic> error = checkFits(cluster, plan.worldSize))
     return *error;
   // A sub-group's time depends on where its ranks sit (the expert-data-
-  // parallel group strides across nodes); the cost model prices every
-  // collective over the world's ring.
+  // parallel group strides across nodes): priced where every group sits
+  // alike (groupLayout).
   if (plan.expertParallelSize > 1)
-    return Diagnostic{
-        "", 0, 0,
-        "the plan uses expert parallelism (expert_parallel_size " +
-            std::to_string(plan.expertParallelSize) +
-            "); the cost model does not price its sub-group "
-            "collectives yet"};
+    for (CommGroupKind kind :
+         {CommGroupKind::ExpertParallel, CommGroupKind::ExpertDataParallel})
+      if (!groupLayout(cluster, plan.worldSize, plan.expertParallelSize, kind))
+        return Diagnostic{
+            "", 0, 0,
+            "the plan uses expert parallelism (expert_parallel_size " +
+                std::to_string(plan.expertParallelSize) + ") on " +
+                std::to_string(plan.worldSize) + " ranks of " +
+                std::to_string(cluster.gpusPerNode) + " per node: its " +
+                commGroupName(kind) +
+                " groups span nodes unevenly, which the cost model does not "
+                "price (it needs whole nodes, and expert_parallel_size "
+                "dividing the GPUs per node or a multiple of them)"};
   if (!(options.stragglerFactor > 0) || !std::isfinite(options.stragglerFactor))
     return Diagnostic{"", 0, 0,
                       "straggler factor must be a finite number > 0, "

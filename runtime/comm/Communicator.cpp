@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <thread>
 
 namespace zeroc::runtime {
@@ -313,6 +314,21 @@ CommTraffic CommTraffic::since(const CommTraffic &earlier) const {
   return d;
 }
 
+CommTraffic CommTraffic::plus(const CommTraffic &other) const {
+  auto add = [](const Volume &a, const Volume &b) {
+    return Volume{a.collectives + b.collectives, a.elements + b.elements,
+                  a.elementsPerRank + b.elementsPerRank,
+                  a.bytesPerRank + b.bytesPerRank};
+  };
+  CommTraffic d;
+  for (size_t i = 0; i < byKind.size(); ++i)
+    d.byKind[i] = add(byKind[i], other.byKind[i]);
+  d.scalarAllReduce = add(scalarAllReduce, other.scalarAllReduce);
+  d.broadcast = add(broadcast, other.broadcast);
+  d.barrier = add(barrier, other.barrier);
+  return d;
+}
+
 double Communicator::allReduceScalar(double value, ScalarOp op, OpLabel label) {
   CommHandle h = allReduceScalars(&value, 1, op, std::move(label));
   wait(h);
@@ -365,6 +381,36 @@ std::vector<std::string> allGatherText(Communicator &comm,
     all.emplace_back(text, strnlen(text, send.size()));
   }
   return all;
+}
+
+std::optional<std::vector<int64_t>>
+exchangeExpertCounts(Communicator &comm, const std::vector<int64_t> &sent,
+                     OpLabel label, const std::atomic<bool> &cancel) {
+  int64_t n = comm.size();
+  if (sent.empty() || int64_t(sent.size()) % n != 0)
+    throw std::invalid_argument(
+        "expert count exchange: " + std::to_string(sent.size()) +
+        " experts do not split over " + std::to_string(n) + " ranks");
+  int64_t local = int64_t(sent.size()) / n;
+  std::vector<int32_t> send(sent.size()), recv(sent.size(), 0);
+  for (size_t e = 0; e < sent.size(); ++e) {
+    if (sent[e] < 0 || sent[e] > std::numeric_limits<int32_t>::max())
+      throw std::invalid_argument("expert count exchange: expert " +
+                                  std::to_string(e) + "'s row count " +
+                                  std::to_string(sent[e]) +
+                                  " is negative or exceeds i32");
+    send[e] = int32_t(sent[e]);
+  }
+  std::vector<int64_t> each(size_t(n), local);
+  CommHandle h = comm.allToAllV(send.data(), each, recv.data(), each,
+                                DType::I32, std::move(label));
+  if (!comm.wait(h, cancel)) {
+    h.abandon(); // The caller aborts; MPI cannot cancel it.
+    new std::vector<int32_t>(std::move(recv)); // Kept alive for it.
+    new std::vector<int32_t>(std::move(send));
+    return std::nullopt;
+  }
+  return std::vector<int64_t>(recv.begin(), recv.end());
 }
 
 void Communicator::checkReducible(DType dtype,

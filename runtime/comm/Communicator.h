@@ -130,6 +130,8 @@ struct CommTraffic {
   Volume total() const;
   /// `this` minus `earlier` (what was moved in between).
   CommTraffic since(const CommTraffic &earlier) const;
+  /// `this` and `other` together (several communicators' traffic).
+  CommTraffic plus(const CommTraffic &other) const;
 };
 
 /// A started collective, backend-specific. Internal to the backends.
@@ -416,6 +418,19 @@ std::optional<std::string> checkSameOnEveryRank(Communicator &comm,
 std::vector<std::string> allGatherText(Communicator &comm,
                                        const std::string &mine,
                                        const std::string &what);
+
+/// Expert parallelism's count exchange, the first half of a dispatch
+/// all-to-all: `sent[e]` is the rows this rank sends to expert e of the
+/// group's size() x local experts (rank q of `comm` holds experts
+/// [q local, (q + 1) local)); returns `received[s * local + l]`, the rows
+/// rank s sends to this rank's local expert l. Collective: an all-to-all of
+/// `local` i32 counts per rank (so the variable all-to-all of the rows can
+/// follow), waited for; nullopt when `cancel` is set first (as
+/// wait(handle, cancel)). Throws std::invalid_argument for experts that do
+/// not split over the ranks and for counts outside i32.
+std::optional<std::vector<int64_t>>
+exchangeExpertCounts(Communicator &comm, const std::vector<int64_t> &sent,
+                     OpLabel label, const std::atomic<bool> &cancel);
 
 /// True when the byte ranges [a, a + aBytes) and [b, b + bBytes) share a
 /// byte: aliasing checks of the backends.

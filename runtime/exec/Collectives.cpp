@@ -37,8 +37,9 @@ void Executor::Impl::complete(Pending &p, bool hostWait) {
       inflightScratch.push_back(std::move(buf));
     return;
   }
+  Communicator &via = p.via ? *p.via : comm;
   for (CommHandle &h : p.handles)
-    if (!comm.wait(h, scheduler.failedFlag())) {
+    if (!via.wait(h, scheduler.failedFlag())) {
       // Another stream failed; this rank is about to abort the job, and an
       // MPI collective cannot be cancelled: leave it.
       for (CommHandle &left : p.handles)
@@ -87,21 +88,34 @@ double Executor::Impl::allReduceScalar(const PlanOp &op, double value,
 
 void Executor::Impl::allReduceScalars(const PlanOp &op,
                                       std::vector<double> &values,
-                                      ScalarOp kind) {
-  if (ws == 1)
+                                      ScalarOp kind, CommGroupKind group) {
+  Communicator &c = groupComm(group);
+  if (c.size() == 1) {
+    scheduler.awaitTicket(op); // Its turn in the collective order.
     return;
+  }
   auto t0 = Clock::now();
   Pending p;
+  p.via = &c;
   {
     StreamScheduler::Ticket t = scheduler.awaitTicket(op);
-    dev->useStreamFor(comm);
+    dev->useStreamFor(c);
     CollectiveArrival *arrival = arrive(op);
-    p.handles.push_back(comm.allReduceScalars(
+    p.handles.push_back(c.allReduceScalars(
         values.data(), int64_t(values.size()), kind, label(op)));
     complete(p, /*hostWait=*/true);
     arrivals.done(arrival);
   }
   scheduler.noteScalarWait(since(t0));
+}
+
+void Executor::Impl::scaleExpertGradient(const PlanOp &op,
+                                         const Tensor &reduced) {
+  if (op.group != CommGroupKind::ExpertDataParallel ||
+      plan.expertParallelSize <= 1 || reduced.numel() == 0)
+    return;
+  check(dev->scaleAll({reduced}, float(1.0 / double(plan.expertParallelSize))),
+        op);
 }
 
 void Executor::Impl::finishCollectives() {
@@ -139,29 +153,32 @@ void Executor::Impl::startAllGather(const PlanOp &op) {
     fail("op " + std::to_string(op.index) + ": gathers " +
          std::to_string(op.inputs.size()) + " shards, but its wait yields " +
          std::to_string(wait.outputs.size()) + " values");
+  Communicator &c = groupComm(op.group);
+  int64_t n = c.size();
   Pending p;
+  p.via = &c;
   CollectiveArrival *arrival = nullptr;
   {
     StreamScheduler::Ticket t = scheduler.awaitTicket(op);
-    dev->useStreamFor(comm);
+    dev->useStreamFor(c);
     arrival = arrive(op);
     for (size_t i = 0; i < op.inputs.size(); ++i) {
       Tensor shard = value(op.inputs[i]);
       Tensor full = value(wait.outputs[i]);
       int64_t s = shard.numel();
-      int64_t paddedBytes = s * ws * bytesPerElement(full.dtype);
-      if (s * ws == full.numel() ||
+      int64_t paddedBytes = s * n * bytesPerElement(full.dtype);
+      if (s * n == full.numel() ||
           phase->valueInfo.at(wait.outputs[i])->bytes >= paddedBytes) {
         p.handles.push_back(
-            comm.allGather(shard.data, s, full.data, full.dtype, label(op)));
+            c.allGather(shard.data, s, full.data, full.dtype, label(op)));
         continue;
       }
       // A plan that did not size the buffer for the padding.
       p.scratch.push_back(ex.memory.allocate(paddedBytes, true, 64,
                                              MemoryUse::UnplannedWorkspace));
-      Tensor padded{p.scratch.back().get(), full.dtype, {s * ws}};
+      Tensor padded{p.scratch.back().get(), full.dtype, {s * n}};
       p.handles.push_back(
-          comm.allGather(shard.data, s, padded.data, full.dtype, label(op)));
+          c.allGather(shard.data, s, padded.data, full.dtype, label(op)));
       p.after.push_back([this, &op, padded, full]() {
         check(dev->copyElements(padded, 0, full, 0, full.numel()), op);
       });
@@ -199,20 +216,25 @@ void Executor::Impl::startReduceScatter(const PlanOp &op) {
       paramInputs.push_back(i);
     }
   }
+  // Every input moves over the op's group (the plan reader holds expert
+  // and other state apart): its ranks and this rank's place among them.
+  Communicator &c = groupComm(op.group);
+  int64_t gr = c.rank(), gn = c.size();
   WorkspaceLayout layout;
   std::vector<ReduceScatterParts> parts(op.inputs.size());
   std::vector<ReduceScatterParts> flat =
-      reduceScatterFlatParts(layout, shares, flatElementBytes, rank);
+      reduceScatterFlatParts(layout, shares, flatElementBytes, gr);
   for (size_t k = 0; k < flatInputs.size(); ++k)
     parts[flatInputs[k]] = flat[k];
   for (size_t i : paramInputs)
     parts[i] = reduceScatterParamParts(
-        layout, ParamShardLayout{tensor(targets[i]).info->numel, ws},
+        layout, ParamShardLayout{tensor(targets[i]).info->numel, gn},
         bytesPerElement(value(op.inputs[i]).dtype));
   Pending p;
+  p.via = &c;
   char *scratch = workspace(op, layout.size(), p.scratch);
   StreamScheduler::Ticket ticket = scheduler.awaitTicket(op);
-  dev->useStreamFor(comm);
+  dev->useStreamFor(c);
   CollectiveArrival *arrival = arrive(op);
   for (size_t i = 0; i < op.inputs.size(); ++i) {
     Tensor g = value(op.inputs[i]);
@@ -227,30 +249,34 @@ void Executor::Impl::startReduceScatter(const PlanOp &op) {
       const FlatGroupLayout &l = state.layout(*grp);
       ElementRange range{off, off + n};
       std::vector<int64_t> counts = l.receiveCounts(range);
-      ElementRange mine = range.intersect(l.partition(rank));
-      int64_t recvN = counts[size_t(rank)];
+      ElementRange mine = range.intersect(l.partition(gr));
+      int64_t recvN = counts[size_t(gr)];
       p.handles.push_back(
-          comm.reduceScatter(g.data, counts, recvBuf, dt, true, label(op)));
+          c.reduceScatter(g.data, counts, recvBuf, dt, true, label(op)));
       Tensor recv{recvBuf, dt, {recvN}};
       if (t.sharded) {
         // Stage 2: accumulate the owned part into the gradient partition.
-        int64_t at = mine.begin - l.partition(rank).begin;
+        int64_t at = mine.begin - l.partition(gr).begin;
         p.after.push_back([this, &op, recv, dst, at, recvN]() {
-          if (recvN > 0)
+          if (recvN > 0) {
+            scaleExpertGradient(op, recv);
             check(dev->accumulate(slice(dst, at, recvN), recv), op);
+          }
         });
       } else {
         // Stage 1: in place on the replicated flat buffer; keep the owned
         // partition.
         int64_t at = mine.begin;
         p.after.push_back([this, &op, recv, dst, at, recvN]() {
-          if (recvN > 0)
+          if (recvN > 0) {
+            scaleExpertGradient(op, recv);
             check(dev->copyElements(recv, 0, dst, at, recvN), op);
+          }
         });
       }
     } else {
       // Stage 3: the gradient of a whole parameter into its shard.
-      ParamShardLayout l{t.numel, ws};
+      ParamShardLayout l{t.numel, gn};
       int64_t s = l.shardSize();
       if (!t.sharded)
         fail("op " + std::to_string(op.index) + ": reduce_scatter into " +
@@ -264,15 +290,17 @@ void Executor::Impl::startReduceScatter(const PlanOp &op) {
         // Padded with zeros to shard x world size.
         char *padded = scratch + parts[i].send;
         dev->copy(padded, g.data, n * esize);
-        dev->zero(padded + n * esize, (s * ws - n) * esize);
+        dev->zero(padded + n * esize, (s * gn - n) * esize);
         send = padded;
       }
-      p.handles.push_back(
-          comm.reduceScatter(send, std::vector<int64_t>(size_t(ws), s), recvBuf,
-                             dt, true, label(op)));
+      p.handles.push_back(c.reduceScatter(send,
+                                          std::vector<int64_t>(size_t(gn), s),
+                                          recvBuf, dt, true, label(op)));
       Tensor recv{recvBuf, dt, {s}};
-      p.after.push_back(
-          [this, &op, recv, dst]() { check(dev->accumulate(dst, recv), op); });
+      p.after.push_back([this, &op, recv, dst]() {
+        scaleExpertGradient(op, recv);
+        check(dev->accumulate(dst, recv), op);
+      });
     }
   }
   { StreamScheduler::Ticket issuedAll = std::move(ticket); }
@@ -286,16 +314,20 @@ void Executor::Impl::startAllReduce(const PlanOp &op) {
          ": all_reduce of transient values (reduce_scatter: false) is not "
          "supported yet");
   const std::vector<std::string> &names = op.attrsAs<TensorListAttrs>().tensors;
+  Communicator &c = groupComm(op.group);
   Pending p;
+  p.via = &c;
   CollectiveArrival *arrival = nullptr;
   {
     StreamScheduler::Ticket t = scheduler.awaitTicket(op);
-    dev->useStreamFor(comm);
+    dev->useStreamFor(c);
     arrival = arrive(op);
     for (const std::string &name : names) {
       Stored &s = tensor(name);
-      p.handles.push_back(comm.allReduce(s.data.get(), s.info->localNumel,
-                                         s.info->dtype, true, label(op)));
+      p.handles.push_back(c.allReduce(s.data.get(), s.info->localNumel,
+                                      s.info->dtype, true, label(op)));
+      p.after.push_back(
+          [this, &op, &s]() { scaleExpertGradient(op, s.view()); });
     }
   }
   complete(p);
@@ -310,7 +342,9 @@ void Executor::Impl::startAllGatherUpdates(const PlanOp &op) {
   StreamScheduler::Ticket ticket = scheduler.awaitTicket(op);
   if (overflow)
     return;
-  dev->useStreamFor(comm);
+  Communicator &c = groupComm(op.group);
+  int64_t gr = c.rank(), gn = c.size();
+  dev->useStreamFor(c);
   CollectiveArrival *arrival = arrive(op);
   WorkspaceLayout layout;
   std::vector<int64_t> at(targets.size(), -1);
@@ -318,11 +352,12 @@ void Executor::Impl::startAllGatherUpdates(const PlanOp &op) {
     if (state.group(targets[i])) {
       at[i] = -2; // In place: no workspace.
     } else if (const PlanTensor &t = *tensor(targets[i]).info; !t.sharded) {
-      at[i] = gatherUpdatesParamPart(layout, ParamShardLayout{t.numel, ws},
+      at[i] = gatherUpdatesParamPart(layout, ParamShardLayout{t.numel, gn},
                                      bytesPerElement(t.dtype));
     }
   }
   Pending p;
+  p.via = &c;
   char *scratch = workspace(op, layout.size(), p.scratch);
   for (size_t i = 0; i < targets.size(); ++i) {
     if (at[i] == -1)
@@ -334,20 +369,20 @@ void Executor::Impl::startAllGatherUpdates(const PlanOp &op) {
       int64_t P = l.partitionSize();
       char *base = static_cast<char *>(flat.data);
       p.handles.push_back(
-          comm.allGather(base + rank * P * bytesPerElement(flat.dtype), P, base,
-                         flat.dtype, label(op)));
+          c.allGather(base + gr * P * bytesPerElement(flat.dtype), P, base,
+                      flat.dtype, label(op)));
     } else {
       char *buf = scratch + at[i];
       Stored &s = tensor(targets[i]);
       const PlanTensor &t = *s.info;
-      ParamShardLayout l{t.numel, ws};
+      ParamShardLayout l{t.numel, gn};
       int64_t sz = l.shardSize();
       int64_t es = bytesPerElement(t.dtype);
-      ElementRange own = l.ownedBy(rank);
-      dev->copy(buf + rank * sz * es, s.data.get() + own.begin * es,
+      ElementRange own = l.ownedBy(gr);
+      dev->copy(buf + gr * sz * es, s.data.get() + own.begin * es,
                 own.size() * es);
       p.handles.push_back(
-          comm.allGather(buf + rank * sz * es, sz, buf, t.dtype, label(op)));
+          c.allGather(buf + gr * sz * es, sz, buf, t.dtype, label(op)));
       char *dst = s.data.get();
       int64_t bytes = t.numel * es;
       p.after.push_back(

@@ -31,6 +31,19 @@ void Executor::Impl::compute(const PlanOp &op) {
   step.lossTokens = lossTokens;
   step.documents = documents.data && documentAttention ? &documents : nullptr;
   step.positions = documents.data && documentPositions ? &documents : nullptr;
+  // Expert parallelism: the local experts work on the rows their dispatch
+  // exchange delivered; the exchange's counts follow the rows (ExpertExchange).
+  std::shared_ptr<TokenExchange> exchange;
+  if (op.kind == OpKind::MoeLocalExperts ||
+      op.kind == OpKind::MoeLocalExpertsBackward) {
+    exchange = exchangeOf(op, op.inputs.at(0));
+    if (!exchange->counted)
+      fail("op " + std::to_string(op.index) +
+           ": its rows were not exchanged by a dispatch all-to-all");
+    step.expertRows = &exchange->received;
+  } else if (op.kind == OpKind::MoeCombineBackward) {
+    exchange = exchangeOf(op, op.inputs.at(1));
+  }
   // Intermediates of a composite op (the mixture of experts): its planned
   // workspace, or tracked unplanned memory where the plan has none.
   std::vector<std::shared_ptr<char>> unplanned;
@@ -46,6 +59,10 @@ void Executor::Impl::compute(const PlanOp &op) {
     fail("op " + std::to_string(op.index) + ": kind '" + op.kindName() +
          "' is not supported by the " + dev->name() + " executor");
   check(*status, op);
+  if (op.kind == OpKind::MoeDispatch)
+    countDispatch(op);
+  else if (exchange)
+    setExchange(op.outputs.at(0), std::move(exchange));
 }
 
 //===----------------------------------------------------------------------===//

@@ -66,6 +66,9 @@ namespace zeroc::runtime {
   X(moeRouterStatsBackward)                                                    \
   X(moeLoadBalancingLoss)                                                      \
   X(moeLoadBalancingLossBackward)                                              \
+  X(moeGatherRows)                                                             \
+  X(moeScatterAddRows)                                                         \
+  X(moeReceivedPlan)                                                           \
   X(backwardSeed)
 
 /// The CPU kernel set.
@@ -95,6 +98,12 @@ struct StepContext {
   /// embedding and rotary kernels, which count each document's positions
   /// from 0. Null: positions 0 .. seq - 1 in every sequence.
   const Tensor *positions = nullptr;
+  /// moe_local_experts and its backward (expert parallelism): the rows this
+  /// rank's experts received this micro-step, `[s * local + l]` from rank s
+  /// of the expert-parallel group for local expert l, in arrival order (the
+  /// dispatch exchange's counts). The first sum of them rows of the op's
+  /// rows hold them; the plan sizes the rows for the planning assumption.
+  const std::vector<int64_t> *expertRows = nullptr;
 };
 /// The workspace of a mixture-of-experts op (Workspace.h), from its
 /// tensors; nullopt for every other op. The executor sizes the op's
@@ -138,6 +147,35 @@ moeScratchOf(const PlanOp &op, In in, Out out) {
     return std::make_pair(op.kind == OpKind::MoeRouterStats
                               ? MoeScratchKind::RouterStats
                               : MoeScratchKind::RouterStatsBackward,
+                          s);
+  // Expert parallelism's split ops, as zero-plan-memory sizes them: the
+  // dispatch plan of the tokens' routed rows (the [batch, seq, hidden]
+  // side and the indices), or the received rows grouped by local expert.
+  case OpKind::MoeDispatch:
+    tokens(in(0));
+    s.experts = op.attrsAs<MoeExpertCountAttrs>().numExperts;
+    s.topK = in(1).dim(-1);
+    return std::make_pair(MoeScratchKind::Dispatch, s);
+  case OpKind::MoeCombine:
+    tokens(out(0));
+    s.experts = op.attrsAs<MoeExpertCountAttrs>().numExperts;
+    s.topK = in(1).dim(-1);
+    return std::make_pair(MoeScratchKind::Dispatch, s);
+  case OpKind::MoeCombineBackward:
+    tokens(in(0));
+    s.experts = op.attrsAs<MoeExpertCountAttrs>().numExperts;
+    s.topK = in(3).dim(-1);
+    return std::make_pair(MoeScratchKind::Dispatch, s);
+  case OpKind::MoeLocalExperts:
+  case OpKind::MoeLocalExpertsBackward:
+    tokens(in(0));
+    s.topK = 1;
+    s.experts = in(1).dim(0);
+    s.intermediate = in(1).dim(1);
+    s.savedOutput = true;
+    return std::make_pair(op.kind == OpKind::MoeLocalExperts
+                              ? MoeScratchKind::LocalExpertsForward
+                              : MoeScratchKind::LocalExpertsBackward,
                           s);
   default:
     return std::nullopt;
@@ -352,15 +390,74 @@ std::optional<Status> runModelOp(K &k, const PlanOp &op, In in, Out out,
     ZEROC_RETURN_IF_ERROR(k.linearGradInput(dlogits, in(1), out(0)));
     return k.linearGradWeight(dlogits, in(0), out(1));
   }
-  // Expert parallelism's split ops: plans with them are refused by
-  // Executor::create before any op runs.
-  case OpKind::MoeDispatch:
+  // Expert parallelism's split of moe_experts (ModelOps.td): the
+  // all-to-alls between them are the executor's.
+  case OpKind::MoeDispatch: {
+    auto [offsets, rowToken, rowSlot] = dispatch();
+    ZEROC_RETURN_IF_ERROR(
+        k.moeDispatchPlan(in(1), op.attrsAs<MoeExpertCountAttrs>().numExperts,
+                          offsets, rowToken, rowSlot));
+    return k.moeGatherRows(in(0), rowToken, out(0));
+  }
+  case OpKind::MoeCombine: {
+    auto [offsets, rowToken, rowSlot] = dispatch();
+    ZEROC_RETURN_IF_ERROR(
+        k.moeDispatchPlan(in(1), op.attrsAs<MoeExpertCountAttrs>().numExperts,
+                          offsets, rowToken, rowSlot));
+    if (op.inputs.size() > 2)
+      return k.moeCombineForward(in(0), in(2), rowToken, rowSlot, out(0));
+    return k.moeScatterAddRows(in(0), rowToken, out(0)); // The dispatch's grad.
+  }
+  case OpKind::MoeCombineBackward: {
+    auto [offsets, rowToken, rowSlot] = dispatch();
+    ZEROC_RETURN_IF_ERROR(
+        k.moeDispatchPlan(in(3), op.attrsAs<MoeExpertCountAttrs>().numExperts,
+                          offsets, rowToken, rowSlot));
+    return k.moeCombineBackward(in(0), in(1), in(2), rowToken, rowSlot, out(0),
+                                out(1));
+  }
   case OpKind::MoeLocalExperts:
-  case OpKind::MoeCombine:
-  case OpKind::MoeCombineBackward:
-  case OpKind::MoeLocalExpertsBackward:
-    return Status{std::string(opKindName(op.kind)) +
-                  ": expert parallelism is not run by zerorun yet"};
+  case OpKind::MoeLocalExpertsBackward: {
+    // The received rows (the first `n` of the planned R), regrouped by local
+    // expert; the saved state holds h1 then h3, R rows each.
+    if (!step.expertRows)
+      return Status{std::string(opKindName(op.kind)) +
+                    ": no row counts of the dispatch exchange"};
+    const MoeShape &m = moe->second;
+    int64_t n = 0;
+    for (int64_t c : *step.expertRows)
+      n += c;
+    if (n > m.tokens)
+      return Status{std::string(opKindName(op.kind)) + ": " +
+                    std::to_string(n) + " rows received, more than the " +
+                    std::to_string(m.tokens) + " its buffers hold"};
+    std::array<Tensor, 3> plan = dispatch();
+    const Tensor &offsets = plan[0];
+    Tensor rowToken{plan[1].data, DType::I32, {n}};
+    auto first = [&](const Tensor &t) {
+      return Tensor{t.data, t.dtype, {n, t.dim(-1)}};
+    };
+    bool forward = op.kind == OpKind::MoeLocalExperts;
+    const Tensor &saved = forward ? out(1) : in(5);
+    char *base = static_cast<char *>(saved.data);
+    int64_t hBytes = m.tokens * m.intermediate * bytesPerElement(saved.dtype);
+    Tensor h1{base, saved.dtype, {n, m.intermediate}};
+    Tensor h3{base + hBytes, saved.dtype, {n, m.intermediate}};
+    Tensor x = first(in(0));
+    ZEROC_RETURN_IF_ERROR(
+        k.moeReceivedPlan(*step.expertRows, in(1).dim(0), offsets, rowToken));
+    if (forward) {
+      Tensor ysorted = part(parts.ysorted, in(0).dtype, {n, m.hidden});
+      ZEROC_RETURN_IF_ERROR(k.moeExpertsForward(x, in(1), in(2), in(3), offsets,
+                                                rowToken, h1, h3, ysorted));
+      return k.moeScatterAddRows(ysorted, rowToken, first(out(0)));
+    }
+    Tensor dysorted = part(parts.dysorted, in(0).dtype, {n, m.hidden});
+    ZEROC_RETURN_IF_ERROR(k.moeGatherRows(first(in(4)), rowToken, dysorted));
+    return k.moeExpertsBackward(dysorted, x, in(1), in(2), in(3), offsets,
+                                rowToken, h1, h3, first(out(0)), out(1), out(2),
+                                out(3));
+  }
   case OpKind::MoeRouterStats: {
     // The logits again (f32, as the router's), then the statistics.
     std::vector<int64_t> shape(in(0).shape);

@@ -32,10 +32,38 @@ Executor::Impl::Impl(Executor &ex, Communicator &comm,
   scheduler.beforeIssue = [this](const PlanOp *next, int64_t stream) {
     beforeIssue(next, stream);
   };
+  // Expert parallelism's groups: every rank splits the world in the same
+  // order (collective), each group's ranks ordered by world rank, so a
+  // rank's place in its group is ExpertParallel.h's indexOf.
+  if (plan.expertParallelSize > 1) {
+    auto split = [&](CommGroupKind kind) {
+      CommGroupShape shape =
+          commGroupShape(kind, plan.worldSize, plan.expertParallelSize);
+      std::unique_ptr<Communicator> c =
+          comm.split(int(shape.firstRank(rank)), int(rank));
+      if (!c || c->size() != shape.size || c->rank() != shape.indexOf(rank))
+        fail(std::string("the ") + commGroupName(kind) +
+             " communicator does not have the plan's shape");
+      return c;
+    };
+    expertParallelComm = split(CommGroupKind::ExpertParallel);
+    expertDataParallelComm = split(CommGroupKind::ExpertDataParallel);
+  }
   // The host sees a collective start and end only where it waits for it.
   arrivals.enabled =
       options.measureArrivalSkew && ws > 1 && !dev->streamOrderedCollectives();
   skewMethod = options.skewMethod;
+}
+
+Communicator &Executor::Impl::groupComm(CommGroupKind g) {
+  Communicator *c =
+      g == CommGroupKind::ExpertParallel       ? expertParallelComm.get()
+      : g == CommGroupKind::ExpertDataParallel ? expertDataParallelComm.get()
+                                               : &comm;
+  if (!c)
+    fail(std::string("a collective over the ") + commGroupName(g) +
+         " group, but the plan has no expert parallelism");
+  return *c;
 }
 
 Tensor &Executor::Impl::value(int64_t id) {
@@ -108,6 +136,7 @@ void Executor::Impl::runPhase(const PlanPhase &ph, const DataLoader *data,
             .first;
   phase = &it->second;
   phase->bind(ex.memory, unplanned);
+  exchanges.clear();
   pendingAdam = {}; // Nothing deferred outlives a (failed) run.
   runningPhase = ph.kind;
   runningRun = micro;
@@ -181,6 +210,8 @@ void Executor::Impl::runOp(const PlanOp &op) {
     startAllReduce(op);
   } else if (k == OpKind::AllGatherUpdatesStart) {
     startAllGatherUpdates(op);
+  } else if (k == OpKind::AllToAllStart) {
+    startAllToAll(op);
   } else if (k == OpKind::FetchStart || k == OpKind::CopyStart) {
     startCopy(op);
   } else if (k == OpKind::AdamUpdate) {
@@ -231,6 +262,15 @@ Executor::Executor(Plan plan, Communicator &comm)
     : thePlan(std::move(plan)), comm(comm) {}
 Executor::~Executor() = default;
 
+CommTraffic Executor::commTraffic() const {
+  CommTraffic t = comm.traffic();
+  for (const auto *c :
+       {impl->expertParallelComm.get(), impl->expertDataParallelComm.get()})
+    if (c)
+      t = t.plus(c->traffic());
+  return t;
+}
+
 int64_t Executor::persistentDeviceBytes() const {
   return persistentBytesPerRank(thePlan).placement(Placement::Device);
 }
@@ -261,19 +301,26 @@ int64_t Executor::predictedPeakBytes() const {
                                    largestPhaseTransient(thePlan));
 }
 
+std::string deviceRefusal(const Plan &plan, const std::string &deviceName) {
+  // Expert parallelism runs on the CPU; the CUDA backend has neither the
+  // token exchanges' kernels nor their stream-ordered all-to-alls.
+  if (plan.expertParallelSize > 1 && deviceName != "cpu")
+    return "the plan splits the experts over expert-parallel groups of " +
+           std::to_string(plan.expertParallelSize) +
+           " ranks; zerorun runs expert parallelism on the CPU only (the " +
+           deviceName +
+           " backend has no token all-to-all or local-experts kernels): run "
+           "with --device cpu, or compile with an expert-parallel size of 1";
+  return "";
+}
+
 Expected<std::unique_ptr<Executor>>
 Executor::create(Plan plan, Communicator &comm,
                  const ExecutorOptions &options) {
-  // zeroc plans expert parallelism (communicator groups, token all-to-alls,
-  // local experts); zerorun does not run it yet.
-  if (plan.expertParallelSize > 1)
-    return Diagnostic{
-        "", 0, 0,
-        "the plan splits the experts over expert-parallel groups of " +
-            std::to_string(plan.expertParallelSize) +
-            " ranks; zerorun does not run expert parallelism yet (its "
-            "all-to-all exchanges and local experts): compile with an "
-            "expert-parallel size of 1"};
+  if (std::string why =
+          deviceRefusal(plan, options.device ? options.device->name() : "cpu");
+      !why.empty())
+    return Diagnostic{"", 0, 0, why};
   if (plan.worldSize != comm.size())
     return Diagnostic{
         "", 0, 0,

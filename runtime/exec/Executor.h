@@ -94,6 +94,10 @@ struct StepResult {
   std::optional<StepSkew> skew;
 };
 
+/// Why `deviceName`'s backend does not run `plan` (empty: it does):
+/// expert parallelism runs on the CPU only.
+std::string deviceRefusal(const Plan &plan, const std::string &deviceName);
+
 class Executor {
 public:
   /// Checks the world size against `comm`, allocates and initializes.
@@ -152,6 +156,10 @@ public:
   int64_t arenaBytes() const { return arenaSize; }
   /// What create() spent allocating and initializing.
   const StartupSeconds &startupSeconds() const { return startup; }
+  /// What the collectives moved so far: the world communicator's traffic
+  /// and, with expert parallelism, its groups' communicators' (each counted
+  /// over its own ranks, as the plan accounts them).
+  CommTraffic commTraffic() const;
 
   struct Impl;
 

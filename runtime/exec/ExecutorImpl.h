@@ -42,6 +42,11 @@ struct Executor::Impl {
   Executor &ex;
   const Plan &plan;
   Communicator &comm;
+  /// With expert parallelism, the communicators of its groups
+  /// (ExpertParallel.h), split from `comm` as the executor is made.
+  std::unique_ptr<Communicator> expertParallelComm, expertDataParallelComm;
+  /// The communicator of group `g`: `comm` for the world.
+  Communicator &groupComm(CommGroupKind g);
   std::unique_ptr<Device> ownDevice; ///< The CPU device, when none is given.
   Device *dev = nullptr;
   int64_t rank, ws;
@@ -109,6 +114,7 @@ struct Executor::Impl {
 
   /// A started collective: its handles, and what runs once all completed.
   struct Pending {
+    Communicator *via = nullptr; ///< What started the handles; null: comm.
     std::vector<CommHandle> handles;
     std::vector<std::function<void()>> after;
     std::vector<std::shared_ptr<char>> scratch; ///< Unplanned workspace.
@@ -128,9 +134,45 @@ struct Executor::Impl {
   /// after a failure, abandoned) and the device synchronized.
   void finishCollectives();
   double allReduceScalar(const PlanOp &op, double value, ScalarOp kind);
-  /// allReduceScalar on several values at once, in place.
+  /// allReduceScalar on several values at once, in place, over `group`.
   void allReduceScalars(const PlanOp &op, std::vector<double> &values,
-                        ScalarOp kind);
+                        ScalarOp kind,
+                        CommGroupKind group = CommGroupKind::World);
+  /// An expert gradient reduced over the expert-data-parallel group is the
+  /// sum of world / ep ranks' gradients, each of which covers every token
+  /// of its expert-parallel group's ep ranks: the world's mean, as without
+  /// expert parallelism, is that sum over the world size. The communicator
+  /// averages over its own ranks; this scales what it returns by the rest,
+  /// 1 / ep. Nothing for non-expert state.
+  void scaleExpertGradient(const PlanOp &op, const Tensor &reduced);
+
+  //===--------------------------------------------------------------------===//
+  // Expert parallelism's token exchanges (ExpertExchange.cpp)
+  //===--------------------------------------------------------------------===//
+
+  /// The rows of one MoE layer's exchange between the ranks of an
+  /// expert-parallel group, as the router decided them this micro-step:
+  /// `sent[e]` the dispatch-order rows this rank sends to global expert e,
+  /// and once the dispatch exchanged the counts, `received[s * local + l]`
+  /// the rows rank s of the group sends to this rank's local expert l.
+  struct TokenExchange {
+    int64_t experts = 0, local = 0, ep = 1;
+    std::vector<int64_t> sent, received;
+    bool counted = false;
+    int64_t sentTo(int64_t peer) const;
+    int64_t receivedFrom(int64_t peer) const;
+  };
+  /// Each value of the running phase that holds one layer's exchanged rows
+  /// (the dispatch's rows, what the all-to-alls deliver, the local experts'
+  /// outputs and gradients), with its exchange. Cleared at each phase run.
+  std::map<int64_t, std::shared_ptr<TokenExchange>> exchanges;
+  std::mutex exchangesMutex;
+  std::shared_ptr<TokenExchange> exchangeOf(const PlanOp &op, int64_t value);
+  void setExchange(int64_t value, std::shared_ptr<TokenExchange> x);
+  /// moe_dispatch: counts the rows per expert of the router's indices.
+  void countDispatch(const PlanOp &op);
+  /// all_to_all_start: the count exchange (at a dispatch), then the rows.
+  void startAllToAll(const PlanOp &op);
   /// The step's collectives as this rank reached them (ArrivalSkew.h), and
   /// the phase run being run, for their notes.
   ArrivalLog arrivals;

@@ -68,7 +68,7 @@ void Executor::Impl::adamUpdate(const PlanOp &op) {
     if (!grp)
       fail("op " + std::to_string(op.index) + ": gradient " + gs.info->name +
            " does not match its optimizer state");
-    grad = slice(grad, state.layout(*grp).partition(rank).begin, n);
+    grad = slice(grad, state.partition(*grp).begin, n);
   }
 
   // This rank's part of the parameter, in its own dtype.
@@ -78,16 +78,16 @@ void Executor::Impl::adamUpdate(const PlanOp &op) {
   WorkspaceLayout layout; // One part at most (Workspace.h).
   if (grp) {
     // The owned partition of the flat parameter buffer, in place.
-    const FlatGroupLayout &l = state.layout(*grp);
-    param = slice(state.flatView(*grp), l.partition(rank).begin, n);
+    param = slice(state.flatView(*grp), state.partition(*grp).begin, n);
   } else {
     Stored &ps = tensor(paramName);
     if (ps.info->localNumel == n) {
       param = ps.view();
     } else {
       // A persistent (whole) stage-3 parameter with sharded states.
-      ParamShardLayout l{ps.info->numel, ws};
-      ElementRange own = l.ownedBy(rank);
+      ShardGroup g = state.shardGroup(*ps.info);
+      ParamShardLayout l{ps.info->numel, g.size};
+      ElementRange own = l.ownedBy(g.rank);
       DType dt = ps.info->dtype;
       int64_t at = adamPartitionPart(layout, n, bytesPerElement(dt));
       param = Tensor{workspace(op, layout.size(), keep) + at, dt, {n}};
@@ -200,9 +200,10 @@ void Executor::Impl::lambUpdate(const PlanOp &op,
   bool sharded = tensor(attrs.expAvg).info->sharded;
   if (const PlanFlatGroup *grp = state.group(attrs.param)) {
     const FlatGroupLayout &l = state.layout(*grp);
-    int64_t base = l.partition(rank).begin;
+    int64_t r = state.shardGroup(*grp).rank;
+    int64_t base = l.partition(r).begin;
     for (size_t k = 0; k < grp->params.size(); ++k) {
-      ElementRange own = l.ownedBy(k, rank);
+      ElementRange own = l.ownedBy(k, r);
       pieces.push_back(own.size() > 0 ? Piece{own.begin - base, own.end - base}
                                       : Piece{0, 0});
     }
@@ -226,7 +227,10 @@ void Executor::Impl::lambUpdate(const PlanOp &op,
     sums[2 * k + 1] = part.update;
   }
   if (sharded)
-    allReduceScalars(op, sums, ScalarOp::Sum);
+    allReduceScalars(op, sums, ScalarOp::Sum,
+                     tensor(attrs.expAvg).info->expert
+                         ? CommGroupKind::ExpertDataParallel
+                         : CommGroupKind::World);
   else
     scheduler.awaitTicket(op); // Replicated: every rank has the whole norms.
 
@@ -258,6 +262,13 @@ void Executor::Impl::clipGradNorm(const PlanOp &op) {
   // Sharded and flat-group gradients: each rank sums what it owns, then the
   // sums are all-reduced. Replicated gradients are the same on every rank.
   // Each list's sums are added in list order (Device::sumOfSquaresOf).
+  // With expert parallelism every element counts once (DeepSpeed's global
+  // norm over both parameter groups): owned expert shards are owned within
+  // their expert-data-parallel group, so the world's sum holds each once;
+  // replicated expert gradients are alike over that group and differ over
+  // the expert-parallel group, so only the first expert-data-parallel
+  // group's ranks (world ranks below ep) add theirs to the shared sum.
+  bool firstExpertCopy = rank < plan.expertParallelSize;
   std::vector<Tensor> shared, local, all;
   for (const std::string &name : names) {
     Stored &s = tensor(name);
@@ -266,10 +277,13 @@ void Executor::Impl::clipGradNorm(const PlanOp &op) {
     if (const PlanFlatGroup *grp = state.groupOf(*s.info)) {
       const FlatGroupLayout &l = state.layout(*grp);
       if (!s.info->sharded)
-        g = slice(g, l.partition(rank).begin, l.partitionSize());
+        g = slice(g, state.partition(*grp).begin, l.partitionSize());
       shared.push_back(g);
     } else if (s.info->sharded) {
       shared.push_back(g);
+    } else if (s.info->expert) {
+      if (firstExpertCopy)
+        shared.push_back(g);
     } else {
       local.push_back(g);
     }

@@ -38,6 +38,20 @@ const PlanFlatGroup *PersistentState::group(const std::string &name) const {
   return it == groups.end() ? nullptr : it->second;
 }
 
+ShardGroup PersistentState::shardGroup(const PlanTensor &t) const {
+  CommGroupShape shape = commGroupShape(
+      t.expert ? CommGroupKind::ExpertDataParallel : CommGroupKind::World, ws,
+      plan.expertParallelSize);
+  return {shape.indexOf(rank), shape.size};
+}
+
+ShardGroup PersistentState::shardGroup(const PlanFlatGroup &g) const {
+  const PlanTensor *first = plan.findTensor(g.params.at(0));
+  if (!first)
+    fail("flat group " + g.name + " names no tensor " + g.params.at(0));
+  return shardGroup(*first);
+}
+
 Tensor PersistentState::flatView(const PlanFlatGroup &g) {
   const PlanTensor &first = *tensor(g.params.at(0)).info;
   return Tensor{
@@ -64,7 +78,8 @@ void PersistentState::allocate() {
       memberOf[g.params[k]] = {&g, int64_t(k)};
     }
     const FlatGroupLayout &l =
-        layouts.emplace(g.name, FlatGroupLayout(numels, ws)).first->second;
+        layouts.emplace(g.name, FlatGroupLayout(numels, shardGroup(g).size))
+            .first->second;
     const PlanTensor &first = *plan.findTensor(g.params.at(0));
     for (const std::string &name : g.params) {
       const PlanTensor &p = *plan.findTensor(name);
@@ -142,11 +157,14 @@ void PersistentState::initialize(uint64_t seed) {
   auto fill = [&](Stored &s, const PlanTensor &param, bool sharded) {
     int64_t n = s.info->localNumel;
     float *out = target(s, n);
-    if (sharded)
-      initShard(param, param.init, seed, ParamShardLayout{param.numel, ws},
-                rank, out);
-    else
-      initParameter(param, param.init, seed, 0, param.numel, out);
+    int64_t base = expertBase(plan, param, rank);
+    if (sharded) {
+      ShardGroup g = shardGroup(param);
+      initShard(param, param.init, seed, ParamShardLayout{param.numel, g.size},
+                g.rank, out, base);
+    } else {
+      initParameter(param, param.init, seed, 0, param.numel, out, base);
+    }
     store(s, out, n);
   };
   for (auto &[name, s] : tensors) {

@@ -49,6 +49,13 @@ struct Stored {
   }
 };
 
+/// The ranks a tensor's shards or a flat group's partitions are spread
+/// over and this rank's place among them (ExpertParallel.h): for expert
+/// state the expert-data-parallel group, otherwise the world.
+struct ShardGroup {
+  int64_t rank = 0, size = 1;
+};
+
 struct NvmeCounters {
   int64_t residentBytes = 0, bytesRead = 0, bytesWritten = 0;
 };
@@ -78,6 +85,14 @@ public:
   }
   const FlatGroupLayout &layout(const PlanFlatGroup &g) const {
     return layouts.at(g.name);
+  }
+  /// The group `t` (a tensor of the plan) is sharded over.
+  ShardGroup shardGroup(const PlanTensor &t) const;
+  /// The group a flat group is partitioned over (its members').
+  ShardGroup shardGroup(const PlanFlatGroup &g) const;
+  /// This rank's partition of flat group `g`, in the group's elements.
+  ElementRange partition(const PlanFlatGroup &g) const {
+    return layout(g).partition(shardGroup(g).rank);
   }
   /// A flat group's parameter buffer as one 1-d tensor.
   Tensor flatView(const PlanFlatGroup &g);

@@ -15,6 +15,7 @@ bool issuesCollective(const PlanOp &op, int64_t worldSize) {
   const OpKind k = op.kind;
   return k == OpKind::AllGatherStart || k == OpKind::ReduceScatterStart ||
          k == OpKind::AllReduceStart || k == OpKind::AllGatherUpdatesStart ||
+         k == OpKind::AllToAllStart ||
          // Scalar all-reduces, at more than one rank.
          ((k == OpKind::ClipGradNorm || k == OpKind::UnscaleGrads) &&
           worldSize > 1) ||

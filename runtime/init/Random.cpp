@@ -158,19 +158,20 @@ static InitSpec parseOrThrow(const PlanTensor &param, std::string_view init) {
 
 void initParameter(const PlanTensor &param, std::string_view init,
                    uint64_t seed, int64_t globalBegin, int64_t count,
-                   float *out) {
+                   float *out, int64_t base) {
   if (globalBegin < 0 || count < 0 || globalBegin + count > param.numel)
     throw std::invalid_argument("tensor '" + param.name + "': elements [" +
                                 std::to_string(globalBegin) + ", " +
                                 std::to_string(globalBegin + count) +
                                 ") are outside its " +
                                 std::to_string(param.numel) + " elements");
-  initParameter(param.name, parseOrThrow(param, init), seed, globalBegin, count,
-                out);
+  initParameter(param.name, parseOrThrow(param, init), seed, base + globalBegin,
+                count, out);
 }
 
 void initShard(const PlanTensor &param, std::string_view init, uint64_t seed,
-               const ParamShardLayout &layout, int64_t rank, float *out) {
+               const ParamShardLayout &layout, int64_t rank, float *out,
+               int64_t base) {
   if (layout.numel != param.numel)
     throw std::invalid_argument(
         "tensor '" + param.name + "' has " + std::to_string(param.numel) +
@@ -179,7 +180,7 @@ void initShard(const PlanTensor &param, std::string_view init, uint64_t seed,
   // begin past numel).
   ElementRange owned = layout.ownedBy(rank);
   if (!owned.empty())
-    initParameter(param, init, seed, owned.begin, owned.size(), out);
+    initParameter(param, init, seed, owned.begin, owned.size(), out, base);
   else
     parseOrThrow(param, init);
   std::fill(out + owned.size(), out + layout.shardSize(), 0.0f);
@@ -187,7 +188,7 @@ void initShard(const PlanTensor &param, std::string_view init, uint64_t seed,
 
 void initShard(const std::vector<const PlanTensor *> &params,
                const FlatGroupLayout &layout, uint64_t seed, int64_t rank,
-               float *out) {
+               float *out, int64_t base) {
   if (params.size() != layout.sizes.size())
     throw std::invalid_argument(
         "flat group init: " + std::to_string(params.size()) +
@@ -204,7 +205,7 @@ void initShard(const std::vector<const PlanTensor *> &params,
     if (piece.empty())
       continue;
     initParameter(param, param.init, seed, piece.begin - layout.offsets[k],
-                  piece.size(), out + (piece.begin - partition.begin));
+                  piece.size(), out + (piece.begin - partition.begin), base);
   }
 }
 
@@ -221,7 +222,40 @@ void initShard(const Plan &plan, const PlanFlatGroup &group, uint64_t seed,
     params.push_back(t);
     numels.push_back(t->numel);
   }
-  initShard(params, FlatGroupLayout(numels, plan.worldSize), seed, rank, out);
+  // An expert group's members are alike (the plan reader holds them so).
+  const PlanTensor &first = *params.at(0);
+  CommGroupShape shards = commGroupShape(
+      first.expert ? CommGroupKind::ExpertDataParallel : CommGroupKind::World,
+      plan.worldSize, plan.expertParallelSize);
+  if (!first.expert) {
+    initShard(params, FlatGroupLayout(numels, shards.size), seed,
+              shards.indexOf(rank), out);
+    return;
+  }
+  // Each member starts at its own expert base (its local elements times the
+  // expert-parallel index): one group, pieces initialized one by one.
+  FlatGroupLayout layout(numels, shards.size);
+  int64_t r = shards.indexOf(rank);
+  ElementRange partition = layout.partition(r);
+  std::fill(out, out + partition.size(), 0.0f);
+  for (size_t k = 0; k < params.size(); ++k) {
+    ElementRange piece = layout.ownedBy(k, r);
+    if (piece.empty())
+      continue;
+    initParameter(*params[k], params[k]->init, seed,
+                  piece.begin - layout.offsets[k], piece.size(),
+                  out + (piece.begin - partition.begin),
+                  expertBase(plan, *params[k], rank));
+  }
+}
+
+int64_t expertBase(const Plan &plan, const PlanTensor &t, int64_t rank) {
+  if (!t.expert)
+    return 0;
+  return commGroupShape(CommGroupKind::ExpertParallel, plan.worldSize,
+                        plan.expertParallelSize)
+             .indexOf(rank) *
+         t.numel;
 }
 
 } // namespace zeroc::runtime

@@ -78,15 +78,19 @@ void initParameter(std::string_view name, const InitSpec &init, uint64_t seed,
 /// The same for a plan tensor and an init string (the parameter's own, or
 /// the parameter's for its master copy: pass the parameter's tensor so the
 /// master holds the same values). Throws std::invalid_argument for a bad
-/// init string or a range outside the tensor.
+/// init string or a range outside the tensor. `base`: where the tensor's
+/// element 0 lies in the whole parameter, for an expert tensor that holds
+/// one expert-parallel rank's experts (ExpertParallel.h); so each expert
+/// holds the values it has without expert parallelism.
 void initParameter(const PlanTensor &param, std::string_view init,
                    uint64_t seed, int64_t globalBegin, int64_t count,
-                   float *out);
+                   float *out, int64_t base = 0);
 
 /// Stage 3: rank `rank`'s shard of `param` (layout.shardSize() elements):
 /// the elements it owns, then zeros for the padding.
 void initShard(const PlanTensor &param, std::string_view init, uint64_t seed,
-               const ParamShardLayout &layout, int64_t rank, float *out);
+               const ParamShardLayout &layout, int64_t rank, float *out,
+               int64_t base = 0);
 
 /// Stages 1 and 2: rank `rank`'s partition of a flat group
 /// (layout.partitionSize() elements): the pieces of each parameter that fall
@@ -94,12 +98,19 @@ void initShard(const PlanTensor &param, std::string_view init, uint64_t seed,
 /// `params` are the group's parameters in group order, with their inits.
 void initShard(const std::vector<const PlanTensor *> &params,
                const FlatGroupLayout &layout, uint64_t seed, int64_t rank,
-               float *out);
+               float *out, int64_t base = 0);
 
-/// The same for a plan's flat group: its layout at the plan's world size.
-/// Throws std::invalid_argument if a parameter is missing from the plan.
+/// The same for a plan's flat group of world rank `rank`: its layout over
+/// the plan's world, or for a group of expert tensors over the
+/// expert-data-parallel group (holding `rank`'s experts). Throws
+/// std::invalid_argument if a parameter is missing from the plan.
 void initShard(const Plan &plan, const PlanFlatGroup &group, uint64_t seed,
                int64_t rank, float *out);
+
+/// Where the tensors of world rank `rank` that hold experts start in their
+/// whole parameters: its expert-parallel index x the local elements (0 for
+/// any other tensor or without expert parallelism).
+int64_t expertBase(const Plan &plan, const PlanTensor &t, int64_t rank);
 
 } // namespace zeroc::runtime
 

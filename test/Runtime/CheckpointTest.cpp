@@ -748,6 +748,36 @@ TEST_F(Corruption, ManifestFieldErrorsPointAtTheField) {
         "manifest training_state.loss_scale: expected a finite number > 0");
   check([](json &m) { m["tensors"][1]["of"] = "nobody"; },
         "manifest tensors[1].of: unknown owner \"nobody\"");
+  // Expert parallelism: groups that partition the ranks, and expert state
+  // only with it.
+  check([](json &m) { m["expert_parallel_size"] = 2; },
+        "manifest expert_parallel_size: expected a divisor of world_size 3, "
+        "found 2");
+  check([](json &m) { m["tensors"][0]["expert"] = true; },
+        "manifest tensors[0].expert: expert state without expert "
+        "parallelism");
+}
+
+// Manifests written before expert parallelism have no expert_parallel_size:
+// read as 1.
+TEST_F(Corruption, ManifestWithoutExpertParallelSizeIsOne) {
+  std::string path = dir / "s/manifest.json";
+  json j = json::parse(readText(path));
+  ASSERT_EQ(j["expert_parallel_size"], 1);
+  j.erase("expert_parallel_size");
+  writeText(path, j.dump(1));
+  EXPECT_TRUE(loadCheckpoint(dir.path, "s", plan, 0));
+}
+
+// A checkpoint of expert_parallel_size 1 does not resume a plan of 3: its
+// expert tensors would hold other experts (consolidate it, then
+// --init-from).
+TEST_F(Corruption, ExpertParallelSizeMismatch) {
+  Plan other = plan;
+  other.expertParallelSize = 3;
+  EXPECT_ERROR(loadCheckpoint(dir.path, "s", other, 0),
+               "checkpoint 's' does not fit the plan: it was saved with "
+               "expert_parallel_size 1, the plan's is 3");
 }
 
 TEST_F(Corruption, ManifestCrcThatDisagreesWithTheFile) {

@@ -345,6 +345,81 @@ TEST(MpiComm, AllToAllVariableCountsF32) {
   EXPECT_EQ(v.elementsPerRank, double(send.size()) - 2.0 * rows(r, r));
 }
 
+// The dispatch's count exchange, then its rows, as zerorun runs them: 2
+// experts per rank; rank r routes (3 r + e) % 4 rows to expert e (counts of
+// 0 included), and no rank routes any row to rank 0's experts, whose rank
+// then receives nothing. Each rank learns, per source and local expert, the
+// counts the sources decided; the rows then arrive grouped by source, then
+// expert, and the reverse exchange (the combine) returns each rank's rows.
+TEST(MpiComm, ExpertCountExchangeThenRows) {
+  auto comm = world();
+  int64_t n = comm->size(), r = comm->rank(), local = 2, h = 3;
+  auto routed = [&](int64_t from, int64_t expert) -> int64_t {
+    return expert < local ? 0 : (3 * from + expert) % 4;
+  };
+  std::vector<int64_t> sent;
+  for (int64_t e = 0; e < n * local; ++e)
+    sent.push_back(routed(r, e));
+  std::atomic<bool> cancel{false};
+  std::optional<std::vector<int64_t>> received =
+      exchangeExpertCounts(*comm, sent, {5, "dispatch counts"}, cancel);
+  ASSERT_TRUE(received);
+  ASSERT_EQ(received->size(), size_t(n * local));
+  for (int64_t s = 0; s < n; ++s)
+    for (int64_t l = 0; l < local; ++l)
+      EXPECT_EQ((*received)[size_t(s * local + l)], routed(s, r * local + l))
+          << "from rank " << s << " for local expert " << l;
+  if (r == 0)
+    for (int64_t c : *received)
+      EXPECT_EQ(c, 0);
+
+  // The rows: dispatch order (by expert), row k of expert e from rank r
+  // holding {r, e, k}.
+  std::vector<float> rows;
+  std::vector<int64_t> sendCounts(size_t(n), 0), recvCounts(size_t(n), 0);
+  for (int64_t e = 0; e < n * local; ++e)
+    for (int64_t k = 0; k < sent[size_t(e)]; ++k) {
+      rows.insert(rows.end(), {float(r), float(e), float(k)});
+      sendCounts[size_t(e / local)] += h;
+    }
+  for (int64_t s = 0; s < n; ++s)
+    for (int64_t l = 0; l < local; ++l)
+      recvCounts[size_t(s)] += h * (*received)[size_t(s * local + l)];
+  std::vector<float> got(size_t(
+      std::accumulate(recvCounts.begin(), recvCounts.end(), int64_t(0))));
+  CommHandle d = comm->allToAllV(rows.data(), sendCounts, got.data(),
+                                 recvCounts, DType::F32, {6, "dispatch"});
+  waitAll(*comm, d);
+  size_t at = 0;
+  for (int64_t s = 0; s < n; ++s)
+    for (int64_t l = 0; l < local; ++l)
+      for (int64_t k = 0; k < routed(s, r * local + l); ++k) {
+        EXPECT_EQ(got[at], float(s));
+        EXPECT_EQ(got[at + 1], float(r * local + l));
+        EXPECT_EQ(got[at + 2], float(k));
+        at += 3;
+      }
+  EXPECT_EQ(at, got.size());
+  std::vector<float> back(rows.size(), -1.0f);
+  CommHandle c = comm->allToAllV(got.data(), recvCounts, back.data(),
+                                 sendCounts, DType::F32, {7, "combine"});
+  waitAll(*comm, c);
+  EXPECT_EQ(back, rows);
+}
+
+TEST(MpiComm, ExpertCountExchangeRefusesBadCounts) {
+  auto comm = world();
+  std::atomic<bool> cancel{false};
+  // Experts that do not split over the ranks (3 over 2 or 4; 2 over 3).
+  std::vector<int64_t> uneven(size_t(comm->size() == 3 ? 2 : 3), 1);
+  EXPECT_THROW(exchangeExpertCounts(*comm, uneven, {}, cancel),
+               std::invalid_argument);
+  std::vector<int64_t> negative(size_t(comm->size()), 1);
+  negative[0] = -1;
+  EXPECT_THROW(exchangeExpertCounts(*comm, negative, {}, cancel),
+               std::invalid_argument);
+}
+
 // 16-bit rows travel as bits; the combine brings them back: dispatch then
 // the reverse exchange returns every rank's rows unchanged.
 TEST(MpiComm, AllToAllBf16RoundTrip) {

@@ -16,7 +16,12 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <functional>
+#include <numeric>
+#include <random>
 #include <set>
+#include <tuple>
 
 using namespace zeroc;
 using namespace zeroc::runtime;
@@ -373,20 +378,13 @@ TEST(Dispatch, EveryModelOpKindHasAKernel) {
     op.outputs = {0, 1, 2};
     RecordingKernels k;
     EXPECT_LE(modelOpScratchBytes(op, any, any), int64_t(workspace.size()));
+    // The local experts take the dispatch exchange's counts from the
+    // executor: none received here.
+    std::vector<int64_t> noRows = {0};
+    StepContext step;
+    step.expertRows = &noRows;
     std::optional<cpu::Status> status =
-        runModelOp(k, op, any, any, StepContext{}, workspace.data());
-    // Expert parallelism's split ops have no kernel yet: Executor::create
-    // refuses their plans, and the dispatch says so rather than run none.
-    if (kind == OpKind::MoeDispatch || kind == OpKind::MoeLocalExperts ||
-        kind == OpKind::MoeCombine || kind == OpKind::MoeCombineBackward ||
-        kind == OpKind::MoeLocalExpertsBackward) {
-      ASSERT_TRUE(status);
-      EXPECT_FALSE(status->ok());
-      EXPECT_NE(status->error.find("expert parallelism is not run by zerorun "
-                                   "yet"),
-                std::string::npos);
-      continue;
-    }
+        runModelOp(k, op, any, any, step, workspace.data());
     if (status) {
       EXPECT_TRUE(status->ok()) << status->error;
     }
@@ -397,6 +395,285 @@ TEST(Dispatch, EveryModelOpKindHasAKernel) {
           << "two kinds run kernel " << k.ran;
     }
   }
+}
+
+// Expert parallelism runs on the CPU backend only; the others say so.
+TEST(Executor, ExpertParallelismRunsOnTheCpuOnly) {
+  Plan plan;
+  plan.worldSize = 4;
+  plan.expertParallelSize = 2;
+  EXPECT_EQ(deviceRefusal(plan, "cpu"), "");
+  EXPECT_EQ(deviceRefusal(plan, "cuda"),
+            "the plan splits the experts over expert-parallel groups of 2 "
+            "ranks; zerorun runs expert parallelism on the CPU only (the cuda "
+            "backend has no token all-to-all or local-experts kernels): run "
+            "with --device cpu, or compile with an expert-parallel size of 1");
+  plan.expertParallelSize = 1;
+  EXPECT_EQ(deviceRefusal(plan, "cuda"), "");
+}
+
+// The local experts without the exchange's counts refuse to guess them.
+TEST(Dispatch, LocalExpertsNeedTheExchangedCounts) {
+  cpu::Tensor scratch{nullptr, DType::F32, {1, 1, 1}};
+  std::vector<char> workspace(4096);
+  auto any = [&](size_t) -> const cpu::Tensor & { return scratch; };
+  for (OpKind kind :
+       {OpKind::MoeLocalExperts, OpKind::MoeLocalExpertsBackward}) {
+    PlanOp op;
+    op.kind = kind;
+    op.attrs = defaultAttrs(kind);
+    op.inputs = {0, 1, 2, 3, 4, 5};
+    op.outputs = {0, 1, 2, 3};
+    RecordingKernels k;
+    std::optional<cpu::Status> status =
+        runModelOp(k, op, any, any, StepContext{}, workspace.data());
+    ASSERT_TRUE(status);
+    EXPECT_NE(status->error.find("no row counts of the dispatch exchange"),
+              std::string::npos)
+        << status->error;
+    EXPECT_TRUE(k.ran.empty());
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Expert parallelism's split ops against the fused experts
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// A float tensor with its storage.
+struct Owned {
+  std::vector<float> data;
+  cpu::Tensor t;
+  Owned(std::vector<int64_t> shape, DType dtype = DType::F32) {
+    t.dtype = dtype;
+    t.shape = std::move(shape);
+    data.assign(size_t(t.numel()), 0.0f); // i32 fits a float's 4 bytes.
+    t.data = data.data();
+  }
+  float *f() { return data.data(); }
+  int32_t *i() { return reinterpret_cast<int32_t *>(data.data()); }
+};
+
+/// Runs model op `kind` on `in` into `out` through the CPU kernels.
+void runOp(OpKind kind, PlanOpAttrs attrs, std::vector<cpu::Tensor> in,
+           std::vector<cpu::Tensor> out, const StepContext &step = {}) {
+  PlanOp op;
+  op.kind = kind;
+  op.attrs = std::move(attrs);
+  for (size_t i = 0; i < in.size(); ++i)
+    op.inputs.push_back(int64_t(i));
+  for (size_t i = 0; i < out.size(); ++i)
+    op.outputs.push_back(int64_t(100 + i));
+  std::vector<char> ws(
+      size_t(std::max<int64_t>(modelOpScratchBytes(op, in, out), 1)));
+  CpuKernels k;
+  std::optional<cpu::Status> status =
+      runModelOp(k, op, in, out, step, ws.data());
+  ASSERT_TRUE(status) << opKindName(kind);
+  ASSERT_TRUE(status->ok()) << opKindName(kind) << ": " << status->error;
+}
+
+/// The rows [first, first + count) of a [rows, h] tensor, as a copy.
+std::vector<float> rowsCopy(const float *p, int64_t first, int64_t count,
+                            int64_t h) {
+  return std::vector<float>(p + first * h, p + (first + count) * h);
+}
+
+void expectNear(const std::vector<float> &got, const std::vector<float> &want,
+                const char *what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  float scale = 1e-30f;
+  for (float w : want)
+    scale = std::max(scale, std::fabs(w));
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], 1e-6f * scale) << what << "[" << i << "]";
+}
+
+/// Two simulated ranks of an expert-parallel group of 2 (4 experts, 2 each)
+/// run the split ops, the all-to-alls done by hand as zerorun's
+/// ExpertExchange does them; each rank's output, input and routing-weight
+/// gradients and each expert's weight gradients equal the fused
+/// moe_experts (and its backward) on each rank's tokens, the weight
+/// gradients summed over both (the expert-data-parallel reduction being
+/// the executor's). `route(rank, token, slot)` is the router's choice.
+void splitEqualsFused(const std::function<int32_t(int, int, int)> &route,
+                      bool rank1ReceivesNothing = false) {
+  const int64_t T = 6, k = 2, h = 4, I = 5, E = 4, ep = 2, local = E / ep;
+  std::mt19937 gen(7);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  auto fill = [&](Owned &o) {
+    for (float &v : o.data)
+      v = u(gen);
+  };
+  Owned w1({E, I, h}), w3({E, I, h}), w2({E, h, I});
+  fill(w1), fill(w3), fill(w2);
+  auto expertsOf = [&](Owned &w, int64_t q) {
+    cpu::Tensor v = w.t;
+    v.shape[0] = local;
+    v.data = w.f() + q * local * w.t.shape[1] * w.t.shape[2];
+    return v;
+  };
+  struct Rank {
+    Owned x{{1, 6, 4}}, weights{{1, 6, 2}}, indices{{1, 6, 2}, DType::I32},
+        dy{{1, 6, 4}};
+    Owned y{{1, 6, 4}}, saved{{12 * (5 + 5 + 4)}};
+    Owned dx{{1, 6, 4}}, dweights{{1, 6, 2}}, dw1{{4, 5, 4}}, dw3{{4, 5, 4}},
+        dw2{{4, 4, 5}};
+  } ranks[2];
+  MoeExpertCountAttrs count{E};
+  for (int r = 0; r < 2; ++r) {
+    Rank &R = ranks[r];
+    fill(R.x), fill(R.dy);
+    for (int t = 0; t < T; ++t)
+      for (int j = 0; j < k; ++j) {
+        R.weights.f()[t * k + j] = 0.25f + 0.5f * float(j);
+        R.indices.i()[t * k + j] = route(r, t, j);
+      }
+    runOp(OpKind::MoeExperts, MoeExpertsAttrs{},
+          {R.x.t, R.weights.t, R.indices.t, w1.t, w3.t, w2.t},
+          {R.y.t, R.saved.t});
+    runOp(
+        OpKind::MoeExpertsBackward, NoAttrs{},
+        {R.x.t, R.weights.t, R.indices.t, w1.t, w3.t, w2.t, R.dy.t, R.saved.t},
+        {R.dx.t, R.dweights.t, R.dw1.t, R.dw3.t, R.dw2.t});
+  }
+
+  // Dispatch: each rank's rows by expert; what each sends to each expert.
+  std::vector<Owned> rows;
+  std::vector<std::vector<int64_t>> sent(2, std::vector<int64_t>(E, 0));
+  for (int r = 0; r < 2; ++r) {
+    rows.emplace_back(std::vector<int64_t>{T * k, h});
+    runOp(OpKind::MoeDispatch, count, {ranks[r].x.t, ranks[r].indices.t},
+          {rows[r].t});
+    for (int64_t p = 0; p < T * k; ++p)
+      ++sent[r][size_t(ranks[r].indices.i()[p])];
+  }
+  auto firstRow = [&](int r, int64_t e) {
+    return std::accumulate(sent[r].begin(), sent[r].begin() + e, int64_t(0));
+  };
+  // Rank q receives, source by source, its experts' rows; the planned
+  // receive buffer holds every row (R = ep T k).
+  const int64_t R = ep * T * k;
+  std::vector<Owned> recv, out, saved, dout, drows;
+  std::vector<std::vector<int64_t>> counts(2);
+  Owned dw1({E, I, h}), dw3({E, I, h}), dw2({E, h, I});
+  for (int q = 0; q < 2; ++q) {
+    recv.emplace_back(std::vector<int64_t>{R, h});
+    int64_t at = 0;
+    for (int s = 0; s < 2; ++s)
+      for (int64_t l = 0; l < local; ++l) {
+        int64_t e = q * local + l, n = sent[s][size_t(e)];
+        counts[q].push_back(n);
+        std::vector<float> block = rowsCopy(rows[s].f(), firstRow(s, e), n, h);
+        std::copy(block.begin(), block.end(), recv[q].f() + at * h);
+        at += n;
+      }
+    out.emplace_back(std::vector<int64_t>{R, h});
+    saved.emplace_back(std::vector<int64_t>{R * 2 * I});
+    StepContext step;
+    step.expertRows = &counts[q];
+    runOp(OpKind::MoeLocalExperts, MoeLocalExpertsAttrs{E, k, {}},
+          {recv[q].t, expertsOf(w1, q), expertsOf(w3, q), expertsOf(w2, q)},
+          {out[q].t, saved[q].t}, step);
+  }
+  // Combine: each source gets its rows back, in dispatch order.
+  auto back = [&](std::vector<Owned> &fromExperts, int s) {
+    Owned mine({T * k, h});
+    int64_t at = 0;
+    for (int q = 0; q < 2; ++q) {
+      int64_t from = 0;
+      for (int s2 = 0; s2 < s; ++s2)
+        for (int64_t l = 0; l < local; ++l)
+          from += counts[q][size_t(s2 * local + l)];
+      int64_t n = 0;
+      for (int64_t l = 0; l < local; ++l)
+        n += counts[q][size_t(s * local + l)];
+      std::vector<float> block = rowsCopy(fromExperts[q].f(), from, n, h);
+      std::copy(block.begin(), block.end(), mine.f() + at * h);
+      at += n;
+    }
+    return mine;
+  };
+  std::vector<Owned> combined;
+  for (int s = 0; s < 2; ++s) {
+    combined.push_back(back(out, s));
+    Owned y({1, T, h});
+    runOp(OpKind::MoeCombine, count,
+          {combined[s].t, ranks[s].indices.t, ranks[s].weights.t}, {y.t});
+    expectNear(y.data, ranks[s].y.data, "y");
+  }
+
+  // Backward: the combine's gradient to the experts, as the dispatch.
+  std::vector<Owned> drowsOut;
+  for (int s = 0; s < 2; ++s) {
+    drowsOut.emplace_back(std::vector<int64_t>{T * k, h});
+    Owned dweights({1, T, k});
+    runOp(
+        OpKind::MoeCombineBackward, count,
+        {ranks[s].dy.t, combined[s].t, ranks[s].weights.t, ranks[s].indices.t},
+        {drowsOut[s].t, dweights.t});
+    expectNear(dweights.data, ranks[s].dweights.data, "dweights");
+  }
+  for (int q = 0; q < 2; ++q) {
+    dout.emplace_back(std::vector<int64_t>{R, h});
+    int64_t at = 0;
+    for (int s = 0; s < 2; ++s)
+      for (int64_t l = 0; l < local; ++l) {
+        int64_t e = q * local + l, n = sent[s][size_t(e)];
+        std::vector<float> block =
+            rowsCopy(drowsOut[s].f(), firstRow(s, e), n, h);
+        std::copy(block.begin(), block.end(), dout[q].f() + at * h);
+        at += n;
+      }
+    drows.emplace_back(std::vector<int64_t>{R, h});
+    StepContext step;
+    step.expertRows = &counts[q];
+    runOp(OpKind::MoeLocalExpertsBackward, NoAttrs{},
+          {recv[q].t, expertsOf(w1, q), expertsOf(w3, q), expertsOf(w2, q),
+           dout[q].t, saved[q].t},
+          {drows[q].t, expertsOf(dw1, q), expertsOf(dw3, q), expertsOf(dw2, q)},
+          step);
+  }
+  for (int s = 0; s < 2; ++s) {
+    Owned mine = back(drows, s);
+    Owned dx({1, T, h});
+    runOp(OpKind::MoeCombine, count, {mine.t, ranks[s].indices.t}, {dx.t});
+    expectNear(dx.data, ranks[s].dx.data, "dx");
+  }
+  if (rank1ReceivesNothing) {
+    EXPECT_EQ(counts[1], std::vector<int64_t>(size_t(ep * local), 0));
+    for (Owned *dw : {&dw1, &dw3, &dw2})
+      for (size_t i = dw->data.size() / 2; i < dw->data.size(); ++i)
+        ASSERT_EQ(dw->data[i], 0.0f);
+  }
+  // Each expert's weight gradient: both ranks' tokens.
+  for (auto [got, a, b] :
+       {std::make_tuple(&dw1, &ranks[0].dw1, &ranks[1].dw1),
+        std::make_tuple(&dw3, &ranks[0].dw3, &ranks[1].dw3),
+        std::make_tuple(&dw2, &ranks[0].dw2, &ranks[1].dw2)}) {
+    std::vector<float> want(a->data.size());
+    for (size_t i = 0; i < want.size(); ++i)
+      want[i] = a->data[i] + b->data[i];
+    expectNear(got->data, want, "dw");
+  }
+}
+
+} // namespace
+
+TEST(ExpertParallelOps, SplitEqualsFusedExperts) {
+  // Tokens spread over all four experts, the two ranks differently.
+  splitEqualsFused([](int r, int t, int j) {
+    int first = (3 * t + r) % 4;
+    return j == 0 ? first : (first + 1 + t % 3) % 4;
+  });
+}
+
+TEST(ExpertParallelOps, RankWhoseExpertsReceiveNoTokens) {
+  // Every token of both ranks routes to experts 0 and 1: rank 1's experts
+  // (2 and 3) receive no row; their outputs are none, their weight
+  // gradients zero, and the other rank's results those of the fused op.
+  splitEqualsFused([](int, int t, int j) { return (t + j) % 2; }, true);
 }
 
 //===----------------------------------------------------------------------===//

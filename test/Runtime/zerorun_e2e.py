@@ -31,7 +31,12 @@ Scenarios:
          --recompute and --recompute-every),
          mask=1 (zerorun --loss-mask, with a mask counting different
          numbers of targets on each rank and micro-step; with f32, match:
-         also compares the final weights, within WEIGHT_TOL_F32)
+         also compares the final weights, within WEIGHT_TOL_F32),
+         ep=N (model=mixtral: zeroc --ep-size N, expert parallelism over
+         groups of N ranks; the model generated with --expert-load worst,
+         so that the planned receive buffers hold any routing, or with
+         expert_load=uniform|SHARE as given; match: also checks every
+         rank's measured peak memory against the plan's)
   reference:MODEL,N    stage 0 on one rank with N micro-steps (the global
                        batch of N ranks) for 5 steps: writes the losses and
                        the consolidated final weights to --work, for equiv
@@ -89,6 +94,12 @@ Scenarios:
   progress             on a terminal (a pseudo-terminal) zerorun redraws a
                        progress bar; with --plain, or piped, it prints one
                        plain line per step
+  ep-overflow:SPEC     SPEC (with ep= and expert_load=uniform) whose
+                       routing sends a rank more rows than its planned
+                       receive buffer holds: every rank stops at the first
+                       such exchange, before any step, with a non-zero exit,
+                       the failing rank naming the op, the rows and the
+                       buffer's, and --expert-load worst as the remedy
   nvme-missing:SPEC    SPEC (with nvme offload) whose nvme_path was removed:
                        zerorun fails with a clear error before any step
   nvme-truncated:SPEC  SPEC (with nvme offload, 2 or more ranks) while the
@@ -226,12 +237,13 @@ MODELS = ("gpt2", "llama", "mistral", "qwen2", "gemma", "phi3", "mixtral",
 AUX_COEF = 0.5
 
 
-def model(args, dtype, name="gpt2", attention="flash"):
+def model(args, dtype, name="gpt2", attention="flash", expert_load=None):
     if name not in MODELS:
         print("unknown model %r (%s)" % (name, ", ".join(MODELS)))
         sys.exit(2)
-    path = os.path.join(args.work, "tiny-%s-%s%s.mlir" % (
-        name, dtype, "" if attention == "flash" else "-" + attention))
+    path = os.path.join(args.work, "tiny-%s-%s%s%s.mlir" % (
+        name, dtype, "" if attention == "flash" else "-" + attention,
+        "" if expert_load is None else "-load-" + expert_load))
     if not os.path.exists(path):
         source = ["--preset", "tiny-" + name]
         if name == "mixtral_aux":
@@ -243,9 +255,10 @@ def model(args, dtype, name="gpt2", attention="flash"):
             source = [os.path.join(args.work, "tiny-mixtral-aux.json")]
             with open(source[0], "w") as f:
                 json.dump(config, f)
+        load = [] if expert_load is None else ["--expert-load", expert_load]
         run([args.zeroc, "gen"] + source + ["--seq-len", str(SEQ),
              "--micro-batch", str(MICRO), "--dtype", dtype,
-             "--attention-kernel", attention, "--quiet", "-o", path])
+             "--attention-kernel", attention, "--quiet", "-o", path] + load)
     return path
 
 
@@ -310,10 +323,12 @@ def plan(args, stage, ws, ga, opts):
         recompute = ["--recompute", opts["recompute"]]
     if "recompute_every" in opts:
         recompute += ["--recompute-every", opts["recompute_every"]]
+    ep = ["--ep-size", opts["ep"]] if "ep" in opts else []
+    load = opts.get("expert_load", "worst" if ep else None)
     run([args.zeroc, model(args, dtype, opts.get("model", "gpt2"),
-                           opts.get("attention", "flash")), "--config",
+                           opts.get("attention", "flash"), load), "--config",
          cfg_path, "--world-size",
-         str(ws), "-o", out] + recompute, env=dict(os.environ))
+         str(ws), "-o", out] + recompute + ep, env=dict(os.environ))
     return out
 
 
@@ -443,7 +458,7 @@ def scenario_resume(args, spec):
 def scenario_init_from(args, spec):
     stage, ws, ga, opts = parse_spec(spec)
     p = plan(args, stage, ws, ga, opts)
-    ref_opts = {k: v for k, v in opts.items() if k in ("clip", "dtype")}
+    ref_opts = {k: v for k, v in opts.items() if k in ("clip", "dtype", "model")}
     p0 = plan(args, 0, 1, ws * ga, ref_opts)
     sharded = fresh_dir(args, "ckpt-sharded")
     whole = fresh_dir(args, "ckpt-whole")
@@ -669,6 +684,32 @@ def check_nvme(args, plan_path):
         return 1
     if left:
         print("FAILED: swap files left behind")
+        return 1
+    return 0
+
+
+def scenario_ep_overflow(args, spec):
+    """An expert-parallel plan whose receive buffers the routing outgrows:
+    a clear error on every rank, no step, no hang."""
+    stage, ws, ga, opts = parse_spec(spec)
+    p = plan(args, stage, ws, ga, opts)
+    r = subprocess.run(zerorun_cmd(args, p, ws, 2,
+                                   os.path.join(args.work, "overflow.jsonl")),
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, timeout=120)
+    print(r.stdout, end="")
+    want = re.compile(
+        r"error: op \d+ \(dispatch, layers\.\d+\.block_sparse_moe\.experts\): "
+        r"this rank's experts receive (\d+) rows this micro-step, more than "
+        r"the (\d+) its receive buffer holds: the plan sizes it for the "
+        r"token distribution it assumes \(max_expert_share\); generate the "
+        r"model with a larger zeroc gen --expert-load \(--expert-load worst "
+        r"holds any routing\)")
+    m = want.search(r.stdout)
+    if r.returncode == 0 or not m or int(m.group(1)) <= int(m.group(2)) or \
+            "\nstep " in r.stdout:
+        print("FAILED: expected a non-zero exit, no step, and: " +
+              want.pattern)
         return 1
     return 0
 
@@ -1641,6 +1682,8 @@ def main():
             if wworst is None or wworst > WEIGHT_TOL_F32:
                 print("FAILED: the final weights differ from stage 0's")
                 return 1
+        if "ep" in opts and not memory_matches(p + ".log.jsonl"):
+            return 1
         if "nvme" in (opts.get("offload"), opts.get("param_offload")):
             return check_nvme(args, p)
         return 0
@@ -1664,6 +1707,8 @@ def main():
     if args.scenario.startswith("nvme-truncated:"):
         return scenario_nvme_truncated(
             args, args.scenario[len("nvme-truncated:"):])
+    if args.scenario.startswith("ep-overflow:"):
+        return scenario_ep_overflow(args, args.scenario[len("ep-overflow:"):])
     if args.scenario.startswith("nvme-missing:"):
         return scenario_nvme_missing(args, args.scenario[len("nvme-missing:"):])
     if args.scenario.startswith("reference:"):

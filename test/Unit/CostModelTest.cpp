@@ -300,6 +300,70 @@ TEST(CollectiveTime, RanksFillNodesInOrder) {
   EXPECT_EQ(twelve.ranksPerNode, 8);
 }
 
+// Expert parallelism's groups (DeepSpeed's construction): on 4 nodes of 8,
+// 32 ranks, ep 4: an expert-parallel group is 4 consecutive ranks inside a
+// node; an expert-data-parallel group is the 8 ranks 4 apart, 2 on each
+// node, its inter-node rings sharing each node's network with the other 3
+// groups' (8 rings per node in all).
+TEST(CollectiveTime, ExpertParallelGroupsWhereTheirRanksSit) {
+  Cluster c = roundCluster(4, 8);
+  std::optional<RankLayout> ep =
+      groupLayout(c, 32, 4, CommGroupKind::ExpertParallel);
+  ASSERT_TRUE(ep);
+  EXPECT_EQ(ep->ranks, 4);
+  EXPECT_EQ(ep->nodes, 1);
+  EXPECT_EQ(ep->ranksPerNode, 4);
+  std::optional<RankLayout> edp =
+      groupLayout(c, 32, 4, CommGroupKind::ExpertDataParallel);
+  ASSERT_TRUE(edp);
+  EXPECT_EQ(edp->ranks, 8);
+  EXPECT_EQ(edp->nodes, 4);
+  EXPECT_EQ(edp->ranksPerNode, 2);
+  EXPECT_EQ(edp->nicSharers, 8);
+  // The all-to-all inside the node: 5 us + 3 x 2 us + 800 MB x 3/4 / 200
+  // GB/s.
+  CollectiveTime a2a = collectiveTime(c, CollectiveKind::AllToAll, 800e6, *ep);
+  EXPECT_NEAR(a2a.seconds, 11e-6 + 3e-3, kTol);
+  // The expert-data-parallel reduce-scatter: an intra-node ring of 2 (2 us,
+  // 800 MB x 1/2 / 200 GB/s = 2 ms), then rings over the 4 nodes on half
+  // the data (3 x 10 us, 400 MB x 3/4 / (50 GB/s / 8) = 48 ms).
+  CollectiveTime rs =
+      collectiveTime(c, CollectiveKind::ReduceScatter, 800e6, *edp);
+  EXPECT_NEAR(rs.latency, 5e-6 + 2e-6 + 30e-6, kTol);
+  EXPECT_NEAR(rs.intraNode, 2e-3, kTol);
+  EXPECT_NEAR(rs.interNode, 48e-3, kTol);
+  // ep 16: a group spans 2 whole nodes; its expert-data-parallel groups
+  // have one rank per node, 2 nodes.
+  std::optional<RankLayout> wide =
+      groupLayout(c, 32, 16, CommGroupKind::ExpertParallel);
+  ASSERT_TRUE(wide);
+  EXPECT_EQ(wide->nodes, 2);
+  EXPECT_EQ(wide->ranksPerNode, 8);
+  std::optional<RankLayout> pairs =
+      groupLayout(c, 32, 16, CommGroupKind::ExpertDataParallel);
+  ASSERT_TRUE(pairs);
+  EXPECT_EQ(pairs->nodes, 2);
+  EXPECT_EQ(pairs->ranksPerNode, 1);
+  // The world: rankLayout's.
+  std::optional<RankLayout> world = groupLayout(c, 32, 4, CommGroupKind::World);
+  ASSERT_TRUE(world);
+  EXPECT_EQ(world->nodes, 4);
+  EXPECT_EQ(world->ranksPerNode, 8);
+  // On one node every group is inside it, whatever ep.
+  std::optional<RankLayout> inNode =
+      groupLayout(c, 6, 3, CommGroupKind::ExpertDataParallel);
+  ASSERT_TRUE(inNode);
+  EXPECT_EQ(inNode->nodes, 1);
+  EXPECT_EQ(inNode->ranksPerNode, 2);
+  // Uneven: groups of 3 across nodes of 8; on 12 ranks (a node and a half)
+  // the expert-data-parallel groups have 4 ranks on one node and 2 on the
+  // other, while the expert-parallel pairs sit inside nodes.
+  EXPECT_FALSE(groupLayout(c, 24, 3, CommGroupKind::ExpertParallel));
+  EXPECT_FALSE(groupLayout(c, 24, 3, CommGroupKind::ExpertDataParallel));
+  EXPECT_FALSE(groupLayout(c, 12, 2, CommGroupKind::ExpertDataParallel));
+  EXPECT_TRUE(groupLayout(c, 12, 2, CommGroupKind::ExpertParallel));
+}
+
 //===----------------------------------------------------------------------===//
 // Compute and offload
 //===----------------------------------------------------------------------===//

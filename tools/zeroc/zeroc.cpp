@@ -821,8 +821,7 @@ int runAdvise() {
     if (flag->getNumOccurrences())
       return error("zeroc advise does not take --" + flag->ArgStr.str() +
                    ": give the expert-parallel size in --config "
-                   "(expert_parallel.autoep_size); the cost model does not "
-                   "price expert parallelism yet");
+                   "(expert_parallel.autoep_size)");
   if (adviseMaxMicroBatch < 1)
     return error("--max-micro-batch must be at least 1, found " +
                  std::to_string(adviseMaxMicroBatch));

@@ -658,8 +658,8 @@ int run(const Options &o, Communicator &comm, Device *device,
     return true;
   };
   double elapsed = 0;
-  // The steps' traffic: what the communicator moves from here on.
-  const CommTraffic trafficBefore = comm.traffic();
+  // The steps' traffic: what the communicators move from here on.
+  const CommTraffic trafficBefore = e.commTraffic();
   // Who the others waited for, over the steps after the warm-up.
   StragglerTally stragglers;
   // From one step's end to the next's: the same on every rank (the steps
@@ -779,7 +779,7 @@ int run(const Options &o, Communicator &comm, Device *device,
     }
   }
   // Traffic per step (this process's steps), and every rank's memory.
-  const CommTraffic traffic = comm.traffic().since(trafficBefore);
+  const CommTraffic traffic = e.commTraffic().since(trafficBefore);
   const int64_t stepsRun = std::max<int64_t>(o.steps - firstStep, 0);
   const MemoryCounts allocated = e.allocatedMemory();
   auto overRanks = [&](double value, ScalarOp op, const char *what) {
@@ -824,15 +824,23 @@ int run(const Options &o, Communicator &comm, Device *device,
                               : "");
     if (stepsRun > 0) {
       CommTraffic::Volume total = traffic.total();
+      // Expert parallelism's token exchanges: rank 0's, as its router chose.
+      const CommTraffic::Volume &a2a = traffic[CollectiveKind::AllToAll];
+      std::string allToAll =
+          a2a.collectives ? ", all_to_all " +
+                                std::to_string(std::llround(
+                                    a2a.elementsPerRank / double(stepsRun))) +
+                                " (rank 0)"
+                          : "";
       std::printf(
           "traffic per rank per step: all_gather %.0f, "
-          "reduce_scatter %.0f, all_reduce %.0f, total %.0f "
+          "reduce_scatter %.0f, all_reduce %.0f%s, total %.0f "
           "elements (%s)\n",
           traffic[CollectiveKind::AllGather].elementsPerRank / double(stepsRun),
           traffic[CollectiveKind::ReduceScatter].elementsPerRank /
               double(stepsRun),
           traffic[CollectiveKind::AllReduce].elementsPerRank / double(stepsRun),
-          total.elementsPerRank / double(stepsRun),
+          allToAll.c_str(), total.elementsPerRank / double(stepsRun),
           formatBytes(total.bytesPerRank / double(stepsRun)).c_str());
     }
     if (comm.size() > 1) {
@@ -872,7 +880,7 @@ int run(const Options &o, Communicator &comm, Device *device,
         nlohmann::json j = nlohmann::json::object();
         for (CollectiveKind kind :
              {CollectiveKind::AllGather, CollectiveKind::ReduceScatter,
-              CollectiveKind::AllReduce})
+              CollectiveKind::AllReduce, CollectiveKind::AllToAll})
           j[std::string(collectiveName(kind))] =
               stepsRun ? field(traffic[kind]) / double(stepsRun) : 0.0;
         j["total"] = stepsRun ? field(traffic.total()) / double(stepsRun) : 0.0;

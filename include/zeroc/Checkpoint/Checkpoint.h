@@ -74,6 +74,9 @@ struct CheckpointManifest {
   /// `zeroc consolidate --format hf` maps names by and writes as config.json.
   nlohmann::json hfConfig;
   int64_t worldSize = 1;
+  /// The plan's expert_parallel_size: an `expert` tensor holds one
+  /// expert-parallel rank's experts (zeroc/Support/ExpertParallel.h).
+  int64_t expertParallelSize = 1;
   int64_t stage = 0;
   TrainingState state;
   std::vector<CheckpointTensor> tensors; ///< In plan order.

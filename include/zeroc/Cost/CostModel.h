@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -35,8 +36,22 @@ struct RankLayout {
   int64_t ranks = 1;
   int64_t nodes = 1;        ///< Nodes the ranks span.
   int64_t ranksPerNode = 1; ///< min(ranks, gpusPerNode).
+  /// The ranks of a node that use its network at once: ranksPerNode, or
+  /// for a communicator group (groupLayout) every group's ranks of the node,
+  /// which run the same collective at the same time.
+  int64_t nicSharers = 1;
 };
 RankLayout rankLayout(const Cluster &cluster, int64_t ranks);
+
+/// Where the ranks of each group of kind `kind` sit (zeroc/Support/
+/// ExpertParallel.h) among `worldSize` ranks filling nodes in order: the
+/// expert-parallel groups' consecutive ranks, the expert-data-parallel
+/// groups' ranks `ep` apart. Every group alike: nullopt where groups span
+/// nodes unevenly (the world spans nodes, and `ep` neither divides the GPUs
+/// per node nor is a multiple of them, or, for the expert-data-parallel
+/// groups, the world is no whole number of nodes).
+std::optional<RankLayout> groupLayout(const Cluster &cluster, int64_t worldSize,
+                                      int64_t ep, CommGroupKind kind);
 
 /// One ring collective over `ranks` ranks on one link, in seconds:
 ///   steps x stepLatency + bytes x factor / busBandwidth,
@@ -63,6 +78,11 @@ struct CollectiveTime {
 /// the node's NICs shared by its g ranks). 0 for one rank.
 CollectiveTime collectiveTime(const Cluster &cluster, CollectiveKind kind,
                               double bytes, int64_t ranks);
+/// The same over ranks placed as `layout` says (a communicator group's):
+/// each inter-node ring shares the node's network with `nicSharers` - 1
+/// others.
+CollectiveTime collectiveTime(const Cluster &cluster, CollectiveKind kind,
+                              double bytes, const RankLayout &layout);
 
 //===----------------------------------------------------------------------===//
 // Compute and offload

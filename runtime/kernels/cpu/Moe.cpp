@@ -550,6 +550,103 @@ Status moeExpertsForward(const Tensor &x, const Tensor &w1, const Tensor &w3,
   return {};
 }
 
+Status moeGatherRows(const Tensor &x, const Tensor &rowToken,
+                     const Tensor &rows) {
+  const char *op = "moe_gather_rows";
+  ZEROC_RETURN_IF_ERROR(
+      firstError({checkFloat(op, "x", x), checkIds(op, "rowToken", rowToken),
+                  checkFloat(op, "rows", rows), checkHasLast(op, "x", x),
+                  checkRank(op, "rowToken", rowToken, 1)}));
+  int64_t n = rowToken.dim(0), h = x.dim(-1);
+  ZEROC_RETURN_IF_ERROR(firstError(
+      {checkRowCount(op, n), checkDims(op, "rows", rows, "[N, h]", {n, h}),
+       x.dtype == rows.dtype ? std::string()
+                             : std::string(op) +
+                                   ": rows must be x's dtype, "
+                                   "found " +
+                                   describe(rows)}));
+  const int32_t *tok = rowToken.i32();
+  int64_t tokens = x.rows();
+  for (int64_t r = 0; r < n; ++r)
+    if (tok[r] < 0 || tok[r] >= tokens)
+      return {std::string(op) + ": rowToken[" + std::to_string(r) +
+              "] = " + std::to_string(tok[r]) + " is out of range [0, " +
+              std::to_string(tokens) + ")"};
+  int64_t rowBytes = h * bytesPerElement(x.dtype);
+  for (int64_t r = 0; r < n; ++r)
+    std::memcpy(static_cast<char *>(rows.data) + r * rowBytes,
+                static_cast<const char *>(x.data) + int64_t(tok[r]) * rowBytes,
+                size_t(rowBytes));
+  return {};
+}
+
+Status moeScatterAddRows(const Tensor &rows, const Tensor &rowToken,
+                         const Tensor &y) {
+  const char *op = "moe_scatter_add_rows";
+  ZEROC_RETURN_IF_ERROR(
+      firstError({checkFloat(op, "rows", rows),
+                  checkIds(op, "rowToken", rowToken), checkFloat(op, "y", y),
+                  checkHasLast(op, "y", y), checkRank(op, "rows", rows, 2),
+                  checkRank(op, "rowToken", rowToken, 1)}));
+  int64_t n = rowToken.dim(0), h = y.dim(-1), tokens = y.rows();
+  ZEROC_RETURN_IF_ERROR(firstError(
+      {checkRowCount(op, n), checkDims(op, "rows", rows, "[N, h]", {n, h})}));
+  const int32_t *tok = rowToken.i32();
+  for (int64_t r = 0; r < n; ++r)
+    if (tok[r] < 0 || tok[r] >= tokens)
+      return {std::string(op) + ": rowToken[" + std::to_string(r) +
+              "] = " + std::to_string(tok[r]) + " is out of range [0, " +
+              std::to_string(tokens) + ")"};
+  ScratchVector<float> acc(size_t(tokens * h), 0.0f), row(h);
+  for (int64_t r = 0; r < n; ++r) {
+    loadF32(rows, r * h, h, row.data());
+    float *out = acc.data() + int64_t(tok[r]) * h;
+    for (int64_t i = 0; i < h; ++i)
+      out[i] += row[size_t(i)];
+  }
+  storeF32(y, 0, tokens * h, acc.data());
+  return {};
+}
+
+Status moeReceivedPlan(const std::vector<int64_t> &counts, int64_t local,
+                       const Tensor &offsets, const Tensor &rowToken) {
+  const char *op = "moe_received_plan";
+  ZEROC_RETURN_IF_ERROR(firstError({checkIds(op, "offsets", offsets),
+                                    checkIds(op, "rowToken", rowToken),
+                                    checkRank(op, "rowToken", rowToken, 1)}));
+  if (local < 1 || counts.size() % size_t(local) != 0)
+    return {std::string(op) + ": " + std::to_string(counts.size()) +
+            " counts are not a whole number of sources of " +
+            std::to_string(local) + " local experts"};
+  int64_t total = 0;
+  for (int64_t c : counts) {
+    if (c < 0)
+      return {std::string(op) + ": a negative row count " + std::to_string(c)};
+    total += c;
+  }
+  ZEROC_RETURN_IF_ERROR(firstError(
+      {checkRowCount(op, total),
+       checkDims(op, "offsets", offsets, "[local + 1]", {local + 1}),
+       checkDims(op, "rowToken", rowToken, "[rows received]", {total})}));
+  int64_t sources = int64_t(counts.size()) / local;
+  // Where each (source, expert) block starts in arrival order.
+  ScratchVector<int64_t> start(counts.size(), 0);
+  for (size_t i = 1; i < counts.size(); ++i)
+    start[i] = start[i - 1] + counts[i - 1];
+  int32_t *off = offsets.i32(), *tok = rowToken.i32();
+  int64_t r = 0;
+  off[0] = 0;
+  for (int64_t l = 0; l < local; ++l) {
+    for (int64_t s = 0; s < sources; ++s) {
+      size_t b = size_t(s * local + l);
+      for (int64_t i = 0; i < counts[b]; ++i)
+        tok[r++] = int32_t(start[b] + i);
+    }
+    off[l + 1] = int32_t(r);
+  }
+  return {};
+}
+
 Status moeCombineForward(const Tensor &ysorted, const Tensor &weights,
                          const Tensor &rowToken, const Tensor &rowSlot,
                          const Tensor &y) {

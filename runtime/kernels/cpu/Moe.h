@@ -104,6 +104,32 @@ Status moeExpertsBackward(const Tensor &dysorted, const Tensor &x,
                           const Tensor &dw1, const Tensor &dw3,
                           const Tensor &dw2);
 
+/// Expert parallelism's local halves of the token exchanges
+/// (docs/model-dialect.md, "Expert parallelism"): moe_dispatch sorts the
+/// routed rows by expert so that each rank of the expert-parallel group gets
+/// a contiguous block; the rank holding experts receives them grouped by
+/// source rank, then expert, and regroups them by expert for its kernels.
+
+/// x [T, h], rowToken [N] -> rows [N, h], rows[r] = x[rowToken[r]] (a copy).
+Status moeGatherRows(const Tensor &x, const Tensor &rowToken,
+                     const Tensor &rows);
+
+/// rows [N, h], rowToken [N] -> y [T, h], y[t] = the sum over the rows r
+/// with rowToken[r] = t, ascending, f32 and rounded once (0 for a token
+/// without a row): the dispatch's gradient (the unweighted moe_combine),
+/// and, where rowToken is a permutation, its inverse.
+Status moeScatterAddRows(const Tensor &rows, const Tensor &rowToken,
+                         const Tensor &y);
+
+/// The rows a rank's `local` experts received, `counts[s * local + l]` from
+/// source rank s for local expert l, in arrival order (source, then
+/// expert) -> offsets [local + 1] and rowToken [sum of counts] (i32): row r
+/// of the expert order is received row rowToken[r], expert l owning rows
+/// [offsets[l], offsets[l + 1]), its sources ascending. A count of 0, or all
+/// of them, is allowed: an expert without rows gets none.
+Status moeReceivedPlan(const std::vector<int64_t> &counts, int64_t local,
+                       const Tensor &offsets, const Tensor &rowToken);
+
 /// Mixtral's auxiliary load-balancing loss (Hugging Face's
 /// load_balancing_loss_func, output_router_logits), over L layers:
 ///   stats_l [2, E] f32: row 0 C_le = the (token, slot) pairs of layer l
