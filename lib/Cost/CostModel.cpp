@@ -167,7 +167,7 @@ double computeTime(const Cluster &cluster, double flops, double bytes,
 
 double calibratedMatmulRate(const ClusterCalibration &calibration, DType dtype,
                             double flops) {
-  int d = dtype == DType::BF16 ? 1 : dtype == DType::F16 ? 2 : 0;
+  int d = ClusterCalibration::matmulIndex(dtype);
   std::vector<std::pair<double, double>> points; // (log flops, rate)
   for (int k = 0; k < ClusterCalibration::kMatmulClasses; ++k)
     if (calibration.matmul[d][k] > 0)
@@ -208,9 +208,8 @@ double kernelTime(const Cluster &cluster, OpKind kind, double flops,
   case OpKind::LinearGradWeight:
     if (double rate = calibratedMatmulRate(cal, dtype, flops); rate > 0) {
       if (misalignedRows)
-        rate *= cal.matmulMisalignedFactor(dtype == DType::BF16  ? 1
-                                           : dtype == DType::F16 ? 2
-                                                                 : 0);
+        rate *=
+            cal.matmulMisalignedFactor(ClusterCalibration::matmulIndex(dtype));
       return flops / rate;
     }
     break;

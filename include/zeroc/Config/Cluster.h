@@ -90,6 +90,11 @@ struct ClusterCalibration {
   /// Achieved FLOP/s of linear-class kernels by dtype (f32, bf16, f16)
   /// and size class (small, medium, large, xlarge); 0: not measured.
   double matmul[3][kMatmulClasses] = {};
+  /// The first index of `matmul` (and of matmulMisaligned) for a dtype:
+  /// 0 f32 (and any other), 1 bf16, 2 f16.
+  static int matmulIndex(DType dtype) {
+    return dtype == DType::BF16 ? 1 : dtype == DType::F16 ? 2 : 0;
+  }
   /// The same three GEMMs at the largest class measured for the dtype, with
   /// the output width one less than the side (n - 1 columns): rows of a
   /// byte length that is not a multiple of 16, like GPT-2's logits over its
