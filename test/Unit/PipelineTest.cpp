@@ -413,10 +413,6 @@ TEST_F(MemoryTest, OneBitStateCountsAndNoZeroStageIsSuggested) {
 
 } // namespace
 
-// The plan format has no communicator groups yet: a schedule whose
-// collectives run over an expert-parallel sub-group is refused by the plan
-// writer, naming the op and its group, rather than written as if over the
-// world.
 // An expert-parallel plan carries its groups and each collective's, reads
 // back as written, and accounts communication per group as DeepSpeed-MoE's
 // analysis says (tiny Mixtral, 2 layers of 4 experts, top-2, hidden 64,
