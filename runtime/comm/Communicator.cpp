@@ -299,34 +299,34 @@ CommTraffic::Volume CommTraffic::total() const {
   return t;
 }
 
-CommTraffic CommTraffic::since(const CommTraffic &earlier) const {
-  auto minus = [](const Volume &a, const Volume &b) {
-    return Volume{a.collectives - b.collectives, a.elements - b.elements,
-                  a.elementsPerRank - b.elementsPerRank,
-                  a.bytesPerRank - b.bytesPerRank};
+namespace {
+
+/// Every volume of `a` and `b`, counter by counter, through `f`.
+template <typename F>
+CommTraffic combine(const CommTraffic &a, const CommTraffic &b, F f) {
+  auto each = [&](const CommTraffic::Volume &x, const CommTraffic::Volume &y) {
+    return CommTraffic::Volume{f(x.collectives, y.collectives),
+                               f(x.elements, y.elements),
+                               f(x.elementsPerRank, y.elementsPerRank),
+                               f(x.bytesPerRank, y.bytesPerRank)};
   };
   CommTraffic d;
-  for (size_t i = 0; i < byKind.size(); ++i)
-    d.byKind[i] = minus(byKind[i], earlier.byKind[i]);
-  d.scalarAllReduce = minus(scalarAllReduce, earlier.scalarAllReduce);
-  d.broadcast = minus(broadcast, earlier.broadcast);
-  d.barrier = minus(barrier, earlier.barrier);
+  for (size_t i = 0; i < a.byKind.size(); ++i)
+    d.byKind[i] = each(a.byKind[i], b.byKind[i]);
+  d.scalarAllReduce = each(a.scalarAllReduce, b.scalarAllReduce);
+  d.broadcast = each(a.broadcast, b.broadcast);
+  d.barrier = each(a.barrier, b.barrier);
   return d;
 }
 
+} // namespace
+
+CommTraffic CommTraffic::since(const CommTraffic &earlier) const {
+  return combine(*this, earlier, [](auto x, auto y) { return x - y; });
+}
+
 CommTraffic CommTraffic::plus(const CommTraffic &other) const {
-  auto add = [](const Volume &a, const Volume &b) {
-    return Volume{a.collectives + b.collectives, a.elements + b.elements,
-                  a.elementsPerRank + b.elementsPerRank,
-                  a.bytesPerRank + b.bytesPerRank};
-  };
-  CommTraffic d;
-  for (size_t i = 0; i < byKind.size(); ++i)
-    d.byKind[i] = add(byKind[i], other.byKind[i]);
-  d.scalarAllReduce = add(scalarAllReduce, other.scalarAllReduce);
-  d.broadcast = add(broadcast, other.broadcast);
-  d.barrier = add(barrier, other.barrier);
-  return d;
+  return combine(*this, other, [](auto x, auto y) { return x + y; });
 }
 
 double Communicator::allReduceScalar(double value, ScalarOp op, OpLabel label) {
