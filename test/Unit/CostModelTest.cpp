@@ -142,6 +142,8 @@ const OpTiming &timingOf(const StepPrediction &p, int64_t op) {
   ADD_FAILURE() << "no op " << op;
   return none;
 }
+// The timing is a reference into the prediction: a temporary's would dangle.
+const OpTiming &timingOf(StepPrediction &&p, int64_t op) = delete;
 
 constexpr double kMs = 1e-3;
 
@@ -1324,7 +1326,8 @@ TEST(Streams, ACpuRanksCollectiveBesideComputeRunsAtTheContendedFit) {
   c.calibration.contended[size_t(CollectiveKind::AllGather)] = {100e-6, 0.25e9};
   double alone = 10e-6 + 1e-3, busy = 100e-6 + 4e-3;
   auto gatherTime = [&](const Plan &plan, int64_t index) {
-    const OpTiming &t = timingOf(predict(plan, c), index);
+    StepPrediction p = predict(plan, c);
+    const OpTiming &t = timingOf(p, index);
     return t.end - t.start;
   };
   // Gather on stream 1, compute after it on stream 0.
