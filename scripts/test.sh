@@ -60,9 +60,9 @@ thread)
   # libgomp is not instrumented: its barriers are invisible (tsan-libgomp.supp).
   # That suppression matches the pool thread's stack, which TSan rebuilds
   # from its per-thread history: history_size=7 (4M accesses a thread, the
-  # most) so that it does not fail ("failed to restore the stack", then
-  # nothing to match: KernelTest's PackedDocuments and zerorun --calibrate
-  # failed so, 1 run in 6, at the default).
+  # most) so that it fails less ("failed to restore the stack", then
+  # nothing to match: 11 tests failed so at the default; a --threads 2
+  # zerorun still can, docs/fuzzing.md).
   mkdir -p "$build"
   cat "$supp/tsan.supp" "$supp/tsan-libgomp.supp" >"$build/tsan.supp"
   export TSAN_OPTIONS="${TSAN_OPTIONS:-suppressions=$build/tsan.supp:halt_on_error=1:second_deadlock_stack=1:history_size=7}"
