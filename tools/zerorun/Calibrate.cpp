@@ -414,16 +414,18 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
                   : ", each call's operands the next of a pool of " +
                         std::to_string(poolSize) + " (twice the " +
                         std::to_string(llc >> 20) + " MiB last-level cache)");
-    // Times `op` on operands from the pools: `ins` activations (then the
-    // fixed `extraIns`), `outs` activations (then `extraOuts`).
+    // Times `op` on operands from the pools: `ins` activations and `outs`
+    // activations, then `arrange(in, out)` places them among the op's
+    // fixed operands.
+    using Arrange =
+        std::function<void(std::vector<Tensor> &, std::vector<Tensor> &)>;
     auto timeOp = [&](const PlanOp &op, size_t ins, size_t outs,
-                      const std::vector<Tensor> &extraIns,
-                      const std::vector<Tensor> &extraOuts) -> double {
+                      const Arrange &arrange) -> double {
       std::vector<Tensor> in, out;
       auto operands = [&] {
         rotate(ins, outs, in, out);
-        in.insert(in.end(), extraIns.begin(), extraIns.end());
-        out.insert(out.end(), extraOuts.begin(), extraOuts.end());
+        if (arrange)
+          arrange(in, out);
       };
       operands();
       std::optional<Status> st =
@@ -450,7 +452,7 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
     auto kernel = [&](const char *name, OpKind kind, size_t inputs,
                       double passes) {
       record(name, passes * actBytes,
-             timeOp(modelOp(kind, inputs, 1), inputs, 1, {}, {}),
+             timeOp(modelOp(kind, inputs, 1), inputs, 1, nullptr),
              actShape + ", inputs drawn from N(0, 0.25)");
     };
     kernel("gelu", OpKind::Gelu, 1, 2);
@@ -470,36 +472,32 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
       PlanOp fwd = modelOp(OpKind::LayerNorm, 3, 1);
       fwd.attrs = NormAttrs{1e-5};
       record("layernorm", 2 * actBytes + 2 * 1024 * 4,
-             timeOp(fwd, 1, 1, {g, b}, {}),
+             timeOp(fwd, 1, 1,
+                    [&](std::vector<Tensor> &in, std::vector<Tensor> &) {
+                      in.push_back(g);
+                      in.push_back(b);
+                    }),
              actShape + ", inputs drawn from N(0, 0.25)");
       // x, weight, dy and the saved mean and rstd; dx, dweight, dbias. The
       // pool's first input is x, its second dy.
       PlanOp bwd = modelOp(OpKind::LayerNormBackward, 4, 3);
       bwd.attrs = NormAttrs{1e-5};
-      {
-        std::vector<Tensor> in, out;
-        double t = 0;
-        auto operands = [&] {
-          rotate(2, 1, in, out);
-          in = {in[0], g, in[1], saved};
-          out.push_back(dg);
-          out.push_back(db);
-        };
-        operands();
-        std::optional<Status> st =
-            dev.modelOp(bwd, in, out, StepContext{}, nullptr);
-        if (st && st->ok())
-          t = cal.time([&] {
-            operands();
-            (void)dev.modelOp(bwd, in, out, StepContext{}, nullptr);
-          });
-        record("layernorm_backward",
-               3 * actBytes + 3 * 1024 * 4 + 2 * double(actRows) * 4, t,
-               actShape + ", inputs drawn from N(0, 0.25)");
-      }
+      record("layernorm_backward",
+             3 * actBytes + 3 * 1024 * 4 + 2 * double(actRows) * 4,
+             timeOp(bwd, 2, 1,
+                    [&](std::vector<Tensor> &in, std::vector<Tensor> &out) {
+                      in = {in[0], g, in[1], saved};
+                      out.push_back(dg);
+                      out.push_back(db);
+                    }),
+             actShape + ", inputs drawn from N(0, 0.25)");
       PlanOp bias = modelOp(OpKind::LinearGradBias, 1, 1);
       record("linear_grad_bias", actBytes + 1024 * 4,
-             timeOp(bias, 1, 0, {}, {db}), actShape + ", the bias [1024]");
+             timeOp(bias, 1, 0,
+                    [&](std::vector<Tensor> &, std::vector<Tensor> &out) {
+                      out.push_back(db);
+                    }),
+             actShape + ", the bias [1024]");
     }
     {
       std::vector<Tensor> in, out;
