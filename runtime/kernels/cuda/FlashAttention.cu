@@ -19,6 +19,8 @@
 #include "cpu/Attention.h"
 #include "cuda/Device.cuh"
 
+#include <array>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <mma.h>
@@ -1429,11 +1431,19 @@ DType mmaDType(std::initializer_list<const Tensor *> operands) {
 Status flashKernelFor(const char *op, const cpu::AttentionShape &a,
                       std::initializer_list<const Tensor *> operands,
                       FlashKernel &kind) {
+  // The device's compute capability, asked of the driver once per device
+  // rather than on every attention op (0 where it cannot say).
+  static std::array<std::atomic<int>, 64> majors{};
   int device = 0, major = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
-                             device) != cudaSuccess)
-    major = 0;
+  if (cudaGetDevice(&device) == cudaSuccess) {
+    if (device >= 0 && device < int(majors.size()))
+      major = majors[size_t(device)].load(std::memory_order_relaxed);
+    if (major <= 0 &&
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
+                               device) == cudaSuccess &&
+        device >= 0 && device < int(majors.size()))
+      majors[size_t(device)].store(major, std::memory_order_relaxed);
+  }
   return chooseFlashKernel(op, flashKernelChoice(), a.headDim, a.heads,
                            a.kvHeads, a.batch, mmaDType(operands) != DType::F32,
                            major, kind);
