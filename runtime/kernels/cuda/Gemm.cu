@@ -318,6 +318,7 @@ Status stagedGemm(const char *op, KernelContext &ctx, cudaStream_t stream,
       reinterpret_cast<uintptr_t>(c) % 16 != 0)
     return {};
   handled = true;
+  ++gemmStaging().stagedProducts;
   const int64_t es = bytesPerElement(cType);
   // Staging bytes per row of C: its own row, and A's share (a row of k
   // when A is not transposed, a column of k when it is).

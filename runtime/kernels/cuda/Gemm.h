@@ -51,6 +51,8 @@ struct GemmStaging {
   /// Set when ZEROC_CUDA_GEMM_ROWS has another value: every product then
   /// fails with it.
   std::string error;
+  /// Products that went through staging (for tests: that the path ran).
+  int64_t stagedProducts = 0;
 };
 GemmStaging &gemmStaging();
 /// The setting for a value of ZEROC_CUDA_GEMM_ROWS (null: unset).

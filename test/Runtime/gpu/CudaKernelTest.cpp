@@ -507,8 +507,11 @@ TEST_F(CudaLinear, MisalignedRowsThroughStaging) {
   for (int64_t budget : {int64_t(512), int64_t(64) << 20}) {
     cuda::gemmStaging().bytes = budget;
     for (DType t : {DType::BF16, DType::F16, DType::F32}) {
+      // Each check's forward, grad_input and grad_weight stage.
+      int64_t before = cuda::gemmStaging().stagedProducts;
       check({t, t, t, t, true, 2, 20, 64, 257});
       check({t, t, t, t, false, 3, 11, 32, 5});
+      EXPECT_EQ(cuda::gemmStaging().stagedProducts - before, 6);
     }
   }
   cuda::gemmStaging() = saved;
