@@ -1,6 +1,7 @@
 //===- Random.cpp - Philox4x32-10 and parameter initialization ------------===//
 
 #include "init/Random.h"
+#include "kernels/cpu/OmpEdges.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -93,11 +94,16 @@ void CounterRng::normals(uint64_t begin, int64_t count, double scale,
   int64_t pairs = (count - at) / 2;
   uint64_t firstBlock = (begin + uint64_t(at)) / 2;
   float *pairOut = out + at;
+  {
+    cpu::OmpEdges edges;
 #pragma omp parallel for schedule(static) if (pairs >= 8192)
-  for (int64_t k = 0; k < pairs; ++k) {
-    std::pair<double, double> p = normalPair(block(firstBlock + uint64_t(k)));
-    pairOut[2 * k] = float(scale * p.first);
-    pairOut[2 * k + 1] = float(scale * p.second);
+    for (int64_t k = 0; k < pairs; ++k) {
+      edges.enter();
+      std::pair<double, double> p = normalPair(block(firstBlock + uint64_t(k)));
+      pairOut[2 * k] = float(scale * p.first);
+      pairOut[2 * k + 1] = float(scale * p.second);
+      edges.leave();
+    }
   }
   at += 2 * pairs;
   if (at < count) // the last index is a block's cosine

@@ -436,11 +436,14 @@ Status adamUpdate(const AdamSettings &settings, int64_t step,
   // Each element's update is the same code whatever range holds it: the
   // same bits for any thread count.
   float *p = master.f32(), *m = expAvg.f32(), *v = expAvgSq.f32();
+  cpu::OmpEdges edges;
 #pragma omp parallel for schedule(static, 1)                                   \
     num_threads(int(threads)) if (ranges > 1)
   for (int64_t r = 0; r < ranges; ++r) {
+    edges.enter();
     int64_t begin = r * perThread;
     update(c, grad, p, m, v, param16, begin, std::min(n, begin + perThread));
+    edges.leave();
   }
   return {};
 }

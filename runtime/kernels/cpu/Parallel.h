@@ -11,6 +11,7 @@
 #ifndef ZEROC_RUNTIME_KERNELS_CPU_PARALLEL_H
 #define ZEROC_RUNTIME_KERNELS_CPU_PARALLEL_H
 
+#include "cpu/OmpEdges.h"
 #include "cpu/Threads.h"
 
 #include <algorithm>
@@ -33,9 +34,13 @@ template <class F> void parallelFor(int64_t n, int64_t workPerItem, F &&f) {
                n * std::max<int64_t>(workPerItem, 1) >= kParallelMinWork &&
                !omp_in_parallel();
   int team = threads();
+  OmpEdges edges;
 #pragma omp parallel for schedule(dynamic) num_threads(team) if (worth)
-  for (int64_t i = 0; i < n; ++i)
+  for (int64_t i = 0; i < n; ++i) {
+    edges.enter();
     f(i);
+    edges.leave();
+  }
 }
 
 /// f(begin, count) over [0, n) in chunks of `chunk` items, each item
