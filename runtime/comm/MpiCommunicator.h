@@ -90,9 +90,8 @@ public:
   std::unique_ptr<Communicator> duplicate() const override;
   std::unique_ptr<Communicator> split(int color, int key) const override;
 
-  /// Over the job's failure channel: a duplicate of MPI_COMM_WORLD that
-  /// the first world() makes, shared by every communicator of the process.
-  /// Ranks are MPI_COMM_WORLD's.
+  /// Over the job's failure channel (FailureChannel), which the first
+  /// world() opens. Ranks are MPI_COMM_WORLD's.
   void announceFailure(const std::string &message,
                        CommDuration grace = kFailureAnnounceGrace) override;
   std::optional<std::string> peerFailure() override;

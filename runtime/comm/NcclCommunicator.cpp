@@ -1,6 +1,8 @@
 //===- NcclCommunicator.cpp - Collectives over NCCL -----------------------===//
 
 #include "comm/NcclCommunicator.h"
+
+#include "comm/FailureChannel.h"
 #include "memory/MemoryCounter.h"
 
 #include "comm/MpiCommunicator.h"
@@ -169,8 +171,12 @@ static thread_local const NcclCommunicator *threadGroupOwner = nullptr;
 
 std::unique_ptr<NcclCommunicator>
 NcclCommunicator::world(CommDuration timeout) {
-  if (MPI_Comm world = worldIfRunning(); world != MPI_COMM_NULL)
+  if (MPI_Comm world = worldIfRunning(); world != MPI_COMM_NULL) {
+    // Its ranks are the world's: a rank's own failure is announced to the
+    // others over the job's failure channel (announceFailure).
+    FailureChannel::open();
     return create(world, timeout);
+  }
   int launched =
       std::max(envCount("OMPI_COMM_WORLD_SIZE"), envCount("PMI_SIZE"));
   if (launched > 1)
@@ -356,6 +362,19 @@ std::unique_ptr<Communicator> NcclCommunicator::duplicate() const {
 std::unique_ptr<Communicator> NcclCommunicator::split(int color,
                                                       int key) const {
   return splitComm(color, key);
+}
+
+void NcclCommunicator::announceFailure(const std::string &message,
+                                       CommDuration grace) {
+  FailureChannel::announce(message, grace);
+}
+
+std::optional<std::string> NcclCommunicator::peerFailure() {
+  return FailureChannel::received();
+}
+
+void NcclCommunicator::acknowledgePeerFailure() {
+  FailureChannel::acknowledge();
 }
 
 void NcclCommunicator::abortAll(int exitCode) const {

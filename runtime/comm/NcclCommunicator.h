@@ -118,6 +118,13 @@ public:
   /// ncclCommSplit; a negative color is NCCL_SPLIT_NOCOLOR (null result).
   std::unique_ptr<Communicator> split(int color, int key) const override;
 
+  /// Over the job's failure channel (FailureChannel), which world() opens
+  /// when MPI bootstrapped it; a no-op for one rank without MPI. Ranks are
+  /// MPI_COMM_WORLD's.
+  void announceFailure(const std::string &message,
+                       CommDuration grace = kFailureAnnounceGrace) override;
+  std::optional<std::string> peerFailure() override;
+
 protected:
   /// Device pointers; `send` may be this rank's slot of `recv` (NCCL's
   /// in-place all-gather).
@@ -150,6 +157,7 @@ protected:
   /// ncclCommAbort (given up after a grace period, as it may itself hang
   /// behind a stuck peer), then MPI_Abort if MPI is running, else _Exit.
   [[noreturn]] void abortAll(int exitCode) const override;
+  void acknowledgePeerFailure() override;
 
 private:
   struct Op;

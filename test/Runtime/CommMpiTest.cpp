@@ -7,10 +7,12 @@
 // `--timeout-scenario` instead runs the abort path: rank 1 skips a
 // collective and rank 0's wait aborts the job (registered with ctest to
 // expect the one-line message); `--peer-failure-scenario`, rank 1 fails on
-// its own and rank 0 prints its error.
+// its own and rank 0 prints its error; `--channel-scenario`, the same over
+// the failure channel alone (as the NCCL backend uses it).
 //
 //===----------------------------------------------------------------------===//
 
+#include "comm/FailureChannel.h"
 #include "comm/MpiCommunicator.h"
 #include "zeroc/Support/Float16.h"
 
@@ -369,9 +371,10 @@ TEST(MpiComm, ExpertCountExchangeThenRows) {
     for (int64_t l = 0; l < local; ++l)
       EXPECT_EQ((*received)[size_t(s * local + l)], routed(s, r * local + l))
           << "from rank " << s << " for local expert " << l;
-  if (r == 0)
+  if (r == 0) {
     for (int64_t c : *received)
       EXPECT_EQ(c, 0);
+  }
 
   // The rows: dispatch order (by expert), row k of expert e from rank r
   // holding {r, e, k}.
@@ -580,6 +583,44 @@ int peerFailureScenario() {
   return 1;
 }
 
+/// The failure channel without an MpiCommunicator, as NcclCommunicator
+/// uses it (its world() opens the channel; its waits poll received()):
+/// rank 1 announces, rank 0 receives the message and acknowledges, and
+/// rank 1's announce returns on the acknowledgement, well before its grace.
+int channelScenario() {
+  FailureChannel::open();
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (!FailureChannel::isOpen() || FailureChannel::received()) {
+    std::printf("channel scenario: rank %d: channel not open or not empty\n",
+                rank);
+    return 1;
+  }
+  if (rank == 1) {
+    auto start = CommClock::now();
+    FailureChannel::announce("a kernel error on rank 1", CommDuration(30));
+    double took =
+        std::chrono::duration<double>(CommClock::now() - start).count();
+    std::printf("channel scenario: rank 1 acknowledged: %s\n",
+                took < 20 ? "yes" : "no (grace ran out)");
+    return took < 20 ? 0 : 1;
+  }
+  if (rank == 0) {
+    auto until = CommClock::now() + std::chrono::seconds(20);
+    std::optional<std::string> failure;
+    while (!(failure = FailureChannel::received()) && CommClock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (!failure) {
+      std::printf("channel scenario: rank 0 received nothing\n");
+      return 1;
+    }
+    FailureChannel::acknowledge();
+    std::printf("channel scenario: rank 0 received: %s\n", failure->c_str());
+    return *failure == "rank 1 failed: a kernel error on rank 1" ? 0 : 1;
+  }
+  return 0;
+}
+
 /// On ranks other than 0: only failures, prefixed with the rank.
 
 } // namespace
@@ -591,6 +632,8 @@ int main(int argc, char **argv) {
       return timeoutScenario();
     else if (std::strcmp(argv[i], "--peer-failure-scenario") == 0)
       return peerFailureScenario();
+    else if (std::strcmp(argv[i], "--channel-scenario") == 0)
+      return channelScenario();
 
   return zeroc::testing::runTestsOnEveryRank(argc, argv);
 }

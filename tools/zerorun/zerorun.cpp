@@ -982,9 +982,15 @@ static int runCuda(Options &o, int &argc, char **&argv) {
   int rc;
   try {
     auto comm = backend->ncclWorld();
-    rc = run(o, *comm, device.get());
+    bool agreedFailure = false;
+    std::string failure;
+    rc = run(o, *comm, device.get(), &agreedFailure, &failure);
     if (rc != 0 && comm->size() > 1 && session) {
       std::fflush(nullptr);
+      // As over MPI (main): the other ranks print this rank's error.
+      if (!agreedFailure)
+        comm->announceFailure(failure.empty() ? "an error (see its output)"
+                                              : failure);
       MPI_Abort(MPI_COMM_WORLD, rc);
     }
   } catch (const std::exception &e) {
