@@ -238,6 +238,10 @@ const FigureSpec kFigures[] = {
     ZEROC_MATMULS("f16", 2),
     {"calibration.attention_tflops", kTFlops, Bound::Positive, true,
      [](Cluster &c, Counts &) -> double & { return c.calibration.attention; }},
+    {"calibration.attention_small_tflops", kTFlops, Bound::Positive, true,
+     [](Cluster &c, Counts &) -> double & {
+       return c.calibration.attentionSmall;
+     }},
     ZEROC_KERNEL("default"),
     ZEROC_KERNEL("gelu"),
     ZEROC_KERNEL("gelu_backward"),
@@ -265,6 +269,8 @@ const FigureSpec kFigures[] = {
     ZEROC_SERIAL_KERNEL("layernorm"),
     ZEROC_SERIAL_KERNEL("layernorm_backward"),
     ZEROC_SERIAL_KERNEL("linear_grad_bias"),
+    ZEROC_SERIAL_KERNEL("cross_entropy"),
+    ZEROC_SERIAL_KERNEL("cross_entropy_backward"),
     ZEROC_SERIAL_KERNEL("accumulate"),
     ZEROC_SERIAL_KERNEL("zero_grads"),
     {"calibration.adam_gb_per_s", kGBPerS, Bound::Positive, true,

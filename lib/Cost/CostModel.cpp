@@ -165,21 +165,16 @@ double computeTime(const Cluster &cluster, double flops, double bytes,
   return std::max(math, memory);
 }
 
-double calibratedMatmulRate(const ClusterCalibration &calibration, DType dtype,
-                            double flops) {
-  int d = ClusterCalibration::matmulIndex(dtype);
-  std::vector<std::pair<double, double>> points; // (log flops, rate)
-  for (int k = 0; k < ClusterCalibration::kMatmulClasses; ++k)
-    if (calibration.matmul[d][k] > 0)
-      points.push_back({std::log(ClusterCalibration::kMatmulClassFlops[k]),
-                        calibration.matmul[d][k]});
+namespace {
+
+/// The rate at `x` of measured points (x, rate) in increasing x: linear
+/// between two, the nearer one's outside; 0 without points.
+double interpolateRate(const std::vector<std::pair<double, double>> &points,
+                       double x) {
   if (points.empty())
     return 0;
-  double x = std::log(std::max(flops, 1.0));
   if (x <= points.front().first)
     return points.front().second;
-  if (x >= points.back().first)
-    return points.back().second;
   for (size_t i = 1; i < points.size(); ++i)
     if (x <= points[i].first) {
       double w =
@@ -190,13 +185,41 @@ double calibratedMatmulRate(const ClusterCalibration &calibration, DType dtype,
   return points.back().second;
 }
 
+} // namespace
+
+double calibratedMatmulRate(const ClusterCalibration &calibration, DType dtype,
+                            double flops) {
+  int d = ClusterCalibration::matmulIndex(dtype);
+  std::vector<std::pair<double, double>> points; // (log flops, rate)
+  for (int k = 0; k < ClusterCalibration::kMatmulClasses; ++k)
+    if (calibration.matmul[d][k] > 0)
+      points.push_back({std::log(ClusterCalibration::kMatmulClassFlops[k]),
+                        calibration.matmul[d][k]});
+  return interpolateRate(points, std::log(std::max(flops, 1.0)));
+}
+
+double calibratedAttentionRate(const ClusterCalibration &calibration,
+                               double itemWork) {
+  if (calibration.attention <= 0)
+    return 0;
+  if (calibration.attentionSmall <= 0 || itemWork <= 0)
+    return calibration.attention;
+  bool gpu = calibration.device != "cpu";
+  using C = ClusterCalibration;
+  return interpolateRate({{std::log(C::attentionShape(gpu, true).itemWork()),
+                           calibration.attentionSmall},
+                          {std::log(C::attentionShape(gpu, false).itemWork()),
+                           calibration.attention}},
+                         std::log(itemWork));
+}
+
 bool rowsMisaligned(const std::vector<int64_t> &shape, DType dtype) {
   return !shape.empty() && (shape.back() * bytesPerElement(dtype)) % 16 != 0;
 }
 
 double kernelTime(const Cluster &cluster, OpKind kind, double flops,
                   double bytes, DType dtype, bool misalignedRows,
-                  double elements) {
+                  double elements, double attentionWork) {
   const ClusterCalibration &cal = cluster.calibration;
   if (elements > 0 && elements < cal.serialKernelElements)
     if (auto it = cal.serialKernelBandwidth.find(opKindName(kind));
@@ -215,8 +238,8 @@ double kernelTime(const Cluster &cluster, OpKind kind, double flops,
     break;
   case OpKind::CausalAttention:
   case OpKind::CausalAttentionBackward:
-    if (cal.attention > 0)
-      return flops / cal.attention;
+    if (double rate = calibratedAttentionRate(cal, attentionWork); rate > 0)
+      return flops / rate;
     break;
   default:
     break;
@@ -401,17 +424,34 @@ DType CostModel::computeDType(const PhaseInfo &info, const PlanOp &op) const {
   return plan.model.dtype;
 }
 
-double CostModel::largestResultElements(const PhaseInfo &info,
-                                        const PlanOp &op) const {
+double CostModel::largestOperandElements(const PhaseInfo &info,
+                                         const PlanOp &op) const {
+  // The CPU kernels decide on their whole work (cpu/Parallel.h): a
+  // cross-entropy's logits and a bias gradient's dy are inputs.
   double most = 0;
-  for (int64_t id : op.outputs)
-    if (auto v = info.values.find(id); v != info.values.end()) {
-      double n = 1;
-      for (int64_t d : v->second->shape)
-        n *= double(d);
-      most = std::max(most, n);
-    }
+  for (const std::vector<int64_t> *ids : {&op.inputs, &op.outputs})
+    for (int64_t id : *ids)
+      if (auto v = info.values.find(id); v != info.values.end()) {
+        double n = 1;
+        for (int64_t d : v->second->shape)
+          n *= double(d);
+        most = std::max(most, n);
+      }
   return most;
+}
+
+double CostModel::attentionItemWork(const PhaseInfo &info,
+                                    const PlanOp &op) const {
+  const auto *attrs = std::get_if<AttentionAttrs>(&op.attrs);
+  if (!attrs || attrs->numHeads <= 0 || op.inputs.empty())
+    return 0;
+  // q [batch, seq, heads x head_dim], the first operand of both kinds.
+  auto q = info.values.find(op.inputs[0]);
+  if (q == info.values.end() || q->second->shape.size() != 3)
+    return 0;
+  const std::vector<int64_t> &shape = q->second->shape;
+  double seq = double(shape[1]), headDim = double(shape[2] / attrs->numHeads);
+  return seq * seq * headDim;
 }
 
 bool CostModel::hasMisalignedRows(const PhaseInfo &info,
@@ -654,10 +694,10 @@ OpCost CostModel::workCost(const PlanPhase &phase, const PlanOp &op,
             auto v = info.values.find(op.inputs[i]);
             return v == info.values.end() ? unknown : v->second->shape;
           });
-      cost.seconds =
-          kernelTime(clusterRef, op.kind, double(op.flops), double(op.bytes),
-                     computeDType(info, op), hasMisalignedRows(info, op),
-                     largestResultElements(info, op));
+      cost.seconds = kernelTime(
+          clusterRef, op.kind, double(op.flops), double(op.bytes),
+          computeDType(info, op), hasMisalignedRows(info, op),
+          largestOperandElements(info, op), attentionItemWork(info, op));
       return cost;
     }
   case OpKind::AllGatherStart:

@@ -217,6 +217,26 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
   say("zerorun --calibrate: %d rank(s) on %s (%s)\n", comm.size(), host,
       dev.name().c_str());
 
+  // A warm-up before the first figure: GEMMs for a quarter of a second,
+  // untimed. The first class timed without it (f32 small, 2 ranks of a
+  // 2-core machine) measured 52 GFLOP/s in one run and 90 in the next,
+  // and 92-100 in three runs after it (clock ramp, first touches, the
+  // ranks' start-up).
+  {
+    const int64_t n = 256;
+    Tensor a =
+        cal.buffer({n, n}, DType::F32, [](std::mt19937 &) { return 0.01f; });
+    Tensor y =
+        cal.buffer({n, n}, DType::F32, [](std::mt19937 &) { return 0.0f; });
+    PlanOp op = modelOp(OpKind::Linear, 2, 1);
+    std::vector<Tensor> in = {a, a}, out = {y};
+    auto until = Clock::now() + std::chrono::milliseconds(250);
+    while (Clock::now() < until)
+      (void)dev.modelOp(op, in, out, StepContext{}, nullptr);
+    dev.synchronize();
+    cal.barrier();
+  }
+
   // GEMMs: linear, linear_grad_input and linear_grad_weight on square
   // [n, n] operands, each size class, each dtype the kernels take.
   const char *dtypeNames[3] = {"f32", "bf16", "f16"};
@@ -319,22 +339,25 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
         classNames[top]);
   }
 
-  // Attention: the flash forward and backward of a GPT-2-like head layout
-  // (head_dim 64), the FLOPs counted as the plans count them
-  // (Plan/AttentionFlops.h): sequence 256, 4 heads, f32 on a CPU; batch 4,
-  // sequence 1024, 12 heads, bf16 on a GPU.
-  {
-    const int64_t batch = gpu ? 4 : 1, seq = gpu ? 1024 : 256,
-                  heads = gpu ? 12 : 4, headDim = 64;
+  // Attention: the flash forward and backward at two classes
+  // (ClusterCalibration::attentionShape), the FLOPs counted as the plans
+  // count them (Plan/AttentionFlops.h): a GPT-2-like head layout (head_dim
+  // 64; sequence 256, 4 heads, f32 on a CPU; batch 4, sequence 1024, 12
+  // heads, bf16 on a GPU) and a small one, where the kernel's fixed costs
+  // per item weigh more.
+  auto attention = [&](bool smallClass) {
+    const ClusterCalibration::AttentionShape shape =
+        ClusterCalibration::attentionShape(gpu, smallClass);
+    const int64_t batch = shape.batch, seq = shape.seq, heads = shape.heads,
+                  headDim = shape.headDim;
     const DType dt = gpu ? DType::BF16 : DType::F32;
-    const std::vector<int64_t> shape = {batch, seq, heads * headDim};
-    Tensor q = cal.buffer(shape, dt, normal),
-           kk = cal.buffer(shape, dt, normal),
-           v = cal.buffer(shape, dt, normal), o = cal.buffer(shape, dt, normal),
-           dout = cal.buffer(shape, dt, small),
+    const std::vector<int64_t> act = {batch, seq, heads * headDim};
+    Tensor q = cal.buffer(act, dt, normal), kk = cal.buffer(act, dt, normal),
+           v = cal.buffer(act, dt, normal), o = cal.buffer(act, dt, normal),
+           dout = cal.buffer(act, dt, small),
            lse = cal.buffer({batch, heads, seq}, DType::F32, small),
-           dq = cal.buffer(shape, dt, small), dk = cal.buffer(shape, dt, small),
-           dv = cal.buffer(shape, dt, small);
+           dq = cal.buffer(act, dt, small), dk = cal.buffer(act, dt, small),
+           dv = cal.buffer(act, dt, small);
     AttentionAttrs attrs;
     attrs.numHeads = heads;
     attrs.numKvHeads = heads;
@@ -349,24 +372,28 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
         dev.modelOp(fwd, fin, fout, StepContext{}, nullptr);
     if (st && st->ok())
       st = dev.modelOp(bwd, bin, bout, StepContext{}, nullptr);
-    if (st && st->ok()) {
-      double t = cal.time([&] {
-        (void)dev.modelOp(fwd, fin, fout, StepContext{}, nullptr);
-        (void)dev.modelOp(bwd, bin, bout, StepContext{}, nullptr);
-      });
-      int64_t scores = attentionScores(batch, seq, heads, 0);
-      double flops = double(attentionForwardFlops(scores, headDim)) +
-                     double(attentionBackwardFlops(scores, headDim, true));
-      k.attention = flops / t;
-      source("calibration.attention_tflops",
-             "flash causal_attention and its backward, [" +
-                 std::to_string(batch) + ", " + std::to_string(seq) +
-                 "] tokens, " + std::to_string(heads) + " heads of 64, " +
-                 (gpu ? "bf16" : "f32") +
-                 "; FLOPs as the plans count them (the full score square)");
-      say("  %-20s %8.2f GFLOP/s\n", "attention", k.attention / 1e9);
-    }
-  }
+    if (!st || !st->ok())
+      return;
+    double t = cal.time([&] {
+      (void)dev.modelOp(fwd, fin, fout, StepContext{}, nullptr);
+      (void)dev.modelOp(bwd, bin, bout, StepContext{}, nullptr);
+    });
+    int64_t scores = attentionScores(batch, seq, heads, 0);
+    double flops = double(attentionForwardFlops(scores, headDim)) +
+                   double(attentionBackwardFlops(scores, headDim, true));
+    (smallClass ? k.attentionSmall : k.attention) = flops / t;
+    source(smallClass ? "calibration.attention_small_tflops"
+                      : "calibration.attention_tflops",
+           "flash causal_attention and its backward, [" +
+               std::to_string(batch) + ", " + std::to_string(seq) +
+               "] tokens, " + std::to_string(heads) + " heads of " +
+               std::to_string(headDim) + ", " + (gpu ? "bf16" : "f32") +
+               "; FLOPs as the plans count them (the full score square)");
+    say("  %-20s %8.2f GFLOP/s\n", smallClass ? "attention small" : "attention",
+        flops / t / 1e9);
+  };
+  attention(false);
+  attention(true);
 
   // Memory-bound kernels on activation-like inputs, [64, 1024] f32 drawn
   // ([16384, 1024] on a GPU) from N(0, 0.25): GELU's and SiLU's speed
@@ -525,50 +552,58 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
            "the CPU kernels' parallel threshold (cpu::kParallelMinWork)");
   }
   // Cross-entropy over a [2, 32, 4096] vocabulary ([2, 2048, 4096] on a
-  // GPU; an exp per logit):
-  // bytes as the plan counts them, the logits read (and their gradient
-  // written).
-  {
-    const int64_t ceRows = gpu ? 4096 : 64;
-    const std::string ceShape = "[2, " + std::to_string(ceRows / 2) + ", 4096]";
-    Tensor logits = cal.buffer({2, ceRows / 2, 4096}, DType::F32, activation);
-    Tensor dlogits = cal.buffer({2, ceRows / 2, 4096}, DType::F32, activation);
+  // GPU; an exp per logit): bytes as the plan counts them, the logits read
+  // (and their gradient written). On a CPU whose ranks run several threads,
+  // also 8 rows of 1024 (8192 logits, below the kernels' parallel
+  // threshold: one thread) for the serial table.
+  auto crossEntropy = [&](const int64_t ceRows, const int64_t vocab,
+                          const bool serial) {
+    const std::string ceShape = "[2, " + std::to_string(ceRows / 2) + ", " +
+                                std::to_string(vocab) + "] f32 logits" +
+                                (serial ? " (one thread, in cache)" : "");
+    Tensor logits = cal.buffer({2, ceRows / 2, vocab}, DType::F32, activation);
+    Tensor dlogits = cal.buffer({2, ceRows / 2, vocab}, DType::F32, activation);
     Tensor loss = cal.buffer({}, DType::F32, activation);
     Tensor dloss =
         cal.buffer({}, DType::F32, [](std::mt19937 &) { return 1.0f; });
     Tensor targets{dev.allocate(ceRows * 4, true), DType::I32, {2, ceRows / 2}};
     cal.keep.push_back({static_cast<char *>(targets.data), true});
-    std::vector<int32_t> ids(ceRows);
+    std::vector<int32_t> ids(static_cast<size_t>(ceRows));
     for (size_t i = 0; i < ids.size(); ++i)
-      ids[i] = int32_t((i * 977) % 4096);
+      ids[i] = int32_t((int64_t(i) * 977) % vocab);
     dev.fromHost(targets.data, ids.data(), ceRows * 4);
-    double logitBytes = double(ceRows) * 4096 * 4;
+    double logitBytes = double(ceRows) * double(vocab) * 4;
+    auto record = [&](const char *name, double bytes, double t,
+                      const std::string &what) {
+      (serial ? k.serialKernelBandwidth : k.kernelBandwidth)[name] = bytes / t;
+      source(std::string(serial ? "calibration.serial_kernel_gb_per_s."
+                                : "calibration.kernel_gb_per_s.") +
+                 name,
+             what);
+      say("  %-20s %8.2f GB/s%s\n", name, bytes / t / 1e9,
+          serial ? " (one thread)" : "");
+    };
     PlanOp fwd = modelOp(OpKind::CrossEntropy, 2, 1);
     std::vector<Tensor> in = {logits, targets}, out = {loss};
     std::optional<Status> st =
         dev.modelOp(fwd, in, out, StepContext{}, nullptr);
-    if (st && st->ok()) {
-      double t = cal.time(
-          [&] { (void)dev.modelOp(fwd, in, out, StepContext{}, nullptr); });
-      k.kernelBandwidth["cross_entropy"] = logitBytes / t;
-      source("calibration.kernel_gb_per_s.cross_entropy",
-             ceShape + " f32 logits, the logits' bytes");
-      say("  %-20s %8.2f GB/s\n", "cross_entropy", logitBytes / t / 1e9);
-    }
+    if (st && st->ok())
+      record("cross_entropy", logitBytes, cal.time([&] {
+        (void)dev.modelOp(fwd, in, out, StepContext{}, nullptr);
+      }),
+             ceShape + ", the logits' bytes");
     PlanOp bwd = modelOp(OpKind::CrossEntropyBackward, 3, 1);
     std::vector<Tensor> bin = {logits, targets, dloss}, bout = {dlogits};
     st = dev.modelOp(bwd, bin, bout, StepContext{}, nullptr);
-    if (st && st->ok()) {
-      double t = cal.time(
-          [&] { (void)dev.modelOp(bwd, bin, bout, StepContext{}, nullptr); });
-      k.kernelBandwidth["cross_entropy_backward"] = 2 * logitBytes / t;
-      source("calibration.kernel_gb_per_s.cross_entropy_backward",
-             ceShape +
-                 " f32 logits, the logits read and their gradient written");
-      say("  %-20s %8.2f GB/s\n", "cross_entropy_backward",
-          2 * logitBytes / t / 1e9);
-    }
-  }
+    if (st && st->ok())
+      record("cross_entropy_backward", 2 * logitBytes, cal.time([&] {
+        (void)dev.modelOp(bwd, bin, bout, StepContext{}, nullptr);
+      }),
+             ceShape + ", the logits read and their gradient written");
+  };
+  crossEntropy(gpu ? 4096 : 64, 4096, false);
+  if (!gpu && cpu::threads() > 1)
+    crossEntropy(8, 1024, true);
 
   // The kinds not measured (embeddings, norms' backward, bias gradients,
   // cross-entropy, ...) are streaming kernels without transcendental

@@ -107,8 +107,30 @@ struct ClusterCalibration {
   /// for dtype index d; 1 where either is not measured.
   double matmulMisalignedFactor(int d) const;
   /// Achieved FLOP/s of the attention kernels (forward and backward,
-  /// flash) in f32.
+  /// flash; f32 on a CPU, bf16 on a GPU) at the large class, and at the
+  /// small class (0: not measured). The classes are attentionShape's; the
+  /// cost model interpolates the rate in log(seq^2 x head_dim) of one
+  /// (batch, head) item between them, and takes the nearer class's outside.
   double attention = 0;
+  double attentionSmall = 0;
+  /// A shape zerorun --calibrate times attention at: `small` on a CPU is a
+  /// test-sized model's (sequence 32, heads of 16), the large one a
+  /// GPT-2-like head layout.
+  struct AttentionShape {
+    int64_t batch, seq, heads, headDim;
+    /// seq^2 x head_dim: one (batch, head) item's work, the interpolation's
+    /// coordinate.
+    double itemWork() const {
+      return double(seq) * double(seq) * double(headDim);
+    }
+  };
+  static AttentionShape attentionShape(bool gpu, bool small) {
+    if (small)
+      return gpu ? AttentionShape{4, 128, 12, 64}
+                 : AttentionShape{2, 32, 4, 16};
+    return gpu ? AttentionShape{4, 1024, 12, 64}
+               : AttentionShape{1, 256, 4, 64};
+  }
   /// Achieved bytes/s (the plan's bytes over the time) of memory-bound
   /// kernels by plan op kind name; "default" for the kinds not measured.
   std::map<std::string, double> kernelBandwidth;
@@ -117,7 +139,7 @@ struct ClusterCalibration {
   /// cpu::kParallelMinWork), which they run on the calling thread alone,
   /// in cache (a model small enough for such ops keeps its operands
   /// there). By op kind name; the cost model prices a model op whose
-  /// largest result has fewer elements at these rates where given. 0 (and
+  /// largest operand has fewer elements at these rates where given. 0 (and
   /// absent): not measured, as when each rank ran one thread.
   std::map<std::string, double> serialKernelBandwidth;
   double serialKernelElements = 0;

@@ -106,12 +106,23 @@ double calibratedMatmulRate(const ClusterCalibration &calibration, DType dtype,
 /// per-op overhead. `misalignedRows`: a linear-class op with an operand or
 /// result whose rows are not a multiple of 16 bytes, priced at the
 /// calibrated rate times ClusterCalibration::matmulMisalignedFactor.
-/// `elements`: the op's largest result's element count (0: unknown); below
+/// `elements`: the op's largest operand's element count (0: unknown); below
 /// ClusterCalibration::serialKernelElements a kind with a serial rate
 /// takes it.
+/// `attentionWork`: for causal_attention and its backward, seq^2 x
+/// head_dim of one (batch, head) item (0: unknown), which places the op
+/// between the calibrated attention classes (calibratedAttentionRate).
 double kernelTime(const Cluster &cluster, OpKind kind, double flops,
                   double bytes, DType dtype, bool misalignedRows = false,
-                  double elements = 0);
+                  double elements = 0, double attentionWork = 0);
+
+/// The calibrated attention FLOP/s for items of `itemWork` (seq^2 x
+/// head_dim), interpolated in its log between the small and the large
+/// class (ClusterCalibration::attentionShape); the large class's alone
+/// where the small one was not measured or the work is unknown; 0 when
+/// attention was not calibrated.
+double calibratedAttentionRate(const ClusterCalibration &calibration,
+                               double itemWork);
 
 /// The byte length of a row (the last dimension) of a tensor of `shape` in
 /// `dtype` is not a multiple of 16: GEMM libraries on GPUs cannot use
@@ -248,8 +259,12 @@ private:
   /// Any of the op's input or output values has misaligned rows
   /// (rowsMisaligned).
   bool hasMisalignedRows(const PhaseInfo &info, const PlanOp &op) const;
-  /// The element count of the op's largest result (0 when none is known).
-  double largestResultElements(const PhaseInfo &info, const PlanOp &op) const;
+  /// The element count of the op's largest operand or result (0 when none
+  /// is known).
+  double largestOperandElements(const PhaseInfo &info, const PlanOp &op) const;
+  /// seq^2 x head_dim of one (batch, head) item of an attention op (0 for
+  /// other ops, or when its shapes are not known).
+  double attentionItemWork(const PhaseInfo &info, const PlanOp &op) const;
 };
 
 } // namespace zeroc

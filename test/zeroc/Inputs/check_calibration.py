@@ -43,7 +43,8 @@ for k in ("gelu", "gelu_backward", "add", "layernorm", "layernorm_backward",
 # parallel threshold.
 if "serial_kernel_gb_per_s" in cal:
     assert cal["serial_kernel_elements"]["value"] == 32768
-    assert cal["serial_kernel_gb_per_s"]["gelu"]["value"] > 0
+    for k in ("gelu", "add", "cross_entropy", "cross_entropy_backward"):
+        assert cal["serial_kernel_gb_per_s"][k]["value"] > 0, k
 # On a CPU the operands rotate through pools larger than the cache.
 assert "last-level cache" in cal["kernel_gb_per_s"]["add"]["source"]
 for k in ("adam_gb_per_s", "clip_gb_per_s", "op_overhead_us",
