@@ -1199,6 +1199,93 @@ TEST(Calibration, OpsBelowTheParallelThresholdTakeTheSerialRate) {
               bytes / 1e9, 1e-15);
 }
 
+// In a plan, the threshold applies to the op's largest operand: a
+// cross-entropy's result is one loss, its work the logits it reads (the
+// CPU kernel's parallelChunks over rows x vocabulary).
+TEST(Calibration, TheSerialThresholdCountsTheLargestOperand) {
+  Cluster c = exactCluster();
+  c.calibration.kernelBandwidth["cross_entropy"] = 2e9;
+  c.calibration.serialKernelBandwidth["cross_entropy"] = 1e9;
+  c.calibration.serialKernelElements = 32768;
+  auto seconds = [&](int64_t rows, int64_t vocab) {
+    PlanOp ce = op(0, "cross_entropy", 0);
+    ce.bytes = rows * vocab * 4;
+    ce.inputs = {1, 2};
+    ce.outputs = {3};
+    Plan plan = planWith({ce});
+    PlanValue logits = value(1, DType::F32, rows * vocab),
+              targets = value(2, DType::I32, rows),
+              loss = value(3, DType::F32, 1);
+    logits.shape = {rows, vocab};
+    targets.shape = {rows};
+    loss.shape = {};
+    plan.phases[0].values = {logits, targets, loss};
+    CostModel model(plan, c);
+    return model.cost(plan.phases[0], plan.phases[0].ops[0]).seconds;
+  };
+  // Tiny GPT-2's logits, 64 x 256: one thread.
+  EXPECT_NEAR(seconds(64, 256), 64 * 256 * 4 / 1e9, 1e-15);
+  // 64 x 4096: on the pool, though the loss is one element.
+  EXPECT_NEAR(seconds(64, 4096), 64 * 4096 * 4 / 2e9, 1e-15);
+}
+
+// Attention's rate depends on its items' shape: tiny GPT-2's (sequence 32,
+// heads of 16) ran at a sixth of the rate of sequence 256 and heads of 64
+// on this CPU (bench/RESULTS.md, run 11).
+TEST(Calibration, AttentionRateInterpolatesBetweenItsClasses) {
+  using C = ClusterCalibration;
+  const double small = C::attentionShape(false, true).itemWork(),
+               large = C::attentionShape(false, false).itemWork();
+  EXPECT_EQ(small, 32.0 * 32 * 16);
+  EXPECT_EQ(large, 256.0 * 256 * 64);
+  ClusterCalibration cal;
+  cal.device = "cpu";
+  EXPECT_EQ(calibratedAttentionRate(cal, small), 0.0); // not calibrated
+  cal.attention = 100e9;
+  // The large class alone: every size at its rate.
+  EXPECT_EQ(calibratedAttentionRate(cal, small), 100e9);
+  cal.attentionSmall = 20e9;
+  EXPECT_EQ(calibratedAttentionRate(cal, small), 20e9);
+  EXPECT_EQ(calibratedAttentionRate(cal, large), 100e9);
+  EXPECT_EQ(calibratedAttentionRate(cal, small / 8), 20e9);
+  EXPECT_EQ(calibratedAttentionRate(cal, large * 8), 100e9);
+  EXPECT_NEAR(calibratedAttentionRate(cal, std::sqrt(small * large)), 60e9,
+              1e-3);
+  EXPECT_EQ(calibratedAttentionRate(cal, 0), 100e9); // shape unknown
+  // A GPU's classes are its own shapes.
+  cal.device = "cuda";
+  EXPECT_EQ(
+      calibratedAttentionRate(cal, C::attentionShape(true, true).itemWork()),
+      20e9);
+
+  // In a plan: q [batch, seq, heads x head_dim] and the op's num_heads.
+  Cluster c = exactCluster();
+  c.calibration = cal;
+  c.calibration.device = "cpu";
+  auto seconds = [&](int64_t seq, int64_t heads, int64_t headDim) {
+    PlanOp attn = op(0, "causal_attention", 0);
+    AttentionAttrs attrs;
+    attrs.numHeads = heads;
+    attrs.numKvHeads = heads;
+    attn.attrs = attrs;
+    attn.flops = 1'000'000;
+    attn.inputs = {1, 2, 3};
+    attn.outputs = {4};
+    Plan plan = planWith({attn});
+    std::vector<PlanValue> values;
+    for (int64_t id = 1; id <= 4; ++id) {
+      PlanValue v = value(id, DType::F32, 2 * seq * heads * headDim);
+      v.shape = {2, seq, heads * headDim};
+      values.push_back(v);
+    }
+    plan.phases[0].values = values;
+    CostModel model(plan, c);
+    return model.cost(plan.phases[0], plan.phases[0].ops[0]).seconds;
+  };
+  EXPECT_NEAR(seconds(32, 4, 16), 1e6 / 20e9, 1e-15);
+  EXPECT_NEAR(seconds(256, 12, 64), 1e6 / 100e9, 1e-15);
+}
+
 TEST(Calibration, KernelBandwidthsAndOverheads) {
   // gelu at its own 1 GB/s, add at the default 2 GB/s, 1 us per op, 10 us
   // per phase run; one stream, so the phase is the sum.
