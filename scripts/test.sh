@@ -57,12 +57,12 @@ thread)
   build="${BUILD_DIR:-$root/build-tsan}"
   flags="-fsanitize=thread -fno-omit-frame-pointer -g1"
   export ZEROC_CMAKE_ARGS="-DCMAKE_BUILD_TYPE=RelWithDebInfo -DZEROC_ENABLE_CUDA=OFF -DCMAKE_CXX_FLAGS='$flags' -DCMAKE_C_FLAGS='$flags' -DCMAKE_EXE_LINKER_FLAGS='$flags' -DCMAKE_SHARED_LINKER_FLAGS='$flags'"
-  # libgomp is not instrumented: its barriers are invisible (tsan-libgomp.supp).
-  # That suppression matches the pool thread's stack, which TSan rebuilds
-  # from its per-thread history: history_size=7 (4M accesses a thread, the
-  # most) so that it fails less ("failed to restore the stack", then
-  # nothing to match: 11 tests failed so at the default; a --threads 2
-  # zerorun still can, docs/fuzzing.md).
+  # libgomp is not instrumented: the fork and join of our OpenMP regions
+  # are told to TSan by hand (runtime/kernels/cpu/OmpEdges.h), and
+  # tsan-libgomp.supp covers what libgomp itself reads (a region's shared
+  # variables, before any of our code runs in the pool thread).
+  # history_size=7 (4M accesses a thread, the most) keeps both stacks of a
+  # report restorable (docs/fuzzing.md).
   mkdir -p "$build"
   cat "$supp/tsan.supp" "$supp/tsan-libgomp.supp" >"$build/tsan.supp"
   export TSAN_OPTIONS="${TSAN_OPTIONS:-suppressions=$build/tsan.supp:halt_on_error=1:second_deadlock_stack=1:history_size=7}"
