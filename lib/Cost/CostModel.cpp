@@ -513,8 +513,19 @@ OpCost CostModel::collectiveCost(const PhaseInfo &info, const PlanOp &op,
   } else
     cost.seconds = collectiveTime(clusterRef, *kind, bytes, layout).seconds;
   // One rank launches no collective, but a gather or a reduce-scatter out
-  // of place still copies its buffer (the communicator's local copy).
-  if (plan.worldSize <= 1 && *kind != CollectiveKind::AllReduce)
+  // of place still copies its buffer (the communicator's local copy). The
+  // updates' gather of flat groups is in place (each rank sends its
+  // partition of the group's own buffer): nothing to copy (small Llama,
+  // stage 2 at one rank: 9 us a step measured, 1.3 ms priced as a copy).
+  bool inPlace = false;
+  if (op.kind == OpKind::AllGatherUpdatesStart) {
+    const auto &targets = op.attrsAs<TargetListAttrs>().targets;
+    inPlace = !targets.empty() && std::all_of(targets.begin(), targets.end(),
+                                              [&](const std::string &t) {
+                                                return groups.count(t);
+                                              });
+  }
+  if (plan.worldSize <= 1 && *kind != CollectiveKind::AllReduce && !inPlace)
     cost.seconds += computeTime(clusterRef, 0, 2 * bytes, dtype);
   // A reduce-scatter's epilogue adds the rank's part of the result into its
   // gradient shard or partition: the part read, the target read and

@@ -1340,6 +1340,24 @@ TEST(OpCost, OneRankCopiesButLaunchesNothing) {
   EXPECT_NEAR(oneRank("reduce_scatter_start", "reduce_scatter"),
               4e6 / 1e15 + 6e6 / 1e15, kTol);
   EXPECT_EQ(oneRank("all_reduce_start", "all_reduce"), 0.0);
+
+  // The updates' gather of a flat group is in place (each rank sends its
+  // partition of the group's buffer): nothing to copy at one rank; a
+  // parameter of its own still goes through the workspace.
+  auto updates = [&](std::vector<std::string> targets) {
+    PlanOp gather =
+        collectiveOp(0, "all_gather_updates_start", "all_gather", 1, 1.0);
+    gather.attrs = TargetListAttrs{targets};
+    Plan plan = planWith({gather});
+    plan.worldSize = 1;
+    PlanFlatGroup group;
+    group.name = "group0";
+    plan.flatGroups = {group};
+    CostModel model(plan, cluster);
+    return model.cost(plan.phases[0], plan.phases[0].ops[0]).seconds;
+  };
+  EXPECT_EQ(updates({"group0"}), 0.0);
+  EXPECT_NEAR(updates({"group0", "lm_head.weight"}), 4e6 / 1e15, kTol);
 }
 
 // The streams zerorun runs on the compute thread at one rank on a CPU: those

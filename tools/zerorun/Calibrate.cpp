@@ -525,6 +525,41 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
                       out.push_back(db);
                     }),
              actShape + ", the bias [1024]");
+      // RMSNorm (Llama's): x and weight; y (the saved rstd not counted, as
+      // in the plan). Its backward: x, weight, dy and the saved rstd; dx
+      // and dweight.
+      PlanOp rms = modelOp(OpKind::RMSNorm, 2, 1);
+      rms.attrs = RMSNormAttrs{1e-5, false};
+      record("rmsnorm", 2 * actBytes + 1024 * 4,
+             timeOp(rms, 1, 1,
+                    [&](std::vector<Tensor> &in, std::vector<Tensor> &) {
+                      in.push_back(g);
+                    }),
+             actShape + ", inputs drawn from N(0, 0.25)");
+      PlanOp rmsBwd = modelOp(OpKind::RMSNormBackward, 4, 2);
+      rmsBwd.attrs = RMSNormAttrs{1e-5, false};
+      record("rmsnorm_backward", 3 * actBytes + 2 * 1024 * 4,
+             timeOp(rmsBwd, 2, 1,
+                    [&](std::vector<Tensor> &in, std::vector<Tensor> &out) {
+                      in = {in[0], g, in[1], saved};
+                      out.push_back(dg);
+                    }),
+             actShape + ", inputs drawn from N(0, 0.25)");
+      // Rotary embeddings (a sine and a cosine per pair): the operands
+      // seen as [2, rows / 2, 1024], heads of 64.
+      auto asSequence = [&](std::vector<Tensor> &in, std::vector<Tensor> &out) {
+        for (std::vector<Tensor> *ts : {&in, &out})
+          for (Tensor &t : *ts)
+            t.shape = {2, actRows / 2, 1024};
+      };
+      for (OpKind kind : {OpKind::Rotary, OpKind::RotaryBackward}) {
+        PlanOp rope = modelOp(kind, 1, 1);
+        rope.attrs = RotaryAttrs{64, 10000.0};
+        record(kind == OpKind::Rotary ? "rotary" : "rotary_backward",
+               2 * actBytes, timeOp(rope, 1, 1, asSequence),
+               actShape + " as [2, " + std::to_string(actRows / 2) +
+                   ", 1024], heads of 64, theta 10000");
+      }
     }
     {
       std::vector<Tensor> in, out;

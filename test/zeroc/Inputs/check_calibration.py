@@ -37,7 +37,8 @@ for d in ("f32",):
     # Odd rows are measured at the largest class (1024 on a CPU).
     assert "[1023, 1024]" in cal["matmul_tflops"][d]["misaligned"]["source"]
 for k in ("gelu", "gelu_backward", "add", "layernorm", "layernorm_backward",
-          "linear_grad_bias", "accumulate", "default"):
+          "linear_grad_bias", "rmsnorm", "rmsnorm_backward", "rotary",
+          "rotary_backward", "accumulate", "default"):
     assert cal["kernel_gb_per_s"][k]["value"] > 0, k
 # With several threads a rank, the one-thread rates below the kernels'
 # parallel threshold.
