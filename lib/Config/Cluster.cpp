@@ -141,6 +141,22 @@ struct FigureSpec {
           return c.calibration.matmulMisaligned[d];                            \
         }                                                                      \
   }
+#define ZEROC_MATMUL_KIND(dtype, d, kind, i, cls, k)                           \
+  {                                                                            \
+    "calibration.matmul_kind_tflops." dtype "." kind "." cls, kTFlops,         \
+        Bound::Positive, true, [](Cluster &c, Counts &) -> double & {          \
+          return c.calibration.matmulKind[d][i][k];                            \
+        }                                                                      \
+  }
+#define ZEROC_MATMUL_KIND_CLASSES(dtype, d, kind, i)                           \
+  ZEROC_MATMUL_KIND(dtype, d, kind, i, "small", 0),                            \
+      ZEROC_MATMUL_KIND(dtype, d, kind, i, "medium", 1),                       \
+      ZEROC_MATMUL_KIND(dtype, d, kind, i, "large", 2),                        \
+      ZEROC_MATMUL_KIND(dtype, d, kind, i, "xlarge", 3)
+#define ZEROC_MATMUL_KINDS(dtype, d)                                           \
+  ZEROC_MATMUL_KIND_CLASSES(dtype, d, "linear", 0),                            \
+      ZEROC_MATMUL_KIND_CLASSES(dtype, d, "linear_grad_input", 1),             \
+      ZEROC_MATMUL_KIND_CLASSES(dtype, d, "linear_grad_weight", 2)
 #define ZEROC_KERNEL(kind)                                                     \
   {                                                                            \
     "calibration.kernel_gb_per_s." kind, kGBPerS, Bound::Positive, true,       \
@@ -236,6 +252,9 @@ const FigureSpec kFigures[] = {
     ZEROC_MATMULS("f32", 0),
     ZEROC_MATMULS("bf16", 1),
     ZEROC_MATMULS("f16", 2),
+    ZEROC_MATMUL_KINDS("f32", 0),
+    ZEROC_MATMUL_KINDS("bf16", 1),
+    ZEROC_MATMUL_KINDS("f16", 2),
     {"calibration.attention_tflops", kTFlops, Bound::Positive, true,
      [](Cluster &c, Counts &) -> double & { return c.calibration.attention; }},
     {"calibration.attention_small_tflops", kTFlops, Bound::Positive, true,
@@ -333,6 +352,19 @@ const ObjectSpec kObjects[] = {
     {"calibration.matmul_tflops.f32", true},
     {"calibration.matmul_tflops.bf16", true},
     {"calibration.matmul_tflops.f16", true},
+    {"calibration.matmul_kind_tflops", true},
+    {"calibration.matmul_kind_tflops.f32", true},
+    {"calibration.matmul_kind_tflops.f32.linear", true},
+    {"calibration.matmul_kind_tflops.f32.linear_grad_input", true},
+    {"calibration.matmul_kind_tflops.f32.linear_grad_weight", true},
+    {"calibration.matmul_kind_tflops.bf16", true},
+    {"calibration.matmul_kind_tflops.bf16.linear", true},
+    {"calibration.matmul_kind_tflops.bf16.linear_grad_input", true},
+    {"calibration.matmul_kind_tflops.bf16.linear_grad_weight", true},
+    {"calibration.matmul_kind_tflops.f16", true},
+    {"calibration.matmul_kind_tflops.f16.linear", true},
+    {"calibration.matmul_kind_tflops.f16.linear_grad_input", true},
+    {"calibration.matmul_kind_tflops.f16.linear_grad_weight", true},
     {"calibration.kernel_gb_per_s", true},
     {"calibration.serial_kernel_gb_per_s", true},
     {"calibration.all_gather", true},

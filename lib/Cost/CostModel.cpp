@@ -188,13 +188,26 @@ double interpolateRate(const std::vector<std::pair<double, double>> &points,
 } // namespace
 
 double calibratedMatmulRate(const ClusterCalibration &calibration, DType dtype,
-                            double flops) {
-  int d = ClusterCalibration::matmulIndex(dtype);
-  std::vector<std::pair<double, double>> points; // (log flops, rate)
-  for (int k = 0; k < ClusterCalibration::kMatmulClasses; ++k)
-    if (calibration.matmul[d][k] > 0)
-      points.push_back({std::log(ClusterCalibration::kMatmulClassFlops[k]),
-                        calibration.matmul[d][k]});
+                            double flops, std::optional<OpKind> kind) {
+  using C = ClusterCalibration;
+  int d = C::matmulIndex(dtype);
+  int i = !kind                               ? -1
+          : *kind == OpKind::Linear           ? 0
+          : *kind == OpKind::LinearGradInput  ? 1
+          : *kind == OpKind::LinearGradWeight ? 2
+                                              : -1;
+  auto pointsOf = [&](const double(&rates)[C::kMatmulClasses]) {
+    std::vector<std::pair<double, double>> points; // (log flops, rate)
+    for (int k = 0; k < C::kMatmulClasses; ++k)
+      if (rates[k] > 0)
+        points.push_back({std::log(C::kMatmulClassFlops[k]), rates[k]});
+    return points;
+  };
+  std::vector<std::pair<double, double>> points;
+  if (i >= 0)
+    points = pointsOf(calibration.matmulKind[d][i]);
+  if (points.empty())
+    points = pointsOf(calibration.matmul[d]);
   return interpolateRate(points, std::log(std::max(flops, 1.0)));
 }
 
@@ -229,7 +242,7 @@ double kernelTime(const Cluster &cluster, OpKind kind, double flops,
   case OpKind::Linear:
   case OpKind::LinearGradInput:
   case OpKind::LinearGradWeight:
-    if (double rate = calibratedMatmulRate(cal, dtype, flops); rate > 0) {
+    if (double rate = calibratedMatmulRate(cal, dtype, flops, kind); rate > 0) {
       if (misalignedRows)
         rate *=
             cal.matmulMisalignedFactor(ClusterCalibration::matmulIndex(dtype));

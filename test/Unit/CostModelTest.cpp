@@ -1115,6 +1115,36 @@ TEST(Calibration, MatmulRateInterpolatesInLogFlops) {
   EXPECT_NEAR(kernelTime(c, OpKind::Linear, 1e9, 0, DType::BF16), 1e-3, kTol);
 }
 
+// Each linear kind at its own measured rate where the calibration has one
+// (the forward's epilogue: 1.39 times the gradients' time at 64^3 on this
+// CPU), the three kinds' mean otherwise.
+TEST(Calibration, LinearKindsTakeTheirOwnRates) {
+  ClusterCalibration cal;
+  cal.matmul[0][0] = 30e9;
+  cal.matmul[0][1] = 60e9;
+  EXPECT_EQ(calibratedMatmulRate(cal, DType::F32, kC0, OpKind::Linear), 30e9);
+  cal.matmulKind[0][0][0] = 20e9; // linear
+  cal.matmulKind[0][0][1] = 50e9;
+  cal.matmulKind[0][2][0] = 40e9; // linear_grad_weight
+  EXPECT_EQ(calibratedMatmulRate(cal, DType::F32, kC0, OpKind::Linear), 20e9);
+  EXPECT_NEAR(calibratedMatmulRate(cal, DType::F32, std::sqrt(kC0 * kC1),
+                                   OpKind::Linear),
+              35e9, 1e-3);
+  EXPECT_EQ(
+      calibratedMatmulRate(cal, DType::F32, kC0, OpKind::LinearGradWeight),
+      40e9);
+  // linear_grad_input not measured alone: the mean; no kind: the mean.
+  EXPECT_EQ(calibratedMatmulRate(cal, DType::F32, kC0, OpKind::LinearGradInput),
+            30e9);
+  EXPECT_EQ(calibratedMatmulRate(cal, DType::F32, kC0), 30e9);
+  Cluster c = exactCluster();
+  c.calibration = cal;
+  EXPECT_NEAR(kernelTime(c, OpKind::Linear, kC0, 0, DType::F32), kC0 / 20e9,
+              1e-15);
+  EXPECT_NEAR(kernelTime(c, OpKind::LinearGradInput, kC0, 0, DType::F32),
+              kC0 / 30e9, 1e-15);
+}
+
 // A GEMM with rows of a byte length not a multiple of 16 (GPT-2's logits:
 // 50,257 bf16 a row) runs at the calibrated fraction of the aligned rate
 // (on an H100, lm_head's three GEMMs ran at 94-145 TFLOP/s against 667 at

@@ -258,7 +258,8 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
       Tensor y = cal.buffer({n, n}, dtypes[d], small);
       if (!a.data || !w.data || !y.data)
         break;
-      double total = 0;
+      double total = 0, each[ClusterCalibration::kMatmulKinds] = {};
+      int kindIndex = 0;
       bool ok = true;
       for (OpKind kind : {OpKind::Linear, OpKind::LinearGradInput,
                           OpKind::LinearGradWeight}) {
@@ -272,14 +273,26 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
           ok = false;
           break;
         }
-        total += cal.time(
+        each[kindIndex] = cal.time(
             [&] { (void)dev.modelOp(op, in, out, StepContext{}, nullptr); },
             s >= 2 ? 0.05 : 0.02, s >= 2 ? 3 : 5);
+        total += each[kindIndex++];
       }
       if (!ok)
         break;
-      double rate = 3 * 2.0 * double(n) * double(n) * double(n) / total;
+      const double flops = 2.0 * double(n) * double(n) * double(n);
+      double rate = 3 * flops / total;
       k.matmul[d][s] = rate;
+      // Each kind's own rate (the forward's epilogue weighs on small sizes).
+      const char *kindNames[] = {"linear", "linear_grad_input",
+                                 "linear_grad_weight"};
+      for (int i = 0; i < ClusterCalibration::kMatmulKinds; ++i) {
+        k.matmulKind[d][i][s] = flops / each[i];
+        source(std::string("calibration.matmul_kind_tflops.") + dtypeNames[d] +
+                   "." + kindNames[i] + "." + classNames[s],
+               std::string(kindNames[i]) + " alone on [" + std::to_string(n) +
+                   ", " + std::to_string(n) + "] operands");
+      }
       best[d] = std::max(best[d], rate);
       source(std::string("calibration.matmul_tflops.") + dtypeNames[d] + "." +
                  classNames[s],

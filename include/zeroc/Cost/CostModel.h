@@ -96,8 +96,12 @@ double computeTime(const Cluster &cluster, double flops, double bytes,
 /// `dtype`: the measured rates of the size classes
 /// (ClusterCalibration::kMatmulClassFlops) interpolated in log(FLOPs), the
 /// nearest class's outside them; 0 when the cluster has none for `dtype`.
+/// `kind` (linear, linear_grad_input or linear_grad_weight): that kind's
+/// own rates where measured (ClusterCalibration::matmulKind), else the
+/// three kinds' mean.
 double calibratedMatmulRate(const ClusterCalibration &calibration, DType dtype,
-                            double flops);
+                            double flops,
+                            std::optional<OpKind> kind = std::nullopt);
 
 /// A model op's kernel time: the calibrated rate of its kind where the
 /// cluster has one (linear-class FLOP/s by size, attention FLOP/s, the

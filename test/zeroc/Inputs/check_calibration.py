@@ -34,6 +34,10 @@ assert cal["device"] == "cpu", cal.get("device")
 for d in ("f32",):
     for k in ("small", "medium", "large", "misaligned"):
         assert cal["matmul_tflops"][d][k]["value"] > 0, (d, k)
+    # Each linear kind alone, every class.
+    for kind in ("linear", "linear_grad_input", "linear_grad_weight"):
+        for k in ("small", "medium", "large"):
+            assert cal["matmul_kind_tflops"][d][kind][k]["value"] > 0, (kind, k)
     # Odd rows are measured at the largest class (1024 on a CPU).
     assert "[1023, 1024]" in cal["matmul_tflops"][d]["misaligned"]["source"]
 for k in ("gelu", "gelu_backward", "add", "layernorm", "layernorm_backward",
