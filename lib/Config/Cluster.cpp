@@ -311,6 +311,7 @@ const FigureSpec kFigures[] = {
     ZEROC_COLLECTIVE("all_gather", 0),
     ZEROC_COLLECTIVE("reduce_scatter", 1),
     ZEROC_COLLECTIVE("all_reduce", 2),
+    ZEROC_COLLECTIVE("all_to_all", 3),
 };
 #undef ZEROC_MATMUL
 #undef ZEROC_MATMULS
@@ -370,6 +371,7 @@ const ObjectSpec kObjects[] = {
     {"calibration.all_gather", true},
     {"calibration.reduce_scatter", true},
     {"calibration.all_reduce", true},
+    {"calibration.all_to_all", true},
 };
 
 /// "gpu.peak_tflops.bf16" -> {"gpu", "peak_tflops", "bf16"}.

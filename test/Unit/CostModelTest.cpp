@@ -1352,6 +1352,15 @@ TEST(Calibration, CollectiveFitReplacesTheRingOnOneNode) {
   CostModel ring(other, c);
   EXPECT_NEAR(ring.cost(other.phases[0], other.phases[0].ops[0]).seconds, 2e-3,
               kTol);
+  // Expert parallelism's all-to-all at its own fit (busbw bytes x 1/2 at 1
+  // GB/s, plus 5 us): the fits are indexed by CollectiveKind, whose fourth
+  // kind once read past the end of a three-entry array.
+  c.calibration.collective[size_t(CollectiveKind::AllToAll)] = {5e-6, 1e9};
+  PlanOp exchange = collectiveOp(0, "all_to_all_start", "all_to_all", 1, 1.0);
+  Plan ep = planWith({exchange});
+  CostModel a2a(ep, c);
+  EXPECT_NEAR(a2a.cost(ep.phases[0], ep.phases[0].ops[0]).seconds,
+              5e-6 + 1e6 / 1e9, kTol);
 }
 
 TEST(OpCost, OneRankCopiesButLaunchesNothing) {

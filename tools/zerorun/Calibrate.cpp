@@ -823,10 +823,14 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
   }
 
   // Collectives: fixed time and bus bandwidth per kind, fitted over sizes
-  // (nccl-tests' busbw: bytes x (n-1)/n, 2(n-1)/n for all-reduce).
+  // (nccl-tests' busbw: bytes x (n-1)/n, 2(n-1)/n for all-reduce; for
+  // all-to-all, expert parallelism's token exchange, equal blocks to every
+  // rank: bytes x (n-1)/n, as nccl-tests' alltoall).
   if (comm.size() > 1) {
     int64_t n = comm.size();
-    const char *names[3] = {"all_gather", "reduce_scatter", "all_reduce"};
+    const int kinds = ClusterCalibration::kCollectiveKinds;
+    const char *names[kinds] = {"all_gather", "reduce_scatter", "all_reduce",
+                                "all_to_all"};
     // On the CPU, each collective again while a thread of every rank runs
     // `add` kernels without pause: what a gather or reduce stream's
     // collective meets while the compute stream computes on the same cores
@@ -837,7 +841,7 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
            loadOut = cal.buffer({64, 1024}, DType::F32, normal);
     PlanOp loadOp = modelOp(OpKind::Add, 2, 1);
     for (int pass = 0; pass < (contend ? 2 : 1); ++pass)
-      for (int kind = 0; kind < 3; ++kind) {
+      for (int kind = 0; kind < kinds; ++kind) {
         bool contended = pass == 1;
         std::atomic<bool> stop{false};
         std::thread load;
@@ -865,9 +869,12 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
                   h = comm.reduceScatter(buf.data, counts, recv.data,
                                          DType::F32, false,
                                          OpLabel{-1, "calibrate"});
-                else
+                else if (kind == 2)
                   h = comm.allReduce(buf.data, per * n, DType::F32, false,
                                      OpLabel{-1, "calibrate"});
+                else
+                  h = comm.allToAllV(buf.data, counts, recv.data, counts,
+                                     DType::F32, OpLabel{-1, "calibrate"});
                 comm.wait(h);
               },
               0.01, 3);

@@ -159,18 +159,21 @@ struct ClusterCalibration {
   /// dispatch), and every phase run (starting and joining the streams).
   double opOverhead = 0;
   double phaseOverhead = 0;
-  /// Per collective kind (all_gather, reduce_scatter, all_reduce): the
-  /// fitted fixed seconds and bus bandwidth (nccl-tests' busbw).
+  /// Per collective kind (indexed by CollectiveKind: all_gather,
+  /// reduce_scatter, all_reduce, all_to_all): the fitted fixed seconds and
+  /// bus bandwidth (nccl-tests' busbw); 0: not measured, when the cost
+  /// model takes the links' figures.
   struct CollectiveFit {
     double latency = 0;
     double busBandwidth = 0;
   };
-  CollectiveFit collective[3];
+  static constexpr int kCollectiveKinds = 4;
+  CollectiveFit collective[kCollectiveKinds];
   /// The same fits measured while a thread of every rank computes (CPU
   /// ranks, whose streams share the cores): the simulator's figure for a
   /// collective on its own stream while compute is still to run beside it
   /// (docs/cost-model.md, "Streams on a CPU rank"). 0: not measured.
-  CollectiveFit contended[3];
+  CollectiveFit contended[kCollectiveKinds];
   /// How many ranks ran the calibration at once (they contend for the
   /// same cores and memory).
   double ranks = 0;

@@ -56,9 +56,9 @@ for k in ("adam_gb_per_s", "clip_gb_per_s", "op_overhead_us",
           "phase_overhead_us", "attention_tflops"):
     assert k in cal, k
 assert "xlarge" not in cal["matmul_tflops"]["f32"], "4096^3 is for GPUs"
-collectives = [k for k in ("all_gather", "reduce_scatter", "all_reduce")
-               if k in cal]
-assert len(collectives) == (3 if ranks > 1 else 0), collectives
+collectives = [k for k in ("all_gather", "reduce_scatter", "all_reduce",
+                          "all_to_all") if k in cal]
+assert len(collectives) == (4 if ranks > 1 else 0), collectives
 for k in collectives:  # Alone and beside compute (a CPU rank's cores).
     for f in ("latency_us", "bus_gb_per_s", "contended_latency_us",
               "contended_bus_gb_per_s"):
