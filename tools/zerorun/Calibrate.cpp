@@ -421,6 +421,20 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
   const int64_t llc = lastLevelCacheBytes();
   // `actRows` rows of 1024; `serial`: below the CPU kernels' parallel
   // threshold, in the serial_kernel_gb_per_s table.
+  // A memory-bound kernel's rate (its bytes over `t`), in the pooled or
+  // the one-thread table.
+  auto recordRate = [&](bool serial, const char *name, double bytes, double t,
+                        const std::string &what) {
+    if (t <= 0)
+      return;
+    (serial ? k.serialKernelBandwidth : k.kernelBandwidth)[name] = bytes / t;
+    source(std::string(serial ? "calibration.serial_kernel_gb_per_s."
+                              : "calibration.kernel_gb_per_s.") +
+               name,
+           what);
+    say("  %-20s %8.2f GB/s%s\n", name, bytes / t / 1e9,
+        serial ? " (one thread)" : "");
+  };
   auto memoryBound = [&](const int64_t actRows, const bool serial) {
     const std::vector<int64_t> act = {actRows, 1024};
     const double actBytes = double(actRows) * 1024 * 4;
@@ -479,15 +493,7 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
     };
     auto record = [&](const char *name, double bytes, double t,
                       const std::string &what) {
-      if (t <= 0)
-        return;
-      (serial ? k.serialKernelBandwidth : k.kernelBandwidth)[name] = bytes / t;
-      source(std::string(serial ? "calibration.serial_kernel_gb_per_s."
-                                : "calibration.kernel_gb_per_s.") +
-                 name,
-             what);
-      say("  %-20s %8.2f GB/s%s\n", name, bytes / t / 1e9,
-          serial ? " (one thread)" : "");
+      recordRate(serial, name, bytes, t, what);
     };
     auto kernel = [&](const char *name, OpKind kind, size_t inputs,
                       double passes) {
@@ -623,13 +629,7 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
     double logitBytes = double(ceRows) * double(vocab) * 4;
     auto record = [&](const char *name, double bytes, double t,
                       const std::string &what) {
-      (serial ? k.serialKernelBandwidth : k.kernelBandwidth)[name] = bytes / t;
-      source(std::string(serial ? "calibration.serial_kernel_gb_per_s."
-                                : "calibration.kernel_gb_per_s.") +
-                 name,
-             what);
-      say("  %-20s %8.2f GB/s%s\n", name, bytes / t / 1e9,
-          serial ? " (one thread)" : "");
+      recordRate(serial, name, bytes, t, what);
     };
     PlanOp fwd = modelOp(OpKind::CrossEntropy, 2, 1);
     std::vector<Tensor> in = {logits, targets}, out = {loss};
