@@ -16,7 +16,11 @@ the load averages.
 
     python3 bench/fidelity_bench.py [--build build] [--steps 6]
         [--models tiny-gpt2,tiny-llama,small-gpt2,small-llama]
-        [--ranks 1,2] [--json out.json]
+        [--ranks 1,2] [--calibrations 1] [--json out.json]
+
+`--calibrations N` calibrates N times per rank count and uses each
+figure's median: on a shared machine one calibration's figures move with
+whatever else ran while it measured.
 
 After the table it prints, per model, rank count and offload, the order of
 the ZeRO stages by predicted step time (what `zeroc advise` ranks them by:
@@ -78,6 +82,27 @@ def ds_config(stage, offload):
             "gradient_accumulation_steps": 2, "zero_optimization": z}
 
 
+def median_calibration(docs):
+    """The first cluster file with every measured figure ({"value": ...,
+    "source": ...}) replaced by its median over `docs`."""
+    def merge(nodes):
+        first = nodes[0]
+        if isinstance(first, dict) and isinstance(first.get("value"),
+                                                  (int, float)):
+            values = sorted(n["value"] for n in nodes)
+            out = dict(first)
+            out["value"] = values[len(values) // 2]
+            if "source" in out:
+                out["source"] += f" (median of {len(values)} calibrations)"
+            return out
+        if isinstance(first, dict):
+            return {k: merge([n[k] for n in nodes]) if all(
+                isinstance(n, dict) and k in n for n in nodes) else v
+                    for k, v in first.items()}
+        return first
+    return merge(docs)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
@@ -86,6 +111,10 @@ def main():
                     default="tiny-gpt2,tiny-llama,small-gpt2,small-llama")
     ap.add_argument("--ranks", default="1,2")
     ap.add_argument("--stages", default="0,1,2,3")
+    ap.add_argument("--calibrations", type=int, default=1,
+                    help="calibrate this many times per rank count and "
+                    "take each figure's median (this machine's figures "
+                    "moved by 15-75%% between two calibrations)")
     ap.add_argument("--json", default="")
     ap.add_argument("--recompare", default="",
                     help="a previous run's work folder: compare its plans "
@@ -106,7 +135,15 @@ def main():
         path = os.path.join(work, f"cal{ranks}.json")
         load = loadavg()
         t0 = time.time()
-        run(mpi(ranks, [zerorun, "--calibrate", "-o", path]))
+        if args.calibrations <= 1:
+            run(mpi(ranks, [zerorun, "--calibrate", "-o", path]))
+        else:
+            parts = []
+            for i in range(args.calibrations):
+                part = os.path.join(work, f"cal{ranks}.{i}.json")
+                run(mpi(ranks, [zerorun, "--calibrate", "-o", part]))
+                parts.append(json.load(open(part)))
+            json.dump(median_calibration(parts), open(path, "w"), indent=1)
         calibration[ranks] = path
         print(f"calibrated {ranks} rank(s) in {time.time() - t0:.0f} s "
               f"(load {load:.2f}): {path}", flush=True)
