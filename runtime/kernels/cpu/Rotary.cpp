@@ -4,6 +4,7 @@
 #include "cpu/Parallel.h"
 
 #include <cmath>
+#include <vector>
 
 namespace zeroc::cpu {
 
@@ -34,21 +35,47 @@ Status checkRotaryBackward(const Tensor &dy, int64_t headDim, double theta,
 
 // Rotates every pair of checked `in` by `direction` (+1 forward, -1 backward)
 // times its angle.
+namespace {
+
+/// cos and sin of pos * theta^(-2i / head_dim), per position and pair: the
+/// same for every call of a model's layers, so each thread keeps the last
+/// table it computed (a table costs seq x head_dim / 2 sines and cosines in
+/// f64, more than rotating the rows of a small model's step).
+struct RotaryTable {
+  int64_t seq = 0, headDim = 0;
+  double theta = 0;
+  std::vector<float> cosines, sines;
+};
+
+const RotaryTable &rotaryTable(int64_t seq, int64_t headDim, double theta) {
+  thread_local RotaryTable t;
+  if (t.seq == seq && t.headDim == headDim && t.theta == theta)
+    return t;
+  int64_t half = headDim / 2;
+  t.cosines.assign(size_t(seq * half), 0.0f);
+  t.sines.assign(size_t(seq * half), 0.0f);
+  for (int64_t s = 0; s < seq; ++s)
+    for (int64_t i = 0; i < half; ++i) {
+      double angle =
+          double(s) * std::pow(theta, -2.0 * double(i) / double(headDim));
+      t.cosines[size_t(s * half + i)] = float(std::cos(angle));
+      t.sines[size_t(s * half + i)] = float(std::sin(angle));
+    }
+  t.seq = seq;
+  t.headDim = headDim;
+  t.theta = theta;
+  return t;
+}
+
+} // namespace
+
 static void rotate(const Tensor &in, int64_t headDim, double theta,
                    const Tensor &out, float direction,
                    const Tensor *documents) {
   int64_t batch = in.dim(0), seq = in.dim(1), width = in.dim(2);
   int64_t half = headDim / 2;
-
-  // cos and sin of pos * theta^(-2i / head_dim), per position and pair.
-  ScratchVector<float> cosines(seq * half), sines(seq * half);
-  for (int64_t s = 0; s < seq; ++s)
-    for (int64_t i = 0; i < half; ++i) {
-      double angle =
-          double(s) * std::pow(theta, -2.0 * double(i) / double(headDim));
-      cosines[s * half + i] = float(std::cos(angle));
-      sines[s * half + i] = direction * float(std::sin(angle));
-    }
+  const RotaryTable &table = rotaryTable(seq, headDim, theta);
+  const std::vector<float> &cosines = table.cosines, &sines = table.sines;
 
   // Rows (batch x seq) on the pool, each rotated on its own.
   parallelChunks(batch * seq, 8, width, [&](int64_t first, int64_t count) {
@@ -62,9 +89,10 @@ static void rotate(const Tensor &in, int64_t headDim, double theta,
       for (int64_t h = 0; h < width; h += headDim) {
         float *lo = &row[h], *hi = lo + half;
         for (int64_t i = 0; i < half; ++i) {
-          float a = lo[i], bv = hi[i];
-          lo[i] = a * c[i] - bv * sn[i];
-          hi[i] = bv * c[i] + a * sn[i];
+          // direction * sin: exact (+-1), the bits of the sine itself.
+          float a = lo[i], bv = hi[i], si = direction * sn[i];
+          lo[i] = a * c[i] - bv * si;
+          hi[i] = bv * c[i] + a * si;
         }
       }
       storeF32(out, offset, width, row.data());
