@@ -413,9 +413,13 @@ int error(const zeroc::Diagnostic &diag) {
 /// ignore the flag: an answer for a job the user did not ask about. A
 /// zeroc option given to a subcommand it is not registered for is an error
 /// naming it (MLIR's own options, which every subcommand may take, are
-/// not zeroc's).
-int rejectCompileOptions(cl::SubCommand &sub,
-                         const std::vector<const cl::Option *> &handled) {
+/// not zeroc's). No UBSan vptr check here: the registry's options are
+/// LLVM's objects, from Debian's libLLVM built without RTTI, whose dynamic
+/// type the check cannot read (it reported every `getNumOccurrences` call
+/// as a call on a non-Option).
+__attribute__((no_sanitize("vptr"))) int
+rejectCompileOptions(cl::SubCommand &sub,
+                     const std::vector<const cl::Option *> &handled) {
   for (auto &[name, option] :
        cl::getRegisteredOptions(cl::SubCommand::getTopLevel())) {
     if (!option->getNumOccurrences() || option->Subs.contains(&sub) ||
