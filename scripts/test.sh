@@ -51,7 +51,7 @@ address)
   # marks are ignored.
   export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1:fast_unwind_on_malloc=0:allow_user_poisoning=0}"
   export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$supp/lsan.supp:print_suppressions=0}"
-  export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+  export UBSAN_OPTIONS="${UBSAN_OPTIONS:-suppressions=$supp/ubsan.supp:print_stacktrace=1:halt_on_error=1}"
   ;;
 thread)
   build="${BUILD_DIR:-$root/build-tsan}"
