@@ -191,11 +191,10 @@ double calibratedMatmulRate(const ClusterCalibration &calibration, DType dtype,
                             double flops, std::optional<OpKind> kind) {
   using C = ClusterCalibration;
   int d = C::matmulIndex(dtype);
-  int i = !kind                               ? -1
-          : *kind == OpKind::Linear           ? 0
-          : *kind == OpKind::LinearGradInput  ? 1
-          : *kind == OpKind::LinearGradWeight ? 2
-                                              : -1;
+  int i = -1;
+  for (int j = 0; kind && j < C::kMatmulKinds; ++j)
+    if (C::kMatmulKindNames[j] == opKindName(*kind))
+      i = j;
   auto pointsOf = [&](const double(&rates)[C::kMatmulClasses]) {
     std::vector<std::pair<double, double>> points; // (log flops, rate)
     for (int k = 0; k < C::kMatmulClasses; ++k)

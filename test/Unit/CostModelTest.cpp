@@ -1119,6 +1119,10 @@ TEST(Calibration, MatmulRateInterpolatesInLogFlops) {
 // (the forward's epilogue: 1.39 times the gradients' time at 64^3 on this
 // CPU), the three kinds' mean otherwise.
 TEST(Calibration, LinearKindsTakeTheirOwnRates) {
+  // The table's index names plan op kinds (zerorun --calibrate times them
+  // by these names).
+  for (std::string_view name : ClusterCalibration::kMatmulKindNames)
+    EXPECT_TRUE(parseOpKind(name).has_value()) << name;
   ClusterCalibration cal;
   cal.matmul[0][0] = 30e9;
   cal.matmul[0][1] = 60e9;

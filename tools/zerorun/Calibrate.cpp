@@ -10,6 +10,7 @@
 #include "exec/StreamScheduler.h"
 #include "zeroc/Config/Cluster.h"
 #include "zeroc/Plan/AttentionFlops.h"
+#include "zeroc/Support/Collectives.h"
 #include "zeroc/Support/Json.h"
 
 #include <algorithm>
@@ -258,11 +259,12 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
       Tensor y = cal.buffer({n, n}, dtypes[d], small);
       if (!a.data || !w.data || !y.data)
         break;
-      double total = 0, each[ClusterCalibration::kMatmulKinds] = {};
-      int kindIndex = 0;
+      // The three kinds in ClusterCalibration::matmulKind's order.
+      using C = ClusterCalibration;
+      double total = 0, each[C::kMatmulKinds] = {};
       bool ok = true;
-      for (OpKind kind : {OpKind::Linear, OpKind::LinearGradInput,
-                          OpKind::LinearGradWeight}) {
+      for (int i = 0; i < C::kMatmulKinds && ok; ++i) {
+        const OpKind kind = *parseOpKind(C::kMatmulKindNames[i]);
         PlanOp op = modelOp(kind, 2, 1);
         std::vector<Tensor> in = {a, w}, out = {y};
         if (kind == OpKind::LinearGradWeight)
@@ -273,10 +275,10 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
           ok = false;
           break;
         }
-        each[kindIndex] = cal.time(
+        each[i] = cal.time(
             [&] { (void)dev.modelOp(op, in, out, StepContext{}, nullptr); },
             s >= 2 ? 0.05 : 0.02, s >= 2 ? 3 : 5);
-        total += each[kindIndex++];
+        total += each[i];
       }
       if (!ok)
         break;
@@ -284,14 +286,13 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
       double rate = 3 * flops / total;
       k.matmul[d][s] = rate;
       // Each kind's own rate (the forward's epilogue weighs on small sizes).
-      const char *kindNames[] = {"linear", "linear_grad_input",
-                                 "linear_grad_weight"};
-      for (int i = 0; i < ClusterCalibration::kMatmulKinds; ++i) {
+      for (int i = 0; i < C::kMatmulKinds; ++i) {
+        const std::string kind(C::kMatmulKindNames[i]);
         k.matmulKind[d][i][s] = flops / each[i];
         source(std::string("calibration.matmul_kind_tflops.") + dtypeNames[d] +
-                   "." + kindNames[i] + "." + classNames[s],
-               std::string(kindNames[i]) + " alone on [" + std::to_string(n) +
-                   ", " + std::to_string(n) + "] operands");
+                   "." + kind + "." + classNames[s],
+               kind + " alone on [" + std::to_string(n) + ", " +
+                   std::to_string(n) + "] operands");
       }
       best[d] = std::max(best[d], rate);
       source(std::string("calibration.matmul_tflops.") + dtypeNames[d] + "." +
@@ -419,8 +420,6 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
   // last-level cache and writes into another, in turn (rotate() below).
   // On a GPU one operand is already larger than the L2.
   const int64_t llc = lastLevelCacheBytes();
-  // `actRows` rows of 1024; `serial`: below the CPU kernels' parallel
-  // threshold, in the serial_kernel_gb_per_s table.
   // A memory-bound kernel's rate (its bytes over `t`), in the pooled or
   // the one-thread table.
   auto recordRate = [&](bool serial, const char *name, double bytes, double t,
@@ -435,6 +434,8 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
     say("  %-20s %8.2f GB/s%s\n", name, bytes / t / 1e9,
         serial ? " (one thread)" : "");
   };
+  // `actRows` rows of 1024; `serial`: below the CPU kernels' parallel
+  // threshold, in the serial_kernel_gb_per_s table.
   auto memoryBound = [&](const int64_t actRows, const bool serial) {
     const std::vector<int64_t> act = {actRows, 1024};
     const double actBytes = double(actRows) * 1024 * 4;
@@ -627,35 +628,31 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
       ids[i] = int32_t((int64_t(i) * 977) % vocab);
     dev.fromHost(targets.data, ids.data(), ceRows * 4);
     double logitBytes = double(ceRows) * double(vocab) * 4;
-    auto record = [&](const char *name, double bytes, double t,
-                      const std::string &what) {
-      recordRate(serial, name, bytes, t, what);
-    };
     PlanOp fwd = modelOp(OpKind::CrossEntropy, 2, 1);
     std::vector<Tensor> in = {logits, targets}, out = {loss};
     std::optional<Status> st =
         dev.modelOp(fwd, in, out, StepContext{}, nullptr);
     if (st && st->ok())
-      record("cross_entropy", logitBytes, cal.time([&] {
+      recordRate(serial, "cross_entropy", logitBytes, cal.time([&] {
         (void)dev.modelOp(fwd, in, out, StepContext{}, nullptr);
       }),
-             ceShape + ", the logits' bytes");
+                 ceShape + ", the logits' bytes");
     PlanOp bwd = modelOp(OpKind::CrossEntropyBackward, 3, 1);
     std::vector<Tensor> bin = {logits, targets, dloss}, bout = {dlogits};
     st = dev.modelOp(bwd, bin, bout, StepContext{}, nullptr);
     if (st && st->ok())
-      record("cross_entropy_backward", 2 * logitBytes, cal.time([&] {
-        (void)dev.modelOp(bwd, bin, bout, StepContext{}, nullptr);
-      }),
-             ceShape + ", the logits read and their gradient written");
+      recordRate(serial, "cross_entropy_backward", 2 * logitBytes,
+                 cal.time([&] {
+                   (void)dev.modelOp(bwd, bin, bout, StepContext{}, nullptr);
+                 }),
+                 ceShape + ", the logits read and their gradient written");
   };
   crossEntropy(gpu ? 4096 : 64, 4096, false);
   if (!gpu && cpu::threads() > 1)
     crossEntropy(8, 1024, true);
 
-  // The kinds not measured (embeddings, norms' backward, bias gradients,
-  // cross-entropy, ...) are streaming kernels without transcendental
-  // functions: add's rate.
+  // The kinds not measured (embeddings, scale, split, ...) are streaming
+  // kernels without transcendental functions: add's rate.
   if (auto add = k.kernelBandwidth.find("add");
       add != k.kernelBandwidth.end()) {
     k.kernelBandwidth["default"] = add->second;
@@ -829,8 +826,6 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
   if (comm.size() > 1) {
     int64_t n = comm.size();
     const int kinds = ClusterCalibration::kCollectiveKinds;
-    const char *names[kinds] = {"all_gather", "reduce_scatter", "all_reduce",
-                                "all_to_all"};
     // On the CPU, each collective again while a thread of every rank runs
     // `add` kernels without pause: what a gather or reduce stream's
     // collective meets while the compute stream computes on the same cores
@@ -862,14 +857,14 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
           double t = cal.timeCollective(
               [&] {
                 CommHandle h;
-                if (kind == 0)
+                if (kind == int(CollectiveKind::AllGather))
                   h = comm.allGather(buf.data, per, recv.data, DType::F32,
                                      OpLabel{-1, "calibrate"});
-                else if (kind == 1)
+                else if (kind == int(CollectiveKind::ReduceScatter))
                   h = comm.reduceScatter(buf.data, counts, recv.data,
                                          DType::F32, false,
                                          OpLabel{-1, "calibrate"});
-                else if (kind == 2)
+                else if (kind == int(CollectiveKind::AllReduce))
                   h = comm.allReduce(buf.data, per * n, DType::F32, false,
                                      OpLabel{-1, "calibrate"});
                 else
@@ -879,8 +874,8 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
               },
               0.01, 3);
           double bytes = double(per * n) * 4;
-          double factor = (kind == 2 ? 2.0 : 1.0) * double(n - 1) / double(n);
-          xs.push_back(bytes * factor);
+          xs.push_back(bytes *
+                       commElementsPerRank(CollectiveKind(kind), 1.0, n));
           ts.push_back(t);
         }
         if (contended) {
@@ -890,7 +885,8 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
         auto [latency, bus] = fitLine(xs, ts);
         if (bus <= 0)
           bus = xs.back() / ts.back();
-        std::string key = std::string("calibration.") + names[kind];
+        const std::string name(collectiveName(CollectiveKind(kind)));
+        std::string key = "calibration." + name;
         if (contended) {
           k.contended[kind] = {latency, bus};
           source(key + ".contended_latency_us",
@@ -900,15 +896,15 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
                  "fitted over 4 KiB to 16 MiB of f32 while a thread of every "
                  "rank runs add kernels (nccl-tests' busbw)");
           say("  %-20s %8.2f us + busbw %8.2f GB/s (beside compute)\n",
-              names[kind], latency * 1e6, bus / 1e9);
+              name.c_str(), latency * 1e6, bus / 1e9);
           continue;
         }
         k.collective[kind] = {latency, bus};
         source(key + ".latency_us", "fitted over 4 KiB to 16 MiB of f32");
         source(key + ".bus_gb_per_s",
                "fitted over 4 KiB to 16 MiB of f32 (nccl-tests' busbw)");
-        say("  %-20s %8.2f us + busbw %8.2f GB/s\n", names[kind], latency * 1e6,
-            bus / 1e9);
+        say("  %-20s %8.2f us + busbw %8.2f GB/s\n", name.c_str(),
+            latency * 1e6, bus / 1e9);
       }
     c.intraNode = {k.collective[0].busBandwidth, 0};
     c.collectiveLatency = k.collective[0].latency;

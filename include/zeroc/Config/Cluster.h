@@ -20,6 +20,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace zeroc {
@@ -90,12 +91,15 @@ struct ClusterCalibration {
   /// Achieved FLOP/s of linear-class kernels by dtype (f32, bf16, f16)
   /// and size class (small, medium, large, xlarge); 0: not measured.
   double matmul[3][kMatmulClasses] = {};
-  /// The same for each of the three kinds timed alone (index: 0 linear,
-  /// x W^T; 1 linear_grad_input, dy W; 2 linear_grad_weight, dy^T x); 0:
-  /// not measured, when the cost model takes `matmul`, their mean. The
-  /// forward carries its epilogue's fixed work: on a 2-core CPU it took
-  /// 1.39 times the gradients' time at 64^3 and 1.15 at 1024^3.
+  /// The same for each of the three kinds timed alone, indexed as
+  /// kMatmulKindNames (plan op kinds: linear, x W^T; linear_grad_input,
+  /// dy W; linear_grad_weight, dy^T x); 0: not measured, when the cost
+  /// model takes `matmul`, their mean. The forward carries its epilogue's
+  /// fixed work: on a 2-core CPU it took 1.39 times the gradients' time at
+  /// 64^3 and 1.15 at 1024^3.
   static constexpr int kMatmulKinds = 3;
+  static constexpr std::string_view kMatmulKindNames[kMatmulKinds] = {
+      "linear", "linear_grad_input", "linear_grad_weight"};
   double matmulKind[3][kMatmulKinds][kMatmulClasses] = {};
   /// The first index of `matmul` (and of matmulMisaligned) for a dtype:
   /// 0 f32 (and any other), 1 bf16, 2 f16.
