@@ -6,6 +6,7 @@
 #include "cpu/Optimizer.h"
 #include "cpu/Threads.h"
 #include "exec/Device.h"
+#include "exec/MachineLoad.h"
 #include "exec/PreparedPhase.h"
 #include "exec/StreamScheduler.h"
 #include "zeroc/Config/Cluster.h"
@@ -83,6 +84,13 @@ public:
 
   double slowest(double v) {
     return comm.size() > 1 ? comm.allReduceScalar(v, ScalarOp::Max,
+                                                  OpLabel{-1, "calibrate"})
+                           : v;
+  }
+
+  /// `v` summed over the ranks.
+  double sum(double v) {
+    return comm.size() > 1 ? comm.allReduceScalar(v, ScalarOp::Sum,
                                                   OpLabel{-1, "calibrate"})
                            : v;
   }
@@ -217,6 +225,11 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
   };
   say("zerorun --calibrate: %d rank(s) on %s (%s)\n", comm.size(), host,
       dev.name().c_str());
+  // What else runs on the machine meanwhile (below, before the file is
+  // written): the figures describe the machine under that load.
+  const std::optional<CpuTimes> cpuBefore = machineCpuTimes();
+  const double ownBefore = processCpuSeconds();
+  const auto wallBefore = Clock::now();
 
   // A warm-up before the first figure: GEMMs for a quarter of a second,
   // untimed. The first class timed without it (f32 small, 2 ranks of a
@@ -923,6 +936,25 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
   // The rest of the file: the machine's shape and datasheet-free peaks.
   c.name = std::string("calibrated-") + host;
   c.description = measured;
+  {
+    // The ranks share one node: their CPU time together is what this
+    // calibration used of it.
+    double own = cal.sum(processCpuSeconds() - ownBefore);
+    std::optional<CpuTimes> cpuAfter = machineCpuTimes();
+    if (cpuBefore && cpuAfter) {
+      int cores = int(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+      ForeignLoad load = foreignLoad(*cpuBefore, *cpuAfter, own,
+                                     seconds(wallBefore, Clock::now()), cores);
+      std::string what = describeForeignLoad(load, cores);
+      c.description += "; while it measured, " + what;
+      if (root && disturbs(load))
+        std::fprintf(stderr,
+                     "zerorun --calibrate: warning: while it measured, %s: "
+                     "its figures describe the machine under that load, not "
+                     "an idle one (calibrate again when it is idle)\n",
+                     what.c_str());
+    }
+  }
   c.nodes = 1;
   c.gpusPerNode = comm.size();
   c.sources["nodes"] = "the ranks of the calibration run share one node";
