@@ -243,6 +243,10 @@ const FigureSpec kFigures[] = {
      [](Cluster &c, Counts &) -> double & { return c.computeEfficiency; }},
     {"calibration.ranks", 1, Bound::Count, true,
      [](Cluster &c, Counts &) -> double & { return c.calibration.ranks; }},
+    {"calibration.threads_per_rank", 1, Bound::Count, true,
+     [](Cluster &c, Counts &) -> double & {
+       return c.calibration.threadsPerRank;
+     }},
     {"calibration.op_overhead_us", kMicrosecond, Bound::NonNegative, true,
      [](Cluster &c, Counts &) -> double & { return c.calibration.opOverhead; }},
     {"calibration.phase_overhead_us", kMicrosecond, Bound::NonNegative, true,

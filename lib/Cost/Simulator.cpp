@@ -71,22 +71,32 @@ PhaseTimeline simulatePhase(const PlanPhase &phase, const CostModel &model,
   // nothing but collectives (local copies) runs on the compute stream's
   // thread instead (zerorun: PreparedPhase). Such an op keeps its stream in
   // the timeline and its busy time but takes its turn on the compute lane.
-  bool cpu = model.cluster().calibration.device == "cpu";
+  // A rank of one kernel thread has one core: its streams' threads take
+  // turns on it, so every op takes its turn on the compute lane.
+  const ClusterCalibration &cal = model.cluster().calibration;
+  bool cpu = cal.device == "cpu";
+  bool oneCore = cpu && cal.threadsPerRank == 1;
   std::vector<int64_t> joined;
   if (cpu && worldSize == 1)
     joined = collectiveOnlyStreams(phase, compute);
-  std::vector<char> laneUsed(streams, 0);
-  auto laneOf = [&](const PlanOp &op) {
+  std::vector<char> threadUsed(streams, 0);
+  // The thread that runs `op` (zerorun's).
+  auto threadOf = [&](const PlanOp &op) {
     size_t stream = op.stream >= 0 ? size_t(op.stream) : 0;
     return std::find(joined.begin(), joined.end(), int64_t(stream)) !=
                    joined.end()
                ? size_t(compute)
                : stream;
   };
+  // The lane it waits its turn on.
+  auto laneOf = [&](const PlanOp &op) {
+    return oneCore ? size_t(compute) : threadOf(op);
+  };
   // A CPU rank's collective on a stream of its own shares the rank's cores
   // with the compute still to run on the compute stream: it runs at the
   // contended fit (the calibration's, where measured) while compute work
-  // (an op with flops or bytes) follows it there in program order.
+  // (an op with flops or bytes) follows it there in program order. (On one
+  // core it takes its turn instead: no op runs beside it.)
   std::vector<char> computeAfter(phase.ops.size() + 1, 0);
   if (cpu)
     for (size_t i = phase.ops.size(); i-- > 0;) {
@@ -103,7 +113,7 @@ PhaseTimeline simulatePhase(const PlanPhase &phase, const CostModel &model,
     bool contended = cpu && !op.collective.empty() &&
                      int64_t(lane) != compute && computeAfter[at + 1];
     OpCost cost = model.cost(phase, op, contended);
-    laneUsed[lane] = 1;
+    threadUsed[threadOf(op)] = 1;
     bool networked = cost.cls == OpClass::Collective && !op.collective.empty();
 
     // Each rank's earliest start on its own: its stream free, its
@@ -203,8 +213,8 @@ PhaseTimeline simulatePhase(const PlanPhase &phase, const CostModel &model,
   // Starting the run's streams and joining them (calibrated; 0 otherwise).
   // A CPU rank starts threads only for a run on more than one stream; a
   // run on one is the calling thread's loop (bench/RESULTS.md, run 6).
-  size_t lanes = size_t(std::count(laneUsed.begin(), laneUsed.end(), 1));
-  if (!phase.ops.empty() && (!cpu || lanes > 1))
+  size_t threads = size_t(std::count(threadUsed.begin(), threadUsed.end(), 1));
+  if (!phase.ops.empty() && (!cpu || threads > 1))
     out.seconds += model.cluster().calibration.phaseOverhead;
   return out;
 }

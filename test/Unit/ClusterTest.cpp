@@ -376,6 +376,7 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
   json j = toJson(*base);
   j["calibration"] = {
       {"ranks", 2},
+      {"threads_per_rank", 1},
       {"device", "cpu"},
       {"op_overhead_us", {{"value", 4}, {"source", "measured"}}},
       {"phase_overhead_us", 80},
@@ -399,6 +400,7 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
   const ClusterCalibration &k = c->calibration;
   EXPECT_TRUE(k.any());
   EXPECT_EQ(k.ranks, 2);
+  EXPECT_EQ(k.threadsPerRank, 1);
   EXPECT_EQ(k.device, "cpu");
   EXPECT_NEAR(k.opOverhead, 4e-6, 1e-18);
   EXPECT_NEAR(k.phaseOverhead, 80e-6, 1e-18);
@@ -464,6 +466,19 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
                                  "bus_gb_per_s: expected a number > 0"),
             std::string::npos)
       << e.error().str();
+  // A rank's threads are a whole number, at least 1.
+  for (json threads : {json(0), json(1.5), json("one")}) {
+    bad = j;
+    bad["calibration"]["threads_per_rank"] = threads;
+    doc = JsonDocument::parse(bad.dump(2), "bad.json");
+    ASSERT_TRUE(doc);
+    e = readCluster(*doc);
+    ASSERT_FALSE(e) << threads;
+    EXPECT_NE(e.error().str().find("cluster calibration.threads_per_rank: "
+                                   "expected"),
+              std::string::npos)
+        << e.error().str();
+  }
   // The device is one zerorun calibrates on, and a string.
   for (json device : {json("tpu"), json(""), json(1)}) {
     bad = j;

@@ -1462,6 +1462,57 @@ TEST(Streams, OneCpuRankRunsItsCollectivesOnTheComputeThread) {
   EXPECT_NEAR(two.stepSeconds, std::max(5 * kMs, 2 * kMs + rs2) + 10e-6, kTol);
 }
 
+// A CPU rank of one kernel thread has one core: its streams' threads take
+// turns on it. At two ranks the reduce-scatter on its own stream then runs
+// between the compute ops, in program order, at the fit measured alone (no
+// compute runs beside it); the run still starts a thread per stream.
+TEST(Streams, AOneCoreCpuRankTakesItsStreamsInTurn) {
+  Plan plan = planWith({computeOp(0, 2.0),
+                        collectiveOp(1, "reduce_scatter_start",
+                                     "reduce_scatter", 2, 1000.0, {0}),
+                        computeOp(2, 3.0), op(3, "wait", 0, {1})});
+  plan.worldSize = 2;
+  Cluster c = exactCluster();
+  c.calibration.phaseOverhead = 10e-6;
+  c.calibration.device = "cpu";
+  c.calibration.collective[size_t(CollectiveKind::ReduceScatter)] = {10e-6,
+                                                                     1e9};
+  c.calibration.contended[size_t(CollectiveKind::ReduceScatter)] = {100e-6,
+                                                                    0.1e9};
+  CostModel model(plan, c);
+  double alone = model.cost(plan.phases[0], plan.phases[0].ops[1]).seconds;
+  double beside =
+      model.cost(plan.phases[0], plan.phases[0].ops[1], true).seconds;
+  ASSERT_GT(beside, alone);
+
+  // Two threads a rank: overlapped, at the contended fit.
+  c.calibration.threadsPerRank = 2;
+  StepPrediction two = predict(plan, c);
+  EXPECT_NEAR(timingOf(two, 2).start, 2 * kMs, kTol);
+  EXPECT_NEAR(timingOf(two, 1).end - timingOf(two, 1).start, beside, kTol);
+  EXPECT_NEAR(two.stepSeconds, std::max(5 * kMs, 2 * kMs + beside) + 10e-6,
+              kTol);
+
+  // One: in turn, at the fit alone.
+  c.calibration.threadsPerRank = 1;
+  StepPrediction one = predict(plan, c);
+  EXPECT_NEAR(timingOf(one, 1).start, 2 * kMs, kTol);
+  EXPECT_NEAR(timingOf(one, 1).end - timingOf(one, 1).start, alone, kTol);
+  EXPECT_NEAR(timingOf(one, 2).start, 2 * kMs + alone, kTol);
+  EXPECT_NEAR(one.stepSeconds, 5 * kMs + alone + 10e-6, kTol);
+  EXPECT_EQ(timingOf(one, 1).stream, 2); // Still shown on its own stream.
+  EXPECT_NEAR(one.streamBusy[2], alone, kTol);
+
+  // Not said (an older file), or not a CPU: every stream its own lane.
+  c.calibration.threadsPerRank = 0;
+  StepPrediction unsaid = predict(plan, c);
+  EXPECT_NEAR(timingOf(unsaid, 2).start, 2 * kMs, kTol);
+  c.calibration.threadsPerRank = 1;
+  c.calibration.device = "cuda";
+  StepPrediction gpu = predict(plan, c);
+  EXPECT_NEAR(timingOf(gpu, 2).start, 2 * kMs, kTol);
+}
+
 // On a CPU rank a collective on its own stream shares the cores with the
 // compute after it: it runs at the contended fit. On the compute stream, with
 // no compute left to run beside it, or on another device: the fit measured

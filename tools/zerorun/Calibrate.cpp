@@ -962,6 +962,11 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
   k.ranks = double(comm.size());
   source("calibration.ranks", "the ranks that measured at once");
   k.device = dev.name();
+  if (k.device == "cpu") {
+    k.threadsPerRank = double(cpu::threads());
+    source("calibration.threads_per_rank",
+           "the CPU kernels' threads per rank (cpu::threads())");
+  }
   c.gpu.model = dev.name() == "cpu" ? std::string("CPU rank on ") + host
                                     : std::string("GPU on ") + host;
   long pages = sysconf(_SC_PHYS_PAGES), pageSize = sysconf(_SC_PAGE_SIZE);

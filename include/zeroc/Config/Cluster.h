@@ -181,6 +181,11 @@ struct ClusterCalibration {
   /// How many ranks ran the calibration at once (they contend for the
   /// same cores and memory).
   double ranks = 0;
+  /// A CPU rank's kernel threads (cpu::threads(): OMP_NUM_THREADS, else
+  /// the cores it may run on). With one, the rank's streams take turns on
+  /// its one core: the simulator runs them on one lane (docs/cost-model.md,
+  /// "Streams on a CPU rank"). 0: not said.
+  double threadsPerRank = 0;
   /// The zerorun device that measured: "cpu" (each plan stream a host
   /// thread on the ranks' cores), "cuda", or "" (not said). The simulator
   /// schedules a CPU rank's streams as its executor does

@@ -31,6 +31,9 @@ assert cal["ranks"]["value"] == ranks
 # The device that measured (the simulator schedules a CPU rank's streams as
 # zerorun runs them there).
 assert cal["device"] == "cpu", cal.get("device")
+# Each rank's kernel threads: how the simulator schedules its streams.
+threads = cal["threads_per_rank"]["value"]
+assert threads >= 1 and threads == int(threads), threads
 for d in ("f32",):
     for k in ("small", "medium", "large", "misaligned"):
         assert cal["matmul_tflops"][d][k]["value"] > 0, (d, k)
