@@ -16,7 +16,18 @@ the load averages.
 
     python3 bench/fidelity_bench.py [--build build] [--steps 6]
         [--models tiny-gpt2,tiny-llama,small-gpt2,small-llama]
-        [--ranks 1,2] [--calibrations 1] [--json out.json]
+        [--ranks 1,2] [--rounds 1] [--calibrations 1] [--json out.json]
+
+`--rounds N` repeats the whole measurement N times: each round calibrates,
+then runs every configuration of that rank count straight after (forward
+in even rounds, in reverse in odd ones, so that a drift in the machine's
+speed does not favour the configurations run first). Around each run and
+calibration it reads the machine's CPU counters (/proc/stat) and reports
+the share other processes used ("others": the most in any round). A configuration's
+ratio is the median over the rounds of predicted (from that round's
+calibration) / measured (in that round). On a shared machine whose speed
+moves between minutes, this pairs each measurement with a calibration
+taken under the same load; one calibration for the whole bench does not.
 
 `--calibrations N` calibrates N times per rank count and uses each
 figure's median: on a shared machine one calibration's figures move with
@@ -35,6 +46,7 @@ makes of measurements already taken.
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -58,6 +70,37 @@ SEQ = {"tiny-gpt2": 32, "tiny-llama": 32, "small-gpt2": 128,
 
 def loadavg():
     return os.getloadavg()[0]
+
+
+def cpu_times():
+    """The machine's busy and stolen CPU seconds so far (/proc/stat's cpu
+    line, as zerorun's MachineLoad reads it); None where unreadable."""
+    try:
+        with open("/proc/stat") as f:
+            v = [float(x) for x in f.readline().split()[1:9]]
+    except (OSError, ValueError, IndexError):
+        return None
+    hz = os.sysconf("SC_CLK_TCK")
+    return (v[0] + v[1] + v[2] + v[5] + v[6]) / hz, v[7] / hz
+
+
+def children_cpu():
+    u = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return u.ru_utime + u.ru_stime
+
+
+def measured_run(cmd):
+    """run(cmd), and the share of the machine's CPU time (0-1) that other
+    processes used meanwhile and the hypervisor took: (others, steal)."""
+    before, own, t0 = cpu_times(), children_cpu(), time.time()
+    run(cmd)
+    after, own, wall = cpu_times(), children_cpu() - own, time.time() - t0
+    if before is None or after is None or wall <= 0:
+        return -1, -1
+    capacity = wall * (os.cpu_count() or 1)
+    others = (after[0] - before[0] - own) / capacity
+    return (min(max(others, 0.0), 1.0),
+            min(max((after[1] - before[1]) / capacity, 0.0), 1.0))
 
 
 def run(cmd, **kw):
@@ -103,6 +146,44 @@ def median_calibration(docs):
     return merge(docs)
 
 
+def configurations(models, ranks_list, stages):
+    """(model, ranks, stage, offload, name) for every configuration."""
+    out = []
+    for model in models:
+        for ranks in ranks_list:
+            for stage in stages:
+                for offload in ([False] if stage == 0 else [False, True]):
+                    name = (f"{model}-r{ranks}-s{stage}-"
+                            f"{'off' if offload else 'dev'}")
+                    out.append((model, ranks, stage, offload, name))
+    return out
+
+
+def calibrate(zerorun, work, ranks, rnd, count):
+    """The cluster file of one round for `ranks` (`count` calibrations, each
+    figure's median), and the foreign load while it ran (measured_run)."""
+    path = os.path.join(work, f"cal{ranks}.r{rnd}.json")
+    if count <= 1:
+        return path, measured_run(mpi(ranks, [zerorun, "--calibrate", "-o",
+                                              path]))
+    parts = []
+    others = steal = 0
+    for i in range(count):
+        part = os.path.join(work, f"cal{ranks}.r{rnd}.{i}.json")
+        o, st = measured_run(mpi(ranks, [zerorun, "--calibrate", "-o",
+                                         part]))
+        others, steal = max(others, o), max(steal, st)
+        parts.append(json.load(open(part)))
+    json.dump(median_calibration(parts), open(path, "w"), indent=1)
+    return path, (others, steal)
+
+
+def median(values):
+    v = sorted(values)
+    n = len(v)
+    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
@@ -111,10 +192,15 @@ def main():
                     default="tiny-gpt2,tiny-llama,small-gpt2,small-llama")
     ap.add_argument("--ranks", default="1,2")
     ap.add_argument("--stages", default="0,1,2,3")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="calibrate and run every configuration this many "
+                    "times, each round's runs right after its own "
+                    "calibration, in alternating order; each "
+                    "configuration's ratio is the median over the rounds")
     ap.add_argument("--calibrations", type=int, default=1,
                     help="calibrate this many times per rank count and "
-                    "take each figure's median (this machine's figures "
-                    "moved by 15-75%% between two calibrations)")
+                    "round, and take each figure's median (this machine's "
+                    "figures moved by 15-75%% between two calibrations)")
     ap.add_argument("--json", default="")
     ap.add_argument("--recompare", default="",
                     help="a previous run's work folder: compare its plans "
@@ -124,97 +210,156 @@ def main():
     zerorun = os.path.join(args.build, "bin", "zerorun")
     again = bool(args.recompare)
     work = args.recompare or tempfile.mkdtemp(prefix="fidelity-")
-    rows = []
     ranks_list = [int(r) for r in args.ranks.split(",")]
+    models = args.models.split(",")
+    configs = configurations(models, ranks_list,
+                             [int(s) for s in args.stages.split(",")])
 
-    calibration = {}
-    for ranks in ranks_list:
-        if again:
-            calibration[ranks] = os.path.join(work, f"cal{ranks}.json")
-            continue
-        path = os.path.join(work, f"cal{ranks}.json")
-        load = loadavg()
-        t0 = time.time()
-        if args.calibrations <= 1:
-            run(mpi(ranks, [zerorun, "--calibrate", "-o", path]))
-        else:
-            parts = []
-            for i in range(args.calibrations):
-                part = os.path.join(work, f"cal{ranks}.{i}.json")
-                run(mpi(ranks, [zerorun, "--calibrate", "-o", part]))
-                parts.append(json.load(open(part)))
-            json.dump(median_calibration(parts), open(path, "w"), indent=1)
-        calibration[ranks] = path
-        print(f"calibrated {ranks} rank(s) in {time.time() - t0:.0f} s "
-              f"(load {load:.2f}): {path}", flush=True)
-
-    print(f"{'model':<12} {'ranks':>5} {'stage':>5} {'offload':>7} "
-          f"{'predicted':>11} {'measured':>11} {'ratio':>6} {'load':>5}",
-          flush=True)
-    for model in args.models.split(","):
-        mlir = os.path.join(work, model + ".mlir")
-        if again:
-            pass
-        elif model in SMALL:
-            cfg = os.path.join(work, model + ".config.json")
-            json.dump(SMALL[model], open(cfg, "w"))
-            source = [cfg]
-        else:
-            source = ["--preset", model]
-        if not again:
+    # The plans, compiled before anything is timed.
+    if not again:
+        for model in models:
+            mlir = os.path.join(work, model + ".mlir")
+            if model in SMALL:
+                cfg = os.path.join(work, model + ".config.json")
+                json.dump(SMALL[model], open(cfg, "w"))
+                source = [cfg]
+            else:
+                source = ["--preset", model]
             run([zeroc, "gen"] + source + ["--seq-len", str(SEQ[model]),
                                            "--micro-batch", "2", "--quiet",
                                            "-o", mlir])
+        for model, ranks, stage, offload, name in configs:
+            ds = os.path.join(work, name + ".ds.json")
+            json.dump(ds_config(stage, offload), open(ds, "w"))
+            run([zeroc, os.path.join(work, model + ".mlir"), "--config", ds,
+                 "--world-size", str(ranks), "--quiet", "-o",
+                 os.path.join(work, name + ".plan.json")])
+
+    # Per round and rank count: a calibration, then every configuration's
+    # run. (A work folder from before rounds has one round without the
+    # ".r0" in its file names.)
+    rounds = args.rounds
+    legacy = again and not os.path.exists(
+        os.path.join(work, f"cal{ranks_list[0]}.r0.json"))
+    if again:
+        rounds = 0
+        while os.path.exists(os.path.join(work,
+                                          f"cal{ranks_list[0]}.r{rounds}.json")):
+            rounds += 1
+        rounds = max(rounds, 1)
+
+    def cal_path(ranks, rnd):
+        return os.path.join(work, f"cal{ranks}.json" if legacy
+                            else f"cal{ranks}.r{rnd}.json")
+
+    def trace_path(name, rnd):
+        return os.path.join(work, f"{name}.trace.json" if legacy
+                            else f"{name}.r{rnd}.trace.json")
+
+    loads = {}
+    foreign = {}  # (name, round) -> (others, steal) during its run
+    cal_load = {}  # (ranks, round) -> others during its calibration
+    failed = {}
+    for rnd in range(0 if again else rounds):
         for ranks in ranks_list:
-            for stage in [int(s) for s in args.stages.split(",")]:
-                for offload in ([False] if stage == 0 else [False, True]):
-                    name = f"{model}-r{ranks}-s{stage}-{'off' if offload else 'dev'}"
-                    ds = os.path.join(work, name + ".ds.json")
-                    if not again:
-                        json.dump(ds_config(stage, offload), open(ds, "w"))
-                    plan = os.path.join(work, name + ".plan.json")
-                    trace = os.path.join(work, name + ".trace.json")
-                    row = {"model": model, "ranks": ranks, "stage": stage,
-                           "offload": offload}
-                    try:
-                        if again:
-                            row["load_before"] = row["load_after"] = -1
-                        else:
-                            run([zeroc, mlir, "--config", ds, "--world-size",
-                                 str(ranks), "--quiet", "-o", plan])
-                            row["load_before"] = loadavg()
-                            run(mpi(ranks, [zerorun, plan, "--steps",
-                                            str(args.steps), "--plain",
-                                            "--profile", trace]))
-                            row["load_after"] = loadavg()
-                        cmp = json.loads(run(
-                            [zeroc, "inspect", plan, "--cluster",
-                             calibration[ranks], "--compare", trace,
-                             "--json"]))
-                        row.update(predicted_s=cmp["step"]["predicted_s"],
-                                   measured_s=cmp["step"]["measured_s"],
-                                   ratio=cmp["step"]["ratio"],
-                                   largest_errors=cmp["largest_errors"][:3],
-                                   op_kinds=cmp["op_kinds"][:6])
-                        print(f"{model:<12} {ranks:>5} {stage:>5} "
-                              f"{'cpu' if offload else '-':>7} "
-                              f"{row['predicted_s'] * 1e3:>8.2f} ms "
-                              f"{row['measured_s'] * 1e3:>8.2f} ms "
-                              f"{row['ratio']:>6.2f} "
-                              f"{row['load_before']:>5.2f}", flush=True)
-                    except RuntimeError as e:
-                        row["error"] = str(e).splitlines()[0][:300]
-                        print(f"{model:<12} {ranks:>5} {stage:>5} "
-                              f"{'cpu' if offload else '-':>7} error: "
-                              f"{row['error']}", flush=True)
-                    rows.append(row)
+            load = loadavg()
+            t0 = time.time()
+            _, (others, steal) = calibrate(zerorun, work, ranks, rnd,
+                                           args.calibrations)
+            cal_load[(ranks, rnd)] = others
+            print(f"round {rnd}: calibrated {ranks} rank(s) in "
+                  f"{time.time() - t0:.0f} s (load {load:.2f}; other "
+                  f"processes {others:.0%}, steal {steal:.0%})", flush=True)
+            order = [c for c in configs if c[1] == ranks]
+            if rnd % 2:
+                order.reverse()
+            for model, _, stage, offload, name in order:
+                loads[(name, rnd)] = loadavg()
+                try:
+                    foreign[(name, rnd)] = measured_run(mpi(ranks, [
+                        zerorun, os.path.join(work, name + ".plan.json"),
+                        "--steps", str(args.steps), "--plain", "--profile",
+                        trace_path(name, rnd)]))
+                except RuntimeError as e:
+                    failed[name] = str(e).splitlines()[0][:300]
+
+    print(f"{'model':<12} {'ranks':>5} {'stage':>5} {'offload':>7} "
+          f"{'predicted':>11} {'measured':>11} {'ratio':>6} {'spread':>6} "
+          f"{'load':>5} {'others':>6}", flush=True)
+    rows = []
+    for model, ranks, stage, offload, name in configs:
+        row = {"model": model, "ranks": ranks, "stage": stage,
+               "offload": offload}
+        label = (f"{model:<12} {ranks:>5} {stage:>5} "
+                 f"{'cpu' if offload else '-':>7}")
+        if name in failed:
+            row["error"] = failed[name]
+            print(f"{label} error: {row['error']}", flush=True)
+            rows.append(row)
+            continue
+        try:
+            per = []
+            for rnd in range(rounds):
+                cmp = json.loads(run(
+                    [zeroc, "inspect", os.path.join(work, name + ".plan.json"),
+                     "--cluster", cal_path(ranks, rnd), "--compare",
+                     trace_path(name, rnd), "--json"]))
+                per.append(cmp)
+            steps = [c["step"] for c in per]
+            measured = [s["measured_s"] for s in steps]
+            # The round whose ratio is the median speaks for the
+            # configuration: its op tables go into the JSON.
+            ratios = [s["ratio"] for s in steps]
+            mid = sorted(range(rounds), key=lambda i: ratios[i])[rounds // 2]
+            row.update(predicted_s=median(s["predicted_s"] for s in steps),
+                       measured_s=median(measured),
+                       ratio=median(ratios),
+                       rounds=[{"predicted_s": s["predicted_s"],
+                                "measured_s": s["measured_s"],
+                                "ratio": s["ratio"],
+                                "load": loads.get((name, i), -1),
+                                "others": foreign.get((name, i),
+                                                      (-1, -1))[0],
+                                "steal": foreign.get((name, i), (-1, -1))[1],
+                                "calibration_others":
+                                    cal_load.get((ranks, i), -1)}
+                               for i, s in enumerate(steps)],
+                       spread=max(measured) / min(measured),
+                       # The most CPU other processes took in any round,
+                       # while it ran or while its calibration did.
+                       others=max(max(foreign.get((name, i), (-1, -1))[0],
+                                      cal_load.get((ranks, i), -1))
+                                  for i in range(rounds)),
+                       load=median(loads.get((name, i), -1)
+                                   for i in range(rounds)),
+                       largest_errors=per[mid]["largest_errors"][:3],
+                       op_kinds=per[mid]["op_kinds"][:6])
+            print(f"{label} {row['predicted_s'] * 1e3:>8.2f} ms "
+                  f"{row['measured_s'] * 1e3:>8.2f} ms "
+                  f"{row['ratio']:>6.2f} {row['spread']:>6.2f} "
+                  f"{row['load']:>5.2f} "
+                  f"{format(row['others'], '>6.0%') if row['others'] >= 0 else '     -'}",
+                  flush=True)
+        except RuntimeError as e:
+            row["error"] = str(e).splitlines()[0][:300]
+            print(f"{label} error: {row['error']}", flush=True)
+        rows.append(row)
     ok = [r for r in rows if "ratio" in r]
     within = [r for r in ok if abs(r["ratio"] - 1) <= 0.15]
     print(f"\n{len(within)} of {len(ok)} configurations within 15% "
-          f"({len(rows) - len(ok)} failed)")
+          f"({len(rows) - len(ok)} failed; {rounds} round(s), ratio the "
+          f"median over them)")
+    quiet = [r for r in ok if 0 <= r["others"] < 0.10]
+    if not again:
+        print(f"{len(quiet)} measured with other processes under 10% of "
+              f"the CPU in every round (its runs and calibrations); "
+              f"{sum(abs(r['ratio'] - 1) <= 0.15 for r in quiet)} of them "
+              f"within 15%")
     orders = stage_orders(ok)
     if args.json:
-        json.dump({"rows": rows, "calibration": calibration,
+        json.dump({"rows": rows, "rounds": rounds,
+                   "calibration": {r: [cal_path(r, i) for i in range(rounds)]
+                                   for r in ranks_list},
                    "stage_orders": orders, "work": work},
                   open(args.json, "w"), indent=1)
 
@@ -222,38 +367,58 @@ def main():
 def stage_orders(rows):
     """Per model, rank count and offload: the stages fastest first by
     predicted and by measured step time, whether the orders agree, and how
-    many of the pairs of stages the prediction orders as measured."""
+    many of the pairs of stages the prediction orders as measured. With
+    several rounds, a pair is "resolved" when every round measured it in the
+    same order; pairs the machine's noise reorders between rounds are
+    counted apart."""
     groups = {}
     for r in rows:
         groups.setdefault((r["model"], r["ranks"], r["offload"]), []).append(r)
     out = []
     print("\nstage order, fastest first (predicted: what advise ranks by)")
     print(f"{'model':<12} {'ranks':>5} {'offload':>7} {'predicted':>10} "
-          f"{'measured':>10}  pairs  measured ms by stage")
+          f"{'measured':>10}  pairs  resolved  measured ms by stage")
+
+    def resolved(a, b):
+        ra, rb = a.get("rounds", []), b.get("rounds", [])
+        if len(ra) < 2 or len(ra) != len(rb):
+            return True
+        faster = {x["measured_s"] < y["measured_s"] for x, y in zip(ra, rb)}
+        return len(faster) == 1
+
     for (model, ranks, offload), g in groups.items():
         if len(g) < 2:
             continue
         by_pred = [r["stage"] for r in sorted(g, key=lambda r: r["predicted_s"])]
         by_meas = [r["stage"] for r in sorted(g, key=lambda r: r["measured_s"])]
         pairs = [(a, b) for i, a in enumerate(g) for b in g[i + 1:]]
-        agree = sum((a["predicted_s"] < b["predicted_s"]) ==
-                    (a["measured_s"] < b["measured_s"]) for a, b in pairs)
+
+        def agrees(a, b):
+            return ((a["predicted_s"] < b["predicted_s"]) ==
+                    (a["measured_s"] < b["measured_s"]))
+
+        agree = sum(agrees(a, b) for a, b in pairs)
+        sure = [(a, b) for a, b in pairs if resolved(a, b)]
+        sure_agree = sum(agrees(a, b) for a, b in sure)
         out.append({"model": model, "ranks": ranks, "offload": offload,
                     "predicted": by_pred, "measured": by_meas,
                     "same": by_pred == by_meas, "pairs_agreeing": agree,
-                    "pairs": len(pairs)})
+                    "pairs": len(pairs), "resolved_pairs": len(sure),
+                    "resolved_agreeing": sure_agree})
         times = " ".join(f"s{r['stage']}={r['measured_s'] * 1e3:.2f}"
                          for r in sorted(g, key=lambda r: r["stage"]))
         print(f"{model:<12} {ranks:>5} {'cpu' if offload else '-':>7} "
               f"{'<'.join(map(str, by_pred)):>10} "
               f"{'<'.join(map(str, by_meas)):>10}  {agree}/{len(pairs)}  "
-              f"{times}")
+              f"{sure_agree:>4}/{len(sure):<4} {times}")
     same = sum(o["same"] for o in out)
     print(f"{same} of {len(out)} stage orders as measured; "
           f"{sum(o['pairs_agreeing'] for o in out)} of "
-          f"{sum(o['pairs'] for o in out)} pairs")
+          f"{sum(o['pairs'] for o in out)} pairs; "
+          f"{sum(o['resolved_agreeing'] for o in out)} of the "
+          f"{sum(o['resolved_pairs'] for o in out)} pairs every round "
+          f"measured in the same order")
     return out
-
 
 if __name__ == "__main__":
     main()
