@@ -15,7 +15,8 @@
 //   on that expert's block of rows, and the dense silu and mul kernels over
 //   all rows. The GEMM sizes are the experts' row counts, device data: the
 //   experts' kernels copy `offsets` (E + 1 ints) to the host and synchronize
-//   the stream, the only kernels of this backend that do.
+//   the stream, the only kernels of this backend that do but
+//   moeReceivedPlan.
 // - Combine, and the experts' dx: each token's rows found by a stable sort
 //   keyed by token, summed in ascending row order with f32 multiplies and
 //   adds rounded separately (no fused multiply-add), as the CPU sums them.

@@ -7,7 +7,7 @@
 // - bit for bit where the GPU does the CPU's arithmetic in the CPU's order:
 //   casts, copies, add, mul, accumulate, the embeddings (sums in position
 //   order), scale, unscale, clipping, Adam and LAMB's elementwise halves
-//   (no fused multiply-adds);
+//   (no fused multiply-adds), expert parallelism's row moves;
 // - f32 results elsewhere within `tol * max |cpu|`, tol 1e-5 (2e-6 for the
 //   elementwise kernels, 5e-5 for the backwards of the norms and attention):
 //   only summation orders and the last bits of expf / tanhf differ;
