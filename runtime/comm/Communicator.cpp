@@ -217,6 +217,29 @@ CommHandle Communicator::allToAllV(const void *send,
   (void)received;
   CommHandle h = startAllToAllV(send, sendCounts, recv, recvCounts, dtype,
                                 std::move(label));
+  countAllToAll(sendCounts, sent, dtype);
+  return h;
+}
+
+CommHandle Communicator::allToAllHost(const int32_t *send, int32_t *recv,
+                                      int64_t perRank, OpLabel label) {
+  checkCount(perRank, "allToAllHost");
+  std::vector<int64_t> counts(size_t(size()), perRank);
+  int64_t sent = checkAllToAll(send, counts, recv, counts, DType::I32).first;
+  CommHandle h = startAllToAllHost(send, recv, perRank, std::move(label));
+  countAllToAll(counts, sent, DType::I32);
+  return h;
+}
+
+CommHandle Communicator::startAllToAllHost(const int32_t *send, int32_t *recv,
+                                           int64_t perRank, OpLabel label) {
+  std::vector<int64_t> counts(size_t(size()), perRank);
+  return startAllToAllV(send, counts, recv, counts, DType::I32,
+                        std::move(label));
+}
+
+void Communicator::countAllToAll(const std::vector<int64_t> &sendCounts,
+                                 int64_t sent, DType dtype) {
   // What left this rank: its whole buffer but its own block.
   double away = double(sent - sendCounts[size_t(rank())]);
   std::lock_guard<std::mutex> lock(trafficMutex);
@@ -225,7 +248,6 @@ CommHandle Communicator::allToAllV(const void *send,
   v.elements += sent;
   v.elementsPerRank += away;
   v.bytesPerRank += away * double(bytesPerElement(dtype));
-  return h;
 }
 
 CommHandle Communicator::reduceScatter(const void *send,
@@ -401,9 +423,8 @@ exchangeExpertCounts(Communicator &comm, const std::vector<int64_t> &sent,
                                   " is negative or exceeds i32");
     send[e] = int32_t(sent[e]);
   }
-  std::vector<int64_t> each(size_t(n), local);
-  CommHandle h = comm.allToAllV(send.data(), each, recv.data(), each,
-                                DType::I32, std::move(label));
+  CommHandle h =
+      comm.allToAllHost(send.data(), recv.data(), local, std::move(label));
   if (!comm.wait(h, cancel)) {
     h.abandon(); // The caller aborts; MPI cannot cancel it.
     new std::vector<int32_t>(std::move(recv)); // Kept alive for it.

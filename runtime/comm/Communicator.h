@@ -207,6 +207,15 @@ public:
                        void *recv, const std::vector<int64_t> &recvCounts,
                        DType dtype, OpLabel label);
 
+  /// An all-to-all of HOST i32s on every backend: `perRank` to each rank
+  /// (rank r's block at send[r * perRank]) and from each (rank s's at
+  /// recv[s * perRank]). For the small exchanges whose result the host
+  /// reads next (exchangeExpertCounts); a backend whose collectives move
+  /// device memory stages them, and writes `recv` when the handle
+  /// completes. Counted as allToAllV counts its traffic.
+  CommHandle allToAllHost(const int32_t *send, int32_t *recv, int64_t perRank,
+                          OpLabel label);
+
   /// `send` holds sum(recvCounts) elements: the block of rank r (its
   /// recvCounts[r] elements, in rank order) is reduced over all ranks into
   /// this rank's `recv`. Counts may differ and be zero (a bucket of a flat
@@ -304,6 +313,11 @@ protected:
                                     void *recv,
                                     const std::vector<int64_t> &recvCounts,
                                     DType dtype, OpLabel label) = 0;
+  /// allToAllHost's half. This default hands the host buffers to
+  /// startAllToAllV: right where collectives move host memory (MPI, one
+  /// rank); a device backend overrides it.
+  virtual CommHandle startAllToAllHost(const int32_t *send, int32_t *recv,
+                                       int64_t perRank, OpLabel label);
   virtual CommHandle startBroadcast(void *buf, int64_t count, DType dtype,
                                     int root, OpLabel label) = 0;
   virtual CommHandle startBarrier(OpLabel label) = 0;
@@ -359,6 +373,9 @@ private:
 
   /// Adds a started collective's traffic.
   void count(CollectiveKind kind, int64_t elements, DType dtype);
+  /// An all-to-all's: `sent` elements in all, by `sendCounts`.
+  void countAllToAll(const std::vector<int64_t> &sendCounts, int64_t sent,
+                     DType dtype);
 
   CommDuration commTimeout = kDefaultCommTimeout;
   TimeoutHandler timeoutHandler;
@@ -425,8 +442,9 @@ std::vector<std::string> allGatherText(Communicator &comm,
 /// [q local, (q + 1) local)); returns `received[s * local + l]`, the rows
 /// rank s sends to this rank's local expert l. Collective: an all-to-all of
 /// `local` i32 counts per rank (so the variable all-to-all of the rows can
-/// follow), waited for; nullopt when `cancel` is set first (as
-/// wait(handle, cancel)). Throws std::invalid_argument for experts that do
+/// follow) of host memory (allToAllHost, which a device backend stages),
+/// waited for; nullopt when `cancel` is set first (as wait(handle,
+/// cancel)). Throws std::invalid_argument for experts that do
 /// not split over the ranks and for counts outside i32.
 std::optional<std::vector<int64_t>>
 exchangeExpertCounts(Communicator &comm, const std::vector<int64_t> &sent,

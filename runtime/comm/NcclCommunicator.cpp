@@ -123,23 +123,23 @@ struct NcclCommunicator::Batch {
   std::string what; ///< For messages: its first collective, or "a group".
 };
 
-/// Pinned host and device doubles for allReduceScalars and barrier, reused
-/// once the collective that had them is complete.
-struct NcclCommunicator::ScalarScratch {
-  double *host = nullptr;
-  double *device = nullptr;
-  int64_t capacity = 0;
+/// Pinned host and device bytes of the same size, through which the
+/// collectives of host data go (allReduceScalars, allToAllHost; barrier's
+/// one double), reused once the collective that had them is complete.
+struct NcclCommunicator::HostStaging {
+  char *host = nullptr;
+  char *device = nullptr;
+  size_t capacity = 0;
 
-  ScalarScratch() = default;
-  ScalarScratch(const ScalarScratch &) = delete;
-  ScalarScratch &operator=(const ScalarScratch &) = delete;
-  ~ScalarScratch() {
+  HostStaging() = default;
+  HostStaging(const HostStaging &) = delete;
+  HostStaging &operator=(const HostStaging &) = delete;
+  ~HostStaging() {
     if (host)
       cudaFreeHost(host);
     if (device) {
       cudaFree(device);
-      deviceMemory().released(MemoryUse::CollectiveStaging,
-                              capacity * int64_t(sizeof(double)));
+      deviceMemory().released(MemoryUse::CollectiveStaging, int64_t(capacity));
     }
   }
 };
@@ -148,16 +148,18 @@ struct NcclCommunicator::Pending : PendingCollective {
   NcclCommunicator *comm = nullptr;
   std::shared_ptr<Batch> batch;
   std::shared_ptr<Op> op;
-  std::unique_ptr<ScalarScratch> scalars;
-  double *values = nullptr; ///< allReduceScalars: copied out on completion.
-  int64_t count = 0;
+  std::unique_ptr<HostStaging> staging;
+  /// On completion, `resultBytes` of staging->host from `resultAt` are
+  /// copied to `result` (host memory of the caller's).
+  void *result = nullptr;
+  size_t resultAt = 0, resultBytes = 0;
 
   bool test() override { return comm->poll(*this); }
   ~Pending() override {
     // Not complete (abandoned after a timeout): the device may still write
-    // the scratch, so it is leaked rather than freed or reused.
-    if (scalars)
-      (void)scalars.release();
+    // the staging, so it is leaked rather than freed or reused.
+    if (staging)
+      (void)staging.release();
   }
 };
 
@@ -308,7 +310,7 @@ NcclCommunicator::~NcclCommunicator() {
     else
       ncclCommAbort(nccl);
   }
-  freeScalars.clear();
+  freeStaging.clear();
   if (ownStream)
     cudaStreamDestroy(ownStream);
 }
@@ -559,32 +561,41 @@ bool NcclCommunicator::poll(Pending &p) {
     return false;
   if (event != cudaSuccess)
     checkCuda(event, "cudaEventQuery", describeCollective(p));
-  if (p.values && p.count > 0)
-    std::memcpy(p.values, p.scalars->host, size_t(p.count) * sizeof(double));
-  if (p.scalars)
-    freeScalars.push_back(std::move(p.scalars));
+  if (p.result && p.resultBytes > 0)
+    std::memcpy(p.result, p.staging->host + p.resultAt, p.resultBytes);
+  if (p.staging)
+    freeStaging.push_back(std::move(p.staging));
   return true;
 }
 
-std::unique_ptr<NcclCommunicator::ScalarScratch>
-NcclCommunicator::takeScalars(int64_t count) {
-  for (auto it = freeScalars.begin(); it != freeScalars.end(); ++it)
-    if ((*it)->capacity >= count) {
-      std::unique_ptr<ScalarScratch> s = std::move(*it);
-      freeScalars.erase(it);
+std::unique_ptr<NcclCommunicator::HostStaging>
+NcclCommunicator::takeStaging(size_t bytes) {
+  for (auto it = freeStaging.begin(); it != freeStaging.end(); ++it)
+    if ((*it)->capacity >= bytes) {
+      std::unique_ptr<HostStaging> s = std::move(*it);
+      freeStaging.erase(it);
       return s;
     }
-  auto s = std::make_unique<ScalarScratch>();
-  s->capacity = std::max<int64_t>(count, 16);
-  size_t bytes = size_t(s->capacity) * sizeof(double);
-  checkCuda(cudaMallocHost(reinterpret_cast<void **>(&s->host), bytes),
-            "cudaMallocHost", "scalar scratch");
-  checkCuda(cudaMalloc(reinterpret_cast<void **>(&s->device), bytes),
-            "cudaMalloc", "scalar scratch");
-  deviceMemory().allocated(MemoryUse::CollectiveStaging, int64_t(bytes));
-  checkCuda(cudaMemsetAsync(s->device, 0, bytes, current), "cudaMemsetAsync",
-            "scalar scratch");
+  auto s = std::make_unique<HostStaging>();
+  s->capacity = std::max<size_t>(bytes, 16 * sizeof(double));
+  checkCuda(cudaMallocHost(reinterpret_cast<void **>(&s->host), s->capacity),
+            "cudaMallocHost", "host staging");
+  checkCuda(cudaMalloc(reinterpret_cast<void **>(&s->device), s->capacity),
+            "cudaMalloc", "host staging");
+  deviceMemory().allocated(MemoryUse::CollectiveStaging, int64_t(s->capacity));
+  checkCuda(cudaMemsetAsync(s->device, 0, s->capacity, current),
+            "cudaMemsetAsync", "host staging");
   return s;
+}
+
+void NcclCommunicator::stageIn(Pending &p, const void *values, size_t bytes) {
+  if (bytes == 0)
+    return;
+  // Through pinned memory, so that the copy does not block the host.
+  std::memcpy(p.staging->host, values, bytes);
+  checkCuda(cudaMemcpyAsync(p.staging->device, p.staging->host, bytes,
+                            cudaMemcpyHostToDevice, current),
+            "cudaMemcpyAsync", describeCollective(p));
 }
 
 //===----------------------------------------------------------------------===//
@@ -753,41 +764,71 @@ CommHandle NcclCommunicator::startReduceScatter(
 // pattern of nccl-tests' alltoall.cu and PyTorch's all_to_all_single).
 // Rank r's block of `send` follows sendCounts[0..r); blocks arrive in
 // `recv` in rank order.
+ncclResult_t NcclCommunicator::sendAndReceive(
+    const void *send, const std::vector<int64_t> &sendCounts, void *recv,
+    const std::vector<int64_t> &recvCounts, DType dtype) const {
+  ncclDataType_t type = ncclTypeOf(dtype);
+  size_t elt = size_t(bytesPerElement(dtype));
+  const char *in = static_cast<const char *>(send);
+  char *out = static_cast<char *>(recv);
+  size_t sendAt = 0, recvAt = 0;
+  for (int peer = 0; peer < worldSize; ++peer) {
+    size_t ns = size_t(sendCounts[size_t(peer)]);
+    size_t nr = size_t(recvCounts[size_t(peer)]);
+    if (ns > 0) {
+      ncclResult_t rc =
+          ncclSend(in + sendAt * elt, ns, type, peer, nccl, current);
+      if (rc != ncclSuccess && rc != ncclInProgress)
+        return rc;
+    }
+    if (nr > 0) {
+      ncclResult_t rc =
+          ncclRecv(out + recvAt * elt, nr, type, peer, nccl, current);
+      if (rc != ncclSuccess && rc != ncclInProgress)
+        return rc;
+    }
+    sendAt += ns;
+    recvAt += nr;
+  }
+  return ncclSuccess;
+}
+
 CommHandle NcclCommunicator::startAllToAllV(
     const void *send, const std::vector<int64_t> &sendCounts, void *recv,
     const std::vector<int64_t> &recvCounts, DType dtype, OpLabel label) {
   auto p = newPending("all_to_all", std::move(label));
-  ncclDataType_t type = ncclTypeOf(dtype);
-  size_t elt = size_t(bytesPerElement(dtype));
-  ncclComm_t comm = nccl;
-  cudaStream_t stream = current;
   return launch(
       std::move(p), "ncclSend/ncclRecv",
-      [&, type, elt, comm, stream] {
-        const char *in = static_cast<const char *>(send);
-        char *out = static_cast<char *>(recv);
-        size_t sendAt = 0, recvAt = 0;
-        for (int peer = 0; peer < worldSize; ++peer) {
-          size_t ns = size_t(sendCounts[size_t(peer)]);
-          size_t nr = size_t(recvCounts[size_t(peer)]);
-          if (ns > 0) {
-            ncclResult_t rc =
-                ncclSend(in + sendAt * elt, ns, type, peer, comm, stream);
-            if (rc != ncclSuccess && rc != ncclInProgress)
-              return rc;
-          }
-          if (nr > 0) {
-            ncclResult_t rc =
-                ncclRecv(out + recvAt * elt, nr, type, peer, comm, stream);
-            if (rc != ncclSuccess && rc != ncclInProgress)
-              return rc;
-          }
-          sendAt += ns;
-          recvAt += nr;
-        }
-        return ncclSuccess;
-      },
+      [&] { return sendAndReceive(send, sendCounts, recv, recvCounts, dtype); },
       nullptr);
+}
+
+// Host i32s: this rank's blocks go to the first half of the staging, the
+// peers' arrive in the second half, which comes back to the host after the
+// exchange and reaches `recv` when the handle completes.
+CommHandle NcclCommunicator::startAllToAllHost(const int32_t *send,
+                                               int32_t *recv, int64_t perRank,
+                                               OpLabel label) {
+  auto p = newPending("all_to_all", std::move(label));
+  size_t bytes = size_t(perRank) * size_t(worldSize) * sizeof(int32_t);
+  p->staging = takeStaging(2 * bytes);
+  p->result = recv;
+  p->resultAt = bytes;
+  p->resultBytes = bytes;
+  stageIn(*p, send, bytes);
+  char *host = p->staging->host, *device = p->staging->device;
+  std::vector<int64_t> counts(size_t(worldSize), perRank);
+  return launch(
+      std::move(p), "ncclSend/ncclRecv",
+      [&] {
+        return sendAndReceive(device, counts, device + bytes, counts,
+                              DType::I32);
+      },
+      [=](cudaStream_t s) {
+        return bytes == 0 ? cudaSuccess
+                          : cudaMemcpyAsync(host + bytes, device + bytes, bytes,
+                                            cudaMemcpyDeviceToHost, s);
+      });
 }
 
 CommHandle NcclCommunicator::startAllReduce(void *buf, int64_t count,
@@ -834,8 +875,8 @@ CommHandle NcclCommunicator::startBroadcast(void *buf, int64_t count,
 
 CommHandle NcclCommunicator::startBarrier(OpLabel label) {
   auto p = newPending("barrier", std::move(label));
-  p->scalars = takeScalars(1);
-  double *scratch = p->scalars->device;
+  p->staging = takeStaging(sizeof(double));
+  auto *scratch = reinterpret_cast<double *>(p->staging->device);
   ncclComm_t comm = nccl;
   cudaStream_t stream = current;
   return launch(
@@ -854,18 +895,13 @@ CommHandle NcclCommunicator::startAllReduceScalars(double *values,
   auto p =
       newPending(op == ScalarOp::Sum ? "all_reduce(sum)" : "all_reduce(max)",
                  std::move(label));
-  p->scalars = takeScalars(count);
-  p->values = values;
-  p->count = count;
-  double *host = p->scalars->host, *device = p->scalars->device;
   size_t bytes = size_t(count) * sizeof(double);
-  if (count > 0) {
-    // Through pinned memory, so that neither copy blocks the host.
-    std::memcpy(host, values, bytes);
-    checkCuda(
-        cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, current),
-        "cudaMemcpyAsync", describeCollective(*p));
-  }
+  p->staging = takeStaging(bytes);
+  p->result = values;
+  p->resultBytes = bytes;
+  stageIn(*p, values, bytes);
+  char *host = p->staging->host;
+  auto *device = reinterpret_cast<double *>(p->staging->device);
   ncclComm_t comm = nccl;
   cudaStream_t stream = current;
   ncclRedOp_t redOp = op == ScalarOp::Sum ? ncclSum : ncclMax;

@@ -143,6 +143,12 @@ protected:
                             const std::vector<int64_t> &sendCounts, void *recv,
                             const std::vector<int64_t> &recvCounts, DType dtype,
                             OpLabel label) override;
+  /// Host i32s, staged through pinned host and device memory (as
+  /// allReduceScalars' doubles): copied in when started, exchanged as
+  /// device buffers, copied back; `recv` is written when the handle
+  /// completes (test / wait), not before.
+  CommHandle startAllToAllHost(const int32_t *send, int32_t *recv,
+                               int64_t perRank, OpLabel label) override;
   CommHandle startAllReduce(void *buf, int64_t count, DType dtype, bool average,
                             OpLabel label) override;
   CommHandle startBroadcast(void *buf, int64_t count, DType dtype, int root,
@@ -163,7 +169,7 @@ private:
   struct Op;
   struct Batch;
   struct Pending;
-  struct ScalarScratch;
+  struct HostStaging;
 
   NcclCommunicator(ncclComm_t comm, int device);
 
@@ -186,7 +192,18 @@ private:
   void checkCuda(cudaError_t rc, const char *call, const std::string &what);
   [[noreturn]] void fail(ncclResult_t rc, const char *call,
                          const std::string &what);
-  std::unique_ptr<ScalarScratch> takeScalars(int64_t count);
+  /// Staging of at least `bytes` (a free one, or a new one).
+  std::unique_ptr<HostStaging> takeStaging(size_t bytes);
+  /// `bytes` of host `values` into p's staging, then to its device half on
+  /// the current stream.
+  void stageIn(Pending &p, const void *values, size_t bytes);
+  /// One ncclSend and one ncclRecv per peer with a nonzero count, on the
+  /// current stream: an all-to-all, inside the group launch() opens.
+  ncclResult_t sendAndReceive(const void *send,
+                              const std::vector<int64_t> &sendCounts,
+                              void *recv,
+                              const std::vector<int64_t> &recvCounts,
+                              DType dtype) const;
   std::unique_ptr<NcclCommunicator> splitComm(int color, int key) const;
 
   ncclComm_t nccl = nullptr;
@@ -200,7 +217,7 @@ private:
   int groupDepth = 0;
   std::shared_ptr<Batch> openGroup; ///< Between beginGroup and endGroup.
   std::shared_ptr<Batch> enqueuing; ///< Closed, not yet enqueued by NCCL.
-  std::vector<std::unique_ptr<ScalarScratch>> freeScalars;
+  std::vector<std::unique_ptr<HostStaging>> freeStaging;
 };
 
 } // namespace zeroc::runtime

@@ -98,16 +98,9 @@ struct CudaKernels {
   ZEROC_CUDA_KERNEL(moeLoadBalancingLoss)
   ZEROC_CUDA_KERNEL(moeLoadBalancingLossBackward)
   ZEROC_CUDA_KERNEL(backwardSeed)
-  // Expert parallelism's row moves: Executor::create refuses an
-  // expert-parallel plan on this backend before any op runs.
-#define ZEROC_CUDA_NO_KERNEL(name)                                             \
-  template <typename... Args> Status name(Args &&...) {                        \
-    return Status{#name ": expert parallelism runs on the CPU backend only"};  \
-  }
-  ZEROC_CUDA_NO_KERNEL(moeGatherRows)
-  ZEROC_CUDA_NO_KERNEL(moeScatterAddRows)
-  ZEROC_CUDA_NO_KERNEL(moeReceivedPlan)
-#undef ZEROC_CUDA_NO_KERNEL
+  ZEROC_CUDA_KERNEL(moeGatherRows)
+  ZEROC_CUDA_KERNEL(moeScatterAddRows)
+  ZEROC_CUDA_KERNEL(moeReceivedPlan)
 #undef ZEROC_CUDA_KERNEL
 #undef ZEROC_CUDA_GEMM_KERNEL
 };

@@ -301,26 +301,9 @@ int64_t Executor::predictedPeakBytes() const {
                                    largestPhaseTransient(thePlan));
 }
 
-std::string deviceRefusal(const Plan &plan, const std::string &deviceName) {
-  // Expert parallelism runs on the CPU; the CUDA backend has neither the
-  // token exchanges' kernels nor their stream-ordered all-to-alls.
-  if (plan.expertParallelSize > 1 && deviceName != "cpu")
-    return "the plan splits the experts over expert-parallel groups of " +
-           std::to_string(plan.expertParallelSize) +
-           " ranks; zerorun runs expert parallelism on the CPU only (the " +
-           deviceName +
-           " backend has no token all-to-all or local-experts kernels): run "
-           "with --device cpu, or compile with an expert-parallel size of 1";
-  return "";
-}
-
 Expected<std::unique_ptr<Executor>>
 Executor::create(Plan plan, Communicator &comm,
                  const ExecutorOptions &options) {
-  if (std::string why =
-          deviceRefusal(plan, options.device ? options.device->name() : "cpu");
-      !why.empty())
-    return Diagnostic{"", 0, 0, why};
   if (plan.worldSize != comm.size())
     return Diagnostic{
         "", 0, 0,

@@ -94,10 +94,6 @@ struct StepResult {
   std::optional<StepSkew> skew;
 };
 
-/// Why `deviceName`'s backend does not run `plan` (empty: it does):
-/// expert parallelism runs on the CPU only.
-std::string deviceRefusal(const Plan &plan, const std::string &deviceName);
-
 class Executor {
 public:
   /// Checks the world size against `comm`, allocates and initializes.

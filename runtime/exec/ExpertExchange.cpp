@@ -4,13 +4,14 @@
 // (docs/zerorun.md, "Expert parallelism"). moe_dispatch sorts a rank's
 // routed rows by expert; the router decided how many go to each expert, so
 // the dispatch all-to-all first exchanges those counts (each rank tells each
-// peer how many rows it sends to each of the peer's experts), then the rows
-// (MPI_Alltoallv). The rows arrive grouped by source rank, then local
-// expert; the local experts regroup them by expert and answer in arrival
-// order, so the combine all-to-all sends each source its rows back with the
-// counts reversed. Backward runs the same two exchanges: the combine's
-// gradient goes to the experts as the dispatch did, the experts' input
-// gradient comes back as the combine did.
+// peer how many rows it sends to each of the peer's experts; host memory,
+// which NCCL stages: exchangeExpertCounts), then the rows (MPI_Alltoallv, or
+// NCCL's sends and receives of device rows on the op's stream). The rows arrive
+// grouped by source rank, then local expert; the local experts regroup them by
+// expert and answer in arrival order, so the combine all-to-all sends each
+// source its rows back with the counts reversed. Backward runs the same two
+// exchanges: the combine's gradient goes to the experts as the dispatch did,
+// the experts' input gradient comes back as the combine did.
 //
 // Each value that holds a layer's exchanged rows carries its exchange (the
 // counts) through the phase: the dispatch's rows, what each all-to-all
@@ -65,6 +66,8 @@ void Executor::Impl::countDispatch(const PlanOp &op) {
          " experts do not split over an expert-parallel group of " +
          std::to_string(x->ep));
   x->local = x->experts / x->ep;
+  // The dispatch's kernels ran on this op's stream, after its waits for the
+  // router's: toHost copies on that stream and waits for the copy.
   std::vector<int32_t> idx(size_t(indices.numel()));
   dev->toHost(idx.data(), indices.data, indices.bytes());
   x->sent.assign(size_t(x->experts), 0);

@@ -12,8 +12,10 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 using namespace zeroc;
 using namespace zeroc::runtime;
@@ -368,4 +370,100 @@ TEST(CommTraffic, RefusedCollectivesAreNotCounted) {
   EXPECT_THROW(comm.allReduce(buf.data(), 4, DType::I32, false, {}),
                std::invalid_argument);
   EXPECT_EQ(comm.traffic().total().collectives, 0);
+}
+
+//===----------------------------------------------------------------------===//
+// Host all-to-alls (exchangeExpertCounts), which a device backend stages
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// Rank 1 of 2 of a backend whose collectives take device memory only (as
+/// NCCL's): an all-to-all of host buffers must come through
+/// startAllToAllHost, which delivers rank 0's blocks as {100 + i} and this
+/// rank's own block unchanged; startAllToAllV refuses host buffers.
+class DeviceOnlyCommunicator final : public Communicator {
+public:
+  int rank() const override { return 1; }
+  int size() const override { return 2; }
+  std::string_view backend() const override { return "device"; }
+  std::unique_ptr<Communicator> duplicate() const override { return nullptr; }
+  std::unique_ptr<Communicator> split(int, int) const override {
+    return nullptr;
+  }
+  int hostExchanges = 0;
+
+protected:
+  CommHandle startAllToAllHost(const int32_t *send, int32_t *recv,
+                               int64_t perRank, OpLabel) override {
+    ++hostExchanges;
+    for (int64_t i = 0; i < perRank; ++i) {
+      recv[i] = int32_t(100 + i);
+      recv[perRank + i] = send[perRank + i];
+    }
+    return {};
+  }
+  CommHandle startAllToAllV(const void *, const std::vector<int64_t> &, void *,
+                            const std::vector<int64_t> &, DType,
+                            OpLabel) override {
+    throw std::logic_error("host buffers passed as device buffers");
+  }
+  CommHandle startAllGather(const void *, int64_t, void *, DType,
+                            OpLabel) override {
+    throw std::logic_error("unused");
+  }
+  CommHandle startReduceScatter(const void *, const std::vector<int64_t> &,
+                                void *, DType, bool, OpLabel) override {
+    throw std::logic_error("unused");
+  }
+  CommHandle startAllReduce(void *, int64_t, DType, bool, OpLabel) override {
+    throw std::logic_error("unused");
+  }
+  CommHandle startBroadcast(void *, int64_t, DType, int, OpLabel) override {
+    throw std::logic_error("unused");
+  }
+  CommHandle startBarrier(OpLabel) override {
+    throw std::logic_error("unused");
+  }
+  CommHandle startAllReduceScalars(double *, int64_t, ScalarOp,
+                                   OpLabel) override {
+    throw std::logic_error("unused");
+  }
+  [[noreturn]] void abortAll(int exitCode) const override {
+    std::_Exit(exitCode);
+  }
+};
+
+} // namespace
+
+// The count exchange goes through the host all-to-all, never through
+// allToAllV with host pointers, and counts its traffic as an all-to-all of
+// i32s: this rank's 3 counts for rank 0 leave it.
+TEST(HostAllToAll, ExpertCountsTakeTheHostPath) {
+  DeviceOnlyCommunicator comm;
+  std::atomic<bool> cancel{false};
+  std::optional<std::vector<int64_t>> received = exchangeExpertCounts(
+      comm, {4, 0, 2, 7, 1, 5}, {3, "dispatch counts"}, cancel);
+  ASSERT_TRUE(received);
+  EXPECT_EQ(*received, (std::vector<int64_t>{100, 101, 102, 7, 1, 5}));
+  EXPECT_EQ(comm.hostExchanges, 1);
+  CommTraffic::Volume v = comm.traffic()[CollectiveKind::AllToAll];
+  EXPECT_EQ(v.collectives, 1);
+  EXPECT_EQ(v.elements, 6);
+  EXPECT_DOUBLE_EQ(v.elementsPerRank, 3.0);
+  EXPECT_DOUBLE_EQ(v.bytesPerRank, 12.0);
+}
+
+// The host backends' default: startAllToAllV on the host buffers.
+TEST(HostAllToAll, OneRankCopiesAndChecks) {
+  LocalCommunicator comm;
+  std::vector<int32_t> send = {3, -1, 8}, recv(3, 0);
+  CommHandle h = comm.allToAllHost(send.data(), recv.data(), 3, {});
+  comm.wait(h);
+  EXPECT_EQ(recv, send);
+  EXPECT_EQ(comm.traffic()[CollectiveKind::AllToAll].elements, 3);
+  EXPECT_THROW(comm.allToAllHost(send.data(), recv.data(), -1, {}),
+               std::invalid_argument);
+  EXPECT_THROW(comm.allToAllHost(send.data(), send.data(), 3, {}),
+               std::invalid_argument);
 }

@@ -397,21 +397,6 @@ TEST(Dispatch, EveryModelOpKindHasAKernel) {
   }
 }
 
-// Expert parallelism runs on the CPU backend only; the others say so.
-TEST(Executor, ExpertParallelismRunsOnTheCpuOnly) {
-  Plan plan;
-  plan.worldSize = 4;
-  plan.expertParallelSize = 2;
-  EXPECT_EQ(deviceRefusal(plan, "cpu"), "");
-  EXPECT_EQ(deviceRefusal(plan, "cuda"),
-            "the plan splits the experts over expert-parallel groups of 2 "
-            "ranks; zerorun runs expert parallelism on the CPU only (the cuda "
-            "backend has no token all-to-all or local-experts kernels): run "
-            "with --device cpu, or compile with an expert-parallel size of 1");
-  plan.expertParallelSize = 1;
-  EXPECT_EQ(deviceRefusal(plan, "cuda"), "");
-}
-
 // The local experts without the exchange's counts refuse to guess them.
 TEST(Dispatch, LocalExpertsNeedTheExchangedCounts) {
   cpu::Tensor scratch{nullptr, DType::F32, {1, 1, 1}};

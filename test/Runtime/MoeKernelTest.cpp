@@ -999,6 +999,82 @@ TEST(MoeChecks, ZeroTokensRun) {
 }
 
 //===----------------------------------------------------------------------===//
+// Expert parallelism's row moves (moe_dispatch, moe_local_experts)
+//===----------------------------------------------------------------------===//
+
+// Rows arrive by source, then local expert; the plan regroups them by
+// expert, sources ascending, and leaves experts without rows empty. Here
+// counts[s * 2 + l] for 3 sources: arrival blocks (s0 l0: 0-2), (s1 l0:
+// 3-4), (s1 l1: 5-8), (s2 l1: 9); source 0 sends expert 1 nothing and
+// source 2 sends expert 0 nothing.
+TEST(MoeRowMoves, ReceivedPlanGroupsByExpertThenSource) {
+  Owned offsets({3}, DType::I32), rowToken({10}, DType::I32);
+  ASSERT_OK(moeReceivedPlan({3, 0, 2, 4, 0, 1}, 2, offsets, rowToken));
+  EXPECT_EQ(offsets.ints(), (std::vector<int32_t>{0, 5, 10}));
+  EXPECT_EQ(rowToken.ints(),
+            (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  // Source-major arrival is expert-major only with one expert per rank;
+  // with two sources interleaving their experts the plan reorders.
+  Owned off2({3}, DType::I32), tok2({6}, DType::I32);
+  ASSERT_OK(moeReceivedPlan({1, 2, 2, 1}, 2, off2, tok2));
+  EXPECT_EQ(off2.ints(), (std::vector<int32_t>{0, 3, 6}));
+  EXPECT_EQ(tok2.ints(), (std::vector<int32_t>{0, 3, 4, 1, 2, 5}));
+  // Nothing received at all.
+  Owned off0({3}, DType::I32), tok0({0}, DType::I32);
+  ASSERT_OK(moeReceivedPlan({0, 0, 0, 0}, 2, off0, tok0));
+  EXPECT_EQ(off0.ints(), (std::vector<int32_t>{0, 0, 0}));
+}
+
+// y[t] is the f32 sum of t's rows in ascending row order, rounded once to
+// y's dtype; a token without rows gets 0. bf16 (7 fraction bits) shows the
+// single rounding: 1 + 2^-8 + 2^-8 is 1 + 2^-7 in f32 and in bf16, while
+// rounding after each add would leave 1 (each 1 + 2^-8 a tie, to even).
+TEST(MoeRowMoves, ScatterAddSumsAscendingRowsRoundedOnce) {
+  Owned rows({4, 2}), y({3, 2}, DType::BF16);
+  rows.set({1.0, -2.0, 0x1p-8, 3.0, 5.0, 0.5, 0x1p-8, 0.25});
+  ASSERT_OK(moeScatterAddRows(rows, ids({4}, {0, 0, 2, 0}), y));
+  EXPECT_EQ(y.values(),
+            (std::vector<double>{1.0 + 0x1p-7, 1.25, 0.0, 0.0, 5.0, 0.5}));
+}
+
+// The gather copies rows (a permutation and its scatter-add are inverse),
+// and both kernels refuse a token out of range, naming the row.
+TEST(MoeRowMoves, GatherAndScatterAreInverseAndCheckTokens) {
+  Owned x({3, 2});
+  x.set({1.0, 2.0, 3.0, 4.0, 5.0, 6.0});
+  Owned perm = ids({3}, {2, 0, 1}), rows({3, 2}), back({3, 2});
+  ASSERT_OK(moeGatherRows(x, perm, rows));
+  EXPECT_EQ(rows.values(), (std::vector<double>{5.0, 6.0, 1.0, 2.0, 3.0, 4.0}));
+  ASSERT_OK(moeScatterAddRows(rows, perm, back));
+  EXPECT_TRUE(back.sameBits(x));
+  Owned bad = ids({3}, {2, 3, 1});
+  expectError(moeGatherRows(x, bad, rows),
+              "moe_gather_rows: rowToken[1] = 3 is out of range [0, 3)");
+  expectError(moeScatterAddRows(rows, bad, back),
+              "moe_scatter_add_rows: rowToken[1] = 3 is out of range [0, 3)");
+}
+
+TEST(MoeChecks, RowMoves) {
+  Owned x({3, 2}), rows({2, 2}), tokens = ids({2}, {0, 1});
+  expectError(moeGatherRows(x, tokens, Owned({2, 2}, DType::BF16)),
+              "moe_gather_rows: rows must be x's dtype");
+  expectError(moeGatherRows(x, tokens, Owned({3, 2})),
+              "moe_gather_rows: rows must be [N, h] = [2, 2]");
+  expectError(moeScatterAddRows(Owned({2, 3}), tokens, x),
+              "moe_scatter_add_rows: rows must be [N, h] = [2, 2]");
+  Owned offsets({3}, DType::I32), rowToken({3}, DType::I32);
+  expectError(moeReceivedPlan({1, 2, 0}, 2, offsets, rowToken),
+              "moe_received_plan: 3 counts are not a whole number of sources "
+              "of 2 local experts");
+  expectError(moeReceivedPlan({1, -1}, 2, offsets, rowToken),
+              "moe_received_plan: a negative row count -1");
+  expectError(moeReceivedPlan({1, 1}, 2, offsets, rowToken),
+              "moe_received_plan: rowToken must be [rows received] = [2]");
+  expectError(moeReceivedPlan({1, 2}, 2, Owned({2}, DType::I32), rowToken),
+              "moe_received_plan: offsets must be [local + 1] = [3]");
+}
+
+//===----------------------------------------------------------------------===//
 // The auxiliary load-balancing loss (Mixtral's output_router_logits)
 //
 // The float64 reference, from Hugging Face's load_balancing_loss_func

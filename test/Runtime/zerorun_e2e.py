@@ -90,7 +90,9 @@ Scenarios:
                        measured peak no more than the plan's prediction
                        and not more than 2% less (device memory outside
                        the counting allocator printed, from cudaMemGetInfo);
-                       exits 77 (skipped) where no GPU is usable
+                       exits 77 (skipped) where no GPU is usable, or, for
+                       a plan of N > 1 ranks, where fewer than N GPUs are
+                       visible (one per rank)
   progress             on a terminal (a pseudo-terminal) zerorun redraws a
                        progress bar; with --plain, or piped, it prints one
                        plain line per step
@@ -800,6 +802,21 @@ def scenario_nvme_truncated(args, spec):
     return 0 if ok else 1
 
 
+def visible_gpus():
+    """The CUDA GPUs this process may use (CUDA_VISIBLE_DEVICES applies), by
+    the driver's count: 0 without a driver or a device."""
+    import ctypes
+    try:
+        driver = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return 0
+    count = ctypes.c_int(0)
+    if driver.cuInit(0) != 0 or \
+            driver.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return 0
+    return count.value
+
+
 def scenario_gpu_match(args, spec):
     if spec.endswith(".json"):
         # A checked-in plan (test/Runtime/Inputs/gpu-match): no zeroc needed,
@@ -812,8 +829,16 @@ def scenario_gpu_match(args, spec):
     else:
         stage, ws, ga, opts = parse_spec(spec)
         p = plan(args, stage, ws, ga, opts)
-    probe = subprocess.run([args.zerorun, p, "--device", "cuda", "--steps",
-                            "0"], stdout=subprocess.PIPE,
+    # Each rank needs a GPU of its own: NCCL refuses two ranks on one device.
+    gpus = visible_gpus()
+    if ws > 1 and gpus < ws:
+        print("SKIP: the plan has %d ranks, each needing a GPU of its own, "
+              "and %d CUDA GPU(s) are visible" % (ws, gpus))
+        return 77
+    probe_cmd = [args.zerorun, p, "--device", "cuda", "--steps", "0"]
+    if ws > 1:
+        probe_cmd = shlex.split(args.mpirun) + ["-np", str(ws)] + probe_cmd
+    probe = subprocess.run(probe_cmd, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True)
     if "no usable CUDA GPU" in probe.stdout or \
             "built without the CUDA backend" in probe.stdout:

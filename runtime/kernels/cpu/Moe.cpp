@@ -550,66 +550,54 @@ Status moeExpertsForward(const Tensor &x, const Tensor &w1, const Tensor &w3,
   return {};
 }
 
-Status moeGatherRows(const Tensor &x, const Tensor &rowToken,
-                     const Tensor &rows) {
+namespace {
+
+// The row moves' tokens (host data): in [0, tokens).
+Status checkRowTokens(const char *op, const int32_t *tok, int64_t n,
+                      int64_t tokens) {
+  for (int64_t r = 0; r < n; ++r)
+    if (tok[r] < 0 || tok[r] >= tokens)
+      return {std::string(op) + ": rowToken[" + std::to_string(r) +
+              "] = " + std::to_string(tok[r]) + " is out of range [0, " +
+              std::to_string(tokens) + ")"};
+  return {};
+}
+
+} // namespace
+
+Status checkMoeGatherRows(const Tensor &x, const Tensor &rowToken,
+                          const Tensor &rows) {
   const char *op = "moe_gather_rows";
   ZEROC_RETURN_IF_ERROR(
       firstError({checkFloat(op, "x", x), checkIds(op, "rowToken", rowToken),
                   checkFloat(op, "rows", rows), checkHasLast(op, "x", x),
                   checkRank(op, "rowToken", rowToken, 1)}));
   int64_t n = rowToken.dim(0), h = x.dim(-1);
-  ZEROC_RETURN_IF_ERROR(firstError(
-      {checkRowCount(op, n), checkDims(op, "rows", rows, "[N, h]", {n, h}),
-       x.dtype == rows.dtype ? std::string()
-                             : std::string(op) +
-                                   ": rows must be x's dtype, "
-                                   "found " +
-                                   describe(rows)}));
-  const int32_t *tok = rowToken.i32();
-  int64_t tokens = x.rows();
-  for (int64_t r = 0; r < n; ++r)
-    if (tok[r] < 0 || tok[r] >= tokens)
-      return {std::string(op) + ": rowToken[" + std::to_string(r) +
-              "] = " + std::to_string(tok[r]) + " is out of range [0, " +
-              std::to_string(tokens) + ")"};
-  int64_t rowBytes = h * bytesPerElement(x.dtype);
-  for (int64_t r = 0; r < n; ++r)
-    std::memcpy(static_cast<char *>(rows.data) + r * rowBytes,
-                static_cast<const char *>(x.data) + int64_t(tok[r]) * rowBytes,
-                size_t(rowBytes));
-  return {};
+  return firstError({checkRowCount(op, n),
+                     checkDims(op, "rows", rows, "[N, h]", {n, h}),
+                     x.dtype == rows.dtype ? std::string()
+                                           : std::string(op) +
+                                                 ": rows must be x's dtype, "
+                                                 "found " +
+                                                 describe(rows)});
 }
 
-Status moeScatterAddRows(const Tensor &rows, const Tensor &rowToken,
-                         const Tensor &y) {
+Status checkMoeScatterAddRows(const Tensor &rows, const Tensor &rowToken,
+                              const Tensor &y) {
   const char *op = "moe_scatter_add_rows";
   ZEROC_RETURN_IF_ERROR(
       firstError({checkFloat(op, "rows", rows),
                   checkIds(op, "rowToken", rowToken), checkFloat(op, "y", y),
                   checkHasLast(op, "y", y), checkRank(op, "rows", rows, 2),
                   checkRank(op, "rowToken", rowToken, 1)}));
-  int64_t n = rowToken.dim(0), h = y.dim(-1), tokens = y.rows();
-  ZEROC_RETURN_IF_ERROR(firstError(
-      {checkRowCount(op, n), checkDims(op, "rows", rows, "[N, h]", {n, h})}));
-  const int32_t *tok = rowToken.i32();
-  for (int64_t r = 0; r < n; ++r)
-    if (tok[r] < 0 || tok[r] >= tokens)
-      return {std::string(op) + ": rowToken[" + std::to_string(r) +
-              "] = " + std::to_string(tok[r]) + " is out of range [0, " +
-              std::to_string(tokens) + ")"};
-  ScratchVector<float> acc(size_t(tokens * h), 0.0f), row(h);
-  for (int64_t r = 0; r < n; ++r) {
-    loadF32(rows, r * h, h, row.data());
-    float *out = acc.data() + int64_t(tok[r]) * h;
-    for (int64_t i = 0; i < h; ++i)
-      out[i] += row[size_t(i)];
-  }
-  storeF32(y, 0, tokens * h, acc.data());
-  return {};
+  int64_t n = rowToken.dim(0), h = y.dim(-1);
+  return firstError(
+      {checkRowCount(op, n), checkDims(op, "rows", rows, "[N, h]", {n, h})});
 }
 
-Status moeReceivedPlan(const std::vector<int64_t> &counts, int64_t local,
-                       const Tensor &offsets, const Tensor &rowToken) {
+Status moeReceivedPlanOnHost(const std::vector<int64_t> &counts, int64_t local,
+                             const Tensor &offsets, const Tensor &rowToken,
+                             int32_t *off, int32_t *tok) {
   const char *op = "moe_received_plan";
   ZEROC_RETURN_IF_ERROR(firstError({checkIds(op, "offsets", offsets),
                                     checkIds(op, "rowToken", rowToken),
@@ -633,7 +621,6 @@ Status moeReceivedPlan(const std::vector<int64_t> &counts, int64_t local,
   ScratchVector<int64_t> start(counts.size(), 0);
   for (size_t i = 1; i < counts.size(); ++i)
     start[i] = start[i - 1] + counts[i - 1];
-  int32_t *off = offsets.i32(), *tok = rowToken.i32();
   int64_t r = 0;
   off[0] = 0;
   for (int64_t l = 0; l < local; ++l) {
@@ -645,6 +632,46 @@ Status moeReceivedPlan(const std::vector<int64_t> &counts, int64_t local,
     off[l + 1] = int32_t(r);
   }
   return {};
+}
+
+Status moeGatherRows(const Tensor &x, const Tensor &rowToken,
+                     const Tensor &rows) {
+  const char *op = "moe_gather_rows";
+  ZEROC_RETURN_IF_ERROR(checkMoeGatherRows(x, rowToken, rows));
+  int64_t n = rowToken.dim(0), h = x.dim(-1);
+  const int32_t *tok = rowToken.i32();
+  int64_t tokens = x.rows();
+  ZEROC_RETURN_IF_ERROR(checkRowTokens(op, tok, n, tokens));
+  int64_t rowBytes = h * bytesPerElement(x.dtype);
+  for (int64_t r = 0; r < n; ++r)
+    std::memcpy(static_cast<char *>(rows.data) + r * rowBytes,
+                static_cast<const char *>(x.data) + int64_t(tok[r]) * rowBytes,
+                size_t(rowBytes));
+  return {};
+}
+
+Status moeScatterAddRows(const Tensor &rows, const Tensor &rowToken,
+                         const Tensor &y) {
+  const char *op = "moe_scatter_add_rows";
+  ZEROC_RETURN_IF_ERROR(checkMoeScatterAddRows(rows, rowToken, y));
+  int64_t n = rowToken.dim(0), h = y.dim(-1), tokens = y.rows();
+  const int32_t *tok = rowToken.i32();
+  ZEROC_RETURN_IF_ERROR(checkRowTokens(op, tok, n, tokens));
+  ScratchVector<float> acc(size_t(tokens * h), 0.0f), row(h);
+  for (int64_t r = 0; r < n; ++r) {
+    loadF32(rows, r * h, h, row.data());
+    float *out = acc.data() + int64_t(tok[r]) * h;
+    for (int64_t i = 0; i < h; ++i)
+      out[i] += row[size_t(i)];
+  }
+  storeF32(y, 0, tokens * h, acc.data());
+  return {};
+}
+
+Status moeReceivedPlan(const std::vector<int64_t> &counts, int64_t local,
+                       const Tensor &offsets, const Tensor &rowToken) {
+  return moeReceivedPlanOnHost(counts, local, offsets, rowToken, offsets.i32(),
+                               rowToken.i32());
 }
 
 Status moeCombineForward(const Tensor &ysorted, const Tensor &weights,

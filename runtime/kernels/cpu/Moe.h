@@ -201,6 +201,20 @@ Status checkMoeExpertsBackward(const Tensor &dysorted, const Tensor &x,
                                const Tensor &dw1, const Tensor &dw3,
                                const Tensor &dw2);
 
+Status checkMoeGatherRows(const Tensor &x, const Tensor &rowToken,
+                          const Tensor &rows);
+Status checkMoeScatterAddRows(const Tensor &rows, const Tensor &rowToken,
+                              const Tensor &y);
+
+/// moeReceivedPlan's checks and arithmetic, for both backends: the plan is
+/// a function of the host counts alone. Checks `counts` and the tensors'
+/// dtypes and shapes (not their data), then writes the plan to host memory:
+/// `off` [local + 1] and `tok` [sum of counts], which the CPU kernel points
+/// at the tensors and the CUDA kernel at staging that it copies to them.
+Status moeReceivedPlanOnHost(const std::vector<int64_t> &counts, int64_t local,
+                             const Tensor &offsets, const Tensor &rowToken,
+                             int32_t *off, int32_t *tok);
+
 /// `offsets` (host memory, numExperts + 1 entries) run from 0 to `rows`
 /// without decreasing: the one check of the experts' kernels that the CUDA
 /// backend makes on data too (it copies the offsets to the host anyway).

@@ -327,6 +327,22 @@ __global__ void gatherRowsKernel(const void *x, DType type, int64_t tokens,
   }
 }
 
+// rows[r, :] = x[rowToken[r], :] as bits (Word: the dtype's element size),
+// a copy as the CPU's memcpy; a token out of range gives NaNs.
+template <typename Word>
+__global__ void copyRowsKernel(const Word *x, DType type, int64_t tokens,
+                               int64_t h, const int32_t *rowToken, int64_t rows,
+                               Word *dst) {
+  for (int64_t e = globalThread(); e < rows * h; e += globalThreads()) {
+    int64_t r = e / h, i = e % h;
+    int32_t t = rowToken[r];
+    if (t >= 0 && t < tokens)
+      dst[e] = x[int64_t(t) * h + i];
+    else
+      storeFromFloat(dst, type, e, quietNaN());
+  }
+}
+
 // dst[t, i] = sum over t's rows r, ascending, of (w[t, rowSlot[r]] *)
 // src[r, i]: products and sums rounded separately, as the CPU's loop.
 __global__ void sumRowsKernel(const int32_t *sortedRows, const int32_t *starts,
@@ -555,6 +571,65 @@ Status moeExpertsForward(const Tensor &x, const Tensor &w1, const Tensor &w3,
   return {};
 }
 
+Status moeGatherRows(const Tensor &x, const Tensor &rowToken,
+                     const Tensor &rows, cudaStream_t stream) {
+  const char *op = "moe_gather_rows";
+  ZEROC_RETURN_IF_ERROR(cpu::checkMoeGatherRows(x, rowToken, rows));
+  int64_t n = rowToken.dim(0), h = x.dim(-1), tokens = x.rows();
+  if (n * h == 0)
+    return {};
+  if (bytesPerElement(x.dtype) == 2)
+    copyRowsKernel<<<gridFor(n * h), kThreads, 0, stream>>>(
+        static_cast<const uint16_t *>(x.data), x.dtype, tokens, h,
+        rowToken.i32(), n, static_cast<uint16_t *>(rows.data));
+  else
+    copyRowsKernel<<<gridFor(n * h), kThreads, 0, stream>>>(
+        static_cast<const uint32_t *>(x.data), x.dtype, tokens, h,
+        rowToken.i32(), n, static_cast<uint32_t *>(rows.data));
+  return launchStatus(op);
+}
+
+Status moeScatterAddRows(const Tensor &rows, const Tensor &rowToken,
+                         const Tensor &y, cudaStream_t stream) {
+  const char *op = "moe_scatter_add_rows";
+  ZEROC_RETURN_IF_ERROR(cpu::checkMoeScatterAddRows(rows, rowToken, y));
+  int64_t n = rowToken.dim(0), h = y.dim(-1), tokens = y.rows();
+  // Each token's rows by a stable sort, summed in ascending row order: the
+  // experts' dx sum without the experts.
+  Scratch scratch;
+  const int32_t *sorted, *starts;
+  ZEROC_RETURN_IF_ERROR(sortByKey(op, rowToken.i32(), n, tokens, scratch,
+                                  sorted, starts, stream));
+  if (tokens * h == 0)
+    return {};
+  sumRowsKernel<<<gridFor(tokens * h), kThreads, 0, stream>>>(
+      sorted, starts, rows.data, rows.dtype, tokens, h, nullptr, DType::F32,
+      nullptr, 1, y.data, y.dtype);
+  return launchStatus(op);
+}
+
+Status moeReceivedPlan(const std::vector<int64_t> &counts, int64_t local,
+                       const Tensor &offsets, const Tensor &rowToken,
+                       cudaStream_t stream) {
+  const char *op = "moe_received_plan";
+  // Made on the host, copied through pageable memory that must outlive the
+  // copies: hence the synchronization, as in hostOffsets.
+  std::vector<int32_t> plan(size_t(offsets.numel() + rowToken.numel()));
+  ZEROC_RETURN_IF_ERROR(
+      cpu::moeReceivedPlanOnHost(counts, local, offsets, rowToken, plan.data(),
+                                 plan.data() + offsets.numel()));
+  for (auto [dst, src, bytes] :
+       {std::tuple{offsets.data, plan.data(), offsets.bytes()},
+        std::tuple{rowToken.data, plan.data() + offsets.numel(),
+                   rowToken.bytes()}})
+    if (bytes > 0)
+      ZEROC_RETURN_IF_ERROR(
+          cudaStatus(op, "cudaMemcpyAsync of the plan",
+                     cudaMemcpyAsync(dst, src, size_t(bytes),
+                                     cudaMemcpyHostToDevice, stream)));
+  return cudaStatus(op, "cudaStreamSynchronize", cudaStreamSynchronize(stream));
+}
+
 Status moeCombineForward(const Tensor &ysorted, const Tensor &weights,
                          const Tensor &rowToken, const Tensor &rowSlot,
                          const Tensor &y, cudaStream_t stream) {
@@ -606,8 +681,8 @@ Status moeExpertsBackward(const Tensor &dysorted, const Tensor &x,
   const char *op = "moe_experts_backward";
   ZEROC_RETURN_IF_ERROR(cpu::checkMoeExpertsBackward(
       dysorted, x, w1, w3, w2, offsets, rowToken, h1, h3, dx, dw1, dw3, dw2));
-  int64_t tokens = x.rows(), h = x.dim(-1), experts = w1.dim(0),
-          inter = w1.dim(1), rows = rowToken.dim(0);
+  int64_t h = x.dim(-1), experts = w1.dim(0), inter = w1.dim(1),
+          rows = rowToken.dim(0);
   std::vector<int32_t> off;
   ZEROC_RETURN_IF_ERROR(hostOffsets(op, offsets, rows, stream, off));
 
@@ -668,16 +743,7 @@ Status moeExpertsBackward(const Tensor &dysorted, const Tensor &x,
   ZEROC_RETURN_IF_ERROR(add(dx1, dx3, dx1, stream));
 
   // dx[t] = the sum of t's rows, ascending.
-  Scratch sortScratch;
-  const int32_t *sorted, *starts;
-  ZEROC_RETURN_IF_ERROR(sortByKey(op, rowToken.i32(), rows, tokens, sortScratch,
-                                  sorted, starts, stream));
-  if (tokens * h == 0)
-    return {};
-  sumRowsKernel<<<gridFor(tokens * h), kThreads, 0, stream>>>(
-      sorted, starts, dx1.data, dx1.dtype, tokens, h, nullptr, DType::F32,
-      nullptr, 1, dx.data, dx.dtype);
-  return launchStatus(op);
+  return moeScatterAddRows(dx1, rowToken, dx, stream);
 }
 
 Status moeRouterStats(const Tensor &logits, const Tensor &indices,

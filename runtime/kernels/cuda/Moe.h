@@ -15,18 +15,31 @@
 //   on that expert's block of rows, and the dense silu and mul kernels over
 //   all rows. The GEMM sizes are the experts' row counts, device data: the
 //   experts' kernels copy `offsets` (E + 1 ints) to the host and synchronize
-//   the stream, the only kernels of this backend that do.
+//   the stream, the only kernels of this backend that do but
+//   moeReceivedPlan.
 // - Combine, and the experts' dx: each token's rows found by a stable sort
 //   keyed by token, summed in ascending row order with f32 multiplies and
 //   adds rounded separately (no fused multiply-add), as the CPU sums them.
 //   combine's dweights are block reductions (a fixed order, not the CPU's).
+// - Expert parallelism's row moves: moeGatherRows copies rows as bits;
+//   moeScatterAddRows finds each token's rows by the combine's stable sort
+//   and sums them in ascending row order in f32, rounded once (the CPU's
+//   sums exactly); moeReceivedPlan is a function of the host counts, made
+//   on the host by the CPU's code (cpu::moeReceivedPlanOnHost) and copied
+//   to the device tensors, after which it synchronizes the stream (the
+//   staging is pageable; the experts' kernels that follow synchronize
+//   anyway).
 // No atomics: every kernel is deterministic run to run.
 //
 // The indices, offsets and row maps are device data, which these kernels do
 // not check (the CPU kernels do): they are moeRouterForward's and
 // moeDispatchPlan's outputs. An index out of range is sorted after every
 // expert, so that offsets[E] < T * k shows it, and reads nothing out of
-// bounds.
+// bounds. Likewise for the row moves' rowToken (the CPU kernels return an
+// error): moeGatherRows writes NaNs for a row whose token is out of range,
+// and moeScatterAddRows sorts such a row after every token and leaves it out
+// of every sum, reading nothing out of bounds. moeReceivedPlan's counts are
+// host data: it makes every check the CPU kernel makes, with its messages.
 //
 //===----------------------------------------------------------------------===//
 
@@ -94,6 +107,17 @@ Status moeExpertsBackward(const Tensor &dysorted, const Tensor &x,
                           const Tensor &dw1, const Tensor &dw3,
                           const Tensor &dw2, KernelContext &ctx,
                           cudaStream_t stream);
+
+Status moeGatherRows(const Tensor &x, const Tensor &rowToken,
+                     const Tensor &rows, cudaStream_t stream);
+
+Status moeScatterAddRows(const Tensor &rows, const Tensor &rowToken,
+                         const Tensor &y, cudaStream_t stream);
+
+/// `counts` are host data, as for the CPU kernel. Synchronizes `stream`.
+Status moeReceivedPlan(const std::vector<int64_t> &counts, int64_t local,
+                       const Tensor &offsets, const Tensor &rowToken,
+                       cudaStream_t stream);
 
 } // namespace zeroc::cuda
 

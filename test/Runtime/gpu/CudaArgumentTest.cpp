@@ -228,6 +228,35 @@ TEST_F(CudaArguments, MixtureOfExperts) {
       cpu::moeCombineBackward(x, ys, weights, rows, rows, ys, dweights3));
 }
 
+// Expert parallelism's row moves. The received plan's counts are host
+// data: the GPU kernel checks them as the CPU kernel does, before any copy.
+TEST_F(CudaArguments, RowMoves) {
+  Tensor x = fake({3, 2}), tokens = fake({2}, DType::I32);
+  Tensor rows16 = fake({2, 2}, DType::BF16), rows3 = fake({3, 2});
+  expectSameError(cuda::moeGatherRows(x, tokens, rows16, stream),
+                  cpu::moeGatherRows(x, tokens, rows16));
+  expectSameError(cuda::moeGatherRows(x, tokens, rows3, stream),
+                  cpu::moeGatherRows(x, tokens, rows3));
+  expectSameError(
+      cuda::moeGatherRows(x, fake({2, 1}, DType::I32), fake({2, 2}), stream),
+      cpu::moeGatherRows(x, fake({2, 1}, DType::I32), fake({2, 2})));
+  Tensor rows23 = fake({2, 3});
+  expectSameError(cuda::moeScatterAddRows(rows23, tokens, x, stream),
+                  cpu::moeScatterAddRows(rows23, tokens, x));
+  expectSameError(cuda::moeScatterAddRows(fake({2, 2}), fake({2}), x, stream),
+                  cpu::moeScatterAddRows(fake({2, 2}), fake({2}), x));
+  Tensor offsets = fake({3}, DType::I32), rowToken = fake({3}, DType::I32);
+  for (const std::vector<int64_t> &counts :
+       {std::vector<int64_t>{1, 2, 0}, {1, -1}, {1, 1}})
+    expectSameError(cuda::moeReceivedPlan(counts, 2, offsets, rowToken, stream),
+                    cpu::moeReceivedPlan(counts, 2, offsets, rowToken));
+  expectSameError(
+      cuda::moeReceivedPlan({1, 2}, 2, fake({2}, DType::I32), rowToken, stream),
+      cpu::moeReceivedPlan({1, 2}, 2, fake({2}, DType::I32), rowToken));
+  expectSameError(cuda::moeReceivedPlan({1, 2}, 2, fake({3}), rowToken, stream),
+                  cpu::moeReceivedPlan({1, 2}, 2, fake({3}), rowToken));
+}
+
 // The load-balancing loss: the shared checks give the CPU's message; the
 // GPU kernels' own limits (f32 logits, at most kMaxLoadBalancingLayers
 // routers, one kernel argument each) are errors before any launch.

@@ -7,7 +7,7 @@
 // - bit for bit where the GPU does the CPU's arithmetic in the CPU's order:
 //   casts, copies, add, mul, accumulate, the embeddings (sums in position
 //   order), scale, unscale, clipping, Adam and LAMB's elementwise halves
-//   (no fused multiply-adds);
+//   (no fused multiply-adds), expert parallelism's row moves;
 // - f32 results elsewhere within `tol * max |cpu|`, tol 1e-5 (2e-6 for the
 //   elementwise kernels, 5e-5 for the backwards of the norms and attention):
 //   only summation orders and the last bits of expf / tanhf differ;
@@ -1352,6 +1352,99 @@ TEST_P(CudaMoe, MatchesTheCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaMoe,
+                         ::testing::Values(DType::F32, DType::BF16));
+
+// Expert parallelism's row moves against the CPU kernels, bit for bit:
+// the gather is a copy (signalling-NaN payloads too, which a copy through
+// f32 would quieten); the scatter-add sums each token's rows in ascending
+// row order in f32 and rounds once, so the sums agree exactly, with repeated
+// tokens, tokens without rows (0) and no rows at all; the received plan is
+// the CPU's integers, zero counts included. The device outputs start as
+// NaNs, so an element left unwritten shows.
+class CudaMoeRowMoves : public CudaKernels,
+                        public ::testing::WithParamInterface<DType> {};
+
+TEST_P(CudaMoeRowMoves, GatherRowsCopiesBits) {
+  DType t = GetParam();
+  const int64_t T = 7, h = 33;
+  Host x = random({T, h}, t, 220);
+  // A signalling NaN in row 3.
+  if (t == DType::BF16)
+    static_cast<uint16_t *>(x.view.data)[3 * h + 5] = 0x7f81;
+  else
+    x.view.i32()[3 * h + 5] = 0x7f800001;
+  auto xd = up(x);
+  // Tokens 2, 4 and 5 have no row; 3 has three.
+  for (const std::vector<int32_t> &tokens :
+       {std::vector<int32_t>{3, 3, 0, 6, 3, 1}, std::vector<int32_t>{}}) {
+    int64_t n = int64_t(tokens.size());
+    SCOPED_TRACE(std::to_string(n) + " rows");
+    Host rowToken = ids({n}, tokens), rows({n, h}, t);
+    ASSERT_OK(cpu::moeGatherRows(x, rowToken, rows));
+    auto rowTokenD = up(rowToken);
+    Device rowsD(rows.view);
+    ASSERT_OK(cuda::moeGatherRows(*xd, *rowTokenD, rowsD, stream));
+    expectExact(down(rowsD), rows, "rows");
+  }
+}
+
+TEST_P(CudaMoeRowMoves, ScatterAddRowsSumsLikeTheCpu) {
+  DType t = GetParam();
+  const int64_t h = 33;
+  struct Case {
+    int64_t tokens;
+    Host rowToken;
+    DType rowsType;
+  };
+  std::vector<Case> cases;
+  // Tokens 2, 4 and 5 without rows, 3 with three (out of order).
+  cases.push_back({7, ids({6}, {3, 3, 0, 6, 3, 1}), t});
+  // Many repeats; f32 rows into y of the parameter's dtype.
+  cases.push_back({50, randomIds({300}, 50, 221), DType::F32});
+  // No rows: y is all zeros.
+  cases.push_back({5, ids({0}, {}), t});
+  for (Case &c : cases) {
+    int64_t n = c.rowToken.view.numel();
+    SCOPED_TRACE(std::to_string(n) + " rows onto " + std::to_string(c.tokens) +
+                 " tokens");
+    // Magnitudes that differ widely, so that the order and the rounding of
+    // the sums show.
+    Host rows = random({n, h}, c.rowsType, 222, -1e3f, 1e3f);
+    for (int64_t i = 0; i < rows.view.numel(); i += 3)
+      cpu::storeElement(rows.view, i, cpu::loadElement(rows.view, i) * 1e-4f);
+    Host y({c.tokens, h}, t);
+    ASSERT_OK(cpu::moeScatterAddRows(rows, c.rowToken, y));
+    auto rowsD = up(rows), rowTokenD = up(c.rowToken);
+    Device yD(y.view);
+    ASSERT_OK(cuda::moeScatterAddRows(*rowsD, *rowTokenD, yD, stream));
+    expectExact(down(yD), y, "y");
+  }
+}
+
+TEST_P(CudaMoeRowMoves, ReceivedPlanIsTheCpus) {
+  // Three sources, two local experts (counts[s * 2 + l]); zero counts, all
+  // zeros, one source.
+  std::vector<std::pair<int64_t, std::vector<int64_t>>> plans = {
+      {2, {3, 0, 2, 4, 0, 1}},
+      {2, {0, 0, 0, 0, 0, 0}},
+      {1, {5}},
+      {4, {1, 0, 0, 2, 0, 3, 1, 0}}};
+  for (const auto &[local, counts] : plans) {
+    int64_t total = 0;
+    for (int64_t c : counts)
+      total += c;
+    SCOPED_TRACE(std::to_string(total) + " rows");
+    Host offsets({local + 1}, DType::I32), rowToken({total}, DType::I32);
+    ASSERT_OK(cpu::moeReceivedPlan(counts, local, offsets, rowToken));
+    Device offsetsD(offsets.view), rowTokenD(rowToken.view);
+    ASSERT_OK(
+        cuda::moeReceivedPlan(counts, local, offsetsD, rowTokenD, stream));
+    expectExact(down(offsetsD), offsets, "offsets");
+    expectExact(down(rowTokenD), rowToken, "rowToken");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, CudaMoeRowMoves,
                          ::testing::Values(DType::F32, DType::BF16));
 
 // The load-balancing loss (output_router_logits): the router statistics

@@ -19,9 +19,11 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <optional>
 #include <thread>
 
 using namespace zeroc;
@@ -299,6 +301,66 @@ TEST(NcclMpiComm, StreamsOnSeparateCommunicatorsMayInterleave) {
   std::vector<float> gathered = full.download();
   for (int p = 0; p < n; ++p)
     EXPECT_EQ(gathered[size_t(p)], float(p));
+}
+
+// Expert parallelism's exchanges as zerorun runs them on NCCL: the counts
+// through host staging, then the rows as device buffers, there and back.
+// As CommMpiTest's ExpertCountExchangeThenRows: 2 experts per rank; rank r
+// routes (3 r + e) % 4 rows to expert e, none to rank 0's experts.
+TEST(NcclMpiComm, ExpertCountExchangeThenRows) {
+  auto comm = world();
+  int64_t n = comm->size(), r = comm->rank(), local = 2, h = 3;
+  auto routed = [&](int64_t from, int64_t expert) -> int64_t {
+    return expert < local ? 0 : (3 * from + expert) % 4;
+  };
+  std::vector<int64_t> sent;
+  for (int64_t e = 0; e < n * local; ++e)
+    sent.push_back(routed(r, e));
+  std::atomic<bool> cancel{false};
+  std::optional<std::vector<int64_t>> received =
+      exchangeExpertCounts(*comm, sent, {5, "dispatch counts"}, cancel);
+  ASSERT_TRUE(received);
+  ASSERT_EQ(received->size(), size_t(n * local));
+  for (int64_t s = 0; s < n; ++s)
+    for (int64_t l = 0; l < local; ++l)
+      EXPECT_EQ((*received)[size_t(s * local + l)], routed(s, r * local + l))
+          << "from rank " << s << " for local expert " << l;
+
+  // Row k of expert e from rank r holds {r, e, k}.
+  std::vector<float> rows;
+  std::vector<int64_t> sendCounts(size_t(n), 0), recvCounts(size_t(n), 0);
+  for (int64_t e = 0; e < n * local; ++e)
+    for (int64_t k = 0; k < sent[size_t(e)]; ++k) {
+      rows.insert(rows.end(), {float(r), float(e), float(k)});
+      sendCounts[size_t(e / local)] += h;
+    }
+  for (int64_t s = 0; s < n; ++s)
+    for (int64_t l = 0; l < local; ++l)
+      recvCounts[size_t(s)] += h * (*received)[size_t(s * local + l)];
+  int64_t total =
+      std::accumulate(recvCounts.begin(), recvCounts.end(), int64_t(0));
+  // One spare element each, so that no buffer is empty.
+  rows.push_back(-1.0f);
+  DeviceBuffer<float> rowsD(rows), gotD(std::vector<float>(size_t(total) + 1)),
+      backD(std::vector<float>(rows.size(), -1.0f));
+  CommHandle d = comm->allToAllV(rowsD.get(), sendCounts, gotD.get(),
+                                 recvCounts, DType::F32, {6, "dispatch"});
+  comm->wait(d);
+  std::vector<float> got = gotD.download();
+  size_t at = 0;
+  for (int64_t s = 0; s < n; ++s)
+    for (int64_t l = 0; l < local; ++l)
+      for (int64_t k = 0; k < routed(s, r * local + l); ++k) {
+        EXPECT_EQ(got[at], float(s));
+        EXPECT_EQ(got[at + 1], float(r * local + l));
+        EXPECT_EQ(got[at + 2], float(k));
+        at += 3;
+      }
+  EXPECT_EQ(int64_t(at), total);
+  CommHandle c = comm->allToAllV(gotD.get(), recvCounts, backD.get(),
+                                 sendCounts, DType::F32, {7, "combine"});
+  comm->wait(c);
+  EXPECT_EQ(backD.download(), rows);
 }
 
 TEST(NcclMpiComm, SplitByParity) {

@@ -18,6 +18,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 using namespace zeroc;
@@ -322,6 +323,68 @@ TEST(NcclComm, ScalarsRoundTripThroughTheDevice) {
   h = comm->allReduceScalars(&none, 0, ScalarOp::Max, {14, ""});
   comm->wait(h);
   EXPECT_EQ(none, 4.0);
+}
+
+// Device rows: one rank's all-to-all sends its one block to itself.
+TEST(NcclComm, AllToAllOfDeviceRowsIsACopy) {
+  REQUIRE_GPU();
+  auto comm = world();
+  std::vector<float> rows = {1.5f, -2.0f, 1e-30f, 3.0f, 7.0f, -0.0f};
+  DeviceBuffer<float> in(rows), out(6);
+  CommHandle h = comm->allToAllV(in.get(), {6}, out.get(), {6}, DType::F32,
+                                 {15, "dispatch"});
+  comm->wait(h);
+  EXPECT_EQ(out.download(), rows);
+  // Nothing to send: no NCCL call, and the handle still completes.
+  h = comm->allToAllV(in.get(), {0}, out.get(), {0}, DType::F32, {16, ""});
+  comm->wait(h);
+  EXPECT_FALSE(h.pending());
+}
+
+// Host i32s through pinned and device staging: the input is copied when
+// the exchange starts (changing it afterwards changes nothing), `recv` is
+// written when it completes (not before), and staging that a collective of
+// another size left behind is reused with the right offsets: a larger host
+// exchange, scalars in the same staging, a smaller host exchange.
+TEST(NcclComm, HostAllToAllStagesThroughTheDevice) {
+  REQUIRE_GPU();
+  auto comm = world();
+  for (int64_t perRank : {40, 5, 0}) {
+    SCOPED_TRACE(std::to_string(perRank) + " per rank");
+    std::vector<int32_t> send(static_cast<size_t>(perRank)),
+        recv(static_cast<size_t>(perRank), -7);
+    for (int64_t i = 0; i < perRank; ++i)
+      send[size_t(i)] = int32_t(3 * i - 50);
+    std::vector<int32_t> expected = send;
+    CommHandle h =
+        comm->allToAllHost(send.data(), recv.data(), perRank, {17, "counts"});
+    std::fill(send.begin(), send.end(), 99);
+    EXPECT_EQ(recv, std::vector<int32_t>(size_t(perRank), -7));
+    comm->wait(h);
+    EXPECT_EQ(recv, expected);
+    EXPECT_EQ(comm->allReduceScalar(double(perRank) + 0.5, ScalarOp::Sum,
+                                    {18, "between"}),
+              double(perRank) + 0.5);
+  }
+}
+
+// Expert parallelism's count exchange on NCCL (which takes device buffers
+// only): one rank receives its own counts, zeros included, and the
+// all-to-all traffic counts the exchange.
+TEST(NcclComm, ExpertCountExchange) {
+  REQUIRE_GPU();
+  auto comm = world();
+  CommTraffic before = comm->traffic();
+  std::atomic<bool> cancel{false};
+  std::vector<int64_t> sent = {3, 0, 5, 1 << 20};
+  std::optional<std::vector<int64_t>> received =
+      exchangeExpertCounts(*comm, sent, {19, "dispatch counts"}, cancel);
+  ASSERT_TRUE(received);
+  EXPECT_EQ(*received, sent);
+  CommTraffic::Volume v =
+      comm->traffic().since(before)[CollectiveKind::AllToAll];
+  EXPECT_EQ(v.collectives, 1);
+  EXPECT_EQ(v.elements, 4);
 }
 
 TEST(NcclComm, RejectsBadArguments) {
