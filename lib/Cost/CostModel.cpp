@@ -466,6 +466,23 @@ double CostModel::attentionItemWork(const PhaseInfo &info,
   return seq * seq * headDim;
 }
 
+double CostModel::biasPassTime(const PhaseInfo &info, const PlanOp &op) const {
+  if (op.kind != OpKind::Linear || op.inputs.size() < 3 || op.outputs.empty() ||
+      clusterRef.calibration.device != "cpu")
+    return 0;
+  auto y = info.values.find(op.outputs[0]);
+  if (y == info.values.end() || y->second->shape.empty())
+    return 0;
+  double elements = 1;
+  for (int64_t d : y->second->shape)
+    elements *= double(d);
+  // cpu/Linear.cpp: the f32 product read and written, the bias row once;
+  // a streaming pass like add's (the parallel threshold on the same work).
+  double bytes = (2 * elements + double(y->second->shape.back())) * 4;
+  return kernelTime(clusterRef, OpKind::Add, 0, bytes, DType::F32, false,
+                    elements);
+}
+
 bool CostModel::hasMisalignedRows(const PhaseInfo &info,
                                   const PlanOp &op) const {
   for (const std::vector<int64_t> *ids : {&op.inputs, &op.outputs})
@@ -721,6 +738,7 @@ OpCost CostModel::workCost(const PlanPhase &phase, const PlanOp &op,
           clusterRef, op.kind, double(op.flops), double(op.bytes),
           computeDType(info, op), hasMisalignedRows(info, op),
           largestOperandElements(info, op), attentionItemWork(info, op));
+      cost.seconds += biasPassTime(info, op);
       return cost;
     }
   case OpKind::AllGatherStart:

@@ -1263,6 +1263,53 @@ TEST(Calibration, TheSerialThresholdCountsTheLargestOperand) {
   EXPECT_NEAR(seconds(64, 4096), 64 * 4096 * 4 / 2e9, 1e-15);
 }
 
+// zerorun's CPU linear adds its bias in a pass of its own over the output
+// (cpu/Linear.cpp), which the calibration's GEMMs do not have: tiny GPT-2's
+// forward linears measured 30-45% over the GEMM's price (bench/RESULTS.md,
+// run 19). On a GPU cuBLASLt's epilogue fuses it.
+TEST(Calibration, ACpuLinearsBiasIsAPassAtAddsRate) {
+  Cluster c = exactCluster();
+  c.calibration.matmul[0][0] = 10e9;
+  c.calibration.matmul[0][1] = 10e9;
+  c.calibration.matmul[0][2] = 10e9;
+  c.calibration.kernelBandwidth["add"] = 4e9;
+  c.calibration.serialKernelBandwidth["add"] = 2e9;
+  c.calibration.serialKernelElements = 32768;
+  auto seconds = [&](int64_t rows, int64_t in, int64_t out, bool bias) {
+    PlanOp lin = op(0, "linear", 0);
+    lin.flops = 2 * rows * in * out;
+    lin.inputs =
+        bias ? std::vector<int64_t>{1, 2, 4} : std::vector<int64_t>{1, 2};
+    lin.outputs = {3};
+    Plan plan = planWith({lin});
+    PlanValue x = value(1, DType::F32, rows * in),
+              w = value(2, DType::F32, out * in),
+              y = value(3, DType::F32, rows * out),
+              b = value(4, DType::F32, out);
+    x.shape = {rows, in};
+    w.shape = {out, in};
+    y.shape = {rows, out};
+    b.shape = {out};
+    plan.phases[0].values = {x, w, y, b};
+    CostModel model(plan, c);
+    return model.cost(plan.phases[0], plan.phases[0].ops[0]).seconds;
+  };
+  const double gemm = 2.0 * 64 * 64 * 256 / 10e9;
+  // No calibrated device said: no pass.
+  EXPECT_NEAR(seconds(64, 64, 256, true), gemm, 1e-15);
+  c.calibration.device = "cpu";
+  EXPECT_NEAR(seconds(64, 64, 256, false), gemm, 1e-15);
+  // 64 x 256 outputs (below the threshold: one thread): y read and written
+  // in f32, the bias row once.
+  EXPECT_NEAR(seconds(64, 64, 256, true),
+              gemm + (2.0 * 64 * 256 + 256) * 4 / 2e9, 1e-15);
+  // 256 x 256: on the pool.
+  EXPECT_NEAR(seconds(256, 64, 256, true),
+              4 * gemm + (2.0 * 256 * 256 + 256) * 4 / 4e9, 1e-15);
+  c.calibration.device = "cuda";
+  EXPECT_NEAR(seconds(64, 64, 256, true), gemm, 1e-15);
+}
+
 // Attention's rate depends on its items' shape: tiny GPT-2's (sequence 32,
 // heads of 16) ran at a sixth of the rate of sequence 256 and heads of 64
 // on this CPU (bench/RESULTS.md, run 11).

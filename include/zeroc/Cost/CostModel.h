@@ -269,6 +269,10 @@ private:
   /// seq^2 x head_dim of one (batch, head) item of an attention op (0 for
   /// other ops, or when its shapes are not known).
   double attentionItemWork(const PhaseInfo &info, const PlanOp &op) const;
+  /// A linear's bias, added by zerorun's CPU kernel in a pass of its own
+  /// over the output (0 without a bias, or off a CPU, where cuBLASLt's
+  /// epilogue fuses it).
+  double biasPassTime(const PhaseInfo &info, const PlanOp &op) const;
 };
 
 } // namespace zeroc
