@@ -466,31 +466,27 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
                                  "bus_gb_per_s: expected a number > 0"),
             std::string::npos)
       << e.error().str();
+  // The section's key `key` set to each of `values` is an error that names
+  // it.
+  auto refused = [&](const char *key, std::initializer_list<json> values) {
+    for (const json &v : values) {
+      json wrong = j;
+      wrong["calibration"][key] = v;
+      Expected<JsonDocument> text =
+          JsonDocument::parse(wrong.dump(2), "bad.json");
+      ASSERT_TRUE(text);
+      Expected<Cluster> read = readCluster(*text);
+      ASSERT_FALSE(read) << key << " = " << v;
+      EXPECT_NE(read.error().str().find(std::string("cluster calibration.") +
+                                        key + ": expected"),
+                std::string::npos)
+          << read.error().str();
+    }
+  };
   // A rank's threads are a whole number, at least 1.
-  for (json threads : {json(0), json(1.5), json("one")}) {
-    bad = j;
-    bad["calibration"]["threads_per_rank"] = threads;
-    doc = JsonDocument::parse(bad.dump(2), "bad.json");
-    ASSERT_TRUE(doc);
-    e = readCluster(*doc);
-    ASSERT_FALSE(e) << threads;
-    EXPECT_NE(e.error().str().find("cluster calibration.threads_per_rank: "
-                                   "expected"),
-              std::string::npos)
-        << e.error().str();
-  }
+  refused("threads_per_rank", {json(0), json(1.5), json("one")});
   // The device is one zerorun calibrates on, and a string.
-  for (json device : {json("tpu"), json(""), json(1)}) {
-    bad = j;
-    bad["calibration"]["device"] = device;
-    doc = JsonDocument::parse(bad.dump(2), "bad.json");
-    ASSERT_TRUE(doc);
-    e = readCluster(*doc);
-    ASSERT_FALSE(e) << device;
-    EXPECT_NE(e.error().str().find("cluster calibration.device: expected"),
-              std::string::npos)
-        << e.error().str();
-  }
+  refused("device", {json("tpu"), json(""), json(1)});
   // Without one (a hand-written file), none is written back.
   json none = j;
   none["calibration"].erase("device");
