@@ -243,6 +243,14 @@ const FigureSpec kFigures[] = {
      [](Cluster &c, Counts &) -> double & { return c.computeEfficiency; }},
     {"calibration.ranks", 1, Bound::Count, true,
      [](Cluster &c, Counts &) -> double & { return c.calibration.ranks; }},
+    {"calibration.meeting_wait.compute", 1, Bound::NonNegative, true,
+     [](Cluster &c, Counts &) -> double & {
+       return c.calibration.meetingWait[0];
+     }},
+    {"calibration.meeting_wait.memory", 1, Bound::NonNegative, true,
+     [](Cluster &c, Counts &) -> double & {
+       return c.calibration.meetingWait[1];
+     }},
     {"calibration.threads_per_rank", 1, Bound::Count, true,
      [](Cluster &c, Counts &) -> double & {
        return c.calibration.threadsPerRank;
@@ -376,6 +384,7 @@ const ObjectSpec kObjects[] = {
     {"calibration.reduce_scatter", true},
     {"calibration.all_reduce", true},
     {"calibration.all_to_all", true},
+    {"calibration.meeting_wait", true},
 };
 
 /// "gpu.peak_tflops.bf16" -> {"gpu", "peak_tflops", "bf16"}.

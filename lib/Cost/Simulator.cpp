@@ -13,7 +13,11 @@
 // copy on its own stream. Collectives share the network (one NCCL
 // communicator per data-parallel group): on whatever stream, a collective
 // starts only once the previous one has finished, so gathers and
-// reductions on two streams overlap compute but not each other. The compute
+// reductions on two streams overlap compute but not each other. Every rank
+// must have launched it, and ranks do not progress alike: with a
+// calibrated meeting wait it starts that share of the compute since the
+// previous collective later (GEMMs and attention at one share, the
+// memory-bound kernels at another). The compute
 // stream's idle time before an op is charged to the op that held it up, seen
 // through waits. On a CPU rank at world size 1 the streams of nothing but
 // collectives run on the compute stream's lane (zerorun runs them on its
@@ -43,6 +47,21 @@ size_t streamCount(const Plan &plan) {
   return count;
 }
 
+/// GEMMs and attention: compute-bound on every device; the other kernels
+/// stream memory.
+bool flopBound(OpKind kind) {
+  switch (kind) {
+  case OpKind::Linear:
+  case OpKind::LinearGradInput:
+  case OpKind::LinearGradWeight:
+  case OpKind::CausalAttention:
+  case OpKind::CausalAttentionBackward:
+    return true;
+  default:
+    return false;
+  }
+}
+
 PhaseTimeline simulatePhase(const PlanPhase &phase, const CostModel &model,
                             size_t streams, int64_t compute, int64_t worldSize,
                             double stragglerFactor) {
@@ -61,7 +80,10 @@ PhaseTimeline simulatePhase(const PlanPhase &phase, const CostModel &model,
       ranks, std::vector<double>(streams, 0.0));
   std::vector<std::vector<double>> ends(ranks); // By op position.
   double networkFree = 0; // When the last collective left the network.
-  double slowEnd = 0;     // The slow rank's last end.
+  // The mean wait for the latest rank at the next collective: the compute
+  // since the last one times the calibrated meeting wait of its kind.
+  double apart = 0;
+  double slowEnd = 0; // The slow rank's last end.
   // The dependency that finished last, per op position; -1 when none.
   std::vector<int64_t> critical;
   critical.reserve(phase.ops.size());
@@ -151,6 +173,10 @@ PhaseTimeline simulatePhase(const PlanPhase &phase, const CostModel &model,
       // Every rank launches it; it runs once the last has, and once the
       // collective before it has left the network.
       double met = ranks > 1 ? std::max(local[0], local[1]) : local[0];
+      // The ranks' progress since they last met differs (calibrated):
+      // the latest arrives that much later on average.
+      met += apart;
+      apart = 0;
       t.stragglerWait = met - local[0];
       t.start = std::max(met, networkFree);
       slowStart = t.start;
@@ -170,6 +196,9 @@ PhaseTimeline simulatePhase(const PlanPhase &phase, const CostModel &model,
       slowEnd = std::max(slowEnd, slowEndOp);
     }
     out.streamBusy[stream] += cost.seconds;
+    // How far apart the ranks drift on this op's work.
+    if (worldSize > 1 && cost.cls == OpClass::Compute && !networked)
+      apart += cost.seconds * cal.meetingWait[flopBound(op.kind) ? 0 : 1];
     out.flops += cost.flops;
     out.modelFlops += cost.modelFlops;
 

@@ -377,6 +377,7 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
   j["calibration"] = {
       {"ranks", 2},
       {"threads_per_rank", 1},
+      {"meeting_wait", {{"compute", 0.002}, {"memory", 0.05}}},
       {"device", "cpu"},
       {"op_overhead_us", {{"value", 4}, {"source", "measured"}}},
       {"phase_overhead_us", 80},
@@ -401,6 +402,8 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
   EXPECT_TRUE(k.any());
   EXPECT_EQ(k.ranks, 2);
   EXPECT_EQ(k.threadsPerRank, 1);
+  EXPECT_EQ(k.meetingWait[0], 0.002);
+  EXPECT_EQ(k.meetingWait[1], 0.05);
   EXPECT_EQ(k.device, "cpu");
   EXPECT_NEAR(k.opOverhead, 4e-6, 1e-18);
   EXPECT_NEAR(k.phaseOverhead, 80e-6, 1e-18);

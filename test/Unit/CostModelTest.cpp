@@ -1560,6 +1560,40 @@ TEST(Streams, AOneCoreCpuRankTakesItsStreamsInTurn) {
   EXPECT_NEAR(timingOf(gpu, 2).start, 2 * kMs, kTol);
 }
 
+// Ranks do not progress alike: with a calibrated meeting wait a collective
+// starts that share of the compute since the previous one later, GEMMs at
+// the compute share and other kernels at the memory share; the next
+// collective counts from the end of this one. One rank meets nobody.
+TEST(Streams, CollectivesWaitForTheLatestRank) {
+  PlanOp gelu = op(1, "gelu", 0, {0});
+  gelu.bytes = 1'000'000; // 1 ms at 1 GB/s.
+  Plan plan = planWith(
+      {computeOp(0, 2.0), gelu,
+       collectiveOp(2, "all_reduce_start", "all_reduce", 0, 1.0, {1}),
+       computeOp(3, 4.0, {2}),
+       collectiveOp(4, "all_reduce_start", "all_reduce", 0, 1.0, {3})});
+  Cluster c = exactCluster();
+  c.calibration.kernelBandwidth["gelu"] = 1e9;
+  CostModel model(plan, c);
+  double ar = model.cost(plan.phases[0], plan.phases[0].ops[2]).seconds;
+  StepPrediction none = predict(plan, c);
+  EXPECT_NEAR(timingOf(none, 2).start, 3 * kMs, kTol);
+
+  c.calibration.meetingWait[0] = 0.1;
+  c.calibration.meetingWait[1] = 0.5;
+  StepPrediction apart = predict(plan, c);
+  // 2 ms of GEMM at 0.1 and 1 ms of gelu at 0.5.
+  double first = 3 * kMs + 0.2 * kMs + 0.5 * kMs;
+  EXPECT_NEAR(timingOf(apart, 2).start, first, kTol);
+  EXPECT_NEAR(timingOf(apart, 2).stragglerWait, 0.7 * kMs, kTol);
+  // 4 ms of GEMM since it: 0.4 ms.
+  EXPECT_NEAR(timingOf(apart, 4).start, first + ar + 4 * kMs + 0.4 * kMs, kTol);
+
+  plan.worldSize = 1;
+  StepPrediction alone = predict(plan, c);
+  EXPECT_NEAR(timingOf(alone, 2).start, 3 * kMs, kTol);
+}
+
 // On a CPU rank a collective on its own stream shares the cores with the
 // compute after it: it runs at the contended fit. On the compute stream, with
 // no compute left to run beside it, or on another device: the fit measured

@@ -832,6 +832,85 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
         k.opOverhead * 1e6, "phase overhead", k.phaseOverhead * 1e6);
   }
 
+  // Meetings. Every rank runs the same work for 1, 4 and 16 ms, then they
+  // meet, 16 times per length; the average rank waits the latest time less
+  // the mean (a collective starts at the latest arrival). The figure: the
+  // waits over the mean times, per length, averaged over the three. Once
+  // with GEMMs (128^3 f32), once with add streaming [256, 1024] f32
+  // operands from a pool of twice the last-level cache: on this 2-core VM
+  // the first came out near 0.002 and the second near 0.05-0.10 (two ranks
+  // streaming memory at once do not progress alike; bench/RESULTS.md,
+  // run 21).
+  if (comm.size() > 1) {
+    const int64_t n = 128, rows = gpu ? 16384 : 256;
+    Tensor a = cal.buffer({n, n}, DType::F32, small);
+    Tensor y = cal.buffer({n, n}, DType::F32, small);
+    PlanOp gemm = modelOp(OpKind::Linear, 2, 1),
+           add = modelOp(OpKind::Add, 2, 1);
+    const size_t poolSize =
+        gpu ? 3 : size_t(std::max<int64_t>(3, 2 * llc / (rows * 1024 * 4)));
+    std::vector<Tensor> pool;
+    for (size_t i = 0; i < poolSize; ++i)
+      pool.push_back(cal.buffer({rows, 1024}, DType::F32, activation));
+    size_t next = 0;
+    auto gemmCall = [&] {
+      std::vector<Tensor> in = {a, a}, out = {y};
+      (void)dev.modelOp(gemm, in, out, StepContext{}, nullptr);
+    };
+    auto addCall = [&] {
+      std::vector<Tensor> in = {pool[next % poolSize],
+                                pool[(next + 1) % poolSize]},
+                          out = {pool[(next + 2) % poolSize]};
+      next += 3;
+      (void)dev.modelOp(add, in, out, StepContext{}, nullptr);
+    };
+    const char *names[2] = {"compute", "memory"};
+    const std::string what[2] = {
+        "128^3 f32 GEMMs",
+        "add over [" + std::to_string(rows) + ", 1024] f32 operands" +
+            (gpu ? std::string()
+                 : " from a pool of twice the last-level cache")};
+    for (int w = 0; w < 2; ++w) {
+      const std::function<void()> call = w == 0
+                                             ? std::function<void()>(gemmCall)
+                                             : std::function<void()>(addCall);
+      const double once = cal.time(call);
+      double share = 0;
+      std::string each;
+      for (double length : {1e-3, 4e-3, 16e-3}) {
+        const int calls = int(cal.slowest(
+            double(std::max<int64_t>(1, std::llround(length / once)))));
+        double waited = 0, took = 0;
+        for (int meeting = 0; meeting < 16; ++meeting) {
+          cal.barrier();
+          auto t0 = Clock::now();
+          for (int i = 0; i < calls; ++i)
+            call();
+          dev.synchronize();
+          const double d = seconds(t0, Clock::now());
+          const double mean = cal.sum(d) / double(comm.size());
+          waited += cal.slowest(d) - mean;
+          took += mean;
+        }
+        const double r = took > 0 ? waited / took : 0;
+        share += r / 3;
+        char text[64];
+        std::snprintf(text, sizeof text, "%s%g ms: %.4f",
+                      each.empty() ? "" : ", ", length * 1e3, r);
+        each += text;
+      }
+      k.meetingWait[w] = share;
+      source(std::string("calibration.meeting_wait.") + names[w],
+             "every rank running " + what[w] +
+                 " for 1, 4 and 16 ms, then meeting, 16 times each: the "
+                 "latest arrival less the mean over the mean time (" +
+                 each + "), averaged over the lengths");
+      say("  %-20s %8.4f of the time between meetings (%s)\n",
+          (std::string("meeting wait ") + names[w]).c_str(), share,
+          each.c_str());
+    }
+  }
+
   // Collectives: fixed time and bus bandwidth per kind, fitted over sizes
   // (nccl-tests' busbw: bytes x (n-1)/n, 2(n-1)/n for all-reduce; for
   // all-to-all, expert parallelism's token exchange, equal blocks to every

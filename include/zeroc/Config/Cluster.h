@@ -178,6 +178,13 @@ struct ClusterCalibration {
   /// collective on its own stream while compute is still to run beside it
   /// (docs/cost-model.md, "Streams on a CPU rank"). 0: not measured.
   CollectiveFit contended[kCollectiveKinds];
+  /// At every collective the ranks meet and each waits for the latest, as
+  /// their progress since the last meeting differs (on a shared machine
+  /// most when they stream memory at the same time). The mean wait as a
+  /// share of the time since that meeting, measured with every rank
+  /// running the same work between meetings: [0] GEMMs (compute-bound),
+  /// [1] a streaming kernel over memory. 0: not measured (one rank).
+  double meetingWait[2] = {0, 0};
   /// How many ranks ran the calibration at once (they contend for the
   /// same cores and memory).
   double ranks = 0;

@@ -62,6 +62,11 @@ assert "xlarge" not in cal["matmul_tflops"]["f32"], "4096^3 is for GPUs"
 collectives = [k for k in ("all_gather", "reduce_scatter", "all_reduce",
                           "all_to_all") if k in cal]
 assert len(collectives) == (4 if ranks > 1 else 0), collectives
+# The ranks' meeting waits: measured at 2+ ranks only.
+meeting = cal.get("meeting_wait", {})
+assert sorted(meeting) == (["compute", "memory"] if ranks > 1 else []), meeting
+for kind, figure in meeting.items():
+    assert figure["value"] >= 0, (kind, figure)
 for k in collectives:  # Alone and beside compute (a CPU rank's cores).
     for f in ("latency_us", "bus_gb_per_s", "contended_latency_us",
               "contended_bus_gb_per_s"):
