@@ -229,6 +229,19 @@ bool rowsMisaligned(const std::vector<int64_t> &shape, DType dtype) {
   return !shape.empty() && (shape.back() * bytesPerElement(dtype)) % 16 != 0;
 }
 
+bool pricedByFlopRate(OpKind kind) {
+  switch (kind) {
+  case OpKind::Linear:
+  case OpKind::LinearGradInput:
+  case OpKind::LinearGradWeight:
+  case OpKind::CausalAttention:
+  case OpKind::CausalAttentionBackward:
+    return true;
+  default:
+    return false;
+  }
+}
+
 double kernelTime(const Cluster &cluster, OpKind kind, double flops,
                   double bytes, DType dtype, bool misalignedRows,
                   double elements, double attentionWork) {
@@ -237,24 +250,16 @@ double kernelTime(const Cluster &cluster, OpKind kind, double flops,
     if (auto it = cal.serialKernelBandwidth.find(opKindName(kind));
         it != cal.serialKernelBandwidth.end() && it->second > 0)
       return bytes / it->second;
-  switch (kind) {
-  case OpKind::Linear:
-  case OpKind::LinearGradInput:
-  case OpKind::LinearGradWeight:
-    if (double rate = calibratedMatmulRate(cal, dtype, flops, kind); rate > 0) {
-      if (misalignedRows)
-        rate *=
-            cal.matmulMisalignedFactor(ClusterCalibration::matmulIndex(dtype));
+  if (pricedByFlopRate(kind)) {
+    bool attention = kind == OpKind::CausalAttention ||
+                     kind == OpKind::CausalAttentionBackward;
+    double rate = attention ? calibratedAttentionRate(cal, attentionWork)
+                            : calibratedMatmulRate(cal, dtype, flops, kind);
+    if (rate > 0 && misalignedRows && !attention)
+      rate *=
+          cal.matmulMisalignedFactor(ClusterCalibration::matmulIndex(dtype));
+    if (rate > 0)
       return flops / rate;
-    }
-    break;
-  case OpKind::CausalAttention:
-  case OpKind::CausalAttentionBackward:
-    if (double rate = calibratedAttentionRate(cal, attentionWork); rate > 0)
-      return flops / rate;
-    break;
-  default:
-    break;
   }
   if (auto it = cal.kernelBandwidth.find(opKindName(kind));
       it != cal.kernelBandwidth.end() && it->second > 0)

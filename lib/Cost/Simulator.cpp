@@ -47,21 +47,6 @@ size_t streamCount(const Plan &plan) {
   return count;
 }
 
-/// GEMMs and attention: compute-bound on every device; the other kernels
-/// stream memory.
-bool flopBound(OpKind kind) {
-  switch (kind) {
-  case OpKind::Linear:
-  case OpKind::LinearGradInput:
-  case OpKind::LinearGradWeight:
-  case OpKind::CausalAttention:
-  case OpKind::CausalAttentionBackward:
-    return true;
-  default:
-    return false;
-  }
-}
-
 PhaseTimeline simulatePhase(const PlanPhase &phase, const CostModel &model,
                             size_t streams, int64_t compute, int64_t worldSize,
                             double stragglerFactor) {
@@ -198,7 +183,8 @@ PhaseTimeline simulatePhase(const PlanPhase &phase, const CostModel &model,
     out.streamBusy[stream] += cost.seconds;
     // How far apart the ranks drift on this op's work.
     if (worldSize > 1 && cost.cls == OpClass::Compute && !networked)
-      apart += cost.seconds * cal.meetingWait[flopBound(op.kind) ? 0 : 1];
+      apart +=
+          cost.seconds * cal.meetingWait[pricedByFlopRate(op.kind) ? 0 : 1];
     out.flops += cost.flops;
     out.modelFlops += cost.modelFlops;
 

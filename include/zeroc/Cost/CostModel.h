@@ -120,6 +120,10 @@ double kernelTime(const Cluster &cluster, OpKind kind, double flops,
                   double bytes, DType dtype, bool misalignedRows = false,
                   double elements = 0, double attentionWork = 0);
 
+/// The kinds a calibration prices by a FLOP rate (GEMMs and attention,
+/// compute-bound on every device); every other model op streams memory.
+bool pricedByFlopRate(OpKind kind);
+
 /// The calibrated attention FLOP/s for items of `itemWork` (seq^2 x
 /// head_dim), interpolated in its log between the small and the large
 /// class (ClusterCalibration::attentionShape); the large class's alone
