@@ -17,11 +17,11 @@
 // must have launched it, and ranks do not progress alike: with a
 // calibrated meeting wait it starts that share of the compute since the
 // previous collective later (GEMMs and attention at one share, the
-// memory-bound kernels at another). The compute
-// stream's idle time before an op is charged to the op that held it up, seen
-// through waits. On a CPU rank at world size 1 the streams of nothing but
-// collectives run on the compute stream's lane (zerorun runs them on its
-// thread: docs/cost-model.md, "Streams on a CPU rank").
+// memory-bound kernels at another). The compute stream's idle time before
+// an op is charged to the op that held it up, seen through waits. On a CPU rank
+// at world size 1 the streams of nothing but collectives run on the compute
+// stream's lane (zerorun runs them on its thread: docs/cost-model.md, "Streams
+// on a CPU rank").
 //
 //===----------------------------------------------------------------------===//
 
@@ -158,11 +158,11 @@ PhaseTimeline simulatePhase(const PlanPhase &phase, const CostModel &model,
       // Every rank launches it; it runs once the last has, and once the
       // collective before it has left the network.
       double met = ranks > 1 ? std::max(local[0], local[1]) : local[0];
+      t.stragglerWait = met - local[0];
       // The ranks' progress since they last met differs (calibrated):
       // the latest arrives that much later on average.
       met += apart;
       apart = 0;
-      t.stragglerWait = met - local[0];
       t.start = std::max(met, networkFree);
       slowStart = t.start;
     }

@@ -40,7 +40,8 @@ struct OpTiming {
   /// other ranks. `end - issue` is what NCCL's watchdog sees.
   double issue = 0;
   /// A collective: the seconds it waited for a slower rank to reach it
-  /// (SimulationOptions::stragglerFactor); 0 on a healthy cluster.
+  /// (SimulationOptions::stragglerFactor); 0 on a healthy cluster. (The
+  /// calibrated meeting wait of alike ranks is in `start - issue` only.)
   double stragglerWait = 0;
 };
 
