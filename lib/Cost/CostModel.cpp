@@ -6,6 +6,7 @@
 #include "zeroc/Config/DeepSpeedConfig.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 
@@ -185,16 +186,27 @@ double interpolateRate(const std::vector<std::pair<double, double>> &points,
   return points.back().second;
 }
 
+/// The index in ClusterCalibration::kMatmulKindNames of `kind`; -1 for
+/// another kind.
+int matmulKindIndex(OpKind kind) {
+  using C = ClusterCalibration;
+  static const std::array<OpKind, C::kMatmulKinds> kinds = [] {
+    std::array<OpKind, C::kMatmulKinds> out{};
+    for (int i = 0; i < C::kMatmulKinds; ++i)
+      out[size_t(i)] = *parseOpKind(C::kMatmulKindNames[i]);
+    return out;
+  }();
+  auto it = std::find(kinds.begin(), kinds.end(), kind);
+  return it == kinds.end() ? -1 : int(it - kinds.begin());
+}
+
 } // namespace
 
 double calibratedMatmulRate(const ClusterCalibration &calibration, DType dtype,
                             double flops, std::optional<OpKind> kind) {
   using C = ClusterCalibration;
   int d = C::matmulIndex(dtype);
-  int i = -1;
-  for (int j = 0; kind && j < C::kMatmulKinds; ++j)
-    if (C::kMatmulKindNames[j] == opKindName(*kind))
-      i = j;
+  int i = kind ? matmulKindIndex(*kind) : -1;
   auto pointsOf = [&](const double(&rates)[C::kMatmulClasses]) {
     std::vector<std::pair<double, double>> points; // (log flops, rate)
     for (int k = 0; k < C::kMatmulClasses; ++k)
@@ -317,12 +329,6 @@ double modelFlops(
     const std::function<const std::vector<int64_t> &(size_t)> &inputShape) {
   if (!op.recompute.empty())
     return 0;
-  auto numel = [](const std::vector<int64_t> &shape) {
-    int64_t n = 1;
-    for (int64_t d : shape)
-      n *= d;
-    return n;
-  };
   switch (op.kind) {
   case OpKind::Linear:
   case OpKind::LinearGradInput:
@@ -335,15 +341,16 @@ double modelFlops(
     const std::vector<int64_t> &x = inputShape(0), &gate = inputShape(1);
     if (x.empty() || gate.size() != 2 || gate[1] <= 0)
       return 0;
-    return 3 *
-           double(moeRouterProductFlops(numel(x) / gate[1], gate[0], gate[1]));
+    return 3 * double(moeRouterProductFlops(
+                   shapeElements(x).value_or(0) / gate[1], gate[0], gate[1]));
   }
   case OpKind::MoeExperts: {
     // weights [..., top_k]: one routed row each; w1 [experts, I, hidden].
     const std::vector<int64_t> &weights = inputShape(1), &w1 = inputShape(3);
     if (w1.size() != 3)
       return 0;
-    return 3 * double(moeExpertProductFlops(numel(weights), w1[2], w1[1]));
+    return 3 * double(moeExpertProductFlops(shapeElements(weights).value_or(0),
+                                            w1[2], w1[1]));
   }
   default:
     return 0;
@@ -448,12 +455,9 @@ double CostModel::largestOperandElements(const PhaseInfo &info,
   double most = 0;
   for (const std::vector<int64_t> *ids : {&op.inputs, &op.outputs})
     for (int64_t id : *ids)
-      if (auto v = info.values.find(id); v != info.values.end()) {
-        double n = 1;
-        for (int64_t d : v->second->shape)
-          n *= double(d);
-        most = std::max(most, n);
-      }
+      if (auto v = info.values.find(id); v != info.values.end())
+        most =
+            std::max(most, double(shapeElements(v->second->shape).value_or(0)));
   return most;
 }
 
@@ -478,9 +482,7 @@ double CostModel::biasPassTime(const PhaseInfo &info, const PlanOp &op) const {
   auto y = info.values.find(op.outputs[0]);
   if (y == info.values.end() || y->second->shape.empty())
     return 0;
-  double elements = 1;
-  for (int64_t d : y->second->shape)
-    elements *= double(d);
+  double elements = double(shapeElements(y->second->shape).value_or(0));
   // cpu/Linear.cpp: the f32 product read and written, the bias row once;
   // a streaming pass like add's (the parallel threshold on the same work).
   double bytes = (2 * elements + double(y->second->shape.back())) * 4;

@@ -182,7 +182,7 @@ PhaseTimeline simulatePhase(const PlanPhase &phase, const CostModel &model,
     }
     out.streamBusy[stream] += cost.seconds;
     // How far apart the ranks drift on this op's work.
-    if (worldSize > 1 && cost.cls == OpClass::Compute && !networked)
+    if (worldSize > 1 && cost.cls == OpClass::Compute)
       apart +=
           cost.seconds * cal.meetingWait[pricedByFlopRate(op.kind) ? 0 : 1];
     out.flops += cost.flops;
