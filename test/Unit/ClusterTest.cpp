@@ -490,6 +490,27 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
   refused("threads_per_rank", {json(0), json(1.5), json("one")});
   // The device is one zerorun calibrates on, and a string.
   refused("device", {json("tpu"), json(""), json(1)});
+  // A meeting wait is a share, not negative; the object has its two kinds.
+  json wrong = j;
+  wrong["calibration"]["meeting_wait"]["memory"] = -0.1;
+  doc = JsonDocument::parse(wrong.dump(2), "bad.json");
+  ASSERT_TRUE(doc);
+  e = readCluster(*doc);
+  ASSERT_FALSE(e);
+  EXPECT_NE(e.error().str().find("cluster calibration.meeting_wait.memory: "
+                                 "expected a number >= 0, found -0.1"),
+            std::string::npos)
+      << e.error().str();
+  wrong = j;
+  wrong["calibration"]["meeting_wait"]["io"] = 0.1;
+  doc = JsonDocument::parse(wrong.dump(2), "bad.json");
+  ASSERT_TRUE(doc);
+  e = readCluster(*doc);
+  ASSERT_FALSE(e);
+  EXPECT_NE(e.error().str().find("cluster calibration.meeting_wait: unknown "
+                                 "key 'io'"),
+            std::string::npos)
+      << e.error().str();
   // Without one (a hand-written file), none is written back.
   json none = j;
   none["calibration"].erase("device");

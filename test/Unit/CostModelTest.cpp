@@ -1473,13 +1473,19 @@ TEST(Streams, CollectiveOnlyStreamsAreThoseOfCollectivesAndWaits) {
 // thread for a run on one stream: the simulator serialises them and charges
 // no phase overhead. On another device the collective overlaps the compute
 // on its own stream, and every run pays the overhead.
-TEST(Streams, OneCpuRankRunsItsCollectivesOnTheComputeThread) {
-  // 2 ms of compute, a reduce-scatter on the reduce stream, 3 ms more.
+/// 2 ms of compute, a reduce-scatter on the reduce stream, 3 ms more, then
+/// its wait; on `ranks` ranks.
+Plan reduceScatterBesideCompute(int64_t ranks) {
   Plan plan = planWith({computeOp(0, 2.0),
                         collectiveOp(1, "reduce_scatter_start",
                                      "reduce_scatter", 2, 1000.0, {0}),
                         computeOp(2, 3.0), op(3, "wait", 0, {1})});
-  plan.worldSize = 1;
+  plan.worldSize = ranks;
+  return plan;
+}
+
+TEST(Streams, OneCpuRankRunsItsCollectivesOnTheComputeThread) {
+  Plan plan = reduceScatterBesideCompute(1);
   Cluster c = exactCluster();
   c.calibration.phaseOverhead = 10e-6;
   CostModel model(plan, c);
@@ -1514,11 +1520,7 @@ TEST(Streams, OneCpuRankRunsItsCollectivesOnTheComputeThread) {
 // between the compute ops, in program order, at the fit measured alone (no
 // compute runs beside it); the run still starts a thread per stream.
 TEST(Streams, AOneCoreCpuRankTakesItsStreamsInTurn) {
-  Plan plan = planWith({computeOp(0, 2.0),
-                        collectiveOp(1, "reduce_scatter_start",
-                                     "reduce_scatter", 2, 1000.0, {0}),
-                        computeOp(2, 3.0), op(3, "wait", 0, {1})});
-  plan.worldSize = 2;
+  Plan plan = reduceScatterBesideCompute(2);
   Cluster c = exactCluster();
   c.calibration.phaseOverhead = 10e-6;
   c.calibration.device = "cpu";
