@@ -273,6 +273,14 @@ const FigureSpec kFigures[] = {
      [](Cluster &c, Counts &) -> double & {
        return c.calibration.attentionSmall;
      }},
+    {"calibration.attention_backward_tflops", kTFlops, Bound::Positive, true,
+     [](Cluster &c, Counts &) -> double & {
+       return c.calibration.attentionBackward;
+     }},
+    {"calibration.attention_backward_small_tflops", kTFlops, Bound::Positive,
+     true,
+     [](Cluster &c,
+        Counts &) -> double & { return c.calibration.attentionBackwardSmall; }},
     ZEROC_KERNEL("default"),
     ZEROC_KERNEL("gelu"),
     ZEROC_KERNEL("gelu_backward"),

@@ -223,18 +223,23 @@ double calibratedMatmulRate(const ClusterCalibration &calibration, DType dtype,
 }
 
 double calibratedAttentionRate(const ClusterCalibration &calibration,
-                               double itemWork) {
-  if (calibration.attention <= 0)
+                               double itemWork, bool backward) {
+  // The backward's own rates where the file has them; otherwise both
+  // directions take the rate they were timed at together.
+  bool own = backward && calibration.attentionBackward > 0;
+  double large = own ? calibration.attentionBackward : calibration.attention;
+  double small =
+      own ? calibration.attentionBackwardSmall : calibration.attentionSmall;
+  if (large <= 0)
     return 0;
-  if (calibration.attentionSmall <= 0 || itemWork <= 0)
-    return calibration.attention;
+  if (small <= 0 || itemWork <= 0)
+    return large;
   bool gpu = calibration.device != "cpu";
   using C = ClusterCalibration;
-  return interpolateRate({{std::log(C::attentionShape(gpu, true).itemWork()),
-                           calibration.attentionSmall},
-                          {std::log(C::attentionShape(gpu, false).itemWork()),
-                           calibration.attention}},
-                         std::log(itemWork));
+  return interpolateRate(
+      {{std::log(C::attentionShape(gpu, true).itemWork()), small},
+       {std::log(C::attentionShape(gpu, false).itemWork()), large}},
+      std::log(itemWork));
 }
 
 bool rowsMisaligned(const std::vector<int64_t> &shape, DType dtype) {
@@ -265,8 +270,11 @@ double kernelTime(const Cluster &cluster, OpKind kind, double flops,
   if (pricedByFlopRate(kind)) {
     bool attention = kind == OpKind::CausalAttention ||
                      kind == OpKind::CausalAttentionBackward;
-    double rate = attention ? calibratedAttentionRate(cal, attentionWork)
-                            : calibratedMatmulRate(cal, dtype, flops, kind);
+    double rate =
+        attention
+            ? calibratedAttentionRate(cal, attentionWork,
+                                      kind == OpKind::CausalAttentionBackward)
+            : calibratedMatmulRate(cal, dtype, flops, kind);
     if (rate > 0 && misalignedRows && !attention)
       rate *=
           cal.matmulMisalignedFactor(ClusterCalibration::matmulIndex(dtype));
@@ -503,6 +511,29 @@ bool CostModel::hasMisalignedRows(const PhaseInfo &info,
   return false;
 }
 
+int64_t CostModel::communicatorCalls(const PlanOp &op) const {
+  switch (op.kind) {
+  case OpKind::AllGatherStart:
+  case OpKind::ReduceScatterStart:
+    return int64_t(op.inputs.size());
+  case OpKind::AllReduceStart:
+    return int64_t(op.attrsAs<TensorListAttrs>().tensors.size());
+  case OpKind::AllGatherUpdatesStart: {
+    // A flat group gathers in place; a replicated parameter whose states are
+    // sharded through its padded copy; a sharded parameter is gathered when
+    // used.
+    int64_t calls = 0;
+    for (const std::string &t : op.attrsAs<TargetListAttrs>().targets) {
+      const PlanTensor *p = plan.findTensor(t);
+      calls += groups.count(t) || (p && !p->sharded) ? 1 : 0;
+    }
+    return calls;
+  }
+  default:
+    return 1;
+  }
+}
+
 OpCost CostModel::collectiveCost(const PhaseInfo &info, const PlanOp &op,
                                  bool contended) const {
   OpCost cost;
@@ -548,6 +579,17 @@ OpCost CostModel::collectiveCost(const PhaseInfo &info, const PlanOp &op,
           std::max(cost.seconds, busy.latency + busBytes / busy.busBandwidth);
   } else
     cost.seconds = collectiveTime(clusterRef, *kind, bytes, layout).seconds;
+  // zerorun starts one communicator collective per tensor the op moves
+  // (runtime/exec/Collectives.cpp): each pays the fixed time, the bytes are
+  // shared. A bucket of 21 gradients of tiny Llama at 2 ranks on the
+  // development VM: 21 MPI reduce-scatters took 200 us where one of the
+  // same 500 KB took 100 (bench/RESULTS.md, run 22).
+  if (int64_t calls = communicatorCalls(op); calls > 1) {
+    double fixed = fit.busBandwidth > 0 && n > 1 && layout.nodes == 1
+                       ? fit.latency
+                       : collectiveTime(clusterRef, *kind, 0, layout).latency;
+    cost.seconds += double(calls - 1) * fixed;
+  }
   // One rank launches no collective, but a gather or a reduce-scatter out
   // of place still copies its buffer (the communicator's local copy). The
   // updates' gather of flat groups is in place (each rank sends its

@@ -389,6 +389,8 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
       {"serial_kernel_gb_per_s", {{"gelu", 0.25}}},
       {"adam_gb_per_s", 10},
       {"clip_gb_per_s", 2},
+      {"attention_tflops", 0.04},
+      {"attention_backward_small_tflops", 0.03},
       {"all_gather",
        {{"latency_us", 30},
         {"bus_gb_per_s", 3},
@@ -422,6 +424,9 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
   EXPECT_NEAR(k.serialKernelBandwidth.at("gelu"), 0.25e9, 1e-3);
   EXPECT_NEAR(k.adamBandwidth, 10e9, 1e-3);
   EXPECT_NEAR(k.clipBandwidth, 2e9, 1e-3);
+  EXPECT_NEAR(k.attention, 0.04e12, 1);
+  EXPECT_EQ(k.attentionBackward, 0); // Not given.
+  EXPECT_NEAR(k.attentionBackwardSmall, 0.03e12, 1);
   EXPECT_NEAR(k.collective[0].latency, 30e-6, 1e-18);
   EXPECT_NEAR(k.collective[0].busBandwidth, 3e9, 1e-3);
   EXPECT_NEAR(k.contended[0].latency, 90e-6, 1e-18);

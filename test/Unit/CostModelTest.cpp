@@ -1333,6 +1333,17 @@ TEST(Calibration, AttentionRateInterpolatesBetweenItsClasses) {
   EXPECT_NEAR(calibratedAttentionRate(cal, std::sqrt(small * large)), 60e9,
               1e-3);
   EXPECT_EQ(calibratedAttentionRate(cal, 0), 100e9); // shape unknown
+  // No backward rates: the backward takes the rate both were timed at.
+  EXPECT_EQ(calibratedAttentionRate(cal, small, true), 20e9);
+  // Timed apart: the backward at its own classes, the forward unchanged.
+  cal.attentionBackward = 300e9;
+  cal.attentionBackwardSmall = 30e9;
+  EXPECT_EQ(calibratedAttentionRate(cal, small, true), 30e9);
+  EXPECT_EQ(calibratedAttentionRate(cal, large, true), 300e9);
+  EXPECT_NEAR(calibratedAttentionRate(cal, std::sqrt(small * large), true),
+              165e9, 1e-3);
+  EXPECT_EQ(calibratedAttentionRate(cal, small), 20e9);
+  cal.attentionBackward = cal.attentionBackwardSmall = 0;
   // A GPU's classes are its own shapes.
   cal.device = "cuda";
   EXPECT_EQ(
@@ -1412,6 +1423,51 @@ TEST(Calibration, CollectiveFitReplacesTheRingOnOneNode) {
   CostModel a2a(ep, c);
   EXPECT_NEAR(a2a.cost(ep.phases[0], ep.phases[0].ops[0]).seconds,
               5e-6 + 1e6 / 1e9, kTol);
+}
+
+// zerorun starts one communicator collective per tensor an op moves: a
+// bucket of three gradients pays the fixed time three times, its bytes once.
+// An all-reduce per tensor it names; the updates' gather per flat group or
+// replicated parameter (a sharded one is gathered when used).
+TEST(Calibration, EachTensorsCollectivePaysTheFixedTime) {
+  Cluster c = exactCluster();
+  c.calibration.collective[size_t(CollectiveKind::ReduceScatter)] = {10e-6,
+                                                                     2e9};
+  c.calibration.collective[size_t(CollectiveKind::AllGather)] = {10e-6, 2e9};
+  c.calibration.collective[size_t(CollectiveKind::AllReduce)] = {10e-6, 2e9};
+  auto seconds = [&](PlanOp o) {
+    Plan plan = planWith({o});
+    PlanFlatGroup group;
+    group.name = "group0";
+    plan.flatGroups = {group};
+    PlanTensor sharded, whole;
+    sharded.name = "h.0.w";
+    sharded.sharded = true;
+    whole.name = "lm_head.weight";
+    plan.tensors = {sharded, whole};
+    CostModel model(plan, c);
+    return model.cost(plan.phases[0], plan.phases[0].ops[0]).seconds;
+  };
+  // 1e6 bf16 elements over 2 ranks: 1e6 busbw bytes at 2 GB/s, then the
+  // epilogue's accumulate (at exactCluster's HBM), the same either way.
+  PlanOp bucket =
+      collectiveOp(0, "reduce_scatter_start", "reduce_scatter", 2, 1.0);
+  double one = seconds(bucket);
+  EXPECT_NEAR(one, 10e-6 + 1e6 / 2e9 + 3e6 / 1e15, kTol);
+  bucket.inputs = {1, 2, 3};
+  bucket.attrs = ReduceScatterAttrs{{"group0", "group0", "group0"}, {0, 1, 2}};
+  EXPECT_NEAR(seconds(bucket), one + 2 * 10e-6, kTol);
+  PlanOp gather = collectiveOp(0, "all_gather_start", "all_gather", 1, 1.0);
+  gather.inputs = {1, 2};
+  EXPECT_NEAR(seconds(gather), 2 * 10e-6 + 1e6 / 2e9, kTol);
+  PlanOp reduce = collectiveOp(0, "all_reduce_start", "all_reduce", 0, 1.0);
+  reduce.attrs = TensorListAttrs{{"a", "b", "c", "d"}};
+  // All-reduce busbw: 2e6 bytes x 2 x 1/2.
+  EXPECT_NEAR(seconds(reduce), 4 * 10e-6 + 2e6 / 2e9, kTol);
+  PlanOp updates =
+      collectiveOp(0, "all_gather_updates_start", "all_gather", 1, 1.0);
+  updates.attrs = TargetListAttrs{{"group0", "h.0.w", "lm_head.weight"}};
+  EXPECT_NEAR(seconds(updates), 2 * 10e-6 + 1e6 / 2e9, kTol);
 }
 
 TEST(OpCost, OneRankCopiesButLaunchesNothing) {

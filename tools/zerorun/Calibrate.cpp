@@ -401,23 +401,32 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
       st = dev.modelOp(bwd, bin, bout, StepContext{}, nullptr);
     if (!st || !st->ok())
       return;
-    double t = cal.time([&] {
-      (void)dev.modelOp(fwd, fin, fout, StepContext{}, nullptr);
-      (void)dev.modelOp(bwd, bin, bout, StepContext{}, nullptr);
-    });
+    // Each direction timed on its own: the forward's fixed costs per item
+    // weigh more against its FLOPs than the backward's (tiny Llama at 2
+    // ranks: the forward took twice the combined rate's price, the
+    // backward 0.94 of it; bench/RESULTS.md, run 22).
+    double tf = cal.time(
+        [&] { (void)dev.modelOp(fwd, fin, fout, StepContext{}, nullptr); });
+    double tb = cal.time(
+        [&] { (void)dev.modelOp(bwd, bin, bout, StepContext{}, nullptr); });
     int64_t scores = attentionScores(batch, seq, heads, 0);
-    double flops = double(attentionForwardFlops(scores, headDim)) +
-                   double(attentionBackwardFlops(scores, headDim, true));
-    (smallClass ? k.attentionSmall : k.attention) = flops / t;
-    source(smallClass ? "calibration.attention_small_tflops"
-                      : "calibration.attention_tflops",
-           "flash causal_attention and its backward, [" +
-               std::to_string(batch) + ", " + std::to_string(seq) +
-               "] tokens, " + std::to_string(heads) + " heads of " +
-               std::to_string(headDim) + ", " + (gpu ? "bf16" : "f32") +
-               "; FLOPs as the plans count them (the full score square)");
-    say("  %-20s %8.2f GFLOP/s\n", smallClass ? "attention small" : "attention",
-        flops / t / 1e9);
+    double ff = double(attentionForwardFlops(scores, headDim)),
+           fb = double(attentionBackwardFlops(scores, headDim, true));
+    (smallClass ? k.attentionSmall : k.attention) = ff / tf;
+    (smallClass ? k.attentionBackwardSmall : k.attentionBackward) = fb / tb;
+    const std::string what =
+        "[" + std::to_string(batch) + ", " + std::to_string(seq) +
+        "] tokens, " + std::to_string(heads) + " heads of " +
+        std::to_string(headDim) + ", " + (gpu ? "bf16" : "f32") +
+        "; FLOPs as the plans count them (the full score square)";
+    const std::string cls = smallClass ? "_small" : "";
+    source("calibration.attention" + cls + "_tflops",
+           "flash causal_attention (the forward alone), " + what);
+    source("calibration.attention_backward" + cls + "_tflops",
+           "flash causal_attention_backward alone, " + what);
+    say("  %-20s %8.2f GFLOP/s forward, %8.2f backward\n",
+        smallClass ? "attention small" : "attention", ff / tf / 1e9,
+        fb / tb / 1e9);
   };
   attention(false);
   attention(true);

@@ -124,6 +124,14 @@ struct ClusterCalibration {
   /// (batch, head) item between them, and takes the nearer class's outside.
   double attention = 0;
   double attentionSmall = 0;
+  /// The backward's rates at the same classes, timed apart from the
+  /// forward (0: not measured). Where given, `attention` and
+  /// `attentionSmall` are the forward's; a file without them (before
+  /// session 12) timed forward and backward together, and both take that
+  /// rate. The two differ: tiny Llama's forward took twice its combined
+  /// price at 2 ranks and its backward 0.94 (bench/RESULTS.md, run 22).
+  double attentionBackward = 0;
+  double attentionBackwardSmall = 0;
   /// A shape zerorun --calibrate times attention at: `small` on a CPU is a
   /// test-sized model's (sequence 32, heads of 16), the large one a
   /// GPT-2-like head layout.

@@ -128,9 +128,10 @@ bool pricedByFlopRate(OpKind kind);
 /// head_dim), interpolated in its log between the small and the large
 /// class (ClusterCalibration::attentionShape); the large class's alone
 /// where the small one was not measured or the work is unknown; 0 when
-/// attention was not calibrated.
+/// attention was not calibrated. `backward`: the backward's rates
+/// (attention_backward_*) where the file has them.
 double calibratedAttentionRate(const ClusterCalibration &calibration,
-                               double itemWork);
+                               double itemWork, bool backward = false);
 
 /// The byte length of a row (the last dimension) of a tensor of `shape` in
 /// `dtype` is not a multiple of 16: GEMM libraries on GPUs cannot use
@@ -256,6 +257,9 @@ private:
   double stateTrafficTime(const std::string &name, double passes,
                           OpKind kind) const;
 
+  /// The communicator collectives zerorun starts for `op`: one per tensor
+  /// it moves (runtime/exec/Collectives.cpp), each paying the fixed time.
+  int64_t communicatorCalls(const PlanOp &op) const;
   OpCost collectiveCost(const PhaseInfo &info, const PlanOp &op,
                         bool contended) const;
   OpCost fetchCost(const PhaseInfo &info, const PlanOp &op) const;

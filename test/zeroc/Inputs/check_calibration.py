@@ -58,6 +58,11 @@ assert "last-level cache" in cal["kernel_gb_per_s"]["add"]["source"]
 for k in ("adam_gb_per_s", "clip_gb_per_s", "op_overhead_us",
           "phase_overhead_us", "attention_tflops"):
     assert k in cal, k
+# Attention's two directions timed apart, at both classes.
+for k in ("attention_tflops", "attention_small_tflops"):
+    assert "forward alone" in cal[k]["source"], k
+for k in ("attention_backward_tflops", "attention_backward_small_tflops"):
+    assert cal[k]["value"] > 0 and "backward alone" in cal[k]["source"], k
 assert "xlarge" not in cal["matmul_tflops"]["f32"], "4096^3 is for GPUs"
 collectives = [k for k in ("all_gather", "reduce_scatter", "all_reduce",
                           "all_to_all") if k in cal]
