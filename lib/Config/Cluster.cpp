@@ -180,6 +180,11 @@ struct FigureSpec {
        [](Cluster &c, Counts &) -> double & {                                  \
          return c.calibration.collective[k].busBandwidth;                      \
        }},                                                                     \
+      {"calibration." name ".per_tensor_us", kMicrosecond, Bound::NonNegative, \
+       true,                                                                   \
+       [](Cluster &c, Counts &) -> double & {                                  \
+         return c.calibration.collective[k].perTensor;                         \
+       }},                                                                     \
       {"calibration." name ".contended_latency_us", kMicrosecond,              \
        Bound::NonNegative, true,                                               \
        [](Cluster &c, Counts &) -> double & {                                  \

@@ -586,7 +586,7 @@ OpCost CostModel::collectiveCost(const PhaseInfo &info, const PlanOp &op,
   // same 500 KB took 100 (bench/RESULTS.md, run 22).
   if (int64_t calls = communicatorCalls(op); calls > 1) {
     double fixed = fit.busBandwidth > 0 && n > 1 && layout.nodes == 1
-                       ? fit.latency
+                       ? (fit.perTensor > 0 ? fit.perTensor : fit.latency)
                        : collectiveTime(clusterRef, *kind, 0, layout).latency;
     cost.seconds += double(calls - 1) * fixed;
   }

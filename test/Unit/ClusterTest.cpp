@@ -394,6 +394,7 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
       {"all_gather",
        {{"latency_us", 30},
         {"bus_gb_per_s", 3},
+        {"per_tensor_us", 6},
         {"contended_latency_us", 90},
         {"contended_bus_gb_per_s", 0.5}}}};
   Expected<JsonDocument> doc = JsonDocument::parse(j.dump(2), "cal.json");
@@ -429,6 +430,8 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
   EXPECT_NEAR(k.attentionBackwardSmall, 0.03e12, 1);
   EXPECT_NEAR(k.collective[0].latency, 30e-6, 1e-18);
   EXPECT_NEAR(k.collective[0].busBandwidth, 3e9, 1e-3);
+  EXPECT_NEAR(k.collective[0].perTensor, 6e-6, 1e-18);
+  EXPECT_EQ(k.collective[1].perTensor, 0); // Not given.
   EXPECT_NEAR(k.contended[0].latency, 90e-6, 1e-18);
   EXPECT_NEAR(k.contended[0].busBandwidth, 0.5e9, 1e-3);
   EXPECT_EQ(k.contended[1].busBandwidth, 0); // Not given.

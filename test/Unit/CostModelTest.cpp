@@ -1468,6 +1468,10 @@ TEST(Calibration, EachTensorsCollectivePaysTheFixedTime) {
       collectiveOp(0, "all_gather_updates_start", "all_gather", 1, 1.0);
   updates.attrs = TargetListAttrs{{"group0", "h.0.w", "lm_head.weight"}};
   EXPECT_NEAR(seconds(updates), 2 * 10e-6 + 1e6 / 2e9, kTol);
+  // Measured per further tensor (calibration.KIND.per_tensor_us): that
+  // instead of the fitted fixed time; the first still pays the fit's.
+  c.calibration.collective[size_t(CollectiveKind::AllGather)].perTensor = 4e-6;
+  EXPECT_NEAR(seconds(gather), 10e-6 + 4e-6 + 1e6 / 2e9, kTol);
 }
 
 TEST(OpCost, OneRankCopiesButLaunchesNothing) {

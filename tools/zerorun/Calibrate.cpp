@@ -947,6 +947,22 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
             while (!stop.load(std::memory_order_relaxed))
               (void)dev.modelOp(loadOp, in, res, StepContext{}, nullptr);
           });
+        // One collective of `kind` over `per` elements of each rank, from
+        // `send` into `recv` (each `per` x n long).
+        auto start = [&](char *send, char *recv, int64_t per) {
+          std::vector<int64_t> counts(size_t(n), per);
+          if (kind == int(CollectiveKind::AllGather))
+            return comm.allGather(send, per, recv, DType::F32,
+                                  OpLabel{-1, "calibrate"});
+          if (kind == int(CollectiveKind::ReduceScatter))
+            return comm.reduceScatter(send, counts, recv, DType::F32, false,
+                                      OpLabel{-1, "calibrate"});
+          if (kind == int(CollectiveKind::AllReduce))
+            return comm.allReduce(send, per * n, DType::F32, false,
+                                  OpLabel{-1, "calibrate"});
+          return comm.allToAllV(send, counts, recv, counts, DType::F32,
+                                OpLabel{-1, "calibrate"});
+        };
         std::vector<double> xs, ts;
         for (int64_t elements :
              {int64_t(1) << 10, int64_t(1) << 14, int64_t(1) << 18,
@@ -954,23 +970,10 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
           int64_t per = elements / n;
           Tensor buf = cal.buffer({per * n}, DType::F32, small);
           Tensor recv = cal.buffer({per * n}, DType::F32, small);
-          std::vector<int64_t> counts(size_t(n), per);
           double t = cal.timeCollective(
               [&] {
-                CommHandle h;
-                if (kind == int(CollectiveKind::AllGather))
-                  h = comm.allGather(buf.data, per, recv.data, DType::F32,
-                                     OpLabel{-1, "calibrate"});
-                else if (kind == int(CollectiveKind::ReduceScatter))
-                  h = comm.reduceScatter(buf.data, counts, recv.data,
-                                         DType::F32, false,
-                                         OpLabel{-1, "calibrate"});
-                else if (kind == int(CollectiveKind::AllReduce))
-                  h = comm.allReduce(buf.data, per * n, DType::F32, false,
-                                     OpLabel{-1, "calibrate"});
-                else
-                  h = comm.allToAllV(buf.data, counts, recv.data, counts,
-                                     DType::F32, OpLabel{-1, "calibrate"});
+                CommHandle h = start(static_cast<char *>(buf.data),
+                                     static_cast<char *>(recv.data), per);
                 comm.wait(h);
               },
               0.01, 3);
@@ -1000,12 +1003,36 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
               name.c_str(), latency * 1e6, bus / 1e9);
           continue;
         }
-        k.collective[kind] = {latency, bus};
+        // A bucket: zerorun starts one collective per tensor of an op, all
+        // of them before it waits. 32 of 1024 elements each against one of
+        // their 32K: what each further tensor adds.
+        const int64_t tensors = 32, each = 1024;
+        Tensor bsend = cal.buffer({tensors * each * n}, DType::F32, small),
+               brecv = cal.buffer({tensors * each * n}, DType::F32, small);
+        auto bucket = [&](int64_t parts) {
+          int64_t per = tensors * each / parts;
+          std::vector<CommHandle> hs;
+          for (int64_t i = 0; i < parts; ++i) {
+            size_t at = size_t(i * per * n) * 4;
+            hs.push_back(start(static_cast<char *>(bsend.data) + at,
+                               static_cast<char *>(brecv.data) + at, per));
+          }
+          for (CommHandle &h : hs)
+            comm.wait(h);
+        };
+        double whole = cal.timeCollective([&] { bucket(1); }, 0.01, 3);
+        double split = cal.timeCollective([&] { bucket(tensors); }, 0.01, 3);
+        double perTensor = std::max(0.0, (split - whole) / double(tensors - 1));
+        k.collective[kind] = {latency, bus, perTensor};
+        source(key + ".per_tensor_us",
+               "32 collectives of 1024 f32 elements a rank started together, "
+               "less one of their 32K, over 31");
         source(key + ".latency_us", "fitted over 4 KiB to 16 MiB of f32");
         source(key + ".bus_gb_per_s",
                "fitted over 4 KiB to 16 MiB of f32 (nccl-tests' busbw)");
-        say("  %-20s %8.2f us + busbw %8.2f GB/s\n", name.c_str(),
-            latency * 1e6, bus / 1e9);
+        say("  %-20s %8.2f us + busbw %8.2f GB/s, %6.2f us a further "
+            "tensor\n",
+            name.c_str(), latency * 1e6, bus / 1e9, perTensor * 1e6);
       }
     c.intraNode = {k.collective[0].busBandwidth, 0};
     c.collectiveLatency = k.collective[0].latency;

@@ -178,6 +178,11 @@ struct ClusterCalibration {
   struct CollectiveFit {
     double latency = 0;
     double busBandwidth = 0;
+    /// What each further tensor of a bucket adds: zerorun starts one
+    /// collective per tensor, and 32 of 4 KiB started together took this
+    /// much more each than one of their 128 KiB (0: not measured; the
+    /// fitted `latency` stands in).
+    double perTensor = 0;
   };
   static constexpr int kCollectiveKinds = 4;
   CollectiveFit collective[kCollectiveKinds];

@@ -74,8 +74,9 @@ for kind, figure in meeting.items():
     assert figure["value"] >= 0, (kind, figure)
 for k in collectives:  # Alone and beside compute (a CPU rank's cores).
     for f in ("latency_us", "bus_gb_per_s", "contended_latency_us",
-              "contended_bus_gb_per_s"):
+              "contended_bus_gb_per_s", "per_tensor_us"):
         assert f in cal[k], (k, f)
+    assert "32 collectives" in cal[k]["per_tensor_us"]["source"], k
 assert c["gpus_per_node"]["value"] == ranks
 print("calibration ok: %d figures, %d collective fits" %
       (len(found), len(collectives)))
