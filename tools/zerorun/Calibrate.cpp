@@ -948,14 +948,16 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
               (void)dev.modelOp(loadOp, in, res, StepContext{}, nullptr);
           });
         // One collective of `kind` over `per` elements of each rank, from
-        // `send` into `recv` (each `per` x n long).
-        auto start = [&](char *send, char *recv, int64_t per) {
+        // `send` into `recv` (each `per` x n long). `average`: a gradient
+        // reduce-scatter's mean, as the executor asks for it.
+        auto start = [&](char *send, char *recv, int64_t per,
+                         bool average = false) {
           std::vector<int64_t> counts(size_t(n), per);
           if (kind == int(CollectiveKind::AllGather))
             return comm.allGather(send, per, recv, DType::F32,
                                   OpLabel{-1, "calibrate"});
           if (kind == int(CollectiveKind::ReduceScatter))
-            return comm.reduceScatter(send, counts, recv, DType::F32, false,
+            return comm.reduceScatter(send, counts, recv, DType::F32, average,
                                       OpLabel{-1, "calibrate"});
           if (kind == int(CollectiveKind::AllReduce))
             return comm.allReduce(send, per * n, DType::F32, false,
@@ -1004,29 +1006,47 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
           continue;
         }
         // A bucket: zerorun starts one collective per tensor of an op, all
-        // of them before it waits. 32 of 1024 elements each against one of
-        // their 32K: what each further tensor adds.
+        // of them before it waits, and a gradient reduce-scatter then adds
+        // each tensor's averaged part into its shard (an accumulate kernel
+        // each). 32 of 1024 elements each against one of their 32K: what
+        // each further tensor adds.
         const int64_t tensors = 32, each = 1024;
         Tensor bsend = cal.buffer({tensors * each * n}, DType::F32, small),
-               brecv = cal.buffer({tensors * each * n}, DType::F32, small);
+               brecv = cal.buffer({tensors * each * n}, DType::F32, small),
+               shard = cal.buffer({tensors * each}, DType::F32, small);
+        bool gradients = kind == int(CollectiveKind::ReduceScatter);
         auto bucket = [&](int64_t parts) {
           int64_t per = tensors * each / parts;
           std::vector<CommHandle> hs;
           for (int64_t i = 0; i < parts; ++i) {
             size_t at = size_t(i * per * n) * 4;
             hs.push_back(start(static_cast<char *>(bsend.data) + at,
-                               static_cast<char *>(brecv.data) + at, per));
+                               static_cast<char *>(brecv.data) + at, per,
+                               gradients));
           }
-          for (CommHandle &h : hs)
-            comm.wait(h);
+          for (int64_t i = 0; i < parts; ++i) {
+            comm.wait(hs[size_t(i)]);
+            if (gradients)
+              (void)dev.accumulate(
+                  Tensor{static_cast<char *>(shard.data) + i * per * 4,
+                         DType::F32,
+                         {per}},
+                  Tensor{static_cast<char *>(brecv.data) + i * per * n * 4,
+                         DType::F32,
+                         {per}});
+          }
         };
         double whole = cal.timeCollective([&] { bucket(1); }, 0.01, 3);
         double split = cal.timeCollective([&] { bucket(tensors); }, 0.01, 3);
         double perTensor = std::max(0.0, (split - whole) / double(tensors - 1));
         k.collective[kind] = {latency, bus, perTensor};
         source(key + ".per_tensor_us",
-               "32 collectives of 1024 f32 elements a rank started together, "
-               "less one of their 32K, over 31");
+               std::string("32 collectives of 1024 f32 elements a rank "
+                           "started together") +
+                   (gradients ? ", each averaged and accumulated into a "
+                                "shard as the executor does,"
+                              : "") +
+                   " less one of their 32K, over 31");
         source(key + ".latency_us", "fitted over 4 KiB to 16 MiB of f32");
         source(key + ".bus_gb_per_s",
                "fitted over 4 KiB to 16 MiB of f32 (nccl-tests' busbw)");
