@@ -333,6 +333,12 @@ const FigureSpec kFigures[] = {
      [](Cluster &c, Counts &) -> double & {
        return c.calibration.clipBandwidth;
      }},
+    {"calibration.adam_call_us", kMicrosecond, Bound::NonNegative, true,
+     [](Cluster &c, Counts &) -> double & { return c.calibration.adamCall; }},
+    {"calibration.clip_per_tensor_us", kMicrosecond, Bound::NonNegative, true,
+     [](Cluster &c, Counts &) -> double & {
+       return c.calibration.clipPerTensor;
+     }},
     ZEROC_COLLECTIVE("all_gather", 0),
     ZEROC_COLLECTIVE("reduce_scatter", 1),
     ZEROC_COLLECTIVE("all_reduce", 2),

@@ -697,6 +697,7 @@ OpCost CostModel::adamCost(const PlanOp &op) const {
     double measured = clusterRef.calibration.adamBandwidth;
     cost.seconds = measured > 0 ? bytes / measured
                                 : computeTime(clusterRef, 0, bytes, DType::F32);
+    cost.seconds += clusterRef.calibration.adamCall;
     return cost;
   }
   // CPU Adam, memory-bound on the host, then the transfers around it, one
@@ -705,6 +706,9 @@ OpCost CostModel::adamCost(const PlanOp &op) const {
   cost.cls = OpClass::Host;
   const RankRates &rates = rankRatesPerRank;
   cost.seconds = rates.hostMemory > 0 ? bytes / rates.hostMemory : 0;
+  // A CPU calibration timed the host's own Adam call.
+  if (clusterRef.calibration.device == "cpu")
+    cost.seconds += clusterRef.calibration.adamCall;
   auto copied = [&](const std::string &name) {
     return copiedTensors.count(name) != 0;
   };
@@ -805,6 +809,9 @@ OpCost CostModel::workCost(const PlanPhase &phase, const PlanOp &op,
   case OpKind::ClipGradNorm: {
     OpCost cost = gradientPassCost(op, 1);
     cost.seconds += scalarAllReduce();
+    if (!op.tensors.empty())
+      cost.seconds +=
+          double(op.tensors.size() - 1) * clusterRef.calibration.clipPerTensor;
     return cost;
   }
   case OpKind::UnscaleGrads: {

@@ -390,6 +390,8 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
       {"adam_gb_per_s", 10},
       {"clip_gb_per_s", 2},
       {"attention_tflops", 0.04},
+      {"adam_call_us", 0.5},
+      {"clip_per_tensor_us", 0.9},
       {"attention_backward_small_tflops", 0.03},
       {"all_gather",
        {{"latency_us", 30},
@@ -426,6 +428,8 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
   EXPECT_NEAR(k.adamBandwidth, 10e9, 1e-3);
   EXPECT_NEAR(k.clipBandwidth, 2e9, 1e-3);
   EXPECT_NEAR(k.attention, 0.04e12, 1);
+  EXPECT_NEAR(k.adamCall, 0.5e-6, 1e-18);
+  EXPECT_NEAR(k.clipPerTensor, 0.9e-6, 1e-18);
   EXPECT_EQ(k.attentionBackward, 0); // Not given.
   EXPECT_NEAR(k.attentionBackwardSmall, 0.03e12, 1);
   EXPECT_NEAR(k.collective[0].latency, 30e-6, 1e-18);

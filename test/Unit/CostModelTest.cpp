@@ -506,6 +506,14 @@ TEST(OpCost, HostAdam) {
   double nvme = 2 * e * 4 / 0.25e9;
   double pcie = e * 2 / 1e9;
   EXPECT_NEAR(adam.seconds, cpu + nvme + pcie, kTol);
+  // A call's fixed time counts where a CPU calibration measured it (the
+  // host's Adam is the CPU device's), not for a GPU's device Adam.
+  c.calibration.adamCall = 3e-6;
+  EXPECT_NEAR(CostModel(plan, c).cost(opt, opt.ops[0]).seconds,
+              cpu + nvme + pcie, kTol);
+  c.calibration.device = "cpu";
+  EXPECT_NEAR(CostModel(plan, c).cost(opt, opt.ops[0]).seconds,
+              cpu + nvme + pcie + 3e-6, kTol);
   OpCost zero = model.cost(opt, opt.ops[1]);
   EXPECT_EQ(zero.cls, OpClass::Host);
   EXPECT_NEAR(zero.seconds, e * 2 / 1e9, kTol);
@@ -521,6 +529,36 @@ TEST(OpCost, DeviceAdamIsMemoryBound) {
   OpCost adam = model.cost(plan.phases[1], plan.phases[1].ops[0]);
   EXPECT_EQ(adam.cls, OpClass::Compute);
   EXPECT_NEAR(adam.seconds, 1e6 * 28 / 1e15, kTol);
+  // Each call's measured fixed time (calibration.adam_call_us).
+  c.calibration.adamCall = 2e-6;
+  EXPECT_NEAR(
+      CostModel(plan, c).cost(plan.phases[1], plan.phases[1].ops[0]).seconds,
+      1e6 * 28 / 1e15 + 2e-6, kTol);
+}
+
+// clip_grad_norm over a list of gradients: each further gradient pays the
+// calibrated clip_per_tensor_us (stage 0 clips every parameter's own).
+TEST(OpCost, ClippingPaysPerGradient) {
+  Plan plan = offloadPlan();
+  for (PlanTensor &t : plan.tensors)
+    t.placement = Placement::Device;
+  Cluster c = exactCluster();
+  PlanOp clip = op(0, "clip_grad_norm", 0);
+  clip.tensors = {plan.tensors[0].name};
+  plan.phases[1].ops = {clip};
+  double one = CostModel(plan, c).cost(plan.phases[1], clip).seconds;
+  c.calibration.clipPerTensor = 1e-6;
+  EXPECT_NEAR(CostModel(plan, c).cost(plan.phases[1], clip).seconds, one, kTol);
+  plan.phases[1].ops[0].tensors = {plan.tensors[0].name, plan.tensors[0].name,
+                                   plan.tensors[0].name};
+  // The same gradient three times: three passes, and two further tensors.
+  CostModel three(plan, c);
+  Cluster plain = exactCluster();
+  double passes = CostModel(plan, plain)
+                      .cost(plan.phases[1], plan.phases[1].ops[0])
+                      .seconds;
+  EXPECT_NEAR(three.cost(plan.phases[1], plan.phases[1].ops[0]).seconds,
+              passes + 2e-6, kTol);
 }
 
 TEST(OpCost, OneBitOptimizersCompressTheGradientAllReduce) {

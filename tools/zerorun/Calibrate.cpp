@@ -741,6 +741,44 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
     k.clipBandwidth = 4.0 * double(adamN) / t;
     source("calibration.clip_gb_per_s",
            "the norm and the scale of " + adamCount + " f32 gradient elements");
+
+    // Each call's and each tensor's fixed time: a stage-0 plan updates
+    // every parameter with its own adam_update and clips a list of every
+    // gradient (tiny GPT-2: 36 of them, 64 to 16K elements; their update
+    // took 1.7x its price by bytes alone, bench/RESULTS.md, run 24). 32
+    // pieces of 1024 elements, in cache, against one piece of their 32K.
+    const int64_t pieces = 32, each = 1024;
+    auto piece = [&](const Tensor &t, int64_t i, int64_t n) {
+      return Tensor{static_cast<char *>(t.data) + i * n * 4, DType::F32, {n}};
+    };
+    auto adamPieces = [&](int64_t parts) {
+      int64_t n = pieces * each / parts;
+      for (int64_t i = 0; i < parts; ++i)
+        (void)dev.adamUpdate(settings, step++, piece(grad, i, n),
+                             piece(param, i, n), piece(m, i, n), piece(v, i, n),
+                             nullptr);
+    };
+    double whole = cal.time([&] { adamPieces(1); });
+    double split = cal.time([&] { adamPieces(pieces); });
+    k.adamCall = std::max(0.0, (split - whole) / double(pieces - 1));
+    source("calibration.adam_call_us",
+           "32 adam_update calls of 1024 f32 elements against one of their "
+           "32K, over 31");
+    auto clipPieces = [&](int64_t parts) {
+      std::vector<Tensor> list;
+      for (int64_t i = 0; i < parts; ++i)
+        list.push_back(piece(grad, i, pieces * each / parts));
+      double s = dev.sumOfSquaresOf(list);
+      (void)dev.scaleAll(list, float(1.0 / (1.0 + 1e-12 * s)));
+    };
+    whole = cal.time([&] { clipPieces(1); });
+    split = cal.time([&] { clipPieces(pieces); });
+    k.clipPerTensor = std::max(0.0, (split - whole) / double(pieces - 1));
+    source("calibration.clip_per_tensor_us",
+           "the norm and the scale of a list of 32 gradients of 1024 f32 "
+           "elements against a list of one of their 32K, over 31");
+    say("  %-20s %8.2f us\n  %-20s %8.2f us\n", "adam call", k.adamCall * 1e6,
+        "clip per tensor", k.clipPerTensor * 1e6);
     say("  %-20s %8.2f GB/s\n  %-20s %8.2f GB/s\n", "adam",
         k.adamBandwidth / 1e9, "clip", k.clipBandwidth / 1e9);
   }

@@ -167,6 +167,10 @@ struct ClusterCalibration {
   /// clip_grad_norm's pass over the gradients (norm and scale), bytes of
   /// the gradients per second.
   double clipBandwidth = 0;
+  /// Seconds each adam_update call costs beyond its bytes, and each
+  /// further gradient of a clip_grad_norm (0: not measured).
+  double adamCall = 0;
+  double clipPerTensor = 0;
   /// Seconds every op the executor runs costs on the host (scheduling,
   /// dispatch), and every phase run (starting and joining the streams).
   double opOverhead = 0;

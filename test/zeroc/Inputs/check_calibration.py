@@ -56,8 +56,11 @@ if "serial_kernel_gb_per_s" in cal:
 # On a CPU the operands rotate through pools larger than the cache.
 assert "last-level cache" in cal["kernel_gb_per_s"]["add"]["source"]
 for k in ("adam_gb_per_s", "clip_gb_per_s", "op_overhead_us",
-          "phase_overhead_us", "attention_tflops"):
+          "phase_overhead_us", "attention_tflops", "adam_call_us",
+          "clip_per_tensor_us"):
     assert k in cal, k
+assert "32 adam_update calls" in cal["adam_call_us"]["source"]
+assert "32 gradients" in cal["clip_per_tensor_us"]["source"]
 # Attention's two directions timed apart, at both classes.
 for k in ("attention_tflops", "attention_small_tflops"):
     assert "forward alone" in cal[k]["source"], k
