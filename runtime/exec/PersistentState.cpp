@@ -21,16 +21,17 @@ PersistentState::PersistentState(const Plan &plan, MemoryTracker &memory,
       nvmeOverride(std::move(nvmeOverride)) {}
 
 PersistentState::~PersistentState() {
+  byName.clear();
   tensors.clear(); // Closes and removes the swap files first.
   for (const std::string &d : nvmeDirs)
     ::rmdir(d.c_str());
 }
 
 Stored &PersistentState::tensor(const std::string &name) {
-  auto it = tensors.find(name);
-  if (it == tensors.end())
+  auto it = byName.find(name);
+  if (it == byName.end())
     fail("no persistent tensor named '" + name + "'");
-  return it->second;
+  return *it->second;
 }
 
 const PlanFlatGroup *PersistentState::group(const std::string &name) const {
@@ -124,6 +125,10 @@ void PersistentState::allocate() {
     s.data = memory.allocate(bytes, device);
     tensors[t.name] = std::move(s);
   }
+  byName.clear();
+  byName.reserve(tensors.size());
+  for (auto &[name, s] : tensors)
+    byName.emplace(name, &s);
 }
 
 void PersistentState::initialize(uint64_t seed) {

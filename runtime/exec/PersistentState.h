@@ -24,6 +24,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace zeroc::runtime {
@@ -75,7 +76,7 @@ public:
   void initialize(uint64_t seed);
 
   Stored &tensor(const std::string &name);
-  bool has(const std::string &name) const { return tensors.count(name) != 0; }
+  bool has(const std::string &name) const { return byName.count(name) != 0; }
   /// The flat group `name`, or null.
   const PlanFlatGroup *group(const std::string &name) const;
   /// The flat group whose parameter `t` is (or whose gradient or state), or
@@ -129,6 +130,12 @@ private:
   std::string nvmeOverride;
   std::vector<std::string> nvmeDirs;
   std::map<std::string, Stored> tensors;
+  /// The same tensors by name, hashed: the executor looks tensors up on
+  /// every optimizer and collective op (an `adam_update` makes a dozen
+  /// lookups), and the ordered map's string comparisons cost about as much
+  /// as a small tensor's update (bench/RESULTS.md, run 27). `tensors`
+  /// keeps plan-independent name order for whatever iterates.
+  std::unordered_map<std::string, Stored *> byName;
   std::map<std::string, const PlanFlatGroup *> groups;
   std::map<std::string, FlatGroupLayout> layouts;
   /// Each flat group's padded parameter buffer; its members are views.
