@@ -567,7 +567,8 @@ OpCost CostModel::collectiveCost(const PhaseInfo &info, const PlanOp &op,
       clusterRef.calibration.collective[size_t(*kind)];
   const ClusterCalibration::CollectiveFit &busy =
       clusterRef.calibration.contended[size_t(*kind)];
-  if (fit.busBandwidth > 0 && n > 1 && layout.nodes == 1) {
+  const bool measured = fit.busBandwidth > 0 && n > 1 && layout.nodes == 1;
+  if (measured) {
     // Measured on this node: nccl-tests' busbw convention, fixed time fitted.
     double busBytes = bytes * commElementsPerRank(*kind, 1.0, n);
     cost.seconds = fit.latency + busBytes / fit.busBandwidth;
@@ -585,7 +586,7 @@ OpCost CostModel::collectiveCost(const PhaseInfo &info, const PlanOp &op,
   // development VM: 21 MPI reduce-scatters took 200 us where one of the
   // same 500 KB took 100 (bench/RESULTS.md, run 22).
   if (int64_t calls = communicatorCalls(op); calls > 1) {
-    double fixed = fit.busBandwidth > 0 && n > 1 && layout.nodes == 1
+    double fixed = measured
                        ? (fit.perTensor > 0 ? fit.perTensor : fit.latency)
                        : collectiveTime(clusterRef, *kind, 0, layout).latency;
     cost.seconds += double(calls - 1) * fixed;

@@ -21,7 +21,6 @@ PersistentState::PersistentState(const Plan &plan, MemoryTracker &memory,
       nvmeOverride(std::move(nvmeOverride)) {}
 
 PersistentState::~PersistentState() {
-  byName.clear();
   tensors.clear(); // Closes and removes the swap files first.
   for (const std::string &d : nvmeDirs)
     ::rmdir(d.c_str());

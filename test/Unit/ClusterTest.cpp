@@ -449,86 +449,67 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
   ASSERT_TRUE(d) << d.error().str();
   EXPECT_EQ(toJson(*d), toJson(*c));
 
+  // `wrong` read as a cluster file: its error, or "" where it reads.
+  auto errorOf = [](const json &wrong) -> std::string {
+    Expected<JsonDocument> text =
+        JsonDocument::parse(wrong.dump(2), "bad.json");
+    if (!text)
+      return text.error().str();
+    Expected<Cluster> read = readCluster(*text);
+    return read ? std::string() : read.error().str();
+  };
+  // The calibration section with `edit` applied.
+  auto edited = [&](const std::function<void(json &)> &edit) {
+    json wrong = j;
+    edit(wrong["calibration"]);
+    return wrong;
+  };
+  auto expectError = [&](const std::function<void(json &)> &edit,
+                         const std::string &message) {
+    std::string error = errorOf(edited(edit));
+    EXPECT_NE(error.find(message), std::string::npos)
+        << "wanted: " << message << "\ngot: " << error;
+  };
   // A misspelt kernel and a negative figure are errors that name the key.
-  json bad = j;
-  bad["calibration"]["kernel_gb_per_s"]["gelu_backwards"] = 1;
-  doc = JsonDocument::parse(bad.dump(2), "bad.json");
-  ASSERT_TRUE(doc);
-  Expected<Cluster> e = readCluster(*doc);
-  ASSERT_FALSE(e);
-  EXPECT_NE(e.error().str().find("cluster calibration.kernel_gb_per_s: "
-                                 "unknown key 'gelu_backwards'; did you "
-                                 "mean 'gelu_backward'?"),
-            std::string::npos)
-      << e.error().str();
-  bad = j;
-  bad["calibration"]["all_gather"]["bus_gb_per_s"] = -3;
-  doc = JsonDocument::parse(bad.dump(2), "bad.json");
-  ASSERT_TRUE(doc);
-  e = readCluster(*doc);
-  ASSERT_FALSE(e);
-  EXPECT_NE(e.error().str().find("cluster calibration.all_gather.bus_gb_per_"
-                                 "s: expected a number > 0, found -3"),
-            std::string::npos)
-      << e.error().str();
-  bad = j;
-  bad["calibration"]["all_gather"]["contended_bus_gb_per_s"] = 0;
-  doc = JsonDocument::parse(bad.dump(2), "bad.json");
-  ASSERT_TRUE(doc);
-  e = readCluster(*doc);
-  ASSERT_FALSE(e);
-  EXPECT_NE(e.error().str().find("cluster calibration.all_gather.contended_"
-                                 "bus_gb_per_s: expected a number > 0"),
-            std::string::npos)
-      << e.error().str();
+  expectError([](json &c) { c["kernel_gb_per_s"]["gelu_backwards"] = 1; },
+              "cluster calibration.kernel_gb_per_s: unknown key "
+              "'gelu_backwards'; did you mean 'gelu_backward'?");
+  expectError([](json &c) { c["all_gather"]["bus_gb_per_s"] = -3; },
+              "cluster calibration.all_gather.bus_gb_per_s: expected a "
+              "number > 0, found -3");
+  expectError([](json &c) { c["all_gather"]["contended_bus_gb_per_s"] = 0; },
+              "cluster calibration.all_gather.contended_bus_gb_per_s: "
+              "expected a number > 0");
   // The section's key `key` set to each of `values` is an error that names
   // it.
   auto refused = [&](const char *key, std::initializer_list<json> values) {
-    for (const json &v : values) {
-      json wrong = j;
-      wrong["calibration"][key] = v;
-      Expected<JsonDocument> text =
-          JsonDocument::parse(wrong.dump(2), "bad.json");
-      ASSERT_TRUE(text);
-      Expected<Cluster> read = readCluster(*text);
-      ASSERT_FALSE(read) << key << " = " << v;
-      EXPECT_NE(read.error().str().find(std::string("cluster calibration.") +
-                                        key + ": expected"),
-                std::string::npos)
-          << read.error().str();
-    }
+    for (const json &v : values)
+      expectError([&](json &c) { c[key] = v; },
+                  std::string("cluster calibration.") + key + ": expected");
   };
   // A rank's threads are a whole number, at least 1.
   refused("threads_per_rank", {json(0), json(1.5), json("one")});
   // The device is one zerorun calibrates on, and a string.
   refused("device", {json("tpu"), json(""), json(1)});
+  // Fixed times are not negative; rates are positive.
+  refused("adam_call_us", {json(-1), json("fast")});
+  refused("clip_per_tensor_us", {json(-0.5)});
+  refused("attention_backward_tflops", {json(0), json(-2)});
+  expectError([](json &c) { c["reduce_scatter"]["per_tensor_us"] = -4; },
+              "cluster calibration.reduce_scatter.per_tensor_us: expected a "
+              "number >= 0, found -4");
   // A meeting wait is a share, not negative; the object has its two kinds.
-  json wrong = j;
-  wrong["calibration"]["meeting_wait"]["memory"] = -0.1;
-  doc = JsonDocument::parse(wrong.dump(2), "bad.json");
-  ASSERT_TRUE(doc);
-  e = readCluster(*doc);
-  ASSERT_FALSE(e);
-  EXPECT_NE(e.error().str().find("cluster calibration.meeting_wait.memory: "
-                                 "expected a number >= 0, found -0.1"),
-            std::string::npos)
-      << e.error().str();
-  wrong = j;
-  wrong["calibration"]["meeting_wait"]["io"] = 0.1;
-  doc = JsonDocument::parse(wrong.dump(2), "bad.json");
-  ASSERT_TRUE(doc);
-  e = readCluster(*doc);
-  ASSERT_FALSE(e);
-  EXPECT_NE(e.error().str().find("cluster calibration.meeting_wait: unknown "
-                                 "key 'io'"),
-            std::string::npos)
-      << e.error().str();
+  expectError([](json &c) { c["meeting_wait"]["memory"] = -0.1; },
+              "cluster calibration.meeting_wait.memory: expected a number "
+              ">= 0, found -0.1");
+  expectError([](json &c) { c["meeting_wait"]["io"] = 0.1; },
+              "cluster calibration.meeting_wait: unknown key 'io'");
   // Without one (a hand-written file), none is written back.
   json none = j;
   none["calibration"].erase("device");
   doc = JsonDocument::parse(none.dump(2), "none.json");
   ASSERT_TRUE(doc);
-  e = readCluster(*doc);
+  Expected<Cluster> e = readCluster(*doc);
   ASSERT_TRUE(e) << e.error().str();
   EXPECT_EQ(e->calibration.device, "");
   EXPECT_FALSE(toJson(*e)["calibration"].contains("device"));

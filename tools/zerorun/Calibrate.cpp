@@ -6,6 +6,7 @@
 #include "cpu/Optimizer.h"
 #include "cpu/Threads.h"
 #include "exec/Device.h"
+#include "exec/ExecError.h"
 #include "exec/MachineLoad.h"
 #include "exec/PreparedPhase.h"
 #include "exec/StreamScheduler.h"
@@ -33,6 +34,12 @@ namespace zeroc::runtime {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+/// What each further piece of a piece-wise run adds: `split` timed `pieces`
+/// pieces where `whole` timed their sum as one (never below 0).
+double furtherPieceTime(double whole, double split, int64_t pieces) {
+  return std::max(0.0, (split - whole) / double(pieces - 1));
+}
 
 double seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -748,32 +755,32 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
     // took 1.7x its price by bytes alone, bench/RESULTS.md, run 24). 32
     // pieces of 1024 elements, in cache, against one piece of their 32K.
     const int64_t pieces = 32, each = 1024;
-    auto piece = [&](const Tensor &t, int64_t i, int64_t n) {
-      return Tensor{static_cast<char *>(t.data) + i * n * 4, DType::F32, {n}};
-    };
     auto adamPieces = [&](int64_t parts) {
       int64_t n = pieces * each / parts;
       for (int64_t i = 0; i < parts; ++i)
-        (void)dev.adamUpdate(settings, step++, piece(grad, i, n),
-                             piece(param, i, n), piece(m, i, n), piece(v, i, n),
+        (void)dev.adamUpdate(settings, step++, exec::slice(grad, i * n, n),
+                             exec::slice(param, i * n, n),
+                             exec::slice(m, i * n, n), exec::slice(v, i * n, n),
                              nullptr);
     };
+    // Timed in this order on every rank (cal.time synchronizes them).
     double whole = cal.time([&] { adamPieces(1); });
     double split = cal.time([&] { adamPieces(pieces); });
-    k.adamCall = std::max(0.0, (split - whole) / double(pieces - 1));
+    k.adamCall = furtherPieceTime(whole, split, pieces);
     source("calibration.adam_call_us",
            "32 adam_update calls of 1024 f32 elements against one of their "
            "32K, over 31");
     auto clipPieces = [&](int64_t parts) {
+      int64_t n = pieces * each / parts;
       std::vector<Tensor> list;
       for (int64_t i = 0; i < parts; ++i)
-        list.push_back(piece(grad, i, pieces * each / parts));
+        list.push_back(exec::slice(grad, i * n, n));
       double s = dev.sumOfSquaresOf(list);
       (void)dev.scaleAll(list, float(1.0 / (1.0 + 1e-12 * s)));
     };
     whole = cal.time([&] { clipPieces(1); });
     split = cal.time([&] { clipPieces(pieces); });
-    k.clipPerTensor = std::max(0.0, (split - whole) / double(pieces - 1));
+    k.clipPerTensor = furtherPieceTime(whole, split, pieces);
     source("calibration.clip_per_tensor_us",
            "the norm and the scale of a list of 32 gradients of 1024 f32 "
            "elements against a list of one of their 32K, over 31");
@@ -1065,18 +1072,13 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
           for (int64_t i = 0; i < parts; ++i) {
             comm.wait(hs[size_t(i)]);
             if (gradients)
-              (void)dev.accumulate(
-                  Tensor{static_cast<char *>(shard.data) + i * per * 4,
-                         DType::F32,
-                         {per}},
-                  Tensor{static_cast<char *>(brecv.data) + i * per * n * 4,
-                         DType::F32,
-                         {per}});
+              (void)dev.accumulate(exec::slice(shard, i * per, per),
+                                   exec::slice(brecv, i * per * n, per));
           }
         };
         double whole = cal.timeCollective([&] { bucket(1); }, 0.01, 3);
         double split = cal.timeCollective([&] { bucket(tensors); }, 0.01, 3);
-        double perTensor = std::max(0.0, (split - whole) / double(tensors - 1));
+        double perTensor = furtherPieceTime(whole, split, tensors);
         k.collective[kind] = {latency, bus, perTensor};
         source(key + ".per_tensor_us",
                std::string("32 collectives of 1024 f32 elements a rank "
