@@ -48,22 +48,6 @@ using namespace zeroc::runtime;
 
 namespace {
 
-/// Settings of the libraries' own thread pools, made before any library
-/// initializes (an ELF preinit function runs before the constructors of
-/// shared libraries, which read these variables once): OpenBLAS starts no
-/// threads of its own (GEMMs are sliced over the kernels' OpenMP pool,
-/// each slice a one-thread BLAS call, so that the sums do not depend on the
-/// thread count: cpu/Gemm.h); and idle OpenMP threads sleep instead of
-/// spinning on a core a plan stream's thread may need (a value the user
-/// set is kept). docs/zerorun.md, "Threads".
-void setLibraryDefaults(int, char **, char **) {
-  ::setenv("OPENBLAS_NUM_THREADS", "1", /*overwrite=*/1);
-  ::setenv("OMP_WAIT_POLICY", "passive", /*overwrite=*/0);
-}
-__attribute__((section(".preinit_array"),
-               used)) void (*const kSetLibraryDefaults)(int, char **, char **) =
-    setLibraryDefaults;
-
 /// Seconds since this process started (exec), from /proc (clock-tick
 /// resolution); -1 where /proc cannot tell.
 double secondsSinceProcessStart() {
