@@ -439,10 +439,10 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
   attention(true);
 
   // Memory-bound kernels on activation-like inputs, [64, 1024] f32 drawn
-  // ([16384, 1024] on a GPU) from N(0, 0.25): GELU's and SiLU's speed
-  // depends on the magnitude of their inputs (libm's tanh and exp take
-  // longer far from 0), and these are the activations of layers
-  // initialised with std 0.02. On a CPU a [64, 1024] operand (256 KiB)
+  // ([16384, 1024] on a GPU) from N(0, 0.25), the activations of layers
+  // initialised with std 0.02 (GELU's and SiLU's speed depended on the
+  // magnitude of their inputs while the CPU kernels called libm's tanh and
+  // exp; cpu/VectorMath.h's are branch-free). On a CPU a [64, 1024] operand (256 KiB)
   // would stay in the core's L2 from one call to the next, which a step's
   // operands do not (its other ops pass many megabytes through the caches
   // in between): each call there takes its inputs from a pool of twice the
