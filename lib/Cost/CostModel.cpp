@@ -491,8 +491,9 @@ double CostModel::biasPassTime(const PhaseInfo &info, const PlanOp &op) const {
   if (y == info.values.end() || y->second->shape.empty())
     return 0;
   double elements = double(shapeElements(y->second->shape).value_or(0));
-  // cpu/Linear.cpp: the f32 product read and written, the bias row once;
-  // a streaming pass like add's (the parallel threshold on the same work).
+  // cpu/Linear.cpp: y's rows set to the bias (the row read once, y
+  // written), which the GEMM then reads (beta = 1): a streaming pass like
+  // add's (the parallel threshold on the same work).
   double bytes = (2 * elements + double(y->second->shape.back())) * 4;
   return kernelTime(clusterRef, OpKind::Add, 0, bytes, DType::F32, false,
                     elements);
