@@ -27,9 +27,11 @@
 namespace zeroc::cpu {
 
 inline float expApprox(float x) {
-  // Comparisons with NaN are false: a NaN passes the clamps unchanged.
+  // NaN computes e^0 (converting NaN to an integer would be undefined) and
+  // is returned as itself at the end.
   float c = x > 88.72283935546875f ? 88.72283935546875f : x;
   c = c < -87.33654022216797f ? -87.33654022216797f : c;
+  c = c != c ? 0.0f : c;
   // n = round(c log2 e) in [-126, 128]: adding and subtracting 1.5 * 2^23
   // rounds to an integer (|c log2 e| < 2^22).
   const float magic = 12582912.0f;
