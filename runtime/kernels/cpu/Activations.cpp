@@ -1,6 +1,7 @@
 //===- Activations.cpp - Elementwise ops and copies ----------------------===//
 
 #include "cpu/Activations.h"
+#include "cpu/CpuFeatures.h"
 #include "cpu/Parallel.h"
 #include "cpu/VectorMath.h"
 
@@ -197,12 +198,10 @@ Status checkSplit(const char *op, const Tensor &whole,
 
 VectorLoop vectorLoopFor(VectorLoop requested) {
 #ifdef ZEROC_ACTIVATIONS_X86
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  static const bool avx2 = __builtin_cpu_supports("avx2");
   if ((requested == VectorLoop::Best || requested == VectorLoop::Avx512) &&
-      avx512)
+      cpuHasAvx512())
     return VectorLoop::Avx512;
-  if (requested != VectorLoop::Portable && avx2)
+  if (requested != VectorLoop::Portable && cpuHasAvx2())
     return VectorLoop::Avx2;
 #else
   (void)requested;

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "cpu/Optimizer.h"
+#include "cpu/CpuFeatures.h"
 #include "cpu/Parallel.h"
 
 #include <algorithm>
@@ -378,13 +379,12 @@ AdamStepConstants adamStepConstants(const AdamSettings &settings,
 
 AdamLoop adamLoopFor(AdamLoop requested) {
 #ifdef ZEROC_ADAM_X86
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  if ((requested == AdamLoop::Best || requested == AdamLoop::Avx512) && avx512)
+  if ((requested == AdamLoop::Best || requested == AdamLoop::Avx512) &&
+      cpuHasAvx512())
     return AdamLoop::Avx512;
-  if (requested == AdamLoop::Avx2Chunked && avx2)
+  if (requested == AdamLoop::Avx2Chunked && cpuHasAvx2())
     return AdamLoop::Avx2Chunked;
-  if (requested != AdamLoop::Portable && avx2)
+  if (requested != AdamLoop::Portable && cpuHasAvx2())
     return AdamLoop::Avx2;
 #else
   (void)requested;
