@@ -1,4 +1,4 @@
-//===- CpuFeatures.h - The vector extensions this CPU has --------*- C++
+//===- CpuFeatures.h - The vector extensions this CPU has -------*- C++ -*-===//
 //-*-===//
 //
 // What the kernels' run-time loop choices (adamLoopFor, vectorLoopFor) ask:
