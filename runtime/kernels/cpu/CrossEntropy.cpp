@@ -2,6 +2,7 @@
 
 #include "cpu/CrossEntropy.h"
 #include "cpu/Parallel.h"
+#include "cpu/VectorMath.h"
 
 #include <algorithm>
 #include <cmath>
@@ -41,14 +42,17 @@ Status checkTargetsInRange(const char *op, const Tensor &logits,
   return {};
 }
 
-// Replaces `row` by its softmax and returns its log-sum-exp.
+// Replaces `row` by its softmax and returns its log-sum-exp. The
+// exponentials in a loop of their own, which the compiler vectorizes
+// (cpu/VectorMath.h; libm's expf was a call per logit), then summed in
+// index order: the same bits for any vector width.
 static float softmaxInPlace(float *row, int64_t n) {
-  float max = *std::max_element(row, row + n);
+  const float max = *std::max_element(row, row + n);
+  for (int64_t i = 0; i < n; ++i)
+    row[i] = expApprox(row[i] - max);
   float sum = 0.0f;
-  for (int64_t i = 0; i < n; ++i) {
-    row[i] = std::exp(row[i] - max);
+  for (int64_t i = 0; i < n; ++i)
     sum += row[i];
-  }
   for (int64_t i = 0; i < n; ++i)
     row[i] /= sum;
   return max + std::log(sum);
