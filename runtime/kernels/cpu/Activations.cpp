@@ -25,19 +25,28 @@ Status checkBinary(const char *op, const char *aName, const Tensor &a,
                      checkSameShape(op, outName, out, aName, a)});
 }
 
-// Applies `f(a, b)` elementwise over checked tensors of one shape, in chunks
-// of f32, so that any mix of storage dtypes (and in-place use) works.
-template <typename F>
-void binaryMap(const Tensor &a, const Tensor &b, const Tensor &out, F f) {
+// Runs `rows(av, bv, count)` over checked tensors of one shape in chunks of
+// f32 (a's and b's elements in av and bv; it leaves the results in av), so
+// that any mix of storage dtypes (and in-place use) works. Chunks on the
+// pool: each element's result depends on its own inputs only.
+template <typename Rows>
+void chunkMap(const Tensor &a, const Tensor &b, const Tensor &out, Rows rows) {
   constexpr int64_t kChunk = 4096;
-  // Chunks on the pool: each element's result is f of its own inputs.
   parallelChunks(a.numel(), kChunk, [&](int64_t done, int64_t count) {
     float av[kChunk], bv[kChunk];
     loadF32(a, done, count, av);
     loadF32(b, done, count, bv);
+    rows(av, bv, count);
+    storeF32(out, done, count, av);
+  });
+}
+
+// Applies `f(a, b)` elementwise.
+template <typename F>
+void binaryMap(const Tensor &a, const Tensor &b, const Tensor &out, F f) {
+  chunkMap(a, b, out, [&](float *av, const float *bv, int64_t count) {
     for (int64_t i = 0; i < count; ++i)
       av[i] = f(av[i], bv[i]);
-    storeF32(out, done, count, av);
   });
 }
 
@@ -89,8 +98,7 @@ void mapPortable(const float *a, const float *b, float *out, int64_t n) {
   mapArrays<F>(a, b, out, n);
 }
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define ZEROC_ACTIVATIONS_X86 1
+#ifdef ZEROC_CPU_X86
 template <typename F>
 __attribute__((target("avx2"))) void mapAvx2(const float *a, const float *b,
                                              float *out, int64_t n) {
@@ -105,7 +113,7 @@ mapAvx512(const float *a, const float *b, float *out, int64_t n) {
 
 template <typename F> ArrayMap arrayMap(VectorLoop requested) {
   switch (vectorLoopFor(requested)) {
-#ifdef ZEROC_ACTIVATIONS_X86
+#ifdef ZEROC_CPU_X86
   case VectorLoop::Avx512:
     return mapAvx512<F>;
   case VectorLoop::Avx2:
@@ -120,14 +128,9 @@ template <typename F> ArrayMap arrayMap(VectorLoop requested) {
 template <typename F>
 void vectorMap(const Tensor &a, const Tensor &b, const Tensor &out,
                VectorLoop loop) {
-  constexpr int64_t kChunk = 4096;
   ArrayMap map = arrayMap<F>(loop);
-  parallelChunks(a.numel(), kChunk, [&](int64_t done, int64_t count) {
-    float av[kChunk], bv[kChunk];
-    loadF32(a, done, count, av);
-    loadF32(b, done, count, bv);
+  chunkMap(a, b, out, [&](float *av, const float *bv, int64_t count) {
     map(av, bv, av, count);
-    storeF32(out, done, count, av);
   });
 }
 
@@ -197,7 +200,7 @@ Status checkSplit(const char *op, const Tensor &whole,
 }
 
 VectorLoop vectorLoopFor(VectorLoop requested) {
-#ifdef ZEROC_ACTIVATIONS_X86
+#ifdef ZEROC_CPU_X86
   if ((requested == VectorLoop::Best || requested == VectorLoop::Avx512) &&
       cpuHasAvx512())
     return VectorLoop::Avx512;

@@ -15,8 +15,7 @@
 #include <cmath>
 #include <vector>
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define ZEROC_ADAM_X86 1
+#ifdef ZEROC_CPU_X86
 #include <immintrin.h>
 #endif
 
@@ -70,7 +69,7 @@ void updateRangePortable(const AdamStepConstants &c, const Tensor &grad,
   updateRangeChunked(c, adamPortable, grad, p, m, v, param16, begin, end);
 }
 
-#ifdef ZEROC_ADAM_X86
+#ifdef ZEROC_CPU_X86
 // adamElement on 8 lanes: the same operations in the same order, each
 // correctly rounded (mul, add, sub, div, sqrt; no FMA).
 __attribute__((target("avx2"))) void adamAvx2(const AdamStepConstants &c,
@@ -378,7 +377,7 @@ AdamStepConstants adamStepConstants(const AdamSettings &settings,
 }
 
 AdamLoop adamLoopFor(AdamLoop requested) {
-#ifdef ZEROC_ADAM_X86
+#ifdef ZEROC_CPU_X86
   if ((requested == AdamLoop::Best || requested == AdamLoop::Avx512) &&
       cpuHasAvx512())
     return AdamLoop::Avx512;
@@ -416,7 +415,7 @@ Status adamUpdate(const AdamSettings &settings, int64_t step,
       checkAdamUpdate(step, grad, master, expAvg, expAvgSq, param16));
   AdamStepConstants c = adamStepConstants(settings, step);
   RangeUpdate update = updateRangePortable;
-#ifdef ZEROC_ADAM_X86
+#ifdef ZEROC_CPU_X86
   AdamLoop loop = adamLoopFor(options.loop);
   if (loop == AdamLoop::Avx512)
     update = updateRangeAvx512;
