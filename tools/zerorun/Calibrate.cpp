@@ -442,12 +442,12 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
   // ([16384, 1024] on a GPU) from N(0, 0.25), the activations of layers
   // initialised with std 0.02 (GELU's and SiLU's speed depended on the
   // magnitude of their inputs while the CPU kernels called libm's tanh and
-  // exp; cpu/VectorMath.h's are branch-free). On a CPU a [64, 1024] operand (256 KiB)
-  // would stay in the core's L2 from one call to the next, which a step's
-  // operands do not (its other ops pass many megabytes through the caches
-  // in between): each call there takes its inputs from a pool of twice the
-  // last-level cache and writes into another, in turn (rotate() below).
-  // On a GPU one operand is already larger than the L2.
+  // exp; cpu/VectorMath.h's are branch-free). On a CPU a [64, 1024] operand
+  // (256 KiB) would stay in the core's L2 from one call to the next, which a
+  // step's operands do not (its other ops pass many megabytes through the
+  // caches in between): each call there takes its inputs from a pool of twice
+  // the last-level cache and writes into another, in turn (rotate() below). On
+  // a GPU one operand is already larger than the L2.
   const int64_t llc = lastLevelCacheBytes();
   // A memory-bound kernel's rate (its bytes over `t`), in the pooled or
   // the one-thread table.
