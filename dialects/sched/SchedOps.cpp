@@ -766,12 +766,13 @@ int64_t zeroc::sched::bufferBytes(Value value) {
 
 int64_t
 ReduceScatterStartOp::getWorkspaceBytes(SymbolTableCollection &symbols) {
-  // Flat-group inputs share one packed receive part, then each stage-3
-  // parameter takes its own (Workspace.h), in input order.
+  // Flat-group inputs share one packed receive part, then the stage-3
+  // parameters' parts: packed into one send and one receive buffer where
+  // there are several, each its own otherwise (Workspace.h).
   int64_t worldSize = getWorldSize(*this);
   std::deque<FlatGroupLayout> layouts;
   std::vector<FlatShare> shares;
-  std::vector<std::pair<ParamShardLayout, int64_t>> params;
+  std::vector<ParamGradient> params;
   int64_t flatElementBytes = 0;
   for (auto [grad, target, offset] :
        llvm::zip(getGrads(), getTargets().getAsRange<FlatSymbolRefAttr>(),
@@ -799,8 +800,7 @@ ReduceScatterStartOp::getWorkspaceBytes(SymbolTableCollection &symbols) {
   }
   WorkspaceLayout ws;
   reduceScatterFlatParts(ws, shares, flatElementBytes, /*rank=*/0);
-  for (auto &[layout, esize] : params)
-    reduceScatterParamParts(ws, layout, esize);
+  reduceScatterParamParts(ws, params);
   return ws.size();
 }
 

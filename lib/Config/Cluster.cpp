@@ -339,6 +339,10 @@ const FigureSpec kFigures[] = {
      [](Cluster &c, Counts &) -> double & {
        return c.calibration.clipPerTensor;
      }},
+    {"calibration.packed_gradient_us", kMicrosecond, Bound::NonNegative, true,
+     [](Cluster &c, Counts &) -> double & {
+       return c.calibration.packedGradient;
+     }},
     ZEROC_COLLECTIVE("all_gather", 0),
     ZEROC_COLLECTIVE("reduce_scatter", 1),
     ZEROC_COLLECTIVE("all_reduce", 2),

@@ -512,11 +512,34 @@ bool CostModel::hasMisalignedRows(const PhaseInfo &info,
   return false;
 }
 
-int64_t CostModel::communicatorCalls(const PlanOp &op) const {
+std::vector<ParamGradient> CostModel::paramGradients(const PhaseInfo &info,
+                                                     const PlanOp &op) const {
+  std::vector<ParamGradient> params;
+  if (op.kind != OpKind::ReduceScatterStart)
+    return params;
+  const std::vector<std::string> &targets =
+      op.attrsAs<ReduceScatterAttrs>().targets;
+  int64_t n = plan.groupSize(op.group);
+  for (size_t i = 0; i < std::min(targets.size(), op.inputs.size()); ++i) {
+    const PlanTensor *t = plan.findTensor(targets[i]);
+    if (!t || groups.count(t->of))
+      continue;
+    auto d = info.dtypes.find(op.inputs[i]);
+    DType dtype = d != info.dtypes.end() ? d->second : t->dtype;
+    params.push_back({ParamShardLayout{t->numel, n}, bytesPerElement(dtype)});
+  }
+  return params;
+}
+
+int64_t
+CostModel::communicatorCalls(const PlanOp &op,
+                             const ParamReduceScatterParts *packed) const {
   switch (op.kind) {
   case OpKind::AllGatherStart:
-  case OpKind::ReduceScatterStart:
     return int64_t(op.inputs.size());
+  case OpKind::ReduceScatterStart:
+    return packed ? int64_t(op.inputs.size() - packed->parts.size()) + 1
+                  : int64_t(op.inputs.size());
   case OpKind::AllReduceStart:
     return int64_t(op.attrsAs<TensorListAttrs>().tensors.size());
   case OpKind::AllGatherUpdatesStart: {
@@ -585,8 +608,25 @@ OpCost CostModel::collectiveCost(const PhaseInfo &info, const PlanOp &op,
   // (runtime/exec/Collectives.cpp): each pays the fixed time, the bytes are
   // shared. A bucket of 21 gradients of tiny Llama at 2 ranks on the
   // development VM: 21 MPI reduce-scatters took 200 us where one of the
-  // same 500 KB took 100 (bench/RESULTS.md, run 22).
-  if (int64_t calls = communicatorCalls(op); calls > 1) {
+  // same 500 KB took 100 (bench/RESULTS.md, run 22). Several stage-3
+  // gradients are packed into one (Workspace.h): one collective, and the
+  // pack reads each gradient and writes the ranks' blocks.
+  std::optional<ParamReduceScatterParts> packed;
+  if (std::vector<ParamGradient> params = paramGradients(info, op);
+      packsParamGradients(params)) {
+    WorkspaceLayout ws;
+    packed = reduceScatterParamParts(ws, params);
+    double read = 0;
+    for (const ParamGradient &p : params)
+      read += double(p.layout.numel * p.elementBytes);
+    double written =
+        double(packed->blockElements * n) * double(params.front().elementBytes);
+    cost.seconds +=
+        computeTime(clusterRef, 0, read + written, dtype) +
+        double(params.size() - 1) * clusterRef.calibration.packedGradient;
+  }
+  if (int64_t calls = communicatorCalls(op, packed ? &*packed : nullptr);
+      calls > 1) {
     double fixed = measured
                        ? (fit.perTensor > 0 ? fit.perTensor : fit.latency)
                        : collectiveTime(clusterRef, *kind, 0, layout).latency;

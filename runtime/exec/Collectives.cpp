@@ -196,14 +196,21 @@ void Executor::Impl::startReduceScatter(const PlanOp &op) {
   if (targets.size() != op.inputs.size() || offsets.size() != op.inputs.size())
     fail("op " + std::to_string(op.index) +
          ": reduce_scatter needs one target and offset per input");
+  // Every input moves over the op's group (the plan reader holds expert
+  // and other state apart): its ranks and this rank's place among them.
+  Communicator &c = groupComm(op.group);
+  int64_t gr = c.rank(), gn = c.size();
   // The workspace's parts, laid out as zero-plan-memory sized them: the
-  // flat-group inputs' shares packed first, then each parameter's.
+  // flat-group inputs' shares first, then the parameters' (packed where
+  // there are several).
   std::vector<FlatShare> shares;
   std::vector<size_t> flatInputs, paramInputs;
+  std::vector<ParamGradient> paramGrads;
   int64_t flatElementBytes = 0;
   for (size_t i = 0; i < op.inputs.size(); ++i) {
     Tensor g = value(op.inputs[i]);
-    if (const PlanFlatGroup *grp = state.groupOf(*tensor(targets[i]).info)) {
+    const PlanTensor &t = *tensor(targets[i]).info;
+    if (const PlanFlatGroup *grp = state.groupOf(t)) {
       shares.push_back(
           {&state.layout(*grp), {offsets[i], offsets[i] + g.numel()}});
       flatInputs.push_back(i);
@@ -212,96 +219,102 @@ void Executor::Impl::startReduceScatter(const PlanOp &op) {
       else if (flatElementBytes != bytesPerElement(g.dtype))
         fail("op " + std::to_string(op.index) +
              ": reduce_scatter of flat-group gradients of different dtypes");
-    } else {
-      paramInputs.push_back(i);
+      continue;
     }
+    // Stage 3: the gradient of a whole parameter into its shard.
+    if (!t.sharded)
+      fail("op " + std::to_string(op.index) + ": reduce_scatter into " +
+           t.name + ", which is neither sharded nor in a flat group");
+    if (offsets[i] != 0 || g.numel() != t.numel)
+      fail("op " + std::to_string(op.index) + ": reduce_scatter of " +
+           std::to_string(g.numel()) + " elements at offset " +
+           std::to_string(offsets[i]) + " into " + t.name + " of " +
+           std::to_string(t.numel));
+    paramInputs.push_back(i);
+    paramGrads.push_back(
+        {ParamShardLayout{t.numel, gn}, bytesPerElement(g.dtype)});
   }
-  // Every input moves over the op's group (the plan reader holds expert
-  // and other state apart): its ranks and this rank's place among them.
-  Communicator &c = groupComm(op.group);
-  int64_t gr = c.rank(), gn = c.size();
   WorkspaceLayout layout;
-  std::vector<ReduceScatterParts> parts(op.inputs.size());
   std::vector<ReduceScatterParts> flat =
       reduceScatterFlatParts(layout, shares, flatElementBytes, gr);
-  for (size_t k = 0; k < flatInputs.size(); ++k)
-    parts[flatInputs[k]] = flat[k];
-  for (size_t i : paramInputs)
-    parts[i] = reduceScatterParamParts(
-        layout, ParamShardLayout{tensor(targets[i]).info->numel, gn},
-        bytesPerElement(value(op.inputs[i]).dtype));
+  ParamReduceScatterParts params = reduceScatterParamParts(layout, paramGrads);
   Pending p;
   p.via = &c;
   char *scratch = workspace(op, layout.size(), p.scratch);
   StreamScheduler::Ticket ticket = scheduler.awaitTicket(op);
   dev->useStreamFor(c);
   CollectiveArrival *arrival = arrive(op);
-  for (size_t i = 0; i < op.inputs.size(); ++i) {
+  for (size_t k = 0; k < flatInputs.size(); ++k) {
+    size_t i = flatInputs[k];
     Tensor g = value(op.inputs[i]);
     Stored &target = tensor(targets[i]);
-    const PlanTensor &t = *target.info;
-    int64_t n = g.numel(), off = offsets[i];
-    DType dt = g.dtype;
-    int64_t esize = bytesPerElement(dt);
-    char *recvBuf = scratch + parts[i].recv;
+    const FlatGroupLayout &l = state.layout(*state.groupOf(*target.info));
+    char *recvBuf = scratch + flat[k].recv;
     Tensor dst = target.view();
-    if (const PlanFlatGroup *grp = state.groupOf(t)) {
-      const FlatGroupLayout &l = state.layout(*grp);
-      ElementRange range{off, off + n};
-      std::vector<int64_t> counts = l.receiveCounts(range);
-      ElementRange mine = range.intersect(l.partition(gr));
-      int64_t recvN = counts[size_t(gr)];
-      p.handles.push_back(
-          c.reduceScatter(g.data, counts, recvBuf, dt, true, label(op)));
-      Tensor recv{recvBuf, dt, {recvN}};
-      if (t.sharded) {
-        // Stage 2: accumulate the owned part into the gradient partition.
-        int64_t at = mine.begin - l.partition(gr).begin;
-        p.after.push_back([this, &op, recv, dst, at, recvN]() {
-          if (recvN > 0) {
-            scaleExpertGradient(op, recv);
-            check(dev->accumulate(slice(dst, at, recvN), recv), op);
-          }
-        });
-      } else {
-        // Stage 1: in place on the replicated flat buffer; keep the owned
-        // partition.
-        int64_t at = mine.begin;
-        p.after.push_back([this, &op, recv, dst, at, recvN]() {
-          if (recvN > 0) {
-            scaleExpertGradient(op, recv);
-            check(dev->copyElements(recv, 0, dst, at, recvN), op);
-          }
-        });
-      }
+    ElementRange range{offsets[i], offsets[i] + g.numel()};
+    std::vector<int64_t> counts = l.receiveCounts(range);
+    ElementRange mine = range.intersect(l.partition(gr));
+    int64_t recvN = counts[size_t(gr)];
+    p.handles.push_back(
+        c.reduceScatter(g.data, counts, recvBuf, g.dtype, true, label(op)));
+    Tensor recv{recvBuf, g.dtype, {recvN}};
+    if (target.info->sharded) {
+      // Stage 2: accumulate the owned part into the gradient partition.
+      int64_t at = mine.begin - l.partition(gr).begin;
+      p.after.push_back([this, &op, recv, dst, at, recvN]() {
+        if (recvN > 0) {
+          scaleExpertGradient(op, recv);
+          check(dev->accumulate(slice(dst, at, recvN), recv), op);
+        }
+      });
     } else {
-      // Stage 3: the gradient of a whole parameter into its shard.
-      ParamShardLayout l{t.numel, gn};
-      int64_t s = l.shardSize();
-      if (!t.sharded)
-        fail("op " + std::to_string(op.index) + ": reduce_scatter into " +
-             t.name + ", which is neither sharded nor in a flat group");
-      if (off != 0 || n != t.numel)
-        fail("op " + std::to_string(op.index) + ": reduce_scatter of " +
-             std::to_string(n) + " elements at offset " + std::to_string(off) +
-             " into " + t.name + " of " + std::to_string(t.numel));
+      // Stage 1: in place on the replicated flat buffer; keep the owned
+      // partition.
+      int64_t at = mine.begin;
+      p.after.push_back([this, &op, recv, dst, at, recvN]() {
+        if (recvN > 0) {
+          scaleExpertGradient(op, recv);
+          check(dev->copyElements(recv, 0, dst, at, recvN), op);
+        }
+      });
+    }
+  }
+  if (params.packed) {
+    std::vector<const void *> grads;
+    for (size_t i : paramInputs)
+      grads.push_back(value(op.inputs[i]).data);
+    packParamGradients(*dev, scratch + params.send, params, paramGrads, grads);
+    DType dt = value(op.inputs[paramInputs.front()]).dtype;
+    p.handles.push_back(c.reduceScatter(
+        scratch + params.send,
+        std::vector<int64_t>(size_t(gn), params.blockElements),
+        scratch + params.parts.front().recv, dt, true, label(op)));
+  }
+  for (size_t k = 0; k < paramInputs.size(); ++k) {
+    size_t i = paramInputs[k];
+    Tensor g = value(op.inputs[i]);
+    Tensor dst = tensor(targets[i]).view();
+    int64_t s = paramGrads[k].layout.shardSize(), n = g.numel();
+    int64_t esize = paramGrads[k].elementBytes;
+    char *recvBuf = scratch + params.parts[k].recv;
+    if (!params.packed) {
       const void *send = g.data;
-      if (parts[i].send >= 0) {
+      if (params.parts[k].send >= 0) {
         // Padded with zeros to shard x world size.
-        char *padded = scratch + parts[i].send;
+        char *padded = scratch + params.parts[k].send;
         dev->copy(padded, g.data, n * esize);
         dev->zero(padded + n * esize, (s * gn - n) * esize);
         send = padded;
       }
       p.handles.push_back(c.reduceScatter(send,
                                           std::vector<int64_t>(size_t(gn), s),
-                                          recvBuf, dt, true, label(op)));
-      Tensor recv{recvBuf, dt, {s}};
-      p.after.push_back([this, &op, recv, dst]() {
-        scaleExpertGradient(op, recv);
-        check(dev->accumulate(dst, recv), op);
-      });
+                                          recvBuf, g.dtype, true, label(op)));
     }
+    Tensor recv{recvBuf, g.dtype, {s}};
+    p.after.push_back([this, &op, recv, dst]() {
+      scaleExpertGradient(op, recv);
+      check(dev->accumulate(dst, recv), op);
+    });
   }
   { StreamScheduler::Ticket issuedAll = std::move(ticket); }
   complete(p);

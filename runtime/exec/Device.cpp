@@ -33,6 +33,47 @@ void Device::release(char *p, bool onDevice) {
   releaseMemory(p, onDevice);
 }
 
+void Device::copyRows(void *dst, int64_t dstPitch, const void *src,
+                      int64_t srcPitch, int64_t rowBytes, int64_t rows) {
+  for (int64_t k = 0; k < rows; ++k)
+    copy(static_cast<char *>(dst) + k * dstPitch,
+         static_cast<const char *>(src) + k * srcPitch, rowBytes);
+}
+
+void Device::zeroRows(void *dst, int64_t pitch, int64_t rowBytes,
+                      int64_t rows) {
+  for (int64_t k = 0; k < rows; ++k)
+    zero(static_cast<char *>(dst) + k * pitch, rowBytes);
+}
+
+void packParamGradients(Device &dev, char *send,
+                        const ParamReduceScatterParts &parts,
+                        const std::vector<ParamGradient> &params,
+                        const std::vector<const void *> &grads) {
+  int64_t e = params.front().elementBytes;
+  int64_t block = parts.blockElements * e;
+  for (size_t k = 0; k < params.size(); ++k) {
+    const ParamShardLayout &l = params[k].layout;
+    int64_t n = l.numel, s = l.shardSize(), ranks = l.worldSize;
+    int64_t slot =
+        (k + 1 < params.size() ? parts.slots[k + 1] : parts.blockElements) -
+        parts.slots[k];
+    char *column = send + parts.slots[k] * e;
+    const char *g = static_cast<const char *>(grads[k]);
+    // The ranks whose chunk is whole, then the one with the rest (the
+    // last shard of a parameter that does not divide), then any with none.
+    int64_t whole = s > 0 ? n / s : 0, rest = n - whole * s;
+    dev.copyRows(column, block, g, s * e, s * e, whole);
+    dev.zeroRows(column + s * e, block, (slot - s) * e, whole);
+    if (whole < ranks) {
+      char *partial = column + whole * block;
+      dev.copy(partial, g + whole * s * e, rest * e);
+      dev.zero(partial + rest * e, (slot - rest) * e);
+      dev.zeroRows(partial + block, block, slot * e, ranks - whole - 1);
+    }
+  }
+}
+
 double Device::sumOfSquaresOf(const std::vector<Tensor> &grads) {
   double total = 0;
   for (const Tensor &g : grads)

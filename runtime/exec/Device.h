@@ -95,6 +95,13 @@ public:
   /// or host), ordered on the calling thread's stream.
   virtual void copy(void *dst, const void *src, int64_t bytes) = 0;
   virtual void zero(void *dst, int64_t bytes) = 0;
+  /// `rows` rows of `rowBytes`: row k from src + k srcPitch to dst + k
+  /// dstPitch (cudaMemcpy2DAsync's arguments); zeroRows sets them to zero.
+  /// These defaults call copy and zero row by row.
+  virtual void copyRows(void *dst, int64_t dstPitch, const void *src,
+                        int64_t srcPitch, int64_t rowBytes, int64_t rows);
+  virtual void zeroRows(void *dst, int64_t pitch, int64_t rowBytes,
+                        int64_t rows);
   /// Synchronous copies from and to plain host memory.
   virtual void toHost(void *hostDst, const void *src, int64_t bytes) = 0;
   virtual void fromHost(void *dst, const void *hostSrc, int64_t bytes) = 0;
@@ -182,6 +189,16 @@ private:
   std::mutex allocationsMutex;
   std::unordered_map<char *, std::pair<int64_t, MemoryUse>> allocations;
 };
+
+/// A packed stage-3 reduce-scatter's send buffer (Workspace.h,
+/// ParamReduceScatterParts): rank r's chunk of gradient k (`grads[k]`, the
+/// whole parameter's) into block r of `send` at slots[k], zeros after it up
+/// to the next slot. Two strided copies a gradient at most, ordered on the
+/// calling thread's stream.
+void packParamGradients(Device &dev, char *send,
+                        const ParamReduceScatterParts &parts,
+                        const std::vector<ParamGradient> &params,
+                        const std::vector<const void *> &grads);
 
 /// Host memory and the CPU kernels (runtime/kernels/cpu).
 std::unique_ptr<Device> makeCpuDevice();

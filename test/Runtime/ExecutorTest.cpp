@@ -218,6 +218,47 @@ TEST(Executor, FusedAdamGivesThePerOpLossesBitForBit) {
 // local copy each) runs on the compute stream, in program order; a stream
 // with other work (a copy) keeps its thread, and at two ranks, or on a
 // device that issues from one thread anyway, nothing moves.
+TEST(PackParamGradients, EachRanksBlockHoldsItsChunkOfEveryGradient) {
+  // Gradients of 9, 4 and 7 f32 over 3 ranks (shards of 3, 2 and 3; the
+  // last rank of the second gets none, of the third one): block r's slot
+  // of gradient k must hold elements [r s_k, (r + 1) s_k) of it, zeros past
+  // its end, whatever the buffer held before.
+  auto dev = makeCpuDevice();
+  std::vector<int64_t> numels = {9, 4, 7};
+  const int64_t ranks = 3;
+  std::vector<ParamGradient> params;
+  std::vector<std::vector<float>> grads;
+  std::vector<const void *> data;
+  for (int64_t n : numels) {
+    params.push_back({{n, ranks}, 4});
+    grads.emplace_back(size_t(n));
+    std::iota(grads.back().begin(), grads.back().end(),
+              float(100 * grads.size()));
+  }
+  for (const std::vector<float> &g : grads)
+    data.push_back(g.data());
+  WorkspaceLayout ws;
+  ParamReduceScatterParts parts = reduceScatterParamParts(ws, params);
+  ASSERT_TRUE(parts.packed);
+  std::vector<float> send(size_t(parts.blockElements * ranks), -1.0f);
+  packParamGradients(*dev, reinterpret_cast<char *>(send.data()), parts, params,
+                     data);
+  for (int64_t r = 0; r < ranks; ++r)
+    for (size_t k = 0; k < numels.size(); ++k) {
+      int64_t s = (numels[k] + ranks - 1) / ranks;
+      int64_t end =
+          k + 1 < numels.size() ? parts.slots[k + 1] : parts.blockElements;
+      for (int64_t j = 0; j < end - parts.slots[k]; ++j) {
+        int64_t element = r * s + j;
+        float want =
+            j < s && element < numels[k] ? grads[k][size_t(element)] : 0.0f;
+        EXPECT_EQ(send[size_t(r * parts.blockElements + parts.slots[k] + j)],
+                  want)
+            << "rank " << r << ", gradient " << k << ", element " << j;
+      }
+    }
+}
+
 TEST(PreparedPhase, OneRankRunsCollectiveStreamsOnTheComputeStream) {
   auto op = [](int64_t index, OpKind kind, int64_t stream,
                std::string collective = "") {

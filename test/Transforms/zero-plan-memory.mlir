@@ -93,6 +93,28 @@ module attributes {sched.stage = 3 : i64, sched.world_size = 2 : i64} {
 
 // -----
 
+// Two stage-3 gradients in one reduce-scatter are packed into one send
+// buffer, as DeepSpeed's reduce_scatter_coalesced does (Workspace.h): @w
+// (9 f32, shards of 5) and @v (4 f32, shards of 2) at world size 2, each in
+// a 64-byte slot (16 f32) of each rank's block of 32 elements. The receive
+// buffer is one block (128 bytes, at 0), the send buffer two (256 bytes, at
+// the next 256-byte boundary): 512 bytes (one by one they took 520).
+// CHECK-LABEL: func.func @micro_step
+// CHECK: sched.reduce_scatter_start {{.*}}sched.workspace_bytes = 512 : i64
+module attributes {sched.stage = 3 : i64, sched.world_size = 2 : i64} {
+  sched.tensor @w : tensor<3x3xf32> param sharded on device
+  sched.tensor @w.grad : tensor<3x3xf32> grad of @w sharded on device
+  sched.tensor @v : tensor<4xf32> param sharded on device
+  sched.tensor @v.grad : tensor<4xf32> grad of @v sharded on device
+  func.func @micro_step(%x: tensor<3x3xf32>, %y: tensor<4xf32>) {
+    %r = sched.reduce_scatter_start %x, %y into [@w.grad, @v.grad] at [0, 0] {stream = 2 : i64} : tensor<3x3xf32>, tensor<4xf32>
+    sched.wait %r
+    return
+  }
+}
+
+// -----
+
 // Stage 2: two gradients of one flat group (8 + 6 elements, padded to 16:
 // partitions of 4 at world size 4) go out in one reduce-scatter. Each rank receives its share of both, packed: rank
 // 0 owns [0, 4) (4 of a, none of b), rank 1 [4, 8) (4 of a), rank 2 [8, 12)

@@ -392,6 +392,7 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
       {"attention_tflops", 0.04},
       {"adam_call_us", 0.5},
       {"clip_per_tensor_us", 0.9},
+      {"packed_gradient_us", 1.25},
       {"attention_backward_small_tflops", 0.03},
       {"all_gather",
        {{"latency_us", 30},
@@ -430,6 +431,7 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
   EXPECT_NEAR(k.attention, 0.04e12, 1);
   EXPECT_NEAR(k.adamCall, 0.5e-6, 1e-18);
   EXPECT_NEAR(k.clipPerTensor, 0.9e-6, 1e-18);
+  EXPECT_NEAR(k.packedGradient, 1.25e-6, 1e-18);
   EXPECT_EQ(k.attentionBackward, 0); // Not given.
   EXPECT_NEAR(k.attentionBackwardSmall, 0.03e12, 1);
   EXPECT_NEAR(k.collective[0].latency, 30e-6, 1e-18);
@@ -494,6 +496,7 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
   // Fixed times are not negative; rates are positive.
   refused("adam_call_us", {json(-1), json("fast")});
   refused("clip_per_tensor_us", {json(-0.5)});
+  refused("packed_gradient_us", {json(-1), json("slow")});
   refused("attention_backward_tflops", {json(0), json(-2)});
   expectError([](json &c) { c["reduce_scatter"]["per_tensor_us"] = -4; },
               "cluster calibration.reduce_scatter.per_tensor_us: expected a "

@@ -1512,6 +1512,46 @@ TEST(Calibration, EachTensorsCollectivePaysTheFixedTime) {
   EXPECT_NEAR(seconds(gather), 10e-6 + 4e-6 + 1e6 / 2e9, kTol);
 }
 
+// zerorun packs a stage-3 bucket (Workspace.h): one collective for all its
+// gradients; the pack reads each gradient and writes every rank's block
+// (slots of 64 bytes), and each further gradient pays
+// calibration.packed_gradient_us. Alone (one rank, or gradients of two
+// dtypes) each gradient is a collective of its own.
+TEST(Calibration, AStageThreeBucketIsOneCollective) {
+  Cluster c = exactCluster();
+  c.calibration.collective[size_t(CollectiveKind::ReduceScatter)] = {10e-6,
+                                                                     2e9};
+  c.calibration.packedGradient = 3e-6;
+  auto seconds = [&](PlanOp o, DType second = DType::BF16) {
+    Plan plan = planWith({o});
+    std::vector<int64_t> numels = {1000, 3000, 5};
+    for (size_t i = 0; i < numels.size(); ++i) {
+      PlanTensor t;
+      t.name = "g" + std::to_string(i);
+      t.role = TensorRole::Grad;
+      t.dtype = i == 1 ? second : DType::BF16;
+      t.numel = numels[i];
+      t.sharded = true;
+      plan.tensors.push_back(t);
+    }
+    CostModel model(plan, c);
+    return model.cost(plan.phases[0], plan.phases[0].ops[0]).seconds;
+  };
+  PlanOp bucket =
+      collectiveOp(0, "reduce_scatter_start", "reduce_scatter", 2, 1.0);
+  bucket.inputs = {1};
+  bucket.attrs = ReduceScatterAttrs{{"g0"}, {0}};
+  double one = seconds(bucket);
+  EXPECT_NEAR(one, 10e-6 + 1e6 / 2e9 + 3e6 / 1e15, kTol);
+  bucket.inputs = {1, 2, 3};
+  bucket.attrs = ReduceScatterAttrs{{"g0", "g1", "g2"}, {0, 0, 0}};
+  // Shards of 500, 1500 and 3 bf16 in slots of 512, 1504 and 32: blocks of
+  // 2048 elements, two of them written; 4005 elements read.
+  double pack = (4005 * 2 + 2 * 2048 * 2) / 1e15;
+  EXPECT_NEAR(seconds(bucket), one + pack + 2 * 3e-6, kTol);
+  EXPECT_NEAR(seconds(bucket, DType::F32), one + 2 * 10e-6, kTol);
+}
+
 TEST(OpCost, OneRankCopiesButLaunchesNothing) {
   // 1e6 bf16 elements on one rank, HBM at 1e15 B/s: a gather copies 2 MB
   // out of place (read and written); a reduce-scatter too, then adds the

@@ -75,3 +75,44 @@ TEST(Memory, ArenaBuffersAndWorkspacePartsShareTheAlignment) {
   EXPECT_EQ(phaseTransientBytes(512, 300), 512);
   EXPECT_EQ(predictedPeakBytes(1000, 512), 1512);
 }
+
+TEST(Workspace, StageThreeGradientsArePackedWhereThereAreSeveral) {
+  // 9 and 4 f32 over 2 ranks: shards of 5 and 2, each in a 64-byte slot
+  // (16 f32) of each rank's block.
+  std::vector<ParamGradient> two = {{{9, 2}, 4}, {{4, 2}, 4}};
+  WorkspaceLayout ws;
+  ParamReduceScatterParts p = reduceScatterParamParts(ws, two);
+  ASSERT_TRUE(p.packed);
+  EXPECT_EQ(p.slots, (std::vector<int64_t>{0, 16}));
+  EXPECT_EQ(p.blockElements, 32);
+  EXPECT_EQ(p.parts[0].recv, 0);
+  EXPECT_EQ(p.parts[1].recv, 16 * 4);
+  EXPECT_EQ(p.send, kArenaAlignment); // after the 128-byte receive block
+  EXPECT_EQ(p.parts[0].send, -1);
+  EXPECT_EQ(ws.size(), kArenaAlignment + 2 * 32 * 4);
+
+  // bf16: 32 elements a slot; a shard of 40 takes two.
+  std::vector<ParamGradient> bf16 = {{{80, 2}, 2}, {{3, 2}, 2}};
+  WorkspaceLayout ws16;
+  ParamReduceScatterParts q = reduceScatterParamParts(ws16, bf16);
+  EXPECT_EQ(q.slots, (std::vector<int64_t>{0, 64}));
+  EXPECT_EQ(q.blockElements, 96);
+}
+
+TEST(Workspace, StageThreeGradientsGoAloneWherePackingGainsNothing) {
+  // One gradient, one rank, or two dtypes: one collective each, a padded
+  // send copy only where the parameter does not divide.
+  for (const std::vector<ParamGradient> &params :
+       {std::vector<ParamGradient>{{{9, 2}, 4}},
+        std::vector<ParamGradient>{{{9, 1}, 4}, {{4, 1}, 4}},
+        std::vector<ParamGradient>{{{9, 2}, 4}, {{4, 2}, 2}}}) {
+    EXPECT_FALSE(packsParamGradients(params));
+    WorkspaceLayout ws;
+    ParamReduceScatterParts p = reduceScatterParamParts(ws, params);
+    EXPECT_FALSE(p.packed);
+    ASSERT_EQ(p.parts.size(), params.size());
+    EXPECT_EQ(p.parts[0].recv, 0);
+    bool padded = params[0].layout.worldSize == 2;
+    EXPECT_EQ(p.parts[0].send, padded ? kArenaAlignment : -1);
+  }
+}

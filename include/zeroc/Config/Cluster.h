@@ -171,6 +171,10 @@ struct ClusterCalibration {
   /// further gradient of a clip_grad_norm (0: not measured).
   double adamCall = 0;
   double clipPerTensor = 0;
+  /// Seconds each further gradient of a packed stage-3 reduce-scatter
+  /// (Workspace.h) costs beyond its bytes: its pack into the ranks' blocks
+  /// and its accumulate (0: not measured; its bytes alone are priced).
+  double packedGradient = 0;
   /// Seconds every op the executor runs costs on the host (scheduling,
   /// dispatch), and every phase run (starting and joining the streams).
   double opOverhead = 0;

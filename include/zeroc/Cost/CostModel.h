@@ -16,6 +16,7 @@
 #include "zeroc/Plan/Plan.h"
 #include "zeroc/Plan/PlanInspect.h"
 #include "zeroc/Support/Collectives.h"
+#include "zeroc/Support/Workspace.h"
 
 #include <cstdint>
 #include <functional>
@@ -258,8 +259,15 @@ private:
                           OpKind kind) const;
 
   /// The communicator collectives zerorun starts for `op`: one per tensor
-  /// it moves (runtime/exec/Collectives.cpp), each paying the fixed time.
-  int64_t communicatorCalls(const PlanOp &op) const;
+  /// it moves (runtime/exec/Collectives.cpp), each paying the fixed time,
+  /// except a reduce-scatter's stage-3 gradients where it packs them
+  /// (`packed`, Workspace.h): one for all of them.
+  int64_t communicatorCalls(const PlanOp &op,
+                            const ParamReduceScatterParts *packed) const;
+  /// A reduce-scatter's stage-3 gradients (its inputs into a parameter's
+  /// shard, not a flat group), as the executor lays them out.
+  std::vector<ParamGradient> paramGradients(const PhaseInfo &info,
+                                            const PlanOp &op) const;
   OpCost collectiveCost(const PhaseInfo &info, const PlanOp &op,
                         bool contended) const;
   OpCost fetchCost(const PhaseInfo &info, const PlanOp &op) const;

@@ -102,16 +102,80 @@ reduceScatterFlatParts(WorkspaceLayout &ws,
   return parts;
 }
 
-/// Stage 3: a whole parameter's gradient into its shard. The send buffer is
-/// padded to shard_size x world_size where the parameter does not divide.
-inline ReduceScatterParts
-reduceScatterParamParts(WorkspaceLayout &ws, const ParamShardLayout &layout,
-                        int64_t elementBytes) {
-  ReduceScatterParts parts;
-  parts.recv = ws.take(layout.shardSize() * elementBytes);
-  if (layout.paddedNumel() != layout.numel)
-    parts.send = ws.take(layout.paddedNumel() * elementBytes);
-  return parts;
+/// Stage 3: whole parameters' gradients into their shards, one input each.
+struct ParamGradient {
+  ParamShardLayout layout;
+  int64_t elementBytes = 0;
+};
+
+/// Where a stage-3 reduce-scatter's parameter inputs lie in its workspace.
+/// `parts[i].recv` is input i's reduced shard (shardSize() elements).
+///
+/// Alone (one input, one rank, or inputs of different dtypes) each input is
+/// reduce-scattered by itself, through a copy padded to shard_size x
+/// world_size (`parts[i].send`) where it does not divide.
+///
+/// Packed (`packed`), as DeepSpeed's reduce_scatter_coalesced packs a
+/// stage-3 bucket: one send buffer of world_size blocks of `blockElements`,
+/// rank r's block holding rank r's chunk of every input in input order,
+/// input i's at element `slots[i]` of the block (zeros after its real
+/// elements up to the next slot); one reduce-scatter of blockElements per
+/// rank into the receive buffer, where input i's shard lies at slots[i]
+/// too. Each slot starts at a multiple of kPackedSlotAlignment bytes. One
+/// collective instead of one per gradient: a bucket of 36 gradients of
+/// tiny Llama at two ranks took 113-140 us packed against 179-230 us as 36
+/// MPI reduce-scatters (bench/RESULTS.md, session 13), at the price of the
+/// bucket's gradients once more in the workspace.
+struct ParamReduceScatterParts {
+  std::vector<ReduceScatterParts> parts;
+  bool packed = false;
+  int64_t send = -1;         ///< The packed send buffer's byte offset.
+  int64_t blockElements = 0; ///< Elements of each rank's block.
+  std::vector<int64_t> slots;
+};
+
+inline constexpr int64_t kPackedSlotAlignment = 64;
+
+/// Whether a reduce-scatter of `params` over their group packs them.
+inline bool packsParamGradients(const std::vector<ParamGradient> &params) {
+  if (params.size() < 2 || params.front().layout.worldSize <= 1)
+    return false;
+  for (const ParamGradient &p : params)
+    if (p.elementBytes != params.front().elementBytes ||
+        p.layout.worldSize != params.front().layout.worldSize ||
+        kPackedSlotAlignment % p.elementBytes != 0)
+      return false;
+  return true;
+}
+
+inline ParamReduceScatterParts
+reduceScatterParamParts(WorkspaceLayout &ws,
+                        const std::vector<ParamGradient> &params) {
+  ParamReduceScatterParts r;
+  r.parts.resize(params.size());
+  if (!packsParamGradients(params)) {
+    for (size_t i = 0; i < params.size(); ++i) {
+      const ParamShardLayout &l = params[i].layout;
+      int64_t e = params[i].elementBytes;
+      r.parts[i].recv = ws.take(l.shardSize() * e);
+      if (l.paddedNumel() != l.numel)
+        r.parts[i].send = ws.take(l.paddedNumel() * e);
+    }
+    return r;
+  }
+  int64_t e = params.front().elementBytes;
+  int64_t slotElements = kPackedSlotAlignment / e;
+  for (const ParamGradient &p : params) {
+    r.slots.push_back(r.blockElements);
+    r.blockElements +=
+        (p.layout.shardSize() + slotElements - 1) / slotElements * slotElements;
+  }
+  r.packed = true;
+  int64_t recv = ws.take(r.blockElements * e);
+  r.send = ws.take(r.blockElements * params.front().layout.worldSize * e);
+  for (size_t i = 0; i < params.size(); ++i)
+    r.parts[i].recv = recv + r.slots[i] * e;
+  return r;
 }
 
 /// `all_gather_updates` of a replicated parameter whose optimizer state is

@@ -80,6 +80,11 @@ for k in collectives:  # Alone and beside compute (a CPU rank's cores).
               "contended_bus_gb_per_s", "per_tensor_us"):
         assert f in cal[k], (k, f)
     assert "32 collectives" in cal[k]["per_tensor_us"]["source"], k
+# A packed stage-3 bucket's further gradient: measured at 2+ ranks only.
+assert ("packed_gradient_us" in cal) == (ranks > 1)
+if ranks > 1:
+    assert cal["packed_gradient_us"]["value"] >= 0
+    assert "32 gradients" in cal["packed_gradient_us"]["source"]
 assert c["gpus_per_node"]["value"] == ranks
 print("calibration ok: %d figures, %d collective fits" %
       (len(found), len(collectives)))
