@@ -538,8 +538,9 @@ CostModel::communicatorCalls(const PlanOp &op,
   case OpKind::AllGatherStart:
     return int64_t(op.inputs.size());
   case OpKind::ReduceScatterStart:
-    return packed ? int64_t(op.inputs.size() - packed->parts.size()) + 1
-                  : int64_t(op.inputs.size());
+    return packed && packed->packed()
+               ? int64_t(op.inputs.size()) - packed->packedCount + 1
+               : int64_t(op.inputs.size());
   case OpKind::AllReduceStart:
     return int64_t(op.attrsAs<TensorListAttrs>().tensors.size());
   case OpKind::AllGatherUpdatesStart: {
@@ -613,17 +614,20 @@ OpCost CostModel::collectiveCost(const PhaseInfo &info, const PlanOp &op,
   // pack reads each gradient and writes the ranks' blocks.
   std::optional<ParamReduceScatterParts> packed;
   if (std::vector<ParamGradient> params = paramGradients(info, op);
-      packsParamGradients(params)) {
+      !params.empty()) {
     WorkspaceLayout ws;
     packed = reduceScatterParamParts(ws, params);
-    double read = 0;
-    for (const ParamGradient &p : params)
-      read += double(p.layout.numel * p.elementBytes);
-    double written =
-        double(packed->blockElements * n) * double(params.front().elementBytes);
-    cost.seconds +=
-        computeTime(clusterRef, 0, read + written, dtype) +
-        double(params.size() - 1) * clusterRef.calibration.packedGradient;
+    if (packed->packed()) {
+      double read = 0;
+      for (size_t i = 0; i < params.size(); ++i)
+        if (packed->slots[i] >= 0)
+          read += double(params[i].layout.numel * params[i].elementBytes);
+      double written = double(packed->blockElements * n) *
+                       double(params.front().elementBytes);
+      cost.seconds += computeTime(clusterRef, 0, read + written, dtype) +
+                      double(packed->packedCount - 1) *
+                          clusterRef.calibration.packedGradient;
+    }
   }
   if (int64_t calls = communicatorCalls(op, packed ? &*packed : nullptr);
       calls > 1) {

@@ -279,16 +279,17 @@ void Executor::Impl::startReduceScatter(const PlanOp &op) {
       });
     }
   }
-  if (params.packed) {
+  if (params.packed()) {
+    // The small gradients packed into one collective (Workspace.h).
     std::vector<const void *> grads;
     for (size_t i : paramInputs)
       grads.push_back(value(op.inputs[i]).data);
     packParamGradients(*dev, scratch + params.send, params, paramGrads, grads);
     DType dt = value(op.inputs[paramInputs.front()]).dtype;
-    p.handles.push_back(c.reduceScatter(
-        scratch + params.send,
-        std::vector<int64_t>(size_t(gn), params.blockElements),
-        scratch + params.parts.front().recv, dt, true, label(op)));
+    p.handles.push_back(
+        c.reduceScatter(scratch + params.send,
+                        std::vector<int64_t>(size_t(gn), params.blockElements),
+                        scratch + params.recv, dt, true, label(op)));
   }
   for (size_t k = 0; k < paramInputs.size(); ++k) {
     size_t i = paramInputs[k];
@@ -297,7 +298,8 @@ void Executor::Impl::startReduceScatter(const PlanOp &op) {
     int64_t s = paramGrads[k].layout.shardSize(), n = g.numel();
     int64_t esize = paramGrads[k].elementBytes;
     char *recvBuf = scratch + params.parts[k].recv;
-    if (!params.packed) {
+    if (params.slots[k] < 0) {
+      // Alone.
       const void *send = g.data;
       if (params.parts[k].send >= 0) {
         // Padded with zeros to shard x world size.

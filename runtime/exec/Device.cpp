@@ -53,11 +53,11 @@ void packParamGradients(Device &dev, char *send,
   int64_t e = params.front().elementBytes;
   int64_t block = parts.blockElements * e;
   for (size_t k = 0; k < params.size(); ++k) {
+    if (parts.slots[k] < 0)
+      continue; // Goes alone.
     const ParamShardLayout &l = params[k].layout;
     int64_t n = l.numel, s = l.shardSize(), ranks = l.worldSize;
-    int64_t slot =
-        (k + 1 < params.size() ? parts.slots[k + 1] : parts.blockElements) -
-        parts.slots[k];
+    int64_t slot = parts.slotElements[k];
     char *column = send + parts.slots[k] * e;
     const char *g = static_cast<const char *>(grads[k]);
     // The ranks whose chunk is whole, then the one with the rest (the

@@ -191,10 +191,11 @@ private:
 };
 
 /// A packed stage-3 reduce-scatter's send buffer (Workspace.h,
-/// ParamReduceScatterParts): rank r's chunk of gradient k (`grads[k]`, the
-/// whole parameter's) into block r of `send` at slots[k], zeros after it up
-/// to the next slot. Two strided copies a gradient at most, ordered on the
-/// calling thread's stream.
+/// ParamReduceScatterParts): rank r's chunk of each packed gradient k
+/// (`grads[k]`, the whole parameter's) into block r of `send` at slots[k],
+/// zeros after it to the end of its slot; the gradients that go alone are
+/// skipped. Two strided copies a gradient at most, ordered on the calling
+/// thread's stream.
 void packParamGradients(Device &dev, char *send,
                         const ParamReduceScatterParts &parts,
                         const std::vector<ParamGradient> &params,

@@ -239,16 +239,15 @@ TEST(PackParamGradients, EachRanksBlockHoldsItsChunkOfEveryGradient) {
     data.push_back(g.data());
   WorkspaceLayout ws;
   ParamReduceScatterParts parts = reduceScatterParamParts(ws, params);
-  ASSERT_TRUE(parts.packed);
+  ASSERT_TRUE(parts.packed());
   std::vector<float> send(size_t(parts.blockElements * ranks), -1.0f);
   packParamGradients(*dev, reinterpret_cast<char *>(send.data()), parts, params,
                      data);
   for (int64_t r = 0; r < ranks; ++r)
     for (size_t k = 0; k < numels.size(); ++k) {
       int64_t s = (numels[k] + ranks - 1) / ranks;
-      int64_t end =
-          k + 1 < numels.size() ? parts.slots[k + 1] : parts.blockElements;
-      for (int64_t j = 0; j < end - parts.slots[k]; ++j) {
+      ASSERT_GE(parts.slots[k], 0);
+      for (int64_t j = 0; j < parts.slotElements[k]; ++j) {
         int64_t element = r * s + j;
         float want =
             j < s && element < numels[k] ? grads[k][size_t(element)] : 0.0f;

@@ -1512,11 +1512,11 @@ TEST(Calibration, EachTensorsCollectivePaysTheFixedTime) {
   EXPECT_NEAR(seconds(gather), 10e-6 + 4e-6 + 1e6 / 2e9, kTol);
 }
 
-// zerorun packs a stage-3 bucket (Workspace.h): one collective for all its
-// gradients; the pack reads each gradient and writes every rank's block
-// (slots of 64 bytes), and each further gradient pays
-// calibration.packed_gradient_us. Alone (one rank, or gradients of two
-// dtypes) each gradient is a collective of its own.
+// zerorun packs a stage-3 bucket's small gradients (Workspace.h): one
+// collective for all of them; the pack reads each and writes every rank's
+// block (slots of 64 bytes), and each further one pays
+// calibration.packed_gradient_us. Alone (large, one rank, or gradients of
+// two dtypes) a gradient is a collective of its own.
 TEST(Calibration, AStageThreeBucketIsOneCollective) {
   Cluster c = exactCluster();
   c.calibration.collective[size_t(CollectiveKind::ReduceScatter)] = {10e-6,
@@ -1524,7 +1524,7 @@ TEST(Calibration, AStageThreeBucketIsOneCollective) {
   c.calibration.packedGradient = 3e-6;
   auto seconds = [&](PlanOp o, DType second = DType::BF16) {
     Plan plan = planWith({o});
-    std::vector<int64_t> numels = {1000, 3000, 5};
+    std::vector<int64_t> numels = {1000, 3000, 5, 40000};
     for (size_t i = 0; i < numels.size(); ++i) {
       PlanTensor t;
       t.name = "g" + std::to_string(i);
@@ -1550,6 +1550,11 @@ TEST(Calibration, AStageThreeBucketIsOneCollective) {
   double pack = (4005 * 2 + 2 * 2048 * 2) / 1e15;
   EXPECT_NEAR(seconds(bucket), one + pack + 2 * 3e-6, kTol);
   EXPECT_NEAR(seconds(bucket, DType::F32), one + 2 * 10e-6, kTol);
+  // 40,000 bf16 (80 KB, over kPackedGradientMaxBytes) go alone: a further
+  // collective.
+  bucket.inputs = {1, 2, 3, 4};
+  bucket.attrs = ReduceScatterAttrs{{"g0", "g1", "g2", "g3"}, {0, 0, 0, 0}};
+  EXPECT_NEAR(seconds(bucket), one + pack + 2 * 3e-6 + 10e-6, kTol);
 }
 
 TEST(OpCost, OneRankCopiesButLaunchesNothing) {

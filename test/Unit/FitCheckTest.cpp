@@ -116,7 +116,8 @@ TEST(FitCheck, NodesSizeAPreset) {
       << two.error().message;
   // The presets state usable memory and a reserve, each with a source.
   EXPECT_NEAR(preset->gpu.usableMemoryBytes / kGiB, 79.11, 1e-9);
-  EXPECT_NEAR(preset->gpu.runtimeReserveBytes / kGiB, 1.9, 1e-9); // Measured on an H100.
+  EXPECT_NEAR(preset->gpu.runtimeReserveBytes / kGiB, 1.9,
+              1e-9); // Measured on an H100.
   EXPECT_TRUE(preset->sources.count("gpu.usable_memory_gib"));
 }
 

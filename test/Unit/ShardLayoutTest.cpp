@@ -76,20 +76,29 @@ TEST(Memory, ArenaBuffersAndWorkspacePartsShareTheAlignment) {
   EXPECT_EQ(predictedPeakBytes(1000, 512), 1512);
 }
 
-TEST(Workspace, StageThreeGradientsArePackedWhereThereAreSeveral) {
+TEST(Workspace, SmallStageThreeGradientsArePackedWhereThereAreSeveral) {
   // 9 and 4 f32 over 2 ranks: shards of 5 and 2, each in a 64-byte slot
-  // (16 f32) of each rank's block.
-  std::vector<ParamGradient> two = {{{9, 2}, 4}, {{4, 2}, 4}};
+  // (16 f32) of each rank's block; 20,000 f32 (80 KB, over
+  // kPackedGradientMaxBytes) go alone after the packed blocks.
+  std::vector<ParamGradient> three = {
+      {{9, 2}, 4}, {{20000, 2}, 4}, {{4, 2}, 4}};
   WorkspaceLayout ws;
-  ParamReduceScatterParts p = reduceScatterParamParts(ws, two);
-  ASSERT_TRUE(p.packed);
-  EXPECT_EQ(p.slots, (std::vector<int64_t>{0, 16}));
+  ParamReduceScatterParts p = reduceScatterParamParts(ws, three);
+  ASSERT_TRUE(p.packed());
+  EXPECT_EQ(p.packedCount, 2);
+  EXPECT_EQ(p.slots, (std::vector<int64_t>{0, -1, 16}));
+  EXPECT_EQ(p.slotElements, (std::vector<int64_t>{16, 0, 16}));
   EXPECT_EQ(p.blockElements, 32);
+  EXPECT_EQ(p.recv, 0);
   EXPECT_EQ(p.parts[0].recv, 0);
-  EXPECT_EQ(p.parts[1].recv, 16 * 4);
+  EXPECT_EQ(p.parts[2].recv, 16 * 4);
   EXPECT_EQ(p.send, kArenaAlignment); // after the 128-byte receive block
   EXPECT_EQ(p.parts[0].send, -1);
-  EXPECT_EQ(ws.size(), kArenaAlignment + 2 * 32 * 4);
+  // The large one: its shard after the send blocks (256 bytes), divisible,
+  // sent as it is.
+  EXPECT_EQ(p.parts[1].recv, 2 * kArenaAlignment);
+  EXPECT_EQ(p.parts[1].send, -1);
+  EXPECT_EQ(ws.size(), 2 * kArenaAlignment + 10000 * 4);
 
   // bf16: 32 elements a slot; a shard of 40 takes two.
   std::vector<ParamGradient> bf16 = {{{80, 2}, 2}, {{3, 2}, 2}};
@@ -100,16 +109,19 @@ TEST(Workspace, StageThreeGradientsArePackedWhereThereAreSeveral) {
 }
 
 TEST(Workspace, StageThreeGradientsGoAloneWherePackingGainsNothing) {
-  // One gradient, one rank, or two dtypes: one collective each, a padded
-  // send copy only where the parameter does not divide.
+  // One small gradient, one rank, two dtypes, or one small gradient beside
+  // a large one: one collective each, a padded send copy only where the
+  // parameter does not divide.
   for (const std::vector<ParamGradient> &params :
        {std::vector<ParamGradient>{{{9, 2}, 4}},
         std::vector<ParamGradient>{{{9, 1}, 4}, {{4, 1}, 4}},
-        std::vector<ParamGradient>{{{9, 2}, 4}, {{4, 2}, 2}}}) {
-    EXPECT_FALSE(packsParamGradients(params));
+        std::vector<ParamGradient>{{{9, 2}, 4}, {{4, 2}, 2}},
+        std::vector<ParamGradient>{{{9, 2}, 4}, {{20000, 2}, 4}}}) {
+    EXPECT_EQ(packedParamGradients(params),
+              std::vector<bool>(params.size(), false));
     WorkspaceLayout ws;
     ParamReduceScatterParts p = reduceScatterParamParts(ws, params);
-    EXPECT_FALSE(p.packed);
+    EXPECT_FALSE(p.packed());
     ASSERT_EQ(p.parts.size(), params.size());
     EXPECT_EQ(p.parts[0].recv, 0);
     bool padded = params[0].layout.worldSize == 2;

@@ -260,8 +260,8 @@ private:
 
   /// The communicator collectives zerorun starts for `op`: one per tensor
   /// it moves (runtime/exec/Collectives.cpp), each paying the fixed time,
-  /// except a reduce-scatter's stage-3 gradients where it packs them
-  /// (`packed`, Workspace.h): one for all of them.
+  /// except a reduce-scatter's small stage-3 gradients where it packs them
+  /// (`packed`, Workspace.h): one for all of those.
   int64_t communicatorCalls(const PlanOp &op,
                             const ParamReduceScatterParts *packed) const;
   /// A reduce-scatter's stage-3 gradients (its inputs into a parameter's

@@ -111,41 +111,60 @@ struct ParamGradient {
 /// Where a stage-3 reduce-scatter's parameter inputs lie in its workspace.
 /// `parts[i].recv` is input i's reduced shard (shardSize() elements).
 ///
-/// Alone (one input, one rank, or inputs of different dtypes) each input is
-/// reduce-scattered by itself, through a copy padded to shard_size x
-/// world_size (`parts[i].send`) where it does not divide.
+/// Small gradients (kPackedGradientMaxBytes at most) are packed where there
+/// are two or more of one dtype over more than one rank, as DeepSpeed's
+/// reduce_scatter_coalesced packs a stage-3 bucket: one send buffer of
+/// world_size blocks of `blockElements`, rank r's block holding rank r's
+/// chunk of every packed gradient in input order, input i's at element
+/// `slots[i]` of the block, in a slot of `slotElements[i]` (a multiple of
+/// kPackedSlotAlignment bytes; zeros after the chunk); one reduce-scatter of
+/// blockElements per rank into the receive block (at byte `recv`), where
+/// input i's shard lies at slots[i] too.
 ///
-/// Packed (`packed`), as DeepSpeed's reduce_scatter_coalesced packs a
-/// stage-3 bucket: one send buffer of world_size blocks of `blockElements`,
-/// rank r's block holding rank r's chunk of every input in input order,
-/// input i's at element `slots[i]` of the block (zeros after its real
-/// elements up to the next slot); one reduce-scatter of blockElements per
-/// rank into the receive buffer, where input i's shard lies at slots[i]
-/// too. Each slot starts at a multiple of kPackedSlotAlignment bytes. One
-/// collective instead of one per gradient: a bucket of 36 gradients of
-/// tiny Llama at two ranks took 113-140 us packed against 179-230 us as 36
-/// MPI reduce-scatters (bench/RESULTS.md, session 13), at the price of the
-/// bucket's gradients once more in the workspace.
+/// The others go alone, one collective each, through a copy padded to
+/// shard_size x world_size (`parts[i].send`) where they do not divide; their
+/// slots are -1.
+///
+/// A collective's fixed cost is what packing saves, a copy of the gradient
+/// what it costs: a bucket of 36 gradients of tiny Llama at two ranks took
+/// 113-140 us packed against 179-230 us as 36 MPI reduce-scatters
+/// (bench/RESULTS.md, session 13), while small GPT-2's and small Llama's
+/// stage-3 steps, whose gradients are mostly 0.25-1 MB, took 1-3% longer
+/// with every gradient packed (session 14). On this machine a further
+/// collective costs 4.8 us and a further packed gradient 0.4 us, and the
+/// copy runs at 30 GB/s: the two meet near 64 KiB.
 struct ParamReduceScatterParts {
   std::vector<ReduceScatterParts> parts;
-  bool packed = false;
-  int64_t send = -1;         ///< The packed send buffer's byte offset.
-  int64_t blockElements = 0; ///< Elements of each rank's block.
-  std::vector<int64_t> slots;
+  std::vector<int64_t> slots, slotElements;
+  int64_t recv = -1, send = -1; ///< The packed blocks' byte offsets.
+  int64_t blockElements = 0;    ///< Elements of each rank's block.
+  int64_t packedCount = 0;
+  bool packed() const { return packedCount > 0; }
 };
 
 inline constexpr int64_t kPackedSlotAlignment = 64;
+inline constexpr int64_t kPackedGradientMaxBytes = 64 * 1024;
 
-/// Whether a reduce-scatter of `params` over their group packs them.
-inline bool packsParamGradients(const std::vector<ParamGradient> &params) {
-  if (params.size() < 2 || params.front().layout.worldSize <= 1)
-    return false;
+/// Which of `params` a reduce-scatter over their group packs.
+inline std::vector<bool>
+packedParamGradients(const std::vector<ParamGradient> &params) {
+  std::vector<bool> packed(params.size(), false);
+  if (params.empty() || params.front().layout.worldSize <= 1)
+    return packed;
+  int64_t e = params.front().elementBytes, count = 0;
   for (const ParamGradient &p : params)
-    if (p.elementBytes != params.front().elementBytes ||
-        p.layout.worldSize != params.front().layout.worldSize ||
-        kPackedSlotAlignment % p.elementBytes != 0)
-      return false;
-  return true;
+    if (p.elementBytes != e ||
+        p.layout.worldSize != params.front().layout.worldSize || e <= 0 ||
+        kPackedSlotAlignment % e != 0)
+      return packed;
+  for (size_t i = 0; i < params.size(); ++i)
+    if (params[i].layout.numel * e <= kPackedGradientMaxBytes) {
+      packed[i] = true;
+      ++count;
+    }
+  if (count < 2)
+    packed.assign(params.size(), false);
+  return packed;
 }
 
 inline ParamReduceScatterParts
@@ -153,28 +172,35 @@ reduceScatterParamParts(WorkspaceLayout &ws,
                         const std::vector<ParamGradient> &params) {
   ParamReduceScatterParts r;
   r.parts.resize(params.size());
-  if (!packsParamGradients(params)) {
-    for (size_t i = 0; i < params.size(); ++i) {
-      const ParamShardLayout &l = params[i].layout;
-      int64_t e = params[i].elementBytes;
-      r.parts[i].recv = ws.take(l.shardSize() * e);
-      if (l.paddedNumel() != l.numel)
-        r.parts[i].send = ws.take(l.paddedNumel() * e);
+  r.slots.assign(params.size(), -1);
+  r.slotElements.assign(params.size(), 0);
+  std::vector<bool> packed = packedParamGradients(params);
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!packed[i])
+      continue;
+    int64_t align = kPackedSlotAlignment / params[i].elementBytes;
+    r.slots[i] = r.blockElements;
+    r.slotElements[i] =
+        (params[i].layout.shardSize() + align - 1) / align * align;
+    r.blockElements += r.slotElements[i];
+    ++r.packedCount;
+  }
+  if (r.packed()) {
+    int64_t e = params.front().elementBytes;
+    r.recv = ws.take(r.blockElements * e);
+    r.send = ws.take(r.blockElements * params.front().layout.worldSize * e);
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    const ParamShardLayout &l = params[i].layout;
+    int64_t e = params[i].elementBytes;
+    if (packed[i]) {
+      r.parts[i].recv = r.recv + r.slots[i] * e;
+      continue;
     }
-    return r;
+    r.parts[i].recv = ws.take(l.shardSize() * e);
+    if (l.paddedNumel() != l.numel)
+      r.parts[i].send = ws.take(l.paddedNumel() * e);
   }
-  int64_t e = params.front().elementBytes;
-  int64_t slotElements = kPackedSlotAlignment / e;
-  for (const ParamGradient &p : params) {
-    r.slots.push_back(r.blockElements);
-    r.blockElements +=
-        (p.layout.shardSize() + slotElements - 1) / slotElements * slotElements;
-  }
-  r.packed = true;
-  int64_t recv = ws.take(r.blockElements * e);
-  r.send = ws.take(r.blockElements * params.front().layout.worldSize * e);
-  for (size_t i = 0; i < params.size(); ++i)
-    r.parts[i].recv = recv + r.slots[i] * e;
   return r;
 }
 
