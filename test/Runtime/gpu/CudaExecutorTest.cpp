@@ -17,6 +17,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
@@ -212,6 +213,60 @@ TEST(CudaExecutorKernels, PinnedStagingTrainsAsPageableStaging) {
   ASSERT_EQ(t.losses.size(), 3u);
   for (size_t i = 0; i < 3; ++i)
     EXPECT_EQ(t.losses[i], expected.losses[i]) << "step " << i + 1;
+}
+
+// A packed stage-3 reduce-scatter's send buffer (Workspace.h) through
+// cudaMemcpy2DAsync and cudaMemset2DAsync: the CPU device's bytes, over a
+// buffer that held other bytes before, every one of which is written.
+// Gradients of 9, 4 and 7 f32 over three ranks (whole chunks, a rank with
+// none, a partial one) and one of 20,000 (80 KB, sent alone, skipped).
+TEST(CudaExecutorKernels, PacksStageThreeGradientsAsTheCpu) {
+  std::string why;
+  std::unique_ptr<Device> cuda = zeroc_cuda_backend_v1()->makeDevice(why);
+  if (!cuda)
+    GTEST_SKIP() << why;
+  std::unique_ptr<Device> cpu = makeCpuDevice();
+  const int64_t ranks = 3;
+  std::vector<ParamGradient> params;
+  std::vector<std::vector<float>> grads;
+  for (int64_t n : {9, 4, 20000, 7}) {
+    params.push_back({{n, ranks}, 4});
+    grads.emplace_back(size_t(n));
+    for (size_t i = 0; i < grads.back().size(); ++i)
+      grads.back()[i] = float(grads.size() * 1000 + i);
+  }
+  WorkspaceLayout ws;
+  ParamReduceScatterParts parts = reduceScatterParamParts(ws, params);
+  ASSERT_TRUE(parts.packed());
+  int64_t sendBytes = parts.blockElements * ranks * 4;
+  std::vector<float> before(size_t(sendBytes / 4), -7.0f);
+  auto pack = [&](Device &dev) {
+    std::vector<char *> onDevice;
+    std::vector<const void *> from;
+    for (const std::vector<float> &g : grads) {
+      int64_t bytes = int64_t(g.size()) * 4;
+      onDevice.push_back(dev.allocate(bytes, true));
+      dev.fromHost(onDevice.back(), g.data(), bytes);
+      from.push_back(onDevice.back());
+    }
+    char *send = dev.allocate(sendBytes, true);
+    dev.fromHost(send, before.data(), sendBytes);
+    packParamGradients(dev, send, parts, params, from);
+    std::vector<float> out(before.size());
+    dev.toHost(out.data(), send, sendBytes);
+    dev.release(send, true);
+    for (char *p : onDevice)
+      dev.release(p, true);
+    return out;
+  };
+  std::vector<float> want = pack(*cpu), got = pack(*cuda);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i)
+    ASSERT_EQ(got[i], want[i]) << "element " << i << " of the send buffer";
+  // The CPU's own layout is checked element by element in ExecutorTest
+  // (PackParamGradients).
+  EXPECT_EQ(std::count(want.begin(), want.end(), -7.0f), 0);
+  EXPECT_EQ(parts.packedCount, 3);
 }
 
 TEST(CudaExecutorKernels, RejectsAnUnknownKernelChoice) {
