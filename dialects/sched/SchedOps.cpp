@@ -766,11 +766,13 @@ int64_t zeroc::sched::bufferBytes(Value value) {
 
 int64_t
 ReduceScatterStartOp::getWorkspaceBytes(SymbolTableCollection &symbols) {
-  // Flat-group inputs share one packed receive part, then the stage-3
-  // parameters' parts: packed into one send and one receive buffer where
-  // there are several, each its own otherwise (Workspace.h).
+  // Flat-group inputs share one packed receive part (and the staging
+  // ranges of the runs sent as one), then the stage-3 parameters' parts:
+  // the small ones packed into one send and one receive buffer where there
+  // are several, each its own otherwise (Workspace.h).
   int64_t worldSize = getWorldSize(*this);
   std::deque<FlatGroupLayout> layouts;
+  llvm::DenseMap<Operation *, const FlatGroupLayout *> layoutOf;
   std::vector<FlatShare> shares;
   std::vector<ParamGradient> params;
   int64_t flatElementBytes = 0;
@@ -787,9 +789,15 @@ ReduceScatterStartOp::getWorkspaceBytes(SymbolTableCollection &symbols) {
             ? symbols.lookupNearestSymbolFrom<FlatGroupOp>(*this, t.getOfAttr())
             : FlatGroupOp();
     if (group) {
-      if (auto layout = flatLayout(*this, group, symbols)) {
-        layouts.push_back(*layout);
-        shares.push_back({&layouts.back(), {offset, offset + n}});
+      // One layout a group: runs of one group's inputs are found by it.
+      const FlatGroupLayout *&layout = layoutOf[group.getOperation()];
+      if (!layout)
+        if (auto l = flatLayout(*this, group, symbols)) {
+          layouts.push_back(*l);
+          layout = &layouts.back();
+        }
+      if (layout) {
+        shares.push_back({layout, {offset, offset + n}});
         flatElementBytes = flatElementBytes ? flatElementBytes : esize;
       }
     } else {

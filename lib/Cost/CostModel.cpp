@@ -512,6 +512,37 @@ bool CostModel::hasMisalignedRows(const PhaseInfo &info,
   return false;
 }
 
+int64_t CostModel::flatShares(const PhaseInfo &info, const PlanOp &op,
+                              std::deque<FlatGroupLayout> &layouts,
+                              std::vector<FlatShare> &shares) const {
+  if (op.kind != OpKind::ReduceScatterStart)
+    return 0;
+  const ReduceScatterAttrs &rs = op.attrsAs<ReduceScatterAttrs>();
+  std::map<std::string, const FlatGroupLayout *> layoutOf;
+  int64_t elementBytes = 0;
+  for (size_t i = 0; i < std::min(rs.targets.size(), op.inputs.size()); ++i) {
+    const PlanTensor *t = plan.findTensor(rs.targets[i]);
+    auto g = t ? groups.find(t->of) : groups.end();
+    auto v = info.values.find(op.inputs[i]);
+    if (g == groups.end() || v == info.values.end() || i >= rs.offsets.size())
+      continue;
+    const FlatGroupLayout *&layout = layoutOf[g->first];
+    if (!layout) {
+      std::vector<int64_t> numels;
+      for (const std::string &name : g->second->params)
+        if (const PlanTensor *p = plan.findTensor(name))
+          numels.push_back(p->numel);
+      layouts.emplace_back(numels, plan.groupSize(op.group));
+      layout = &layouts.back();
+    }
+    int64_t e = bytesPerElement(v->second->dtype);
+    int64_t n = e > 0 ? v->second->bytes / e : 0;
+    elementBytes = elementBytes ? elementBytes : e;
+    shares.push_back({layout, {rs.offsets[i], rs.offsets[i] + n}});
+  }
+  return elementBytes;
+}
+
 std::vector<ParamGradient> CostModel::paramGradients(const PhaseInfo &info,
                                                      const PlanOp &op) const {
   std::vector<ParamGradient> params;
@@ -533,14 +564,21 @@ std::vector<ParamGradient> CostModel::paramGradients(const PhaseInfo &info,
 
 int64_t
 CostModel::communicatorCalls(const PlanOp &op,
+                             const std::vector<FlatUnit> &flat,
                              const ParamReduceScatterParts *packed) const {
   switch (op.kind) {
   case OpKind::AllGatherStart:
     return int64_t(op.inputs.size());
-  case OpKind::ReduceScatterStart:
-    return packed && packed->packed()
-               ? int64_t(op.inputs.size()) - packed->packedCount + 1
-               : int64_t(op.inputs.size());
+  case OpKind::ReduceScatterStart: {
+    // A unit of flat-group inputs is one collective; the stage-3 gradients
+    // packed together are one.
+    int64_t calls = int64_t(op.inputs.size());
+    if (packed && packed->packed())
+      calls -= packed->packedCount - 1;
+    for (const FlatUnit &u : flat)
+      calls -= int64_t(u.inputs.size()) - 1;
+    return calls;
+  }
   case OpKind::AllReduceStart:
     return int64_t(op.attrsAs<TensorListAttrs>().tensors.size());
   case OpKind::AllGatherUpdatesStart: {
@@ -629,7 +667,24 @@ OpCost CostModel::collectiveCost(const PhaseInfo &info, const PlanOp &op,
                           clusterRef.calibration.packedGradient;
     }
   }
-  if (int64_t calls = communicatorCalls(op, packed ? &*packed : nullptr);
+  // Runs of small flat-group gradients go out as one collective each, out
+  // of a staging copy (Workspace.h).
+  std::vector<FlatUnit> flat;
+  std::deque<FlatGroupLayout> layouts;
+  std::vector<FlatShare> shares;
+  int64_t flatElementBytes = flatShares(info, op, layouts, shares);
+  if (!shares.empty()) {
+    WorkspaceLayout ws;
+    flat = reduceScatterFlatParts(ws, shares, flatElementBytes, 0);
+    for (const FlatUnit &u : flat)
+      if (u.send >= 0)
+        cost.seconds +=
+            computeTime(clusterRef, 0,
+                        2.0 * double(u.range.size() * flatElementBytes),
+                        dtype) +
+            double(u.inputs.size() - 1) * clusterRef.calibration.packedGradient;
+  }
+  if (int64_t calls = communicatorCalls(op, flat, packed ? &*packed : nullptr);
       calls > 1) {
     double fixed = measured
                        ? (fit.perTensor > 0 ? fit.perTensor : fit.latency)

@@ -235,7 +235,7 @@ void Executor::Impl::startReduceScatter(const PlanOp &op) {
         {ParamShardLayout{t.numel, gn}, bytesPerElement(g.dtype)});
   }
   WorkspaceLayout layout;
-  std::vector<ReduceScatterParts> flat =
+  std::vector<FlatUnit> flat =
       reduceScatterFlatParts(layout, shares, flatElementBytes, gr);
   ParamReduceScatterParts params = reduceScatterParamParts(layout, paramGrads);
   Pending p;
@@ -244,19 +244,35 @@ void Executor::Impl::startReduceScatter(const PlanOp &op) {
   StreamScheduler::Ticket ticket = scheduler.awaitTicket(op);
   dev->useStreamFor(c);
   CollectiveArrival *arrival = arrive(op);
-  for (size_t k = 0; k < flatInputs.size(); ++k) {
-    size_t i = flatInputs[k];
-    Tensor g = value(op.inputs[i]);
-    Stored &target = tensor(targets[i]);
+  for (const FlatUnit &u : flat) {
+    size_t first = flatInputs[u.inputs.front()];
+    Tensor g = value(op.inputs[first]);
+    Stored &target = tensor(targets[first]);
     const FlatGroupLayout &l = state.layout(*state.groupOf(*target.info));
-    char *recvBuf = scratch + flat[k].recv;
+    char *recvBuf = scratch + u.recv;
     Tensor dst = target.view();
-    ElementRange range{offsets[i], offsets[i] + g.numel()};
-    std::vector<int64_t> counts = l.receiveCounts(range);
-    ElementRange mine = range.intersect(l.partition(gr));
+    const void *send = g.data;
+    if (u.send >= 0) {
+      // A run of small gradients tiling u.range: each to its place in the
+      // staging range, then one collective (Workspace.h).
+      char *staging = scratch + u.send;
+      for (size_t k : u.inputs) {
+        size_t i = flatInputs[k];
+        if (targets[i] != targets[first])
+          fail("op " + std::to_string(op.index) + ": reduce_scatter into " +
+               targets[i] + " and " + targets[first] +
+               ", two targets of one flat group");
+        Tensor part = value(op.inputs[i]);
+        dev->copy(staging + (offsets[i] - u.range.begin) * flatElementBytes,
+                  part.data, part.numel() * flatElementBytes);
+      }
+      send = staging;
+    }
+    std::vector<int64_t> counts = l.receiveCounts(u.range);
+    ElementRange mine = u.range.intersect(l.partition(gr));
     int64_t recvN = counts[size_t(gr)];
     p.handles.push_back(
-        c.reduceScatter(g.data, counts, recvBuf, g.dtype, true, label(op)));
+        c.reduceScatter(send, counts, recvBuf, g.dtype, true, label(op)));
     Tensor recv{recvBuf, g.dtype, {recvN}};
     if (target.info->sharded) {
       // Stage 2: accumulate the owned part into the gradient partition.

@@ -116,11 +116,14 @@ module attributes {sched.stage = 3 : i64, sched.world_size = 2 : i64} {
 // -----
 
 // Stage 2: two gradients of one flat group (8 + 6 elements, padded to 16:
-// partitions of 4 at world size 4) go out in one reduce-scatter. Each rank receives its share of both, packed: rank
-// 0 owns [0, 4) (4 of a, none of b), rank 1 [4, 8) (4 of a), rank 2 [8, 12)
-// (4 of b), rank 3 [12, 16) (2 of b); the largest total is 4 elements.
+// partitions of 4 at world size 4) go out in one reduce-scatter. Their
+// ranges tile [0, 14), so they go out as one collective out of a staging
+// copy of the range (Workspace.h, FlatUnit). Each rank receives what it
+// owns of it: rank 0 [0, 4), rank 1 [4, 8), rank 2 [8, 12), rank 3
+// [12, 14); the largest is 4 elements (16 bytes, at 0); the staging range
+// of 14 f32 (56 bytes) at the next 256-byte boundary: 312 bytes.
 // CHECK-LABEL: func.func @micro_step
-// CHECK: sched.reduce_scatter_start {{.*}}sched.workspace_bytes = 16 : i64
+// CHECK: sched.reduce_scatter_start {{.*}}sched.workspace_bytes = 312 : i64
 module attributes {sched.stage = 2 : i64, sched.world_size = 4 : i64} {
   sched.tensor @a : tensor<8xf32> param on device
   sched.tensor @b : tensor<6xf32> param on device
@@ -203,5 +206,25 @@ module attributes {sched.stage = 0 : i64, sched.world_size = 1 : i64} {
     %u = model.mul %b, %t : tensor<4x4xf32>
     %v = model.add %u, %u : tensor<4x4xf32>
     return %v : tensor<4x4xf32>
+  }
+}
+
+// -----
+
+// The same group, but the gradients' ranges leave a gap ([0, 8) and
+// [10, 14)): one collective each, sent as they are. Each rank's shares of
+// both packed: rank 0 4 (of x), rank 1 4 (of x), rank 2 2 (of y, [10, 12)),
+// rank 3 2; the largest total is 4 elements.
+// CHECK-LABEL: func.func @micro_step
+// CHECK: sched.reduce_scatter_start {{.*}}sched.workspace_bytes = 16 : i64
+module attributes {sched.stage = 2 : i64, sched.world_size = 4 : i64} {
+  sched.tensor @a : tensor<8xf32> param on device
+  sched.tensor @b : tensor<6xf32> param on device
+  sched.flat_group @g [@a, @b] numel 14 padded 16
+  sched.tensor @g.grad : tensor<16xf32> grad of @g sharded on device
+  func.func @micro_step(%x: tensor<8xf32>, %y: tensor<4xf32>) {
+    %r = sched.reduce_scatter_start %x, %y into [@g.grad, @g.grad] at [0, 10] {stream = 2 : i64} : tensor<8xf32>, tensor<4xf32>
+    sched.wait %r
+    return
   }
 }

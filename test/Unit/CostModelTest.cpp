@@ -1557,6 +1557,45 @@ TEST(Calibration, AStageThreeBucketIsOneCollective) {
   EXPECT_NEAR(seconds(bucket), one + pack + 2 * 3e-6 + 10e-6, kTol);
 }
 
+// Stages 1 and 2: small gradients whose ranges tile one range of their flat
+// group go out as one collective out of a staging copy (Workspace.h,
+// FlatUnit): the copy read and written, calibration.packed_gradient_us per
+// gradient after the first; with a gap between them, one collective each.
+TEST(Calibration, FlatGradientsTilingARangeAreOneCollective) {
+  Cluster c = exactCluster();
+  c.calibration.collective[size_t(CollectiveKind::ReduceScatter)] = {10e-6,
+                                                                     2e9};
+  c.calibration.packedGradient = 3e-6;
+  auto seconds = [&](int64_t secondOffset, int64_t secondElements) {
+    PlanOp bucket =
+        collectiveOp(0, "reduce_scatter_start", "reduce_scatter", 2, 1.0);
+    bucket.inputs = {1, 2};
+    bucket.attrs = ReduceScatterAttrs{{"g.grad", "g.grad"}, {0, secondOffset}};
+    Plan plan = planWith({bucket});
+    plan.phases[0].values = {value(1, DType::BF16, 8),
+                             value(2, DType::BF16, secondElements)};
+    PlanFlatGroup group;
+    group.name = "g";
+    group.params = {"a", "b"};
+    plan.flatGroups = {group};
+    PlanTensor a, b, grad;
+    a.name = "a";
+    a.numel = 8;
+    b.name = "b";
+    b.numel = 6;
+    grad.name = "g.grad";
+    grad.role = TensorRole::Grad;
+    grad.of = "g";
+    grad.sharded = true;
+    plan.tensors = {a, b, grad};
+    CostModel model(plan, c);
+    return model.cost(plan.phases[0], plan.phases[0].ops[0]).seconds;
+  };
+  double one = 10e-6 + 1e6 / 2e9 + 3e6 / 1e15;
+  EXPECT_NEAR(seconds(8, 6), one + 2.0 * 14 * 2 / 1e15 + 3e-6, kTol);
+  EXPECT_NEAR(seconds(10, 4), one + 10e-6, kTol);
+}
+
 TEST(OpCost, OneRankCopiesButLaunchesNothing) {
   // 1e6 bf16 elements on one rank, HBM at 1e15 B/s: a gather copies 2 MB
   // out of place (read and written); a reduce-scatter too, then adds the

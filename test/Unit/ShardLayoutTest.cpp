@@ -128,3 +128,52 @@ TEST(Workspace, StageThreeGradientsGoAloneWherePackingGainsNothing) {
     EXPECT_EQ(p.parts[0].send, padded ? kArenaAlignment : -1);
   }
 }
+
+TEST(Workspace, FlatGradientsTilingARangeGoOutAsOne) {
+  // A group of 8 + 6 + 10 elements (24, partitions of 6 at world size 4),
+  // its gradients in backward order: c [14, 24), b [8, 14), a [0, 8). They
+  // tile [0, 24): one unit, its receive part the largest rank's 6 elements,
+  // then the staging range of 24.
+  FlatGroupLayout g({8, 6, 10}, 4);
+  ASSERT_EQ(g.partitionSize(), 6);
+  std::vector<FlatShare> backward = {
+      {&g, {14, 24}}, {&g, {8, 14}}, {&g, {0, 8}}};
+  WorkspaceLayout ws;
+  std::vector<FlatUnit> units = reduceScatterFlatParts(ws, backward, 4, 1);
+  ASSERT_EQ(units.size(), 1u);
+  EXPECT_EQ(units[0].range.begin, 0);
+  EXPECT_EQ(units[0].range.end, 24);
+  EXPECT_EQ(units[0].inputs, (std::vector<size_t>{2, 1, 0}));
+  EXPECT_EQ(units[0].recv, 0);
+  EXPECT_EQ(units[0].send, kArenaAlignment);
+  EXPECT_EQ(ws.size(), kArenaAlignment + 24 * 4);
+
+  // A gap ([0, 8) and [10, 14)), or a gradient over kPackedGradientMaxBytes
+  // between them: each input its own unit, in input order, sent as it is;
+  // rank 1's receive parts follow rank 1's shares in input order.
+  FlatGroupLayout big({8, 20000, 10}, 2);
+  for (const std::vector<FlatShare> &apart :
+       {std::vector<FlatShare>{{&g, {0, 8}}, {&g, {10, 14}}},
+        std::vector<FlatShare>{
+            {&big, {0, 8}}, {&big, {8, 20008}}, {&big, {20008, 20018}}}}) {
+    WorkspaceLayout w;
+    std::vector<FlatUnit> u = reduceScatterFlatParts(w, apart, 4, 1);
+    ASSERT_EQ(u.size(), apart.size());
+    int64_t at = 0;
+    for (size_t i = 0; i < u.size(); ++i) {
+      EXPECT_EQ(u[i].inputs, std::vector<size_t>{i});
+      EXPECT_EQ(u[i].send, -1);
+      EXPECT_EQ(u[i].recv, at);
+      at += apart[i].layout->receiveCount(apart[i].range, 1) * 4;
+    }
+  }
+
+  // Two groups: runs never cross them.
+  FlatGroupLayout h({8, 6, 10}, 4);
+  std::vector<FlatShare> two = {{&g, {8, 14}}, {&h, {14, 24}}, {&g, {0, 8}}};
+  WorkspaceLayout w2;
+  std::vector<FlatUnit> u2 = reduceScatterFlatParts(w2, two, 4, 0);
+  ASSERT_EQ(u2.size(), 2u);
+  EXPECT_EQ(u2[0].inputs, (std::vector<size_t>{2, 0}));
+  EXPECT_EQ(u2[1].inputs, std::vector<size_t>{1});
+}

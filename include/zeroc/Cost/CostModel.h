@@ -19,6 +19,7 @@
 #include "zeroc/Support/Workspace.h"
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <optional>
 #include <string>
@@ -260,10 +261,16 @@ private:
 
   /// The communicator collectives zerorun starts for `op`: one per tensor
   /// it moves (runtime/exec/Collectives.cpp), each paying the fixed time,
-  /// except a reduce-scatter's small stage-3 gradients where it packs them
-  /// (`packed`, Workspace.h): one for all of those.
-  int64_t communicatorCalls(const PlanOp &op,
+  /// except a reduce-scatter's runs of small flat-group gradients (`flat`)
+  /// and its small stage-3 gradients where it packs them (`packed`,
+  /// Workspace.h): one for each run, one for all of those.
+  int64_t communicatorCalls(const PlanOp &op, const std::vector<FlatUnit> &flat,
                             const ParamReduceScatterParts *packed) const;
+  /// A reduce-scatter's flat-group inputs as the executor sees them (one
+  /// layout a group, in `layouts`); returns their element size.
+  int64_t flatShares(const PhaseInfo &info, const PlanOp &op,
+                     std::deque<FlatGroupLayout> &layouts,
+                     std::vector<FlatShare> &shares) const;
   /// A reduce-scatter's stage-3 gradients (its inputs into a parameter's
   /// shard, not a flat group), as the executor lays them out.
   std::vector<ParamGradient> paramGradients(const PhaseInfo &info,

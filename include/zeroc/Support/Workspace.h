@@ -58,25 +58,91 @@ struct ReduceScatterParts {
   int64_t send = -1;
 };
 
-/// Stages 1 and 2: the receive buffers of every flat-group input of one
-/// reduce-scatter, packed in input order: rank `rank`'s share of each (what
-/// it owns of the range). The plan is the same for every rank, so the part
-/// is as large as the largest rank's total; the byte offsets returned are
-/// `rank`'s.
-inline std::vector<ReduceScatterParts>
+/// Stages 1 and 2: how a reduce-scatter's flat-group inputs go out, and
+/// where they land in its workspace.
+///
+/// Each input is a collective of its own (a unit of one), sent as it is,
+/// except runs of small inputs (kPackedGradientMaxBytes at most each) of
+/// one group whose ranges tile one range of the group's buffer (a bucket's
+/// gradients in backward order usually do): a unit of two or more, whose
+/// inputs are copied to their places in a staging range (`send`) and go out
+/// as one reduce-scatter of the whole range, as DeepSpeed's stages 1 and 2
+/// reduce a bucket out of its contiguous IPG buffer. Rank `rank` receives
+/// what it owns of a unit's range at the unit's `recv`; the units' receive
+/// parts are packed in the order of their first inputs, in one part as
+/// large as the largest rank's total (the plan is the same for every rank),
+/// the byte offsets `rank`'s. The staging ranges follow it.
+struct FlatUnit {
+  ElementRange range;
+  std::vector<size_t> inputs; ///< Indices into the shares, by offset.
+  int64_t recv = 0;
+  int64_t send = -1; ///< -1: one input, sent as it is.
+};
+
+inline constexpr int64_t kPackedGradientMaxBytes = 64 * 1024;
+
+inline std::vector<FlatUnit>
 reduceScatterFlatParts(WorkspaceLayout &ws,
                        const std::vector<FlatShare> &shares,
                        int64_t elementBytes, int64_t rank) {
-  std::vector<ReduceScatterParts> parts(shares.size());
+  std::vector<FlatUnit> units;
   if (shares.empty())
-    return parts;
+    return units;
+  // The runs: small inputs of one group by offset, each starting where the
+  // one before ends.
+  std::vector<size_t> order;
+  for (size_t i = 0; i < shares.size(); ++i)
+    if (shares[i].range.size() * elementBytes <= kPackedGradientMaxBytes)
+      order.push_back(i);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    if (shares[a].layout != shares[b].layout)
+      return shares[a].layout < shares[b].layout;
+    return shares[a].range.begin < shares[b].range.begin;
+  });
+  std::vector<int64_t> unitOf(shares.size(), -1);
+  std::vector<std::vector<size_t>> runs;
+  for (size_t k = 0; k < order.size(); ++k) {
+    const FlatShare &s = shares[order[k]];
+    bool joins = k > 0 && s.range.size() > 0 &&
+                 shares[order[k - 1]].layout == s.layout &&
+                 shares[order[k - 1]].range.end == s.range.begin &&
+                 shares[order[k - 1]].range.size() > 0;
+    if (!joins)
+      runs.emplace_back();
+    runs.back().push_back(order[k]);
+  }
+  for (std::vector<size_t> &run : runs)
+    if (run.size() >= 2)
+      for (size_t i : run)
+        unitOf[i] = int64_t(&run - runs.data());
+  // The units in the order of their first inputs.
+  std::vector<int64_t> unitAt(runs.size(), -1);
+  for (size_t i = 0; i < shares.size(); ++i) {
+    if (unitOf[i] < 0) {
+      units.push_back({shares[i].range, {i}, 0, -1});
+      continue;
+    }
+    int64_t &u = unitAt[size_t(unitOf[i])];
+    if (u >= 0)
+      continue;
+    const std::vector<size_t> &run = runs[size_t(unitOf[i])];
+    u = int64_t(units.size());
+    units.push_back(
+        {{shares[run.front()].range.begin, shares[run.back()].range.end},
+         run,
+         0,
+         -1});
+  }
   int64_t worldSize = shares.front().layout->worldSize, most = 0;
+  auto layoutOf = [&](const FlatUnit &u) {
+    return shares[u.inputs.front()].layout;
+  };
   auto visit = [&](int64_t r) {
     int64_t total = 0;
-    for (size_t i = 0; i < shares.size(); ++i) {
+    for (FlatUnit &u : units) {
       if (r == rank)
-        parts[i].recv = total * elementBytes;
-      total += shares[i].layout->receiveCount(shares[i].range, r);
+        u.recv = total * elementBytes;
+      total += layoutOf(u)->receiveCount(u.range, r);
     }
     most = std::max(most, total);
   };
@@ -84,11 +150,11 @@ reduceScatterFlatParts(WorkspaceLayout &ws,
   // those and `rank`, not every one of world_size ranks (up to 2^31 - 1; the
   // compiler asks this for each reduce-scatter).
   std::vector<std::pair<int64_t, int64_t>> touched;
-  for (const FlatShare &s : shares) {
-    int64_t p = s.layout->partitionSize();
-    if (s.range.size() > 0 && p > 0)
+  for (const FlatUnit &u : units) {
+    int64_t p = layoutOf(u)->partitionSize();
+    if (u.range.size() > 0 && p > 0)
       touched.push_back(
-          {s.range.begin / p, std::min(worldSize - 1, (s.range.end - 1) / p)});
+          {u.range.begin / p, std::min(worldSize - 1, (u.range.end - 1) / p)});
   }
   touched.push_back({rank, rank});
   std::sort(touched.begin(), touched.end());
@@ -97,9 +163,12 @@ reduceScatterFlatParts(WorkspaceLayout &ws,
     for (int64_t r = std::max(lo, next); r <= hi; ++r, next = r)
       visit(r);
   int64_t base = ws.take(std::max<int64_t>(most, 1) * elementBytes);
-  for (ReduceScatterParts &p : parts)
-    p.recv += base;
-  return parts;
+  for (FlatUnit &u : units) {
+    u.recv += base;
+    if (u.inputs.size() > 1)
+      u.send = ws.take(u.range.size() * elementBytes);
+  }
+  return units;
 }
 
 /// Stage 3: whole parameters' gradients into their shards, one input each.
@@ -143,7 +212,6 @@ struct ParamReduceScatterParts {
 };
 
 inline constexpr int64_t kPackedSlotAlignment = 64;
-inline constexpr int64_t kPackedGradientMaxBytes = 64 * 1024;
 
 /// Which of `params` a reduce-scatter over their group packs.
 inline std::vector<bool>
