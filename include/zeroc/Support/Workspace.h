@@ -62,16 +62,17 @@ struct ReduceScatterParts {
 /// where they land in its workspace.
 ///
 /// Each input is a collective of its own (a unit of one), sent as it is,
-/// except runs of small inputs (kPackedGradientMaxBytes at most each) of
-/// one group whose ranges tile one range of the group's buffer (a bucket's
-/// gradients in backward order usually do): a unit of two or more, whose
-/// inputs are copied to their places in a staging range (`send`) and go out
-/// as one reduce-scatter of the whole range, as DeepSpeed's stages 1 and 2
-/// reduce a bucket out of its contiguous IPG buffer. Rank `rank` receives
-/// what it owns of a unit's range at the unit's `recv`; the units' receive
-/// parts are packed in the order of their first inputs, in one part as
-/// large as the largest rank's total (the plan is the same for every rank),
-/// the byte offsets `rank`'s. The staging ranges follow it.
+/// except, over more than one rank, runs of small inputs
+/// (kPackedGradientMaxBytes at most each) of one group whose ranges tile one
+/// range of the group's buffer (a bucket's gradients in backward order usually
+/// do): a unit of two or more, whose inputs are copied to their places in a
+/// staging range (`send`) and go out as one reduce-scatter of the whole range,
+/// as DeepSpeed's stages 1 and 2 reduce a bucket out of its contiguous IPG
+/// buffer. Rank `rank` receives what it owns of a unit's range at the unit's
+/// `recv`; the units' receive parts are packed in the order of their first
+/// inputs, in one part as large as the largest rank's total (the plan is the
+/// same for every rank), the byte offsets `rank`'s. The staging ranges follow
+/// it.
 struct FlatUnit {
   ElementRange range;
   std::vector<size_t> inputs; ///< Indices into the shares, by offset.
@@ -90,9 +91,11 @@ reduceScatterFlatParts(WorkspaceLayout &ws,
     return units;
   // The runs: small inputs of one group by offset, each starting where the
   // one before ends.
+  // (At one rank a collective is a local copy: staging would add one.)
   std::vector<size_t> order;
   for (size_t i = 0; i < shares.size(); ++i)
-    if (shares[i].range.size() * elementBytes <= kPackedGradientMaxBytes)
+    if (shares[i].range.size() * elementBytes <= kPackedGradientMaxBytes &&
+        shares[i].layout->worldSize > 1)
       order.push_back(i);
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     if (shares[a].layout != shares[b].layout)
