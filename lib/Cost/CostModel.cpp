@@ -434,7 +434,7 @@ Placement CostModel::placementOf(const std::string &name) const {
 double CostModel::stateTrafficTime(const std::string &name, double passes,
                                    OpKind kind) const {
   double bytes = rankBytes(name) * passes;
-  Placement placement = placementOf(name);
+  Placement placement = kernelMemory(placementOf(name));
   if (placement == Placement::Device) {
     if (kind == OpKind::ClipGradNorm &&
         clusterRef.calibration.clipBandwidth > 0)
@@ -731,6 +731,8 @@ OpCost CostModel::collectiveCost(const PhaseInfo &info, const PlanOp &op,
     if (Placement p = placementOf(t); p != Placement::Device)
       ++offDevice[p];
   for (const auto &[placement, count] : offDevice) {
+    if (copyMemory(Placement::Device) == copyMemory(placement))
+      continue; // CPU ranks: the epilogue adds into host memory where it is.
     double part = double(op.commElements) * elementBytes;
     if (*kind == CollectiveKind::ReduceScatter)
       part /= double(std::max<int64_t>(1, n));
@@ -813,15 +815,18 @@ OpCost CostModel::adamCost(const PlanOp &op) const {
   auto copied = [&](const std::string &name) {
     return copiedTensors.count(name) != 0;
   };
+  // (On CPU ranks the device's memory is the host's: the CPU Adam reads a
+  // gradient and writes a parameter "on the device" where they are.)
   if (!grad.empty() && !copied(grad))
-    cost.seconds += transferTime(rates, placementOf(grad), Placement::Host,
-                                 rankBytes(grad));
+    cost.seconds += transferTime(rates, copyMemory(placementOf(grad)),
+                                 Placement::Host, rankBytes(grad));
   for (const std::string &s : states)
-    cost.seconds +=
-        2 * transferTime(rates, placementOf(s), Placement::Host, rankBytes(s));
+    cost.seconds += 2 * transferTime(rates, copyMemory(placementOf(s)),
+                                     Placement::Host, rankBytes(s));
   if (!param.empty() && !copied(param))
-    cost.seconds += transferTime(rates, Placement::Host, placementOf(param),
-                                 rankBytes(param));
+    cost.seconds +=
+        transferTime(rates, Placement::Host, copyMemory(placementOf(param)),
+                     rankBytes(param));
   return cost;
 }
 
@@ -947,7 +952,7 @@ OpCost CostModel::accumulateCost(const PhaseInfo &info,
   double targetBytes = 2 * elements * double(bytesPerElement(dtypeOf(target)));
   OpCost cost;
   Placement placement =
-      target.empty() ? Placement::Device : placementOf(target);
+      target.empty() ? Placement::Device : kernelMemory(placementOf(target));
   if (placement == Placement::Device) {
     cost.cls = OpClass::Compute;
     cost.seconds = kernelTime(clusterRef, OpKind::Accumulate, 0,

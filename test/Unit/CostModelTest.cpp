@@ -476,6 +476,10 @@ TEST(OpCost, ReduceScatterToHostCrossesPcie) {
   // 4 ms of ring, the epilogue, then this rank's half of 4e6 bf16 elements
   // (4 MB) over PCIe at 1 GB/s.
   EXPECT_NEAR(rs.seconds, 4e-3 + rsEpilogue(4e6) + 4e6 / 1e9, kTol);
+  // On CPU ranks the epilogue adds into the host partition where it lies.
+  c.calibration.device = "cpu";
+  EXPECT_NEAR(CostModel(plan, c).cost(micro, micro.ops[0]).seconds,
+              4e-3 + rsEpilogue(4e6), kTol);
 }
 
 TEST(OpCost, FetchMovesWhatItsWaitYields) {
@@ -511,12 +515,19 @@ TEST(OpCost, HostAdam) {
   c.calibration.adamCall = 3e-6;
   EXPECT_NEAR(CostModel(plan, c).cost(opt, opt.ops[0]).seconds,
               cpu + nvme + pcie, kTol);
-  c.calibration.device = "cpu";
-  EXPECT_NEAR(CostModel(plan, c).cost(opt, opt.ops[0]).seconds,
-              cpu + nvme + pcie + 3e-6, kTol);
   OpCost zero = model.cost(opt, opt.ops[1]);
   EXPECT_EQ(zero.cls, OpClass::Host);
   EXPECT_NEAR(zero.seconds, e * 2 / 1e9, kTol);
+  // On CPU ranks (a CPU calibration) the device's memory is the host's:
+  // the parameter is written where it lies, nothing crosses PCIe, and the
+  // host gradients are zeroed by the device's kernel at its rate (HBM's
+  // 1e15 B/s here).
+  c.calibration.device = "cpu";
+  EXPECT_NEAR(CostModel(plan, c).cost(opt, opt.ops[0]).seconds,
+              cpu + nvme + 3e-6, kTol);
+  OpCost cpuZero = CostModel(plan, c).cost(opt, opt.ops[1]);
+  EXPECT_EQ(cpuZero.cls, OpClass::Host);
+  EXPECT_NEAR(cpuZero.seconds, e * 2 / 1e15, kTol);
 }
 
 TEST(OpCost, DeviceAdamIsMemoryBound) {

@@ -251,6 +251,22 @@ private:
   const PlanTensor *representative(const std::string &name) const;
   DType dtypeOf(const std::string &name) const;
   Placement placementOf(const std::string &name) const;
+  /// Where the kernels of a tensor placed at `p` find it, as the runtime
+  /// the calibration measured sees it: on CPU ranks (calibration.device
+  /// "cpu") host memory is the device's, touched by the same kernels at
+  /// the same rates (small GPT-2, stage 2 with optimizer offload: the clip
+  /// of the host gradient partition measured 3.1 ms a step, priced at the
+  /// host's streaming rate 0.3 ms; bench/RESULTS.md, session 14).
+  Placement kernelMemory(Placement p) const {
+    return cpuRanks() && p == Placement::Host ? Placement::Device : p;
+  }
+  /// The same for copies: on CPU ranks nothing crosses between device and
+  /// host memory (a stage-1 optimizer offload's gradient partition is read
+  /// where it lies), NVMe still is.
+  Placement copyMemory(Placement p) const {
+    return cpuRanks() && p == Placement::Device ? Placement::Host : p;
+  }
+  bool cpuRanks() const { return clusterRef.calibration.device == "cpu"; }
   double rankBytes(const std::string &name) const {
     return rankElements(name) * double(bytesPerElement(dtypeOf(name)));
   }
