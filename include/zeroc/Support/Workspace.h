@@ -3,7 +3,9 @@
 // Some sched ops need device memory beside their operands while they run:
 // the receive buffer of a reduce-scatter (the reduced part is accumulated
 // into the gradient shard once it arrives), the padded send buffer of a
-// stage-3 reduce-scatter, the padded copy of a replicated parameter that
+// stage-3 reduce-scatter, the buffers small gradients are packed into to go
+// out as one collective (stages 1-2: a staging range; stage 3: the ranks'
+// blocks), the padded copy of a replicated parameter that
 // `all_gather_updates` gathers into, and the 16-bit part of it an optimizer
 // update writes before it is copied back. zero-plan-memory gives each such
 // op one workspace in the phase's arena, live from the op to its wait; the
@@ -24,6 +26,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -99,7 +102,8 @@ reduceScatterFlatParts(WorkspaceLayout &ws,
       order.push_back(i);
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     if (shares[a].layout != shares[b].layout)
-      return shares[a].layout < shares[b].layout;
+      return std::less<const FlatGroupLayout *>()(shares[a].layout,
+                                                  shares[b].layout);
     return shares[a].range.begin < shares[b].range.begin;
   });
   std::vector<int64_t> unitOf(shares.size(), -1);
