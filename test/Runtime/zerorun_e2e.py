@@ -1011,6 +1011,47 @@ def scenario_missing_attr(args, plan_path):
     return 0
 
 
+def scenario_flat_targets(args):
+    """A stage-2 reduce-scatter whose run of small gradients (sent as one
+    collective, Workspace.h's FlatUnit) names two targets of one flat group:
+    refused on every rank, naming the op and both targets, before any step
+    completes (summing the run into one of them would be silently wrong)."""
+    plan_path = plan(args, 2, 2, 1, {})
+    with open(plan_path) as f:
+        plan_json = json.load(f)
+    grad_of = {t["name"]: t.get("of", "") for t in plan_json["tensors"]}
+    broken_op = other = first = None
+    for op in plan_json["phases"][0]["ops"]:
+        targets = op.get("attrs", {}).get("targets", [])
+        if op["kind"] != "reduce_scatter_start" or len(targets) < 2:
+            continue
+        group = grad_of.get(targets[0], "")
+        others = [t for t, of in grad_of.items()
+                  if of == group and group and t != targets[0]]
+        if others:
+            broken_op, other, first = op, others[0], targets[0]
+            break
+    if broken_op is None:
+        print("FAILED: %s has no reduce_scatter of two flat-group gradients"
+              % plan_path)
+        return 1
+    broken_op["attrs"]["targets"][1] = other
+    broken = os.path.join(args.work, "two-targets.json")
+    with open(broken, "w") as f:
+        json.dump(plan_json, f, indent=1)
+    log = os.path.join(args.work, "two-targets.log.jsonl")
+    r = subprocess.run(zerorun_cmd(args, broken, 2, 1, log),
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True)
+    print(r.stdout)
+    expected = ("op %d: reduce_scatter into %s and %s, two targets of one "
+                "flat group" % (broken_op["index"], other, first))
+    if r.returncode == 0 or expected not in r.stdout:
+        print("FAILED: expected a non-zero exit and '%s'" % expected)
+        return 1
+    return 0
+
+
 # A GPT-2 large enough that every kernel runs on the pool and GEMMs are
 # sliced (scenario_threads), small enough for a test.
 THREADS_MODEL = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"],
@@ -1746,6 +1787,8 @@ def main():
         return scenario_straggler(args, args.scenario[len("straggler:"):])
     if args.scenario.startswith("traffic:"):
         return scenario_traffic(args, args.scenario[len("traffic:"):])
+    if args.scenario == "flat-targets":
+        return scenario_flat_targets(args)
     if args.scenario.startswith("missing-attr:"):
         return scenario_missing_attr(args, args.scenario[len("missing-attr:"):])
     if args.scenario.startswith("locations:"):
