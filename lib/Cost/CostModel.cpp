@@ -372,8 +372,21 @@ CostModel::CostModel(const Plan &plan, const Cluster &cluster)
   for (const PlanTensor &t : plan.tensors)
     tensors[t.name] = &t;
   oneBitOptimizer = OptimizerConfig::oneBitType(planOptimizerType(plan));
-  for (const PlanFlatGroup &g : plan.flatGroups)
+  for (const PlanFlatGroup &g : plan.flatGroups) {
     groups[g.name] = &g;
+    // Laid out as the runtime lays it out (PersistentState): over the
+    // ranks its first parameter is sharded over.
+    std::vector<int64_t> numels;
+    const PlanTensor *first = nullptr;
+    for (const std::string &name : g.params)
+      if (const PlanTensor *p = plan.findTensor(name)) {
+        numels.push_back(p->numel);
+        first = first ? first : p;
+      }
+    if (first && numels.size() == g.params.size())
+      flatLayouts.emplace(g.name,
+                          FlatGroupLayout(numels, plan.shardRanks(*first)));
+  }
   for (const PlanPhase &phase : plan.phases) {
     PhaseInfo &info = phases[&phase];
     for (const PlanValue &v : phase.values) {
@@ -513,32 +526,22 @@ bool CostModel::hasMisalignedRows(const PhaseInfo &info,
 }
 
 int64_t CostModel::flatShares(const PhaseInfo &info, const PlanOp &op,
-                              std::deque<FlatGroupLayout> &layouts,
                               std::vector<FlatShare> &shares) const {
   if (op.kind != OpKind::ReduceScatterStart)
     return 0;
   const ReduceScatterAttrs &rs = op.attrsAs<ReduceScatterAttrs>();
-  std::map<std::string, const FlatGroupLayout *> layoutOf;
   int64_t elementBytes = 0;
   for (size_t i = 0; i < std::min(rs.targets.size(), op.inputs.size()); ++i) {
     const PlanTensor *t = plan.findTensor(rs.targets[i]);
-    auto g = t ? groups.find(t->of) : groups.end();
+    auto layout = t ? flatLayouts.find(t->of) : flatLayouts.end();
     auto v = info.values.find(op.inputs[i]);
-    if (g == groups.end() || v == info.values.end() || i >= rs.offsets.size())
+    if (layout == flatLayouts.end() || v == info.values.end() ||
+        i >= rs.offsets.size())
       continue;
-    const FlatGroupLayout *&layout = layoutOf[g->first];
-    if (!layout) {
-      std::vector<int64_t> numels;
-      for (const std::string &name : g->second->params)
-        if (const PlanTensor *p = plan.findTensor(name))
-          numels.push_back(p->numel);
-      layouts.emplace_back(numels, plan.groupSize(op.group));
-      layout = &layouts.back();
-    }
     int64_t e = bytesPerElement(v->second->dtype);
     int64_t n = e > 0 ? v->second->bytes / e : 0;
     elementBytes = elementBytes ? elementBytes : e;
-    shares.push_back({layout, {rs.offsets[i], rs.offsets[i] + n}});
+    shares.push_back({&layout->second, {rs.offsets[i], rs.offsets[i] + n}});
   }
   return elementBytes;
 }
@@ -670,9 +673,8 @@ OpCost CostModel::collectiveCost(const PhaseInfo &info, const PlanOp &op,
   // Runs of small flat-group gradients go out as one collective each, out
   // of a staging copy (Workspace.h).
   std::vector<FlatUnit> flat;
-  std::deque<FlatGroupLayout> layouts;
   std::vector<FlatShare> shares;
-  int64_t flatElementBytes = flatShares(info, op, layouts, shares);
+  int64_t flatElementBytes = flatShares(info, op, shares);
   if (!shares.empty()) {
     WorkspaceLayout ws;
     flat = reduceScatterFlatParts(ws, shares, flatElementBytes, 0);

@@ -19,7 +19,6 @@
 #include "zeroc/Support/Workspace.h"
 
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <optional>
 #include <string>
@@ -239,6 +238,9 @@ private:
   bool oneBitOptimizer = false;
   std::unordered_map<std::string, const PlanTensor *> tensors;
   std::unordered_map<std::string, const PlanFlatGroup *> groups;
+  /// Each flat group's layout, computed once (a group holds hundreds of
+  /// parameters; every reduce-scatter into it asks).
+  std::unordered_map<std::string, FlatGroupLayout> flatLayouts;
   std::unordered_map<const PlanPhase *, PhaseInfo> phases;
   /// Tensors a copy_start moves (sources, destinations), so that the host
   /// optimizer does not count their PCIe traffic again.
@@ -282,10 +284,9 @@ private:
   /// Workspace.h): one for each run, one for all of those.
   int64_t communicatorCalls(const PlanOp &op, const std::vector<FlatUnit> &flat,
                             const ParamReduceScatterParts *packed) const;
-  /// A reduce-scatter's flat-group inputs as the executor sees them (one
-  /// layout a group, in `layouts`); returns their element size.
+  /// A reduce-scatter's flat-group inputs as the executor sees them;
+  /// returns their element size.
   int64_t flatShares(const PhaseInfo &info, const PlanOp &op,
-                     std::deque<FlatGroupLayout> &layouts,
                      std::vector<FlatShare> &shares) const;
   /// A reduce-scatter's stage-3 gradients (its inputs into a parameter's
   /// shard, not a flat group), as the executor lays them out.
