@@ -303,9 +303,15 @@ TEST(KernelThreads, Gemm) {
         c.operands(), [&c](std::vector<Owned> &t) { c.run(t, true); });
 }
 
-// Slicing C's rows or columns never splits an element's sum over K: the
-// sliced product is one BLAS call's, bit for bit (OpenBLAS blocks K by K
-// alone), and both are the float64 product to within float rounding.
+// Slicing C's rows or columns never splits an element's sum over K, and the
+// product is the float64 product to within float rounding. Sliced along C's
+// rows, on the BLAS kernel's tile grid (kGemmSliceAlign), it is one BLAS
+// call's bit for bit (OpenBLAS blocks K by K alone). Sliced along its
+// columns it was too with OpenBLAS's SkylakeX kernels, but not with its Zen
+// kernels (AVX2), whatever the slice width (128 to 384 columns: 4-30% of
+// the elements differed from one call's in their last bits): a narrower
+// call takes another path there. Either way each element is one call's sum,
+// the same for any thread count (KernelThreads.Gemm).
 TEST(KernelThreads, GemmSlicesKeepEachSumOfOneBlasCall) {
   int before = threads();
   setThreads(2);
@@ -313,8 +319,9 @@ TEST(KernelThreads, GemmSlicesKeepEachSumOfOneBlasCall) {
     std::vector<Owned> whole = c.operands(), sliced = c.operands();
     c.run(whole, false);
     c.run(sliced, true);
-    EXPECT_TRUE(whole[2].bytes == sliced[2].bytes)
-        << c.m << "x" << c.n << "x" << c.k;
+    if (gemmSlices(c.m, c.n, c.k).alongM)
+      EXPECT_TRUE(whole[2].bytes == sliced[2].bytes)
+          << c.m << "x" << c.n << "x" << c.k;
     std::vector<Owned> in = c.operands();
     const float *a = in[0].t.f32(), *b = in[1].t.f32(), *c0 = in[2].t.f32();
     double worst = 0.0;

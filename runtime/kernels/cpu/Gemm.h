@@ -49,7 +49,13 @@ GemmSlices gemmSlices(int64_t m, int64_t n, int64_t k);
 /// at one thread, GPT-2 124M's MLP products took 4-17% more CPU time in 16
 /// slices than in one call, 0-10% in 8 (bench/startup-RESULTS.md).
 inline constexpr int64_t kGemmSliceMin = 128;
-inline constexpr int64_t kGemmSliceAlign = 16;
+/// Slices start on the BLAS kernel's tile grid, so that each element of C
+/// goes through the same micro-kernel as in one call: OpenBLAS 0.3.21's Zen
+/// kernels (AVX2) tile 24 rows, and a 128-row slice put 8 rows of every
+/// slice in an edge kernel that rounds differently (600x300x200: 12,037 of
+/// 180,000 elements differed from one call, up to 8e-4 relative); with
+/// AVX-512 (SkylakeX) the tile is 16. 48 is a multiple of both.
+inline constexpr int64_t kGemmSliceAlign = 48;
 inline constexpr int64_t kGemmSliceMinWork = int64_t(1) << 21;
 inline constexpr int64_t kGemmMaxSlices = 8;
 
