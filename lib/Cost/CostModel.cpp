@@ -600,6 +600,33 @@ CostModel::communicatorCalls(const PlanOp &op,
   }
 }
 
+double CostModel::offDeviceResultTime(const PlanOp &op, CollectiveKind kind,
+                                      double elementBytes, int64_t n) const {
+  double seconds = 0;
+  std::vector<std::string> targets;
+  if (op.kind == OpKind::ReduceScatterStart)
+    targets = op.attrsAs<ReduceScatterAttrs>().targets;
+  else if (op.kind == OpKind::AllGatherUpdatesStart)
+    targets = op.attrsAs<TargetListAttrs>().targets;
+  std::sort(targets.begin(), targets.end());
+  targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
+  std::map<Placement, int64_t> offDevice;
+  for (const std::string &t : targets)
+    if (Placement p = placementOf(t); p != Placement::Device)
+      ++offDevice[p];
+  for (const auto &[placement, count] : offDevice) {
+    if (copyMemory(Placement::Device) == copyMemory(placement))
+      continue; // CPU ranks: the epilogue adds into host memory where it is.
+    double part = double(op.commElements) * elementBytes;
+    if (kind == CollectiveKind::ReduceScatter)
+      part /= double(std::max<int64_t>(1, n));
+    part *= double(count) / double(targets.size());
+    seconds +=
+        transferTime(rankRatesPerRank, Placement::Device, placement, part);
+  }
+  return seconds;
+}
+
 OpCost CostModel::collectiveCost(const PhaseInfo &info, const PlanOp &op,
                                  bool contended) const {
   OpCost cost;
@@ -629,6 +656,28 @@ OpCost CostModel::collectiveCost(const PhaseInfo &info, const PlanOp &op,
   RankLayout layout =
       groupLayout(clusterRef, plan.worldSize, plan.expertParallelSize, op.group)
           .value_or(rankLayout(clusterRef, n));
+  if (n == 1 && (*kind == CollectiveKind::ReduceScatter ||
+                 *kind == CollectiveKind::AllReduce)) {
+    // One rank: no collective and no copy (runtime/exec/Collectives.cpp);
+    // a reduce-scatter's epilogue adds each gradient into its partition or
+    // shard, except into the replicated flat buffer it already is (stage 1).
+    if (*kind == CollectiveKind::ReduceScatter) {
+      double added = bytes;
+      const ReduceScatterAttrs &rs = op.attrsAs<ReduceScatterAttrs>();
+      for (size_t i = 0; i < std::min(rs.targets.size(), op.inputs.size());
+           ++i) {
+        const PlanTensor *t = plan.findTensor(rs.targets[i]);
+        auto v = info.values.find(op.inputs[i]);
+        if (t && !t->sharded && flatLayouts.count(t->of) &&
+            v != info.values.end())
+          added -= double(v->second->bytes);
+      }
+      cost.seconds = kernelTime(clusterRef, OpKind::Accumulate, 0,
+                                3 * std::max(0.0, added), dtype);
+    }
+    cost.seconds += offDeviceResultTime(op, *kind, elementBytes, n);
+    return cost;
+  }
   const ClusterCalibration::CollectiveFit &fit =
       clusterRef.calibration.collective[size_t(*kind)];
   const ClusterCalibration::CollectiveFit &busy =
@@ -718,30 +767,7 @@ OpCost CostModel::collectiveCost(const PhaseInfo &info, const PlanOp &op,
         kernelTime(clusterRef, OpKind::Accumulate, 0, 3 * part, dtype);
   }
 
-  // Results that land off the device (a host gradient partition) cross PCIe
-  // after the collective: the rank's part of a reduce-scatter, all of the
-  // others, in the share of targets that live off the device.
-  std::vector<std::string> targets;
-  if (op.kind == OpKind::ReduceScatterStart)
-    targets = op.attrsAs<ReduceScatterAttrs>().targets;
-  else if (op.kind == OpKind::AllGatherUpdatesStart)
-    targets = op.attrsAs<TargetListAttrs>().targets;
-  std::sort(targets.begin(), targets.end());
-  targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
-  std::map<Placement, int64_t> offDevice;
-  for (const std::string &t : targets)
-    if (Placement p = placementOf(t); p != Placement::Device)
-      ++offDevice[p];
-  for (const auto &[placement, count] : offDevice) {
-    if (copyMemory(Placement::Device) == copyMemory(placement))
-      continue; // CPU ranks: the epilogue adds into host memory where it is.
-    double part = double(op.commElements) * elementBytes;
-    if (*kind == CollectiveKind::ReduceScatter)
-      part /= double(std::max<int64_t>(1, n));
-    part *= double(count) / double(targets.size());
-    cost.seconds +=
-        transferTime(rankRatesPerRank, Placement::Device, placement, part);
-  }
+  cost.seconds += offDeviceResultTime(op, *kind, elementBytes, n);
   return cost;
 }
 

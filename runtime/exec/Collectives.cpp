@@ -249,7 +249,7 @@ void Executor::Impl::startReduceScatter(const PlanOp &op) {
     Tensor g = value(op.inputs[first]);
     Stored &target = tensor(targets[first]);
     const FlatGroupLayout &l = state.layout(*state.groupOf(*target.info));
-    char *recvBuf = scratch + u.recv;
+    char *recvBuf = u.recv < 0 ? nullptr : scratch + u.recv;
     Tensor dst = target.view();
     const void *send = g.data;
     if (u.send >= 0) {
@@ -271,8 +271,21 @@ void Executor::Impl::startReduceScatter(const PlanOp &op) {
     std::vector<int64_t> counts = l.receiveCounts(u.range);
     ElementRange mine = u.range.intersect(l.partition(gr));
     int64_t recvN = counts[size_t(gr)];
-    p.handles.push_back(
-        c.reduceScatter(send, counts, recvBuf, g.dtype, true, label(op)));
+    if ((u.recv < 0) != (gn == 1))
+      fail("op " + std::to_string(op.index) + ": the flat group of " +
+           targets[first] + " is laid out over " + std::to_string(l.worldSize) +
+           " rank(s), its communicator has " + std::to_string(gn));
+    if (u.recv < 0) {
+      // One rank: the sum (and the average) of one contribution is the
+      // contribution; the epilogue reads the gradient itself. (Through the
+      // communicator it was a copy and a pass dividing by one: stage 2's
+      // reduce-scatter at one rank took 1.27x its priced time,
+      // bench/RESULTS.md, run 34.)
+      recvBuf = static_cast<char *>(const_cast<void *>(send));
+    } else {
+      p.handles.push_back(
+          c.reduceScatter(send, counts, recvBuf, g.dtype, true, label(op)));
+    }
     Tensor recv{recvBuf, g.dtype, {recvN}};
     if (target.info->sharded) {
       // Stage 2: accumulate the owned part into the gradient partition.
@@ -287,6 +300,15 @@ void Executor::Impl::startReduceScatter(const PlanOp &op) {
       // Stage 1: in place on the replicated flat buffer; keep the owned
       // partition.
       int64_t at = mine.begin;
+      if (recv.data == slice(dst, at, recvN).data) {
+        // One rank, reduced in place: already there (an expert gradient
+        // still takes its 1 / ep).
+        p.after.push_back([this, &op, recv]() {
+          if (recv.numel() > 0)
+            scaleExpertGradient(op, recv);
+        });
+        continue;
+      }
       p.after.push_back([this, &op, recv, dst, at, recvN]() {
         if (recvN > 0) {
           scaleExpertGradient(op, recv);
@@ -313,8 +335,11 @@ void Executor::Impl::startReduceScatter(const PlanOp &op) {
     Tensor dst = tensor(targets[i]).view();
     int64_t s = paramGrads[k].layout.shardSize(), n = g.numel();
     int64_t esize = paramGrads[k].elementBytes;
-    char *recvBuf = scratch + params.parts[k].recv;
-    if (params.slots[k] < 0) {
+    // One rank (recv -1): the gradient itself, as for flat units.
+    bool oneRank = params.parts[k].recv < 0;
+    char *recvBuf =
+        oneRank ? static_cast<char *>(g.data) : scratch + params.parts[k].recv;
+    if (!oneRank && params.slots[k] < 0) {
       // Alone.
       const void *send = g.data;
       if (params.parts[k].send >= 0) {
@@ -355,8 +380,10 @@ void Executor::Impl::startAllReduce(const PlanOp &op) {
     arrival = arrive(op);
     for (const std::string &name : names) {
       Stored &s = tensor(name);
-      p.handles.push_back(c.allReduce(s.data.get(), s.info->localNumel,
-                                      s.info->dtype, true, label(op)));
+      // The sum and average of one rank's tensor is the tensor.
+      if (c.size() > 1)
+        p.handles.push_back(c.allReduce(s.data.get(), s.info->localNumel,
+                                        s.info->dtype, true, label(op)));
       p.after.push_back(
           [this, &op, &s]() { scaleExpertGradient(op, s.view()); });
     }

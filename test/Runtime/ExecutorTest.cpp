@@ -338,28 +338,6 @@ TEST(MemoryCounter, KeepsPeaksByUseAndOfTheTensors) {
   EXPECT_EQ(memoryUseName(MemoryUse::CollectiveStaging), "collective_staging");
 }
 
-TEST(Executor, APlanWithoutWorkspacesShowsTheUnplannedMemory) {
-  Plan plan = tinyPlan();
-  int64_t stripped = 0;
-  for (PlanPhase &ph : plan.phases)
-    for (PlanOp &op : ph.ops)
-      if (op.workspaceBytes) {
-        op.workspaceBytes = 0;
-        op.workspaceOffset = -1;
-        ++stripped;
-      }
-  ASSERT_GT(stripped, 0);
-  TrainRun planned = train(tinyPlan(), true, 2);
-  TrainRun unplanned = train(std::move(plan), true, 2);
-  ASSERT_EQ(unplanned.error, "");
-  // Same training; the scratch is allocated on its own and shows.
-  EXPECT_EQ(planned.losses, unplanned.losses);
-  EXPECT_GT(unplanned.measured, unplanned.predicted);
-  // The allocator names it.
-  EXPECT_GT(unplanned.allocated.peakOf(MemoryUse::UnplannedWorkspace), 0);
-  EXPECT_GT(unplanned.allocated.tensorPeak, unplanned.predicted);
-}
-
 TEST(Executor, AFailingOpOnAnotherStreamStopsTheStepWithItsError) {
   for (bool threads : {true, false}) {
     Plan plan = tinyPlan();

@@ -53,6 +53,10 @@ Scenarios:
                        parameter sharded)
   traffic:SPEC         SPEC for 5 steps: the memory and traffic checks of
                        equiv, without a reference
+  unplanned:SPEC       SPEC's plan with every op's workspace removed trains
+                       to the losses of the plan as compiled, and the
+                       executor's own scratch shows: unplanned_workspace
+                       outside the plan, the measured peak above the plan's
   resume:SPEC          6 steps uninterrupted == 3 steps (--save-every 3) then
                        --resume for 3 more: steps 4-6 losses and the
                        consolidated final weights bit-identical; then a
@@ -650,6 +654,18 @@ def traffic_matches(plan_path, log, paper=True):
             print("FAILED: %s: fewer elements than the plan's %.1f" % (
                 k, plan_k))
             ok = False
+    if ws == 1:
+        # One rank reduces nothing: the sum and the average of its own
+        # gradient is the gradient (runtime/exec/Collectives.cpp adds it into
+        # its partition or shard directly, or finds stage 1's flat buffer
+        # already in place).
+        calls = final["measured_collectives_per_step"]
+        print("collectives per step at one rank: %s" % calls)
+        for k in ("reduce_scatter", "all_reduce"):
+            if calls[k] != 0:
+                print("FAILED: one rank started %.1f %s collectives per step; "
+                      "expected none" % (calls[k], k))
+                ok = False
     if paper:
         psi = p["model"]["params"]
         # Each parameter tensor is padded by fewer than ws elements (a
@@ -1264,6 +1280,49 @@ def scenario_traffic(args, spec):
     return 0 if traffic_matches(p, log, paper) and mem else 1
 
 
+def scenario_unplanned(args, spec):
+    """A plan without workspaces (written by hand, or by an older zeroc)
+    still trains, and what the executor then allocates for itself is named
+    and counted (docs/zerorun.md, "Outside the plan")."""
+    stage, ws, ga, opts = parse_spec(spec)
+    p = plan(args, stage, ws, ga, opts)
+    with open(p) as f:
+        doc = json.load(f)
+    stripped = 0
+    for ph in doc["phases"]:
+        for op in ph["ops"]:
+            if op.pop("workspace_bytes", 0):
+                op.pop("workspace_offset", None)
+                stripped += 1
+    if not stripped:
+        print("FAILED: the plan of %s has no workspace to remove" % spec)
+        return 1
+    bare = os.path.join(args.work, "unplanned.plan.json")
+    with open(bare, "w") as f:
+        json.dump(doc, f)
+    planned_log = os.path.join(args.work, "planned.jsonl")
+    bare_log = os.path.join(args.work, "unplanned.jsonl")
+    want = losses(args, p, ws, 3, log=planned_log)
+    got = losses(args, bare, ws, 3, log=bare_log)
+    final = final_record(bare_log)
+    outside = final["outside_plan_peak_bytes"].get("unplanned_workspace", 0)
+    print("%d workspaces removed; losses %s, as compiled %s; unplanned "
+          "workspace %d bytes; measured peak %d, predicted %d" % (
+              stripped, got, want, outside, final["measured_peak_bytes"],
+              final["predicted_peak_bytes"]))
+    ok = True
+    if got != want:
+        print("FAILED: the losses differ from the compiled plan's")
+        ok = False
+    if outside <= 0:
+        print("FAILED: no unplanned_workspace counted")
+        ok = False
+    if final["measured_peak_bytes"] <= final["predicted_peak_bytes"]:
+        print("FAILED: the measured peak does not show the scratch")
+        ok = False
+    return 0 if ok else 1
+
+
 # The gradient check (grad-check:MODEL). Its batch is smaller than the other
 # scenarios' so that the float64 reference, pure Python, stays fast: a
 # forward costs ~0.1 s (less from a cached block), and the check runs 8 per
@@ -1785,6 +1844,8 @@ def main():
         return scenario_attention(args, args.scenario[len("attention:"):])
     if args.scenario.startswith("straggler:"):
         return scenario_straggler(args, args.scenario[len("straggler:"):])
+    if args.scenario.startswith("unplanned:"):
+        return scenario_unplanned(args, args.scenario[len("unplanned:"):])
     if args.scenario.startswith("traffic:"):
         return scenario_traffic(args, args.scenario[len("traffic:"):])
     if args.scenario == "flat-targets":

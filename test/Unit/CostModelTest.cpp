@@ -1609,9 +1609,9 @@ TEST(Calibration, FlatGradientsTilingARangeAreOneCollective) {
 
 TEST(OpCost, OneRankCopiesButLaunchesNothing) {
   // 1e6 bf16 elements on one rank, HBM at 1e15 B/s: a gather copies 2 MB
-  // out of place (read and written); a reduce-scatter too, then adds the
-  // result into its shard (read it, read and write the shard); an
-  // all-reduce is in place.
+  // out of place (read and written); a reduce-scatter adds the gradient
+  // itself into its shard (read it, read and write the shard: zerorun
+  // copies nothing and launches nothing); an all-reduce is nothing.
   Cluster cluster = exactCluster();
   auto oneRank = [&](const char *kind, const char *collective) {
     Plan plan = planWith({collectiveOp(0, kind, collective, 1, 1.0)});
@@ -1620,9 +1620,38 @@ TEST(OpCost, OneRankCopiesButLaunchesNothing) {
     return model.cost(plan.phases[0], plan.phases[0].ops[0]).seconds;
   };
   EXPECT_NEAR(oneRank("all_gather_start", "all_gather"), 4e6 / 1e15, kTol);
-  EXPECT_NEAR(oneRank("reduce_scatter_start", "reduce_scatter"),
-              4e6 / 1e15 + 6e6 / 1e15, kTol);
+  EXPECT_NEAR(oneRank("reduce_scatter_start", "reduce_scatter"), 6e6 / 1e15,
+              kTol);
   EXPECT_EQ(oneRank("all_reduce_start", "all_reduce"), 0.0);
+
+  // Stage 1 reduces its replicated flat gradient in place: at one rank the
+  // buffer already holds the result, nothing to add. Stage 2 adds it into
+  // the gradient partition.
+  auto flat = [&](bool sharded) {
+    PlanOp rs =
+        collectiveOp(0, "reduce_scatter_start", "reduce_scatter", 1, 1.0);
+    rs.inputs = {1};
+    rs.attrs = ReduceScatterAttrs{{"g.grad"}, {0}};
+    Plan plan = planWith({rs});
+    plan.worldSize = 1;
+    plan.phases[0].values = {value(1, DType::BF16, 1000000)};
+    PlanFlatGroup group;
+    group.name = "g";
+    group.params = {"a"};
+    plan.flatGroups = {group};
+    PlanTensor a, grad;
+    a.name = "a";
+    a.numel = 1000000;
+    grad.name = "g.grad";
+    grad.role = TensorRole::Grad;
+    grad.of = "g";
+    grad.sharded = sharded;
+    plan.tensors = {a, grad};
+    CostModel model(plan, cluster);
+    return model.cost(plan.phases[0], plan.phases[0].ops[0]).seconds;
+  };
+  EXPECT_EQ(flat(false), 0.0);
+  EXPECT_NEAR(flat(true), 6e6 / 1e15, kTol);
 
   // The updates' gather of a flat group is in place (each rank sends its
   // partition of the group's buffer): nothing to copy at one rank; a

@@ -109,12 +109,26 @@ TEST(Workspace, SmallStageThreeGradientsArePackedWhereThereAreSeveral) {
 }
 
 TEST(Workspace, StageThreeGradientsGoAloneWherePackingGainsNothing) {
-  // One small gradient, one rank, two dtypes, or one small gradient beside
-  // a large one: one collective each, a padded send copy only where the
-  // parameter does not divide.
+  // One rank reduces nothing: the gradients themselves are the shards'
+  // addends, no workspace.
+  {
+    std::vector<ParamGradient> one = {{{9, 1}, 4}, {{4, 1}, 4}};
+    EXPECT_EQ(packedParamGradients(one), std::vector<bool>(2, false));
+    WorkspaceLayout ws;
+    ParamReduceScatterParts p = reduceScatterParamParts(ws, one);
+    EXPECT_FALSE(p.packed());
+    ASSERT_EQ(p.parts.size(), 2u);
+    for (const ReduceScatterParts &part : p.parts) {
+      EXPECT_EQ(part.recv, -1);
+      EXPECT_EQ(part.send, -1);
+    }
+    EXPECT_EQ(ws.size(), 0);
+  }
+  // One small gradient, two dtypes, or one small gradient beside a large
+  // one: one collective each, a padded send copy only where the parameter
+  // does not divide.
   for (const std::vector<ParamGradient> &params :
        {std::vector<ParamGradient>{{{9, 2}, 4}},
-        std::vector<ParamGradient>{{{9, 1}, 4}, {{4, 1}, 4}},
         std::vector<ParamGradient>{{{9, 2}, 4}, {{4, 2}, 2}},
         std::vector<ParamGradient>{{{9, 2}, 4}, {{20000, 2}, 4}}}) {
     EXPECT_EQ(packedParamGradients(params),
@@ -167,6 +181,19 @@ TEST(Workspace, FlatGradientsTilingARangeGoOutAsOne) {
       at += apart[i].layout->receiveCount(apart[i].range, 1) * 4;
     }
   }
+
+  // A group of one rank: nothing to reduce, each unit the input itself.
+  FlatGroupLayout solo({8, 6, 10}, 1);
+  WorkspaceLayout w1;
+  std::vector<FlatUnit> u1 = reduceScatterFlatParts(
+      w1, {{&solo, {14, 24}}, {&solo, {8, 14}}, {&solo, {0, 8}}}, 4, 0);
+  ASSERT_EQ(u1.size(), 3u);
+  for (size_t i = 0; i < u1.size(); ++i) {
+    EXPECT_EQ(u1[i].inputs, std::vector<size_t>{i});
+    EXPECT_EQ(u1[i].recv, -1);
+    EXPECT_EQ(u1[i].send, -1);
+  }
+  EXPECT_EQ(w1.size(), 0);
 
   // Two groups: runs never cross them.
   FlatGroupLayout h({8, 6, 10}, 4);

@@ -292,6 +292,11 @@ private:
   /// shard, not a flat group), as the executor lays them out.
   std::vector<ParamGradient> paramGradients(const PhaseInfo &info,
                                             const PlanOp &op) const;
+  /// Results that land off the device (a host gradient partition) cross
+  /// PCIe after the collective: the rank's part of a reduce-scatter, all
+  /// of the others, in the share of targets that live off the device.
+  double offDeviceResultTime(const PlanOp &op, CollectiveKind kind,
+                             double elementBytes, int64_t n) const;
   OpCost collectiveCost(const PhaseInfo &info, const PlanOp &op,
                         bool contended) const;
   OpCost fetchCost(const PhaseInfo &info, const PlanOp &op) const;

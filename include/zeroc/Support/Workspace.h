@@ -75,12 +75,14 @@ struct ReduceScatterParts {
 /// `recv`; the units' receive parts are packed in the order of their first
 /// inputs, in one part as large as the largest rank's total (the plan is the
 /// same for every rank), the byte offsets `rank`'s. The staging ranges follow
-/// it.
+/// it. A group of one rank reduces nothing (the sum and average of its one
+/// contribution is the input): every unit's `recv` is -1, the input itself,
+/// and the op takes no workspace.
 struct FlatUnit {
   ElementRange range;
   std::vector<size_t> inputs; ///< Indices into the shares, by offset.
-  int64_t recv = 0;
-  int64_t send = -1; ///< -1: one input, sent as it is.
+  int64_t recv = 0;           ///< -1: the input itself (one rank).
+  int64_t send = -1;          ///< -1: one input, sent as it is.
 };
 
 inline constexpr int64_t kPackedGradientMaxBytes = 64 * 1024;
@@ -141,6 +143,11 @@ reduceScatterFlatParts(WorkspaceLayout &ws,
          -1});
   }
   int64_t worldSize = shares.front().layout->worldSize, most = 0;
+  if (worldSize == 1) {
+    for (FlatUnit &u : units)
+      u.recv = -1;
+    return units;
+  }
   auto layoutOf = [&](const FlatUnit &u) {
     return shares[u.inputs.front()].layout;
   };
@@ -199,7 +206,8 @@ struct ParamGradient {
 ///
 /// The others go alone, one collective each, through a copy padded to
 /// shard_size x world_size (`parts[i].send`) where they do not divide; their
-/// slots are -1.
+/// slots are -1. Over one rank nothing is reduced: every `parts[i].recv` is
+/// -1 (the gradient itself is the shard's addend) and there is no workspace.
 ///
 /// A collective's fixed cost is what packing saves, a copy of the gradient
 /// what it costs: a bucket of 36 gradients of tiny Llama at two ranks took
@@ -249,6 +257,11 @@ reduceScatterParamParts(WorkspaceLayout &ws,
   r.parts.resize(params.size());
   r.slots.assign(params.size(), -1);
   r.slotElements.assign(params.size(), 0);
+  if (!params.empty() && params.front().layout.worldSize == 1) {
+    for (ReduceScatterParts &part : r.parts)
+      part.recv = -1;
+    return r;
+  }
   std::vector<bool> packed = packedParamGradients(params);
   for (size_t i = 0; i < params.size(); ++i) {
     if (!packed[i])
