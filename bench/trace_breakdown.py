@@ -24,6 +24,7 @@ import collections
 import glob
 import json
 import os
+import re
 import statistics
 import subprocess
 
@@ -72,9 +73,16 @@ def main():
     total = collections.defaultdict(lambda: [0.0, 0.0, 0.0])
     for trace in sorted(glob.glob(os.path.join(args.work, "*.trace.json"))):
         name = os.path.basename(trace)[: -len(".trace.json")]
-        plan = os.path.join(args.work, name + ".plan.json")
+        # NAME.trace.json (one round), NAME.rR.trace.json or
+        # NAME.rR.lL.trace.json (rounds, launches): round R's calibration.
+        parts = name.split(".")
+        rnd = next((p[1:] for p in parts[1:] if re.fullmatch(r"r\d+", p)),
+                   None)
+        config = parts[0]
+        plan = os.path.join(args.work, config + ".plan.json")
         ranks = json.load(open(plan))["world_size"]
-        cal = os.path.join(args.work, f"cal{ranks}.json")
+        cal = os.path.join(args.work, f"cal{ranks}.json" if rnd is None
+                           else f"cal{ranks}.r{rnd}.json")
         out = subprocess.run([zeroc, "inspect", plan, "--cluster", cal,
                               "--compare", trace, "--json"],
                              capture_output=True, text=True)
