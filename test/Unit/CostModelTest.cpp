@@ -1568,6 +1568,31 @@ TEST(Calibration, AStageThreeBucketIsOneCollective) {
   EXPECT_NEAR(seconds(bucket), one + pack + 2 * 3e-6 + 10e-6, kTol);
 }
 
+/// `plan` with a flat group "g" of `params` (name, elements) and its
+/// gradient buffer "g.grad" (`sharded`: stage 2's partition; else stage 1's
+/// replicated buffer).
+void withFlatGroup(Plan &plan,
+                   const std::vector<std::pair<std::string, int64_t>> &params,
+                   bool sharded) {
+  PlanFlatGroup group;
+  group.name = "g";
+  plan.tensors.clear();
+  for (const auto &[name, numel] : params) {
+    group.params.push_back(name);
+    PlanTensor t;
+    t.name = name;
+    t.numel = numel;
+    plan.tensors.push_back(t);
+  }
+  plan.flatGroups = {group};
+  PlanTensor grad;
+  grad.name = "g.grad";
+  grad.role = TensorRole::Grad;
+  grad.of = "g";
+  grad.sharded = sharded;
+  plan.tensors.push_back(grad);
+}
+
 // Stages 1 and 2: small gradients whose ranges tile one range of their flat
 // group go out as one collective out of a staging copy (Workspace.h,
 // FlatUnit): the copy read and written, calibration.packed_gradient_us per
@@ -1585,20 +1610,7 @@ TEST(Calibration, FlatGradientsTilingARangeAreOneCollective) {
     Plan plan = planWith({bucket});
     plan.phases[0].values = {value(1, DType::BF16, 8),
                              value(2, DType::BF16, secondElements)};
-    PlanFlatGroup group;
-    group.name = "g";
-    group.params = {"a", "b"};
-    plan.flatGroups = {group};
-    PlanTensor a, b, grad;
-    a.name = "a";
-    a.numel = 8;
-    b.name = "b";
-    b.numel = 6;
-    grad.name = "g.grad";
-    grad.role = TensorRole::Grad;
-    grad.of = "g";
-    grad.sharded = true;
-    plan.tensors = {a, b, grad};
+    withFlatGroup(plan, {{"a", 8}, {"b", 6}}, /*sharded=*/true);
     CostModel model(plan, c);
     return model.cost(plan.phases[0], plan.phases[0].ops[0]).seconds;
   };
@@ -1635,18 +1647,7 @@ TEST(OpCost, OneRankCopiesButLaunchesNothing) {
     Plan plan = planWith({rs});
     plan.worldSize = 1;
     plan.phases[0].values = {value(1, DType::BF16, 1000000)};
-    PlanFlatGroup group;
-    group.name = "g";
-    group.params = {"a"};
-    plan.flatGroups = {group};
-    PlanTensor a, grad;
-    a.name = "a";
-    a.numel = 1000000;
-    grad.name = "g.grad";
-    grad.role = TensorRole::Grad;
-    grad.of = "g";
-    grad.sharded = sharded;
-    plan.tensors = {a, grad};
+    withFlatGroup(plan, {{"a", 1000000}}, sharded);
     CostModel model(plan, cluster);
     return model.cost(plan.phases[0], plan.phases[0].ops[0]).seconds;
   };
