@@ -249,7 +249,6 @@ void Executor::Impl::startReduceScatter(const PlanOp &op) {
     Tensor g = value(op.inputs[first]);
     Stored &target = tensor(targets[first]);
     const FlatGroupLayout &l = state.layout(*state.groupOf(*target.info));
-    char *recvBuf = u.recv < 0 ? nullptr : scratch + u.recv;
     Tensor dst = target.view();
     const void *send = g.data;
     if (u.send >= 0) {
@@ -271,18 +270,18 @@ void Executor::Impl::startReduceScatter(const PlanOp &op) {
     std::vector<int64_t> counts = l.receiveCounts(u.range);
     ElementRange mine = u.range.intersect(l.partition(gr));
     int64_t recvN = counts[size_t(gr)];
-    if ((u.recv < 0) != (gn == 1))
-      fail("op " + std::to_string(op.index) + ": the flat group of " +
-           targets[first] + " is laid out over " + std::to_string(l.worldSize) +
-           " rank(s), its communicator has " + std::to_string(gn));
+    char *recvBuf;
     if (u.recv < 0) {
-      // One rank: the sum (and the average) of one contribution is the
-      // contribution; the epilogue reads the gradient itself. (Through the
+      // One rank (the layout's group is the communicator's: readPlan checks
+      // each collective's group): the sum (and the average) of one
+      // contribution is the contribution, a unit of one input sent as it
+      // is; the epilogue reads the gradient itself. (Through the
       // communicator it was a copy and a pass dividing by one: stage 2's
       // reduce-scatter at one rank took 1.27x its priced time,
       // bench/RESULTS.md, run 34.)
-      recvBuf = static_cast<char *>(const_cast<void *>(send));
+      recvBuf = static_cast<char *>(g.data);
     } else {
+      recvBuf = scratch + u.recv;
       p.handles.push_back(
           c.reduceScatter(send, counts, recvBuf, g.dtype, true, label(op)));
     }
