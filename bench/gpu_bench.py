@@ -16,9 +16,9 @@ The GPU machine has CUDA and PyTorch but no MLIR, so it runs in two halves:
 after the other (KERNELS below: `per-tensor` is the per-tensor Adam and
 clipping and pageable offload staging that preceded today's defaults,
 `f32-attention` the f32 tiled flash kernels that preceded the tensor-core
-ones; `staged-gemm` the opt-in staging of GEMM rows that are not a multiple
-of 16 bytes, GPT-2's logits; `registers-attention` the opt-in
-FlashAttention-2-style attention kernels; docs/gpu-kernels.md).
+ones, `wmma-attention` the WMMA tensor-core kernels that preceded the
+register (mma.sync) ones; `staged-gemm` the opt-in staging of GEMM rows
+that are not a multiple of 16 bytes, GPT-2's logits; docs/gpu-kernels.md).
 
 Reports per configuration the median step time (steps after the warm-up),
 tokens/s, MFU (model FLOPs per token from the plan: forward and backward,
@@ -55,7 +55,7 @@ KERNELS = {"default": {},
                           "ZEROC_CUDA_HOST_STAGING": "pageable"},
            "f32-attention": {"ZEROC_CUDA_FLASH": "tiled"},
            "staged-gemm": {"ZEROC_CUDA_GEMM_ROWS": "staged"},
-           "registers-attention": {"ZEROC_CUDA_FLASH": "registers"}}
+           "wmma-attention": {"ZEROC_CUDA_FLASH": "wmma"}}
 
 
 def sh(cmd, **kw):

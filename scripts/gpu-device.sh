@@ -15,7 +15,7 @@
 #     the measured cluster file and the benchmark's tables and JSON go to
 #     $OUT (or .gpu/out). The bench sections run zerorun with its default
 #     kernels and with another choice (BENCH_KERNELS, default
-#     "default,staged-gemm,registers-attention"; bench/gpu_bench.py's
+#     "default,wmma-attention"; bench/gpu_bench.py's
 #     KERNELS, docs/gpu-kernels.md),
 #     back to back; the ctest section runs their gpu tests; hostadam times
 #     the host Adam's loops (zeroc-host-adam-bench) on GPT-2 124M's
@@ -135,7 +135,7 @@ sec_bench() { # models
     "$ROOT/bench/gpu_bench.py" run --zerorun "$G/build/bin/zerorun" \
     --models "$1" --steps "${BENCH_STEPS:-12}" --warmup 3 \
     --out "$OUT/RESULTS-$1.md" --json "$OUT/bench-$1.json" \
-    --kernels "${BENCH_KERNELS:-default,staged-gemm,registers-attention}" ${BENCH_ARGS:-}
+    --kernels "${BENCH_KERNELS:-default,wmma-attention}" ${BENCH_ARGS:-}
   echo "exit $?"
 }
 

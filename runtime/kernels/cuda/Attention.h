@@ -60,16 +60,16 @@ Status flashAttentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
                               const Tensor &dv, KernelContext &ctx,
                               cudaStream_t stream);
 
-/// Which flash kernels a call runs (docs/gpu-kernels.md): the tensor-core
-/// kernels where every operand is of one 16-bit dtype and 16-byte aligned
-/// (`sixteenBitAligned`), head_dim is a multiple of 8 up to 128 and the
-/// device is sm_80 or newer; the f32 tiled kernels for other head_dim up
-/// to 128; the warp-per-row kernels past that (or past 65535 heads or
-/// batch rows). `choice` is ZEROC_CUDA_FLASH: empty or "auto" (that
-/// order), "tiled" (at most the tiled kernels), "rows", "registers" (the
-/// FlashAttention-2-style register kernels where the tensor-core kernels
-/// apply and head_dim <= 64; opt-in, not yet run on a GPU); any other
-/// value is an error naming the variable.
+/// Which flash kernels a call runs (docs/gpu-kernels.md): where every
+/// operand is of one 16-bit dtype and 16-byte aligned (`sixteenBitAligned`),
+/// head_dim is a multiple of 8 and the device is sm_80 or newer, the
+/// register (mma.sync) kernels up to head_dim 64 and the WMMA tensor-core
+/// kernels up to 128; the f32 tiled kernels for other head_dim up to 128;
+/// the warp-per-row kernels past that (or past 65535 heads or batch rows).
+/// `choice` is ZEROC_CUDA_FLASH: empty, "auto" or "registers" (that
+/// order), "wmma" (the WMMA kernels where the register kernels would run),
+/// "tiled" (at most the tiled kernels), "rows"; any other value is an
+/// error naming the variable.
 enum class FlashKernel { Rows, Tiled, TensorCores, Registers };
 /// ZEROC_CUDA_FLASH's value, read once; tests may change it.
 std::string &flashKernelChoice();

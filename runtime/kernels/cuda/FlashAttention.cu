@@ -993,8 +993,9 @@ Status mmaBackwardFor(const char *op, DType t, const FlashArgs &args,
 }
 
 //===----------------------------------------------------------------------===//
-// Register kernels (ZEROC_CUDA_FLASH=registers; bf16 or f16, head_dim a
-// multiple of 8 up to 64): FlashAttention-2's structure. The same 64-row
+// Register kernels (the default where they apply: bf16 or f16, head_dim a
+// multiple of 8 up to 64; ZEROC_CUDA_FLASH=wmma runs the WMMA kernels
+// instead): FlashAttention-2's structure. The same 64-row
 // tiles and 4 warps a block, warp w owning rows 16 w .. 16 w + 15, but the
 // products are `mma.sync.m16n8k16` with their fragments loaded by
 // `ldmatrix`, and everything between two products stays in registers: the
@@ -1592,11 +1593,11 @@ Status chooseFlashKernel(const char *op, std::string_view choice,
                          int64_t headDim, int64_t heads, int64_t kvHeads,
                          int64_t batch, bool sixteenBitAligned,
                          int computeMajor, FlashKernel &kind) {
-  if (!choice.empty() && choice != "auto" && choice != "tiled" &&
-      choice != "rows" && choice != "registers")
+  if (!choice.empty() && choice != "auto" && choice != "registers" &&
+      choice != "wmma" && choice != "tiled" && choice != "rows")
     return {std::string(op) +
-            ": ZEROC_CUDA_FLASH: expected auto, tiled, "
-            "rows or registers, found '" +
+            ": ZEROC_CUDA_FLASH: expected auto, registers, wmma, tiled "
+            "or rows, found '" +
             std::string(choice) + "'"};
   bool tiles = headDim <= kMaxTiledHeadDim && heads <= 65535 &&
                kvHeads <= 65535 && batch <= 65535;
@@ -1605,7 +1606,7 @@ Status chooseFlashKernel(const char *op, std::string_view choice,
   else if (choice == "tiled" || !sixteenBitAligned || headDim % 8 != 0 ||
            computeMajor < 8)
     kind = FlashKernel::Tiled;
-  else if (choice == "registers" && headDim <= kRegDim)
+  else if (choice != "wmma" && headDim <= kRegDim)
     kind = FlashKernel::Registers;
   else
     kind = FlashKernel::TensorCores;

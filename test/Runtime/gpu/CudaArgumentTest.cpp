@@ -107,8 +107,9 @@ TEST_F(CudaArguments, RotaryAndAttention) {
                                               nullptr, q, badK, badK));
 }
 
-// Which flash kernels run (a host decision, docs/gpu-kernels.md): tensor
-// cores for aligned 16-bit operands, head_dim % 8 == 0 up to 128, sm_80+;
+// Which flash kernels run (a host decision, docs/gpu-kernels.md): for
+// aligned 16-bit operands, head_dim % 8 == 0 and sm_80+, the register
+// kernels up to head_dim 64 and the WMMA tensor-core kernels up to 128;
 // the f32 tiled kernels otherwise up to head_dim 128; rows past that.
 TEST(CudaFlashKernel, ChoosesTheFastestKernelThatApplies) {
   using cuda::FlashKernel;
@@ -120,32 +121,31 @@ TEST(CudaFlashKernel, ChoosesTheFastestKernelThatApplies) {
     EXPECT_TRUE(s.ok()) << s.error;
     return kind;
   };
-  EXPECT_EQ(choose("", 64, true, 9), FlashKernel::TensorCores);
+  EXPECT_EQ(choose("", 64, true, 9), FlashKernel::Registers);
+  EXPECT_EQ(choose("auto", 8, true, 8), FlashKernel::Registers);
+  EXPECT_EQ(choose("registers", 64, true, 9), FlashKernel::Registers);
+  EXPECT_EQ(choose("", 72, true, 9), FlashKernel::TensorCores);
   EXPECT_EQ(choose("auto", 128, true, 8), FlashKernel::TensorCores);
-  EXPECT_EQ(choose("", 8, true, 9), FlashKernel::TensorCores);
+  // The WMMA kernels asked for where the register kernels would run.
+  EXPECT_EQ(choose("wmma", 64, true, 9), FlashKernel::TensorCores);
+  EXPECT_EQ(choose("wmma", 8, true, 8), FlashKernel::TensorCores);
   // f32 (or mixed, or unaligned) operands, head dims not a multiple of 8,
   // devices before sm_80, or the variable asking for it: the f32 tiles.
   EXPECT_EQ(choose("", 64, false, 9), FlashKernel::Tiled);
   EXPECT_EQ(choose("", 60, true, 9), FlashKernel::Tiled);
   EXPECT_EQ(choose("", 64, true, 7), FlashKernel::Tiled);
+  EXPECT_EQ(choose("wmma", 64, false, 9), FlashKernel::Tiled);
   EXPECT_EQ(choose("tiled", 64, true, 9), FlashKernel::Tiled);
   // Past head_dim 128 or 65535 heads, or asked for: one warp a row.
   EXPECT_EQ(choose("", 136, true, 9), FlashKernel::Rows);
   EXPECT_EQ(choose("", 64, true, 9, 70000), FlashKernel::Rows);
   EXPECT_EQ(choose("rows", 64, true, 9), FlashKernel::Rows);
-  // The opt-in register kernels: head_dim up to 64, where the tensor-core
-  // kernels apply; otherwise the same choice as auto.
-  EXPECT_EQ(choose("registers", 64, true, 9), FlashKernel::Registers);
-  EXPECT_EQ(choose("registers", 8, true, 8), FlashKernel::Registers);
-  EXPECT_EQ(choose("registers", 128, true, 9), FlashKernel::TensorCores);
-  EXPECT_EQ(choose("registers", 64, false, 9), FlashKernel::Tiled);
-  EXPECT_EQ(choose("registers", 64, true, 7), FlashKernel::Tiled);
 
   FlashKernel kind;
   Status bad = cuda::chooseFlashKernel("causal_attention", "mma", 64, 12, 12, 8,
                                        true, 9, kind);
   EXPECT_EQ(bad.error, "causal_attention: ZEROC_CUDA_FLASH: expected auto, "
-                       "tiled, rows or registers, found 'mma'");
+                       "registers, wmma, tiled or rows, found 'mma'");
 }
 
 // ZEROC_CUDA_GEMM_ROWS: direct (or unset) and staged; another value makes

@@ -823,12 +823,12 @@ void CudaAttention::checkFlash() {
 
 TEST_P(CudaAttention, FlashMatchesTheCpu) { checkFlash(); }
 
-// ZEROC_CUDA_FLASH=registers (opt-in, not yet run on a GPU): the
-// FlashAttention-2-style kernels where they apply (16-bit, head_dim <= 64),
-// the same kernels as auto elsewhere; the same bounds against the CPU.
-TEST_P(CudaAttention, RegisterKernelsMatchTheCpu) {
+// ZEROC_CUDA_FLASH=wmma: the WMMA tensor-core kernels where the register
+// kernels run by default (16-bit, head_dim <= 64), the same kernels as auto
+// elsewhere; the same bounds against the CPU.
+TEST_P(CudaAttention, WmmaKernelsMatchTheCpu) {
   std::string saved = cuda::flashKernelChoice();
-  cuda::flashKernelChoice() = "registers";
+  cuda::flashKernelChoice() = "wmma";
   checkFlash();
   cuda::flashKernelChoice() = saved;
 }
