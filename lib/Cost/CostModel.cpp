@@ -829,6 +829,7 @@ OpCost CostModel::adamCost(const PlanOp &op) const {
     cost.seconds = measured > 0 ? bytes / measured
                                 : computeTime(clusterRef, 0, bytes, DType::F32);
     cost.seconds += clusterRef.calibration.adamCall;
+    cost.host = clusterRef.calibration.adamCall;
     return cost;
   }
   // CPU Adam, memory-bound on the host, then the transfers around it, one
@@ -875,6 +876,7 @@ OpCost CostModel::cost(const PlanPhase &phase, const PlanOp &op,
   // The host's share of running any op (calibrated; 0 otherwise): the
   // executor schedules and dispatches reads, waits and releases too.
   cost.seconds += clusterRef.calibration.opOverhead;
+  cost.host += clusterRef.calibration.opOverhead;
   return cost;
 }
 

@@ -23,6 +23,15 @@
 // stream's lane (zerorun runs them on its thread: docs/cost-model.md, "Streams
 // on a CPU rank").
 //
+// A GPU rank's host threads issue work that the device runs behind them: a
+// stream's thread issues its ops in program order, each once the ops it
+// depends on were issued, and spends the op's host share (OpCost::host) on
+// it; the device runs the op once issued, its stream free and its
+// dependencies done. The host's time is hidden while the device's queue is
+// longer. An op the host runs or waits for (host-class work, clipping's
+// and unscaling's scalar readback) holds its thread until the device has
+// done what it depends on and the op itself.
+//
 //===----------------------------------------------------------------------===//
 
 #include "zeroc/Cost/Simulator.h"
@@ -45,6 +54,15 @@ size_t streamCount(const Plan &plan) {
       if (op.stream >= 0)
         count = std::max(count, size_t(op.stream) + 1);
   return count;
+}
+
+/// Whether a device rank's host thread runs the op or waits for its result
+/// (zerorun's CUDA executor): host-class work (an offloaded optimizer's
+/// Adam, clipping or accumulate over host memory, with the synchronized
+/// copies around it), and the scalar that clipping and unscaling read back.
+bool hostBound(const PlanOp &op, const OpCost &cost) {
+  return cost.cls == OpClass::Host || op.kind == OpKind::ClipGradNorm ||
+         op.kind == OpKind::UnscaleGrads;
 }
 
 PhaseTimeline simulatePhase(const PlanPhase &phase, const CostModel &model,
@@ -105,6 +123,12 @@ PhaseTimeline simulatePhase(const PlanPhase &phase, const CostModel &model,
   // (an op with flops or bytes) follows it there in program order. (On one
   // core it takes its turn instead: no op runs beside it.)
   std::vector<char> computeAfter(phase.ops.size() + 1, 0);
+  // A device rank (not "cpu"): per lane, when its host thread is free; per
+  // op position, when its issue ended.
+  bool queued = !cpu;
+  std::vector<double> hostFree(streams, 0.0);
+  std::vector<double> issued;
+  issued.reserve(phase.ops.size());
   if (cpu)
     for (size_t i = phase.ops.size(); i-- > 0;) {
       const PlanOp &later = phase.ops[i];
@@ -145,6 +169,29 @@ PhaseTimeline simulatePhase(const PlanPhase &phase, const CostModel &model,
         last = lastDep;
     }
 
+    // On a device rank: the host's issue, after the issues of what the op
+    // depends on; work the host runs or reads back also waits for the
+    // device.
+    double work = cost.seconds;
+    if (queued) {
+      double issue = hostFree[lane];
+      for (int64_t dep : op.deps)
+        if (auto it = position.find(dep); it != position.end())
+          issue = std::max(issue, issued[it->second]);
+      if (hostBound(op, cost)) {
+        local[0] = std::max(local[0], issue);
+        if (ranks > 1)
+          local[1] = std::max(local[1], issue);
+      } else {
+        issue += cost.host;
+        work = std::max(0.0, cost.seconds - cost.host);
+        local[0] = std::max(local[0], issue);
+        if (ranks > 1)
+          local[1] = std::max(local[1], issue);
+      }
+      issued.push_back(issue);
+    }
+
     OpTiming t;
     t.op = op.index;
     t.stream = int64_t(stream);
@@ -166,25 +213,29 @@ PhaseTimeline simulatePhase(const PlanPhase &phase, const CostModel &model,
       t.start = std::max(met, networkFree);
       slowStart = t.start;
     }
-    t.end = t.start + cost.seconds;
+    t.end = t.start + work;
     if (networked)
       networkFree = t.end;
+    if (queued) {
+      if (hostBound(op, cost))
+        issued.back() = t.end;
+      hostFree[lane] = issued.back();
+    }
     streamFree[0][lane] = t.end;
     ends[0].push_back(t.end);
     if (ranks > 1) {
       double seconds = cost.cls == OpClass::Compute && !networked
-                           ? cost.seconds * stragglerFactor
-                           : cost.seconds;
+                           ? work * stragglerFactor
+                           : work;
       double slowEndOp = slowStart + seconds;
       streamFree[1][lane] = slowEndOp;
       ends[1].push_back(slowEndOp);
       slowEnd = std::max(slowEnd, slowEndOp);
     }
-    out.streamBusy[stream] += cost.seconds;
+    out.streamBusy[stream] += work;
     // How far apart the ranks drift on this op's work.
     if (worldSize > 1 && cost.cls == OpClass::Compute)
-      apart +=
-          cost.seconds * cal.meetingWait[pricedByFlopRate(op.kind) ? 0 : 1];
+      apart += work * cal.meetingWait[pricedByFlopRate(op.kind) ? 0 : 1];
     out.flops += cost.flops;
     out.modelFlops += cost.modelFlops;
 
@@ -208,13 +259,13 @@ PhaseTimeline simulatePhase(const PlanPhase &phase, const CostModel &model,
     }
     // Communication issued on the compute stream itself is all exposed,
     // and so is the wait for a slower rank before it.
-    if (int64_t(lane) == compute && cost.seconds > 0) {
+    if (int64_t(lane) == compute && work > 0) {
       if (cost.cls == OpClass::Collective)
-        out.exposedComm += cost.seconds;
+        out.exposedComm += work;
       else if (cost.cls == OpClass::Offload)
-        out.exposedOffload += cost.seconds;
+        out.exposedOffload += work;
       if (cost.cls == OpClass::Collective || cost.cls == OpClass::Offload)
-        exposedBy[op.index] += cost.seconds;
+        exposedBy[op.index] += work;
     }
 
     position[op.index] = out.ops.size();
@@ -222,8 +273,10 @@ PhaseTimeline simulatePhase(const PlanPhase &phase, const CostModel &model,
     out.seconds = std::max(out.seconds, t.end);
     out.ops.push_back(t);
   }
-  // A phase lasts until its slowest rank is done.
+  // A phase lasts until its slowest rank is done, and its host threads.
   out.seconds = std::max(out.seconds, slowEnd);
+  for (double h : hostFree)
+    out.seconds = std::max(out.seconds, h);
   out.exposedBy.assign(exposedBy.begin(), exposedBy.end());
   // Starting the run's streams and joining them (calibrated; 0 otherwise).
   // A CPU rank starts threads only for a run on more than one stream; a

@@ -174,6 +174,11 @@ std::string_view opClassName(OpClass cls);
 struct OpCost {
   OpClass cls = OpClass::Free;
   double seconds = 0;
+  /// The part of `seconds` the host spends issuing the op (the calibrated
+  /// op overhead, adam_update's per-call time): on a device that runs
+  /// behind the host's queue (calibration.device other than "cpu") it
+  /// overlaps the work issued before it (Simulator.cpp).
+  double host = 0;
   double flops = 0; ///< The FLOPs the op executes (hardware FLOPs).
   /// Its share of the model's FLOPs (modelFlops).
   double modelFlops = 0;
