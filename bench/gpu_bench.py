@@ -18,7 +18,9 @@ clipping and pageable offload staging that preceded today's defaults,
 `f32-attention` the f32 tiled flash kernels that preceded the tensor-core
 ones, `wmma-attention` the WMMA tensor-core kernels that preceded the
 register (mma.sync) ones; `staged-gemm` the opt-in staging of GEMM rows
-that are not a multiple of 16 bytes, GPT-2's logits; docs/gpu-kernels.md).
+that are not a multiple of 16 bytes, GPT-2's logits; `host-passes` the
+opt-in clipping and zeroing of an offloaded gradient partition on the
+host's cores; docs/gpu-kernels.md).
 
 Reports per configuration the median step time (steps after the warm-up),
 tokens/s, MFU (model FLOPs per token from the plan: forward and backward,
@@ -55,7 +57,8 @@ KERNELS = {"default": {},
                           "ZEROC_CUDA_HOST_STAGING": "pageable"},
            "f32-attention": {"ZEROC_CUDA_FLASH": "tiled"},
            "staged-gemm": {"ZEROC_CUDA_GEMM_ROWS": "staged"},
-           "wmma-attention": {"ZEROC_CUDA_FLASH": "wmma"}}
+           "wmma-attention": {"ZEROC_CUDA_FLASH": "wmma"},
+           "host-passes": {"ZEROC_CUDA_HOST_PASSES": "cpu"}}
 
 
 def sh(cmd, **kw):

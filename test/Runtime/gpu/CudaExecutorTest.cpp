@@ -215,6 +215,36 @@ TEST(CudaExecutorKernels, PinnedStagingTrainsAsPageableStaging) {
     EXPECT_EQ(t.losses[i], expected.losses[i]) << "step " << i + 1;
 }
 
+// ZEROC_CUDA_HOST_PASSES=cpu (opt-in): clipping and zeroing the offloaded
+// gradient partition on the host's cores (the CPU kernels, after the
+// stream's work) instead of device kernels over pinned memory. The norm is
+// then the CPU executor's sum; the losses are the device kernels' within
+// the bf16 plan's tolerance above (3e-2 relative), and the plan's memory.
+TEST(CudaExecutorKernels, HostPassesOnTheCpuTrainAsTheDeviceKernels) {
+  std::string why;
+  std::unique_ptr<Device> kernels = zeroc_cuda_backend_v1()->makeDevice(why);
+  if (!kernels)
+    GTEST_SKIP() << why;
+  auto nccl = NcclCommunicator::world();
+  const char *input = "tiny-llama-bf16-stage2-offload-ws1.json";
+  Trained expected = train(input, *nccl, kernels.get(), 3);
+  kernels.reset();
+  ASSERT_EQ(expected.losses.size(), 3u);
+  setenv("ZEROC_CUDA_HOST_PASSES", "cpu", 1);
+  std::unique_ptr<Device> host = zeroc_cuda_backend_v1()->makeDevice(why);
+  unsetenv("ZEROC_CUDA_HOST_PASSES");
+  ASSERT_TRUE(host) << why;
+  Trained t = train(input, *nccl, host.get(), 3);
+  ASSERT_EQ(t.losses.size(), 3u);
+  for (size_t i = 0; i < 3; ++i)
+    EXPECT_LE(std::abs(t.losses[i] - expected.losses[i]) /
+                  std::abs(expected.losses[i]),
+              3e-2)
+        << "step " << i + 1 << ": device kernels " << expected.losses[i]
+        << ", host passes " << t.losses[i];
+  EXPECT_LE(t.measured, t.predicted);
+}
+
 // A packed stage-3 reduce-scatter's send buffer (Workspace.h) through
 // cudaMemcpy2DAsync and cudaMemset2DAsync: the CPU device's bytes, over a
 // buffer that held other bytes before, every one of which is written.
@@ -288,6 +318,11 @@ TEST(CudaExecutorKernels, RejectsAnUnknownKernelChoice) {
   unsetenv("ZEROC_CUDA_HOST_STAGING");
   EXPECT_EQ(why, "ZEROC_CUDA_HOST_STAGING: expected pinned or pageable, "
                  "found 'locked'");
+  setenv("ZEROC_CUDA_HOST_PASSES", "host", 1);
+  EXPECT_FALSE(zeroc_cuda_backend_v1()->makeDevice(why));
+  unsetenv("ZEROC_CUDA_HOST_PASSES");
+  EXPECT_EQ(why, "ZEROC_CUDA_HOST_PASSES: expected device or cpu, found "
+                 "'host'");
 }
 
 } // namespace
