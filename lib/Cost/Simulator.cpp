@@ -96,8 +96,9 @@ PhaseTimeline simulatePhase(const PlanPhase &phase, const CostModel &model,
   // nothing but collectives (local copies) runs on the compute stream's
   // thread instead (zerorun: PreparedPhase). Such an op keeps its stream in
   // the timeline and its busy time but takes its turn on the compute lane.
-  // A rank of one kernel thread has one core: its streams' threads take
-  // turns on it, so every op takes its turn on the compute lane.
+  // A rank of one kernel thread has one core: zerorun runs every op on one
+  // thread in program order there (--stream-threads: its streams' threads
+  // take turns on it), so every op takes its turn on the compute lane.
   const ClusterCalibration &cal = model.cluster().calibration;
   bool cpu = cal.device == "cpu";
   bool oneCore = cpu && cal.threadsPerRank == 1;
@@ -105,8 +106,11 @@ PhaseTimeline simulatePhase(const PlanPhase &phase, const CostModel &model,
   if (cpu && worldSize == 1)
     joined = collectiveOnlyStreams(phase, compute);
   std::vector<char> threadUsed(streams, 0);
-  // The thread that runs `op` (zerorun's).
+  // The thread that runs `op` (zerorun's). A rank of one core runs every op
+  // on one thread in program order (zerorun's default there).
   auto threadOf = [&](const PlanOp &op) {
+    if (oneCore)
+      return size_t(compute);
     size_t stream = op.stream >= 0 ? size_t(op.stream) : 0;
     return std::find(joined.begin(), joined.end(), int64_t(stream)) !=
                    joined.end()

@@ -145,8 +145,12 @@ OPTIONS:
   --plain                 One plain line per step even on a terminal (the
                           default there is a progress bar)
   --single-thread         Run every op on one thread in program order
-                          (default: a worker thread per plan stream, so
-                          collectives overlap compute as the plan says)
+                          (the default on a CPU rank with one core to
+                          itself: its streams' threads would only take
+                          turns on it, MPI's polling beside the kernels)
+  --stream-threads        A worker thread per plan stream, so collectives
+                          overlap compute as the plan says (the default
+                          with two or more cores a rank, and on GPUs)
   --calibrate             Measure this machine instead of running a plan
                           (GEMMs by size and dtype, kernels, Adam, clipping,
                           copies, NVMe, the executor's overhead, and under
@@ -171,6 +175,7 @@ struct Options {
   std::string logJson;
   std::string commTimeout;
   bool singleThread = false;
+  bool streamThreads = false; ///< --stream-threads, asked for.
   std::string nvmePath;
   std::string device = "cpu";
   bool plainLog = false;
@@ -243,6 +248,8 @@ Options parseArgs(int argc, char **argv) {
       o.nvmePath = value();
     } else if (a == "--single-thread") {
       o.singleThread = true;
+    } else if (a == "--stream-threads") {
+      o.streamThreads = true;
     } else if (a == "--loss-mask") {
       o.dataOptions.lossMask = true;
     } else if (a == "--no-cross-doc-loss") {
@@ -325,6 +332,8 @@ Options parseArgs(int argc, char **argv) {
     usageError("--resume needs --checkpoint-dir");
   if (o.resume && !o.initFrom.empty())
     usageError("--resume and --init-from exclude each other");
+  if (o.singleThread && o.streamThreads)
+    usageError("--single-thread and --stream-threads exclude each other");
   if (!o.dumpGrads.empty() && !o.checkpointDir.empty())
     usageError("--dump-grads runs no optimizer step: it saves no checkpoint "
                "(--checkpoint-dir)");
@@ -451,6 +460,13 @@ int run(const Options &o, Communicator &comm, Device *device,
                " (ranks x threads <= cores; --threads " + std::to_string(fits) +
                " fits, --oversubscribe runs anyway)");
   cpu::setThreads(threads);
+  // A CPU rank with one core: its streams' threads would take turns on it,
+  // MPI polling beside the kernels; in program order on one thread tiny
+  // GPT-2 and Llama at stage 3 on 2 ranks of this 2-core VM stepped
+  // 0.75-0.85x the time, the other stages 0.87-1.08x (bench/RESULTS.md,
+  // run 36), as the cost model prices a rank of one core.
+  const bool singleThread =
+      o.singleThread || (!device && fits == 1 && !o.streamThreads);
 
   if (o.calibrate) {
     std::unique_ptr<Device> cpu = device ? nullptr : makeCpuDevice();
@@ -516,7 +532,7 @@ int run(const Options &o, Communicator &comm, Device *device,
                  "stream to time it: steps run slower and streams overlap "
                  "less than without it\n";
   eo.seed = o.seed;
-  eo.streamThreads = !o.singleThread;
+  eo.streamThreads = !singleThread;
   eo.nvmePath = o.nvmePath;
   eo.device = device;
   // A checkpoint or a safetensors file overwrites every parameter and
@@ -608,12 +624,13 @@ int run(const Options &o, Communicator &comm, Device *device,
   if (root) {
     std::printf("zerorun: %s, stage %lld, %d rank(s), %lld micro-step(s) of "
                 "%lld x %lld tokens per rank, %s data, %d thread(s) per "
-                "rank\n",
+                "rank%s\n",
                 p.model.name.c_str(), (long long)p.stage, comm.size(),
                 (long long)p.gradientAccumulationSteps,
                 (long long)p.model.microBatch, (long long)p.model.seqLen,
                 o.synthetic ? "synthetic" : loader->source().name().c_str(),
-                threads);
+                threads,
+                singleThread ? ", ops on one thread in program order" : "");
     std::printf("zerorun: ready %.2f s after start (plan %.2f s, allocate "
                 "%.2f s, %s %.2f s)\n",
                 readySeconds, planSeconds, startup.allocate,

@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <ostream>
 
 using namespace zeroc;
@@ -189,30 +190,43 @@ TEST(CudaExecutorKernels, FusedAdamAndOnePassClipTrainAsThePerTensorKernels) {
   }
 }
 
+// The bf16 stage-2 offload plan trained 3 steps with kernel choice `var` set
+// to `first`, then to `second`; nothing without a GPU.
+using OffloadRuns = std::pair<Trained, Trained>;
+std::optional<OffloadRuns> trainBothWays(const char *var, const char *first,
+                                         const char *second) {
+  const char *input = "tiny-llama-bf16-stage2-offload-ws1.json";
+  OffloadRuns runs;
+  std::unique_ptr<NcclCommunicator> nccl; // Once a device is made.
+  for (auto [value, into] :
+       {std::pair{first, &runs.first}, std::pair{second, &runs.second}}) {
+    std::string why;
+    setenv(var, value, 1);
+    std::unique_ptr<Device> device = zeroc_cuda_backend_v1()->makeDevice(why);
+    unsetenv(var);
+    if (!device)
+      return std::nullopt;
+    if (!nccl)
+      nccl = NcclCommunicator::world();
+    *into = train(input, *nccl, device.get(), 3);
+    EXPECT_EQ(into->losses.size(), 3u) << var << "=" << value;
+    into->losses.resize(3);
+  }
+  return runs;
+}
+
 // ZEROC_CUDA_HOST_STAGING=pinned (the default): the offloaded Adam's host
 // copies in reused pinned buffers, the same bytes as pageable staging's
 // fresh vectors, so the same losses to the bit on the bf16 stage-2 offload
 // plan.
 TEST(CudaExecutorKernels, PinnedStagingTrainsAsPageableStaging) {
-  std::string why;
-  setenv("ZEROC_CUDA_HOST_STAGING", "pageable", 1);
-  std::unique_ptr<Device> plain = zeroc_cuda_backend_v1()->makeDevice(why);
-  unsetenv("ZEROC_CUDA_HOST_STAGING");
-  if (!plain)
-    GTEST_SKIP() << why;
-  auto nccl = NcclCommunicator::world();
-  const char *input = "tiny-llama-bf16-stage2-offload-ws1.json";
-  Trained expected = train(input, *nccl, plain.get(), 3);
-  plain.reset();
-  ASSERT_EQ(expected.losses.size(), 3u);
-  setenv("ZEROC_CUDA_HOST_STAGING", "pinned", 1);
-  std::unique_ptr<Device> pinned = zeroc_cuda_backend_v1()->makeDevice(why);
-  unsetenv("ZEROC_CUDA_HOST_STAGING");
-  ASSERT_TRUE(pinned) << why;
-  Trained t = train(input, *nccl, pinned.get(), 3);
-  ASSERT_EQ(t.losses.size(), 3u);
+  std::optional<OffloadRuns> runs =
+      trainBothWays("ZEROC_CUDA_HOST_STAGING", "pageable", "pinned");
+  if (!runs)
+    GTEST_SKIP() << "no GPU";
   for (size_t i = 0; i < 3; ++i)
-    EXPECT_EQ(t.losses[i], expected.losses[i]) << "step " << i + 1;
+    EXPECT_EQ(runs->second.losses[i], runs->first.losses[i])
+        << "step " << i + 1;
 }
 
 // ZEROC_CUDA_HOST_PASSES=cpu (opt-in): clipping and zeroing the offloaded
@@ -221,21 +235,11 @@ TEST(CudaExecutorKernels, PinnedStagingTrainsAsPageableStaging) {
 // then the CPU executor's sum; the losses are the device kernels' within
 // the bf16 plan's tolerance above (3e-2 relative), and the plan's memory.
 TEST(CudaExecutorKernels, HostPassesOnTheCpuTrainAsTheDeviceKernels) {
-  std::string why;
-  std::unique_ptr<Device> kernels = zeroc_cuda_backend_v1()->makeDevice(why);
-  if (!kernels)
-    GTEST_SKIP() << why;
-  auto nccl = NcclCommunicator::world();
-  const char *input = "tiny-llama-bf16-stage2-offload-ws1.json";
-  Trained expected = train(input, *nccl, kernels.get(), 3);
-  kernels.reset();
-  ASSERT_EQ(expected.losses.size(), 3u);
-  setenv("ZEROC_CUDA_HOST_PASSES", "cpu", 1);
-  std::unique_ptr<Device> host = zeroc_cuda_backend_v1()->makeDevice(why);
-  unsetenv("ZEROC_CUDA_HOST_PASSES");
-  ASSERT_TRUE(host) << why;
-  Trained t = train(input, *nccl, host.get(), 3);
-  ASSERT_EQ(t.losses.size(), 3u);
+  std::optional<OffloadRuns> runs =
+      trainBothWays("ZEROC_CUDA_HOST_PASSES", "device", "cpu");
+  if (!runs)
+    GTEST_SKIP() << "no GPU";
+  const Trained &expected = runs->first, &t = runs->second;
   for (size_t i = 0; i < 3; ++i)
     EXPECT_LE(std::abs(t.losses[i] - expected.losses[i]) /
                   std::abs(expected.losses[i]),
