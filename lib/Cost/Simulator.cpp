@@ -178,6 +178,7 @@ PhaseTimeline simulatePhase(const PlanPhase &phase, const CostModel &model,
     // device.
     double work = cost.seconds;
     if (queued) {
+      double deviceReady = local[0];
       double issue = hostFree[lane];
       for (int64_t dep : op.deps)
         if (auto it = position.find(dep); it != position.end())
@@ -194,6 +195,9 @@ PhaseTimeline simulatePhase(const PlanPhase &phase, const CostModel &model,
           local[1] = std::max(local[1], issue);
       }
       issued.push_back(issue);
+      // Held up by its issue, not by a dependency: no op to blame.
+      if (local[0] > deviceReady)
+        last = -1;
     }
 
     OpTiming t;

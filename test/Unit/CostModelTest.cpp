@@ -1472,15 +1472,17 @@ TEST(Simulator, ADeviceRunsBehindItsHost) {
   c.calibration.device = "cuda";
   c.calibration.opOverhead = 10e-6;
   // Three kernels of 1 us: each waits for its issue, 10 us apart.
-  Plan tiny = planWith({computeOp(0, 1e-3), computeOp(1, 1e-3, {0}),
-                        computeOp(2, 1e-3, {1})});
+  Plan tiny = planWith(
+      {computeOp(0, 1e-3), computeOp(1, 1e-3, {0}), computeOp(2, 1e-3, {1})});
   StepPrediction t = predict(tiny, c);
   EXPECT_NEAR(timingOf(t, 2).start, 30e-6, kTol);
   EXPECT_NEAR(t.stepSeconds, 31e-6, kTol);
+  // Held up by the host, not by the kernel before it.
+  EXPECT_EQ(timingOf(t, 2).blockedBy, -1);
   // Three of 1 ms: the device is the bound, the issues are hidden but the
   // first's.
-  Plan longer = planWith({computeOp(0, 1.0), computeOp(1, 1.0, {0}),
-                          computeOp(2, 1.0, {1})});
+  Plan longer = planWith(
+      {computeOp(0, 1.0), computeOp(1, 1.0, {0}), computeOp(2, 1.0, {1})});
   EXPECT_NEAR(predict(longer, c).stepSeconds, 10e-6 + 3 * kMs, kTol);
   // A clip after the first kernel: its thread waits for the kernel and the
   // clip itself before it issues the next, which starts 10 us after.
