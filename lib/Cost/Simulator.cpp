@@ -196,8 +196,11 @@ PhaseTimeline simulatePhase(const PlanPhase &phase, const CostModel &model,
       }
       issued.push_back(issue);
       // Held up by its issue, not by a dependency: no op to blame.
-      if (local[0] > deviceReady)
+      if (local[0] > deviceReady) {
         last = -1;
+        if (int64_t(lane) == compute)
+          out.hostWait += local[0] - deviceReady;
+      }
     }
 
     OpTiming t;
@@ -347,6 +350,7 @@ Expected<StepPrediction> predictStep(const Plan &plan, const Cluster &cluster,
     step.stepSeconds += runs * timeline.seconds;
     step.exposedComm += runs * timeline.exposedComm;
     step.exposedOffload += runs * timeline.exposedOffload;
+    step.hostWait += runs * timeline.hostWait;
     step.flops += runs * timeline.flops;
     step.modelFlops += runs * timeline.modelFlops;
     for (size_t s = 0; s < streams; ++s)
@@ -411,6 +415,8 @@ StepTimeReport stepTimeReport(const Plan &plan, const Cluster &cluster,
   report.stepSeconds = prediction.stepSeconds;
   report.exposedCommSeconds = prediction.exposedComm;
   report.exposedOffloadSeconds = prediction.exposedOffload;
+  report.hostWaitSeconds = prediction.hostWait;
+  report.hostAhead = cluster.calibration.device != "cpu";
   for (size_t s = 0; s < prediction.streamBusy.size(); ++s)
     report.streamBusySeconds.emplace_back(prediction.streams[s],
                                           prediction.streamBusy[s]);

@@ -523,6 +523,7 @@ void timeJson(const Plan &, const InspectOptions &options, json &out) {
   out["phase_time_s"] = std::move(phases);
   out["exposed_comm_s"] = t.exposedCommSeconds;
   out["exposed_offload_s"] = t.exposedOffloadSeconds;
+  out["host_wait_s"] = t.hostWaitSeconds;
   json busy = json::object();
   for (const auto &[stream, seconds] : t.streamBusySeconds)
     busy[stream] = seconds;
@@ -569,6 +570,11 @@ void timeText(const Plan &plan, const InspectOptions &options,
            humanSeconds(t.exposedOffloadSeconds) + " (" +
                percentText(t.exposedOffloadSeconds, t.stepSeconds) +
                " of the step)");
+  if (t.hostAhead)
+    addField(out, "waiting for the host",
+             humanSeconds(t.hostWaitSeconds) + " (" +
+                 percentText(t.hostWaitSeconds, t.stepSeconds) +
+                 " of the step: the GPU idle until its next op is issued)");
   char line[160];
   std::snprintf(line, sizeof line,
                 "%.1f TFLOP/s (MFU %s, HFU %s of the %s peak)",

@@ -1477,13 +1477,17 @@ TEST(Simulator, ADeviceRunsBehindItsHost) {
   StepPrediction t = predict(tiny, c);
   EXPECT_NEAR(timingOf(t, 2).start, 30e-6, kTol);
   EXPECT_NEAR(t.stepSeconds, 31e-6, kTol);
-  // Held up by the host, not by the kernel before it.
+  // Held up by the host, not by the kernel before it: 10 us before the
+  // first, 9 before each of the others.
   EXPECT_EQ(timingOf(t, 2).blockedBy, -1);
+  EXPECT_NEAR(t.hostWait, 28e-6, kTol);
   // Three of 1 ms: the device is the bound, the issues are hidden but the
   // first's.
   Plan longer = planWith(
       {computeOp(0, 1.0), computeOp(1, 1.0, {0}), computeOp(2, 1.0, {1})});
-  EXPECT_NEAR(predict(longer, c).stepSeconds, 10e-6 + 3 * kMs, kTol);
+  StepPrediction l = predict(longer, c);
+  EXPECT_NEAR(l.stepSeconds, 10e-6 + 3 * kMs, kTol);
+  EXPECT_NEAR(l.hostWait, 10e-6, kTol);
   // A clip after the first kernel: its thread waits for the kernel and the
   // clip itself before it issues the next, which starts 10 us after.
   PlanOp clip = op(1, "clip_grad_norm", 0, {0});
@@ -1495,7 +1499,9 @@ TEST(Simulator, ADeviceRunsBehindItsHost) {
   // A CPU rank runs the same kernels on its own thread: issue and work in
   // series.
   c.calibration.device = "cpu";
-  EXPECT_NEAR(predict(tiny, c).stepSeconds, 3 * 11e-6, kTol);
+  StepPrediction cpu = predict(tiny, c);
+  EXPECT_NEAR(cpu.stepSeconds, 3 * 11e-6, kTol);
+  EXPECT_EQ(cpu.hostWait, 0);
 }
 
 TEST(Calibration, CollectiveFitReplacesTheRingOnOneNode) {

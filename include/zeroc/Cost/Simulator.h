@@ -54,6 +54,9 @@ struct PhaseTimeline {
   std::vector<double> streamBusy;
   double exposedComm = 0;
   double exposedOffload = 0;
+  /// A GPU rank: seconds the compute stream waited for the host to issue
+  /// its next op (launch-bound time; 0 on CPU ranks).
+  double hostWait = 0;
   double flops = 0;
   double modelFlops = 0;
   /// Exposed seconds per op that held the compute stream up (by op index).
@@ -71,6 +74,7 @@ struct StepPrediction {
   double stepSeconds = 0;
   double exposedComm = 0;          ///< Per step.
   double exposedOffload = 0;       ///< Per step.
+  double hostWait = 0;             ///< Per step (PhaseTimeline::hostWait).
   std::vector<double> streamBusy;  ///< Per step, by stream id.
   double flops = 0;                ///< Per GPU per step, executed.
   double modelFlops = 0;           ///< Per GPU per step (modelFlops()).

@@ -127,6 +127,11 @@ struct StepTimeReport {
   double exposedCommSeconds = 0;
   /// The same for offload copies (fetches, host-device and NVMe traffic).
   double exposedOffloadSeconds = 0;
+  /// A GPU rank: the compute stream's wait for the host to issue its next
+  /// op, per step (launch-bound time); `hostAhead`: the cluster's device
+  /// runs behind its host (not a CPU calibration), so the figure applies.
+  double hostWaitSeconds = 0;
+  bool hostAhead = false;
   /// Busy seconds per step of each stream, in stream order.
   std::vector<std::pair<std::string, double>> streamBusySeconds;
   struct Phase {
