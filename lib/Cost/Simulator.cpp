@@ -56,6 +56,12 @@ size_t streamCount(const Plan &plan) {
   return count;
 }
 
+/// Whether the cluster's device runs behind its host's queue (a GPU; not a
+/// CPU rank, whose host runs the kernels itself).
+bool hostRunsAhead(const ClusterCalibration &cal) {
+  return cal.device != "cpu";
+}
+
 /// Whether a device rank's host thread runs the op or waits for its result
 /// (zerorun's CUDA executor): host-class work (an offloaded optimizer's
 /// Adam, clipping or accumulate over host memory, with the synchronized
@@ -129,7 +135,7 @@ PhaseTimeline simulatePhase(const PlanPhase &phase, const CostModel &model,
   std::vector<char> computeAfter(phase.ops.size() + 1, 0);
   // A device rank (not "cpu"): per lane, when its host thread is free; per
   // op position, when its issue ended.
-  bool queued = !cpu;
+  bool queued = hostRunsAhead(cal);
   std::vector<double> hostFree(streams, 0.0);
   std::vector<double> issued;
   issued.reserve(phase.ops.size());
@@ -177,23 +183,19 @@ PhaseTimeline simulatePhase(const PlanPhase &phase, const CostModel &model,
     // depends on; work the host runs or reads back also waits for the
     // device.
     double work = cost.seconds;
+    const bool onHost = queued && hostBound(op, cost);
     if (queued) {
       double deviceReady = local[0];
       double issue = hostFree[lane];
       for (int64_t dep : op.deps)
         if (auto it = position.find(dep); it != position.end())
           issue = std::max(issue, issued[it->second]);
-      if (hostBound(op, cost)) {
-        local[0] = std::max(local[0], issue);
-        if (ranks > 1)
-          local[1] = std::max(local[1], issue);
-      } else {
+      if (!onHost) {
         issue += cost.host;
         work = std::max(0.0, cost.seconds - cost.host);
-        local[0] = std::max(local[0], issue);
-        if (ranks > 1)
-          local[1] = std::max(local[1], issue);
       }
+      for (size_t r = 0; r < ranks; ++r)
+        local[r] = std::max(local[r], issue);
       issued.push_back(issue);
       // Held up by its issue, not by a dependency: no op to blame.
       if (local[0] > deviceReady) {
@@ -228,7 +230,7 @@ PhaseTimeline simulatePhase(const PlanPhase &phase, const CostModel &model,
     if (networked)
       networkFree = t.end;
     if (queued) {
-      if (hostBound(op, cost))
+      if (onHost)
         issued.back() = t.end;
       hostFree[lane] = issued.back();
     }
@@ -416,7 +418,7 @@ StepTimeReport stepTimeReport(const Plan &plan, const Cluster &cluster,
   report.exposedCommSeconds = prediction.exposedComm;
   report.exposedOffloadSeconds = prediction.exposedOffload;
   report.hostWaitSeconds = prediction.hostWait;
-  report.hostAhead = cluster.calibration.device != "cpu";
+  report.hostAhead = hostRunsAhead(cluster.calibration);
   for (size_t s = 0; s < prediction.streamBusy.size(); ++s)
     report.streamBusySeconds.emplace_back(prediction.streams[s],
                                           prediction.streamBusy[s]);
