@@ -10,6 +10,7 @@
 
 #include "comm/Communicator.h"
 #include "comm/NcclCommunicator.h"
+#include "cpu/Optimizer.h"
 #include "data/DataLoader.h"
 #include "exec/CudaBackend.h"
 #include "exec/Device.h"
@@ -247,6 +248,41 @@ TEST(CudaExecutorKernels, HostPassesOnTheCpuTrainAsTheDeviceKernels) {
         << "step " << i + 1 << ": device kernels " << expected.losses[i]
         << ", host passes " << t.losses[i];
   EXPECT_LE(t.measured, t.predicted);
+}
+
+// The same choice at the device: a pass over host memory runs the CPU kernel
+// once the stream's queued work is done. A sum of squares taken right after
+// an asynchronous copy into pinned memory sees the copied values, with the
+// CPU kernel's bits; a pageable vector, which no device kernel may read,
+// is summed, scaled and zeroed in place.
+TEST(CudaExecutorKernels, HostPassesRunTheCpuKernelsAfterTheQueue) {
+  std::string why;
+  setenv("ZEROC_CUDA_HOST_PASSES", "cpu", 1);
+  std::unique_ptr<Device> dev = zeroc_cuda_backend_v1()->makeDevice(why);
+  unsetenv("ZEROC_CUDA_HOST_PASSES");
+  if (!dev)
+    GTEST_SKIP() << why;
+  const int64_t n = int64_t(1) << 20, bytes = n * 4;
+  std::vector<float> values(static_cast<size_t>(n));
+  for (size_t i = 0; i < values.size(); ++i)
+    values[i] = float(i % 1000) * 1e-3f - 0.5f;
+  double want = cpu::sumOfSquares(Tensor{values.data(), DType::F32, {n}});
+  char *onGpu = dev->allocate(bytes, true);
+  char *pinned = dev->allocate(bytes, false);
+  dev->fromHost(onGpu, values.data(), bytes);
+  dev->copy(pinned, onGpu, bytes); // Queued, not waited for.
+  EXPECT_EQ(dev->sumOfSquares(Tensor{pinned, DType::F32, {n}}), want);
+  std::vector<float> pageable = values;
+  Tensor p{pageable.data(), DType::F32, {n}};
+  EXPECT_EQ(dev->sumOfSquares(p), want);
+  EXPECT_EQ(dev->sumOfSquaresOf({p, p}), 2 * want);
+  ASSERT_TRUE(dev->scaleInPlace(p, 2.0f).ok());
+  EXPECT_EQ(pageable[7], 2 * values[7]);
+  ASSERT_TRUE(dev->zeroTensor(p).ok());
+  EXPECT_TRUE(std::all_of(pageable.begin(), pageable.end(),
+                          [](float v) { return v == 0; }));
+  dev->release(pinned, false);
+  dev->release(onGpu, true);
 }
 
 // A packed stage-3 reduce-scatter's send buffer (Workspace.h) through
