@@ -269,6 +269,23 @@ def run(args):
                 name, "torch.compile" if compiled else "eager",
                 1e3 * r["step_s"], tps, mfu, r["peak"] / 2**30))
             print(lines[-1], flush=True)
+    # Offloaded optimizers: the bytes the CUDA device counted crossing PCIe
+    # per step against the plan's figure (docs/zerorun.md, "Offload
+    # traffic"); the default device-kernel passes over host gradients cross
+    # too, ZEROC_CUDA_HOST_PASSES=cpu (the host-passes kernels) does not.
+    pcie = [r for r in results["runs"]
+            if r.get("final", {}).get("plan_offload_bytes_per_step",
+                                      {}).get("pcie_to_host", 0) > 0]
+    if pcie:
+        lines += ["", "| model | runner | PCIe to the GPU MB/step (plan) | "
+                  "to the host (plan) |", "| --- | --- | --- | --- |"]
+        for r in pcie:
+            got = r["final"]["measured_offload_bytes_per_step"]
+            want = r["final"]["plan_offload_bytes_per_step"]
+            lines.append("| %s | %s | %.1f (%.1f) | %.1f (%.1f) |" % (
+                r["model"], r["runner"], got["pcie_to_device"] / 1e6,
+                want["pcie_to_device"] / 1e6, got["pcie_to_host"] / 1e6,
+                want["pcie_to_host"] / 1e6))
     with open(args.out, "w") as f:
         f.write("\n".join(lines) + "\n")
     if args.json:

@@ -146,7 +146,9 @@ sec_hostadam() { # the host Adam's loops at 1, 2, 4, 8 and 16 threads
   echo "exit $?"
 }
 
-sec_profile() { # GPT-2 124M, per-op times (each op's stream synchronized)
+sec_profile() { # GPT-2 124M: the GPU's timeline (CUDA events per op), its
+  # streams' overlap (bench/trace_overlap.py), the PCIe bytes against the
+  # plan's; with PROFILE_SYNC=1 also each op alone (--profile-sync)
   local conf
   for conf in ${PROFILE_CONFIGS:-s0 s3 s2off}; do
     deadline_ok 40 || { echo "profile $conf: skipped (deadline)"; continue; }
@@ -154,6 +156,14 @@ sec_profile() { # GPT-2 124M, per-op times (each op's stream synchronized)
       "$ROOT/bench/gpu_plans/gpt2-124m.$conf.plan.json" --device cuda \
       --synthetic --steps 4 --plain --profile "$OUT/trace-124m-$conf.json"
     echo "exit $?"
+    python3 "$ROOT/bench/trace_overlap.py" "$OUT/trace-124m-$conf.json"
+    if [ "${PROFILE_SYNC:-0}" = 1 ] && deadline_ok 40; then
+      timeout "$(limit 120)" "$G/build/bin/zerorun" \
+        "$ROOT/bench/gpu_plans/gpt2-124m.$conf.plan.json" --device cuda \
+        --synthetic --steps 4 --plain --profile-sync \
+        --profile "$OUT/trace-124m-$conf-sync.json"
+      echo "exit $?"
+    fi
   done
 }
 

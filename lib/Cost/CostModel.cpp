@@ -600,8 +600,35 @@ CostModel::communicatorCalls(const PlanOp &op,
   }
 }
 
-double CostModel::offDeviceResultTime(const PlanOp &op, CollectiveKind kind,
-                                      double elementBytes, int64_t n) const {
+double CostModel::transfer(OpCost &cost, Placement from, Placement to,
+                           double bytes, double nvmeBytes) const {
+  if (from == to || bytes <= 0)
+    return 0;
+  if (nvmeBytes < 0)
+    nvmeBytes = double(nvmeBlockBytes(int64_t(std::ceil(bytes))));
+  Placement a = copyMemory(from), b = copyMemory(to);
+  if (a != b) {
+    OffloadTraffic &t = cost.traffic;
+    t.toHost += a == Placement::Device ? bytes : 0;
+    t.toDevice += b == Placement::Device ? bytes : 0;
+    t.nvmeRead += a == Placement::Nvme ? nvmeBytes : 0;
+    t.nvmeWrite += b == Placement::Nvme ? nvmeBytes : 0;
+  }
+  return transferTime(rankRatesPerRank, from, to, bytes);
+}
+
+double CostModel::inPlaceOverPcie(OpCost &cost, Placement placement,
+                                  double bytes) const {
+  if (copyMemory(placement) == copyMemory(Placement::Device) || bytes <= 0)
+    return 0;
+  cost.traffic.toDevice += bytes;
+  cost.traffic.toHost += bytes;
+  return transferTime(rankRatesPerRank, Placement::Device, placement, bytes);
+}
+
+double CostModel::offDeviceResultTime(OpCost &cost, const PlanOp &op,
+                                      CollectiveKind kind, double elementBytes,
+                                      int64_t n) const {
   double seconds = 0;
   std::vector<std::string> targets;
   if (op.kind == OpKind::ReduceScatterStart)
@@ -621,8 +648,12 @@ double CostModel::offDeviceResultTime(const PlanOp &op, CollectiveKind kind,
     if (kind == CollectiveKind::ReduceScatter)
       part /= double(std::max<int64_t>(1, n));
     part *= double(count) / double(targets.size());
-    seconds +=
-        transferTime(rankRatesPerRank, Placement::Device, placement, part);
+    // A reduce-scatter's epilogue adds into the target in place
+    // (runtime/exec/Collectives.cpp); all_gather_updates copies the
+    // gathered tensor to it.
+    seconds += kind == CollectiveKind::ReduceScatter
+                   ? inPlaceOverPcie(cost, placement, part)
+                   : transfer(cost, Placement::Device, placement, part);
   }
   return seconds;
 }
@@ -675,7 +706,7 @@ OpCost CostModel::collectiveCost(const PhaseInfo &info, const PlanOp &op,
       cost.seconds = kernelTime(clusterRef, OpKind::Accumulate, 0,
                                 3 * std::max(0.0, added), dtype);
     }
-    cost.seconds += offDeviceResultTime(op, *kind, elementBytes, n);
+    cost.seconds += offDeviceResultTime(cost, op, *kind, elementBytes, n);
     return cost;
   }
   const ClusterCalibration::CollectiveFit &fit =
@@ -767,7 +798,7 @@ OpCost CostModel::collectiveCost(const PhaseInfo &info, const PlanOp &op,
         kernelTime(clusterRef, OpKind::Accumulate, 0, 3 * part, dtype);
   }
 
-  cost.seconds += offDeviceResultTime(op, *kind, elementBytes, n);
+  cost.seconds += offDeviceResultTime(cost, op, *kind, elementBytes, n);
   return cost;
 }
 
@@ -782,7 +813,11 @@ OpCost CostModel::fetchCost(const PhaseInfo &info, const PlanOp &op) const {
       bytes += rankBytes(name);
   Placement from =
       op.tensors.empty() ? Placement::Host : placementOf(op.tensors[0]);
-  cost.seconds = transferTime(rankRatesPerRank, from, Placement::Device, bytes);
+  // Each file is read whole.
+  double nvmeBytes = 0;
+  for (const std::string &name : op.tensors)
+    nvmeBytes += double(nvmeBlockBytes(int64_t(rankBytes(name))));
+  cost.seconds = transfer(cost, from, Placement::Device, bytes, nvmeBytes);
   return cost;
 }
 
@@ -793,11 +828,14 @@ OpCost CostModel::copyCost(const PlanOp &op) const {
   const std::vector<std::string> &destinations =
       op.attrsAs<CopyAttrs>().destinations;
   for (size_t i = 0; i < std::min(sources.size(), destinations.size()); ++i) {
-    // Converted on the source side: the destination's dtype crosses.
-    double bytes = rankElements(sources[i]) *
-                   double(bytesPerElement(dtypeOf(destinations[i])));
-    cost.seconds += transferTime(rankRatesPerRank, placementOf(sources[i]),
-                                 placementOf(destinations[i]), bytes);
+    // Converted by the device's kernel (castTensor): what crosses is the
+    // device's side's dtype read from or written to the other placement.
+    Placement from = placementOf(sources[i]), to = placementOf(destinations[i]);
+    const std::string &crossing =
+        from == Placement::Device ? destinations[i] : sources[i];
+    double bytes =
+        rankElements(sources[i]) * double(bytesPerElement(dtypeOf(crossing)));
+    cost.seconds += transfer(cost, from, to, bytes);
   }
   return cost;
 }
@@ -846,16 +884,25 @@ OpCost CostModel::adamCost(const PlanOp &op) const {
   };
   // (On CPU ranks the device's memory is the host's: the CPU Adam reads a
   // gradient and writes a parameter "on the device" where they are.)
+  // (The gradient: stage 1's replicated flat buffer is read in this rank's
+  // partition only, as many elements as the states.)
   if (!grad.empty() && !copied(grad))
-    cost.seconds += transferTime(rates, copyMemory(placementOf(grad)),
-                                 Placement::Host, rankBytes(grad));
-  for (const std::string &s : states)
-    cost.seconds += 2 * transferTime(rates, copyMemory(placementOf(s)),
-                                     Placement::Host, rankBytes(s));
-  if (!param.empty() && !copied(param))
     cost.seconds +=
-        transferTime(rates, Placement::Host, copyMemory(placementOf(param)),
-                     rankBytes(param));
+        transfer(cost, copyMemory(placementOf(grad)), Placement::Host,
+                 std::min(rankElements(grad), rankElements(adam.expAvg)) *
+                     double(bytesPerElement(dtypeOf(grad))));
+  for (const std::string &s : states) {
+    Placement at = copyMemory(placementOf(s));
+    cost.seconds += transfer(cost, at, Placement::Host, rankBytes(s));
+    cost.seconds += transfer(cost, Placement::Host, at, rankBytes(s));
+  }
+  if (!param.empty() && !copied(param)) {
+    // A parameter that is its own master is read first.
+    Placement at = copyMemory(placementOf(param));
+    if (!hasMaster)
+      cost.seconds += transfer(cost, at, Placement::Host, rankBytes(param));
+    cost.seconds += transfer(cost, Placement::Host, at, rankBytes(param));
+  }
   return cost;
 }
 
@@ -988,14 +1035,36 @@ OpCost CostModel::accumulateCost(const PhaseInfo &info,
     cost.seconds = kernelTime(clusterRef, OpKind::Accumulate, 0,
                               inBytes + targetBytes, computeDType(info, op));
   } else {
+    // The device's kernel adds into host memory in place
+    // (runtime/exec/ComputeOps.cpp): the target's part crosses PCIe both
+    // ways.
     cost.cls = OpClass::Host;
-    cost.seconds =
-        transferTime(rankRatesPerRank, Placement::Device, placement, inBytes) +
-        (rankRatesPerRank.hostMemory > 0
-             ? targetBytes / rankRatesPerRank.hostMemory
-             : 0);
+    cost.seconds = inPlaceOverPcie(cost, placement, targetBytes / 2);
   }
   return cost;
+}
+
+OffloadTraffic offloadTrafficPerStep(const Plan &plan, bool gpuRanks) {
+  // The bytes do not depend on the rates: any cluster with a node of the
+  // plan's ranks, its calibration naming the kind of rank.
+  Cluster cluster;
+  cluster.gpusPerNode = std::max<int64_t>(1, plan.worldSize);
+  cluster.calibration.device = gpuRanks ? "cuda" : "cpu";
+  CostModel model(plan, cluster);
+  OffloadTraffic step;
+  for (const PlanPhase &phase : plan.phases) {
+    OffloadTraffic run;
+    for (const PlanOp &op : phase.ops)
+      run += model.workCost(phase, op).traffic;
+    // The batch (runtime/exec/Executor.cpp, runPhase).
+    if (gpuRanks && phase.args.size() >= 2)
+      for (size_t i = 0; i < 2; ++i)
+        for (const PlanValue &v : phase.values)
+          if (v.id == phase.args[i])
+            run.toDevice += double(v.bytes);
+    step += run.scaled(double(phase.runsPerStep));
+  }
+  return step;
 }
 
 } // namespace zeroc

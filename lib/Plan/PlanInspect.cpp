@@ -524,6 +524,11 @@ void timeJson(const Plan &, const InspectOptions &options, json &out) {
   out["exposed_comm_s"] = t.exposedCommSeconds;
   out["exposed_offload_s"] = t.exposedOffloadSeconds;
   out["host_wait_s"] = t.hostWaitSeconds;
+  out["offload_bytes_per_rank_per_step"] = {
+      {"pcie_to_device", t.offload.pcieToDevice},
+      {"pcie_to_host", t.offload.pcieToHost},
+      {"nvme_read", t.offload.nvmeRead},
+      {"nvme_write", t.offload.nvmeWrite}};
   json busy = json::object();
   for (const auto &[stream, seconds] : t.streamBusySeconds)
     busy[stream] = seconds;
@@ -575,6 +580,15 @@ void timeText(const Plan &plan, const InspectOptions &options,
              humanSeconds(t.hostWaitSeconds) + " (" +
                  percentText(t.hostWaitSeconds, t.stepSeconds) +
                  " of the step: the GPU idle until its next op is issued)");
+  const StepTimeReport::Offload &o = t.offload;
+  if (o.pcieToDevice > 0 || o.pcieToHost > 0)
+    addField(out, "PCIe per rank",
+             humanBytes(o.pcieToDevice) + " to the GPU, " +
+                 humanBytes(o.pcieToHost) + " to the host");
+  if (o.nvmeRead > 0 || o.nvmeWrite > 0)
+    addField(out, "NVMe per rank",
+             humanBytes(o.nvmeRead) + " read, " + humanBytes(o.nvmeWrite) +
+                 " written");
   char line[160];
   std::snprintf(line, sizeof line,
                 "%.1f TFLOP/s (MFU %s, HFU %s of the %s peak)",

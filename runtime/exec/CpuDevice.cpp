@@ -2,6 +2,7 @@
 
 #include "exec/Device.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -133,8 +134,31 @@ public:
   float loadElement(const Tensor &t, int64_t i) override {
     return cpu::loadElement(t, i);
   }
+  bool timesOps() const override { return options.timesOps; }
+  void startOpTiming() override {
+    timingOrigin = std::chrono::steady_clock::now();
+    marks.clear();
+  }
+  void markOpStart(int64_t slot) override { mark(2 * size_t(slot)); }
+  void markOpEnd(int64_t slot) override { mark(2 * size_t(slot) + 1); }
+  std::vector<std::pair<double, double>> opTimes() override {
+    std::vector<std::pair<double, double>> out(marks.size() / 2);
+    for (size_t i = 0; i < out.size(); ++i)
+      out[i] = {marks[2 * i], marks[2 * i + 1]};
+    return out;
+  }
 
 private:
+  /// The host's clock for mark `at` (seconds since startOpTiming).
+  void mark(size_t at) {
+    if (marks.size() <= at)
+      marks.resize((at | 1) + 1, -1.0);
+    marks[at] = std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                              timingOrigin)
+                    .count();
+  }
+  std::chrono::steady_clock::time_point timingOrigin;
+  std::vector<double> marks;
   static constexpr size_t kPageBytes = 4096;
   static constexpr size_t kMapBytes = size_t(1) << 20;
   CpuDeviceOptions options;

@@ -29,6 +29,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
+
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -160,6 +162,10 @@ public:
     }
     for (cudaEvent_t e : events)
       cudaEventDestroy(e);
+    for (cudaEvent_t e : timing)
+      cudaEventDestroy(e);
+    if (timingOrigin)
+      cudaEventDestroy(timingOrigin);
     for (Staging &s : staging)
       if (s.data)
         cudaFreeHost(s.data);
@@ -237,16 +243,22 @@ public:
   void useStreamFor(Communicator &comm) override { comm.useStream(stream()); }
 
   void copy(void *dst, const void *src, int64_t bytes) override {
-    if (bytes > 0 && dst != src)
+    if (bytes > 0 && dst != src) {
+      crossing(dst, src, bytes);
       ok(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyDefault, stream()),
          "cudaMemcpyAsync");
+    }
   }
   void zero(void *dst, int64_t bytes) override {
-    if (bytes > 0)
+    if (bytes > 0) {
+      crossing(dst, nullptr, bytes);
       ok(cudaMemsetAsync(dst, 0, size_t(bytes), stream()), "cudaMemsetAsync");
+    }
   }
   void copyRows(void *dst, int64_t dstPitch, const void *src, int64_t srcPitch,
                 int64_t rowBytes, int64_t rows) override {
+    if (rowBytes > 0 && rows > 0)
+      crossing(dst, src, rowBytes * rows);
     if (rowBytes > 0 && rows > 0)
       ok(cudaMemcpy2DAsync(dst, size_t(dstPitch), src, size_t(srcPitch),
                            size_t(rowBytes), size_t(rows), cudaMemcpyDefault,
@@ -255,6 +267,8 @@ public:
   }
   void zeroRows(void *dst, int64_t pitch, int64_t rowBytes,
                 int64_t rows) override {
+    if (rowBytes > 0 && rows > 0)
+      crossing(dst, nullptr, rowBytes * rows);
     if (rowBytes > 0 && rows > 0)
       ok(cudaMemset2DAsync(dst, size_t(pitch), 0, size_t(rowBytes),
                            size_t(rows), stream()),
@@ -278,27 +292,36 @@ public:
     return runModelOp(kernels, op, in, out, step, scratch);
   }
   Status accumulate(const Tensor &acc, const Tensor &g) override {
+    touches(acc, Reads | Writes);
+    touches(g, Reads);
     return cuda::accumulate(acc, g, stream());
   }
   Status zeroTensor(const Tensor &t) override {
     if (onCpu(t))
       return cpu::zeroTensor(t);
+    touches(t, Writes);
     return cuda::zeroTensor(t, stream());
   }
   Status castTensor(const Tensor &src, const Tensor &dst) override {
+    touches(src, Reads);
+    touches(dst, Writes);
     return cuda::castTensor(src, dst, stream());
   }
   Status copyElements(const Tensor &src, int64_t srcOffset, const Tensor &dst,
                       int64_t dstOffset, int64_t n) override {
+    touches(src, Reads, n * bytesPerElement(src.dtype));
+    touches(dst, Writes, n * bytesPerElement(dst.dtype));
     return cuda::copyElements(src, srcOffset, dst, dstOffset, n, stream());
   }
   Status adamUpdate(const cpu::AdamSettings &settings, int64_t step,
                     const Tensor &grad, const Tensor &master,
                     const Tensor &expAvg, const Tensor &expAvgSq,
                     const Tensor *param16) override {
-    if (onDevice(expAvg.data))
+    if (onDevice(expAvg.data)) {
+      touchesAdam(grad, master, param16);
       return cuda::adamUpdate(settings, step, grad, master, expAvg, expAvgSq,
                               param16, stream());
+    }
     return onHost(&grad, master, param16,
                   [&](const Tensor &g, const Tensor &m, const Tensor *out16) {
                     return cpu::adamUpdate(settings, step, g, m, expAvg,
@@ -314,9 +337,11 @@ public:
       return Device::adamUpdates(settings, step, parts);
     std::vector<cuda::AdamTensors> list;
     list.reserve(parts.size());
-    for (const AdamPart &p : parts)
+    for (const AdamPart &p : parts) {
+      touchesAdam(p.grad, p.master, p.param16 ? &*p.param16 : nullptr);
       list.push_back({p.grad, p.master, p.expAvg, p.expAvgSq,
                       p.param16 ? &*p.param16 : nullptr});
+    }
     return cuda::multiTensorAdamUpdate(settings, step, list, stream());
   }
   Status lambMoments(const cpu::AdamSettings &settings, const Tensor &grad,
@@ -331,21 +356,26 @@ public:
     StreamState &s = state();
     double *device = static_cast<double *>(s.scratch);
     zero(device, 2 * sizeof(double));
+    touchesAdam(grad, master, nullptr);
     Status st = cuda::lambMoments(settings, grad, master, expAvg, expAvgSq,
                                   device, s.stream);
     if (!st.ok())
       return st;
     double host[2] = {0, 0};
-    toHost(host, device, sizeof(host));
+    readback(host, device, sizeof(host));
     sums = {host[0], host[1]};
     return st;
   }
   Status lambApply(const cpu::AdamSettings &settings, int64_t step,
                    float trustRatio, const Tensor &master, const Tensor &expAvg,
                    const Tensor &expAvgSq, const Tensor *param16) override {
-    if (onDevice(expAvg.data))
+    if (onDevice(expAvg.data)) {
+      touches(master, Reads | Writes);
+      if (param16)
+        touches(*param16, Writes);
       return cuda::lambApply(settings, step, trustRatio, master, expAvg,
                              expAvgSq, param16, stream());
+    }
     return onHost(nullptr, master, param16,
                   [&](const Tensor &, const Tensor &m, const Tensor *out16) {
                     return cpu::lambApply(settings, step, trustRatio, m, expAvg,
@@ -410,6 +440,7 @@ public:
   Status scaleInPlace(const Tensor &t, float factor) override {
     if (onCpu(t))
       return cpu::scaleInPlace(t, factor);
+    touches(t, Reads | Writes);
     return cuda::scaleInPlace(t, factor, stream());
   }
   double sumOfSquares(const Tensor &g) override {
@@ -417,12 +448,13 @@ public:
       return cpu::sumOfSquares(g);
     StreamState &s = state();
     zero(s.scratch, sizeof(double));
+    touches(g, Reads);
     Status st =
         cuda::sumOfSquares(g, static_cast<double *>(s.scratch), s.stream);
     if (!st.ok())
       throw std::runtime_error(st.error);
     double sum = 0;
-    toHost(&sum, s.scratch, sizeof(double));
+    readback(&sum, s.scratch, sizeof(double));
     return sum;
   }
   double sumOfSquaresOf(const std::vector<Tensor> &grads) override {
@@ -430,17 +462,21 @@ public:
       return Device::sumOfSquaresOf(grads);
     StreamState &s = state();
     zero(s.scratch, sizeof(double));
+    for (const Tensor &g : grads)
+      touches(g, Reads);
     Status st = cuda::multiTensorSumOfSquares(
         grads, static_cast<double *>(s.scratch), s.stream);
     if (!st.ok())
       throw std::runtime_error(st.error);
     double sum = 0;
-    toHost(&sum, s.scratch, sizeof(double));
+    readback(&sum, s.scratch, sizeof(double));
     return sum;
   }
   Status scaleAll(const std::vector<Tensor> &tensors, float factor) override {
     if (!gridClip || onCpu(tensors))
       return Device::scaleAll(tensors, factor);
+    for (const Tensor &t : tensors)
+      touches(t, Reads | Writes);
     return cuda::multiTensorScale(tensors, factor, stream());
   }
   Status unscaleGrads(const Tensor &g, double lossScale,
@@ -450,18 +486,19 @@ public:
     StreamState &s = state();
     int *flag = reinterpret_cast<int *>(static_cast<char *>(s.scratch) + 8);
     zero(flag, sizeof(int));
+    touches(g, Reads | Writes);
     Status st = cuda::unscaleGrads(g, lossScale, flag, s.stream);
     if (!st.ok())
       return st;
     int host = 0;
-    toHost(&host, flag, sizeof(int));
+    readback(&host, flag, sizeof(int));
     overflow = overflow || host != 0;
     return st;
   }
   float loadElement(const Tensor &t, int64_t i) override {
     int64_t es = bytesPerElement(t.dtype);
     char bytes[8] = {};
-    toHost(bytes, static_cast<const char *>(t.data) + i * es, es);
+    readback(bytes, static_cast<const char *>(t.data) + i * es, es);
     return cpu::loadElement(Tensor{bytes, t.dtype, {1}}, 0);
   }
   int64_t memoryInUse() const override {
@@ -471,6 +508,35 @@ public:
     return int64_t(total - freeBytes);
   }
   int64_t memoryInUseAtStart() const override { return inUseAtStart; }
+  std::optional<HostTraffic> hostTraffic() const override {
+    return HostTraffic{traffic.toDevice.load(), traffic.toHost.load()};
+  }
+
+  bool timesOps() const override { return true; }
+  void startOpTiming() override {
+    if (!timingOrigin)
+      ok(cudaEventCreate(&timingOrigin), "cudaEventCreate");
+    ok(cudaEventRecord(timingOrigin, stream()), "cudaEventRecord");
+    ok(cudaEventSynchronize(timingOrigin), "cudaEventSynchronize");
+    marked = 0;
+  }
+  void markOpStart(int64_t slot) override { mark(2 * size_t(slot)); }
+  void markOpEnd(int64_t slot) override { mark(2 * size_t(slot) + 1); }
+  std::vector<std::pair<double, double>> opTimes() override {
+    std::vector<std::pair<double, double>> out(marked / 2, {-1.0, -1.0});
+    auto since = [&](cudaEvent_t e) {
+      float ms = 0;
+      if (cudaEventSynchronize(e) != cudaSuccess ||
+          cudaEventElapsedTime(&ms, timingOrigin, e) != cudaSuccess) {
+        (void)cudaGetLastError(); // Not recorded (a failed op).
+        return -1.0;
+      }
+      return double(ms) / 1e3;
+    };
+    for (size_t i = 0; i < out.size(); ++i)
+      out[i] = {since(timing[2 * i]), since(timing[2 * i + 1])};
+    return out;
+  }
 
 private:
   struct StreamState {
@@ -537,6 +603,63 @@ private:
         return false;
     streamSynchronize();
     return true;
+  }
+  /// hostTraffic's counts: by copy (crossing) and by kernel (touches).
+  struct {
+    std::atomic<int64_t> toDevice{0}, toHost{0};
+  } traffic;
+  /// A copy of `bytes` from `src` to `dst` (a fill where `src` is null):
+  /// counted where exactly one side is device memory.
+  void crossing(const void *dst, const void *src, int64_t bytes) {
+    bool to = onDevice(dst), from = src ? onDevice(src) : to;
+    if (from && !to)
+      traffic.toHost += bytes;
+    else if (!from && to)
+      traffic.toDevice += bytes;
+  }
+  enum Access { Reads = 1, Writes = 2 };
+  /// A kernel reading and/or writing `bytes` of `t` (default: all of it)
+  /// where it lies: counted when that is host memory.
+  void touches(const Tensor &t, int access, int64_t bytes = -1) {
+    if (t.numel() == 0 || onDevice(t.data))
+      return;
+    if (bytes < 0)
+      bytes = t.bytes();
+    if (access & Reads)
+      traffic.toDevice += bytes;
+    if (access & Writes)
+      traffic.toHost += bytes;
+  }
+  /// A device Adam's (or LAMB's moments') tensors other than its states.
+  void touchesAdam(const Tensor &grad, const Tensor &master,
+                   const Tensor *param16) {
+    touches(grad, Reads);
+    touches(master, Reads | Writes);
+    if (param16 && param16->data != master.data)
+      touches(*param16, Writes);
+  }
+  /// A control scalar (a norm, a flag, the loss) read back synchronously;
+  /// not counted in hostTraffic.
+  void readback(void *hostDst, const void *src, int64_t bytes) {
+    ok(cudaMemcpyAsync(hostDst, src, size_t(bytes), cudaMemcpyDefault,
+                       stream()),
+       "cudaMemcpyAsync");
+    ok(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
+  }
+  /// Device-clock profiling: the origin and two events per op slot,
+  /// created on first use and kept for later runs; `marked`: the slots'
+  /// events in use since the origin (both of each).
+  cudaEvent_t timingOrigin = nullptr;
+  std::vector<cudaEvent_t> timing;
+  size_t marked = 0;
+  void mark(size_t at) {
+    while (timing.size() <= at) {
+      cudaEvent_t e;
+      ok(cudaEventCreate(&e), "cudaEventCreate");
+      timing.push_back(e);
+    }
+    ok(cudaEventRecord(timing[at], stream()), "cudaEventRecord");
+    marked = std::max(marked, (at | 1) + 1);
   }
   struct Staging {
     char *data = nullptr;

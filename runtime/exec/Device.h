@@ -49,6 +49,11 @@ enum class StreamScheduling {
   OneIssuingThread,
 };
 
+/// Bytes a device moved between its own memory and host memory.
+struct HostTraffic {
+  int64_t toDevice = 0, toHost = 0;
+};
+
 class Device {
 public:
   virtual ~Device() = default;
@@ -178,6 +183,32 @@ public:
   /// the device cannot tell.
   virtual int64_t memoryInUseAtStart() const { return -1; }
 
+  /// What this device has moved between its memory and host memory since
+  /// it was created (over PCIe on a GPU): copies in either direction, and
+  /// kernels reading or writing host memory where it lies (pinned,
+  /// zero-copy), by the bytes they touch; not the readbacks of control
+  /// scalars (norms, overflow flags, the loss). Nothing where the device's
+  /// memory is the host's (the CPU device). zerorun prints it per step
+  /// beside the plan's figure (zeroc/Cost/CostModel.h,
+  /// offloadTrafficPerStep).
+  virtual std::optional<HostTraffic> hostTraffic() const {
+    return std::nullopt;
+  }
+
+  /// zerorun --profile on a device that times ops on its own clock (the
+  /// CUDA device: an event before and after each op on its stream, so that
+  /// spans are the device's, and copies beside kernels show as they
+  /// overlap). startOpTiming takes the clock's origin and returns when it
+  /// was taken (the host waits for it); markOpStart and markOpEnd bracket
+  /// op `slot` (0, 1, 2, ... as the profiler hands them out) on the calling
+  /// thread's stream; opTimes waits for every mark and returns each slot's
+  /// start and end in seconds since the origin (-1 for a slot not marked).
+  virtual bool timesOps() const { return false; }
+  virtual void startOpTiming() {}
+  virtual void markOpStart(int64_t slot) { (void)slot; }
+  virtual void markOpEnd(int64_t slot) { (void)slot; }
+  virtual std::vector<std::pair<double, double>> opTimes() { return {}; }
+
 protected:
   /// The backend's allocation and release behind allocate and release.
   virtual char *allocateMemory(int64_t bytes, bool onDevice,
@@ -214,6 +245,9 @@ struct CpuDeviceOptions {
   bool oneIssuingThread = false;
   bool fuseAdam = false;
   std::vector<size_t> *fusedCalls = nullptr;
+  /// Device::timesOps with the host's clock at each mark (the profiler's
+  /// device-clock path, run on the CPU).
+  bool timesOps = false;
 };
 std::unique_ptr<Device> makeCpuDevice(const CpuDeviceOptions &options);
 

@@ -178,6 +178,18 @@ void Executor::Impl::runOp(const PlanOp &op) {
   // back unless it only reads them. Gathers and reductions name tensors
   // whose data they do not touch here.
   Resident resident{this, {}, k != OpKind::FetchStart};
+  // Adam with a master copy writes the 16-bit parameter whole, without
+  // reading it: not read from NVMe (what the plan's NVMe traffic counts).
+  const std::string *writeOnly = nullptr;
+  if (k == OpKind::AdamUpdate) {
+    const AdamAttrs &a = op.attrsAs<AdamAttrs>();
+    // (A whole stage-3 parameter with sharded states is written in part.)
+    if (a.master && *a.master != a.param && state.has(a.param) &&
+        state.has(a.expAvg) &&
+        state.tensor(a.param).info->localNumel ==
+            state.tensor(a.expAvg).info->localNumel)
+      writeOnly = &a.param;
+  }
   if (k != OpKind::AllGatherStart && k != OpKind::ReduceScatterStart &&
       k != OpKind::Wait)
     for (const std::string &name : op.tensors) {
@@ -189,7 +201,7 @@ void Executor::Impl::runOp(const PlanOp &op) {
       if (k == OpKind::Read)
         fail("op " + std::to_string(op.index) + " reads " + name +
              ", which is on nvme, as a value: fetch it first");
-      state.swapIn(s);
+      state.swapIn(s, !writeOnly || name != *writeOnly);
       resident.held.push_back(&s);
     }
   if (k == OpKind::Wait) {

@@ -232,11 +232,15 @@ std::string PersistentState::nvmeDirFor(const PlanTensor &t) {
   return dir;
 }
 
-void PersistentState::swapIn(Stored &s) {
+void PersistentState::swapIn(Stored &s, bool read) {
   if (!s.file || s.data)
     return;
   s.data = memory.allocate(ioBytes(s.file->bytes()), /*device=*/false,
                            kDirectIoAlignment);
+  if (!read) {
+    s.dirty = true;
+    return;
+  }
   if (auto ok = s.file->read(s.data.get()); !ok) {
     s.data.reset();
     fail(ok.error().str());

@@ -98,8 +98,10 @@ public:
   /// A flat group's parameter buffer as one 1-d tensor.
   Tensor flatView(const PlanFlatGroup &g);
 
-  /// Reads an `nvme` tensor's file into a host buffer (no-op otherwise).
-  void swapIn(Stored &s);
+  /// Reads an `nvme` tensor's file into a host buffer (no-op otherwise);
+  /// without `read`, a zeroed buffer the op overwrites whole (written back
+  /// after it).
+  void swapIn(Stored &s, bool read = true);
   /// Writes it back if `writeBack` or it changed, then frees the buffer.
   void swapOut(Stored &s, bool writeBack);
 

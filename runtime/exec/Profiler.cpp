@@ -3,6 +3,7 @@
 #include "exec/Profiler.h"
 
 #include "comm/Communicator.h"
+#include "exec/Device.h"
 #include "zeroc/Plan/PlanTrace.h"
 
 #include <algorithm>
@@ -12,6 +13,60 @@
 using nlohmann::json;
 
 namespace zeroc::runtime {
+
+void Profiler::setOrigin(Clock::time_point t) {
+  origin = t;
+  if (timer) {
+    timer->startOpTiming();
+    // The device's origin event completed before startOpTiming returned.
+    deviceOrigin = seconds(Clock::now());
+    nextSlot = 0;
+  }
+}
+
+void Profiler::useDeviceClock(Device &dev) {
+  // Slots are handed out by the one thread that issues every op.
+  timer =
+      dev.timesOps() && dev.scheduling() == StreamScheduling::OneIssuingThread
+          ? &dev
+          : nullptr;
+}
+
+int64_t Profiler::slotFor(int64_t index) {
+  if (!current || index < 0 || size_t(index) >= current->ops.size())
+    return -1;
+  if (current->slots.size() != current->ops.size())
+    current->slots.assign(current->ops.size(), -1);
+  current->slots[size_t(index)] = nextSlot;
+  return nextSlot++;
+}
+
+void Profiler::resolveDeviceTimes() {
+  if (!timer)
+    return;
+  std::vector<std::pair<double, double>> times = timer->opTimes();
+  for (Run &r : recorded) {
+    if (r.slots.empty())
+      continue;
+    double first = -1, last = -1;
+    for (size_t i = 0; i < r.slots.size(); ++i) {
+      int64_t slot = r.slots[i];
+      if (slot < 0 || size_t(slot) >= times.size() ||
+          times[size_t(slot)].first < 0 || times[size_t(slot)].second < 0)
+        continue;
+      OpSpan span{deviceOrigin + times[size_t(slot)].first,
+                  deviceOrigin + times[size_t(slot)].second};
+      r.ops[i] = span;
+      first = first < 0 ? span.start : std::min(first, span.start);
+      last = std::max(last, span.end);
+    }
+    if (first >= 0) {
+      r.start = first;
+      r.end = last;
+    }
+    r.slots.clear();
+  }
+}
 
 void Profiler::beginRun(const PlanPhase &phase, int64_t step, int64_t run,
                         int64_t opCount) {
@@ -164,8 +219,11 @@ json Profiler::gatherTrace(const Plan &plan, Communicator &comm,
             {"plan_fingerprint", planFingerprint(plan)},
             {"world_size", comm.size()},
             {"device", device},
-            {"clock", "host steady clock, seconds since a barrier before the "
-                      "first step"}}}};
+            {"clock", timer ? "the device's clock (an event before and after "
+                              "each op on its stream), seconds since a "
+                              "barrier before the first step"
+                            : "host steady clock, seconds since a barrier "
+                              "before the first step"}}}};
 }
 
 } // namespace zeroc::runtime

@@ -30,6 +30,7 @@
 namespace zeroc::runtime {
 
 class Communicator;
+class Device;
 
 class Profiler {
 public:
@@ -40,8 +41,25 @@ public:
   explicit Profiler(Clock::time_point origin = Clock::now()) : origin(origin) {}
 
   /// Times count from `t` from now on (after a barrier, before the first
-  /// step).
-  void setOrigin(Clock::time_point t) { origin = t; }
+  /// step); with a device clock (useDeviceClock), the device's origin is
+  /// taken too.
+  void setOrigin(Clock::time_point t);
+
+  /// Spans from `dev`'s own clock (Device::timesOps: the CUDA device's
+  /// events), where the device can: the scheduler brackets each op with
+  /// the device's marks (slotFor), and resolveDeviceTimes reads them. A
+  /// GPU's copies beside its kernels then show as they overlap. Call
+  /// before setOrigin. Only where one thread issues every op
+  /// (StreamScheduling::OneIssuingThread); elsewhere host times stay.
+  void useDeviceClock(Device &dev);
+  bool deviceClock() const { return timer != nullptr; }
+  /// The device mark slot of op `index` of the current run (-1 when
+  /// outside a run). Called by the thread that issues the op.
+  int64_t slotFor(int64_t index);
+  /// Waits for the device and reads every marked op's span, in seconds
+  /// since the origin; a phase run spans its ops. Before events() or
+  /// gatherTrace; again later for the runs since.
+  void resolveDeviceTimes();
 
   /// On a device whose kernels run asynchronously (CUDA), the scheduler
   /// waits for each op's stream before taking its end time, so that a span
@@ -81,6 +99,9 @@ public:
     std::vector<OpSpan> ops; ///< By op index.
     /// Extra args of some ops' events (annotate), by op index.
     std::map<int64_t, nlohmann::json> extra;
+    /// With a device clock: each op's mark slot (-1: not marked), until
+    /// resolved.
+    std::vector<int64_t> slots;
   };
   const std::vector<Run> &runs() const { return recorded; }
 
@@ -107,6 +128,10 @@ private:
     nlohmann::json args;
   };
   Clock::time_point origin;
+  Device *timer = nullptr;
+  /// The device clock's origin, in seconds since `origin`.
+  double deviceOrigin = 0;
+  int64_t nextSlot = 0;
   std::vector<Run> recorded;
   std::vector<StepMark> marks;
   Run *current = nullptr;

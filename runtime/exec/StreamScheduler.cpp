@@ -76,9 +76,19 @@ void StreamScheduler::runOne(const PlanOp &op, bool computeStream,
       dev.waitForOp(d);
   auto t1 = Clock::now();
   double scalarWait = times.scalarWait;
+  // On a device clock the op's span is its stream's, between two marks
+  // (issued after the waits on the other streams' ops above).
+  int64_t slot =
+      profiler && profiler->deviceClock() ? profiler->slotFor(op.index) : -1;
+  if (slot >= 0)
+    dev.markOpStart(slot);
   runOp(op);
+  if (slot >= 0) {
+    dev.bindStream(stream); // runOp may have bound another.
+    dev.markOpEnd(slot);
+  }
   dev.opDone(op.index);
-  if (profiler) {
+  if (profiler && slot < 0) {
     if (profiler->synchronizeOps)
       dev.streamSynchronize();
     profiler->record(op.index, t1, Clock::now());

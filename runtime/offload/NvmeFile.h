@@ -14,6 +14,7 @@
 #define ZEROC_RUNTIME_OFFLOAD_NVMEFILE_H
 
 #include "zeroc/Checkpoint/FileIO.h"
+#include "zeroc/Plan/PlanOps.h"
 #include "zeroc/Support/Diagnostic.h"
 
 #include <cstdint>
@@ -23,16 +24,13 @@
 namespace zeroc::runtime {
 
 /// Alignment of direct-I/O buffers, offsets and sizes.
-inline constexpr int64_t kDirectIoAlignment = 4096;
+inline constexpr int64_t kDirectIoAlignment = kNvmeBlockBytes;
 
 /// A host buffer suitable for NvmeFile::read/write: kDirectIoAlignment
 /// aligned, its size rounded up to a multiple of it, zero-filled.
 std::shared_ptr<char> allocateIoBuffer(int64_t bytes);
 /// `bytes` rounded up to the direct-I/O alignment.
-inline int64_t ioBytes(int64_t bytes) {
-  return (bytes + kDirectIoAlignment - 1) / kDirectIoAlignment *
-         kDirectIoAlignment;
-}
+inline int64_t ioBytes(int64_t bytes) { return nvmeBlockBytes(bytes); }
 
 class NvmeFile {
 public:

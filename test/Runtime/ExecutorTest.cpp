@@ -10,6 +10,7 @@
 #include "exec/Device.h"
 #include "exec/Dispatch.h"
 #include "exec/PreparedPhase.h"
+#include "exec/Profiler.h"
 
 #include "comm/Communicator.h"
 #include "data/DataLoader.h"
@@ -212,6 +213,66 @@ TEST(Executor, FusedAdamGivesThePerOpLossesBitForBit) {
     EXPECT_EQ(fused.losses, threads.losses);
     EXPECT_EQ(calls, std::vector<size_t>(4, adamOps));
   }
+}
+
+// zerorun --profile on a device with its own clock (the CUDA device's
+// events): the scheduler brackets every op with the device's marks and the
+// profiler reads them back after the steps. Run here with the CPU device
+// issuing from one thread and marking with the host's clock: every op of
+// every phase run has its span, in program order, each run spans its ops;
+// a device whose streams have threads of their own keeps host times.
+TEST(Profiler, ADeviceClockTimesEveryOp) {
+  auto loaded = loadPlan(std::string(ZEROC_SOURCE_DIR) +
+                         "/test/Runtime/Inputs/tiny-gpt2-stage3-ws1.json");
+  ASSERT_TRUE(bool(loaded)) << loaded.error().str();
+  const Plan plan = *loaded;
+  CpuDeviceOptions timed;
+  timed.oneIssuingThread = true;
+  timed.timesOps = true;
+  auto dev = makeCpuDevice(timed);
+  Profiler profiler;
+  profiler.useDeviceClock(*dev);
+  ASSERT_TRUE(profiler.deviceClock());
+  LocalCommunicator comm;
+  ExecutorOptions options;
+  options.device = dev.get();
+  options.profiler = &profiler;
+  auto ex = Executor::create(plan, comm, options);
+  ASSERT_TRUE(bool(ex)) << ex.error().message;
+  BatchShape shape;
+  shape.gradientAccumulation = plan.gradientAccumulationSteps;
+  shape.microBatch = plan.model.microBatch;
+  shape.seqLen = plan.model.seqLen;
+  auto data = DataLoader::synthetic(0, shape, (*ex)->vocabSize());
+  ASSERT_TRUE(bool(data));
+  profiler.setOrigin(Profiler::Clock::now());
+  for (int s = 0; s < 2; ++s)
+    ASSERT_TRUE(bool((*ex)->runStep(*data, s)));
+  profiler.resolveDeviceTimes();
+  int64_t runs = 0;
+  for (const PlanPhase &ph : plan.phases)
+    runs += 2 * ph.runsPerStep;
+  ASSERT_EQ(int64_t(profiler.runs().size()), runs);
+  for (const Profiler::Run &r : profiler.runs()) {
+    const PlanPhase &ph = *plan.findPhase(r.phase);
+    double first = 1e300, last = -1, previous = -1;
+    for (const PlanOp &op : ph.ops) {
+      const Profiler::OpSpan &span = r.ops.at(size_t(op.index));
+      ASSERT_GE(span.start, 0) << "op " << op.index << " has no span";
+      EXPECT_LE(span.start, span.end) << "op " << op.index;
+      EXPECT_GE(span.start, previous) << "op " << op.index;
+      previous = span.start;
+      first = std::min(first, span.start);
+      last = std::max(last, span.end);
+    }
+    EXPECT_EQ(r.start, first);
+    EXPECT_EQ(r.end, last);
+  }
+  // Threads per stream: the profiler cannot hand out slots from them.
+  auto threaded = makeCpuDevice(CpuDeviceOptions{false, false, nullptr, true});
+  Profiler hostClock;
+  hostClock.useDeviceClock(*threaded);
+  EXPECT_FALSE(hostClock.deviceClock());
 }
 
 // At one rank on the CPU a stream of nothing but collectives and waits (a

@@ -530,6 +530,49 @@ TEST(OpCost, HostAdam) {
   EXPECT_NEAR(cpuZero.seconds, e * 2 / 1e15, kTol);
 }
 
+// What each op moves (OpCost::traffic), by direction, on GPU ranks and on
+// CPU ranks (no PCIe).
+TEST(OpCost, OffloadTrafficByOp) {
+  Plan plan = offloadPlan();
+  Cluster c = exactCluster();
+  CostModel model(plan, c);
+  const PlanPhase &micro = plan.phases[0], &opt = plan.phases[1];
+  // The reduce-scatter's epilogue adds this rank's 4 MB into the host
+  // partition in place: read and written across PCIe.
+  OffloadTraffic rs = model.cost(micro, micro.ops[0]).traffic;
+  EXPECT_EQ(rs.toDevice, 4e6);
+  EXPECT_EQ(rs.toHost, 4e6);
+  EXPECT_EQ(rs.nvmeRead + rs.nvmeWrite, 0.0);
+  // The fetch: 1 MB from NVMe (whole 4 KiB blocks: 245 of them) to the GPU.
+  OffloadTraffic fetch = model.cost(micro, micro.ops[1]).traffic;
+  EXPECT_EQ(fetch.nvmeRead, 245.0 * 4096);
+  EXPECT_EQ(fetch.toDevice, 1e6);
+  EXPECT_EQ(fetch.toHost + fetch.nvmeWrite, 0.0);
+  // The host Adam: the f32 master (4 MB, 977 blocks) read from and written
+  // to NVMe, the bf16 parameter (2 MB) to the GPU; the gradient and the
+  // moments are on the host already.
+  OffloadTraffic adam = model.cost(opt, opt.ops[0]).traffic;
+  EXPECT_EQ(adam.nvmeRead, 977.0 * 4096);
+  EXPECT_EQ(adam.nvmeWrite, 977.0 * 4096);
+  EXPECT_EQ(adam.toDevice, 2e6);
+  EXPECT_EQ(adam.toHost, 0.0);
+  // Zeroing the host gradients: on the host's cores, nothing crosses.
+  EXPECT_FALSE(model.cost(opt, opt.ops[1]).traffic.any());
+  // The step: every phase once.
+  OffloadTraffic step = offloadTrafficPerStep(plan, true);
+  EXPECT_EQ(step.toDevice, 4e6 + 1e6 + 2e6);
+  EXPECT_EQ(step.toHost, 4e6);
+  EXPECT_EQ(step.nvmeRead, (245.0 + 977) * 4096);
+  EXPECT_EQ(step.nvmeWrite, 977.0 * 4096);
+  // CPU ranks: the same NVMe traffic, nothing over PCIe.
+  OffloadTraffic cpu = offloadTrafficPerStep(plan, false);
+  EXPECT_EQ(cpu.toDevice + cpu.toHost, 0.0);
+  EXPECT_EQ(cpu.nvmeRead, step.nvmeRead);
+  EXPECT_EQ(cpu.nvmeWrite, step.nvmeWrite);
+  c.calibration.device = "cpu";
+  EXPECT_EQ(CostModel(plan, c).cost(micro, micro.ops[0]).traffic.toHost, 0.0);
+}
+
 TEST(OpCost, DeviceAdamIsMemoryBound) {
   Plan plan = offloadPlan();
   for (PlanTensor &t : plan.tensors)

@@ -11,6 +11,7 @@
 #include "zeroc/Pipeline/Pipeline.h"
 #include "model/ModelOps.h"
 #include "sched/SchedOps.h"
+#include "zeroc/Cost/CostModel.h"
 #include "zeroc/Export/PlanWriter.h"
 #include "zeroc/Models/ModelBuilder.h"
 #include "zeroc/Plan/PlanInspect.h"
@@ -223,6 +224,59 @@ TEST_F(PipelineTest, EveryStageOffloadAndWorldSizeCompiles) {
             EXPECT_EQ(t.localNumel,
                       t.sharded ? (t.numel + n - 1) / n : t.numel);
         }
+}
+
+// ZeRO-Offload (Ren et al. 2021, Sec. 4.1): per step each rank sends its
+// 16-bit gradient partition to the host (2 psi / n bytes) and gets its
+// updated 16-bit parameters back (2 psi / n). zerorun's epilogue adds into
+// the host partition in place, so it also reads it (another 2 psi / n to
+// the GPU), and the batch's token ids and targets cross too. With
+// gradient accumulation the gradients cross every micro-step. Nothing
+// crosses PCIe on CPU ranks, nor without offload.
+TEST_F(PipelineTest, OffloadTrafficIsZeroOffloads) {
+  for (int64_t n : {1, 2, 8})
+    for (int64_t ga : {1, 4}) {
+      std::optional<Compiled> c = compile(
+          "tiny-gpt2",
+          config(2, ga, R"(, "offload_optimizer": {"device": "cpu"})"), n);
+      ASSERT_TRUE(c.has_value());
+      double partition = double((c->stats.params + n - 1) / n);
+      // Micro-batch 2 x sequence 8, int32 ids and targets.
+      double batch = 2.0 * 2 * 8 * 4;
+      std::string what = "n " + std::to_string(n) + " ga " + std::to_string(ga);
+      OffloadTraffic gpu = offloadTrafficPerStep(c->plan, true);
+      expectNear(gpu.toHost, double(ga) * 2 * partition, what);
+      expectNear(gpu.toDevice,
+                 2 * partition + double(ga) * (2 * partition + batch), what);
+      EXPECT_EQ(gpu.nvmeRead + gpu.nvmeWrite, 0.0) << what;
+      OffloadTraffic cpu = offloadTrafficPerStep(c->plan, false);
+      EXPECT_FALSE(cpu.any()) << what;
+    }
+  std::optional<Compiled> plain = compile("tiny-gpt2", config(2, 1), 2);
+  ASSERT_TRUE(plain.has_value());
+  OffloadTraffic none = offloadTrafficPerStep(plain->plan, true);
+  EXPECT_EQ(none.toHost + none.nvmeRead + none.nvmeWrite, 0.0);
+  EXPECT_EQ(none.toDevice, 2.0 * 2 * 8 * 4); // The batch alone.
+}
+
+// ZeRO-Infinity with the optimizer states on NVMe (stage 2): each step
+// reads and writes the rank's f32 master, momentum and variance partitions
+// once, each file in whole 4 KiB blocks.
+TEST_F(PipelineTest, NvmeTrafficIsTheStatesOncePerStep) {
+  for (int64_t n : {1, 2, 8}) {
+    std::optional<Compiled> c = compile(
+        "tiny-gpt2",
+        config(
+            2, 2,
+            R"(, "offload_optimizer": {"device": "nvme", "nvme_path": "/x"})"),
+        n);
+    ASSERT_TRUE(c.has_value());
+    int64_t partition = (c->stats.params + n - 1) / n;
+    double states = 3.0 * double((partition * 4 + 4095) / 4096 * 4096);
+    OffloadTraffic t = offloadTrafficPerStep(c->plan, true);
+    expectNear(t.nvmeRead, states, "n " + std::to_string(n));
+    expectNear(t.nvmeWrite, states, "n " + std::to_string(n));
+  }
 }
 
 TEST_F(PipelineTest, OffloadPlacesStatesOnTheHost) {

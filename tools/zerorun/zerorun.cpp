@@ -24,6 +24,7 @@
 #include "exec/Profiler.h"
 #include "zeroc/Checkpoint/Crc32c.h"
 #include "zeroc/Checkpoint/FileIO.h"
+#include "zeroc/Cost/CostModel.h"
 #include "zeroc/Plan/Plan.h"
 
 #include <nlohmann/json.hpp>
@@ -140,8 +141,13 @@ OPTIONS:
                           stream; rank 0 writes them as one Chrome trace with
                           the names of `zeroc inspect --trace`, for `zeroc
                           inspect PLAN --cluster C --compare TRACE.json`;
-                          on --device cuda each op's stream is synchronized
-                          before its end is taken (kernel times, no overlap)
+                          on --device cuda the spans are the GPU's own
+                          (CUDA events around each op on its stream), so
+                          copies and collectives beside kernels show as
+                          they overlap
+  --profile-sync          With --profile on --device cuda: synchronize each
+                          op's stream and take host times instead (each
+                          op alone, no overlap; steps run slower)
   --plain                 One plain line per step even on a terminal (the
                           default there is a progress bar)
   --single-thread         Run every op on one thread in program order
@@ -176,6 +182,7 @@ struct Options {
   std::string commTimeout;
   bool singleThread = false;
   bool streamThreads = false; ///< --stream-threads, asked for.
+  bool profileSync = false;
   std::string nvmePath;
   std::string device = "cpu";
   bool plainLog = false;
@@ -250,6 +257,8 @@ Options parseArgs(int argc, char **argv) {
       o.singleThread = true;
     } else if (a == "--stream-threads") {
       o.streamThreads = true;
+    } else if (a == "--profile-sync") {
+      o.profileSync = true;
     } else if (a == "--loss-mask") {
       o.dataOptions.lossMask = true;
     } else if (a == "--no-cross-doc-loss") {
@@ -312,6 +321,9 @@ Options parseArgs(int argc, char **argv) {
     usageError("no plan given");
   if (o.synthetic && !o.data.empty())
     usageError("--synthetic and --data exclude each other");
+  if (o.profileSync && (o.profile.empty() || o.device != "cuda"))
+    usageError("--profile-sync is for --profile on --device cuda (CPU ranks "
+               "time their ops on the host anyway)");
   if (o.data.empty() &&
       (o.dataOptions.lossMask || o.dataOptions.noCrossDocLoss ||
        o.dataOptions.noCrossDocAttention || o.dataOptions.resetPositionIds))
@@ -369,6 +381,38 @@ std::string formatBytes(double b) {
   else
     std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
   return buf;
+}
+
+/// The steps' NVMe and PCIe traffic per step on rank 0 (totals over
+/// `steps` steps), each pair beside the plan's figure
+/// (offloadTrafficPerStep): "the plan's" where they are equal to the byte.
+std::string offloadLines(const std::optional<NvmeStats> &nvme,
+                         const std::optional<HostTraffic> &pcie,
+                         const OffloadTraffic &plan, int64_t steps) {
+  auto pair = [&](const char *what, const char *a, double measuredA,
+                  double planA, const char *b, double measuredB, double planB) {
+    measuredA /= double(steps);
+    measuredB /= double(steps);
+    std::string line = std::string(what) +
+                       " per step: " + formatBytes(measuredA) + " " + a + ", " +
+                       formatBytes(measuredB) + " " + b + " (rank 0; ";
+    if (measuredA == planA && measuredB == planB)
+      return line + "the plan's to the byte)\n";
+    char ratio[128];
+    std::snprintf(ratio, sizeof ratio, "measured / plan %.3f and %.3f",
+                  planA > 0 ? measuredA / planA : 0.0,
+                  planB > 0 ? measuredB / planB : 0.0);
+    return line + "the plan: " + formatBytes(planA) + " and " +
+           formatBytes(planB) + ", " + ratio + ")\n";
+  };
+  std::string out;
+  if (nvme)
+    out += pair("nvme", "read", double(nvme->bytesRead), plan.nvmeRead,
+                "written", double(nvme->bytesWritten), plan.nvmeWrite);
+  if (pcie)
+    out += pair("pcie", "to the GPU", double(pcie->toDevice), plan.toDevice,
+                "to the host", double(pcie->toHost), plan.toHost);
+  return out;
 }
 
 /// Runs the plan; nonzero on failure. `agreedFailure` is set when every rank
@@ -526,11 +570,13 @@ int run(const Options &o, Communicator &comm, Device *device,
                  "': expected arrival or wait (for tests only)");
   }
   eo.profiler = o.profile.empty() ? nullptr : &profiler;
-  profiler.synchronizeOps = o.device == "cuda";
+  profiler.synchronizeOps = o.device == "cuda" && o.profileSync;
+  if (eo.profiler && device && !o.profileSync)
+    profiler.useDeviceClock(*device);
   if (eo.profiler && profiler.synchronizeOps && root)
-    std::cerr << "zerorun: --profile on --device cuda synchronizes each op's "
-                 "stream to time it: steps run slower and streams overlap "
-                 "less than without it\n";
+    std::cerr << "zerorun: --profile-sync synchronizes each op's stream to "
+                 "time it: steps run slower and streams overlap less than "
+                 "without it\n";
   eo.seed = o.seed;
   eo.streamThreads = !singleThread;
   eo.nvmePath = o.nvmePath;
@@ -661,6 +707,11 @@ int run(const Options &o, Communicator &comm, Device *device,
   double elapsed = 0;
   // The steps' traffic: what the communicators move from here on.
   const CommTraffic trafficBefore = e.commTraffic();
+  // And what crosses to and from NVMe and PCIe (after allocation and
+  // initialization, which write the files and fill the device).
+  const NvmeStats nvmeBefore = e.nvmeStats();
+  const std::optional<HostTraffic> pcieBefore =
+      device ? device->hostTraffic() : std::nullopt;
   // Who the others waited for, over the steps after the warm-up.
   StragglerTally stragglers;
   // From one step's end to the next's: the same on every rank (the steps
@@ -768,6 +819,7 @@ int run(const Options &o, Communicator &comm, Device *device,
   if (!o.checkpointDir.empty() && lastSaved != done && !save(done))
     return 1;
   if (!o.profile.empty()) {
+    profiler.resolveDeviceTimes();
     nlohmann::json trace = profiler.gatherTrace(
         p, comm, device ? device->name() : std::string("cpu"));
     if (root) {
@@ -782,6 +834,22 @@ int run(const Options &o, Communicator &comm, Device *device,
   // Traffic per step (this process's steps), and every rank's memory.
   const CommTraffic traffic = e.commTraffic().since(trafficBefore);
   const int64_t stepsRun = std::max<int64_t>(o.steps - firstStep, 0);
+  // Offload traffic of the steps, measured and as the plan has it.
+  std::optional<NvmeStats> nvmeMeasured;
+  if (!e.nvmeDirectory().empty()) {
+    NvmeStats now = e.nvmeStats();
+    nvmeMeasured =
+        NvmeStats{now.residentBytes, now.bytesRead - nvmeBefore.bytesRead,
+                  now.bytesWritten - nvmeBefore.bytesWritten};
+  }
+  std::optional<HostTraffic> pcieMeasured;
+  if (std::optional<HostTraffic> now =
+          device ? device->hostTraffic() : std::nullopt;
+      now && pcieBefore)
+    pcieMeasured = HostTraffic{now->toDevice - pcieBefore->toDevice,
+                               now->toHost - pcieBefore->toHost};
+  const OffloadTraffic planTraffic =
+      offloadTrafficPerStep(e.plan(), pcieMeasured.has_value());
   const MemoryCounts allocated = e.allocatedMemory();
   auto overRanks = [&](double value, ScalarOp op, const char *what) {
     return comm.size() > 1 ? comm.allReduceScalar(value, op, OpLabel{-1, what})
@@ -872,6 +940,10 @@ int run(const Options &o, Communicator &comm, Device *device,
                   formatBytes(double(e.nvmeStats().bytesRead)).c_str(),
                   formatBytes(double(e.nvmeStats().bytesWritten)).c_str(),
                   e.nvmeDirectory().c_str());
+    if (stepsRun > 0 && (nvmeMeasured || pcieMeasured))
+      std::printf(
+          "%s", offloadLines(nvmeMeasured, pcieMeasured, planTraffic, stepsRun)
+                    .c_str());
     if (log) {
       nlohmann::json outsidePlan = nlohmann::json::object();
       for (size_t i = 1; i < kMemoryUses; ++i)
@@ -895,6 +967,29 @@ int run(const Options &o, Communicator &comm, Device *device,
           {"final", true},
           {"nvme_bytes_read", e.nvmeStats().bytesRead},
           {"nvme_bytes_written", e.nvmeStats().bytesWritten},
+          {"measured_offload_bytes_per_step",
+           {{"nvme_read",
+             nvmeMeasured && stepsRun
+                 ? double(nvmeMeasured->bytesRead) / double(stepsRun)
+                 : 0.0},
+            {"nvme_write",
+             nvmeMeasured && stepsRun
+                 ? double(nvmeMeasured->bytesWritten) / double(stepsRun)
+                 : 0.0},
+            {"pcie_to_device",
+             pcieMeasured && stepsRun
+                 ? double(pcieMeasured->toDevice) / double(stepsRun)
+                 : 0.0},
+            {"pcie_to_host",
+             pcieMeasured && stepsRun
+                 ? double(pcieMeasured->toHost) / double(stepsRun)
+                 : 0.0},
+            {"pcie_counted", pcieMeasured.has_value()}}},
+          {"plan_offload_bytes_per_step",
+           {{"nvme_read", planTraffic.nvmeRead},
+            {"nvme_write", planTraffic.nvmeWrite},
+            {"pcie_to_device", planTraffic.toDevice},
+            {"pcie_to_host", planTraffic.toHost}}},
           {"steps", o.steps},
           {"measured_peak_bytes", allocated.tensorPeak},
           {"measured_peak_bytes_max_rank", int64_t(peakMax)},

@@ -171,6 +171,29 @@ enum class OpClass : uint8_t {
 
 std::string_view opClassName(OpClass cls);
 
+/// Bytes one rank moves between its GPU's memory and host memory (PCIe,
+/// each direction) and between host memory and NVMe, as zerorun moves
+/// them (docs/cost-model.md, "Offload traffic"). On CPU ranks the device's
+/// memory is the host's: nothing crosses PCIe, NVMe traffic is the same.
+struct OffloadTraffic {
+  double toDevice = 0; ///< Host memory -> GPU memory.
+  double toHost = 0;   ///< GPU memory -> host memory.
+  double nvmeRead = 0, nvmeWrite = 0;
+  OffloadTraffic &operator+=(const OffloadTraffic &o) {
+    toDevice += o.toDevice;
+    toHost += o.toHost;
+    nvmeRead += o.nvmeRead;
+    nvmeWrite += o.nvmeWrite;
+    return *this;
+  }
+  OffloadTraffic scaled(double k) const {
+    return {k * toDevice, k * toHost, k * nvmeRead, k * nvmeWrite};
+  }
+  bool any() const {
+    return toDevice > 0 || toHost > 0 || nvmeRead > 0 || nvmeWrite > 0;
+  }
+};
+
 struct OpCost {
   OpClass cls = OpClass::Free;
   double seconds = 0;
@@ -182,6 +205,8 @@ struct OpCost {
   double flops = 0; ///< The FLOPs the op executes (hardware FLOPs).
   /// Its share of the model's FLOPs (modelFlops).
   double modelFlops = 0;
+  /// What it moves over PCIe and to and from NVMe.
+  OffloadTraffic traffic;
 };
 
 /// The model FLOPs of one op, what MFU counts (PaLM's definition: the
@@ -300,8 +325,21 @@ private:
   /// Results that land off the device (a host gradient partition) cross
   /// PCIe after the collective: the rank's part of a reduce-scatter, all
   /// of the others, in the share of targets that live off the device.
-  double offDeviceResultTime(const PlanOp &op, CollectiveKind kind,
-                             double elementBytes, int64_t n) const;
+  /// The device's kernel adds into the host target where it lies: it reads
+  /// and writes the part over PCIe (both directions, at once).
+  double offDeviceResultTime(OpCost &cost, const PlanOp &op,
+                             CollectiveKind kind, double elementBytes,
+                             int64_t n) const;
+  /// transferTime from `from` to `to`, the bytes recorded in
+  /// `cost.traffic` where they cross PCIe (GPU ranks: copyMemory) or NVMe:
+  /// there `nvmeBytes`, the files' whole blocks (default: one tensor's,
+  /// nvmeBlockBytes of `bytes`).
+  double transfer(OpCost &cost, Placement from, Placement to, double bytes,
+                  double nvmeBytes = -1) const;
+  /// A device kernel reading and writing `bytes` of a tensor at
+  /// `placement` in place: PCIe both ways when that is host memory of a
+  /// GPU rank (seconds: the one direction's, full duplex).
+  double inPlaceOverPcie(OpCost &cost, Placement placement, double bytes) const;
   OpCost collectiveCost(const PhaseInfo &info, const PlanOp &op,
                         bool contended) const;
   OpCost fetchCost(const PhaseInfo &info, const PlanOp &op) const;
@@ -324,6 +362,14 @@ private:
   /// epilogue fuses it).
   double biasPassTime(const PhaseInfo &info, const PlanOp &op) const;
 };
+
+/// What one rank of `plan` moves per step over PCIe and to and from NVMe,
+/// as zerorun moves it: every phase's ops (OpCost::traffic) as often as the
+/// phase runs, and on GPU ranks (`gpuRanks`) each micro-step's batch (its
+/// first two arguments, the token ids and targets, copied from the host).
+/// On CPU ranks nothing crosses PCIe. No rates are needed; zerorun prints
+/// it beside what it counted.
+OffloadTraffic offloadTrafficPerStep(const Plan &plan, bool gpuRanks);
 
 } // namespace zeroc
 

@@ -132,6 +132,12 @@ struct StepTimeReport {
   /// runs behind its host (not a CPU calibration), so the figure applies.
   double hostWaitSeconds = 0;
   bool hostAhead = false;
+  /// Bytes one rank moves per step over PCIe (to the GPU, to the host) and
+  /// to and from NVMe, as zerorun moves them (zeroc/Cost/CostModel.h,
+  /// OffloadTraffic).
+  struct Offload {
+    double pcieToDevice = 0, pcieToHost = 0, nvmeRead = 0, nvmeWrite = 0;
+  } offload;
   /// Busy seconds per step of each stream, in stream order.
   std::vector<std::pair<std::string, double>> streamBusySeconds;
   struct Phase {

@@ -113,6 +113,16 @@ inline constexpr Placement kAllPlacements[] = {
 const char *placementName(Placement placement);
 std::optional<Placement> parsePlacement(std::string_view name);
 
+/// A tensor placed on nvme is a file read and written whole, in blocks of
+/// this many bytes (direct I/O's alignment of buffers, offsets and sizes:
+/// runtime/offload/NvmeFile.h).
+inline constexpr int64_t kNvmeBlockBytes = 4096;
+/// `bytes` rounded up to whole NVMe blocks: what moves for a tensor of
+/// `bytes` (its file's size).
+inline constexpr int64_t nvmeBlockBytes(int64_t bytes) {
+  return (bytes + kNvmeBlockBytes - 1) / kNvmeBlockBytes * kNvmeBlockBytes;
+}
+
 /// What a persistent tensor holds, spelled as the sched dialect's role:
 /// param, grad, master (fp32 weights), exp_avg, exp_avg_sq (Adam moments).
 enum class TensorRole : uint8_t { Param, Grad, Master, ExpAvg, ExpAvgSq };

@@ -285,6 +285,49 @@ TEST(CudaExecutorKernels, HostPassesRunTheCpuKernelsAfterTheQueue) {
   dev->release(onGpu, true);
 }
 
+// Device::hostTraffic: copies across PCIe by direction, fills of host
+// memory, and kernels reading or writing pinned host memory in place (the
+// epilogue adding into a host gradient partition, a fetch's cast, a norm
+// over host gradients), by the bytes they touch; nothing for device-only
+// work or the readback of a norm. What zerorun compares per step with the
+// plan's figure (zeroc/Cost/CostModel.h, offloadTrafficPerStep).
+TEST(CudaExecutorKernels, CountsWhatCrossesPcie) {
+  std::string why;
+  std::unique_ptr<Device> dev = zeroc_cuda_backend_v1()->makeDevice(why);
+  if (!dev)
+    GTEST_SKIP() << why;
+  const int64_t n = int64_t(1) << 20, bytes = n * 4;
+  char *a = dev->allocate(bytes, true), *b = dev->allocate(bytes, true);
+  char *pinned = dev->allocate(bytes, false);
+  std::vector<float> ones(static_cast<size_t>(n), 1.0f);
+  dev->fromHost(a, ones.data(), bytes);
+  ASSERT_TRUE(dev->hostTraffic().has_value());
+  HostTraffic before = *dev->hostTraffic();
+  EXPECT_EQ(before.toDevice, bytes);
+  EXPECT_EQ(before.toHost, 0);
+  Tensor ta{a, DType::F32, {n}}, tb{b, DType::F32, {n / 2}},
+      host{pinned, DType::F32, {n}};
+  dev->copy(b, a, bytes);                      // Device to device: nothing.
+  dev->copy(pinned, a, bytes);                 // To the host.
+  dev->copy(a, pinned, bytes);                 // To the GPU.
+  dev->zero(b, bytes);                         // Device memory: nothing.
+  ASSERT_TRUE(dev->accumulate(host, ta).ok()); // Host read and written.
+  Tensor half{b, DType::BF16, {n}};
+  ASSERT_TRUE(dev->castTensor(host, half).ok());       // Host read.
+  EXPECT_EQ(dev->sumOfSquares(ta), double(n));         // Readback not counted.
+  EXPECT_EQ(dev->sumOfSquares(host), 4.0 * double(n)); // Host read.
+  ASSERT_TRUE(dev->copyElements(host, 0, tb, 0, n / 2).ok()); // Half read.
+  dev->zero(pinned, bytes); // A fill of host memory: written.
+  dev->synchronize();
+  HostTraffic after = *dev->hostTraffic();
+  EXPECT_EQ(after.toDevice - before.toDevice,
+            bytes + bytes + bytes + bytes + bytes / 2);
+  EXPECT_EQ(after.toHost - before.toHost, bytes + bytes + bytes);
+  dev->release(pinned, false);
+  dev->release(b, true);
+  dev->release(a, true);
+}
+
 // A packed stage-3 reduce-scatter's send buffer (Workspace.h) through
 // cudaMemcpy2DAsync and cudaMemset2DAsync: the CPU device's bytes, over a
 // buffer that held other bytes before, every one of which is written.
