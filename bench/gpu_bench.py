@@ -10,7 +10,7 @@ The GPU machine has CUDA and PyTorch but no MLIR, so it runs in two halves:
   # on the GPU machine (zerorun built with -DZEROC_BUILD_COMPILER=OFF):
   python3 bench/gpu_bench.py run --zerorun build-rt/bin/zerorun \\
       [--steps 20] [--out bench/RESULTS.md] [--models gpt2-124m]
-      [--configs s0,s1,s2,s3,s2off] [--kernels default,per-tensor] [--no-torch]
+      [--configs s0,s1,s2,s3,s2off,s3off] [--kernels default,per-tensor] [--no-torch]
 
 --kernels runs each zerorun configuration with each kernel choice right
 after the other (KERNELS below: `per-tensor` is the per-tensor Adam and
@@ -46,9 +46,12 @@ MODELS = {  # Hugging Face GPT-2 shapes.
 VOCAB = 50257
 # Dense bf16 tensor-core peaks (NVIDIA datasheets, SXM).
 PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}
-# ZeRO configurations: name -> (stage, optimizer offloaded to the host).
-CONFIGS = {"s0": (0, False), "s1": (1, False), "s2": (2, False),
-           "s3": (3, False), "s2off": (2, True)}
+# ZeRO configurations: name -> (stage, optimizer offloaded to the host,
+# parameters offloaded to the host: stage 3, DeepSpeed's default
+# persistence threshold keeping parameters under 100k elements on the GPU).
+CONFIGS = {"s0": (0, False, False), "s1": (1, False, False),
+           "s2": (2, False, False), "s3": (3, False, False),
+           "s2off": (2, True, False), "s3off": (3, True, True)}
 # zerorun's kernel choices (--kernels; docs/gpu-kernels.md): name -> the
 # environment it runs with, beside the defaults: the kernels they replaced.
 KERNELS = {"default": {},
@@ -81,11 +84,13 @@ def prepare(args):
         mlir = os.path.join(PLANS, name + ".mlir")
         sh([args.zeroc, "gen", cfg, "--seq-len", str(SEQ), "--micro-batch",
             str(MICRO), "--dtype", "bf16", "--quiet", "-o", mlir])
-        for conf, (stage, offload) in CONFIGS.items():
+        for conf, (stage, offload, params) in CONFIGS.items():
             zero = {"stage": stage, "overlap_comm": True}
             if offload:
                 zero["offload_optimizer"] = {"device": "cpu",
                                              "pin_memory": True}
+            if params:
+                zero["offload_param"] = {"device": "cpu", "pin_memory": True}
             ds = {"train_micro_batch_size_per_gpu": MICRO,
                   "gradient_accumulation_steps": 1,
                   "bf16": {"enabled": True},

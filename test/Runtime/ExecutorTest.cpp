@@ -91,8 +91,10 @@ struct TrainRun {
 /// `device`: the executor's device (null: the default CPU device). `join`:
 /// ExecutorOptions::joinLocalCollectiveStreams (false keeps a thread per
 /// stream at this one rank, as at more ranks).
+/// `profiler`: records the steps (its origin set before the first, device
+/// times resolved after the last).
 TrainRun train(Plan plan, bool threads, int steps, Device *device = nullptr,
-               bool join = true) {
+               bool join = true, Profiler *profiler = nullptr) {
   TrainRun r;
   // One counter per process: this run's high-water marks from here.
   deviceMemory().resetPeaks();
@@ -101,6 +103,7 @@ TrainRun train(Plan plan, bool threads, int steps, Device *device = nullptr,
   options.streamThreads = threads;
   options.device = device;
   options.joinLocalCollectiveStreams = join;
+  options.profiler = profiler;
   auto ex = Executor::create(std::move(plan), comm, options);
   if (!ex) {
     r.error = ex.error().message;
@@ -113,6 +116,8 @@ TrainRun train(Plan plan, bool threads, int steps, Device *device = nullptr,
   shape.seqLen = p.model.seqLen;
   auto data = DataLoader::synthetic(0, shape, (*ex)->vocabSize());
   EXPECT_TRUE(bool(data));
+  if (profiler)
+    profiler->setOrigin(Profiler::Clock::now());
   for (int s = 0; s < steps; ++s) {
     auto step = (*ex)->runStep(*data, s);
     if (!step) {
@@ -121,6 +126,8 @@ TrainRun train(Plan plan, bool threads, int steps, Device *device = nullptr,
     }
     r.losses.push_back(step->loss);
   }
+  if (profiler)
+    profiler->resolveDeviceTimes();
   r.measured = (*ex)->measuredPeakBytes();
   r.predicted = (*ex)->predictedPeakBytes();
   r.allocated = (*ex)->allocatedMemory();
@@ -233,22 +240,8 @@ TEST(Profiler, ADeviceClockTimesEveryOp) {
   Profiler profiler;
   profiler.useDeviceClock(*dev);
   ASSERT_TRUE(profiler.deviceClock());
-  LocalCommunicator comm;
-  ExecutorOptions options;
-  options.device = dev.get();
-  options.profiler = &profiler;
-  auto ex = Executor::create(plan, comm, options);
-  ASSERT_TRUE(bool(ex)) << ex.error().message;
-  BatchShape shape;
-  shape.gradientAccumulation = plan.gradientAccumulationSteps;
-  shape.microBatch = plan.model.microBatch;
-  shape.seqLen = plan.model.seqLen;
-  auto data = DataLoader::synthetic(0, shape, (*ex)->vocabSize());
-  ASSERT_TRUE(bool(data));
-  profiler.setOrigin(Profiler::Clock::now());
-  for (int s = 0; s < 2; ++s)
-    ASSERT_TRUE(bool((*ex)->runStep(*data, s)));
-  profiler.resolveDeviceTimes();
+  TrainRun r = train(plan, true, 2, dev.get(), true, &profiler);
+  ASSERT_EQ(r.error, "");
   int64_t runs = 0;
   for (const PlanPhase &ph : plan.phases)
     runs += 2 * ph.runsPerStep;

@@ -850,6 +850,11 @@ int run(const Options &o, Communicator &comm, Device *device,
                                now->toHost - pcieBefore->toHost};
   const OffloadTraffic planTraffic =
       offloadTrafficPerStep(e.plan(), pcieMeasured.has_value());
+  // A measured total's mean per step (0 where nothing was measured).
+  auto meanPerStep = [&](const auto &measured, auto field) {
+    return measured && stepsRun ? double((*measured).*field) / double(stepsRun)
+                                : 0.0;
+  };
   const MemoryCounts allocated = e.allocatedMemory();
   auto overRanks = [&](double value, ScalarOp op, const char *what) {
     return comm.size() > 1 ? comm.allReduceScalar(value, op, OpLabel{-1, what})
@@ -968,22 +973,11 @@ int run(const Options &o, Communicator &comm, Device *device,
           {"nvme_bytes_read", e.nvmeStats().bytesRead},
           {"nvme_bytes_written", e.nvmeStats().bytesWritten},
           {"measured_offload_bytes_per_step",
-           {{"nvme_read",
-             nvmeMeasured && stepsRun
-                 ? double(nvmeMeasured->bytesRead) / double(stepsRun)
-                 : 0.0},
-            {"nvme_write",
-             nvmeMeasured && stepsRun
-                 ? double(nvmeMeasured->bytesWritten) / double(stepsRun)
-                 : 0.0},
+           {{"nvme_read", meanPerStep(nvmeMeasured, &NvmeStats::bytesRead)},
+            {"nvme_write", meanPerStep(nvmeMeasured, &NvmeStats::bytesWritten)},
             {"pcie_to_device",
-             pcieMeasured && stepsRun
-                 ? double(pcieMeasured->toDevice) / double(stepsRun)
-                 : 0.0},
-            {"pcie_to_host",
-             pcieMeasured && stepsRun
-                 ? double(pcieMeasured->toHost) / double(stepsRun)
-                 : 0.0},
+             meanPerStep(pcieMeasured, &HostTraffic::toDevice)},
+            {"pcie_to_host", meanPerStep(pcieMeasured, &HostTraffic::toHost)},
             {"pcie_counted", pcieMeasured.has_value()}}},
           {"plan_offload_bytes_per_step",
            {{"nvme_read", planTraffic.nvmeRead},
