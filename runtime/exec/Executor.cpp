@@ -183,8 +183,10 @@ void Executor::Impl::runOp(const PlanOp &op) {
   const std::string *writeOnly = nullptr;
   if (k == OpKind::AdamUpdate) {
     const AdamAttrs &a = op.attrsAs<AdamAttrs>();
-    // (A whole stage-3 parameter with sharded states is written in part.)
-    if (a.master && *a.master != a.param && state.has(a.param) &&
+    // (A whole stage-3 parameter with sharded states is written in part;
+    // a step skipped for an fp16 overflow writes nothing, and the buffer
+    // goes back to the file.)
+    if (!overflow && a.master && *a.master != a.param && state.has(a.param) &&
         state.has(a.expAvg) &&
         state.tensor(a.param).info->localNumel ==
             state.tensor(a.expAvg).info->localNumel)

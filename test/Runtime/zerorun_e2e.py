@@ -18,6 +18,8 @@ Scenarios:
          removed),
          bucket=N (reduce and allgather bucket sizes), persist=N (stage-3
          persistence threshold), clip=X, dtype=f32|bf16|f16,
+         scale_power=P (f16: DeepSpeed's initial_scale_power; match:
+         checks that some step was skipped for an overflow),
          model=gpt2|llama|mistral|qwen2|gemma|phi3|mixtral (tiny-MODEL; tiny-gpt2
          is the default) or mixtral_aux (tiny Mixtral with the auxiliary
          load-balancing loss, output_router_logits),
@@ -309,6 +311,8 @@ def write_config(args, stage, ws, ga, opts):
         cfg["bf16"] = {"enabled": True}
     if dtype == "f16":
         cfg["fp16"] = {"enabled": True}
+        if "scale_power" in opts:  # A first loss scale that overflows.
+            cfg["fp16"]["initial_scale_power"] = int(opts["scale_power"])
     name = "plan-s%d-n%d-ga%d-%s" % (stage, ws, ga, "-".join(
         "%s%s" % kv for kv in sorted(opts.items())) or "default")
     cfg_path = os.path.join(args.work, name + ".ds.json")
@@ -704,6 +708,12 @@ def check_nvme(args, plan_path):
     if left:
         print("FAILED: swap files left behind")
         return 1
+    if any(r.get("skipped") for r in map(json.loads, open(log))):
+        # The plan's figure is an applied step's: a skipped one reads the
+        # 16-bit parameters that an update would only have written.
+        print("steps were skipped for an overflow: the NVMe bytes are not "
+              "compared with the plan's")
+        return 0
     return 0 if offload_bytes_match(final, ("nvme_read", "nvme_write")) else 1
 
 
@@ -1806,7 +1816,7 @@ def main():
         # optimizer=, clip=, bias_correction=) at stage 0 on one rank.
         ref_opts = {k: v for k, v in opts.items()
                     if k in ("model", "clip", "dtype", "optimizer",
-                             "bias_correction")}
+                             "bias_correction", "scale_power")}
         extra = data_options(args, opts)
         # With a mask (f32), the final weights are compared too.
         weights = extra and opts.get("dtype", "f32") == "f32"
@@ -1850,6 +1860,13 @@ def main():
                 return 1
         if "ep" in opts and not memory_matches(p + ".log.jsonl"):
             return 1
+        if "scale_power" in opts:
+            skipped = [r["step"] for r in map(json.loads, open(p + ".log.jsonl"))
+                       if r.get("skipped")]
+            print("steps skipped for an fp16 overflow:", skipped)
+            if not skipped:
+                print("FAILED: no step overflowed; raise scale_power")
+                return 1
         if "nvme" in (opts.get("offload"), opts.get("param_offload")):
             return check_nvme(args, p)
         return 0
