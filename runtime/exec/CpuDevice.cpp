@@ -145,6 +145,7 @@ public:
     std::vector<std::pair<double, double>> out(marks.size() / 2);
     for (size_t i = 0; i < out.size(); ++i)
       out[i] = {marks[2 * i], marks[2 * i + 1]};
+    marks.clear();
     return out;
   }
 

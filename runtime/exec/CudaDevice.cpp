@@ -356,7 +356,8 @@ public:
     StreamState &s = state();
     double *device = static_cast<double *>(s.scratch);
     zero(device, 2 * sizeof(double));
-    touchesAdam(grad, master, nullptr);
+    touches(grad, Reads);
+    touches(master, Reads); // LAMB's first half writes only the moments.
     Status st = cuda::lambMoments(settings, grad, master, expAvg, expAvgSq,
                                   device, s.stream);
     if (!st.ok())
@@ -535,6 +536,7 @@ public:
     };
     for (size_t i = 0; i < out.size(); ++i)
       out[i] = {since(timing[2 * i]), since(timing[2 * i + 1])};
+    marked = 0; // Every event completed: reused from the next mark on.
     return out;
   }
 
@@ -609,9 +611,11 @@ private:
     std::atomic<int64_t> toDevice{0}, toHost{0};
   } traffic;
   /// A copy of `bytes` from `src` to `dst` (a fill where `src` is null):
-  /// counted where exactly one side is device memory.
+  /// counted where exactly one side is device memory (a fill of host
+  /// memory: to the host).
   void crossing(const void *dst, const void *src, int64_t bytes) {
-    bool to = onDevice(dst), from = src ? onDevice(src) : to;
+    // A fill (no source) comes from the device.
+    bool to = onDevice(dst), from = src ? onDevice(src) : true;
     if (from && !to)
       traffic.toHost += bytes;
     else if (!from && to)

@@ -202,7 +202,8 @@ public:
   /// was taken (the host waits for it); markOpStart and markOpEnd bracket
   /// op `slot` (0, 1, 2, ... as the profiler hands them out) on the calling
   /// thread's stream; opTimes waits for every mark and returns each slot's
-  /// start and end in seconds since the origin (-1 for a slot not marked).
+  /// start and end in seconds since the origin (-1 for a slot not marked),
+  /// and frees the slots: the profiler hands them out from 0 again.
   virtual bool timesOps() const { return false; }
   virtual void startOpTiming() {}
   virtual void markOpStart(int64_t slot) { (void)slot; }

@@ -110,7 +110,7 @@ Executor::Impl::Resident::~Resident() {
   }
   for (Stored *s : held) {
     try {
-      impl->state.swapOut(*s, writeBack);
+      impl->state.swapOut(*s, writeBack && s != unread);
     } catch (const std::exception &e) {
       impl->scheduler.recordFailure(e.what());
     }
@@ -183,9 +183,10 @@ void Executor::Impl::runOp(const PlanOp &op) {
   const std::string *writeOnly = nullptr;
   if (k == OpKind::AdamUpdate) {
     const AdamAttrs &a = op.attrsAs<AdamAttrs>();
-    // (A whole stage-3 parameter with sharded states is written in part;
-    // a step skipped for an fp16 overflow writes nothing, and the buffer
-    // goes back to the file.)
+    // (A whole stage-3 parameter with sharded states is written in part.
+    // The buffer goes back to the file only once adam_update wrote it
+    // (Resident::unread): not after a failure, nor a step skipped for an
+    // fp16 overflow, which then reads it as before.)
     if (!overflow && a.master && *a.master != a.param && state.has(a.param) &&
         state.has(a.expAvg) &&
         state.tensor(a.param).info->localNumel ==
@@ -203,8 +204,11 @@ void Executor::Impl::runOp(const PlanOp &op) {
       if (k == OpKind::Read)
         fail("op " + std::to_string(op.index) + " reads " + name +
              ", which is on nvme, as a value: fetch it first");
-      state.swapIn(s, !writeOnly || name != *writeOnly);
+      bool unread = writeOnly && name == *writeOnly;
+      state.swapIn(s, !unread);
       resident.held.push_back(&s);
+      if (unread)
+        resident.unread = &s;
     }
   if (k == OpKind::Wait) {
     // Its dependencies (the start) completed: nothing left to do.

@@ -92,6 +92,9 @@ struct Executor::Impl {
     Impl *impl = nullptr;
     std::vector<exec::Stored *> held;
     bool writeBack = true;
+    /// Held without being read (PersistentState::swapIn): written back only
+    /// if the op wrote it (Stored::dirty), not after a failure or a skip.
+    exec::Stored *unread = nullptr;
     ~Resident();
   };
 
@@ -216,7 +219,11 @@ struct Executor::Impl {
   /// Issues the deferred adam_update ops (one Device::adamUpdates on their
   /// stream) and records their completion again, after the fused kernel,
   /// for the ops of other streams that wait on them.
-  void flushAdam();
+  /// `ownSpan`: issued between ops (beforeIssue), not inside another
+  /// adam_update's span: on a device clock (Profiler::deviceClock) the
+  /// fused launch then becomes the first deferred op's span (the others',
+  /// bracketed when they were deferred, stay empty).
+  void flushAdam(bool ownSpan = false);
   /// The scheduler's hook before it issues `next` on `stream` (null at the
   /// phase's end): flushes unless `next` is an adam_update of the same
   /// stream, which may join the deferred ones.

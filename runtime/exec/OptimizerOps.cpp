@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "exec/ExecutorImpl.h"
+#include "exec/Profiler.h"
 
 #include "zeroc/Support/ShardLayout.h"
 #include "zeroc/Support/Workspace.h"
@@ -154,17 +155,29 @@ void Executor::Impl::adamUpdate(const PlanOp &op) {
           op);
   if (writeBack)
     writeBack();
+  // An NVMe parameter held without being read (runOp) goes back to its
+  // file now that it was written.
+  if (!grp)
+    if (Stored &ps = tensor(paramName); ps.file)
+      ps.dirty = true;
 }
 
-void Executor::Impl::flushAdam() {
+void Executor::Impl::flushAdam(bool ownSpan) {
   if (pendingAdam.parts.empty())
     return;
   // Binds the deferred ops' stream: the caller binds its own again.
   PendingAdam batch = std::move(pendingAdam);
   pendingAdam = {};
   dev->bindStream(batch.stream);
+  int64_t slot = ownSpan && profiler && profiler->deviceClock()
+                     ? profiler->slotFor(batch.ops.front()->index)
+                     : -1;
+  if (slot >= 0)
+    dev->markOpStart(slot);
   check(dev->adamUpdates(batch.settings, batch.step, batch.parts),
         *batch.ops.front());
+  if (slot >= 0)
+    dev->markOpEnd(slot);
   // Each deferred op recorded its completion when it returned, before the
   // fused kernel: again now, for the ops of other streams that wait on it
   // (all issued later, in program order).
@@ -177,7 +190,7 @@ void Executor::Impl::beforeIssue(const PlanOp *next, int64_t stream) {
     return;
   if (next && next->kind == OpKind::AdamUpdate && stream == pendingAdam.stream)
     return; // It may join them (adamUpdate flushes if it cannot).
-  flushAdam();
+  flushAdam(/*ownSpan=*/true);
 }
 
 void Executor::Impl::lambUpdate(const PlanOp &op,

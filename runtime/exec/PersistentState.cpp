@@ -237,10 +237,8 @@ void PersistentState::swapIn(Stored &s, bool read) {
     return;
   s.data = memory.allocate(ioBytes(s.file->bytes()), /*device=*/false,
                            kDirectIoAlignment);
-  if (!read) {
-    s.dirty = true;
-    return;
-  }
+  if (!read)
+    return; // Zeros, not dirty: the op that overwrites it marks it.
   if (auto ok = s.file->read(s.data.get()); !ok) {
     s.data.reset();
     fail(ok.error().str());

@@ -99,8 +99,8 @@ public:
   Tensor flatView(const PlanFlatGroup &g);
 
   /// Reads an `nvme` tensor's file into a host buffer (no-op otherwise);
-  /// without `read`, a zeroed buffer the op overwrites whole (written back
-  /// after it).
+  /// without `read`, a zeroed buffer the op overwrites whole, written back
+  /// only if the op marks it dirty.
   void swapIn(Stored &s, bool read = true);
   /// Writes it back if `writeBack` or it changed, then frees the buffer.
   void swapOut(Stored &s, bool writeBack);

@@ -66,6 +66,7 @@ void Profiler::resolveDeviceTimes() {
     }
     r.slots.clear();
   }
+  nextSlot = 0; // The device reuses its marks (Device::opTimes).
 }
 
 void Profiler::beginRun(const PlanPhase &phase, int64_t step, int64_t run,

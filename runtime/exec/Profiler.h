@@ -57,8 +57,8 @@ public:
   /// outside a run). Called by the thread that issues the op.
   int64_t slotFor(int64_t index);
   /// Waits for the device and reads every marked op's span, in seconds
-  /// since the origin; a phase run spans its ops. Before events() or
-  /// gatherTrace; again later for the runs since.
+  /// since the origin; a phase run spans its ops. After each step (the
+  /// device's marks are then reused) and before events() or gatherTrace.
   void resolveDeviceTimes();
 
   /// On a device whose kernels run asynchronously (CUDA), the scheduler

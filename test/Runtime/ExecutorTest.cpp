@@ -92,7 +92,7 @@ struct TrainRun {
 /// ExecutorOptions::joinLocalCollectiveStreams (false keeps a thread per
 /// stream at this one rank, as at more ranks).
 /// `profiler`: records the steps (its origin set before the first, device
-/// times resolved after the last).
+/// times resolved after each, as zerorun does).
 TrainRun train(Plan plan, bool threads, int steps, Device *device = nullptr,
                bool join = true, Profiler *profiler = nullptr) {
   TrainRun r;
@@ -125,9 +125,9 @@ TrainRun train(Plan plan, bool threads, int steps, Device *device = nullptr,
       break;
     }
     r.losses.push_back(step->loss);
+    if (profiler)
+      profiler->resolveDeviceTimes();
   }
-  if (profiler)
-    profiler->resolveDeviceTimes();
   r.measured = (*ex)->measuredPeakBytes();
   r.predicted = (*ex)->predictedPeakBytes();
   r.allocated = (*ex)->allocatedMemory();
@@ -261,6 +261,30 @@ TEST(Profiler, ADeviceClockTimesEveryOp) {
     EXPECT_EQ(r.start, first);
     EXPECT_EQ(r.end, last);
   }
+  // A device fusing the adam_update ops (the CUDA device's default): the
+  // fused call, issued after the last of them was deferred, is the first
+  // one's span; the others' are what their deferral took (empty on a GPU).
+  CpuDeviceOptions fusing = timed;
+  fusing.fuseAdam = true;
+  auto fused = makeCpuDevice(fusing);
+  Profiler fusedClock;
+  fusedClock.useDeviceClock(*fused);
+  ASSERT_EQ(train(plan, true, 2, fused.get(), true, &fusedClock).error, "");
+  int64_t optimizerRuns = 0;
+  for (const Profiler::Run &r : fusedClock.runs()) {
+    if (r.phase != PhaseKind::OptimizerStep)
+      continue;
+    ++optimizerRuns;
+    std::vector<const Profiler::OpSpan *> adam;
+    for (const PlanOp &op : plan.findPhase(r.phase)->ops)
+      if (op.kind == OpKind::AdamUpdate)
+        adam.push_back(&r.ops.at(size_t(op.index)));
+    ASSERT_GT(adam.size(), 1u);
+    for (size_t i = 1; i < adam.size(); ++i)
+      EXPECT_GE(adam[0]->start, adam[i]->end) << "adam op " << i;
+    EXPECT_GT(adam[0]->end, adam[0]->start);
+  }
+  EXPECT_EQ(optimizerRuns, 2);
   // Threads per stream: the profiler cannot hand out slots from them.
   auto threaded = makeCpuDevice(CpuDeviceOptions{false, false, nullptr, true});
   Profiler hostClock;

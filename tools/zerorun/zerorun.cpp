@@ -388,7 +388,8 @@ std::string formatBytes(double b) {
 /// (offloadTrafficPerStep): "the plan's" where they are equal to the byte.
 std::string offloadLines(const std::optional<NvmeStats> &nvme,
                          const std::optional<HostTraffic> &pcie,
-                         const OffloadTraffic &plan, int64_t steps) {
+                         const OffloadTraffic &plan, int64_t steps,
+                         int64_t saves) {
   auto pair = [&](const char *what, const char *a, double measuredA,
                   double planA, const char *b, double measuredB, double planB) {
     measuredA /= double(steps);
@@ -396,6 +397,9 @@ std::string offloadLines(const std::optional<NvmeStats> &nvme,
     std::string line = std::string(what) +
                        " per step: " + formatBytes(measuredA) + " " + a + ", " +
                        formatBytes(measuredB) + " " + b + " (rank 0; ";
+    if (saves > 0)
+      line += "with " + std::to_string(saves) +
+              " checkpoint(s) saved between the steps; ";
     if (measuredA == planA && measuredB == planB)
       return line + "the plan's to the byte)\n";
     char ratio[128];
@@ -712,6 +716,11 @@ int run(const Options &o, Communicator &comm, Device *device,
   const NvmeStats nvmeBefore = e.nvmeStats();
   const std::optional<HostTraffic> pcieBefore =
       device ? device->hostTraffic() : std::nullopt;
+  const int64_t stepsRun = std::max<int64_t>(o.steps - firstStep, 0);
+  // Checkpoints saved between the steps (--save-every): their bytes are in
+  // the offload counts, and the NVMe tensors they read stay resident until
+  // the next step.
+  int64_t savesBetweenSteps = 0;
   // Who the others waited for, over the steps after the warm-up.
   StragglerTally stragglers;
   // From one step's end to the next's: the same on every rank (the steps
@@ -723,6 +732,8 @@ int run(const Options &o, Communicator &comm, Device *device,
       std::this_thread::sleep_for(
           std::chrono::duration<double>(delay->seconds));
     auto r = e.runStep(*loader, s);
+    if (r && !o.profile.empty())
+      profiler.resolveDeviceTimes(); // The device's marks, reused per step.
     if (!r) {
       // Every rank is about to be aborted; collectives this rank posted
       // may still use the executor's memory, so it is not torn down.
@@ -808,10 +819,28 @@ int run(const Options &o, Communicator &comm, Device *device,
         log.flush();
       }
     }
-    if (o.saveEvery && (s + 1) % o.saveEvery == 0 && !o.checkpointDir.empty())
+    if (o.saveEvery && (s + 1) % o.saveEvery == 0 && !o.checkpointDir.empty()) {
       if (!save(s + 1))
         return 1;
+      savesBetweenSteps += s + 1 < o.steps;
+    }
   }
+  // Offload traffic of the steps, measured (before the last checkpoint,
+  // which reads every NVMe file and copies the device's tensors out) and,
+  // below, as the plan has it.
+  std::optional<NvmeStats> nvmeMeasured;
+  if (!e.nvmeDirectory().empty()) {
+    NvmeStats now = e.nvmeStats();
+    nvmeMeasured =
+        NvmeStats{now.residentBytes, now.bytesRead - nvmeBefore.bytesRead,
+                  now.bytesWritten - nvmeBefore.bytesWritten};
+  }
+  std::optional<HostTraffic> pcieMeasured;
+  if (std::optional<HostTraffic> now =
+          device ? device->hostTraffic() : std::nullopt;
+      now && pcieBefore)
+    pcieMeasured = HostTraffic{now->toDevice - pcieBefore->toDevice,
+                               now->toHost - pcieBefore->toHost};
   if (bar && o.steps > firstStep)
     std::printf("\n");
   // After the last step (also with --steps 0: the initial weights).
@@ -833,21 +862,6 @@ int run(const Options &o, Communicator &comm, Device *device,
   }
   // Traffic per step (this process's steps), and every rank's memory.
   const CommTraffic traffic = e.commTraffic().since(trafficBefore);
-  const int64_t stepsRun = std::max<int64_t>(o.steps - firstStep, 0);
-  // Offload traffic of the steps, measured and as the plan has it.
-  std::optional<NvmeStats> nvmeMeasured;
-  if (!e.nvmeDirectory().empty()) {
-    NvmeStats now = e.nvmeStats();
-    nvmeMeasured =
-        NvmeStats{now.residentBytes, now.bytesRead - nvmeBefore.bytesRead,
-                  now.bytesWritten - nvmeBefore.bytesWritten};
-  }
-  std::optional<HostTraffic> pcieMeasured;
-  if (std::optional<HostTraffic> now =
-          device ? device->hostTraffic() : std::nullopt;
-      now && pcieBefore)
-    pcieMeasured = HostTraffic{now->toDevice - pcieBefore->toDevice,
-                               now->toHost - pcieBefore->toHost};
   const OffloadTraffic planTraffic =
       offloadTrafficPerStep(e.plan(), pcieMeasured.has_value());
   // A measured total's mean per step (0 where nothing was measured).
@@ -946,9 +960,9 @@ int run(const Options &o, Communicator &comm, Device *device,
                   formatBytes(double(e.nvmeStats().bytesWritten)).c_str(),
                   e.nvmeDirectory().c_str());
     if (stepsRun > 0 && (nvmeMeasured || pcieMeasured))
-      std::printf(
-          "%s", offloadLines(nvmeMeasured, pcieMeasured, planTraffic, stepsRun)
-                    .c_str());
+      std::printf("%s", offloadLines(nvmeMeasured, pcieMeasured, planTraffic,
+                                     stepsRun, savesBetweenSteps)
+                            .c_str());
     if (log) {
       nlohmann::json outsidePlan = nlohmann::json::object();
       for (size_t i = 1; i < kMemoryUses; ++i)
@@ -978,7 +992,8 @@ int run(const Options &o, Communicator &comm, Device *device,
             {"pcie_to_device",
              meanPerStep(pcieMeasured, &HostTraffic::toDevice)},
             {"pcie_to_host", meanPerStep(pcieMeasured, &HostTraffic::toHost)},
-            {"pcie_counted", pcieMeasured.has_value()}}},
+            {"pcie_counted", pcieMeasured.has_value()},
+            {"checkpoints_between_steps", savesBetweenSteps}}},
           {"plan_offload_bytes_per_step",
            {{"nvme_read", planTraffic.nvmeRead},
             {"nvme_write", planTraffic.nvmeWrite},
