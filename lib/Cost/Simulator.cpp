@@ -419,8 +419,7 @@ StepTimeReport stepTimeReport(const Plan &plan, const Cluster &cluster,
   report.exposedOffloadSeconds = prediction.exposedOffload;
   report.hostWaitSeconds = prediction.hostWait;
   report.hostAhead = hostRunsAhead(cluster.calibration);
-  OffloadTraffic traffic =
-      offloadTrafficPerStep(plan, hostRunsAhead(cluster.calibration));
+  OffloadTraffic traffic = offloadTrafficPerStep(plan, report.hostAhead);
   report.offload = {traffic.toDevice, traffic.toHost, traffic.nvmeRead,
                     traffic.nvmeWrite};
   for (size_t s = 0; s < prediction.streamBusy.size(); ++s)

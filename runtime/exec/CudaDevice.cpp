@@ -257,22 +257,22 @@ public:
   }
   void copyRows(void *dst, int64_t dstPitch, const void *src, int64_t srcPitch,
                 int64_t rowBytes, int64_t rows) override {
-    if (rowBytes > 0 && rows > 0)
-      crossing(dst, src, rowBytes * rows);
-    if (rowBytes > 0 && rows > 0)
-      ok(cudaMemcpy2DAsync(dst, size_t(dstPitch), src, size_t(srcPitch),
-                           size_t(rowBytes), size_t(rows), cudaMemcpyDefault,
-                           stream()),
-         "cudaMemcpy2DAsync");
+    if (rowBytes <= 0 || rows <= 0)
+      return;
+    crossing(dst, src, rowBytes * rows);
+    ok(cudaMemcpy2DAsync(dst, size_t(dstPitch), src, size_t(srcPitch),
+                         size_t(rowBytes), size_t(rows), cudaMemcpyDefault,
+                         stream()),
+       "cudaMemcpy2DAsync");
   }
   void zeroRows(void *dst, int64_t pitch, int64_t rowBytes,
                 int64_t rows) override {
-    if (rowBytes > 0 && rows > 0)
-      crossing(dst, nullptr, rowBytes * rows);
-    if (rowBytes > 0 && rows > 0)
-      ok(cudaMemset2DAsync(dst, size_t(pitch), 0, size_t(rowBytes),
-                           size_t(rows), stream()),
-         "cudaMemset2DAsync");
+    if (rowBytes <= 0 || rows <= 0)
+      return;
+    crossing(dst, nullptr, rowBytes * rows);
+    ok(cudaMemset2DAsync(dst, size_t(pitch), 0, size_t(rowBytes), size_t(rows),
+                         stream()),
+       "cudaMemset2DAsync");
   }
   void toHost(void *hostDst, const void *src, int64_t bytes) override {
     copy(hostDst, src, bytes);

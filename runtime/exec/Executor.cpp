@@ -186,8 +186,8 @@ void Executor::Impl::runOp(const PlanOp &op) {
     // (A whole stage-3 parameter with sharded states is written in part.
     // The buffer goes back to the file only once adam_update wrote it
     // (Resident::unread): not after a failure, nor a step skipped for an
-    // fp16 overflow, which then reads it as before.)
-    if (!overflow && a.master && *a.master != a.param && state.has(a.param) &&
+    // fp16 overflow.)
+    if (a.master && *a.master != a.param && state.has(a.param) &&
         state.has(a.expAvg) &&
         state.tensor(a.param).info->localNumel ==
             state.tensor(a.expAvg).info->localNumel)
