@@ -48,6 +48,8 @@ bool ClusterCalibration::any() const {
   for (double v : matmulMisaligned)
     if (v > 0)
       return true;
+  if (!matmulShape.empty())
+    return true;
   for (const auto &[kind, v] : kernelBandwidth)
     if (v > 0)
       return true;
@@ -367,6 +369,10 @@ const StringSpec kStrings[] = {
      [](Cluster &c) -> std::string & { return c.gpu.model; }},
     {"calibration.device", true,
      [](Cluster &c) -> std::string & { return c.calibration.device; }},
+    {"calibration.matmul_shapes.source", true,
+     [](Cluster &c) -> std::string & {
+       return c.sources["calibration.matmul_shapes"];
+     }},
 };
 
 /// The objects of the format, each after the one holding it. "" is the
@@ -408,7 +414,13 @@ const ObjectSpec kObjects[] = {
     {"calibration.all_reduce", true},
     {"calibration.all_to_all", true},
     {"calibration.meeting_wait", true},
+    {"calibration.matmul_shapes", true},
 };
+
+/// The calibration's GEMMs by a plan's shapes: {"source": TEXT,
+/// "gemms": [{"kind", "dtype", "rows", "in", "out", "tflops"}, ...]}.
+constexpr const char *kMatmulShapes = "calibration.matmul_shapes";
+const char *const kDTypeNames[3] = {"f32", "bf16", "f16"};
 
 /// "gpu.peak_tflops.bf16" -> {"gpu", "peak_tflops", "bf16"}.
 JsonPath pathOf(const std::string &dotted) {
@@ -438,6 +450,8 @@ std::vector<std::string> keysOf(const std::string &object) {
   for (const ObjectSpec &o : kObjects)
     if (*o.key && parentOf(o.key) == object)
       keys.push_back(lastKeyOf(o.key));
+  if (object == kMatmulShapes)
+    keys.push_back("gemms"); // Reader::readMatmulShapes
   return keys;
 }
 
@@ -503,6 +517,7 @@ private:
   bool readString(const json &value, const JsonPath &at, std::string &out);
   bool readFigure(const json &figure, const JsonPath &at,
                   const FigureSpec &spec);
+  bool readMatmulShapes(const json &object);
 };
 
 bool Reader::readObjects() {
@@ -569,6 +584,81 @@ bool Reader::readFigure(const json &figure, const JsonPath &at,
   return true;
 }
 
+bool Reader::readMatmulShapes(const json &object) {
+  using C = ClusterCalibration;
+  const JsonPath at = pathOf(kMatmulShapes) / "gemms";
+  const json *gemms = member(object, pathOf(kMatmulShapes), "gemms", false);
+  if (!gemms)
+    return false;
+  if (!gemms->is_array())
+    return fail(at, "expected an array of {\"kind\", \"dtype\", \"rows\", "
+                    "\"in\", \"out\", \"tflops\"}, found " +
+                        describe(*gemms));
+  const std::vector<std::string> kinds(std::begin(C::kMatmulKindNames),
+                                       std::end(C::kMatmulKindNames));
+  const std::vector<std::string> dtypes(std::begin(kDTypeNames),
+                                        std::end(kDTypeNames));
+  for (size_t i = 0; i < gemms->size(); ++i) {
+    const json &g = (*gemms)[i];
+    const JsonPath gat = at / std::to_string(i);
+    if (!g.is_object())
+      return fail(gat, "expected an object, found " + describe(g));
+    if (!checkKeys(g, gat, {"kind", "dtype", "rows", "in", "out", "tflops"}))
+      return false;
+    // One of `names`, by index.
+    auto oneOf = [&](const char *key, const std::vector<std::string> &names,
+                     int &index) {
+      const json *v = member(g, gat, key, false);
+      std::string text;
+      if (!v || !readString(*v, gat / key, text))
+        return false;
+      auto it = std::find(names.begin(), names.end(), text);
+      if (it != names.end()) {
+        index = int(it - names.begin());
+        return true;
+      }
+      std::string message = "expected one of";
+      for (size_t n = 0; n < names.size(); ++n)
+        message += (n ? ", '" : " '") + names[n] + "'";
+      return fail(gat / key, message + ", found '" + text + "'");
+    };
+    auto dimension = [&](const char *key, int64_t &out) {
+      const json *v = member(g, gat, key, false);
+      if (!v)
+        return false;
+      if (!v->is_number_integer() || v->get<double>() < 1 ||
+          v->get<double>() > 9e15)
+        return fail(gat / key,
+                    "expected a positive integer, found " + describe(*v));
+      out = v->get<int64_t>();
+      return true;
+    };
+    int kind = 0, dtype = 0;
+    LinearGeometry geometry;
+    if (!oneOf("kind", kinds, kind) || !oneOf("dtype", dtypes, dtype) ||
+        !dimension("rows", geometry.rows) || !dimension("in", geometry.in) ||
+        !dimension("out", geometry.out))
+      return false;
+    const json *rate = member(g, gat, "tflops", false);
+    if (!rate)
+      return false;
+    if (!rate->is_number() || !inBounds(rate->get<double>(), Bound::Positive))
+      return fail(gat / "tflops", std::string("expected ") +
+                                      boundText(Bound::Positive) + ", found " +
+                                      describe(*rate));
+    auto [it, fresh] = cluster.calibration.matmulShape.emplace(
+        C::MatmulShapeKey{dtype, kind, geometry},
+        rate->get<double>() * kTFlops);
+    if (!fresh)
+      return fail(gat, "a second " + kinds[size_t(kind)] + " " +
+                           dtypes[size_t(dtype)] + " GEMM of rows " +
+                           std::to_string(geometry.rows) + ", in " +
+                           std::to_string(geometry.in) + ", out " +
+                           std::to_string(geometry.out) + " (each shape once)");
+  }
+  return true;
+}
+
 Expected<Cluster> Reader::read() {
   if (!readObjects())
     return *error;
@@ -589,6 +679,9 @@ Expected<Cluster> Reader::read() {
   for (const FigureSpec &spec : kFigures)
     if (const json *v = memberOf(spec.key, spec.optional))
       readFigure(*v, pathOf(spec.key), spec);
+  if (auto shapes = objects.find(kMatmulShapes);
+      !error && shapes != objects.end())
+    readMatmulShapes(*shapes->second);
   if (error)
     return *error;
 
@@ -662,6 +755,20 @@ json toJson(const Cluster &c) {
         source == c.sources.end()
             ? value
             : json{{"value", value}, {"source", source->second}};
+  }
+  if (!c.calibration.matmulShape.empty()) {
+    json gemms = json::array();
+    for (const auto &[key, rate] : c.calibration.matmulShape) {
+      const auto &[dtype, kind, g] = key;
+      gemms.push_back(
+          {{"kind", ClusterCalibration::kMatmulKindNames[size_t(kind)]},
+           {"dtype", kDTypeNames[dtype]},
+           {"rows", g.rows},
+           {"in", g.in},
+           {"out", g.out},
+           {"tflops", inUnits(rate, kTFlops)}});
+    }
+    out[pointerOf(std::string(kMatmulShapes) + ".gemms")] = gemms;
   }
   return out;
 }

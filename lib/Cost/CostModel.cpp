@@ -189,15 +189,7 @@ double interpolateRate(const std::vector<std::pair<double, double>> &points,
 /// The index in ClusterCalibration::kMatmulKindNames of `kind`; -1 for
 /// another kind.
 int matmulKindIndex(OpKind kind) {
-  using C = ClusterCalibration;
-  static const std::array<OpKind, C::kMatmulKinds> kinds = [] {
-    std::array<OpKind, C::kMatmulKinds> out{};
-    for (int i = 0; i < C::kMatmulKinds; ++i)
-      out[size_t(i)] = *parseOpKind(C::kMatmulKindNames[i]);
-    return out;
-  }();
-  auto it = std::find(kinds.begin(), kinds.end(), kind);
-  return it == kinds.end() ? -1 : int(it - kinds.begin());
+  return ClusterCalibration::matmulKindIndex(opKindName(kind));
 }
 
 } // namespace
@@ -261,7 +253,8 @@ bool pricedByFlopRate(OpKind kind) {
 
 double kernelTime(const Cluster &cluster, OpKind kind, double flops,
                   double bytes, DType dtype, bool misalignedRows,
-                  double elements, double attentionWork) {
+                  double elements, double attentionWork,
+                  const LinearGeometry *gemm) {
   const ClusterCalibration &cal = cluster.calibration;
   if (elements > 0 && elements < cal.serialKernelElements)
     if (auto it = cal.serialKernelBandwidth.find(opKindName(kind));
@@ -270,6 +263,13 @@ double kernelTime(const Cluster &cluster, OpKind kind, double flops,
   if (pricedByFlopRate(kind)) {
     bool attention = kind == OpKind::CausalAttention ||
                      kind == OpKind::CausalAttentionBackward;
+    // The plan's own GEMM, timed as it is (its rows aligned or not).
+    if (gemm && !attention)
+      if (auto it =
+              cal.matmulShape.find({ClusterCalibration::matmulIndex(dtype),
+                                    matmulKindIndex(kind), *gemm});
+          it != cal.matmulShape.end())
+        return flops / it->second;
     double rate =
         attention
             ? calibratedAttentionRate(cal, attentionWork,
@@ -467,6 +467,17 @@ DType CostModel::computeDType(const PhaseInfo &info, const PlanOp &op) const {
           t != info.dtypes.end() && t->second != DType::I32)
         return t->second;
   return plan.model.dtype;
+}
+
+std::optional<LinearGeometry> CostModel::gemmOf(const PhaseInfo &info,
+                                                const PlanOp &op) const {
+  if (op.inputs.empty() || op.outputs.empty())
+    return std::nullopt;
+  auto x = info.values.find(op.inputs[0]);
+  auto y = info.values.find(op.outputs[0]);
+  if (x == info.values.end() || y == info.values.end())
+    return std::nullopt;
+  return linearGeometry(op.kind, x->second->shape, y->second->shape);
 }
 
 double CostModel::largestOperandElements(const PhaseInfo &info,
@@ -970,10 +981,12 @@ OpCost CostModel::workCost(const PlanPhase &phase, const PlanOp &op,
             auto v = info.values.find(op.inputs[i]);
             return v == info.values.end() ? unknown : v->second->shape;
           });
-      cost.seconds = kernelTime(
-          clusterRef, op.kind, double(op.flops), double(op.bytes),
-          computeDType(info, op), hasMisalignedRows(info, op),
-          largestOperandElements(info, op), attentionItemWork(info, op));
+      std::optional<LinearGeometry> gemm = gemmOf(info, op);
+      cost.seconds =
+          kernelTime(clusterRef, op.kind, double(op.flops), double(op.bytes),
+                     computeDType(info, op), hasMisalignedRows(info, op),
+                     largestOperandElements(info, op),
+                     attentionItemWork(info, op), gemm ? &*gemm : nullptr);
       cost.seconds += biasPassTime(info, op);
       return cost;
     }

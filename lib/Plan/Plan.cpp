@@ -748,6 +748,38 @@ int64_t computeStream(const Plan &plan) {
   return 0;
 }
 
+std::optional<LinearGeometry>
+linearGeometry(OpKind kind, const std::vector<int64_t> &firstInput,
+               const std::vector<int64_t> &firstOutput) {
+  if (firstInput.empty() || firstOutput.empty())
+    return std::nullopt;
+  std::optional<int64_t> elements = shapeElements(firstInput);
+  LinearGeometry g;
+  switch (kind) {
+  case OpKind::Linear: // x [..., in] -> y [..., out]
+    g.in = firstInput.back();
+    g.out = firstOutput.back();
+    break;
+  case OpKind::LinearGradInput: // dy [..., out] -> dx [..., in]
+    g.out = firstInput.back();
+    g.in = firstOutput.back();
+    break;
+  case OpKind::LinearGradWeight: // dy [..., out] -> dw [out, in]
+    if (firstOutput.size() != 2 || firstOutput[0] != firstInput.back())
+      return std::nullopt;
+    g.out = firstInput.back();
+    g.in = firstOutput[1];
+    break;
+  default:
+    return std::nullopt;
+  }
+  if (!elements || g.in <= 0 || g.out <= 0 || *elements <= 0 ||
+      *elements % firstInput.back() != 0)
+    return std::nullopt;
+  g.rows = *elements / firstInput.back();
+  return g;
+}
+
 std::vector<int64_t> collectiveOnlyStreams(const PlanPhase &phase,
                                            int64_t computeStream) {
   // Per stream: whether it holds a collective, and whether anything else.

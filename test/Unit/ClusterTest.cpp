@@ -517,3 +517,98 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
   EXPECT_EQ(e->calibration.device, "");
   EXPECT_FALSE(toJson(*e)["calibration"].contains("device"));
 }
+
+TEST(ClusterCalibration, GemmsByThePlansShapes) {
+  Expected<Cluster> base = clusterPreset("h100-pcie-1");
+  ASSERT_TRUE(base);
+  json j = toJson(*base);
+  j["calibration"] = {
+      {"device", "cuda"},
+      {"matmul_shapes",
+       {{"source", "measured by zerorun --calibrate --shapes p.json"},
+        {"gemms",
+         {{{"kind", "linear"},
+           {"dtype", "bf16"},
+           {"rows", 8192},
+           {"in", 768},
+           {"out", 50257},
+           {"tflops", 129.5}},
+          {{"kind", "linear_grad_weight"},
+           {"dtype", "f32"},
+           {"rows", 64},
+           {"in", 256},
+           {"out", 1024},
+           {"tflops", 0.05}}}}}}};
+  Expected<JsonDocument> doc = JsonDocument::parse(j.dump(2), "cal.json");
+  ASSERT_TRUE(doc);
+  Expected<Cluster> c = readCluster(*doc);
+  ASSERT_TRUE(c) << c.error().str();
+  using C = ClusterCalibration;
+  const auto &shapes = c->calibration.matmulShape;
+  ASSERT_EQ(shapes.size(), 2u);
+  EXPECT_TRUE(c->calibration.any());
+  EXPECT_NEAR(shapes.at({C::matmulIndex(DType::BF16), 0, {8192, 768, 50257}}),
+              129.5e12, 1);
+  EXPECT_NEAR(shapes.at({C::matmulIndex(DType::F32), 2, {64, 256, 1024}}),
+              0.05e12, 1e-3);
+  EXPECT_EQ(shapes.count({C::matmulIndex(DType::F32), 0, {64, 256, 1024}}),
+            0u); // Another kind: not measured.
+  EXPECT_EQ(c->sources.at("calibration.matmul_shapes"),
+            "measured by zerorun --calibrate --shapes p.json");
+  // Written back, read again: the same.
+  Expected<JsonDocument> again =
+      JsonDocument::parse(toJson(*c).dump(2), "again.json");
+  ASSERT_TRUE(again);
+  Expected<Cluster> d = readCluster(*again);
+  ASSERT_TRUE(d) << d.error().str();
+  EXPECT_EQ(d->calibration.matmulShape, shapes);
+  EXPECT_EQ(toJson(*d), toJson(*c));
+
+  // Each malformed entry is refused with its position and what was wanted.
+  auto errorOf = [&](const std::function<void(json &)> &edit) {
+    json wrong = j;
+    edit(wrong["calibration"]["matmul_shapes"]);
+    Expected<JsonDocument> text =
+        JsonDocument::parse(wrong.dump(2), "bad.json");
+    if (!text)
+      return text.error().str();
+    Expected<Cluster> read = readCluster(*text);
+    return read ? std::string() : read.error().str();
+  };
+  auto expectError = [&](const std::function<void(json &)> &edit,
+                         const std::string &message) {
+    std::string error = errorOf(edit);
+    EXPECT_NE(error.find(message), std::string::npos)
+        << "wanted: " << message << "\ngot: " << error;
+    EXPECT_EQ(error.rfind("bad.json:", 0), 0u) << error;
+  };
+  const std::string first = "cluster calibration.matmul_shapes.gemms.0.";
+  expectError([](json &m) { m["gemms"][0]["kind"] = "matmul"; },
+              first + "kind: expected one of 'linear', 'linear_grad_input', "
+                      "'linear_grad_weight', found 'matmul'");
+  expectError([](json &m) { m["gemms"][0]["dtype"] = "fp8"; },
+              first + "dtype: expected one of 'f32', 'bf16', 'f16', found "
+                      "'fp8'");
+  expectError([](json &m) { m["gemms"][0]["rows"] = 0; },
+              first + "rows: expected a positive integer, found 0");
+  expectError([](json &m) { m["gemms"][0]["in"] = 7.5; },
+              first + "in: expected a positive integer, found 7.5");
+  expectError([](json &m) { m["gemms"][0]["tflops"] = -1; },
+              first + "tflops: expected a number > 0, found -1");
+  expectError([](json &m) { m["gemms"][0].erase("out"); },
+              "cluster calibration.matmul_shapes.gemms.0: missing required "
+              "key 'out'");
+  expectError([](json &m) { m["gemms"][0]["cols"] = 3; }, "unknown key 'cols'");
+  expectError([](json &m) { m["gemms"][1] = m["gemms"][0]; },
+              "cluster calibration.matmul_shapes.gemms.1: a second linear "
+              "bf16 GEMM of rows 8192, in 768, out 50257 (each shape once)");
+  expectError([](json &m) { m["gemms"] = 3; },
+              "cluster calibration.matmul_shapes.gemms: expected an array");
+  expectError([](json &m) { m.erase("gemms"); },
+              "cluster calibration.matmul_shapes: missing required key "
+              "'gemms'");
+  expectError([](json &m) { m["gemm"] = json::array(); },
+              "cluster calibration.matmul_shapes: unknown key 'gemm'; did "
+              "you mean 'gemms'?");
+  EXPECT_EQ(errorOf([](json &m) { m.erase("source"); }), "");
+}

@@ -1241,6 +1241,73 @@ TEST(Calibration, LinearKindsTakeTheirOwnRates) {
               kC0 / 30e9, 1e-15);
 }
 
+// The three kinds of one layer share its geometry, read off the operands
+// as the kernels take them (runtime/kernels/cpu/Linear.h).
+TEST(Calibration, LinearGeometryOfEachKind) {
+  using G = LinearGeometry;
+  EXPECT_EQ(linearGeometry(OpKind::Linear, {8, 1024, 768}, {8, 1024, 50257}),
+            (G{8192, 768, 50257}));
+  EXPECT_EQ(
+      linearGeometry(OpKind::LinearGradInput, {8, 1024, 50257}, {8, 1024, 768}),
+      (G{8192, 768, 50257}));
+  EXPECT_EQ(
+      linearGeometry(OpKind::LinearGradWeight, {8, 1024, 50257}, {50257, 768}),
+      (G{8192, 768, 50257}));
+  EXPECT_EQ(linearGeometry(OpKind::Linear, {64}, {32}), (G{1, 64, 32}));
+  EXPECT_EQ((G{8192, 768, 50257}).flops(), 2.0 * 8192 * 768 * 50257);
+  // Not a linear, no shapes, a weight gradient that is not [out, in].
+  EXPECT_FALSE(linearGeometry(OpKind::Add, {4, 4}, {4, 4}));
+  EXPECT_FALSE(linearGeometry(OpKind::Linear, {}, {4, 4}));
+  EXPECT_FALSE(linearGeometry(OpKind::LinearGradWeight, {8, 6}, {5, 4}));
+  EXPECT_FALSE(linearGeometry(OpKind::LinearGradWeight, {8, 6}, {6, 4, 1}));
+  EXPECT_FALSE(linearGeometry(OpKind::Linear, {0, 4}, {0, 6}));
+}
+
+// Where the calibration timed the plan's own GEMM (zerorun --calibrate
+// --shapes), the op takes that rate, over the classes' interpolation and
+// the misaligned factor; another shape keeps them.
+TEST(Calibration, ThePlansOwnGemmTakesItsMeasuredRate) {
+  using C = ClusterCalibration;
+  using G = LinearGeometry;
+  Cluster c = exactCluster();
+  c.calibration.matmul[1][2] = 100e12; // bf16, 1024^3
+  c.calibration.matmul[1][3] = 600e12; // bf16, 4096^3
+  c.calibration.matmulMisaligned[1] = 120e12;
+  const G lm{8192, 768, 50257};
+  c.calibration.matmulShape[{C::matmulIndex(DType::BF16), 0, lm}] = 150e12;
+  c.calibration.matmulShape[{C::matmulIndex(DType::BF16), 2, lm}] = 90e12;
+  // f32's entry does not price a bf16 op.
+  c.calibration.matmulShape[{C::matmulIndex(DType::F32), 1, lm}] = 1e12;
+  // Each kind of lm_head in a plan: dy [8, 1024, vocab], x [8, 1024, 768].
+  auto seconds = [&](const char *kind, int64_t vocab) {
+    PlanOp o = op(0, kind, 0);
+    o.flops = int64_t(2.0 * 8192 * 768 * double(vocab));
+    o.inputs = {1, 2};
+    o.outputs = {3};
+    Plan plan = planWith({o});
+    PlanValue a = value(1, DType::BF16, 1), b = value(2, DType::BF16, 1),
+              y = value(3, DType::BF16, 1);
+    std::string k = kind;
+    std::vector<int64_t> x = {8, 1024, 768}, logits = {8, 1024, vocab},
+                         w = {vocab, 768};
+    a.shape = k == "linear" ? x : logits;
+    b.shape = k == "linear_grad_weight" ? x : w;
+    y.shape = k == "linear" ? logits : k == "linear_grad_input" ? x : w;
+    plan.phases[0].values = {a, b, y};
+    CostModel model(plan, c);
+    return model.cost(plan.phases[0], plan.phases[0].ops[0]).seconds;
+  };
+  const double flops = lm.flops();
+  EXPECT_NEAR(seconds("linear", 50257), flops / 150e12, 1e-12);
+  EXPECT_NEAR(seconds("linear_grad_weight", 50257), flops / 90e12, 1e-12);
+  // linear_grad_input was not timed in bf16: the classes' rate (past the
+  // largest class: 600) times the misaligned factor (120 / 600).
+  EXPECT_NEAR(seconds("linear_grad_input", 50257), flops / 120e12, 1e-12);
+  // A padded vocabulary is another GEMM: aligned, the classes' rate.
+  const double padded = 2.0 * 8192 * 768 * 50304;
+  EXPECT_NEAR(seconds("linear", 50304), padded / 600e12, 1e-12);
+}
+
 // A GEMM with rows of a byte length not a multiple of 16 (GPT-2's logits:
 // 50,257 bf16 a row) runs at the calibrated fraction of the aligned rate
 // (on an H100, lm_head's three GEMMs ran at 94-145 TFLOP/s against 667 at

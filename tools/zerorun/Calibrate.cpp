@@ -11,6 +11,7 @@
 #include "exec/PreparedPhase.h"
 #include "exec/StreamScheduler.h"
 #include "zeroc/Config/Cluster.h"
+#include "zeroc/Cost/CostModel.h"
 #include "zeroc/Plan/AttentionFlops.h"
 #include "zeroc/Support/Collectives.h"
 #include "zeroc/Support/Json.h"
@@ -24,7 +25,9 @@
 #include <fcntl.h>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <random>
+#include <set>
 #include <thread>
 #include <tuple>
 #include <unistd.h>
@@ -132,10 +135,15 @@ public:
     return t;
   }
 
-  ~Calibrator() {
-    for (auto &[p, onDevice] : keep)
-      dev.release(p, onDevice);
+  /// Releases the buffers made since keep.size() was `mark`.
+  void releaseSince(size_t mark) {
+    while (keep.size() > mark) {
+      dev.release(keep.back().first, keep.back().second);
+      keep.pop_back();
+    }
   }
+
+  ~Calibrator() { releaseSince(0); }
 
   Communicator &comm;
   Device &dev;
@@ -252,8 +260,34 @@ double packedGradientTime(Calibrator &cal, int64_t n) {
 
 } // namespace
 
+std::vector<PlanGemm> planGemms(const Plan &plan) {
+  std::set<PlanGemm> found;
+  for (const PlanPhase &phase : plan.phases) {
+    std::map<int64_t, const PlanValue *> values;
+    for (const PlanValue &v : phase.values)
+      values[v.id] = &v;
+    for (const PlanOp &op : phase.ops) {
+      if (op.inputs.size() < 2 || op.outputs.empty())
+        continue;
+      const PlanValue *a =
+          values.count(op.inputs[0]) ? values[op.inputs[0]] : nullptr;
+      const PlanValue *b =
+          values.count(op.inputs[1]) ? values[op.inputs[1]] : nullptr;
+      const PlanValue *y =
+          values.count(op.outputs[0]) ? values[op.outputs[0]] : nullptr;
+      if (!a || !b || !y)
+        continue;
+      if (std::optional<LinearGeometry> g =
+              linearGeometry(op.kind, a->shape, y->shape))
+        found.insert({op.kind, *g, a->dtype, b->dtype, y->dtype});
+    }
+  }
+  return {found.begin(), found.end()};
+}
+
 int calibrate(Communicator &comm, Device &dev, const std::string &output,
-              const std::string &scratchDir) {
+              const std::string &scratchDir, const std::vector<PlanGemm> &gemms,
+              const std::string &gemmsFrom) {
   bool root = comm.rank() == 0;
   auto say = [&](const char *fmt, auto... args) {
     if (root) {
@@ -418,6 +452,78 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
         k.matmulMisaligned[d] / 1e9, k.matmulMisaligned[d] / k.matmul[d][top],
         classNames[top]);
   }
+
+  // The plans' own GEMMs (--shapes), each kind alone on its operands as
+  // the op has them: linear x [rows, in] W^T -> y [rows, out];
+  // linear_grad_input dy [rows, out] W -> dx [rows, in]; linear_grad_weight
+  // dy^T x -> dW [out, in]. The classes above interpolate between squares;
+  // a model's products are not square (GPT-2 350M's MLP: 8192 x 1024 x
+  // 4096 ran faster than that interpolation on an H100).
+  if (!gemms.empty())
+    say("  GEMMs of %s:\n", gemmsFrom.c_str());
+  for (const PlanGemm &g : gemms) {
+    using C = ClusterCalibration;
+    const LinearGeometry &s = g.geometry;
+    const size_t mark = cal.keep.size();
+    auto operand = [&](std::vector<int64_t> shape, DType dtype) {
+      return cal.buffer(std::move(shape), dtype, small);
+    };
+    std::vector<Tensor> in, out;
+    switch (g.kind) {
+    case OpKind::Linear:
+      in = {operand({s.rows, s.in}, g.first), operand({s.out, s.in}, g.second)};
+      out = {operand({s.rows, s.out}, g.result)};
+      break;
+    case OpKind::LinearGradInput:
+      in = {operand({s.rows, s.out}, g.first),
+            operand({s.out, s.in}, g.second)};
+      out = {operand({s.rows, s.in}, g.result)};
+      break;
+    default: // linear_grad_weight
+      in = {operand({s.rows, s.out}, g.first),
+            operand({s.rows, s.in}, g.second)};
+      out = {operand({s.out, s.in}, g.result)};
+      break;
+    }
+    const char *kindName = opKindName(g.kind);
+    const std::string dims = std::to_string(s.rows) + " x " +
+                             std::to_string(s.in) + " -> " +
+                             std::to_string(s.out);
+    bool made = true;
+    for (const Tensor &t : in)
+      made = made && t.data;
+    for (const Tensor &t : out)
+      made = made && t.data;
+    PlanOp op = modelOp(g.kind, 2, 1);
+    std::optional<Status> st =
+        made ? dev.modelOp(op, in, out, StepContext{}, nullptr)
+             : std::optional<Status>();
+    if (!st || !st->ok()) {
+      // Every rank has the same plans and device: all skip it alike.
+      say("  gemm %-18s %-4s %s: not timed (%s)\n", kindName,
+          dtypeName(g.result).data(), dims.c_str(),
+          !made ? "no memory for its operands"
+          : !st ? "the device has no such kernel"
+                : st->error.c_str());
+      cal.releaseSince(mark);
+      continue;
+    }
+    const bool large = s.flops() >= C::kMatmulClassFlops[2];
+    double seconds = cal.time(
+        [&] { (void)dev.modelOp(op, in, out, StepContext{}, nullptr); },
+        large ? 0.05 : 0.02, large ? 3 : 5);
+    cal.releaseSince(mark);
+    const double rate = s.flops() / seconds;
+    k.matmulShape[{C::matmulIndex(g.result),
+                   C::matmulKindIndex(opKindName(g.kind)), s}] = rate;
+    say("  gemm %-18s %-4s %s: %8.2f GFLOP/s (classes: %.2f)\n", kindName,
+        dtypeName(g.result).data(), dims.c_str(), rate / 1e9,
+        calibratedMatmulRate(k, g.result, s.flops(), g.kind) / 1e9);
+  }
+  if (!k.matmulShape.empty())
+    c.sources["calibration.matmul_shapes"] =
+        measured + ": each linear-class GEMM of " + gemmsFrom +
+        " alone on its own shapes";
 
   // Attention: the flash forward and backward at two classes
   // (ClusterCalibration::attentionShape), the FLOPs counted as the plans

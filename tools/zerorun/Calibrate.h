@@ -12,17 +12,40 @@
 #ifndef ZEROC_TOOLS_ZERORUN_CALIBRATE_H
 #define ZEROC_TOOLS_ZERORUN_CALIBRATE_H
 
+#include "zeroc/Plan/Plan.h"
+
 #include <string>
+#include <vector>
 
 namespace zeroc::runtime {
 
 class Communicator;
 class Device;
 
+/// A linear-class GEMM of a plan, as its op runs it: the kind, the
+/// geometry, and the dtypes of its two operands and its result.
+struct PlanGemm {
+  OpKind kind = OpKind::Linear;
+  LinearGeometry geometry;
+  DType first = DType::F32, second = DType::F32, result = DType::F32;
+  bool operator<(const PlanGemm &o) const {
+    return std::tie(kind, geometry, first, second, result) <
+           std::tie(o.kind, o.geometry, o.first, o.second, o.result);
+  }
+};
+
+/// Every distinct linear-class GEMM of `plan`'s phases (the cost model's
+/// lookup: ClusterCalibration::matmulShape), in a fixed order.
+std::vector<PlanGemm> planGemms(const Plan &plan);
+
 /// Writes the cluster file to `output` (rank 0). `scratchDir`: where the
-/// NVMe test file goes. Returns the exit status.
+/// NVMe test file goes. `gemms` (from --shapes PLAN): also times each of
+/// these on its own shapes; `gemmsFrom` names the plans for the file's
+/// source. Returns the exit status.
 int calibrate(Communicator &comm, Device &device, const std::string &output,
-              const std::string &scratchDir);
+              const std::string &scratchDir,
+              const std::vector<PlanGemm> &gemms = {},
+              const std::string &gemmsFrom = "");
 
 } // namespace zeroc::runtime
 

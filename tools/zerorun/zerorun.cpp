@@ -39,6 +39,7 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <time.h>
@@ -163,6 +164,10 @@ OPTIONS:
                           mpirun the collectives) and write a cluster file
                           for zeroc inspect --cluster (docs/zerorun.md)
   -o, --output FILE       Where --calibrate writes the cluster file
+  --shapes PLAN           With --calibrate, also time each linear GEMM of
+                          PLAN on its own shapes (repeatable): the cost
+                          model then prices those ops at their measured
+                          rates rather than between the square size classes
   --threads N             Threads per rank for the CPU kernels and BLAS
                           (default: this machine's cores / the ranks on it,
                           at least 1). More than cores / ranks is refused
@@ -190,6 +195,7 @@ struct Options {
   std::string profile;
   bool calibrate = false;
   std::string output;
+  std::vector<std::string> shapes; ///< --shapes PLAN, for --calibrate.
   int64_t saveEvery = 0;
   bool resume = false;
   int64_t threads = 0; ///< 0: cores / ranks on the node.
@@ -299,6 +305,8 @@ Options parseArgs(int argc, char **argv) {
       o.calibrate = true;
     } else if (a == "-o" || a == "--output") {
       o.output = value();
+    } else if (a == "--shapes") {
+      o.shapes.push_back(value());
     } else if (!a.empty() && a[0] == '-') {
       usageError("unknown option '" + a + "'");
     } else if (o.plan.empty()) {
@@ -317,6 +325,10 @@ Options parseArgs(int argc, char **argv) {
   }
   if (!o.output.empty())
     usageError("-o is for --calibrate");
+  if (!o.shapes.empty())
+    usageError("--shapes is for --calibrate (it times a plan's GEMMs; to run "
+               "'" +
+               o.shapes.front() + "', give it without --shapes)");
   if (o.plan.empty())
     usageError("no plan given");
   if (o.synthetic && !o.data.empty())
@@ -520,8 +532,34 @@ int run(const Options &o, Communicator &comm, Device *device,
     std::unique_ptr<Device> cpu = device ? nullptr : makeCpuDevice();
     const char *tmp = std::getenv("TMPDIR");
     std::string scratch = !o.nvmePath.empty() ? o.nvmePath : tmp ? tmp : "/tmp";
+    // --shapes: every plan's GEMMs, read as a run reads its plan (the
+    // same file on every rank), so that the ranks time the same list.
+    std::set<PlanGemm> gemms;
+    std::string from;
+    for (const std::string &path : o.shapes) {
+      auto text = readWholeFile(path);
+      if (!text)
+        return err("--shapes: " + text.error().str());
+      if (auto differs = checkSameOnEveryRank(
+              comm, crc32c(0, text->data(), text->size()), path))
+        return err("--shapes: " + *differs);
+      auto doc = JsonDocument::parse(std::move(*text), path);
+      if (!doc)
+        return err("--shapes: " + doc.error().str());
+      auto plan = readPlan(*doc);
+      if (!plan)
+        return err("--shapes: " + plan.error().str());
+      std::vector<PlanGemm> mine = planGemms(*plan);
+      if (mine.empty())
+        return err("--shapes: " + path +
+                   " has no linear, linear_grad_input or linear_grad_weight "
+                   "op to time");
+      gemms.insert(mine.begin(), mine.end());
+      from += (from.empty() ? "" : ", ") + path;
+    }
     try {
-      return calibrate(comm, device ? *device : *cpu, o.output, scratch);
+      return calibrate(comm, device ? *device : *cpu, o.output, scratch,
+                       {gemms.begin(), gemms.end()}, from);
     } catch (const std::exception &e) {
       return err(std::string("--calibrate: ") + e.what());
     }

@@ -15,12 +15,14 @@
 #include "zeroc/Support/DType.h"
 #include "zeroc/Support/Diagnostic.h"
 #include "zeroc/Support/Json.h"
+#include "zeroc/Support/LinearGeometry.h"
 
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 namespace zeroc {
@@ -101,6 +103,14 @@ struct ClusterCalibration {
   static constexpr std::string_view kMatmulKindNames[kMatmulKinds] = {
       "linear", "linear_grad_input", "linear_grad_weight"};
   double matmulKind[3][kMatmulKinds][kMatmulClasses] = {};
+  /// The index in kMatmulKindNames of a plan op kind's name; -1 for
+  /// another kind.
+  static int matmulKindIndex(std::string_view kind) {
+    for (int i = 0; i < kMatmulKinds; ++i)
+      if (kMatmulKindNames[i] == kind)
+        return i;
+    return -1;
+  }
   /// The first index of `matmul` (and of matmulMisaligned) for a dtype:
   /// 0 f32 (and any other), 1 bf16, 2 f16.
   static int matmulIndex(DType dtype) {
@@ -114,6 +124,14 @@ struct ClusterCalibration {
   /// multiplies the interpolated rate of a GEMM with such rows by this over
   /// that class's aligned rate (matmulMisalignedFactor).
   double matmulMisaligned[3] = {};
+  /// Achieved FLOP/s of each linear-class kind on a plan's own GEMMs
+  /// (zerorun --calibrate --shapes PLAN), keyed by (matmulIndex of the
+  /// dtype, index in kMatmulKindNames, the layer's geometry). The cost
+  /// model prices an op whose GEMM is here at its rate, over the classes'
+  /// interpolation and the misaligned factor (those rows were timed as
+  /// they are). Empty: not measured.
+  using MatmulShapeKey = std::tuple<int, int, LinearGeometry>;
+  std::map<MatmulShapeKey, double> matmulShape;
   /// matmulMisaligned[d] over the aligned rate of the largest class measured
   /// for dtype index d; 1 where either is not measured.
   double matmulMisalignedFactor(int d) const;

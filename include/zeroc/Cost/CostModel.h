@@ -117,9 +117,13 @@ double calibratedMatmulRate(const ClusterCalibration &calibration, DType dtype,
 /// `attentionWork`: for causal_attention and its backward, seq^2 x
 /// head_dim of one (batch, head) item (0: unknown), which places the op
 /// between the calibrated attention classes (calibratedAttentionRate).
+/// `gemm`: a linear-class op's geometry (null: unknown); where the
+/// calibration timed that very GEMM (ClusterCalibration::matmulShape), its
+/// rate is the op's.
 double kernelTime(const Cluster &cluster, OpKind kind, double flops,
                   double bytes, DType dtype, bool misalignedRows = false,
-                  double elements = 0, double attentionWork = 0);
+                  double elements = 0, double attentionWork = 0,
+                  const LinearGeometry *gemm = nullptr);
 
 /// The kinds a calibration prices by a FLOP rate (GEMMs and attention,
 /// compute-bound on every device); every other model op streams memory.
@@ -354,6 +358,10 @@ private:
   /// The element count of the op's largest operand or result (0 when none
   /// is known).
   double largestOperandElements(const PhaseInfo &info, const PlanOp &op) const;
+  /// A linear-class op's GEMM (Plan.h, linearGeometry); nullopt for other
+  /// ops or unknown shapes.
+  std::optional<LinearGeometry> gemmOf(const PhaseInfo &info,
+                                       const PlanOp &op) const;
   /// seq^2 x head_dim of one (batch, head) item of an attention op (0 for
   /// other ops, or when its shapes are not known).
   double attentionItemWork(const PhaseInfo &info, const PlanOp &op) const;

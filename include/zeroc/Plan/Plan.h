@@ -19,6 +19,7 @@
 #include "zeroc/Support/Diagnostic.h"
 #include "zeroc/Support/ExpertParallel.h"
 #include "zeroc/Support/Json.h"
+#include "zeroc/Support/LinearGeometry.h"
 #include "zeroc/Support/Recompute.h"
 
 #include <cstdint>
@@ -133,6 +134,15 @@ struct PlanPhase {
 /// the simulator schedules them so (docs/cost-model.md).
 std::vector<int64_t> collectiveOnlyStreams(const PlanPhase &phase,
                                            int64_t computeStream);
+
+/// `kind`'s geometry from its first input and first output, as the kernels
+/// take them (runtime/kernels/cpu/Linear.h): linear x [..., in] ->
+/// y [..., out]; linear_grad_input dy [..., out] -> dx [..., in];
+/// linear_grad_weight dy [..., out] -> dw [out, in]. nullopt for another
+/// kind or shapes that are not such a GEMM.
+std::optional<LinearGeometry>
+linearGeometry(OpKind kind, const std::vector<int64_t> &firstInput,
+               const std::vector<int64_t> &firstOutput);
 
 /// Elements each rank sends per step, by collective kind, before bucket
 /// padding: the ZeRO paper's accounting (Collectives.h).
