@@ -38,6 +38,11 @@ the ZeRO stages by predicted step time (what `zeroc advise` ranks them by:
 the same simulation) against their order by measured time, and whether
 they agree ("stage_orders" in the JSON).
 
+Each calibration also times the GEMMs of the round's plans on their own
+shapes (`zerorun --calibrate --shapes PLAN`: the cost model prices those
+ops at their measured rates rather than between the square size classes);
+`--no-shapes` calibrates by the size classes alone.
+
 `--measure-seconds S` launches each configuration again (up to
 `--max-launches`, the later launches of a round after the first launch of
 every configuration) until its launches' steps after the first add up to S
@@ -152,6 +157,21 @@ def median_calibration(docs):
             return {k: merge([n[k] for n in nodes]) if all(
                 isinstance(n, dict) and k in n for n in nodes) else v
                     for k, v in first.items()}
+        if isinstance(first, list) and first and all(
+                isinstance(g, dict) and "tflops" in g for g in first):
+            # calibration.matmul_shapes.gemms: each GEMM's median.
+            def key(g):
+                return tuple(g[k] for k in ("kind", "dtype", "rows", "in",
+                                            "out"))
+            rates = {}
+            for n in nodes:
+                for g in n:
+                    rates.setdefault(key(g), []).append(g["tflops"])
+            out = []
+            for g in first:
+                values = sorted(rates[key(g)])
+                out.append(dict(g, tflops=values[len(values) // 2]))
+            return out
         return first
     return merge(docs)
 
@@ -169,19 +189,21 @@ def configurations(models, ranks_list, stages):
     return out
 
 
-def calibrate(zerorun, work, ranks, rnd, count):
+def calibrate(zerorun, work, ranks, rnd, count, plans=()):
     """The cluster file of one round for `ranks` (`count` calibrations, each
-    figure's median), and the foreign load while it ran (measured_run)."""
+    figure's median), and the foreign load while it ran (measured_run).
+    `plans`: their GEMMs are timed on their own shapes too (--shapes)."""
     path = os.path.join(work, f"cal{ranks}.r{rnd}.json")
+    shapes = [a for p in plans for a in ("--shapes", p)]
     if count <= 1:
         return path, measured_run(mpi(ranks, [zerorun, "--calibrate", "-o",
-                                              path]))
+                                              path] + shapes))
     parts = []
     others = steal = 0
     for i in range(count):
         part = os.path.join(work, f"cal{ranks}.r{rnd}.{i}.json")
         o, st = measured_run(mpi(ranks, [zerorun, "--calibrate", "-o",
-                                         part]))
+                                         part] + shapes))
         others, steal = max(others, o), max(steal, st)
         parts.append(json.load(open(part)))
     json.dump(median_calibration(parts), open(path, "w"), indent=1)
@@ -229,6 +251,9 @@ def main():
                     "(at most --max-launches), and take the median over "
                     "the launches")
     ap.add_argument("--max-launches", type=int, default=7)
+    ap.add_argument("--no-shapes", action="store_true",
+                    help="calibrate GEMMs by size class only, not also on "
+                    "the plans' own shapes (zerorun --calibrate --shapes)")
     ap.add_argument("--json", default="")
     ap.add_argument("--recompare", default="",
                     help="a previous run's work folder: compare its plans "
@@ -300,8 +325,11 @@ def main():
         for ranks in ranks_list:
             load = loadavg()
             t0 = time.time()
+            plans = [] if args.no_shapes else [
+                os.path.join(work, c[4] + ".plan.json") for c in configs
+                if c[1] == ranks]
             _, (others, steal) = calibrate(zerorun, work, ranks, rnd,
-                                           args.calibrations)
+                                           args.calibrations, plans)
             cal_load[(ranks, rnd)] = others
             print(f"round {rnd}: calibrated {ranks} rank(s) in "
                   f"{time.time() - t0:.0f} s (load {load:.2f}; other "
