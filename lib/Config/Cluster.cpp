@@ -48,7 +48,7 @@ bool ClusterCalibration::any() const {
   for (double v : matmulMisaligned)
     if (v > 0)
       return true;
-  if (!matmulShape.empty())
+  if (!matmulShape.empty() || handoffBandwidth > 0)
     return true;
   for (const auto &[kind, v] : kernelBandwidth)
     if (v > 0)
@@ -261,6 +261,10 @@ const FigureSpec kFigures[] = {
     {"calibration.threads_per_rank", 1, Bound::Count, true,
      [](Cluster &c, Counts &) -> double & {
        return c.calibration.threadsPerRank;
+     }},
+    {"calibration.handoff_gb_per_s", kGBPerS, Bound::Positive, true,
+     [](Cluster &c, Counts &) -> double & {
+       return c.calibration.handoffBandwidth;
      }},
     {"calibration.op_overhead_us", kMicrosecond, Bound::NonNegative, true,
      [](Cluster &c, Counts &) -> double & { return c.calibration.opOverhead; }},

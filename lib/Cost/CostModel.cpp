@@ -469,6 +469,18 @@ DType CostModel::computeDType(const PhaseInfo &info, const PlanOp &op) const {
   return plan.model.dtype;
 }
 
+double CostModel::handoffTime(const PlanOp &op) const {
+  const ClusterCalibration &cal = clusterRef.calibration;
+  const double threads = cal.threadsPerRank;
+  // Only work the kernels split (cpu/Parallel.h: at least the parallel
+  // threshold of multiply-adds) runs on other threads.
+  if (cal.device != "cpu" || threads < 2 || cal.handoffBandwidth <= 0 ||
+      !pricedByFlopRate(op.kind) ||
+      double(op.flops) / 2 < cal.serialKernelElements)
+    return 0;
+  return double(op.bytes) * (threads - 1) / threads / cal.handoffBandwidth;
+}
+
 std::optional<LinearGeometry> CostModel::gemmOf(const PhaseInfo &info,
                                                 const PlanOp &op) const {
   if (op.inputs.empty() || op.outputs.empty())
@@ -987,7 +999,7 @@ OpCost CostModel::workCost(const PlanPhase &phase, const PlanOp &op,
                      computeDType(info, op), hasMisalignedRows(info, op),
                      largestOperandElements(info, op),
                      attentionItemWork(info, op), gemm ? &*gemm : nullptr);
-      cost.seconds += biasPassTime(info, op);
+      cost.seconds += biasPassTime(info, op) + handoffTime(op);
       return cost;
     }
   case OpKind::AllGatherStart:

@@ -393,6 +393,7 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
       {"adam_call_us", 0.5},
       {"clip_per_tensor_us", 0.9},
       {"packed_gradient_us", 1.25},
+      {"handoff_gb_per_s", 15},
       {"attention_backward_small_tflops", 0.03},
       {"all_gather",
        {{"latency_us", 30},
@@ -432,6 +433,7 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
   EXPECT_NEAR(k.adamCall, 0.5e-6, 1e-18);
   EXPECT_NEAR(k.clipPerTensor, 0.9e-6, 1e-18);
   EXPECT_NEAR(k.packedGradient, 1.25e-6, 1e-18);
+  EXPECT_NEAR(k.handoffBandwidth, 15e9, 1e-3);
   EXPECT_EQ(k.attentionBackward, 0); // Not given.
   EXPECT_NEAR(k.attentionBackwardSmall, 0.03e12, 1);
   EXPECT_NEAR(k.collective[0].latency, 30e-6, 1e-18);
@@ -498,6 +500,7 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
   refused("clip_per_tensor_us", {json(-0.5)});
   refused("packed_gradient_us", {json(-1), json("slow")});
   refused("attention_backward_tflops", {json(0), json(-2)});
+  refused("handoff_gb_per_s", {json(0), json(-1), json("slow")});
   expectError([](json &c) { c["reduce_scatter"]["per_tensor_us"] = -4; },
               "cluster calibration.reduce_scatter.per_tensor_us: expected a "
               "number >= 0, found -4");

@@ -1308,6 +1308,50 @@ TEST(Calibration, ThePlansOwnGemmTakesItsMeasuredRate) {
   EXPECT_NEAR(seconds("linear", 50304), padded / 600e12, 1e-12);
 }
 
+// On a CPU rank of several kernel threads, the share of a GEMM's (and an
+// attention's) bytes the other threads compute crosses between cores, at
+// the calibrated handoff rate: those kinds were calibrated on operands in
+// each thread's own cache (bench/RESULTS.md, run 37).
+TEST(Calibration, CpuThreadsPayTheHandoffOfGemmOperands) {
+  Cluster c = exactCluster();
+  c.calibration.device = "cpu";
+  for (auto &rates : c.calibration.matmul) // Whatever the plan's dtype.
+    rates[0] = 50e9;
+  c.calibration.kernelBandwidth["default"] = 10e9;
+  c.calibration.serialKernelElements = 32768;
+  c.calibration.handoffBandwidth = 20e9;
+  auto seconds = [&](const char *kind, int64_t flops, int64_t bytes,
+                     double threads) {
+    c.calibration.threadsPerRank = threads;
+    PlanOp o = op(0, kind, 0);
+    o.flops = flops;
+    o.bytes = bytes;
+    Plan plan = planWith({o});
+    CostModel model(plan, c);
+    return model.cost(plan.phases[0], plan.phases[0].ops[0]).seconds;
+  };
+  const int64_t flops = 2 * 64 * 64 * 64, bytes = 3 * 64 * 64 * 4;
+  const double gemm = double(flops) / 50e9;
+  // One thread: no handoff. Two: half the bytes at 20 GB/s; four: three
+  // quarters.
+  EXPECT_NEAR(seconds("linear", flops, bytes, 1), gemm, 1e-15);
+  EXPECT_NEAR(seconds("linear", flops, bytes, 2), gemm + bytes / 2 / 20e9,
+              1e-15);
+  EXPECT_NEAR(seconds("linear_grad_weight", flops, bytes, 4),
+              gemm + bytes * 0.75 / 20e9, 1e-15);
+  // Work below the kernels' parallel threshold stays on the calling
+  // thread; memory-bound kinds were calibrated on operands from memory.
+  EXPECT_NEAR(seconds("linear", 2 * 16 * 16 * 16, bytes, 2),
+              2 * 16 * 16 * 16 / 50e9, 1e-15);
+  EXPECT_NEAR(seconds("add", 0, bytes, 2), bytes / 10e9, 1e-15);
+  // Not measured, or measured on a GPU: none.
+  c.calibration.handoffBandwidth = 0;
+  EXPECT_NEAR(seconds("linear", flops, bytes, 2), gemm, 1e-15);
+  c.calibration.handoffBandwidth = 20e9;
+  c.calibration.device = "cuda";
+  EXPECT_NEAR(seconds("linear", flops, bytes, 2), gemm, 1e-15);
+}
+
 // A GEMM with rows of a byte length not a multiple of 16 (GPT-2's logits:
 // 50,257 bf16 a row) runs at the calibrated fraction of the aligned rate
 // (on an H100, lm_head's three GEMMs ran at 94-145 TFLOP/s against 667 at

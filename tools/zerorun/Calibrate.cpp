@@ -120,8 +120,14 @@ public:
     Tensor t{nullptr, dtype, std::move(shape)};
     int64_t n = t.numel();
     std::vector<float> host(static_cast<size_t>(n));
-    for (float &v : host)
-      v = fill(rng);
+    // Past 4M elements the first 4M repeat: a plan's logits (GPT-2's
+    // 8192 x 50257) would take seconds of the generator per buffer, and a
+    // GEMM's speed does not depend on which values repeat.
+    const size_t drawn = std::min<size_t>(host.size(), size_t(1) << 22);
+    for (size_t i = 0; i < drawn; ++i)
+      host[i] = fill(rng);
+    for (size_t i = drawn; i < host.size(); ++i)
+      host[i] = host[i - drawn];
     Tensor f32{dev.allocate(n * 4, true), DType::F32, t.shape};
     keep.push_back({static_cast<char *>(f32.data), true});
     dev.fromHost(f32.data, host.data(), n * 4);
@@ -150,6 +156,86 @@ public:
   std::mt19937 rng{12345};
   std::vector<std::pair<char *, bool>> keep;
 };
+
+/// The seconds a thread takes more to read a chunk another thread
+/// (another core, with `threads` busy threads on as many cores) just
+/// wrote than a chunk it wrote itself, and the bytes read so, over
+/// `duration` seconds of rounds: each round every thread writes its own
+/// 256 KiB chunk (an L2-sized operand), reads its neighbour's, then writes
+/// and reads its own.
+std::pair<double, double> handoffSample(int threads, double duration) {
+  constexpr size_t kFloats = 64 * 1024;
+  const size_t n = static_cast<size_t>(threads);
+  std::vector<std::vector<float>> chunks(n, std::vector<float>(kFloats));
+  std::atomic<int> arrived{0}, generation{0};
+  std::atomic<bool> stop{false};
+  auto barrier = [&] {
+    int g = generation.load();
+    if (arrived.fetch_add(1) + 1 == threads) {
+      arrived.store(0);
+      generation.fetch_add(1);
+    } else {
+      while (generation.load() == g)
+        std::this_thread::yield();
+    }
+  };
+  auto write = [](std::vector<float> &c, float v) {
+    for (size_t i = 0; i < c.size(); ++i)
+      c[i] = v + float(i & 1023);
+  };
+  auto read = [](const std::vector<float> &c) {
+    float acc[8] = {};
+    for (size_t i = 0; i < c.size(); i += 8)
+      for (size_t j = 0; j < 8; ++j)
+        acc[j] += c[i + j];
+    float sum = 0;
+    for (float a : acc)
+      sum += a;
+    return sum;
+  };
+  std::vector<double> remote(n, 0.0), local(n, 0.0);
+  std::vector<float> sink(n, 0.0f);
+  std::atomic<int64_t> rounds{0};
+  const auto start = Clock::now();
+  auto body = [&](int t) {
+    for (int round = 0;; ++round) {
+      barrier();
+      if (stop.load())
+        return;
+      write(chunks[size_t(t)], float(round));
+      barrier();
+      auto a = Clock::now();
+      sink[size_t(t)] += read(chunks[size_t((t + 1) % threads)]);
+      auto b = Clock::now();
+      barrier();
+      write(chunks[size_t(t)], float(round) + 0.5f);
+      auto c = Clock::now();
+      sink[size_t(t)] += read(chunks[size_t(t)]);
+      auto d = Clock::now();
+      remote[size_t(t)] += seconds(a, b);
+      local[size_t(t)] += seconds(c, d);
+      if (t == 0) {
+        rounds.fetch_add(1);
+        if (seconds(start, d) >= duration)
+          stop.store(true);
+      }
+    }
+  };
+  std::vector<std::thread> others;
+  for (int t = 1; t < threads; ++t)
+    others.emplace_back(body, t);
+  body(0);
+  for (std::thread &t : others)
+    t.join();
+  double extra = 0;
+  for (int t = 0; t < threads; ++t)
+    extra += remote[size_t(t)] - local[size_t(t)];
+  double bytes = double(rounds.load()) * threads * kFloats * sizeof(float);
+  volatile float keep = 0;
+  for (float v : sink)
+    keep = keep + v;
+  return {extra, bytes};
+}
 
 PlanOp modelOp(OpKind kind, size_t inputs, size_t outputs) {
   PlanOp op;
@@ -298,6 +384,20 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
   Calibrator cal(comm, dev);
   Cluster c;
   ClusterCalibration &k = c.calibration;
+  // calibration.handoff_gb_per_s: CPU ranks of several kernel threads.
+  struct {
+    double extra = 0, bytes = 0;
+    int samples = 0;
+  } handoff;
+  auto sampleHandoff = [&] {
+    if (dev.name() != "cpu" || cpu::threads() < 2)
+      return;
+    cal.barrier();
+    auto [extra, bytes] = handoffSample(cpu::threads(), 0.15);
+    handoff.extra += extra;
+    handoff.bytes += bytes;
+    ++handoff.samples;
+  };
   char host[256] = "unknown-host";
   gethostname(host, sizeof host - 1);
   char date[64];
@@ -338,6 +438,7 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
     cal.barrier();
   }
 
+  sampleHandoff();
   // GEMMs: linear, linear_grad_input and linear_grad_weight on square
   // [n, n] operands, each size class, each dtype the kernels take.
   const char *dtypeNames[3] = {"f32", "bf16", "f16"};
@@ -351,6 +452,7 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
   const int classes = gpu ? ClusterCalibration::kMatmulClasses : 3;
   double best[3] = {0, 0, 0};
   for (int d = 0; d < 3; ++d) {
+    sampleHandoff();
     for (int s = 0; s < classes; ++s) {
       int64_t n = int64_t(
           std::lround(std::cbrt(ClusterCalibration::kMatmulClassFlops[s] / 2)));
@@ -461,7 +563,10 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
   // 4096 ran faster than that interpolation on an H100).
   if (!gemms.empty())
     say("  GEMMs of %s:\n", gemmsFrom.c_str());
-  for (const PlanGemm &g : gemms) {
+  for (size_t gi = 0; gi < gemms.size(); ++gi) {
+    const PlanGemm &g = gemms[gi];
+    if (gi % 8 == 0)
+      sampleHandoff();
     using C = ClusterCalibration;
     const LinearGeometry &s = g.geometry;
     const size_t mark = cal.keep.size();
@@ -776,6 +881,7 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
       record("zero_grads", actBytes, t, actShape);
     }
   };
+  sampleHandoff();
   memoryBound(gpu ? 16384 : 64, false);
   // On a CPU whose ranks run several threads, ops below the kernels'
   // parallel threshold (cpu::kParallelMinWork element operations) run on
@@ -787,6 +893,7 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
     source("calibration.serial_kernel_elements",
            "the CPU kernels' parallel threshold (cpu::kParallelMinWork)");
   }
+  sampleHandoff();
   // Cross-entropy over a [2, 32, 4096] vocabulary ([2, 2048, 4096] on a
   // GPU; an exp per logit): bytes as the plan counts them, the logits read
   // (and their gradient written). On a CPU whose ranks run several threads,
@@ -1299,6 +1406,28 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
                      "its figures describe the machine under that load, not "
                      "an idle one (calibrate again when it is idle)\n",
                      what.c_str());
+    }
+  }
+  sampleHandoff();
+  // What a kernel thread's operands cost when another core wrote them (a
+  // step's handoffs, which the GEMMs' calibration above does not see):
+  // samples spread over the whole calibration, as the VM moves its vCPUs
+  // between sharing a last-level cache and not (for seconds to minutes).
+  if (handoff.samples > 0) {
+    double perByte =
+        cal.slowest(handoff.bytes > 0 ? handoff.extra / handoff.bytes : 0);
+    if (perByte > 0) {
+      k.handoffBandwidth = 1 / perByte;
+      source("calibration.handoff_gb_per_s",
+             "each of " + std::to_string(cpu::threads()) +
+                 " threads reading a 256 KiB chunk another thread just "
+                 "wrote against one it wrote itself, " +
+                 std::to_string(handoff.samples) +
+                 " samples of 0.15 s through the calibration: bytes over "
+                 "the extra time");
+      say("  handoff %15.2f GB/s (a core's read of what another wrote, "
+          "beyond a local read; %d samples)\n",
+          k.handoffBandwidth / 1e9, handoff.samples);
     }
   }
   c.nodes = 1;

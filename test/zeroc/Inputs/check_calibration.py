@@ -85,6 +85,13 @@ assert ("packed_gradient_us" in cal) == (ranks > 1)
 if ranks > 1:
     assert cal["packed_gradient_us"]["value"] >= 0
     assert "32 gradients" in cal["packed_gradient_us"]["source"]
+# The cross-core handoff: only with several threads a rank, and absent
+# where the threads shared a cache throughout (no extra time to measure).
+if threads < 2:
+    assert "handoff_gb_per_s" not in cal, cal["handoff_gb_per_s"]
+elif "handoff_gb_per_s" in cal:
+    assert cal["handoff_gb_per_s"]["value"] > 0
+    assert "samples of 0.15 s" in cal["handoff_gb_per_s"]["source"]
 assert c["gpus_per_node"]["value"] == ranks
 print("calibration ok: %d figures, %d collective fits" %
       (len(found), len(collectives)))
