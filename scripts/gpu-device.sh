@@ -132,7 +132,7 @@ sec_calibrate() {
     [ -f "$p" ] && shapes+=(--shapes "$p")
   done
   timeout "$(limit 240)" "$G/build/bin/zerorun" --calibrate --device cuda \
-    "${shapes[@]}" -o "$OUT/cluster-gpu.json"
+    ${shapes[@]+"${shapes[@]}"} -o "$OUT/cluster-gpu.json"
   echo "exit $?"
 }
 
