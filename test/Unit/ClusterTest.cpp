@@ -23,6 +23,16 @@ std::string presetPath(const std::string &name) {
   return std::string(ZEROC_SOURCE_DIR) + "/examples/clusters/" + name + ".json";
 }
 
+/// `doc` read as the cluster file "bad.json": its error, or "" where it
+/// reads.
+std::string readError(const json &doc) {
+  Expected<JsonDocument> text = JsonDocument::parse(doc.dump(2), "bad.json");
+  if (!text)
+    return text.error().str();
+  Expected<Cluster> read = readCluster(*text);
+  return read ? std::string() : read.error().str();
+}
+
 /// Every figure of the format, as dotted keys (inter_node only when present).
 std::vector<std::string> figureKeys(const Cluster &c) {
   std::vector<std::string> keys = {"nodes",
@@ -453,15 +463,7 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
   ASSERT_TRUE(d) << d.error().str();
   EXPECT_EQ(toJson(*d), toJson(*c));
 
-  // `wrong` read as a cluster file: its error, or "" where it reads.
-  auto errorOf = [](const json &wrong) -> std::string {
-    Expected<JsonDocument> text =
-        JsonDocument::parse(wrong.dump(2), "bad.json");
-    if (!text)
-      return text.error().str();
-    Expected<Cluster> read = readCluster(*text);
-    return read ? std::string() : read.error().str();
-  };
+  auto errorOf = readError;
   // The calibration section with `edit` applied.
   auto edited = [&](const std::function<void(json &)> &edit) {
     json wrong = j;
@@ -571,12 +573,7 @@ TEST(ClusterCalibration, GemmsByThePlansShapes) {
   auto errorOf = [&](const std::function<void(json &)> &edit) {
     json wrong = j;
     edit(wrong["calibration"]["matmul_shapes"]);
-    Expected<JsonDocument> text =
-        JsonDocument::parse(wrong.dump(2), "bad.json");
-    if (!text)
-      return text.error().str();
-    Expected<Cluster> read = readCluster(*text);
-    return read ? std::string() : read.error().str();
+    return readError(wrong);
   };
   auto expectError = [&](const std::function<void(json &)> &edit,
                          const std::string &message) {
