@@ -760,7 +760,11 @@ json toJson(const Cluster &c) {
             ? value
             : json{{"value", value}, {"source", source->second}};
   }
-  if (!c.calibration.matmulShape.empty()) {
+  // With its source (written above) the object needs its `gemms`, even
+  // none.
+  auto shapesSource = c.sources.find(kMatmulShapes);
+  if (!c.calibration.matmulShape.empty() ||
+      (shapesSource != c.sources.end() && !shapesSource->second.empty())) {
     json gemms = json::array();
     for (const auto &[key, rate] : c.calibration.matmulShape) {
       const auto &[dtype, kind, g] = key;

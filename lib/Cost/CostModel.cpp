@@ -1,9 +1,10 @@
 //===- CostModel.cpp - Time of collectives, compute ops and copies --------===//
 
 #include "zeroc/Cost/CostModel.h"
-#include "zeroc/Plan/MoeFlops.h"
 
 #include "zeroc/Config/DeepSpeedConfig.h"
+#include "zeroc/Plan/MoeFlops.h"
+#include "zeroc/Support/GemmSlices.h"
 
 #include <algorithm>
 #include <array>
@@ -469,14 +470,30 @@ DType CostModel::computeDType(const PhaseInfo &info, const PlanOp &op) const {
   return plan.model.dtype;
 }
 
-double CostModel::handoffTime(const PlanOp &op) const {
+double CostModel::handoffTime(const PlanOp &op,
+                              const std::optional<LinearGeometry> &gemm) const {
   const ClusterCalibration &cal = clusterRef.calibration;
   const double threads = cal.threadsPerRank;
-  // Only work the kernels split (cpu/Parallel.h: at least the parallel
-  // threshold of multiply-adds) runs on other threads.
   if (cal.device != "cpu" || threads < 2 || cal.handoffBandwidth <= 0 ||
-      !pricedByFlopRate(op.kind) ||
-      double(op.flops) / 2 < cal.serialKernelElements)
+      !pricedByFlopRate(op.kind))
+    return 0;
+  // Only work the kernels split runs on other threads: a GEMM as
+  // gemmSlices cuts it (the product each kind runs, cpu/Linear.cpp), an
+  // attention's (batch, head) items past the pool's threshold
+  // (cpu/Parallel.h).
+  bool split = false;
+  if (op.kind == OpKind::CausalAttention ||
+      op.kind == OpKind::CausalAttentionBackward) {
+    split = double(op.flops) / 2 >= cal.serialKernelElements;
+  } else if (gemm) {
+    const LinearGeometry &g = *gemm;
+    GemmSlices s = op.kind == OpKind::Linear ? gemmSlices(g.rows, g.out, g.in)
+                   : op.kind == OpKind::LinearGradInput
+                       ? gemmSlices(g.rows, g.in, g.out)
+                       : gemmSlices(g.out, g.in, g.rows);
+    split = s.count > 1;
+  }
+  if (!split)
     return 0;
   return double(op.bytes) * (threads - 1) / threads / cal.handoffBandwidth;
 }
@@ -999,7 +1016,7 @@ OpCost CostModel::workCost(const PlanPhase &phase, const PlanOp &op,
                      computeDType(info, op), hasMisalignedRows(info, op),
                      largestOperandElements(info, op),
                      attentionItemWork(info, op), gemm ? &*gemm : nullptr);
-      cost.seconds += biasPassTime(info, op) + handoffTime(op);
+      cost.seconds += biasPassTime(info, op) + handoffTime(op, gemm);
       return cost;
     }
   case OpKind::AllGatherStart:

@@ -11,7 +11,18 @@ mpiexec=$1
 shift
 base=$(mktemp -d "${TMPDIR:-/tmp}/zc-mpi.XXXXXX") || exit 1
 trap 'rm -rf "$base"' EXIT
-trap 'exit 143' TERM INT
 # OpenMPI 4 (orte) and 5 (prte) name the setting differently.
 OMPI_MCA_orte_tmpdir_base=$base PRTE_MCA_prte_tmpdir_base=$base \
-  "$mpiexec" "$@"
+  "$mpiexec" "$@" &
+child=$!
+# A timeout's TERM (or an INT) reaches mpiexec, which stops its ranks; then
+# its status is ours.
+trap 'kill -TERM "$child" 2>/dev/null' TERM
+trap 'kill -INT "$child" 2>/dev/null' INT
+wait "$child"
+status=$?
+while kill -0 "$child" 2>/dev/null; do
+  wait "$child"
+  status=$?
+done
+exit "$status"

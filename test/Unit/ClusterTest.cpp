@@ -611,4 +611,13 @@ TEST(ClusterCalibration, GemmsByThePlansShapes) {
               "cluster calibration.matmul_shapes: unknown key 'gemm'; did "
               "you mean 'gemms'?");
   EXPECT_EQ(errorOf([](json &m) { m.erase("source"); }), "");
+  // None timed, with a source: written back with its empty list.
+  json none = j;
+  none["calibration"]["matmul_shapes"]["gemms"] = json::array();
+  Expected<JsonDocument> noneDoc = JsonDocument::parse(none.dump(), "n.json");
+  ASSERT_TRUE(noneDoc);
+  Expected<Cluster> e = readCluster(*noneDoc);
+  ASSERT_TRUE(e) << e.error().str();
+  EXPECT_TRUE(e->calibration.matmulShape.empty());
+  EXPECT_EQ(readError(toJson(*e)), "");
 }

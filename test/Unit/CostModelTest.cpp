@@ -13,6 +13,7 @@
 #include "zeroc/Cost/TraceCompare.h"
 #include "zeroc/Cost/WhatIf.h"
 #include "zeroc/Plan/PlanTrace.h"
+#include "zeroc/Support/GemmSlices.h"
 
 #include <gtest/gtest.h>
 
@@ -1308,11 +1309,12 @@ TEST(Calibration, ThePlansOwnGemmTakesItsMeasuredRate) {
   EXPECT_NEAR(seconds("linear", 50304), padded / 600e12, 1e-12);
 }
 
-// On a CPU rank of several kernel threads, the share of a GEMM's (and an
-// attention's) bytes the other threads compute crosses between cores, at
-// the calibrated handoff rate: those kinds were calibrated on operands in
-// each thread's own cache (bench/RESULTS.md, run 37).
-TEST(Calibration, CpuThreadsPayTheHandoffOfGemmOperands) {
+// On a CPU rank of several kernel threads, the share of a split GEMM's
+// (and an attention's) bytes the other threads compute crosses between
+// cores, at the calibrated handoff rate: those kinds were calibrated on
+// operands in each thread's own cache (bench/RESULTS.md, runs 37-38). A
+// product the kernels do not split (gemmSlices) pays nothing.
+TEST(Calibration, CpuThreadsPayTheHandoffOfSplitGemms) {
   Cluster c = exactCluster();
   c.calibration.device = "cpu";
   for (auto &rates : c.calibration.matmul) // Whatever the plan's dtype.
@@ -1320,36 +1322,66 @@ TEST(Calibration, CpuThreadsPayTheHandoffOfGemmOperands) {
   c.calibration.kernelBandwidth["default"] = 10e9;
   c.calibration.serialKernelElements = 32768;
   c.calibration.handoffBandwidth = 20e9;
-  auto seconds = [&](const char *kind, int64_t flops, int64_t bytes,
+  // `kind` of a layer of `rows` x `in` -> `out`, its flops and bytes as a
+  // plan counts them (f32 operands and result, no bias).
+  auto seconds = [&](const char *kind, int64_t rows, int64_t in, int64_t out,
                      double threads) {
     c.calibration.threadsPerRank = threads;
     PlanOp o = op(0, kind, 0);
-    o.flops = flops;
-    o.bytes = bytes;
+    std::string k = kind;
+    std::vector<int64_t> x = {rows, in}, y = {rows, out}, w = {out, in};
+    std::vector<int64_t> a = k == "linear" ? x : y,
+                         b = k == "linear_grad_weight" ? x : w,
+                         r = k == "linear"              ? y
+                             : k == "linear_grad_input" ? x
+                                                        : w;
+    PlanValue va = value(1, DType::F32, 1), vb = value(2, DType::F32, 1),
+              vr = value(3, DType::F32, 1);
+    va.shape = a, vb.shape = b, vr.shape = r;
+    o.inputs = {1, 2};
+    o.outputs = {3};
+    o.flops = 2 * rows * in * out;
+    o.bytes = 4 * (rows * in + out * in + rows * out);
     Plan plan = planWith({o});
+    plan.model.dtype = DType::F32;
+    plan.phases[0].values = {va, vb, vr};
     CostModel model(plan, c);
     return model.cost(plan.phases[0], plan.phases[0].ops[0]).seconds;
   };
-  const int64_t flops = 2 * 64 * 64 * 64, bytes = 3 * 64 * 64 * 4;
-  const double gemm = double(flops) / 50e9;
+  // 512 x 256 -> 256: 33.5M multiply-adds, split into 4 slices of 128
+  // rows (or columns) whichever kind.
+  ASSERT_GT(gemmSlices(512, 256, 256).count, 1);
+  const double flops = 2.0 * 512 * 256 * 256,
+               bytes = 4.0 * (512 * 256 + 256 * 256 + 512 * 256);
+  const double gemm = flops / 50e9;
   // One thread: no handoff. Two: half the bytes at 20 GB/s; four: three
   // quarters.
-  EXPECT_NEAR(seconds("linear", flops, bytes, 1), gemm, 1e-15);
-  EXPECT_NEAR(seconds("linear", flops, bytes, 2), gemm + bytes / 2 / 20e9,
+  EXPECT_NEAR(seconds("linear", 512, 256, 256, 1), gemm, 1e-15);
+  EXPECT_NEAR(seconds("linear", 512, 256, 256, 2), gemm + bytes / 2 / 20e9,
               1e-15);
-  EXPECT_NEAR(seconds("linear_grad_weight", flops, bytes, 4),
+  EXPECT_NEAR(seconds("linear_grad_input", 512, 256, 256, 2),
+              gemm + bytes / 2 / 20e9, 1e-15);
+  EXPECT_NEAR(seconds("linear_grad_weight", 512, 256, 256, 4),
               gemm + bytes * 0.75 / 20e9, 1e-15);
-  // Work below the kernels' parallel threshold stays on the calling
-  // thread; memory-bound kinds were calibrated on operands from memory.
-  EXPECT_NEAR(seconds("linear", 2 * 16 * 16 * 16, bytes, 2),
-              2 * 16 * 16 * 16 / 50e9, 1e-15);
-  EXPECT_NEAR(seconds("add", 0, bytes, 2), bytes / 10e9, 1e-15);
+  // 64^3 (262K multiply-adds, below the slices' threshold) runs on the
+  // calling thread: tiny models' products are not split.
+  ASSERT_EQ(gemmSlices(64, 64, 64).count, 1);
+  EXPECT_NEAR(seconds("linear", 64, 64, 64, 2), 2.0 * 64 * 64 * 64 / 50e9,
+              1e-15);
+  // Memory-bound kinds were calibrated on operands from memory.
+  PlanOp add = op(0, "add", 0);
+  add.bytes = 49152;
+  c.calibration.threadsPerRank = 2;
+  Plan plan = planWith({add});
+  EXPECT_NEAR(
+      CostModel(plan, c).cost(plan.phases[0], plan.phases[0].ops[0]).seconds,
+      49152 / 10e9, 1e-15);
   // Not measured, or measured on a GPU: none.
   c.calibration.handoffBandwidth = 0;
-  EXPECT_NEAR(seconds("linear", flops, bytes, 2), gemm, 1e-15);
+  EXPECT_NEAR(seconds("linear", 512, 256, 256, 2), gemm, 1e-15);
   c.calibration.handoffBandwidth = 20e9;
   c.calibration.device = "cuda";
-  EXPECT_NEAR(seconds("linear", flops, bytes, 2), gemm, 1e-15);
+  EXPECT_NEAR(seconds("linear", 512, 256, 256, 2), gemm, 1e-15);
 }
 
 // A GEMM with rows of a byte length not a multiple of 16 (GPT-2's logits:

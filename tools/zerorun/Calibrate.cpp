@@ -136,6 +136,11 @@ public:
     t.data = dev.allocate(t.bytes(), true);
     keep.push_back({static_cast<char *>(t.data), true});
     Status s = dev.castTensor(f32, t);
+    // The f32 staging goes at once (a plan's logits in bf16 would hold 3x
+    // their bytes otherwise).
+    dev.synchronize();
+    dev.release(static_cast<char *>(f32.data), true);
+    keep.erase(keep.end() - 2);
     if (!s.ok())
       t.data = nullptr;
     return t;
@@ -573,43 +578,52 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
     auto operand = [&](std::vector<int64_t> shape, DType dtype) {
       return cal.buffer(std::move(shape), dtype, small);
     };
-    std::vector<Tensor> in, out;
-    switch (g.kind) {
-    case OpKind::Linear:
-      in = {operand({s.rows, s.in}, g.first), operand({s.out, s.in}, g.second)};
-      out = {operand({s.rows, s.out}, g.result)};
-      break;
-    case OpKind::LinearGradInput:
-      in = {operand({s.rows, s.out}, g.first),
-            operand({s.out, s.in}, g.second)};
-      out = {operand({s.rows, s.in}, g.result)};
-      break;
-    default: // linear_grad_weight
-      in = {operand({s.rows, s.out}, g.first),
-            operand({s.rows, s.in}, g.second)};
-      out = {operand({s.out, s.in}, g.result)};
-      break;
-    }
     const char *kindName = opKindName(g.kind);
     const std::string dims = std::to_string(s.rows) + " x " +
                              std::to_string(s.in) + " -> " +
                              std::to_string(s.out);
-    bool made = true;
-    for (const Tensor &t : in)
-      made = made && t.data;
-    for (const Tensor &t : out)
-      made = made && t.data;
+    std::vector<Tensor> in, out;
     PlanOp op = modelOp(g.kind, 2, 1);
-    std::optional<Status> st =
-        made ? dev.modelOp(op, in, out, StepContext{}, nullptr)
-             : std::optional<Status>();
-    if (!st || !st->ok()) {
-      // Every rank has the same plans and device: all skip it alike.
+    std::string why; // Why this rank cannot time it; empty: it can.
+    try {
+      switch (g.kind) {
+      case OpKind::Linear:
+        in = {operand({s.rows, s.in}, g.first),
+              operand({s.out, s.in}, g.second)};
+        out = {operand({s.rows, s.out}, g.result)};
+        break;
+      case OpKind::LinearGradInput:
+        in = {operand({s.rows, s.out}, g.first),
+              operand({s.out, s.in}, g.second)};
+        out = {operand({s.rows, s.in}, g.result)};
+        break;
+      default: // linear_grad_weight
+        in = {operand({s.rows, s.out}, g.first),
+              operand({s.rows, s.in}, g.second)};
+        out = {operand({s.out, s.in}, g.result)};
+        break;
+      }
+      for (const std::vector<Tensor> *ts : {&in, &out})
+        for (const Tensor &t : *ts)
+          if (!t.data && why.empty())
+            why = "the device could not convert an operand to " +
+                  std::string(dtypeName(t.dtype));
+      if (why.empty()) {
+        std::optional<Status> st =
+            dev.modelOp(op, in, out, StepContext{}, nullptr);
+        if (!st)
+          why = "the device has no such kernel";
+        else if (!st->ok())
+          why = st->error;
+      }
+    } catch (const std::exception &e) { // Allocation failures throw.
+      why = e.what();
+    }
+    // Every rank times it or none does (the timing's calls are collective).
+    if (cal.slowest(why.empty() ? 0.0 : 1.0) > 0) {
       say("  gemm %-18s %-4s %s: not timed (%s)\n", kindName,
           dtypeName(g.result).data(), dims.c_str(),
-          !made ? "no memory for its operands"
-          : !st ? "the device has no such kernel"
-                : st->error.c_str());
+          why.empty() ? "another rank could not run it" : why.c_str());
       cal.releaseSince(mark);
       continue;
     }

@@ -23,14 +23,17 @@ class Communicator;
 class Device;
 
 /// A linear-class GEMM of a plan, as its op runs it: the kind, the
-/// geometry, and the dtypes of its two operands and its result.
+/// geometry, and the dtypes of its two operands and its result. Ordered
+/// (and so made distinct) by the cost model's key alone, ClusterCalibration::
+/// matmulShape's (kind, result dtype, geometry): the operands' dtypes are
+/// the first op's of that key.
 struct PlanGemm {
   OpKind kind = OpKind::Linear;
   LinearGeometry geometry;
   DType first = DType::F32, second = DType::F32, result = DType::F32;
   bool operator<(const PlanGemm &o) const {
-    return std::tie(kind, geometry, first, second, result) <
-           std::tie(o.kind, o.geometry, o.first, o.second, o.result);
+    return std::tie(kind, geometry, result) <
+           std::tie(o.kind, o.geometry, o.result);
   }
 };
 

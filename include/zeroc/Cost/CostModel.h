@@ -358,12 +358,14 @@ private:
   /// The element count of the op's largest operand or result (0 when none
   /// is known).
   double largestOperandElements(const PhaseInfo &info, const PlanOp &op) const;
-  /// On a CPU rank of several kernel threads, a GEMM's or attention's
+  /// On a CPU rank of several kernel threads, a split GEMM's (gemmSlices,
+  /// zeroc/Support/GemmSlices.h, from its geometry `gemm`) or attention's
   /// operands and results that cross between cores (the share the calling
   /// thread does not compute: (threads - 1) / threads of the op's bytes) at
   /// calibration.handoff_gb_per_s: those kinds were calibrated on operands
   /// in each thread's own cache. 0 elsewhere.
-  double handoffTime(const PlanOp &op) const;
+  double handoffTime(const PlanOp &op,
+                     const std::optional<LinearGeometry> &gemm) const;
   /// A linear-class op's GEMM (Plan.h, linearGeometry); nullopt for other
   /// ops or unknown shapes.
   std::optional<LinearGeometry> gemmOf(const PhaseInfo &info,

@@ -11,23 +11,6 @@
 
 namespace zeroc::cpu {
 
-GemmSlices gemmSlices(int64_t m, int64_t n, int64_t k) {
-  GemmSlices s;
-  s.alongM = m >= n;
-  int64_t along = s.alongM ? m : n;
-  int64_t work = m * n * k; // multiply-adds
-  s.size = along;
-  s.count = along > 0 ? 1 : 0;
-  if (work < 2 * kGemmSliceMinWork || along < 2 * kGemmSliceMin)
-    return s;
-  int64_t count = std::min(
-      {kGemmMaxSlices, along / kGemmSliceMin, work / kGemmSliceMinWork});
-  s.size = (along + count - 1) / count;
-  s.size = (s.size + kGemmSliceAlign - 1) / kGemmSliceAlign * kGemmSliceAlign;
-  s.count = (along + s.size - 1) / s.size;
-  return s;
-}
-
 void gemmSerial(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
                 float alpha, const float *a, int64_t lda, const float *b,
                 int64_t ldb, float beta, float *c, int64_t ldc) {
