@@ -183,13 +183,14 @@ struct ClusterCalibration {
   /// On a CPU whose ranks run several kernel threads: bytes per second of
   /// the extra time a thread takes to read data another core's thread just
   /// wrote, over data it wrote itself (bytes / (remote time - local time)),
-  /// averaged over a second of rounds. GEMMs and attention are calibrated
+  /// sampled through the calibration. GEMMs and attention are calibrated
   /// on operands that stay in each thread's own cache call after call; in
-  /// a step a worker's operands come from the op before, run on the
-  /// calling thread's core. On this 2-core VM the two vCPUs moved between
-  /// sharing an L3 (a cache line's round trip 100 ns) and not (430-530
-  /// ns), the remote read 11 GB/s against 30 local (bench/RESULTS.md, run
-  /// 37). 0: not measured.
+  /// a step the part a worker computes reads what the op before wrote on
+  /// the calling thread's core (CostModel::handoffTime prices the split
+  /// ones). On this 2-core VM the two vCPUs moved between sharing an L3 (a
+  /// cache line's round trip 100 ns) and not (430-530 ns), the remote read
+  /// 11 GB/s against 30 local (bench/RESULTS.md, runs 37-38). 0: not
+  /// measured.
   double handoffBandwidth = 0;
   /// Adam on the device's memory (bytes as the cost model counts them).
   double adamBandwidth = 0;
