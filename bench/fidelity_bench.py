@@ -142,11 +142,22 @@ def ds_config(stage, offload):
 
 def median_calibration(docs):
     """The first cluster file with every measured figure ({"value": ...,
-    "source": ...}) replaced by its median over `docs`."""
+    "source": ...}) replaced by its median over the `docs` that have it (a
+    figure some calibrations did not measure, such as the handoff where
+    the threads shared a cache, is the median of those that did), and each
+    GEMM of calibration.matmul_shapes by its median over the calibrations
+    that timed it."""
+    def is_figure(node):
+        return isinstance(node, dict) and isinstance(node.get("value"),
+                                                     (int, float))
+
+    def is_gemms(node):
+        return isinstance(node, list) and all(
+            isinstance(g, dict) and "tflops" in g for g in node)
+
     def merge(nodes):
         first = nodes[0]
-        if isinstance(first, dict) and isinstance(first.get("value"),
-                                                  (int, float)):
+        if is_figure(first):
             values = sorted(n["value"] for n in nodes)
             out = dict(first)
             out["value"] = values[len(values) // 2]
@@ -154,24 +165,26 @@ def median_calibration(docs):
                 out["source"] += f" (median of {len(values)} calibrations)"
             return out
         if isinstance(first, dict):
-            return {k: merge([n[k] for n in nodes]) if all(
-                isinstance(n, dict) and k in n for n in nodes) else v
-                    for k, v in first.items()}
-        if isinstance(first, list) and first and all(
-                isinstance(g, dict) and "tflops" in g for g in first):
-            # calibration.matmul_shapes.gemms: each GEMM's median.
+            keys = list(first)
+            for n in nodes[1:]:
+                keys += [k for k in n if k not in keys]
+            out = {}
+            for k in keys:
+                have = [n[k] for n in nodes if isinstance(n, dict) and k in n]
+                out[k] = merge(have) if all(
+                    type(h) is type(have[0]) for h in have) else have[0]
+            return out
+        if is_gemms(first) and all(is_gemms(n) for n in nodes):
             def key(g):
                 return tuple(g[k] for k in ("kind", "dtype", "rows", "in",
                                             "out"))
-            rates = {}
+            rates, order = {}, {}
             for n in nodes:
                 for g in n:
                     rates.setdefault(key(g), []).append(g["tflops"])
-            out = []
-            for g in first:
-                values = sorted(rates[key(g)])
-                out.append(dict(g, tflops=values[len(values) // 2]))
-            return out
+                    order.setdefault(key(g), g)
+            return [dict(g, tflops=sorted(rates[k])[len(rates[k]) // 2])
+                    for k, g in order.items()]
         return first
     return merge(docs)
 
