@@ -424,7 +424,6 @@ const ObjectSpec kObjects[] = {
 /// The calibration's GEMMs by a plan's shapes: {"source": TEXT,
 /// "gemms": [{"kind", "dtype", "rows", "in", "out", "tflops"}, ...]}.
 constexpr const char *kMatmulShapes = "calibration.matmul_shapes";
-const char *const kDTypeNames[3] = {"f32", "bf16", "f16"};
 
 /// "gpu.peak_tflops.bf16" -> {"gpu", "peak_tflops", "bf16"}.
 JsonPath pathOf(const std::string &dotted) {
@@ -600,8 +599,9 @@ bool Reader::readMatmulShapes(const json &object) {
                         describe(*gemms));
   const std::vector<std::string> kinds(std::begin(C::kMatmulKindNames),
                                        std::end(C::kMatmulKindNames));
-  const std::vector<std::string> dtypes(std::begin(kDTypeNames),
-                                        std::end(kDTypeNames));
+  const std::vector<std::string> dtypes(
+      std::begin(ClusterCalibration::kMatmulDTypeNames),
+      std::end(ClusterCalibration::kMatmulDTypeNames));
   for (size_t i = 0; i < gemms->size(); ++i) {
     const json &g = (*gemms)[i];
     const JsonPath gat = at / std::to_string(i);
@@ -770,7 +770,7 @@ json toJson(const Cluster &c) {
       const auto &[dtype, kind, g] = key;
       gemms.push_back(
           {{"kind", ClusterCalibration::kMatmulKindNames[size_t(kind)]},
-           {"dtype", kDTypeNames[dtype]},
+           {"dtype", ClusterCalibration::kMatmulDTypeNames[dtype]},
            {"rows", g.rows},
            {"in", g.in},
            {"out", g.out},

@@ -129,6 +129,47 @@ Plan planWith(std::vector<PlanOp> ops, int64_t runs = 1) {
   return plan;
 }
 
+/// A plan of one `kind` op (linear, linear_grad_input or
+/// linear_grad_weight) of a layer in `dtype`: activations of leading
+/// dimensions `lead` (x [lead, in], dy [lead, out]), the weight [out, in],
+/// the op's operands as the kernels take them; FLOPs 2 x rows x in x out,
+/// bytes its operands' and result's.
+Plan linearLayerPlan(const std::string &kind, std::vector<int64_t> lead,
+                     int64_t in, int64_t out, DType dtype) {
+  std::vector<int64_t> x = lead, dy = lead, w = {out, in};
+  x.push_back(in);
+  dy.push_back(out);
+  const std::vector<int64_t> &a = kind == "linear" ? x : dy,
+                             &b = kind == "linear_grad_weight" ? x : w,
+                             &r = kind == "linear"              ? dy
+                                  : kind == "linear_grad_input" ? x
+                                                                : w;
+  PlanOp o = op(0, kind, 0);
+  o.inputs = {1, 2};
+  o.outputs = {3};
+  Plan plan = planWith({o});
+  plan.model.dtype = dtype;
+  int64_t rows = 1;
+  for (int64_t d : lead)
+    rows *= d;
+  const std::vector<int64_t> *shapes[] = {&a, &b, &r};
+  for (int64_t id = 1; id <= 3; ++id) {
+    const std::vector<int64_t> &shape = *shapes[id - 1];
+    PlanValue v = value(id, dtype, shapeElements(shape).value_or(0));
+    v.shape = shape;
+    plan.phases[0].ops[0].bytes += v.bytes;
+    plan.phases[0].values.push_back(v);
+  }
+  plan.phases[0].ops[0].flops = 2 * rows * in * out;
+  return plan;
+}
+
+/// The cost model's seconds for the plan's first op.
+double firstOpSeconds(const Plan &plan, const Cluster &cluster) {
+  CostModel model(plan, cluster);
+  return model.cost(plan.phases[0], plan.phases[0].ops[0]).seconds;
+}
+
 StepPrediction predict(const Plan &plan, const Cluster &cluster) {
   Expected<StepPrediction> p = predictStep(plan, cluster);
   EXPECT_TRUE(p) << (p ? "" : p.error().str());
@@ -1281,22 +1322,8 @@ TEST(Calibration, ThePlansOwnGemmTakesItsMeasuredRate) {
   c.calibration.matmulShape[{C::matmulIndex(DType::F32), 1, lm}] = 1e12;
   // Each kind of lm_head in a plan: dy [8, 1024, vocab], x [8, 1024, 768].
   auto seconds = [&](const char *kind, int64_t vocab) {
-    PlanOp o = op(0, kind, 0);
-    o.flops = int64_t(2.0 * 8192 * 768 * double(vocab));
-    o.inputs = {1, 2};
-    o.outputs = {3};
-    Plan plan = planWith({o});
-    PlanValue a = value(1, DType::BF16, 1), b = value(2, DType::BF16, 1),
-              y = value(3, DType::BF16, 1);
-    std::string k = kind;
-    std::vector<int64_t> x = {8, 1024, 768}, logits = {8, 1024, vocab},
-                         w = {vocab, 768};
-    a.shape = k == "linear" ? x : logits;
-    b.shape = k == "linear_grad_weight" ? x : w;
-    y.shape = k == "linear" ? logits : k == "linear_grad_input" ? x : w;
-    plan.phases[0].values = {a, b, y};
-    CostModel model(plan, c);
-    return model.cost(plan.phases[0], plan.phases[0].ops[0]).seconds;
+    return firstOpSeconds(
+        linearLayerPlan(kind, {8, 1024}, 768, vocab, DType::BF16), c);
   };
   const double flops = lm.flops();
   EXPECT_NEAR(seconds("linear", 50257), flops / 150e12, 1e-12);
@@ -1327,26 +1354,8 @@ TEST(Calibration, CpuThreadsPayTheHandoffOfSplitGemms) {
   auto seconds = [&](const char *kind, int64_t rows, int64_t in, int64_t out,
                      double threads) {
     c.calibration.threadsPerRank = threads;
-    PlanOp o = op(0, kind, 0);
-    std::string k = kind;
-    std::vector<int64_t> x = {rows, in}, y = {rows, out}, w = {out, in};
-    std::vector<int64_t> a = k == "linear" ? x : y,
-                         b = k == "linear_grad_weight" ? x : w,
-                         r = k == "linear"              ? y
-                             : k == "linear_grad_input" ? x
-                                                        : w;
-    PlanValue va = value(1, DType::F32, 1), vb = value(2, DType::F32, 1),
-              vr = value(3, DType::F32, 1);
-    va.shape = a, vb.shape = b, vr.shape = r;
-    o.inputs = {1, 2};
-    o.outputs = {3};
-    o.flops = 2 * rows * in * out;
-    o.bytes = 4 * (rows * in + out * in + rows * out);
-    Plan plan = planWith({o});
-    plan.model.dtype = DType::F32;
-    plan.phases[0].values = {va, vb, vr};
-    CostModel model(plan, c);
-    return model.cost(plan.phases[0], plan.phases[0].ops[0]).seconds;
+    return firstOpSeconds(linearLayerPlan(kind, {rows}, in, out, DType::F32),
+                          c);
   };
   // 512 x 256 -> 256: 33.5M multiply-adds, split into 4 slices of 128
   // rows (or columns) whichever kind.
@@ -1422,20 +1431,8 @@ TEST(Calibration, MisalignedRowsTakeTheMeasuredFraction) {
   // In a plan: the op's values decide, a vocabulary of 50,257 (odd rows in
   // the output) against 50,304.
   auto linearSeconds = [&](int64_t vocab) {
-    PlanOp lm = op(0, "linear", 0);
-    lm.flops = int64_t(2.0 * 8192 * 768 * double(vocab));
-    lm.inputs = {1, 2};
-    lm.outputs = {3};
-    Plan plan = planWith({lm});
-    PlanValue x = value(1, DType::BF16, 8192 * 768),
-              w = value(2, DType::BF16, vocab * 768),
-              y = value(3, DType::BF16, 8192 * vocab);
-    x.shape = {8192, 768};
-    w.shape = {vocab, 768};
-    y.shape = {8192, vocab};
-    plan.phases[0].values = {x, w, y};
-    CostModel model(plan, c);
-    return model.cost(plan.phases[0], plan.phases[0].ops[0]).seconds;
+    return firstOpSeconds(
+        linearLayerPlan("linear", {8192}, 768, vocab, DType::BF16), c);
   };
   double odd = linearSeconds(50257), even = linearSeconds(50304);
   EXPECT_NEAR(odd / even, 5.0 * 50257 / 50304, 1e-6);

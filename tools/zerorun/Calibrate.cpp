@@ -357,15 +357,15 @@ std::vector<PlanGemm> planGemms(const Plan &plan) {
     std::map<int64_t, const PlanValue *> values;
     for (const PlanValue &v : phase.values)
       values[v.id] = &v;
+    auto valueOf = [&](int64_t id) -> const PlanValue * {
+      auto it = values.find(id);
+      return it == values.end() ? nullptr : it->second;
+    };
     for (const PlanOp &op : phase.ops) {
       if (op.inputs.size() < 2 || op.outputs.empty())
         continue;
-      const PlanValue *a =
-          values.count(op.inputs[0]) ? values[op.inputs[0]] : nullptr;
-      const PlanValue *b =
-          values.count(op.inputs[1]) ? values[op.inputs[1]] : nullptr;
-      const PlanValue *y =
-          values.count(op.outputs[0]) ? values[op.outputs[0]] : nullptr;
+      const PlanValue *a = valueOf(op.inputs[0]), *b = valueOf(op.inputs[1]),
+                      *y = valueOf(op.outputs[0]);
       if (!a || !b || !y)
         continue;
       if (std::optional<LinearGeometry> g =
@@ -446,7 +446,7 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
   sampleHandoff();
   // GEMMs: linear, linear_grad_input and linear_grad_weight on square
   // [n, n] operands, each size class, each dtype the kernels take.
-  const char *dtypeNames[3] = {"f32", "bf16", "f16"};
+  const auto &dtypeNames = ClusterCalibration::kMatmulDTypeNames;
   const DType dtypes[3] = {DType::F32, DType::BF16, DType::F16};
   const char *classNames[ClusterCalibration::kMatmulClasses] = {
       "small", "medium", "large", "xlarge"};

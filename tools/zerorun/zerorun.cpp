@@ -395,6 +395,28 @@ std::string formatBytes(double b) {
   return buf;
 }
 
+/// Reads and checks the plan at `path` into `out`; "" or the error. Each
+/// rank reads it for itself: a plan that changed on disk while they read
+/// it (or differs between their file systems) would desynchronise them, so
+/// the ranks compare what they read before using it.
+std::string readPlanOnEveryRank(Communicator &comm, const std::string &path,
+                                std::optional<Plan> &out) {
+  auto text = readWholeFile(path);
+  if (!text)
+    return text.error().str();
+  if (auto differs = checkSameOnEveryRank(
+          comm, crc32c(0, text->data(), text->size()), path))
+    return *differs;
+  auto doc = JsonDocument::parse(std::move(*text), path);
+  if (!doc)
+    return doc.error().str();
+  auto plan = readPlan(*doc);
+  if (!plan)
+    return plan.error().str();
+  out = std::move(*plan);
+  return "";
+}
+
 /// The steps' NVMe and PCIe traffic per step on rank 0 (totals over
 /// `steps` steps), each pair beside the plan's figure
 /// (offloadTrafficPerStep): "the plan's" where they are equal to the byte.
@@ -532,23 +554,14 @@ int run(const Options &o, Communicator &comm, Device *device,
     std::unique_ptr<Device> cpu = device ? nullptr : makeCpuDevice();
     const char *tmp = std::getenv("TMPDIR");
     std::string scratch = !o.nvmePath.empty() ? o.nvmePath : tmp ? tmp : "/tmp";
-    // --shapes: every plan's GEMMs, read as a run reads its plan (the
-    // same file on every rank), so that the ranks time the same list.
+    // --shapes: every plan's GEMMs, read as a run reads its plan, so that
+    // the ranks time the same list.
     std::set<PlanGemm> gemms;
     std::string from;
     for (const std::string &path : o.shapes) {
-      auto text = readWholeFile(path);
-      if (!text)
-        return err("--shapes: " + text.error().str());
-      if (auto differs = checkSameOnEveryRank(
-              comm, crc32c(0, text->data(), text->size()), path))
-        return err("--shapes: " + *differs);
-      auto doc = JsonDocument::parse(std::move(*text), path);
-      if (!doc)
-        return err("--shapes: " + doc.error().str());
-      auto plan = readPlan(*doc);
-      if (!plan)
-        return err("--shapes: " + plan.error().str());
+      std::optional<Plan> plan;
+      if (std::string why = readPlanOnEveryRank(comm, path, plan); !why.empty())
+        return err("--shapes: " + why);
       std::vector<PlanGemm> mine = planGemms(*plan);
       if (mine.empty())
         return err("--shapes: " + path +
@@ -569,21 +582,9 @@ int run(const Options &o, Communicator &comm, Device *device,
     return std::chrono::duration<double>(Clock::now() - t).count();
   };
   auto planStart = Clock::now();
-  // Each rank reads the plan for itself: one that changed on disk while
-  // they read it (or differs between their file systems) would desynchronise
-  // them, so the ranks compare what they read before using it.
-  auto planText = readWholeFile(o.plan);
-  if (!planText)
-    return err(planText.error().str());
-  if (auto differs = checkSameOnEveryRank(
-          comm, crc32c(0, planText->data(), planText->size()), o.plan))
-    return err(*differs);
-  auto planDoc = JsonDocument::parse(std::move(*planText), o.plan);
-  if (!planDoc)
-    return err(planDoc.error().str());
-  auto plan = readPlan(*planDoc);
-  if (!plan)
-    return err(plan.error().str());
+  std::optional<Plan> plan;
+  if (std::string why = readPlanOnEveryRank(comm, o.plan, plan); !why.empty())
+    return err(why);
   double planSeconds = since(planStart);
   if (!o.dumpGrads.empty())
     if (std::string why = gradientDumpRefusal(*plan); !why.empty())

@@ -116,6 +116,8 @@ struct ClusterCalibration {
   static int matmulIndex(DType dtype) {
     return dtype == DType::BF16 ? 1 : dtype == DType::F16 ? 2 : 0;
   }
+  /// The file's name of each matmulIndex.
+  static constexpr const char *kMatmulDTypeNames[3] = {"f32", "bf16", "f16"};
   /// The same three GEMMs at the largest class measured for the dtype, with
   /// the output width one less than the side (n - 1 columns): rows of a
   /// byte length that is not a multiple of 16, like GPT-2's logits over its
