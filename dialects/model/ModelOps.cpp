@@ -152,6 +152,11 @@ LogicalResult ParamOp::verify() {
     return emitOpError() << "parameter @" << getSymName()
                          << " has an empty dimension in its shape "
                          << shapeString(type.getShape());
+  if (std::optional<int64_t> rows = getValidRows();
+      rows && (*rows < 1 || *rows > type.getDimSize(0)))
+    return emitOpError() << "parameter @" << getSymName() << " has valid_rows "
+                         << *rows << "; expected 1 to its first dimension, "
+                         << type.getDimSize(0);
   return success();
 }
 
@@ -793,14 +798,28 @@ CausalAttentionOp::buildBackward(OpBuilder &builder, ValueRange resultGrads,
 // CrossEntropyOp
 //===----------------------------------------------------------------------===//
 
+/// A cross-entropy's `classes`: the vocabulary, the first `classes` of the
+/// logits' last dimension `vocab`.
+static LogicalResult
+verifyClasses(Operation *op, std::optional<int64_t> classes, int64_t vocab) {
+  if (classes && (*classes < 1 || *classes > vocab))
+    return op->emitOpError() << "classes " << *classes
+                             << " must be from 1 to the logits' last "
+                                "dimension, "
+                             << vocab;
+  return success();
+}
+
 LogicalResult CrossEntropyOp::verify() {
   if (failed(
           expectRank(*this, "logits", getLogits(), 3, "[batch, seq, vocab]")) ||
       failed(expectRank(*this, "targets", getTargets(), 2, "[batch, seq]")))
     return failure();
   ArrayRef<int64_t> logits = tensorOf(getLogits()).getShape();
-  return expectShape(*this, "targets", getTargets(), {logits[0], logits[1]},
-                     "[batch, seq] of the logits");
+  if (failed(expectShape(*this, "targets", getTargets(), {logits[0], logits[1]},
+                         "[batch, seq] of the logits")))
+    return failure();
+  return verifyClasses(*this, getClasses(), logits[2]);
 }
 
 // Max, subtract, exp and sum per logit.
@@ -821,7 +840,8 @@ CrossEntropyOp::buildBackward(OpBuilder &builder, ValueRange resultGrads,
   if (failed(dloss) || !*dloss)
     return dloss;
   operandGrads.push_back(builder.create<CrossEntropyBackwardOp>(
-      getLoc(), getLogits().getType(), getLogits(), getTargets(), *dloss));
+      getLoc(), getLogits().getType(), getLogits(), getTargets(), *dloss,
+      getClassesAttr()));
   operandGrads.push_back(Value());
   return success();
 }
@@ -1048,7 +1068,7 @@ LogicalResult CrossEntropyBackwardOp::verify() {
     return emitOpError() << "result type " << getResult().getType()
                          << " does not match the logits type "
                          << getLogits().getType();
-  return success();
+  return verifyClasses(*this, getClasses(), logits[2]);
 }
 
 // Twice the forward's 4 per logit.

@@ -64,10 +64,23 @@ def Model_ParamOp : Model_Op<"param", [Symbol, HasParent<"::mlir::ModuleOp">,
     ```mlir
     model.param @"wte.weight" : tensor<50257x768xbf16> init <normal(0.02)>
     ```
+
+    `valid_rows` marks a table padded along its first dimension (a vocabulary
+    rounded up so that the logits' rows are 16-byte aligned, `zeroc gen
+    --pad-vocab-to-multiple-of`): rows at and past `valid_rows` are padding.
+    They start at zero, no token id reaches them, and the loss ignores their
+    logits (`model.cross_entropy`'s `classes`), so their gradient is zero and
+    they stay zero; a Hugging Face checkpoint holds only the valid rows.
+    Memory and FLOPs count the padded shape.
+
+    ```mlir
+    model.param @"wte.weight" : tensor<50304x768xbf16> init <normal(0.02)> {valid_rows = 50257 : i64}
+    ```
   }];
   let arguments = (ins SymbolNameAttr:$sym_name,
                        TypeAttrOf<Model_FloatTensor>:$type,
-                       Model_InitAttr:$init);
+                       Model_InitAttr:$init,
+                       OptionalAttr<I64Attr>:$valid_rows);
   let assemblyFormat = "$sym_name `:` $type `init` $init attr-dict";
   let hasVerifier = 1;
   let extraClassDeclaration = [{
@@ -389,8 +402,14 @@ def Model_CrossEntropyOp : Model_ComputeOp<"cross_entropy"> {
     `mean over (b, s) of -log softmax(logits[b, s, :])[targets[b, s]]` for
     logits `[batch, seq, vocab]` and targets `[batch, seq]`, computed in f32.
     The loss is a 0-d f32 tensor, the value the training step minimizes.
+
+    With `classes`, only the first `classes` logits of each row are the
+    vocabulary (the rest are a padded table's rows, `model.param`'s
+    `valid_rows`): the softmax runs over them alone and every target must be
+    below `classes`. Without it, `classes` is the logits' last dimension.
   }];
-  let arguments = (ins Model_FloatTensor:$logits, Model_TokenTensor:$targets);
+  let arguments = (ins Model_FloatTensor:$logits, Model_TokenTensor:$targets,
+                       OptionalAttr<I64Attr>:$classes);
   let results = (outs Model_LossTensor:$loss);
   let assemblyFormat = [{
     $logits `,` $targets attr-dict `:` functional-type(operands, results)
@@ -693,7 +712,9 @@ def Model_CrossEntropyBackwardOp : Model_BackwardOp<"cross_entropy_backward"> {
   let description = [{
     `dlogits[b, s, :] = (softmax(logits[b, s, :]) - onehot(targets[b, s])) *
     dloss / (batch * seq)`, computed in f32 and stored in the logits' dtype.
-    `dloss` is the gradient of the loss (the backward seed).
+    `dloss` is the gradient of the loss (the backward seed). With `classes`
+    (the forward's), the softmax is over the first `classes` logits and the
+    padding columns' gradient is zero.
 
     FLOPs: 8 per logit.
 
@@ -702,7 +723,8 @@ def Model_CrossEntropyBackwardOp : Model_BackwardOp<"cross_entropy_backward"> {
     ```
   }];
   let arguments = (ins Model_FloatTensor:$logits, Model_TokenTensor:$targets,
-                       Model_LossTensor:$dloss);
+                       Model_LossTensor:$dloss,
+                       OptionalAttr<I64Attr>:$classes);
   let results = (outs Model_FloatTensor:$result);
   let assemblyFormat = [{
     $logits `,` $targets `,` $dloss attr-dict `:` functional-type(operands, results)

@@ -193,6 +193,16 @@ LogicalResult TensorOp::verify() {
     return emitOpError() << "a param tensor cannot be 'of' another symbol";
   if (!isParam && getInit())
     return emitOpError() << "only param tensors have an initialization";
+  if (std::optional<int64_t> rows = getValidRows()) {
+    if (!isParam)
+      return emitOpError() << "only param tensors have valid_rows";
+    int64_t first =
+        getTensorType().getRank() ? getTensorType().getDimSize(0) : 0;
+    if (*rows < 1 || *rows > first)
+      return emitOpError() << "valid_rows " << *rows
+                           << " must be from 1 to the first dimension, "
+                           << first;
+  }
   return success();
 }
 

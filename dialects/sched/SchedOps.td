@@ -51,7 +51,8 @@ def Sched_TensorOp : Sched_Op<"tensor", [Symbol, HasParent<"::mlir::ModuleOp">,
     says: each rank holds `ceil(numel / world_size)` elements, the last
     shards padded; otherwise every rank holds all of it. `of` names the
     parameter or flat group the state belongs to. `init` is a parameter's
-    initialization.
+    initialization, `valid_rows` its model.param's (a padded table: the rows
+    past it are padding).
 
     An `expert` tensor is a mixture-of-experts layer's expert parameter (or
     its state) under expert parallelism: `type` is this rank's experts, its
@@ -71,7 +72,8 @@ def Sched_TensorOp : Sched_Op<"tensor", [Symbol, HasParent<"::mlir::ModuleOp">,
                        UnitAttr:$sharded,
                        Sched_Placement:$placement,
                        OptionalAttr<AnyAttr>:$init,
-                       UnitAttr:$expert);
+                       UnitAttr:$expert,
+                       OptionalAttr<I64Attr>:$valid_rows);
   let assemblyFormat = [{
     $sym_name `:` $type $role (`of` $of^)? (`expert` $expert^)?
     (`sharded` $sharded^)? `on` $placement (`init` $init^)? attr-dict

@@ -451,16 +451,27 @@ Expected<Sources> zerocSources(const SafetensorsSet &set, const Plan &plan,
       continue;
     }
     const SafetensorsEntry &e = *at->entry;
-    if (e.shape != t.shape)
+    // A padded table is read whole or as its valid rows (the unpadded
+    // model's); the padding rows are then zero.
+    std::vector<int64_t> unpadded = t.shape;
+    if (t.validRows)
+      unpadded[0] = t.validRows;
+    if (e.shape != t.shape && e.shape != unpadded)
       wrong.push_back("'" + t.name + "' has shape " + shapeString(e.shape) +
                       " in " + at->file->path() + ", " + shapeString(t.shape) +
-                      " in the plan");
+                      " in the plan" +
+                      (t.validRows ? " (or its " + std::to_string(t.validRows) +
+                                         " rows without the padding, " +
+                                         shapeString(unpadded) + ")"
+                                   : std::string()));
     else if (std::string d =
                  dtypeProblem(t.name, at->file->path(), e.dtype, t.dtype);
              !d.empty())
       wrong.push_back(d);
     else
-      sources[t.name] = {{at->file, &e, 0, t.numel}};
+      sources[t.name] = {
+          {at->file, &e, 0,
+           e.shape == t.shape ? t.numel : t.validRows * innerOf(t.shape)}};
   }
   for (const auto &[name, at] : set.tensors()) {
     const PlanTensor *t = plan.findTensor(name);

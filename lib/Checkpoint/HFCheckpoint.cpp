@@ -207,6 +207,15 @@ Expected<HFMapping> hfMapping(const nlohmann::json &hfConfig,
                             " mapping stores one tensor per slice of its "
                             "first dimension, which needs two dimensions or "
                             "more"};
+    if (p.validRows && (rule->transposed || rule->stacked))
+      return Diagnostic{"", 0, 0,
+                        "parameter '" + p.name +
+                            "' is a padded table (valid_rows " +
+                            std::to_string(p.validRows) + " of " +
+                            shapeString(p.shape) + "); the " + modelType +
+                            " mapping stores it " +
+                            (rule->transposed ? "transposed" : "per slice") +
+                            ", which cannot drop its padding rows"};
     std::string pattern = match.format(rule->hf);
     int64_t slices = rule->stacked ? p.shape[0] : 1;
     for (int64_t e = 0; e < slices; ++e) {
@@ -234,11 +243,15 @@ Expected<HFMapping> hfMapping(const nlohmann::json &hfConfig,
       return Diagnostic{"", 0, 0, "'" + t.name + "' is both whole and fused"};
     int expected = parts.count(-1) ? -1 : 0;
     int64_t outs = 0;
-    // The shape of a part: the parameter's, or its slice's.
+    // The shape of a part: the parameter's (a padded table's valid rows),
+    // or its slice's.
     auto shapeOf = [](const Source &s) {
-      const std::vector<int64_t> &shape = s.param->shape;
-      return s.slice < 0 ? shape
-                         : std::vector<int64_t>(shape.begin() + 1, shape.end());
+      std::vector<int64_t> shape = s.param->shape;
+      if (s.slice >= 0)
+        return std::vector<int64_t>(shape.begin() + 1, shape.end());
+      if (s.param->validRows)
+        shape[0] = s.param->validRows;
+      return shape;
     };
     const Source &first = parts.begin()->second;
     std::vector<int64_t> firstShape = shapeOf(first);

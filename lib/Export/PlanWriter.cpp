@@ -319,6 +319,7 @@ FailureOr<Plan> buildPlan(ModuleOp module, const PlanSource &source) {
     pt.expert = t.getExpert();
     pt.placement = planPlacement(t.getPlacement());
     pt.init = initString(t.getInitAttr());
+    pt.validRows = t.getValidRows().value_or(0);
     plan.tensors.push_back(std::move(pt));
   }
   SymbolTable table(module);

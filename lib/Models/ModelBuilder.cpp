@@ -74,16 +74,31 @@ private:
   }
 
   /// Declares a parameter (once) and reads it at the current point.
-  Value param(const std::string &name, ArrayRef<int64_t> shape, InitAttr init) {
+  /// `validRows`: a padded table's rows that are not padding (ParamOp).
+  Value param(const std::string &name, ArrayRef<int64_t> shape, InitAttr init,
+              IntegerAttr validRows = IntegerAttr()) {
     RankedTensorType type = tensor(shape);
     if (!declared.count(name)) {
       // Parameters go before the forward function, in creation order.
       OpBuilder::InsertionGuard guard(b);
       b.setInsertionPoint(forward);
-      b.create<ParamOp>(at(name), name, type, init);
+      b.create<ParamOp>(at(name), name, type, init, validRows);
       declared.insert(name);
     }
     return b.create<ParamRefOp>(at(name), type, name);
+  }
+
+  /// The vocabulary's rows, padded as the spec asks: the shape's first
+  /// dimension, and the valid rows when there is padding.
+  int64_t vocabRows() const { return spec.paddedVocabSize(); }
+  IntegerAttr vocabValidRows() {
+    if (spec.paddedVocabSize() == spec.vocabSize)
+      return IntegerAttr();
+    return b.getI64IntegerAttr(spec.vocabSize);
+  }
+  Value vocabTable(const std::string &name) {
+    return param(name, {vocabRows(), spec.hiddenSize},
+                 normal(spec.initializerRange), vocabValidRows());
   }
 
   InitAttr normal(double std) {
@@ -163,16 +178,13 @@ private:
   }
 
   Value lossHead(Value h, Value targets, const std::string &headName) {
-    int64_t v = spec.vocabSize, d = spec.hiddenSize;
-    Value w = spec.tieWordEmbeddings
-                  ? param(embeddingName() + ".weight", {v, d},
-                          normal(spec.initializerRange))
-                  : param(headName + ".weight", {v, d},
-                          normal(spec.initializerRange));
-    Value logits =
-        b.create<LinearOp>(at(headName), activation(v), h, w, Value());
-    return b.create<CrossEntropyOp>(
-        at("loss"), RankedTensorType::get({}, b.getF32Type()), logits, targets);
+    Value w = vocabTable((spec.tieWordEmbeddings ? embeddingName() : headName) +
+                         ".weight");
+    Value logits = b.create<LinearOp>(at(headName), activation(vocabRows()), h,
+                                      w, Value());
+    return b.create<CrossEntropyOp>(at("loss"),
+                                    RankedTensorType::get({}, b.getF32Type()),
+                                    logits, targets, vocabValidRows());
   }
 
   std::string embeddingName() const {
@@ -182,7 +194,7 @@ private:
   Value gpt2(Value tokens, Value targets) {
     int64_t d = spec.hiddenSize, ff = spec.intermediateSize;
     double std = spec.initializerRange;
-    Value wte = param("wte.weight", {spec.vocabSize, d}, normal(std));
+    Value wte = vocabTable("wte.weight");
     Value x = b.create<EmbeddingOp>(at("wte"), activation(d), wte, tokens);
     Value wpe = param("wpe.weight", {spec.maxPositions, d}, normal(std));
     Value pos = b.create<PositionEmbeddingOp>(at("wpe"), activation(d), wpe);
@@ -245,8 +257,7 @@ private:
     int64_t qWidth = spec.numHeads * spec.headDim;
     int64_t kvWidth = spec.numKVHeads * spec.headDim;
     double std = spec.initializerRange;
-    Value table =
-        param("embed_tokens.weight", {spec.vocabSize, d}, normal(std));
+    Value table = vocabTable("embed_tokens.weight");
     Value x =
         b.create<EmbeddingOp>(at("embed_tokens"), activation(d), table, tokens);
     if (spec.scaleEmbeddings)

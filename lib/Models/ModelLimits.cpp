@@ -46,7 +46,7 @@ std::optional<Diagnostic> checkModelScale(const ModelSpec &spec) {
   // parameter and token, forward and backward) plus attention's two matmuls
   // over the whole sequence, recomputed once.
   long double h = spec.hiddenSize, i = spec.intermediateSize,
-              v = spec.vocabSize, layers = spec.numLayers,
+              v = spec.paddedVocabSize(), layers = spec.numLayers,
               q = (long double)spec.numHeads * spec.headDim,
               kv = (long double)spec.numKVHeads * spec.headDim,
               seq = spec.seqLen, heads = spec.numHeads;

@@ -109,6 +109,9 @@ json tensorFieldsJson(const PlanTensor &t, bool planFields) {
     if (!t.init.empty())
       j["init"] = t.init;
   }
+  // A checkpoint's manifest too: its Hugging Face export drops the padding.
+  if (t.validRows)
+    j["valid_rows"] = t.validRows;
   return j;
 }
 
@@ -243,8 +246,20 @@ void readTensorFields(JsonFieldReader &r, const json &j, const JsonPath &at,
     t.placement = r.enumOf(j, at, "placement", kAllPlacements, placementName);
     t.init = r.string(j, at, "init", /*optional=*/true);
   }
+  if (j.is_object() && j.contains("valid_rows"))
+    t.validRows = r.integer(j, at, "valid_rows", 1);
   if (r.error)
     return;
+  if (t.validRows && (t.role != TensorRole::Param || t.shape.empty() ||
+                      t.validRows > t.shape[0])) {
+    r.fail(at / "valid_rows",
+           t.role != TensorRole::Param
+               ? std::string("only a param tensor has valid_rows")
+               : "valid_rows " + std::to_string(t.validRows) +
+                     " is more than the first dimension of the shape " +
+                     shapeString(t.shape));
+    return;
+  }
   if (shapeElements(t.shape) != t.numel)
     r.fail(at / "numel", "numel " + std::to_string(t.numel) +
                              " is not the product of the shape " +

@@ -166,6 +166,10 @@ struct AttrWriter {
     if (v)
       out[name] = *v;
   }
+  void operator()(const char *name, const std::optional<int64_t> &v) {
+    if (v)
+      out[name] = *v;
+  }
   void operator()(const char *name, const std::vector<std::string> &v) {
     out[name] = v;
   }
@@ -241,6 +245,14 @@ struct AttrReader {
       if (!v->is_string())
         return wrong(name, *v, "a tensor name (a string)");
       out = v->get<std::string>();
+    }
+  }
+  /// Optional counts are positive.
+  void operator()(const char *name, std::optional<int64_t> &out) {
+    if (const json *v = find(name, true)) {
+      if (!v->is_number_integer() || v->get<int64_t>() < 1)
+        return wrong(name, *v, "a positive integer");
+      out = v->get<int64_t>();
     }
   }
   void operator()(const char *name, std::optional<double> &out) {

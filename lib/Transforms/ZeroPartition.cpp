@@ -78,7 +78,7 @@ struct ZeroPartition : zeroc::impl::ZeroPartitionBase<ZeroPartition> {
       bool sharded = stage == 3 && type.getNumElements() > persistenceThreshold;
       auto tensor = b.create<sched::TensorOp>(
           param.getLoc(), name, type, Role::Param, FlatSymbolRefAttr(), sharded,
-          Placement::Device, param.getInit(), expert);
+          Placement::Device, param.getInit(), expert, param.getValidRowsAttr());
       symbols.erase(param);
       symbols.insert(tensor, tensor->getIterator());
       FlatGroupPlan &group = groups[expert ? 1 : 0];
@@ -369,7 +369,7 @@ struct ZeroPartition : zeroc::impl::ZeroPartitionBase<ZeroPartition> {
       }
       auto t = b.create<sched::TensorOp>(
           loc, name, RankedTensorType::get(shape, element), role, ownerRef,
-          isSharded, Placement::Device, Attribute(), expert);
+          isSharded, Placement::Device, Attribute(), expert, IntegerAttr());
       symbols.insert(t, t->getIterator());
       b.setInsertionPointAfter(t);
       return success();

@@ -305,14 +305,18 @@ std::optional<Status> runModelOp(K &k, const PlanOp &op, In in, Out out,
                               heads().numKvHeads, heads().window, out(0),
                               savedOut(), step.documents);
   case OpKind::CrossEntropy:
-    return k.crossEntropyForward(in(0), in(1), out(0), step.lossTokens);
+    return k.crossEntropyForward(
+        in(0), in(1), out(0), step.lossTokens,
+        op.attrsAs<CrossEntropyAttrs>().classes.value_or(0));
   case OpKind::BackwardSeed: {
     const BackwardSeedAttrs &seed = op.attrsAs<BackwardSeedAttrs>();
     return k.backwardSeed(seed.microSteps,
                           seed.lossScaling ? step.lossScale : 1.0, out(0));
   }
   case OpKind::CrossEntropyBackward:
-    return k.crossEntropyBackward(in(0), in(1), in(2), out(0), step.lossTokens);
+    return k.crossEntropyBackward(
+        in(0), in(1), in(2), out(0), step.lossTokens,
+        op.attrsAs<CrossEntropyAttrs>().classes.value_or(0));
   case OpKind::LinearGradInput:
     return k.linearGradInput(in(0), in(1), out(0));
   case OpKind::LinearGradWeight:

@@ -375,7 +375,8 @@ Executor::create(Plan plan, Communicator &comm,
     if (op.kind == OpKind::CrossEntropy && !op.inputs.empty())
       for (const PlanValue &v : micro.values)
         if (v.id == op.inputs[0] && !v.shape.empty())
-          ex->vocab = v.shape.back();
+          ex->vocab =
+              op.attrsAs<CrossEntropyAttrs>().classesOf(v.shape.back());
   if (ex->vocab <= 0)
     return Diagnostic{"", 0, 0,
                       "the plan's micro_step has no cross_entropy op to take "

@@ -134,7 +134,8 @@ public:
   /// Restores what trainingState() recorded. Checks the data position
   /// against the step (same global batch); on error nothing changes.
   Expected<Done> restoreTrainingState(const TrainingState &state);
-  /// The vocabulary size (the logits' last dimension).
+  /// The vocabulary size: the cross-entropy's classes (the logits' last
+  /// dimension, less a padded vocabulary's padding).
   int64_t vocabSize() const { return vocab; }
   /// The tracker's device high-water mark (MemoryTracker.h): persistent
   /// device tensors, the arena as far as its buffers reached, and buffers

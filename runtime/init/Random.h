@@ -81,7 +81,8 @@ void initParameter(std::string_view name, const InitSpec &init, uint64_t seed,
 /// init string or a range outside the tensor. `base`: where the tensor's
 /// element 0 lies in the whole parameter, for an expert tensor that holds
 /// one expert-parallel rank's experts (ExpertParallel.h); so each expert
-/// holds the values it has without expert parallelism.
+/// holds the values it has without expert parallelism. A padded table's
+/// padding rows (PlanTensor::validRows) are zero.
 void initParameter(const PlanTensor &param, std::string_view init,
                    uint64_t seed, int64_t globalBegin, int64_t count,
                    float *out, int64_t base = 0);

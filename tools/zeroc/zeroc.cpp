@@ -96,6 +96,16 @@ cl::opt<std::string> genExpertLoad(
              "per-expert time and expert parallelism do"),
     cl::value_desc("uniform|worst|share"), cl::init("uniform"),
     cl::cat(zerocCategory));
+cl::opt<int64_t> genPadVocab(
+    "pad-vocab-to-multiple-of", cl::sub(genCmd),
+    cl::desc("Round the vocabulary up to a multiple of n in the embedding "
+             "and output tables and the logits (Megatron's "
+             "make-vocab-size-divisible-by; 64 makes GPT-2's 50257 50304). "
+             "The padding rows are zero and the loss ignores their logits: "
+             "training is the unpadded model's, and the logits' rows are "
+             "16-byte aligned for the GPU's matrix products. Hugging Face "
+             "checkpoints keep the unpadded vocabulary (default: 1, none)"),
+    cl::value_desc("n"), cl::cat(zerocCategory));
 cl::opt<std::string> genOutput("o", cl::sub(genCmd),
                                cl::desc("Output file (default: stdout)"),
                                cl::value_desc("file"), cl::init("-"),
@@ -503,6 +513,13 @@ int runGen() {
                    std::to_string(lo) + ") to 1/top_k (" + std::to_string(hi) +
                    "), found '" + genExpertLoad + "'");
     shaped->maxExpertShare = share;
+  }
+  if (genPadVocab.getNumOccurrences()) {
+    if (genPadVocab < 1 || genPadVocab > 65536)
+      return error("--pad-vocab-to-multiple-of must be from 1 to 65536, "
+                   "found " +
+                   std::to_string(genPadVocab));
+    shaped->padVocabMultiple = genPadVocab;
   }
   if (auto tooLarge = zeroc::checkModelScale(*shaped))
     return error(tooLarge->message);

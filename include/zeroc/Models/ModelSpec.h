@@ -91,6 +91,20 @@ struct ModelSpec {
   /// The attention kernel family (not in the Hugging Face config): flash
   /// unless asked otherwise (`zeroc gen --attention-kernel`).
   AttentionKernel attentionKernel = AttentionKernel::Flash;
+  /// The vocabulary rounded up to a multiple of this in the model's tables
+  /// and logits (not in the Hugging Face config; `zeroc gen
+  /// --pad-vocab-to-multiple-of`, Megatron's make-vocab-size-divisible-by):
+  /// 0 or 1 for none. The padding rows are zero and the loss ignores their
+  /// logits, so training is the unpadded model's; the logits' rows become
+  /// 16-byte aligned for the GPU's matrix products.
+  int64_t padVocabMultiple = 0;
+  /// vocabSize rounded up to padVocabMultiple.
+  int64_t paddedVocabSize() const {
+    if (padVocabMultiple <= 1)
+      return vocabSize;
+    return (vocabSize + padVocabMultiple - 1) / padVocabMultiple *
+           padVocabMultiple;
+  }
 
   // Shape of one micro-batch (not in the Hugging Face config).
   int64_t seqLen = 0; ///< Defaults to maxPositions.

@@ -47,6 +47,10 @@ struct PlanTensor {
   int64_t localNumel = 0; ///< Elements each rank stores, padding included.
   Placement placement = Placement::Device;
   std::string init; ///< Parameters: "zeros", "ones", "normal(STD)".
+  /// A padded table (model.param's valid_rows): the rows of the first
+  /// dimension that are not padding; 0 when every row is. Padding rows
+  /// start at zero, and Hugging Face checkpoints hold only the valid rows.
+  int64_t validRows = 0;
   /// An expert parameter or its state under expert parallelism: this
   /// rank's experts, sharded over the expert-data-parallel group.
   bool expert = false;

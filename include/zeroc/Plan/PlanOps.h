@@ -41,7 +41,7 @@ namespace zeroc {
   X(Scale, "scale", ScaleAttrs)                                                \
   X(Split, "split", NoAttrs)                                                   \
   X(CausalAttention, "causal_attention", AttentionAttrs)                       \
-  X(CrossEntropy, "cross_entropy", NoAttrs)                                    \
+  X(CrossEntropy, "cross_entropy", CrossEntropyAttrs)                          \
   X(MoeRouter, "moe_router", MoeRouterAttrs)                                   \
   X(MoeExperts, "moe_experts", MoeExpertsAttrs)                                \
   X(MoeDispatch, "moe_dispatch", MoeExpertCountAttrs)                          \
@@ -61,7 +61,7 @@ namespace zeroc {
   X(RotaryBackward, "rotary_backward", RotaryAttrs)                            \
   X(SplitBackward, "split_backward", NoAttrs)                                  \
   X(CausalAttentionBackward, "causal_attention_backward", AttentionAttrs)      \
-  X(CrossEntropyBackward, "cross_entropy_backward", NoAttrs)                   \
+  X(CrossEntropyBackward, "cross_entropy_backward", CrossEntropyAttrs)         \
   X(MoeRouterBackward, "moe_router_backward", MoeNormalizeAttrs)               \
   X(MoeExpertsBackward, "moe_experts_backward", NoAttrs)                       \
   X(MoeCombineBackward, "moe_combine_backward", MoeExpertCountAttrs)           \
@@ -181,6 +181,16 @@ struct RMSNormAttrs {
 };
 
 /// scale: the factor, rounded to the tensor's dtype by the kernel.
+/// cross_entropy and its backward: the softmax runs over the first
+/// `classes` logits of a row (a padded vocabulary's real size); absent,
+/// over all of them.
+struct CrossEntropyAttrs {
+  std::optional<int64_t> classes;
+  template <typename V> void fields(V &&v) { v("classes", classes); }
+  /// The classes of logits whose last dimension is `vocab`.
+  int64_t classesOf(int64_t vocab) const { return classes.value_or(vocab); }
+};
+
 struct ScaleAttrs {
   double factor = 0;
   template <typename V> void fields(V &&v) { v("factor", factor); }
@@ -407,12 +417,12 @@ struct AdamAttrs {
 };
 
 using PlanOpAttrs =
-    std::variant<NoAttrs, AddAttrs, NormAttrs, RMSNormAttrs, ScaleAttrs,
-                 RotaryAttrs, AttentionAttrs, MoeRouterAttrs, MoeNormalizeAttrs,
-                 MoeExpertsAttrs, MoeExpertCountAttrs, MoeLocalExpertsAttrs,
-                 AllToAllAttrs, LoadBalancingAttrs, BackwardSeedAttrs,
-                 ReadAttrs, AccumulateAttrs, TensorListAttrs, AllGatherAttrs,
-                 ReduceScatterAttrs, TargetListAttrs, CopyAttrs,
+    std::variant<NoAttrs, AddAttrs, NormAttrs, RMSNormAttrs, CrossEntropyAttrs,
+                 ScaleAttrs, RotaryAttrs, AttentionAttrs, MoeRouterAttrs,
+                 MoeNormalizeAttrs, MoeExpertsAttrs, MoeExpertCountAttrs,
+                 MoeLocalExpertsAttrs, AllToAllAttrs, LoadBalancingAttrs,
+                 BackwardSeedAttrs, ReadAttrs, AccumulateAttrs, TensorListAttrs,
+                 AllGatherAttrs, ReduceScatterAttrs, TargetListAttrs, CopyAttrs,
                  UnscaleGradsAttrs, ClipGradNormAttrs, AdamAttrs>;
 
 /// The attributes of `kind`, default-initialized (the struct its kind takes).

@@ -20,24 +20,31 @@ static std::string checkScalar(const char *op, const char *name,
 }
 
 static Status checkCrossEntropy(const char *op, const Tensor &logits,
-                                const Tensor &targets) {
+                                const Tensor &targets, int64_t classes) {
   ZEROC_RETURN_IF_ERROR(firstError({checkFloat(op, "logits", logits),
                                     checkRank(op, "logits", logits, 3),
                                     checkIds(op, "targets", targets)}));
   if (targets.shape != std::vector<int64_t>{logits.dim(0), logits.dim(1)})
     return {std::string(op) + ": targets must be [batch, seq] of logits " +
             describe(logits) + ", found " + describe(targets)};
+  if (classes < 0 || classes > logits.dim(2))
+    return {std::string(op) +
+            ": classes must be from 1 to the logits' last "
+            "dimension " +
+            std::to_string(logits.dim(2)) + ", found " +
+            std::to_string(classes)};
   return {};
 }
 
 Status checkTargetsInRange(const char *op, const Tensor &logits,
-                           const Tensor &targets) {
+                           const Tensor &targets, int64_t classes) {
   const int32_t *t = targets.i32();
+  int64_t bound = crossEntropyClasses(logits, classes);
   for (int64_t r = 0, n = targets.numel(); r < n; ++r)
-    if ((t[r] < 0 || t[r] >= logits.dim(2)) && t[r] != kIgnoredTarget)
+    if ((t[r] < 0 || t[r] >= bound) && t[r] != kIgnoredTarget)
       return {std::string(op) + ": target " + std::to_string(t[r]) +
               " at position " + std::to_string(r) + " is outside [0, " +
-              std::to_string(logits.dim(2)) + ") and not " +
+              std::to_string(bound) + ") and not " +
               std::to_string(kIgnoredTarget) + " (ignored)"};
   return {};
 }
@@ -59,16 +66,17 @@ static float softmaxInPlace(float *row, int64_t n) {
 }
 
 Status checkCrossEntropyForward(const Tensor &logits, const Tensor &targets,
-                                const Tensor &loss) {
+                                const Tensor &loss, int64_t classes) {
   const char *op = "cross_entropy";
-  ZEROC_RETURN_IF_ERROR(checkCrossEntropy(op, logits, targets));
+  ZEROC_RETURN_IF_ERROR(checkCrossEntropy(op, logits, targets, classes));
   return firstError({checkScalar(op, "loss", loss)});
 }
 
 Status checkCrossEntropyBackward(const Tensor &logits, const Tensor &targets,
-                                 const Tensor &dloss, const Tensor &dlogits) {
+                                 const Tensor &dloss, const Tensor &dlogits,
+                                 int64_t classes) {
   const char *op = "cross_entropy_backward";
-  ZEROC_RETURN_IF_ERROR(checkCrossEntropy(op, logits, targets));
+  ZEROC_RETURN_IF_ERROR(checkCrossEntropy(op, logits, targets, classes));
   return firstError({checkScalar(op, "dloss", dloss),
                      checkFloat(op, "result", dlogits),
                      checkSameShape(op, "result", dlogits, "logits", logits)});
@@ -97,24 +105,27 @@ static double lossDivisor(const Tensor &targets, double tokens) {
 }
 
 Status crossEntropyForward(const Tensor &logits, const Tensor &targets,
-                           const Tensor &loss, double tokens) {
-  ZEROC_RETURN_IF_ERROR(checkCrossEntropyForward(logits, targets, loss));
-  ZEROC_RETURN_IF_ERROR(checkTargetsInRange("cross_entropy", logits, targets));
+                           const Tensor &loss, double tokens, int64_t classes) {
+  ZEROC_RETURN_IF_ERROR(
+      checkCrossEntropyForward(logits, targets, loss, classes));
+  ZEROC_RETURN_IF_ERROR(
+      checkTargetsInRange("cross_entropy", logits, targets, classes));
   int64_t rows = targets.numel(), vocab = logits.dim(2);
+  int64_t n = crossEntropyClasses(logits, classes);
   const int32_t *t = targets.i32();
   // Rows on the pool, each row's loss kept (0 for an ignored target); their
   // sum in row order.
   ScratchVector<float> rowLoss(rows);
   parallelChunks(rows, 4, vocab, [&](int64_t first, int64_t count) {
-    ScratchVector<float> row(vocab);
+    ScratchVector<float> row(n);
     for (int64_t r = first; r < first + count; ++r) {
       if (t[r] == kIgnoredTarget) {
         rowLoss[r] = 0.0f;
         continue;
       }
-      loadF32(logits, r * vocab, vocab, row.data());
+      loadF32(logits, r * vocab, n, row.data());
       float target = row[t[r]];
-      rowLoss[r] = softmaxInPlace(row.data(), vocab) - target;
+      rowLoss[r] = softmaxInPlace(row.data(), n) - target;
     }
   });
   double total = 0.0;
@@ -127,25 +138,28 @@ Status crossEntropyForward(const Tensor &logits, const Tensor &targets,
 
 Status crossEntropyBackward(const Tensor &logits, const Tensor &targets,
                             const Tensor &dloss, const Tensor &dlogits,
-                            double tokens) {
+                            double tokens, int64_t classes) {
   ZEROC_RETURN_IF_ERROR(
-      checkCrossEntropyBackward(logits, targets, dloss, dlogits));
+      checkCrossEntropyBackward(logits, targets, dloss, dlogits, classes));
   ZEROC_RETURN_IF_ERROR(
-      checkTargetsInRange("cross_entropy_backward", logits, targets));
+      checkTargetsInRange("cross_entropy_backward", logits, targets, classes));
   int64_t rows = targets.numel(), vocab = logits.dim(2);
+  int64_t n = crossEntropyClasses(logits, classes);
   const int32_t *t = targets.i32();
   float factor = *dloss.f32() / float(lossDivisor(targets, tokens));
   parallelChunks(rows, 4, vocab, [&](int64_t first, int64_t count) {
+    // The padding columns [n, vocab) stay zero.
     ScratchVector<float> row(vocab);
+    std::fill(row.begin(), row.end(), 0.0f);
     for (int64_t r = first; r < first + count; ++r) {
       if (t[r] == kIgnoredTarget) {
-        std::fill(row.begin(), row.end(), 0.0f);
+        std::fill(row.begin(), row.begin() + n, 0.0f);
       } else {
-        loadF32(logits, r * vocab, vocab, row.data());
-        softmaxInPlace(row.data(), vocab);
+        loadF32(logits, r * vocab, n, row.data());
+        softmaxInPlace(row.data(), n);
         row[t[r]] -= 1.0f;
-        for (float &x : row)
-          x *= factor;
+        for (int64_t i = 0; i < n; ++i)
+          row[i] *= factor;
       }
       storeF32(dlogits, r * vocab, vocab, row.data());
     }

@@ -24,15 +24,16 @@ __device__ float2 softmaxStats(const void *logits, DType type, int64_t offset,
   return make_float2(max, blockSum(sum));
 }
 
+// Rows of `vocab` logits, the first `classes` of them the vocabulary.
 __global__ void rowLossKernel(const void *logits, DType type,
                               const int32_t *targets, int64_t rows,
-                              int64_t vocab, float *rowLoss) {
+                              int64_t vocab, int64_t classes, float *rowLoss) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    float2 stats = softmaxStats(logits, type, r * vocab, vocab);
+    float2 stats = softmaxStats(logits, type, r * vocab, classes);
     if (threadIdx.x == 0) {
       int32_t t = targets[r];
       rowLoss[r] = t == runtime::kIgnoredTarget ? 0.0f
-                   : t >= 0 && t < vocab
+                   : t >= 0 && t < classes
                        ? stats.x + logf(stats.y) -
                              loadAsFloat(logits, type, r * vocab + t)
                        : quietNaN();
@@ -64,18 +65,24 @@ __global__ void meanLossKernel(const float *rowLoss, int64_t rows,
 }
 
 // Each element is read and written by one thread: dlogits may be logits.
+// The padding columns [classes, vocab) get zero.
 __global__ void crossEntropyBackwardKernel(const void *logits, DType type,
                                            const int32_t *targets,
                                            const float *dloss, int64_t rows,
-                                           int64_t vocab, const float *divisor,
-                                           void *dlogits, DType dType) {
+                                           int64_t vocab, int64_t classes,
+                                           const float *divisor, void *dlogits,
+                                           DType dType) {
   float factor = *dloss / *divisor;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    float2 stats = softmaxStats(logits, type, r * vocab, vocab);
+    float2 stats = softmaxStats(logits, type, r * vocab, classes);
     int32_t t = targets[r];
     bool ignored = t == runtime::kIgnoredTarget;
-    bool valid = t >= 0 && t < vocab;
+    bool valid = t >= 0 && t < classes;
     for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
+      if (i >= classes) {
+        storeFromFloat(dlogits, dType, r * vocab + i, 0.0f);
+        continue;
+      }
       float p =
           expf(loadAsFloat(logits, type, r * vocab + i) - stats.x) / stats.y;
       if (i == t)
@@ -105,16 +112,18 @@ static Status lossDivisor(const char *op, const Tensor &targets, double tokens,
 }
 
 Status crossEntropyForward(const Tensor &logits, const Tensor &targets,
-                           const Tensor &loss, double tokens,
+                           const Tensor &loss, double tokens, int64_t classes,
                            cudaStream_t stream) {
   const char *op = "cross_entropy";
-  ZEROC_RETURN_IF_ERROR(cpu::checkCrossEntropyForward(logits, targets, loss));
+  ZEROC_RETURN_IF_ERROR(
+      cpu::checkCrossEntropyForward(logits, targets, loss, classes));
   int64_t rows = targets.numel(), vocab = logits.dim(2);
+  int64_t n = cpu::crossEntropyClasses(logits, classes);
   Scratch rowLoss, divisor;
   if (rows > 0) {
     ZEROC_RETURN_IF_ERROR(rowLoss.allocate(op, size_t(rows) * 4, stream));
     rowLossKernel<<<rowGrid(rows), kThreads, 0, stream>>>(
-        logits.data, logits.dtype, targets.i32(), rows, vocab,
+        logits.data, logits.dtype, targets.i32(), rows, vocab, n,
         rowLoss.get<float>());
     ZEROC_RETURN_IF_ERROR(launchStatus(op));
   }
@@ -126,17 +135,19 @@ Status crossEntropyForward(const Tensor &logits, const Tensor &targets,
 
 Status crossEntropyBackward(const Tensor &logits, const Tensor &targets,
                             const Tensor &dloss, const Tensor &dlogits,
-                            double tokens, cudaStream_t stream) {
+                            double tokens, int64_t classes,
+                            cudaStream_t stream) {
   const char *op = "cross_entropy_backward";
   ZEROC_RETURN_IF_ERROR(
-      cpu::checkCrossEntropyBackward(logits, targets, dloss, dlogits));
+      cpu::checkCrossEntropyBackward(logits, targets, dloss, dlogits, classes));
   int64_t rows = targets.numel(), vocab = logits.dim(2);
+  int64_t n = cpu::crossEntropyClasses(logits, classes);
   if (rows == 0 || vocab == 0)
     return {};
   Scratch divisor;
   ZEROC_RETURN_IF_ERROR(lossDivisor(op, targets, tokens, divisor, stream));
   crossEntropyBackwardKernel<<<rowGrid(rows), kThreads, 0, stream>>>(
-      logits.data, logits.dtype, targets.i32(), dloss.f32(), rows, vocab,
+      logits.data, logits.dtype, targets.i32(), dloss.f32(), rows, vocab, n,
       divisor.get<float>(), dlogits.data, dlogits.dtype);
   return launchStatus(op);
 }

@@ -22,15 +22,17 @@ namespace zeroc::cuda {
 /// logits [batch, seq, vocab], targets [batch, seq] i32 in [0, vocab) or
 /// kIgnoredTarget (-100: no loss, zero gradient). The loss is the counted
 /// rows' sum over `tokens`; `tokens` <= 0 counts the rows here (the CPU
-/// kernel's semantics, cpu/CrossEntropy.h).
+/// kernel's semantics, cpu/CrossEntropy.h). `classes` (0 for vocab): a
+/// padded vocabulary's real size, as on the CPU.
 Status crossEntropyForward(const Tensor &logits, const Tensor &targets,
-                           const Tensor &loss, double tokens,
+                           const Tensor &loss, double tokens, int64_t classes,
                            cudaStream_t stream);
 
 /// dlogits may be logits (in place).
 Status crossEntropyBackward(const Tensor &logits, const Tensor &targets,
                             const Tensor &dloss, const Tensor &dlogits,
-                            double tokens, cudaStream_t stream);
+                            double tokens, int64_t classes,
+                            cudaStream_t stream);
 
 /// Writes loss_scale / micro_steps into `seed` (device) by a one-thread
 /// kernel: no host-to-device copy, no sync.

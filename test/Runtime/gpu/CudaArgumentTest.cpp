@@ -181,11 +181,11 @@ TEST_F(CudaArguments, EmbeddingsAndLoss) {
                   cpu::positionEmbeddingBackward(act, positions));
 
   Tensor logits = fake({2, 3, 10}), loss = fake({2});
-  expectSameError(cuda::crossEntropyForward(logits, ids, loss, 0.0, stream),
+  expectSameError(cuda::crossEntropyForward(logits, ids, loss, 0.0, 0, stream),
                   cpu::crossEntropyForward(logits, ids, loss));
   Tensor badTargets = fake({3, 2}, DType::I32), scalar = fake({});
   expectSameError(
-      cuda::crossEntropyBackward(logits, badTargets, scalar, logits, 0.0,
+      cuda::crossEntropyBackward(logits, badTargets, scalar, logits, 0.0, 0,
                                  stream),
       cpu::crossEntropyBackward(logits, badTargets, scalar, logits));
   expectSameError(cuda::backwardSeed(0, 1.0, scalar, stream),

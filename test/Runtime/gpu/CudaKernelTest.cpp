@@ -890,7 +890,7 @@ TEST_F(CudaKernels, CrossEntropyMatchesTheCpu) {
     ASSERT_OK(cpu::crossEntropyForward(logits, targets, loss));
     Device lossD(loss.view);
     ASSERT_OK(
-        cuda::crossEntropyForward(*logitsD, *targetsD, lossD, 0.0, stream));
+        cuda::crossEntropyForward(*logitsD, *targetsD, lossD, 0.0, 0, stream));
     // Each row's log-sum-exp over 1000 logits: the sums' order moves it by
     // about sqrt(1000) u = 1.9e-6 (at worst 2 x 1000 u = 1.2e-4), then a mean
     // of 34 rows of loss about log(1000) = 7: relative 3e-7 typically, 1.7e-5
@@ -905,11 +905,11 @@ TEST_F(CudaKernels, CrossEntropyMatchesTheCpu) {
     ASSERT_OK(cpu::crossEntropyBackward(logits, targets, dloss, dlogits));
     Device dlogitsD(dlogits.view);
     ASSERT_OK(cuda::crossEntropyBackward(*logitsD, *targetsD, *dlossD, dlogitsD,
-                                         0.0, stream));
+                                         0.0, 0, stream));
     Host g = down(dlogitsD);
     expectClose(g, dlogits, kF32Tolerance, "dlogits " + name(t));
     ASSERT_OK(cuda::crossEntropyBackward(*logitsD, *targetsD, *dlossD, *logitsD,
-                                         0.0, stream));
+                                         0.0, 0, stream));
     expectExact(down(*logitsD), g, "dlogits in place " + name(t));
   }
 }
@@ -919,7 +919,8 @@ TEST_F(CudaKernels, CrossEntropyTargetOutsideTheVocabularyIsNaN) {
   Host targets = ids({1, 3}, {0, 4, 1});
   auto logitsD = up(logits), targetsD = up(targets);
   Device loss(Host({}).view);
-  ASSERT_OK(cuda::crossEntropyForward(*logitsD, *targetsD, loss, 0.0, stream));
+  ASSERT_OK(
+      cuda::crossEntropyForward(*logitsD, *targetsD, loss, 0.0, 0, stream));
   EXPECT_TRUE(std::isnan(down(loss).values()[0]));
 }
 
@@ -938,8 +939,8 @@ TEST_F(CudaKernels, CrossEntropyIgnoredTargetsMatchTheCpu) {
     Host loss({});
     ASSERT_OK(cpu::crossEntropyForward(logits, targets, loss, tokens));
     Device lossD(loss.view);
-    ASSERT_OK(
-        cuda::crossEntropyForward(*logitsD, *targetsD, lossD, tokens, stream));
+    ASSERT_OK(cuda::crossEntropyForward(*logitsD, *targetsD, lossD, tokens, 0,
+                                        stream));
     // As CrossEntropyMatchesTheCpu.
     expectClose(down(lossD), loss, 1e-5, "loss");
     Host dlogits(logits.view.shape, DType::F32);
@@ -947,7 +948,7 @@ TEST_F(CudaKernels, CrossEntropyIgnoredTargetsMatchTheCpu) {
         cpu::crossEntropyBackward(logits, targets, dloss, dlogits, tokens));
     Device dlogitsD(dlogits.view);
     ASSERT_OK(cuda::crossEntropyBackward(*logitsD, *targetsD, *dlossD, dlogitsD,
-                                         tokens, stream));
+                                         tokens, 0, stream));
     Host g = down(dlogitsD);
     expectClose(g, dlogits, kF32Tolerance, "dlogits");
     std::vector<float> values = g.values();
