@@ -20,7 +20,12 @@ ones, `wmma-attention` the WMMA tensor-core kernels that preceded the
 register (mma.sync) ones; `staged-gemm` the opt-in staging of GEMM rows
 that are not a multiple of 16 bytes, GPT-2's logits; `host-passes` the
 opt-in clipping and zeroing of an offloaded gradient partition on the
-host's cores; docs/gpu-kernels.md).
+host's cores; docs/gpu-kernels.md; `unpadded-vocab` the plans of the
+model with GPT-2's vocabulary of 50,257 as it is, whose logits' rows are
+not 16-byte aligned: the default plans pad it to 50,304, `zeroc gen
+--pad-vocab-to-multiple-of 64`, the same training, docs/model-dialect.md).
+PyTorch trains the unpadded model (Hugging Face's), and the MFU of every
+row counts the unpadded model's FLOPs.
 
 Reports per configuration the median step time (steps after the warm-up),
 tokens/s, MFU (model FLOPs per token from the plan: forward and backward,
@@ -44,6 +49,9 @@ MODELS = {  # Hugging Face GPT-2 shapes.
     "gpt2-350m": {"n_embd": 1024, "n_layer": 24, "n_head": 16},
 }
 VOCAB = 50257
+# zerorun's plans pad the vocabulary to a multiple of this (50,304), as
+# llm.c does; the `unpadded-vocab` kernel choice runs the unpadded plans.
+PAD_VOCAB = 64
 # Dense bf16 tensor-core peaks (NVIDIA datasheets, SXM).
 PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}
 # ZeRO configurations: name -> (stage, optimizer offloaded to the host,
@@ -61,7 +69,10 @@ KERNELS = {"default": {},
            "f32-attention": {"ZEROC_CUDA_FLASH": "tiled"},
            "staged-gemm": {"ZEROC_CUDA_GEMM_ROWS": "staged"},
            "wmma-attention": {"ZEROC_CUDA_FLASH": "wmma"},
-           "host-passes": {"ZEROC_CUDA_HOST_PASSES": "cpu"}}
+           "host-passes": {"ZEROC_CUDA_HOST_PASSES": "cpu"},
+           "unpadded-vocab": {}}
+# Kernel choices that run other plans: the plan file's infix.
+PLAN_VARIANT = {"unpadded-vocab": ".unpadded"}
 
 
 def sh(cmd, **kw):
@@ -81,9 +92,14 @@ def prepare(args):
         cfg = os.path.join(PLANS, name + ".config.json")
         with open(cfg, "w") as f:
             json.dump(hf, f)
-        mlir = os.path.join(PLANS, name + ".mlir")
-        sh([args.zeroc, "gen", cfg, "--seq-len", str(SEQ), "--micro-batch",
-            str(MICRO), "--dtype", "bf16", "--quiet", "-o", mlir])
+        mlirs = {"": os.path.join(PLANS, name + ".mlir"),
+                 ".unpadded": os.path.join(PLANS, name + ".unpadded.mlir")}
+        for variant, mlir in mlirs.items():
+            pad = [] if variant else ["--pad-vocab-to-multiple-of",
+                                      str(PAD_VOCAB)]
+            sh([args.zeroc, "gen", cfg, "--seq-len", str(SEQ),
+                "--micro-batch", str(MICRO), "--dtype", "bf16", "--quiet",
+                "-o", mlir] + pad)
         for conf, (stage, offload, params) in CONFIGS.items():
             zero = {"stage": stage, "overlap_comm": True}
             if offload:
@@ -101,10 +117,12 @@ def prepare(args):
             ds_path = os.path.join(PLANS, "%s.%s.ds.json" % (name, conf))
             with open(ds_path, "w") as f:
                 json.dump(ds, f)
-            plan = os.path.join(PLANS, "%s.%s.plan.json" % (name, conf))
-            sh([args.zeroc, mlir, "--config", ds_path, "--world-size", "1",
-                "--quiet", "-o", plan])
-            print("wrote", plan)
+            for variant, mlir in mlirs.items():
+                plan = os.path.join(PLANS, "%s.%s%s.plan.json" %
+                                    (name, conf, variant))
+                sh([args.zeroc, mlir, "--config", ds_path, "--world-size",
+                    "1", "--quiet", "-o", plan])
+                print("wrote", plan)
 
 
 def flops_per_token(plan):
@@ -118,7 +136,10 @@ def flops_per_token(plan):
 
 
 def run_zerorun(args, name, conf, kernels="default"):
-    plan_path = os.path.join(PLANS, "%s.%s.plan.json" % (name, conf))
+    plan_path = os.path.join(PLANS, "%s.%s%s.plan.json" % (
+        name, conf, PLAN_VARIANT.get(kernels, "")))
+    # Model FLOPs: the unpadded model's, whichever plan runs.
+    model_plan = os.path.join(PLANS, "%s.%s.unpadded.plan.json" % (name, conf))
     log = os.path.join(PLANS, "%s.%s.log.jsonl" % (name, conf))
     if os.path.exists(log):
         os.remove(log)
@@ -136,7 +157,7 @@ def run_zerorun(args, name, conf, kernels="default"):
     rows = [json.loads(l) for l in open(log)]
     steps = [r for r in rows if not r.get("final")][args.warmup:]
     final = [r for r in rows if r.get("final")][0]
-    with open(plan_path) as f:
+    with open(model_plan if os.path.exists(model_plan) else plan_path) as f:
         plan = json.load(f)
     return {"step_s": statistics.median(r["seconds"] for r in steps),
             "peak": final["measured_peak_bytes"],
@@ -237,7 +258,8 @@ def run(args):
     results = {"gpu": gpu, "torch": torch.__version__, "steps": args.steps,
                "warmup": args.warmup, "runs": []}
     for name in args.models.split(","):
-        with open(os.path.join(PLANS, "%s.s0.plan.json" % name)) as f:
+        # Model FLOPs: the unpadded model's (PyTorch's).
+        with open(os.path.join(PLANS, "%s.s0.unpadded.plan.json" % name)) as f:
             fpt = flops_per_token(json.load(f))
         for conf in args.configs.split(","):
             for kernels in args.kernels.split(","):

@@ -48,6 +48,7 @@ for c in "stage0_np1|0,1,1" "stage3_np1_bf16|3,1,1,dtype=bf16,persist=0" \
          "stage2_np1_offload|2,1,1,offload=cpu" \
          "stage3_np1_offload_all|3,1,1,offload=cpu,param_offload=cpu,persist=0" \
          "stage3_np1_llama|3,1,1,model=llama,persist=0" \
+         "stage2_np1_bf16_padded|2,1,1,dtype=bf16,pad_vocab=100" \
          "mixtral_ep2_stage0_np2|0,2,1,model=mixtral,ep=2"; do
   python3 "${e2e[@]}" --out "$out/gpu-match/${c%%|*}.json" "emit-plan:${c#*|}"
 done

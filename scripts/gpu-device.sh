@@ -15,7 +15,7 @@
 #     the measured cluster file and the benchmark's tables and JSON go to
 #     $OUT (or .gpu/out). The bench sections run zerorun with its default
 #     kernels and with another choice (BENCH_KERNELS, default
-#     "default,wmma-attention"; bench/gpu_bench.py's
+#     "default,unpadded-vocab"; bench/gpu_bench.py's
 #     KERNELS, docs/gpu-kernels.md),
 #     back to back; the ctest section runs their gpu tests; hostadam times
 #     the host Adam's loops (zeroc-host-adam-bench) on GPT-2 124M's
@@ -128,7 +128,7 @@ sec_calibrate() {
   # (stages share them): 350M's steps ran 5-9% over the interpolation
   # between the square classes.
   local shapes=() p
-  for p in "$ROOT"/bench/gpu_plans/gpt2-{124m,350m}.s0.plan.json; do
+  for p in "$ROOT"/bench/gpu_plans/gpt2-{124m,350m}.s0{,.unpadded}.plan.json; do
     [ -f "$p" ] && shapes+=(--shapes "$p")
   done
   timeout "$(limit 240)" "$G/build/bin/zerorun" --calibrate --device cuda \
@@ -142,7 +142,7 @@ sec_bench() { # models
     "$ROOT/bench/gpu_bench.py" run --zerorun "$G/build/bin/zerorun" \
     --models "$1" --steps "${BENCH_STEPS:-12}" --warmup 3 \
     --out "$OUT/RESULTS-$1.md" --json "$OUT/bench-$1.json" \
-    --kernels "${BENCH_KERNELS:-default,wmma-attention}" ${BENCH_ARGS:-}
+    --kernels "${BENCH_KERNELS:-default,unpadded-vocab}" ${BENCH_ARGS:-}
   echo "exit $?"
 }
 

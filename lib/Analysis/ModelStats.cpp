@@ -118,6 +118,10 @@ FailureOr<ModelStats> computeModelStats(ModuleOp module) {
     layer.params += param.getNumElements();
     layer.paramBytes += tensorBytes(param.getType());
     stats.params += param.getNumElements();
+    if (std::optional<int64_t> rows = param.getValidRows())
+      stats.paddingParams += param.getNumElements() /
+                             param.getTensorType().getDimSize(0) *
+                             (param.getTensorType().getDimSize(0) - *rows);
     if (stats.dtype.empty())
       if (auto dt = toDType(param.getTensorType().getElementType()))
         stats.dtype = std::string(dtypeName(*dt));
@@ -339,6 +343,7 @@ nlohmann::json toJson(const ModelStats &stats) {
       {"model", stats.name},
       {"params", stats.params},
       {"total_params", stats.params},
+      {"padding_params", stats.paddingParams},
       {"active_params", stats.activeParams},
       {"param_bytes", stats.paramBytes},
       {"micro_batch", stats.batch},
@@ -373,7 +378,12 @@ std::string formatModelStats(const ModelStats &s) {
     out += line;
   };
   out += "model " + s.name + "\n";
-  add("parameters", groupDigits(s.params) + " (" + humanCount(s.params) + ")");
+  add("parameters",
+      groupDigits(s.params) + " (" + humanCount(s.params) +
+          (s.paddingParams ? "; " + groupDigits(s.paddingParams) +
+                                 " of them vocabulary padding, zero"
+                           : std::string()) +
+          ")");
   add("active parameters / token",
       groupDigits(s.activeParams) + " (" + humanCount(s.activeParams) + ")" +
           (s.activeParams == s.params ? ", all: dense" : ""));

@@ -1342,6 +1342,37 @@ TEST(HFMapping, RefusesWhatItCannotMap) {
                "in the gpt2 mapping");
 }
 
+// A padded table (valid_rows) maps to a Hugging Face tensor of its valid
+// rows, from element 0; one the architecture stores transposed cannot drop
+// its padding and is refused.
+TEST(HFMapping, PaddedTablesMapTheirValidRows) {
+  Plan plan = basePlan(1, 0);
+  plan.tensors.push_back(
+      tensor("embed_tokens.weight", "param", "", DType::F32, {8, 4}, false, 1));
+  plan.tensors.back().validRows = 6;
+  plan.tensors.push_back(
+      tensor("lm_head.weight", "param", "", DType::F32, {8, 4}, false, 1));
+  plan.tensors.back().validRows = 6;
+  auto m = hfMapping({{"model_type", "llama"}}, plan.tensors);
+  ASSERT_TRUE(m) << m.error().str();
+  for (const char *name : {"model.embed_tokens.weight", "lm_head.weight"}) {
+    const HFTensor *t = m->find(name);
+    ASSERT_NE(t, nullptr) << name;
+    EXPECT_EQ(t->shape, (std::vector<int64_t>{6, 4})) << name;
+    ASSERT_EQ(t->parts.size(), 1u);
+    EXPECT_EQ(t->parts[0].paramBegin, 0);
+    EXPECT_EQ(t->parts[0].numel, 24) << name;
+  }
+  Plan gpt2 = gpt2Plan(1);
+  for (PlanTensor &t : gpt2.tensors)
+    if (t.name == "h.0.mlp.c_fc.weight")
+      t.validRows = t.shape[0] - 1;
+  EXPECT_ERROR(hfMapping(gpt2.model.hfConfig, gpt2.tensors),
+               "parameter 'h.0.mlp.c_fc.weight' is a padded table "
+               "(valid_rows 7 of [8, 4]); the gpt2 mapping stores it "
+               "transposed, which cannot drop its padding rows");
+}
+
 /// Checks every rank's parameters and masters against the expected whole
 /// values (exact in bf16).
 void expectGPT2Loaded(const Plan &plan, const std::string &path,

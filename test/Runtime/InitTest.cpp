@@ -138,6 +138,48 @@ TEST(Init, Stage3ShardsEqualTheWholeTensor) {
     }
 }
 
+// A padded table (valid_rows): the valid rows hold the unpadded table's
+// values, the padding rows zero, in any range, stage-3 shard and flat-group
+// partition.
+TEST(Init, PaddedTablesZeroTheirPaddingRows) {
+  PlanTensor unpadded = param("wte.weight", 7 * 3, "normal(0.02)");
+  unpadded.shape = {7, 3};
+  PlanTensor padded = param("wte.weight", 10 * 3, "normal(0.02)");
+  padded.shape = {10, 3};
+  padded.validRows = 7;
+  std::vector<float> expected = whole(unpadded, 5);
+  expected.resize(30, 0.0f);
+  EXPECT_EQ(whole(padded, 5), expected);
+  for (int64_t begin : {0, 4, 20, 21, 25})
+    for (int64_t count : {0, 1, 5}) {
+      std::vector<float> part(size_t(count), -1.0f);
+      initParameter(padded, padded.init, 5, begin, count, part.data());
+      EXPECT_EQ(part, std::vector<float>(expected.begin() + begin,
+                                         expected.begin() + begin + count))
+          << "[" << begin << ", " << begin + count << ")";
+    }
+  for (int64_t n : {2, 3, 4}) {
+    ParamShardLayout layout{30, n};
+    std::vector<float> joined;
+    for (int64_t r = 0; r < n; ++r) {
+      std::vector<float> shard(size_t(layout.shardSize()), -1.0f);
+      initShard(padded, padded.init, 5, layout, r, shard.data());
+      joined.insert(joined.end(), shard.begin(),
+                    shard.begin() + layout.ownedBy(r).size());
+    }
+    EXPECT_EQ(joined, expected) << "over " << n;
+    FlatGroupLayout flat({30}, n);
+    std::vector<float> parts;
+    for (int64_t r = 0; r < n; ++r) {
+      std::vector<float> part(size_t(flat.partitionSize()), -1.0f);
+      initShard({&padded}, flat, 5, r, part.data());
+      parts.insert(parts.end(), part.begin(), part.end());
+    }
+    parts.resize(30);
+    EXPECT_EQ(parts, expected) << "flat over " << n;
+  }
+}
+
 // Stages 1-2: the partitions of ranks 0..n-1, concatenated, are the flat
 // buffer: each parameter whole at its offset, then zero padding.
 TEST(Init, FlatGroupPartitionsEqualTheWholeParameters) {

@@ -1784,6 +1784,51 @@ TEST(CrossEntropy, RejectsBadTargetsAndLoss) {
   EXPECT_FALSE(crossEntropyForward(logits, ids({1, 2}, {0, 1}), halfLoss).ok());
 }
 
+// A padded vocabulary (classes < the logits' width): the loss and gradient
+// are those of the first `classes` logits alone, whatever the padding
+// columns hold, and the padding columns' gradient is exactly zero.
+TEST(CrossEntropy, PaddedClassesAreTheUnpaddedVocabulary) {
+  const int64_t classes = 5, width = 8;
+  Owned padded = random({2, 3, width}, 7), loss({}), unpaddedLoss({});
+  std::vector<float> values = randomValues(6 * width, 7, -3.0f, 3.0f);
+  std::vector<float> valid;
+  for (int64_t r = 0; r < 6; ++r)
+    for (int64_t i = 0; i < width; ++i) {
+      if (i < classes)
+        valid.push_back(values[r * width + i]);
+      else // Padding that would dominate a softmax over the whole row.
+        values[r * width + i] = 50.0f;
+    }
+  padded.set(values);
+  Owned unpadded({2, 3, classes}, valid);
+  Owned targets = ids({2, 3}, {0, 4, -100, 3, 1, 2});
+  ASSERT_OK(crossEntropyForward(unpadded, targets, unpaddedLoss));
+  ASSERT_OK(crossEntropyForward(padded, targets, loss, 0, classes));
+  EXPECT_EQ(loss.at(0), unpaddedLoss.at(0));
+
+  Owned dloss({}, {0.5f}), dPadded({2, 3, width}), dUnpadded({2, 3, classes});
+  ASSERT_OK(crossEntropyBackward(unpadded, targets, dloss, dUnpadded));
+  ASSERT_OK(crossEntropyBackward(padded, targets, dloss, dPadded, 0, classes));
+  for (int64_t r = 0; r < 6; ++r)
+    for (int64_t i = 0; i < width; ++i)
+      EXPECT_EQ(dPadded.at(r * width + i),
+                i < classes ? dUnpadded.at(r * classes + i) : 0.0f)
+          << "row " << r << " column " << i;
+
+  // A target in the padding, and classes outside [1, width].
+  Status s = crossEntropyForward(padded, ids({2, 3}, {0, 5, 0, 0, 0, 0}), loss,
+                                 0, classes);
+  EXPECT_NE(s.error.find("target 5 at position 1 is outside [0, 5)"),
+            std::string::npos)
+      << s.error;
+  s = crossEntropyBackward(padded, targets, dloss, dPadded, 0, width + 1);
+  EXPECT_NE(s.error.find("cross_entropy_backward: classes must be from 1 to "
+                         "the logits' last dimension 8, found 9"),
+            std::string::npos)
+      << s.error;
+  EXPECT_FALSE(crossEntropyForward(padded, targets, loss, 0, -1).ok());
+}
+
 TEST(BackwardSeed, MicroStepsAndLossScale) {
   Owned seed({});
   ASSERT_OK(backwardSeed(4, 1.0, seed));

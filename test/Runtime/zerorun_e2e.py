@@ -53,6 +53,12 @@ Scenarios:
                        shards' padding), within the ZeRO paper's formula
                        where it applies (one micro-step; stage 3 with every
                        parameter sharded)
+  padded:SPEC          SPEC with pad_vocab=N (zeroc gen
+                       --pad-vocab-to-multiple-of N) against SPEC without
+                       for 5 steps: equal per-step losses (LOSS_TOL), each
+                       run's measured peak its plan's, and (f32) the Hugging
+                       Face exports of the final checkpoints equal in names,
+                       shapes and weights (WEIGHT_TOL_F32)
   traffic:SPEC         SPEC for 5 steps: the memory and traffic checks of
                        equiv, without a reference
   unplanned:SPEC       SPEC's plan with every op's workspace removed trains
@@ -155,6 +161,11 @@ Scenarios:
   grad-check-documents:MODEL the same on three files (documents) with
                        --no-cross-doc-attention --no-cross-doc-loss
   grad-check-packed:MODEL    documents, and --reset-position-ids
+  grad-check-padded:MODEL    the model generated with
+                       --pad-vocab-to-multiple-of 96 (tiny vocabularies of
+                       256 become 288), read from the unpadded weights: the
+                       padding rows' gradients exactly zero, the rest as
+                       grad-check
 """
 
 import argparse
@@ -245,13 +256,15 @@ MODELS = ("gpt2", "llama", "mistral", "qwen2", "gemma", "phi3", "mixtral",
 AUX_COEF = 0.5
 
 
-def model(args, dtype, name="gpt2", attention="flash", expert_load=None):
+def model(args, dtype, name="gpt2", attention="flash", expert_load=None,
+          pad_vocab=None):
     if name not in MODELS:
         print("unknown model %r (%s)" % (name, ", ".join(MODELS)))
         sys.exit(2)
-    path = os.path.join(args.work, "tiny-%s-%s%s%s.mlir" % (
+    path = os.path.join(args.work, "tiny-%s-%s%s%s%s.mlir" % (
         name, dtype, "" if attention == "flash" else "-" + attention,
-        "" if expert_load is None else "-load-" + expert_load))
+        "" if expert_load is None else "-load-" + expert_load,
+        "" if pad_vocab is None else "-pad-" + pad_vocab))
     if not os.path.exists(path):
         source = ["--preset", "tiny-" + name]
         if name == "mixtral_aux":
@@ -264,6 +277,8 @@ def model(args, dtype, name="gpt2", attention="flash", expert_load=None):
             with open(source[0], "w") as f:
                 json.dump(config, f)
         load = [] if expert_load is None else ["--expert-load", expert_load]
+        if pad_vocab is not None:
+            load += ["--pad-vocab-to-multiple-of", pad_vocab]
         run([args.zeroc, "gen"] + source + ["--seq-len", str(SEQ),
              "--micro-batch", str(MICRO), "--dtype", dtype,
              "--attention-kernel", attention, "--quiet", "-o", path] + load)
@@ -336,7 +351,8 @@ def plan(args, stage, ws, ga, opts):
     ep = ["--ep-size", opts["ep"]] if "ep" in opts else []
     load = opts.get("expert_load", "worst" if ep else None)
     run([args.zeroc, model(args, dtype, opts.get("model", "gpt2"),
-                           opts.get("attention", "flash"), load), "--config",
+                           opts.get("attention", "flash"), load,
+                           opts.get("pad_vocab")), "--config",
          cfg_path, "--world-size",
          str(ws), "-o", out] + recompute + ep, env=dict(os.environ))
     return out
@@ -1323,6 +1339,50 @@ def scenario_attention(args, spec):
     return 0 if ok else 1
 
 
+def scenario_padded(args, spec):
+    """SPEC (with pad_vocab=N) against SPEC unpadded for EQUIV_STEPS steps:
+    equal per-step losses (LOSS_TOL of SPEC's dtype), each run's measured
+    peak memory its plan's, and the Hugging Face export of the final
+    checkpoints (zeroc consolidate --format hf, which drops the padding
+    rows) the same tensors, shapes and weights (WEIGHT_TOL_F32; f32 only)."""
+    stage, ws, ga, opts = parse_spec(spec)
+    if "pad_vocab" not in opts:
+        print("FAILED: padded: needs pad_vocab=N in SPEC")
+        return 2
+    runs, exports, ok = {}, {}, True
+    for padded in (True, False):
+        o = dict(opts) if padded else {k: v for k, v in opts.items()
+                                       if k != "pad_vocab"}
+        p = plan(args, stage, ws, ga, o)
+        log = p + ".log.jsonl"
+        ckpt = fresh_dir(args, "ckpt-%s" % ("padded" if padded else "plain"))
+        runs[padded] = losses(args, p, ws, EQUIV_STEPS, log=log,
+                              extra=["--checkpoint-dir", ckpt])
+        ok = memory_matches(log) and ok
+        exports[padded] = fresh_dir(args, "hf-%s" % ("padded" if padded
+                                                     else "plain"))
+        run([args.zeroc, "consolidate", ckpt, "--format", "hf", "-o",
+             exports[padded]])
+    tol = LOSS_TOL[opts.get("dtype", "f32")]
+    worst = max(abs(a - b) / abs(b) for a, b in zip(runs[True], runs[False]))
+    print("padded:  ", runs[True])
+    print("unpadded:", runs[False])
+    print("largest relative difference: %g (tolerance %g)" % (worst, tol))
+    if len(runs[True]) != len(runs[False]) or worst > tol:
+        print("FAILED: the padded vocabulary changes the losses")
+        ok = False
+    if opts.get("dtype", "f32") == "f32":
+        diff = compare_weights(
+            os.path.join(exports[True], "model.safetensors"),
+            os.path.join(exports[False], "model.safetensors"))
+        print("Hugging Face exports: largest weight difference %s "
+              "(tolerance %g)" % (diff, WEIGHT_TOL_F32))
+        if diff is None or diff > WEIGHT_TOL_F32:
+            print("FAILED: the padded run's export is not the unpadded one's")
+            ok = False
+    return 0 if ok else 1
+
+
 def scenario_traffic(args, spec):
     """SPEC for EQUIV_STEPS steps: the measured memory (both ways) and the
     traffic against the plan and the ZeRO paper."""
@@ -1447,6 +1507,9 @@ def grad_check_weights(plan_path, rnd, unit_offset_norms=False):
         if t["role"] != "param":
             continue
         shape, n, name = t["shape"], t["numel"], t["name"]
+        if "valid_rows" in t:  # A padded table: the unpadded model's rows.
+            n = n // shape[0] * t["valid_rows"]
+            shape = [t["valid_rows"]] + shape[1:]
         if name in ("wte.weight", "wpe.weight", "embed_tokens.weight"):
             vals = [rnd.gauss(0, 0.3) for _ in range(n)]
         elif len(shape) == 2:
@@ -1477,7 +1540,7 @@ def central_difference(loss_at, h):
 
 
 def scenario_grad_check(args, name, masked=False, documents=False,
-                        reset_positions=False):
+                        reset_positions=False, pad_vocab=None):
     """masked: two micro-steps (accumulation 2) over a loss mask that counts
     3 targets of the first micro-step's 16 and 13 of the second's, so the
     loss and gradient are the mean over the 16 counted targets of the whole
@@ -1488,7 +1551,11 @@ def scenario_grad_check(args, name, masked=False, documents=False,
     and --no-cross-doc-loss: the reference attends within each document
     and does not count the targets that start one. reset_positions: also
     --reset-position-ids, each document's positions from 0 in the reference
-    (position_ids) too."""
+    (position_ids) too. pad_vocab: the model generated with
+    --pad-vocab-to-multiple-of PAD_VOCAB; the weights are the unpadded
+    model's (read by --init-from into the padded tables), the gradients of
+    the padding rows must be exactly zero and those of the valid rows are
+    checked as the others."""
     here = os.path.dirname(os.path.abspath(__file__))
     config_path = os.path.join(here, "..", "..", "examples", "configs",
                                "tiny-" + name, "config.json")
@@ -1498,9 +1565,11 @@ def scenario_grad_check(args, name, masked=False, documents=False,
     with open(config_path) as f:
         config = reference_model.Config(json.load(f))
     mlir = os.path.join(args.work, "grad-%s.mlir" % name)
+    pad = ([] if pad_vocab is None else
+           ["--pad-vocab-to-multiple-of", str(pad_vocab)])
     run([args.zeroc, "gen", config_path, "--seq-len", str(GRAD_SEQ),
          "--micro-batch", str(GRAD_MICRO), "--dtype", "f32", "--quiet", "-o",
-         mlir])
+         mlir] + pad)
     accum = 2 if masked else 1
     _, cfg = write_config(args, 0, 1, accum, {})
     with open(cfg) as f:
@@ -1559,6 +1628,23 @@ def scenario_grad_check(args, name, masked=False, documents=False,
         print("FAILED: gradients of %s, expected %s" % (sorted(grads),
                                                         sorted(params)))
         return 1
+    with open(plan_path) as f:
+        padded = {t["name"]: t for t in json.load(f)["tensors"]
+                  if "valid_rows" in t}
+    if pad_vocab is not None and not padded:
+        print("FAILED: --pad-vocab-to-multiple-of %d padded no table" %
+              pad_vocab)
+        return 1
+    for pname, t in padded.items():
+        shape, g = grads[pname]
+        valid = t["valid_rows"] * (t["numel"] // t["shape"][0])
+        nonzero = sum(1 for x in g[valid:] if x != 0.0)
+        print("%s: %s padded to %s; padding rows' gradient: %d nonzero of %d"
+              % (pname, params[pname][0], shape, nonzero, len(g) - valid))
+        if shape != t["shape"] or nonzero:
+            print("FAILED: the padding rows of %s have a gradient" % pname)
+            return 1
+        grads[pname] = (params[pname][0], g[:valid])
 
     starts = None
     if documents:
@@ -1923,6 +2009,11 @@ def main():
 
     if args.scenario.startswith("grad-check:"):
         return scenario_grad_check(args, args.scenario[len("grad-check:"):])
+    if args.scenario.startswith("padded:"):
+        return scenario_padded(args, args.scenario[len("padded:"):])
+    if args.scenario.startswith("grad-check-padded:"):
+        return scenario_grad_check(
+            args, args.scenario[len("grad-check-padded:"):], pad_vocab=96)
     if args.scenario.startswith("grad-check-masked:"):
         return scenario_grad_check(
             args, args.scenario[len("grad-check-masked:"):], masked=True)

@@ -10,6 +10,7 @@
 #include "zeroc/Plan/Plan.h"
 #include "zeroc/Plan/PlanInspect.h"
 #include "zeroc/Plan/PlanMemory.h"
+#include "zeroc/Support/JsonReader.h"
 
 #include <gtest/gtest.h>
 
@@ -1088,3 +1089,60 @@ TEST(PlanInspect, TextReport) {
 }
 
 } // namespace
+
+// A padded vocabulary (zeroc gen --pad-vocab-to-multiple-of): a param's
+// valid_rows round-trip and are checked against its shape and role; the
+// cross-entropy's classes are a positive count.
+TEST(PlanReader, PaddedTables) {
+  const std::string a = R"("local_numel": 12, "placement": "device"})";
+  Expected<Plan> plan = readText(edited(
+      a, R"("local_numel": 12, "placement": "device", "valid_rows": 2})"));
+  ASSERT_TRUE(plan) << plan.error().str();
+  EXPECT_EQ(plan->tensors[0].validRows, 2);
+  EXPECT_EQ(plan->tensors[1].validRows, 0);
+  EXPECT_EQ(toJson(*plan)["tensors"][0]["valid_rows"], 2);
+  EXPECT_FALSE(toJson(*plan)["tensors"][1].contains("valid_rows"));
+  expectError(
+      edited(a,
+             R"("local_numel": 12, "placement": "device", "valid_rows": 4})"),
+      "12:143: error: plan tensors[0].valid_rows: valid_rows 4 is more than "
+      "the first dimension of the shape [3, 4]",
+      R"("valid_rows")");
+  expectError(
+      edited(a,
+             R"("local_numel": 12, "placement": "device", "valid_rows": 0})"),
+      "12:143: error: plan tensors[0].valid_rows: expected an integer >= 1, "
+      "found 0",
+      R"("valid_rows")");
+  expectError(edited(R"("local_numel": 10, "placement": "device"})",
+                     R"("local_numel": 10, "placement": "device", )"
+                     R"("valid_rows": 2})"),
+              "14:154: error: plan tensors[2].valid_rows: only a param "
+              "tensor has valid_rows",
+              R"("valid_rows")");
+
+  auto attrs = [](const std::string &text, OpKind kind,
+                  std::string *error) -> PlanOpAttrs {
+    Expected<JsonDocument> doc = JsonDocument::parse(text, "attrs");
+    JsonFieldReader r(*doc, "plan");
+    PlanOpAttrs out = readOpAttrs(r, doc->root(), JsonPath(), 3, kind);
+    *error = r.error ? r.error->message : "";
+    return out;
+  };
+  std::string error;
+  PlanOpAttrs ce = attrs(R"({"classes": 7})", OpKind::CrossEntropy, &error);
+  EXPECT_EQ(error, "");
+  EXPECT_EQ(std::get<CrossEntropyAttrs>(ce).classesOf(9), 7);
+  EXPECT_EQ(attrsToJson(ce), json({{"classes", 7}}));
+  PlanOpAttrs none = attrs("{}", OpKind::CrossEntropyBackward, &error);
+  EXPECT_EQ(error, "");
+  EXPECT_EQ(std::get<CrossEntropyAttrs>(none).classesOf(9), 9);
+  EXPECT_EQ(attrsToJson(none), json::object());
+  for (const char *bad : {R"({"classes": 0})", R"({"classes": 2.5})"}) {
+    attrs(bad, OpKind::CrossEntropy, &error);
+    EXPECT_NE(error.find("op 3 (cross_entropy): attribute 'classes' must be a "
+                         "positive integer, found "),
+              std::string::npos)
+        << bad << ": " << error;
+  }
+}

@@ -96,16 +96,6 @@ cl::opt<std::string> genExpertLoad(
              "per-expert time and expert parallelism do"),
     cl::value_desc("uniform|worst|share"), cl::init("uniform"),
     cl::cat(zerocCategory));
-cl::opt<int64_t> genPadVocab(
-    "pad-vocab-to-multiple-of", cl::sub(genCmd),
-    cl::desc("Round the vocabulary up to a multiple of n in the embedding "
-             "and output tables and the logits (Megatron's "
-             "make-vocab-size-divisible-by; 64 makes GPT-2's 50257 50304). "
-             "The padding rows are zero and the loss ignores their logits: "
-             "training is the unpadded model's, and the logits' rows are "
-             "16-byte aligned for the GPU's matrix products. Hugging Face "
-             "checkpoints keep the unpadded vocabulary (default: 1, none)"),
-    cl::value_desc("n"), cl::cat(zerocCategory));
 cl::opt<std::string> genOutput("o", cl::sub(genCmd),
                                cl::desc("Output file (default: stdout)"),
                                cl::value_desc("file"), cl::init("-"),
@@ -344,6 +334,19 @@ cl::opt<int64_t> modelSeqLen(
     cl::desc("With a config.json for the model: the sequence length "
              "(default: the model's maximum positions)"),
     cl::value_desc("n"), cl::cat(zerocCategory));
+cl::opt<int64_t> padVocab(
+    "pad-vocab-to-multiple-of", cl::sub(genCmd),
+    cl::sub(cl::SubCommand::getTopLevel()), cl::sub(statsCmd),
+    cl::sub(adviseCmd),
+    cl::desc("Round the vocabulary up to a multiple of n in the embedding "
+             "and output tables and the logits (Megatron's "
+             "make-vocab-size-divisible-by; 64 makes GPT-2's 50257 50304). "
+             "The padding rows are zero and the loss ignores their logits: "
+             "training is the unpadded model's, and the logits' rows are "
+             "16-byte aligned for the GPU's matrix products. Hugging Face "
+             "checkpoints keep the unpadded vocabulary (default: 1, none; "
+             "outside gen, for a config.json model)"),
+    cl::value_desc("n"), cl::cat(zerocCategory));
 cl::opt<std::string> inspectInput(cl::Positional, cl::sub(inspectCmd),
                                   cl::desc("<plan.json>"), cl::Required);
 cl::opt<bool> inspectAsJson("json", cl::sub(inspectCmd),
@@ -450,6 +453,17 @@ void loadDialects(MLIRContext &context) {
                       func::FuncDialect>();
 }
 
+/// --pad-vocab-to-multiple-of on a spec; the error, if any.
+std::optional<std::string> applyPadVocab(zeroc::ModelSpec &spec) {
+  if (!padVocab.getNumOccurrences())
+    return std::nullopt;
+  if (padVocab < 1 || padVocab > 65536)
+    return "--pad-vocab-to-multiple-of must be from 1 to 65536, found " +
+           std::to_string(padVocab);
+  spec.padVocabMultiple = padVocab;
+  return std::nullopt;
+}
+
 int runGen() {
   if (genConfig.empty() == genPreset.empty())
     return error("give either a config.json or --preset NAME (presets: " +
@@ -514,13 +528,8 @@ int runGen() {
                    "), found '" + genExpertLoad + "'");
     shaped->maxExpertShare = share;
   }
-  if (genPadVocab.getNumOccurrences()) {
-    if (genPadVocab < 1 || genPadVocab > 65536)
-      return error("--pad-vocab-to-multiple-of must be from 1 to 65536, "
-                   "found " +
-                   std::to_string(genPadVocab));
-    shaped->padVocabMultiple = genPadVocab;
-  }
+  if (std::optional<std::string> bad = applyPadVocab(*shaped))
+    return error(*bad);
   if (auto tooLarge = zeroc::checkModelScale(*shaped))
     return error(tooLarge->message);
 
@@ -573,6 +582,10 @@ OwningOpRef<ModuleOp> loadModel(MLIRContext &context, llvm::SourceMgr &sources,
       error(path + ": " + shaped.error().message);
       return nullptr;
     }
+    if (std::optional<std::string> bad = applyPadVocab(*shaped)) {
+      error(*bad);
+      return nullptr;
+    }
     OwningOpRef<ModuleOp> module = zeroc::buildModel(context, *shaped);
     if (failed(verify(*module))) {
       error("internal error: the model generated from " + path +
@@ -580,6 +593,12 @@ OwningOpRef<ModuleOp> loadModel(MLIRContext &context, llvm::SourceMgr &sources,
       return nullptr;
     }
     return module;
+  }
+  if (padVocab.getNumOccurrences()) {
+    error("--pad-vocab-to-multiple-of applies to a config.json; " + path +
+          " is a model file and has its own tables (regenerate it with "
+          "`zeroc gen --pad-vocab-to-multiple-of`)");
+    return nullptr;
   }
   if (seqLen) {
     error("--seq-len applies to a config.json; " + path +

@@ -75,6 +75,9 @@ struct MoeStats {
 struct ModelStats {
   std::string name;
   int64_t params = 0; ///< Every parameter (the total).
+  /// Of them, a padded vocabulary's padding rows (model.param valid_rows):
+  /// zero and never trained, but held and multiplied like the others.
+  int64_t paddingParams = 0;
   /// The parameters one token's forward uses: all of them in a dense model;
   /// a mixture of experts counts only the experts a token is routed to.
   /// The FLOPs formula below uses these.

@@ -474,6 +474,14 @@ func.func @f(%l: tensor<2x3x10xf32>, %t: tensor<3x2xi32>, %s: tensor<f32>) {
 // -----
 
 func.func @f(%l: tensor<2x3x10xf32>, %t: tensor<2x3xi32>, %s: tensor<f32>) {
+  // expected-error @+1 {{classes 0 must be from 1 to the logits' last dimension, 10}}
+  %0 = model.cross_entropy_backward %l, %t, %s {classes = 0 : i64} : (tensor<2x3x10xf32>, tensor<2x3xi32>, tensor<f32>) -> tensor<2x3x10xf32>
+  return
+}
+
+// -----
+
+func.func @f(%l: tensor<2x3x10xf32>, %t: tensor<2x3xi32>, %s: tensor<f32>) {
   // expected-error @+1 {{result type 'tensor<2x3x10xbf16>' does not match the logits type 'tensor<2x3x10xf32>'}}
   %0 = model.cross_entropy_backward %l, %t, %s : (tensor<2x3x10xf32>, tensor<2x3xi32>, tensor<f32>) -> tensor<2x3x10xbf16>
   return

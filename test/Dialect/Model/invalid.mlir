@@ -21,6 +21,16 @@ model.param @w : tensor<4x0xf32> init <zeros>
 
 // -----
 
+// expected-error @+1 {{parameter @w has valid_rows 5; expected 1 to its first dimension, 4}}
+model.param @w : tensor<4x2xf32> init <zeros> {valid_rows = 5 : i64}
+
+// -----
+
+// expected-error @+1 {{parameter @w has valid_rows 0; expected 1 to its first dimension, 4}}
+model.param @w : tensor<4x2xf32> init <zeros> {valid_rows = 0 : i64}
+
+// -----
+
 // expected-error @+1 {{attribute 'type' failed to satisfy constraint: type attribute of statically shaped tensor of 32-bit float or bfloat16 type or 16-bit float values}}
 model.param @w : tensor<4xi32> init <zeros>
 
@@ -363,6 +373,14 @@ func.func @f(%l: tensor<2x3x10xf32>, %t: tensor<6xi32>) {
 func.func @f(%l: tensor<2x3x10xf32>, %t: tensor<3x2xi32>) {
   // expected-error @+1 {{targets has shape [3, 2], expected [2, 3] ([batch, seq] of the logits)}}
   %0 = model.cross_entropy %l, %t : (tensor<2x3x10xf32>, tensor<3x2xi32>) -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @f(%l: tensor<2x3x10xf32>, %t: tensor<2x3xi32>) {
+  // expected-error @+1 {{classes 11 must be from 1 to the logits' last dimension, 10}}
+  %0 = model.cross_entropy %l, %t {classes = 11 : i64} : (tensor<2x3x10xf32>, tensor<2x3xi32>) -> tensor<f32>
   return
 }
 

@@ -24,6 +24,17 @@ sched.tensor @w.exp_avg : tensor<4xf32> exp_avg of @w on device init #model.init
 // -----
 
 sched.tensor @w : tensor<4xf32> param on device
+// expected-error @+1 {{'sched.tensor' op only param tensors have valid_rows}}
+sched.tensor @w.exp_avg : tensor<4xf32> exp_avg of @w on device {valid_rows = 2 : i64}
+
+// -----
+
+// expected-error @+1 {{'sched.tensor' op valid_rows 5 must be from 1 to the first dimension, 4}}
+sched.tensor @w : tensor<4x2xf32> param on device {valid_rows = 5 : i64}
+
+// -----
+
+sched.tensor @w : tensor<4xf32> param on device
 sched.tensor @w.grad : tensor<4xf32> grad of @w on device
 // expected-error @+1 {{'sched.tensor' op 'of' @w.grad must name a param tensor or a flat group}}
 sched.tensor @w.exp_avg : tensor<4xf32> exp_avg of @w.grad on device

@@ -924,6 +924,46 @@ TEST_F(CudaKernels, CrossEntropyTargetOutsideTheVocabularyIsNaN) {
   EXPECT_TRUE(std::isnan(down(loss).values()[0]));
 }
 
+// A padded vocabulary (classes 50257 of rows of 50304, GPT-2's with
+// --pad-vocab-to-multiple-of 64): the CPU kernel's loss and gradient, the
+// padding columns' gradient exactly 0 (in place too), and a target in the
+// padding is NaN as one outside the rows.
+TEST_F(CudaKernels, CrossEntropyPaddedClassesMatchTheCpu) {
+  const int64_t classes = 50257, width = 50304;
+  Host logits = random({1, 3, width}, DType::BF16, 38, -5.0f, 5.0f);
+  Host targets = ids({1, 3}, {50256, -100, 17});
+  auto logitsD = up(logits), targetsD = up(targets);
+  Host loss({});
+  ASSERT_OK(cpu::crossEntropyForward(logits, targets, loss, 0.0, classes));
+  Device lossD(loss.view);
+  ASSERT_OK(cuda::crossEntropyForward(*logitsD, *targetsD, lossD, 0.0, classes,
+                                      stream));
+  // As CrossEntropyMatchesTheCpu, over 50257 logits: sqrt(50257) u = 1.3e-5
+  // typically of a loss about log(50257) = 10.8.
+  expectClose(down(lossD), loss, 1e-4, "loss");
+  Host dloss({}), dlogits(logits.view.shape, DType::BF16);
+  dloss.set({0.5f});
+  auto dlossD = up(dloss);
+  ASSERT_OK(
+      cpu::crossEntropyBackward(logits, targets, dloss, dlogits, 0.0, classes));
+  Device dlogitsD(dlogits.view);
+  ASSERT_OK(cuda::crossEntropyBackward(*logitsD, *targetsD, *dlossD, dlogitsD,
+                                       0.0, classes, stream));
+  Host g = down(dlogitsD);
+  expectClose(g, dlogits, kF32Tolerance, "dlogits");
+  ASSERT_OK(cuda::crossEntropyBackward(*logitsD, *targetsD, *dlossD, *logitsD,
+                                       0.0, classes, stream));
+  std::vector<float> values = down(*logitsD).values();
+  for (int64_t row = 0; row < 3; ++row)
+    for (int64_t i = classes; i < width; ++i)
+      EXPECT_EQ(values[size_t(row * width + i)], 0.0f) << "row " << row;
+  Host inPadding = ids({1, 3}, {50257, 0, 0});
+  auto inPaddingD = up(inPadding), freshD = up(logits);
+  ASSERT_OK(cuda::crossEntropyForward(*freshD, *inPaddingD, lossD, 0.0, classes,
+                                      stream));
+  EXPECT_TRUE(std::isnan(down(lossD).values()[0]));
+}
+
 // Targets -100 (ignored, --loss-mask) and the executor's divisor: the CPU
 // kernel's loss and gradient, the ignored rows' gradient exactly 0; with no
 // divisor both count the rows not ignored.
