@@ -258,8 +258,11 @@ def run(args):
     results = {"gpu": gpu, "torch": torch.__version__, "steps": args.steps,
                "warmup": args.warmup, "runs": []}
     for name in args.models.split(","):
-        # Model FLOPs: the unpadded model's (PyTorch's).
-        with open(os.path.join(PLANS, "%s.s0.unpadded.plan.json" % name)) as f:
+        # Model FLOPs: the unpadded model's (PyTorch's), where prepared.
+        unpadded = os.path.join(PLANS, "%s.s0.unpadded.plan.json" % name)
+        if not os.path.exists(unpadded):
+            unpadded = os.path.join(PLANS, "%s.s0.plan.json" % name)
+        with open(unpadded) as f:
             fpt = flops_per_token(json.load(f))
         for conf in args.configs.split(","):
             for kernels in args.kernels.split(","):

@@ -177,6 +177,8 @@ std::string describe(const PlanTensor &t) {
                   (t.sharded ? " sharded" : " replicated");
   if (!t.of.empty())
     s += " of '" + t.of + "'";
+  if (t.validRows)
+    s += " with " + std::to_string(t.validRows) + " valid rows";
   return s;
 }
 

@@ -680,6 +680,26 @@ Expected<InitialTensors> loadSafetensorsShard(const std::string &path,
     auto values = readParam(sources->at(param.name), hull, via);
     if (!values)
       return values.error();
+    // A padded table's padding rows start at zero (they are never trained
+    // and no checkpoint keeps them): a file whose padding holds values is
+    // another model's table, refused rather than trained on or dropped.
+    if (param.validRows && via == DType::F32) {
+      int64_t padBegin = param.validRows * innerOf(param.shape);
+      const float *f = reinterpret_cast<const float *>(values->data());
+      for (int64_t k = std::max(padBegin, hull.begin); k < hull.end; ++k)
+        if (f[k - hull.begin] != 0.0f)
+          return Diagnostic{
+              set->path(), 0, 0,
+              "'" + param.name + "' holds " +
+                  std::to_string(f[k - hull.begin]) + " at element " +
+                  std::to_string(k) + ", in row " +
+                  std::to_string(k / innerOf(param.shape)) +
+                  " of its padding (rows " + std::to_string(param.validRows) +
+                  " to " + std::to_string(param.shape[0] - 1) +
+                  "); the plan's padding rows are zero: give the table's " +
+                  std::to_string(param.validRows) +
+                  " valid rows, or zeros past them"};
+    }
     for (const auto &[i, piece] : pieces) {
       const PlanTensor &holder = plan.tensors[i];
       convertElements(

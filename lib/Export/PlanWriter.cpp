@@ -357,6 +357,12 @@ FailureOr<Plan> buildPlan(ModuleOp module, const PlanSource &source) {
     plan.phases.push_back(std::move(*phase));
   }
   accountComm(plan);
+  // A hand-written model's padding must agree with its loss (zeroc gen's
+  // always does): refused here as the plan reader would refuse it.
+  if (auto problem = vocabPaddingProblem(plan))
+    return module.emitError() << "the model's padded vocabulary does not "
+                                 "agree with its loss: "
+                              << problem->second;
   return plan;
 }
 

@@ -744,9 +744,75 @@ Expected<Plan> readPlan(const JsonDocument &doc) {
         }
     }
   }
+  if (!r.error)
+    if (auto problem = vocabPaddingProblem(plan))
+      r.fail(problem->first, problem->second);
   if (r.error)
     return *r.error;
   return plan;
+}
+
+std::optional<std::pair<JsonPath, std::string>>
+vocabPaddingProblem(const Plan &plan) {
+  // The padded tables' valid rows: one count for all of them.
+  const PlanTensor *table = nullptr;
+  for (size_t i = 0; i < plan.tensors.size(); ++i) {
+    const PlanTensor &t = plan.tensors[i];
+    if (!t.validRows)
+      continue;
+    JsonPath at = JsonPath() / "tensors" / std::to_string(i) / "valid_rows";
+    if (t.expert)
+      return std::make_pair(at, "expert tensor '" + t.name +
+                                    "' has valid_rows: only a vocabulary's "
+                                    "tables are padded");
+    if (table && t.validRows != table->validRows)
+      return std::make_pair(at, "'" + t.name + "' has valid_rows " +
+                                    std::to_string(t.validRows) + " and '" +
+                                    table->name + "' " +
+                                    std::to_string(table->validRows) +
+                                    ": a padded vocabulary has one size");
+    if (!table)
+      table = &t;
+  }
+  for (size_t p = 0; p < plan.phases.size(); ++p) {
+    const PlanPhase &phase = plan.phases[p];
+    for (size_t i = 0; i < phase.ops.size(); ++i) {
+      const PlanOp &op = phase.ops[i];
+      if (op.kind != OpKind::CrossEntropy &&
+          op.kind != OpKind::CrossEntropyBackward)
+        continue;
+      JsonPath at = JsonPath() / "phases" / std::to_string(p) / "ops" /
+                    std::to_string(i) / "attrs";
+      std::string name =
+          "op " + std::to_string(op.index) + " (" + op.kindName() + ")";
+      std::optional<int64_t> classes = op.attrsAs<CrossEntropyAttrs>().classes;
+      int64_t width = 0;
+      if (!op.inputs.empty())
+        for (const PlanValue &v : phase.values)
+          if (v.id == op.inputs[0] && !v.shape.empty())
+            width = v.shape.back();
+      if (classes && width && *classes > width)
+        return std::make_pair(
+            at, name + ": classes " + std::to_string(*classes) +
+                    " is more than the logits' width " + std::to_string(width));
+      if (table && classes != table->validRows)
+        return std::make_pair(
+            at, name + ": " +
+                    (classes ? "classes " + std::to_string(*classes)
+                             : std::string("no classes")) +
+                    ", but the vocabulary's tables are padded to " +
+                    std::to_string(table->shape[0]) + " rows of which " +
+                    std::to_string(table->validRows) + " are valid ('" +
+                    table->name + "'): the loss must ignore the padding");
+      if (!table && classes && width && *classes != width)
+        return std::make_pair(at, name + ": classes " +
+                                      std::to_string(*classes) + " of logits " +
+                                      std::to_string(width) +
+                                      " wide, but no table has valid_rows "
+                                      "(padding rows)");
+    }
+  }
+  return std::nullopt;
 }
 
 Expected<Plan> loadPlan(const std::string &path) {

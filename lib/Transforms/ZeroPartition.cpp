@@ -74,6 +74,12 @@ struct ZeroPartition : zeroc::impl::ZeroPartitionBase<ZeroPartition> {
         shape[0] /= expertParallelSize;
         type = RankedTensorType::get(shape, type.getElementType());
       }
+      if (expert && param.getValidRows()) {
+        param.emitError() << "@" << name
+                          << " is an expert parameter with valid_rows: only "
+                             "a vocabulary's tables are padded";
+        return signalPassFailure();
+      }
       b.setInsertionPoint(param);
       bool sharded = stage == 3 && type.getNumElements() > persistenceThreshold;
       auto tensor = b.create<sched::TensorOp>(

@@ -369,7 +369,8 @@ Executor::create(Plan plan, Communicator &comm,
   ex->impl = std::make_unique<Impl>(*ex, comm, options);
   // The loss scale is needed by the first micro-step's backward seed.
   ex->impl->initLossScale();
-  // The vocabulary: the logits' last dimension.
+  // The vocabulary: the cross-entropy's classes (the logits' last
+  // dimension unless padded; readPlan checks they agree).
   const PlanPhase &micro = *ex->thePlan.findPhase(PhaseKind::MicroStep);
   for (const PlanOp &op : micro.ops)
     if (op.kind == OpKind::CrossEntropy && !op.inputs.empty())

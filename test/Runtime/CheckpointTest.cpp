@@ -678,6 +678,16 @@ TEST_F(Corruption, TensorListMismatchNamesEachDifference) {
                "the plan");
 }
 
+// A table padded otherwise (valid_rows) is another layout of the same
+// shape: resuming it would train the padding or drop real rows.
+TEST_F(Corruption, PaddedRowsMismatch) {
+  Plan other = plan;
+  other.tensors[0].validRows = 4;
+  EXPECT_ERROR(loadCheckpoint(dir.path, "s", other, 0),
+               "'wte.weight' is param bf16 [5, 4] sharded in the checkpoint, "
+               "param bf16 [5, 4] sharded with 4 valid rows in the plan");
+}
+
 TEST_F(Corruption, ManifestSyntaxErrorHasLineAndColumn) {
   std::string path = dir / "s/manifest.json";
   std::string text = readText(path);
@@ -1068,6 +1078,52 @@ TEST(InitFrom, RoundsF32ToNearestEvenForSixteenBitParameters) {
   // f16: 65520 rounds up to infinity, the subnormal ties to even.
   EXPECT_EQ(halves(init->tensors[5]),
             (std::vector<uint16_t>{0x7C00, 0x0000, 0x0002, 0x7BFF}));
+}
+
+// A padded table (valid_rows 3 of 4) under zeroc's names: its valid rows
+// alone (the padding read as zero) or the whole table with zero padding;
+// padding that holds values is another model's table, refused.
+TEST(InitFrom, PaddedTablesTakeTheirValidRowsOrZeroPadding) {
+  TempDir dir;
+  Plan plan = basePlan(1, 0);
+  plan.tensors.push_back(
+      tensor("wte", "param", "", DType::F32, {4, 2}, false, 1));
+  plan.tensors.back().validRows = 3;
+  std::vector<float> valid = {1, 2, 3, 4, 5, 6};
+  std::vector<float> whole = {1, 2, 3, 4, 5, 6, 0, 0};
+  std::vector<float> dirty = {1, 2, 3, 4, 5, 6, 0, 0.5f};
+  auto values = [](const std::vector<std::byte> &b) {
+    std::vector<float> v(b.size() / 4);
+    std::memcpy(v.data(), b.data(), b.size());
+    return v;
+  };
+  ASSERT_TRUE(
+      writeSafetensors(dir / "valid.safetensors",
+                       {{"wte", DType::F32, {3, 2}, constBytesOf(valid)}}));
+  ASSERT_TRUE(
+      writeSafetensors(dir / "whole.safetensors",
+                       {{"wte", DType::F32, {4, 2}, constBytesOf(whole)}}));
+  ASSERT_TRUE(
+      writeSafetensors(dir / "dirty.safetensors",
+                       {{"wte", DType::F32, {4, 2}, constBytesOf(dirty)}}));
+  for (const char *file : {"valid.safetensors", "whole.safetensors"}) {
+    auto init = loadSafetensorsShard(dir / file, plan, 0);
+    ASSERT_TRUE(init) << file << ": " << init.error().str();
+    EXPECT_EQ(values(init->tensors[0]), whole) << file;
+  }
+  EXPECT_ERROR(loadSafetensorsShard(dir / "dirty.safetensors", plan, 0),
+               "'wte' holds 0.500000 at element 7, in row 3 of its padding "
+               "(rows 3 to 3); the plan's padding rows are zero: give the "
+               "table's 3 valid rows, or zeros past them");
+  std::vector<float> wrong = {1, 2, 3, 4};
+  ASSERT_TRUE(
+      writeSafetensors(dir / "wrong.safetensors",
+                       {{"wte", DType::F32, {2, 2}, constBytesOf(wrong)}}));
+  EXPECT_ERROR(loadSafetensorsShard(dir / "wrong.safetensors", plan, 0),
+               "'wte' has shape [2, 2] in");
+  EXPECT_ERROR(
+      loadSafetensorsShard(dir / "wrong.safetensors", plan, 0),
+      "[4, 2] in the plan (or its 3 rows without the padding, [3, 2])");
 }
 
 TEST(InitFrom, NamesMissingExtraAndMismatchedTensors) {

@@ -23,7 +23,8 @@ Scenarios:
          model=gpt2|llama|mistral|qwen2|gemma|phi3|mixtral (tiny-MODEL; tiny-gpt2
          is the default) or mixtral_aux (tiny Mixtral with the auxiliary
          load-balancing loss, output_router_logits),
-         optimizer=lamb (DeepSpeed's Lamb; AdamW otherwise),
+         optimizer=lamb (DeepSpeed's Lamb; AdamW otherwise), wd=X (the
+         optimizer's weight_decay),
          bias_correction=false (the optimizer's, DeepSpeed's key; with it
          the stage-0 run of match: is also checked to differ from the
          corrected one from step 2 on, by more than 100 LOSS_TOL),
@@ -319,6 +320,8 @@ def write_config(args, stage, ws, ga, opts):
                             "params": {"lr": 1e-3, "weight_decay": 0.01}}
         if stage > 0:  # DeepSpeed runs Lamb under ZeRO only when told to.
             cfg["zero_allow_untested_optimizer"] = True
+    if "wd" in opts:
+        cfg["optimizer"]["params"]["weight_decay"] = float(opts["wd"])
     if "bias_correction" in opts:
         cfg["optimizer"]["params"]["bias_correction"] = {
             "true": True, "false": False}[opts["bias_correction"]]
@@ -1363,6 +1366,29 @@ def scenario_padded(args, spec):
                                                      else "plain"))
         run([args.zeroc, "consolidate", ckpt, "--format", "hf", "-o",
              exports[padded]])
+        if not padded:
+            continue
+        # The padding rows are still exactly zero after training (weight
+        # decay, the optimizer's update of a zero gradient): the whole
+        # tables, from zeroc's own consolidation.
+        with open(p) as f:
+            tables = {t["name"]: t for t in json.load(f)["tensors"]
+                      if "valid_rows" in t}
+        whole = consolidate(args, ckpt, os.path.join(args.work,
+                                                     "padded.safetensors"))
+        weights = read_safetensors(whole)
+        for name, t in sorted(tables.items()):
+            shape, vals = weights[name]
+            valid = t["valid_rows"] * (t["numel"] // t["shape"][0])
+            nonzero = sum(1 for x in vals[valid:] if x != 0.0)
+            print("%s %s: %d of its %d padding values nonzero after %d steps"
+                  % (name, shape, nonzero, len(vals) - valid, EQUIV_STEPS))
+            if nonzero or shape != t["shape"]:
+                print("FAILED: the padding rows of %s changed" % name)
+                ok = False
+        if not tables:
+            print("FAILED: pad_vocab=%s padded no table" % opts["pad_vocab"])
+            ok = False
     tol = LOSS_TOL[opts.get("dtype", "f32")]
     worst = max(abs(a - b) / abs(b) for a, b in zip(runs[True], runs[False]))
     print("padded:  ", runs[True])

@@ -79,3 +79,21 @@ module {
     return %dx : tensor<1x2x4xf32>
   }
 }
+
+// -----
+
+// An expert parameter marked as a padded table: only a vocabulary's
+// tables are padded.
+module {
+  // expected-error @+1 {{@w1 is an expert parameter with valid_rows: only a vocabulary's tables are padded}}
+  model.param @w1 : tensor<4x8x4xf32> init <normal(0.02)> {valid_rows = 3 : i64}
+  model.param @w3 : tensor<4x8x4xf32> init <normal(0.02)>
+  model.param @w2 : tensor<4x4x8xf32> init <normal(0.02)>
+  func.func @forward(%x: tensor<1x2x4xf32>, %w: tensor<1x2x2xf32>, %i: tensor<1x2x2xi32>) -> tensor<1x2x4xf32> {
+    %w1 = model.param_ref @w1 : tensor<4x8x4xf32>
+    %w3 = model.param_ref @w3 : tensor<4x8x4xf32>
+    %w2 = model.param_ref @w2 : tensor<4x4x8xf32>
+    %y = model.moe_experts %x, %w, %i, %w1, %w3, %w2 : (tensor<1x2x4xf32>, tensor<1x2x2xf32>, tensor<1x2x2xi32>, tensor<4x8x4xf32>, tensor<4x8x4xf32>, tensor<4x4x8xf32>) -> tensor<1x2x4xf32>
+    return %y : tensor<1x2x4xf32>
+  }
+}

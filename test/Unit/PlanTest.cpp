@@ -1146,3 +1146,72 @@ TEST(PlanReader, PaddedTables) {
         << bad << ": " << error;
   }
 }
+
+// The padded tables and the loss agree (vocabPaddingProblem), or the plan
+// is refused naming both.
+TEST(PlanReader, PaddedTablesAndTheLossAgree) {
+  auto make = [](std::optional<int64_t> classes, int64_t validRows) {
+    Plan plan;
+    PlanTensor wte;
+    wte.name = "wte.weight";
+    wte.shape = {8, 4};
+    wte.numel = wte.localNumel = 32;
+    wte.validRows = validRows;
+    plan.tensors.push_back(wte);
+    PlanPhase phase;
+    phase.values = {{0, DType::F32, {1, 2, 8}, 64}, {1, DType::I32, {1, 2}, 8}};
+    PlanOp ce;
+    ce.kind = OpKind::CrossEntropy;
+    ce.inputs = {0, 1};
+    ce.attrs = CrossEntropyAttrs{classes};
+    phase.ops.push_back(ce);
+    plan.phases.push_back(phase);
+    return plan;
+  };
+  auto problem = [](const Plan &plan) {
+    auto p = vocabPaddingProblem(plan);
+    return p ? p->first.pointer() + ": " + p->second : std::string();
+  };
+  EXPECT_EQ(problem(make(6, 6)), "");
+  EXPECT_EQ(problem(make(std::nullopt, 0)), "");
+  EXPECT_EQ(problem(make(8, 0)), "");
+  EXPECT_EQ(problem(make(std::nullopt, 6)),
+            "/phases/0/ops/0/attrs: op 0 (cross_entropy): no classes, but the "
+            "vocabulary's tables are padded to 8 rows of which 6 are valid "
+            "('wte.weight'): the loss must ignore the padding");
+  EXPECT_EQ(problem(make(5, 6)),
+            "/phases/0/ops/0/attrs: op 0 (cross_entropy): classes 5, but the "
+            "vocabulary's tables are padded to 8 rows of which 6 are valid "
+            "('wte.weight'): the loss must ignore the padding");
+  EXPECT_EQ(problem(make(6, 0)),
+            "/phases/0/ops/0/attrs: op 0 (cross_entropy): classes 6 of logits "
+            "8 wide, but no table has valid_rows (padding rows)");
+  EXPECT_EQ(problem(make(9, 0)),
+            "/phases/0/ops/0/attrs: op 0 (cross_entropy): classes 9 is more "
+            "than the logits' width 8");
+  Plan two = make(6, 6);
+  two.tensors.push_back(two.tensors[0]);
+  two.tensors[1].name = "lm_head.weight";
+  two.tensors[1].validRows = 7;
+  EXPECT_EQ(problem(two), "/tensors/1/valid_rows: 'lm_head.weight' has "
+                          "valid_rows 7 and 'wte.weight' 6: a padded "
+                          "vocabulary has one size");
+  Plan expert = make(6, 6);
+  expert.tensors[0].expert = true;
+  EXPECT_EQ(problem(expert), "/tensors/0/valid_rows: expert tensor "
+                             "'wte.weight' has valid_rows: only a "
+                             "vocabulary's tables are padded");
+  // readPlan refuses them where they are.
+  std::string both =
+      edited(R"("local_numel": 12, "placement": "device"})",
+             R"("local_numel": 12, "placement": "device", "valid_rows": 2})");
+  both.replace(
+      both.find(R"("local_numel": 6, "placement": "device"})"),
+      std::string(R"("local_numel": 6, "placement": "device"})").size(),
+      R"("local_numel": 6, "placement": "device", "valid_rows": 5})");
+  expectError(
+      both,
+      "13:138: error: plan tensors[1].valid_rows: 'b' has valid_rows 5 and "
+      "'a' 2: a padded vocabulary has one size",
+      R"("valid_rows": 5)");
+}

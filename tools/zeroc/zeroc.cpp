@@ -586,6 +586,10 @@ OwningOpRef<ModuleOp> loadModel(MLIRContext &context, llvm::SourceMgr &sources,
       error(*bad);
       return nullptr;
     }
+    if (auto tooLarge = zeroc::checkModelScale(*shaped)) {
+      error(path + ": " + tooLarge->message);
+      return nullptr;
+    }
     OwningOpRef<ModuleOp> module = zeroc::buildModel(context, *shaped);
     if (failed(verify(*module))) {
       error("internal error: the model generated from " + path +

@@ -223,6 +223,16 @@ nlohmann::json toJson(const Plan &plan);
 /// name the file, the line and column, the JSON path and what was expected.
 Expected<Plan> readPlan(const JsonDocument &doc);
 
+/// A padded vocabulary's facts agree (docs/plan-format.md, `valid_rows`):
+/// every parameter with `valid_rows` has the same count, none is an expert
+/// tensor, and every cross_entropy and its backward has `classes` equal to
+/// it; without padded tables, `classes` (if given) is the logits' width; and
+/// no `classes` exceeds the width. The first problem, and where it is in
+/// the plan's JSON (a tensor's `valid_rows`, an op's `attrs`); none when
+/// they agree. readPlan checks it; so does the compiler before it writes.
+std::optional<std::pair<JsonPath, std::string>>
+vocabPaddingProblem(const Plan &plan);
+
 class JsonFieldReader;
 /// The fields of a persistent tensor as the plan writes them (a checkpoint
 /// manifest repeats them), checked: a known role and dtype, `numel` the

@@ -180,7 +180,6 @@ struct RMSNormAttrs {
   }
 };
 
-/// scale: the factor, rounded to the tensor's dtype by the kernel.
 /// cross_entropy and its backward: the softmax runs over the first
 /// `classes` logits of a row (a padded vocabulary's real size); absent,
 /// over all of them.
@@ -191,6 +190,7 @@ struct CrossEntropyAttrs {
   int64_t classesOf(int64_t vocab) const { return classes.value_or(vocab); }
 };
 
+/// scale: the factor, rounded to the tensor's dtype by the kernel.
 struct ScaleAttrs {
   double factor = 0;
   template <typename V> void fields(V &&v) { v("factor", factor); }
