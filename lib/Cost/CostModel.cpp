@@ -1011,11 +1011,18 @@ OpCost CostModel::workCost(const PlanPhase &phase, const PlanOp &op,
             return v == info.values.end() ? unknown : v->second->shape;
           });
       std::optional<LinearGeometry> gemm = gemmOf(info, op);
-      cost.seconds =
-          kernelTime(clusterRef, op.kind, double(op.flops), double(op.bytes),
-                     computeDType(info, op), hasMisalignedRows(info, op),
-                     largestOperandElements(info, op),
-                     attentionItemWork(info, op), gemm ? &*gemm : nullptr);
+      bool misaligned = hasMisalignedRows(info, op);
+      cost.seconds = kernelTime(
+          clusterRef, op.kind, double(op.flops), double(op.bytes),
+          computeDType(info, op), misaligned, largestOperandElements(info, op),
+          attentionItemWork(info, op), gemm ? &*gemm : nullptr);
+      if (misaligned && pricedByFlopRate(op.kind))
+        cost.misaligned = std::max(
+            0.0,
+            cost.seconds - kernelTime(clusterRef, op.kind, double(op.flops),
+                                      double(op.bytes), computeDType(info, op),
+                                      false, largestOperandElements(info, op),
+                                      attentionItemWork(info, op)));
       cost.seconds += biasPassTime(info, op) + handoffTime(op, gemm);
       return cost;
     }

@@ -251,6 +251,8 @@ PhaseTimeline simulatePhase(const PlanPhase &phase, const CostModel &model,
       apart += work * cal.meetingWait[pricedByFlopRate(op.kind) ? 0 : 1];
     out.flops += cost.flops;
     out.modelFlops += cost.modelFlops;
+    out.misaligned += cost.misaligned;
+    out.misalignedOps += cost.misaligned > 0;
 
     if (t.start > t.ready && last >= 0) {
       // Look through waits to the op whose work was not done.
@@ -355,6 +357,8 @@ Expected<StepPrediction> predictStep(const Plan &plan, const Cluster &cluster,
     step.hostWait += runs * timeline.hostWait;
     step.flops += runs * timeline.flops;
     step.modelFlops += runs * timeline.modelFlops;
+    step.misaligned += runs * timeline.misaligned;
+    step.misalignedOps += phase.runsPerStep * timeline.misalignedOps;
     for (size_t s = 0; s < streams; ++s)
       step.streamBusy[s] += runs * timeline.streamBusy[s];
     step.phases.push_back(std::move(timeline));
@@ -434,6 +438,15 @@ StepTimeReport stepTimeReport(const Plan &plan, const Cluster &cluster,
   report.hfu = prediction.hfu;
   report.tokensPerSecond = prediction.tokensPerSecond;
   report.mostExposed = mostExposed(plan, prediction);
+  report.misalignedSeconds = prediction.misaligned;
+  report.misalignedOps = prediction.misalignedOps;
+  // The logits' rows misaligned: a vocabulary that padding would align.
+  for (const PlanPhase &phase : plan.phases)
+    for (const PlanOp &op : phase.ops)
+      if (op.kind == OpKind::CrossEntropy && !op.inputs.empty())
+        for (const PlanValue &v : phase.values)
+          if (v.id == op.inputs[0] && rowsMisaligned(v.shape, v.dtype))
+            report.misalignedVocab = v.shape.back();
   return report;
 }
 

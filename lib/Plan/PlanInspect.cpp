@@ -524,6 +524,9 @@ void timeJson(const Plan &, const InspectOptions &options, json &out) {
   out["exposed_comm_s"] = t.exposedCommSeconds;
   out["exposed_offload_s"] = t.exposedOffloadSeconds;
   out["host_wait_s"] = t.hostWaitSeconds;
+  out["misaligned_rows_s"] = t.misalignedSeconds;
+  out["misaligned_rows_ops"] = t.misalignedOps;
+  out["misaligned_vocab"] = t.misalignedVocab;
   out["offload_bytes_per_rank_per_step"] = {
       {"pcie_to_device", t.offload.pcieToDevice},
       {"pcie_to_host", t.offload.pcieToHost},
@@ -580,6 +583,17 @@ void timeText(const Plan &plan, const InspectOptions &options,
              humanSeconds(t.hostWaitSeconds) + " (" +
                  percentText(t.hostWaitSeconds, t.stepSeconds) +
                  " of the step: the GPU idle until its next op is issued)");
+  if (t.misalignedSeconds > 0)
+    addField(out, "misaligned rows",
+             humanSeconds(t.misalignedSeconds) + " of compute in " +
+                 std::to_string(t.misalignedOps) +
+                 " matrix products whose rows are not 16-byte aligned" +
+                 (t.misalignedVocab
+                      ? "; the logits' among them (vocabulary " +
+                            std::to_string(t.misalignedVocab) +
+                            "): `zeroc gen --pad-vocab-to-multiple-of 64` "
+                            "aligns them, the same training"
+                      : std::string()));
   const StepTimeReport::Offload &o = t.offload;
   if (o.pcieToDevice > 0 || o.pcieToHost > 0)
     addField(out, "PCIe per rank",

@@ -1436,6 +1436,19 @@ TEST(Calibration, MisalignedRowsTakeTheMeasuredFraction) {
   };
   double odd = linearSeconds(50257), even = linearSeconds(50304);
   EXPECT_NEAR(odd / even, 5.0 * 50257 / 50304, 1e-6);
+  // What the odd rows cost, apart (inspect's "misaligned rows"): the op's
+  // time less the aligned rate's for its FLOPs, four fifths of it here.
+  auto misaligned = [&](int64_t vocab) {
+    Plan plan = linearLayerPlan("linear", {8192}, 768, vocab, DType::BF16);
+    CostModel model(plan, c);
+    return model.cost(plan.phases[0], plan.phases[0].ops[0]).misaligned;
+  };
+  EXPECT_NEAR(misaligned(50257), 0.8 * odd, 1e-12);
+  EXPECT_EQ(misaligned(50304), 0.0);
+  Plan plan = linearLayerPlan("linear", {8192}, 768, 50257, DType::BF16);
+  StepPrediction step = predict(plan, c);
+  EXPECT_NEAR(step.misaligned, 0.8 * odd, 1e-12);
+  EXPECT_EQ(step.misalignedOps, 1);
 }
 
 // On a CPU rank of several threads, an op below the kernels' parallel

@@ -211,6 +211,10 @@ struct OpCost {
   double modelFlops = 0;
   /// What it moves over PCIe and to and from NVMe.
   OffloadTraffic traffic;
+  /// The part of `seconds` a linear-class op spends because its rows are
+  /// not 16-byte aligned (rowsMisaligned): its time less the aligned
+  /// classes' price for the same FLOPs; 0 for every other op.
+  double misaligned = 0;
 };
 
 /// The model FLOPs of one op, what MFU counts (PaLM's definition: the

@@ -59,6 +59,10 @@ struct PhaseTimeline {
   double hostWait = 0;
   double flops = 0;
   double modelFlops = 0;
+  /// The linear-class ops' time lost to rows that are not 16-byte aligned
+  /// (OpCost::misaligned), and how many ops lose it.
+  double misaligned = 0;
+  int64_t misalignedOps = 0;
   /// Exposed seconds per op that held the compute stream up (by op index).
   std::vector<std::pair<int64_t, double>> exposedBy;
 };
@@ -78,6 +82,8 @@ struct StepPrediction {
   std::vector<double> streamBusy;  ///< Per step, by stream id.
   double flops = 0;                ///< Per GPU per step, executed.
   double modelFlops = 0;           ///< Per GPU per step (modelFlops()).
+  double misaligned = 0;           ///< Per step (PhaseTimeline::misaligned).
+  int64_t misalignedOps = 0;       ///< Per step.
   double achievedTflopsPerGpu = 0; ///< Executed FLOPs per second.
   /// Model FLOPs per second over the dense peak in the model dtype.
   double mfu = 0;

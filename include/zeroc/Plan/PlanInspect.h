@@ -155,6 +155,14 @@ struct StepTimeReport {
   /// Executed FLOPs per second over the same peak.
   double hfu = 0;
   double tokensPerSecond = 0; ///< All ranks together.
+  /// Per step: the time linear-class ops lose to rows that are not 16-byte
+  /// aligned (the calibration's misaligned rate, or the plan's own GEMM
+  /// timed by shape, against the aligned classes), in how many ops; and
+  /// the vocabulary when the logits' rows are among them (0 otherwise),
+  /// which `zeroc gen --pad-vocab-to-multiple-of` aligns.
+  double misalignedSeconds = 0;
+  int64_t misalignedOps = 0;
+  int64_t misalignedVocab = 0;
   struct ExposedCollective {
     std::string phase;
     int64_t op = 0;
