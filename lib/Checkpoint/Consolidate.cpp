@@ -470,8 +470,7 @@ Expected<Sources> zerocSources(const SafetensorsSet &set, const Plan &plan,
       wrong.push_back(d);
     else
       sources[t.name] = {
-          {at->file, &e, 0,
-           e.shape == t.shape ? t.numel : t.validRows * innerOf(t.shape)}};
+          {at->file, &e, 0, e.shape == t.shape ? t.numel : t.validNumel()}};
   }
   for (const auto &[name, at] : set.tensors()) {
     const PlanTensor *t = plan.findTensor(name);
@@ -684,9 +683,9 @@ Expected<InitialTensors> loadSafetensorsShard(const std::string &path,
     // and no checkpoint keeps them): a file whose padding holds values is
     // another model's table, refused rather than trained on or dropped.
     if (param.validRows && via == DType::F32) {
-      int64_t padBegin = param.validRows * innerOf(param.shape);
       const float *f = reinterpret_cast<const float *>(values->data());
-      for (int64_t k = std::max(padBegin, hull.begin); k < hull.end; ++k)
+      for (int64_t k = std::max(param.validNumel(), hull.begin); k < hull.end;
+           ++k)
         if (f[k - hull.begin] != 0.0f)
           return Diagnostic{
               set->path(), 0, 0,

@@ -1012,17 +1012,18 @@ OpCost CostModel::workCost(const PlanPhase &phase, const PlanOp &op,
           });
       std::optional<LinearGeometry> gemm = gemmOf(info, op);
       bool misaligned = hasMisalignedRows(info, op);
-      cost.seconds = kernelTime(
-          clusterRef, op.kind, double(op.flops), double(op.bytes),
-          computeDType(info, op), misaligned, largestOperandElements(info, op),
-          attentionItemWork(info, op), gemm ? &*gemm : nullptr);
+      DType dtype = computeDType(info, op);
+      double elements = largestOperandElements(info, op);
+      double itemWork = attentionItemWork(info, op);
+      cost.seconds = kernelTime(clusterRef, op.kind, double(op.flops),
+                                double(op.bytes), dtype, misaligned, elements,
+                                itemWork, gemm ? &*gemm : nullptr);
+      // What the misaligned rows cost: the price at the aligned classes.
       if (misaligned && pricedByFlopRate(op.kind))
         cost.misaligned = std::max(
-            0.0,
-            cost.seconds - kernelTime(clusterRef, op.kind, double(op.flops),
-                                      double(op.bytes), computeDType(info, op),
-                                      false, largestOperandElements(info, op),
-                                      attentionItemWork(info, op)));
+            0.0, cost.seconds - kernelTime(clusterRef, op.kind,
+                                           double(op.flops), double(op.bytes),
+                                           dtype, false, elements, itemWork));
       cost.seconds += biasPassTime(info, op) + handoffTime(op, gemm);
       return cost;
     }

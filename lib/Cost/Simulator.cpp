@@ -444,9 +444,9 @@ StepTimeReport stepTimeReport(const Plan &plan, const Cluster &cluster,
   for (const PlanPhase &phase : plan.phases)
     for (const PlanOp &op : phase.ops)
       if (op.kind == OpKind::CrossEntropy && !op.inputs.empty())
-        for (const PlanValue &v : phase.values)
-          if (v.id == op.inputs[0] && rowsMisaligned(v.shape, v.dtype))
-            report.misalignedVocab = v.shape.back();
+        if (const PlanValue *logits = phase.findValue(op.inputs[0]);
+            logits && rowsMisaligned(logits->shape, logits->dtype))
+          report.misalignedVocab = logits->shape.back();
   return report;
 }
 

@@ -752,6 +752,13 @@ Expected<Plan> readPlan(const JsonDocument &doc) {
   return plan;
 }
 
+const PlanValue *PlanPhase::findValue(int64_t id) const {
+  for (const PlanValue &v : values)
+    if (v.id == id)
+      return &v;
+  return nullptr;
+}
+
 std::optional<std::pair<JsonPath, std::string>>
 vocabPaddingProblem(const Plan &plan) {
   // The padded tables' valid rows: one count for all of them.
@@ -786,11 +793,10 @@ vocabPaddingProblem(const Plan &plan) {
       std::string name =
           "op " + std::to_string(op.index) + " (" + op.kindName() + ")";
       std::optional<int64_t> classes = op.attrsAs<CrossEntropyAttrs>().classes;
-      int64_t width = 0;
-      if (!op.inputs.empty())
-        for (const PlanValue &v : phase.values)
-          if (v.id == op.inputs[0] && !v.shape.empty())
-            width = v.shape.back();
+      const PlanValue *logits =
+          op.inputs.empty() ? nullptr : phase.findValue(op.inputs[0]);
+      int64_t width =
+          logits && !logits->shape.empty() ? logits->shape.back() : 0;
       if (classes && width && *classes > width)
         return std::make_pair(
             at, name + ": classes " + std::to_string(*classes) +

@@ -374,10 +374,10 @@ Executor::create(Plan plan, Communicator &comm,
   const PlanPhase &micro = *ex->thePlan.findPhase(PhaseKind::MicroStep);
   for (const PlanOp &op : micro.ops)
     if (op.kind == OpKind::CrossEntropy && !op.inputs.empty())
-      for (const PlanValue &v : micro.values)
-        if (v.id == op.inputs[0] && !v.shape.empty())
-          ex->vocab =
-              op.attrsAs<CrossEntropyAttrs>().classesOf(v.shape.back());
+      if (const PlanValue *logits = micro.findValue(op.inputs[0]);
+          logits && !logits->shape.empty())
+        ex->vocab =
+            op.attrsAs<CrossEntropyAttrs>().classesOf(logits->shape.back());
   if (ex->vocab <= 0)
     return Diagnostic{"", 0, 0,
                       "the plan's micro_step has no cross_entropy op to take "

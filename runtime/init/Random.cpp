@@ -175,12 +175,9 @@ void initParameter(const PlanTensor &param, std::string_view init,
                 count, out);
   // A padded table's padding rows are zero; the valid rows hold exactly the
   // unpadded table's values (element i is drawn by its index either way).
-  if (param.validRows > 0 && !param.shape.empty() && param.shape[0] > 0) {
-    int64_t valid = param.validRows * (param.numel / param.shape[0]);
-    int64_t from = std::max(valid, globalBegin);
-    if (from < globalBegin + count)
-      std::fill(out + (from - globalBegin), out + count, 0.0f);
-  }
+  int64_t from = std::max(param.validNumel(), globalBegin);
+  if (from < globalBegin + count)
+    std::fill(out + (from - globalBegin), out + count, 0.0f);
 }
 
 void initShard(const PlanTensor &param, std::string_view init, uint64_t seed,

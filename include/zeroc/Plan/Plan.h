@@ -54,6 +54,14 @@ struct PlanTensor {
   /// An expert parameter or its state under expert parallelism: this
   /// rank's experts, sharded over the expert-data-parallel group.
   bool expert = false;
+
+  /// The elements before a padded table's padding rows (all of them when
+  /// it is not padded).
+  int64_t validNumel() const {
+    if (!validRows || shape.empty() || shape[0] <= 0)
+      return numel;
+    return validRows * (numel / shape[0]);
+  }
 };
 
 /// Stages 1 and 2: parameters flattened into one partitioned buffer.
@@ -128,6 +136,9 @@ struct PlanPhase {
   std::vector<PlanValue> values;
   std::vector<PlanOp> ops;
   std::optional<PlanPhaseMemory> memory; ///< Absent if memory was not planned.
+
+  /// The value `id` (a scan of `values`); null when there is none.
+  const PlanValue *findValue(int64_t id) const;
 };
 
 /// The streams of `phase` (other than `computeStream`) that hold nothing
