@@ -134,6 +134,25 @@ sec_calibrate() {
   timeout "$(limit 240)" "$G/build/bin/zerorun" --calibrate --device cuda \
     ${shapes[@]+"${shapes[@]}"} -o "$OUT/cluster-gpu.json"
   echo "exit $?"
+  # The GPU's memory against PyTorch's figure for it (an independent
+  # reader of the driver), and a runtime reserve of a plausible size.
+  python3 - "$OUT/cluster-gpu.json" <<'PY' || echo "calibration memory check: FAILED"
+import json, sys
+c = json.load(open(sys.argv[1]))["gpu"]
+gib = 2.0 ** 30
+mem, reserve = c["memory_gib"]["value"], c["runtime_reserve_gib"]["value"]
+try:
+    import torch
+    total = torch.cuda.get_device_properties(0).total_memory / gib
+except Exception as e:  # noqa: BLE001
+    total = None
+    print("calibration memory check: no torch (%s)" % e)
+print("calibration memory: gpu.memory_gib %.2f (torch %s), runtime_reserve_gib %.2f"
+      % (mem, "%.2f" % total if total else "-", reserve))
+assert total is None or abs(mem - total) <= 0.01 * total, (mem, total)
+assert 0.1 <= reserve <= 8, reserve
+print("calibration memory check: ok")
+PY
 }
 
 sec_bench() { # models

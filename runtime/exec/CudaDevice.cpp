@@ -509,6 +509,12 @@ public:
     return int64_t(total - freeBytes);
   }
   int64_t memoryInUseAtStart() const override { return inUseAtStart; }
+  int64_t memoryCapacity() const override {
+    size_t freeBytes = 0, total = 0;
+    if (cudaMemGetInfo(&freeBytes, &total) != cudaSuccess)
+      return -1;
+    return int64_t(total);
+  }
   std::optional<HostTraffic> hostTraffic() const override {
     return HostTraffic{traffic.toDevice.load(), traffic.toHost.load()};
   }

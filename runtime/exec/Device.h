@@ -182,6 +182,10 @@ public:
   /// allocated anything on it (other processes' memory included); -1 where
   /// the device cannot tell.
   virtual int64_t memoryInUseAtStart() const { return -1; }
+  /// The device's memory as the driver reports it (cudaMemGetInfo's total,
+  /// what PyTorch calls the total capacity); -1 where the device cannot
+  /// tell.
+  virtual int64_t memoryCapacity() const { return -1; }
 
   /// What this device has moved between its memory and host memory since
   /// it was created (over PCIe on a GPU): copies in either direction, and

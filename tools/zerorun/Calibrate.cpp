@@ -10,6 +10,7 @@
 #include "exec/MachineLoad.h"
 #include "exec/PreparedPhase.h"
 #include "exec/StreamScheduler.h"
+#include "memory/MemoryCounter.h"
 #include "zeroc/Config/Cluster.h"
 #include "zeroc/Cost/CostModel.h"
 #include "zeroc/Plan/AttentionFlops.h"
@@ -1464,17 +1465,32 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
   c.sources["host.memory_gib"] = "sysconf(_SC_PHYS_PAGES)";
   c.host.reserveBytes = std::min(c.host.reserveBytes, c.host.memoryBytes / 4);
   c.sources["host.reserve_gib"] = "a quarter of the host's memory at most";
-  int64_t memoryInUse = dev.memoryInUse();
-  (void)memoryInUse;
-  c.gpu.memoryBytes = dev.name() == "cpu"
-                          ? c.host.memoryBytes / double(comm.size())
-                          : c.host.memoryBytes; // Replaced below on a GPU.
-  c.sources["gpu.memory_gib"] = dev.name() == "cpu"
-                                    ? "the host's memory shared by the ranks"
-                                    : "not measured: the host's memory";
-  c.gpu.runtimeReserveBytes = 0;
-  c.sources["gpu.runtime_reserve_gib"] =
-      "none on the CPU device (the host reserve holds it)";
+  // A GPU's memory as the driver reports it, and what the device holds
+  // beyond zerorun's tensors once the kernels, cuBLAS and the communicator
+  // are set up: the runtime reserve a plan's peak must leave free.
+  int64_t capacity = dev.memoryCapacity();
+  int64_t inUse = dev.memoryInUse();
+  if (dev.name() == "cpu" || capacity <= 0 || inUse < 0) {
+    c.gpu.memoryBytes = c.host.memoryBytes / double(comm.size());
+    c.sources["gpu.memory_gib"] = "the host's memory shared by the ranks";
+    c.gpu.runtimeReserveBytes = 0;
+    c.sources["gpu.runtime_reserve_gib"] =
+        "none on the CPU device (the host reserve holds it)";
+  } else {
+    c.gpu.memoryBytes = double(capacity);
+    c.sources["gpu.memory_gib"] =
+        "cudaMemGetInfo's total (what PyTorch reports as the total capacity)";
+    MemoryCounts counted = deviceMemory().counts();
+    int64_t ours = counted.total() - counted.of(MemoryUse::DeviceRuntime);
+    c.gpu.runtimeReserveBytes = double(std::max<int64_t>(0, inUse - ours));
+    c.sources["gpu.runtime_reserve_gib"] =
+        "cudaMemGetInfo's memory in use after the calibration, less "
+        "zerorun's tensors and scratch: the CUDA context, cuBLAS, the "
+        "communicator at " +
+        std::to_string(comm.size()) +
+        " ranks, zerorun's own workspaces and any other process's memory "
+        "(NCCL's buffers grow with ranks and channels)";
+  }
   double f32 = best[0] > 0 ? best[0] : 1e9;
   c.gpu.peak.f32 = f32;
   c.gpu.peak.tf32 = f32;
