@@ -377,12 +377,50 @@ TEST(ClusterReader, NotAnObject) {
 
 } // namespace
 
+// The GPU presets carry zerorun's rates measured on an H100 SXM5
+// (scripts/preset-calibration.py): as measured on that GPU's preset; on
+// another GPU the device-bound ones times the datasheets' ratio, those
+// bound by the host's issue of each call as measured.
+TEST(ClusterPresets, CarryZerorunsMeasuredRatesMovedToTheirGpu) {
+  Expected<Cluster> h100 = clusterPreset("h100-sxm-8");
+  Expected<Cluster> pcie = clusterPreset("h100-pcie-1");
+  Expected<Cluster> a100 = clusterPreset("a100-80gb-8");
+  ASSERT_TRUE(h100 && pcie && a100);
+  const ClusterCalibration &m = h100->calibration;
+  EXPECT_EQ(m.device, "cuda");
+  // A few figures of bench/gpu-cluster-h100.json, to four digits.
+  EXPECT_NEAR(m.attention, 106.783e12, 0.001e12);
+  EXPECT_NEAR(m.matmul[1][3], 642.090e12, 0.001e12);
+  EXPECT_NEAR(m.opOverhead, 18.591e-6, 0.001e-6);
+  EXPECT_NEAR(m.kernelBandwidth.at("add"), 2310.56e9, 0.01e9);
+  for (const Cluster *other : {&*pcie, &*a100}) {
+    const ClusterCalibration &k = other->calibration;
+    double compute = other->gpu.peak.bf16 / h100->gpu.peak.bf16;
+    double memory = other->gpu.hbmBandwidth / h100->gpu.hbmBandwidth;
+    EXPECT_LT(compute, 1) << other->name;
+    EXPECT_LT(memory, 1) << other->name;
+    // Device-bound: the large attention class, the 4096^3 and misaligned
+    // GEMM classes, the streaming kernels and Adam.
+    EXPECT_NEAR(k.attention / m.attention, compute, 1e-6) << other->name;
+    EXPECT_NEAR(k.matmul[1][3] / m.matmul[1][3], compute, 1e-6);
+    EXPECT_NEAR(k.matmulMisaligned[1] / m.matmulMisaligned[1], compute, 1e-6);
+    EXPECT_NEAR(k.kernelBandwidth.at("layernorm") /
+                    m.kernelBandwidth.at("layernorm"),
+                memory, 1e-6);
+    EXPECT_NEAR(k.adamBandwidth / m.adamBandwidth, memory, 1e-6);
+    // Bound by the host's issue: the small classes and per-call times.
+    EXPECT_EQ(k.matmul[1][2], m.matmul[1][2]) << other->name;
+    EXPECT_EQ(k.attentionSmall, m.attentionSmall);
+    EXPECT_EQ(k.opOverhead, m.opOverhead);
+    EXPECT_EQ(k.adamCall, m.adamCall);
+  }
+}
+
 // The calibration section zerorun --calibrate writes: read in SI units,
 // written back the same, and checked like every other key.
 TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
   Expected<Cluster> base = clusterPreset("h100-pcie-1");
   ASSERT_TRUE(base);
-  EXPECT_FALSE(base->calibration.any());
   json j = toJson(*base);
   j["calibration"] = {
       {"ranks", 2},
