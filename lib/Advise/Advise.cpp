@@ -587,11 +587,21 @@ struct SpeedBounds {
   /// Per (stage, offload): seconds of the optimizer step.
   std::map<std::pair<int, std::string>, double> optimizer;
 
-  /// A lower bound of the compute seconds of a micro-step at `micro`: the
-  /// compute ops' time is convex in the micro-batch (each is the larger of
-  /// two affine roofline terms), so the line through the two nearest
-  /// compiled points lies below it outside them; with one point, the time
-  /// grows with the micro-batch and at most proportionally below it.
+  /// Whether each compute op's time is convex in the micro-batch: on the
+  /// datasheet roofline (each op the larger of two affine terms) it is; at
+  /// calibrated rates that grow with the operation's size it is not (GEMMs
+  /// of side 64 to 1024 took 19-22 us a call on an H100, bound by the
+  /// host's issue), and the line through two micro-batches overestimates
+  /// a larger one's time: GPT-2 124M on one H100, stage 1 at micro-batch 8
+  /// was bounded at 158K tokens/s and compiled at 168K.
+  bool convex = true;
+
+  /// A lower bound of the compute seconds of a micro-step at `micro`. Each
+  /// op's time grows with the micro-batch, at most proportionally below a
+  /// compiled point (its FLOPs and bytes are a part proportional to the
+  /// micro-batch plus a part that is not, and no rate falls as work grows
+  /// toward it). Above the compiled points: convex, the line through the
+  /// two nearest lies below the time; otherwise the largest point's time.
   std::optional<double> computeAt(const RecomputePolicy &policy,
                                   int64_t micro) const {
     auto it = compute.find(policy.describe());
@@ -600,8 +610,9 @@ struct SpeedBounds {
     const std::map<int64_t, double> &points = it->second;
     if (auto exact = points.find(micro); exact != points.end())
       return exact->second;
-    if (points.size() == 1) {
-      auto [m, c] = *points.begin();
+    if (points.size() == 1 || (!convex && micro > points.rbegin()->first)) {
+      auto [m, c] =
+          micro > points.rbegin()->first ? *points.rbegin() : *points.begin();
       return micro > m ? c : c * double(micro) / double(m);
     }
     auto hi = points.lower_bound(micro);
@@ -628,6 +639,7 @@ public:
         baseRoot(req.baseConfig ? req.baseConfig->root() : json::object()) {
     bounds.maxMicroBatch = req.maxMicroBatch;
     bounds.numLayers = req.stats->numLayers;
+    speed.convex = !req.cluster->calibration.any();
   }
 
   void run();
@@ -663,7 +675,9 @@ private:
   std::optional<std::string> cannotFit(const AdviseSetup &group) const;
   /// Why `group` cannot be faster than the fastest so far; nothing if it
   /// may.
-  std::optional<std::string> cannotWin(const AdviseSetup &group) const;
+  /// Why `group` cannot beat the fastest so far, with the bound in `most`.
+  std::optional<std::string> cannotWin(const AdviseSetup &group,
+                                       double &most) const;
   void confirmBest();
   void varyBuckets();
   void findWaysOut();
@@ -998,7 +1012,8 @@ std::optional<std::string> Search::cannotFit(const AdviseSetup &group) const {
   return std::nullopt;
 }
 
-std::optional<std::string> Search::cannotWin(const AdviseSetup &group) const {
+std::optional<std::string> Search::cannotWin(const AdviseSetup &group,
+                                             double &most) const {
   // A group's tokens per second at its worst step are at most its healthy
   // ones, so the bound below holds for --robust too.
   std::optional<size_t> best = recommend(result.candidates, req.robust);
@@ -1011,7 +1026,7 @@ std::optional<std::string> Search::cannotWin(const AdviseSetup &group) const {
     optimizer = it->second;
   // At most: every micro-step's compute ops and the optimizer step back to
   // back, nothing else, at the micro-batch that gives the most.
-  double most = 0;
+  most = 0;
   for (auto [micro, accumulation] : batches) {
     std::optional<double> compute = speed.computeAt(group.recompute, micro);
     if (!compute)
@@ -1197,9 +1212,18 @@ void Search::explainStages() {
           smallest->peakDeviceBytes <= result.fitBytes)
         s += "; " + smallest->nodeRefusal;
     } else {
-      s += "fits; fastest " + fastest->label() + ": " +
-           tokens(fastest->tokensPerSecond) + " tokens/s, " +
-           seconds(fastest->stepSeconds) + " per step, " +
+      // Setups of this stage ruled out as too slow may be faster than
+      // those compiled: the line says so, and how fast they could be.
+      double unseen = 0;
+      int unseenGroups = 0;
+      for (const AdvisePruned &p : result.pruned)
+        if (p.stage == stage && p.tokensAtMost > fastest->tokensPerSecond) {
+          unseen = std::max(unseen, p.tokensAtMost);
+          ++unseenGroups;
+        }
+      s += std::string("fits; fastest ") + (unseenGroups ? "compiled " : "") +
+           fastest->label() + ": " + tokens(fastest->tokensPerSecond) +
+           " tokens/s, " + seconds(fastest->stepSeconds) + " per step, " +
            seconds(fastest->exposedCommSeconds) +
            " of it communication not hidden behind compute, " +
            humanBytes(fastest->commBytesPerStep) + " sent per rank; " +
@@ -1214,6 +1238,12 @@ void Search::explainStages() {
                (req.robust ? " tokens/s at the worst step" : " tokens/s") +
                " against the recommendation)";
       }
+      if (unseenGroups)
+        s += "; not compiled: " + std::to_string(unseenGroups) +
+             " setup group" + (unseenGroups == 1 ? "" : "s") +
+             " of this stage, at most " + tokens(unseen) + " tokens/s by " +
+             (unseenGroups == 1 ? "its" : "their") +
+             " compute and optimizer step alone, too few to be recommended";
     }
     result.reasons.push_back(s);
   }
@@ -1285,10 +1315,11 @@ void Search::run() {
       std::string what = "stage " + std::to_string(stage) + ", " +
                          offloadText(group) + ", " + recomputeText(policy);
       std::optional<std::string> why = cannotFit(group);
+      double most = 0;
       if (!why)
-        why = cannotWin(group);
+        why = cannotWin(group, most);
       if (why) {
-        result.pruned.push_back({stage, what, *why});
+        result.pruned.push_back({stage, what, *why, most});
         continue;
       }
       std::optional<Plan> probe;
@@ -1781,7 +1812,11 @@ json adviseJson(const AdviseResult &r) {
   json pruned = json::array();
   for (const AdvisePruned &p : r.pruned)
     pruned.push_back(
-        {{"stage", p.stage}, {"what", p.what}, {"reason", p.reason}});
+        {{"stage", p.stage},
+         {"what", p.what},
+         {"reason", p.reason},
+         {"tokens_per_s_at_most",
+          p.tokensAtMost > 0 ? json(p.tokensAtMost) : json(nullptr)}});
   const AdviseBase &b = r.base;
   json out = {{"cluster", r.cluster},
               {"world_size", r.worldSize},

@@ -182,7 +182,10 @@ struct AdviseCandidate : AdviseSetup {
 struct AdvisePruned {
   int stage = 0;
   std::string what;   ///< "stage 0", "stage 3, no offload, none recompute".
-  std::string reason; ///< Why it cannot fit.
+  std::string reason; ///< Why it cannot fit, or cannot be the fastest.
+  /// Ruled out as too slow: the most tokens per second its compute and
+  /// optimizer step alone allow (0: ruled out as not fitting).
+  double tokensAtMost = 0;
 };
 
 /// A way out of a base config that does not fit: the fewest levers changed.
