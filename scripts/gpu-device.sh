@@ -140,14 +140,14 @@ sec_calibrate() {
 import json, sys
 c = json.load(open(sys.argv[1]))["gpu"]
 gib = 2.0 ** 30
-mem, reserve = c["memory_gib"]["value"], c["runtime_reserve_gib"]["value"]
+mem, reserve = c["usable_memory_gib"]["value"], c["runtime_reserve_gib"]["value"]
 try:
     import torch
     total = torch.cuda.get_device_properties(0).total_memory / gib
 except Exception as e:  # noqa: BLE001
     total = None
     print("calibration memory check: no torch (%s)" % e)
-print("calibration memory: gpu.memory_gib %.2f (torch %s), runtime_reserve_gib %.2f"
+print("calibration memory: gpu.usable_memory_gib %.2f (torch %s), runtime_reserve_gib %.2f"
       % (mem, "%.2f" % total if total else "-", reserve))
 assert total is None or abs(mem - total) <= 0.01 * total, (mem, total)
 assert 0.1 <= reserve <= 8, reserve

@@ -589,19 +589,23 @@ struct SpeedBounds {
 
   /// Whether each compute op's time is convex in the micro-batch: on the
   /// datasheet roofline (each op the larger of two affine terms) it is; at
-  /// calibrated rates that grow with the operation's size it is not (GEMMs
-  /// of side 64 to 1024 took 19-22 us a call on an H100, bound by the
-  /// host's issue), and the line through two micro-batches overestimates
-  /// a larger one's time: GPT-2 124M on one H100, stage 1 at micro-batch 8
-  /// was bounded at 158K tokens/s and compiled at 168K.
+  /// calibrated rates it need not be (bf16 GEMMs of side 64 to 1024 took 19-22
+  /// us a call on an H100, bound by the host's issue; a CPU's one-thread
+  /// rates below the parallel threshold), and the line through two
+  /// micro-batches overestimates a larger one's time: GPT-2 124M on one
+  /// H100, stage 1 at micro-batch 8 was bounded at 158K tokens/s and
+  /// compiles at 168K.
   bool convex = true;
 
-  /// A lower bound of the compute seconds of a micro-step at `micro`. Each
-  /// op's time grows with the micro-batch, at most proportionally below a
-  /// compiled point (its FLOPs and bytes are a part proportional to the
-  /// micro-batch plus a part that is not, and no rate falls as work grows
-  /// toward it). Above the compiled points: convex, the line through the
-  /// two nearest lies below the time; otherwise the largest point's time.
+  /// A lower bound of the compute seconds of a micro-step at `micro`, from
+  /// the compiled points. Each op's time grows with the micro-batch (no
+  /// calibrated product is priced faster than a smaller class's call,
+  /// calibratedMatmulRate) and at most in proportion to it (its FLOPs and
+  /// bytes are a part proportional to the micro-batch plus a part that is
+  /// not, and no rate falls as the work grows): from each point (m, t), t
+  /// at a larger micro-batch and t x micro / m at a smaller one. Convex
+  /// times also lie above the line through the two nearest points outside
+  /// them (not between them, where the chord is above).
   std::optional<double> computeAt(const RecomputePolicy &policy,
                                   int64_t micro) const {
     auto it = compute.find(policy.describe());
@@ -610,19 +614,23 @@ struct SpeedBounds {
     const std::map<int64_t, double> &points = it->second;
     if (auto exact = points.find(micro); exact != points.end())
       return exact->second;
-    if (points.size() == 1 || (!convex && micro > points.rbegin()->first)) {
-      auto [m, c] =
-          micro > points.rbegin()->first ? *points.rbegin() : *points.begin();
-      return micro > m ? c : c * double(micro) / double(m);
+    double bound = 0;
+    for (auto [m, t] : points)
+      bound = std::max(bound, micro > m ? t : t * double(micro) / double(m));
+    if (convex && points.size() >= 2) {
+      auto line = [&](auto lo, auto hi) {
+        double slope =
+            (hi->second - lo->second) / double(hi->first - lo->first);
+        return lo->second + slope * double(micro - lo->first);
+      };
+      if (micro > points.rbegin()->first)
+        bound = std::max(
+            bound, line(std::prev(points.end(), 2), std::prev(points.end())));
+      else if (micro < points.begin()->first)
+        bound =
+            std::max(bound, line(points.begin(), std::next(points.begin())));
     }
-    auto hi = points.lower_bound(micro);
-    if (hi == points.end())
-      hi = std::prev(hi);
-    if (hi == points.begin())
-      ++hi;
-    auto lo = std::prev(hi);
-    double slope = (hi->second - lo->second) / double(hi->first - lo->first);
-    return std::max(0.0, lo->second + slope * double(micro - lo->first));
+    return bound;
   }
 };
 
@@ -679,6 +687,10 @@ private:
   std::optional<std::string> cannotWin(const AdviseSetup &group,
                                        double &most) const;
   void confirmBest();
+  /// Evaluates the groups ruled out as too slow whose bound reaches the
+  /// recommendation after all: they were compared with the fastest found
+  /// then, which may have been an estimate since compiled slower.
+  void revisitTooSlow();
   void varyBuckets();
   void findWaysOut();
   void explainStages();
@@ -715,6 +727,8 @@ private:
   std::vector<std::pair<int64_t, int64_t>> batches;
   std::vector<AdviseSetup> waysOut; ///< Found before the table is sorted.
   SpeedBounds speed;
+  /// The groups ruled out as too slow, with their entry in result.pruned.
+  std::vector<std::pair<AdviseSetup, size_t>> tooSlow;
   /// Groups that do not fit at the smallest micro-batch.
   struct NoFit {
     AdviseSetup group;
@@ -1057,14 +1071,48 @@ void Search::confirmBest() {
   }
 }
 
+void Search::revisitTooSlow() {
+  for (int round = 0; round < 4; ++round) {
+    std::optional<size_t> best = recommend(result.candidates, req.robust);
+    if (!best)
+      return;
+    // A group's tokens per second at its worst step are at most its
+    // healthy ones: the bound holds for --robust's ranking too.
+    double lead = rankingTokensPerSecond(result.candidates[*best], req.robust);
+    std::vector<std::pair<AdviseSetup, size_t>> again, still;
+    for (const auto &entry : tooSlow)
+      (result.pruned[entry.second].tokensAtMost >= lead * 0.98 ? again : still)
+          .push_back(entry);
+    if (again.empty())
+      return;
+    std::set<size_t> drop;
+    for (const auto &[group, at] : again) {
+      evaluateGroup(group, std::nullopt);
+      drop.insert(at);
+    }
+    // The entries left shift down past those dropped.
+    std::vector<AdvisePruned> kept;
+    std::vector<size_t> newIndex(result.pruned.size());
+    for (size_t i = 0; i < result.pruned.size(); ++i)
+      if (!drop.count(i)) {
+        newIndex[i] = kept.size();
+        kept.push_back(std::move(result.pruned[i]));
+      }
+    result.pruned = std::move(kept);
+    for (auto &entry : still)
+      entry.second = newIndex[entry.second];
+    tooSlow = std::move(still);
+    confirmBest();
+  }
+}
+
 void Search::varyBuckets() {
   std::optional<size_t> best = recommend(result.candidates, req.robust);
   if (!best)
     return;
   // Around the fastest, and around each other stage's fastest close
-  // enough behind it that its buckets may decide the order: GPT-2 on 32
-  // A100s over 100 GbE, stage 2 took 64.9 ms at the base's 500 MB reduce
-  // bucket and 59.9 ms at 50 MB, against stage 3's best 63.3 ms.
+  // enough behind it that its buckets may decide the order
+  // (kAdviseBucketReach).
   double lead = rankingTokensPerSecond(result.candidates[*best], req.robust);
   std::vector<AdviseSetup> arounds = {result.candidates[*best]};
   std::map<int, size_t> fastestOfStage;
@@ -1319,6 +1367,8 @@ void Search::run() {
       if (!why)
         why = cannotWin(group, most);
       if (why) {
+        if (most > 0)
+          tooSlow.push_back({group, result.pruned.size()});
         result.pruned.push_back({stage, what, *why, most});
         continue;
       }
@@ -1332,6 +1382,7 @@ void Search::run() {
       evaluateGroup(group, std::move(probe));
     }
   confirmBest();
+  revisitTooSlow();
   varyBuckets();
   confirmBest();
   findWaysOut();

@@ -509,6 +509,13 @@ public:
     return int64_t(total - freeBytes);
   }
   int64_t memoryInUseAtStart() const override { return inUseAtStart; }
+  void releaseCachedMemory() override {
+    if (cudaDeviceSynchronize() != cudaSuccess)
+      return;
+    cudaMemPool_t pool;
+    if (cudaDeviceGetDefaultMemPool(&pool, deviceId) == cudaSuccess)
+      (void)cudaMemPoolTrimTo(pool, 0);
+  }
   int64_t memoryCapacity() const override {
     size_t freeBytes = 0, total = 0;
     if (cudaMemGetInfo(&freeBytes, &total) != cudaSuccess)

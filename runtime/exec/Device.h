@@ -186,6 +186,10 @@ public:
   /// what PyTorch calls the total capacity); -1 where the device cannot
   /// tell.
   virtual int64_t memoryCapacity() const { return -1; }
+  /// Waits for the device and returns memory its allocator keeps cached
+  /// for reuse (CUDA's stream-ordered pool) to the driver, so that
+  /// memoryInUse() counts what is held, not what was once used.
+  virtual void releaseCachedMemory() {}
 
   /// What this device has moved between its memory and host memory since
   /// it was created (over PCIe on a GPU): copies in either direction, and

@@ -1249,6 +1249,31 @@ TEST(Calibration, MatmulRateInterpolatesInLogFlops) {
   EXPECT_NEAR(kernelTime(c, OpKind::Linear, 1e9, 0, DType::BF16), 1e-3, kTol);
 }
 
+// Host-bound classes (an H100's bf16 GEMMs of side 64 to 1024 all took 19-22 us
+// a call): between them a product takes no less than the smaller class's
+// call, where the rate interpolated in log(FLOPs) alone would price 67
+// MFLOP at 3.8 us and 34 MFLOP at 19.5.
+TEST(Calibration, NoProductFasterThanASmallerClassCall) {
+  ClusterCalibration cal;
+  cal.matmul[1][0] = kC0 / 19.3e-6;
+  cal.matmul[1][1] = kC1 / 19.5e-6;
+  cal.matmul[1][2] = kC2 / 22.2e-6;
+  double last = 0;
+  for (double f = kC0; f <= kC2; f *= 1.25) {
+    double t = f / calibratedMatmulRate(cal, DType::BF16, f);
+    EXPECT_GE(t, last * (1 - 1e-12)) << f;
+    last = t;
+  }
+  EXPECT_NEAR(2 * kC1 / calibratedMatmulRate(cal, DType::BF16, 2 * kC1),
+              19.5e-6, 1e-12);
+  // Where the classes' calls grow with their work, the interpolation
+  // stands (half way in log(FLOPs), half way in rate).
+  cal.matmul[1][1] = 20e9;
+  cal.matmul[1][2] = 40e9;
+  EXPECT_NEAR(calibratedMatmulRate(cal, DType::BF16, std::sqrt(kC1 * kC2)),
+              30e9, 1e-3);
+}
+
 // Each linear kind at its own measured rate where the calibration has one
 // (the forward's epilogue: 1.39 times the gradients' time at 64^3 on this
 // CPU), the three kinds' mean otherwise.

@@ -1468,6 +1468,9 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
   // A GPU's memory as the driver reports it, and what the device holds
   // beyond zerorun's tensors once the kernels, cuBLAS and the communicator
   // are set up: the runtime reserve a plan's peak must leave free.
+  // The kernels' scratch that the stream-ordered pool keeps goes back
+  // first: its size is the calibration's shapes', not a plan's.
+  dev.releaseCachedMemory();
   int64_t capacity = dev.memoryCapacity();
   int64_t inUse = dev.memoryInUse();
   if (dev.name() == "cpu" || capacity <= 0 || inUse < 0) {
@@ -1479,14 +1482,17 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
   } else {
     c.gpu.memoryBytes = double(capacity);
     c.sources["gpu.memory_gib"] =
+        "cudaMemGetInfo's total (the datasheet's figure is not known here)";
+    c.gpu.usableMemoryBytes = double(capacity);
+    c.sources["gpu.usable_memory_gib"] =
         "cudaMemGetInfo's total (what PyTorch reports as the total capacity)";
     MemoryCounts counted = deviceMemory().counts();
     int64_t ours = counted.total() - counted.of(MemoryUse::DeviceRuntime);
     c.gpu.runtimeReserveBytes = double(std::max<int64_t>(0, inUse - ours));
     c.sources["gpu.runtime_reserve_gib"] =
-        "cudaMemGetInfo's memory in use after the calibration, less "
-        "zerorun's tensors and scratch: the CUDA context, cuBLAS, the "
-        "communicator at " +
+        "cudaMemGetInfo's memory in use after the calibration, its cached "
+        "scratch returned, less zerorun's tensors: the CUDA context, "
+        "cuBLAS, the communicator at " +
         std::to_string(comm.size()) +
         " ranks, zerorun's own workspaces and any other process's memory "
         "(NCCL's buffers grow with ranks and channels)";

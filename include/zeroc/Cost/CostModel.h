@@ -96,7 +96,9 @@ double computeTime(const Cluster &cluster, double flops, double bytes,
 /// The calibrated FLOP/s of a linear-class kernel of `flops` FLOPs in
 /// `dtype`: the measured rates of the size classes
 /// (ClusterCalibration::kMatmulClassFlops) interpolated in log(FLOPs), the
-/// nearest class's outside them; 0 when the cluster has none for `dtype`.
+/// nearest class's outside them, and never so fast that the product takes
+/// less time than a smaller class's call; 0 when the cluster has none for
+/// `dtype`.
 /// `kind` (linear, linear_grad_input or linear_grad_weight): that kind's
 /// own rates where measured (ClusterCalibration::matmulKind), else the
 /// three kinds' mean.
