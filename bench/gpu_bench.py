@@ -123,6 +123,31 @@ def prepare(args):
                 sh([args.zeroc, mlir, "--config", ds_path, "--world-size",
                     "1", "--quiet", "-o", plan])
                 print("wrote", plan)
+    # Llama-3-8B's layer shapes, for the calibration's --shapes only (not
+    # run): two layers at sequence 8192, one sequence, bf16. Its GEMMs
+    # (4096 x 14336, grouped-query keys and values, the 128,256 vocabulary)
+    # and its attention (32 heads of 128, 8 for keys and values) are the
+    # shapes the GPU presets would otherwise price from GPT-2's classes.
+    with open(os.path.join(ROOT, "examples", "configs", "llama-3-8b",
+                           "config.json")) as f:
+        llama = json.load(f)
+    llama["num_hidden_layers"] = 2
+    cfg = os.path.join(PLANS, "llama-8b-shapes.config.json")
+    with open(cfg, "w") as f:
+        json.dump(llama, f)
+    mlir = os.path.join(PLANS, "llama-8b-shapes.mlir")
+    sh([args.zeroc, "gen", cfg, "--seq-len", "8192", "--micro-batch", "1",
+        "--dtype", "bf16", "--quiet", "-o", mlir])
+    ds = os.path.join(PLANS, "llama-8b-shapes.ds.json")
+    with open(ds, "w") as f:
+        json.dump({"train_micro_batch_size_per_gpu": 1,
+                   "gradient_accumulation_steps": 1,
+                   "bf16": {"enabled": True},
+                   "zero_optimization": {"stage": 0}}, f)
+    plan = os.path.join(PLANS, "llama-8b-shapes.plan.json")
+    sh([args.zeroc, mlir, "--config", ds, "--world-size", "1", "--quiet",
+        "-o", plan])
+    print("wrote", plan)
 
 
 def flops_per_token(plan):

@@ -124,11 +124,14 @@ sec_sanitize() { # the f32 plan (tiled attention) and the bf16 one (tensor cores
 }
 
 sec_calibrate() {
-  # Also the GEMMs of GPT-2 124M's and 350M's plans on their own shapes
-  # (stages share them): 350M's steps ran 5-9% over the interpolation
-  # between the square classes.
+  # Also the GEMMs and flash attention of GPT-2 124M's and 350M's plans on
+  # their own shapes (stages share them): 350M's steps ran 5-9% over the
+  # interpolation between the square classes; and Llama-3-8B's layer
+  # shapes at sequence 8192, which the presets otherwise price from
+  # GPT-2's classes (scripts/preset-calibration.py carries them).
   local shapes=() p
-  for p in "$ROOT"/bench/gpu_plans/gpt2-{124m,350m}.s0{,.unpadded}.plan.json; do
+  for p in "$ROOT"/bench/gpu_plans/gpt2-{124m,350m}.s0{,.unpadded}.plan.json \
+           "$ROOT"/bench/gpu_plans/llama-8b-shapes.plan.json; do
     [ -f "$p" ] && shapes+=(--shapes "$p")
   done
   timeout "$(limit 240)" "$G/build/bin/zerorun" --calibrate --device cuda \

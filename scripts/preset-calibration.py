@@ -56,9 +56,11 @@ CLASS_FLOPS = {"small": 2.0 * 64 ** 3, "medium": 2.0 * 256 ** 3,
 CLASS_ORDER = ["small", "medium", "large", "xlarge"]
 
 
-def attention_flops(batch, seq, heads, head_dim, backward):
-    """include/zeroc/Plan/AttentionFlops.h, the flash kernels, no window."""
-    scores = batch * heads * seq * seq
+def attention_flops(batch, seq, heads, head_dim, backward, window=0):
+    """include/zeroc/Plan/AttentionFlops.h, the flash kernels."""
+    w = window
+    per_head = (2 * w - 1) * seq - w * (w - 1) if 0 < w < seq else seq * seq
+    scores = batch * heads * per_head
     if backward:
         return 10 * scores * head_dim + 12 * scores
     return 4 * scores * head_dim + 5 * scores
@@ -164,6 +166,48 @@ def derive(measured, reference, preset):
         dtype: {kind: matmuls(classes, dtype)
                 for kind, classes in sorted(kinds.items())}
         for dtype, kinds in sorted(cal["matmul_kind_tflops"].items())}
+    # A plan's own shapes (zerorun --calibrate --shapes), each entry by the
+    # same rule.
+    def shaped(table, entries, flops_of):
+        rows, moved = [], 0
+        for e in cal[table][entries]:
+            flops = flops_of(e)
+            seconds = flops / (e["tflops"] * 1e12)
+            row = dict(e)
+            if not same and seconds > HOST_BOUND_OVERHEADS * overhead:
+                peak = e["dtype"]
+                row["tflops"] = round(
+                    e["tflops"] * gpu["peak_tflops"][peak]["value"] /
+                    ref_gpu["peak_tflops"][peak]["value"], 6)
+                moved += 1
+            rows.append(row)
+        source = "measured by %s: %s" % (origin, cal[table]["source"])
+        if not same:
+            source += ("; %d of %d entries, whose calls took more than %g "
+                       "times the per-op overhead, times this GPU's datasheet "
+                       "peak in their dtype over the H100 SXM5's, the others "
+                       "as measured (bound by the host's issue)"
+                       % (moved, len(rows), HOST_BOUND_OVERHEADS))
+        return {"source": source, entries: rows}
+
+    if "matmul_shapes" in cal:
+        out["matmul_shapes"] = shaped(
+            "matmul_shapes", "gemms",
+            lambda g: 2.0 * g["rows"] * g["in"] * g["out"])
+    if "attention_shapes" in cal:
+        out["attention_shapes"] = shaped(
+            "attention_shapes", "kernels",
+            lambda k: attention_flops(k["batch"], k["seq"], k["heads"],
+                                      k["head_dim"],
+                                      k["direction"] == "backward",
+                                      k["window"]))
+    known = {"device", "ranks", "matmul_tflops", "matmul_kind_tflops",
+             "kernel_gb_per_s", "matmul_shapes", "attention_shapes"}
+    known |= set(HOST_FIGURES) | set(MEMORY_FIGURES) | set(ATTENTION)
+    dropped = sorted(set(cal) - known)
+    if dropped:
+        sys.exit("preset-calibration: %s has figures this script does not "
+                 "derive for a preset: %s" % (MEASURED, ", ".join(dropped)))
     check(preset, out)
     return out
 

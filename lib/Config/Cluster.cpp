@@ -48,7 +48,7 @@ bool ClusterCalibration::any() const {
   for (double v : matmulMisaligned)
     if (v > 0)
       return true;
-  if (!matmulShape.empty() || handoffBandwidth > 0)
+  if (!matmulShape.empty() || !attentionByShape.empty() || handoffBandwidth > 0)
     return true;
   for (const auto &[kind, v] : kernelBandwidth)
     if (v > 0)
@@ -377,6 +377,10 @@ const StringSpec kStrings[] = {
      [](Cluster &c) -> std::string & {
        return c.sources["calibration.matmul_shapes"];
      }},
+    {"calibration.attention_shapes.source", true,
+     [](Cluster &c) -> std::string & {
+       return c.sources["calibration.attention_shapes"];
+     }},
 };
 
 /// The objects of the format, each after the one holding it. "" is the
@@ -419,11 +423,16 @@ const ObjectSpec kObjects[] = {
     {"calibration.all_to_all", true},
     {"calibration.meeting_wait", true},
     {"calibration.matmul_shapes", true},
+    {"calibration.attention_shapes", true},
 };
 
 /// The calibration's GEMMs by a plan's shapes: {"source": TEXT,
 /// "gemms": [{"kind", "dtype", "rows", "in", "out", "tflops"}, ...]}.
 constexpr const char *kMatmulShapes = "calibration.matmul_shapes";
+/// The calibration's flash attention by a plan's shapes: {"source": TEXT,
+/// "kernels": [{"direction", "dtype", "batch", "seq", "heads", "kv_heads",
+/// "head_dim", "window", "tflops"}, ...]}.
+constexpr const char *kAttentionShapes = "calibration.attention_shapes";
 
 /// "gpu.peak_tflops.bf16" -> {"gpu", "peak_tflops", "bf16"}.
 JsonPath pathOf(const std::string &dotted) {
@@ -455,6 +464,8 @@ std::vector<std::string> keysOf(const std::string &object) {
       keys.push_back(lastKeyOf(o.key));
   if (object == kMatmulShapes)
     keys.push_back("gemms"); // Reader::readMatmulShapes
+  if (object == kAttentionShapes)
+    keys.push_back("kernels"); // Reader::readAttentionShapes
   return keys;
 }
 
@@ -521,6 +532,14 @@ private:
   bool readFigure(const json &figure, const JsonPath &at,
                   const FigureSpec &spec);
   bool readMatmulShapes(const json &object);
+  bool readAttentionShapes(const json &object);
+  /// Members of one entry of a shapes table at `at`: one of `names` (its
+  /// index), a positive integer (or zero where `zero`), a rate in TFLOP/s.
+  bool readChoice(const json &entry, const JsonPath &at, const char *key,
+                  const std::vector<std::string> &names, int &index);
+  bool readDimension(const json &entry, const JsonPath &at, const char *key,
+                     int64_t &out, bool zero = false);
+  bool readTFlops(const json &entry, const JsonPath &at, double &out);
 };
 
 bool Reader::readObjects() {
@@ -587,6 +606,49 @@ bool Reader::readFigure(const json &figure, const JsonPath &at,
   return true;
 }
 
+bool Reader::readChoice(const json &entry, const JsonPath &at, const char *key,
+                        const std::vector<std::string> &names, int &index) {
+  const json *v = member(entry, at, key, false);
+  std::string text;
+  if (!v || !readString(*v, at / key, text))
+    return false;
+  auto it = std::find(names.begin(), names.end(), text);
+  if (it != names.end()) {
+    index = int(it - names.begin());
+    return true;
+  }
+  std::string message = "expected one of";
+  for (size_t n = 0; n < names.size(); ++n)
+    message += (n ? ", '" : " '") + names[n] + "'";
+  return fail(at / key, message + ", found '" + text + "'");
+}
+
+bool Reader::readDimension(const json &entry, const JsonPath &at,
+                           const char *key, int64_t &out, bool zero) {
+  const json *v = member(entry, at, key, false);
+  if (!v)
+    return false;
+  if (!v->is_number_integer() || v->get<double>() < (zero ? 0 : 1) ||
+      v->get<double>() > 9e15)
+    return fail(at / key, std::string("expected a ") +
+                              (zero ? "non-negative" : "positive") +
+                              " integer, found " + describe(*v));
+  out = v->get<int64_t>();
+  return true;
+}
+
+bool Reader::readTFlops(const json &entry, const JsonPath &at, double &out) {
+  const json *rate = member(entry, at, "tflops", false);
+  if (!rate)
+    return false;
+  if (!rate->is_number() || !inBounds(rate->get<double>(), Bound::Positive))
+    return fail(at / "tflops", std::string("expected ") +
+                                   boundText(Bound::Positive) + ", found " +
+                                   describe(*rate));
+  out = rate->get<double>() * kTFlops;
+  return true;
+}
+
 bool Reader::readMatmulShapes(const json &object) {
   using C = ClusterCalibration;
   const JsonPath at = pathOf(kMatmulShapes) / "gemms";
@@ -609,56 +671,75 @@ bool Reader::readMatmulShapes(const json &object) {
       return fail(gat, "expected an object, found " + describe(g));
     if (!checkKeys(g, gat, {"kind", "dtype", "rows", "in", "out", "tflops"}))
       return false;
-    // One of `names`, by index.
-    auto oneOf = [&](const char *key, const std::vector<std::string> &names,
-                     int &index) {
-      const json *v = member(g, gat, key, false);
-      std::string text;
-      if (!v || !readString(*v, gat / key, text))
-        return false;
-      auto it = std::find(names.begin(), names.end(), text);
-      if (it != names.end()) {
-        index = int(it - names.begin());
-        return true;
-      }
-      std::string message = "expected one of";
-      for (size_t n = 0; n < names.size(); ++n)
-        message += (n ? ", '" : " '") + names[n] + "'";
-      return fail(gat / key, message + ", found '" + text + "'");
-    };
-    auto dimension = [&](const char *key, int64_t &out) {
-      const json *v = member(g, gat, key, false);
-      if (!v)
-        return false;
-      if (!v->is_number_integer() || v->get<double>() < 1 ||
-          v->get<double>() > 9e15)
-        return fail(gat / key,
-                    "expected a positive integer, found " + describe(*v));
-      out = v->get<int64_t>();
-      return true;
-    };
     int kind = 0, dtype = 0;
     LinearGeometry geometry;
-    if (!oneOf("kind", kinds, kind) || !oneOf("dtype", dtypes, dtype) ||
-        !dimension("rows", geometry.rows) || !dimension("in", geometry.in) ||
-        !dimension("out", geometry.out))
+    double rate = 0;
+    if (!readChoice(g, gat, "kind", kinds, kind) ||
+        !readChoice(g, gat, "dtype", dtypes, dtype) ||
+        !readDimension(g, gat, "rows", geometry.rows) ||
+        !readDimension(g, gat, "in", geometry.in) ||
+        !readDimension(g, gat, "out", geometry.out) ||
+        !readTFlops(g, gat, rate))
       return false;
-    const json *rate = member(g, gat, "tflops", false);
-    if (!rate)
-      return false;
-    if (!rate->is_number() || !inBounds(rate->get<double>(), Bound::Positive))
-      return fail(gat / "tflops", std::string("expected ") +
-                                      boundText(Bound::Positive) + ", found " +
-                                      describe(*rate));
     auto [it, fresh] = cluster.calibration.matmulShape.emplace(
-        C::MatmulShapeKey{dtype, kind, geometry},
-        rate->get<double>() * kTFlops);
+        C::MatmulShapeKey{dtype, kind, geometry}, rate);
     if (!fresh)
       return fail(gat, "a second " + kinds[size_t(kind)] + " " +
                            dtypes[size_t(dtype)] + " GEMM of rows " +
                            std::to_string(geometry.rows) + ", in " +
                            std::to_string(geometry.in) + ", out " +
                            std::to_string(geometry.out) + " (each shape once)");
+  }
+  return true;
+}
+
+bool Reader::readAttentionShapes(const json &object) {
+  using C = ClusterCalibration;
+  const JsonPath at = pathOf(kAttentionShapes) / "kernels";
+  const json *kernels =
+      member(object, pathOf(kAttentionShapes), "kernels", false);
+  if (!kernels)
+    return false;
+  if (!kernels->is_array())
+    return fail(at, "expected an array of {\"direction\", \"dtype\", "
+                    "\"batch\", \"seq\", \"heads\", \"kv_heads\", "
+                    "\"head_dim\", \"window\", \"tflops\"}, found " +
+                        describe(*kernels));
+  const std::vector<std::string> directions = {"forward", "backward"};
+  const std::vector<std::string> dtypes(std::begin(C::kMatmulDTypeNames),
+                                        std::end(C::kMatmulDTypeNames));
+  for (size_t i = 0; i < kernels->size(); ++i) {
+    const json &k = (*kernels)[i];
+    const JsonPath kat = at / std::to_string(i);
+    if (!k.is_object())
+      return fail(kat, "expected an object, found " + describe(k));
+    if (!checkKeys(k, kat,
+                   {"direction", "dtype", "batch", "seq", "heads", "kv_heads",
+                    "head_dim", "window", "tflops"}))
+      return false;
+    int direction = 0, dtype = 0;
+    AttentionGeometry g;
+    double rate = 0;
+    if (!readChoice(k, kat, "direction", directions, direction) ||
+        !readChoice(k, kat, "dtype", dtypes, dtype) ||
+        !readDimension(k, kat, "batch", g.batch) ||
+        !readDimension(k, kat, "seq", g.seq) ||
+        !readDimension(k, kat, "heads", g.heads) ||
+        !readDimension(k, kat, "kv_heads", g.kvHeads) ||
+        !readDimension(k, kat, "head_dim", g.headDim) ||
+        !readDimension(k, kat, "window", g.window, /*zero=*/true) ||
+        !readTFlops(k, kat, rate))
+      return false;
+    if (g.heads % g.kvHeads != 0)
+      return fail(kat / "kv_heads", "expected a divisor of heads " +
+                                        std::to_string(g.heads) + ", found " +
+                                        std::to_string(g.kvHeads));
+    auto [it, fresh] = cluster.calibration.attentionByShape.emplace(
+        C::AttentionShapeKey{dtype, direction == 1, g}, rate);
+    if (!fresh)
+      return fail(kat, "a second " + directions[size_t(direction)] + " " +
+                           dtypes[size_t(dtype)] +
+                           " attention of this shape (each shape once)");
   }
   return true;
 }
@@ -686,6 +767,9 @@ Expected<Cluster> Reader::read() {
   if (auto shapes = objects.find(kMatmulShapes);
       !error && shapes != objects.end())
     readMatmulShapes(*shapes->second);
+  if (auto shapes = objects.find(kAttentionShapes);
+      !error && shapes != objects.end())
+    readAttentionShapes(*shapes->second);
   if (error)
     return *error;
 
@@ -777,6 +861,26 @@ json toJson(const Cluster &c) {
            {"tflops", inUnits(rate, kTFlops)}});
     }
     out[pointerOf(std::string(kMatmulShapes) + ".gemms")] = gemms;
+  }
+  auto attentionSource = c.sources.find(kAttentionShapes);
+  if (!c.calibration.attentionByShape.empty() ||
+      (attentionSource != c.sources.end() &&
+       !attentionSource->second.empty())) {
+    json kernels = json::array();
+    for (const auto &[key, rate] : c.calibration.attentionByShape) {
+      const auto &[dtype, backward, g] = key;
+      kernels.push_back(
+          {{"direction", backward ? "backward" : "forward"},
+           {"dtype", ClusterCalibration::kMatmulDTypeNames[dtype]},
+           {"batch", g.batch},
+           {"seq", g.seq},
+           {"heads", g.heads},
+           {"kv_heads", g.kvHeads},
+           {"head_dim", g.headDim},
+           {"window", g.window},
+           {"tflops", inUnits(rate, kTFlops)}});
+    }
+    out[pointerOf(std::string(kAttentionShapes) + ".kernels")] = kernels;
   }
   return out;
 }

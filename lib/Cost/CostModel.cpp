@@ -265,28 +265,36 @@ bool pricedByFlopRate(OpKind kind) {
 double kernelTime(const Cluster &cluster, OpKind kind, double flops,
                   double bytes, DType dtype, bool misalignedRows,
                   double elements, double attentionWork,
-                  const LinearGeometry *gemm) {
+                  const LinearGeometry *gemm,
+                  const AttentionGeometry *attention) {
   const ClusterCalibration &cal = cluster.calibration;
   if (elements > 0 && elements < cal.serialKernelElements)
     if (auto it = cal.serialKernelBandwidth.find(opKindName(kind));
         it != cal.serialKernelBandwidth.end() && it->second > 0)
       return bytes / it->second;
   if (pricedByFlopRate(kind)) {
-    bool attention = kind == OpKind::CausalAttention ||
-                     kind == OpKind::CausalAttentionBackward;
+    bool isAttention = kind == OpKind::CausalAttention ||
+                       kind == OpKind::CausalAttentionBackward;
+    // The plan's own attention, timed as it is.
+    if (isAttention && attention)
+      if (auto it = cal.attentionByShape.find(
+              {ClusterCalibration::matmulIndex(dtype),
+               kind == OpKind::CausalAttentionBackward, *attention});
+          it != cal.attentionByShape.end())
+        return flops / it->second;
     // The plan's own GEMM, timed as it is (its rows aligned or not).
-    if (gemm && !attention)
+    if (gemm && !isAttention)
       if (auto it =
               cal.matmulShape.find({ClusterCalibration::matmulIndex(dtype),
                                     matmulKindIndex(kind), *gemm});
           it != cal.matmulShape.end())
         return flops / it->second;
     double rate =
-        attention
+        isAttention
             ? calibratedAttentionRate(cal, attentionWork,
                                       kind == OpKind::CausalAttentionBackward)
             : calibratedMatmulRate(cal, dtype, flops, kind);
-    if (rate > 0 && misalignedRows && !attention)
+    if (rate > 0 && misalignedRows && !isAttention)
       rate *=
           cal.matmulMisalignedFactor(ClusterCalibration::matmulIndex(dtype));
     if (rate > 0)
@@ -532,18 +540,17 @@ double CostModel::largestOperandElements(const PhaseInfo &info,
   return most;
 }
 
-double CostModel::attentionItemWork(const PhaseInfo &info,
-                                    const PlanOp &op) const {
+std::optional<AttentionGeometry>
+CostModel::attentionOf(const PhaseInfo &info, const PlanOp &op) const {
   const auto *attrs = std::get_if<AttentionAttrs>(&op.attrs);
-  if (!attrs || attrs->numHeads <= 0 || op.inputs.empty())
-    return 0;
+  if (!attrs || op.inputs.empty())
+    return std::nullopt;
   // q [batch, seq, heads x head_dim], the first operand of both kinds.
   auto q = info.values.find(op.inputs[0]);
-  if (q == info.values.end() || q->second->shape.size() != 3)
-    return 0;
-  const std::vector<int64_t> &shape = q->second->shape;
-  double seq = double(shape[1]), headDim = double(shape[2] / attrs->numHeads);
-  return seq * seq * headDim;
+  if (q == info.values.end())
+    return std::nullopt;
+  return attentionGeometry(q->second->shape, attrs->numHeads, attrs->numKvHeads,
+                           attrs->window);
 }
 
 double CostModel::biasPassTime(const PhaseInfo &info, const PlanOp &op) const {
@@ -1024,10 +1031,20 @@ OpCost CostModel::workCost(const PlanPhase &phase, const PlanOp &op,
       bool misaligned = hasMisalignedRows(info, op);
       DType dtype = computeDType(info, op);
       double elements = largestOperandElements(info, op);
-      double itemWork = attentionItemWork(info, op);
+      std::optional<AttentionGeometry> attention = attentionOf(info, op);
+      // seq^2 x head_dim of one (batch, head) item: the classes'
+      // interpolation coordinate.
+      double itemWork = attention
+                            ? double(attention->seq) * double(attention->seq) *
+                                  double(attention->headDim)
+                            : 0;
+      // Only the flash kernels were timed by shape.
+      const auto *attrs = std::get_if<AttentionAttrs>(&op.attrs);
+      bool flash = attrs && attrs->kernel == AttentionKernel::Flash;
       cost.seconds = kernelTime(clusterRef, op.kind, double(op.flops),
                                 double(op.bytes), dtype, misaligned, elements,
-                                itemWork, gemm ? &*gemm : nullptr);
+                                itemWork, gemm ? &*gemm : nullptr,
+                                attention && flash ? &*attention : nullptr);
       // What the misaligned rows cost: the price at the aligned classes.
       if (misaligned && pricedByFlopRate(op.kind))
         cost.misaligned = std::max(

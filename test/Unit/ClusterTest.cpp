@@ -672,3 +672,71 @@ TEST(ClusterCalibration, GemmsByThePlansShapes) {
   EXPECT_TRUE(e->calibration.matmulShape.empty());
   EXPECT_EQ(readError(toJson(*e)), "");
 }
+
+// The plans' flash attention by shape (zerorun --calibrate --shapes): read,
+// written back the same, and each malformed entry refused at its position.
+TEST(ClusterCalibration, AttentionByThePlansShapes) {
+  Expected<Cluster> base = clusterPreset("h100-pcie-1");
+  ASSERT_TRUE(base);
+  json j = toJson(*base);
+  json entry = {{"direction", "forward"},
+                {"dtype", "bf16"},
+                {"batch", 2},
+                {"seq", 8192},
+                {"heads", 32},
+                {"kv_heads", 8},
+                {"head_dim", 128},
+                {"window", 0},
+                {"tflops", 310.5}};
+  json backward = entry;
+  backward["direction"] = "backward";
+  backward["tflops"] = 240;
+  j["calibration"] = {
+      {"device", "cuda"},
+      {"attention_shapes",
+       {{"source", "measured by zerorun --calibrate --shapes p.json"},
+        {"kernels", {entry, backward}}}}};
+  Expected<JsonDocument> doc = JsonDocument::parse(j.dump(2), "cal.json");
+  ASSERT_TRUE(doc);
+  Expected<Cluster> c = readCluster(*doc);
+  ASSERT_TRUE(c) << c.error().str();
+  using C = ClusterCalibration;
+  AttentionGeometry g{2, 8192, 32, 8, 128, 0};
+  const auto &shapes = c->calibration.attentionByShape;
+  ASSERT_EQ(shapes.size(), 2u);
+  EXPECT_TRUE(c->calibration.any());
+  EXPECT_NEAR(shapes.at({C::matmulIndex(DType::BF16), false, g}), 310.5e12, 1);
+  EXPECT_NEAR(shapes.at({C::matmulIndex(DType::BF16), true, g}), 240e12, 1);
+  Expected<JsonDocument> again =
+      JsonDocument::parse(toJson(*c).dump(2), "again.json");
+  ASSERT_TRUE(again);
+  Expected<Cluster> d = readCluster(*again);
+  ASSERT_TRUE(d) << d.error().str();
+  EXPECT_EQ(d->calibration.attentionByShape, shapes);
+  EXPECT_EQ(toJson(*d), toJson(*c));
+
+  auto expectError = [&](const std::function<void(json &)> &edit,
+                         const std::string &message) {
+    json wrong = j;
+    edit(wrong["calibration"]["attention_shapes"]);
+    std::string error = readError(wrong);
+    EXPECT_NE(error.find(message), std::string::npos)
+        << "wanted: " << message << "\ngot: " << error;
+  };
+  const std::string first = "cluster calibration.attention_shapes.kernels.0.";
+  expectError([](json &m) { m["kernels"][0]["direction"] = "both"; },
+              first + "direction: expected one of 'forward', 'backward', "
+                      "found 'both'");
+  expectError([](json &m) { m["kernels"][0]["kv_heads"] = 5; },
+              first + "kv_heads: expected a divisor of heads 32, found 5");
+  expectError([](json &m) { m["kernels"][0]["window"] = -1; },
+              first + "window: expected a non-negative integer, found -1");
+  expectError([](json &m) { m["kernels"][0]["seq"] = 0; },
+              first + "seq: expected a positive integer, found 0");
+  expectError([](json &m) { m["kernels"][1]["direction"] = "forward"; },
+              "cluster calibration.attention_shapes.kernels.1: a second "
+              "forward bf16 attention of this shape (each shape once)");
+  expectError([](json &m) { m["kernels"] = 3; },
+              "cluster calibration.attention_shapes.kernels: expected an "
+              "array");
+}

@@ -1249,6 +1249,36 @@ TEST(Calibration, MatmulRateInterpolatesInLogFlops) {
   EXPECT_NEAR(kernelTime(c, OpKind::Linear, 1e9, 0, DType::BF16), 1e-3, kTol);
 }
 
+// A flash attention op of a calibrated shape is priced at that shape's
+// rate, each direction at its own; another shape at the classes'.
+TEST(Calibration, AttentionOfACalibratedShapeTakesItsRate) {
+  Cluster c = exactCluster();
+  c.calibration.attention = 100e12;
+  c.calibration.attentionBackward = 80e12;
+  AttentionGeometry g{2, 8192, 32, 8, 128, 0};
+  int bf16 = ClusterCalibration::matmulIndex(DType::BF16);
+  c.calibration.attentionByShape[{bf16, false, g}] = 300e12;
+  c.calibration.attentionByShape[{bf16, true, g}] = 200e12;
+  const double flops = 1e12, work = 8192.0 * 8192 * 128;
+  EXPECT_NEAR(kernelTime(c, OpKind::CausalAttention, flops, 0, DType::BF16,
+                         false, 0, work, nullptr, &g),
+              flops / 300e12, 1e-15);
+  EXPECT_NEAR(kernelTime(c, OpKind::CausalAttentionBackward, flops, 0,
+                         DType::BF16, false, 0, work, nullptr, &g),
+              flops / 200e12, 1e-15);
+  // Another shape, or no shape, or another dtype: the classes' rate.
+  AttentionGeometry other = g;
+  other.kvHeads = 32;
+  const AttentionGeometry *shapes[] = {&other, nullptr};
+  for (const AttentionGeometry *at : shapes)
+    EXPECT_NEAR(kernelTime(c, OpKind::CausalAttention, flops, 0, DType::BF16,
+                           false, 0, work, nullptr, at),
+                flops / 100e12, 1e-15);
+  EXPECT_NEAR(kernelTime(c, OpKind::CausalAttention, flops, 0, DType::F32,
+                         false, 0, work, nullptr, &g),
+              flops / 100e12, 1e-15);
+}
+
 // Host-bound classes (an H100's bf16 GEMMs of side 64 to 1024 all took 19-22 us
 // a call): between them a product takes no less than the smaller class's
 // call, where the rate interpolated in log(FLOPs) alone would price 67

@@ -377,9 +377,28 @@ std::vector<PlanGemm> planGemms(const Plan &plan) {
   return {found.begin(), found.end()};
 }
 
+std::vector<PlanAttention> planAttentions(const Plan &plan) {
+  std::set<PlanAttention> found;
+  for (const PlanPhase &phase : plan.phases)
+    for (const PlanOp &op : phase.ops) {
+      const auto *attrs = std::get_if<AttentionAttrs>(&op.attrs);
+      if (op.kind != OpKind::CausalAttention || !attrs ||
+          attrs->kernel != AttentionKernel::Flash || op.inputs.empty())
+        continue;
+      const PlanValue *q = phase.findValue(op.inputs[0]);
+      if (!q)
+        continue;
+      if (std::optional<AttentionGeometry> g = attentionGeometry(
+              q->shape, attrs->numHeads, attrs->numKvHeads, attrs->window))
+        found.insert({*g, q->dtype});
+    }
+  return {found.begin(), found.end()};
+}
+
 int calibrate(Communicator &comm, Device &dev, const std::string &output,
               const std::string &scratchDir, const std::vector<PlanGemm> &gemms,
-              const std::string &gemmsFrom) {
+              const std::string &gemmsFrom,
+              const std::vector<PlanAttention> &attentions) {
   bool root = comm.rank() == 0;
   auto say = [&](const char *fmt, auto... args) {
     if (root) {
@@ -651,52 +670,100 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
   // 64; sequence 256, 4 heads, f32 on a CPU; batch 4, sequence 1024, 12
   // heads, bf16 on a GPU) and a small one, where the kernel's fixed costs
   // per item weigh more.
+  // The flash forward and backward on `g` in `dt`: their FLOP rates (as
+  // the plans count the FLOPs), or why this rank cannot time them.
+  struct AttentionRates {
+    double forward = 0, backward = 0;
+    std::string why;
+  };
+  auto timeAttention = [&](const AttentionGeometry &g, DType dt) {
+    AttentionRates r;
+    const size_t mark = cal.keep.size();
+    try {
+      const std::vector<int64_t> qShape = {g.batch, g.seq, g.heads * g.headDim},
+                                 kvShape = {g.batch, g.seq,
+                                            g.kvHeads * g.headDim};
+      Tensor q = cal.buffer(qShape, dt, normal),
+             kk = cal.buffer(kvShape, dt, normal),
+             v = cal.buffer(kvShape, dt, normal),
+             o = cal.buffer(qShape, dt, normal),
+             dout = cal.buffer(qShape, dt, small),
+             lse = cal.buffer({g.batch, g.heads, g.seq}, DType::F32, small),
+             dq = cal.buffer(qShape, dt, small),
+             dk = cal.buffer(kvShape, dt, small),
+             dv = cal.buffer(kvShape, dt, small);
+      AttentionAttrs attrs;
+      attrs.numHeads = g.heads;
+      attrs.numKvHeads = g.kvHeads;
+      attrs.window = g.window;
+      attrs.kernel = AttentionKernel::Flash;
+      PlanOp fwd = modelOp(OpKind::CausalAttention, 3, 2);
+      fwd.attrs = attrs;
+      PlanOp bwd = modelOp(OpKind::CausalAttentionBackward, 6, 3);
+      bwd.attrs = attrs;
+      std::vector<Tensor> fin = {q, kk, v}, fout = {o, lse};
+      std::vector<Tensor> bin = {q, kk, v, o, dout, lse}, bout = {dq, dk, dv};
+      for (const Tensor &t : {q, kk, v, o, dout, lse, dq, dk, dv})
+        if (!t.data && r.why.empty())
+          r.why = "the device could not convert an operand to " +
+                  std::string(dtypeName(t.dtype));
+      std::optional<Status> st;
+      if (r.why.empty())
+        st = dev.modelOp(fwd, fin, fout, StepContext{}, nullptr);
+      if (r.why.empty() && st && st->ok())
+        st = dev.modelOp(bwd, bin, bout, StepContext{}, nullptr);
+      if (r.why.empty())
+        r.why = !st         ? "the device has no such kernel"
+                : !st->ok() ? st->error
+                            : "";
+      // Every rank times it or none does (the timing's calls are
+      // collective).
+      if (cal.slowest(r.why.empty() ? 0.0 : 1.0) > 0) {
+        if (r.why.empty())
+          r.why = "another rank could not run it";
+        cal.releaseSince(mark);
+        return r;
+      }
+      // Each direction timed on its own: the forward's fixed costs per
+      // item weigh more against its FLOPs than the backward's (tiny Llama
+      // at 2 ranks: the forward took twice the combined rate's price, the
+      // backward 0.94 of it; bench/RESULTS.md, run 22).
+      double tf = cal.time(
+          [&] { (void)dev.modelOp(fwd, fin, fout, StepContext{}, nullptr); });
+      double tb = cal.time(
+          [&] { (void)dev.modelOp(bwd, bin, bout, StepContext{}, nullptr); });
+      int64_t scores = attentionScores(g.batch, g.seq, g.heads, g.window);
+      r.forward = double(attentionForwardFlops(scores, g.headDim)) / tf;
+      r.backward = double(attentionBackwardFlops(scores, g.headDim, true)) / tb;
+    } catch (const std::exception &e) { // Allocation failures throw.
+      r.why = e.what();
+    }
+    cal.releaseSince(mark);
+    return r;
+  };
+  // The flash forward and backward at two classes
+  // (ClusterCalibration::attentionShape), the FLOPs counted as the plans
+  // count them (Plan/AttentionFlops.h): a GPT-2-like head layout (head_dim
+  // 64; sequence 256, 4 heads, f32 on a CPU; batch 4, sequence 1024, 12
+  // heads, bf16 on a GPU) and a small one, where the kernel's fixed costs
+  // per item weigh more.
   auto attention = [&](bool smallClass) {
     const ClusterCalibration::AttentionShape shape =
         ClusterCalibration::attentionShape(gpu, smallClass);
-    const int64_t batch = shape.batch, seq = shape.seq, heads = shape.heads,
-                  headDim = shape.headDim;
-    const DType dt = gpu ? DType::BF16 : DType::F32;
-    const std::vector<int64_t> act = {batch, seq, heads * headDim};
-    Tensor q = cal.buffer(act, dt, normal), kk = cal.buffer(act, dt, normal),
-           v = cal.buffer(act, dt, normal), o = cal.buffer(act, dt, normal),
-           dout = cal.buffer(act, dt, small),
-           lse = cal.buffer({batch, heads, seq}, DType::F32, small),
-           dq = cal.buffer(act, dt, small), dk = cal.buffer(act, dt, small),
-           dv = cal.buffer(act, dt, small);
-    AttentionAttrs attrs;
-    attrs.numHeads = heads;
-    attrs.numKvHeads = heads;
-    attrs.kernel = AttentionKernel::Flash;
-    PlanOp fwd = modelOp(OpKind::CausalAttention, 3, 2);
-    fwd.attrs = attrs;
-    PlanOp bwd = modelOp(OpKind::CausalAttentionBackward, 6, 3);
-    bwd.attrs = attrs;
-    std::vector<Tensor> fin = {q, kk, v}, fout = {o, lse};
-    std::vector<Tensor> bin = {q, kk, v, o, dout, lse}, bout = {dq, dk, dv};
-    std::optional<Status> st =
-        dev.modelOp(fwd, fin, fout, StepContext{}, nullptr);
-    if (st && st->ok())
-      st = dev.modelOp(bwd, bin, bout, StepContext{}, nullptr);
-    if (!st || !st->ok())
+    AttentionGeometry g;
+    g.batch = shape.batch;
+    g.seq = shape.seq;
+    g.heads = g.kvHeads = shape.heads;
+    g.headDim = shape.headDim;
+    AttentionRates r = timeAttention(g, gpu ? DType::BF16 : DType::F32);
+    if (!r.why.empty())
       return;
-    // Each direction timed on its own: the forward's fixed costs per item
-    // weigh more against its FLOPs than the backward's (tiny Llama at 2
-    // ranks: the forward took twice the combined rate's price, the
-    // backward 0.94 of it; bench/RESULTS.md, run 22).
-    double tf = cal.time(
-        [&] { (void)dev.modelOp(fwd, fin, fout, StepContext{}, nullptr); });
-    double tb = cal.time(
-        [&] { (void)dev.modelOp(bwd, bin, bout, StepContext{}, nullptr); });
-    int64_t scores = attentionScores(batch, seq, heads, 0);
-    double ff = double(attentionForwardFlops(scores, headDim)),
-           fb = double(attentionBackwardFlops(scores, headDim, true));
-    (smallClass ? k.attentionSmall : k.attention) = ff / tf;
-    (smallClass ? k.attentionBackwardSmall : k.attentionBackward) = fb / tb;
+    (smallClass ? k.attentionSmall : k.attention) = r.forward;
+    (smallClass ? k.attentionBackwardSmall : k.attentionBackward) = r.backward;
     const std::string what =
-        "[" + std::to_string(batch) + ", " + std::to_string(seq) +
-        "] tokens, " + std::to_string(heads) + " heads of " +
-        std::to_string(headDim) + ", " + (gpu ? "bf16" : "f32") +
+        "[" + std::to_string(g.batch) + ", " + std::to_string(g.seq) +
+        "] tokens, " + std::to_string(g.heads) + " heads of " +
+        std::to_string(g.headDim) + ", " + (gpu ? "bf16" : "f32") +
         "; FLOPs as the plans count them (the full score square)";
     const std::string cls = smallClass ? "_small" : "";
     source("calibration.attention" + cls + "_tflops",
@@ -704,11 +771,42 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
     source("calibration.attention_backward" + cls + "_tflops",
            "flash causal_attention_backward alone, " + what);
     say("  %-20s %8.2f GFLOP/s forward, %8.2f backward\n",
-        smallClass ? "attention small" : "attention", ff / tf / 1e9,
-        fb / tb / 1e9);
+        smallClass ? "attention small" : "attention", r.forward / 1e9,
+        r.backward / 1e9);
   };
   attention(false);
   attention(true);
+  // The plans' own attention (--shapes), each direction on its shapes.
+  if (!attentions.empty())
+    say("  attention of %s:\n", gemmsFrom.c_str());
+  for (const PlanAttention &a : attentions) {
+    const AttentionGeometry &g = a.geometry;
+    std::string dims = "[" + std::to_string(g.batch) + ", " +
+                       std::to_string(g.seq) + "] tokens, " +
+                       std::to_string(g.heads) + " heads (" +
+                       std::to_string(g.kvHeads) + " for keys and values) of " +
+                       std::to_string(g.headDim) +
+                       (g.window ? ", window " + std::to_string(g.window) : "");
+    AttentionRates r = timeAttention(g, a.dtype);
+    if (!r.why.empty()) {
+      say("  attention %-4s %s: not timed (%s)\n", dtypeName(a.dtype).data(),
+          dims.c_str(), r.why.c_str());
+      continue;
+    }
+    int d = ClusterCalibration::matmulIndex(a.dtype);
+    k.attentionByShape[{d, false, g}] = r.forward;
+    k.attentionByShape[{d, true, g}] = r.backward;
+    double itemWork = double(g.seq) * double(g.seq) * double(g.headDim);
+    say("  attention %-4s %s: %8.2f GFLOP/s forward, %8.2f backward "
+        "(classes: %.2f, %.2f)\n",
+        dtypeName(a.dtype).data(), dims.c_str(), r.forward / 1e9,
+        r.backward / 1e9, calibratedAttentionRate(k, itemWork, false) / 1e9,
+        calibratedAttentionRate(k, itemWork, true) / 1e9);
+  }
+  if (!k.attentionByShape.empty())
+    c.sources["calibration.attention_shapes"] =
+        measured + ": each flash causal_attention of " + gemmsFrom +
+        " on its own shapes, the forward and the backward alone";
 
   // Memory-bound kernels on activation-like inputs, [64, 1024] f32 drawn
   // ([16384, 1024] on a GPU) from N(0, 0.25), the activations of layers

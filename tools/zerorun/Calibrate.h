@@ -13,6 +13,7 @@
 #define ZEROC_TOOLS_ZERORUN_CALIBRATE_H
 
 #include "zeroc/Plan/Plan.h"
+#include "zeroc/Support/AttentionGeometry.h"
 
 #include <string>
 #include <vector>
@@ -41,14 +42,31 @@ struct PlanGemm {
 /// lookup: ClusterCalibration::matmulShape), in a fixed order.
 std::vector<PlanGemm> planGemms(const Plan &plan);
 
+/// A flash attention op of a plan: its geometry and dtype (the cost
+/// model's lookup, ClusterCalibration::attentionByShape, for both
+/// directions).
+struct PlanAttention {
+  AttentionGeometry geometry;
+  DType dtype = DType::F32;
+  bool operator<(const PlanAttention &o) const {
+    return std::tie(geometry, dtype) < std::tie(o.geometry, o.dtype);
+  }
+};
+
+/// Every distinct flash causal_attention of `plan`'s phases, in a fixed
+/// order.
+std::vector<PlanAttention> planAttentions(const Plan &plan);
+
 /// Writes the cluster file to `output` (rank 0). `scratchDir`: where the
-/// NVMe test file goes. `gemms` (from --shapes PLAN): also times each of
-/// these on its own shapes; `gemmsFrom` names the plans for the file's
-/// source. Returns the exit status.
+/// NVMe test file goes. `gemms` and `attentions` (from --shapes PLAN): also
+/// times each of these on its own shapes (attention in both directions);
+/// `gemmsFrom` names the plans for the file's sources. Returns the exit
+/// status.
 int calibrate(Communicator &comm, Device &device, const std::string &output,
               const std::string &scratchDir,
               const std::vector<PlanGemm> &gemms = {},
-              const std::string &gemmsFrom = "");
+              const std::string &gemmsFrom = "",
+              const std::vector<PlanAttention> &attentions = {});
 
 } // namespace zeroc::runtime
 

@@ -557,6 +557,7 @@ int run(const Options &o, Communicator &comm, Device *device,
     // --shapes: every plan's GEMMs, read as a run reads its plan, so that
     // the ranks time the same list.
     std::set<PlanGemm> gemms;
+    std::set<PlanAttention> attentions;
     std::string from;
     for (const std::string &path : o.shapes) {
       std::optional<Plan> plan;
@@ -568,11 +569,14 @@ int run(const Options &o, Communicator &comm, Device *device,
                    " has no linear, linear_grad_input or linear_grad_weight "
                    "op to time");
       gemms.insert(mine.begin(), mine.end());
+      std::vector<PlanAttention> theirs = planAttentions(*plan);
+      attentions.insert(theirs.begin(), theirs.end());
       from += (from.empty() ? "" : ", ") + path;
     }
     try {
       return calibrate(comm, device ? *device : *cpu, o.output, scratch,
-                       {gemms.begin(), gemms.end()}, from);
+                       {gemms.begin(), gemms.end()}, from,
+                       {attentions.begin(), attentions.end()});
     } catch (const std::exception &e) {
       return err(std::string("--calibrate: ") + e.what());
     }

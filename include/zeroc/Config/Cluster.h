@@ -12,6 +12,7 @@
 #ifndef ZEROC_CONFIG_CLUSTER_H
 #define ZEROC_CONFIG_CLUSTER_H
 
+#include "zeroc/Support/AttentionGeometry.h"
 #include "zeroc/Support/DType.h"
 #include "zeroc/Support/Diagnostic.h"
 #include "zeroc/Support/Json.h"
@@ -134,6 +135,14 @@ struct ClusterCalibration {
   /// they are). Empty: not measured.
   using MatmulShapeKey = std::tuple<int, int, LinearGeometry>;
   std::map<MatmulShapeKey, double> matmulShape;
+  /// Achieved FLOP/s (as the plans count them, Plan/AttentionFlops.h) of
+  /// the flash attention kernels on a plan's own shapes (zerorun
+  /// --calibrate --shapes PLAN), keyed by (matmulIndex of the dtype,
+  /// backward, the op's geometry). The cost model prices a flash attention
+  /// op of such a shape at its rate, over the two classes' interpolation.
+  /// Empty: not measured.
+  using AttentionShapeKey = std::tuple<int, bool, AttentionGeometry>;
+  std::map<AttentionShapeKey, double> attentionByShape;
   /// matmulMisaligned[d] over the aligned rate of the largest class measured
   /// for dtype index d; 1 where either is not measured.
   double matmulMisalignedFactor(int d) const;

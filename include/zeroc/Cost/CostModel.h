@@ -125,7 +125,8 @@ double calibratedMatmulRate(const ClusterCalibration &calibration, DType dtype,
 double kernelTime(const Cluster &cluster, OpKind kind, double flops,
                   double bytes, DType dtype, bool misalignedRows = false,
                   double elements = 0, double attentionWork = 0,
-                  const LinearGeometry *gemm = nullptr);
+                  const LinearGeometry *gemm = nullptr,
+                  const AttentionGeometry *attention = nullptr);
 
 /// The kinds a calibration prices by a FLOP rate (GEMMs and attention,
 /// compute-bound on every device); every other model op streams memory.
@@ -376,9 +377,10 @@ private:
   /// ops or unknown shapes.
   std::optional<LinearGeometry> gemmOf(const PhaseInfo &info,
                                        const PlanOp &op) const;
-  /// seq^2 x head_dim of one (batch, head) item of an attention op (0 for
-  /// other ops, or when its shapes are not known).
-  double attentionItemWork(const PhaseInfo &info, const PlanOp &op) const;
+  /// An attention op's geometry (its query [batch, seq, heads x head_dim]
+  /// and its attributes); nullopt for other ops or unknown shapes.
+  std::optional<AttentionGeometry> attentionOf(const PhaseInfo &info,
+                                               const PlanOp &op) const;
   /// A linear's bias, added by zerorun's CPU kernel in a pass of its own
   /// over the output (0 without a bias, or off a CPU, where cuBLASLt's
   /// epilogue fuses it).
