@@ -176,8 +176,13 @@ def median_calibration(docs):
             return out
         if is_gemms(first) and all(is_gemms(n) for n in nodes):
             def key(g):
-                return tuple(g[k] for k in ("kind", "dtype", "rows", "in",
-                                            "out"))
+                # A GEMM of matmul_shapes, or an attention kernel of
+                # attention_shapes.
+                fields = (("direction", "dtype", "batch", "seq", "heads",
+                           "kv_heads", "head_dim", "window")
+                          if "direction" in g else
+                          ("kind", "dtype", "rows", "in", "out"))
+                return tuple(g[k] for k in fields)
             rates, order = {}, {}
             for n in nodes:
                 for g in n:

@@ -730,6 +730,10 @@ bool Reader::readAttentionShapes(const json &object) {
         !readDimension(k, kat, "window", g.window, /*zero=*/true) ||
         !readTFlops(k, kat, rate))
       return false;
+    if (g.window >= g.seq)
+      return fail(kat / "window", "expected 0 (none) or a window below seq " +
+                                      std::to_string(g.seq) + ", found " +
+                                      std::to_string(g.window));
     if (g.heads % g.kvHeads != 0)
       return fail(kat / "kv_heads", "expected a divisor of heads " +
                                         std::to_string(g.heads) + ", found " +

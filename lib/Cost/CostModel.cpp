@@ -1045,8 +1045,10 @@ OpCost CostModel::workCost(const PlanPhase &phase, const PlanOp &op,
                                 double(op.bytes), dtype, misaligned, elements,
                                 itemWork, gemm ? &*gemm : nullptr,
                                 attention && flash ? &*attention : nullptr);
-      // What the misaligned rows cost: the price at the aligned classes.
-      if (misaligned && pricedByFlopRate(op.kind))
+      // What the misaligned rows cost: the price at the aligned classes
+      // (GEMMs only: no misaligned factor applies to attention, whose f32
+      // log-sum-exp rows may be any length).
+      if (misaligned && pricedByFlopRate(op.kind) && !attention)
         cost.misaligned = std::max(
             0.0, cost.seconds - kernelTime(clusterRef, op.kind,
                                            double(op.flops), double(op.bytes),

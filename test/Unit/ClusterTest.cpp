@@ -731,6 +731,9 @@ TEST(ClusterCalibration, AttentionByThePlansShapes) {
               first + "kv_heads: expected a divisor of heads 32, found 5");
   expectError([](json &m) { m["kernels"][0]["window"] = -1; },
               first + "window: expected a non-negative integer, found -1");
+  expectError([](json &m) { m["kernels"][0]["window"] = 8192; },
+              first + "window: expected 0 (none) or a window below seq 8192, "
+                      "found 8192");
   expectError([](json &m) { m["kernels"][0]["seq"] = 0; },
               first + "seq: expected a positive integer, found 0");
   expectError([](json &m) { m["kernels"][1]["direction"] = "forward"; },

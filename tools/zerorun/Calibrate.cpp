@@ -664,14 +664,8 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
         measured + ": each linear-class GEMM of " + gemmsFrom +
         " alone on its own shapes";
 
-  // Attention: the flash forward and backward at two classes
-  // (ClusterCalibration::attentionShape), the FLOPs counted as the plans
-  // count them (Plan/AttentionFlops.h): a GPT-2-like head layout (head_dim
-  // 64; sequence 256, 4 heads, f32 on a CPU; batch 4, sequence 1024, 12
-  // heads, bf16 on a GPU) and a small one, where the kernel's fixed costs
-  // per item weigh more.
   // The flash forward and backward on `g` in `dt`: their FLOP rates (as
-  // the plans count the FLOPs), or why this rank cannot time them.
+  // the plans count the FLOPs), or why no rank times them.
   struct AttentionRates {
     double forward = 0, backward = 0;
     std::string why;
@@ -679,10 +673,22 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
   auto timeAttention = [&](const AttentionGeometry &g, DType dt) {
     AttentionRates r;
     const size_t mark = cal.keep.size();
+    const std::vector<int64_t> qShape = {g.batch, g.seq, g.heads * g.headDim},
+                               kvShape = {g.batch, g.seq,
+                                          g.kvHeads * g.headDim};
+    AttentionAttrs attrs;
+    attrs.numHeads = g.heads;
+    attrs.numKvHeads = g.kvHeads;
+    attrs.window = g.window;
+    attrs.kernel = AttentionKernel::Flash;
+    PlanOp fwd = modelOp(OpKind::CausalAttention, 3, 2);
+    fwd.attrs = attrs;
+    PlanOp bwd = modelOp(OpKind::CausalAttentionBackward, 6, 3);
+    bwd.attrs = attrs;
+    std::vector<Tensor> fin, fout, bin, bout;
+    // Only the allocations and a first run can fail on one rank: the vote
+    // and the timing below are collective, and every rank makes them.
     try {
-      const std::vector<int64_t> qShape = {g.batch, g.seq, g.heads * g.headDim},
-                                 kvShape = {g.batch, g.seq,
-                                            g.kvHeads * g.headDim};
       Tensor q = cal.buffer(qShape, dt, normal),
              kk = cal.buffer(kvShape, dt, normal),
              v = cal.buffer(kvShape, dt, normal),
@@ -692,17 +698,10 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
              dq = cal.buffer(qShape, dt, small),
              dk = cal.buffer(kvShape, dt, small),
              dv = cal.buffer(kvShape, dt, small);
-      AttentionAttrs attrs;
-      attrs.numHeads = g.heads;
-      attrs.numKvHeads = g.kvHeads;
-      attrs.window = g.window;
-      attrs.kernel = AttentionKernel::Flash;
-      PlanOp fwd = modelOp(OpKind::CausalAttention, 3, 2);
-      fwd.attrs = attrs;
-      PlanOp bwd = modelOp(OpKind::CausalAttentionBackward, 6, 3);
-      bwd.attrs = attrs;
-      std::vector<Tensor> fin = {q, kk, v}, fout = {o, lse};
-      std::vector<Tensor> bin = {q, kk, v, o, dout, lse}, bout = {dq, dk, dv};
+      fin = {q, kk, v};
+      fout = {o, lse};
+      bin = {q, kk, v, o, dout, lse};
+      bout = {dq, dk, dv};
       for (const Tensor &t : {q, kk, v, o, dout, lse, dq, dk, dv})
         if (!t.data && r.why.empty())
           r.why = "the device could not convert an operand to " +
@@ -716,28 +715,27 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
         r.why = !st         ? "the device has no such kernel"
                 : !st->ok() ? st->error
                             : "";
-      // Every rank times it or none does (the timing's calls are
-      // collective).
-      if (cal.slowest(r.why.empty() ? 0.0 : 1.0) > 0) {
-        if (r.why.empty())
-          r.why = "another rank could not run it";
-        cal.releaseSince(mark);
-        return r;
-      }
-      // Each direction timed on its own: the forward's fixed costs per
-      // item weigh more against its FLOPs than the backward's (tiny Llama
-      // at 2 ranks: the forward took twice the combined rate's price, the
-      // backward 0.94 of it; bench/RESULTS.md, run 22).
-      double tf = cal.time(
-          [&] { (void)dev.modelOp(fwd, fin, fout, StepContext{}, nullptr); });
-      double tb = cal.time(
-          [&] { (void)dev.modelOp(bwd, bin, bout, StepContext{}, nullptr); });
-      int64_t scores = attentionScores(g.batch, g.seq, g.heads, g.window);
-      r.forward = double(attentionForwardFlops(scores, g.headDim)) / tf;
-      r.backward = double(attentionBackwardFlops(scores, g.headDim, true)) / tb;
     } catch (const std::exception &e) { // Allocation failures throw.
       r.why = e.what();
     }
+    // Every rank times it or none does.
+    if (cal.slowest(r.why.empty() ? 0.0 : 1.0) > 0) {
+      if (r.why.empty())
+        r.why = "another rank could not run it";
+      cal.releaseSince(mark);
+      return r;
+    }
+    // Each direction timed on its own: the forward's fixed costs per item
+    // weigh more against its FLOPs than the backward's (tiny Llama at 2
+    // ranks: the forward took twice the combined rate's price, the
+    // backward 0.94 of it; bench/RESULTS.md, run 22).
+    double tf = cal.time(
+        [&] { (void)dev.modelOp(fwd, fin, fout, StepContext{}, nullptr); });
+    double tb = cal.time(
+        [&] { (void)dev.modelOp(bwd, bin, bout, StepContext{}, nullptr); });
+    int64_t scores = attentionScores(g.batch, g.seq, g.heads, g.window);
+    r.forward = double(attentionForwardFlops(scores, g.headDim)) / tf;
+    r.backward = double(attentionBackwardFlops(scores, g.headDim, true)) / tb;
     cal.releaseSince(mark);
     return r;
   };
@@ -756,8 +754,11 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
     g.heads = g.kvHeads = shape.heads;
     g.headDim = shape.headDim;
     AttentionRates r = timeAttention(g, gpu ? DType::BF16 : DType::F32);
-    if (!r.why.empty())
+    if (!r.why.empty()) {
+      say("  %-20s not timed (%s)\n",
+          smallClass ? "attention small" : "attention", r.why.c_str());
       return;
+    }
     (smallClass ? k.attentionSmall : k.attention) = r.forward;
     (smallClass ? k.attentionBackwardSmall : k.attentionBackward) = r.backward;
     const std::string what =
