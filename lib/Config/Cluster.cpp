@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <map>
 
 using nlohmann::json;
@@ -533,6 +534,12 @@ private:
                   const FigureSpec &spec);
   bool readMatmulShapes(const json &object);
   bool readAttentionShapes(const json &object);
+  /// The entries of a shapes table `table` (its list under `list`): each
+  /// an object with exactly `keys`, handed to `entry` with its path.
+  bool
+  readEntries(const json &object, const char *table, const char *list,
+              const std::vector<std::string> &keys,
+              const std::function<bool(const json &, const JsonPath &)> &entry);
   /// Members of one entry of a shapes table at `at`: one of `names` (its
   /// index), a positive integer (or zero where `zero`), a rate in TFLOP/s.
   bool readChoice(const json &entry, const JsonPath &at, const char *key,
@@ -649,103 +656,105 @@ bool Reader::readTFlops(const json &entry, const JsonPath &at, double &out) {
   return true;
 }
 
-bool Reader::readMatmulShapes(const json &object) {
-  using C = ClusterCalibration;
-  const JsonPath at = pathOf(kMatmulShapes) / "gemms";
-  const json *gemms = member(object, pathOf(kMatmulShapes), "gemms", false);
-  if (!gemms)
+bool Reader::readEntries(
+    const json &object, const char *table, const char *list,
+    const std::vector<std::string> &keys,
+    const std::function<bool(const json &, const JsonPath &)> &entry) {
+  const JsonPath at = pathOf(table) / list;
+  const json *entries = member(object, pathOf(table), list, false);
+  if (!entries)
     return false;
-  if (!gemms->is_array())
-    return fail(at, "expected an array of {\"kind\", \"dtype\", \"rows\", "
-                    "\"in\", \"out\", \"tflops\"}, found " +
-                        describe(*gemms));
-  const std::vector<std::string> kinds(std::begin(C::kMatmulKindNames),
-                                       std::end(C::kMatmulKindNames));
-  const std::vector<std::string> dtypes(
-      std::begin(ClusterCalibration::kMatmulDTypeNames),
-      std::end(ClusterCalibration::kMatmulDTypeNames));
-  for (size_t i = 0; i < gemms->size(); ++i) {
-    const json &g = (*gemms)[i];
-    const JsonPath gat = at / std::to_string(i);
-    if (!g.is_object())
-      return fail(gat, "expected an object, found " + describe(g));
-    if (!checkKeys(g, gat, {"kind", "dtype", "rows", "in", "out", "tflops"}))
+  if (!entries->is_array()) {
+    std::string fields;
+    for (const std::string &key : keys)
+      fields += (fields.empty() ? "\"" : ", \"") + key + "\"";
+    return fail(at, "expected an array of {" + fields + "}, found " +
+                        describe(*entries));
+  }
+  for (size_t i = 0; i < entries->size(); ++i) {
+    const json &e = (*entries)[i];
+    const JsonPath eat = at / std::to_string(i);
+    if (!e.is_object())
+      return fail(eat, "expected an object, found " + describe(e));
+    if (!checkKeys(e, eat, keys) || !entry(e, eat))
       return false;
-    int kind = 0, dtype = 0;
-    LinearGeometry geometry;
-    double rate = 0;
-    if (!readChoice(g, gat, "kind", kinds, kind) ||
-        !readChoice(g, gat, "dtype", dtypes, dtype) ||
-        !readDimension(g, gat, "rows", geometry.rows) ||
-        !readDimension(g, gat, "in", geometry.in) ||
-        !readDimension(g, gat, "out", geometry.out) ||
-        !readTFlops(g, gat, rate))
-      return false;
-    auto [it, fresh] = cluster.calibration.matmulShape.emplace(
-        C::MatmulShapeKey{dtype, kind, geometry}, rate);
-    if (!fresh)
-      return fail(gat, "a second " + kinds[size_t(kind)] + " " +
-                           dtypes[size_t(dtype)] + " GEMM of rows " +
-                           std::to_string(geometry.rows) + ", in " +
-                           std::to_string(geometry.in) + ", out " +
-                           std::to_string(geometry.out) + " (each shape once)");
   }
   return true;
 }
 
+bool Reader::readMatmulShapes(const json &object) {
+  using C = ClusterCalibration;
+  const std::vector<std::string> kinds(std::begin(C::kMatmulKindNames),
+                                       std::end(C::kMatmulKindNames));
+  const std::vector<std::string> dtypes(std::begin(C::kMatmulDTypeNames),
+                                        std::end(C::kMatmulDTypeNames));
+  return readEntries(
+      object, kMatmulShapes, "gemms",
+      {"kind", "dtype", "rows", "in", "out", "tflops"},
+      [&](const json &g, const JsonPath &gat) {
+        int kind = 0, dtype = 0;
+        LinearGeometry geometry;
+        double rate = 0;
+        if (!readChoice(g, gat, "kind", kinds, kind) ||
+            !readChoice(g, gat, "dtype", dtypes, dtype) ||
+            !readDimension(g, gat, "rows", geometry.rows) ||
+            !readDimension(g, gat, "in", geometry.in) ||
+            !readDimension(g, gat, "out", geometry.out) ||
+            !readTFlops(g, gat, rate))
+          return false;
+        auto [it, fresh] = cluster.calibration.matmulShape.emplace(
+            C::MatmulShapeKey{dtype, kind, geometry}, rate);
+        if (!fresh)
+          return fail(gat, "a second " + kinds[size_t(kind)] + " " +
+                               dtypes[size_t(dtype)] + " GEMM of rows " +
+                               std::to_string(geometry.rows) + ", in " +
+                               std::to_string(geometry.in) + ", out " +
+                               std::to_string(geometry.out) +
+                               " (each shape once)");
+        return true;
+      });
+}
+
 bool Reader::readAttentionShapes(const json &object) {
   using C = ClusterCalibration;
-  const JsonPath at = pathOf(kAttentionShapes) / "kernels";
-  const json *kernels =
-      member(object, pathOf(kAttentionShapes), "kernels", false);
-  if (!kernels)
-    return false;
-  if (!kernels->is_array())
-    return fail(at, "expected an array of {\"direction\", \"dtype\", "
-                    "\"batch\", \"seq\", \"heads\", \"kv_heads\", "
-                    "\"head_dim\", \"window\", \"tflops\"}, found " +
-                        describe(*kernels));
   const std::vector<std::string> directions = {"forward", "backward"};
   const std::vector<std::string> dtypes(std::begin(C::kMatmulDTypeNames),
                                         std::end(C::kMatmulDTypeNames));
-  for (size_t i = 0; i < kernels->size(); ++i) {
-    const json &k = (*kernels)[i];
-    const JsonPath kat = at / std::to_string(i);
-    if (!k.is_object())
-      return fail(kat, "expected an object, found " + describe(k));
-    if (!checkKeys(k, kat,
-                   {"direction", "dtype", "batch", "seq", "heads", "kv_heads",
-                    "head_dim", "window", "tflops"}))
-      return false;
-    int direction = 0, dtype = 0;
-    AttentionGeometry g;
-    double rate = 0;
-    if (!readChoice(k, kat, "direction", directions, direction) ||
-        !readChoice(k, kat, "dtype", dtypes, dtype) ||
-        !readDimension(k, kat, "batch", g.batch) ||
-        !readDimension(k, kat, "seq", g.seq) ||
-        !readDimension(k, kat, "heads", g.heads) ||
-        !readDimension(k, kat, "kv_heads", g.kvHeads) ||
-        !readDimension(k, kat, "head_dim", g.headDim) ||
-        !readDimension(k, kat, "window", g.window, /*zero=*/true) ||
-        !readTFlops(k, kat, rate))
-      return false;
-    if (g.window >= g.seq)
-      return fail(kat / "window", "expected 0 (none) or a window below seq " +
-                                      std::to_string(g.seq) + ", found " +
-                                      std::to_string(g.window));
-    if (g.heads % g.kvHeads != 0)
-      return fail(kat / "kv_heads", "expected a divisor of heads " +
-                                        std::to_string(g.heads) + ", found " +
-                                        std::to_string(g.kvHeads));
-    auto [it, fresh] = cluster.calibration.attentionByShape.emplace(
-        C::AttentionShapeKey{dtype, direction == 1, g}, rate);
-    if (!fresh)
-      return fail(kat, "a second " + directions[size_t(direction)] + " " +
-                           dtypes[size_t(dtype)] +
-                           " attention of this shape (each shape once)");
-  }
-  return true;
+  return readEntries(
+      object, kAttentionShapes, "kernels",
+      {"direction", "dtype", "batch", "seq", "heads", "kv_heads", "head_dim",
+       "window", "tflops"},
+      [&](const json &k, const JsonPath &kat) {
+        int direction = 0, dtype = 0;
+        AttentionGeometry g;
+        double rate = 0;
+        if (!readChoice(k, kat, "direction", directions, direction) ||
+            !readChoice(k, kat, "dtype", dtypes, dtype) ||
+            !readDimension(k, kat, "batch", g.batch) ||
+            !readDimension(k, kat, "seq", g.seq) ||
+            !readDimension(k, kat, "heads", g.heads) ||
+            !readDimension(k, kat, "kv_heads", g.kvHeads) ||
+            !readDimension(k, kat, "head_dim", g.headDim) ||
+            !readDimension(k, kat, "window", g.window, /*zero=*/true) ||
+            !readTFlops(k, kat, rate))
+          return false;
+        if (g.window >= g.seq)
+          return fail(kat / "window",
+                      "expected 0 (none) or a window below seq " +
+                          std::to_string(g.seq) + ", found " +
+                          std::to_string(g.window));
+        if (g.heads % g.kvHeads != 0)
+          return fail(kat / "kv_heads",
+                      "expected a divisor of heads " + std::to_string(g.heads) +
+                          ", found " + std::to_string(g.kvHeads));
+        auto [it, fresh] = cluster.calibration.attentionByShape.emplace(
+            C::AttentionShapeKey{dtype, direction == 1, g}, rate);
+        if (!fresh)
+          return fail(kat, "a second " + directions[size_t(direction)] + " " +
+                               dtypes[size_t(dtype)] +
+                               " attention of this shape (each shape once)");
+        return true;
+      });
 }
 
 Expected<Cluster> Reader::read() {
