@@ -580,6 +580,10 @@ struct TableOrder {
 /// compute ops (the same for every stage and offload with one
 /// recomputation policy) and the optimizer step (the same for every
 /// recomputation policy and micro-batch with one stage and offload).
+/// A group is ruled out as too slow when its bound falls below this share
+/// of the fastest so far, which may be an estimate.
+constexpr double kBoundSlack = 0.98;
+
 struct SpeedBounds {
   /// Per recomputation policy (its describe()): micro-batch -> seconds of
   /// compute ops on the compute stream in one micro-step.
@@ -727,8 +731,14 @@ private:
   std::vector<std::pair<int64_t, int64_t>> batches;
   std::vector<AdviseSetup> waysOut; ///< Found before the table is sorted.
   SpeedBounds speed;
-  /// The groups ruled out as too slow, with their entry in result.pruned.
-  std::vector<std::pair<AdviseSetup, size_t>> tooSlow;
+  /// The groups ruled out as too slow (their entries in result.pruned
+  /// carry the bound and name them by `what`).
+  struct TooSlow {
+    AdviseSetup group;
+    std::string what;
+    double most;
+  };
+  std::vector<TooSlow> tooSlow;
   /// Groups that do not fit at the smallest micro-batch.
   struct NoFit {
     AdviseSetup group;
@@ -1053,7 +1063,7 @@ std::optional<std::string> Search::cannotWin(const AdviseSetup &group,
         double(micro * accumulation * result.worldSize * result.seqLen) / step);
   }
   // A little slack: the fastest so far may be an estimate.
-  if (most >= fastest * 0.98)
+  if (most >= fastest * kBoundSlack)
     return std::nullopt;
   return "at most " + tokens(most) +
          " tokens/s (its compute and optimizer step alone), below the " +
@@ -1079,29 +1089,21 @@ void Search::revisitTooSlow() {
     // A group's tokens per second at its worst step are at most its
     // healthy ones: the bound holds for --robust's ranking too.
     double lead = rankingTokensPerSecond(result.candidates[*best], req.robust);
-    std::vector<std::pair<AdviseSetup, size_t>> again, still;
-    for (const auto &entry : tooSlow)
-      (result.pruned[entry.second].tokensAtMost >= lead * 0.98 ? again : still)
-          .push_back(entry);
-    if (again.empty())
-      return;
-    std::set<size_t> drop;
-    for (const auto &[group, at] : again) {
-      evaluateGroup(group, std::nullopt);
-      drop.insert(at);
-    }
-    // The entries left shift down past those dropped.
-    std::vector<AdvisePruned> kept;
-    std::vector<size_t> newIndex(result.pruned.size());
-    for (size_t i = 0; i < result.pruned.size(); ++i)
-      if (!drop.count(i)) {
-        newIndex[i] = kept.size();
-        kept.push_back(std::move(result.pruned[i]));
+    auto reaches = [&](const TooSlow &t) {
+      return t.most >= lead * kBoundSlack;
+    };
+    std::set<std::string> revisited;
+    for (const TooSlow &t : tooSlow)
+      if (reaches(t)) {
+        evaluateGroup(t.group, std::nullopt);
+        revisited.insert(t.what);
       }
-    result.pruned = std::move(kept);
-    for (auto &entry : still)
-      entry.second = newIndex[entry.second];
-    tooSlow = std::move(still);
+    if (revisited.empty())
+      return;
+    llvm::erase_if(tooSlow, reaches);
+    llvm::erase_if(result.pruned, [&](const AdvisePruned &p) {
+      return revisited.count(p.what) > 0;
+    });
     confirmBest();
   }
 }
@@ -1368,7 +1370,7 @@ void Search::run() {
         why = cannotWin(group, most);
       if (why) {
         if (most > 0)
-          tooSlow.push_back({group, result.pruned.size()});
+          tooSlow.push_back({group, what, most});
         result.pruned.push_back({stage, what, *why, most});
         continue;
       }

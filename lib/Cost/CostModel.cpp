@@ -1032,12 +1032,7 @@ OpCost CostModel::workCost(const PlanPhase &phase, const PlanOp &op,
       DType dtype = computeDType(info, op);
       double elements = largestOperandElements(info, op);
       std::optional<AttentionGeometry> attention = attentionOf(info, op);
-      // seq^2 x head_dim of one (batch, head) item: the classes'
-      // interpolation coordinate.
-      double itemWork = attention
-                            ? double(attention->seq) * double(attention->seq) *
-                                  double(attention->headDim)
-                            : 0;
+      double itemWork = attention ? attention->itemWork() : 0;
       // Only the flash kernels were timed by shape.
       const auto *attrs = std::get_if<AttentionAttrs>(&op.attrs);
       bool flash = attrs && attrs->kernel == AttentionKernel::Flash;

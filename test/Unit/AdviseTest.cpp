@@ -562,6 +562,18 @@ TEST_F(AdviseTest, RecommendsTheFastestSetupThatFits) {
   AdviseResult plain = run(roofline);
   EXPECT_GT(plain.prunedSetups, 0);
   EXPECT_LT(plain.compiled, plain.setupsInSpace);
+  // A group left ruled out as too slow cannot reach the recommendation
+  // (within the search's 2% slack), whatever the fastest was when it was
+  // ruled out: the stage lines' "too few to be recommended" holds.
+  ASSERT_TRUE(plain.best);
+  double recommended = plain.candidates[*plain.best].tokensPerSecond;
+  int tooSlow = 0;
+  for (const AdvisePruned &p : plain.pruned)
+    if (p.tokensAtMost > 0) {
+      ++tooSlow;
+      EXPECT_LT(p.tokensAtMost, 0.98 * recommended) << p.what;
+    }
+  EXPECT_GT(tooSlow, 0);
 }
 
 TEST_F(AdviseTest, TheMarginIsRespected) {

@@ -746,13 +746,8 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
   // heads, bf16 on a GPU) and a small one, where the kernel's fixed costs
   // per item weigh more.
   auto attention = [&](bool smallClass) {
-    const ClusterCalibration::AttentionShape shape =
+    const AttentionGeometry g =
         ClusterCalibration::attentionShape(gpu, smallClass);
-    AttentionGeometry g;
-    g.batch = shape.batch;
-    g.seq = shape.seq;
-    g.heads = g.kvHeads = shape.heads;
-    g.headDim = shape.headDim;
     AttentionRates r = timeAttention(g, gpu ? DType::BF16 : DType::F32);
     if (!r.why.empty()) {
       say("  %-20s not timed (%s)\n",
@@ -797,12 +792,11 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
     int d = ClusterCalibration::matmulIndex(a.dtype);
     k.attentionByShape[{d, false, g}] = r.forward;
     k.attentionByShape[{d, true, g}] = r.backward;
-    double itemWork = double(g.seq) * double(g.seq) * double(g.headDim);
     say("  attention %-4s %s: %8.2f GFLOP/s forward, %8.2f backward "
         "(classes: %.2f, %.2f)\n",
         dtypeName(a.dtype).data(), dims.c_str(), r.forward / 1e9,
-        r.backward / 1e9, calibratedAttentionRate(k, itemWork, false) / 1e9,
-        calibratedAttentionRate(k, itemWork, true) / 1e9);
+        r.backward / 1e9, calibratedAttentionRate(k, g.itemWork(), false) / 1e9,
+        calibratedAttentionRate(k, g.itemWork(), true) / 1e9);
   }
   if (!k.attentionByShape.empty())
     c.sources["calibration.attention_shapes"] =

@@ -164,20 +164,13 @@ struct ClusterCalibration {
   /// A shape zerorun --calibrate times attention at: `small` on a CPU is a
   /// test-sized model's (sequence 32, heads of 16), the large one a
   /// GPT-2-like head layout.
-  struct AttentionShape {
-    int64_t batch, seq, heads, headDim;
-    /// seq^2 x head_dim: one (batch, head) item's work, the interpolation's
-    /// coordinate.
-    double itemWork() const {
-      return double(seq) * double(seq) * double(headDim);
-    }
-  };
-  static AttentionShape attentionShape(bool gpu, bool small) {
+  static AttentionGeometry attentionShape(bool gpu, bool small) {
+    // batch, seq, heads, kv heads, head_dim, window.
     if (small)
-      return gpu ? AttentionShape{4, 128, 12, 64}
-                 : AttentionShape{2, 32, 4, 16};
-    return gpu ? AttentionShape{4, 1024, 12, 64}
-               : AttentionShape{1, 256, 4, 64};
+      return gpu ? AttentionGeometry{4, 128, 12, 12, 64, 0}
+                 : AttentionGeometry{2, 32, 4, 4, 16, 0};
+    return gpu ? AttentionGeometry{4, 1024, 12, 12, 64, 0}
+               : AttentionGeometry{1, 256, 4, 4, 64, 0};
   }
   /// Achieved bytes/s (the plan's bytes over the time) of memory-bound
   /// kernels by plan op kind name; "default" for the kinds not measured.

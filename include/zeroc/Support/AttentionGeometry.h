@@ -22,6 +22,12 @@ struct AttentionGeometry {
   /// Sliding window (0: none).
   int64_t window = 0;
 
+  /// seq^2 x head_dim: one (batch, head) item's work, the coordinate the
+  /// cost model interpolates the attention classes' rates in.
+  double itemWork() const {
+    return double(seq) * double(seq) * double(headDim);
+  }
+
   auto tied() const {
     return std::tie(batch, seq, heads, kvHeads, headDim, window);
   }
