@@ -1,8 +1,9 @@
-//===- ZeroBucket.cpp - Fuse adjacent collectives into buckets ------------===//
+//===- ZeroBucket.cpp - Fuse collectives of a kind into buckets -----------===//
 //
 // Fewer, larger collectives: latency is paid once per bucket. Reductions
 // are issued when the last gradient of their bucket is ready, gathers when
-// the first parameter of theirs is needed; collectives keep their order.
+// the first parameter of theirs is needed; collectives of one kind keep
+// their order.
 //
 //===----------------------------------------------------------------------===//
 
@@ -65,7 +66,7 @@ public:
 
   void run() {
     // A collective without its one wait (hand-written, not yet verified)
-    // is left alone and ends the bucket before it.
+    // is left alone and ends every bucket open before it.
     SmallVector<std::optional<Collective>> units;
     for (Operation &op : func.getBody().getOps()) {
       auto coll = dyn_cast<sched::CollectiveOpInterface>(op);
@@ -82,12 +83,26 @@ public:
       units.push_back(Collective{&op, wait, coll.getLogicalElements(symbols),
                                  dtypeOf(&op, symbols)});
     }
-    std::optional<Collective> bucket;
+    // Each kind of collective (sameKind) fills its own bucket: a collective of
+    // another kind between two of a kind does not end it. The backward pass of
+    // stage 3 interleaves them, a gather and a reduction for every weight, and
+    // fused only when adjacent they never fused at all. Kinds run on their own
+    // streams and meet on the communicator in program order, the same on every
+    // rank.
+    SmallVector<Collective> open;
     for (std::optional<Collective> &next : units) {
-      std::optional<Collective> merged;
-      if (bucket && next)
-        merged = tryMerge(*bucket, *next);
-      bucket = merged ? merged : next;
+      if (!next) {
+        open.clear();
+        continue;
+      }
+      auto same = llvm::find_if(
+          open, [&](const Collective &c) { return sameKind(c, *next); });
+      if (same == open.end()) {
+        open.push_back(*next);
+        continue;
+      }
+      std::optional<Collective> merged = tryMerge(*same, *next);
+      *same = merged ? *merged : *next;
     }
   }
 
@@ -98,21 +113,26 @@ private:
                : reduceSize;
   }
 
-  std::optional<Collective> tryMerge(const Collective &a, const Collective &c) {
-    // One collective runs over one communicator group: expert state (over
-    // the expert-data-parallel group) never shares a bucket with the rest.
+  /// Collectives fuse only with their kind: one op, one dtype, and for a
+  /// reduce-scatter the same all_reduce flag. One collective runs over one
+  /// communicator group: expert state (over the expert-data-parallel group)
+  /// never shares a bucket with the rest.
+  static bool sameKind(const Collective &a, const Collective &c) {
     if (a.start->getName() != c.start->getName() || a.dtype != c.dtype ||
         cast<sched::CollectiveOpInterface>(a.start).getGroup() !=
-            cast<sched::CollectiveOpInterface>(c.start).getGroup() ||
-        a.elements + c.elements > limitFor(a.start))
+            cast<sched::CollectiveOpInterface>(c.start).getGroup())
+      return false;
+    auto x = dyn_cast<sched::ReduceScatterStartOp>(a.start);
+    return !x || x.getAllReduce() ==
+                     cast<sched::ReduceScatterStartOp>(c.start).getAllReduce();
+  }
+
+  std::optional<Collective> tryMerge(const Collective &a, const Collective &c) {
+    if (a.elements + c.elements > limitFor(a.start))
       return std::nullopt;
-    if (auto x = dyn_cast<sched::ReduceScatterStartOp>(a.start)) {
-      if (x.getAllReduce() !=
-          cast<sched::ReduceScatterStartOp>(c.start).getAllReduce())
-        return std::nullopt;
+    if (auto x = dyn_cast<sched::ReduceScatterStartOp>(a.start))
       return mergeReduceScatter(a, x, c,
                                 cast<sched::ReduceScatterStartOp>(c.start));
-    }
     if (auto x = dyn_cast<sched::AllReduceStartOp>(a.start))
       return mergeInPlace(
           a, c, x.getTensorsAttr(),
@@ -171,9 +191,13 @@ private:
                                         sched::AllGatherStartOp x,
                                         const Collective &c,
                                         sched::AllGatherStartOp y) {
-    for (Value shard : y.getShards())
-      if (!shard.getDefiningOp<sched::ReadOp>())
+    // A shard read moves up only past ops that do not name its tensor.
+    for (Value shard : y.getShards()) {
+      auto read = shard.getDefiningOp<sched::ReadOp>();
+      if (!read ||
+          touchesBetween(x, read, b.getArrayAttr({read.getTensorAttr()})))
         return std::nullopt;
+    }
     // A parameter gathered again (for backward) is not fused with its
     // earlier gather: that would hold two copies at once.
     for (Attribute p : y.getParams())

@@ -1,4 +1,4 @@
-// zero-bucket: consecutive collectives of one kind and dtype fuse up to the
+// zero-bucket: successive collectives of one kind and dtype fuse up to the
 // bucket size (elements of the full tensors). Reductions are issued where
 // the last gradient of the bucket was, gathers where the first parameter of
 // the bucket was (the later shard reads move up with them).
@@ -123,16 +123,32 @@ module attributes {sched.stage = 3 : i64, sched.world_size = 2 : i64} {
     return
   }
 
-  // A gather between two reductions keeps them apart, and a reduction
-  // between two gathers: each stays alone.
+  // Each kind fills its own bucket: a gather between two reductions does
+  // not keep them apart, nor a reduction between two gathers (stage 3's
+  // backward pass, a gather and a reduction for every weight). The
+  // reductions fuse where the later one was, the gathers where the earlier
+  // one was; @a's shard read moves up with its gather.
   // B84-LABEL: func.func @kinds
-  // B84:         sched.reduce_scatter_start %{{.*}} into [@a.grad]
-  // B84:         sched.all_gather_start %{{.*}} for [@c]
-  // B84:         sched.reduce_scatter_start %{{.*}} into [@b.grad]
-  // B84:         sched.all_gather_start %{{.*}} for [@a]
-  // B84-NEXT:    sched.wait
-  // B84-NEXT:    sched.release
+  // B84-NEXT:    %[[SC:.*]] = sched.read @c : tensor<32xf32>
+  // B84-NEXT:    %[[SA:.*]] = sched.read @a : tensor<2xf32>
+  // B84-NEXT:    %[[G:.*]] = sched.all_gather_start %[[SC]], %[[SA]] for [@c, @a]
+  // B84-NEXT:    %[[CA:.*]]:2 = sched.wait %[[G]] : tensor<8x8xf32>, tensor<4xf32>
+  // B84-NEXT:    sched.release %[[CA]]#0
+  // B84-NEXT:    %[[R:.*]] = sched.reduce_scatter_start %arg0, %arg1 into [@a.grad, @b.grad] at [0, 0]
+  // B84-NEXT:    sched.wait %[[R]]
+  // B84-NEXT:    sched.release %[[CA]]#1
   // B84-NEXT:    return
+  // Bucket size 20: @c (64 elements) fits no bucket, @a.grad and @b.grad
+  // (4 + 16) fit one.
+  // B20-LABEL: func.func @kinds
+  // B20:         sched.all_gather_start %{{.*}} for [@c]
+  // B20:         sched.reduce_scatter_start %arg0, %arg1 into [@a.grad, @b.grad]
+  // B20:         sched.all_gather_start %{{.*}} for [@a]
+  // NONE-LABEL: func.func @kinds
+  // NONE:         sched.reduce_scatter_start %arg0 into [@a.grad]
+  // NONE:         sched.all_gather_start %{{.*}} for [@c]
+  // NONE:         sched.reduce_scatter_start %arg1 into [@b.grad]
+  // NONE:         sched.all_gather_start %{{.*}} for [@a]
   func.func @kinds(%x: tensor<4xf32>, %y: tensor<4x4xf32>) {
     %ta = sched.reduce_scatter_start %x into [@a.grad] at [0] : tensor<4xf32>
     sched.wait %ta
@@ -146,6 +162,27 @@ module attributes {sched.stage = 3 : i64, sched.world_size = 2 : i64} {
     %t2 = sched.all_gather_start %sa for [@a] : tensor<2xf32>
     %a = sched.wait %t2 : tensor<4xf32>
     sched.release %a : tensor<4xf32>
+    return
+  }
+
+  // A shard read does not move up past an op that names its tensor (here
+  // the copy of @b's values from the host): the gathers stay apart.
+  // B84-LABEL: func.func @shard_named_between
+  // B84:         sched.all_gather_start %{{.*}} for [@a]
+  // B84:         sched.copy_start [@o] to [@b]
+  // B84:         sched.read @b
+  // B84-NEXT:    sched.all_gather_start %{{.*}} for [@b]
+  func.func @shard_named_between() {
+    %sa = sched.read @a : tensor<2xf32>
+    %ta = sched.all_gather_start %sa for [@a] : tensor<2xf32>
+    %a = sched.wait %ta : tensor<4xf32>
+    sched.release %a : tensor<4xf32>
+    %cp = sched.copy_start [@o] to [@b]
+    sched.wait %cp
+    %sb = sched.read @b : tensor<8xf32>
+    %tb = sched.all_gather_start %sb for [@b] : tensor<8xf32>
+    %b = sched.wait %tb : tensor<4x4xf32>
+    sched.release %b : tensor<4x4xf32>
     return
   }
 
