@@ -827,6 +827,7 @@ AdviseCandidate Search::candidateOf(const AdviseSetup &s, const Plan &plan,
   }
   c.stepSeconds = prediction->stepSeconds;
   c.exposedCommSeconds = prediction->exposedComm;
+  c.exposedOffloadSeconds = prediction->exposedOffload;
   c.tflopsPerGpu = prediction->achievedTflopsPerGpu;
   c.tokensPerSecond = prediction->tokensPerSecond;
   c.commBytesPerStep =
@@ -1112,9 +1113,9 @@ void Search::varyBuckets() {
   std::optional<size_t> best = recommend(result.candidates, req.robust);
   if (!best)
     return;
-  // Around the fastest, and around each other stage's fastest close
-  // enough behind it that its buckets may decide the order
-  // (kAdviseBucketReach).
+  // Around the fastest, and around each other stage's fastest whose
+  // buckets could still put it ahead: at best they hide all it leaves
+  // exposed (Advise.h; the --robust ranking is at most the healthy one).
   double lead = rankingTokensPerSecond(result.candidates[*best], req.robust);
   std::vector<AdviseSetup> arounds = {result.candidates[*best]};
   std::map<int, size_t> fastestOfStage;
@@ -1128,10 +1129,14 @@ void Search::varyBuckets() {
             rankingTokensPerSecond(result.candidates[at->second], req.robust))
       at->second = i;
   }
-  for (const auto &[stage, i] : fastestOfStage)
-    if (rankingTokensPerSecond(result.candidates[i], req.robust) >=
-        lead * (1 - kAdviseBucketReach))
-      arounds.push_back(result.candidates[i]);
+  for (const auto &[stage, i] : fastestOfStage) {
+    const AdviseCandidate &c = result.candidates[i];
+    double unhidden =
+        c.stepSeconds - c.exposedCommSeconds - c.exposedOffloadSeconds;
+    if (unhidden <= 0 ||
+        c.tokensPerSecond * c.stepSeconds / unhidden >= lead * kBoundSlack)
+      arounds.push_back(c);
+  }
   std::vector<AdviseSetup> variants;
   for (const AdviseSetup &around : arounds) {
     std::set<int64_t> reduces = {50000000, 500000000,

@@ -153,6 +153,8 @@ struct AdviseCandidate : AdviseSetup {
   int64_t hostBytes = 0;
   double stepSeconds = 0;
   double exposedCommSeconds = 0;
+  /// The compute stream's wait for offload copies (Simulator.h).
+  double exposedOffloadSeconds = 0;
   double commBytesPerStep = 0; ///< Per rank.
   double tflopsPerGpu = 0;
   double tokensPerSecond = 0; ///< Over all ranks.
@@ -248,12 +250,16 @@ struct AdviseRequest {
 inline constexpr double kAdviseTieFraction = 0.001;
 
 /// The search varies the reduce and prefetch buckets of the fastest
-/// candidate and of each other stage's fastest within this fraction of
-/// its tokens per second: a bucket size can decide which stage is faster
-/// (GPT-2, sequence 512, bf16, `zeroc advise --cluster a100-100gbe
-/// --micro-batch 4 --grad-accum 1`: stage 2 at 65.7 ms with a 500 MB reduce
-/// bucket and 60.3 ms with 50 MB, stage 3's best 64.0 ms).
-inline constexpr double kAdviseBucketReach = 0.15;
+/// candidate and of each other stage's fastest whose buckets could still
+/// make it the fastest: buckets move what a step leaves exposed of its
+/// communication and offload copies, not its compute, so no variant's step
+/// is shorter than the candidate's less those waits. A bucket size can
+/// decide which stage is faster (GPT-2, sequence 512, bf16, `zeroc advise
+/// --cluster a100-100gbe --micro-batch 4 --grad-accum 1`: stage 2 at 65.7
+/// ms with a 500 MB reduce bucket and 60.3 ms with 50 MB, stage 3's best
+/// 64.0 ms; Llama-2-7B, sequence 4096, on 4 nodes of `a100-100gbe` at 24
+/// GB/s: stage 3 at 2.60 s with a 50 M prefetch bucket and 2.15 s with
+/// 200 M, stage 2's best 2.57 s).
 
 /// The recommendation: the candidate with the most tokens per second that
 /// was planned and fits; among those within kAdviseTieFraction of it, the
