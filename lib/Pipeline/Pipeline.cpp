@@ -151,6 +151,15 @@ void buildZeroPipeline(mlir::OpPassManager &pm, const DeepSpeedConfig &cfg) {
   offload.param = placementOf(zero.offloadParam.device);
   pm.addPass(createZeroOffload(offload));
 
+  // Reuse is decided per parameter, before buckets fuse them (ZeroPrefetch
+  // in Passes.td); the hoisting after.
+  ZeroPrefetchOptions prefetch;
+  prefetch.prefetchBucketSize = zero.prefetchBucketSize;
+  prefetch.maxLiveParameters = zero.maxLiveParameters;
+  prefetch.maxReuseDistance = zero.maxReuseDistance;
+  prefetch.hoist = false;
+  pm.addPass(createZeroPrefetch(prefetch));
+
   ZeroBucketOptions bucket;
   bucket.reduceBucketSize = zero.reduceBucketSize;
   // Stage 3 fetches parameters in prefetch buckets (DeepSpeed's
@@ -159,10 +168,8 @@ void buildZeroPipeline(mlir::OpPassManager &pm, const DeepSpeedConfig &cfg) {
       zero.stage == 3 ? zero.prefetchBucketSize : zero.allgatherBucketSize;
   pm.addPass(createZeroBucket(bucket));
 
-  ZeroPrefetchOptions prefetch;
-  prefetch.prefetchBucketSize = zero.prefetchBucketSize;
-  prefetch.maxLiveParameters = zero.maxLiveParameters;
-  prefetch.maxReuseDistance = zero.maxReuseDistance;
+  prefetch.keepReused = false;
+  prefetch.hoist = true;
   pm.addPass(createZeroPrefetch(prefetch));
 
   ZeroAssignStreamsOptions streams;

@@ -63,9 +63,11 @@ public:
              int64_t maxReuse)
       : func(func), bucket(bucket), maxLive(maxLive), maxReuse(maxReuse) {}
 
-  void run() {
-    keepReusedParameters();
-    hoistGathers();
+  void run(bool keepReused, bool hoist) {
+    if (keepReused)
+      keepReusedParameters();
+    if (hoist)
+      hoistGathers();
   }
 
 private:
@@ -270,7 +272,7 @@ struct ZeroPrefetch : zeroc::impl::ZeroPrefetchBase<ZeroPrefetch> {
     }
     for (auto func : module.getOps<func::FuncOp>())
       Prefetcher(func, prefetchBucketSize, maxLiveParameters, maxReuseDistance)
-          .run();
+          .run(keepReused, hoist);
   }
 };
 

@@ -17,7 +17,8 @@ Scenarios:
          (stage 3; nvme: files under --work/nvme, checked to be used and
          removed),
          bucket=N (reduce and allgather bucket sizes), persist=N (stage-3
-         persistence threshold), clip=X, dtype=f32|bf16|f16,
+         persistence threshold), reuse=N (stage3_max_reuse_distance;
+         DeepSpeed's 1e9 where absent), clip=X, dtype=f32|bf16|f16,
          scale_power=P (f16: DeepSpeed's initial_scale_power; match:
          checks that some step was skipped for an overflow),
          model=gpt2|llama|mistral|qwen2|gemma|phi3|mixtral (tiny-MODEL; tiny-gpt2
@@ -298,6 +299,8 @@ def write_config(args, stage, ws, ga, opts):
     dtype = opts.get("dtype", "f32")
     zero = {"stage": stage,
             "stage3_param_persistence_threshold": int(opts.get("persist", 100))}
+    if "reuse" in opts:
+        zero["stage3_max_reuse_distance"] = int(opts["reuse"])
     if "bucket" in opts:
         zero["reduce_bucket_size"] = int(opts["bucket"])
         zero["allgather_bucket_size"] = int(opts["bucket"])
@@ -625,13 +628,20 @@ def sent_elements(plan_json, phase, op):
     raise AssertionError("unknown collective op " + kind)
 
 
-def zero_paper(stage, psi, ws):
+def zero_paper(stage, psi, ws, reused=False):
     """The ZeRO paper's elements per rank per step by kind (one micro-step
     per step): stage 0 all-reduces the gradients (2 psi (n-1)/n), stages 1-2
     reduce-scatter them and gather the updated parameters (psi (n-1)/n
     each), stage 3 gathers the parameters twice (forward, backward) and
-    reduce-scatters the gradients."""
+    reduce-scatters the gradients. `reused`: stage 3 under DeepSpeed's
+    stage3_max_reuse_distance with every parameter used again within it
+    (partitioned_param_coordinator.py, __params_to_release: a tiny model at
+    the default 1e9), which keeps each gathered from forward to backward
+    and gathers it once."""
     f = (ws - 1) / ws
+    if stage == 3 and reused:
+        return {"all_gather": psi * f, "reduce_scatter": psi * f,
+                "all_reduce": 0.0}
     if stage == 0:
         return {"all_gather": 0.0, "reduce_scatter": 0.0,
                 "all_reduce": 2 * psi * f}
@@ -695,9 +705,12 @@ def traffic_matches(plan_path, log, paper=True):
         # Each parameter tensor is padded by fewer than ws elements (a
         # shard rounded up; a flat group's partition rounded up once).
         nparams = sum(1 for t in p["tensors"] if t["role"] == "param")
-        lo = zero_paper(stage, psi, ws)
-        hi = zero_paper(stage, psi + (ws - 1) * nparams, ws)
-        formula = "3 psi (n-1)/n" if stage == 3 else "2 psi (n-1)/n"
+        reused = stage == 3 and p["config"]["zero_optimization"].get(
+            "stage3_max_reuse_distance", 1e9) >= 2 * psi
+        lo = zero_paper(stage, psi, ws, reused)
+        hi = zero_paper(stage, psi + (ws - 1) * nparams, ws, reused)
+        formula = "3 psi (n-1)/n" if stage == 3 and not reused \
+            else "2 psi (n-1)/n"
         print("ZeRO paper (%s, psi %d, plus up to %d padding elements): "
               "%s" % (formula, psi, (ws - 1) * nparams,
                                ", ".join("%s %.1f..%.1f" % (k, lo[k], hi[k])

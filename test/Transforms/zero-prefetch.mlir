@@ -20,6 +20,14 @@
 // RUN: zeroc-opt %s --zero-prefetch="prefetch-bucket-size=1000000 max-live-parameters=0 max-reuse-distance=1000000" > %t.live0
 // RUN: diff %t.input %t.live0
 // RUN: zeroc-opt %s --zero-prefetch="prefetch-bucket-size=0 max-live-parameters=1000000 max-reuse-distance=0" | FileCheck %s --check-prefix=FLIGHT0
+// The pipeline runs the two steps apart (reuse before zero-bucket, the
+// hoisting after): each step alone does what it does with the other's
+// budget at zero, and neither changes nothing.
+// RUN: zeroc-opt %s --zero-prefetch="prefetch-bucket-size=1000 max-live-parameters=1000 max-reuse-distance=16 hoist=false" | FileCheck %s --check-prefix=REUSE16
+// RUN: zeroc-opt %s --zero-prefetch="prefetch-bucket-size=0 max-live-parameters=1000 max-reuse-distance=1000 keep-reused=false" | FileCheck %s --check-prefix=OFF
+// RUN: zeroc-opt %s --zero-prefetch="prefetch-bucket-size=16 max-live-parameters=1000 max-reuse-distance=1000 keep-reused=false" | FileCheck %s --check-prefix=FLIGHT16
+// RUN: zeroc-opt %s --zero-prefetch="keep-reused=false hoist=false" > %t.neither
+// RUN: diff %t.input %t.neither
 // The output is valid IR.
 // RUN: zeroc-opt %s --zero-prefetch | zeroc-opt -verify-diagnostics > /dev/null
 

@@ -77,6 +77,9 @@ protected:
     return Compiled{*plan, *stats};
   }
 
+  /// Every stage-3 parameter sharded and, unless `zeroExtra` says
+  /// otherwise, released after each use (reuse distance 0): the ZeRO
+  /// paper's accounting.
   static std::string config(int stage, int64_t gradAccum,
                             const std::string &zeroExtra = "",
                             const std::string &precision = "bf16") {
@@ -87,7 +90,11 @@ protected:
            std::to_string(gradAccum) + R"(, ")" + block + R"(": {"enabled": )" +
            enabled + R"(}, "zero_optimization": {"stage": )" +
            std::to_string(stage) +
-           R"(, "stage3_param_persistence_threshold": 0)" + zeroExtra + "}}";
+           R"(, "stage3_param_persistence_threshold": 0)" +
+           (zeroExtra.find("stage3_max_reuse_distance") == std::string::npos
+                ? R"(, "stage3_max_reuse_distance": 0)"
+                : "") +
+           zeroExtra + "}}";
   }
 
   mlir::MLIRContext context;
@@ -123,6 +130,37 @@ TEST_F(PipelineTest, CommunicationMatchesTheZeroPaper) {
           expectNear(c->plan.comm.reduceScatter, psi * fraction(n), what);
         }
       }
+}
+
+// DeepSpeed's stage3_max_reuse_distance (partitioned_param_coordinator.py,
+// __params_to_release) keeps a parameter gathered when the modules its
+// trace visits before the next use hold fewer parameters than the distance.
+// Its default, 1e9, keeps every parameter of a tiny model from its forward
+// use to its backward one: one gather a step. A distance of 0 keeps none
+// (DeepSpeed stops before the first module); in between, the parameters
+// used again soonest are kept: the head's, whose backward follows its
+// forward, and the last layers'.
+TEST_F(PipelineTest, ReuseDistanceKeepsParametersGatheredAsDeepSpeedDoes) {
+  for (const char *preset : {"tiny-gpt2", "tiny-llama"})
+    for (int64_t n : {2, 8}) {
+      std::string what = std::string(preset) + " n " + std::to_string(n);
+      std::optional<Compiled> all = compile(
+          preset, config(3, 1, R"(, "stage3_max_reuse_distance": 1000000000)"),
+          n);
+      std::optional<Compiled> none = compile(
+          preset, config(3, 1, R"(, "stage3_max_reuse_distance": 0)"), n);
+      std::optional<Compiled> some = compile(
+          preset, config(3, 1, R"(, "stage3_max_reuse_distance": 20000)"), n);
+      ASSERT_TRUE(all && none && some);
+      double psi = double(all->stats.params), f = fraction(n);
+      expectNear(all->plan.comm.allGather, psi * f, what + " reuse 1e9");
+      expectNear(none->plan.comm.allGather, 2 * psi * f, what + " reuse 0");
+      EXPECT_GT(some->plan.comm.allGather, psi * f * 1.01) << what;
+      EXPECT_LT(some->plan.comm.allGather, 2 * psi * f * 0.99) << what;
+      // Reuse saves gathers, never reductions.
+      expectNear(all->plan.comm.reduceScatter, psi * f, what);
+      expectNear(none->plan.comm.reduceScatter, psi * f, what);
+    }
 }
 
 // Stages 0 and 1 reduce once at the boundary; stage 2 reduce-scatters every
@@ -167,7 +205,8 @@ TEST_F(PipelineTest, PersistentParametersCommunicateLikeStage2) {
       "tiny-gpt2",
       R"({"train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": true},
           "zero_optimization": {"stage": 3,
-                                "stage3_param_persistence_threshold": 100}})",
+                                "stage3_param_persistence_threshold": 100,
+                                "stage3_max_reuse_distance": 0}})",
       4);
   ASSERT_TRUE(c.has_value());
   double persistent = 0;

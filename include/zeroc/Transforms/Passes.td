@@ -318,6 +318,13 @@ def ZeroPrefetch : Pass<"zero-prefetch", "::mlir::ModuleOp"> {
     elements gathered and not yet released stay within `max-live-parameters`
     (DeepSpeed's stage3_prefetch_bucket_size and stage3_max_live_parameters).
     The wait stays where the parameter is first used.
+
+    The pipeline runs the first step before `zero-bucket`
+    (`hoist=false`), on one gather per parameter, and the second after it
+    (`keep-reused=false`): a parameter fused into a bucket with others is
+    not one to keep or drop alone, and DeepSpeed decides reuse per
+    parameter (stage3_max_reuse_distance, counted in the parameters of the
+    modules its trace visits next).
   }];
   let dependentDialects = ["::zeroc::sched::SchedDialect"];
   let options = [
@@ -330,6 +337,10 @@ def ZeroPrefetch : Pass<"zero-prefetch", "::mlir::ModuleOp"> {
            /*default=*/"1000000000",
            "Keep a parameter gathered when it is reused within this many "
            "elements of other gathered parameters">,
+    Option<"keepReused", "keep-reused", "bool", /*default=*/"true",
+           "Do the first step: keep reused parameters gathered">,
+    Option<"hoist", "hoist", "bool", /*default=*/"true",
+           "Do the second step: hoist the gather starts">,
   ];
 }
 
