@@ -4,9 +4,10 @@
 // current ones compute, without holding so many gathered at once that the
 // device runs out of memory. DeepSpeed bounds this with
 // stage3_prefetch_bucket_size (elements in flight), stage3_max_live_parameters
-// (elements gathered and not released) and stage3_max_reuse_distance (keep a
-// parameter that is needed again soon). This pass places the gathers of a
-// static schedule under the same three bounds.
+// (elements gathered and not released, a bound on prefetching only: a gather
+// at its use always runs) and stage3_max_reuse_distance (keep a parameter
+// that is needed again soon, whatever the live budget). This pass places the
+// gathers of a static schedule under the same three bounds.
 //
 //===----------------------------------------------------------------------===//
 
@@ -81,7 +82,8 @@ private:
 
   /// A single parameter gathered again after its release, with at most
   /// `maxReuse` elements of other parameters gathered in between, stays
-  /// gathered: the release and the second gather go.
+  /// gathered: the release and the second gather go, whatever the live
+  /// budget (DeepSpeed keeps it too, and prefetches less).
   void keepReusedParameters() {
     SmallVector<Gather> all = gathers();
     llvm::StringMap<size_t> lastGather;
@@ -109,9 +111,12 @@ private:
       for (size_t j = prevIndex + 1; j < i; ++j)
         if (all[j].start && release->isBeforeInBlock(all[j].start))
           distance += all[j].elements;
-      // A reuse distance of 0 turns reuse off, as in DeepSpeed.
-      if (maxReuse == 0 || distance > maxReuse ||
-          !liveFits(release, g.start, prev.elements))
+      // A reuse distance of 0 turns reuse off, as in DeepSpeed. The live
+      // budget does not bound reuse: DeepSpeed's release rule
+      // (PartitionedParameterCoordinator.__params_to_release) reads only the
+      // reuse distance; max_live_parameters limits what is prefetched beside
+      // the parameters kept, which hoistGathers counts.
+      if (maxReuse == 0 || distance > maxReuse)
         continue;
       // Keep the first buffer: the second gather's uses read it, and its
       // release becomes the one that frees it.
@@ -149,33 +154,6 @@ private:
     Operation *fetch = wait.getToken().getDefiningOp();
     wait.erase();
     fetch->erase();
-  }
-
-  /// Would keeping `elements` more live after `from` and before `to` stay
-  /// within max-live-parameters? (`from` releases the buffer to keep and `to`
-  /// starts the gather it replaces, so neither is counted.)
-  bool liveFits(Operation *from, Operation *to, int64_t elements) {
-    int64_t live = 0;
-    // Live elements just after `from`: gathers started before it, released
-    // after it.
-    for (Gather &g : gathers()) {
-      if (!g.start->isBeforeInBlock(from))
-        continue;
-      for (Value v : g.wait.getResults())
-        if (auto r = releaseOf(v); r && from->isBeforeInBlock(r))
-          live += cast<RankedTensorType>(v.getType()).getNumElements();
-    }
-    int64_t peak = live;
-    for (Operation *op = from->getNextNode(); op && op != to;
-         op = op->getNextNode()) {
-      if (auto s = dyn_cast<sched::AllGatherStartOp>(op)) {
-        if (std::optional<Gather> g = gatherOf(s, symbols))
-          peak = std::max(peak, live += g->elements);
-      } else if (auto r = dyn_cast<sched::ReleaseOp>(op))
-        for (Value v : r.getValues())
-          live -= cast<RankedTensorType>(v.getType()).getNumElements();
-    }
-    return peak + elements <= maxLive;
   }
 
   /// Moves each gather start as early as the budgets allow, never above the

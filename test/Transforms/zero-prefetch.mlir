@@ -1,7 +1,8 @@
 // zero-prefetch: gather starts move up, in order, while the elements in
 // flight stay within prefetch-bucket-size and the elements gathered and not
 // released within max-live-parameters; a parameter gathered again within
-// max-reuse-distance stays gathered. Sizes: @a and @b 16 elements, @c 64.
+// max-reuse-distance stays gathered, whatever the live budget (DeepSpeed's
+// release rule reads only the distance). Sizes: @a and @b 16 elements, @c 64.
 // RUN: zeroc-opt %s --zero-prefetch="prefetch-bucket-size=1000 max-live-parameters=1000 max-reuse-distance=1" | FileCheck %s --check-prefix=BIG
 // RUN: zeroc-opt %s --zero-prefetch | FileCheck %s --check-prefix=BIG
 // RUN: zeroc-opt %s --zero-prefetch="prefetch-bucket-size=16 max-live-parameters=1000 max-reuse-distance=1" | FileCheck %s --check-prefix=FLIGHT16
@@ -12,13 +13,17 @@
 // Reuse alone (no hoisting: a zero prefetch bucket).
 // RUN: zeroc-opt %s --zero-prefetch="prefetch-bucket-size=0 max-live-parameters=1000 max-reuse-distance=16" | FileCheck %s --check-prefix=REUSE16
 // RUN: zeroc-opt %s --zero-prefetch="prefetch-bucket-size=0 max-live-parameters=1000 max-reuse-distance=15" | FileCheck %s --check-prefix=REUSE15
-// Keeping @a while @b is gathered needs 32 live elements.
-// RUN: zeroc-opt %s --zero-prefetch="prefetch-bucket-size=0 max-live-parameters=31 max-reuse-distance=1000" | FileCheck %s --check-prefix=REUSE15
-// RUN: zeroc-opt %s --zero-prefetch="prefetch-bucket-size=0 max-live-parameters=32 max-reuse-distance=1000" | FileCheck %s --check-prefix=REUSE16
-// No live budget changes nothing; no prefetch bucket hoists nothing.
+// Keeping @a while @b is gathered holds 32 live elements; a live budget
+// below that still keeps it.
+// RUN: zeroc-opt %s --zero-prefetch="prefetch-bucket-size=0 max-live-parameters=31 max-reuse-distance=1000" | FileCheck %s --check-prefix=REUSE16
+// No live budget hoists nothing but keeps what is reused; no prefetch bucket
+// hoists nothing.
 // RUN: zeroc-opt %s > %t.input
 // RUN: zeroc-opt %s --zero-prefetch="prefetch-bucket-size=1000000 max-live-parameters=0 max-reuse-distance=1000000" > %t.live0
-// RUN: diff %t.input %t.live0
+// RUN: zeroc-opt %s --zero-prefetch="prefetch-bucket-size=0 max-live-parameters=1000000 max-reuse-distance=1000000" > %t.reuse
+// RUN: diff %t.reuse %t.live0
+// RUN: zeroc-opt %s --zero-prefetch="prefetch-bucket-size=1000000 max-live-parameters=0 max-reuse-distance=0" > %t.live0noreuse
+// RUN: diff %t.input %t.live0noreuse
 // RUN: zeroc-opt %s --zero-prefetch="prefetch-bucket-size=0 max-live-parameters=1000000 max-reuse-distance=0" | FileCheck %s --check-prefix=FLIGHT0
 // The pipeline runs the two steps apart (reuse before zero-bucket, the
 // hoisting after): each step alone does what it does with the other's

@@ -151,9 +151,19 @@ TEST_F(PipelineTest, ReuseDistanceKeepsParametersGatheredAsDeepSpeedDoes) {
           preset, config(3, 1, R"(, "stage3_max_reuse_distance": 0)"), n);
       std::optional<Compiled> some = compile(
           preset, config(3, 1, R"(, "stage3_max_reuse_distance": 20000)"), n);
-      ASSERT_TRUE(all && none && some);
+      // DeepSpeed's release rule reads only the reuse distance: a live
+      // budget smaller than one layer stops prefetching, not reuse.
+      std::optional<Compiled> tight = compile(
+          preset,
+          config(3, 1,
+                 R"(, "stage3_max_reuse_distance": 1000000000,
+                     "stage3_max_live_parameters": 1000)"),
+          n);
+      ASSERT_TRUE(all && none && some && tight);
       double psi = double(all->stats.params), f = fraction(n);
       expectNear(all->plan.comm.allGather, psi * f, what + " reuse 1e9");
+      expectNear(tight->plan.comm.allGather, psi * f,
+                 what + " reuse 1e9, max live 1000");
       expectNear(none->plan.comm.allGather, 2 * psi * f, what + " reuse 0");
       EXPECT_GT(some->plan.comm.allGather, psi * f * 1.01) << what;
       EXPECT_LT(some->plan.comm.allGather, 2 * psi * f * 0.99) << what;
