@@ -153,12 +153,12 @@ TEST_F(PipelineTest, ReuseDistanceKeepsParametersGatheredAsDeepSpeedDoes) {
           preset, config(3, 1, R"(, "stage3_max_reuse_distance": 20000)"), n);
       // DeepSpeed's release rule reads only the reuse distance: a live
       // budget smaller than one layer stops prefetching, not reuse.
-      std::optional<Compiled> tight = compile(
-          preset,
-          config(3, 1,
-                 R"(, "stage3_max_reuse_distance": 1000000000,
+      std::optional<Compiled> tight =
+          compile(preset,
+                  config(3, 1,
+                         R"(, "stage3_max_reuse_distance": 1000000000,
                      "stage3_max_live_parameters": 1000)"),
-          n);
+                  n);
       ASSERT_TRUE(all && none && some && tight);
       double psi = double(all->stats.params), f = fraction(n);
       expectNear(all->plan.comm.allGather, psi * f, what + " reuse 1e9");
