@@ -53,6 +53,12 @@ up to 1.8x between launches a second apart, with the same losses (the
 memory-bound ops slowed most: the cache the ranks share with the host's
 other tenants). One launch is one draw from that spread.
 
+`--threads N` passes `--threads N` to every calibration and run (zerorun's
+kernel threads per rank; by default the cores / the ranks). On a 2-core VM
+whose hypervisor moves the two vCPUs between cores that share a cache and
+cores that do not (bench/RESULTS.md, runs 37-38), a one-rank run of two
+threads lands on either level, unseen; with one thread it does not cross.
+
 `--recompare WORK` runs nothing: it compares the plans and traces an
 earlier run left in WORK (its "work" folder) again with this build's
 zeroc, against that run's calibration files: what a change to the model
@@ -125,7 +131,12 @@ def run(cmd, **kw):
     return out.stdout
 
 
+THREADS = []  # ["--threads", N] where --threads was given
+
+
 def mpi(ranks, cmd):
+    """`cmd` (a zerorun command) for `ranks` ranks, with --threads."""
+    cmd = cmd + THREADS
     if ranks == 1:
         return cmd
     return ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np",
@@ -272,11 +283,17 @@ def main():
     ap.add_argument("--no-shapes", action="store_true",
                     help="calibrate GEMMs by size class only, not also on "
                     "the plans' own shapes (zerorun --calibrate --shapes)")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="kernel threads per rank for every calibration and "
+                    "run (zerorun --threads; default: zerorun's, the cores "
+                    "/ the ranks)")
     ap.add_argument("--json", default="")
     ap.add_argument("--recompare", default="",
                     help="a previous run's work folder: compare its plans "
                     "and traces again, running nothing")
     args = ap.parse_args()
+    if args.threads:
+        THREADS.extend(["--threads", str(args.threads)])
     zeroc = os.path.join(args.build, "bin", "zeroc")
     zerorun = os.path.join(args.build, "bin", "zerorun")
     again = bool(args.recompare)
@@ -466,6 +483,7 @@ def main():
     orders = stage_orders(ok)
     if args.json:
         json.dump({"rows": rows, "rounds": rounds,
+                   "threads": args.threads or None,
                    "calibration": {r: [cal_path(r, i) for i in range(rounds)]
                                    for r in ranks_list},
                    "stage_orders": orders, "work": work},
