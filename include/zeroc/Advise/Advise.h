@@ -258,8 +258,8 @@ inline constexpr double kAdviseTieFraction = 0.001;
 /// --cluster a100-100gbe --micro-batch 4 --grad-accum 1`: stage 2 at 65.7
 /// ms with a 500 MB reduce bucket and 60.3 ms with 50 MB, stage 3's best
 /// 60.3 ms; Llama-2-7B, sequence 4096, on 4 nodes of `a100-100gbe` at 24
-/// GB/s: stage 3 at 2.60 s with a 50 M prefetch bucket and 2.16 s with
-/// 200 M, stage 2's best 2.55 s).
+/// GB/s: stage 3 at 2.59 s with DeepSpeed's 500 M reduce and 50 M prefetch
+/// buckets and 2.14 s with 200 M each, stage 2's best 2.55 s).
 
 /// The recommendation: the candidate with the most tokens per second that
 /// was planned and fits; among those within kAdviseTieFraction of it, the
