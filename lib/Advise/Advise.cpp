@@ -1140,9 +1140,9 @@ void Search::varyBuckets() {
   std::vector<AdviseSetup> variants;
   for (const AdviseSetup &around : arounds) {
     // The step is not monotone in the reduce bucket where the last bucket's
-    // reduction is exposed (Llama-2-7B stage 3 on 100 GbE: 3.06 s at 100 M,
-    // 2.70 s at 200 M, 2.75 s at 300 M, 2.95 s at 500 M), so the grid has a
-    // middle point.
+    // reduction is exposed (Llama-2-7B stage 3 on 100 GbE, 200 M prefetch:
+    // 3.19 s at 50 M, 2.88 s at 100 M, 2.66 s at 200 M, 2.72 s at 300 M,
+    // 2.96 s at 500 M), so the grid has a middle point.
     std::set<int64_t> reduces = {50000000, 200000000, 500000000,
                                  result.base.setup.reduceBucketSize};
     std::set<int64_t> prefetches = {0};
