@@ -849,6 +849,7 @@ AdviseCandidate Search::candidateOf(const AdviseSetup &s, const Plan &plan,
       c.slowNetworkStepSeconds = perturbed->stepSeconds;
   }
   c.deepSpeedConfig = plan.config;
+  c.deepSpeedBuckets = deepSpeedBucketBuffers(plan);
   c.launchConfig = configFor(baseRoot, result.base, s, /*launch=*/true);
   if (!exact)
     return c;
@@ -1924,6 +1925,7 @@ json adviseJson(const AdviseResult &r) {
     out["recommended_candidate"] = candidateJson(r, best);
     out["recommended_config"] = best.launchConfig;
     out["recommended_resolved_config"] = best.deepSpeedConfig;
+    out["recommended_deepspeed_bucket_bytes"] = best.deepSpeedBuckets.bytes;
     out["recommended_launch"] = launchInstructions(r, best).json;
   }
   return out;

@@ -6,6 +6,7 @@
 
 #include "zeroc/Config/DeepSpeedConfig.h" // OptimizerConfig::oneBitType, inline
 
+#include "zeroc/Support/DType.h"
 #include "zeroc/Support/Format.h"
 #include "zeroc/Support/Limits.h"
 #include "zeroc/Support/Memory.h"
@@ -276,6 +277,57 @@ std::optional<std::string> checkFit(const Plan &plan, int64_t gpuMemoryBytes,
          "(docs/advise.md)\n";
   msg += "(zeroc --allow-oom writes the plan anyway)";
   return msg;
+}
+
+DeepSpeedBucketBuffers deepSpeedBucketBuffers(const Plan &plan) {
+  DeepSpeedBucketBuffers out;
+  const json &zero = plan.config.value("zero_optimization", json::object());
+  // A compiled plan's config always states these (toDeepSpeedJson); a plan
+  // that does not is not read as having buffers it may not have.
+  if (plan.stage < 1 || !zero.value("contiguous_gradients", false))
+    return out;
+  out.elements = zero.value("reduce_bucket_size", int64_t(0));
+  out.wholeRun = plan.stage == 3;
+  out.buffers = out.elements <= 0                   ? 0
+                : out.wholeRun                      ? 1
+                : zero.value("overlap_comm", false) ? 2
+                                                    : 1;
+  out.dtype = plan.model.dtype;
+  out.bytes = out.buffers * out.elements * bytesPerElement(out.dtype);
+  return out;
+}
+
+std::string deepSpeedBucketNote(const DeepSpeedBucketBuffers &b,
+                                int64_t peakDeviceBytes, int64_t fitBytes) {
+  if (!b.buffers)
+    return "";
+  std::string what = b.buffers == 1 ? "a gradient bucket buffer"
+                                    : "two gradient bucket buffers";
+  std::string when = b.wholeRun ? "for the whole run"
+                                : (b.buffers == 2 ? "at every backward "
+                                                    "(contiguous_gradients, "
+                                                    "overlap_comm)"
+                                                  : "at every backward "
+                                                    "(contiguous_gradients)");
+  int64_t with = peakDeviceBytes + b.bytes;
+  std::string out =
+      "DeepSpeed itself allocates " + what + " of reduce_bucket_size (" +
+      humanCount(double(b.elements)) + " elements, " +
+      std::string(dtypeName(b.dtype)) + ") " + when + ", " +
+      humanBytes(double(b.bytes)) +
+      ", which zerorun's plan does not hold: the peak plus " +
+      (b.buffers == 1 ? "it" : "them") + " is " + humanBytes(double(with));
+  if (with <= fitBytes)
+    out += ", within the " + humanBytes(double(fitBytes)) + " that fits";
+  else {
+    out += ", more than the " + humanBytes(double(fitBytes)) +
+           " that fits: under DeepSpeed, lower reduce_bucket_size";
+    int64_t room = fitBytes - peakDeviceBytes;
+    int64_t most = room / (b.buffers * bytesPerElement(b.dtype));
+    if (most > 0)
+      out += " to at most " + groupDigits(most);
+  }
+  return out + "\n";
 }
 
 } // namespace zeroc

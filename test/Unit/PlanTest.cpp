@@ -1215,3 +1215,44 @@ TEST(PlanReader, PaddedTablesAndTheLossAgree) {
       "'a' 2: a padded vocabulary has one size",
       R"("valid_rows": 5)");
 }
+
+// DeepSpeed's gradient bucket buffers (stage_1_and_2.py's backward,
+// stage3.py's __init__), from the plan's resolved config: none at stage 0
+// or without contiguous_gradients; at stages 1-2 one buffer, two with
+// overlap_comm; at stage 3 one for the whole run; reduce_bucket_size
+// elements each, in the model dtype.
+TEST(PlanMemory, DeepSpeedBucketBuffersFollowDeepSpeedsRule) {
+  auto buffersOf = [](int64_t stage, bool contiguous, bool overlap,
+                      DType dtype) {
+    Plan plan;
+    plan.stage = stage;
+    plan.model.dtype = dtype;
+    plan.config = {{"zero_optimization",
+                    {{"stage", stage},
+                     {"contiguous_gradients", contiguous},
+                     {"overlap_comm", overlap},
+                     {"reduce_bucket_size", 1000}}}};
+    return deepSpeedBucketBuffers(plan);
+  };
+  EXPECT_EQ(buffersOf(0, true, true, DType::BF16).bytes, 0);
+  EXPECT_EQ(buffersOf(2, false, true, DType::BF16).bytes, 0);
+  EXPECT_EQ(buffersOf(1, true, false, DType::BF16).bytes, 2000);
+  EXPECT_EQ(buffersOf(2, true, true, DType::BF16).bytes, 4000);
+  EXPECT_EQ(buffersOf(2, true, true, DType::F32).bytes, 8000);
+  DeepSpeedBucketBuffers s3 = buffersOf(3, true, true, DType::BF16);
+  EXPECT_EQ(s3.buffers, 1);
+  EXPECT_TRUE(s3.wholeRun);
+  EXPECT_EQ(s3.bytes, 2000);
+  // Said only where there are some; with room, the bucket that fits.
+  EXPECT_EQ(deepSpeedBucketNote(buffersOf(0, true, true, DType::BF16), 0, 100),
+            "");
+  std::string tight =
+      deepSpeedBucketNote(buffersOf(2, true, true, DType::BF16), 1000, 2600);
+  EXPECT_NE(tight.find("the peak plus them is 4.88 KiB, more than the 2.54 "
+                       "KiB that fits: under DeepSpeed, lower "
+                       "reduce_bucket_size to at most 400"),
+            std::string::npos)
+      << tight;
+  EXPECT_NE(deepSpeedBucketNote(s3, 1000, 3000).find("within"),
+            std::string::npos);
+}

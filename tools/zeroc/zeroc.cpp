@@ -913,7 +913,10 @@ int runAdvise() {
                    << ":\n"
                    << zeroc::configDiff(base ? base->root()
                                              : nlohmann::json::object(),
-                                        best.launchConfig);
+                                        best.launchConfig)
+                   << zeroc::deepSpeedBucketNote(best.deepSpeedBuckets,
+                                                 best.peakDeviceBytes,
+                                                 result->fitBytes);
     }
   }
   return result->best ? 0 : 1;

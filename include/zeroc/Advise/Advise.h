@@ -18,6 +18,7 @@
 
 #include "zeroc/Analysis/ModelStats.h"
 #include "zeroc/Config/Cluster.h"
+#include "zeroc/Plan/PlanMemory.h"
 #include "zeroc/Support/Diagnostic.h"
 #include "zeroc/Support/Json.h"
 #include "zeroc/Support/Recompute.h"
@@ -170,6 +171,9 @@ struct AdviseCandidate : AdviseSetup {
   /// Tokens per second at worstStepSeconds(): what --robust ranks by.
   double robustTokensPerSecond() const;
   nlohmann::json deepSpeedConfig; ///< The resolved config, as DeepSpeed JSON.
+  /// What DeepSpeed allocates for gradient buckets beyond the plan
+  /// (PlanMemory.h): said where the config is written for DeepSpeed.
+  DeepSpeedBucketBuffers deepSpeedBuckets;
   /// The config to launch with: the base config with only what advise
   /// decides changed (zero_optimization's stage, offload, bucket and
   /// prefetch sizes, overlap_comm; the micro-batch and accumulation unless

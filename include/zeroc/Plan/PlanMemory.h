@@ -74,6 +74,30 @@ std::string memoryText(const MemorySummary &memory);
 std::optional<std::string> checkFit(const Plan &plan, int64_t gpuMemoryBytes,
                                     const std::string &gpuName);
 
+/// The gradient bucket buffers DeepSpeed's ZeRO optimizer allocates on the
+/// device and zerorun does not (a plan's reduce buckets hold only the
+/// gradients being reduced): with `contiguous_gradients`, stages 1 and 2
+/// allocate `reduce_bucket_size` elements in the model dtype at every
+/// backward, a second such buffer with `overlap_comm`
+/// (DeepSpeedZeroOptimizer.backward, `ipg_buffer`); stage 3 one for the
+/// whole run (DeepSpeedZeroOptimizer_Stage3.__init__,
+/// `__ipg_bucket_flat_buffer`). None at stage 0 or without
+/// `contiguous_gradients`. Read from the plan's resolved config.
+struct DeepSpeedBucketBuffers {
+  int64_t buffers = 0;  ///< 0: none.
+  int64_t elements = 0; ///< Each: reduce_bucket_size.
+  int64_t bytes = 0;    ///< All of them.
+  bool wholeRun = false;
+  DType dtype = DType::F32;
+};
+DeepSpeedBucketBuffers deepSpeedBucketBuffers(const Plan &plan);
+
+/// One line for a DeepSpeed config written from a plan (zeroc advise -o):
+/// the buffers above, and whether the plan's peak plus them stays within
+/// `fitBytes`. Empty where there are none.
+std::string deepSpeedBucketNote(const DeepSpeedBucketBuffers &buffers,
+                                int64_t peakDeviceBytes, int64_t fitBytes);
+
 } // namespace zeroc
 
 #endif // ZEROC_PLAN_PLANMEMORY_H
