@@ -1141,9 +1141,8 @@ void Search::varyBuckets() {
   std::vector<AdviseSetup> variants;
   for (const AdviseSetup &around : arounds) {
     // The step is not monotone in the reduce bucket where the last bucket's
-    // reduction is exposed (Llama-2-7B stage 3 on 100 GbE, 200 M prefetch:
-    // 3.19 s at 50 M, 2.88 s at 100 M, 2.66 s at 200 M, 2.72 s at 300 M,
-    // 2.96 s at 500 M), so the grid has a middle point.
+    // reduction is exposed, so the grid has a middle point (docs/advise.md,
+    // "Compiling as little as possible", step 4, has the figures).
     std::set<int64_t> reduces = {50000000, 200000000, 500000000,
                                  result.base.setup.reduceBucketSize};
     std::set<int64_t> prefetches = {0};
@@ -1925,7 +1924,7 @@ json adviseJson(const AdviseResult &r) {
     out["recommended_candidate"] = candidateJson(r, best);
     out["recommended_config"] = best.launchConfig;
     out["recommended_resolved_config"] = best.deepSpeedConfig;
-    out["recommended_deepspeed_bucket_bytes"] = best.deepSpeedBuckets.bytes;
+    out["recommended_deepspeed_bucket_bytes"] = best.deepSpeedBuckets.bytes();
     out["recommended_launch"] = launchInstructions(r, best).json;
   }
   return out;

@@ -293,7 +293,6 @@ DeepSpeedBucketBuffers deepSpeedBucketBuffers(const Plan &plan) {
                 : zero.value("overlap_comm", false) ? 2
                                                     : 1;
   out.dtype = plan.model.dtype;
-  out.bytes = out.buffers * out.elements * bytesPerElement(out.dtype);
   return out;
 }
 
@@ -309,12 +308,12 @@ std::string deepSpeedBucketNote(const DeepSpeedBucketBuffers &b,
                                                     "overlap_comm)"
                                                   : "at every backward "
                                                     "(contiguous_gradients)");
-  int64_t with = peakDeviceBytes + b.bytes;
+  int64_t with = peakDeviceBytes + b.bytes();
   std::string out =
       "DeepSpeed itself allocates " + what + " of reduce_bucket_size (" +
       humanCount(double(b.elements)) + " elements, " +
       std::string(dtypeName(b.dtype)) + ") " + when + ", " +
-      humanBytes(double(b.bytes)) +
+      humanBytes(double(b.bytes())) +
       ", which zerorun's plan does not hold: the peak plus " +
       (b.buffers == 1 ? "it" : "them") + " is " + humanBytes(double(with));
   if (with <= fitBytes)

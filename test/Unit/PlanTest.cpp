@@ -1234,15 +1234,15 @@ TEST(PlanMemory, DeepSpeedBucketBuffersFollowDeepSpeedsRule) {
                      {"reduce_bucket_size", 1000}}}};
     return deepSpeedBucketBuffers(plan);
   };
-  EXPECT_EQ(buffersOf(0, true, true, DType::BF16).bytes, 0);
-  EXPECT_EQ(buffersOf(2, false, true, DType::BF16).bytes, 0);
-  EXPECT_EQ(buffersOf(1, true, false, DType::BF16).bytes, 2000);
-  EXPECT_EQ(buffersOf(2, true, true, DType::BF16).bytes, 4000);
-  EXPECT_EQ(buffersOf(2, true, true, DType::F32).bytes, 8000);
+  EXPECT_EQ(buffersOf(0, true, true, DType::BF16).bytes(), 0);
+  EXPECT_EQ(buffersOf(2, false, true, DType::BF16).bytes(), 0);
+  EXPECT_EQ(buffersOf(1, true, false, DType::BF16).bytes(), 2000);
+  EXPECT_EQ(buffersOf(2, true, true, DType::BF16).bytes(), 4000);
+  EXPECT_EQ(buffersOf(2, true, true, DType::F32).bytes(), 8000);
   DeepSpeedBucketBuffers s3 = buffersOf(3, true, true, DType::BF16);
   EXPECT_EQ(s3.buffers, 1);
   EXPECT_TRUE(s3.wholeRun);
-  EXPECT_EQ(s3.bytes, 2000);
+  EXPECT_EQ(s3.bytes(), 2000);
   // Said only where there are some; with room, the bucket that fits.
   EXPECT_EQ(deepSpeedBucketNote(buffersOf(0, true, true, DType::BF16), 0, 100),
             "");

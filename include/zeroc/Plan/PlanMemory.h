@@ -86,9 +86,10 @@ std::optional<std::string> checkFit(const Plan &plan, int64_t gpuMemoryBytes,
 struct DeepSpeedBucketBuffers {
   int64_t buffers = 0;  ///< 0: none.
   int64_t elements = 0; ///< Each: reduce_bucket_size.
-  int64_t bytes = 0;    ///< All of them.
   bool wholeRun = false;
   DType dtype = DType::F32;
+  /// All of them.
+  int64_t bytes() const { return buffers * elements * bytesPerElement(dtype); }
 };
 DeepSpeedBucketBuffers deepSpeedBucketBuffers(const Plan &plan);
 
