@@ -49,11 +49,13 @@ bool ClusterCalibration::any() const {
   for (double v : matmulMisaligned)
     if (v > 0)
       return true;
-  if (!matmulShape.empty() || !attentionByShape.empty() || handoffBandwidth > 0)
+  if (!matmulShape.empty() || !matmulShapeCold.empty() ||
+      !attentionByShape.empty() || handoffBandwidth > 0 || cacheBytes > 0)
     return true;
-  for (const auto &[kind, v] : kernelBandwidth)
-    if (v > 0)
-      return true;
+  for (const auto *table : {&kernelBandwidth, &kernelHotBandwidth})
+    for (const auto &[kind, v] : *table)
+      if (v > 0)
+        return true;
   for (const auto &[kind, v] : serialKernelBandwidth)
     if (v > 0)
       return true;
@@ -160,11 +162,26 @@ struct FigureSpec {
   ZEROC_MATMUL_KIND_CLASSES(dtype, d, "linear", 0),                            \
       ZEROC_MATMUL_KIND_CLASSES(dtype, d, "linear_grad_input", 1),             \
       ZEROC_MATMUL_KIND_CLASSES(dtype, d, "linear_grad_weight", 2)
+// The element-wise kernels every table of memory-bound rates has (zerorun
+// --calibrate's memoryBound), each as `entry(kind)`, separated by commas.
+#define ZEROC_ELEMENTWISE_KERNELS(entry)                                       \
+  entry("gelu"), entry("gelu_backward"), entry("silu"),                        \
+      entry("silu_backward"), entry("add"), entry("mul"), entry("layernorm"),  \
+      entry("layernorm_backward"), entry("linear_grad_bias"),                  \
+      entry("rmsnorm"), entry("rmsnorm_backward"), entry("rotary"),            \
+      entry("rotary_backward")
 #define ZEROC_KERNEL(kind)                                                     \
   {                                                                            \
     "calibration.kernel_gb_per_s." kind, kGBPerS, Bound::Positive, true,       \
         [](Cluster &c, Counts &) -> double & {                                 \
           return c.calibration.kernelBandwidth[kind];                          \
+        }                                                                      \
+  }
+#define ZEROC_HOT_KERNEL(kind)                                                 \
+  {                                                                            \
+    "calibration.kernel_hot_gb_per_s." kind, kGBPerS, Bound::Positive, true,   \
+        [](Cluster &c, Counts &) -> double & {                                 \
+          return c.calibration.kernelHotBandwidth[kind];                       \
         }                                                                      \
   }
 #define ZEROC_SERIAL_KERNEL(kind)                                              \
@@ -294,40 +311,22 @@ const FigureSpec kFigures[] = {
      [](Cluster &c,
         Counts &) -> double & { return c.calibration.attentionBackwardSmall; }},
     ZEROC_KERNEL("default"),
-    ZEROC_KERNEL("gelu"),
-    ZEROC_KERNEL("gelu_backward"),
-    ZEROC_KERNEL("silu"),
-    ZEROC_KERNEL("silu_backward"),
-    ZEROC_KERNEL("add"),
-    ZEROC_KERNEL("mul"),
-    ZEROC_KERNEL("layernorm"),
-    ZEROC_KERNEL("layernorm_backward"),
-    ZEROC_KERNEL("linear_grad_bias"),
-    ZEROC_KERNEL("rmsnorm"),
-    ZEROC_KERNEL("rmsnorm_backward"),
-    ZEROC_KERNEL("rotary"),
-    ZEROC_KERNEL("rotary_backward"),
+    ZEROC_ELEMENTWISE_KERNELS(ZEROC_KERNEL),
     ZEROC_KERNEL("cross_entropy"),
     ZEROC_KERNEL("cross_entropy_backward"),
     ZEROC_KERNEL("accumulate"),
     ZEROC_KERNEL("zero_grads"),
+    ZEROC_HOT_KERNEL("default"),
+    ZEROC_ELEMENTWISE_KERNELS(ZEROC_HOT_KERNEL),
+    ZEROC_HOT_KERNEL("accumulate"),
+    ZEROC_HOT_KERNEL("zero_grads"),
+    {"calibration.cache_mib", 1024.0 * 1024.0, Bound::Positive, true,
+     [](Cluster &c, Counts &) -> double & { return c.calibration.cacheBytes; }},
     {"calibration.serial_kernel_elements", 1, Bound::Count, true,
      [](Cluster &c, Counts &) -> double & {
        return c.calibration.serialKernelElements;
      }},
-    ZEROC_SERIAL_KERNEL("gelu"),
-    ZEROC_SERIAL_KERNEL("gelu_backward"),
-    ZEROC_SERIAL_KERNEL("silu"),
-    ZEROC_SERIAL_KERNEL("silu_backward"),
-    ZEROC_SERIAL_KERNEL("add"),
-    ZEROC_SERIAL_KERNEL("mul"),
-    ZEROC_SERIAL_KERNEL("layernorm"),
-    ZEROC_SERIAL_KERNEL("layernorm_backward"),
-    ZEROC_SERIAL_KERNEL("linear_grad_bias"),
-    ZEROC_SERIAL_KERNEL("rmsnorm"),
-    ZEROC_SERIAL_KERNEL("rmsnorm_backward"),
-    ZEROC_SERIAL_KERNEL("rotary"),
-    ZEROC_SERIAL_KERNEL("rotary_backward"),
+    ZEROC_ELEMENTWISE_KERNELS(ZEROC_SERIAL_KERNEL),
     ZEROC_SERIAL_KERNEL("cross_entropy"),
     ZEROC_SERIAL_KERNEL("cross_entropy_backward"),
     ZEROC_SERIAL_KERNEL("accumulate"),
@@ -417,6 +416,7 @@ const ObjectSpec kObjects[] = {
     {"calibration.matmul_kind_tflops.f16.linear_grad_input", true},
     {"calibration.matmul_kind_tflops.f16.linear_grad_weight", true},
     {"calibration.kernel_gb_per_s", true},
+    {"calibration.kernel_hot_gb_per_s", true},
     {"calibration.serial_kernel_gb_per_s", true},
     {"calibration.all_gather", true},
     {"calibration.reduce_scatter", true},
@@ -428,7 +428,8 @@ const ObjectSpec kObjects[] = {
 };
 
 /// The calibration's GEMMs by a plan's shapes: {"source": TEXT,
-/// "gemms": [{"kind", "dtype", "rows", "in", "out", "tflops"}, ...]}.
+/// "gemms": [{"kind", "dtype", "rows", "in", "out", "tflops"[,
+/// "cold_tflops"]}, ...]}.
 constexpr const char *kMatmulShapes = "calibration.matmul_shapes";
 /// The calibration's flash attention by a plan's shapes: {"source": TEXT,
 /// "kernels": [{"direction", "dtype", "batch", "seq", "heads", "kv_heads",
@@ -546,7 +547,8 @@ private:
                   const std::vector<std::string> &names, int &index);
   bool readDimension(const json &entry, const JsonPath &at, const char *key,
                      int64_t &out, bool zero = false);
-  bool readTFlops(const json &entry, const JsonPath &at, double &out);
+  bool readTFlops(const json &entry, const JsonPath &at, double &out,
+                  const char *key = "tflops");
 };
 
 bool Reader::readObjects() {
@@ -644,14 +646,15 @@ bool Reader::readDimension(const json &entry, const JsonPath &at,
   return true;
 }
 
-bool Reader::readTFlops(const json &entry, const JsonPath &at, double &out) {
-  const json *rate = member(entry, at, "tflops", false);
+bool Reader::readTFlops(const json &entry, const JsonPath &at, double &out,
+                        const char *key) {
+  const json *rate = member(entry, at, key, false);
   if (!rate)
     return false;
   if (!rate->is_number() || !inBounds(rate->get<double>(), Bound::Positive))
-    return fail(at / "tflops", std::string("expected ") +
-                                   boundText(Bound::Positive) + ", found " +
-                                   describe(*rate));
+    return fail(at / key, std::string("expected ") +
+                              boundText(Bound::Positive) + ", found " +
+                              describe(*rate));
   out = rate->get<double>() * kTFlops;
   return true;
 }
@@ -690,18 +693,23 @@ bool Reader::readMatmulShapes(const json &object) {
                                         std::end(C::kMatmulDTypeNames));
   return readEntries(
       object, kMatmulShapes, "gemms",
-      {"kind", "dtype", "rows", "in", "out", "tflops"},
+      {"kind", "dtype", "rows", "in", "out", "tflops", "cold_tflops"},
       [&](const json &g, const JsonPath &gat) {
         int kind = 0, dtype = 0;
         LinearGeometry geometry;
-        double rate = 0;
+        double rate = 0, cold = 0;
         if (!readChoice(g, gat, "kind", kinds, kind) ||
             !readChoice(g, gat, "dtype", dtypes, dtype) ||
             !readDimension(g, gat, "rows", geometry.rows) ||
             !readDimension(g, gat, "in", geometry.in) ||
             !readDimension(g, gat, "out", geometry.out) ||
-            !readTFlops(g, gat, rate))
+            !readTFlops(g, gat, rate) ||
+            (g.contains("cold_tflops") &&
+             !readTFlops(g, gat, cold, "cold_tflops")))
           return false;
+        if (cold > 0)
+          cluster.calibration
+              .matmulShapeCold[C::MatmulShapeKey{dtype, kind, geometry}] = cold;
         auto [it, fresh] = cluster.calibration.matmulShape.emplace(
             C::MatmulShapeKey{dtype, kind, geometry}, rate);
         if (!fresh)
@@ -872,6 +880,9 @@ json toJson(const Cluster &c) {
            {"in", g.in},
            {"out", g.out},
            {"tflops", inUnits(rate, kTFlops)}});
+      if (auto cold = c.calibration.matmulShapeCold.find(key);
+          cold != c.calibration.matmulShapeCold.end())
+        gemms.back()["cold_tflops"] = inUnits(cold->second, kTFlops);
     }
     out[pointerOf(std::string(kMatmulShapes) + ".gemms")] = gemms;
   }

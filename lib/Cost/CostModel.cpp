@@ -266,8 +266,15 @@ double kernelTime(const Cluster &cluster, OpKind kind, double flops,
                   double bytes, DType dtype, bool misalignedRows,
                   double elements, double attentionWork,
                   const LinearGeometry *gemm,
-                  const AttentionGeometry *attention) {
+                  const AttentionGeometry *attention, double hot) {
   const ClusterCalibration &cal = cluster.calibration;
+  // Seconds for `work` at `rate` (in cache) and `cold` (from memory) in
+  // the proportion `hot`; at `rate` alone where either is unknown.
+  auto blend = [&](double work, double rate, double cold) {
+    if (hot < 0 || cold <= 0)
+      return work / rate;
+    return work * (hot / rate + (1 - hot) / cold);
+  };
   if (elements > 0 && elements < cal.serialKernelElements)
     if (auto it = cal.serialKernelBandwidth.find(opKindName(kind));
         it != cal.serialKernelBandwidth.end() && it->second > 0)
@@ -287,8 +294,11 @@ double kernelTime(const Cluster &cluster, OpKind kind, double flops,
       if (auto it =
               cal.matmulShape.find({ClusterCalibration::matmulIndex(dtype),
                                     matmulKindIndex(kind), *gemm});
-          it != cal.matmulShape.end())
-        return flops / it->second;
+          it != cal.matmulShape.end()) {
+        auto cold = cal.matmulShapeCold.find(it->first);
+        return blend(flops, it->second,
+                     cold == cal.matmulShapeCold.end() ? 0 : cold->second);
+      }
     double rate =
         isAttention
             ? calibratedAttentionRate(cal, attentionWork,
@@ -300,14 +310,21 @@ double kernelTime(const Cluster &cluster, OpKind kind, double flops,
     if (rate > 0)
       return flops / rate;
   }
+  // Memory-bound: the pooled table is from memory, the hot one in cache.
+  auto streaming = [&](const std::string &name, double coldRate) {
+    auto h = cal.kernelHotBandwidth.find(name);
+    if (hot < 0 || h == cal.kernelHotBandwidth.end() || h->second <= 0)
+      return bytes / coldRate;
+    return blend(bytes, h->second, coldRate);
+  };
   if (auto it = cal.kernelBandwidth.find(opKindName(kind));
       it != cal.kernelBandwidth.end() && it->second > 0)
-    return bytes / it->second;
+    return streaming(it->first, it->second);
   if (auto it = cal.kernelBandwidth.find("default");
       it != cal.kernelBandwidth.end() && it->second > 0) {
     double peak = cluster.peakFlops(dtype) * cluster.computeEfficiency;
     return std::max(flops > 0 && peak > 0 ? flops / peak : 0.0,
-                    bytes / it->second);
+                    streaming(it->first, it->second));
   }
   return computeTime(cluster, flops, bytes, dtype);
 }
@@ -433,6 +450,80 @@ CostModel::CostModel(const Plan &plan, const Cluster &cluster)
           info.waitBytes[dep] += bytes;
     }
   }
+  computeResidency();
+}
+
+void CostModel::computeResidency() {
+  const ClusterCalibration &cal = clusterRef.calibration;
+  if (cal.cacheBytes <= 0)
+    return;
+  // The node's ranks share its cache.
+  const double capacity =
+      cal.cacheBytes /
+      double(std::max<int64_t>(
+          1, rankLayout(clusterRef, plan.worldSize).ranksPerNode));
+  // An LRU stack by bytes, approximated: a running count of the bytes the
+  // ops touched, and the count at each piece of memory's last touch. A
+  // value is in cache where what was touched since, and itself, fit. The
+  // memory a value stands for: its arena offset (phases share the arena,
+  // and a result written where another value just lived writes cached
+  // lines), the tensor a `read` views (a weight), else the value itself.
+  // Other ops touch their tensors' bytes on this rank (the optimizer
+  // streams every state it updates). The step repeats: the plan's phases
+  // are walked twice and the second walk's shares kept, so that a weight
+  // the previous step left in cache is found there.
+  double touched = 0;
+  std::unordered_map<std::string, double> lastTouch;
+  for (int walk = 0; walk < 2; ++walk)
+    for (size_t pi = 0; pi < plan.phases.size(); ++pi) {
+      const PlanPhase &phase = plan.phases[pi];
+      PhaseInfo &info = phases[&phase];
+      std::unordered_map<int64_t, std::string> views;
+      auto memoryOf = [&](int64_t id, const PlanValue &v) {
+        if (v.offset >= 0)
+          return "a" + std::to_string(v.offset);
+        if (auto t = views.find(id); t != views.end())
+          return t->second;
+        return "p" + std::to_string(pi) + ":" + std::to_string(id);
+      };
+      for (const PlanOp &op : phase.ops) {
+        if (op.kind == OpKind::Read) {
+          if (!op.outputs.empty() && !op.tensors.empty())
+            views[op.outputs[0]] = "t" + op.tensors[0];
+          continue;
+        }
+        if (!isModelOp(op.kind)) {
+          for (const std::string &name : op.tensors) {
+            touched +=
+                rankElements(name) * double(bytesPerElement(dtypeOf(name)));
+            lastTouch["t" + name] = touched;
+          }
+          continue;
+        }
+        double hotBytes = 0, allBytes = 0;
+        std::vector<std::string> memories;
+        auto visit = [&](int64_t id) {
+          auto v = info.values.find(id);
+          if (v == info.values.end())
+            return;
+          const double bytes = double(v->second->bytes);
+          memories.push_back(memoryOf(id, *v->second));
+          allBytes += bytes;
+          if (auto t = lastTouch.find(memories.back());
+              t != lastTouch.end() && touched - t->second + bytes <= capacity)
+            hotBytes += bytes;
+        };
+        for (int64_t id : op.inputs)
+          visit(id);
+        for (int64_t id : op.outputs)
+          visit(id);
+        if (walk == 1 && allBytes > 0)
+          info.hot[op.index] = hotBytes / allBytes;
+        touched += allBytes;
+        for (const std::string &m : memories)
+          lastTouch[m] = touched;
+      }
+    }
 }
 
 double CostModel::rankElements(const std::string &name) const {
@@ -1036,10 +1127,12 @@ OpCost CostModel::workCost(const PlanPhase &phase, const PlanOp &op,
       // Only the flash kernels were timed by shape.
       const auto *attrs = std::get_if<AttentionAttrs>(&op.attrs);
       bool flash = attrs && attrs->kernel == AttentionKernel::Flash;
+      auto hot = info.hot.find(op.index);
       cost.seconds = kernelTime(clusterRef, op.kind, double(op.flops),
                                 double(op.bytes), dtype, misaligned, elements,
                                 itemWork, gemm ? &*gemm : nullptr,
-                                attention && flash ? &*attention : nullptr);
+                                attention && flash ? &*attention : nullptr,
+                                hot == info.hot.end() ? -1.0 : hot->second);
       // What the misaligned rows cost: the price at the aligned classes
       // (GEMMs only: no misaligned factor applies to attention, whose f32
       // log-sum-exp rows may be any length).

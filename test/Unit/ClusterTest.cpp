@@ -446,6 +446,8 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
        {{"f32", {{"small", 0.02}, {"large", 0.05}}},
         {"bf16", {{"xlarge", 600}, {"misaligned", 120}}}}},
       {"kernel_gb_per_s", {{"gelu", 0.5}, {"default", 8}}},
+      {"kernel_hot_gb_per_s", {{"gelu", 0.75}, {"default", 24}}},
+      {"cache_mib", 32},
       {"serial_kernel_elements", 32768},
       {"serial_kernel_gb_per_s", {{"gelu", 0.25}}},
       {"adam_gb_per_s", 10},
@@ -486,6 +488,10 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
   EXPECT_EQ(k.matmulMisalignedFactor(0), 1.0);
   EXPECT_NEAR(k.kernelBandwidth.at("gelu"), 0.5e9, 1e-3);
   EXPECT_NEAR(k.kernelBandwidth.at("default"), 8e9, 1e-3);
+  EXPECT_NEAR(k.kernelHotBandwidth.at("gelu"), 0.75e9, 1e-3);
+  EXPECT_NEAR(k.kernelHotBandwidth.at("default"), 24e9, 1e-3);
+  EXPECT_EQ(k.kernelHotBandwidth.count("add"), 0u); // Not given.
+  EXPECT_EQ(k.cacheBytes, 32.0 * 1024 * 1024);
   EXPECT_EQ(k.serialKernelElements, 32768);
   EXPECT_NEAR(k.serialKernelBandwidth.at("gelu"), 0.25e9, 1e-3);
   EXPECT_NEAR(k.adamBandwidth, 10e9, 1e-3);
@@ -531,6 +537,11 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
   expectError([](json &c) { c["kernel_gb_per_s"]["gelu_backwards"] = 1; },
               "cluster calibration.kernel_gb_per_s: unknown key "
               "'gelu_backwards'; did you mean 'gelu_backward'?");
+  expectError([](json &c) { c["kernel_hot_gb_per_s"]["cross_entropy"] = 1; },
+              "cluster calibration.kernel_hot_gb_per_s: unknown key "
+              "'cross_entropy'");
+  expectError([](json &c) { c["cache_mib"] = 0; },
+              "cluster calibration.cache_mib: expected a number > 0, found 0");
   expectError([](json &c) { c["all_gather"]["bus_gb_per_s"] = -3; },
               "cluster calibration.all_gather.bus_gb_per_s: expected a "
               "number > 0, found -3");
@@ -594,7 +605,8 @@ TEST(ClusterCalibration, GemmsByThePlansShapes) {
            {"rows", 64},
            {"in", 256},
            {"out", 1024},
-           {"tflops", 0.05}}}}}}};
+           {"tflops", 0.05},
+           {"cold_tflops", 0.04}}}}}}};
   Expected<JsonDocument> doc = JsonDocument::parse(j.dump(2), "cal.json");
   ASSERT_TRUE(doc);
   Expected<Cluster> c = readCluster(*doc);
@@ -609,6 +621,11 @@ TEST(ClusterCalibration, GemmsByThePlansShapes) {
               0.05e12, 1e-3);
   EXPECT_EQ(shapes.count({C::matmulIndex(DType::F32), 0, {64, 256, 1024}}),
             0u); // Another kind: not measured.
+  // From memory: only where the entry says.
+  const auto &cold = c->calibration.matmulShapeCold;
+  ASSERT_EQ(cold.size(), 1u);
+  EXPECT_NEAR(cold.at({C::matmulIndex(DType::F32), 2, {64, 256, 1024}}),
+              0.04e12, 1e-3);
   EXPECT_EQ(c->sources.at("calibration.matmul_shapes"),
             "measured by zerorun --calibrate --shapes p.json");
   // Written back, read again: the same.
@@ -618,6 +635,7 @@ TEST(ClusterCalibration, GemmsByThePlansShapes) {
   Expected<Cluster> d = readCluster(*again);
   ASSERT_TRUE(d) << d.error().str();
   EXPECT_EQ(d->calibration.matmulShape, shapes);
+  EXPECT_EQ(d->calibration.matmulShapeCold, cold);
   EXPECT_EQ(toJson(*d), toJson(*c));
 
   // Each malformed entry is refused with its position and what was wanted.
@@ -646,6 +664,10 @@ TEST(ClusterCalibration, GemmsByThePlansShapes) {
               first + "in: expected a positive integer, found 7.5");
   expectError([](json &m) { m["gemms"][0]["tflops"] = -1; },
               first + "tflops: expected a number > 0, found -1");
+  expectError([](json &m) { m["gemms"][0]["cold_tflops"] = 0; },
+              first + "cold_tflops: expected a number > 0, found 0");
+  expectError([](json &m) { m["gemms"][0]["cold_tflops"] = "fast"; },
+              first + "cold_tflops: expected a number > 0, found \"fast\"");
   expectError([](json &m) { m["gemms"][0].erase("out"); },
               "cluster calibration.matmul_shapes.gemms.0: missing required "
               "key 'out'");

@@ -1448,6 +1448,151 @@ TEST(Calibration, CpuThreadsPayTheHandoffOfSplitGemms) {
   EXPECT_NEAR(seconds("linear", 512, 256, 256, 2), gemm, 1e-15);
 }
 
+// Residency: an op's operands that the ops since their last use and they
+// themselves fit in the rank's share of the last-level cache are read from
+// cache; a value touched first in the phase (a weight, a new result) comes
+// from memory. The op's bytes (a GEMM's FLOPs) take the in-cache and
+// from-memory rates in that proportion. On a 2-core EPYC VM add ran 2.8x
+// faster in cache and the plans' GEMMs 10-25% slower from memory (bench/
+// RESULTS.md, run 41).
+TEST(Calibration, OperandsStillInCacheTakeTheInCacheRate) {
+  Cluster c = exactCluster(); // Two ranks a node.
+  c.calibration.device = "cpu";
+  c.calibration.threadsPerRank = 1;
+  c.calibration.kernelBandwidth["add"] = 10e9;
+  c.calibration.kernelHotBandwidth["add"] = 40e9;
+  c.calibration.cacheBytes = 2 << 20;      // 1 MiB a rank.
+  const int64_t quarter = (256 << 10) / 4; // f32 elements of 256 KiB.
+  auto addOp = [&](int64_t index, std::vector<int64_t> in, int64_t out) {
+    PlanOp o = op(index, "add", 0);
+    o.inputs = std::move(in);
+    o.outputs = {out};
+    return o;
+  };
+  // a = x + w (both first used here); b = a + w (both just used; b new);
+  // a 3 MiB product of two 1 MiB values (past the cache); d = x + b
+  // (both used before that product); another such product, after which
+  // the next step's first op finds nothing of this one's in cache.
+  auto product = [&](int64_t index, int64_t a, int64_t b, int64_t out) {
+    PlanOp o = op(index, "mul", 0);
+    o.inputs = {a, b};
+    o.outputs = {out};
+    return o;
+  };
+  Plan plan =
+      planWith({addOp(0, {1, 2}, 3), addOp(1, {3, 2}, 4), product(2, 5, 6, 7),
+                addOp(3, {1, 4}, 8), product(4, 9, 10, 11)});
+  plan.model.dtype = DType::F32;
+  PlanPhase &ph = plan.phases[0];
+  for (int64_t id : {1, 2, 3, 4, 8})
+    ph.values.push_back(value(id, DType::F32, quarter));
+  for (int64_t id : {5, 6, 7, 9, 10, 11})
+    ph.values.push_back(value(id, DType::F32, 4 * quarter));
+  for (PlanOp &o : ph.ops)
+    o.bytes = o.kind == OpKind::Add ? 3 * (256 << 10) : 3 * (1 << 20);
+  auto seconds = [&](size_t i) {
+    return CostModel(plan, c).cost(ph, ph.ops[i]).seconds;
+  };
+  const double bytes = 3 * (256 << 10);
+  EXPECT_NEAR(seconds(0), bytes / 10e9, 1e-15);
+  EXPECT_NEAR(seconds(1), bytes * (2.0 / 3 / 40e9 + 1.0 / 3 / 10e9), 1e-15);
+  EXPECT_NEAR(seconds(3), bytes / 10e9, 1e-15);
+  // One rank on the node: 2 MiB; x and b were touched 3.75 and 3 MiB
+  // before: still from memory. Without the cache's size: every op from
+  // memory, as before the residency.
+  c.gpusPerNode = 1;
+  EXPECT_NEAR(seconds(1), bytes * (2.0 / 3 / 40e9 + 1.0 / 3 / 10e9), 1e-15);
+  EXPECT_NEAR(seconds(3), bytes / 10e9, 1e-15);
+  c.gpusPerNode = 2;
+  c.calibration.cacheBytes = 0;
+  EXPECT_NEAR(seconds(1), bytes / 10e9, 1e-15);
+  // Without an in-cache rate for the kind: its one rate.
+  c.calibration.cacheBytes = 2 << 20;
+  c.calibration.kernelHotBandwidth.clear();
+  EXPECT_NEAR(seconds(1), bytes / 10e9, 1e-15);
+
+  // A linear right after the op that wrote its input: x [64, 128] in cache,
+  // the weight [256, 128] and y [64, 256] from memory (a 3 MiB product
+  // after it each step); the plan's own GEMM timed both ways.
+  using C = ClusterCalibration;
+  const LinearGeometry g{64, 128, 256};
+  c.calibration.matmulShape[{C::matmulIndex(DType::F32), 0, g}] = 50e9;
+  c.calibration.matmulShapeCold[{C::matmulIndex(DType::F32), 0, g}] = 25e9;
+  PlanOp lin = op(1, "linear", 0);
+  lin.inputs = {3, 2};
+  lin.outputs = {4};
+  lin.flops = int64_t(g.flops());
+  Plan lp = planWith({addOp(0, {1, 1}, 3), lin, product(2, 5, 6, 7)});
+  lp.model.dtype = DType::F32;
+  auto shaped = [](int64_t id, std::vector<int64_t> shape) {
+    PlanValue v = value(id, DType::F32, shape[0] * shape[1]);
+    v.shape = std::move(shape);
+    return v;
+  };
+  lp.phases[0].values = {shaped(1, {64, 128}), shaped(3, {64, 128}),
+                         shaped(2, {256, 128}), shaped(4, {64, 256})};
+  for (int64_t id : {5, 6, 7})
+    lp.phases[0].values.push_back(value(id, DType::F32, 4 * quarter));
+  const double x = 64 * 128 * 4, w = 256 * 128 * 4, y = 64 * 256 * 4;
+  const double hot = x / (x + w + y);
+  CostModel model(lp, c);
+  EXPECT_NEAR(model.cost(lp.phases[0], lp.phases[0].ops[1]).seconds,
+              g.flops() * (hot / 50e9 + (1 - hot) / 25e9), 1e-15);
+  // Only timed in cache: that rate, whatever the residency.
+  c.calibration.matmulShapeCold.clear();
+  EXPECT_NEAR(CostModel(lp, c).cost(lp.phases[0], lp.phases[0].ops[1]).seconds,
+              g.flops() / 50e9, 1e-15);
+}
+
+// A step follows a step: a weight (a `read` of a parameter) that the last
+// step used is still in cache where what ran since fits beside it (a tiny
+// model's whole step), and a result written where an arena value lived
+// writes cached lines; an optimizer streaming more than the cache over its
+// states evicts both (a small model's: its GEMMs ran at their from-memory
+// rates, bench/RESULTS.md, run 41).
+TEST(Calibration, AWeightTheLastStepLeftInCacheIsFoundThere) {
+  Cluster c = exactCluster(); // Two ranks a node: 1 MiB each.
+  c.calibration.device = "cpu";
+  c.calibration.threadsPerRank = 1;
+  c.calibration.kernelBandwidth["add"] = 10e9;
+  c.calibration.kernelHotBandwidth["add"] = 40e9;
+  c.calibration.cacheBytes = 2 << 20;
+  const int64_t quarter = (256 << 10) / 4; // f32 elements of 256 KiB.
+  PlanOp read = op(0, "read", 0);
+  read.tensors = {"w"};
+  read.outputs = {1};
+  PlanOp add = op(1, "add", 0);
+  add.inputs = {1, 1};
+  add.outputs = {2};
+  add.bytes = 3 * (256 << 10);
+  Plan plan = planWith({read, add});
+  plan.model.dtype = DType::F32;
+  PlanValue w = value(1, DType::F32, quarter),
+            y = value(2, DType::F32, quarter);
+  y.offset = 0; // In the arena.
+  plan.phases[0].values = {w, y};
+  for (auto [name, elements] :
+       {std::pair<const char *, int64_t>{"w", quarter}, {"states", 4 << 20}}) {
+    PlanTensor t;
+    t.name = name;
+    t.numel = t.localNumel = elements;
+    plan.tensors.push_back(t);
+  }
+  auto seconds = [&] {
+    CostModel model(plan, c);
+    return model.cost(plan.phases[0], plan.phases[0].ops[1]).seconds;
+  };
+  EXPECT_NEAR(seconds(), add.bytes / 40e9, 1e-15);
+  // An optimizer phase over 16 MiB of states between two steps.
+  PlanPhase opt;
+  opt.kind = PhaseKind::OptimizerStep;
+  PlanOp zero = op(0, "zero_grads", 0);
+  zero.tensors = {"states"};
+  opt.ops = {zero};
+  plan.phases.push_back(opt);
+  EXPECT_NEAR(seconds(), add.bytes / 10e9, 1e-15);
+}
+
 // A GEMM with rows of a byte length not a multiple of 16 (GPT-2's logits:
 // 50,257 bf16 a row) runs at the calibrated fraction of the aligned rate
 // (on an H100, lm_head's three GEMMs ran at 94-145 TFLOP/s against 667 at

@@ -474,6 +474,7 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
   // memory-bound kernels get inputs large enough that a launch and the
   // synchronization after it are a small part of the time.
   const bool gpu = !dev.hostAddressable();
+  const int64_t llc = lastLevelCacheBytes();
   const int classes = gpu ? ClusterCalibration::kMatmulClasses : 3;
   double best[3] = {0, 0, 0};
   for (int d = 0; d < 3; ++d) {
@@ -651,18 +652,57 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
     double seconds = cal.time(
         [&] { (void)dev.modelOp(op, in, out, StepContext{}, nullptr); },
         large ? 0.05 : 0.02, large ? 3 : 5);
+    // On a CPU again from memory: every call's operands the next set of a
+    // pool of twice the last-level cache (copies of the first), as a
+    // step's weights come, touched last a whole pass before.
+    double coldSeconds = 0;
+    if (!gpu) {
+      double setBytes = 0;
+      for (const std::vector<Tensor> *ts : {&in, &out})
+        for (const Tensor &t : *ts)
+          setBytes += double(t.bytes());
+      const size_t sets =
+          size_t(std::max(2.0, std::ceil(2.0 * double(llc) / setBytes)));
+      std::vector<std::vector<Tensor>> ins(sets, in), outs(sets, out);
+      for (size_t i = 1; i < sets; ++i)
+        for (auto *ts : {&ins[i], &outs[i]})
+          for (Tensor &t : *ts) {
+            void *copy = dev.allocate(t.bytes(), true);
+            cal.keep.push_back({static_cast<char *>(copy), true});
+            dev.copy(copy, t.data, t.bytes());
+            t.data = copy;
+          }
+      size_t next = 0;
+      coldSeconds = cal.time(
+          [&] {
+            const size_t i = next++ % sets;
+            (void)dev.modelOp(op, ins[i], outs[i], StepContext{}, nullptr);
+          },
+          large ? 0.05 : 0.02, large ? 3 : 5);
+    }
     cal.releaseSince(mark);
     const double rate = s.flops() / seconds;
-    k.matmulShape[{C::matmulIndex(g.result),
-                   C::matmulKindIndex(opKindName(g.kind)), s}] = rate;
-    say("  gemm %-18s %-4s %s: %8.2f GFLOP/s (classes: %.2f)\n", kindName,
-        dtypeName(g.result).data(), dims.c_str(), rate / 1e9,
+    const C::MatmulShapeKey key{C::matmulIndex(g.result),
+                                C::matmulKindIndex(opKindName(g.kind)), s};
+    k.matmulShape[key] = rate;
+    if (coldSeconds > 0)
+      k.matmulShapeCold[key] = s.flops() / coldSeconds;
+    say("  gemm %-18s %-4s %s: %8.2f GFLOP/s, %8.2f from memory (classes: "
+        "%.2f)\n",
+        kindName, dtypeName(g.result).data(), dims.c_str(), rate / 1e9,
+        coldSeconds > 0 ? s.flops() / coldSeconds / 1e9 : 0.0,
         calibratedMatmulRate(k, g.result, s.flops(), g.kind) / 1e9);
   }
   if (!k.matmulShape.empty())
     c.sources["calibration.matmul_shapes"] =
         measured + ": each linear-class GEMM of " + gemmsFrom +
-        " alone on its own shapes";
+        " alone on its own shapes" +
+        (k.matmulShapeCold.empty()
+             ? std::string()
+             : "; tflops on the same operands call after call (in cache), "
+               "cold_tflops on the next set of a pool of twice the " +
+                   std::to_string(llc >> 20) +
+                   " MiB last-level cache each call (from memory)");
 
   // The flash forward and backward on `g` in `dt`: their FLOP rates (as
   // the plans count the FLOPs), or why no rank times them.
@@ -813,28 +853,36 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
   // caches in between): each call there takes its inputs from a pool of twice
   // the last-level cache and writes into another, in turn (rotate() below). On
   // a GPU one operand is already larger than the L2.
-  const int64_t llc = lastLevelCacheBytes();
-  // A memory-bound kernel's rate (its bytes over `t`), in the pooled or
-  // the one-thread table.
-  auto recordRate = [&](bool serial, const char *name, double bytes, double t,
+  // Which table a memory-bound kernel's rate goes to: operands from a pool
+  // of twice the last-level cache, below the parallel threshold (one
+  // thread, in cache), or in the last-level cache (a pool of four, reused).
+  enum class Table { Pooled, Serial, Hot };
+  // A memory-bound kernel's rate (its bytes over `t`) in `table`.
+  auto recordRate = [&](Table table, const char *name, double bytes, double t,
                         const std::string &what) {
     if (t <= 0)
       return;
-    (serial ? k.serialKernelBandwidth : k.kernelBandwidth)[name] = bytes / t;
-    source(std::string(serial ? "calibration.serial_kernel_gb_per_s."
-                              : "calibration.kernel_gb_per_s.") +
+    (table == Table::Serial ? k.serialKernelBandwidth
+     : table == Table::Hot  ? k.kernelHotBandwidth
+                            : k.kernelBandwidth)[name] = bytes / t;
+    source(std::string(
+               table == Table::Serial ? "calibration.serial_kernel_gb_per_s."
+               : table == Table::Hot  ? "calibration.kernel_hot_gb_per_s."
+                                      : "calibration.kernel_gb_per_s.") +
                name,
            what);
     say("  %-20s %8.2f GB/s%s\n", name, bytes / t / 1e9,
-        serial ? " (one thread)" : "");
+        table == Table::Serial ? " (one thread)"
+        : table == Table::Hot  ? " (in cache)"
+                               : "");
   };
-  // `actRows` rows of 1024; `serial`: below the CPU kernels' parallel
-  // threshold, in the serial_kernel_gb_per_s table.
-  auto memoryBound = [&](const int64_t actRows, const bool serial) {
+  // `actRows` rows of 1024 into `table`.
+  auto memoryBound = [&](const int64_t actRows, const Table table) {
+    const bool serial = table == Table::Serial, hot = table == Table::Hot;
     const std::vector<int64_t> act = {actRows, 1024};
     const double actBytes = double(actRows) * 1024 * 4;
     const size_t poolSize =
-        gpu || serial
+        gpu || serial || hot
             ? 4
             : size_t(std::max<int64_t>(4, 2 * llc / int64_t(actBytes)));
     std::vector<Tensor> inPool, outPool;
@@ -860,9 +908,13 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
                         " elements, below the kernels' parallel threshold of " +
                         std::to_string(cpu::kParallelMinWork) +
                         " (one thread), in cache"
-                  : ", each call's operands the next of a pool of " +
-                        std::to_string(poolSize) + " (twice the " +
-                        std::to_string(llc >> 20) + " MiB last-level cache)");
+         : hot ? ", each call's operands the next of a pool of 4 (" +
+                     std::to_string(int64_t(8 * actBytes) >> 10) +
+                     " KiB in all: in the " + std::to_string(llc >> 20) +
+                     " MiB last-level cache)"
+               : ", each call's operands the next of a pool of " +
+                     std::to_string(poolSize) + " (twice the " +
+                     std::to_string(llc >> 20) + " MiB last-level cache)");
     // Times `op` on operands from the pools: `ins` activations and `outs`
     // activations, then `arrange(in, out)` places them among the op's
     // fixed operands.
@@ -888,7 +940,7 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
     };
     auto record = [&](const char *name, double bytes, double t,
                       const std::string &what) {
-      recordRate(serial, name, bytes, t, what);
+      recordRate(table, name, bytes, t, what);
     };
     auto kernel = [&](const char *name, OpKind kind, size_t inputs,
                       double passes) {
@@ -990,13 +1042,24 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
     }
   };
   sampleHandoff();
-  memoryBound(gpu ? 16384 : 64, false);
+  memoryBound(gpu ? 16384 : 64, Table::Pooled);
+  // On a CPU also in cache: a step's element-wise ops read what the op
+  // before just wrote, and the cost model prices each op between the two
+  // rates by the share of its operands still in cache (CostModel's
+  // residency). A GPU's L2 holds little of one [16384, 1024] operand.
+  if (!gpu) {
+    memoryBound(64, Table::Hot);
+    k.cacheBytes = double(llc);
+    source("calibration.cache_mib",
+           "the last-level cache (sysfs), which the cost model's residency "
+           "shares among a node's ranks");
+  }
   // On a CPU whose ranks run several threads, ops below the kernels'
   // parallel threshold (cpu::kParallelMinWork element operations) run on
   // one: [8, 1024] operands, in cache. With one thread a rank the rates
   // above already are one thread's.
   if (!gpu && cpu::threads() > 1) {
-    memoryBound(8, true);
+    memoryBound(8, Table::Serial);
     k.serialKernelElements = double(cpu::kParallelMinWork);
     source("calibration.serial_kernel_elements",
            "the CPU kernels' parallel threshold (cpu::kParallelMinWork)");
@@ -1029,16 +1092,17 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
     std::optional<Status> st =
         dev.modelOp(fwd, in, out, StepContext{}, nullptr);
     if (st && st->ok())
-      recordRate(serial, "cross_entropy", logitBytes, cal.time([&] {
-        (void)dev.modelOp(fwd, in, out, StepContext{}, nullptr);
-      }),
+      recordRate(serial ? Table::Serial : Table::Pooled, "cross_entropy",
+                 logitBytes, cal.time([&] {
+                   (void)dev.modelOp(fwd, in, out, StepContext{}, nullptr);
+                 }),
                  ceShape + ", the logits' bytes");
     PlanOp bwd = modelOp(OpKind::CrossEntropyBackward, 3, 1);
     std::vector<Tensor> bin = {logits, targets, dloss}, bout = {dlogits};
     st = dev.modelOp(bwd, bin, bout, StepContext{}, nullptr);
     if (st && st->ok())
-      recordRate(serial, "cross_entropy_backward", 2 * logitBytes,
-                 cal.time([&] {
+      recordRate(serial ? Table::Serial : Table::Pooled,
+                 "cross_entropy_backward", 2 * logitBytes, cal.time([&] {
                    (void)dev.modelOp(bwd, bin, bout, StepContext{}, nullptr);
                  }),
                  ceShape + ", the logits read and their gradient written");
@@ -1054,6 +1118,12 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
     k.kernelBandwidth["default"] = add->second;
     source("calibration.kernel_gb_per_s.default",
            "add's rate, for the streaming kernels not measured");
+  }
+  if (auto add = k.kernelHotBandwidth.find("add");
+      add != k.kernelHotBandwidth.end()) {
+    k.kernelHotBandwidth["default"] = add->second;
+    source("calibration.kernel_hot_gb_per_s.default",
+           "add's rate in cache, for the streaming kernels not measured");
   }
 
   // Adam (f32 parameter as its own master) and clipping over a model's

@@ -135,6 +135,14 @@ struct ClusterCalibration {
   /// they are). Empty: not measured.
   using MatmulShapeKey = std::tuple<int, int, LinearGeometry>;
   std::map<MatmulShapeKey, double> matmulShape;
+  /// The same GEMMs with every call's operands the next set of a pool of
+  /// twice `cacheBytes` (on a CPU): from memory, as a step's weights are,
+  /// last touched a whole pass earlier. `matmulShape` reuses its operands
+  /// call after call (in cache, as a step's activations just written are).
+  /// The cost model prices a GEMM between the two by the share of its
+  /// operand bytes still in cache (CostModel's residency). Empty: not
+  /// measured (a GPU, or a file before session 23).
+  std::map<MatmulShapeKey, double> matmulShapeCold;
   /// Achieved FLOP/s (as the plans count them, Plan/AttentionFlops.h) of
   /// the flash attention kernels on a plan's own shapes (zerorun
   /// --calibrate --shapes PLAN), keyed by (matmulIndex of the dtype,
@@ -175,6 +183,16 @@ struct ClusterCalibration {
   /// Achieved bytes/s (the plan's bytes over the time) of memory-bound
   /// kernels by plan op kind name; "default" for the kinds not measured.
   std::map<std::string, double> kernelBandwidth;
+  /// The same kernels with their operands in the last-level cache (a pool
+  /// of a few, reused), as a step's activations are where the op before
+  /// just wrote them: bytes/s by kind, "default" too (0 and absent: not
+  /// measured). On a 2-core EPYC VM add ran 2x faster so (bench/RESULTS.md,
+  /// run 41).
+  std::map<std::string, double> kernelHotBandwidth;
+  /// The last-level cache of a node (bytes), as the calibration found it:
+  /// what the cost model's residency shares among the node's ranks. 0: not
+  /// measured (residency off).
+  double cacheBytes = 0;
   /// On a CPU whose ranks ran several threads each, the same kernels on an
   /// operand below the kernels' parallel threshold (`serialKernelElements`,
   /// cpu::kParallelMinWork), which they run on the calling thread alone,

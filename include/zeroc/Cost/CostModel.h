@@ -122,11 +122,18 @@ double calibratedMatmulRate(const ClusterCalibration &calibration, DType dtype,
 /// `gemm`: a linear-class op's geometry (null: unknown); where the
 /// calibration timed that very GEMM (ClusterCalibration::matmulShape), its
 /// rate is the op's.
+/// `hot`: the share of the op's operand bytes still in the last-level
+/// cache (CostModel's residency; negative: unknown). Where the calibration
+/// timed the kind both from memory and in cache (kernelBandwidth and
+/// kernelHotBandwidth; a GEMM's matmulShapeCold and matmulShape), the
+/// op's bytes or FLOPs take the two rates in that proportion; otherwise
+/// the one rate there is.
 double kernelTime(const Cluster &cluster, OpKind kind, double flops,
                   double bytes, DType dtype, bool misalignedRows = false,
                   double elements = 0, double attentionWork = 0,
                   const LinearGeometry *gemm = nullptr,
-                  const AttentionGeometry *attention = nullptr);
+                  const AttentionGeometry *attention = nullptr,
+                  double hot = -1);
 
 /// The kinds a calibration prices by a FLOP rate (GEMMs and attention,
 /// compute-bound on every device); every other model op streams memory.
@@ -268,7 +275,16 @@ private:
     std::unordered_map<int64_t, DType> dtypes;
     /// Bytes the waits on each start (by op index) yield.
     std::unordered_map<int64_t, double> waitBytes;
+    /// Per model op (by index): the share of its operand bytes still in
+    /// the last-level cache when it runs (residency; empty where the
+    /// calibration did not measure the cache).
+    std::unordered_map<int64_t, double> hot;
   };
+  /// Fills every phase's `hot`: the plan's ops in program order, each
+  /// operand in cache where the bytes touched since its memory's last use
+  /// and its own fit in the rank's share of the last-level cache (the
+  /// phases walked twice: a step follows a step).
+  void computeResidency();
 
   const Plan &plan;
   const Cluster &clusterRef;

@@ -55,6 +55,32 @@ if "serial_kernel_gb_per_s" in cal:
         assert cal["serial_kernel_gb_per_s"][k]["value"] > 0, k
 # On a CPU the operands rotate through pools larger than the cache.
 assert "last-level cache" in cal["kernel_gb_per_s"]["add"]["source"]
+# ... and again in cache (a pool of four, reused): the residency's rates,
+# the same kinds; unmeasured kinds take add's, as from memory.
+for k in ("gelu", "gelu_backward", "silu", "silu_backward", "add", "mul",
+          "layernorm", "layernorm_backward", "linear_grad_bias", "rmsnorm",
+          "rmsnorm_backward", "rotary", "rotary_backward", "accumulate",
+          "zero_grads", "default"):
+    assert cal["kernel_hot_gb_per_s"][k]["value"] > 0, k
+    assert k == "default" or "pool of 4" in \
+        cal["kernel_hot_gb_per_s"][k]["source"], k
+assert cal["kernel_hot_gb_per_s"]["default"]["value"] == \
+    cal["kernel_hot_gb_per_s"]["add"]["value"]
+# The cache the residency shares among the ranks: the largest the kernel
+# lists for cpu0 (read here from sysfs independently), in MiB.
+sizes = []
+for i in range(8):
+    try:
+        text = open(f"/sys/devices/system/cpu/cpu0/cache/index{i}/size").read()
+    except OSError:
+        continue
+    text = text.strip()
+    scale = {"K": 1 << 10, "M": 1 << 20}.get(text[-1], 1)
+    sizes.append(int(text.rstrip("KM")) * scale)
+if sizes:
+    assert cal["cache_mib"]["value"] * (1 << 20) == max(sizes), \
+        (cal["cache_mib"], sizes)
+assert "last-level cache" in cal["cache_mib"]["source"]
 for k in ("adam_gb_per_s", "clip_gb_per_s", "op_overhead_us",
           "phase_overhead_us", "attention_tflops", "adam_call_us",
           "clip_per_tensor_us"):

@@ -39,11 +39,15 @@ shapes = cluster["calibration"]["matmul_shapes"]
 got = set()
 for g in shapes["gemms"]:
     assert g["tflops"] > 0, g
+    # On a CPU each GEMM also from memory (its operands rotated through a
+    # pool of twice the last-level cache).
+    assert g.get("cold_tflops", 0) > 0, g
     got.add((g["kind"], g["dtype"], g["rows"], g["in"], g["out"]))
 assert len(got) == len(shapes["gemms"]), "an entry twice"
 assert got == wanted, (sorted(wanted - got), sorted(got - wanted))
 source = shapes["source"]
 assert source.startswith("measured on ") and all(p in source
                                                  for p in sys.argv[2:]), source
+assert "cold_tflops on the next set of a pool of twice the" in source, source
 print(f"gemm shapes ok: {len(got)} GEMMs of "
       f"{len({k[2:] for k in got})} geometries")
