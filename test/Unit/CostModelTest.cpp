@@ -1453,7 +1453,7 @@ TEST(Calibration, CpuThreadsPayTheHandoffOfSplitGemms) {
 // cache; a value touched first in the phase (a weight, a new result) comes
 // from memory. The op's bytes (a GEMM's FLOPs) take the in-cache and
 // from-memory rates in that proportion. On a 2-core EPYC VM add ran 2.8x
-// faster in cache and the plans' GEMMs 10-25% slower from memory (bench/
+// faster in cache and the plans' GEMMs 5-25% slower from memory (bench/
 // RESULTS.md, run 41).
 TEST(Calibration, OperandsStillInCacheTakeTheInCacheRate) {
   Cluster c = exactCluster(); // Two ranks a node.
