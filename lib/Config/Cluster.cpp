@@ -170,27 +170,21 @@ struct FigureSpec {
       entry("layernorm_backward"), entry("linear_grad_bias"),                  \
       entry("rmsnorm"), entry("rmsnorm_backward"), entry("rotary"),            \
       entry("rotary_backward")
+// A memory-bound kernel's rate in one of the tables (`object` under
+// "calibration", `member` of ClusterCalibration).
+#define ZEROC_KERNEL_RATE(object, member, kind)                                \
+  {                                                                            \
+    "calibration." object "." kind, kGBPerS, Bound::Positive, true,            \
+        [](Cluster &c, Counts &) -> double & {                                 \
+          return c.calibration.member[kind];                                   \
+        }                                                                      \
+  }
 #define ZEROC_KERNEL(kind)                                                     \
-  {                                                                            \
-    "calibration.kernel_gb_per_s." kind, kGBPerS, Bound::Positive, true,       \
-        [](Cluster &c, Counts &) -> double & {                                 \
-          return c.calibration.kernelBandwidth[kind];                          \
-        }                                                                      \
-  }
+  ZEROC_KERNEL_RATE("kernel_gb_per_s", kernelBandwidth, kind)
 #define ZEROC_HOT_KERNEL(kind)                                                 \
-  {                                                                            \
-    "calibration.kernel_hot_gb_per_s." kind, kGBPerS, Bound::Positive, true,   \
-        [](Cluster &c, Counts &) -> double & {                                 \
-          return c.calibration.kernelHotBandwidth[kind];                       \
-        }                                                                      \
-  }
+  ZEROC_KERNEL_RATE("kernel_hot_gb_per_s", kernelHotBandwidth, kind)
 #define ZEROC_SERIAL_KERNEL(kind)                                              \
-  {                                                                            \
-    "calibration.serial_kernel_gb_per_s." kind, kGBPerS, Bound::Positive,      \
-        true, [](Cluster &c, Counts &) -> double & {                           \
-          return c.calibration.serialKernelBandwidth[kind];                    \
-        }                                                                      \
-  }
+  ZEROC_KERNEL_RATE("serial_kernel_gb_per_s", serialKernelBandwidth, kind)
 #define ZEROC_COLLECTIVE(name, k)                                              \
   {"calibration." name ".latency_us", kMicrosecond, Bound::NonNegative, true,  \
    [](Cluster &c, Counts &) -> double & {                                      \
