@@ -312,8 +312,6 @@ const FigureSpec kFigures[] = {
     ZEROC_KERNEL("zero_grads"),
     ZEROC_HOT_KERNEL("default"),
     ZEROC_ELEMENTWISE_KERNELS(ZEROC_HOT_KERNEL),
-    ZEROC_HOT_KERNEL("accumulate"),
-    ZEROC_HOT_KERNEL("zero_grads"),
     {"calibration.cache_mib", 1024.0 * 1024.0, Bound::Positive, true,
      [](Cluster &c, Counts &) -> double & { return c.calibration.cacheBytes; }},
     {"calibration.serial_kernel_elements", 1, Bound::Count, true,

@@ -455,7 +455,8 @@ CostModel::CostModel(const Plan &plan, const Cluster &cluster)
 
 void CostModel::computeResidency() {
   const ClusterCalibration &cal = clusterRef.calibration;
-  if (cal.cacheBytes <= 0)
+  // Measured on CPUs only (a GPU's L2 holds little of a step's operands).
+  if (cal.cacheBytes <= 0 || cal.device != "cpu")
     return;
   // The node's ranks share its cache.
   const double capacity =
@@ -468,16 +469,20 @@ void CostModel::computeResidency() {
   // memory a value stands for: its arena offset (phases share the arena,
   // and a result written where another value just lived writes cached
   // lines), the tensor a `read` views (a weight), else the value itself.
-  // Other ops touch their tensors' bytes on this rank (the optimizer
-  // streams every state it updates). The step repeats: the plan's phases
-  // are walked twice and the second walk's shares kept, so that a weight
-  // the previous step left in cache is found there.
+  // Ops other than the model's touch their values too (a wait yields the
+  // gathered parameters) and their tensors' bytes on this rank (the
+  // optimizer streams every state it updates). The step repeats: the plan
+  // is walked twice and the second walk's shares kept, so that a weight
+  // the previous step left in cache is found there; a phase of R runs a
+  // step runs twice there, its first run's share weighing 1 / R, the
+  // second's (R - 1) / R (later runs find what the run before left).
   double touched = 0;
   std::unordered_map<std::string, double> lastTouch;
   for (int walk = 0; walk < 2; ++walk)
     for (size_t pi = 0; pi < plan.phases.size(); ++pi) {
       const PlanPhase &phase = plan.phases[pi];
       PhaseInfo &info = phases[&phase];
+      const int64_t runs = std::max<int64_t>(1, phase.runsPerStep);
       std::unordered_map<int64_t, std::string> views;
       auto memoryOf = [&](int64_t id, const PlanValue &v) {
         if (v.offset >= 0)
@@ -486,43 +491,44 @@ void CostModel::computeResidency() {
           return t->second;
         return "p" + std::to_string(pi) + ":" + std::to_string(id);
       };
-      for (const PlanOp &op : phase.ops) {
-        if (op.kind == OpKind::Read) {
-          if (!op.outputs.empty() && !op.tensors.empty())
-            views[op.outputs[0]] = "t" + op.tensors[0];
-          continue;
-        }
-        if (!isModelOp(op.kind)) {
-          for (const std::string &name : op.tensors) {
-            touched +=
-                rankElements(name) * double(bytesPerElement(dtypeOf(name)));
-            lastTouch["t" + name] = touched;
+      for (int64_t run = 0; run < std::min<int64_t>(runs, 2); ++run)
+        for (const PlanOp &op : phase.ops) {
+          if (op.kind == OpKind::Read) {
+            if (!op.outputs.empty() && !op.tensors.empty())
+              views[op.outputs[0]] = "t" + op.tensors[0];
+            continue;
           }
-          continue;
+          double hotBytes = 0, allBytes = 0;
+          std::vector<std::string> memories;
+          auto visit = [&](int64_t id) {
+            auto v = info.values.find(id);
+            if (v == info.values.end())
+              return;
+            const double bytes = double(v->second->bytes);
+            memories.push_back(memoryOf(id, *v->second));
+            allBytes += bytes;
+            if (auto t = lastTouch.find(memories.back());
+                t != lastTouch.end() && touched - t->second + bytes <= capacity)
+              hotBytes += bytes;
+          };
+          for (int64_t id : op.inputs)
+            visit(id);
+          for (int64_t id : op.outputs)
+            visit(id);
+          if (!isModelOp(op.kind))
+            for (const std::string &name : op.tensors) {
+              allBytes +=
+                  rankElements(name) * double(bytesPerElement(dtypeOf(name)));
+              memories.push_back("t" + name);
+            }
+          else if (walk == 1 && allBytes > 0)
+            info.hot[op.index] += hotBytes / allBytes *
+                                  (run == 0 ? 1.0 / double(runs)
+                                            : double(runs - 1) / double(runs));
+          touched += allBytes;
+          for (const std::string &m : memories)
+            lastTouch[m] = touched;
         }
-        double hotBytes = 0, allBytes = 0;
-        std::vector<std::string> memories;
-        auto visit = [&](int64_t id) {
-          auto v = info.values.find(id);
-          if (v == info.values.end())
-            return;
-          const double bytes = double(v->second->bytes);
-          memories.push_back(memoryOf(id, *v->second));
-          allBytes += bytes;
-          if (auto t = lastTouch.find(memories.back());
-              t != lastTouch.end() && touched - t->second + bytes <= capacity)
-            hotBytes += bytes;
-        };
-        for (int64_t id : op.inputs)
-          visit(id);
-        for (int64_t id : op.outputs)
-          visit(id);
-        if (walk == 1 && allBytes > 0)
-          info.hot[op.index] = hotBytes / allBytes;
-        touched += allBytes;
-        for (const std::string &m : memories)
-          lastTouch[m] = touched;
-      }
     }
 }
 
@@ -654,10 +660,13 @@ double CostModel::biasPassTime(const PhaseInfo &info, const PlanOp &op) const {
   double elements = double(shapeElements(y->second->shape).value_or(0));
   // cpu/Linear.cpp: y's rows set to the bias (the row read once, y
   // written), which the GEMM then reads (beta = 1): a streaming pass like
-  // add's (the parallel threshold on the same work).
+  // add's (the parallel threshold on the same work), in cache as much as
+  // the op's operands are.
   double bytes = (2 * elements + double(y->second->shape.back())) * 4;
+  auto hot = info.hot.find(op.index);
   return kernelTime(clusterRef, OpKind::Add, 0, bytes, DType::F32, false,
-                    elements);
+                    elements, 0, nullptr, nullptr,
+                    hot == info.hot.end() ? -1.0 : hot->second);
 }
 
 bool CostModel::hasMisalignedRows(const PhaseInfo &info,
@@ -1136,11 +1145,16 @@ OpCost CostModel::workCost(const PlanPhase &phase, const PlanOp &op,
       // What the misaligned rows cost: the price at the aligned classes
       // (GEMMs only: no misaligned factor applies to attention, whose f32
       // log-sum-exp rows may be any length).
+      // (A shaped GEMM's from-memory share is residency, not
+      // misalignment: the difference is taken at its in-cache rate.)
       if (misaligned && pricedByFlopRate(op.kind) && !attention)
         cost.misaligned = std::max(
-            0.0, cost.seconds - kernelTime(clusterRef, op.kind,
-                                           double(op.flops), double(op.bytes),
-                                           dtype, false, elements, itemWork));
+            0.0,
+            kernelTime(clusterRef, op.kind, double(op.flops), double(op.bytes),
+                       dtype, misaligned, elements, itemWork,
+                       gemm ? &*gemm : nullptr) -
+                kernelTime(clusterRef, op.kind, double(op.flops),
+                           double(op.bytes), dtype, false, elements, itemWork));
       cost.seconds += biasPassTime(info, op) + handoffTime(op, gemm);
       return cost;
     }

@@ -1448,13 +1448,11 @@ TEST(Calibration, CpuThreadsPayTheHandoffOfSplitGemms) {
   EXPECT_NEAR(seconds("linear", 512, 256, 256, 2), gemm, 1e-15);
 }
 
-// Residency: an op's operands that the ops since their last use and they
-// themselves fit in the rank's share of the last-level cache are read from
-// cache; a value touched first in the phase (a weight, a new result) comes
-// from memory. The op's bytes (a GEMM's FLOPs) take the in-cache and
-// from-memory rates in that proportion. On a 2-core EPYC VM add ran 2.8x
-// faster in cache and the plans' GEMMs 5-25% slower from memory (bench/
-// RESULTS.md, run 41).
+// Residency: an op's operands that the bytes touched since their last use
+// and they themselves fit in the rank's share of the last-level cache are
+// read from cache, the others from memory. The op's bytes (a GEMM's FLOPs)
+// take the in-cache and from-memory rates in that proportion (both
+// measured on a CPU: bench/RESULTS.md, run 41).
 TEST(Calibration, OperandsStillInCacheTakeTheInCacheRate) {
   Cluster c = exactCluster(); // Two ranks a node.
   c.calibration.device = "cpu";
@@ -1591,6 +1589,110 @@ TEST(Calibration, AWeightTheLastStepLeftInCacheIsFoundThere) {
   opt.ops = {zero};
   plan.phases.push_back(opt);
   EXPECT_NEAR(seconds(), add.bytes / 10e9, 1e-15);
+}
+
+// The residency follows memory, not value ids: a parameter read in two
+// phases is one piece of memory, and so is an arena offset two values
+// share; what a wait yields (gathered parameters) was touched there; the
+// node's ranks share its cache; a phase of R runs a step weighs its first
+// run 1 / R.
+TEST(Calibration, ResidencyFollowsMemoryAndTheRanksShareTheCache) {
+  Cluster c = exactCluster(); // Two ranks a node.
+  c.calibration.device = "cpu";
+  c.calibration.threadsPerRank = 1;
+  c.calibration.kernelBandwidth["add"] = 10e9;
+  c.calibration.kernelHotBandwidth["add"] = 40e9;
+  c.calibration.cacheBytes = 3 << 20;      // 1.5 MiB a rank.
+  const int64_t quarter = (256 << 10) / 4; // f32 elements of 256 KiB.
+  const double bytes = 3 * (256 << 10), cold = bytes / 10e9, hot = bytes / 40e9;
+  auto addOp = [&](int64_t index, std::vector<int64_t> in, int64_t out) {
+    PlanOp o = op(index, "add", 0);
+    o.inputs = std::move(in);
+    o.outputs = {out};
+    o.bytes = int64_t(bytes);
+    return o;
+  };
+  auto readOp = [&](int64_t index, const char *tensor, int64_t out) {
+    PlanOp o = op(index, "read", 0);
+    o.tensors = {tensor};
+    o.outputs = {out};
+    return o;
+  };
+  auto values = [&](PlanPhase &ph, std::vector<int64_t> ids,
+                    std::vector<int64_t> offsets) {
+    for (size_t i = 0; i < ids.size(); ++i) {
+      PlanValue v = value(ids[i], DType::F32, quarter);
+      v.offset = offsets[i];
+      ph.values.push_back(v);
+    }
+  };
+  // Phase 0: y (offset 0) = w + w, w a read of "w"; then 12 MiB streamed
+  // through the optimizer's "big" (every earlier byte evicted).
+  // Phase 1: z (offset 0 again, another id) = w' + w', w' another read of
+  // "w": both where phase 0 left them, 768 KiB before.
+  Plan plan = planWith({readOp(0, "w", 1), addOp(1, {1, 1}, 2)});
+  plan.model.dtype = DType::F32;
+  values(plan.phases[0], {1, 2}, {-1, 0});
+  PlanPhase second;
+  second.kind = PhaseKind::MicroStep;
+  second.ops = {readOp(0, "w", 7), addOp(1, {7, 7}, 8)};
+  values(second, {7, 8}, {-1, 0});
+  plan.phases.push_back(second);
+  PlanPhase opt;
+  opt.kind = PhaseKind::OptimizerStep;
+  PlanOp zero = op(0, "zero_grads", 0);
+  zero.tensors = {"big"};
+  opt.ops = {zero};
+  plan.phases.push_back(opt);
+  for (auto [name, elements] :
+       {std::pair<const char *, int64_t>{"w", quarter}, {"big", 3 << 20}}) {
+    PlanTensor t;
+    t.name = name;
+    t.numel = t.localNumel = elements;
+    plan.tensors.push_back(t);
+  }
+  auto seconds = [&](size_t phase) {
+    CostModel model(plan, c);
+    return model.cost(plan.phases[phase], plan.phases[phase].ops[1]).seconds;
+  };
+  EXPECT_NEAR(seconds(0), cold, 1e-15); // After the optimizer.
+  EXPECT_NEAR(seconds(1), hot, 1e-15);  // w and offset 0: just used.
+  // Another offset for z: a new result, from memory (a third of the bytes).
+  plan.phases[1].values[1].offset = 1 << 20;
+  EXPECT_NEAR(seconds(1), bytes * (2.0 / 3 / 40e9 + 1.0 / 3 / 10e9), 1e-15);
+  plan.phases[1].values[1].offset = 0;
+  // Phase 1's w' from a wait (a gathered parameter) instead of a read: the
+  // wait's value is where it was written, right before.
+  PlanOp wait = op(0, "wait", 1);
+  wait.outputs = {7};
+  plan.phases[1].ops[0] = wait;
+  EXPECT_NEAR(seconds(1), hot, 1e-15);
+  plan.phases[1].ops[0] = readOp(0, "w", 7);
+  // 768 KiB between phase 0's use and phase 1's (a product on values of
+  // its own): with their own 256 KiB within 1.5 MiB a rank, not within
+  // 0.75 (four ranks a node).
+  PlanOp mul = op(1, "mul", 0);
+  mul.inputs = {9, 9};
+  mul.outputs = {10};
+  plan.phases[1].ops = {readOp(0, "w", 7), mul, addOp(2, {7, 7}, 8)};
+  values(plan.phases[1], {9, 10}, {-1, -1});
+  auto third = [&] {
+    CostModel model(plan, c);
+    return model.cost(plan.phases[1], plan.phases[1].ops[2]).seconds;
+  };
+  EXPECT_NEAR(third(), hot, 1e-15);
+  c.gpusPerNode = 4;
+  plan.worldSize = 4;
+  EXPECT_NEAR(third(), cold, 1e-15);
+  c.gpusPerNode = 2;
+  plan.worldSize = 2;
+  // Phase 0 run 4 times a step: its first run after the optimizer (from
+  // memory), the other three after a run of itself (in cache).
+  plan.phases[0].runsPerStep = 4;
+  EXPECT_NEAR(seconds(0), bytes * (0.25 / 10e9 + 0.75 / 40e9), 1e-15);
+  // A GPU's calibration: no residency, whatever the file says.
+  c.calibration.device = "cuda";
+  EXPECT_NEAR(seconds(0), cold, 1e-15);
 }
 
 // A GEMM with rows of a byte length not a multiple of 16 (GPT-2's logits:

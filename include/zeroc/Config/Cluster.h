@@ -186,8 +186,8 @@ struct ClusterCalibration {
   /// The same kernels with their operands in the last-level cache (a pool
   /// of a few, reused), as a step's activations are where the op before
   /// just wrote them: bytes/s by kind, "default" too (0 and absent: not
-  /// measured). On a 2-core EPYC VM add ran 2x faster so (bench/RESULTS.md,
-  /// run 41).
+  /// measured; both tables on a 2-core EPYC VM: bench/RESULTS.md, run 41).
+  /// Accumulates and zeroing (gradients, from memory) are not timed so.
   std::map<std::string, double> kernelHotBandwidth;
   /// The last-level cache of a node (bytes), as the calibration found it:
   /// what the cost model's residency shares among the node's ranks. 0: not
