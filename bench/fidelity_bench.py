@@ -398,6 +398,10 @@ def main():
           f"{'predicted':>11} {'measured':>11} {'ratio':>6} {'spread':>6} "
           f"{'load':>5} {'others':>6} {'launches':>8}", flush=True)
     rows = []
+    # Per op kind over every configuration and round (the round's median
+    # launch): |predicted - measured| busy time and the measured, summed.
+    # A level that moves every kind alike moves the step's ratio, not this.
+    kind_error = {}
     for model, ranks, stage, offload, name in configs:
         row = {"model": model, "ranks": ranks, "stage": stage,
                "offload": offload}
@@ -427,6 +431,10 @@ def main():
                                         cmp["step"]["measured_s"])
                 launch_s.append([c["step"]["measured_s"] for c in cmps])
                 per.append(cmp)
+                for k in cmp["op_kinds"]:
+                    e = kind_error.setdefault(k["name"], [0.0, 0.0])
+                    e[0] += abs(k["predicted_s"] - k["measured_s"])
+                    e[1] += k["measured_s"]
             steps = [c["step"] for c in per]
             measured = [s["measured_s"] for s in steps]
             # The round whose ratio is the median speaks for the
@@ -480,9 +488,19 @@ def main():
               f"the CPU in every round (its runs and calibrations); "
               f"{sum(abs(r['ratio'] - 1) <= 0.15 for r in quiet)} of them "
               f"within 15%")
+    off = sum(e for e, _ in kind_error.values())
+    busy = sum(m for _, m in kind_error.values())
+    if busy > 0:
+        worst = sorted(kind_error.items(), key=lambda kv: -kv[1][0])[:4]
+        print(f"per-kind error (|predicted - measured| busy time over the "
+              f"measured, every op kind, configuration and round): "
+              f"{off / busy:.1%}; most from " +
+              ", ".join(f"{k} {e / m:.0%} of {m * 1e3:.0f} ms"
+                        for k, (e, m) in worst))
     orders = stage_orders(ok)
     if args.json:
         json.dump({"rows": rows, "rounds": rounds,
+                   "kind_error": off / busy if busy > 0 else None,
                    "threads": args.threads or None,
                    "calibration": {r: [cal_path(r, i) for i in range(rounds)]
                                    for r in ranks_list},
