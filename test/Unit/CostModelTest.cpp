@@ -1695,6 +1695,27 @@ TEST(Calibration, ResidencyFollowsMemoryAndTheRanksShareTheCache) {
   EXPECT_NEAR(seconds(0), cold, 1e-15);
 }
 
+// A shaped GEMM with misaligned rows, its operands from memory: what
+// inspect reports as the misaligned rows' cost is its in-cache time less
+// the aligned classes', not the from-memory share too.
+TEST(Calibration, ResidencyIsNotReportedAsMisalignment) {
+  using C = ClusterCalibration;
+  Cluster c = exactCluster();
+  c.calibration.device = "cpu";
+  c.calibration.threadsPerRank = 1;
+  for (double &rate : c.calibration.matmul[0])
+    rate = 100e9;
+  const LinearGeometry g{64, 128, 63}; // y's rows: 252 bytes.
+  c.calibration.matmulShape[{C::matmulIndex(DType::F32), 0, g}] = 50e9;
+  c.calibration.matmulShapeCold[{C::matmulIndex(DType::F32), 0, g}] = 25e9;
+  c.calibration.cacheBytes = 16 << 10; // Nothing of it stays.
+  Plan plan = linearLayerPlan("linear", {64}, 128, 63, DType::F32);
+  CostModel model(plan, c);
+  OpCost cost = model.cost(plan.phases[0], plan.phases[0].ops[0]);
+  EXPECT_NEAR(cost.seconds - c.calibration.opOverhead, g.flops() / 25e9, 1e-15);
+  EXPECT_NEAR(cost.misaligned, g.flops() / 50e9 - g.flops() / 100e9, 1e-15);
+}
+
 // A GEMM with rows of a byte length not a multiple of 16 (GPT-2's logits:
 // 50,257 bf16 a row) runs at the calibrated fraction of the aligned rate
 // (on an H100, lm_head's three GEMMs ran at 94-145 TFLOP/s against 667 at
