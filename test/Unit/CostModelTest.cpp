@@ -1448,18 +1448,48 @@ TEST(Calibration, CpuThreadsPayTheHandoffOfSplitGemms) {
   EXPECT_NEAR(seconds("linear", 512, 256, 256, 2), gemm, 1e-15);
 }
 
+/// exactCluster() (two ranks a node) calibrated on a CPU of one thread a
+/// rank with `cacheBytes` of last-level cache: add at 10 GB/s from memory,
+/// 40 in cache.
+Cluster cacheCluster(double cacheBytes) {
+  Cluster c = exactCluster();
+  c.calibration.device = "cpu";
+  c.calibration.threadsPerRank = 1;
+  c.calibration.kernelBandwidth["add"] = 10e9;
+  c.calibration.kernelHotBandwidth["add"] = 40e9;
+  c.calibration.cacheBytes = cacheBytes;
+  return c;
+}
+
+/// f32 parameters of `elements` each on every rank, by name.
+void addTensors(Plan &plan,
+                const std::vector<std::pair<std::string, int64_t>> &tensors) {
+  for (const auto &[name, elements] : tensors) {
+    PlanTensor t;
+    t.name = name;
+    t.numel = t.localNumel = elements;
+    plan.tensors.push_back(t);
+  }
+}
+
+/// An optimizer phase after the plan's that streams over `tensor` (a
+/// zero_grads of it).
+void streamThrough(Plan &plan, const std::string &tensor) {
+  PlanPhase opt;
+  opt.kind = PhaseKind::OptimizerStep;
+  PlanOp zero = op(0, "zero_grads", 0);
+  zero.tensors = {tensor};
+  opt.ops = {zero};
+  plan.phases.push_back(opt);
+}
+
 // Residency: an op's operands that the bytes touched since their last use
 // and they themselves fit in the rank's share of the last-level cache are
 // read from cache, the others from memory. The op's bytes (a GEMM's FLOPs)
 // take the in-cache and from-memory rates in that proportion (both
 // measured on a CPU: bench/RESULTS.md, run 41).
 TEST(Calibration, OperandsStillInCacheTakeTheInCacheRate) {
-  Cluster c = exactCluster(); // Two ranks a node.
-  c.calibration.device = "cpu";
-  c.calibration.threadsPerRank = 1;
-  c.calibration.kernelBandwidth["add"] = 10e9;
-  c.calibration.kernelHotBandwidth["add"] = 40e9;
-  c.calibration.cacheBytes = 2 << 20;      // 1 MiB a rank.
+  Cluster c = cacheCluster(2 << 20);       // 1 MiB a rank.
   const int64_t quarter = (256 << 10) / 4; // f32 elements of 256 KiB.
   auto addOp = [&](int64_t index, std::vector<int64_t> in, int64_t out) {
     PlanOp o = op(index, "add", 0);
@@ -1549,12 +1579,7 @@ TEST(Calibration, OperandsStillInCacheTakeTheInCacheRate) {
 // states evicts both (a small model's: its GEMMs ran at their from-memory
 // rates, bench/RESULTS.md, run 41).
 TEST(Calibration, AWeightTheLastStepLeftInCacheIsFoundThere) {
-  Cluster c = exactCluster(); // Two ranks a node: 1 MiB each.
-  c.calibration.device = "cpu";
-  c.calibration.threadsPerRank = 1;
-  c.calibration.kernelBandwidth["add"] = 10e9;
-  c.calibration.kernelHotBandwidth["add"] = 40e9;
-  c.calibration.cacheBytes = 2 << 20;
+  Cluster c = cacheCluster(2 << 20);
   const int64_t quarter = (256 << 10) / 4; // f32 elements of 256 KiB.
   PlanOp read = op(0, "read", 0);
   read.tensors = {"w"};
@@ -1569,25 +1594,14 @@ TEST(Calibration, AWeightTheLastStepLeftInCacheIsFoundThere) {
             y = value(2, DType::F32, quarter);
   y.offset = 0; // In the arena.
   plan.phases[0].values = {w, y};
-  for (auto [name, elements] :
-       {std::pair<const char *, int64_t>{"w", quarter}, {"states", 4 << 20}}) {
-    PlanTensor t;
-    t.name = name;
-    t.numel = t.localNumel = elements;
-    plan.tensors.push_back(t);
-  }
+  addTensors(plan, {{"w", quarter}, {"states", 4 << 20}});
   auto seconds = [&] {
     CostModel model(plan, c);
     return model.cost(plan.phases[0], plan.phases[0].ops[1]).seconds;
   };
   EXPECT_NEAR(seconds(), add.bytes / 40e9, 1e-15);
   // An optimizer phase over 16 MiB of states between two steps.
-  PlanPhase opt;
-  opt.kind = PhaseKind::OptimizerStep;
-  PlanOp zero = op(0, "zero_grads", 0);
-  zero.tensors = {"states"};
-  opt.ops = {zero};
-  plan.phases.push_back(opt);
+  streamThrough(plan, "states");
   EXPECT_NEAR(seconds(), add.bytes / 10e9, 1e-15);
 }
 
@@ -1597,12 +1611,7 @@ TEST(Calibration, AWeightTheLastStepLeftInCacheIsFoundThere) {
 // node's ranks share its cache; a phase of R runs a step weighs its first
 // run 1 / R.
 TEST(Calibration, ResidencyFollowsMemoryAndTheRanksShareTheCache) {
-  Cluster c = exactCluster(); // Two ranks a node.
-  c.calibration.device = "cpu";
-  c.calibration.threadsPerRank = 1;
-  c.calibration.kernelBandwidth["add"] = 10e9;
-  c.calibration.kernelHotBandwidth["add"] = 40e9;
-  c.calibration.cacheBytes = 3 << 20;      // 1.5 MiB a rank.
+  Cluster c = cacheCluster(3 << 20);       // 1.5 MiB a rank.
   const int64_t quarter = (256 << 10) / 4; // f32 elements of 256 KiB.
   const double bytes = 3 * (256 << 10), cold = bytes / 10e9, hot = bytes / 40e9;
   auto addOp = [&](int64_t index, std::vector<int64_t> in, int64_t out) {
@@ -1638,19 +1647,8 @@ TEST(Calibration, ResidencyFollowsMemoryAndTheRanksShareTheCache) {
   second.ops = {readOp(0, "w", 7), addOp(1, {7, 7}, 8)};
   values(second, {7, 8}, {-1, 0});
   plan.phases.push_back(second);
-  PlanPhase opt;
-  opt.kind = PhaseKind::OptimizerStep;
-  PlanOp zero = op(0, "zero_grads", 0);
-  zero.tensors = {"big"};
-  opt.ops = {zero};
-  plan.phases.push_back(opt);
-  for (auto [name, elements] :
-       {std::pair<const char *, int64_t>{"w", quarter}, {"big", 3 << 20}}) {
-    PlanTensor t;
-    t.name = name;
-    t.numel = t.localNumel = elements;
-    plan.tensors.push_back(t);
-  }
+  streamThrough(plan, "big");
+  addTensors(plan, {{"w", quarter}, {"big", 3 << 20}});
   auto seconds = [&](size_t phase) {
     CostModel model(plan, c);
     return model.cost(plan.phases[phase], plan.phases[phase].ops[1]).seconds;
