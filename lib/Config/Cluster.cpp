@@ -699,11 +699,10 @@ bool Reader::readMatmulShapes(const json &object) {
             (g.contains("cold_tflops") &&
              !readTFlops(g, gat, cold, "cold_tflops")))
           return false;
+        const C::MatmulShapeKey key{dtype, kind, geometry};
         if (cold > 0)
-          cluster.calibration
-              .matmulShapeCold[C::MatmulShapeKey{dtype, kind, geometry}] = cold;
-        auto [it, fresh] = cluster.calibration.matmulShape.emplace(
-            C::MatmulShapeKey{dtype, kind, geometry}, rate);
+          cluster.calibration.matmulShapeCold[key] = cold;
+        auto [it, fresh] = cluster.calibration.matmulShape.emplace(key, rate);
         if (!fresh)
           return fail(gat, "a second " + kinds[size_t(kind)] + " " +
                                dtypes[size_t(dtype)] + " GEMM of rows " +

@@ -663,10 +663,8 @@ double CostModel::biasPassTime(const PhaseInfo &info, const PlanOp &op) const {
   // add's (the parallel threshold on the same work), in cache as much as
   // the op's operands are.
   double bytes = (2 * elements + double(y->second->shape.back())) * 4;
-  auto hot = info.hot.find(op.index);
   return kernelTime(clusterRef, OpKind::Add, 0, bytes, DType::F32, false,
-                    elements, 0, nullptr, nullptr,
-                    hot == info.hot.end() ? -1.0 : hot->second);
+                    elements, 0, nullptr, nullptr, info.hotShare(op.index));
 }
 
 bool CostModel::hasMisalignedRows(const PhaseInfo &info,
@@ -1136,12 +1134,10 @@ OpCost CostModel::workCost(const PlanPhase &phase, const PlanOp &op,
       // Only the flash kernels were timed by shape.
       const auto *attrs = std::get_if<AttentionAttrs>(&op.attrs);
       bool flash = attrs && attrs->kernel == AttentionKernel::Flash;
-      auto hot = info.hot.find(op.index);
-      cost.seconds = kernelTime(clusterRef, op.kind, double(op.flops),
-                                double(op.bytes), dtype, misaligned, elements,
-                                itemWork, gemm ? &*gemm : nullptr,
-                                attention && flash ? &*attention : nullptr,
-                                hot == info.hot.end() ? -1.0 : hot->second);
+      cost.seconds = kernelTime(
+          clusterRef, op.kind, double(op.flops), double(op.bytes), dtype,
+          misaligned, elements, itemWork, gemm ? &*gemm : nullptr,
+          attention && flash ? &*attention : nullptr, info.hotShare(op.index));
       // What the misaligned rows cost: the price at the aligned classes
       // (GEMMs only: no misaligned factor applies to attention, whose f32
       // log-sum-exp rows may be any length).

@@ -279,6 +279,12 @@ private:
     /// the last-level cache when it runs (residency; empty where the
     /// calibration did not measure the cache).
     std::unordered_map<int64_t, double> hot;
+    /// `hot`'s share for op `index`; -1 where it has none (kernelTime's
+    /// "unknown").
+    double hotShare(int64_t index) const {
+      auto it = hot.find(index);
+      return it == hot.end() ? -1.0 : it->second;
+    }
   };
   /// Fills every phase's `hot`: the plan's ops in program order, each
   /// operand in cache where the bytes touched since its memory's last use
