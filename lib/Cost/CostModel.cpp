@@ -10,6 +10,7 @@
 #include <array>
 #include <cmath>
 #include <map>
+#include <set>
 
 using nlohmann::json;
 
@@ -498,13 +499,14 @@ void CostModel::computeResidency() {
               views[op.outputs[0]] = "t" + op.tensors[0];
             continue;
           }
-          double hotBytes = 0, allBytes = 0;
+          double hotBytes = 0, allBytes = 0, valueElements = 0;
           std::vector<std::string> memories;
           auto visit = [&](int64_t id) {
             auto v = info.values.find(id);
             if (v == info.values.end())
               return;
             const double bytes = double(v->second->bytes);
+            valueElements += bytes / double(bytesPerElement(v->second->dtype));
             memories.push_back(memoryOf(id, *v->second));
             allBytes += bytes;
             if (auto t = lastTouch.find(memories.back());
@@ -515,13 +517,30 @@ void CostModel::computeResidency() {
             visit(id);
           for (int64_t id : op.outputs)
             visit(id);
-          if (!isModelOp(op.kind))
+          if (!isModelOp(op.kind)) {
+            // What the op touches of its tensors: each once (a stage-2
+            // reduce-scatter names its flat gradient buffer once per
+            // gradient it adds there), and of an accumulate's target only
+            // its part (a stage-0/1 gradient's slice of the replicated flat
+            // buffer; the whole buffer, counted per gradient, had evicted
+            // every activation of a small model: bench/RESULTS.md, run 42).
+            std::set<std::string> seen;
+            const auto *acc = std::get_if<AccumulateAttrs>(&op.attrs);
             for (const std::string &name : op.tensors) {
-              allBytes +=
-                  rankElements(name) * double(bytesPerElement(dtypeOf(name)));
-              memories.push_back("t" + name);
+              if (!seen.insert(name).second)
+                continue;
+              double bytes = rankBytes(name);
+              std::string memory = "t" + name;
+              const double part =
+                  valueElements * double(bytesPerElement(dtypeOf(name)));
+              if (acc && name == acc->tensor && part < bytes) {
+                bytes = part;
+                memory += "@" + std::to_string(acc->offset);
+              }
+              allBytes += bytes;
+              memories.push_back(memory);
             }
-          else if (walk == 1 && allBytes > 0)
+          } else if (walk == 1 && allBytes > 0)
             info.hot[op.index] += hotBytes / allBytes *
                                   (run == 0 ? 1.0 / double(runs)
                                             : double(runs - 1) / double(runs));

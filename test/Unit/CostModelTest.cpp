@@ -1714,6 +1714,57 @@ TEST(Calibration, ResidencyIsNotReportedAsMisalignment) {
   EXPECT_NEAR(cost.misaligned, g.flops() / 50e9 - g.flops() / 100e9, 1e-15);
 }
 
+// An op other than the model's touches what it moves of its tensors: an
+// accumulate only its part of the target (a stage-1 gradient's slice of the
+// replicated flat buffer), and a tensor it names several times once (a
+// stage-2 reduce-scatter names its flat buffer once per gradient). Counted
+// whole, small GPT-2's accumulates had evicted every activation at stage 1
+// (its element-wise ops priced 1.3-1.6x those of stage 2, measured alike:
+// bench/RESULTS.md, run 42).
+TEST(Calibration, AnOpTouchesWhatItMovesOfItsTensors) {
+  Cluster c = cacheCluster(2 << 20);       // 1 MiB a rank.
+  const int64_t quarter = (256 << 10) / 4; // f32 elements of 256 KiB.
+  const double bytes = 3 * (256 << 10);
+  auto addOp = [&](int64_t index, int64_t out) {
+    PlanOp o = op(index, "add", 0);
+    o.inputs = {1, 1};
+    o.outputs = {out};
+    o.bytes = int64_t(bytes);
+    return o;
+  };
+  // y = x + x; g += y at offset 4096 of an 8 MiB flat buffer; z = x + x.
+  PlanOp acc = op(1, "accumulate", 0);
+  acc.attrs = AccumulateAttrs{"flat", 4096};
+  acc.inputs = {2};
+  acc.tensors = {"flat"};
+  Plan plan = planWith({addOp(0, 2), acc, addOp(2, 3)});
+  plan.model.dtype = DType::F32;
+  for (int64_t id : {1, 2, 3})
+    plan.phases[0].values.push_back(value(id, DType::F32, quarter));
+  addTensors(plan, {{"flat", 2 << 20}, {"g", quarter}});
+  auto third = [&] {
+    CostModel model(plan, c);
+    return model.cost(plan.phases[0], plan.phases[0].ops[2]).seconds;
+  };
+  // x was used 768 KiB before (y, and y's slice of the buffer): in cache;
+  // z is new (a third of the bytes from memory).
+  const double twoThirds = bytes * (2.0 / 3 / 40e9 + 1.0 / 3 / 10e9);
+  EXPECT_NEAR(third(), twoThirds, 1e-15);
+  // The accumulate's value as large as its target: the whole of it, one
+  // piece of memory with every other op's use of the tensor.
+  plan.tensors[0].numel = plan.tensors[0].localNumel = quarter;
+  EXPECT_NEAR(third(), twoThirds, 1e-15);
+  // A zeroing that names a 256 KiB gradient four times: 256 KiB.
+  PlanOp zero = op(1, "zero_grads", 0);
+  zero.tensors = {"g", "g", "g", "g"};
+  plan.phases[0].ops[1] = zero;
+  EXPECT_NEAR(third(), twoThirds, 1e-15);
+  // Four gradients of 256 KiB: past the cache (x from memory).
+  plan.phases[0].ops[1].tensors = {"g", "flat", "g", "flat"};
+  plan.tensors[0].numel = plan.tensors[0].localNumel = 3 * quarter;
+  EXPECT_NEAR(third(), bytes / 10e9, 1e-15);
+}
+
 // A GEMM with rows of a byte length not a multiple of 16 (GPT-2's logits:
 // 50,257 bf16 a row) runs at the calibrated fraction of the aligned rate
 // (on an H100, lm_head's three GEMMs ran at 94-145 TFLOP/s against 667 at
