@@ -19,9 +19,10 @@ the load averages.
         [--ranks 1,2] [--rounds 1] [--calibrations 1] [--json out.json]
 
 `--rounds N` repeats the whole measurement N times: each round calibrates,
-then runs every configuration of that rank count straight after (forward
-in even rounds, in reverse in odd ones, so that a drift in the machine's
-speed does not favour the configurations run first). Around each run and
+then runs every configuration of that rank count straight after, in sweeps
+of one launch each (every sweep the other way round from the one before,
+so that a drift in the machine's speed does not favour the configurations
+run first, and no configuration always follows the same one). Around each run and
 calibration it reads the machine's CPU counters (/proc/stat) and reports
 the share other processes used ("others": the most in any round). A configuration's
 ratio is the median over the rounds of predicted (from that round's
@@ -36,7 +37,13 @@ whatever else ran while it measured.
 After the table it prints, per model, rank count and offload, the order of
 the ZeRO stages by predicted step time (what `zeroc advise` ranks them by:
 the same simulation) against their order by measured time, and whether
-they agree ("stage_orders" in the JSON).
+they agree ("stage_orders" in the JSON). Two stages' measured order is
+taken from their launches paired sweep by sweep (the two ran seconds
+apart): the median of the pairs' ratios and a 95% bootstrap interval; a
+pair whose interval excludes 1 is "resolved", and a stage order is as
+measured where the prediction orders every resolved pair alike. Stages
+within a few percent of one another need many launches to resolve:
+`--launches N` runs every configuration exactly N times a round.
 
 Each calibration also times the GEMMs of the round's plans on their own
 shapes (`zerorun --calibrate --shapes PLAN`: the cost model prices those
@@ -66,7 +73,9 @@ makes of measurements already taken.
 """
 import argparse
 import json
+import math
 import os
+import random
 import resource
 import subprocess
 import sys
@@ -280,6 +289,11 @@ def main():
                     "(at most --max-launches), and take the median over "
                     "the launches")
     ap.add_argument("--max-launches", type=int, default=7)
+    ap.add_argument("--launches", type=int, default=0,
+                    help="launch every configuration exactly this many "
+                    "times per round (overrides --measure-seconds and "
+                    "--max-launches): the stage orders' paired comparison "
+                    "takes one pair per launch")
     ap.add_argument("--no-shapes", action="store_true",
                     help="calibrate GEMMs by size class only, not also on "
                     "the plans' own shapes (zerorun --calibrate --shapes)")
@@ -292,6 +306,9 @@ def main():
                     help="a previous run's work folder: compare its plans "
                     "and traces again, running nothing")
     args = ap.parse_args()
+    if args.launches > 0:
+        args.max_launches = args.launches
+        args.measure_seconds = float("inf")
     if args.threads:
         THREADS.extend(["--threads", str(args.threads)])
     zeroc = os.path.join(args.build, "bin", "zeroc")
@@ -370,11 +387,12 @@ def main():
                   f"{time.time() - t0:.0f} s (load {load:.2f}; other "
                   f"processes {others:.0%}, steal {steal:.0%})", flush=True)
             order = [c for c in configs if c[1] == ranks]
-            if rnd % 2:
-                order.reverse()
             measured_s = {}
             for launch in range(max(args.max_launches, 1)):
-                for model, _, stage, offload, name in order:
+                # Each sweep runs the other way round from the one before,
+                # so that no configuration always follows the same one.
+                sweep = order[::-1] if (rnd + launch) % 2 else order
+                for model, _, stage, offload, name in sweep:
                     if name in failed or (launch > 0 and measured_s.get(
                             name, 0) >= args.measure_seconds):
                         continue
@@ -508,22 +526,52 @@ def main():
                   open(args.json, "w"), indent=1)
 
 
+def paired_ratio(a, b, draws=2000):
+    """Configuration a's measured step over b's, from their launches paired
+    by round and launch number (each sweep runs every configuration once,
+    so the two of a pair ran seconds apart, under the same machine): the
+    median of the pairs' ratios, a 95% interval for it (a bootstrap over
+    the pairs, seeded: the same traces give the same interval) and the
+    number of pairs. None where fewer than 6 pairs."""
+    logs = []
+    for ra, rb in zip(a.get("rounds", []), b.get("rounds", [])):
+        for x, y in zip(ra.get("launches_measured_s", []),
+                        rb.get("launches_measured_s", [])):
+            if x > 0 and y > 0:
+                logs.append(math.log(x / y))
+    if len(logs) < 6:
+        return None
+    rng = random.Random(16)
+    boot = sorted(median(rng.choices(logs, k=len(logs)))
+                  for _ in range(draws))
+    lo, hi = boot[int(0.025 * draws)], boot[int(0.975 * draws) - 1]
+    return {"ratio": math.exp(median(logs)), "low": math.exp(lo),
+            "high": math.exp(hi), "pairs": len(logs)}
+
+
 def stage_orders(rows):
     """Per model, rank count and offload: the stages fastest first by
     predicted and by measured step time, whether the orders agree, and how
-    many of the pairs of stages the prediction orders as measured. With
-    several rounds, a pair is "resolved" when every round measured it in the
-    same order; pairs the machine's noise reorders between rounds are
-    counted apart."""
+    many of the pairs of stages the prediction orders as measured.
+
+    A pair is "resolved" when the measurement tells its two stages apart:
+    the 95% interval of their paired ratio (paired_ratio: launch against
+    launch, seconds apart) excludes 1. A stage order is "as measured" when
+    the prediction orders every resolved pair as measured; the pairs whose
+    interval holds 1 measured no order to agree with. (With fewer than 6
+    launch pairs, a pair is resolved when every round measured it in the
+    same order, as before --launches.)"""
     groups = {}
     for r in rows:
         groups.setdefault((r["model"], r["ranks"], r["offload"]), []).append(r)
     out = []
-    print("\nstage order, fastest first (predicted: what advise ranks by)")
+    print("\nstage order, fastest first (predicted: what advise ranks by); "
+          "a pair is resolved when the 95% interval of its paired ratio "
+          "excludes 1")
     print(f"{'model':<12} {'ranks':>5} {'offload':>7} {'predicted':>10} "
           f"{'measured':>10}  pairs  resolved  measured ms by stage")
 
-    def resolved(a, b):
+    def by_rounds(a, b):
         ra, rb = a.get("rounds", []), b.get("rounds", [])
         if len(ra) < 2 or len(ra) != len(rb):
             return True
@@ -533,35 +581,54 @@ def stage_orders(rows):
     for (model, ranks, offload), g in groups.items():
         if len(g) < 2:
             continue
+        g = sorted(g, key=lambda r: r["stage"])
         by_pred = [r["stage"] for r in sorted(g, key=lambda r: r["predicted_s"])]
         by_meas = [r["stage"] for r in sorted(g, key=lambda r: r["measured_s"])]
-        pairs = [(a, b) for i, a in enumerate(g) for b in g[i + 1:]]
-
-        def agrees(a, b):
-            return ((a["predicted_s"] < b["predicted_s"]) ==
-                    (a["measured_s"] < b["measured_s"]))
-
-        agree = sum(agrees(a, b) for a, b in pairs)
-        sure = [(a, b) for a, b in pairs if resolved(a, b)]
-        sure_agree = sum(agrees(a, b) for a, b in sure)
+        pairs = []
+        for i, a in enumerate(g):
+            for b in g[i + 1:]:
+                p = paired_ratio(a, b)
+                measured = p["ratio"] if p else a["measured_s"] / b["measured_s"]
+                resolved = (p["low"] > 1 or p["high"] < 1) if p else by_rounds(
+                    a, b)
+                predicted = a["predicted_s"] / b["predicted_s"]
+                pairs.append({"stages": [a["stage"], b["stage"]],
+                              "predicted_ratio": predicted,
+                              "measured_ratio": measured,
+                              "interval": [p["low"], p["high"]] if p else None,
+                              "launch_pairs": p["pairs"] if p else 0,
+                              "resolved": resolved,
+                              "agrees": (predicted < 1) == (measured < 1)})
+        agree = sum(p["agrees"] for p in pairs)
+        sure = [p for p in pairs if p["resolved"]]
+        sure_agree = sum(p["agrees"] for p in sure)
         out.append({"model": model, "ranks": ranks, "offload": offload,
                     "predicted": by_pred, "measured": by_meas,
-                    "same": by_pred == by_meas, "pairs_agreeing": agree,
-                    "pairs": len(pairs), "resolved_pairs": len(sure),
-                    "resolved_agreeing": sure_agree})
+                    "same": by_pred == by_meas,
+                    "as_measured": sure_agree == len(sure),
+                    "pairs_agreeing": agree, "pairs": len(pairs),
+                    "resolved_pairs": len(sure),
+                    "resolved_agreeing": sure_agree, "pair_ratios": pairs})
         times = " ".join(f"s{r['stage']}={r['measured_s'] * 1e3:.2f}"
-                         for r in sorted(g, key=lambda r: r["stage"]))
+                         for r in g)
         print(f"{model:<12} {ranks:>5} {'cpu' if offload else '-':>7} "
               f"{'<'.join(map(str, by_pred)):>10} "
               f"{'<'.join(map(str, by_meas)):>10}  {agree}/{len(pairs)}  "
               f"{sure_agree:>4}/{len(sure):<4} {times}")
+        for p in sure:
+            if not p["agrees"]:
+                how = ("[{:.3f}, {:.3f}]".format(*p["interval"])
+                       if p["interval"] else "(every round)")
+                print(f"{'':>12}   s{p['stages'][0]}/s{p['stages'][1]}: "
+                      f"measured {p['measured_ratio']:.3f} {how}, "
+                      f"predicted {p['predicted_ratio']:.3f}")
     same = sum(o["same"] for o in out)
-    print(f"{same} of {len(out)} stage orders as measured; "
-          f"{sum(o['pairs_agreeing'] for o in out)} of "
+    print(f"{same} of {len(out)} stage orders as measured in full; "
+          f"{sum(o['as_measured'] for o in out)} of {len(out)} on every "
+          f"resolved pair; {sum(o['pairs_agreeing'] for o in out)} of "
           f"{sum(o['pairs'] for o in out)} pairs; "
           f"{sum(o['resolved_agreeing'] for o in out)} of the "
-          f"{sum(o['resolved_pairs'] for o in out)} pairs every round "
-          f"measured in the same order")
+          f"{sum(o['resolved_pairs'] for o in out)} resolved pairs")
     return out
 
 if __name__ == "__main__":
