@@ -499,14 +499,13 @@ void CostModel::computeResidency() {
               views[op.outputs[0]] = "t" + op.tensors[0];
             continue;
           }
-          double hotBytes = 0, allBytes = 0, valueElements = 0;
+          double hotBytes = 0, allBytes = 0;
           std::vector<std::string> memories;
           auto visit = [&](int64_t id) {
             auto v = info.values.find(id);
             if (v == info.values.end())
               return;
             const double bytes = double(v->second->bytes);
-            valueElements += bytes / double(bytesPerElement(v->second->dtype));
             memories.push_back(memoryOf(id, *v->second));
             allBytes += bytes;
             if (auto t = lastTouch.find(memories.back());
@@ -526,14 +525,23 @@ void CostModel::computeResidency() {
             // every activation of a small model: bench/RESULTS.md, run 42).
             std::set<std::string> seen;
             const auto *acc = std::get_if<AccumulateAttrs>(&op.attrs);
+            // The elements an accumulate adds: its one input's.
+            double added = 0;
+            if (acc && !op.inputs.empty())
+              if (auto v = info.values.find(op.inputs.front());
+                  v != info.values.end())
+                added = double(v->second->bytes) /
+                        double(bytesPerElement(v->second->dtype));
             for (const std::string &name : op.tensors) {
               if (!seen.insert(name).second)
                 continue;
               double bytes = rankBytes(name);
               std::string memory = "t" + name;
               const double part =
-                  valueElements * double(bytesPerElement(dtypeOf(name)));
-              if (acc && name == acc->tensor && part < bytes) {
+                  added * double(bytesPerElement(dtypeOf(name)));
+              // (A slice is its own piece of memory: a later use of the
+              // whole buffer does not refresh it, nor it the whole.)
+              if (acc && name == acc->tensor && part > 0 && part < bytes) {
                 bytes = part;
                 memory += "@" + std::to_string(acc->offset);
               }
