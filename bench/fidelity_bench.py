@@ -39,11 +39,13 @@ the ZeRO stages by predicted step time (what `zeroc advise` ranks them by:
 the same simulation) against their order by measured time, and whether
 they agree ("stage_orders" in the JSON). Two stages' measured order is
 taken from their launches paired sweep by sweep (the two ran seconds
-apart): the median of the pairs' ratios and a 95% bootstrap interval; a
-pair whose interval excludes 1 is "resolved", and a stage order is as
-measured where the prediction orders every resolved pair alike. Stages
-within a few percent of one another need many launches to resolve:
-`--launches N` runs every configuration exactly N times a round.
+apart), two sweeps of opposite direction averaged into a unit: the median
+over the units and a 95% bootstrap interval (paired_ratio); a pair whose
+interval excludes 1, and which every round orders alike, is "resolved",
+and a stage order is as measured where the prediction orders every
+resolved pair alike. Stages within a few percent of one another need many
+launches to resolve: `--launches N` runs every configuration exactly N
+times a round (an even N pairs every sweep).
 
 Each calibration also times the GEMMs of the round's plans on their own
 shapes (`zerorun --calibrate --shapes PLAN`: the cost model prices those
@@ -528,25 +530,38 @@ def main():
 
 def paired_ratio(a, b, draws=2000):
     """Configuration a's measured step over b's, from their launches paired
-    by round and launch number (each sweep runs every configuration once,
-    so the two of a pair ran seconds apart, under the same machine): the
-    median of the pairs' ratios, a 95% interval for it (a bootstrap over
-    the pairs, seeded: the same traces give the same interval) and the
-    number of pairs. None where fewer than 6 pairs."""
-    logs = []
+    by round and sweep (each sweep runs every configuration once, so the two
+    of a pair ran seconds apart, under the same machine): the median ratio
+    over the units below, a 95% interval for it, the number of units, and
+    whether every round's own median orders the two alike. None where fewer
+    than 6 units.
+
+    A unit is two consecutive sweeps of a round, one each way round, their
+    log ratios averaged: which of the two ran first alternates from sweep
+    to sweep, and a drift of the machine's level within the pair of sweeps
+    cancels too, where single sweeps carry both (their ratios alternate
+    about the difference, and a bootstrap of them as independent pairs gave
+    intervals of the wrong width). The interval is a bootstrap of the
+    median over the units, seeded (the same traces give the same
+    interval)."""
+    rounds = []
     for ra, rb in zip(a.get("rounds", []), b.get("rounds", [])):
-        for x, y in zip(ra.get("launches_measured_s", []),
-                        rb.get("launches_measured_s", [])):
-            if x > 0 and y > 0:
-                logs.append(math.log(x / y))
-    if len(logs) < 6:
+        logs = [math.log(x / y) for x, y in zip(
+            ra.get("launches_measured_s", []), rb.get("launches_measured_s", []))
+            if x > 0 and y > 0]
+        rounds.append([(logs[i] + logs[i + 1]) / 2
+                       for i in range(0, len(logs) - 1, 2)])
+    units = [u for r in rounds for u in r]
+    if len(units) < 6:
         return None
     rng = random.Random(16)
-    boot = sorted(median(rng.choices(logs, k=len(logs)))
+    boot = sorted(median(rng.choices(units, k=len(units)))
                   for _ in range(draws))
     lo, hi = boot[int(0.025 * draws)], boot[int(0.975 * draws) - 1]
-    return {"ratio": math.exp(median(logs)), "low": math.exp(lo),
-            "high": math.exp(hi), "pairs": len(logs)}
+    signs = {median(r) > 0 for r in rounds if r}
+    return {"ratio": math.exp(median(units)), "low": math.exp(lo),
+            "high": math.exp(hi), "pairs": len(units),
+            "rounds_agree": len(signs) == 1}
 
 
 def stage_orders(rows):
@@ -556,7 +571,10 @@ def stage_orders(rows):
 
     A pair is "resolved" when the measurement tells its two stages apart:
     the 95% interval of their paired ratio (paired_ratio: launch against
-    launch, seconds apart) excludes 1. A stage order is "as measured" when
+    launch, seconds apart) excludes 1 and, with several rounds, every
+    round's own median orders them alike. Each resolved pair is still a
+    test at 5%: over the 72 pairs of the bench's 16 groups a few may be
+    resolved by chance. A stage order is "as measured" when
     the prediction orders every resolved pair as measured; the pairs whose
     interval holds 1 measured no order to agree with. (With fewer than 6
     launch pairs, a pair is resolved when every round measured it in the
@@ -589,14 +607,14 @@ def stage_orders(rows):
             for b in g[i + 1:]:
                 p = paired_ratio(a, b)
                 measured = p["ratio"] if p else a["measured_s"] / b["measured_s"]
-                resolved = (p["low"] > 1 or p["high"] < 1) if p else by_rounds(
-                    a, b)
+                resolved = ((p["low"] > 1 or p["high"] < 1) and
+                            p["rounds_agree"]) if p else by_rounds(a, b)
                 predicted = a["predicted_s"] / b["predicted_s"]
                 pairs.append({"stages": [a["stage"], b["stage"]],
                               "predicted_ratio": predicted,
                               "measured_ratio": measured,
                               "interval": [p["low"], p["high"]] if p else None,
-                              "launch_pairs": p["pairs"] if p else 0,
+                              "units": p["pairs"] if p else 0,
                               "resolved": resolved,
                               "agrees": (predicted < 1) == (measured < 1)})
         agree = sum(p["agrees"] for p in pairs)
