@@ -577,8 +577,8 @@ def stage_orders(rows):
     resolved by chance. A stage order is "as measured" when
     the prediction orders every resolved pair as measured; the pairs whose
     interval holds 1 measured no order to agree with. (With fewer than 6
-    launch pairs, a pair is resolved when every round measured it in the
-    same order, as before --launches.)"""
+    units, a pair is resolved when two or more rounds all measured it in
+    the same order, as before --launches; one round resolves none.)"""
     groups = {}
     for r in rows:
         groups.setdefault((r["model"], r["ranks"], r["offload"]), []).append(r)
@@ -592,7 +592,7 @@ def stage_orders(rows):
     def by_rounds(a, b):
         ra, rb = a.get("rounds", []), b.get("rounds", [])
         if len(ra) < 2 or len(ra) != len(rb):
-            return True
+            return False  # One measurement orders nothing.
         faster = {x["measured_s"] < y["measured_s"] for x, y in zip(ra, rb)}
         return len(faster) == 1
 
