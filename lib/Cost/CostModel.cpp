@@ -517,36 +517,9 @@ void CostModel::computeResidency() {
           for (int64_t id : op.outputs)
             visit(id);
           if (!isModelOp(op.kind)) {
-            // What the op touches of its tensors: each once (a stage-2
-            // reduce-scatter names its flat gradient buffer once per
-            // gradient it adds there), and of an accumulate's target only
-            // its part (a stage-0/1 gradient's slice of the replicated flat
-            // buffer; the whole buffer, counted per gradient, had evicted
-            // every activation of a small model: bench/RESULTS.md, run 42).
-            std::set<std::string> seen;
-            const auto *acc = std::get_if<AccumulateAttrs>(&op.attrs);
-            // The elements an accumulate adds: its one input's.
-            double added = 0;
-            if (acc && !op.inputs.empty())
-              if (auto v = info.values.find(op.inputs.front());
-                  v != info.values.end())
-                added = double(v->second->bytes) /
-                        double(bytesPerElement(v->second->dtype));
-            for (const std::string &name : op.tensors) {
-              if (!seen.insert(name).second)
-                continue;
-              double bytes = rankBytes(name);
-              std::string memory = "t" + name;
-              const double part =
-                  added * double(bytesPerElement(dtypeOf(name)));
-              // (A slice is its own piece of memory: a later use of the
-              // whole buffer does not refresh it, nor it the whole.)
-              if (acc && name == acc->tensor && part > 0 && part < bytes) {
-                bytes = part;
-                memory += "@" + std::to_string(acc->offset);
-              }
+            for (auto &[memory, bytes] : touchedTensors(info, op)) {
               allBytes += bytes;
-              memories.push_back(memory);
+              memories.push_back(std::move(memory));
             }
           } else if (walk == 1 && allBytes > 0)
             info.hot[op.index] += hotBytes / allBytes *
@@ -557,6 +530,36 @@ void CostModel::computeResidency() {
             lastTouch[m] = touched;
         }
     }
+}
+
+std::vector<std::pair<std::string, double>>
+CostModel::touchedTensors(const PhaseInfo &info, const PlanOp &op) const {
+  // Each tensor once: a stage-2 reduce-scatter names its flat gradient
+  // buffer once per gradient it adds there. Of an accumulate's target only
+  // its part: a stage-0/1 gradient's slice of the replicated flat buffer
+  // (the whole buffer, counted per gradient, had evicted every activation
+  // of a small model: bench/RESULTS.md, run 42). A slice is its own piece
+  // of memory: a later use of the whole buffer does not refresh it, nor it
+  // the whole.
+  const auto *acc = std::get_if<AccumulateAttrs>(&op.attrs);
+  double added = 0; // The elements an accumulate adds: its one input's.
+  if (acc && !op.inputs.empty())
+    if (auto v = info.values.find(op.inputs.front()); v != info.values.end())
+      added =
+          double(v->second->bytes) / double(bytesPerElement(v->second->dtype));
+  std::vector<std::pair<std::string, double>> out;
+  std::set<std::string> seen;
+  for (const std::string &name : op.tensors) {
+    if (!seen.insert(name).second)
+      continue;
+    const double whole = rankBytes(name);
+    const double part = added * double(bytesPerElement(dtypeOf(name)));
+    if (acc && name == acc->tensor && part > 0 && part < whole)
+      out.emplace_back("t" + name + "@" + std::to_string(acc->offset), part);
+    else
+      out.emplace_back("t" + name, whole);
+  }
+  return out;
 }
 
 double CostModel::rankElements(const std::string &name) const {

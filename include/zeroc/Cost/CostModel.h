@@ -291,6 +291,12 @@ private:
   /// and its own fit in the rank's share of the last-level cache (the
   /// phases walked twice: a step follows a step).
   void computeResidency();
+  /// The pieces of memory an op other than the model's touches of its
+  /// tensors (computeResidency's keys) and their bytes on this rank: each
+  /// tensor once, and of an accumulate's target only the part its input
+  /// adds into.
+  std::vector<std::pair<std::string, double>>
+  touchedTensors(const PhaseInfo &info, const PlanOp &op) const;
 
   const Plan &plan;
   const Cluster &clusterRef;
