@@ -1751,8 +1751,24 @@ TEST(Calibration, AnOpTouchesWhatItMovesOfItsTensors) {
   const double twoThirds = bytes * (2.0 / 3 / 40e9 + 1.0 / 3 / 10e9);
   EXPECT_NEAR(third(), twoThirds, 1e-15);
   // The accumulate's value as large as its target: the whole of it, one
-  // piece of memory with every other op's use of the tensor.
+  // piece of memory with every other op's use of the tensor (a read of it
+  // right after finds it in cache; a slice of its own would leave the
+  // read's memory last touched a step before, from memory).
   plan.tensors[0].numel = plan.tensors[0].localNumel = quarter;
+  {
+    PlanOp read = op(2, "read", 0);
+    read.tensors = {"flat"};
+    read.outputs = {4};
+    PlanOp use = addOp(3, 5);
+    use.inputs = {4, 4};
+    Plan whole = plan;
+    whole.phases[0].ops = {plan.phases[0].ops[0], acc, read, use};
+    for (int64_t id : {4, 5})
+      whole.phases[0].values.push_back(value(id, DType::F32, quarter));
+    CostModel model(whole, c);
+    EXPECT_NEAR(model.cost(whole.phases[0], whole.phases[0].ops[3]).seconds,
+                twoThirds, 1e-15);
+  }
   EXPECT_NEAR(third(), twoThirds, 1e-15);
   // A zeroing that names a 256 KiB gradient four times: 256 KiB.
   PlanOp zero = op(1, "zero_grads", 0);
