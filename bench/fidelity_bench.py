@@ -560,7 +560,7 @@ def paired_ratio(a, b, draws=2000):
     lo, hi = boot[int(0.025 * draws)], boot[int(0.975 * draws) - 1]
     signs = {median(r) > 0 for r in rounds if r}
     return {"ratio": math.exp(median(units)), "low": math.exp(lo),
-            "high": math.exp(hi), "pairs": len(units),
+            "high": math.exp(hi), "units": len(units),
             "rounds_agree": len(signs) == 1}
 
 
@@ -614,7 +614,7 @@ def stage_orders(rows):
                               "predicted_ratio": predicted,
                               "measured_ratio": measured,
                               "interval": [p["low"], p["high"]] if p else None,
-                              "units": p["pairs"] if p else 0,
+                              "units": p["units"] if p else 0,
                               "resolved": resolved,
                               "agrees": (predicted < 1) == (measured < 1)})
         agree = sum(p["agrees"] for p in pairs)
