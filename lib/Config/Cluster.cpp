@@ -41,6 +41,32 @@ double ClusterCalibration::matmulMisalignedFactor(int d) const {
   return 1.0;
 }
 
+double ClusterCalibration::cachedShare(double bytes) const {
+  if (cacheReuse.size() < 2)
+    return -1;
+  // The rates made non-increasing in bytes (each point the best rate at
+  // it or past it: a larger pool is never found in cache more), so that a
+  // slow first measurement does not stand for the cache.
+  std::vector<std::pair<double, double>> curve = cacheReuse;
+  for (size_t i = curve.size() - 1; i-- > 0;)
+    curve[i].second = std::max(curve[i].second, curve[i + 1].second);
+  const double hot = 1 / curve.front().second, cold = 1 / curve.back().second;
+  if (!(hot < cold))
+    return -1;
+  if (bytes <= curve.front().first)
+    return 1;
+  if (bytes >= curve.back().first)
+    return 0;
+  size_t i = 1;
+  while (curve[i].first < bytes)
+    ++i;
+  const auto &[b0, r0] = curve[i - 1];
+  const auto &[b1, r1] = curve[i];
+  const double f = std::log(bytes / b0) / std::log(b1 / b0);
+  const double perByte = (1 - f) / r0 + f / r1;
+  return std::clamp((cold - perByte) / (cold - hot), 0.0, 1.0);
+}
+
 bool ClusterCalibration::any() const {
   for (const auto &row : matmul)
     for (double v : row)
@@ -50,7 +76,8 @@ bool ClusterCalibration::any() const {
     if (v > 0)
       return true;
   if (!matmulShape.empty() || !matmulShapeCold.empty() ||
-      !attentionByShape.empty() || handoffBandwidth > 0 || cacheBytes > 0)
+      !attentionByShape.empty() || handoffBandwidth > 0 || cacheBytes > 0 ||
+      !cacheReuse.empty())
     return true;
   for (const auto *table : {&kernelBandwidth, &kernelHotBandwidth})
     for (const auto &[kind, v] : *table)
@@ -373,6 +400,10 @@ const StringSpec kStrings[] = {
      [](Cluster &c) -> std::string & {
        return c.sources["calibration.attention_shapes"];
      }},
+    {"calibration.cache_reuse.source", true,
+     [](Cluster &c) -> std::string & {
+       return c.sources["calibration.cache_reuse"];
+     }},
 };
 
 /// The objects of the format, each after the one holding it. "" is the
@@ -417,6 +448,7 @@ const ObjectSpec kObjects[] = {
     {"calibration.meeting_wait", true},
     {"calibration.matmul_shapes", true},
     {"calibration.attention_shapes", true},
+    {"calibration.cache_reuse", true},
 };
 
 /// The calibration's GEMMs by a plan's shapes: {"source": TEXT,
@@ -427,6 +459,9 @@ constexpr const char *kMatmulShapes = "calibration.matmul_shapes";
 /// "kernels": [{"direction", "dtype", "batch", "seq", "heads", "kv_heads",
 /// "head_dim", "window", "tflops"}, ...]}.
 constexpr const char *kAttentionShapes = "calibration.attention_shapes";
+/// The cache's hold by reuse distance: {"source": TEXT, "points":
+/// [{"mib", "gb_per_s"}, ...]}, ascending in mib.
+constexpr const char *kCacheReuse = "calibration.cache_reuse";
 
 /// "gpu.peak_tflops.bf16" -> {"gpu", "peak_tflops", "bf16"}.
 JsonPath pathOf(const std::string &dotted) {
@@ -460,6 +495,8 @@ std::vector<std::string> keysOf(const std::string &object) {
     keys.push_back("gemms"); // Reader::readMatmulShapes
   if (object == kAttentionShapes)
     keys.push_back("kernels"); // Reader::readAttentionShapes
+  if (object == kCacheReuse)
+    keys.push_back("points"); // Reader::readCacheReuse
   return keys;
 }
 
@@ -527,6 +564,7 @@ private:
                   const FigureSpec &spec);
   bool readMatmulShapes(const json &object);
   bool readAttentionShapes(const json &object);
+  bool readCacheReuse(const json &object);
   /// The entries of a shapes table `table` (its list under `list`): each
   /// an object with exactly `keys`, handed to `entry` with its path.
   bool
@@ -756,6 +794,48 @@ bool Reader::readAttentionShapes(const json &object) {
       });
 }
 
+bool Reader::readCacheReuse(const json &object) {
+  std::vector<std::pair<double, double>> &curve =
+      cluster.calibration.cacheReuse;
+  if (!readEntries(
+          object, kCacheReuse, "points", {"mib", "gb_per_s"},
+          [&](const json &p, const JsonPath &pat) {
+            double v[2] = {0, 0};
+            const char *keys[2] = {"mib", "gb_per_s"};
+            for (int i = 0; i < 2; ++i) {
+              const json *x = member(p, pat, keys[i], false);
+              if (!x)
+                return false;
+              if (!x->is_number() ||
+                  !inBounds(x->get<double>(), Bound::Positive))
+                return fail(pat / keys[i], std::string("expected ") +
+                                               boundText(Bound::Positive) +
+                                               ", found " + describe(*x));
+              v[i] = x->get<double>();
+            }
+            double bytes = v[0] * 1024 * 1024;
+            if (!curve.empty() && bytes <= curve.back().first) {
+              char before[32];
+              std::snprintf(before, sizeof before, "%g",
+                            curve.back().first / (1024 * 1024));
+              return fail(pat / "mib", std::string("expected more than the "
+                                                   "point before's ") +
+                                           before +
+                                           " (points ascend in mib), found " +
+                                           describe(p.at("mib")));
+            }
+            curve.emplace_back(bytes, v[1] * kGBPerS);
+            return true;
+          }))
+    return false;
+  if (curve.size() < 2)
+    return fail(pathOf(kCacheReuse) / "points",
+                "expected at least 2 points (in cache and from memory), "
+                "found " +
+                    std::to_string(curve.size()));
+  return true;
+}
+
 Expected<Cluster> Reader::read() {
   if (!readObjects())
     return *error;
@@ -782,6 +862,8 @@ Expected<Cluster> Reader::read() {
   if (auto shapes = objects.find(kAttentionShapes);
       !error && shapes != objects.end())
     readAttentionShapes(*shapes->second);
+  if (auto curve = objects.find(kCacheReuse); !error && curve != objects.end())
+    readCacheReuse(*curve->second);
   if (error)
     return *error;
 
@@ -896,6 +978,13 @@ json toJson(const Cluster &c) {
            {"tflops", inUnits(rate, kTFlops)}});
     }
     out[pointerOf(std::string(kAttentionShapes) + ".kernels")] = kernels;
+  }
+  if (!c.calibration.cacheReuse.empty()) {
+    json points = json::array();
+    for (const auto &[bytes, rate] : c.calibration.cacheReuse)
+      points.push_back({{"mib", inUnits(bytes, 1024.0 * 1024.0)},
+                        {"gb_per_s", inUnits(rate, kGBPerS)}});
+    out[pointerOf(std::string(kCacheReuse) + ".points")] = points;
   }
   return out;
 }

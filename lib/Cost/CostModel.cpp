@@ -460,13 +460,21 @@ void CostModel::computeResidency() {
   if (cal.cacheBytes <= 0 || cal.device != "cpu")
     return;
   // The node's ranks share its cache.
-  const double capacity =
-      cal.cacheBytes /
-      double(std::max<int64_t>(
-          1, rankLayout(clusterRef, plan.worldSize).ranksPerNode));
+  const int64_t ranksPerNode =
+      std::max<int64_t>(1, rankLayout(clusterRef, plan.worldSize).ranksPerNode);
+  const double capacity = cal.cacheBytes / double(ranksPerNode);
+  // The share of `bytes` touched `since` bytes ago still in cache: by the
+  // calibrated curve where measured (each of its ranks had a share of the
+  // cache; this plan's have theirs), else whether it fits.
+  const double curveScale = double(ranksPerNode) / std::max(1.0, cal.ranks);
+  auto cached = [&](double since) {
+    double share = cal.cachedShare(since * curveScale);
+    return share >= 0 ? share : since <= capacity ? 1.0 : 0.0;
+  };
   // An LRU stack by bytes, approximated: a running count of the bytes the
   // ops touched, and the count at each piece of memory's last touch. A
-  // value is in cache where what was touched since, and itself, fit. The
+  // value is in cache where what was touched since, and itself, fit (in
+  // the share `cached` says of them). The
   // memory a value stands for: its arena offset (phases share the arena,
   // and a result written where another value just lived writes cached
   // lines), the tensor a `read` views (a weight), else the value itself.
@@ -508,9 +516,8 @@ void CostModel::computeResidency() {
             const double bytes = double(v->second->bytes);
             memories.push_back(memoryOf(id, *v->second));
             allBytes += bytes;
-            if (auto t = lastTouch.find(memories.back());
-                t != lastTouch.end() && touched - t->second + bytes <= capacity)
-              hotBytes += bytes;
+            if (auto t = lastTouch.find(memories.back()); t != lastTouch.end())
+              hotBytes += bytes * cached(touched - t->second + bytes);
           };
           for (int64_t id : op.inputs)
             visit(id);

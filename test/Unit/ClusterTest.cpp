@@ -448,6 +448,10 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
       {"kernel_gb_per_s", {{"gelu", 0.5}, {"default", 8}}},
       {"kernel_hot_gb_per_s", {{"gelu", 0.75}, {"default", 24}}},
       {"cache_mib", 32},
+      {"cache_reuse",
+       {{"source", "measured"},
+        {"points",
+         {{{"mib", 2}, {"gb_per_s", 30}}, {{"mib", 64}, {"gb_per_s", 10}}}}}},
       {"serial_kernel_elements", 32768},
       {"serial_kernel_gb_per_s", {{"gelu", 0.25}}},
       {"adam_gb_per_s", 10},
@@ -492,6 +496,10 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
   EXPECT_NEAR(k.kernelHotBandwidth.at("default"), 24e9, 1e-3);
   EXPECT_EQ(k.kernelHotBandwidth.count("add"), 0u); // Not given.
   EXPECT_EQ(k.cacheBytes, 32.0 * 1024 * 1024);
+  ASSERT_EQ(k.cacheReuse.size(), 2u);
+  EXPECT_EQ(k.cacheReuse[0], std::make_pair(2.0 * 1024 * 1024, 30e9));
+  EXPECT_EQ(k.cacheReuse[1], std::make_pair(64.0 * 1024 * 1024, 10e9));
+  EXPECT_EQ(c->sources.at("calibration.cache_reuse"), "measured");
   EXPECT_EQ(k.serialKernelElements, 32768);
   EXPECT_NEAR(k.serialKernelBandwidth.at("gelu"), 0.25e9, 1e-3);
   EXPECT_NEAR(k.adamBandwidth, 10e9, 1e-3);
@@ -542,6 +550,24 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
               "'cross_entropy'");
   expectError([](json &c) { c["cache_mib"] = 0; },
               "cluster calibration.cache_mib: expected a number > 0, found 0");
+  // The cache curve: points that ascend, at least two, each a pool's MiB
+  // and a rate.
+  expectError([](json &c) { c["cache_reuse"]["points"][1]["mib"] = 2; },
+              "cluster calibration.cache_reuse.points.1.mib: expected more "
+              "than the point before's 2 (points ascend in mib), found 2");
+  expectError([](json &c) { c["cache_reuse"]["points"].erase(1); },
+              "cluster calibration.cache_reuse.points: expected at least 2 "
+              "points (in cache and from memory), found 1");
+  expectError([](json &c) { c["cache_reuse"]["points"][0]["gb_per_s"] = 0; },
+              "cluster calibration.cache_reuse.points.0.gb_per_s: expected "
+              "a number > 0, found 0");
+  expectError([](json &c) { c["cache_reuse"]["points"][0]["rate"] = 1; },
+              "unknown key 'rate'");
+  expectError([](json &c) { c["cache_reuse"]["points"] = 3; },
+              "cluster calibration.cache_reuse.points: expected an array of "
+              "{\"mib\", \"gb_per_s\"}, found");
+  expectError([](json &c) { c["cache_reuse"]["curve"] = 3; },
+              "cluster calibration.cache_reuse: unknown key 'curve'");
   expectError([](json &c) { c["all_gather"]["bus_gb_per_s"] = -3; },
               "cluster calibration.all_gather.bus_gb_per_s: expected a "
               "number > 0, found -3");

@@ -1714,6 +1714,85 @@ TEST(Calibration, ResidencyIsNotReportedAsMisalignment) {
   EXPECT_NEAR(cost.misaligned, g.flops() / 50e9 - g.flops() / 100e9, 1e-15);
 }
 
+// Where the calibration measured how the cache holds an operand by the
+// bytes touched since (ClusterCalibration::cacheReuse), an operand is in
+// cache by the share the curve gives at that distance, not by whether the
+// distance fits in the last-level cache (on the 2-core EPYC VM the rate
+// fell at 8-16 MiB of a 32 MiB cache: bench/RESULTS.md, run 43).
+TEST(Calibration, TheMeasuredCacheCurveSaysHowMuchIsStillThere) {
+  Cluster c = cacheCluster(64 << 20); // Everything fits: 32 MiB a rank.
+  const int64_t kib = 1 << 10;
+  // y = x + x; p = u * v (512 KiB each); z = x + x; q = a * b (2 MiB each,
+  // so that nothing of a step is in cache at the next).
+  auto binary = [&](int64_t index, const char *kind, int64_t a, int64_t b,
+                    int64_t out, int64_t bytes) {
+    PlanOp o = op(index, kind, 0);
+    o.inputs = {a, b};
+    o.outputs = {out};
+    o.bytes = 3 * bytes;
+    return o;
+  };
+  Plan plan = planWith({binary(0, "add", 1, 1, 2, 256 * kib),
+                        binary(1, "mul", 3, 4, 5, 512 * kib),
+                        binary(2, "add", 1, 1, 6, 256 * kib),
+                        binary(3, "mul", 7, 8, 9, 2048 * kib)});
+  plan.model.dtype = DType::F32;
+  PlanPhase &ph = plan.phases[0];
+  for (auto [id, bytes] :
+       std::vector<std::pair<int64_t, int64_t>>{{1, 256 * kib},
+                                                {2, 256 * kib},
+                                                {3, 512 * kib},
+                                                {4, 512 * kib},
+                                                {5, 512 * kib},
+                                                {6, 256 * kib},
+                                                {7, 2048 * kib},
+                                                {8, 2048 * kib},
+                                                {9, 2048 * kib}})
+    ph.values.push_back(value(id, DType::F32, bytes / 4));
+  auto zSeconds = [&] {
+    return CostModel(plan, c).cost(ph, ph.ops[2]).seconds;
+  };
+  const double bytes = 3 * 256 * kib;
+  // Without a curve the cache's size decides: x (twice of z's three
+  // operands) in cache, z (last touched a step ago, 6 MiB since) too.
+  EXPECT_NEAR(zSeconds(), bytes / 40e9, 1e-15);
+  // 30 GB/s up to 1 MiB (the first point, slower, is not the cache's
+  // best), 10 from 4 MiB. x was touched 1.75 MiB ago (the product's 1.5
+  // and itself): its share is where the time per byte, interpolated in
+  // log(bytes), falls between 1/30 and 1/10; z's past the last point: 0.
+  c.calibration.ranks = 2; // As many as share the plan's node.
+  c.calibration.cacheReuse = {
+      {0.5 * (1 << 20), 20e9}, {1 << 20, 30e9}, {4 << 20, 10e9}};
+  auto shareAt = [](double mib) {
+    const double f = std::log(mib) / std::log(4.0);
+    const double perByte = (1 - f) / 30 + f / 10;
+    return (1.0 / 10 - perByte) / (1.0 / 10 - 1.0 / 30);
+  };
+  auto priced = [&](double share) {
+    const double hot = 2.0 / 3 * share; // x, twice of the three.
+    return bytes * (hot / 40e9 + (1 - hot) / 10e9);
+  };
+  EXPECT_NEAR(c.calibration.cachedShare(1.75 * (1 << 20)), shareAt(1.75),
+              1e-12);
+  EXPECT_NEAR(zSeconds(), priced(shareAt(1.75)), 1e-15);
+  // Measured by one rank alone, the curve is the whole cache's: each of
+  // the plan's two ranks on a node reaches its 1.75 MiB as the one rank
+  // would reach 3.5.
+  c.calibration.ranks = 1;
+  EXPECT_NEAR(zSeconds(), priced(shareAt(3.5)), 1e-15);
+  // At or below the first point: all in cache, past the last: none.
+  EXPECT_EQ(c.calibration.cachedShare(0.25 * (1 << 20)), 1.0);
+  EXPECT_EQ(c.calibration.cachedShare(1 << 20), 1.0);
+  EXPECT_EQ(c.calibration.cachedShare(8 << 20), 0.0);
+  // A curve that does not fall (one point, or memory no slower than the
+  // cache) says nothing: the cache's size decides again.
+  c.calibration.cacheReuse = {{1 << 20, 10e9}, {4 << 20, 10e9}};
+  EXPECT_EQ(c.calibration.cachedShare(2 << 20), -1.0);
+  EXPECT_NEAR(zSeconds(), bytes / 40e9, 1e-15);
+  c.calibration.cacheReuse.resize(1);
+  EXPECT_EQ(c.calibration.cachedShare(2 << 20), -1.0);
+}
+
 // An op other than the model's touches what it moves of its tensors: an
 // accumulate only its part of the target (a stage-1 gradient's slice of the
 // replicated flat buffer), and a tensor it names several times once (a

@@ -1055,6 +1055,50 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
     source("calibration.cache_mib",
            "the last-level cache (sysfs), which the cost model's residency "
            "shares among a node's ranks");
+    // How well the cache holds an operand by the bytes touched since: an
+    // accumulate (out += in, [64, 1024] f32) over a pool of in and out
+    // operands reused in turn, from the hot table's pool (2 MiB) to twice
+    // this rank's share of the cache, doubling.
+    const int64_t act = 64 * 1024 * 4;
+    const int64_t share = llc / std::max<int64_t>(1, comm.size());
+    std::string points;
+    for (int64_t pairs = 4; 2 * pairs * act <= std::max(2 * share, 16 * act);
+         pairs *= 2) {
+      const size_t mark = cal.keep.size();
+      std::vector<Tensor> ins, outs;
+      for (int64_t i = 0; i < pairs; ++i) {
+        ins.push_back(cal.buffer({64, 1024}, DType::F32, activation));
+        outs.push_back(cal.buffer({64, 1024}, DType::F32, activation));
+      }
+      size_t next = 0;
+      double t = cal.time([&] {
+        (void)dev.accumulate(outs[next], ins[next]);
+        next = (next + 1) % size_t(pairs);
+      });
+      cal.releaseSince(mark);
+      if (t <= 0)
+        continue;
+      const double bytes = double(2 * pairs * act), rate = 3.0 * act / t;
+      k.cacheReuse.emplace_back(bytes, rate);
+      char point[64];
+      std::snprintf(point, sizeof point, "%s%lld MiB %.1f GB/s",
+                    points.empty() ? "" : ", ",
+                    (long long)(int64_t(bytes) >> 20), rate / 1e9);
+      points += point;
+      say("  %-20s %8.2f GB/s (a pool of %lld MiB)\n", "cache reuse",
+          rate / 1e9, (long long)(int64_t(bytes) >> 20));
+    }
+    if (k.cacheReuse.size() >= 2)
+      source("calibration.cache_reuse",
+             "accumulate (out += in) over [64, 1024] f32 operands, each "
+             "call's pair the next of a pool reused in turn, " +
+                 std::to_string(comm.size()) +
+                 " rank(s) at once with pools of their own (" + points +
+                 "): the cost model's residency counts an operand touched "
+                 "that many bytes ago as in cache by where its rate falls "
+                 "between the first and the last");
+    else
+      k.cacheReuse.clear();
   }
   // On a CPU whose ranks run several threads, ops below the kernels'
   // parallel threshold (cpu::kParallelMinWork element operations) run on

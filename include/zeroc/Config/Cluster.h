@@ -193,6 +193,25 @@ struct ClusterCalibration {
   /// what the cost model's residency shares among the node's ranks. 0: not
   /// measured (residency off).
   double cacheBytes = 0;
+  /// How well the cache holds what a rank touched `bytes` ago: accumulate's
+  /// bytes/s over a pool of `bytes` reused in turn (every operand touched
+  /// again after the whole pool), each of `ranks` ranks at once with a pool
+  /// of its own. Ascending in bytes, from the pool of `kernelHotBandwidth`
+  /// (which the cost model takes as in cache) to twice the ranks' shares
+  /// of `cacheBytes` (from memory). Where given, the cost model counts an
+  /// operand last touched d bytes ago as in cache by the share this curve
+  /// gives at d (CostModel's residency), not by whether d fits in the
+  /// cache: on the 2-core EPYC VM the rate fell to 0.6-0.75 of the hot one
+  /// at 8 MiB of a 32 MiB last-level cache (bench/RESULTS.md, run 43).
+  /// Empty: not measured (a GPU, a file before session 25).
+  std::vector<std::pair<double, double>> cacheReuse;
+  /// The share of an operand last touched `bytes` ago that `cacheReuse`
+  /// finds in cache: its rates made non-increasing (each the best at or
+  /// past its pool), 1 up to the first pool, 0 from the last, between the
+  /// two the time per byte interpolated in log(bytes) and placed between
+  /// the first rate's and the last's. -1 without a curve (or one whose
+  /// first rate is not above its last).
+  double cachedShare(double bytes) const;
   /// On a CPU whose ranks ran several threads each, the same kernels on an
   /// operand below the kernels' parallel threshold (`serialKernelElements`,
   /// cpu::kParallelMinWork), which they run on the calling thread alone,
