@@ -523,12 +523,20 @@ void CostModel::computeResidency() {
             visit(id);
           for (int64_t id : op.outputs)
             visit(id);
-          if (!isModelOp(op.kind)) {
+          // Model ops and accumulates (their target's part, the one
+          // kernel of the optimizer's a curve was measured on) keep their
+          // share.
+          const bool keep =
+              isModelOp(op.kind) ||
+              (op.kind == OpKind::Accumulate && !cal.cacheReuse.empty());
+          if (!isModelOp(op.kind))
             for (auto &[memory, bytes] : touchedTensors(info, op)) {
               allBytes += bytes;
+              if (auto t = lastTouch.find(memory); t != lastTouch.end())
+                hotBytes += bytes * cached(touched - t->second + bytes);
               memories.push_back(std::move(memory));
             }
-          } else if (walk == 1 && allBytes > 0)
+          if (keep && walk == 1 && allBytes > 0)
             info.hot[op.index] += hotBytes / allBytes *
                                   (run == 0 ? 1.0 / double(runs)
                                             : double(runs - 1) / double(runs));
@@ -1248,6 +1256,19 @@ OpCost CostModel::accumulateCost(const PhaseInfo &info,
     cost.cls = OpClass::Compute;
     cost.seconds = kernelTime(clusterRef, OpKind::Accumulate, 0,
                               inBytes + targetBytes, computeDType(info, op));
+    // In cache by its operands' share: the cache curve is an accumulate's
+    // own rate in cache (its best) and from memory.
+    const ClusterCalibration &cal = clusterRef.calibration;
+    const double hot = info.hotShare(op.index);
+    if (hot >= 0 && !cal.cacheReuse.empty()) {
+      double best = 0;
+      for (const auto &point : cal.cacheReuse)
+        best = std::max(best, point.second);
+      if (best > 0 && cost.seconds > 0)
+        cost.seconds =
+            (inBytes + targetBytes) *
+            (hot / best + (1 - hot) * cost.seconds / (inBytes + targetBytes));
+    }
   } else {
     // The device's kernel adds into host memory in place
     // (runtime/exec/ComputeOps.cpp): the target's part crosses PCIe both

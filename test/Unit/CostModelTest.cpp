@@ -1793,6 +1793,52 @@ TEST(Calibration, TheMeasuredCacheCurveSaysHowMuchIsStillThere) {
   EXPECT_EQ(c.calibration.cachedShare(2 << 20), -1.0);
 }
 
+// An accumulate too, where the curve was measured (it is an accumulate's
+// own rate, in cache at its best and from memory at its last): by the
+// share of its value and its target's part still in cache. From memory
+// alone, tiny Llama's stage-1 accumulates were priced 0.269 ms a step
+// against 0.177 measured (bench/RESULTS.md, run 43).
+TEST(Calibration, AnAccumulateInCacheTakesTheCurvesRate) {
+  Cluster c = cacheCluster(64 << 20);
+  c.calibration.kernelBandwidth["accumulate"] = 5e9;
+  const int64_t kib = 1 << 10, quarter = 256 * kib / 4;
+  // y = x + x; g += y (g 256 KiB, whole); q = a * b (2 MiB each).
+  PlanOp add = op(0, "add", 0);
+  add.inputs = {1, 1};
+  add.outputs = {2};
+  PlanOp acc = op(1, "accumulate", 0);
+  acc.attrs = AccumulateAttrs{"g", 0};
+  acc.inputs = {2};
+  acc.tensors = {"g"};
+  PlanOp mul = op(2, "mul", 0);
+  mul.inputs = {3, 4};
+  mul.outputs = {5};
+  Plan plan = planWith({add, acc, mul});
+  plan.model.dtype = DType::F32;
+  for (int64_t id : {1, 2})
+    plan.phases[0].values.push_back(value(id, DType::F32, quarter));
+  for (int64_t id : {3, 4, 5})
+    plan.phases[0].values.push_back(value(id, DType::F32, 8 * quarter));
+  addTensors(plan, {{"g", quarter}});
+  auto seconds = [&] {
+    return CostModel(plan, c)
+        .cost(plan.phases[0], plan.phases[0].ops[1])
+        .seconds;
+  };
+  // y read, g's 256 KiB read and written.
+  const double bytes = 3 * 256 * kib;
+  EXPECT_NEAR(seconds(), bytes / 5e9, 1e-15); // No curve: from memory.
+  c.calibration.ranks = 2;
+  c.calibration.cacheReuse = {{1 << 20, 30e9}, {4 << 20, 10e9}};
+  // y was just written (in cache), g last touched a step ago, 6.75 MiB
+  // since (from memory): half the bytes the walk counts in cache.
+  EXPECT_NEAR(seconds(), bytes * (0.5 / 30e9 + 0.5 / 5e9), 1e-15);
+  // Without the product, g was touched 1 MiB ago (the add's 768 KiB and
+  // itself): all in cache.
+  plan.phases[0].ops.pop_back();
+  EXPECT_NEAR(seconds(), bytes / 30e9, 1e-15);
+}
+
 // An op other than the model's touches what it moves of its tensors: an
 // accumulate only its part of the target (a stage-1 gradient's slice of the
 // replicated flat buffer), and a tensor it names several times once (a
