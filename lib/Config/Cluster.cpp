@@ -42,28 +42,31 @@ double ClusterCalibration::matmulMisalignedFactor(int d) const {
 }
 
 double ClusterCalibration::cachedShare(double bytes) const {
-  if (cacheReuse.size() < 2)
+  const size_t n = cacheReuse.size();
+  if (n < 2)
     return -1;
   // The rates made non-increasing in bytes (each point the best rate at
   // it or past it: a larger pool is never found in cache more), so that a
   // slow first measurement does not stand for the cache.
-  std::vector<std::pair<double, double>> curve = cacheReuse;
-  for (size_t i = curve.size() - 1; i-- > 0;)
-    curve[i].second = std::max(curve[i].second, curve[i + 1].second);
-  const double hot = 1 / curve.front().second, cold = 1 / curve.back().second;
+  auto envelope = [&](size_t i) {
+    double best = 0;
+    for (size_t j = i; j < n; ++j)
+      best = std::max(best, cacheReuse[j].second);
+    return best;
+  };
+  const double hot = 1 / envelope(0), cold = 1 / cacheReuse.back().second;
   if (!(hot < cold))
     return -1;
-  if (bytes <= curve.front().first)
+  if (bytes <= cacheReuse.front().first)
     return 1;
-  if (bytes >= curve.back().first)
+  if (bytes >= cacheReuse.back().first)
     return 0;
   size_t i = 1;
-  while (curve[i].first < bytes)
+  while (cacheReuse[i].first < bytes)
     ++i;
-  const auto &[b0, r0] = curve[i - 1];
-  const auto &[b1, r1] = curve[i];
+  const double b0 = cacheReuse[i - 1].first, b1 = cacheReuse[i].first;
   const double f = std::log(bytes / b0) / std::log(b1 / b0);
-  const double perByte = (1 - f) / r0 + f / r1;
+  const double perByte = (1 - f) / envelope(i - 1) + f / envelope(i);
   return std::clamp((cold - perByte) / (cold - hot), 0.0, 1.0);
 }
 
@@ -863,7 +866,10 @@ Expected<Cluster> Reader::read() {
       !error && shapes != objects.end())
     readAttentionShapes(*shapes->second);
   if (auto curve = objects.find(kCacheReuse); !error && curve != objects.end())
-    readCacheReuse(*curve->second);
+    if (readCacheReuse(*curve->second) && cluster.calibration.cacheBytes <= 0)
+      fail(pathOf(kCacheReuse),
+           "expected calibration.cache_mib beside it (the curve's pools are "
+           "read against the ranks' shares of that cache)");
   if (error)
     return *error;
 

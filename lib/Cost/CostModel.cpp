@@ -467,6 +467,7 @@ void CostModel::computeResidency() {
   // calibrated curve where measured (each of its ranks had a share of the
   // cache; this plan's have theirs), else whether it fits.
   const double curveScale = double(ranksPerNode) / std::max(1.0, cal.ranks);
+  const bool curve = cal.cachedShare(0) >= 0; // Measured, and falling.
   auto cached = [&](double since) {
     double share = cal.cachedShare(since * curveScale);
     return share >= 0 ? share : since <= capacity ? 1.0 : 0.0;
@@ -523,21 +524,25 @@ void CostModel::computeResidency() {
             visit(id);
           for (int64_t id : op.outputs)
             visit(id);
-          // Model ops and accumulates (their target's part, the one
-          // kernel of the optimizer's a curve was measured on) keep their
-          // share.
-          const bool keep =
-              isModelOp(op.kind) ||
-              (op.kind == OpKind::Accumulate && !cal.cacheReuse.empty());
+          // Model ops and, with a curve, accumulates (their value and
+          // their target's part: the curve is that kernel's) keep their
+          // share. An accumulate reads and writes its target's part: it
+          // weighs twice in the share (not in the bytes touched).
+          const bool accumulate = op.kind == OpKind::Accumulate && curve;
+          const bool keep = isModelOp(op.kind) || accumulate;
+          double shareBytes = allBytes;
           if (!isModelOp(op.kind))
             for (auto &[memory, bytes] : touchedTensors(info, op)) {
               allBytes += bytes;
-              if (auto t = lastTouch.find(memory); t != lastTouch.end())
-                hotBytes += bytes * cached(touched - t->second + bytes);
+              if (accumulate) {
+                shareBytes += 2 * bytes;
+                if (auto t = lastTouch.find(memory); t != lastTouch.end())
+                  hotBytes += 2 * bytes * cached(touched - t->second + bytes);
+              }
               memories.push_back(std::move(memory));
             }
-          if (keep && walk == 1 && allBytes > 0)
-            info.hot[op.index] += hotBytes / allBytes *
+          if (keep && walk == 1 && shareBytes > 0)
+            info.hot[op.index] += hotBytes / shareBytes *
                                   (run == 0 ? 1.0 / double(runs)
                                             : double(runs - 1) / double(runs));
           touched += allBytes;
@@ -1260,7 +1265,7 @@ OpCost CostModel::accumulateCost(const PhaseInfo &info,
     // own rate in cache (its best) and from memory.
     const ClusterCalibration &cal = clusterRef.calibration;
     const double hot = info.hotShare(op.index);
-    if (hot >= 0 && !cal.cacheReuse.empty()) {
+    if (hot >= 0 && cal.cachedShare(0) >= 0) {
       double best = 0;
       for (const auto &point : cal.cacheReuse)
         best = std::max(best, point.second);

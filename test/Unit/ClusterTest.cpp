@@ -568,6 +568,9 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
               "{\"mib\", \"gb_per_s\"}, found");
   expectError([](json &c) { c["cache_reuse"]["curve"] = 3; },
               "cluster calibration.cache_reuse: unknown key 'curve'");
+  expectError([](json &c) { c.erase("cache_mib"); },
+              "cluster calibration.cache_reuse: expected calibration.cache_mib "
+              "beside it");
   expectError([](json &c) { c["all_gather"]["bus_gb_per_s"] = -3; },
               "cluster calibration.all_gather.bus_gb_per_s: expected a "
               "number > 0, found -3");

@@ -1780,6 +1780,17 @@ TEST(Calibration, TheMeasuredCacheCurveSaysHowMuchIsStillThere) {
   // would reach 3.5.
   c.calibration.ranks = 1;
   EXPECT_NEAR(zSeconds(), priced(shareAt(3.5)), 1e-15);
+  // A slow point past a fast one takes the fast one's rate (the envelope):
+  // at 2 MiB a point of 5 GB/s under the 4 MiB point's 10 counts as 10.
+  {
+    ClusterCalibration k = c.calibration;
+    k.cacheReuse = {{1 << 20, 30e9}, {2 << 20, 5e9}, {4 << 20, 10e9}};
+    EXPECT_EQ(k.cachedShare(2 << 20), 0.0);
+    EXPECT_NEAR(k.cachedShare(1.5 * (1 << 20)),
+                (0.1 - ((1 - std::log2(1.5)) / 30 + std::log2(1.5) / 10)) /
+                    (0.1 - 1.0 / 30),
+                1e-12);
+  }
   // At or below the first point: all in cache, past the last: none.
   EXPECT_EQ(c.calibration.cachedShare(0.25 * (1 << 20)), 1.0);
   EXPECT_EQ(c.calibration.cachedShare(1 << 20), 1.0);
@@ -1829,14 +1840,20 @@ TEST(Calibration, AnAccumulateInCacheTakesTheCurvesRate) {
   const double bytes = 3 * 256 * kib;
   EXPECT_NEAR(seconds(), bytes / 5e9, 1e-15); // No curve: from memory.
   c.calibration.ranks = 2;
-  c.calibration.cacheReuse = {{1 << 20, 30e9}, {4 << 20, 10e9}};
+  // The curve's best rate is the in-cache one, not its first point's.
+  c.calibration.cacheReuse = {
+      {0.5 * (1 << 20), 20e9}, {1 << 20, 30e9}, {4 << 20, 10e9}};
   // y was just written (in cache), g last touched a step ago, 6.75 MiB
-  // since (from memory): half the bytes the walk counts in cache.
-  EXPECT_NEAR(seconds(), bytes * (0.5 / 30e9 + 0.5 / 5e9), 1e-15);
+  // since (from memory), and read and written: a third of the bytes in
+  // cache.
+  EXPECT_NEAR(seconds(), bytes * (1.0 / 3 / 30e9 + 2.0 / 3 / 5e9), 1e-15);
   // Without the product, g was touched 1 MiB ago (the add's 768 KiB and
   // itself): all in cache.
   plan.phases[0].ops.pop_back();
   EXPECT_NEAR(seconds(), bytes / 30e9, 1e-15);
+  // A curve that does not fall says nothing: from memory, as without one.
+  c.calibration.cacheReuse = {{1 << 20, 10e9}, {4 << 20, 10e9}};
+  EXPECT_NEAR(seconds(), bytes / 5e9, 1e-15);
 }
 
 // An op other than the model's touches what it moves of its tensors: an

@@ -1027,8 +1027,8 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
                    ", 1024], heads of 64, theta 10000");
       }
     }
-    // (Accumulates and zeroing stream gradients the cost model takes from
-    // memory: not timed in cache.)
+    // (Accumulates and zeroing stream gradients: not timed in cache here.
+    // The cache curve below is an accumulate's own, in cache and not.)
     if (!hot) {
       std::vector<Tensor> in, out;
       double t = cal.time([&] {
@@ -1057,36 +1057,45 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
            "shares among a node's ranks");
     // How well the cache holds an operand by the bytes touched since: an
     // accumulate (out += in, [64, 1024] f32) over a pool of in and out
-    // operands reused in turn, from the hot table's pool (2 MiB) to twice
-    // this rank's share of the cache, doubling.
+    // operands reused in turn, from the hot table's pool (2 MiB; a quarter
+    // of this rank's share of the cache where that is less, so that the
+    // first pool is in cache) to the first at least twice the share,
+    // doubling.
     const int64_t act = 64 * 1024 * 4;
     const int64_t share = llc / std::max<int64_t>(1, comm.size());
     std::string points;
-    for (int64_t pairs = 4; 2 * pairs * act <= std::max(2 * share, 16 * act);
+    for (int64_t pairs = std::clamp<int64_t>(share / 4 / (2 * act), 1, 4);;
          pairs *= 2) {
       const size_t mark = cal.keep.size();
       std::vector<Tensor> ins, outs;
+      bool allocated = true;
       for (int64_t i = 0; i < pairs; ++i) {
         ins.push_back(cal.buffer({64, 1024}, DType::F32, activation));
         outs.push_back(cal.buffer({64, 1024}, DType::F32, activation));
+        allocated = allocated && ins.back().data && outs.back().data;
       }
       size_t next = 0;
-      double t = cal.time([&] {
+      // Every rank skips, or none (cal.time is collective).
+      const bool failed = cal.slowest(allocated ? 0.0 : 1.0) > 0;
+      double t = failed ? 0 : cal.time([&] {
         (void)dev.accumulate(outs[next], ins[next]);
         next = (next + 1) % size_t(pairs);
       });
       cal.releaseSince(mark);
-      if (t <= 0)
-        continue;
+      if (t <= 0) {
+        k.cacheReuse.clear(); // A curve with a hole says nothing.
+        break;
+      }
       const double bytes = double(2 * pairs * act), rate = 3.0 * act / t;
       k.cacheReuse.emplace_back(bytes, rate);
       char point[64];
-      std::snprintf(point, sizeof point, "%s%lld MiB %.1f GB/s",
-                    points.empty() ? "" : ", ",
-                    (long long)(int64_t(bytes) >> 20), rate / 1e9);
+      std::snprintf(point, sizeof point, "%s%g MiB %.1f GB/s",
+                    points.empty() ? "" : ", ", bytes / (1 << 20), rate / 1e9);
       points += point;
-      say("  %-20s %8.2f GB/s (a pool of %lld MiB)\n", "cache reuse",
-          rate / 1e9, (long long)(int64_t(bytes) >> 20));
+      say("  %-20s %8.2f GB/s (a pool of %g MiB)\n", "cache reuse", rate / 1e9,
+          bytes / (1 << 20));
+      if (2 * pairs * act >= 2 * share)
+        break;
     }
     if (k.cacheReuse.size() >= 2)
       source("calibration.cache_reuse",

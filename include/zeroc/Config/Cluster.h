@@ -197,12 +197,16 @@ struct ClusterCalibration {
   /// bytes/s over a pool of `bytes` reused in turn (every operand touched
   /// again after the whole pool), each of `ranks` ranks at once with a pool
   /// of its own. Ascending in bytes, from the pool of `kernelHotBandwidth`
-  /// (which the cost model takes as in cache) to twice the ranks' shares
-  /// of `cacheBytes` (from memory). Where given, the cost model counts an
-  /// operand last touched d bytes ago as in cache by the share this curve
+  /// (which the cost model takes as in cache) to at least twice the ranks'
+  /// shares of `cacheBytes` (from memory). Where given, the cost model counts
+  /// an operand last touched d bytes ago as in cache by the share this curve
   /// gives at d (CostModel's residency), not by whether d fits in the
-  /// cache: on the 2-core EPYC VM the rate fell to 0.6-0.75 of the hot one
-  /// at 8 MiB of a 32 MiB last-level cache (bench/RESULTS.md, run 43).
+  /// cache: on the 2-core EPYC VM (a 32 MiB last-level cache) it held its
+  /// in-cache rate to 8 MiB of pool at one rank and fell by 16; at two
+  /// ranks it fell to 0.6 of it by 8 MiB a rank (bench/RESULTS.md, run 43).
+  /// A pool's bytes stand for the distance: an operand of it is touched
+  /// again after the rest of the pool and itself, one [64, 1024] operand
+  /// less (12% at the first pool, less past it).
   /// Empty: not measured (a GPU, a file before session 25).
   std::vector<std::pair<double, double>> cacheReuse;
   /// The share of an operand last touched `bytes` ago that `cacheReuse`

@@ -275,7 +275,8 @@ private:
     std::unordered_map<int64_t, DType> dtypes;
     /// Bytes the waits on each start (by op index) yield.
     std::unordered_map<int64_t, double> waitBytes;
-    /// Per model op (by index): the share of its operand bytes still in
+    /// Per model op (by index), and per accumulate where the calibration
+    /// measured the cache curve: the share of its operand bytes still in
     /// the last-level cache when it runs (residency; empty where the
     /// calibration did not measure the cache).
     std::unordered_map<int64_t, double> hot;
@@ -288,8 +289,10 @@ private:
   };
   /// Fills every phase's `hot`: the plan's ops in program order, each
   /// operand in cache where the bytes touched since its memory's last use
-  /// and its own fit in the rank's share of the last-level cache (the
-  /// phases walked twice: a step follows a step).
+  /// and its own fit in the rank's share of the last-level cache, or by
+  /// the share the calibrated curve gives at that distance
+  /// (ClusterCalibration::cachedShare; the phases walked twice: a step
+  /// follows a step).
   void computeResidency();
   /// The pieces of memory an op other than the model's touches of its
   /// tensors (computeResidency's keys) and their bytes on this rank: each
