@@ -41,22 +41,28 @@ double ClusterCalibration::matmulMisalignedFactor(int d) const {
   return 1.0;
 }
 
+/// The best rate of `curve` at or past point `i`: the curve made
+/// non-increasing in bytes (a larger pool is never found in cache more).
+static double envelope(const std::vector<std::pair<double, double>> &curve,
+                       size_t i) {
+  double best = 0;
+  for (size_t j = i; j < curve.size(); ++j)
+    best = std::max(best, curve[j].second);
+  return best;
+}
+
+double ClusterCalibration::cacheReuseInCacheRate() const {
+  if (cacheReuse.size() < 2)
+    return 0;
+  const double best = envelope(cacheReuse, 0);
+  return best > cacheReuse.back().second ? best : 0;
+}
+
 double ClusterCalibration::cachedShare(double bytes) const {
-  const size_t n = cacheReuse.size();
-  if (n < 2)
+  const double inCache = cacheReuseInCacheRate();
+  if (inCache <= 0)
     return -1;
-  // The rates made non-increasing in bytes (each point the best rate at
-  // it or past it: a larger pool is never found in cache more), so that a
-  // slow first measurement does not stand for the cache.
-  auto envelope = [&](size_t i) {
-    double best = 0;
-    for (size_t j = i; j < n; ++j)
-      best = std::max(best, cacheReuse[j].second);
-    return best;
-  };
-  const double hot = 1 / envelope(0), cold = 1 / cacheReuse.back().second;
-  if (!(hot < cold))
-    return -1;
+  const double hot = 1 / inCache, cold = 1 / cacheReuse.back().second;
   if (bytes <= cacheReuse.front().first)
     return 1;
   if (bytes >= cacheReuse.back().first)
@@ -66,7 +72,8 @@ double ClusterCalibration::cachedShare(double bytes) const {
     ++i;
   const double b0 = cacheReuse[i - 1].first, b1 = cacheReuse[i].first;
   const double f = std::log(bytes / b0) / std::log(b1 / b0);
-  const double perByte = (1 - f) / envelope(i - 1) + f / envelope(i);
+  const double perByte =
+      (1 - f) / envelope(cacheReuse, i - 1) + f / envelope(cacheReuse, i);
   return std::clamp((cold - perByte) / (cold - hot), 0.0, 1.0);
 }
 
@@ -99,6 +106,7 @@ bool ClusterCalibration::any() const {
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+constexpr double kMiB = 1024.0 * 1024.0;
 constexpr double kGBPerS = 1e9;
 constexpr double kTFlops = 1e12;
 constexpr double kMicrosecond = 1e-6;
@@ -342,7 +350,7 @@ const FigureSpec kFigures[] = {
     ZEROC_KERNEL("zero_grads"),
     ZEROC_HOT_KERNEL("default"),
     ZEROC_ELEMENTWISE_KERNELS(ZEROC_HOT_KERNEL),
-    {"calibration.cache_mib", 1024.0 * 1024.0, Bound::Positive, true,
+    {"calibration.cache_mib", kMiB, Bound::Positive, true,
      [](Cluster &c, Counts &) -> double & { return c.calibration.cacheBytes; }},
     {"calibration.serial_kernel_elements", 1, Bound::Count, true,
      [](Cluster &c, Counts &) -> double & {
@@ -581,7 +589,12 @@ private:
   bool readDimension(const json &entry, const JsonPath &at, const char *key,
                      int64_t &out, bool zero = false);
   bool readTFlops(const json &entry, const JsonPath &at, double &out,
-                  const char *key = "tflops");
+                  const char *key = "tflops") {
+    return readPositive(entry, at, key, kTFlops, out);
+  }
+  /// A member `key` > 0 of one entry, times `scale`.
+  bool readPositive(const json &entry, const JsonPath &at, const char *key,
+                    double scale, double &out);
 };
 
 bool Reader::readObjects() {
@@ -679,16 +692,16 @@ bool Reader::readDimension(const json &entry, const JsonPath &at,
   return true;
 }
 
-bool Reader::readTFlops(const json &entry, const JsonPath &at, double &out,
-                        const char *key) {
-  const json *rate = member(entry, at, key, false);
-  if (!rate)
+bool Reader::readPositive(const json &entry, const JsonPath &at,
+                          const char *key, double scale, double &out) {
+  const json *value = member(entry, at, key, false);
+  if (!value)
     return false;
-  if (!rate->is_number() || !inBounds(rate->get<double>(), Bound::Positive))
+  if (!value->is_number() || !inBounds(value->get<double>(), Bound::Positive))
     return fail(at / key, std::string("expected ") +
                               boundText(Bound::Positive) + ", found " +
-                              describe(*rate));
-  out = rate->get<double>() * kTFlops;
+                              describe(*value));
+  out = value->get<double>() * scale;
   return true;
 }
 
@@ -800,36 +813,26 @@ bool Reader::readAttentionShapes(const json &object) {
 bool Reader::readCacheReuse(const json &object) {
   std::vector<std::pair<double, double>> &curve =
       cluster.calibration.cacheReuse;
-  if (!readEntries(
-          object, kCacheReuse, "points", {"mib", "gb_per_s"},
-          [&](const json &p, const JsonPath &pat) {
-            double v[2] = {0, 0};
-            const char *keys[2] = {"mib", "gb_per_s"};
-            for (int i = 0; i < 2; ++i) {
-              const json *x = member(p, pat, keys[i], false);
-              if (!x)
-                return false;
-              if (!x->is_number() ||
-                  !inBounds(x->get<double>(), Bound::Positive))
-                return fail(pat / keys[i], std::string("expected ") +
-                                               boundText(Bound::Positive) +
-                                               ", found " + describe(*x));
-              v[i] = x->get<double>();
-            }
-            double bytes = v[0] * 1024 * 1024;
-            if (!curve.empty() && bytes <= curve.back().first) {
-              char before[32];
-              std::snprintf(before, sizeof before, "%g",
-                            curve.back().first / (1024 * 1024));
-              return fail(pat / "mib", std::string("expected more than the "
-                                                   "point before's ") +
-                                           before +
-                                           " (points ascend in mib), found " +
-                                           describe(p.at("mib")));
-            }
-            curve.emplace_back(bytes, v[1] * kGBPerS);
-            return true;
-          }))
+  if (!readEntries(object, kCacheReuse, "points", {"mib", "gb_per_s"},
+                   [&](const json &p, const JsonPath &pat) {
+                     double bytes = 0, rate = 0;
+                     if (!readPositive(p, pat, "mib", kMiB, bytes) ||
+                         !readPositive(p, pat, "gb_per_s", kGBPerS, rate))
+                       return false;
+                     if (!curve.empty() && bytes <= curve.back().first) {
+                       char before[32];
+                       std::snprintf(before, sizeof before, "%g",
+                                     curve.back().first / kMiB);
+                       return fail(pat / "mib",
+                                   std::string("expected more than the "
+                                               "point before's ") +
+                                       before +
+                                       " (points ascend in mib), found " +
+                                       describe(p.at("mib")));
+                     }
+                     curve.emplace_back(bytes, rate);
+                     return true;
+                   }))
     return false;
   if (curve.size() < 2)
     return fail(pathOf(kCacheReuse) / "points",
@@ -988,7 +991,7 @@ json toJson(const Cluster &c) {
   if (!c.calibration.cacheReuse.empty()) {
     json points = json::array();
     for (const auto &[bytes, rate] : c.calibration.cacheReuse)
-      points.push_back({{"mib", inUnits(bytes, 1024.0 * 1024.0)},
+      points.push_back({{"mib", inUnits(bytes, kMiB)},
                         {"gb_per_s", inUnits(rate, kGBPerS)}});
     out[pointerOf(std::string(kCacheReuse) + ".points")] = points;
   }

@@ -467,7 +467,7 @@ void CostModel::computeResidency() {
   // calibrated curve where measured (each of its ranks had a share of the
   // cache; this plan's have theirs), else whether it fits.
   const double curveScale = double(ranksPerNode) / std::max(1.0, cal.ranks);
-  const bool curve = cal.cachedShare(0) >= 0; // Measured, and falling.
+  const bool curve = cal.cacheReuseInCacheRate() > 0;
   auto cached = [&](double since) {
     double share = cal.cachedShare(since * curveScale);
     return share >= 0 ? share : since <= capacity ? 1.0 : 0.0;
@@ -508,8 +508,24 @@ void CostModel::computeResidency() {
               views[op.outputs[0]] = "t" + op.tensors[0];
             continue;
           }
-          double hotBytes = 0, allBytes = 0;
+          // Model ops and, with a curve, accumulates (their value and
+          // their target's part: the curve is that kernel's) keep their
+          // share, from the second walk. An accumulate reads and writes
+          // its target's part: it weighs twice in the share (not in the
+          // bytes touched).
+          const bool accumulate = op.kind == OpKind::Accumulate && curve;
+          const bool keep = (isModelOp(op.kind) || accumulate) && walk == 1;
+          double hotBytes = 0, allBytes = 0, shareBytes = 0;
           std::vector<std::string> memories;
+          // `bytes` of `memory` into the share, `weight` times.
+          auto share = [&](const std::string &memory, double bytes,
+                           double weight) {
+            if (!keep)
+              return;
+            shareBytes += weight * bytes;
+            if (auto t = lastTouch.find(memory); t != lastTouch.end())
+              hotBytes += weight * bytes * cached(touched - t->second + bytes);
+          };
           auto visit = [&](int64_t id) {
             auto v = info.values.find(id);
             if (v == info.values.end())
@@ -517,31 +533,20 @@ void CostModel::computeResidency() {
             const double bytes = double(v->second->bytes);
             memories.push_back(memoryOf(id, *v->second));
             allBytes += bytes;
-            if (auto t = lastTouch.find(memories.back()); t != lastTouch.end())
-              hotBytes += bytes * cached(touched - t->second + bytes);
+            share(memories.back(), bytes, 1);
           };
           for (int64_t id : op.inputs)
             visit(id);
           for (int64_t id : op.outputs)
             visit(id);
-          // Model ops and, with a curve, accumulates (their value and
-          // their target's part: the curve is that kernel's) keep their
-          // share. An accumulate reads and writes its target's part: it
-          // weighs twice in the share (not in the bytes touched).
-          const bool accumulate = op.kind == OpKind::Accumulate && curve;
-          const bool keep = isModelOp(op.kind) || accumulate;
-          double shareBytes = allBytes;
           if (!isModelOp(op.kind))
             for (auto &[memory, bytes] : touchedTensors(info, op)) {
               allBytes += bytes;
-              if (accumulate) {
-                shareBytes += 2 * bytes;
-                if (auto t = lastTouch.find(memory); t != lastTouch.end())
-                  hotBytes += 2 * bytes * cached(touched - t->second + bytes);
-              }
+              if (accumulate)
+                share(memory, bytes, 2);
               memories.push_back(std::move(memory));
             }
-          if (keep && walk == 1 && shareBytes > 0)
+          if (keep && shareBytes > 0)
             info.hot[op.index] += hotBytes / shareBytes *
                                   (run == 0 ? 1.0 / double(runs)
                                             : double(runs - 1) / double(runs));
@@ -1261,19 +1266,12 @@ OpCost CostModel::accumulateCost(const PhaseInfo &info,
     cost.cls = OpClass::Compute;
     cost.seconds = kernelTime(clusterRef, OpKind::Accumulate, 0,
                               inBytes + targetBytes, computeDType(info, op));
-    // In cache by its operands' share: the cache curve is an accumulate's
-    // own rate in cache (its best) and from memory.
-    const ClusterCalibration &cal = clusterRef.calibration;
-    const double hot = info.hotShare(op.index);
-    if (hot >= 0 && cal.cachedShare(0) >= 0) {
-      double best = 0;
-      for (const auto &point : cal.cacheReuse)
-        best = std::max(best, point.second);
-      if (best > 0 && cost.seconds > 0)
-        cost.seconds =
-            (inBytes + targetBytes) *
-            (hot / best + (1 - hot) * cost.seconds / (inBytes + targetBytes));
-    }
+    // In cache by its operands' share (residency keeps one for an
+    // accumulate only where the cache curve, this kernel's own, falls).
+    if (const double hot = info.hotShare(op.index); hot >= 0)
+      cost.seconds = hot * (inBytes + targetBytes) /
+                         clusterRef.calibration.cacheReuseInCacheRate() +
+                     (1 - hot) * cost.seconds;
   } else {
     // The device's kernel adds into host memory in place
     // (runtime/exec/ComputeOps.cpp): the target's part crosses PCIe both

@@ -561,6 +561,12 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
   expectError([](json &c) { c["cache_reuse"]["points"][0]["gb_per_s"] = 0; },
               "cluster calibration.cache_reuse.points.0.gb_per_s: expected "
               "a number > 0, found 0");
+  expectError([](json &c) { c["cache_reuse"]["points"][1].erase("gb_per_s"); },
+              "cluster calibration.cache_reuse.points.1: missing required key "
+              "'gb_per_s'");
+  expectError([](json &c) { c["cache_reuse"]["points"][0]["mib"] = "two"; },
+              "cluster calibration.cache_reuse.points.0.mib: expected a "
+              "number > 0, found");
   expectError([](json &c) { c["cache_reuse"]["points"][0]["rate"] = 1; },
               "unknown key 'rate'");
   expectError([](json &c) { c["cache_reuse"]["points"] = 3; },

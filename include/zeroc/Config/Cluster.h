@@ -209,12 +209,16 @@ struct ClusterCalibration {
   /// less (12% at the first pool, less past it).
   /// Empty: not measured (a GPU, a file before session 25).
   std::vector<std::pair<double, double>> cacheReuse;
+  /// `cacheReuse`'s in-cache rate: its best (a slow first measurement
+  /// does not stand for the cache); 0 without a curve, or with one that
+  /// does not fall to a slower last point (it says nothing).
+  double cacheReuseInCacheRate() const;
   /// The share of an operand last touched `bytes` ago that `cacheReuse`
   /// finds in cache: its rates made non-increasing (each the best at or
   /// past its pool), 1 up to the first pool, 0 from the last, between the
   /// two the time per byte interpolated in log(bytes) and placed between
-  /// the first rate's and the last's. -1 without a curve (or one whose
-  /// first rate is not above its last).
+  /// the in-cache rate's and the last's. -1 where
+  /// cacheReuseInCacheRate() is 0.
   double cachedShare(double bytes) const;
   /// On a CPU whose ranks ran several threads each, the same kernels on an
   /// operand below the kernels' parallel threshold (`serialKernelElements`,
