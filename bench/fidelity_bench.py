@@ -168,7 +168,9 @@ def median_calibration(docs):
     figure some calibrations did not measure, such as the handoff where
     the threads shared a cache, is the median of those that did), and each
     GEMM of calibration.matmul_shapes by its median over the calibrations
-    that timed it."""
+    that timed it; a curve's points (calibration.cache_reuse's by "mib", a
+    collective's by_size by "bytes") each by their median at that size
+    over the calibrations that measured it."""
     def is_figure(node):
         return isinstance(node, dict) and isinstance(node.get("value"),
                                                      (int, float))
@@ -176,6 +178,11 @@ def median_calibration(docs):
     def is_gemms(node):
         return isinstance(node, list) and all(
             isinstance(g, dict) and "tflops" in g for g in node)
+
+    def is_points(node):
+        return isinstance(node, list) and bool(node) and all(
+            isinstance(p, dict) and ("bytes" in p or "mib" in p)
+            for p in node)
 
     def merge(nodes):
         first = nodes[0]
@@ -195,7 +202,22 @@ def median_calibration(docs):
                 have = [n[k] for n in nodes if isinstance(n, dict) and k in n]
                 out[k] = merge(have) if all(
                     type(h) is type(have[0]) for h in have) else have[0]
+            if is_points(out.get("points")) and "source" in out:
+                out["source"] += (f" (each point the median of "
+                                  f"{len(nodes)} calibrations)")
             return out
+        if is_points(first) and all(is_points(n) for n in nodes):
+            where = "bytes" if "bytes" in first[0] else "mib"
+            values = {}
+            for n in nodes:
+                for p in n:
+                    for k, v in p.items():
+                        if k != where:
+                            values.setdefault((p[where], k), []).append(v)
+            return [{k: (v if k == where else
+                         sorted(values[(p[where], k)])[
+                             len(values[(p[where], k)]) // 2])
+                     for k, v in p.items()} for p in first]
         if is_gemms(first) and all(is_gemms(n) for n in nodes):
             def key(g):
                 # A GEMM of matmul_shapes, or an attention kernel of

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "zeroc/Config/Cluster.h"
+#include "zeroc/Support/Collectives.h"
 #include "zeroc/Support/Limits.h"
 
 #include <algorithm>
@@ -75,6 +76,37 @@ double ClusterCalibration::cachedShare(double bytes) const {
   const double perByte =
       (1 - f) / envelope(cacheReuse, i - 1) + f / envelope(cacheReuse, i);
   return std::clamp((cold - perByte) / (cold - hot), 0.0, 1.0);
+}
+
+double ClusterCalibration::CollectiveFit::seconds(double busBytes,
+                                                  double busPerByte) const {
+  if (bySize.size() < 2 || busPerByte <= 0)
+    return latency + (busBandwidth > 0 ? busBytes / busBandwidth : 0.0);
+  // Walk the points in bus bytes, their seconds made non-decreasing; (xa,
+  // ta) the one before, (xp, tp) the one before that.
+  double xa = 0, ta = 0, xp = 0, tp = 0;
+  for (size_t i = 0; i < bySize.size(); ++i) {
+    const double x = bySize[i].first * busPerByte;
+    const double t = std::max(ta, bySize[i].second);
+    if (busBytes <= x) {
+      if (i == 0) {
+        const double fixed = std::min(latency, t);
+        return fixed + (t - fixed) * busBytes / x;
+      }
+      return ta + (t - ta) * (busBytes - xa) / (x - xa);
+    }
+    xp = xa, tp = ta, xa = x, ta = t;
+  }
+  double perByte = (ta - tp) / (xa - xp);
+  if (busBandwidth > 0)
+    perByte = std::max(perByte, 1 / busBandwidth);
+  return ta + (busBytes - xa) * perByte;
+}
+
+void ClusterCalibration::CollectiveFit::scaleBandwidth(double factor) {
+  busBandwidth *= factor;
+  for (auto &[bytes, t] : bySize)
+    t = std::min(latency, t) + std::max(0.0, t - latency) / factor;
 }
 
 bool ClusterCalibration::any() const {
@@ -415,6 +447,22 @@ const StringSpec kStrings[] = {
      [](Cluster &c) -> std::string & {
        return c.sources["calibration.cache_reuse"];
      }},
+#define ZEROC_BY_SIZE_SOURCE(name, object)                                     \
+  {                                                                            \
+    "calibration." name "." object ".source", true,                            \
+        [](Cluster &c) -> std::string & {                                      \
+          return c.sources["calibration." name "." object];                    \
+        }                                                                      \
+  }
+    ZEROC_BY_SIZE_SOURCE("all_gather", "by_size"),
+    ZEROC_BY_SIZE_SOURCE("all_gather", "contended_by_size"),
+    ZEROC_BY_SIZE_SOURCE("reduce_scatter", "by_size"),
+    ZEROC_BY_SIZE_SOURCE("reduce_scatter", "contended_by_size"),
+    ZEROC_BY_SIZE_SOURCE("all_reduce", "by_size"),
+    ZEROC_BY_SIZE_SOURCE("all_reduce", "contended_by_size"),
+    ZEROC_BY_SIZE_SOURCE("all_to_all", "by_size"),
+    ZEROC_BY_SIZE_SOURCE("all_to_all", "contended_by_size"),
+#undef ZEROC_BY_SIZE_SOURCE
 };
 
 /// The objects of the format, each after the one holding it. "" is the
@@ -453,9 +501,17 @@ const ObjectSpec kObjects[] = {
     {"calibration.kernel_hot_gb_per_s", true},
     {"calibration.serial_kernel_gb_per_s", true},
     {"calibration.all_gather", true},
+    {"calibration.all_gather.by_size", true},
+    {"calibration.all_gather.contended_by_size", true},
     {"calibration.reduce_scatter", true},
+    {"calibration.reduce_scatter.by_size", true},
+    {"calibration.reduce_scatter.contended_by_size", true},
     {"calibration.all_reduce", true},
+    {"calibration.all_reduce.by_size", true},
+    {"calibration.all_reduce.contended_by_size", true},
     {"calibration.all_to_all", true},
+    {"calibration.all_to_all.by_size", true},
+    {"calibration.all_to_all.contended_by_size", true},
     {"calibration.meeting_wait", true},
     {"calibration.matmul_shapes", true},
     {"calibration.attention_shapes", true},
@@ -473,6 +529,13 @@ constexpr const char *kAttentionShapes = "calibration.attention_shapes";
 /// The cache's hold by reuse distance: {"source": TEXT, "points":
 /// [{"mib", "gb_per_s"}, ...]}, ascending in mib.
 constexpr const char *kCacheReuse = "calibration.cache_reuse";
+/// A collective's seconds by size: "calibration.KIND.by_size" (alone) or
+/// ".contended_by_size" (beside compute) = {"source": TEXT, "points":
+/// [{"bytes", "us"}, ...]}, ascending in bytes.
+std::string bySizeKey(int kind, bool contended) {
+  return "calibration." + std::string(collectiveName(CollectiveKind(kind))) +
+         (contended ? ".contended_by_size" : ".by_size");
+}
 
 /// "gpu.peak_tflops.bf16" -> {"gpu", "peak_tflops", "bf16"}.
 JsonPath pathOf(const std::string &dotted) {
@@ -508,6 +571,10 @@ std::vector<std::string> keysOf(const std::string &object) {
     keys.push_back("kernels"); // Reader::readAttentionShapes
   if (object == kCacheReuse)
     keys.push_back("points"); // Reader::readCacheReuse
+  for (int kind = 0; kind < ClusterCalibration::kCollectiveKinds; ++kind)
+    for (bool contended : {false, true})
+      if (object == bySizeKey(kind, contended))
+        keys.push_back("points"); // Reader::readBySize
   return keys;
 }
 
@@ -576,6 +643,7 @@ private:
   bool readMatmulShapes(const json &object);
   bool readAttentionShapes(const json &object);
   bool readCacheReuse(const json &object);
+  bool readBySize(const json &object, int kind, bool contended);
   /// The entries of a shapes table `table` (its list under `list`): each
   /// an object with exactly `keys`, handed to `entry` with its path.
   bool
@@ -842,6 +910,52 @@ bool Reader::readCacheReuse(const json &object) {
   return true;
 }
 
+bool Reader::readBySize(const json &object, int kind, bool contended) {
+  const std::string key = bySizeKey(kind, contended);
+  ClusterCalibration::CollectiveFit &fit =
+      (contended ? cluster.calibration.contended
+                 : cluster.calibration.collective)[size_t(kind)];
+  std::vector<std::pair<double, double>> &points = fit.bySize;
+  if (!readEntries(
+          object, key.c_str(), "points", {"bytes", "us"},
+          [&](const json &p, const JsonPath &pat) {
+            double bytes = 0, t = 0;
+            if (!readPositive(p, pat, "bytes", 1, bytes) ||
+                !readPositive(p, pat, "us", kMicrosecond, t))
+              return false;
+            if (!points.empty() && bytes <= points.back().first) {
+              char before[32];
+              std::snprintf(before, sizeof before, "%.0f", points.back().first);
+              return fail(pat / "bytes",
+                          std::string("expected more than the "
+                                      "point before's ") +
+                              before + " (points ascend in bytes), found " +
+                              describe(p.at("bytes")));
+            }
+            points.emplace_back(bytes, t);
+            return true;
+          }))
+    return false;
+  if (points.size() < 2)
+    return fail(pathOf(key) / "points",
+                "expected at least 2 points (sizes between which the cost "
+                "model interpolates), found " +
+                    std::to_string(points.size()));
+  if (fit.busBandwidth <= 0)
+    return fail(pathOf(key),
+                "expected calibration." +
+                    std::string(collectiveName(CollectiveKind(kind))) +
+                    (contended ? ".contended_bus_gb_per_s" : ".bus_gb_per_s") +
+                    " beside it (past the last point the cost model goes on "
+                    "at no less than the fit's rate)");
+  if (cluster.calibration.ranks < 2)
+    return fail(pathOf(key),
+                "expected calibration.ranks of at least 2 beside it (the "
+                "points are read in bus bytes at the ranks that measured "
+                "them)");
+  return true;
+}
+
 Expected<Cluster> Reader::read() {
   if (!readObjects())
     return *error;
@@ -868,6 +982,11 @@ Expected<Cluster> Reader::read() {
   if (auto shapes = objects.find(kAttentionShapes);
       !error && shapes != objects.end())
     readAttentionShapes(*shapes->second);
+  for (int kind = 0; kind < ClusterCalibration::kCollectiveKinds; ++kind)
+    for (bool contended : {false, true})
+      if (auto sizes = objects.find(bySizeKey(kind, contended));
+          !error && sizes != objects.end())
+        readBySize(*sizes->second, kind, contended);
   if (auto curve = objects.find(kCacheReuse); !error && curve != objects.end())
     if (readCacheReuse(*curve->second) && cluster.calibration.cacheBytes <= 0)
       fail(pathOf(kCacheReuse),
@@ -995,6 +1114,26 @@ json toJson(const Cluster &c) {
                         {"gb_per_s", inUnits(rate, kGBPerS)}});
     out[pointerOf(std::string(kCacheReuse) + ".points")] = points;
   }
+  // A collective's sizes where the reader would take them back (two or
+  // more beside the fit, at 2+ ranks); otherwise none, nor their source.
+  for (int kind = 0; kind < ClusterCalibration::kCollectiveKinds; ++kind)
+    for (bool contended : {false, true}) {
+      const ClusterCalibration::CollectiveFit &fit =
+          (contended ? c.calibration.contended
+                     : c.calibration.collective)[size_t(kind)];
+      const json::json_pointer at = pointerOf(bySizeKey(kind, contended));
+      if (fit.bySize.size() < 2 || fit.busBandwidth <= 0 ||
+          c.calibration.ranks < 2) {
+        if (out.contains(at))
+          out[at.parent_pointer()].erase(at.back());
+        continue;
+      }
+      json points = json::array();
+      for (const auto &[bytes, t] : fit.bySize)
+        points.push_back(
+            {{"bytes", inUnits(bytes, 1)}, {"us", inUnits(t, kMicrosecond)}});
+      out[at / "points"] = points;
+    }
   return out;
 }
 

@@ -925,15 +925,21 @@ OpCost CostModel::collectiveCost(const PhaseInfo &info, const PlanOp &op,
       clusterRef.calibration.contended[size_t(*kind)];
   const bool measured = fit.busBandwidth > 0 && n > 1 && layout.nodes == 1;
   if (measured) {
-    // Measured on this node: nccl-tests' busbw convention, fixed time fitted.
+    // Measured on this node: nccl-tests' busbw convention; by the measured
+    // sizes where the file has them (at the calibration's ranks, placed in
+    // bus bytes), else the fixed time and bandwidth fitted.
     double busBytes = bytes * commElementsPerRank(*kind, 1.0, n);
-    cost.seconds = fit.latency + busBytes / fit.busBandwidth;
-    // Beside compute on a CPU rank's cores: the fit measured so, where it
+    const double calibrated = clusterRef.calibration.ranks;
+    const double busPerByte =
+        calibrated >= 2
+            ? commElementsPerRank(*kind, 1.0, int64_t(std::llround(calibrated)))
+            : 0.0;
+    cost.seconds = fit.seconds(busBytes, busPerByte);
+    // Beside compute on a CPU rank's cores: as measured so, where it
     // is slower. Compute beside a collective cannot speed it up; a
     // contended fit that came out faster measured other processes' load.
     if (contended && busy.busBandwidth > 0)
-      cost.seconds =
-          std::max(cost.seconds, busy.latency + busBytes / busy.busBandwidth);
+      cost.seconds = std::max(cost.seconds, busy.seconds(busBytes, busPerByte));
   } else
     cost.seconds = collectiveTime(clusterRef, *kind, bytes, layout).seconds;
   // zerorun starts one communicator collective per tensor the op moves

@@ -208,7 +208,9 @@ Cluster scaledLinks(const Cluster &cluster, WhatIfScenario::Kind kind,
   } else if (kind == WhatIfScenario::Kind::IntraNodeBandwidth) {
     out.intraNode.busBandwidth *= factor;
     for (ClusterCalibration::CollectiveFit &fit : out.calibration.collective)
-      fit.busBandwidth *= factor;
+      fit.scaleBandwidth(factor);
+    for (ClusterCalibration::CollectiveFit &fit : out.calibration.contended)
+      fit.scaleBandwidth(factor);
   }
   return out;
 }

@@ -467,7 +467,17 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
         {"bus_gb_per_s", 3},
         {"per_tensor_us", 6},
         {"contended_latency_us", 90},
-        {"contended_bus_gb_per_s", 0.5}}}};
+        {"contended_bus_gb_per_s", 0.5},
+        {"by_size",
+         {{"source", "measured"},
+          {"points",
+           {{{"bytes", 4096}, {"us", 35}},
+            {{"bytes", 1048576}, {"us", 400}}}}}},
+        {"contended_by_size",
+         {{"source", "measured beside"},
+          {"points",
+           {{{"bytes", 4096}, {"us", 95}},
+            {{"bytes", 1048576}, {"us", 2100}}}}}}}}};
   Expected<JsonDocument> doc = JsonDocument::parse(j.dump(2), "cal.json");
   ASSERT_TRUE(doc);
   Expected<Cluster> c = readCluster(*doc);
@@ -518,6 +528,17 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
   EXPECT_NEAR(k.contended[0].latency, 90e-6, 1e-18);
   EXPECT_NEAR(k.contended[0].busBandwidth, 0.5e9, 1e-3);
   EXPECT_EQ(k.contended[1].busBandwidth, 0); // Not given.
+  ASSERT_EQ(k.collective[0].bySize.size(), 2u);
+  EXPECT_EQ(k.collective[0].bySize[0].first, 4096);
+  EXPECT_NEAR(k.collective[0].bySize[0].second, 35e-6, 1e-18);
+  EXPECT_EQ(k.collective[0].bySize[1].first, 1048576);
+  EXPECT_NEAR(k.collective[0].bySize[1].second, 400e-6, 1e-18);
+  EXPECT_TRUE(k.collective[1].bySize.empty()); // Not given.
+  EXPECT_EQ(c->sources.at("calibration.all_gather.by_size"), "measured");
+  ASSERT_EQ(k.contended[0].bySize.size(), 2u);
+  EXPECT_NEAR(k.contended[0].bySize[1].second, 2100e-6, 1e-18);
+  EXPECT_EQ(c->sources.at("calibration.all_gather.contended_by_size"),
+            "measured beside");
   EXPECT_EQ(c->sources.at("calibration.op_overhead_us"), "measured");
 
   // Written back, read again: the same figures.
@@ -527,6 +548,17 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
   Expected<Cluster> d = readCluster(*again);
   ASSERT_TRUE(d) << d.error().str();
   EXPECT_EQ(toJson(*d), toJson(*c));
+  EXPECT_EQ(d->calibration.collective[0].bySize, k.collective[0].bySize);
+  EXPECT_EQ(d->calibration.contended[0].bySize, k.contended[0].bySize);
+  EXPECT_EQ(d->sources.at("calibration.all_gather.by_size"), "measured");
+  // Sizes the reader would refuse back (one point) are not written, nor
+  // their source.
+  Cluster onePoint = *c;
+  onePoint.calibration.collective[0].bySize.resize(1);
+  EXPECT_FALSE(
+      toJson(onePoint)["calibration"]["all_gather"].contains("by_size"));
+  EXPECT_TRUE(toJson(onePoint)["calibration"]["all_gather"].contains(
+      "contended_by_size"));
 
   auto errorOf = readError;
   // The calibration section with `edit` applied.
@@ -577,6 +609,49 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
   expectError([](json &c) { c.erase("cache_mib"); },
               "cluster calibration.cache_reuse: expected calibration.cache_mib "
               "beside it");
+  // A collective's sizes: ascending, at least two, each a size in bytes and
+  // its time; beside the fit, at the ranks that measured them.
+  auto bySize = [](json &c) -> json & { return c["all_gather"]["by_size"]; };
+  expectError([&](json &c) { bySize(c)["points"][1]["bytes"] = 4096; },
+              "cluster calibration.all_gather.by_size.points.1.bytes: "
+              "expected more than the point before's 4096 (points ascend in "
+              "bytes), found 4096");
+  expectError([&](json &c) { bySize(c)["points"].erase(0); },
+              "cluster calibration.all_gather.by_size.points: expected at "
+              "least 2 points (sizes between which the cost model "
+              "interpolates), found 1");
+  expectError([&](json &c) { bySize(c)["points"][0]["us"] = 0; },
+              "cluster calibration.all_gather.by_size.points.0.us: expected a "
+              "number > 0, found 0");
+  expectError([&](json &c) { bySize(c)["points"][1].erase("us"); },
+              "cluster calibration.all_gather.by_size.points.1: missing "
+              "required key 'us'");
+  expectError([&](json &c) { bySize(c)["points"][0]["bytes"] = "4K"; },
+              "cluster calibration.all_gather.by_size.points.0.bytes: "
+              "expected a number > 0, found");
+  expectError([&](json &c) { bySize(c)["points"][0]["gb_per_s"] = 1; },
+              "cluster calibration.all_gather.by_size.points.0: unknown key "
+              "'gb_per_s'");
+  expectError([&](json &c) { bySize(c)["points"] = json::object(); },
+              "cluster calibration.all_gather.by_size.points: expected an "
+              "array of {\"bytes\", \"us\"}, found");
+  expectError([&](json &c) { bySize(c)["sizes"] = 1; },
+              "cluster calibration.all_gather.by_size: unknown key 'sizes'");
+  expectError([](json &c) { c["all_gather"].erase("bus_gb_per_s"); },
+              "cluster calibration.all_gather.by_size: expected "
+              "calibration.all_gather.bus_gb_per_s beside it");
+  expectError([](json &c) { c.erase("ranks"); },
+              "cluster calibration.all_gather.by_size: expected "
+              "calibration.ranks of at least 2 beside it");
+  expectError([](json &c) { c["all_gather"].erase("contended_bus_gb_per_s"); },
+              "cluster calibration.all_gather.contended_by_size: expected "
+              "calibration.all_gather.contended_bus_gb_per_s beside it");
+  expectError(
+      [](json &c) {
+        c["all_gather"]["contended_by_size"]["points"][0]["us"] = -1;
+      },
+      "cluster calibration.all_gather.contended_by_size.points.0.us: "
+      "expected a number > 0, found -1");
   expectError([](json &c) { c["all_gather"]["bus_gb_per_s"] = -3; },
               "cluster calibration.all_gather.bus_gb_per_s: expected a "
               "number > 0, found -3");
@@ -618,6 +693,50 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
   ASSERT_TRUE(e) << e.error().str();
   EXPECT_EQ(e->calibration.device, "");
   EXPECT_FALSE(toJson(*e)["calibration"].contains("device"));
+}
+
+// A collective by its measured sizes: the points placed in bus bytes,
+// their times made non-decreasing, interpolated between neighbours, from
+// the fitted latency below the first, on past the last at no less than the
+// fit's rate; the fit alone without two points.
+TEST(ClusterCalibration, ACollectiveTakesItsMeasuredTimeBySize) {
+  ClusterCalibration::CollectiveFit fit;
+  fit.latency = 10e-6;
+  fit.busBandwidth = 1e9;
+  // Sizes in bytes; at a bus factor of 1/2 (two ranks' all-gather), bus
+  // bytes 500, 0.5e6, 2e6 and 4e6. The third came out faster than the
+  // second (noise): it takes the second's time.
+  fit.bySize = {{1e3, 20e-6}, {1e6, 500e-6}, {4e6, 400e-6}, {8e6, 1500e-6}};
+  const double half = 0.5;
+  EXPECT_NEAR(fit.seconds(0, half), 10e-6, 1e-15);
+  EXPECT_NEAR(fit.seconds(250, half), 15e-6, 1e-15);
+  EXPECT_NEAR(fit.seconds(500, half), 20e-6, 1e-15);
+  EXPECT_NEAR(fit.seconds(0.5e6, half), 500e-6, 1e-15);
+  EXPECT_NEAR(fit.seconds(1e6, half), 500e-6, 1e-15);
+  EXPECT_NEAR(fit.seconds(3e6, half), 1000e-6, 1e-15);
+  EXPECT_NEAR(fit.seconds(4e6, half), 1500e-6, 1e-15);
+  // Past the last: the last two's 0.5 ns a byte is less than the fit's 1.
+  EXPECT_NEAR(fit.seconds(6e6, half), 1500e-6 + 2e6 * 1e-9, 1e-15);
+  // At four ranks' factor (3/4) the same sizes are more bus bytes: the
+  // last two points sit at 3e6 and 6e6 (at 1/2, 4.5e6 is past the last).
+  EXPECT_NEAR(fit.seconds(4.5e6, 0.75), 1000e-6, 1e-15);
+  // No factor (no ranks said), or under two points: the line.
+  EXPECT_NEAR(fit.seconds(1e6, 0), 10e-6 + 1e6 / 1e9, 1e-15);
+  ClusterCalibration::CollectiveFit one = fit;
+  one.bySize.resize(1);
+  EXPECT_NEAR(one.seconds(1e6, half), 10e-6 + 1e6 / 1e9, 1e-15);
+  // A first point faster than the fitted latency starts the line at it.
+  ClusterCalibration::CollectiveFit quick = fit;
+  quick.bySize[0].second = 4e-6;
+  EXPECT_NEAR(quick.seconds(250, half), 4e-6, 1e-15);
+  // Twice as fast a link (what-if): the bandwidth, and each point's time
+  // past the latency halved.
+  ClusterCalibration::CollectiveFit fast = fit;
+  fast.scaleBandwidth(2);
+  EXPECT_EQ(fast.busBandwidth, 2e9);
+  EXPECT_NEAR(fast.bySize[0].second, 15e-6, 1e-15);
+  EXPECT_NEAR(fast.bySize[1].second, 255e-6, 1e-15);
+  EXPECT_NEAR(fast.seconds(3e6, half), 10e-6 + 990e-6 / 2, 1e-15);
 }
 
 TEST(ClusterCalibration, GemmsByThePlansShapes) {

@@ -2257,6 +2257,38 @@ TEST(Calibration, CollectiveFitReplacesTheRingOnOneNode) {
               5e-6 + 1e6 / 1e9, kTol);
 }
 
+// Where the calibration kept each size's time (a CPU node's collectives
+// are no line: bench/RESULTS.md, run 44), a collective takes the time
+// measured at its size, in bus bytes: measured at 2 ranks, priced at 4 by
+// the bytes each rank's link carries.
+TEST(Calibration, ACollectiveTakesTheTimeMeasuredAtItsSize) {
+  Cluster c = exactCluster();
+  c.calibration.ranks = 2;
+  auto &fit = c.calibration.collective[size_t(CollectiveKind::AllGather)];
+  fit = {10e-6, 2e9};
+  // Sizes 1 MB and 4 MB: at 2 ranks bus bytes 0.5e6 and 2e6.
+  fit.bySize = {{1e6, 100e-6}, {4e6, 2e-3}};
+  // 1e6 bf16 elements gathered: 2e6 bytes, 1e6 bus bytes at 2 ranks, a
+  // third of the way from the first point to the second (the line: 510
+  // us).
+  PlanOp gather = collectiveOp(0, "all_gather_start", "all_gather", 1, 1.0);
+  Plan plan = planWith({gather});
+  CostModel model(plan, c);
+  EXPECT_NEAR(model.cost(plan.phases[0], plan.phases[0].ops[0]).seconds,
+              100e-6 + 1.9e-3 / 3, kTol);
+  // At 4 ranks the same op moves 1.5e6 bus bytes: two thirds of the way.
+  c.gpusPerNode = 4;
+  plan.worldSize = 4;
+  CostModel four(plan, c);
+  EXPECT_NEAR(four.cost(plan.phases[0], plan.phases[0].ops[0]).seconds,
+              100e-6 + 1.9e-3 * 2 / 3, kTol);
+  // Without the calibration's ranks the sizes cannot be placed: the line.
+  c.calibration.ranks = 0;
+  CostModel unplaced(plan, c);
+  EXPECT_NEAR(unplaced.cost(plan.phases[0], plan.phases[0].ops[0]).seconds,
+              10e-6 + 1.5e6 / 2e9, kTol);
+}
+
 // zerorun starts one communicator collective per tensor an op moves: a
 // bucket of three gradients pays the fixed time three times, its bytes once.
 // An all-reduce per tensor it names; the updates' gather per flat group or
@@ -2643,6 +2675,13 @@ TEST(Streams, ACpuRanksCollectiveBesideComputeRunsAtTheContendedFit) {
   // process's load) is not taken: compute beside it cannot speed it up.
   c.calibration.contended[size_t(CollectiveKind::AllGather)] = {0, 4e9};
   EXPECT_NEAR(gatherTime(beside, 0), alone, kTol);
+  // With the sizes measured beside compute (at 2 ranks: bus bytes 0.5e6
+  // and 2e6), the time read between them: 1e6 bus bytes a third of the way
+  // from 1 ms to 7 ms.
+  c.calibration.ranks = 2;
+  c.calibration.contended[size_t(CollectiveKind::AllGather)] = {
+      100e-6, 0.25e9, 0, {{1e6, 1e-3}, {4e6, 7e-3}}};
+  EXPECT_NEAR(gatherTime(beside, 0), 3e-3, kTol);
   // Without a contended fit: the one measured alone.
   c.calibration.contended[size_t(CollectiveKind::AllGather)] = {};
   EXPECT_NEAR(gatherTime(beside, 0), alone, kTol);
@@ -2936,6 +2975,18 @@ TEST(WhatIf, IntraNodeBandwidthScalesTheCalibratedFit) {
                 .busBandwidth,
             1e9);
   EXPECT_EQ(half.intraNode.busBandwidth, 0.5e9);
+  // The measured sizes past the latency, and the fit beside compute, alike.
+  c.calibration.collective[size_t(CollectiveKind::AllGather)].bySize = {
+      {1e3, 3e-6}, {1e6, 501e-6}};
+  c.calibration.contended[size_t(CollectiveKind::AllGather)] = {1e-6, 1e9};
+  half = scaledLinks(c, WhatIfScenario::Kind::IntraNodeBandwidth, 0.5);
+  const auto &slow =
+      half.calibration.collective[size_t(CollectiveKind::AllGather)];
+  EXPECT_NEAR(slow.bySize[0].second, 5e-6, 1e-15);
+  EXPECT_NEAR(slow.bySize[1].second, 1001e-6, 1e-15);
+  EXPECT_EQ(half.calibration.contended[size_t(CollectiveKind::AllGather)]
+                .busBandwidth,
+            0.5e9);
 }
 
 TEST(WhatIf, AnotherClusterIsSimulatedOnItsOwnFigures) {

@@ -1502,9 +1502,9 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
           });
         // One collective of `kind` over `per` elements of each rank, from
         // `send` into `recv` (each `per` x n long). `average`: a gradient
-        // reduce-scatter's mean, as the executor asks for it.
-        auto start = [&](char *send, char *recv, int64_t per,
-                         bool average = false) {
+        // reduce-scatter's or all-reduce's mean, as the executor asks for
+        // it.
+        auto start = [&](char *send, char *recv, int64_t per, bool average) {
           std::vector<int64_t> counts(size_t(n), per);
           if (kind == int(CollectiveKind::AllGather))
             return comm.allGather(send, per, recv, DType::F32,
@@ -1513,22 +1513,38 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
             return comm.reduceScatter(send, counts, recv, DType::F32, average,
                                       OpLabel{-1, "calibrate"});
           if (kind == int(CollectiveKind::AllReduce))
-            return comm.allReduce(send, per * n, DType::F32, false,
+            return comm.allReduce(send, per * n, DType::F32, average,
                                   OpLabel{-1, "calibrate"});
           return comm.allToAllV(send, counts, recv, counts, DType::F32,
                                 OpLabel{-1, "calibrate"});
         };
+        // Gradients' collectives average as the executor asks
+        // (Collectives.cpp): a reduce-scatter's and an all-reduce's result
+        // divided by the ranks, as the step runs them.
+        const bool average = kind == int(CollectiveKind::ReduceScatter) ||
+                             kind == int(CollectiveKind::AllReduce);
+        // The sizes: 4 KiB to 32 MiB of f32, each measured point kept (a
+        // line does not fit a CPU node's collectives once their buffers
+        // leave the cache); beside compute, five of them for the fit.
+        std::vector<int64_t> sizes =
+            contended
+                ? std::vector<int64_t>{10, 14, 18, 20, 22}
+                : std::vector<int64_t>{10, 12, 14, 16, 18, 19, 20, 21, 22, 23};
         std::vector<double> xs, ts;
-        for (int64_t elements :
-             {int64_t(1) << 10, int64_t(1) << 14, int64_t(1) << 18,
-              int64_t(1) << 20, int64_t(1) << 22}) {
-          int64_t per = elements / n;
+        std::vector<std::pair<double, double>> points;
+        for (int64_t log2 : sizes) {
+          // At least an element a rank; past 1024 ranks the small sizes
+          // meet, and each is timed once.
+          int64_t per = std::max<int64_t>(1, (int64_t(1) << log2) / n);
+          if (!points.empty() && double(per * n) * 4 <= points.back().first)
+            continue;
           Tensor buf = cal.buffer({per * n}, DType::F32, small);
           Tensor recv = cal.buffer({per * n}, DType::F32, small);
           double t = cal.timeCollective(
               [&] {
-                CommHandle h = start(static_cast<char *>(buf.data),
-                                     static_cast<char *>(recv.data), per);
+                CommHandle h =
+                    start(static_cast<char *>(buf.data),
+                          static_cast<char *>(recv.data), per, average);
                 comm.wait(h);
               },
               0.01, 3);
@@ -1536,6 +1552,7 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
           xs.push_back(bytes *
                        commElementsPerRank(CollectiveKind(kind), 1.0, n));
           ts.push_back(t);
+          points.emplace_back(bytes, t);
         }
         if (contended) {
           stop.store(true);
@@ -1547,13 +1564,21 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
         const std::string name(collectiveName(CollectiveKind(kind)));
         std::string key = "calibration." + name;
         if (contended) {
-          k.contended[kind] = {latency, bus};
+          k.contended[kind] = {latency, bus, 0, points};
           source(key + ".contended_latency_us",
                  "fitted over 4 KiB to 16 MiB of f32 while a thread of every "
                  "rank runs add kernels");
           source(key + ".contended_bus_gb_per_s",
                  "fitted over 4 KiB to 16 MiB of f32 while a thread of every "
                  "rank runs add kernels (nccl-tests' busbw)");
+          source(key + ".contended_by_size",
+                 "each size's median of three batches (10 ms or 1000 calls "
+                 "each) of back-to-back collectives at 4 KiB, 64 KiB, 1, 4 "
+                 "and 16 MiB of f32 while a thread of every rank runs add "
+                 "kernels" +
+                     std::string(average ? ", averaged as the executor "
+                                           "averages gradients"
+                                         : ""));
           say("  %-20s %8.2f us + busbw %8.2f GB/s (beside compute)\n",
               name.c_str(), latency * 1e6, bus / 1e9);
           continue;
@@ -1567,7 +1592,7 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
         Tensor bsend = cal.buffer({tensors * each * n}, DType::F32, small),
                brecv = cal.buffer({tensors * each * n}, DType::F32, small),
                shard = cal.buffer({tensors * each}, DType::F32, small);
-        bool gradients = kind == int(CollectiveKind::ReduceScatter);
+        const bool gradients = kind == int(CollectiveKind::ReduceScatter);
         auto bucket = [&](int64_t parts) {
           int64_t per = tensors * each / parts;
           std::vector<CommHandle> hs;
@@ -1575,7 +1600,7 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
             size_t at = size_t(i * per * n) * 4;
             hs.push_back(start(static_cast<char *>(bsend.data) + at,
                                static_cast<char *>(brecv.data) + at, per,
-                               gradients));
+                               average));
           }
           for (int64_t i = 0; i < parts; ++i) {
             comm.wait(hs[size_t(i)]);
@@ -1587,7 +1612,14 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
         double whole = cal.timeCollective([&] { bucket(1); }, 0.01, 3);
         double split = cal.timeCollective([&] { bucket(tensors); }, 0.01, 3);
         double perTensor = furtherPieceTime(whole, split, tensors);
-        k.collective[kind] = {latency, bus, perTensor};
+        k.collective[kind] = {latency, bus, perTensor, points};
+        source(key + ".by_size",
+               "each size's median of three batches (10 ms or 1000 calls "
+               "each) of back-to-back collectives at 4, 16, 64 and 256 KiB "
+               "and 1, 2, 4, 8, 16 and 32 MiB of f32" +
+                   std::string(average ? ", averaged as the executor "
+                                         "averages gradients"
+                                       : ""));
         if (gradients) {
           k.packedGradient = packedGradientTime(cal, n);
           source("calibration.packed_gradient_us",
@@ -1603,11 +1635,14 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
                            "started together") +
                    (gradients ? ", each averaged and accumulated into a "
                                 "shard as the executor does,"
+                    : average ? ", each averaged as the executor does,"
                               : "") +
                    " less one of their 32K, over 31");
-        source(key + ".latency_us", "fitted over 4 KiB to 16 MiB of f32");
+        source(key + ".latency_us",
+               "fitted over ten sizes from 4 KiB to 32 MiB of f32");
         source(key + ".bus_gb_per_s",
-               "fitted over 4 KiB to 16 MiB of f32 (nccl-tests' busbw)");
+               "fitted over ten sizes from 4 KiB to 32 MiB of f32 "
+               "(nccl-tests' busbw)");
         say("  %-20s %8.2f us + busbw %8.2f GB/s, %6.2f us a further "
             "tensor\n",
             name.c_str(), latency * 1e6, bus / 1e9, perTensor * 1e6);

@@ -270,6 +270,29 @@ struct ClusterCalibration {
     /// much more each than one of their 128 KiB (0: not measured; the
     /// fitted `latency` stands in).
     double perTensor = 0;
+    /// The collective's seconds by size as measured, (bytes, seconds)
+    /// ascending in bytes, with the calibration's `ranks` ranks; bytes is
+    /// nccl-tests' size (the buffer of every rank's elements: an
+    /// all-reduce's buffer, a reduce-scatter's input, an all-gather's
+    /// output). A line does not fit a CPU node's collectives: on the 2-core
+    /// VM a reduce-scatter of 16 MiB took 14-17 ms where the line fitted
+    /// over 4 KiB to 16 MiB said 3-9 (the buffers leave the cache; the
+    /// points weigh by their relative error). Empty: not measured (a file
+    /// before session 26), when the fit alone prices.
+    std::vector<std::pair<double, double>> bySize;
+    /// Seconds for a collective of `busBytes` (nccl-tests' bus bytes: its
+    /// size times the collective's bus factor) with `busPerByte` the
+    /// calibration's bus factor (its `ranks`), which places `bySize` in
+    /// bus bytes (busbw is the same at any rank count on one link). With
+    /// at least two points: their seconds made non-decreasing in size,
+    /// interpolated linearly between neighbours; below the first, on the
+    /// line from the fitted latency (at most the first point's) to it;
+    /// past the last, the last two's seconds per byte on (at least the
+    /// fit's). Otherwise the fit: latency + busBytes / busBandwidth.
+    double seconds(double busBytes, double busPerByte) const;
+    /// The link `factor` times as fast (what-if): the bandwidth, and each
+    /// point's seconds past the latency divided by `factor`.
+    void scaleBandwidth(double factor);
   };
   static constexpr int kCollectiveKinds = 4;
   CollectiveFit collective[kCollectiveKinds];

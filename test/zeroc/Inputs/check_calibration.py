@@ -118,6 +118,15 @@ for k in collectives:  # Alone and beside compute (a CPU rank's cores).
               "contended_bus_gb_per_s", "per_tensor_us"):
         assert f in cal[k], (k, f)
     assert "32 collectives" in cal[k]["per_tensor_us"]["source"], k
+    # Each size's time kept, 4 KiB to 32 MiB of f32 split evenly over the
+    # ranks (nccl-tests' size: every rank's elements), ascending.
+    sizes = cal[k]["by_size"]
+    assert sizes["source"].startswith("measured on "), (k, sizes["source"])
+    want = [(1 << e) // ranks * ranks * 4
+            for e in (10, 12, 14, 16, 18, 19, 20, 21, 22, 23)]
+    assert [p["bytes"] for p in sizes["points"]] == want, (k, sizes)
+    for p in sizes["points"]:
+        assert set(p) == {"bytes", "us"} and p["us"] > 0, (k, p)
 # A packed stage-3 bucket's further gradient: measured at 2+ ranks only.
 assert ("packed_gradient_us" in cal) == (ranks > 1)
 if ranks > 1:
