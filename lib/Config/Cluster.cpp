@@ -644,6 +644,12 @@ private:
   bool readAttentionShapes(const json &object);
   bool readCacheReuse(const json &object);
   bool readBySize(const json &object, int kind, bool contended);
+  /// `table`'s "points": objects of exactly `x` and `y`, both > 0 (read in
+  /// units of `xScale` and `yScale`), ascending in `x`, at least two
+  /// (`why` says what for).
+  bool readPoints(const json &object, const std::string &table, const char *x,
+                  double xScale, const char *y, double yScale, const char *why,
+                  std::vector<std::pair<double, double>> &points);
   /// The entries of a shapes table `table` (its list under `list`): each
   /// an object with exactly `keys`, handed to `entry` with its path.
   bool
@@ -878,36 +884,40 @@ bool Reader::readAttentionShapes(const json &object) {
       });
 }
 
-bool Reader::readCacheReuse(const json &object) {
-  std::vector<std::pair<double, double>> &curve =
-      cluster.calibration.cacheReuse;
-  if (!readEntries(object, kCacheReuse, "points", {"mib", "gb_per_s"},
+bool Reader::readPoints(const json &object, const std::string &table,
+                        const char *x, double xScale, const char *y,
+                        double yScale, const char *why,
+                        std::vector<std::pair<double, double>> &points) {
+  if (!readEntries(object, table.c_str(), "points", {x, y},
                    [&](const json &p, const JsonPath &pat) {
-                     double bytes = 0, rate = 0;
-                     if (!readPositive(p, pat, "mib", kMiB, bytes) ||
-                         !readPositive(p, pat, "gb_per_s", kGBPerS, rate))
+                     double at = 0, v = 0;
+                     if (!readPositive(p, pat, x, xScale, at) ||
+                         !readPositive(p, pat, y, yScale, v))
                        return false;
-                     if (!curve.empty() && bytes <= curve.back().first) {
+                     if (!points.empty() && at <= points.back().first) {
                        char before[32];
-                       std::snprintf(before, sizeof before, "%g",
-                                     curve.back().first / kMiB);
-                       return fail(pat / "mib",
+                       std::snprintf(before, sizeof before, "%.12g",
+                                     points.back().first / xScale);
+                       return fail(pat / x,
                                    std::string("expected more than the "
                                                "point before's ") +
-                                       before +
-                                       " (points ascend in mib), found " +
-                                       describe(p.at("mib")));
+                                       before + " (points ascend in " + x +
+                                       "), found " + describe(p.at(x)));
                      }
-                     curve.emplace_back(bytes, rate);
+                     points.emplace_back(at, v);
                      return true;
                    }))
     return false;
-  if (curve.size() < 2)
-    return fail(pathOf(kCacheReuse) / "points",
-                "expected at least 2 points (in cache and from memory), "
-                "found " +
-                    std::to_string(curve.size()));
+  if (points.size() < 2)
+    return fail(pathOf(table) / "points",
+                std::string("expected at least 2 points (") + why +
+                    "), found " + std::to_string(points.size()));
   return true;
+}
+
+bool Reader::readCacheReuse(const json &object) {
+  return readPoints(object, kCacheReuse, "mib", kMiB, "gb_per_s", kGBPerS,
+                    "in cache and from memory", cluster.calibration.cacheReuse);
 }
 
 bool Reader::readBySize(const json &object, int kind, bool contended) {
@@ -915,32 +925,10 @@ bool Reader::readBySize(const json &object, int kind, bool contended) {
   ClusterCalibration::CollectiveFit &fit =
       (contended ? cluster.calibration.contended
                  : cluster.calibration.collective)[size_t(kind)];
-  std::vector<std::pair<double, double>> &points = fit.bySize;
-  if (!readEntries(
-          object, key.c_str(), "points", {"bytes", "us"},
-          [&](const json &p, const JsonPath &pat) {
-            double bytes = 0, t = 0;
-            if (!readPositive(p, pat, "bytes", 1, bytes) ||
-                !readPositive(p, pat, "us", kMicrosecond, t))
-              return false;
-            if (!points.empty() && bytes <= points.back().first) {
-              char before[32];
-              std::snprintf(before, sizeof before, "%.0f", points.back().first);
-              return fail(pat / "bytes",
-                          std::string("expected more than the "
-                                      "point before's ") +
-                              before + " (points ascend in bytes), found " +
-                              describe(p.at("bytes")));
-            }
-            points.emplace_back(bytes, t);
-            return true;
-          }))
+  if (!readPoints(object, key, "bytes", 1, "us", kMicrosecond,
+                  "sizes between which the cost model interpolates",
+                  fit.bySize))
     return false;
-  if (points.size() < 2)
-    return fail(pathOf(key) / "points",
-                "expected at least 2 points (sizes between which the cost "
-                "model interpolates), found " +
-                    std::to_string(points.size()));
   if (fit.busBandwidth <= 0)
     return fail(pathOf(key),
                 "expected calibration." +
