@@ -92,7 +92,7 @@ bool Communicator::test(CommHandle &handle) {
   if (handle.state->owner != this)
     throw std::logic_error("a collective handle was tested by a "
                            "communicator other than the one that started it");
-  if (!handle.state->test())
+  if (!handle.state->finished && !handle.state->test())
     return false;
   handle.state.reset();
   return true;
@@ -122,29 +122,60 @@ bool Communicator::wait(CommHandle &handle, const std::atomic<bool> &cancel) {
 
 bool Communicator::waitUntil(CommHandle &handle, CommDeadline deadline,
                              const std::atomic<bool> &cancel) {
-  // Spin briefly (most collectives of a step are short), then back off so
-  // that oversubscribed ranks and the other streams' threads get the cores.
   for (int64_t polls = 0;; ++polls) {
     if (test(handle))
       return true;
-    if (cancel.load(std::memory_order_relaxed))
+    if (!pollAgain(*handle.state, polls, deadline, cancel))
       return false;
-    CommDeadline now = CommClock::now();
-    if (now >= deadline)
-      timedOut(*handle.state, deadline);
-    if (polls < 1000)
-      continue;
-    // A rank that failed on its own will never start this collective; it
-    // said why (announceFailure).
-    if (std::optional<std::string> failure = peerFailure())
-      peerFailed(*handle.state, *failure);
-    if (now - handle.state->started < std::chrono::milliseconds(1))
-      std::this_thread::yield();
-    else if (now - handle.state->started < std::chrono::milliseconds(100))
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
-    else
-      std::this_thread::sleep_for(std::chrono::microseconds(500));
   }
+}
+
+bool Communicator::waitAll(std::vector<CommHandle> &handles,
+                           const std::atomic<bool> &cancel) {
+  auto deadlineOf = [&](const CommHandle &h) {
+    return h.state->started +
+           std::chrono::duration_cast<CommClock::duration>(commTimeout);
+  };
+  for (CommHandle &h : handles) {
+    if (!h.state)
+      continue;
+    if (h.state->owner != this)
+      throw std::logic_error("a collective handle was waited for by a "
+                             "communicator other than the one that started "
+                             "it");
+    for (int64_t polls = 0; !h.state->arrived(); ++polls)
+      if (!pollAgain(*h.state, polls, deadlineOf(h), cancel))
+        return false;
+  }
+  for (CommHandle &h : handles)
+    if (h.state && !waitUntil(h, deadlineOf(h), cancel))
+      return false;
+  return true;
+}
+
+bool Communicator::pollAgain(PendingCollective &p, int64_t polls,
+                             CommDeadline deadline,
+                             const std::atomic<bool> &cancel) {
+  // Spin briefly (most collectives of a step are short), then back off so
+  // that oversubscribed ranks and the other streams' threads get the cores.
+  if (cancel.load(std::memory_order_relaxed))
+    return false;
+  CommDeadline now = CommClock::now();
+  if (now >= deadline)
+    timedOut(p, deadline);
+  if (polls < 1000)
+    return true;
+  // A rank that failed on its own will never start this collective; it
+  // said why (announceFailure).
+  if (std::optional<std::string> failure = peerFailure())
+    peerFailed(p, *failure);
+  if (now - p.started < std::chrono::milliseconds(1))
+    std::this_thread::yield();
+  else if (now - p.started < std::chrono::milliseconds(100))
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  else
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
+  return true;
 }
 
 void Communicator::timedOut(const PendingCollective &p, CommDeadline deadline) {

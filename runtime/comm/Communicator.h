@@ -141,6 +141,13 @@ public:
   /// Makes progress; true once complete, after the result is in place
   /// (16-bit conversion and averaging included). Called until true.
   virtual bool test() = 0;
+  /// Makes progress; true once the collective's data is in, though the
+  /// epilogue test() runs (widening, averaging, copying out) may be left.
+  /// Called until true, then test() finishes. By default test() itself,
+  /// its answer kept (a backend with no epilogue of its own).
+  virtual bool arrived() { return finished || (finished = test()); }
+  /// test() returned true (through arrived()): nothing is left.
+  bool finished = false;
 
   Communicator *owner = nullptr;
   std::string collective; ///< "all_gather", "reduce_scatter", ...
@@ -270,6 +277,15 @@ public:
   /// (another stream of this rank failed; the caller then abandons the
   /// handle and aborts). True when the collective completed.
   bool wait(CommHandle &handle, const std::atomic<bool> &cancel);
+  /// Waits for every handle of `handles` (those of one op), each up to its
+  /// start + timeout(): first until each one's data is in, then each one's
+  /// epilogue. An epilogue run as soon as its own collective completes
+  /// (MPI: averaging a gradient) holds up the others, whose progress is
+  /// this thread's polls (tiny GPT-2's 36 averaged all-reduces in a plain
+  /// MPI program: 30-100 us; bench/RESULTS.md, runs 44 and 45). False, as
+  /// wait(), once `cancel` is set.
+  bool waitAll(std::vector<CommHandle> &handles,
+               const std::atomic<bool> &cancel);
 
   /// A rank that fails on its own (an error no other rank sees, such as
   /// a truncated NVMe swap file of its own) calls this before it aborts the
@@ -369,6 +385,11 @@ private:
   [[noreturn]] void peerFailed(const PendingCollective &p,
                                const std::string &failure);
   bool waitUntil(CommHandle &handle, CommDeadline deadline,
+                 const std::atomic<bool> &cancel);
+  /// One poll of a wait that found `p` not done after `polls` polls: false
+  /// once `cancel` is set; reports a timeout past `deadline` or a peer's
+  /// failure; spins briefly, then backs off.
+  bool pollAgain(PendingCollective &p, int64_t polls, CommDeadline deadline,
                  const std::atomic<bool> &cancel);
 
   /// Adds a started collective's traffic.

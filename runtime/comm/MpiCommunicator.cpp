@@ -16,6 +16,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 
 namespace zeroc::runtime {
 
@@ -84,7 +85,11 @@ struct MpiPending : PendingCollective {
   StagingVector<float> wideRecv;  // f32 results before rounding or copying.
   std::function<void()> complete; // Averaging, rounding, copying out.
 
-  bool test() override {
+  /// The requests complete (their results in `wideRecv` or in place):
+  /// the epilogue `complete` still to run.
+  bool arrived() override {
+    if (transferred)
+      return true;
     int flag = 0;
     int rc = MPI_Testall(int(requests.size()), requests.data(), &flag,
                          MPI_STATUSES_IGNORE);
@@ -96,12 +101,16 @@ struct MpiPending : PendingCollective {
                                " on rank " + std::to_string(comm->rank()) +
                                ": " + std::string(text, size_t(len)));
     }
-    if (!flag)
+    return transferred = flag != 0;
+  }
+  bool test() override {
+    if (!arrived())
       return false;
     if (complete)
-      complete();
+      std::exchange(complete, nullptr)();
     return true;
   }
+  bool transferred = false;
 };
 
 MPI_Datatype bitsType(DType dtype) {

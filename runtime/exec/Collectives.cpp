@@ -38,16 +38,15 @@ void Executor::Impl::complete(Pending &p, bool hostWait) {
     return;
   }
   Communicator &via = p.via ? *p.via : comm;
-  for (CommHandle &h : p.handles)
-    if (!via.wait(h, scheduler.failedFlag())) {
-      // Another stream failed; this rank is about to abort the job, and an
-      // MPI collective cannot be cancelled: leave it.
-      for (CommHandle &left : p.handles)
-        left.abandon();
-      for (auto &buf : p.scratch)
-        new std::shared_ptr<char>(buf); // Keeps its buffer alive.
-      throw ExecError("stopped: another stream failed");
-    }
+  if (!via.waitAll(p.handles, scheduler.failedFlag())) {
+    // Another stream failed; this rank is about to abort the job, and an
+    // MPI collective cannot be cancelled: leave it.
+    for (CommHandle &left : p.handles)
+      left.abandon();
+    for (auto &buf : p.scratch)
+      new std::shared_ptr<char>(buf); // Keeps its buffer alive.
+    throw ExecError("stopped: another stream failed");
+  }
   for (auto &f : p.after)
     f();
 }

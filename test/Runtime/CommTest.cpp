@@ -213,9 +213,45 @@ struct NeverCompletes : PendingCollective {
 };
 
 /// Two ranks in name only: every collective stays pending forever, as if
-/// the other rank skipped it.
+/// the other rank skipped it; `scripted` hands out collectives that
+/// complete as told.
 class StuckCommunicator final : public Communicator {
 public:
+  /// A collective whose data arrives at its `arriveAfter`-th poll, each
+  /// event written to `log` ("NAME arrived", "NAME epilogue"); with `split`
+  /// its epilogue is apart (as MPI's averaging), else it completes in one
+  /// test() (the default arrived()).
+  struct Scripted : PendingCollective {
+    std::vector<std::string> *log = nullptr;
+    int arriveAfter = 1, polls = 0;
+    bool split = true;
+    bool poll() {
+      if (polls >= arriveAfter)
+        return true;
+      if (++polls < arriveAfter)
+        return false;
+      log->push_back(collective + " arrived");
+      return true;
+    }
+    bool arrived() override {
+      return split ? poll() : PendingCollective::arrived();
+    }
+    bool test() override {
+      if (!poll())
+        return false;
+      log->push_back(collective + " epilogue");
+      return true;
+    }
+  };
+  CommHandle scripted(const char *name, int arriveAfter, bool split,
+                      std::vector<std::string> &log) {
+    auto p = makePending<Scripted>(name, OpLabel{});
+    p->log = &log;
+    p->arriveAfter = arriveAfter;
+    p->split = split;
+    return CommHandle(std::move(p));
+  }
+
   int rank() const override { return 1; }
   int size() const override { return 2; }
   std::string_view backend() const override { return "stuck"; }
@@ -290,6 +326,56 @@ TEST(CommTimeout, WaitReportsRankOpAndCollective) {
   EXPECT_TRUE(h.pending());
   EXPECT_THROW(comm.wait(h, CommClock::now()), CommTimeoutError);
   EXPECT_EQ(messages.size(), 2u);
+}
+
+// An op's collectives are waited for together: every one's data first,
+// then their epilogues, so that one's averaging does not hold up the
+// others' progress; a collective without an epilogue apart completes once.
+TEST(CommWaitAll, EveryCollectiveArrivesBeforeAnyEpilogue) {
+  StuckCommunicator comm;
+  const std::atomic<bool> never{false};
+  std::vector<std::string> log;
+  std::vector<CommHandle> op;
+  op.push_back(comm.scripted("a", 3, true, log));
+  op.push_back(comm.scripted("b", 1, true, log));
+  op.push_back(comm.scripted("c", 2, false, log));
+  ASSERT_TRUE(comm.waitAll(op, never));
+  EXPECT_EQ(log, (std::vector<std::string>{"a arrived", "b arrived",
+                                           "c arrived", "c epilogue",
+                                           "a epilogue", "b epilogue"}));
+  for (const CommHandle &h : op)
+    EXPECT_FALSE(h.pending());
+  // Waited for one by one, each epilogue follows its own collective.
+  log.clear();
+  CommHandle one = comm.scripted("a", 3, true, log);
+  CommHandle two = comm.scripted("b", 1, true, log);
+  comm.wait(one);
+  comm.wait(two);
+  EXPECT_EQ(log, (std::vector<std::string>{"a arrived", "a epilogue",
+                                           "b arrived", "b epilogue"}));
+  // Another stream failed: false, the handles left pending.
+  const std::atomic<bool> failed{true};
+  std::vector<CommHandle> stuck;
+  stuck.push_back(comm.scripted("d", 1000000, true, log));
+  EXPECT_FALSE(comm.waitAll(stuck, failed));
+  EXPECT_TRUE(stuck[0].pending());
+  stuck[0].abandon();
+  // A collective that never arrives times out, named.
+  comm.setTimeout(CommDuration(0.02));
+  std::vector<std::string> messages;
+  comm.setTimeoutHandler([&](const std::string &m) { messages.push_back(m); });
+  float x = 0;
+  std::vector<CommHandle> late;
+  late.push_back(comm.scripted("e", 1, true, log));
+  late.push_back(comm.allReduce(&x, 1, DType::F32, true, {9, "reduce"}));
+  EXPECT_THROW(comm.waitAll(late, never), CommTimeoutError);
+  ASSERT_EQ(messages.size(), 1u);
+  EXPECT_NE(messages[0].find("all_reduce of plan op 9 (reduce) did not "
+                             "complete within 0.02 s"),
+            std::string::npos)
+      << messages[0];
+  for (CommHandle &h : late)
+    h.abandon();
 }
 
 TEST(CommTimeoutDeathTest, DefaultHandlerPrintsOneLineAndAborts) {
