@@ -810,6 +810,33 @@ CostModel::communicatorCalls(const PlanOp &op,
   }
 }
 
+std::vector<double> CostModel::collectiveParts(const PlanOp &op, double bytes,
+                                               double elementBytes,
+                                               bool packedSmall) const {
+  if (op.tensors.size() < 2 || op.kind == OpKind::AllGatherUpdatesStart)
+    return {};
+  std::vector<double> parts;
+  double small = 0, sum = 0;
+  for (const std::string &name : op.tensors) {
+    const PlanTensor *t = plan.findTensor(name);
+    if (!t)
+      return {};
+    double b = double(t->numel) * elementBytes;
+    sum += b;
+    if (packedSmall && b <= double(kPackedGradientMaxBytes))
+      small += b;
+    else
+      parts.push_back(b);
+  }
+  if (small > 0)
+    parts.push_back(small);
+  // Only where the named tensors are what the op moves (not a flat group's
+  // buffer beside its gradients, nor padded shards).
+  if (std::fabs(sum - bytes) > 1e-6 * bytes)
+    return {};
+  return parts;
+}
+
 double CostModel::transfer(OpCost &cost, Placement from, Placement to,
                            double bytes, double nvmeBytes) const {
   if (from == to || bytes <= 0)
@@ -924,22 +951,30 @@ OpCost CostModel::collectiveCost(const PhaseInfo &info, const PlanOp &op,
   const ClusterCalibration::CollectiveFit &busy =
       clusterRef.calibration.contended[size_t(*kind)];
   const bool measured = fit.busBandwidth > 0 && n > 1 && layout.nodes == 1;
+  // A collective of `b` bytes as measured on this node; whether by sizes.
+  std::function<double(double)> priceBytes;
+  bool bySize = false;
   if (measured) {
     // Measured on this node: nccl-tests' busbw convention; by the measured
     // sizes where the file has them (at the calibration's ranks, placed in
     // bus bytes), else the fixed time and bandwidth fitted.
-    double busBytes = bytes * commElementsPerRank(*kind, 1.0, n);
     const double calibrated = clusterRef.calibration.ranks;
     const double busPerByte =
         calibrated >= 2
             ? commElementsPerRank(*kind, 1.0, int64_t(std::llround(calibrated)))
             : 0.0;
-    cost.seconds = fit.seconds(busBytes, busPerByte);
     // Beside compute on a CPU rank's cores: as measured so, where it
     // is slower. Compute beside a collective cannot speed it up; a
     // contended fit that came out faster measured other processes' load.
-    if (contended && busy.busBandwidth > 0)
-      cost.seconds = std::max(cost.seconds, busy.seconds(busBytes, busPerByte));
+    priceBytes = [&, busPerByte](double b) {
+      double bus = b * commElementsPerRank(*kind, 1.0, n);
+      double t = fit.seconds(bus, busPerByte);
+      if (contended && busy.busBandwidth > 0)
+        t = std::max(t, busy.seconds(bus, busPerByte));
+      return t;
+    };
+    cost.seconds = priceBytes(bytes);
+    bySize = busPerByte > 0 && fit.bySize.size() >= 2;
   } else
     cost.seconds = collectiveTime(clusterRef, *kind, bytes, layout).seconds;
   // zerorun starts one communicator collective per tensor the op moves
@@ -982,8 +1017,27 @@ OpCost CostModel::collectiveCost(const PhaseInfo &info, const PlanOp &op,
                         dtype) +
             double(u.inputs.size() - 1) * clusterRef.calibration.packedGradient;
   }
+  // By measured sizes, each collective of the op (one per tensor it names,
+  // stage 3's small gradients packed into one) is read at its own size:
+  // the time rises faster than the bytes once a collective's buffers leave
+  // the cache. Small Llama's stage-3 bucket of 39 gradients (20 MB, the
+  // largest 4 MB) ran 12 ms a micro-step at two ranks where one collective
+  // of 20 MB is priced 22 (bench/RESULTS.md, run 45). Each part's time
+  // holds its fixed time: no per-tensor time on top.
+  bool perPart = false;
+  if (bySize) {
+    std::vector<double> parts = collectiveParts(
+        op, bytes, elementBytes, (packed && packed->packed()) || !flat.empty());
+    if (parts.size() > 1) {
+      double sum = 0;
+      for (double b : parts)
+        sum += priceBytes(b);
+      cost.seconds += sum - priceBytes(bytes);
+      perPart = true;
+    }
+  }
   if (int64_t calls = communicatorCalls(op, flat, packed ? &*packed : nullptr);
-      calls > 1) {
+      calls > 1 && !perPart) {
     double fixed = measured
                        ? (fit.perTensor > 0 ? fit.perTensor : fit.latency)
                        : collectiveTime(clusterRef, *kind, 0, layout).latency;

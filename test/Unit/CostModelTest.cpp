@@ -2287,6 +2287,31 @@ TEST(Calibration, ACollectiveTakesTheTimeMeasuredAtItsSize) {
   CostModel unplaced(plan, c);
   EXPECT_NEAR(unplaced.cost(plan.phases[0], plan.phases[0].ops[0]).seconds,
               10e-6 + 1.5e6 / 2e9, kTol);
+
+  // An op of two tensors is two collectives, each read at its own size:
+  // 0.75e6 and 0.25e6 elements, bus bytes 0.75e6 (a sixth of the way from
+  // 100 us to 2 ms) and 0.25e6 (half way from the 10 us latency to the
+  // first point), not one of 1e6 (733 us).
+  c.calibration.ranks = 2;
+  c.gpusPerNode = 2;
+  Plan two = planWith({gather});
+  two.phases[0].ops[0].tensors = {"a", "b"};
+  for (auto [name, numel] :
+       {std::pair<const char *, int64_t>{"a", 750000}, {"b", 250000}}) {
+    PlanTensor t;
+    t.name = name;
+    t.dtype = DType::BF16;
+    t.numel = t.localNumel = numel;
+    two.tensors.push_back(t);
+  }
+  CostModel parts(two, c);
+  EXPECT_NEAR(parts.cost(two.phases[0], two.phases[0].ops[0]).seconds,
+              (100e-6 + 1.9e-3 / 6) + (10e-6 + 90e-6 / 2), kTol);
+  // Tensors that are not what the op moves (another size): one collective.
+  two.tensors[1].numel = 300000;
+  CostModel whole(two, c);
+  EXPECT_NEAR(whole.cost(two.phases[0], two.phases[0].ops[0]).seconds,
+              100e-6 + 1.9e-3 / 3, kTol);
 }
 
 // zerorun starts one communicator collective per tensor an op moves: a

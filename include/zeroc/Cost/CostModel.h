@@ -356,6 +356,13 @@ private:
   /// Workspace.h): one for each run, one for all of those.
   int64_t communicatorCalls(const PlanOp &op, const std::vector<FlatUnit> &flat,
                             const ParamReduceScatterParts *packed) const;
+  /// The bytes of each collective a collective op of `bytes` starts, one
+  /// per tensor it names (of `elementBytes` each; with `packedSmall`, those
+  /// of kPackedGradientMaxBytes at most as one); empty where it names fewer
+  /// than two, or tensors that are not what it moves (flat groups).
+  std::vector<double> collectiveParts(const PlanOp &op, double bytes,
+                                      double elementBytes,
+                                      bool packedSmall) const;
   /// A reduce-scatter's flat-group inputs as the executor sees them;
   /// returns their element size.
   int64_t flatShares(const PhaseInfo &info, const PlanOp &op,
