@@ -813,15 +813,17 @@ CostModel::communicatorCalls(const PlanOp &op,
 std::vector<double> CostModel::collectiveParts(const PlanOp &op, double bytes,
                                                double elementBytes,
                                                bool packedSmall) const {
-  if (op.tensors.size() < 2 || op.kind == OpKind::AllGatherUpdatesStart)
+  // 1-bit Adam's compressed all-reduce moves none of its tensors' bytes.
+  if (op.tensors.size() < 2 || op.kind == OpKind::AllGatherUpdatesStart ||
+      (oneBitOptimizer && op.kind == OpKind::AllReduceStart))
     return {};
   std::vector<double> parts;
   double small = 0, sum = 0;
   for (const std::string &name : op.tensors) {
-    const PlanTensor *t = plan.findTensor(name);
-    if (!t)
+    auto it = tensors.find(name);
+    if (it == tensors.end())
       return {};
-    double b = double(t->numel) * elementBytes;
+    double b = double(it->second->numel) * elementBytes;
     sum += b;
     if (packedSmall && b <= double(kPackedGradientMaxBytes))
       small += b;
@@ -831,7 +833,7 @@ std::vector<double> CostModel::collectiveParts(const PlanOp &op, double bytes,
   if (small > 0)
     parts.push_back(small);
   // Only where the named tensors are what the op moves (not a flat group's
-  // buffer beside its gradients, nor padded shards).
+  // buffer named once per gradient it receives).
   if (std::fabs(sum - bytes) > 1e-6 * bytes)
     return {};
   return parts;
@@ -1018,7 +1020,8 @@ OpCost CostModel::collectiveCost(const PhaseInfo &info, const PlanOp &op,
             double(u.inputs.size() - 1) * clusterRef.calibration.packedGradient;
   }
   // By measured sizes, each collective of the op (one per tensor it names,
-  // stage 3's small gradients packed into one) is read at its own size:
+  // stage 3's small gradients packed into one; a flat group's op, which
+  // names the group once per gradient, whole) is read at its own size:
   // the time rises faster than the bytes once a collective's buffers leave
   // the cache. Small Llama's stage-3 bucket of 39 gradients (20 MB, the
   // largest 4 MB) ran 12 ms a micro-step at two ranks where one collective
@@ -1026,8 +1029,8 @@ OpCost CostModel::collectiveCost(const PhaseInfo &info, const PlanOp &op,
   // holds its fixed time: no per-tensor time on top.
   bool perPart = false;
   if (bySize) {
-    std::vector<double> parts = collectiveParts(
-        op, bytes, elementBytes, (packed && packed->packed()) || !flat.empty());
+    std::vector<double> parts =
+        collectiveParts(op, bytes, elementBytes, packed && packed->packed());
     if (parts.size() > 1) {
       double sum = 0;
       for (double b : parts)

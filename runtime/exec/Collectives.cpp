@@ -38,7 +38,20 @@ void Executor::Impl::complete(Pending &p, bool hostWait) {
     return;
   }
   Communicator &via = p.via ? *p.via : comm;
-  if (!via.waitAll(p.handles, scheduler.failedFlag())) {
+  bool completed = false;
+  try {
+    completed = via.waitAll(p.handles, scheduler.failedFlag());
+  } catch (...) {
+    // A collective failed (an MPI error, a timeout handler that threw):
+    // the others' epilogues must not run at unwinding into buffers
+    // released first; this rank is about to fail the job.
+    for (CommHandle &left : p.handles)
+      left.abandon();
+    for (auto &buf : p.scratch)
+      new std::shared_ptr<char>(buf); // Keeps its buffer alive.
+    throw;
+  }
+  if (!completed) {
     // Another stream failed; this rank is about to abort the job, and an
     // MPI collective cannot be cancelled: leave it.
     for (CommHandle &left : p.handles)

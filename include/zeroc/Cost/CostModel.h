@@ -357,9 +357,10 @@ private:
   int64_t communicatorCalls(const PlanOp &op, const std::vector<FlatUnit> &flat,
                             const ParamReduceScatterParts *packed) const;
   /// The bytes of each collective a collective op of `bytes` starts, one
-  /// per tensor it names (of `elementBytes` each; with `packedSmall`, those
-  /// of kPackedGradientMaxBytes at most as one); empty where it names fewer
-  /// than two, or tensors that are not what it moves (flat groups).
+  /// per tensor it names (of `elementBytes` each; with `packedSmall`, stage
+  /// 3's packed gradients of kPackedGradientMaxBytes at most as one); empty
+  /// where it names fewer than two, or tensors whose bytes are not what it
+  /// moves (a flat group named once per gradient; 1-bit Adam).
   std::vector<double> collectiveParts(const PlanOp &op, double bytes,
                                       double elementBytes,
                                       bool packedSmall) const;
