@@ -80,7 +80,7 @@ double ClusterCalibration::cachedShare(double bytes) const {
 
 double ClusterCalibration::CollectiveFit::seconds(double busBytes,
                                                   double busPerByte) const {
-  if (bySize.size() < 2 || busPerByte <= 0)
+  if (!readsSizes(busPerByte))
     return latency + (busBandwidth > 0 ? busBytes / busBandwidth : 0.0);
   // Walk the points in bus bytes, their seconds made non-decreasing; (xa,
   // ta) the one before, (xp, tp) the one before that.

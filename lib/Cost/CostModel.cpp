@@ -953,32 +953,30 @@ OpCost CostModel::collectiveCost(const PhaseInfo &info, const PlanOp &op,
   const ClusterCalibration::CollectiveFit &busy =
       clusterRef.calibration.contended[size_t(*kind)];
   const bool measured = fit.busBandwidth > 0 && n > 1 && layout.nodes == 1;
-  // A collective of `b` bytes as measured on this node; whether by sizes.
-  std::function<double(double)> priceBytes;
-  bool bySize = false;
+  // Measured on this node: nccl-tests' busbw convention; by the measured
+  // sizes where the file has them (at the calibration's ranks, placed in
+  // bus bytes), else the fixed time and bandwidth fitted. Beside compute
+  // on a CPU rank's cores: as measured so, where it is slower. Compute
+  // beside a collective cannot speed it up; a contended fit that came out
+  // faster measured other processes' load.
+  const double calibrated = clusterRef.calibration.ranks;
+  const double busPerByte =
+      calibrated >= 2
+          ? commElementsPerRank(*kind, 1.0, int64_t(std::llround(calibrated)))
+          : 0.0;
+  auto measuredTime = [&](double b) {
+    double bus = b * commElementsPerRank(*kind, 1.0, n);
+    double t = fit.seconds(bus, busPerByte);
+    if (contended && busy.busBandwidth > 0)
+      t = std::max(t, busy.seconds(bus, busPerByte));
+    return t;
+  };
+  const bool bySize = measured && fit.readsSizes(busPerByte);
   if (measured) {
-    // Measured on this node: nccl-tests' busbw convention; by the measured
-    // sizes where the file has them (at the calibration's ranks, placed in
-    // bus bytes), else the fixed time and bandwidth fitted.
-    const double calibrated = clusterRef.calibration.ranks;
-    const double busPerByte =
-        calibrated >= 2
-            ? commElementsPerRank(*kind, 1.0, int64_t(std::llround(calibrated)))
-            : 0.0;
-    // Beside compute on a CPU rank's cores: as measured so, where it
-    // is slower. Compute beside a collective cannot speed it up; a
-    // contended fit that came out faster measured other processes' load.
-    priceBytes = [&, busPerByte](double b) {
-      double bus = b * commElementsPerRank(*kind, 1.0, n);
-      double t = fit.seconds(bus, busPerByte);
-      if (contended && busy.busBandwidth > 0)
-        t = std::max(t, busy.seconds(bus, busPerByte));
-      return t;
-    };
-    cost.seconds = priceBytes(bytes);
-    bySize = busPerByte > 0 && fit.bySize.size() >= 2;
+    cost.seconds = measuredTime(bytes);
   } else
     cost.seconds = collectiveTime(clusterRef, *kind, bytes, layout).seconds;
+  const double whole = cost.seconds; // The op as one collective.
   // zerorun starts one communicator collective per tensor the op moves
   // (runtime/exec/Collectives.cpp): each pays the fixed time, the bytes are
   // shared. A bucket of 21 gradients of tiny Llama at 2 ranks on the
@@ -1034,8 +1032,8 @@ OpCost CostModel::collectiveCost(const PhaseInfo &info, const PlanOp &op,
     if (parts.size() > 1) {
       double sum = 0;
       for (double b : parts)
-        sum += priceBytes(b);
-      cost.seconds += sum - priceBytes(bytes);
+        sum += measuredTime(b);
+      cost.seconds += sum - whole;
       perPart = true;
     }
   }

@@ -38,26 +38,24 @@ void Executor::Impl::complete(Pending &p, bool hostWait) {
     return;
   }
   Communicator &via = p.via ? *p.via : comm;
+  // This rank is about to fail the job and an MPI collective cannot be
+  // cancelled: leave the op's collectives, their buffers alive, and run no
+  // epilogue at unwinding into buffers released first.
+  auto leave = [&p] {
+    for (CommHandle &left : p.handles)
+      left.abandon();
+    for (auto &buf : p.scratch)
+      new std::shared_ptr<char>(buf); // Keeps its buffer alive.
+  };
   bool completed = false;
   try {
     completed = via.waitAll(p.handles, scheduler.failedFlag());
   } catch (...) {
-    // A collective failed (an MPI error, a timeout handler that threw):
-    // the others' epilogues must not run at unwinding into buffers
-    // released first; this rank is about to fail the job.
-    for (CommHandle &left : p.handles)
-      left.abandon();
-    for (auto &buf : p.scratch)
-      new std::shared_ptr<char>(buf); // Keeps its buffer alive.
+    leave(); // A collective failed: an MPI error, a timeout handler's.
     throw;
   }
   if (!completed) {
-    // Another stream failed; this rank is about to abort the job, and an
-    // MPI collective cannot be cancelled: leave it.
-    for (CommHandle &left : p.handles)
-      left.abandon();
-    for (auto &buf : p.scratch)
-      new std::shared_ptr<char>(buf); // Keeps its buffer alive.
+    leave();
     throw ExecError("stopped: another stream failed");
   }
   for (auto &f : p.after)

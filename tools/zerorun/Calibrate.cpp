@@ -1530,8 +1530,7 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
             contended
                 ? std::vector<int64_t>{10, 14, 18, 20, 22}
                 : std::vector<int64_t>{10, 12, 14, 16, 18, 19, 20, 21, 22, 23};
-        std::vector<double> xs, ts;
-        std::vector<std::pair<double, double>> points;
+        std::vector<std::pair<double, double>> points; // (bytes, seconds)
         for (int64_t log2 : sizes) {
           // At least an element a rank; past 1024 ranks the small sizes
           // meet, and each is timed once.
@@ -1548,16 +1547,36 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
                 comm.wait(h);
               },
               0.01, 3);
-          double bytes = double(per * n) * 4;
-          xs.push_back(bytes *
-                       commElementsPerRank(CollectiveKind(kind), 1.0, n));
-          ts.push_back(t);
-          points.emplace_back(bytes, t);
+          points.emplace_back(double(per * n) * 4, t);
         }
         if (contended) {
           stop.store(true);
           load.join();
         }
+        // The line in bus bytes; the sizes measured, as text.
+        std::vector<double> xs, ts;
+        std::string measuredSizes;
+        for (const auto &[bytes, t] : points) {
+          xs.push_back(bytes *
+                       commElementsPerRank(CollectiveKind(kind), 1.0, n));
+          ts.push_back(t);
+          char text[32];
+          std::snprintf(text, sizeof text, "%s%g %s",
+                        measuredSizes.empty() ? "" : ", ",
+                        bytes < (1 << 20) ? bytes / 1024 : bytes / (1 << 20),
+                        bytes < (1 << 20) ? "KiB" : "MiB");
+          measuredSizes += text;
+        }
+        const std::string fitted =
+            "fitted over " + measuredSizes + " of f32" +
+            (contended ? " while a thread of every rank runs add kernels" : "");
+        const std::string sizesSource =
+            "each size's median of three batches (10 ms or 1000 calls "
+            "each) of back-to-back collectives at " +
+            measuredSizes + " of f32" +
+            (contended ? " while a thread of every rank runs add kernels"
+                       : "") +
+            (average ? ", averaged as the executor averages gradients" : "");
         auto [latency, bus] = fitLine(xs, ts);
         if (bus <= 0)
           bus = xs.back() / ts.back();
@@ -1565,20 +1584,10 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
         std::string key = "calibration." + name;
         if (contended) {
           k.contended[kind] = {latency, bus, 0, points};
-          source(key + ".contended_latency_us",
-                 "fitted over 4 KiB to 16 MiB of f32 while a thread of every "
-                 "rank runs add kernels");
+          source(key + ".contended_latency_us", fitted);
           source(key + ".contended_bus_gb_per_s",
-                 "fitted over 4 KiB to 16 MiB of f32 while a thread of every "
-                 "rank runs add kernels (nccl-tests' busbw)");
-          source(key + ".contended_by_size",
-                 "each size's median of three batches (10 ms or 1000 calls "
-                 "each) of back-to-back collectives at 4 KiB, 64 KiB, 1, 4 "
-                 "and 16 MiB of f32 while a thread of every rank runs add "
-                 "kernels" +
-                     std::string(average ? ", averaged as the executor "
-                                           "averages gradients"
-                                         : ""));
+                 fitted + " (nccl-tests' busbw)");
+          source(key + ".contended_by_size", sizesSource);
           say("  %-20s %8.2f us + busbw %8.2f GB/s (beside compute)\n",
               name.c_str(), latency * 1e6, bus / 1e9);
           continue;
@@ -1615,13 +1624,7 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
         double split = cal.timeCollective([&] { bucket(tensors); }, 0.01, 3);
         double perTensor = furtherPieceTime(whole, split, tensors);
         k.collective[kind] = {latency, bus, perTensor, points};
-        source(key + ".by_size",
-               "each size's median of three batches (10 ms or 1000 calls "
-               "each) of back-to-back collectives at 4, 16, 64 and 256 KiB "
-               "and 1, 2, 4, 8, 16 and 32 MiB of f32" +
-                   std::string(average ? ", averaged as the executor "
-                                         "averages gradients"
-                                       : ""));
+        source(key + ".by_size", sizesSource);
         if (gradients) {
           k.packedGradient = packedGradientTime(cal, n);
           source("calibration.packed_gradient_us",
@@ -1640,11 +1643,8 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
                     : average ? ", each averaged as the executor does,"
                               : "") +
                    " less one of their 32K, over 31");
-        source(key + ".latency_us",
-               "fitted over ten sizes from 4 KiB to 32 MiB of f32");
-        source(key + ".bus_gb_per_s",
-               "fitted over ten sizes from 4 KiB to 32 MiB of f32 "
-               "(nccl-tests' busbw)");
+        source(key + ".latency_us", fitted);
+        source(key + ".bus_gb_per_s", fitted + " (nccl-tests' busbw)");
         say("  %-20s %8.2f us + busbw %8.2f GB/s, %6.2f us a further "
             "tensor\n",
             name.c_str(), latency * 1e6, bus / 1e9, perTensor * 1e6);

@@ -290,6 +290,10 @@ struct ClusterCalibration {
     /// past the last, the last two's seconds per byte on (at least the
     /// fit's). Otherwise the fit: latency + busBytes / busBandwidth.
     double seconds(double busBytes, double busPerByte) const;
+    /// Whether seconds() reads the measured sizes at `busPerByte`.
+    bool readsSizes(double busPerByte) const {
+      return bySize.size() >= 2 && busPerByte > 0;
+    }
     /// The link `factor` times as fast (what-if): the bandwidth, and each
     /// point's seconds past the latency divided by `factor`.
     void scaleBandwidth(double factor);
