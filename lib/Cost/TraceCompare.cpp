@@ -4,6 +4,7 @@
 
 #include "zeroc/Cost/ScheduleViews.h"
 #include "zeroc/Plan/PlanTrace.h"
+#include "zeroc/Support/Passes.h"
 
 #include <algorithm>
 #include <cmath>
@@ -17,14 +18,6 @@ using nlohmann::json;
 namespace zeroc {
 
 namespace {
-
-double median(std::vector<double> v) {
-  if (v.empty())
-    return 0;
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /// Position of each op index in its phase's op list.
 std::unordered_map<int64_t, size_t> opPositions(const PlanPhase &phase) {

@@ -16,6 +16,7 @@
 #include "zeroc/Plan/AttentionFlops.h"
 #include "zeroc/Support/Collectives.h"
 #include "zeroc/Support/Json.h"
+#include "zeroc/Support/Passes.h"
 
 #include <algorithm>
 #include <atomic>
@@ -49,6 +50,10 @@ double furtherPieceTime(double whole, double split, int64_t pieces) {
 double seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
+
+/// Passes over the plans' own shapes (--shapes; Support/Passes.h): each
+/// figure the median of its passes.
+constexpr int kShapePasses = 3;
 
 class Calibrator {
 public:
@@ -587,11 +592,27 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
   // dy^T x -> dW [out, in]. The classes above interpolate between squares;
   // a model's products are not square (GPT-2 350M's MLP: 8192 x 1024 x
   // 4096 ran faster than that interpolation on an H100).
+  //
+  // In kShapePasses passes over the shapes, each in the same order, each
+  // figure the median of its passes (Support/Passes.h): the development
+  // VM's vCPUs ran 1.3-2x slower for seconds at a time, from outside the
+  // VM, and a calibration that timed each shape once, shape after shape,
+  // took a run of neighbours at half speed (five small linear_grad_weight
+  // shapes at 0.51-0.67 of the others in run 45's third two-rank
+  // calibration, four linear_grad_input at half in run 44's second;
+  // bench/RESULTS.md, "Run 46"). A pass lasts longer than such a spell.
   if (!gemms.empty())
     say("  GEMMs of %s:\n", gemmsFrom.c_str());
-  for (size_t gi = 0; gi < gemms.size(); ++gi) {
+  auto gemmDims = [](const LinearGeometry &s) {
+    return std::to_string(s.rows) + " x " + std::to_string(s.in) + " -> " +
+           std::to_string(s.out);
+  };
+  // Every rank times the same GEMMs in the same order (the votes and the
+  // timings are collective).
+  auto timeGemm = [&](size_t gi,
+                      int pass) -> std::optional<std::vector<double>> {
     const PlanGemm &g = gemms[gi];
-    if (gi % 8 == 0)
+    if (pass == 0 && gi % 8 == 0)
       sampleHandoff();
     using C = ClusterCalibration;
     const LinearGeometry &s = g.geometry;
@@ -600,9 +621,7 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
       return cal.buffer(std::move(shape), dtype, small);
     };
     const char *kindName = opKindName(g.kind);
-    const std::string dims = std::to_string(s.rows) + " x " +
-                             std::to_string(s.in) + " -> " +
-                             std::to_string(s.out);
+    const std::string dims = gemmDims(s);
     std::vector<Tensor> in, out;
     PlanOp op = modelOp(g.kind, 2, 1);
     std::string why; // Why this rank cannot time it; empty: it can.
@@ -646,16 +665,17 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
           dtypeName(g.result).data(), dims.c_str(),
           why.empty() ? "another rank could not run it" : why.c_str());
       cal.releaseSince(mark);
-      continue;
+      return std::nullopt;
     }
+    // Per pass one batch of 50 ms for a large GEMM, the median of three of
+    // 20 ms for the others (before the passes: three and five).
     const bool large = s.flops() >= C::kMatmulClassFlops[2];
-    double seconds = cal.time(
+    std::vector<double> figures = {cal.time(
         [&] { (void)dev.modelOp(op, in, out, StepContext{}, nullptr); },
-        large ? 0.05 : 0.02, large ? 3 : 5);
+        large ? 0.05 : 0.02, large ? 1 : 3)};
     // On a CPU again from memory: every call's operands the next set of a
     // pool of twice the last-level cache (copies of the first), as a
     // step's weights come, touched last a whole pass before.
-    double coldSeconds = 0;
     if (!gpu) {
       double setBytes = 0;
       for (const std::vector<Tensor> *ts : {&in, &out})
@@ -673,14 +693,28 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
             t.data = copy;
           }
       size_t next = 0;
-      coldSeconds = cal.time(
+      figures.push_back(cal.time(
           [&] {
             const size_t i = next++ % sets;
             (void)dev.modelOp(op, ins[i], outs[i], StepContext{}, nullptr);
           },
-          large ? 0.05 : 0.02, large ? 3 : 5);
+          large ? 0.05 : 0.02, large ? 1 : 3));
     }
     cal.releaseSince(mark);
+    return figures;
+  };
+  const std::vector<std::vector<double>> gemmSeconds =
+      medianOverPasses(gemms.size(), kShapePasses, timeGemm);
+  for (size_t gi = 0; gi < gemms.size(); ++gi) {
+    if (gemmSeconds[gi].empty())
+      continue; // Not timed (said above).
+    using C = ClusterCalibration;
+    const PlanGemm &g = gemms[gi];
+    const LinearGeometry &s = g.geometry;
+    const std::string dims = gemmDims(s);
+    const double seconds = gemmSeconds[gi][0];
+    const double coldSeconds =
+        gemmSeconds[gi].size() > 1 ? gemmSeconds[gi][1] : 0.0;
     const double rate = s.flops() / seconds;
     const C::MatmulShapeKey key{C::matmulIndex(g.result),
                                 C::matmulKindIndex(opKindName(g.kind)), s};
@@ -689,14 +723,15 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
       k.matmulShapeCold[key] = s.flops() / coldSeconds;
     say("  gemm %-18s %-4s %s: %8.2f GFLOP/s, %8.2f from memory (classes: "
         "%.2f)\n",
-        kindName, dtypeName(g.result).data(), dims.c_str(), rate / 1e9,
-        coldSeconds > 0 ? s.flops() / coldSeconds / 1e9 : 0.0,
+        opKindName(g.kind), dtypeName(g.result).data(), dims.c_str(),
+        rate / 1e9, coldSeconds > 0 ? s.flops() / coldSeconds / 1e9 : 0.0,
         calibratedMatmulRate(k, g.result, s.flops(), g.kind) / 1e9);
   }
   if (!k.matmulShape.empty())
     c.sources["calibration.matmul_shapes"] =
         measured + ": each linear-class GEMM of " + gemmsFrom +
-        " alone on its own shapes" +
+        " alone on its own shapes, each figure the median of " +
+        std::to_string(kShapePasses) + " passes over the shapes" +
         (k.matmulShapeCold.empty()
              ? std::string()
              : "; tflops on the same operands call after call (in cache), "
@@ -710,7 +745,8 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
     double forward = 0, backward = 0;
     std::string why;
   };
-  auto timeAttention = [&](const AttentionGeometry &g, DType dt) {
+  auto timeAttention = [&](const AttentionGeometry &g, DType dt,
+                           int batches = 5) {
     AttentionRates r;
     const size_t mark = cal.keep.size();
     const std::vector<int64_t> qShape = {g.batch, g.seq, g.heads * g.headDim},
@@ -770,9 +806,11 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
     // ranks: the forward took twice the combined rate's price, the
     // backward 0.94 of it; bench/RESULTS.md, run 22).
     double tf = cal.time(
-        [&] { (void)dev.modelOp(fwd, fin, fout, StepContext{}, nullptr); });
+        [&] { (void)dev.modelOp(fwd, fin, fout, StepContext{}, nullptr); },
+        0.02, batches);
     double tb = cal.time(
-        [&] { (void)dev.modelOp(bwd, bin, bout, StepContext{}, nullptr); });
+        [&] { (void)dev.modelOp(bwd, bin, bout, StepContext{}, nullptr); },
+        0.02, batches);
     int64_t scores = attentionScores(g.batch, g.seq, g.heads, g.window);
     r.forward = double(attentionForwardFlops(scores, g.headDim)) / tf;
     r.backward = double(attentionBackwardFlops(scores, g.headDim, true)) / tb;
@@ -812,10 +850,24 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
   };
   attention(false);
   attention(true);
-  // The plans' own attention (--shapes), each direction on its shapes.
+  // The plans' own attention (--shapes), each direction on its shapes, in
+  // passes as the GEMMs' (the median of three batches a pass).
   if (!attentions.empty())
     say("  attention of %s:\n", gemmsFrom.c_str());
-  for (const PlanAttention &a : attentions) {
+  std::vector<std::string> attentionNotTimed(attentions.size());
+  const std::vector<std::vector<double>> attentionRates = medianOverPasses(
+      attentions.size(), kShapePasses,
+      [&](size_t ai, int) -> std::optional<std::vector<double>> {
+        AttentionRates r =
+            timeAttention(attentions[ai].geometry, attentions[ai].dtype, 3);
+        if (!r.why.empty()) {
+          attentionNotTimed[ai] = r.why;
+          return std::nullopt;
+        }
+        return std::vector<double>{r.forward, r.backward};
+      });
+  for (size_t ai = 0; ai < attentions.size(); ++ai) {
+    const PlanAttention &a = attentions[ai];
     const AttentionGeometry &g = a.geometry;
     std::string dims = "[" + std::to_string(g.batch) + ", " +
                        std::to_string(g.seq) + "] tokens, " +
@@ -823,12 +875,14 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
                        std::to_string(g.kvHeads) + " for keys and values) of " +
                        std::to_string(g.headDim) +
                        (g.window ? ", window " + std::to_string(g.window) : "");
-    AttentionRates r = timeAttention(g, a.dtype);
-    if (!r.why.empty()) {
+    if (attentionRates[ai].empty()) {
       say("  attention %-4s %s: not timed (%s)\n", dtypeName(a.dtype).data(),
-          dims.c_str(), r.why.c_str());
+          dims.c_str(), attentionNotTimed[ai].c_str());
       continue;
     }
+    AttentionRates r;
+    r.forward = attentionRates[ai][0];
+    r.backward = attentionRates[ai][1];
     int d = ClusterCalibration::matmulIndex(a.dtype);
     k.attentionByShape[{d, false, g}] = r.forward;
     k.attentionByShape[{d, true, g}] = r.backward;
@@ -841,7 +895,9 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
   if (!k.attentionByShape.empty())
     c.sources["calibration.attention_shapes"] =
         measured + ": each flash causal_attention of " + gemmsFrom +
-        " on its own shapes, the forward and the backward alone";
+        " on its own shapes, the forward and the backward alone, each "
+        "figure the median of " +
+        std::to_string(kShapePasses) + " passes over the shapes";
 
   // Memory-bound kernels on activation-like inputs, [64, 1024] f32 drawn
   // ([16384, 1024] on a GPU) from N(0, 0.25), the activations of layers

@@ -1,0 +1,68 @@
+//===- Passes.h - Figures timed in passes over their items ------*- C++ -*-===//
+//
+// A calibration times many items (a plan's GEMM shapes, its attention
+// shapes) whose figures are compared with one another. Timed one after
+// another, a spell of slow seconds on a shared machine (another tenant on
+// the core, a thermal or power limit) slows a run of neighbouring items and
+// the cost model takes them for slow shapes. Timed in passes over all the
+// items, each pass in the same order, an item's timings are a whole pass
+// apart: a spell no longer than a pass reaches one of them, and the item's
+// median over three or more passes sets it aside. (Reversing the order each
+// pass would time the items at the turn twice in a row.) MLIR-free.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZEROC_SUPPORT_PASSES_H
+#define ZEROC_SUPPORT_PASSES_H
+
+#include <algorithm>
+#include <cstddef>
+#include <optional>
+#include <vector>
+
+namespace zeroc {
+
+/// The median of `v` (the mean of the middle two of an even count); 0 when
+/// `v` is empty.
+inline double median(std::vector<double> v) {
+  if (v.empty())
+    return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/// Times `count` items in `passes` passes over them, each in index order.
+/// `timeOne(i, pass)` times item i once and returns
+/// its figures (the same number every pass), or std::nullopt where it cannot
+/// be timed: it is not timed again. The result holds, per item, each
+/// figure's median over its passes; empty for an item not timed.
+template <typename TimeOne>
+std::vector<std::vector<double>> medianOverPasses(size_t count, int passes,
+                                                  TimeOne &&timeOne) {
+  std::vector<std::vector<std::vector<double>>> samples(count);
+  std::vector<char> skipped(count, 0);
+  for (int pass = 0; pass < passes; ++pass)
+    for (size_t i = 0; i < count; ++i) {
+      if (skipped[i])
+        continue;
+      std::optional<std::vector<double>> figures = timeOne(i, pass);
+      if (!figures) {
+        skipped[i] = 1;
+        samples[i].clear();
+        continue;
+      }
+      samples[i].resize(std::max(samples[i].size(), figures->size()));
+      for (size_t f = 0; f < figures->size(); ++f)
+        samples[i][f].push_back((*figures)[f]);
+    }
+  std::vector<std::vector<double>> out(count);
+  for (size_t i = 0; i < count; ++i)
+    for (const std::vector<double> &figure : samples[i])
+      out[i].push_back(median(figure));
+  return out;
+}
+
+} // namespace zeroc
+
+#endif // ZEROC_SUPPORT_PASSES_H
