@@ -13,6 +13,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <mutex>
 #include <stdexcept>
 #include <thread>
@@ -24,6 +27,24 @@ namespace zeroc::runtime {
 // MpiSession
 //===----------------------------------------------------------------------===//
 
+void keepMallocScratch() {
+  // Open MPI's reductions take a scratch buffer of the message's size from
+  // malloc on every call. glibc serves blocks past its mmap threshold (128
+  // KiB, raised only as large blocks are freed) from fresh mappings, and
+  // returns a freed heap top past its trim threshold to the kernel: every
+  // collective's scratch was then faulted in page by page. Small Llama's
+  // stage-0 all-reduce (39 gradients, 20 MB) at two ranks on the
+  // development VM: 19-23 ms, 11-16 with blocks up to 32 MiB kept in the
+  // heap (a plain MPI program: 103K page faults in 20 all-reduces against
+  // 12K; bench/RESULTS.md, run 46). The plan's own memory is mapped by the
+  // device (CpuDevice), not by malloc. What the heap keeps past its live
+  // blocks is bounded by the trim threshold.
+#ifdef __GLIBC__
+  mallopt(M_MMAP_THRESHOLD, int(kMallocKeepBlocks));
+  mallopt(M_TRIM_THRESHOLD, int(kMallocKeepTop));
+#endif
+}
+
 MpiSession::MpiSession(int *argc, char ***argv) {
   int initialized = 0;
   MPI_Initialized(&initialized);
@@ -31,6 +52,7 @@ MpiSession::MpiSession(int *argc, char ***argv) {
     MPI_Query_thread(&provided);
     return;
   }
+  keepMallocScratch();
   if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) !=
       MPI_SUCCESS) {
     std::fprintf(stderr, "zerorun: MPI_Init_thread failed\n");

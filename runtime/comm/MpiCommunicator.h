@@ -29,6 +29,14 @@
 
 namespace zeroc::runtime {
 
+/// glibc's malloc set, before MPI starts, to keep blocks up to
+/// kMallocKeepBlocks in its heap and up to kMallocKeepTop of a freed heap
+/// top (M_MMAP_THRESHOLD, M_TRIM_THRESHOLD): MPI's per-collective scratch
+/// is then reused, not faulted in afresh on every call. MpiSession calls it.
+constexpr int64_t kMallocKeepBlocks = int64_t(32) << 20; // glibc's maximum
+constexpr int64_t kMallocKeepTop = int64_t(128) << 20;
+void keepMallocScratch();
+
 /// MPI_Init_thread / MPI_Finalize for a process's lifetime. Asks for
 /// MPI_THREAD_MULTIPLE, so that an executor may drive each stream (and its
 /// communicator) from its own thread; with a lower threadLevel() all MPI
