@@ -78,16 +78,18 @@ double ClusterCalibration::cachedShare(double bytes) const {
   return std::clamp((cold - perByte) / (cold - hot), 0.0, 1.0);
 }
 
-double ClusterCalibration::CollectiveFit::seconds(double busBytes,
-                                                  double busPerByte) const {
-  if (!readsSizes(busPerByte))
-    return latency + (busBandwidth > 0 ? busBytes / busBandwidth : 0.0);
+namespace {
+
+/// A collective's seconds read from `points` (CollectiveFit::seconds).
+double curveSeconds(const std::vector<std::pair<double, double>> &points,
+                    double latency, double busBandwidth, double busBytes,
+                    double busPerByte) {
   // Walk the points in bus bytes, their seconds made non-decreasing; (xa,
   // ta) the one before, (xp, tp) the one before that.
   double xa = 0, ta = 0, xp = 0, tp = 0;
-  for (size_t i = 0; i < bySize.size(); ++i) {
-    const double x = bySize[i].first * busPerByte;
-    const double t = std::max(ta, bySize[i].second);
+  for (size_t i = 0; i < points.size(); ++i) {
+    const double x = points[i].first * busPerByte;
+    const double t = std::max(ta, points[i].second);
     if (busBytes <= x) {
       if (i == 0) {
         const double fixed = std::min(latency, t);
@@ -103,10 +105,32 @@ double ClusterCalibration::CollectiveFit::seconds(double busBytes,
   return ta + (busBytes - xa) * perByte;
 }
 
+} // namespace
+
+double ClusterCalibration::CollectiveFit::seconds(double busBytes,
+                                                  double busPerByte) const {
+  if (!readsSizes(busPerByte))
+    return latency + (busBandwidth > 0 ? busBytes / busBandwidth : 0.0);
+  return curveSeconds(bySize, latency, busBandwidth, busBytes, busPerByte);
+}
+
+double ClusterCalibration::CollectiveFit::seconds(double busBytes,
+                                                  double busPerByte,
+                                                  double hot) const {
+  const double inCache = seconds(busBytes, busPerByte);
+  if (hot < 0 || !readsColdSizes(busPerByte))
+    return inCache;
+  hot = std::min(hot, 1.0);
+  return hot * inCache + (1 - hot) * curveSeconds(coldBySize, latency,
+                                                  busBandwidth, busBytes,
+                                                  busPerByte);
+}
+
 void ClusterCalibration::CollectiveFit::scaleBandwidth(double factor) {
   busBandwidth *= factor;
-  for (auto &[bytes, t] : bySize)
-    t = std::min(latency, t) + std::max(0.0, t - latency) / factor;
+  for (auto *points : {&bySize, &coldBySize})
+    for (auto &[bytes, t] : *points)
+      t = std::min(latency, t) + std::max(0.0, t - latency) / factor;
 }
 
 bool ClusterCalibration::any() const {
@@ -456,12 +480,16 @@ const StringSpec kStrings[] = {
   }
     ZEROC_BY_SIZE_SOURCE("all_gather", "by_size"),
     ZEROC_BY_SIZE_SOURCE("all_gather", "contended_by_size"),
+    ZEROC_BY_SIZE_SOURCE("all_gather", "cold_by_size"),
     ZEROC_BY_SIZE_SOURCE("reduce_scatter", "by_size"),
     ZEROC_BY_SIZE_SOURCE("reduce_scatter", "contended_by_size"),
+    ZEROC_BY_SIZE_SOURCE("reduce_scatter", "cold_by_size"),
     ZEROC_BY_SIZE_SOURCE("all_reduce", "by_size"),
     ZEROC_BY_SIZE_SOURCE("all_reduce", "contended_by_size"),
+    ZEROC_BY_SIZE_SOURCE("all_reduce", "cold_by_size"),
     ZEROC_BY_SIZE_SOURCE("all_to_all", "by_size"),
     ZEROC_BY_SIZE_SOURCE("all_to_all", "contended_by_size"),
+    ZEROC_BY_SIZE_SOURCE("all_to_all", "cold_by_size"),
 #undef ZEROC_BY_SIZE_SOURCE
 };
 
@@ -503,15 +531,19 @@ const ObjectSpec kObjects[] = {
     {"calibration.all_gather", true},
     {"calibration.all_gather.by_size", true},
     {"calibration.all_gather.contended_by_size", true},
+    {"calibration.all_gather.cold_by_size", true},
     {"calibration.reduce_scatter", true},
     {"calibration.reduce_scatter.by_size", true},
     {"calibration.reduce_scatter.contended_by_size", true},
+    {"calibration.reduce_scatter.cold_by_size", true},
     {"calibration.all_reduce", true},
     {"calibration.all_reduce.by_size", true},
     {"calibration.all_reduce.contended_by_size", true},
+    {"calibration.all_reduce.cold_by_size", true},
     {"calibration.all_to_all", true},
     {"calibration.all_to_all.by_size", true},
     {"calibration.all_to_all.contended_by_size", true},
+    {"calibration.all_to_all.cold_by_size", true},
     {"calibration.meeting_wait", true},
     {"calibration.matmul_shapes", true},
     {"calibration.attention_shapes", true},
@@ -529,12 +561,30 @@ constexpr const char *kAttentionShapes = "calibration.attention_shapes";
 /// The cache's hold by reuse distance: {"source": TEXT, "points":
 /// [{"mib", "gb_per_s"}, ...]}, ascending in mib.
 constexpr const char *kCacheReuse = "calibration.cache_reuse";
-/// A collective's seconds by size: "calibration.KIND.by_size" (alone) or
-/// ".contended_by_size" (beside compute) = {"source": TEXT, "points":
-/// [{"bytes", "us"}, ...]}, ascending in bytes.
-std::string bySizeKey(int kind, bool contended) {
+/// A collective's curves of seconds by size: "calibration.KIND.by_size"
+/// (alone, buffers in cache), ".contended_by_size" (beside compute) and
+/// ".cold_by_size" (alone, buffers from memory) = {"source": TEXT,
+/// "points": [{"bytes", "us"}, ...]}, ascending in bytes.
+enum class Curve { Alone, Contended, Cold };
+constexpr Curve kCurves[] = {Curve::Alone, Curve::Contended, Curve::Cold};
+
+std::string bySizeKey(int kind, Curve curve) {
   return "calibration." + std::string(collectiveName(CollectiveKind(kind))) +
-         (contended ? ".contended_by_size" : ".by_size");
+         (curve == Curve::Contended ? ".contended_by_size"
+          : curve == Curve::Cold    ? ".cold_by_size"
+                                    : ".by_size");
+}
+
+/// The fit `curve` belongs to (the cold one is the fit alone's).
+template <typename Calibration>
+auto &fitOf(Calibration &cal, int kind, Curve curve) {
+  return (curve == Curve::Contended ? cal.contended
+                                    : cal.collective)[size_t(kind)];
+}
+
+/// The points of `curve` in `fit`.
+template <typename Fit> auto &pointsOf(Fit &fit, Curve curve) {
+  return curve == Curve::Cold ? fit.coldBySize : fit.bySize;
 }
 
 /// "gpu.peak_tflops.bf16" -> {"gpu", "peak_tflops", "bf16"}.
@@ -572,8 +622,8 @@ std::vector<std::string> keysOf(const std::string &object) {
   if (object == kCacheReuse)
     keys.push_back("points"); // Reader::readCacheReuse
   for (int kind = 0; kind < ClusterCalibration::kCollectiveKinds; ++kind)
-    for (bool contended : {false, true})
-      if (object == bySizeKey(kind, contended))
+    for (Curve curve : kCurves)
+      if (object == bySizeKey(kind, curve))
         keys.push_back("points"); // Reader::readBySize
   return keys;
 }
@@ -643,7 +693,7 @@ private:
   bool readMatmulShapes(const json &object);
   bool readAttentionShapes(const json &object);
   bool readCacheReuse(const json &object);
-  bool readBySize(const json &object, int kind, bool contended);
+  bool readBySize(const json &object, int kind, Curve curve);
   /// `table`'s "points": objects of exactly `x` and `y`, both > 0 (read in
   /// units of `xScale` and `yScale`), ascending in `x`, at least two
   /// (`why` says what for).
@@ -920,14 +970,14 @@ bool Reader::readCacheReuse(const json &object) {
                     "in cache and from memory", cluster.calibration.cacheReuse);
 }
 
-bool Reader::readBySize(const json &object, int kind, bool contended) {
-  const std::string key = bySizeKey(kind, contended);
+bool Reader::readBySize(const json &object, int kind, Curve curve) {
+  const std::string key = bySizeKey(kind, curve);
+  const bool contended = curve == Curve::Contended;
   ClusterCalibration::CollectiveFit &fit =
-      (contended ? cluster.calibration.contended
-                 : cluster.calibration.collective)[size_t(kind)];
+      fitOf(cluster.calibration, kind, curve);
   if (!readPoints(object, key, "bytes", 1, "us", kMicrosecond,
                   "sizes between which the cost model interpolates",
-                  fit.bySize))
+                  pointsOf(fit, curve)))
     return false;
   if (fit.busBandwidth <= 0)
     return fail(pathOf(key),
@@ -971,10 +1021,10 @@ Expected<Cluster> Reader::read() {
       !error && shapes != objects.end())
     readAttentionShapes(*shapes->second);
   for (int kind = 0; kind < ClusterCalibration::kCollectiveKinds; ++kind)
-    for (bool contended : {false, true})
-      if (auto sizes = objects.find(bySizeKey(kind, contended));
+    for (Curve curve : kCurves)
+      if (auto sizes = objects.find(bySizeKey(kind, curve));
           !error && sizes != objects.end())
-        readBySize(*sizes->second, kind, contended);
+        readBySize(*sizes->second, kind, curve);
   if (auto curve = objects.find(kCacheReuse); !error && curve != objects.end())
     if (readCacheReuse(*curve->second) && cluster.calibration.cacheBytes <= 0)
       fail(pathOf(kCacheReuse),
@@ -1105,19 +1155,20 @@ json toJson(const Cluster &c) {
   // A collective's sizes where the reader would take them back (two or
   // more beside the fit, at 2+ ranks); otherwise none, nor their source.
   for (int kind = 0; kind < ClusterCalibration::kCollectiveKinds; ++kind)
-    for (bool contended : {false, true}) {
+    for (Curve curve : kCurves) {
       const ClusterCalibration::CollectiveFit &fit =
-          (contended ? c.calibration.contended
-                     : c.calibration.collective)[size_t(kind)];
-      const json::json_pointer at = pointerOf(bySizeKey(kind, contended));
-      if (fit.bySize.size() < 2 || fit.busBandwidth <= 0 ||
+          fitOf(c.calibration, kind, curve);
+      const std::vector<std::pair<double, double>> &sizes =
+          pointsOf(fit, curve);
+      const json::json_pointer at = pointerOf(bySizeKey(kind, curve));
+      if (sizes.size() < 2 || fit.busBandwidth <= 0 ||
           c.calibration.ranks < 2) {
         if (out.contains(at))
           out[at.parent_pointer()].erase(at.back());
         continue;
       }
       json points = json::array();
-      for (const auto &[bytes, t] : fit.bySize)
+      for (const auto &[bytes, t] : sizes)
         points.push_back(
             {{"bytes", inUnits(bytes, 1)}, {"us", inUnits(t, kMicrosecond)}});
       out[at / "points"] = points;

@@ -468,6 +468,13 @@ void CostModel::computeResidency() {
   // cache; this plan's have theirs), else whether it fits.
   const double curveScale = double(ranksPerNode) / std::max(1.0, cal.ranks);
   const bool curve = cal.cacheReuseInCacheRate() > 0;
+  // A collective's share where the calibration timed collectives from
+  // memory too (CollectiveFit::coldBySize).
+  const bool coldCollectives =
+      std::any_of(std::begin(cal.collective), std::end(cal.collective),
+                  [](const ClusterCalibration::CollectiveFit &f) {
+                    return f.coldBySize.size() >= 2;
+                  });
   auto cached = [&](double since) {
     double share = cal.cachedShare(since * curveScale);
     return share >= 0 ? share : since <= capacity ? 1.0 : 0.0;
@@ -514,7 +521,11 @@ void CostModel::computeResidency() {
           // its target's part: it weighs twice in the share (not in the
           // bytes touched).
           const bool accumulate = op.kind == OpKind::Accumulate && curve;
-          const bool keep = (isModelOp(op.kind) || accumulate) && walk == 1;
+          // A collective keeps the share of what it moves: its values and
+          // the tensors it names.
+          const bool collective = coldCollectives && !op.collective.empty();
+          const bool keep =
+              (isModelOp(op.kind) || accumulate || collective) && walk == 1;
           double hotBytes = 0, allBytes = 0, shareBytes = 0;
           std::vector<std::string> memories;
           // `bytes` of `memory` into the share, `weight` times.
@@ -542,8 +553,8 @@ void CostModel::computeResidency() {
           if (!isModelOp(op.kind))
             for (auto &[memory, bytes] : touchedTensors(info, op)) {
               allBytes += bytes;
-              if (accumulate)
-                share(memory, bytes, 2);
+              if (accumulate || collective)
+                share(memory, bytes, accumulate ? 2 : 1);
               memories.push_back(std::move(memory));
             }
           if (keep && shareBytes > 0)
@@ -964,9 +975,12 @@ OpCost CostModel::collectiveCost(const PhaseInfo &info, const PlanOp &op,
       calibrated >= 2
           ? commElementsPerRank(*kind, 1.0, int64_t(std::llround(calibrated)))
           : 0.0;
+  // From memory in the share of its bytes the cache no longer holds
+  // (computeResidency), where the calibration timed that too.
+  const double hot = info.hotShare(op.index);
   auto measuredTime = [&](double b) {
     double bus = b * commElementsPerRank(*kind, 1.0, n);
-    double t = fit.seconds(bus, busPerByte);
+    double t = fit.seconds(bus, busPerByte, hot);
     if (contended && busy.busBandwidth > 0)
       t = std::max(t, busy.seconds(bus, busPerByte));
     return t;

@@ -477,7 +477,12 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
          {{"source", "measured beside"},
           {"points",
            {{{"bytes", 4096}, {"us", 95}},
-            {{"bytes", 1048576}, {"us", 2100}}}}}}}}};
+            {{"bytes", 1048576}, {"us", 2100}}}}}},
+        {"cold_by_size",
+         {{"source", "measured from memory"},
+          {"points",
+           {{{"bytes", 4096}, {"us", 40}},
+            {{"bytes", 1048576}, {"us", 900}}}}}}}}};
   Expected<JsonDocument> doc = JsonDocument::parse(j.dump(2), "cal.json");
   ASSERT_TRUE(doc);
   Expected<Cluster> c = readCluster(*doc);
@@ -539,6 +544,12 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
   EXPECT_NEAR(k.contended[0].bySize[1].second, 2100e-6, 1e-18);
   EXPECT_EQ(c->sources.at("calibration.all_gather.contended_by_size"),
             "measured beside");
+  ASSERT_EQ(k.collective[0].coldBySize.size(), 2u);
+  EXPECT_EQ(k.collective[0].coldBySize[1].first, 1048576);
+  EXPECT_NEAR(k.collective[0].coldBySize[1].second, 900e-6, 1e-18);
+  EXPECT_TRUE(k.contended[0].coldBySize.empty()); // The fit alone's.
+  EXPECT_EQ(c->sources.at("calibration.all_gather.cold_by_size"),
+            "measured from memory");
   EXPECT_EQ(c->sources.at("calibration.op_overhead_us"), "measured");
 
   // Written back, read again: the same figures.
@@ -550,6 +561,10 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
   EXPECT_EQ(toJson(*d), toJson(*c));
   EXPECT_EQ(d->calibration.collective[0].bySize, k.collective[0].bySize);
   EXPECT_EQ(d->calibration.contended[0].bySize, k.contended[0].bySize);
+  EXPECT_EQ(d->calibration.collective[0].coldBySize,
+            k.collective[0].coldBySize);
+  EXPECT_EQ(d->sources.at("calibration.all_gather.cold_by_size"),
+            "measured from memory");
   EXPECT_EQ(d->sources.at("calibration.all_gather.by_size"), "measured");
   // Sizes the reader would refuse back (one point) are not written, nor
   // their source.
@@ -559,6 +574,11 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
       toJson(onePoint)["calibration"]["all_gather"].contains("by_size"));
   EXPECT_TRUE(toJson(onePoint)["calibration"]["all_gather"].contains(
       "contended_by_size"));
+  Cluster oneCold = *c;
+  oneCold.calibration.collective[0].coldBySize.resize(1);
+  EXPECT_FALSE(
+      toJson(oneCold)["calibration"]["all_gather"].contains("cold_by_size"));
+  EXPECT_TRUE(toJson(oneCold)["calibration"]["all_gather"].contains("by_size"));
 
   auto errorOf = readError;
   // The calibration section with `edit` applied.
@@ -652,6 +672,28 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
       },
       "cluster calibration.all_gather.contended_by_size.points.0.us: "
       "expected a number > 0, found -1");
+  expectError(
+      [](json &c) { c["all_gather"]["cold_by_size"]["points"].erase(1); },
+      "cluster calibration.all_gather.cold_by_size.points: expected at least "
+      "2 points");
+  expectError(
+      [](json &c) {
+        c["all_gather"]["cold_by_size"]["points"][1]["bytes"] = 1024;
+      },
+      "cluster calibration.all_gather.cold_by_size.points.1.bytes: expected "
+      "more than the point before's 4096");
+  expectError([](json &c) { c["all_gather"]["cold_by_size"]["at"] = 1; },
+              "cluster calibration.all_gather.cold_by_size: unknown key 'at'");
+  expectError([](json &c) { c["all_gather"]["cold_points"] = 1; },
+              "cluster calibration.all_gather: unknown key 'cold_points'");
+  expectError(
+      [](json &c) {
+        c["all_gather"].erase("by_size");
+        c["all_gather"].erase("contended_by_size");
+        c.erase("ranks");
+      },
+      "cluster calibration.all_gather.cold_by_size: expected "
+      "calibration.ranks of at least 2 beside it");
   expectError([](json &c) { c["all_gather"]["bus_gb_per_s"] = -3; },
               "cluster calibration.all_gather.bus_gb_per_s: expected a "
               "number > 0, found -3");
@@ -737,6 +779,33 @@ TEST(ClusterCalibration, ACollectiveTakesItsMeasuredTimeBySize) {
   EXPECT_NEAR(fast.bySize[0].second, 15e-6, 1e-15);
   EXPECT_NEAR(fast.bySize[1].second, 255e-6, 1e-15);
   EXPECT_NEAR(fast.seconds(3e6, half), 10e-6 + 990e-6 / 2, 1e-15);
+
+  // From memory: the cold curve in the share the cache does not hold.
+  // Unknown residency (-1), or no cold curve: the in-cache curve alone.
+  ClusterCalibration::CollectiveFit both = fit;
+  EXPECT_FALSE(both.readsColdSizes(half));
+  EXPECT_NEAR(both.seconds(3e6, half, 0.25), 1000e-6, 1e-15);
+  both.coldBySize = {{1e3, 30e-6}, {1e6, 1500e-6}, {8e6, 4500e-6}};
+  EXPECT_TRUE(both.readsColdSizes(half));
+  EXPECT_FALSE(both.readsColdSizes(0));
+  EXPECT_NEAR(both.seconds(3e6, half, -1), 1000e-6, 1e-15);
+  // At 3e6 bus bytes the cold curve is between 0.5e6 (1500 us) and 4e6
+  // (4500 us): 1500 + 3000 x 2.5 / 3.5.
+  const double cold3 = 1500e-6 + 3000e-6 * 2.5 / 3.5;
+  EXPECT_NEAR(both.seconds(3e6, half, 0), cold3, 1e-12);
+  EXPECT_NEAR(both.seconds(3e6, half, 1), 1000e-6, 1e-15);
+  EXPECT_NEAR(both.seconds(3e6, half, 0.25), 0.25 * 1000e-6 + 0.75 * cold3,
+              1e-12);
+  // Past the cold curve's last point: its own last slope (0.75 ns a byte,
+  // under the fit's 1 ns: the fit's).
+  EXPECT_NEAR(both.seconds(6e6, half, 0), 4500e-6 + 2e6 * 1e-9, 1e-12);
+  // One cold point: not read.
+  ClusterCalibration::CollectiveFit lone = both;
+  lone.coldBySize.resize(1);
+  EXPECT_NEAR(lone.seconds(3e6, half, 0), 1000e-6, 1e-15);
+  // The what-if scales both curves.
+  both.scaleBandwidth(2);
+  EXPECT_NEAR(both.coldBySize[1].second, 10e-6 + 1490e-6 / 2, 1e-15);
 }
 
 TEST(ClusterCalibration, GemmsByThePlansShapes) {

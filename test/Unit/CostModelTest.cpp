@@ -2312,6 +2312,31 @@ TEST(Calibration, ACollectiveTakesTheTimeMeasuredAtItsSize) {
   CostModel whole(two, c);
   EXPECT_NEAR(whole.cost(two.phases[0], two.phases[0].ops[0]).seconds,
               100e-6 + 1.9e-3 / 3, kTol);
+
+  // From memory: where the calibration timed the sizes from memory too, the
+  // share of what the op moves that the cache no longer holds
+  // (computeResidency: by LRU distance, the step walked twice) is read on
+  // that curve. On a CPU whose cache holds the 2 MB the op moves from one
+  // step to the next: in cache, as above; on one whose ranks' shares hold
+  // 128 KiB: from memory, each part on the cold curve (0.75e6 bus bytes a
+  // sixth of the way from 300 us to 6 ms; 0.25e6 half way from the 10 us
+  // latency to 300 us).
+  two.tensors[1].numel = 250000;
+  c.calibration.device = "cpu";
+  fit.coldBySize = {{1e6, 300e-6}, {4e6, 6e-3}};
+  c.calibration.cacheBytes = 64.0 * 1024 * 1024;
+  CostModel inCache(two, c);
+  EXPECT_NEAR(inCache.cost(two.phases[0], two.phases[0].ops[0]).seconds,
+              (100e-6 + 1.9e-3 / 6) + (10e-6 + 90e-6 / 2), kTol);
+  c.calibration.cacheBytes = 256.0 * 1024;
+  CostModel fromMemory(two, c);
+  EXPECT_NEAR(fromMemory.cost(two.phases[0], two.phases[0].ops[0]).seconds,
+              (300e-6 + 5.7e-3 / 6) + (10e-6 + 290e-6 / 2), kTol);
+  // Without the cold sizes: the in-cache curve, wherever the tensors are.
+  fit.coldBySize.clear();
+  CostModel noCold(two, c);
+  EXPECT_NEAR(noCold.cost(two.phases[0], two.phases[0].ops[0]).seconds,
+              (100e-6 + 1.9e-3 / 6) + (10e-6 + 90e-6 / 2), kTol);
 }
 
 // zerorun starts one communicator collective per tensor an op moves: a

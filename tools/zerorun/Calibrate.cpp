@@ -1587,12 +1587,21 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
                 ? std::vector<int64_t>{10, 14, 18, 20, 22}
                 : std::vector<int64_t>{10, 12, 14, 16, 18, 19, 20, 21, 22, 23};
         std::vector<std::pair<double, double>> points; // (bytes, seconds)
+        // On a CPU, alone, each size again from memory: every call's
+        // buffers the next set of a pool of twice the last-level cache
+        // (copies of the first), as a step's gradients come to their
+        // collective once the backward has passed its other tensors through
+        // the cache. Back to back on one buffer a collective of a few MiB
+        // stays in the cache (bench/RESULTS.md, run 46).
+        const bool cold = !gpu && !contended;
+        std::vector<std::pair<double, double>> coldPoints;
         for (int64_t log2 : sizes) {
           // At least an element a rank; past 1024 ranks the small sizes
           // meet, and each is timed once.
           int64_t per = std::max<int64_t>(1, (int64_t(1) << log2) / n);
           if (!points.empty() && double(per * n) * 4 <= points.back().first)
             continue;
+          const size_t mark = cal.keep.size();
           Tensor buf = cal.buffer({per * n}, DType::F32, small);
           Tensor recv = cal.buffer({per * n}, DType::F32, small);
           double t = cal.timeCollective(
@@ -1604,6 +1613,35 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
               },
               0.01, 3);
           points.emplace_back(double(per * n) * 4, t);
+          if (cold) {
+            const double setBytes = 2.0 * double(per * n) * 4;
+            const size_t sets =
+                size_t(std::max(2.0, std::ceil(2.0 * double(llc) / setBytes)));
+            std::vector<std::pair<char *, char *>> pool = {
+                {static_cast<char *>(buf.data),
+                 static_cast<char *>(recv.data)}};
+            for (size_t i = 1; i < sets; ++i) {
+              char *a = static_cast<char *>(dev.allocate(buf.bytes(), true));
+              cal.keep.push_back({a, true});
+              char *b = static_cast<char *>(dev.allocate(recv.bytes(), true));
+              cal.keep.push_back({b, true});
+              dev.copy(a, buf.data, buf.bytes());
+              dev.copy(b, recv.data, recv.bytes());
+              pool.emplace_back(a, b);
+            }
+            size_t next = 0;
+            coldPoints.emplace_back(double(per * n) * 4,
+                                    cal.timeCollective(
+                                        [&] {
+                                          const auto &[a, b] =
+                                              pool[next++ % sets];
+                                          CommHandle h =
+                                              start(a, b, per, average);
+                                          comm.wait(h);
+                                        },
+                                        0.01, 3));
+          }
+          cal.releaseSince(mark);
         }
         if (contended) {
           stop.store(true);
@@ -1679,8 +1717,15 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
         double whole = cal.timeCollective([&] { bucket(1); }, 0.01, 3);
         double split = cal.timeCollective([&] { bucket(tensors); }, 0.01, 3);
         double perTensor = furtherPieceTime(whole, split, tensors);
-        k.collective[kind] = {latency, bus, perTensor, points};
+        k.collective[kind] = {latency, bus, perTensor, points, coldPoints};
         source(key + ".by_size", sizesSource);
+        if (!coldPoints.empty())
+          source(key + ".cold_by_size",
+                 sizesSource +
+                     ", each call's buffers the next set of a pool "
+                     "of twice the " +
+                     std::to_string(llc >> 20) +
+                     " MiB last-level cache (from memory)");
         if (gradients) {
           k.packedGradient = packedGradientTime(cal, n);
           source("calibration.packed_gradient_us",

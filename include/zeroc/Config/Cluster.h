@@ -280,6 +280,16 @@ struct ClusterCalibration {
     /// points weigh by their relative error). Empty: not measured (a file
     /// before session 26), when the fit alone prices.
     std::vector<std::pair<double, double>> bySize;
+    /// The same sizes with each call's buffers the next set of a pool of
+    /// twice the last-level cache (CPU calibrations): from memory, as a
+    /// step's gradients come to their collective once the backward has
+    /// passed its other tensors through the cache. `bySize` times one
+    /// buffer call after call, in cache up to a few MiB: small Llama's
+    /// stage-0 all-reduce (39 gradients, 20 MB) ran 20-21 ms at two ranks
+    /// on the development VM where `bySize` priced 5.7-6.3 (plain MPI: 6-7
+    /// ms on buffers just touched, 17-19 on buffers last touched by the
+    /// collective before; bench/RESULTS.md, run 46). Empty: not measured.
+    std::vector<std::pair<double, double>> coldBySize;
     /// Seconds for a collective of `busBytes` (nccl-tests' bus bytes: its
     /// size times the collective's bus factor) with `busPerByte` the
     /// calibration's bus factor (its `ranks`), which places `bySize` in
@@ -294,8 +304,17 @@ struct ClusterCalibration {
     bool readsSizes(double busPerByte) const {
       return bySize.size() >= 2 && busPerByte > 0;
     }
+    /// seconds() for buffers a share `hot` of which is in the last-level
+    /// cache: hot x seconds() + (1 - hot) x the same read from
+    /// `coldBySize`. seconds() where `hot` is unknown (< 0) or the cold
+    /// sizes are not read (readsColdSizes).
+    double seconds(double busBytes, double busPerByte, double hot) const;
+    /// Whether the cold sizes price too: both curves read at `busPerByte`.
+    bool readsColdSizes(double busPerByte) const {
+      return readsSizes(busPerByte) && coldBySize.size() >= 2;
+    }
     /// The link `factor` times as fast (what-if): the bandwidth, and each
-    /// point's seconds past the latency divided by `factor`.
+    /// point's seconds past the latency divided by `factor` (both curves).
     void scaleBandwidth(double factor);
   };
   static constexpr int kCollectiveKinds = 4;
