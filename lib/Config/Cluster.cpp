@@ -121,9 +121,11 @@ double ClusterCalibration::CollectiveFit::seconds(double busBytes,
   if (hot < 0 || !readsColdSizes(busPerByte))
     return inCache;
   hot = std::min(hot, 1.0);
-  return hot * inCache + (1 - hot) * curveSeconds(coldBySize, latency,
-                                                  busBandwidth, busBytes,
-                                                  busPerByte);
+  // From memory never faster than in cache (a noisy small size can be).
+  const double fromMemory =
+      std::max(inCache, curveSeconds(coldBySize, latency, busBandwidth,
+                                     busBytes, busPerByte));
+  return hot * inCache + (1 - hot) * fromMemory;
 }
 
 void ClusterCalibration::CollectiveFit::scaleBandwidth(double factor) {

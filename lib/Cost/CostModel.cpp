@@ -1032,17 +1032,30 @@ OpCost CostModel::collectiveCost(const PhaseInfo &info, const PlanOp &op,
             double(u.inputs.size() - 1) * clusterRef.calibration.packedGradient;
   }
   // By measured sizes, each collective of the op (one per tensor it names,
-  // stage 3's small gradients packed into one; a flat group's op, which
-  // names the group once per gradient, whole) is read at its own size:
-  // the time rises faster than the bytes once a collective's buffers leave
-  // the cache. Small Llama's stage-3 bucket of 39 gradients (20 MB, the
-  // largest 4 MB) ran 12 ms a micro-step at two ranks where one collective
-  // of 20 MB is priced 22 (bench/RESULTS.md, run 45). Each part's time
-  // holds its fixed time: no per-tensor time on top.
+  // stage 3's small gradients packed into one; a flat group's
+  // reduce-scatter one per unit: a gradient, or a staged run of small ones,
+  // over its range of the group's buffer) is read at its own size: the time
+  // rises faster than the bytes once a collective's buffers leave the
+  // cache. Small Llama's stage-3 bucket of 39 gradients (20 MB, the largest
+  // 4 MB) ran 12 ms a micro-step at two ranks where one collective of 20 MB
+  // is priced 22 (bench/RESULTS.md, run 45); its stage-2 bucket, read
+  // whole, 18-22 ms where it ran 10 (run 47). Each part's time holds its
+  // fixed time: no per-tensor time on top.
   bool perPart = false;
   if (bySize) {
-    std::vector<double> parts =
-        collectiveParts(op, bytes, elementBytes, packed && packed->packed());
+    std::vector<double> parts;
+    if (!flat.empty()) {
+      double sum = 0;
+      for (const FlatUnit &u : flat) {
+        parts.push_back(double(u.range.size()) * elementBytes);
+        sum += parts.back();
+      }
+      // Inputs outside a flat group as well: the op whole.
+      if (std::fabs(sum - bytes) > 1e-6 * bytes)
+        parts.clear();
+    } else
+      parts =
+          collectiveParts(op, bytes, elementBytes, packed && packed->packed());
     if (parts.size() > 1) {
       double sum = 0;
       for (double b : parts)

@@ -4,7 +4,7 @@
 
 #include "zeroc/Cost/ScheduleViews.h"
 #include "zeroc/Plan/PlanTrace.h"
-#include "zeroc/Support/Passes.h"
+#include "zeroc/Support/Median.h"
 
 #include <algorithm>
 #include <cmath>

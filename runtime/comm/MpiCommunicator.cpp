@@ -37,8 +37,8 @@ void keepMallocScratch() {
   // development VM: 19-23 ms, 11-16 with blocks up to 32 MiB kept in the
   // heap (a plain MPI program: 103K page faults in 20 all-reduces against
   // 12K; bench/RESULTS.md, run 46). The plan's own memory is mapped by the
-  // device (CpuDevice), not by malloc. What the heap keeps past its live
-  // blocks is bounded by the trim threshold.
+  // device from 1 MiB up (CpuDevice), not by malloc. A heap gives back
+  // the free space at its top past the trim threshold (per malloc arena).
 #ifdef __GLIBC__
   mallopt(M_MMAP_THRESHOLD, int(kMallocKeepBlocks));
   mallopt(M_TRIM_THRESHOLD, int(kMallocKeepTop));

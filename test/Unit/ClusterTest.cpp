@@ -799,6 +799,10 @@ TEST(ClusterCalibration, ACollectiveTakesItsMeasuredTimeBySize) {
   // Past the cold curve's last point: its own last slope (0.75 ns a byte,
   // under the fit's 1 ns: the fit's).
   EXPECT_NEAR(both.seconds(6e6, half, 0), 4500e-6 + 2e6 * 1e-9, 1e-12);
+  // A cold point below the in-cache time (noise) prices no faster.
+  ClusterCalibration::CollectiveFit noisy = both;
+  noisy.coldBySize[1].second = 50e-6;
+  EXPECT_NEAR(noisy.seconds(0.5e6, half, 0), 500e-6, 1e-15);
   // One cold point: not read.
   ClusterCalibration::CollectiveFit lone = both;
   lone.coldBySize.resize(1);

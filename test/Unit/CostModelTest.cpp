@@ -2484,6 +2484,45 @@ TEST(Calibration, FlatGradientsTilingARangeAreOneCollective) {
   EXPECT_NEAR(seconds(10, 4), one + 10e-6, kTol);
 }
 
+// By measured sizes a flat group's reduce-scatter is read unit by unit
+// (Workspace.h, FlatUnit: here each gradient, over its range of the
+// group's buffer), not as one collective of the bucket: two gradients of
+// 750000 and 250000 bf16 elements at two ranks are 0.75e6 and 0.25e6 bus
+// bytes on the curve, where the bucket whole is 1e6.
+TEST(Calibration, AFlatGroupsReduceScatterIsReadUnitByUnit) {
+  Cluster c = exactCluster();
+  c.calibration.ranks = 2;
+  auto &fit = c.calibration.collective[size_t(CollectiveKind::ReduceScatter)];
+  fit = {10e-6, 2e9};
+  fit.bySize = {{1e6, 100e-6}, {4e6, 2e-3}};
+  auto seconds = [&](std::vector<int64_t> sizes) {
+    PlanOp bucket =
+        collectiveOp(0, "reduce_scatter_start", "reduce_scatter", 2, 1.0);
+    ReduceScatterAttrs rs;
+    int64_t offset = 0;
+    Plan plan = planWith({bucket});
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      plan.phases[0].ops[0].inputs.push_back(int64_t(i + 1));
+      plan.phases[0].values.push_back(
+          value(int64_t(i + 1), DType::BF16, sizes[i]));
+      rs.targets.push_back("g.grad");
+      rs.offsets.push_back(offset);
+      offset += sizes[i];
+    }
+    plan.phases[0].ops[0].attrs = rs;
+    withFlatGroup(plan, {{"a", 750000}, {"b", 250000}}, /*sharded=*/true);
+    CostModel model(plan, c);
+    return model.cost(plan.phases[0], plan.phases[0].ops[0]).seconds;
+  };
+  const double whole = 100e-6 + 1.9e-3 / 3;
+  const double parts = (100e-6 + 1.9e-3 / 6) + (10e-6 + 90e-6 / 2);
+  EXPECT_NEAR(seconds({750000, 250000}) - seconds({1000000}), parts - whole,
+              kTol);
+  // Without the sizes: the fit, one fixed time per collective.
+  fit.bySize.clear();
+  EXPECT_NEAR(seconds({750000, 250000}) - seconds({1000000}), 10e-6, kTol);
+}
+
 TEST(OpCost, OneRankCopiesButLaunchesNothing) {
   // 1e6 bf16 elements on one rank, HBM at 1e15 B/s: a gather copies 2 MB
   // out of place (read and written); a reduce-scatter adds the gradient

@@ -16,7 +16,7 @@
 #include "zeroc/Plan/AttentionFlops.h"
 #include "zeroc/Support/Collectives.h"
 #include "zeroc/Support/Json.h"
-#include "zeroc/Support/Passes.h"
+#include "zeroc/Support/Median.h"
 
 #include <algorithm>
 #include <atomic>
@@ -51,7 +51,7 @@ double seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-/// Passes over the plans' own shapes (--shapes; Support/Passes.h): each
+/// Passes over the plans' own shapes (--shapes; Support/Median.h): each
 /// figure the median of its passes.
 constexpr int kShapePasses = 3;
 
@@ -150,6 +150,14 @@ public:
     if (!s.ok())
       t.data = nullptr;
     return t;
+  }
+
+  /// A device copy of `bytes` at `src`, kept until released.
+  char *copyOf(const void *src, int64_t bytes) {
+    auto *copy = static_cast<char *>(dev.allocate(bytes, true));
+    keep.push_back({copy, true});
+    dev.copy(copy, src, bytes);
+    return copy;
   }
 
   /// Releases the buffers made since keep.size() was `mark`.
@@ -594,7 +602,7 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
   // 4096 ran faster than that interpolation on an H100).
   //
   // In kShapePasses passes over the shapes, each in the same order, each
-  // figure the median of its passes (Support/Passes.h): the development
+  // figure the median of its passes (Support/Median.h): the development
   // VM's vCPUs ran 1.3-2x slower for seconds at a time, from outside the
   // VM, and a calibration that timed each shape once, shape after shape,
   // took a run of neighbours at half speed (five small linear_grad_weight
@@ -686,12 +694,8 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
       std::vector<std::vector<Tensor>> ins(sets, in), outs(sets, out);
       for (size_t i = 1; i < sets; ++i)
         for (auto *ts : {&ins[i], &outs[i]})
-          for (Tensor &t : *ts) {
-            void *copy = dev.allocate(t.bytes(), true);
-            cal.keep.push_back({static_cast<char *>(copy), true});
-            dev.copy(copy, t.data, t.bytes());
-            t.data = copy;
-          }
+          for (Tensor &t : *ts)
+            t.data = cal.copyOf(t.data, t.bytes());
       size_t next = 0;
       figures.push_back(cal.time(
           [&] {
@@ -1614,21 +1618,23 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
               0.01, 3);
           points.emplace_back(double(per * n) * 4, t);
           if (cold) {
-            const double setBytes = 2.0 * double(per * n) * 4;
+            // What a call reads and writes: a gather's block and its
+            // output, a reduce-scatter's input and its block, an
+            // all-reduce's buffer in place, an all-to-all's two buffers.
+            const double block = double(per) * 4, whole = block * double(n);
+            const double setBytes =
+                kind == int(CollectiveKind::AllGather)       ? block + whole
+                : kind == int(CollectiveKind::ReduceScatter) ? whole + block
+                : kind == int(CollectiveKind::AllReduce)     ? whole
+                                                             : 2 * whole;
             const size_t sets =
                 size_t(std::max(2.0, std::ceil(2.0 * double(llc) / setBytes)));
             std::vector<std::pair<char *, char *>> pool = {
                 {static_cast<char *>(buf.data),
                  static_cast<char *>(recv.data)}};
-            for (size_t i = 1; i < sets; ++i) {
-              char *a = static_cast<char *>(dev.allocate(buf.bytes(), true));
-              cal.keep.push_back({a, true});
-              char *b = static_cast<char *>(dev.allocate(recv.bytes(), true));
-              cal.keep.push_back({b, true});
-              dev.copy(a, buf.data, buf.bytes());
-              dev.copy(b, recv.data, recv.bytes());
-              pool.emplace_back(a, b);
-            }
+            for (size_t i = 1; i < sets; ++i)
+              pool.emplace_back(cal.copyOf(buf.data, buf.bytes()),
+                                cal.copyOf(recv.data, recv.bytes()));
             size_t next = 0;
             coldPoints.emplace_back(double(per * n) * 4,
                                     cal.timeCollective(

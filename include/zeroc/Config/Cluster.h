@@ -306,8 +306,8 @@ struct ClusterCalibration {
     }
     /// seconds() for buffers a share `hot` of which is in the last-level
     /// cache: hot x seconds() + (1 - hot) x the same read from
-    /// `coldBySize`. seconds() where `hot` is unknown (< 0) or the cold
-    /// sizes are not read (readsColdSizes).
+    /// `coldBySize` (never below seconds()). seconds() where `hot` is
+    /// unknown (< 0) or the cold sizes are not read (readsColdSizes).
     double seconds(double busBytes, double busPerByte, double hot) const;
     /// Whether the cold sizes price too: both curves read at `busPerByte`.
     bool readsColdSizes(double busPerByte) const {

@@ -275,9 +275,11 @@ private:
     std::unordered_map<int64_t, DType> dtypes;
     /// Bytes the waits on each start (by op index) yield.
     std::unordered_map<int64_t, double> waitBytes;
-    /// Per model op (by index), and per accumulate where the calibration
-    /// measured the cache curve: the share of its operand bytes still in
-    /// the last-level cache when it runs (residency; empty where the
+    /// Per model op (by index), per accumulate where the calibration
+    /// measured the cache curve, and per collective start where it timed
+    /// collectives from memory (CollectiveFit::coldBySize): the share of
+    /// its operand bytes (a collective's: of what it moves) still in the
+    /// last-level cache when it runs (residency; empty where the
     /// calibration did not measure the cache).
     std::unordered_map<int64_t, double> hot;
     /// `hot`'s share for op `index`; -1 where it has none (kernelTime's

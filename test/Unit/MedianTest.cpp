@@ -1,6 +1,6 @@
-//===- PassesTest.cpp - Figures timed in passes over their items ----------===//
+//===- MedianTest.cpp - Medians, and figures timed in passes --------------===//
 
-#include "zeroc/Support/Passes.h"
+#include "zeroc/Support/Median.h"
 
 #include <gtest/gtest.h>
 

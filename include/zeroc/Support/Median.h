@@ -1,19 +1,13 @@
-//===- Passes.h - Figures timed in passes over their items ------*- C++ -*-===//
+//===- Median.h - Medians; figures timed in passes --------------*- C++ -*-===//
 //
-// A calibration times many items (a plan's GEMM shapes, its attention
-// shapes) whose figures are compared with one another. Timed one after
-// another, a spell of slow seconds on a shared machine (another tenant on
-// the core, a thermal or power limit) slows a run of neighbouring items and
-// the cost model takes them for slow shapes. Timed in passes over all the
-// items, each pass in the same order, an item's timings are a whole pass
-// apart: a spell no longer than a pass reaches one of them, and the item's
-// median over three or more passes sets it aside. (Reversing the order each
-// pass would time the items at the turn twice in a row.) MLIR-free.
+// Items timed in passes, each pass in the same order: a slow spell no
+// longer than a pass reaches one of an item's timings, and its median over
+// three or more passes sets the spell aside. MLIR-free.
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef ZEROC_SUPPORT_PASSES_H
-#define ZEROC_SUPPORT_PASSES_H
+#ifndef ZEROC_SUPPORT_MEDIAN_H
+#define ZEROC_SUPPORT_MEDIAN_H
 
 #include <algorithm>
 #include <cstddef>
@@ -32,7 +26,11 @@ inline double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/// Times `count` items in `passes` passes over them, each in index order.
+/// Times `count` items in `passes` passes over them, each in index order
+/// (reversed every other pass, the items at the turn would be timed twice
+/// in a row). A calibration times many items whose figures are compared:
+/// timed once each, one after another, a spell of slow seconds on a shared
+/// machine slows a run of neighbours (bench/RESULTS.md, run 46).
 /// `timeOne(i, pass)` times item i once and returns
 /// its figures (the same number every pass), or std::nullopt where it cannot
 /// be timed: it is not timed again. The result holds, per item, each
@@ -65,4 +63,4 @@ std::vector<std::vector<double>> medianOverPasses(size_t count, int passes,
 
 } // namespace zeroc
 
-#endif // ZEROC_SUPPORT_PASSES_H
+#endif // ZEROC_SUPPORT_MEDIAN_H
