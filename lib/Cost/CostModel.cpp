@@ -821,31 +821,42 @@ CostModel::communicatorCalls(const PlanOp &op,
   }
 }
 
-std::vector<double> CostModel::collectiveParts(const PlanOp &op, double bytes,
-                                               double elementBytes,
-                                               bool packedSmall) const {
-  // 1-bit Adam's compressed all-reduce moves none of its tensors' bytes.
-  if (op.tensors.size() < 2 || op.kind == OpKind::AllGatherUpdatesStart ||
-      (oneBitOptimizer && op.kind == OpKind::AllReduceStart))
-    return {};
+std::vector<double>
+CostModel::collectiveParts(const PlanOp &op, double bytes, double elementBytes,
+                           bool packedSmall,
+                           const std::vector<FlatUnit> &flat) const {
   std::vector<double> parts;
-  double small = 0, sum = 0;
-  for (const std::string &name : op.tensors) {
-    auto it = tensors.find(name);
-    if (it == tensors.end())
+  double sum = 0;
+  if (!flat.empty()) {
+    // A flat group's reduce-scatter: a collective per unit, over its range
+    // of the group's buffer (the op names the group once per gradient).
+    for (const FlatUnit &u : flat) {
+      parts.push_back(double(u.range.size()) * elementBytes);
+      sum += parts.back();
+    }
+  } else {
+    // 1-bit Adam's compressed all-reduce moves none of its tensors' bytes.
+    if (op.tensors.size() < 2 || op.kind == OpKind::AllGatherUpdatesStart ||
+        (oneBitOptimizer && op.kind == OpKind::AllReduceStart))
       return {};
-    double b = double(it->second->numel) * elementBytes;
-    sum += b;
-    if (packedSmall && b <= double(kPackedGradientMaxBytes))
-      small += b;
-    else
-      parts.push_back(b);
+    double small = 0;
+    for (const std::string &name : op.tensors) {
+      auto it = tensors.find(name);
+      if (it == tensors.end())
+        return {};
+      double b = double(it->second->numel) * elementBytes;
+      sum += b;
+      if (packedSmall && b <= double(kPackedGradientMaxBytes))
+        small += b;
+      else
+        parts.push_back(b);
+    }
+    if (small > 0)
+      parts.push_back(small);
   }
-  if (small > 0)
-    parts.push_back(small);
-  // Only where the named tensors are what the op moves (not a flat group's
-  // buffer named once per gradient it receives).
-  if (std::fabs(sum - bytes) > 1e-6 * bytes)
+  // Only where the parts are what the op moves (not inputs outside a flat
+  // group as well).
+  if (parts.size() < 2 || std::fabs(sum - bytes) > 1e-6 * bytes)
     return {};
   return parts;
 }
@@ -1043,20 +1054,9 @@ OpCost CostModel::collectiveCost(const PhaseInfo &info, const PlanOp &op,
   // fixed time: no per-tensor time on top.
   bool perPart = false;
   if (bySize) {
-    std::vector<double> parts;
-    if (!flat.empty()) {
-      double sum = 0;
-      for (const FlatUnit &u : flat) {
-        parts.push_back(double(u.range.size()) * elementBytes);
-        sum += parts.back();
-      }
-      // Inputs outside a flat group as well: the op whole.
-      if (std::fabs(sum - bytes) > 1e-6 * bytes)
-        parts.clear();
-    } else
-      parts =
-          collectiveParts(op, bytes, elementBytes, packed && packed->packed());
-    if (parts.size() > 1) {
+    std::vector<double> parts = collectiveParts(
+        op, bytes, elementBytes, packed && packed->packed(), flat);
+    if (!parts.empty()) {
       double sum = 0;
       for (double b : parts)
         sum += measuredTime(b);

@@ -25,7 +25,6 @@
 #include <malloc.h>
 #endif
 #include <numeric>
-#include <sys/resource.h>
 #include <thread>
 
 using namespace zeroc;
@@ -221,21 +220,15 @@ TEST(MpiComm, AllReduceF32SplitIntoSeveralMessages) {
 }
 
 // MpiSession sets malloc to keep MPI's per-collective scratch
-// (keepMallocScratch). Open MPI's nonblocking all-reduce takes a scratch
-// buffer of the message's size from malloc when it starts: six of 2 MiB
-// started together hold 12 MiB of scratch, which glibc's default gave
-// back to the kernel once freed (its trim threshold follows the largest
-// block freed, here about 4 MiB), and every later round faulted those
-// pages in again (about 3,000 a round here; small Llama's all-reduce of 39
-// gradients ran 19-25 ms so and 13-17 ms kept). So kept, later rounds fault
-// nothing in; and a block of 20 MiB comes from the heap and stays there.
+// (keepMallocScratch): a block of a collective's size comes from the heap,
+// not a fresh mapping, and stays there once freed, so the next collective
+// reuses its pages. (Counting the page faults of rounds of concurrent
+// all-reduces did not separate the two: about 514 in three rounds without
+// the setting, 2-513 with it after the binary's earlier tests at 4 ranks;
+// small Llama's 39-gradient all-reduce in zerorun did, 19-25 ms against
+// 13-17: bench/RESULTS.md, run 46.) The rounds check the results.
 TEST(MpiSession, CollectivesReuseTheirScratch) {
 #if defined(__GLIBC__) && __GLIBC_PREREQ(2, 33)
-  auto faults = [] {
-    struct rusage u;
-    getrusage(RUSAGE_SELF, &u);
-    return u.ru_minflt + u.ru_majflt;
-  };
   auto comm = world();
   const int64_t n = int64_t(1) << 19; // 2 MiB of f32 a tensor
   std::vector<std::vector<float>> grads(6, std::vector<float>(size_t(n), 1));
@@ -246,12 +239,8 @@ TEST(MpiSession, CollectivesReuseTheirScratch) {
     for (CommHandle &h : hs)
       waitAll(*comm, h);
   };
-  round();
-  const long before = faults();
   for (int i = 0; i < 3; ++i)
     round();
-  EXPECT_LT(faults() - before, 256)
-      << "3 rounds of 6 all-reduces of 512 pages each";
   EXPECT_EQ(grads[5][0], 1.0f);
 
   const size_t bytes = size_t(20) << 20;

@@ -2261,13 +2261,21 @@ TEST(Calibration, CollectiveFitReplacesTheRingOnOneNode) {
 // are no line: bench/RESULTS.md, run 44), a collective takes the time
 // measured at its size, in bus bytes: measured at 2 ranks, priced at 4 by
 // the bytes each rank's link carries.
-TEST(Calibration, ACollectiveTakesTheTimeMeasuredAtItsSize) {
+/// exactCluster calibrated at two ranks for `kind`: 10 us + 2 GB/s fitted,
+/// and sizes 1 MB and 4 MB measured (at 2 ranks bus bytes 0.5e6 and 2e6) at
+/// 100 us and 2 ms.
+Cluster withMeasuredSizes(CollectiveKind kind) {
   Cluster c = exactCluster();
   c.calibration.ranks = 2;
-  auto &fit = c.calibration.collective[size_t(CollectiveKind::AllGather)];
+  auto &fit = c.calibration.collective[size_t(kind)];
   fit = {10e-6, 2e9};
-  // Sizes 1 MB and 4 MB: at 2 ranks bus bytes 0.5e6 and 2e6.
   fit.bySize = {{1e6, 100e-6}, {4e6, 2e-3}};
+  return c;
+}
+
+TEST(Calibration, ACollectiveTakesTheTimeMeasuredAtItsSize) {
+  Cluster c = withMeasuredSizes(CollectiveKind::AllGather);
+  auto &fit = c.calibration.collective[size_t(CollectiveKind::AllGather)];
   // 1e6 bf16 elements gathered: 2e6 bytes, 1e6 bus bytes at 2 ranks, a
   // third of the way from the first point to the second (the line: 510
   // us).
@@ -2490,11 +2498,8 @@ TEST(Calibration, FlatGradientsTilingARangeAreOneCollective) {
 // 750000 and 250000 bf16 elements at two ranks are 0.75e6 and 0.25e6 bus
 // bytes on the curve, where the bucket whole is 1e6.
 TEST(Calibration, AFlatGroupsReduceScatterIsReadUnitByUnit) {
-  Cluster c = exactCluster();
-  c.calibration.ranks = 2;
+  Cluster c = withMeasuredSizes(CollectiveKind::ReduceScatter);
   auto &fit = c.calibration.collective[size_t(CollectiveKind::ReduceScatter)];
-  fit = {10e-6, 2e9};
-  fit.bySize = {{1e6, 100e-6}, {4e6, 2e-3}};
   auto seconds = [&](std::vector<int64_t> sizes) {
     PlanOp bucket =
         collectiveOp(0, "reduce_scatter_start", "reduce_scatter", 2, 1.0);

@@ -51,6 +51,13 @@ double seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
+/// How many sets of `setBytes` a pool of twice the last-level cache (`llc`
+/// bytes) holds, at least two: each call's operands the next set, as a
+/// step's come from memory.
+size_t coldPoolSets(double setBytes, int64_t llc) {
+  return size_t(std::max(2.0, std::ceil(2.0 * double(llc) / setBytes)));
+}
+
 /// Passes over the plans' own shapes (--shapes; Support/Median.h): each
 /// figure the median of its passes.
 constexpr int kShapePasses = 3;
@@ -689,8 +696,7 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
       for (const std::vector<Tensor> *ts : {&in, &out})
         for (const Tensor &t : *ts)
           setBytes += double(t.bytes());
-      const size_t sets =
-          size_t(std::max(2.0, std::ceil(2.0 * double(llc) / setBytes)));
+      const size_t sets = coldPoolSets(setBytes, llc);
       std::vector<std::vector<Tensor>> ins(sets, in), outs(sets, out);
       for (size_t i = 1; i < sets; ++i)
         for (auto *ts : {&ins[i], &outs[i]})
@@ -1627,8 +1633,7 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
                 : kind == int(CollectiveKind::ReduceScatter) ? whole + block
                 : kind == int(CollectiveKind::AllReduce)     ? whole
                                                              : 2 * whole;
-            const size_t sets =
-                size_t(std::max(2.0, std::ceil(2.0 * double(llc) / setBytes)));
+            const size_t sets = coldPoolSets(setBytes, llc);
             std::vector<std::pair<char *, char *>> pool = {
                 {static_cast<char *>(buf.data),
                  static_cast<char *>(recv.data)}};

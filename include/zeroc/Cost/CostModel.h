@@ -358,14 +358,15 @@ private:
   /// Workspace.h): one for each run, one for all of those.
   int64_t communicatorCalls(const PlanOp &op, const std::vector<FlatUnit> &flat,
                             const ParamReduceScatterParts *packed) const;
-  /// The bytes of each collective a collective op of `bytes` starts, one
-  /// per tensor it names (of `elementBytes` each; with `packedSmall`, stage
-  /// 3's packed gradients of kPackedGradientMaxBytes at most as one); empty
-  /// where it names fewer than two, or tensors whose bytes are not what it
-  /// moves (a flat group named once per gradient; 1-bit Adam).
+  /// The bytes of each collective a collective op of `bytes` starts: one
+  /// per unit of a flat group's reduce-scatter (`flat`), else one per
+  /// tensor it names (of `elementBytes` each; with `packedSmall`, stage 3's
+  /// packed gradients of kPackedGradientMaxBytes at most as one); empty
+  /// where that is fewer than two, or not what it moves (inputs outside a
+  /// flat group too; 1-bit Adam).
   std::vector<double> collectiveParts(const PlanOp &op, double bytes,
-                                      double elementBytes,
-                                      bool packedSmall) const;
+                                      double elementBytes, bool packedSmall,
+                                      const std::vector<FlatUnit> &flat) const;
   /// A reduce-scatter's flat-group inputs as the executor sees them;
   /// returns their element size.
   int64_t flatShares(const PhaseInfo &info, const PlanOp &op,
