@@ -30,6 +30,11 @@ calibration) / measured (in that round). On a shared machine whose speed
 moves between minutes, this pairs each measurement with a calibration
 taken under the same load; one calibration for the whole bench does not.
 
+Each round's calibration line also says how steady the machine was while
+it calibrated (`zeroc inspect`'s calibration_steadiness: how many of its
+probes ran 1.15 times their usual time or more; "calibration_steadiness"
+in the JSON, per rank count and round).
+
 `--calibrations N` calibrates N times per rank count and uses each
 figure's median: on a shared machine one calibration's figures move with
 whatever else ran while it measured.
@@ -272,6 +277,25 @@ def calibrate(zerorun, work, ranks, rnd, count, plans=()):
     return path, (others, steal)
 
 
+def steadiness(zeroc, work, configs, ranks, cal):
+    """`zeroc inspect`'s calibration_steadiness for the calibration `cal`
+    of `ranks` ranks (read through one of their plans), or None where the
+    file has no probes."""
+    name = next(c[4] for c in configs if c[1] == ranks)
+    report = json.loads(run([zeroc, "inspect",
+                             os.path.join(work, name + ".plan.json"),
+                             "--cluster", cal, "--json"]))
+    return report.get("calibration_steadiness")
+
+
+def describe_steadiness(st):
+    if not st:
+        return "no steadiness probes"
+    return (f"{st['slow_probes']} of {st['probes']} probes slow" +
+            (f", {st['slow_factor']:.2f}x (worst {st['worst_factor']:.2f}x)"
+             if st["slow_probes"] else ""))
+
+
 def steps_seconds(trace):
     """Seconds of measured steps in a zerorun trace: rank 0's phase runs of
     the steps after the first (the ones --compare takes its median over)."""
@@ -396,6 +420,7 @@ def main():
     loads = {}
     foreign = {}  # (name, round) -> (others, steal) during its run
     cal_load = {}  # (ranks, round) -> others during its calibration
+    cal_steady = {}  # (ranks, round) -> its calibration_steadiness
     failed = {}
     for rnd in range(0 if again else rounds):
         for ranks in ranks_list:
@@ -404,12 +429,16 @@ def main():
             plans = [] if args.no_shapes else [
                 os.path.join(work, c[4] + ".plan.json") for c in configs
                 if c[1] == ranks]
-            _, (others, steal) = calibrate(zerorun, work, ranks, rnd,
-                                           args.calibrations, plans)
+            cal, (others, steal) = calibrate(zerorun, work, ranks, rnd,
+                                             args.calibrations, plans)
             cal_load[(ranks, rnd)] = others
+            took = time.time() - t0
+            st = steadiness(zeroc, work, configs, ranks, cal)
+            cal_steady[(ranks, rnd)] = st
             print(f"round {rnd}: calibrated {ranks} rank(s) in "
-                  f"{time.time() - t0:.0f} s (load {load:.2f}; other "
-                  f"processes {others:.0%}, steal {steal:.0%})", flush=True)
+                  f"{took:.0f} s (load {load:.2f}; other "
+                  f"processes {others:.0%}, steal {steal:.0%}; "
+                  f"{describe_steadiness(st)})", flush=True)
             order = [c for c in configs if c[1] == ranks]
             measured_s = {}
             for launch in range(max(args.max_launches, 1)):
@@ -546,6 +575,9 @@ def main():
                    "threads": args.threads or None,
                    "calibration": {r: [cal_path(r, i) for i in range(rounds)]
                                    for r in ranks_list},
+                   "calibration_steadiness": {
+                       r: [cal_steady.get((r, i)) for i in range(rounds)]
+                       for r in ranks_list},
                    "stage_orders": orders, "work": work},
                   open(args.json, "w"), indent=1)
 

@@ -473,6 +473,10 @@ const StringSpec kStrings[] = {
      [](Cluster &c) -> std::string & {
        return c.sources["calibration.cache_reuse"];
      }},
+    {"calibration.steadiness.source", true,
+     [](Cluster &c) -> std::string & {
+       return c.sources["calibration.steadiness"];
+     }},
 #define ZEROC_BY_SIZE_SOURCE(name, object)                                     \
   {                                                                            \
     "calibration." name "." object ".source", true,                            \
@@ -550,6 +554,7 @@ const ObjectSpec kObjects[] = {
     {"calibration.matmul_shapes", true},
     {"calibration.attention_shapes", true},
     {"calibration.cache_reuse", true},
+    {"calibration.steadiness", true},
 };
 
 /// The calibration's GEMMs by a plan's shapes: {"source": TEXT,
@@ -563,6 +568,10 @@ constexpr const char *kAttentionShapes = "calibration.attention_shapes";
 /// The cache's hold by reuse distance: {"source": TEXT, "points":
 /// [{"mib", "gb_per_s"}, ...]}, ascending in mib.
 constexpr const char *kCacheReuse = "calibration.cache_reuse";
+/// The machine's speed through the calibration: {"source": TEXT, "points":
+/// [{"s", "ms"}, ...]}, ascending in s (seconds since it started), ms the
+/// slowest rank's time of the probe.
+constexpr const char *kSteadiness = "calibration.steadiness";
 /// A collective's curves of seconds by size: "calibration.KIND.by_size"
 /// (alone, buffers in cache), ".contended_by_size" (beside compute) and
 /// ".cold_by_size" (alone, buffers from memory) = {"source": TEXT,
@@ -621,8 +630,8 @@ std::vector<std::string> keysOf(const std::string &object) {
     keys.push_back("gemms"); // Reader::readMatmulShapes
   if (object == kAttentionShapes)
     keys.push_back("kernels"); // Reader::readAttentionShapes
-  if (object == kCacheReuse)
-    keys.push_back("points"); // Reader::readCacheReuse
+  if (object == kCacheReuse || object == kSteadiness)
+    keys.push_back("points"); // Reader::readCacheReuse, readSteadiness
   for (int kind = 0; kind < ClusterCalibration::kCollectiveKinds; ++kind)
     for (Curve curve : kCurves)
       if (object == bySizeKey(kind, curve))
@@ -695,6 +704,7 @@ private:
   bool readMatmulShapes(const json &object);
   bool readAttentionShapes(const json &object);
   bool readCacheReuse(const json &object);
+  bool readSteadiness(const json &object);
   bool readBySize(const json &object, int kind, Curve curve);
   /// `table`'s "points": objects of exactly `x` and `y`, both > 0 (read in
   /// units of `xScale` and `yScale`), ascending in `x`, at least two
@@ -972,6 +982,12 @@ bool Reader::readCacheReuse(const json &object) {
                     "in cache and from memory", cluster.calibration.cacheReuse);
 }
 
+bool Reader::readSteadiness(const json &object) {
+  return readPoints(object, kSteadiness, "s", 1, "ms", 1e-3,
+                    "a probe timed again and again",
+                    cluster.calibration.steadiness);
+}
+
 bool Reader::readBySize(const json &object, int kind, Curve curve) {
   const std::string key = bySizeKey(kind, curve);
   const bool contended = curve == Curve::Contended;
@@ -1027,6 +1043,9 @@ Expected<Cluster> Reader::read() {
       if (auto sizes = objects.find(bySizeKey(kind, curve));
           !error && sizes != objects.end())
         readBySize(*sizes->second, kind, curve);
+  if (auto probes = objects.find(kSteadiness);
+      !error && probes != objects.end())
+    readSteadiness(*probes->second);
   if (auto curve = objects.find(kCacheReuse); !error && curve != objects.end())
     if (readCacheReuse(*curve->second) && cluster.calibration.cacheBytes <= 0)
       fail(pathOf(kCacheReuse),
@@ -1153,6 +1172,12 @@ json toJson(const Cluster &c) {
       points.push_back({{"mib", inUnits(bytes, kMiB)},
                         {"gb_per_s", inUnits(rate, kGBPerS)}});
     out[pointerOf(std::string(kCacheReuse) + ".points")] = points;
+  }
+  if (!c.calibration.steadiness.empty()) {
+    json points = json::array();
+    for (const auto &[at, t] : c.calibration.steadiness)
+      points.push_back({{"s", inUnits(at, 1)}, {"ms", inUnits(t, 1e-3)}});
+    out[pointerOf(std::string(kSteadiness) + ".points")] = points;
   }
   // A collective's sizes where the reader would take them back (two or
   // more beside the fit, at 2+ ranks); otherwise none, nor their source.

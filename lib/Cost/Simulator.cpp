@@ -438,6 +438,7 @@ StepTimeReport stepTimeReport(const Plan &plan, const Cluster &cluster,
   report.hfu = prediction.hfu;
   report.tokensPerSecond = prediction.tokensPerSecond;
   report.mostExposed = mostExposed(plan, prediction);
+  report.steadiness = Steadiness::of(cluster.calibration.steadiness);
   report.misalignedSeconds = prediction.misaligned;
   report.misalignedOps = prediction.misalignedOps;
   // The logits' rows misaligned: a vocabulary that padding would align.

@@ -555,6 +555,12 @@ void timeJson(const Plan &, const InspectOptions &options, json &out) {
     exposed.push_back(std::move(row));
   }
   out["most_exposed_collectives"] = std::move(exposed);
+  if (const Steadiness &st = t.steadiness; st.samples > 0)
+    out["calibration_steadiness"] = {{"probes", st.samples},
+                                     {"slow_probes", st.slow},
+                                     {"slow_factor", st.slowFactor},
+                                     {"worst_factor", st.worst},
+                                     {"unsteady", st.unsteady()}};
 }
 
 void timeText(const Plan &plan, const InspectOptions &options,
@@ -612,6 +618,16 @@ void timeText(const Plan &plan, const InspectOptions &options,
   addField(out, "achieved per GPU", line);
   addField(out, "tokens per second",
            groupDigits(int64_t(std::llround(t.tokensPerSecond))));
+  if (const Steadiness &st = t.steadiness; st.unsteady()) {
+    char spell[320];
+    std::snprintf(spell, sizeof spell,
+                  "unsteady: %d of its %d probes ran %.2fx their usual time "
+                  "(worst %.2fx); steps that run in such a spell take about "
+                  "%s",
+                  st.slow, st.samples, st.slowFactor, st.worst,
+                  humanSeconds(t.stepSeconds * st.slowFactor).c_str());
+    addField(out, "calibrating machine", spell);
+  }
 
   out += "\nstream busy time per step\n";
   Table busy({"stream", "busy", "share of step"});

@@ -452,6 +452,12 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
        {{"source", "measured"},
         {"points",
          {{{"mib", 2}, {"gb_per_s", 30}}, {{"mib", 64}, {"gb_per_s", 10}}}}}},
+      {"steadiness",
+       {{"source", "probed"},
+        {"points",
+         {{{"s", 0.5}, {"ms", 2}},
+          {{"s", 1.25}, {"ms", 3}},
+          {{"s", 9}, {"ms", 2.5}}}}}},
       {"serial_kernel_elements", 32768},
       {"serial_kernel_gb_per_s", {{"gelu", 0.25}}},
       {"adam_gb_per_s", 10},
@@ -515,6 +521,11 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
   EXPECT_EQ(k.cacheReuse[0], std::make_pair(2.0 * 1024 * 1024, 30e9));
   EXPECT_EQ(k.cacheReuse[1], std::make_pair(64.0 * 1024 * 1024, 10e9));
   EXPECT_EQ(c->sources.at("calibration.cache_reuse"), "measured");
+  ASSERT_EQ(k.steadiness.size(), 3u);
+  EXPECT_EQ(k.steadiness[0], std::make_pair(0.5, 2e-3));
+  EXPECT_EQ(k.steadiness[1], std::make_pair(1.25, 3e-3));
+  EXPECT_EQ(k.steadiness[2], std::make_pair(9.0, 2.5e-3));
+  EXPECT_EQ(c->sources.at("calibration.steadiness"), "probed");
   EXPECT_EQ(k.serialKernelElements, 32768);
   EXPECT_NEAR(k.serialKernelBandwidth.at("gelu"), 0.25e9, 1e-3);
   EXPECT_NEAR(k.adamBandwidth, 10e9, 1e-3);
@@ -629,6 +640,22 @@ TEST(ClusterCalibration, ReadsWritesAndChecksTheSection) {
   expectError([](json &c) { c.erase("cache_mib"); },
               "cluster calibration.cache_reuse: expected calibration.cache_mib "
               "beside it");
+  // The steadiness probes: ascending in time, at least two, each a time
+  // and a probe's milliseconds.
+  expectError([](json &c) { c["steadiness"]["points"][2]["s"] = 1; },
+              "cluster calibration.steadiness.points.2.s: expected more than "
+              "the point before's 1.25 (points ascend in s), found 1");
+  expectError([](json &c) { c["steadiness"]["points"] = json::array(); },
+              "cluster calibration.steadiness.points: expected at least 2 "
+              "points (a probe timed again and again), found 0");
+  expectError([](json &c) { c["steadiness"]["points"][0]["ms"] = -1; },
+              "cluster calibration.steadiness.points.0.ms: expected a number "
+              "> 0, found -1");
+  expectError([](json &c) { c["steadiness"]["points"][1].erase("ms"); },
+              "cluster calibration.steadiness.points.1: missing required key "
+              "'ms'");
+  expectError([](json &c) { c["steadiness"]["probes"] = 3; },
+              "cluster calibration.steadiness: unknown key 'probes'");
   // A collective's sizes: ascending, at least two, each a size in bytes and
   // its time; beside the fit, at the ranks that measured them.
   auto bySize = [](json &c) -> json & { return c["all_gather"]["by_size"]; };

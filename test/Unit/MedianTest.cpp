@@ -1,6 +1,7 @@
-//===- MedianTest.cpp - Medians, and figures timed in passes --------------===//
+//===- MedianTest.cpp - Medians, figures timed in passes, steadiness ------===//
 
 #include "zeroc/Support/Median.h"
+#include "zeroc/Support/Steadiness.h"
 
 #include <gtest/gtest.h>
 
@@ -82,4 +83,50 @@ TEST(MedianOverPasses, AnItemThatCannotBeTimedIsNotTimedAgain) {
   EXPECT_TRUE(medianOverPasses(0, 3, [](size_t, int) {
                 return std::optional<std::vector<double>>();
               }).empty());
+}
+
+// A calibration's probes: the usual time their median, a probe at 1.15x
+// or more in a spell, unsteady from a tenth of them (and two). Worked by
+// hand.
+TEST(Steadiness, SpellsAgainstTheUsualTime) {
+  auto probes = [](std::vector<double> ms) {
+    std::vector<std::pair<double, double>> out;
+    for (size_t i = 0; i < ms.size(); ++i)
+      out.emplace_back(double(i + 1), ms[i] * 1e-3);
+    return out;
+  };
+  Steadiness none = Steadiness::of({});
+  EXPECT_EQ(none.samples, 0);
+  EXPECT_EQ(none.slow, 0);
+  EXPECT_FALSE(none.unsteady());
+  // 20 probes, 2 ms usual: three in spells at 1.2x, 1.5x and 2x; one at
+  // 1.14x is not.
+  std::vector<double> ms(20, 2.0);
+  ms[3] = 2.4;
+  ms[9] = 3.0;
+  ms[15] = 4.0;
+  ms[17] = 2.28;
+  Steadiness s = Steadiness::of(probes(ms));
+  EXPECT_EQ(s.samples, 20);
+  EXPECT_DOUBLE_EQ(s.usual, 2e-3);
+  EXPECT_EQ(s.slow, 3);
+  EXPECT_DOUBLE_EQ(s.slowFactor, 1.5);
+  EXPECT_DOUBLE_EQ(s.worst, 2.0);
+  EXPECT_TRUE(s.unsteady()); // 3 of 20.
+  // Two of 21: under a tenth.
+  ms[3] = 2.0;
+  ms.push_back(2.0);
+  s = Steadiness::of(probes(ms));
+  EXPECT_EQ(s.slow, 2);
+  EXPECT_FALSE(s.unsteady());
+  // One of 5: a tenth, but one probe is no spell to warn of.
+  s = Steadiness::of(probes({2, 2, 2, 2, 3}));
+  EXPECT_EQ(s.slow, 1);
+  EXPECT_FALSE(s.unsteady());
+  // Mostly slow: the usual time is the slow one (the calibration's figures
+  // are medians too), and the fast probes are no spell.
+  s = Steadiness::of(probes({3, 3, 3, 2, 2}));
+  EXPECT_DOUBLE_EQ(s.usual, 3e-3);
+  EXPECT_EQ(s.slow, 0);
+  EXPECT_DOUBLE_EQ(s.worst, 1.0);
 }

@@ -17,6 +17,7 @@
 #include "zeroc/Support/Collectives.h"
 #include "zeroc/Support/Json.h"
 #include "zeroc/Support/Median.h"
+#include "zeroc/Support/Steadiness.h"
 
 #include <algorithm>
 #include <atomic>
@@ -483,6 +484,40 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
     cal.barrier();
   }
 
+  // calibration.steadiness: a probe of about 2 ms (GEMMs every rank runs
+  // at once) timed again and again through the calibration, at the same
+  // points on every rank (the timing is collective). Every other figure is
+  // a median of repeats: the probes say how often and by how much the
+  // machine ran slower than that meanwhile.
+  struct {
+    Tensor a, y;
+    PlanOp op = modelOp(OpKind::Linear, 2, 1);
+    int calls = 0;
+  } probe;
+  {
+    const int64_t n = dev.hostAddressable() ? 128 : 1024;
+    probe.a =
+        cal.buffer({n, n}, DType::F32, [](std::mt19937 &) { return 0.01f; });
+    probe.y =
+        cal.buffer({n, n}, DType::F32, [](std::mt19937 &) { return 0.0f; });
+  }
+  auto probeCall = [&] {
+    std::vector<Tensor> in = {probe.a, probe.a}, out = {probe.y};
+    (void)dev.modelOp(probe.op, in, out, StepContext{}, nullptr);
+  };
+  probe.calls = int(cal.slowest(double(
+      std::max(1L, std::lround(2e-3 / std::max(cal.time(probeCall), 1e-9))))));
+  auto sampleSteadiness = [&] {
+    cal.barrier();
+    const auto t0 = Clock::now();
+    for (int i = 0; i < probe.calls; ++i)
+      probeCall();
+    dev.synchronize();
+    const double t = cal.slowest(seconds(t0, Clock::now()));
+    k.steadiness.emplace_back(seconds(wallBefore, Clock::now()), t);
+  };
+
+  sampleSteadiness();
   sampleHandoff();
   // GEMMs: linear, linear_grad_input and linear_grad_weight on square
   // [n, n] operands, each size class, each dtype the kernels take.
@@ -498,6 +533,7 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
   const int classes = gpu ? ClusterCalibration::kMatmulClasses : 3;
   double best[3] = {0, 0, 0};
   for (int d = 0; d < 3; ++d) {
+    sampleSteadiness();
     sampleHandoff();
     for (int s = 0; s < classes; ++s) {
       int64_t n = int64_t(
@@ -627,6 +663,8 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
   auto timeGemm = [&](size_t gi,
                       int pass) -> std::optional<std::vector<double>> {
     const PlanGemm &g = gemms[gi];
+    if (gi % 4 == 0)
+      sampleSteadiness();
     if (pass == 0 && gi % 8 == 0)
       sampleHandoff();
     using C = ClusterCalibration;
@@ -868,6 +906,8 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
   const std::vector<std::vector<double>> attentionRates = medianOverPasses(
       attentions.size(), kShapePasses,
       [&](size_t ai, int) -> std::optional<std::vector<double>> {
+        if (ai % 4 == 0)
+          sampleSteadiness();
         AttentionRates r =
             timeAttention(attentions[ai].geometry, attentions[ai].dtype, 3);
         if (!r.why.empty()) {
@@ -1109,6 +1149,7 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
       record("zero_grads", actBytes, t, actShape);
     }
   };
+  sampleSteadiness();
   sampleHandoff();
   memoryBound(gpu ? 16384 : 64, Table::Pooled);
   // On a CPU also in cache: a step's element-wise ops read what the op
@@ -1185,6 +1226,7 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
     source("calibration.serial_kernel_elements",
            "the CPU kernels' parallel threshold (cpu::kParallelMinWork)");
   }
+  sampleSteadiness();
   sampleHandoff();
   // Cross-entropy over a [2, 32, 4096] vocabulary ([2, 2048, 4096] on a
   // GPU; an exp per logit): bytes as the plan counts them, the logits read
@@ -1558,6 +1600,8 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
     for (int pass = 0; pass < (contend ? 2 : 1); ++pass)
       for (int kind = 0; kind < kinds; ++kind) {
         bool contended = pass == 1;
+        if (!contended)
+          sampleSteadiness();
         std::atomic<bool> stop{false};
         std::thread load;
         if (contended)
@@ -1611,6 +1655,8 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
           int64_t per = std::max<int64_t>(1, (int64_t(1) << log2) / n);
           if (!points.empty() && double(per * n) * 4 <= points.back().first)
             continue;
+          if (!contended)
+            sampleSteadiness();
           const size_t mark = cal.keep.size();
           Tensor buf = cal.buffer({per * n}, DType::F32, small);
           Tensor recv = cal.buffer({per * n}, DType::F32, small);
@@ -1797,6 +1843,7 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
                      what.c_str());
     }
   }
+  sampleSteadiness();
   sampleHandoff();
   // What a kernel thread's operands cost when another core wrote them (a
   // step's handoffs, which the GEMMs' calibration above does not see):
@@ -1818,6 +1865,34 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
           "beyond a local read; %d samples)\n",
           k.handoffBandwidth / 1e9, handoff.samples);
     }
+  }
+  {
+    const Steadiness st = Steadiness::of(k.steadiness);
+    char probeText[160];
+    std::snprintf(
+        probeText, sizeof probeText,
+        "%d calls of a %lld^3 f32 GEMM on every rank at once (about 2 "
+        "ms), %d times through the calibration: the slowest rank's "
+        "time",
+        probe.calls, (long long)probe.a.shape[0], st.samples);
+    source("calibration.steadiness", probeText);
+    say("  %-20s %d of %d probes at %.2fx their usual %.3f ms or more",
+        "steadiness", st.slow, st.samples, Steadiness::kSpellFactor,
+        st.usual * 1e3);
+    if (st.slow > 0)
+      say(" (median %.2fx, worst %.2fx)", st.slowFactor, st.worst);
+    say("\n");
+    if (root && st.unsteady())
+      std::fprintf(
+          stderr,
+          "zerorun --calibrate: warning: the machine's speed moved while it "
+          "measured: %d of %d probes ran %.2fx their usual time (median; "
+          "worst %.2fx), from something this calibration does not see "
+          "(another VM on the host, a throttled CPU): its figures are the "
+          "usual speed's (each the median of its repeats), and steps that "
+          "run in such a spell will take longer than zeroc inspect "
+          "predicts (calibrate again when the machine is steady)\n",
+          st.slow, st.samples, st.slowFactor, st.worst);
   }
   c.nodes = 1;
   c.gpusPerNode = comm.size();

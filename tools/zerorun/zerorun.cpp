@@ -78,6 +78,7 @@ double secondsSinceProcessStart() {
 const char *kUsage =
     R"(USAGE: zerorun PLAN.json [options]
        zerorun --calibrate -o CLUSTER.json [--device cpu|cuda]
+               [--shapes PLAN]...
 
 Runs the training steps of a plan written by `zeroc MODEL.mlir --config DS.json
 --world-size N -o PLAN.json`. Start N processes with `mpirun -np N zerorun ...`;
@@ -164,10 +165,11 @@ OPTIONS:
                           mpirun the collectives) and write a cluster file
                           for zeroc inspect --cluster (docs/zerorun.md)
   -o, --output FILE       Where --calibrate writes the cluster file
-  --shapes PLAN           With --calibrate, also time each linear GEMM of
-                          PLAN on its own shapes (repeatable): the cost
-                          model then prices those ops at their measured
-                          rates rather than between the square size classes
+  --shapes PLAN           With --calibrate, also time each linear GEMM and
+                          each flash attention of PLAN on its own shapes
+                          (repeatable): the cost model then prices those
+                          ops at their measured rates rather than between
+                          the size classes
   --threads N             Threads per rank for the CPU kernels and BLAS
                           (default: this machine's cores / the ranks on it,
                           at least 1). More than cores / ranks is refused
@@ -326,7 +328,8 @@ Options parseArgs(int argc, char **argv) {
   if (!o.output.empty())
     usageError("-o is for --calibrate");
   if (!o.shapes.empty())
-    usageError("--shapes is for --calibrate (it times a plan's GEMMs; to run "
+    usageError("--shapes is for --calibrate (it times a plan's GEMMs and "
+               "attention; to run "
                "'" +
                o.shapes.front() + "', give it without --shapes)");
   if (o.plan.empty())

@@ -14,6 +14,7 @@
 
 #include "zeroc/Plan/Plan.h"
 #include "zeroc/Support/Collectives.h"
+#include "zeroc/Support/Steadiness.h"
 
 #include <array>
 #include <map>
@@ -175,6 +176,9 @@ struct StepTimeReport {
   };
   /// The ops that held the compute stream up longest, longest first.
   std::vector<ExposedCollective> mostExposed;
+  /// How steady the calibrating machine was (calibration.steadiness;
+  /// samples 0: not measured, or the cluster is not a calibration).
+  Steadiness steadiness;
 };
 
 /// What `zeroc inspect` adds to its report.
