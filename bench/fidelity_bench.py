@@ -175,7 +175,9 @@ def median_calibration(docs):
     GEMM of calibration.matmul_shapes by its median over the calibrations
     that timed it; a curve's points (calibration.cache_reuse's by "mib", a
     collective's by_size by "bytes") each by their median at that size
-    over the calibrations that measured it."""
+    over the calibrations that measured it. calibration.steadiness's
+    probes are the first calibration's (a time series; its source says
+    so)."""
     def is_figure(node):
         return isinstance(node, dict) and isinstance(node.get("value"),
                                                      (int, float))
@@ -207,6 +209,12 @@ def median_calibration(docs):
                 have = [n[k] for n in nodes if isinstance(n, dict) and k in n]
                 out[k] = merge(have) if all(
                     type(h) is type(have[0]) for h in have) else have[0]
+            probes = out.get("points")
+            if (isinstance(probes, list) and probes and
+                    all(isinstance(p, dict) and "ms" in p for p in probes)
+                    and "source" in out):
+                out["source"] += (f" (the first of {len(nodes)} "
+                                  f"calibrations)")
             if is_points(out.get("points")) and "source" in out:
                 out["source"] += (f" (each point the median of "
                                   f"{len(nodes)} calibrations)")
@@ -282,9 +290,15 @@ def steadiness(zeroc, work, configs, ranks, cal):
     of `ranks` ranks (read through one of their plans), or None where the
     file has no probes."""
     name = next(c[4] for c in configs if c[1] == ranks)
-    report = json.loads(run([zeroc, "inspect",
-                             os.path.join(work, name + ".plan.json"),
-                             "--cluster", cal, "--json"]))
+    try:
+        report = json.loads(run([zeroc, "inspect",
+                                 os.path.join(work, name + ".plan.json"),
+                                 "--cluster", cal, "--json"]))
+    except (RuntimeError, ValueError) as e:
+        # A report, not a measurement: the bench goes on without it.
+        print(f"steadiness of {cal}: {str(e).splitlines()[0][:200]}",
+              file=sys.stderr)
+        return None
     return report.get("calibration_steadiness")
 
 
@@ -465,6 +479,12 @@ def main():
                                         steps_seconds(trace_path(
                                             name, rnd, launch)))
 
+    if again:  # The calibrations of the earlier run, read back.
+        for rnd in range(rounds):
+            for ranks in ranks_list:
+                if os.path.exists(cal_path(ranks, rnd)):
+                    cal_steady[(ranks, rnd)] = steadiness(
+                        zeroc, work, configs, ranks, cal_path(ranks, rnd))
     print(f"{'model':<12} {'ranks':>5} {'stage':>5} {'offload':>7} "
           f"{'predicted':>11} {'measured':>11} {'ratio':>6} {'spread':>6} "
           f"{'load':>5} {'others':>6} {'launches':>8}", flush=True)

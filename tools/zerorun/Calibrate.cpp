@@ -507,17 +507,29 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
   };
   probe.calls = int(cal.slowest(double(
       std::max(1L, std::lround(2e-3 / std::max(cal.time(probeCall), 1e-9))))));
-  auto sampleSteadiness = [&] {
+  // At most one probe every kProbeEvery seconds: the call sites below come
+  // thick in some sections (each collective size) and thin in others
+  // (each GEMM class, each kernel); spaced in time, the probes that ran in
+  // a spell are the share of the calibration's time that did. Every rank
+  // decides alike, on the latest rank's clock. `always`: the first and
+  // the last.
+  constexpr double kProbeEvery = 0.5;
+  double lastProbe = 0;
+  auto sampleSteadiness = [&](bool always = false) {
+    if (!always && cal.slowest(seconds(wallBefore, Clock::now()) - lastProbe) <
+                       kProbeEvery)
+      return;
     cal.barrier();
     const auto t0 = Clock::now();
     for (int i = 0; i < probe.calls; ++i)
       probeCall();
     dev.synchronize();
     const double t = cal.slowest(seconds(t0, Clock::now()));
-    k.steadiness.emplace_back(seconds(wallBefore, Clock::now()), t);
+    lastProbe = seconds(wallBefore, Clock::now());
+    k.steadiness.emplace_back(lastProbe, t);
   };
 
-  sampleSteadiness();
+  sampleSteadiness(true);
   sampleHandoff();
   // GEMMs: linear, linear_grad_input and linear_grad_weight on square
   // [n, n] operands, each size class, each dtype the kernels take.
@@ -536,6 +548,7 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
     sampleSteadiness();
     sampleHandoff();
     for (int s = 0; s < classes; ++s) {
+      sampleSteadiness();
       int64_t n = int64_t(
           std::lround(std::cbrt(ClusterCalibration::kMatmulClassFlops[s] / 2)));
       Tensor a = cal.buffer({n, n}, dtypes[d], small);
@@ -966,6 +979,7 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
   // A memory-bound kernel's rate (its bytes over `t`) in `table`.
   auto recordRate = [&](Table table, const char *name, double bytes, double t,
                         const std::string &what) {
+    sampleSteadiness();
     if (t <= 0)
       return;
     (table == Table::Serial ? k.serialKernelBandwidth
@@ -1289,6 +1303,7 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
            "add's rate in cache, for the streaming kernels not measured");
   }
 
+  sampleSteadiness();
   // Adam (f32 parameter as its own master) and clipping over a model's
   // worth of elements: its four tensors four times the last-level cache on
   // a CPU (at least 1M elements; an optimizer step streams every parameter
@@ -1390,6 +1405,7 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
         k.adamBandwidth / 1e9, "clip", k.clipBandwidth / 1e9);
   }
 
+  sampleSteadiness();
   // Copies: device memory (read + write) and host <-> device.
   {
     const int64_t bytes = 64 << 20;
@@ -1416,6 +1432,7 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
         c.host.pcieBandwidth / 1e9);
   }
 
+  sampleSteadiness();
   // NVMe: write a file, sync, drop it from the page cache, read it back.
   {
     const size_t bytes = 64 << 20;
@@ -1453,6 +1470,7 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
     }
   }
 
+  sampleSteadiness();
   // The executor's own overhead: the scheduler running phases of ops that
   // do nothing, on four streams, and a kernel call on one element.
   {
@@ -1546,6 +1564,7 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
       double share = 0;
       std::string each;
       for (double length : {1e-3, 4e-3, 16e-3}) {
+        sampleSteadiness();
         const int calls = int(cal.slowest(
             double(std::max<int64_t>(1, std::llround(length / once)))));
         double waited = 0, took = 0;
@@ -1600,8 +1619,6 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
     for (int pass = 0; pass < (contend ? 2 : 1); ++pass)
       for (int kind = 0; kind < kinds; ++kind) {
         bool contended = pass == 1;
-        if (!contended)
-          sampleSteadiness();
         std::atomic<bool> stop{false};
         std::thread load;
         if (contended)
@@ -1843,7 +1860,7 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
                      what.c_str());
     }
   }
-  sampleSteadiness();
+  sampleSteadiness(true);
   sampleHandoff();
   // What a kernel thread's operands cost when another core wrote them (a
   // step's handoffs, which the GEMMs' calibration above does not see):

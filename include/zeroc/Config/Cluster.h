@@ -332,14 +332,14 @@ struct ClusterCalibration {
   /// [1] a streaming kernel over memory. 0: not measured (one rank).
   double meetingWait[2] = {0, 0};
   /// How steady the machine's speed was while it calibrated: a fixed probe
-  /// (a GEMM every rank runs at once for about 2 ms) timed again and again
-  /// through the calibration, (seconds since it started, the slowest
-  /// rank's seconds) ascending in time; Steadiness::of summarizes it. Every
-  /// other figure is the median of its repeats and describes the machine's
-  /// usual speed; on a shared machine a step can land in a spell at which
-  /// it runs slower (on the development VM, two-rank launches of the tiny
-  /// models ran 1.25-1.6 times their usual step in 60% of one benchmark's
-  /// launches; bench/RESULTS.md, run 49). Empty: not measured.
+  /// (a GEMM every rank runs at once for about 2 ms) timed at most every
+  /// half second through the calibration, (seconds since it started, the
+  /// slowest rank's seconds) ascending in time; Steadiness::of summarizes
+  /// it. Every other figure is the median of its repeats and describes the
+  /// machine's usual speed; on a shared machine a step can land in a spell
+  /// at which it runs slower (on the development VM five neighbouring GEMM
+  /// shapes of one calibration ran at half speed; bench/RESULTS.md, run
+  /// 46). Empty: not measured.
   std::vector<std::pair<double, double>> steadiness;
   /// How many ranks ran the calibration at once (they contend for the
   /// same cores and memory).

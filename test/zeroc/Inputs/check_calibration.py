@@ -128,13 +128,13 @@ for k in collectives:  # Alone and beside compute (a CPU rank's cores).
     for p in sizes["points"]:
         assert set(p) == {"bytes", "us"} and p["us"] > 0, (k, p)
 # The machine's steadiness: the probe timed again and again through the
-# calibration, ascending in time, at least at the sections' starts (the
-# warm-up, three dtypes, the kernels, the rest) and more with --shapes or
-# collectives.
+# calibration, at most one every 0.5 s (the last always), ascending in
+# time; a calibration of this length has sites for many more.
 probes = cal["steadiness"]["points"]
-assert len(probes) >= 7 + (4 * 10 if ranks > 1 else 0), len(probes)
-for a, b in zip(probes, probes[1:]):
-    assert b["s"] > a["s"], (a, b)
+assert len(probes) >= 5, len(probes)
+for a, b in zip(probes[:-1], probes[1:-1]):
+    assert b["s"] - a["s"] >= 0.5, (a, b)
+assert probes[-1]["s"] > probes[-2]["s"], probes[-2:]
 assert all(set(p) == {"s", "ms"} and p["ms"] > 0 for p in probes), probes
 assert "slowest rank" in cal["steadiness"]["source"], cal["steadiness"]
 # A packed stage-3 bucket's further gradient: measured at 2+ ranks only.
