@@ -113,12 +113,20 @@ TEST(Steadiness, SpellsAgainstTheUsualTime) {
   EXPECT_DOUBLE_EQ(s.slowFactor, 1.5);
   EXPECT_DOUBLE_EQ(s.worst, 2.0);
   EXPECT_TRUE(s.unsteady()); // 3 of 20.
+  // The calibration's warning says so, with the figures.
+  EXPECT_EQ(s.warning().rfind("zerorun --calibrate: warning: the machine's "
+                              "speed moved while it measured: 3 of 20 probes "
+                              "ran 1.50x their usual time (median; worst "
+                              "2.00x)",
+                              0),
+            0u);
   // Two of 21: under a tenth.
   ms[3] = 2.0;
   ms.push_back(2.0);
   s = Steadiness::of(probes(ms));
   EXPECT_EQ(s.slow, 2);
   EXPECT_FALSE(s.unsteady());
+  EXPECT_EQ(s.warning(), ""); // Steady: nothing to say.
   // One of 5: a tenth, but one probe is no spell to warn of.
   s = Steadiness::of(probes({2, 2, 2, 2, 3}));
   EXPECT_EQ(s.slow, 1);

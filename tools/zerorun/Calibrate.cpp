@@ -1899,17 +1899,8 @@ int calibrate(Communicator &comm, Device &dev, const std::string &output,
     if (st.slow > 0)
       say(" (median %.2fx, worst %.2fx)", st.slowFactor, st.worst);
     say("\n");
-    if (root && st.unsteady())
-      std::fprintf(
-          stderr,
-          "zerorun --calibrate: warning: the machine's speed moved while it "
-          "measured: %d of %d probes ran %.2fx their usual time (median; "
-          "worst %.2fx), from something this calibration does not see "
-          "(another VM on the host, a throttled CPU): its figures are the "
-          "usual speed's (each the median of its repeats), and steps that "
-          "run in such a spell will take longer than zeroc inspect "
-          "predicts (calibrate again when the machine is steady)\n",
-          st.slow, st.samples, st.slowFactor, st.worst);
+    if (const std::string warning = st.warning(); root && !warning.empty())
+      std::fprintf(stderr, "%s\n", warning.c_str());
   }
   c.nodes = 1;
   c.gpusPerNode = comm.size();

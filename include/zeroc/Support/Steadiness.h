@@ -13,6 +13,8 @@
 #include "zeroc/Support/Median.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -36,6 +38,25 @@ struct Steadiness {
   /// calibration's figures are the usual speed's, and steps will often not
   /// run at it.
   bool unsteady() const { return slow >= 2 && slow * 10 >= samples; }
+
+  /// What zerorun --calibrate says on stderr when unsteady(); empty
+  /// otherwise.
+  std::string warning() const {
+    if (!unsteady())
+      return {};
+    char text[640];
+    std::snprintf(
+        text, sizeof text,
+        "zerorun --calibrate: warning: the machine's speed moved while it "
+        "measured: %d of %d probes ran %.2fx their usual time (median; "
+        "worst %.2fx), from something this calibration does not see "
+        "(another VM on the host, a throttled CPU): its figures are the "
+        "usual speed's (each the median of its repeats), and steps that "
+        "run in such a spell will take longer than zeroc inspect "
+        "predicts (calibrate again when the machine is steady)",
+        slow, samples, slowFactor, worst);
+    return text;
+  }
 
   /// The summary of `probes`, (seconds since the calibration started, the
   /// probe's seconds) pairs.
